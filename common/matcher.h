@@ -1,0 +1,58 @@
+// Choosing target GPUs for a checkpoint on this node: pure algorithm over the model, no I/O.
+#pragma once
+
+#include <optional>
+#include <variant>
+#include <string>
+#include <vector>
+
+#include "common/gpu_model.h"
+#include "common/result.h"
+
+namespace gpuckpt {
+
+// Each check can be relaxed (config or GPUCKPT_*_CHECK=0 environment, like CRIU's KFD_*_CHECK); every
+// relaxation used is logged and reported in the plan.
+struct MatchPolicy {
+  bool check_model = true;      // vendor/device id, or NVIDIA name + compute capability
+  bool check_memory = true;     // target VRAM >= source VRAM
+  bool check_firmware = true;   // firmware/driver at least as new
+  bool check_links = true;      // linked GPUs (XGMI hive, NVLink) land on GPUs linked the same way
+  bool check_numa = true;       // prefer keeping NUMA/CPU affinity (a preference, never a rejection)
+
+  static MatchPolicy from_env();  // GPUCKPT_MODEL_CHECK, _MEMORY_CHECK, _FIRMWARE_CHECK, _LINK_CHECK, _NUMA_CHECK
+};
+
+struct GpuAssignment {
+  std::string source_id;   // GpuDevice::id in the checkpoint's record
+  std::string target_id;   // GpuDevice::id in this node's inventory
+};
+
+struct MatchPlan {
+  std::vector<GpuAssignment> assignments;    // one per used source GPU, in the record's used_gpu_ids order
+  std::vector<std::string> relaxations;      // checks that were off and would have failed otherwise
+};
+
+struct Rejection {
+  std::string source_id;
+  std::string candidate_id;
+  std::string property;    // "model", "memory", "firmware", "links", "taken", "not-allowed"
+  std::string detail;      // "target has 80 GiB, source used a GPU with 141 GiB"
+};
+
+struct MatchFailure {
+  std::string summary;
+  std::vector<Rejection> rejections;   // for every source GPU: every candidate and why it was ruled out
+};
+
+struct MatchRequest {
+  const GpuPropertiesRecord* source = nullptr;
+  const NodeInventory* target = nullptr;
+  std::optional<std::vector<std::string>> allowed_target_ids;   // GPUs the scheduler assigned, if known
+  MatchPolicy policy;
+};
+
+// Deterministic: the same inputs give the same plan. Backtracks over candidates.
+std::variant<MatchPlan, MatchFailure> match_gpus(const MatchRequest& request);
+
+}  // namespace gpuckpt

@@ -1,0 +1,24 @@
+// Serialising the GPU properties record: JSON (annotations, CLI, API; schema in docs/schema/) and protobuf
+// (CRIU images). Both carry `version`; readers refuse versions newer than they know.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "common/gpu_model.h"
+#include "common/result.h"
+
+namespace gpuckpt {
+
+nlohmann::json to_json(const GpuPropertiesRecord& record);
+nlohmann::json to_json(const NodeInventory& inventory);
+Result<GpuPropertiesRecord> record_from_json(const nlohmann::json& json);
+// `source` names the input (a file path, "annotation io.gpuckpt.gpus") in error messages.
+Result<GpuPropertiesRecord> parse_record(std::string_view text, std::string_view source);
+
+std::string to_protobuf(const GpuPropertiesRecord& record);
+Result<GpuPropertiesRecord> record_from_protobuf(std::string_view bytes, std::string_view source);
+
+}  // namespace gpuckpt
