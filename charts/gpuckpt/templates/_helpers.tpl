@@ -1,0 +1,136 @@
+{{/* Names, labels and the derived settings every template shares. */}}
+
+{{- define "gpuckpt.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpuckpt.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpuckpt.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpuckpt.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: agent
+{{- end -}}
+
+{{- define "gpuckpt.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "gpuckpt.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpuckpt
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "gpuckpt.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpuckpt.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "gpuckpt.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpuckpt.secretName" -}}
+{{- default (printf "%s-token" (include "gpuckpt.fullname" .)) .Values.auth.existingSecret -}}
+{{- end -}}
+
+{{/* "true" when the agent talks to the Kubernetes API (and so needs its service-account token). */}}
+{{- define "gpuckpt.usesKubeApi" -}}
+{{- if or .Values.nodeLabels.enabled (eq .Values.runtime.kind "kubelet") -}}true{{- end -}}
+{{- end -}}
+
+{{/* Where the pod sees the API token, the kubelet CA and the scripts. */}}
+{{- define "gpuckpt.tokenDir" -}}/etc/gpuckpt/auth{{- end -}}
+{{- define "gpuckpt.kubeletCaPath" -}}/etc/gpuckpt/kubelet-ca/ca.crt{{- end -}}
+{{- define "gpuckpt.scriptsDir" -}}/opt/gpuckpt-chart{{- end -}}
+
+{{/*
+Drops null leaves and maps left empty, so the binary's own defaults apply to every setting not given.
+Input: a map; output: JSON (read back with fromJson).
+*/}}
+{{- define "gpuckpt.compact" -}}
+{{- $out := dict -}}
+{{- range $key, $value := . -}}
+{{- if kindIs "map" $value -}}
+{{- $inner := include "gpuckpt.compact" $value | fromJson -}}
+{{- if $inner -}}{{- $_ := set $out $key $inner -}}{{- end -}}
+{{- else if not (kindIs "invalid" $value) -}}
+{{- $_ := set $out $key $value -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/*
+The agent's configuration file (agent/config.example.yaml shape). @NODE_NAME@ and @NODE_IP@ are replaced per pod
+by the render-config init container (the agent reads literal values).
+*/}}
+{{- define "gpuckpt.agentConfig" -}}
+{{- $v := .Values -}}
+{{- $kubeletUrl := printf "https://kubernetes.default.svc/api/v1/nodes/@NODE_NAME@/proxy" -}}
+{{- $kubeletCa := "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt" -}}
+{{- if eq $v.runtime.kubelet.access "direct" -}}
+{{- $kubeletUrl = printf "https://@NODE_IP@:%v" $v.runtime.kubelet.port -}}
+{{- $kubeletCa = include "gpuckpt.kubeletCaPath" . -}}
+{{- end -}}
+{{- $config := dict
+  "version" 1
+  "listen" (dict "address" $v.agent.listenAddress "port" $v.agent.port)
+  "auth" (dict "token_file" (printf "%s/%s" (include "gpuckpt.tokenDir" .) $v.auth.secretKey))
+  "state_dir" $v.host.stateDir
+  "checkpoints" (merge (dict "dir" $v.host.archiveDir "kubelet_dir" $v.host.kubeletCheckpointDir) (deepCopy $v.config.checkpoints))
+  "runtime" (dict
+    "kind" $v.runtime.kind
+    "podman_path" $v.runtime.podmanPath
+    "crictl_path" $v.runtime.crictlPath
+    "kubelet" (dict
+      "url" $kubeletUrl
+      "token_file" "/var/run/secrets/kubernetes.io/serviceaccount/token"
+      "ca_file" $kubeletCa))
+  "host_root" "/host"
+  "hooks_dir" $v.host.hooksDir
+  "criu_plugin_dir" $v.host.criuPluginDir
+  "log_level" $v.agent.logLevel
+  "match_policy" (deepCopy $v.config.match_policy)
+  "node_labels" (dict "enabled" $v.nodeLabels.enabled "interval_seconds" $v.nodeLabels.intervalSeconds)
+  "limits" (deepCopy $v.config.limits)
+-}}
+{{- if ne $v.runtime.kind "kubelet" -}}
+{{- $_ := unset $config.runtime "kubelet" -}}
+{{- end -}}
+{{- include "gpuckpt.compact" $config | fromJson | toYaml -}}
+{{- end -}}
+
+{{/* The hooks.d entry (containers/common oci-hooks 1.0.0) pointing at the installed hook binary. */}}
+{{- define "gpuckpt.hookJson" -}}
+{{- $hook := dict
+  "version" "1.0.0"
+  "hook" (dict
+    "path" (printf "%s/bin/gpuckpt-oci-hook" .Values.host.installDir)
+    "args" (list "gpuckpt-oci-hook" "--state-dir" .Values.host.stateDir)
+    "timeout" .Values.installer.hookTimeoutSeconds)
+  "when" (dict "always" true)
+  "stages" (list "precreate" "prestart")
+-}}
+{{- toPrettyJson $hook -}}
+{{- end -}}
