@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gpuckpt {
@@ -62,6 +63,14 @@ struct GpuPropertiesRecord {
   std::vector<std::string> used_gpu_ids;   // GpuDevice::id values; empty = the workload used no GPU
 };
 
-const char* to_string(GpuVendor vendor);
+const char* to_string(GpuVendor vendor);                    // "nvidia", "amd", "other"
+bool vendor_from_string(std::string_view name, GpuVendor& out);  // false for an unknown name
+
+// The GPU in `inventory` whose id, UUID, PCI address, or (AMD) decimal KFD gpu_id equals `key`; nullptr if none.
+// Schedulers and users name GPUs in all these ways.
+const GpuDevice* find_gpu(const NodeInventory& inventory, std::string_view key);
+
+// "80 GiB", "512 MiB": memory sizes in messages.
+std::string format_bytes(std::uint64_t bytes);
 
 }  // namespace gpuckpt

@@ -4,6 +4,7 @@
 #include <optional>
 #include <variant>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/gpu_model.h"
@@ -20,8 +21,13 @@ struct MatchPolicy {
   bool check_links = true;      // linked GPUs (XGMI hive, NVLink) land on GPUs linked the same way
   bool check_numa = true;       // prefer keeping NUMA/CPU affinity (a preference, never a rejection)
 
-  static MatchPolicy from_env();  // GPUCKPT_MODEL_CHECK, _MEMORY_CHECK, _FIRMWARE_CHECK, _LINK_CHECK, _NUMA_CHECK
+  // GPUCKPT_MODEL_CHECK, _MEMORY_CHECK, _FIRMWARE_CHECK, _LINK_CHECK, _NUMA_CHECK: 0/false/no/off relaxes,
+  // 1/true/yes/on enforces, unset keeps the default (on). Logs every value once (log_params).
+  static MatchPolicy from_env();
+  void log_params() const;   // "param: GPUCKPT_MODEL_CHECK:1" ... (call once after applying a config file)
 };
+
+// A GPU of another vendor is never a candidate, whatever the policy says: no driver can take over the state.
 
 struct GpuAssignment {
   std::string source_id;   // GpuDevice::id in the checkpoint's record
@@ -36,7 +42,7 @@ struct MatchPlan {
 struct Rejection {
   std::string source_id;
   std::string candidate_id;
-  std::string property;    // "model", "memory", "firmware", "links", "taken", "not-allowed"
+  std::string property;    // "vendor", "model", "memory", "firmware", "links", "taken", "not-allowed"
   std::string detail;      // "target has 80 GiB, source used a GPU with 141 GiB"
 };
 
@@ -52,7 +58,12 @@ struct MatchRequest {
   MatchPolicy policy;
 };
 
-// Deterministic: the same inputs give the same plan. Backtracks over candidates.
+// Deterministic: the same inputs give the same plan. Backtracks over candidates; among the assignments that pass
+// every enforced check it picks the one keeping the most GPUs on their source NUMA node, then the most
+// identical ids (restore where it ran), then the earliest in inventory order.
 std::variant<MatchPlan, MatchFailure> match_gpus(const MatchRequest& request);
+
+// Dotted version comparison used for firmware/driver checks ("580.159.04", "96.00.a5.00.1a"): <0, 0, >0.
+int compare_versions(std::string_view a, std::string_view b);
 
 }  // namespace gpuckpt
