@@ -1,0 +1,435 @@
+#include "common/checkpoint_archive.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <set>
+#include <system_error>
+
+#include "common/properties_record.h"
+
+namespace gpuckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::size_t kMaxNameBytes = 4096;
+
+using ReaderPtr = std::unique_ptr<struct archive, int (*)(struct archive*)>;
+using WriterPtr = std::unique_ptr<struct archive, int (*)(struct archive*)>;
+
+std::string archive_message(struct archive* a) {
+  const char* text = archive_error_string(a);
+  return text ? text : "unknown libarchive error";
+}
+
+Result<ReaderPtr> open_reader(const fs::path& path, const ArchiveLimits& limits) {
+  std::error_code ec;
+  const auto status = fs::symlink_status(path, ec);
+  if (ec || !fs::exists(status)) return make_error("checkpoint archive " + path.string() + " does not exist", ENOENT);
+  if (!fs::is_regular_file(status))
+    return make_error("checkpoint archive " + path.string() + " is not a regular file (symlinks are refused)");
+  const auto size = fs::file_size(path, ec);
+  if (ec) return make_error("cannot stat " + path.string() + ": " + ec.message(), EIO);
+  if (size > limits.max_archive_bytes)
+    return make_error("checkpoint archive " + path.string() + " is " + std::to_string(size) +
+                      " bytes, over the limit of " + std::to_string(limits.max_archive_bytes) +
+                      " (raise checkpoints.max_archive_bytes if it is genuine)", EFBIG);
+  ReaderPtr reader(archive_read_new(), archive_read_free);
+  archive_read_support_filter_all(reader.get());
+  archive_read_support_format_tar(reader.get());
+  if (archive_read_open_filename(reader.get(), path.c_str(), 1 << 16) != ARCHIVE_OK)
+    return make_error("cannot open checkpoint archive " + path.string() + ": " + archive_message(reader.get()), EIO);
+  return reader;
+}
+
+// Lexically resolves `target` relative to the directory of `entry_name`; false when it leaves the archive.
+bool link_stays_inside(const std::string& entry_name, const std::string& target) {
+  if (target.empty() || target.front() == '/') return false;
+  std::vector<std::string> parts;
+  const fs::path dir = fs::path(entry_name).parent_path();
+  for (const auto& p : dir) parts.push_back(p.string());
+  for (const auto& p : fs::path(target)) {
+    const std::string s = p.string();
+    if (s == "." || s.empty()) continue;
+    if (s == "..") {
+      if (parts.empty()) return false;
+      parts.pop_back();
+    } else {
+      parts.push_back(s);
+    }
+  }
+  return true;
+}
+
+struct Totals {
+  std::size_t entries = 0;
+  std::uint64_t bytes = 0;
+};
+
+Result<ArchiveEntry> check_entry(struct archive_entry* e, const fs::path& archive, const ArchiveLimits& limits,
+                                 Totals& totals) {
+  const char* raw = archive_entry_pathname(e);
+  auto name = normalise_entry_name(raw ? raw : "");
+  if (!name) return make_error(archive.string() + ": " + name.error().message);
+  ArchiveEntry out;
+  out.name = name.value();
+  if (++totals.entries > limits.max_entries)
+    return make_error(archive.string() + ": more than " + std::to_string(limits.max_entries) + " entries", EFBIG);
+  if (const char* hard = archive_entry_hardlink(e)) {
+    auto target = normalise_entry_name(hard);
+    if (!target) return make_error(archive.string() + ": hardlink " + out.name + ": " + target.error().message);
+    out.kind = ArchiveEntry::Kind::Hardlink;
+    out.link_target = target.value();
+    return out;
+  }
+  switch (archive_entry_filetype(e)) {
+    case AE_IFREG: out.kind = ArchiveEntry::Kind::File; break;
+    case AE_IFDIR: out.kind = ArchiveEntry::Kind::Directory; break;
+    case AE_IFLNK: {
+      out.kind = ArchiveEntry::Kind::Symlink;
+      const char* target = archive_entry_symlink(e);
+      out.link_target = target ? target : "";
+      if (!link_stays_inside(out.name, out.link_target))
+        return make_error(archive.string() + ": symlink " + out.name + " -> " + out.link_target +
+                          " points outside the archive; refusing it");
+      break;
+    }
+    default:
+      return make_error(archive.string() + ": entry " + out.name +
+                        " is a device, FIFO or socket; checkpoint archives hold only files, directories and links");
+  }
+  const la_int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
+  out.size = size > 0 ? static_cast<std::uint64_t>(size) : 0;
+  if (out.size > limits.max_entry_bytes)
+    return make_error(archive.string() + ": entry " + out.name + " is " + std::to_string(out.size) +
+                      " bytes, over the per-entry limit of " + std::to_string(limits.max_entry_bytes), EFBIG);
+  totals.bytes += out.size;
+  if (totals.bytes > limits.max_total_bytes)
+    return make_error(archive.string() + ": content exceeds " + std::to_string(limits.max_total_bytes) +
+                      " bytes uncompressed", EFBIG);
+  return out;
+}
+
+Result<std::string> read_data(struct archive* reader, const ArchiveEntry& entry, std::size_t max_bytes,
+                              const fs::path& archive) {
+  if (entry.size > max_bytes)
+    return make_error(archive.string() + ": " + entry.name + " is " + std::to_string(entry.size) +
+                      " bytes, more than the " + std::to_string(max_bytes) + " a metadata entry may have", EFBIG);
+  std::string data(static_cast<std::size_t>(entry.size), '\0');
+  std::size_t got = 0;
+  while (got < data.size()) {
+    const la_ssize_t n = archive_read_data(reader, data.data() + got, data.size() - got);
+    if (n < 0) return make_error(archive.string() + ": reading " + entry.name + ": " + archive_message(reader), EIO);
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got != data.size())
+    return make_error(archive.string() + ": " + entry.name + " is truncated (the archive is incomplete)", EIO);
+  return data;
+}
+
+// One validated pass. `visit` returns true when it consumed the entry's data itself.
+using Visitor = std::function<Result<bool>(struct archive*, struct archive_entry*, const ArchiveEntry&)>;
+
+Result<Totals> walk(const fs::path& path, const ArchiveLimits& limits, struct archive* reader, const Visitor& visit) {
+  Totals totals;
+  struct archive_entry* e = nullptr;
+  for (;;) {
+    const int rc = archive_read_next_header(reader, &e);
+    if (rc == ARCHIVE_EOF) break;
+    if (rc < ARCHIVE_WARN)
+      return make_error("checkpoint archive " + path.string() + " is corrupt or truncated: " + archive_message(reader),
+                        EIO);
+    auto entry = check_entry(e, path, limits, totals);
+    if (!entry) return entry.error();
+    auto consumed = visit(reader, e, entry.value());
+    if (!consumed) return consumed.error();
+    if (!consumed.value() && archive_read_data_skip(reader) < ARCHIVE_WARN)
+      return make_error("checkpoint archive " + path.string() + " is truncated in " + entry->name + ": " +
+                        archive_message(reader), EIO);
+  }
+  if (totals.entries == 0) return make_error("checkpoint archive " + path.string() + " holds no entries");
+  return totals;
+}
+
+fs::path temporary_sibling(const fs::path& out) {
+  static std::atomic<unsigned> counter{0};
+  return out.parent_path() /
+         ("." + out.filename().string() + ".partial-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+}
+
+Result<std::string> entry_string(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_string()) return std::string{};
+  return j[key].get<std::string>();
+}
+
+}  // namespace
+
+Result<std::string> normalise_entry_name(std::string_view name) {
+  if (name.size() > kMaxNameBytes) return make_error("entry name longer than 4096 bytes");
+  if (name.find('\0') != std::string_view::npos) return make_error("entry name contains NUL");
+  if (!name.empty() && name.front() == '/') return make_error("absolute entry name '" + std::string(name) + "'");
+  std::string out;
+  for (const auto& part : fs::path(name)) {
+    const std::string s = part.string();
+    if (s.empty() || s == ".") continue;
+    if (s == "..") return make_error("entry name '" + std::string(name) + "' climbs out with '..'");
+    if (!out.empty()) out += '/';
+    out += s;
+  }
+  return out.empty() ? std::string(".") : out;
+}
+
+nlohmann::json to_json(const CheckpointGpuRecord& record) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const auto& d : record.devices)
+    devices.push_back({{"container_path", d.container_path}, {"major", d.major}, {"minor", d.minor},
+                       {"gpu_id", d.gpu_id}});
+  return {{"version", record.version},
+          {"checkpoint_id", record.checkpoint_id},
+          {"record", to_json(record.record)},
+          {"devices", devices},
+          {"gpu_env", record.gpu_env}};
+}
+
+Result<CheckpointGpuRecord> checkpoint_record_from_json(const nlohmann::json& json, std::string_view source) {
+  const std::string where(source);
+  try {
+    CheckpointGpuRecord out;
+    out.version = json.at("version").get<int>();
+    if (out.version > CheckpointGpuRecord::kVersion)
+      return make_error(where + ": gpuckpt record version " + std::to_string(out.version) +
+                        " is newer than this gpuckpt understands (" + std::to_string(CheckpointGpuRecord::kVersion) +
+                        "); upgrade gpuckpt on this node");
+    out.checkpoint_id = json.value("checkpoint_id", "");
+    auto record = record_from_json(json.at("record"));
+    if (!record) return make_error(where + ": " + record.error().message);
+    out.record = std::move(record.value());
+    for (const auto& d : json.value("devices", nlohmann::json::array()))
+      out.devices.push_back({d.at("container_path").get<std::string>(), d.value("major", 0u), d.value("minor", 0u),
+                             d.value("gpu_id", "")});
+    out.gpu_env = json.value("gpu_env", std::map<std::string, std::string>{});
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    return make_error(where + ": malformed gpuckpt record: " + e.what());
+  }
+}
+
+Result<std::vector<ArchiveEntry>> list_archive(const fs::path& archive, const ArchiveLimits& limits) {
+  auto reader = open_reader(archive, limits);
+  if (!reader) return reader.error();
+  std::vector<ArchiveEntry> entries;
+  auto totals = walk(archive, limits, reader->get(), [&](struct archive*, struct archive_entry*, const ArchiveEntry& e) {
+    entries.push_back(e);
+    return Result<bool>(false);
+  });
+  if (!totals) return totals.error();
+  return entries;
+}
+
+Result<std::optional<std::string>> read_archive_entry(const fs::path& archive, std::string_view name,
+                                                      const ArchiveLimits& limits) {
+  auto reader = open_reader(archive, limits);
+  if (!reader) return reader.error();
+  std::optional<std::string> found;
+  auto totals = walk(archive, limits, reader->get(),
+                     [&](struct archive* r, struct archive_entry*, const ArchiveEntry& e) -> Result<bool> {
+                       if (e.name != name || e.kind != ArchiveEntry::Kind::File) return false;
+                       auto data = read_data(r, e, limits.max_metadata_bytes, archive);
+                       if (!data) return data.error();
+                       found = std::move(data.value());
+                       return true;
+                     });
+  if (!totals) return totals.error();
+  return found;
+}
+
+Result<std::uint64_t> rewrite_archive(const fs::path& in, const fs::path& out, const ArchiveEdit& edit,
+                                      const ArchiveLimits& limits) {
+  auto reader = open_reader(in, limits);
+  if (!reader) return reader.error();
+  const fs::path temp = temporary_sibling(out);
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return make_error("cannot create " + temp.string() + ": " + std::strerror(errno), errno);
+  struct Cleanup {
+    int fd;
+    fs::path temp;
+    bool keep = false;
+    ~Cleanup() {
+      if (fd >= 0) ::close(fd);
+      if (!keep) {
+        std::error_code ec;
+        fs::remove(temp, ec);
+      }
+    }
+  } cleanup{fd, temp};
+
+  WriterPtr writer(archive_write_new(), archive_write_free);
+  bool writer_open = false;
+  std::set<std::string> replaced;
+  std::vector<char> buffer(1 << 20);
+
+  auto open_writer = [&](struct archive* r) -> Result<void> {
+    switch (archive_filter_code(r, 0)) {
+      case ARCHIVE_FILTER_ZSTD: archive_write_add_filter_zstd(writer.get()); break;
+      case ARCHIVE_FILTER_GZIP: archive_write_add_filter_gzip(writer.get()); break;
+      case ARCHIVE_FILTER_NONE: break;
+      default:
+        return make_error(in.string() + ": unsupported compression '" +
+                          std::string(archive_filter_name(r, 0)) + "' (expected zstd, gzip or none)");
+    }
+    archive_write_set_format_pax_restricted(writer.get());
+    if (archive_write_open_fd(writer.get(), fd) != ARCHIVE_OK)
+      return make_error("cannot write " + temp.string() + ": " + archive_message(writer.get()), EIO);
+    writer_open = true;
+    return {};
+  };
+  auto write_blob = [&](struct archive_entry* e, const std::string& data) -> Result<void> {
+    archive_entry_set_size(e, static_cast<la_int64_t>(data.size()));
+    if (archive_write_header(writer.get(), e) < ARCHIVE_WARN ||
+        archive_write_data(writer.get(), data.data(), data.size()) != static_cast<la_ssize_t>(data.size()))
+      return make_error("writing " + temp.string() + ": " + archive_message(writer.get()), EIO);
+    return {};
+  };
+
+  auto totals = walk(in, limits, reader->get(),
+                     [&](struct archive* r, struct archive_entry* e, const ArchiveEntry& entry) -> Result<bool> {
+                       if (!writer_open) {
+                         auto opened = open_writer(r);
+                         if (!opened) return opened.error();
+                       }
+                       if (auto it = edit.replace.find(entry.name); it != edit.replace.end()) {
+                         replaced.insert(entry.name);
+                         auto written = write_blob(e, it->second);
+                         if (!written) return written.error();
+                         return false;   // the old content is skipped
+                       }
+                       if (archive_write_header(writer.get(), e) < ARCHIVE_WARN)
+                         return make_error("writing " + temp.string() + ": " + archive_message(writer.get()), EIO);
+                       if (entry.kind != ArchiveEntry::Kind::File) return false;
+                       std::uint64_t copied = 0;
+                       for (;;) {
+                         const la_ssize_t n = archive_read_data(r, buffer.data(), buffer.size());
+                         if (n < 0)
+                           return make_error(in.string() + " is truncated in " + entry.name + ": " +
+                                             archive_message(r), EIO);
+                         if (n == 0) break;
+                         copied += static_cast<std::uint64_t>(n);
+                         if (archive_write_data(writer.get(), buffer.data(), static_cast<std::size_t>(n)) != n)
+                           return make_error("writing " + temp.string() + ": " + archive_message(writer.get()), EIO);
+                       }
+                       if (copied != entry.size)
+                         return make_error(in.string() + " is truncated in " + entry.name, EIO);
+                       return true;
+                     });
+  if (!totals) return totals.error();
+  for (const auto& [name, data] : edit.replace)
+    if (!replaced.count(name)) return make_error(in.string() + " has no entry " + name + " to replace");
+  for (const auto& [name, data] : edit.add) {
+    std::unique_ptr<struct archive_entry, void (*)(struct archive_entry*)> e(archive_entry_new(), archive_entry_free);
+    archive_entry_set_pathname(e.get(), name.c_str());
+    archive_entry_set_filetype(e.get(), AE_IFREG);
+    archive_entry_set_perm(e.get(), 0644);
+    archive_entry_set_mtime(e.get(), ::time(nullptr), 0);
+    auto written = write_blob(e.get(), data);
+    if (!written) return written.error();
+  }
+  if (archive_write_close(writer.get()) != ARCHIVE_OK)
+    return make_error("finishing " + temp.string() + ": " + archive_message(writer.get()), EIO);
+  if (::fsync(fd) != 0) return make_error("fsync " + temp.string() + ": " + std::strerror(errno), errno);
+  std::error_code ec;
+  const auto bytes = fs::file_size(temp, ec);
+  fs::rename(temp, out, ec);
+  if (ec) return make_error("cannot rename " + temp.string() + " to " + out.string() + ": " + ec.message(), EIO);
+  cleanup.keep = true;
+  return static_cast<std::uint64_t>(bytes);
+}
+
+Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const ArchiveLimits& limits) {
+  auto reader = open_reader(archive, limits);
+  if (!reader) return reader.error();
+  std::map<std::string, std::string> metadata;
+  CheckpointInfo info;
+  auto totals = walk(archive, limits, reader->get(),
+                     [&](struct archive* r, struct archive_entry*, const ArchiveEntry& e) -> Result<bool> {
+                       if (e.name == "checkpoint/inventory.img") info.has_criu_images = true;
+                       if (e.kind != ArchiveEntry::Kind::File ||
+                           (e.name != "config.dump" && e.name != "spec.dump" && e.name != kRecordEntry))
+                         return false;
+                       auto data = read_data(r, e, limits.max_metadata_bytes, archive);
+                       if (!data) return data.error();
+                       metadata[e.name] = std::move(data.value());
+                       return true;
+                     });
+  if (!totals) return totals.error();
+  info.entry_count = totals->entries;
+  info.content_bytes = totals->bytes;
+  std::error_code ec;
+  info.archive_bytes = fs::file_size(archive, ec);
+  for (const char* required : {"config.dump", "spec.dump"})
+    if (!metadata.count(required))
+      return make_error(archive.string() + " is not a container checkpoint: it has no " + required +
+                        " (expected an archive from `podman container checkpoint --export` or kubelet)");
+  const auto config = nlohmann::json::parse(metadata["config.dump"], nullptr, false);
+  info.spec = nlohmann::json::parse(metadata["spec.dump"], nullptr, false);
+  if (config.is_discarded() || !config.is_object())
+    return make_error(archive.string() + ": config.dump is not valid JSON");
+  if (info.spec.is_discarded() || !info.spec.is_object())
+    return make_error(archive.string() + ": spec.dump is not valid JSON");
+  info.container_name = entry_string(config, "name").value();
+  info.container_id = entry_string(config, "id").value();
+  info.image = entry_string(config, "rootfsImageName").value();
+  info.runtime = entry_string(config, "runtime").value();
+  if (info.runtime.empty()) info.runtime = entry_string(config, "ociRuntime").value();
+  info.created = entry_string(config, "createdTime").value();
+  const auto annotations = info.spec.value("annotations", nlohmann::json::object());
+  if (annotations.value("io.container.manager", "") == "libpod")
+    info.engine = "podman";
+  else if (annotations.contains("io.kubernetes.cri-o.ContainerID") || annotations.contains("io.kubernetes.cri-o.Name"))
+    info.engine = "cri-o";
+  else
+    info.engine = "unknown";
+  if (info.spec.contains("linux") && info.spec["linux"].contains("devices"))
+    for (const auto& d : info.spec["linux"]["devices"])
+      if (d.contains("path") && d["path"].is_string()) info.spec_devices.push_back(d["path"].get<std::string>());
+  if (auto it = metadata.find(kRecordEntry); it != metadata.end()) {
+    const auto json = nlohmann::json::parse(it->second, nullptr, false);
+    if (json.is_discarded()) return make_error(archive.string() + ": " + kRecordEntry + " is not valid JSON");
+    auto record = checkpoint_record_from_json(json, archive.string() + ":" + kRecordEntry);
+    if (!record) return record.error();
+    info.gpus = std::move(record.value());
+  }
+  return info;
+}
+
+Result<std::uint64_t> annotate_checkpoint_archive(const fs::path& in, const fs::path& out,
+                                                  const CheckpointGpuRecord& record, const ArchiveLimits& limits) {
+  auto spec_text = read_archive_entry(in, "spec.dump", limits);
+  if (!spec_text) return spec_text.error();
+  if (!spec_text.value()) return make_error(in.string() + " has no spec.dump: not a container checkpoint archive");
+  auto spec = nlohmann::json::parse(*spec_text.value(), nullptr, false);
+  if (spec.is_discarded() || !spec.is_object()) return make_error(in.string() + ": spec.dump is not valid JSON");
+  auto& annotations = spec["annotations"];
+  if (!annotations.is_object()) annotations = nlohmann::json::object();
+  std::string used;
+  for (const auto& id : record.record.used_gpu_ids) used += (used.empty() ? "" : ",") + id;
+  annotations[kAnnotationVersion] = std::to_string(CheckpointGpuRecord::kVersion);
+  annotations[kAnnotationCheckpointId] = record.checkpoint_id;
+  annotations[kAnnotationUsedGpus] = used;
+  annotations[kAnnotationRecordEntry] = kRecordEntry;
+  ArchiveEdit edit;
+  edit.replace["spec.dump"] = spec.dump();
+  auto existing = read_archive_entry(in, kRecordEntry, limits);
+  if (!existing) return existing.error();
+  (existing.value() ? edit.replace : edit.add)[kRecordEntry] = to_json(record).dump(2);
+  return rewrite_archive(in, out, edit, limits);
+}
+
+}  // namespace gpuckpt

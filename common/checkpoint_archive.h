@@ -1,0 +1,110 @@
+// Container checkpoint archives as podman and CRI-O write them (`podman container checkpoint --export`,
+// kubelet's ContainerCheckpoint API): a tar, usually zstd-compressed, holding config.dump, spec.dump,
+// checkpoint/ (CRIU images), rootfs-diff.tar and friends. gpuckpt adds, without disturbing those readers:
+//   - the entry gpuckpt-gpus.json (the GPU properties record plus the container's GPU device paths), and
+//   - annotations in spec.dump (io.gpuckpt.*), which podman carries into the restored container's spec.
+// Every archive is validated before anything else uses it: entry names stay inside the archive (no absolute
+// paths, no ".."), links never point outside, only files/dirs/links, and sizes are bounded.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/gpu_model.h"
+#include "common/result.h"
+
+namespace gpuckpt {
+
+inline constexpr const char* kRecordEntry = "gpuckpt-gpus.json";
+inline constexpr const char* kAnnotationVersion = "io.gpuckpt.version";
+inline constexpr const char* kAnnotationCheckpointId = "io.gpuckpt.checkpoint-id";
+inline constexpr const char* kAnnotationUsedGpus = "io.gpuckpt.used-gpus";   // comma-separated GpuDevice ids
+inline constexpr const char* kAnnotationRecordEntry = "io.gpuckpt.record";   // names kRecordEntry
+
+struct ArchiveLimits {
+  std::uint64_t max_archive_bytes = 64ULL << 30;   // the archive file itself
+  std::uint64_t max_entry_bytes = 64ULL << 30;     // one entry, uncompressed
+  std::uint64_t max_total_bytes = 128ULL << 30;    // all entries, uncompressed
+  std::size_t max_entries = 1 << 20;
+  std::size_t max_metadata_bytes = 16 << 20;       // config.dump, spec.dump, gpuckpt-gpus.json read into memory
+};
+
+struct ArchiveEntry {
+  enum class Kind { File, Directory, Symlink, Hardlink };
+  std::string name;          // normalised: no leading "./"
+  Kind kind = Kind::File;
+  std::uint64_t size = 0;
+  std::string link_target;   // symlinks and hardlinks
+};
+
+// A device node the container sees and, when known, the GPU behind it.
+struct ContainerGpuDevice {
+  std::string container_path;   // "/dev/nvidia0"
+  std::uint32_t major = 0;      // as the runtime created it on the source node
+  std::uint32_t minor = 0;
+  std::string gpu_id;           // GpuDevice::id; empty for shared nodes (/dev/kfd, /dev/nvidiactl) or unknown
+};
+
+// gpuckpt-gpus.json: what the OCI hook recorded at creation, stored with the checkpoint.
+struct CheckpointGpuRecord {
+  static constexpr int kVersion = 1;
+  int version = kVersion;
+  std::string checkpoint_id;
+  GpuPropertiesRecord record;
+  std::vector<ContainerGpuDevice> devices;
+  std::map<std::string, std::string> gpu_env;   // NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, ... at creation
+};
+
+nlohmann::json to_json(const CheckpointGpuRecord& record);
+Result<CheckpointGpuRecord> checkpoint_record_from_json(const nlohmann::json& json, std::string_view source);
+
+// Refuses names a safe extractor must not write: absolute, "..", empty, NUL, over 4096 bytes.
+Result<std::string> normalise_entry_name(std::string_view name);
+
+// Reads the whole archive once, validating every entry (see above). A truncated or corrupt archive is an error.
+Result<std::vector<ArchiveEntry>> list_archive(const std::filesystem::path& archive, const ArchiveLimits& limits);
+
+// The content of one regular entry (at most limits.max_metadata_bytes); std::nullopt when absent.
+Result<std::optional<std::string>> read_archive_entry(const std::filesystem::path& archive, std::string_view name,
+                                                      const ArchiveLimits& limits);
+
+// Copies `in` to `out` entry by entry (same compression), replacing the content of entries named in `replace`
+// and appending `add`. Writes `out` under a temporary name and renames it only when complete and synced, so a
+// reader never sees a partial archive under the final name. Returns the bytes written. in == out is allowed.
+struct ArchiveEdit {
+  std::map<std::string, std::string> replace;
+  std::map<std::string, std::string> add;
+};
+Result<std::uint64_t> rewrite_archive(const std::filesystem::path& in, const std::filesystem::path& out,
+                                      const ArchiveEdit& edit, const ArchiveLimits& limits);
+
+// What a checkpoint archive holds, from its metadata (for inspect, restore and the API).
+struct CheckpointInfo {
+  std::string container_name;
+  std::string container_id;
+  std::string image;
+  std::string runtime;          // "runc", "crun"
+  std::string engine;           // "podman" or "cri-o"
+  std::string created;
+  std::uint64_t archive_bytes = 0;
+  std::uint64_t content_bytes = 0;
+  std::size_t entry_count = 0;
+  bool has_criu_images = false;            // checkpoint/inventory.img present
+  std::vector<std::string> spec_devices;   // linux.devices paths in spec.dump
+  nlohmann::json spec;                     // spec.dump
+  std::optional<CheckpointGpuRecord> gpus; // gpuckpt-gpus.json, when gpuckpt annotated the archive
+};
+
+Result<CheckpointInfo> inspect_checkpoint_archive(const std::filesystem::path& archive, const ArchiveLimits& limits);
+
+// Adds gpuckpt-gpus.json and the io.gpuckpt.* annotations to spec.dump (rewrite_archive semantics).
+Result<std::uint64_t> annotate_checkpoint_archive(const std::filesystem::path& in, const std::filesystem::path& out,
+                                                  const CheckpointGpuRecord& record, const ArchiveLimits& limits);
+
+}  // namespace gpuckpt

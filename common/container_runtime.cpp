@@ -1,0 +1,202 @@
+#include "common/container_runtime.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+
+extern char** environ;
+
+namespace gpuckpt {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+Result<CommandResult> run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                                  std::size_t max_output) {
+  if (argv.empty()) return make_error("run_command: empty argv");
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return make_error(std::string("pipe: ") + std::strerror(errno), errno);
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ::close(out_pipe[0]);
+    ::close(out_pipe[1]);
+    return make_error(std::string("pipe: ") + std::strerror(errno), errno);
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);   // a timeout kills the whole process group
+  posix_spawnattr_setpgroup(&attr, 0);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = ::posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (rc != 0) {
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    return make_error("cannot run " + argv[0] + ": " + std::strerror(rc) + " (is it installed and on PATH?)", rc);
+  }
+  CommandResult result;
+  const auto deadline = Clock::now() + timeout;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open_fds = 2;
+  char buffer[8192];
+  while (open_fds > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      result.timed_out = true;
+      ::kill(-pid, SIGKILL);
+      break;
+    }
+    if (::poll(fds, 2, static_cast<int>(std::min<long long>(left, 1000))) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = ::read(fds[i].fd, buffer, sizeof buffer);
+      if (n <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      } else if (sinks[i]->size() < max_output) {
+        sinks[i]->append(buffer, std::min<std::size_t>(static_cast<std::size_t>(n), max_output - sinks[i]->size()));
+      }
+    }
+  }
+  for (auto& f : fds)
+    if (f.fd >= 0) ::close(f.fd);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  result.exit_code = (!result.timed_out && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+bool is_valid_container_name(std::string_view name) {
+  if (name.empty() || name.size() > 253 || !std::isalnum(static_cast<unsigned char>(name.front()))) return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') return false;
+  return true;
+}
+
+namespace {
+
+std::string first_line(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  const auto nl = text.rfind('\n');
+  return nl == std::string::npos ? text : text.substr(nl + 1);
+}
+
+class PodmanRuntime final : public ContainerRuntime {
+ public:
+  explicit PodmanRuntime(PodmanOptions options) : options_(std::move(options)) {}
+
+  std::string name() const override { return "podman"; }
+
+  Result<RuntimeContainer> find(const ContainerRef& ref) override {
+    if (!is_valid_container_name(ref.container))
+      return make_error("container name '" + ref.container + "' is not valid (letters, digits, '_', '.', '-')");
+    auto r = podman({"container", "inspect", "--format", "json", ref.container}, std::chrono::seconds(30));
+    if (!r) return r.error();
+    if (r->exit_code != 0)
+      return make_error("no container '" + ref.container + "' in podman: " + first_line(r->err), ENOENT);
+    const auto json = nlohmann::json::parse(r->out, nullptr, false);
+    if (json.is_discarded() || !json.is_array() || json.empty())
+      return make_error("podman inspect " + ref.container + " returned unexpected output", EIO);
+    return from_inspect(json[0]);
+  }
+
+  Result<std::vector<RuntimeContainer>> list() override {
+    auto r = podman({"ps", "--no-trunc", "--format", "json"}, std::chrono::seconds(30));
+    if (!r) return r.error();
+    if (r->exit_code != 0) return make_error("podman ps failed: " + first_line(r->err), EIO);
+    const auto json = nlohmann::json::parse(r->out, nullptr, false);
+    if (json.is_discarded() || !json.is_array()) return make_error("podman ps returned unexpected output", EIO);
+    std::vector<RuntimeContainer> out;
+    for (const auto& c : json) {
+      RuntimeContainer rc;
+      rc.id = c.value("Id", "");
+      const auto names = c.value("Names", std::vector<std::string>{});
+      rc.name = names.empty() ? "" : names.front();
+      rc.state = c.value("State", "");
+      rc.pid = c.value("Pid", 0);
+      out.push_back(rc);
+    }
+    return out;
+  }
+
+  Result<void> checkpoint(const RuntimeContainer& container, const fs::path& archive) override {
+    auto r = podman({"container", "checkpoint", "--export", archive.string(), container.id}, options_.timeout);
+    if (!r) return r.error();
+    if (r->timed_out)
+      return make_error("podman checkpoint of " + container.name + " timed out after " +
+                        std::to_string(options_.timeout.count()) + " s", ETIMEDOUT);
+    if (r->exit_code != 0)
+      return make_error("podman checkpoint of " + container.name + " failed: " + first_line(r->err), EIO);
+    return {};
+  }
+
+  Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name) override {
+    std::vector<std::string> args = {"container", "restore", "--import", archive.string()};
+    if (!new_name.empty()) {
+      if (!is_valid_container_name(new_name)) return make_error("container name '" + new_name + "' is not valid");
+      args.insert(args.end(), {"--name", new_name});
+    }
+    auto r = podman(args, options_.timeout);
+    if (!r) return r.error();
+    if (r->timed_out) return make_error("podman restore of " + archive.string() + " timed out", ETIMEDOUT);
+    if (r->exit_code != 0)
+      return make_error("podman restore of " + archive.string() + " failed: " + first_line(r->err), EIO);
+    ContainerRef ref;
+    ref.container = first_line(r->out);
+    return find(ref);
+  }
+
+ private:
+  Result<CommandResult> podman(std::vector<std::string> args, std::chrono::milliseconds timeout) {
+    std::vector<std::string> argv = {options_.podman};
+    if (!options_.hooks_dir.empty()) argv.insert(argv.end(), {"--hooks-dir", options_.hooks_dir});
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::string line = "run:";
+    for (const auto& a : argv) line += " " + a;
+    log::debug(line);
+    return run_command(argv, timeout);
+  }
+
+  static RuntimeContainer from_inspect(const nlohmann::json& c) {
+    RuntimeContainer rc;
+    rc.id = c.value("Id", "");
+    rc.name = c.value("Name", "");
+    if (c.contains("State") && c["State"].is_object()) {
+      rc.state = c["State"].value("Status", "");
+      rc.pid = c["State"].value("Pid", 0);
+    }
+    return rc;
+  }
+
+  PodmanOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<ContainerRuntime> make_podman_runtime(PodmanOptions options) {
+  return std::make_unique<PodmanRuntime>(std::move(options));
+}
+
+}  // namespace gpuckpt

@@ -1,0 +1,65 @@
+// The container runtime behind checkpoint and restore, as an interface: podman locally (tests, demo, single
+// nodes); crictl/kubelet adapters implement the same interface (see docs/node-flow.md). Every runtime call is
+// a child process with a time limit and bounded output.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace gpuckpt {
+
+struct CommandResult {
+  int exit_code = -1;          // -1: killed (timeout) or failed to start
+  bool timed_out = false;
+  std::string out;
+  std::string err;
+};
+
+// argv[0] is looked up in PATH. Output beyond max_output bytes per stream is dropped.
+Result<CommandResult> run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                                  std::size_t max_output = 1 << 20);
+
+// Kubernetes-style address of a container; `pod`/`namespace` may be empty for a plain podman container.
+struct ContainerRef {
+  std::string namespace_name;
+  std::string pod;
+  std::string container;
+};
+
+struct RuntimeContainer {
+  std::string id;
+  std::string name;
+  std::string state;    // "running", "exited", ...
+  int pid = 0;
+};
+
+class ContainerRuntime {
+ public:
+  virtual ~ContainerRuntime() = default;
+  virtual std::string name() const = 0;
+  virtual Result<RuntimeContainer> find(const ContainerRef& ref) = 0;
+  virtual Result<std::vector<RuntimeContainer>> list() = 0;
+  // Checkpoints a running container into a complete archive at `archive` (the caller renames it into place).
+  virtual Result<void> checkpoint(const RuntimeContainer& container, const std::filesystem::path& archive) = 0;
+  // Restores `archive` as a new container, named `name` when not empty.
+  virtual Result<RuntimeContainer> restore(const std::filesystem::path& archive, const std::string& name) = 0;
+};
+
+struct PodmanOptions {
+  std::string podman = "podman";
+  std::string hooks_dir;        // passed as --hooks-dir when set (the OCI hook records restored containers)
+  std::chrono::seconds timeout{600};
+};
+
+std::unique_ptr<ContainerRuntime> make_podman_runtime(PodmanOptions options);
+
+// Container names as podman/Kubernetes allow them: [a-zA-Z0-9][a-zA-Z0-9_.-]*, at most 253 bytes. Anything else
+// (slashes, "..", spaces) is refused before it reaches a runtime or a path.
+bool is_valid_container_name(std::string_view name);
+
+}  // namespace gpuckpt

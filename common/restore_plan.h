@@ -1,0 +1,77 @@
+// The restore plan: which of this node's GPUs take over a checkpoint's GPUs, and how the container's spec must
+// change so the restored processes find them (device nodes at the paths the checkpoint expects, environment).
+// The agent computes it (make_restore_plan, pure), stores it in the state directory, and applies it to
+// spec.dump; the OCI hook applies it in `precreate` for runtimes that run that stage on restore, and copies it
+// into the CRIU images directory (createRuntime) where the CRIU plugin reads the GPU mapping.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/checkpoint_archive.h"
+#include "common/gpu_model.h"
+#include "common/matcher.h"
+#include "common/result.h"
+
+namespace gpuckpt {
+
+inline constexpr const char* kAnnotationRestorePlan = "io.gpuckpt.restore-plan";   // path of the plan file
+inline constexpr const char* kPlanFileInImages = "gpuckpt-restore-plan.json";     // in the CRIU images dir
+
+struct DeviceRewrite {
+  std::string container_path;   // where the checkpoint expects the node ("/dev/nvidia0")
+  std::string host_path;        // this node's device node of the target GPU ("/dev/nvidia1")
+  std::string source_gpu_id;
+  std::string target_gpu_id;
+};
+
+struct RestorePlan {
+  static constexpr int kVersion = 1;
+  int version = kVersion;
+  std::string checkpoint_id;
+  std::vector<GpuAssignment> assignments;
+  std::vector<DeviceRewrite> devices;
+  std::map<std::string, std::string> env;   // variables set to these values in the restored container
+  std::vector<std::string> relaxations;
+};
+
+nlohmann::json to_json(const RestorePlan& plan);
+Result<RestorePlan> restore_plan_from_json(const nlohmann::json& json, std::string_view source);
+
+// Pure: device nodes and environment for `match` (source GPU -> target GPU) given what the checkpoint recorded.
+// A device of the checkpoint whose GPU moves gets the target GPU's node of the same kind (nvidiaN, renderDN,
+// cardN); a target GPU without such a node is an error naming both.
+Result<RestorePlan> make_restore_plan(const CheckpointGpuRecord& checkpoint, const NodeInventory& target,
+                                      const MatchPlan& match);
+
+// Host device path -> (major, minor). Production: stat under the host root (stat_device_numbers).
+using DeviceNumberLookup = std::function<Result<std::pair<std::uint32_t, std::uint32_t>>(const std::string&)>;
+DeviceNumberLookup stat_device_numbers(std::filesystem::path host_root);
+
+// Rewrites an OCI runtime spec (config.json / spec.dump) in place: linux.devices entries at the plan's
+// container paths get the target's major/minor, the cgroup device allow-list follows, env is set, and the
+// io.gpuckpt.restore-plan annotation names `plan_path`. Returns how many device entries changed.
+Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, const DeviceNumberLookup& lookup,
+                               const std::string& plan_path);
+
+// <state_dir>/restore-plans/<checkpoint_id>.json, written atomically (temp + rename).
+std::filesystem::path restore_plan_path(const std::filesystem::path& state_dir, std::string_view checkpoint_id);
+Result<void> write_restore_plan(const std::filesystem::path& state_dir, const RestorePlan& plan);
+Result<std::optional<RestorePlan>> read_restore_plan(const std::filesystem::path& state_dir,
+                                                     std::string_view checkpoint_id);
+
+// Writes `data` to `path` through a temporary sibling and rename (readers never see a partial file).
+Result<void> write_file_atomically(const std::filesystem::path& path, std::string_view data);
+
+// Ids the agent generates and accepts: [A-Za-z0-9][A-Za-z0-9._-]{0,127}, so they are safe as file names.
+bool is_safe_id(std::string_view id);
+
+}  // namespace gpuckpt

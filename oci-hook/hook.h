@@ -1,0 +1,50 @@
+// The OCI hook's stages, as functions over strings (main.cpp does the stdin/stdout/timeout plumbing):
+//   createRuntime  state JSON in; records container -> GPUs in the state dir; copies an applied restore plan
+//                  into the CRIU images directory (bundle/checkpoint) where the plugin reads the GPU mapping.
+//   precreate      runtime config in, config out; applies a pending restore plan (annotation
+//                  io.gpuckpt.checkpoint-id + <state_dir>/restore-plans/<id>.json), else returns it unchanged.
+//   poststop       state JSON in; forgets the container's record.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "common/gpu_model.h"
+#include "common/restore_plan.h"
+#include "common/result.h"
+
+namespace gpuckpt::hook {
+
+enum class Stage { Precreate, CreateRuntime, Poststop };
+Result<Stage> parse_stage(std::string_view name);
+
+struct HookOptions {
+  std::filesystem::path state_dir = "/var/lib/gpuckpt";
+  std::filesystem::path host_root = "/";
+  std::chrono::milliseconds timeout{5000};
+};
+
+using InventoryReader = std::function<Result<NodeInventory>()>;
+
+// What happened, for the one log line each invocation writes.
+struct RecordOutcome {
+  bool gpu_container = false;
+  std::string message;
+};
+Result<RecordOutcome> record_container(std::string_view state_json, const HookOptions& options,
+                                       const InventoryReader& inventory, const DeviceNumberLookup& lookup);
+
+struct PrecreateOutcome {
+  std::string config;     // what goes to stdout
+  bool modified = false;
+  std::string message;
+};
+// An error means: refuse (a restore plan exists but cannot be applied). Anything else passes the config through.
+Result<PrecreateOutcome> precreate(std::string_view config_json, const HookOptions& options,
+                                   const DeviceNumberLookup& lookup);
+
+Result<std::string> forget_container(std::string_view state_json, const HookOptions& options);
+
+}  // namespace gpuckpt::hook

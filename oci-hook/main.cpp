@@ -1,0 +1,112 @@
+// gpuckpt-oci-hook: installed through a hooks.d JSON file (oci-hook/gpuckpt-hook.json). Thin main over
+// gpuckpt_hook_lib: arguments, bounded stdin, a hard time limit, and the fail-safe exit policy:
+//   createRuntime/poststop: always exit 0 (a bookkeeping failure must never stop a container), log why;
+//   precreate: pass the config through unchanged unless a restore plan exists and cannot be applied, in which
+//   case exit 1 with the reason (the runtime refuses the restore instead of restoring onto the wrong GPU).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <iterator>
+#include <string>
+
+#include "common/inventory.h"
+#include "common/log.h"
+#include "oci-hook/hook.h"
+
+namespace {
+
+constexpr std::size_t kMaxStdin = 16 << 20;
+const std::string* g_passthrough = nullptr;   // precreate input, written unchanged if the time limit strikes
+
+void on_timeout(int) {
+  static const char kMessage[] = "gpuckpt-oci-hook: error: time limit reached; container continues unmodified\n";
+  (void)!::write(2, kMessage, sizeof kMessage - 1);
+  if (g_passthrough) (void)!::write(1, g_passthrough->data(), g_passthrough->size());
+  ::_exit(0);
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: gpuckpt-oci-hook [--state-dir DIR] [--host-root DIR] [--timeout-ms N] [--log-level L] STAGE\n"
+               "  STAGE: precreate | createRuntime | poststop; OCI state or config on stdin\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace gpuckpt;
+  log::set_component("gpuckpt-oci-hook");
+  hook::HookOptions options;
+  std::string stage_name;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (arg == "--state-dir") options.state_dir = value();
+    else if (arg == "--host-root") options.host_root = value();
+    else if (arg == "--timeout-ms") options.timeout = std::chrono::milliseconds(std::atol(value().c_str()));
+    else if (arg == "--log-level") log::set_level(log::level_from_string(value(), log::Level::Info));
+    else if (!arg.empty() && arg[0] != '-' && stage_name.empty()) stage_name = arg;
+    else return usage();
+  }
+  auto stage = hook::parse_stage(stage_name);
+  if (!stage) {
+    log::error(stage.error().message);
+    return usage();
+  }
+  if (options.timeout.count() <= 0) options.timeout = std::chrono::milliseconds(5000);
+  std::string input;
+  try {
+    input.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    log::error(std::string("reading stdin: ") + e.what());
+    return 0;
+  }
+  if (*stage == hook::Stage::Precreate) g_passthrough = &input;
+  ::signal(SIGALRM, on_timeout);
+  ::alarm(static_cast<unsigned>((options.timeout.count() + 999) / 1000));
+  if (input.size() > kMaxStdin) {
+    log::error("stdin larger than 16 MiB; ignoring this container");
+    if (g_passthrough) std::fwrite(input.data(), 1, input.size(), stdout);
+    return 0;
+  }
+  try {
+    const auto lookup = stat_device_numbers(options.host_root);
+    switch (*stage) {
+      case hook::Stage::CreateRuntime: {
+        auto outcome = hook::record_container(
+            input, options, [&] { return read_inventory(HostRoot(options.host_root)); }, lookup);
+        if (!outcome) log::error(outcome.error().message + " (container starts unmodified)");
+        else if (outcome->gpu_container) log::info(outcome->message);
+        else log::debug(outcome->message);
+        return 0;
+      }
+      case hook::Stage::Precreate: {
+        auto outcome = hook::precreate(input, options, lookup);
+        if (!outcome) {
+          ::alarm(0);
+          log::error(outcome.error().message);
+          return 1;
+        }
+        std::fwrite(outcome->config.data(), 1, outcome->config.size(), stdout);
+        if (outcome->modified) log::info(outcome->message);
+        else log::debug(outcome->message);
+        return 0;
+      }
+      case hook::Stage::Poststop: {
+        auto outcome = hook::forget_container(input, options);
+        if (!outcome) log::warn(outcome.error().message);
+        else log::debug(outcome.value());
+        return 0;
+      }
+    }
+  } catch (const std::exception& e) {
+    log::error(std::string("internal error: ") + e.what() + " (container continues unmodified)");
+    if (g_passthrough) std::fwrite(input.data(), 1, input.size(), stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,213 @@
+#include <catch2/catch_test_macros.hpp>
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "oci-hook/container_store.h"
+#include "oci-hook/hook.h"
+
+namespace fs = std::filesystem;
+using namespace gpuckpt;
+using nlohmann::json;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/gpuckpt-hook-test-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+void write(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+json gpu_config() {
+  return {{"ociVersion", "1.0.2"},
+          {"process", {{"env", json::array({"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0"})}}},
+          {"annotations", {{"io.kubernetes.pod.name", "trainer"}, {"io.container.manager", "libpod"}}},
+          {"linux", {{"devices", json::array({{{"path", "/dev/nvidia0"}, {"type", "c"}, {"major", 1}, {"minor", 3}}})}}}};
+}
+
+NodeInventory inventory() {
+  NodeInventory inv;
+  inv.hostname = "node-a";
+  for (int i = 0; i < 2; ++i) {
+    GpuDevice g;
+    g.id = "GPU-" + std::to_string(i);
+    g.uuid = g.id;
+    g.vendor = GpuVendor::Nvidia;
+    g.name = "NVIDIA H200";
+    g.device_minor = i;
+    g.device_paths = {"/dev/nvidia" + std::to_string(i)};
+    inv.gpus.push_back(g);
+  }
+  return inv;
+}
+
+Result<std::pair<std::uint32_t, std::uint32_t>> fake_numbers(const std::string& path) {
+  if (path == "/dev/nvidia0") return std::make_pair(195u, 0u);
+  if (path == "/dev/nvidia1") return std::make_pair(195u, 1u);
+  return make_error("no device " + path);
+}
+
+}  // namespace
+
+TEST_CASE("createRuntime records a GPU container with the node's GPU properties", "[unit]") {
+  TempDir tmp;
+  hook::HookOptions options;
+  options.state_dir = tmp.path / "state";
+  write(tmp.path / "bundle/config.json", gpu_config().dump());
+  const json state = {{"ociVersion", "1.0.2"}, {"id", "abc123"}, {"pid", 42}, {"bundle", (tmp.path / "bundle").string()}};
+  int inventory_reads = 0;
+  auto outcome = hook::record_container(state.dump(), options, [&] { ++inventory_reads; return Result<NodeInventory>(inventory()); },
+                                        fake_numbers);
+  REQUIRE(outcome.ok());
+  CHECK(outcome->gpu_container);
+  CHECK(inventory_reads == 1);
+  auto stored = hook::read_container_state(options.state_dir, "abc123");
+  REQUIRE(stored.ok());
+  REQUIRE(stored.value().has_value());
+  const auto& record = *stored.value();
+  CHECK(record.pid == 42);
+  CHECK(record.annotations.at("io.kubernetes.pod.name") == "trainer");
+  CHECK_FALSE(record.annotations.count("io.container.manager"));
+  CHECK(record.gpus.record.used_gpu_ids == std::vector<std::string>{"GPU-0"});
+  CHECK(record.gpus.record.node.gpus.size() == 2);
+  CHECK(record.gpus.devices.at(0).gpu_id == "GPU-0");
+  CHECK(record.gpus.gpu_env.at("NVIDIA_VISIBLE_DEVICES") == "0");
+}
+
+TEST_CASE("createRuntime costs a non-GPU container no inventory read and no record", "[unit]") {
+  TempDir tmp;
+  hook::HookOptions options;
+  options.state_dir = tmp.path / "state";
+  auto config = gpu_config();
+  config["linux"]["devices"] = json::array();
+  config["process"]["env"] = json::array({"PATH=/bin"});
+  write(tmp.path / "bundle/config.json", config.dump());
+  const json state = {{"id", "plain1"}, {"bundle", (tmp.path / "bundle").string()}};
+  int inventory_reads = 0;
+  auto outcome = hook::record_container(state.dump(), options, [&] { ++inventory_reads; return Result<NodeInventory>(inventory()); },
+                                        fake_numbers);
+  REQUIRE(outcome.ok());
+  CHECK_FALSE(outcome->gpu_container);
+  CHECK(inventory_reads == 0);
+  CHECK_FALSE(fs::exists(options.state_dir / "containers"));
+}
+
+TEST_CASE("createRuntime refuses hostile or broken state input", "[unit]") {
+  TempDir tmp;
+  hook::HookOptions options;
+  options.state_dir = tmp.path / "state";
+  auto inv = [] { return Result<NodeInventory>(inventory()); };
+  CHECK_FALSE(hook::record_container("not json", options, inv, fake_numbers).ok());
+  CHECK_FALSE(hook::record_container(json{{"id", "../../etc/x"}, {"bundle", "/tmp"}}.dump(), options, inv, fake_numbers).ok());
+  CHECK_FALSE(hook::record_container(json{{"id", "ok1"}, {"bundle", "relative"}}.dump(), options, inv, fake_numbers).ok());
+  CHECK_FALSE(hook::record_container(json{{"id", "ok1"}, {"bundle", (tmp.path / "none").string()}}.dump(), options, inv,
+                                     fake_numbers).ok());
+  CHECK_FALSE(fs::exists(options.state_dir / "containers"));
+}
+
+TEST_CASE("createRuntime of a restored container places the plan in the CRIU images directory", "[unit]") {
+  TempDir tmp;
+  hook::HookOptions options;
+  options.state_dir = tmp.path / "state";
+  RestorePlan plan;
+  plan.checkpoint_id = "ck-1";
+  plan.assignments = {{"GPU-0", "GPU-1"}};
+  REQUIRE(write_restore_plan(options.state_dir, plan).ok());
+  auto config = gpu_config();
+  config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-1";
+  write(tmp.path / "bundle/config.json", config.dump());
+  fs::create_directories(tmp.path / "bundle/checkpoint");
+  const json state = {{"id", "restored1"}, {"bundle", (tmp.path / "bundle").string()}};
+  auto outcome = hook::record_container(state.dump(), options, [] { return Result<NodeInventory>(inventory()); }, fake_numbers);
+  REQUIRE(outcome.ok());
+  std::ifstream in(tmp.path / "bundle/checkpoint" / kPlanFileInImages);
+  REQUIRE(in);
+  const auto placed = json::parse(in);
+  CHECK(placed["assignments"][0]["target_id"] == "GPU-1");
+}
+
+TEST_CASE("precreate applies a pending restore plan and passes everything else through", "[unit]") {
+  TempDir tmp;
+  hook::HookOptions options;
+  options.state_dir = tmp.path / "state";
+  auto config = gpu_config();
+
+  SECTION("no checkpoint annotation: unchanged, byte for byte") {
+    const std::string text = config.dump();
+    auto outcome = hook::precreate(text, options, fake_numbers);
+    REQUIRE(outcome.ok());
+    CHECK_FALSE(outcome->modified);
+    CHECK(outcome->config == text);
+  }
+  SECTION("annotation but no plan: unchanged") {
+    config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-2";
+    auto outcome = hook::precreate(config.dump(), options, fake_numbers);
+    REQUIRE(outcome.ok());
+    CHECK_FALSE(outcome->modified);
+  }
+  SECTION("a plan moves /dev/nvidia0 onto GPU 1's node and remaps the env") {
+    config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-3";
+    RestorePlan plan;
+    plan.checkpoint_id = "ck-3";
+    plan.assignments = {{"GPU-0", "GPU-1"}};
+    plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
+    plan.env = {{"NVIDIA_VISIBLE_DEVICES", "1"}};
+    REQUIRE(write_restore_plan(options.state_dir, plan).ok());
+    auto outcome = hook::precreate(config.dump(), options, fake_numbers);
+    REQUIRE(outcome.ok());
+    CHECK(outcome->modified);
+    const auto out = json::parse(outcome->config);
+    const auto& dev = out["linux"]["devices"][0];
+    CHECK(dev["path"] == "/dev/nvidia0");
+    CHECK(dev["major"] == 195);
+    CHECK(dev["minor"] == 1);
+    CHECK(out["linux"]["resources"]["devices"][0]["minor"] == 1);
+    CHECK(out["process"]["env"][1] == "NVIDIA_VISIBLE_DEVICES=1");
+    CHECK(out["annotations"]["io.gpuckpt.restore-plan"] ==
+          restore_plan_path(options.state_dir, "ck-3").string());
+  }
+  SECTION("a plan whose target node is missing refuses the restore with the reason") {
+    config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-4";
+    RestorePlan plan;
+    plan.checkpoint_id = "ck-4";
+    plan.devices = {{"/dev/nvidia0", "/dev/nvidia9", "GPU-0", "GPU-9"}};
+    REQUIRE(write_restore_plan(options.state_dir, plan).ok());
+    auto outcome = hook::precreate(config.dump(), options, fake_numbers);
+    REQUIRE_FALSE(outcome.ok());
+    CHECK(outcome.error().message.find("refused") != std::string::npos);
+    CHECK(outcome.error().message.find("/dev/nvidia9") != std::string::npos);
+  }
+  SECTION("garbage input passes through") {
+    auto outcome = hook::precreate("{not json", options, fake_numbers);
+    REQUIRE(outcome.ok());
+    CHECK(outcome->config == "{not json");
+  }
+}
+
+TEST_CASE("poststop forgets the container", "[unit]") {
+  TempDir tmp;
+  hook::HookOptions options;
+  options.state_dir = tmp.path / "state";
+  hook::ContainerGpuState state;
+  state.container_id = "gone1";
+  REQUIRE(hook::write_container_state(options.state_dir, state).ok());
+  REQUIRE(hook::forget_container(json{{"id", "gone1"}}.dump(), options).ok());
+  CHECK_FALSE(hook::read_container_state(options.state_dir, "gone1").value().has_value());
+}
