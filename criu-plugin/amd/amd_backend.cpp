@@ -1,42 +1,694 @@
-// Hook entry points of the AMD backend. This first version only probes for KFD and declines every hook.
+// Hook entry points of the AMD backend. Checkpoint (in the CRIU process): DUMP_EXT_FILE on the target's
+// /dev/kfd fd runs PROCESS_INFO -> CHECKPOINT, drains BO contents per GPU, writes the metadata and UNPAUSEs.
+// Restore: RESTORE_EXT_FILE (in the restored process) opens KFD and render nodes above the process's fds, maps
+// GPUs with the shared matcher, runs RESTORE and refills BOs (here, or in the main CRIU process's POST_FORKING
+// worker); UPDATE_VMA_MAP fixes mmap offsets; RESUME_DEVICES_LATE (main process) stops the worker and RESUMEs.
+#include "criu-plugin/amd/amd_backend.h"
+
 #include <fcntl.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "amd_image.pb.h"
 #include "common/log.h"
-#include "criu-plugin/amd/amd_device.h"
-#include "criu-plugin/backend.h"
+#include "common/properties_record.h"
+#include "criu-plugin/amd/amd_topology.h"
+#include "criu-plugin/amd/bo_io.h"
+#include "criu-plugin/amd/hsakmt_shm.h"
+#include "criu-plugin/amd/image_dir.h"
+#include "criu-plugin/amd/kfd_uapi.h"
+#include "criu-plugin/amd/parallel_restore.h"
+#include "criu-plugin/criu_abi.h"
 
-namespace gpuckpt::plugin {
+namespace gpuckpt::amd {
 namespace {
 
-class AmdBackend final : public Backend {
- public:
-  explicit AmdBackend(std::unique_ptr<amd::AmdDevice> device) : device_(std::move(device)) {}
-  const char* name() const override { return "amd"; }
+constexpr std::uint32_t kImageVersion = 1;
+constexpr const char* kKfdPath = "/dev/kfd";
 
-  int init(int /*stage*/) override {
-    int fd = device_->open("/dev/kfd", O_RDWR);
-    if (fd < 0) {
-      log::info(std::string("amd: /dev/kfd not usable (") + std::strerror(-fd) +
-                "); the AMD backend declines every hook");
-      return 0;
-    }
-    device_->close(fd);
-    log::info("amd: /dev/kfd found, but checkpoint support is not built yet; declining every hook");
-    return 0;
+std::string hex(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%x", v);
+  return buf;
+}
+
+std::string render_path(int minor) { return "/dev/dri/renderD" + std::to_string(minor); }
+
+int fail(const std::string& what, const Error& error) {
+  log::error("amd: " + what + ": " + error.message);
+  return -(error.errno_value > 0 ? error.errno_value : EIO);
+}
+
+// The highest fd number listed under proc/<pid>/fd of `host`, -1 when it cannot be read.
+int highest_fd(const HostRoot& host, const std::string& pid) {
+  auto entries = host.list_dir("proc/" + pid + "/fd");
+  if (!entries) return -1;
+  int highest = -1;
+  for (const auto& name : *entries) {
+    char* end = nullptr;
+    const long fd = std::strtol(name.c_str(), &end, 10);
+    if (end && *end == '\0' && fd >= 0) highest = std::max(highest, static_cast<int>(fd));
   }
-  void fini(int /*stage*/, int /*ret*/) override {}
+  return highest;
+}
+
+// A device fd this backend owns; closed through the seam.
+class OwnedFd {
+ public:
+  OwnedFd() = default;
+  OwnedFd(AmdDevice* device, int fd) : device_(device), fd_(fd) {}
+  OwnedFd(OwnedFd&& o) noexcept : device_(o.device_), fd_(o.fd_) { o.fd_ = -1; }
+  OwnedFd& operator=(OwnedFd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      device_ = o.device_;
+      fd_ = o.fd_;
+      o.fd_ = -1;
+    }
+    return *this;
+  }
+  ~OwnedFd() { reset(); }
+  int get() const { return fd_; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset() {
+    if (fd_ >= 0 && device_) device_->close(fd_);
+    fd_ = -1;
+  }
 
  private:
-  std::unique_ptr<amd::AmdDevice> device_;
+  AmdDevice* device_ = nullptr;
+  int fd_ = -1;
+};
+
+class AmdBackend final : public plugin::Backend {
+ public:
+  explicit AmdBackend(AmdBackendDeps deps) : deps_(std::move(deps)), device_(*deps_.device) {}
+  ~AmdBackend() override { fini(stage_, 0); }
+
+  const char* name() const override { return "amd"; }
+
+  int init(int stage) override {
+    stage_ = stage;
+    enabled_ = false;
+    if (deps_.config) {
+      config_ = *deps_.config;
+    } else {
+      auto config = AmdConfig::from_env();
+      if (!config) return fail("configuration", config.error());
+      config_ = *config;
+    }
+    struct stat st {};
+    if (int err = device_.stat(kKfdPath, &st); err < 0) {
+      log::info(std::string("amd: no ") + kKfdPath + " (" + std::strerror(-err) +
+                "): no AMD GPU through KFD here, the AMD backend declines every hook");
+      return 0;
+    }
+    kfd_rdev_ = st.st_rdev;
+    auto version = probe_kfd_version();
+    if (!version) {
+      log::warn("amd: " + version.error().message + "; the AMD backend declines every hook");
+      return 0;
+    }
+    if (!version->supports_criu()) {
+      log::error("amd: KFD ioctl version " + version->str() + " is older than " + std::to_string(kKfdMajor) + "." +
+                 std::to_string(kKfdMinMinor) +
+                 ", which checkpoint/restore needs; AMD GPU checkpointing is disabled on this node. Update the "
+                 "kernel (amdgpu/amdkfd from Linux 6.0 or ROCm 5.3 DKMS on) to enable it");
+      return 0;
+    }
+    kfd_version_ = *version;
+    config_.log_once();
+    if (stage == criu::kStageRestore) setup_restore();
+    enabled_ = true;
+    log::info("amd: KFD " + kfd_version_.str() + ", AMD backend active");
+    return 0;
+  }
+
+  void fini(int /*stage*/, int /*ret*/) override {
+    if (server_) {
+      if (server_->started()) (void)server_->stop();
+      server_.reset();
+    }
+    render_fds_.clear();
+    vma_updates_.clear();
+    plan_cache_.clear();
+    enabled_ = false;
+  }
+
+  int handle_device_vma(int /*fd*/, const struct stat* st) override {
+    if (!enabled_ || !st) return -ENOTSUP;
+    if (!is_kfd(*st) && !is_amd_render_node(*st)) return -ENOTSUP;
+    note_in_inventory();
+    return 0;
+  }
+
+  int dump_ext_file(int fd, int id) override {
+    if (!enabled_) return -ENOTSUP;
+    struct stat st {};
+    if (int err = device_.fstat(fd, &st); err < 0) return -ENOTSUP;
+    if (is_kfd(st)) return dump_kfd(fd, static_cast<std::uint32_t>(id));
+    if (is_amd_render_node(st)) return dump_render(st, static_cast<std::uint32_t>(id));
+    return -ENOTSUP;
+  }
+
+  int restore_ext_file(int id, bool* retry_needed) override {
+    if (retry_needed) *retry_needed = false;
+    if (!enabled_) return -ENOTSUP;
+    const auto uid = static_cast<std::uint32_t>(id);
+    auto images = image_dir();
+    if (!images) return -ENOTSUP;
+    auto kfd = images->read_framed(kfd_image_name(uid));
+    if (kfd) return restore_kfd(*images, uid, *kfd);
+    if (kfd.error().errno_value != ENOENT) return fail("restore of " + kfd_image_name(uid), kfd.error());
+    auto render = images->read_framed(render_image_name(uid));
+    if (render) return restore_render(uid, *render);
+    if (render.error().errno_value != ENOENT) return fail("restore of " + render_image_name(uid), render.error());
+    return -ENOTSUP;
+  }
+
+  int update_vma_map(const char* path, std::uint64_t addr, std::uint64_t old_pgoff, std::uint64_t* new_pgoff,
+                     int* plugin_fd) override {
+    if (!enabled_ || !path) return -ENOTSUP;
+    std::string p(path);
+    for (std::size_t i; (i = p.find("//")) != std::string::npos;) p.erase(i, 1);
+    const bool render = p.rfind("/dev/dri/renderD", 0) == 0;
+    if (!render && p != kKfdPath) return -ENOTSUP;
+    for (const auto& u : vma_updates_) {
+      if (u.addr != addr || u.old_offset != old_pgoff) continue;
+      *new_pgoff = u.new_offset;
+      *plugin_fd = -1;
+      if (render) {
+        // CRIU closes the fd it is given after mmap; the kept render fd must stay for later VMAs.
+        const int dup = device_.dup_above(u.render_fd, fd_floor_);
+        if (dup < 0) return fail("UPDATE_VMA_MAP", make_error("cannot duplicate the render-node fd", -dup));
+        *plugin_fd = dup;
+      }
+      log::debug("amd: VMA " + hex(static_cast<std::uint32_t>(addr)) + " offset " + std::to_string(old_pgoff) +
+                 " -> " + std::to_string(u.new_offset));
+      return 1;
+    }
+    log::info("amd: no BO for " + p + " VMA at " + std::to_string(addr) + " offset " + std::to_string(old_pgoff));
+    return 0;
+  }
+
+  int post_forking() override {
+    if (!enabled_ || !server_) return 0;
+    auto images = image_dir();
+    if (!images) return 0;
+    server_->start(device_, *images, transfer_options());
+    log::info("amd: parallel BO restore worker started");
+    return 0;
+  }
+
+  int resume_devices_late(int pid) override {
+    if (!enabled_) return -ENOTSUP;
+    if (server_ && server_->started()) {
+      auto done = server_->stop();
+      worker_result_ = done;
+      log::info("amd: parallel restore worker stopped after " + std::to_string(server_->jobs_done()) + " job(s)");
+    }
+    if (!worker_result_) return fail("parallel BO restore", worker_result_.error());
+    const int raw = device_.open(kKfdPath, O_RDWR);
+    if (raw < 0) {
+      log::info(std::string("amd: cannot open /dev/kfd to resume pid ") + std::to_string(pid) + ": " +
+                std::strerror(-raw));
+      return -ENOTSUP;
+    }
+    OwnedFd kfd(&device_, raw);
+    kfd_ioctl_criu_args args{};
+    args.pid = static_cast<std::uint32_t>(pid);
+    auto resumed = kfd_criu_op(device_, kfd.get(), args, KFD_CRIU_OP_RESUME);
+    if (!resumed) {
+      if (resumed.error().errno_value == ESRCH) {
+        // Not a KFD process (or already gone): some other backend's, or nobody's.
+        log::debug("amd: pid " + std::to_string(pid) + " has no KFD process; not ours");
+        return -ENOTSUP;
+      }
+      return fail("resume of pid " + std::to_string(pid), resumed.error());
+    }
+    log::info("amd: pid " + std::to_string(pid) + " resumed on its GPUs");
+    return 0;
+  }
+
+ private:
+  struct VmaUpdate {
+    std::uint64_t addr;
+    std::uint64_t old_offset;
+    std::uint64_t new_offset;
+    int render_fd;
+  };
+
+  Result<KfdVersion> probe_kfd_version() {
+    // KFD accepts ioctls other than CRIU_OP only from the process that opened the fd, so the version is asked
+    // on an fd of our own, never on the target's.
+    const int raw = device_.open(kKfdPath, O_RDWR);
+    if (raw < 0) return make_error(std::string("cannot open /dev/kfd: ") + std::strerror(-raw), -raw);
+    OwnedFd fd(&device_, raw);
+    return kfd_get_version(device_, fd.get());
+  }
+
+  bool is_kfd(const struct stat& st) const {
+    return S_ISCHR(st.st_mode) && major(st.st_rdev) == major(kfd_rdev_) && minor(st.st_rdev) == minor(kfd_rdev_);
+  }
+
+  bool is_amd_render_node(const struct stat& st) {
+    if (!S_ISCHR(st.st_mode) || major(st.st_rdev) != kDrmMajor || minor(st.st_rdev) < kFirstRenderMinor) {
+      return false;
+    }
+    auto node = cached_node();
+    return node && find_render_minor(**node, static_cast<int>(minor(st.st_rdev))) != nullptr;
+  }
+
+  Result<const NodeInventory*> cached_node() {
+    if (!node_) {
+      auto node = read_amd_node(deps_.host);
+      if (!node) return node.error();
+      node_ = std::move(*node);
+    }
+    return &*node_;
+  }
+
+  std::optional<ImageDir> image_dir() {
+    const int fd = deps_.image_dir_fd ? deps_.image_dir_fd() : -1;
+    if (fd < 0) {
+      log::error("amd: CRIU did not tell the image directory; cannot read or write AMD images");
+      return std::nullopt;
+    }
+    return ImageDir(fd);
+  }
+
+  void note_in_inventory() {
+    if (in_inventory_ || !deps_.add_to_inventory) return;
+    if (auto r = deps_.add_to_inventory(); !r) {
+      log::warn("amd: cannot record the plugin in the inventory image: " + r.error().message);
+      return;
+    }
+    in_inventory_ = true;
+  }
+
+  TransferOptions transfer_options() const {
+    TransferOptions options;
+    options.max_buffer_size = config_.max_buffer_size;
+    options.use_sdma = config_.use_sdma;
+    return options;
+  }
+
+  // ---- checkpoint ---------------------------------------------------------------------------------------
+
+  int dump_kfd(int fd, std::uint32_t id) {
+    auto images = image_dir();
+    if (!images) return -EIO;
+    kfd_ioctl_criu_args args{};
+    if (auto r = kfd_criu_op(device_, fd, args, KFD_CRIU_OP_PROCESS_INFO); !r) {
+      return fail("checkpoint of KFD fd " + std::to_string(fd), r.error());
+    }
+    // From here the process's queues are evicted: whatever happens, UNPAUSE before returning.
+    log::info("amd: process " + std::to_string(args.pid) + ": " + std::to_string(args.num_devices) + " GPUs, " +
+              std::to_string(args.num_bos) + " BOs, " + std::to_string(args.num_objects) + " objects, " +
+              std::to_string(args.priv_data_size) + " bytes of private data");
+    Result<void> dumped = checkpoint_paused(fd, id, *images, args);
+    kfd_ioctl_criu_args unpause{};
+    auto unpaused = kfd_criu_op(device_, fd, unpause, KFD_CRIU_OP_UNPAUSE);
+    if (!dumped) return fail("checkpoint of process " + std::to_string(args.pid), dumped.error());
+    if (!unpaused) return fail("checkpoint of process " + std::to_string(args.pid), unpaused.error());
+    note_in_inventory();
+    log::info("amd: process " + std::to_string(args.pid) + " checkpointed (image " + kfd_image_name(id) + ")");
+    return 0;
+  }
+
+  Result<void> checkpoint_paused(int fd, std::uint32_t id, const ImageDir& images, kfd_ioctl_criu_args& info) {
+    std::vector<kfd_criu_device_bucket> devices(info.num_devices);
+    std::vector<kfd_criu_bo_bucket> bos(info.num_bos);
+    std::string priv(static_cast<std::size_t>(info.priv_data_size), '\0');
+    kfd_ioctl_criu_args args = info;
+    args.devices = reinterpret_cast<std::uintptr_t>(devices.data());
+    args.bos = reinterpret_cast<std::uintptr_t>(bos.data());
+    args.priv_data = reinterpret_cast<std::uintptr_t>(priv.data());
+    if (auto r = kfd_criu_op(device_, fd, args, KFD_CRIU_OP_CHECKPOINT); !r) return r;
+
+    // The dmabuf fds CHECKPOINT installed in this process are ours to close, on every path.
+    std::vector<OwnedFd> dmabufs;
+    for (const auto& bo : bos) {
+      if (bo.dmabuf_fd != kKfdInvalidFd) dmabufs.emplace_back(&device_, static_cast<int>(bo.dmabuf_fd));
+    }
+
+    auto node = cached_node();
+    if (!node) return node.error();
+    pb::KfdImage image;
+    image.set_version(kImageVersion);
+    image.set_pid(info.pid);
+    image.set_kfd_major(kfd_version_.major);
+    image.set_kfd_minor(kfd_version_.minor);
+    std::vector<std::string> used;
+    std::vector<OwnedFd> render_fds;
+    std::vector<GpuTransfer> transfers;
+    for (const auto& d : devices) {
+      const GpuDevice* gpu = find_gpu_id(**node, d.actual_gpu_id);
+      if (!gpu) {
+        return make_error("KFD reports gpu_id " + hex(d.actual_gpu_id) +
+                          " but the node's KFD topology has no such GPU; is /sys mounted from the host?", ENODEV);
+      }
+      auto* dev = image.add_devices();
+      dev->set_user_gpu_id(d.user_gpu_id);
+      dev->set_actual_gpu_id(d.actual_gpu_id);
+      dev->set_render_minor(gpu->render_minor);
+      dev->set_inventory_id(gpu->id);
+      used.push_back(gpu->id);
+      GpuTransfer t;
+      t.gpu_id = d.user_gpu_id;
+      t.file_name = bo_content_image_name(id, d.user_gpu_id);
+      if (config_.use_sdma) {
+        const int rfd = device_.open(render_path(gpu->render_minor).c_str(), O_RDWR);
+        if (rfd >= 0) {
+          render_fds.emplace_back(&device_, rfd);
+          t.render_fd = rfd;
+        }
+      }
+      transfers.push_back(std::move(t));
+    }
+    for (const auto& b : bos) {
+      auto* bo = image.add_bos();
+      bo->set_gpu_id(b.gpu_id);
+      bo->set_addr(b.addr);
+      bo->set_size(b.size);
+      bo->set_offset(b.offset);
+      bo->set_alloc_flags(b.alloc_flags);
+      const bool contents = (b.alloc_flags & kBoContentFlags) != 0;
+      bo->set_has_contents(contents);
+      if (!contents) continue;
+      if (b.dmabuf_fd == kKfdInvalidFd) {
+        return make_error("KFD gave no dmabuf for a VRAM/GTT BO at " + hex(static_cast<std::uint32_t>(b.addr)), EIO);
+      }
+      auto it = std::find_if(transfers.begin(), transfers.end(), [&](const GpuTransfer& t) { return t.gpu_id == b.gpu_id; });
+      if (it == transfers.end()) {
+        return make_error("BO at " + std::to_string(b.addr) + " belongs to gpu_id " + hex(b.gpu_id) +
+                          " that is not among the process's devices", EIO);
+      }
+      it->bos.push_back(BoTransfer{static_cast<int>(b.dmabuf_fd), b.size});
+    }
+    for (const auto& t : transfers) {
+      auto* file = image.add_content_files();
+      file->set_gpu_id(t.gpu_id);
+      file->set_name(t.file_name);
+      file->set_bytes(content_bytes(t));
+    }
+    image.set_num_objects(info.num_objects);
+    image.set_priv_data(priv);
+    const HsakmtSharedMem shm = probe_hsakmt_shared_mem(deps_.host);
+    image.set_shared_mem_size(shm.size);
+    image.set_shared_mem_magic(shm.magic);
+    image.set_highest_fd(highest_fd(deps_.host, std::to_string(info.pid)));
+    image.set_node_record(to_protobuf(make_record(**node, used)));
+
+    auto moved = dump_contents(device_, images, transfers, transfer_options());
+    if (!moved) return moved.error();
+    log::info("amd: " + std::to_string(moved->bytes) + " bytes of BO contents from " +
+              std::to_string(transfers.size()) + " GPU(s) in " + std::to_string(moved->passes) + " passes");
+    return images.write_framed(kfd_image_name(id), image.SerializeAsString());
+  }
+
+  int dump_render(const struct stat& st, std::uint32_t id) {
+    auto images = image_dir();
+    if (!images) return -EIO;
+    auto node = cached_node();
+    if (!node) return fail("render node", node.error());
+    const int minor_number = static_cast<int>(minor(st.st_rdev));
+    const GpuDevice* gpu = find_render_minor(**node, minor_number);
+    pb::RenderNodeImage image;
+    image.set_version(kImageVersion);
+    image.set_render_minor(minor_number);
+    image.set_gpu_id(gpu ? gpu->gpu_id : 0);
+    image.set_inventory_id(gpu ? gpu->id : "");
+    image.set_node_record(to_protobuf(make_record(**node, gpu ? std::vector<std::string>{gpu->id}
+                                                              : std::vector<std::string>{})));
+    if (auto r = images->write_framed(render_image_name(id), image.SerializeAsString()); !r) {
+      return fail("render node renderD" + std::to_string(minor_number), r.error());
+    }
+    note_in_inventory();
+    return 0;
+  }
+
+  // ---- restore ------------------------------------------------------------------------------------------
+
+  void setup_restore() {
+    fd_floor_ = -1;
+    worker_result_ = {};
+    bool parallel = config_.parallel_restore;
+    if (parallel) {
+      // More than one GPU process restores its BOs in parallel anyway, each in its own process.
+      auto images = image_dir();
+      const std::size_t processes = images ? images->list("gpuckpt-amd-kfd-").size() : 0;
+      if (processes > 1) {
+        log::info("amd: " + std::to_string(processes) +
+                  " GPU processes in this tree: BO contents restore in each process, parallel offload off");
+        parallel = false;
+      }
+    }
+    if (parallel) {
+      auto server = ParallelRestoreServer::create();
+      if (server) {
+        server_ = std::move(*server);
+      } else {
+        log::warn("amd: " + server.error().message + "; BO contents restore in-process");
+      }
+    }
+  }
+
+  // Opens `path` and moves the fd above every fd the restored process will own (CRIU puts the process's own
+  // fds at their checkpointed numbers; ours must not collide with them).
+  Result<int> open_above(const std::string& path) {
+    const int raw = device_.open(path.c_str(), O_RDWR);
+    if (raw < 0) return make_error("cannot open " + path + ": " + std::strerror(-raw), -raw);
+    OwnedFd tmp(&device_, raw);
+    if (raw >= fd_floor_) return tmp.release();
+    const int fd = device_.dup_above(raw, fd_floor_);
+    if (fd < 0) return make_error("cannot move the " + path + " fd above " + std::to_string(fd_floor_), -fd);
+    return fd;
+  }
+
+  void raise_fd_floor(int image_highest_fd) {
+    const int self_highest = highest_fd(deps_.host, "self");
+    fd_floor_ = std::max({fd_floor_, image_highest_fd + 1, self_highest + 1, 3});
+  }
+
+  Result<int> render_fd_for(int minor_number) {
+    if (auto it = render_fds_.find(minor_number); it != render_fds_.end()) return it->second.get();
+    auto fd = open_above(render_path(minor_number));
+    if (!fd) return fd.error();
+    render_fds_.emplace(minor_number, OwnedFd(&device_, *fd));
+    return *fd;
+  }
+
+  Result<std::map<std::string, GpuTarget>> plan_for(const std::string& record_bytes, const std::string& source) {
+    if (auto it = plan_cache_.find(record_bytes); it != plan_cache_.end()) return it->second;
+    auto record = record_from_protobuf(record_bytes, source);
+    if (!record) return record.error();
+    auto node = cached_node();
+    if (!node) return node.error();
+    auto plan = plan_restore(*record, **node);
+    if (!plan) return plan.error();
+    plan_cache_.emplace(record_bytes, *plan);
+    return *plan;
+  }
+
+  int restore_kfd(const ImageDir& images, std::uint32_t id, const std::string& bytes) {
+    const std::string name = kfd_image_name(id);
+    pb::KfdImage image;
+    if (!image.ParseFromString(bytes)) {
+      return fail("restore", make_error("image " + name + " is not a valid KFD image; it is damaged"));
+    }
+    if (image.version() != kImageVersion) {
+      return fail("restore", make_error("image " + name + " has format version " + std::to_string(image.version()) +
+                                         ", this plugin reads version " + std::to_string(kImageVersion)));
+    }
+    raise_fd_floor(image.highest_fd());
+    auto kfd_fd = open_above(kKfdPath);
+    if (!kfd_fd) return fail("restore", kfd_fd.error());
+    OwnedFd kfd(&device_, *kfd_fd);
+    auto plan = plan_for(image.node_record(), name);
+    if (!plan) return fail("restore of " + name, plan.error());
+
+    std::vector<kfd_criu_device_bucket> devices;
+    std::map<std::uint32_t, GpuTarget> by_user_id;
+    for (const auto& d : image.devices()) {
+      auto it = plan->find(d.inventory_id());
+      if (it == plan->end()) {
+        return fail("restore of " + name, make_error("no target GPU for " + d.inventory_id(), ENODEV));
+      }
+      auto render = render_fd_for(it->second.render_minor);
+      if (!render) return fail("restore of " + name, render.error());
+      kfd_criu_device_bucket bucket{};
+      bucket.user_gpu_id = d.user_gpu_id();
+      bucket.actual_gpu_id = it->second.gpu_id;
+      bucket.drm_fd = static_cast<std::uint32_t>(*render);
+      devices.push_back(bucket);
+      by_user_id[d.user_gpu_id()] = it->second;
+    }
+    std::vector<kfd_criu_bo_bucket> bos;
+    for (const auto& b : image.bos()) {
+      kfd_criu_bo_bucket bucket{};
+      bucket.gpu_id = b.gpu_id();
+      bucket.addr = b.addr();
+      bucket.size = b.size();
+      bucket.offset = b.offset();
+      bucket.alloc_flags = b.alloc_flags();
+      bos.push_back(bucket);
+    }
+    std::string priv = image.priv_data();
+    kfd_ioctl_criu_args args{};
+    args.devices = reinterpret_cast<std::uintptr_t>(devices.data());
+    args.bos = reinterpret_cast<std::uintptr_t>(bos.data());
+    args.priv_data = reinterpret_cast<std::uintptr_t>(priv.data());
+    args.priv_data_size = priv.size();
+    args.num_devices = static_cast<std::uint32_t>(devices.size());
+    args.num_bos = static_cast<std::uint32_t>(bos.size());
+    args.num_objects = image.num_objects();
+    if (auto r = kfd_criu_op(device_, kfd.get(), args, KFD_CRIU_OP_RESTORE); !r) {
+      return fail("restore of " + name,
+                  make_error(r.error().message + " (the process must be fresh, and see it as many GPUs as it had at "
+                             "checkpoint: " + std::to_string(devices.size()) + ")",
+                             r.error().errno_value));
+    }
+
+    std::vector<OwnedFd> dmabufs;
+    for (auto& b : bos) {
+      if (b.dmabuf_fd != kKfdInvalidFd) dmabufs.emplace_back(&device_, static_cast<int>(b.dmabuf_fd));
+    }
+    std::vector<GpuTransfer> transfers;
+    RestoreJob job;
+    job.image_id = id;
+    for (const auto& d : image.devices()) {
+      GpuTransfer t;
+      t.gpu_id = d.user_gpu_id();
+      t.file_name = bo_content_image_name(id, d.user_gpu_id());
+      const GpuTarget& target = by_user_id[d.user_gpu_id()];
+      t.render_fd = render_fds_.at(target.render_minor).get();
+      transfers.push_back(std::move(t));
+      job.render_minors.push_back(target.render_minor);
+    }
+    for (const auto& b : bos) {
+      auto target = by_user_id.find(b.gpu_id);
+      if (target == by_user_id.end()) {
+        return fail("restore of " + name, make_error("a BO belongs to gpu_id " + hex(b.gpu_id) +
+                                                     ", which is not among the image's devices; the image is damaged"));
+      }
+      if (b.alloc_flags & kBoMappedFlags) {
+        vma_updates_.push_back(
+            VmaUpdate{b.addr, b.offset, b.restored_offset, render_fds_.at(target->second.render_minor).get()});
+      }
+      if (!(b.alloc_flags & kBoContentFlags)) continue;
+      if (b.dmabuf_fd == kKfdInvalidFd) {
+        return fail("restore of " + name, make_error("KFD gave no dmabuf for a restored VRAM/GTT BO", EIO));
+      }
+      auto it = std::find_if(transfers.begin(), transfers.end(), [&](const GpuTransfer& t) { return t.gpu_id == b.gpu_id; });
+      if (it == transfers.end()) return fail("restore of " + name, make_error("BO on unknown gpu_id " + hex(b.gpu_id)));
+      it->bos.push_back(BoTransfer{static_cast<int>(b.dmabuf_fd), b.size});
+    }
+    for (const auto& file : image.content_files()) {
+      auto it = std::find_if(transfers.begin(), transfers.end(), [&](const GpuTransfer& t) { return t.gpu_id == file.gpu_id(); });
+      if (it == transfers.end() || content_bytes(*it) != file.bytes()) {
+        return fail("restore of " + name, make_error("image " + name + " lists " + std::to_string(file.bytes()) +
+                                                     " content bytes for GPU " + hex(file.gpu_id()) +
+                                                     " that its BO list does not add up to; the image is damaged"));
+      }
+    }
+
+    bool offloaded = false;
+    if (server_) {
+      job.gpus = transfers;
+      if (auto sent = send_restore_job(server_->sender_fd(), job); sent) {
+        offloaded = true;
+        log::info("amd: BO contents of " + name + " handed to the parallel restore worker");
+      } else {
+        log::warn("amd: " + sent.error().message + "; restoring BO contents in-process");
+      }
+    }
+    if (!offloaded) {
+      auto moved = restore_contents(device_, images, transfers, transfer_options());
+      if (!moved) return fail("restore of " + name, moved.error());
+      log::info("amd: " + std::to_string(moved->bytes) + " bytes of BO contents restored in " +
+                std::to_string(moved->passes) + " passes");
+    }
+
+    if (auto r = restore_hsakmt_shared_mem(deps_.host, HsakmtSharedMem{image.shared_mem_size(), image.shared_mem_magic()});
+        !r) {
+      return fail("restore of " + name, r.error());
+    }
+    log::info("amd: process " + std::to_string(image.pid()) + " restored from " + name);
+    return kfd.release();
+  }
+
+  int restore_render(std::uint32_t id, const std::string& bytes) {
+    const std::string name = render_image_name(id);
+    pb::RenderNodeImage image;
+    if (!image.ParseFromString(bytes) || image.version() != kImageVersion) {
+      return fail("restore", make_error("image " + name + " is damaged or of an unknown version"));
+    }
+    int minor_number = image.render_minor();
+    if (!image.inventory_id().empty()) {
+      // The KFD image of this process, restored first in the usual fd order, already chose the GPUs; the plan
+      // cache holds its choice. Otherwise this node's own record decides.
+      bool found = false;
+      for (const auto& [record, plan] : plan_cache_) {
+        if (auto it = plan.find(image.inventory_id()); it != plan.end()) {
+          minor_number = it->second.render_minor;
+          found = true;
+          break;
+        }
+      }
+      if (!found) {
+        auto plan = plan_for(image.node_record(), name);
+        if (!plan) return fail("restore of " + name, plan.error());
+        minor_number = plan->at(image.inventory_id()).render_minor;
+      }
+    }
+    raise_fd_floor(-1);
+    auto kept = render_fd_for(minor_number);
+    if (!kept) return fail("restore of " + name, kept.error());
+    // CRIU installs (and later closes) what we return; the kept fd stays ours for UPDATE_VMA_MAP.
+    const int fd = device_.dup_above(*kept, fd_floor_);
+    if (fd < 0) return fail("restore of " + name, make_error("cannot duplicate the render-node fd", -fd));
+    return fd;
+  }
+
+  AmdBackendDeps deps_;
+  AmdDevice& device_;
+  AmdConfig config_;
+  int stage_ = criu::kStageDump;
+  bool enabled_ = false;
+  bool in_inventory_ = false;
+  dev_t kfd_rdev_ = 0;
+  KfdVersion kfd_version_;
+  std::optional<NodeInventory> node_;
+
+  // Restored-process side (RESTORE_EXT_FILE, UPDATE_VMA_MAP).
+  int fd_floor_ = -1;
+  std::map<int, OwnedFd> render_fds_;   // by render minor on this node
+  std::vector<VmaUpdate> vma_updates_;
+  std::map<std::string, std::map<std::string, GpuTarget>> plan_cache_;   // by stored record
+
+  // Main CRIU process side (POST_FORKING, RESUME_DEVICES_LATE).
+  std::unique_ptr<ParallelRestoreServer> server_;
+  Result<void> worker_result_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_amd_backend() {
-  return std::make_unique<AmdBackend>(amd::make_system_amd_device());
+std::unique_ptr<plugin::Backend> make_amd_backend(AmdBackendDeps deps) {
+  return std::make_unique<AmdBackend>(std::move(deps));
 }
 
-}  // namespace gpuckpt::plugin
+}  // namespace gpuckpt::amd

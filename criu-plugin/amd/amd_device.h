@@ -1,33 +1,54 @@
 // The hardware seam of the AMD backend: every call that reaches /dev/kfd, a DRM render node or buffer-object
 // memory goes through AmdDevice. The system implementation forwards to the kernel; tests use the one fake, the
-// simulated KFD/DRM device (test/amd/sim/). All functions return -errno on failure and never throw.
+// simulated KFD/DRM device (test/amd/sim/). Functions return -errno on failure and never throw.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
+#include "common/result.h"
+
 namespace gpuckpt::amd {
+
+// Moves bytes between a buffer object (reached through its dmabuf fd) and host memory.
+class BoCopier {
+ public:
+  virtual ~BoCopier() = default;
+  virtual const char* name() const = 0;   // "cpu" or "sdma"
+  virtual Result<void> read(int dmabuf_fd, std::uint64_t bo_offset, void* dst, std::size_t count) = 0;
+  virtual Result<void> write(int dmabuf_fd, std::uint64_t bo_offset, const void* src, std::size_t count) = 0;
+};
 
 class AmdDevice {
  public:
   virtual ~AmdDevice() = default;
 
-  // open(2) of a device path relative to "/" (e.g. "/dev/kfd", "/dev/dri/renderD128"): an fd or -errno.
+  // open(2) of a device path ("/dev/kfd", "/dev/dri/renderD128"): an fd (close-on-exec) or -errno.
   virtual int open(const char* path, int flags) = 0;
   virtual int close(int fd) = 0;
-  // ioctl(2): 0 (or the ioctl's non-negative result) or -errno.
+  virtual int stat(const char* path, struct stat* st) = 0;
+  virtual int fstat(int fd, struct stat* st) = 0;
+  // ioctl(2): 0 (or the ioctl's non-negative result) or -errno; EINTR/EAGAIN are retried.
   virtual int ioctl(int fd, unsigned long request, void* arg) = 0;
-  // fcntl(F_DUPFD, min_fd): an fd >= min_fd or -errno.
+  // fcntl(F_DUPFD_CLOEXEC, min_fd): a new fd >= min_fd or -errno.
   virtual int dup_above(int fd, int min_fd) = 0;
-  // Buffer-object memory is reached through the fd that owns it at the offset the kernel gave for the BO
-  // (KFD's mmap offset on /dev/kfd, or the DRM fake offset on a render node). Short transfers are allowed.
-  virtual ssize_t pread(int fd, void* buf, std::size_t count, std::uint64_t offset) = 0;
-  virtual ssize_t pwrite(int fd, const void* buf, std::size_t count, std::uint64_t offset) = 0;
+
+  // CPU access to BO memory through the BO's dmabuf fd (the CPU fallback of the copy path).
+  virtual int bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) = 0;
+  virtual int bo_write(int dmabuf_fd, std::uint64_t offset, const void* src, std::size_t count) = 0;
+
+  // An SDMA copy engine on the GPU behind `render_fd` with a staging buffer of `buffer_size` bytes, or
+  // nullptr where the device has none (then the CPU path is used).
+  virtual std::unique_ptr<BoCopier> make_sdma_copier(int render_fd, std::size_t buffer_size) = 0;
 };
 
 std::unique_ptr<AmdDevice> make_system_amd_device();
+
+// The CPU path: AmdDevice::bo_read/bo_write.
+std::unique_ptr<BoCopier> make_cpu_copier(AmdDevice& device);
 
 }  // namespace gpuckpt::amd

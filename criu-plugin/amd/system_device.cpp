@@ -1,45 +1,97 @@
-// The kernel side of the seam: plain syscalls, nothing else.
+// The kernel side of the seam: plain syscalls. BO memory is reached by mapping the BO's dmabuf (a dmabuf fd
+// supports mmap, not pread/pwrite); the mapping is a window of at most one pass of the bounded buffer.
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "criu-plugin/amd/amd_device.h"
+#include "criu-plugin/amd/sdma_copier.h"
 
 namespace gpuckpt::amd {
 namespace {
 
+int map_window(int fd, std::uint64_t offset, std::size_t count, int prot, void** base, std::size_t* length,
+               std::size_t* skew) {
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t start = offset & ~(page - 1);
+  *skew = static_cast<std::size_t>(offset - start);
+  *length = *skew + count;
+  *base = ::mmap(nullptr, *length, prot, MAP_SHARED, fd, static_cast<off_t>(start));
+  return *base == MAP_FAILED ? -errno : 0;
+}
+
 class SystemAmdDevice final : public AmdDevice {
  public:
   int open(const char* path, int flags) override {
-    int fd = ::open(path, flags | O_CLOEXEC);
+    const int fd = ::open(path, flags | O_CLOEXEC);
     return fd < 0 ? -errno : fd;
   }
   int close(int fd) override { return ::close(fd) < 0 ? -errno : 0; }
+  int stat(const char* path, struct stat* st) override { return ::stat(path, st) < 0 ? -errno : 0; }
+  int fstat(int fd, struct stat* st) override { return ::fstat(fd, st) < 0 ? -errno : 0; }
   int ioctl(int fd, unsigned long request, void* arg) override {
     int ret;
+    int retries = 200;
     do {
       ret = ::ioctl(fd, request, arg);
-    } while (ret < 0 && (errno == EINTR || errno == EAGAIN));
+    } while (ret < 0 && (errno == EINTR || errno == EAGAIN) && retries-- > 0);
     return ret < 0 ? -errno : ret;
   }
   int dup_above(int fd, int min_fd) override {
-    int ret = ::fcntl(fd, F_DUPFD, min_fd);
+    const int ret = ::fcntl(fd, F_DUPFD_CLOEXEC, min_fd);
     return ret < 0 ? -errno : ret;
   }
-  ssize_t pread(int fd, void* buf, std::size_t count, std::uint64_t offset) override {
-    ssize_t n = ::pread(fd, buf, count, static_cast<off_t>(offset));
-    return n < 0 ? -errno : n;
+  int bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) override {
+    void* base;
+    std::size_t length, skew;
+    if (int err = map_window(dmabuf_fd, offset, count, PROT_READ, &base, &length, &skew)) return err;
+    std::memcpy(dst, static_cast<char*>(base) + skew, count);
+    ::munmap(base, length);
+    return 0;
   }
-  ssize_t pwrite(int fd, const void* buf, std::size_t count, std::uint64_t offset) override {
-    ssize_t n = ::pwrite(fd, buf, count, static_cast<off_t>(offset));
-    return n < 0 ? -errno : n;
+  int bo_write(int dmabuf_fd, std::uint64_t offset, const void* src, std::size_t count) override {
+    void* base;
+    std::size_t length, skew;
+    if (int err = map_window(dmabuf_fd, offset, count, PROT_READ | PROT_WRITE, &base, &length, &skew)) return err;
+    std::memcpy(static_cast<char*>(base) + skew, src, count);
+    ::munmap(base, length);
+    return 0;
   }
+  std::unique_ptr<BoCopier> make_sdma_copier(int render_fd, std::size_t buffer_size) override {
+    return make_libdrm_sdma_copier(render_fd, buffer_size);
+  }
+};
+
+class CpuCopier final : public BoCopier {
+ public:
+  explicit CpuCopier(AmdDevice& device) : device_(device) {}
+  const char* name() const override { return "cpu"; }
+  Result<void> read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) override {
+    if (int err = device_.bo_read(dmabuf_fd, offset, dst, count)) {
+      return make_error("CPU read of " + std::to_string(count) + " bytes at BO offset " + std::to_string(offset) +
+                            " failed: " + std::strerror(-err), -err);
+    }
+    return {};
+  }
+  Result<void> write(int dmabuf_fd, std::uint64_t offset, const void* src, std::size_t count) override {
+    if (int err = device_.bo_write(dmabuf_fd, offset, src, count)) {
+      return make_error("CPU write of " + std::to_string(count) + " bytes at BO offset " + std::to_string(offset) +
+                            " failed: " + std::strerror(-err), -err);
+    }
+    return {};
+  }
+
+ private:
+  AmdDevice& device_;
 };
 
 }  // namespace
 
 std::unique_ptr<AmdDevice> make_system_amd_device() { return std::make_unique<SystemAmdDevice>(); }
+std::unique_ptr<BoCopier> make_cpu_copier(AmdDevice& device) { return std::make_unique<CpuCopier>(device); }
 
 }  // namespace gpuckpt::amd

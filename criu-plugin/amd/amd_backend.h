@@ -1,0 +1,29 @@
+// The AMD backend: CRIU hooks for processes that use AMD GPUs through KFD (/dev/kfd) and DRM render nodes.
+// Everything it touches comes in through AmdBackendDeps, so the tests run the real hook functions against the
+// simulated KFD/DRM device, a fixture host tree and a temporary image directory.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/host_root.h"
+#include "common/result.h"
+#include "criu-plugin/amd/amd_device.h"
+#include "criu-plugin/amd/config.h"
+#include "criu-plugin/backend.h"
+
+namespace gpuckpt::amd {
+
+struct AmdBackendDeps {
+  std::shared_ptr<AmdDevice> device;
+  HostRoot host{"/"};                              // sysfs (KFD topology), /proc, /dev/shm
+  std::function<int()> image_dir_fd;               // CRIU's criu_get_image_dir(); -1 = unknown
+  std::function<Result<void>()> add_to_inventory;  // names the plugin in CRIU's inventory image
+  std::optional<AmdConfig> config;                 // unset: read from the environment in init()
+};
+
+std::unique_ptr<plugin::Backend> make_amd_backend(AmdBackendDeps deps);
+
+}  // namespace gpuckpt::amd

@@ -1,0 +1,142 @@
+#include "criu-plugin/amd/bo_io.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include "common/log.h"
+
+namespace gpuckpt::amd {
+namespace {
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<char, FreeDeleter>;
+
+std::uint64_t buffer_size_for(const GpuTransfer& gpu, std::uint64_t cap) {
+  std::uint64_t largest = 0;
+  for (const auto& bo : gpu.bos) largest = std::max(largest, bo.size);
+  return std::max<std::uint64_t>(1, std::min(largest, cap));
+}
+
+Result<Buffer> allocate(std::uint64_t size, const GpuTransfer& gpu) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, static_cast<std::size_t>(size)) != 0) {
+    return make_error("cannot allocate a " + std::to_string(size) + "-byte staging buffer for GPU " +
+                          std::to_string(gpu.gpu_id) + "; lower GPUCKPT_AMD_MAX_BUFFER_SIZE",
+                      ENOMEM);
+  }
+  return Buffer(static_cast<char*>(p));
+}
+
+std::unique_ptr<BoCopier> copier_for(AmdDevice& device, const GpuTransfer& gpu, std::uint64_t buffer_size,
+                                     const TransferOptions& options) {
+  if (options.use_sdma && gpu.render_fd >= 0) {
+    if (auto sdma = device.make_sdma_copier(gpu.render_fd, static_cast<std::size_t>(buffer_size))) return sdma;
+  }
+  return make_cpu_copier(device);
+}
+
+Result<TransferStats> dump_gpu(AmdDevice& device, const ImageDir& images, const GpuTransfer& gpu,
+                               const TransferOptions& options) {
+  const std::uint64_t buffer_size = buffer_size_for(gpu, options.max_buffer_size);
+  auto buffer = allocate(buffer_size, gpu);
+  if (!buffer) return buffer.error();
+  auto copier = copier_for(device, gpu, buffer_size, options);
+  auto file = images.create(gpu.file_name);
+  if (!file) return file.error();
+  TransferStats stats;
+  if (auto r = file->write_size_header(content_bytes(gpu)); !r) return r.error();
+  for (const auto& bo : gpu.bos) {
+    for (std::uint64_t offset = 0; offset < bo.size;) {
+      const auto n = static_cast<std::size_t>(std::min(buffer_size, bo.size - offset));
+      if (auto r = copier->read(bo.dmabuf_fd, offset, buffer->get(), n); !r) return r.error();
+      if (auto r = file->write_all(buffer->get(), n); !r) return r.error();
+      offset += n;
+      stats.bytes += n;
+      ++stats.passes;
+    }
+  }
+  if (auto r = file->close(); !r) return r.error();
+  log::debug("amd: GPU " + std::to_string(gpu.gpu_id) + ": " + std::to_string(stats.bytes) + " bytes in " +
+             std::to_string(stats.passes) + " passes through " + copier->name());
+  return stats;
+}
+
+Result<TransferStats> restore_gpu(AmdDevice& device, const ImageDir& images, const GpuTransfer& gpu,
+                                  const TransferOptions& options) {
+  auto file = images.open(gpu.file_name);
+  if (!file) return file.error();
+  auto stored = file->read_size_header();
+  if (!stored) return stored.error();
+  if (*stored != content_bytes(gpu)) {
+    return make_error("image " + gpu.file_name + " holds " + std::to_string(*stored) +
+                      " bytes of BO contents but the checkpoint metadata lists " +
+                      std::to_string(content_bytes(gpu)) + "; the image set is inconsistent, take the checkpoint again");
+  }
+  const std::uint64_t buffer_size = buffer_size_for(gpu, options.max_buffer_size);
+  auto buffer = allocate(buffer_size, gpu);
+  if (!buffer) return buffer.error();
+  auto copier = copier_for(device, gpu, buffer_size, options);
+  TransferStats stats;
+  for (const auto& bo : gpu.bos) {
+    for (std::uint64_t offset = 0; offset < bo.size;) {
+      const auto n = static_cast<std::size_t>(std::min(buffer_size, bo.size - offset));
+      if (auto r = file->read_exact(buffer->get(), n); !r) return r.error();
+      if (auto r = copier->write(bo.dmabuf_fd, offset, buffer->get(), n); !r) return r.error();
+      offset += n;
+      stats.bytes += n;
+      ++stats.passes;
+    }
+  }
+  return stats;
+}
+
+using GpuFn = Result<TransferStats> (*)(AmdDevice&, const ImageDir&, const GpuTransfer&, const TransferOptions&);
+
+Result<TransferStats> run_all(GpuFn fn, AmdDevice& device, const ImageDir& images,
+                              const std::vector<GpuTransfer>& gpus, const TransferOptions& options) {
+  std::vector<Result<TransferStats>> results(gpus.size(), TransferStats{});
+  if (options.thread_per_gpu && gpus.size() > 1) {
+    std::vector<std::thread> threads;
+    threads.reserve(gpus.size());
+    for (std::size_t i = 0; i < gpus.size(); ++i) {
+      threads.emplace_back([&, i] { results[i] = fn(device, images, gpus[i], options); });
+    }
+    for (auto& t : threads) t.join();
+  } else {
+    for (std::size_t i = 0; i < gpus.size(); ++i) results[i] = fn(device, images, gpus[i], options);
+  }
+  TransferStats total;
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    if (!results[i]) {
+      return make_error("GPU " + std::to_string(gpus[i].gpu_id) + ": " + results[i].error().message,
+                        results[i].error().errno_value);
+    }
+    total.bytes += results[i]->bytes;
+    total.passes += results[i]->passes;
+  }
+  return total;
+}
+
+}  // namespace
+
+std::uint64_t content_bytes(const GpuTransfer& gpu) {
+  std::uint64_t total = 0;
+  for (const auto& bo : gpu.bos) total += bo.size;
+  return total;
+}
+
+Result<TransferStats> dump_contents(AmdDevice& device, const ImageDir& images, const std::vector<GpuTransfer>& gpus,
+                                    const TransferOptions& options) {
+  return run_all(&dump_gpu, device, images, gpus, options);
+}
+
+Result<TransferStats> restore_contents(AmdDevice& device, const ImageDir& images,
+                                       const std::vector<GpuTransfer>& gpus, const TransferOptions& options) {
+  return run_all(&restore_gpu, device, images, gpus, options);
+}
+
+}  // namespace gpuckpt::amd
