@@ -1,0 +1,163 @@
+#include "criu-plugin/criu_host.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+namespace gpuckpt::criu {
+namespace {
+
+struct Services {
+  HostAbi abi;
+  PrintOnLevelFn print_on_level = nullptr;
+  AddInventoryPluginFn add_inventory_plugin = nullptr;
+  CheckAndRemoveInventoryPluginFn check_and_remove_inventory_plugin = nullptr;
+  GetImageDirFn get_image_dir = nullptr;
+  VoidFn set_compel_interrupt_only_mode = nullptr;
+  BoolFn alarm_timeouted = nullptr;
+  const int* final_state = nullptr;   // &opts.final_state (first member of struct cr_options)
+  std::mutex inventory_mutex;
+  std::set<std::string> added_to_inventory;
+};
+
+Services& services() {
+  static Services s;
+  return s;
+}
+
+template <class Fn>
+Fn function(const SymbolLookup& lookup, const char* name) {
+  auto symbol = lookup(name);
+  return symbol ? reinterpret_cast<Fn>(symbol->address) : nullptr;
+}
+
+}  // namespace
+
+SymbolLookup process_symbols() {
+  return [](const char* name) -> std::optional<SymbolInfo> {
+    void* address = dlsym(RTLD_DEFAULT, name);
+    if (address == nullptr) return std::nullopt;
+    SymbolInfo info{address, 0};
+    Dl_info dl{};
+    void* entry = nullptr;
+    if (dladdr1(address, &dl, &entry, RTLD_DL_SYMENT) != 0 && entry != nullptr)
+      info.size = static_cast<const ElfW(Sym)*>(entry)->st_size;
+    return info;
+  };
+}
+
+unsigned HostAbi::max_hooks() const {
+  return supported() ? std::min<unsigned>(hook_count, kHookSlots) : 0;
+}
+
+HostAbi detect_host_abi(const SymbolLookup& lookup) {
+  HostAbi abi;
+  constexpr std::size_t kListHead = 16;   // struct list_head { next, prev }
+  auto ctl = lookup("cr_plugin_ctl");
+  if (ctl && ctl->size > kListHead && (ctl->size - kListHead) % kListHead == 0) {
+    abi.hook_count = static_cast<unsigned>((ctl->size - kListHead) / kListHead);
+    abi.evidence = "cr_plugin_ctl is " + std::to_string(ctl->size) + " bytes";
+  } else if (lookup("check_and_remove_inventory_plugin")) {
+    // 4.0 introduced both the inventory plugin list and PAUSE/CHECKPOINT_DEVICES: 12 hooks at least, and
+    // announcing 12 is accepted by every later CRIU too.
+    abi.hook_count = kMinimumHostHooks;
+    abi.evidence = "check_and_remove_inventory_plugin exported (CRIU >= 4.0), size of cr_plugin_ctl unknown";
+  } else if (lookup("criu_get_image_dir") || lookup("cr_plugin_init")) {
+    abi.hook_count = kResumeDevicesLate + 1;   // 3.x: 10 hooks, no PAUSE/CHECKPOINT_DEVICES
+    abi.evidence = "CRIU without an inventory plugin list (older than 4.0)";
+  } else {
+    abi.evidence = "not loaded by CRIU (no CRIU symbols in this process)";
+  }
+  // The retry_needed argument arrived after 4.1 together with the 13th hook (POST_FORKING). Without proof of
+  // the newer CRIU we use the one-argument form: calling it with an extra argument is harmless, the reverse
+  // would read a stray register as a pointer.
+  abi.restore_ext_file_has_retry = abi.hook_count > kCheckpointDevices + 1;
+  return abi;
+}
+
+void bind_host(const SymbolLookup& lookup) {
+  Services& s = services();
+  s.abi = detect_host_abi(lookup);
+  s.print_on_level = function<PrintOnLevelFn>(lookup, "print_on_level");
+  s.add_inventory_plugin = function<AddInventoryPluginFn>(lookup, "add_inventory_plugin");
+  s.check_and_remove_inventory_plugin =
+      function<CheckAndRemoveInventoryPluginFn>(lookup, "check_and_remove_inventory_plugin");
+  s.get_image_dir = function<GetImageDirFn>(lookup, "criu_get_image_dir");
+  s.set_compel_interrupt_only_mode = function<VoidFn>(lookup, "set_compel_interrupt_only_mode");
+  s.alarm_timeouted = function<BoolFn>(lookup, "alarm_timeouted");
+  auto opts = lookup("opts");
+  s.final_state = opts ? static_cast<const int*>(opts->address) : nullptr;
+}
+
+const HostAbi& host_abi() { return services().abi; }
+
+bool log_to_criu(unsigned level, const std::string& line) {
+  PrintOnLevelFn print = services().print_on_level;
+  if (print == nullptr) return false;
+  print(level, "gpuckpt: %s\n", line.c_str());
+  return true;
+}
+
+int image_dir_fd() {
+  GetImageDirFn get = services().get_image_dir;
+  return get ? get() : -1;
+}
+
+Result<void> add_to_inventory(const char* plugin_name) {
+  Services& s = services();
+  if (s.add_inventory_plugin == nullptr) return {};
+  std::lock_guard lock(s.inventory_mutex);
+  if (s.added_to_inventory.count(plugin_name) != 0) return {};
+  if (s.add_inventory_plugin(plugin_name) != 0)
+    return make_error(std::string("CRIU could not add plugin '") + plugin_name + "' to the image inventory",
+                      ENOMEM);
+  s.added_to_inventory.insert(plugin_name);
+  return {};
+}
+
+bool take_from_inventory(const char* plugin_name) {
+  CheckAndRemoveInventoryPluginFn check = services().check_and_remove_inventory_plugin;
+  if (check == nullptr) return true;   // CRIU without the list: the plugin cannot know, so it must look
+  return check(plugin_name, std::strlen(plugin_name) + 1);
+}
+
+int final_state() {
+  const int* state = services().final_state;
+  if (state == nullptr) return -1;
+  int value = *state;
+  return (value >= kTaskAlive && value <= kTaskStopped) ? value : -1;
+}
+
+unsigned remaining_alarm_ms() {
+  itimerval timer{};
+  if (getitimer(ITIMER_REAL, &timer) != 0) return 0;
+  auto ms = static_cast<long long>(timer.it_value.tv_sec) * 1000 + timer.it_value.tv_usec / 1000;
+  return static_cast<unsigned>(std::clamp<long long>(ms, 0, 24LL * 3600 * 1000));
+}
+
+bool alarm_timed_out() {
+  BoolFn timed_out = services().alarm_timeouted;
+  return timed_out ? timed_out() : false;
+}
+
+bool set_interrupt_only_mode() {
+  VoidFn set = services().set_compel_interrupt_only_mode;
+  if (set == nullptr) return false;
+  set();
+  return true;
+}
+
+const char* hook_name(unsigned hook) {
+  static constexpr const char* kNames[kHookSlots] = {
+      "DUMP_UNIX_SK", "RESTORE_UNIX_SK", "DUMP_EXT_FILE", "RESTORE_EXT_FILE", "DUMP_EXT_MOUNT",
+      "RESTORE_EXT_MOUNT", "DUMP_EXT_LINK", "HANDLE_DEVICE_VMA", "UPDATE_VMA_MAP", "RESUME_DEVICES_LATE",
+      "PAUSE_DEVICES", "CHECKPOINT_DEVICES", "POST_FORKING"};
+  return hook < kHookSlots ? kNames[hook] : "?";
+}
+
+}  // namespace gpuckpt::criu

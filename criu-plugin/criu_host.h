@@ -1,0 +1,68 @@
+// The CRIU process that loaded the plugin: which plugin ABI it speaks and the services it exports.
+// Everything is found at run time through the dynamic symbol table (dlsym(RTLD_DEFAULT)), so one .so works
+// in CRIU 4.0, 4.1 and 4.2 and declines cleanly elsewhere. The lookup is a seam: tests pass a fake table.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "common/result.h"
+#include "criu-plugin/criu_abi.h"
+
+namespace gpuckpt::criu {
+
+struct SymbolInfo {
+  void* address = nullptr;
+  std::size_t size = 0;   // st_size from the ELF symbol table; 0 when unknown
+};
+using SymbolLookup = std::function<std::optional<SymbolInfo>(const char* name)>;
+
+// The symbols of the running process (CRIU exports its own with --export-dynamic).
+SymbolLookup process_symbols();
+
+struct HostAbi {
+  unsigned hook_count = 0;   // CRIU's CR_PLUGIN_HOOK__MAX; 0 = not running inside CRIU
+  bool restore_ext_file_has_retry = false;
+  std::string evidence;      // how hook_count was found, for the log
+
+  bool supported() const { return hook_count >= kMinimumHostHooks; }
+  // What the descriptor announces: never more than the host has (CRIU refuses that) nor than we know.
+  unsigned max_hooks() const;
+};
+
+// hook_count comes from the size of CRIU's `cr_plugin_ctl` (a list head plus one list head per hook:
+// 16 + 16 * hooks bytes), which is exact for every release; without sizes it falls back to marker symbols.
+HostAbi detect_host_abi(const SymbolLookup& lookup);
+
+// Binds the services below to `lookup`'s symbols. Called once from the plugin's constructor.
+void bind_host(const SymbolLookup& lookup);
+const HostAbi& host_abi();
+
+// CRIU's log (print_on_level); false when CRIU's logger is not available.
+bool log_to_criu(unsigned level, const std::string& line);
+
+// The image directory CRIU is reading or writing (criu_get_image_dir()), -1 when unknown.
+int image_dir_fd();
+
+// Names the plugin in the image inventory's plugins field, once per process (CRIU >= 4.0; a no-op before).
+Result<void> add_to_inventory(const char* plugin_name);
+
+// Restore: whether the image's inventory lists `plugin_name`. Removes it from CRIU's list of plugins the
+// image requires, so call it exactly once. True for images without a plugins field (older CRIU wrote them).
+bool take_from_inventory(const char* plugin_name);
+
+// CRIU's opts.final_state for this dump (kTaskAlive with --leave-running), or -1 when unknown.
+int final_state();
+
+// What is left of CRIU's freeze timeout (it arms SIGALRM with --timeout before seizing tasks), in ms; 0 when
+// no alarm is armed.
+unsigned remaining_alarm_ms();
+bool alarm_timed_out();
+
+// Ask compel to seize tasks with PTRACE_INTERRUPT only (no cgroup freezer), so a plugin can let one thread of
+// a frozen task run. Returns false when this CRIU has no such mode.
+bool set_interrupt_only_mode();
+
+}  // namespace gpuckpt::criu

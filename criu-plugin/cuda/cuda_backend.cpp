@@ -1,0 +1,514 @@
+// The CUDA backend: checkpoint and restore of CUDA processes through the driver's process checkpoint API, from
+// inside CRIU. Dump: PAUSE_DEVICES locks each CUDA process, CHECKPOINT_DEVICES moves the GPU state of all of
+// them into host memory (in parallel) so CRIU dumps it as plain memory; fini puts every process back when the
+// dump failed or runs with --leave-running. Restore: RESUME_DEVICES_LATE moves the state back onto this node's
+// GPUs (remapped when needed) and unlocks, again for all processes in parallel.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/host_root.h"
+#include "common/inventory.h"
+#include "common/log.h"
+#include "common/properties_record.h"
+#include "criu-plugin/backend.h"
+#include "criu-plugin/criu_host.h"
+#include "criu-plugin/cuda/cuda_driver.h"
+#include "criu-plugin/cuda/guardian.h"
+#include "criu-plugin/cuda/process_info.h"
+#include "criu-plugin/cuda/record_files.h"
+#include "criu-plugin/cuda/remap.h"
+#include "criu-plugin/cuda/restore_thread.h"
+#include "criu-plugin/plugin.h"
+
+namespace gpuckpt::plugin {
+namespace {
+
+using cuda::Driver;
+using cuda::ProcessState;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string fixed(double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", value);
+  return buf;
+}
+
+long env_number(const char* name, long fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  char* end = nullptr;
+  long parsed = std::strtol(value, &end, 10);
+  if (end == value || *end != '\0' || parsed < 0) {
+    log::warn(std::string(name) + "='" + value + "' is not a non-negative number; using " + std::to_string(fallback));
+    return fallback;
+  }
+  return parsed;
+}
+
+// Runs `work(i)` for i in [0, n): on threads when `parallel` (driver calls only; no ptrace off the main thread).
+template <class Work>
+void for_each_maybe_parallel(std::size_t n, bool parallel, Work&& work) {
+  if (!parallel || n < 2) {
+    for (std::size_t i = 0; i < n; ++i) work(i);
+    return;
+  }
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) threads.emplace_back([&work, i] { work(i); });
+  for (auto& t : threads) t.join();
+}
+
+struct Tracked {
+  int pid = 0;
+  ProcessState initial = ProcessState::Running;
+  bool locked_by_us = false;
+  bool checkpoint_attempted = false;
+  int checkpoint_result = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  const char* name() const override { return "cuda"; }
+
+  int init(int stage) override {
+    stage_ = stage;
+    parallel_ = env_number("GPUCKPT_CUDA_PARALLEL", 1) != 0;
+    log::param("GPUCKPT_CUDA_PARALLEL", parallel_ ? "1" : "0");
+    if (stage == criu::kStagePreDump) {
+      log::info("cuda: pre-dump copies no GPU state (the GPU is only checkpointed by a full dump); inactive");
+      return 0;
+    }
+    if (stage == criu::kStageDump) return init_dump();
+    if (stage == criu::kStageRestore) return init_restore();
+    return 0;
+  }
+
+  void fini(int stage, int ret) override {
+    if (!enabled_) return;
+    if (stage == criu::kStageDump) fini_dump(ret);
+    enabled_ = false;
+  }
+
+  int pause_devices(int pid) override {
+    if (!enabled_ || stage_ != criu::kStageDump) return -ENOTSUP;
+    const cuda::NvidiaFiles files = cuda::nvidia_files(pid);
+    int tid = -1;
+    int rc = driver_->get_restore_thread_id(pid, &tid);
+    if (rc != cuda::kCudaSuccess) {
+      if (!files.any) {
+        log::debug("cuda: pid " + std::to_string(pid) + " uses no NVIDIA device; not ours");
+        return -ENOTSUP;
+      }
+      // The cuInit() race: the process has the device open but the driver's checkpoint support is not up yet.
+      const long wait_ms = env_number("GPUCKPT_CUDA_INIT_WAIT_MS", 2000);
+      auto start = Clock::now();
+      while (rc != cuda::kCudaSuccess && seconds_since(start) * 1000 < static_cast<double>(wait_ms)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        rc = driver_->get_restore_thread_id(pid, &tid);
+      }
+      if (rc != cuda::kCudaSuccess) {
+        log::error("cuda: pid " + std::to_string(pid) + " has NVIDIA devices open but the driver does not know it "
+                   "as a CUDA process after " + std::to_string(wait_ms) + " ms (" + driver_->describe(rc) +
+                   "): it is probably still inside cuInit(). Retry the checkpoint once it has started "
+                   "(GPUCKPT_CUDA_INIT_WAIT_MS sets the wait)");
+        return -EAGAIN;
+      }
+    }
+    ProcessState state = ProcessState::Failed;
+    rc = driver_->get_state(pid, &state);
+    if (rc != cuda::kCudaSuccess) {
+      log::error("cuda: cannot read the CUDA state of pid " + std::to_string(pid) + ": " + driver_->describe(rc));
+      return -EIO;
+    }
+    if (state == ProcessState::Failed) {
+      log::error("cuda: pid " + std::to_string(pid) + " is in the driver's FAILED checkpoint state; it cannot be "
+                 "checkpointed (an earlier checkpoint or restore of it broke)");
+      return -EIO;
+    }
+    if (auto added = criu::add_to_inventory(kPluginName); !added) {
+      log::error("cuda: " + added.error().message);
+      return -EIO;
+    }
+    if (!guardian_.running() && env_number("GPUCKPT_CUDA_GUARDIAN", 1) != 0) {
+      if (auto started = guardian_.start(driver_.get(), criu::image_dir_fd()); !started)
+        log::warn("cuda: no dump guardian (" + started.error().message + "); if CRIU is killed mid-dump, "
+                  "unlock the processes by hand");
+    }
+    Tracked entry;
+    entry.pid = pid;
+    entry.initial = state;
+    guardian_.track(pid, state);
+    if (state == ProcessState::Running) {
+      unsigned timeout_ms = criu::remaining_alarm_ms();
+      if (timeout_ms == 0) timeout_ms = static_cast<unsigned>(env_number("GPUCKPT_CUDA_LOCK_TIMEOUT_MS", 10000));
+      auto start = Clock::now();
+      rc = driver_->lock(pid, timeout_ms);
+      if (rc != cuda::kCudaSuccess) {
+        log::error("cuda: locking pid " + std::to_string(pid) + " failed after " + fixed(seconds_since(start)) +
+                   " s (timeout " + std::to_string(timeout_ms) + " ms): " + driver_->describe(rc) +
+                   ". Its CUDA work did not drain in time; raise criu --timeout or retry");
+        if (criu::alarm_timed_out()) log::error("cuda: CRIU's --timeout expired while locking");
+        (void)driver_->unlock(pid);   // a lock that timed out may still hold part of the process
+        return -EIO;
+      }
+      entry.locked_by_us = true;
+      log::info("cuda: locked pid " + std::to_string(pid) + " in " + fixed(seconds_since(start)) + " s");
+    } else {
+      log::info("cuda: pid " + std::to_string(pid) + " is already " + cuda::to_string(state) +
+                "; it is dumped as it is and left so");
+    }
+    tracked_.push_back(entry);
+    record_gpus(pid, files);
+    return 0;
+  }
+
+  int checkpoint_devices(int pid) override {
+    if (!enabled_ || stage_ != criu::kStageDump) return -ENOTSUP;
+    auto it = std::find_if(tracked_.begin(), tracked_.end(), [&](const Tracked& t) { return t.pid == pid; });
+    if (it == tracked_.end()) return -ENOTSUP;
+    // CRIU asks process by process; all of them are frozen by now, so the first call does every one at once.
+    if (!checkpoint_round_done_) checkpoint_all();
+    return it->checkpoint_result;
+  }
+
+  int resume_devices_late(int pid) override {
+    if (!enabled_ || stage_ != criu::kStageRestore) return -ENOTSUP;
+    if (!restore_round_done_) restore_all(pid);
+    auto it = restore_results_.find(pid);
+    if (it == restore_results_.end()) return -ENOTSUP;
+    return it->second;
+  }
+
+ private:
+  int init_dump() {
+    HostRoot host("/");
+    if (!host.exists("proc/driver/nvidia/gpus")) {
+      log::info("cuda: no NVIDIA GPU on this node (/proc/driver/nvidia/gpus is absent); CUDA backend inactive");
+      return 0;
+    }
+    auto driver = cuda::load_driver();
+    if (!driver) {
+      log::warn("cuda: " + driver.error().message + "; CUDA processes cannot be checkpointed, backend inactive");
+      return 0;
+    }
+    driver_ = std::move(*driver);
+    if (!criu::set_interrupt_only_mode())
+      log::warn("cuda: this CRIU cannot seize without the cgroup freezer; a frozen cgroup would stop the CUDA "
+                "restore thread");
+    enabled_ = true;
+    log::info("cuda: CUDA backend active for dump");
+    return 0;
+  }
+
+  int init_restore() {
+    const int dir_fd = criu::image_dir_fd();
+    auto records = cuda::read_process_records(dir_fd);
+    if (!records) {
+      log::error("cuda: " + records.error().message);
+      return -1;
+    }
+    if (records->by_pid.empty()) {
+      log::info("cuda: the checkpoint holds no CUDA process state; CUDA backend inactive for restore");
+      return 0;
+    }
+    const cuda::ProcessRecords& recs = *records;
+    std::string needed = cuda::describe_needed_gpus(recs);
+    auto driver = cuda::load_driver();
+    if (!driver) {
+      log::error("cuda: the checkpoint needs CUDA (" + needed + ") but " + driver.error().message +
+                 ". Restore it on a node with the NVIDIA driver (r570 or newer)");
+      return -1;
+    }
+    driver_ = std::move(*driver);
+    auto inventory = read_inventory(HostRoot("/"));
+    if (!inventory) {
+      log::error("cuda: the checkpoint needs CUDA (" + needed + ") but this node's GPUs cannot be read: " +
+                 inventory.error().message);
+      return -1;
+    }
+    const auto node_gpus = cuda::nvidia_uuids(*inventory);
+    if (node_gpus.empty()) {
+      log::error("cuda: the checkpoint needs CUDA (" + needed + ") but this node has no NVIDIA GPU. Restore it on "
+                 "a node with matching GPUs");
+      return -1;
+    }
+    auto mapping = choose_restore_mapping(dir_fd, recs, *inventory);
+    if (!mapping) {
+      log::error("cuda: " + mapping.error().message);
+      return -1;
+    }
+    for (const auto& [from, to] : *mapping) log::info("cuda: GPU " + from + " -> " + to);
+    for (const auto& [pid, record] : recs.by_pid) {
+      auto pairs = cuda::build_restore_pairs(cuda::record_uuids(record), *mapping, node_gpus);
+      if (!pairs) {
+        log::error("cuda: pid " + std::to_string(pid) + ": " + pairs.error().message);
+        return -1;
+      }
+      pairs_by_pid_[pid] = *pairs;
+      log::info("cuda: pid " + std::to_string(pid) + " restores with " + std::to_string(pairs->size()) +
+                " GPU pair(s)" + (pairs->empty() ? " (every GPU stays itself)" : ""));
+    }
+    auto all = cuda::build_restore_pairs(cuda::record_uuids(recs.merged), *mapping, node_gpus);
+    if (!all) {
+      log::error("cuda: " + all.error().message);
+      return -1;
+    }
+    default_pairs_ = *all;
+    enabled_ = true;
+    return 0;
+  }
+
+  Result<cuda::GpuMapping> choose_restore_mapping(int dir_fd, const cuda::ProcessRecords& recs,
+                                                  const NodeInventory& inventory) {
+    auto file = cuda::read_image_file(dir_fd, cuda::kMappingFileName);
+    if (file) {
+      log::info(std::string("cuda: GPU mapping from ") + cuda::kMappingFileName);
+      return cuda::parse_mapping(*file, cuda::kMappingFileName);
+    }
+    if (file.error().errno_value != ENOENT) return file.error();
+    return cuda::choose_mapping(recs.merged, inventory);
+  }
+
+  // The record of the GPUs `pid` has open, written next to CRIU's images.
+  void record_gpus(int pid, const cuda::NvidiaFiles& files) {
+    if (!inventory_) {
+      auto inventory = read_inventory(HostRoot("/"));
+      if (!inventory) {
+        log::warn("cuda: this node's GPUs cannot be read (" + inventory.error().message + "); the checkpoint "
+                  "records no GPU properties and restores only onto the same GPUs");
+        inventory_ = NodeInventory{};
+      } else {
+        inventory_ = std::move(*inventory);
+      }
+    }
+    GpuPropertiesRecord record;
+    record.node = *inventory_;
+    for (int minor : files.gpu_minors) {
+      auto gpu = std::find_if(record.node.gpus.begin(), record.node.gpus.end(),
+                              [&](const GpuDevice& g) { return g.vendor == GpuVendor::Nvidia && g.device_minor == minor; });
+      if (gpu == record.node.gpus.end()) {
+        log::warn("cuda: pid " + std::to_string(pid) + " has /dev/nvidia" + std::to_string(minor) +
+                  " open, which this node's inventory does not list");
+        continue;
+      }
+      record.used_gpu_ids.push_back(gpu->id);
+    }
+    if (files.gpu_minors.empty()) {
+      // Already checkpointed before this dump: its device files are closed. It may have used any GPU.
+      for (const auto& gpu : record.node.gpus)
+        if (gpu.vendor == GpuVendor::Nvidia) record.used_gpu_ids.push_back(gpu.id);
+    }
+    std::string gpus;
+    for (const auto& id : record.used_gpu_ids) gpus += (gpus.empty() ? "" : ", ") + id;
+    log::info("cuda: pid " + std::to_string(pid) + " sees GPU(s): " + (gpus.empty() ? "none" : gpus));
+    if (auto written = cuda::write_process_record(criu::image_dir_fd(), pid, record); !written)
+      log::warn("cuda: " + written.error().message);
+  }
+
+  void checkpoint_all() {
+    checkpoint_round_done_ = true;
+    std::vector<Tracked*> work;
+    for (auto& t : tracked_)
+      if (t.initial == ProcessState::Running || t.initial == ProcessState::Locked) work.push_back(&t);
+    std::vector<cuda::RunningRestoreThread> threads(work.size());
+    std::vector<bool> ready(work.size(), false);
+    for (std::size_t i = 0; i < work.size(); ++i) {
+      work[i]->checkpoint_attempted = true;
+      int tid = -1;
+      int rc = driver_->get_restore_thread_id(work[i]->pid, &tid);
+      if (rc != cuda::kCudaSuccess) {
+        log::error("cuda: pid " + std::to_string(work[i]->pid) + " lost its CUDA restore thread: " +
+                   driver_->describe(rc));
+        work[i]->checkpoint_result = -EIO;
+        continue;
+      }
+      auto started = cuda::RunningRestoreThread::start(tid);
+      if (!started) {
+        log::error("cuda: pid " + std::to_string(work[i]->pid) + ": " + started.error().message);
+        work[i]->checkpoint_result = -EIO;
+        continue;
+      }
+      threads[i] = std::move(*started);
+      ready[i] = true;
+    }
+    std::vector<int> results(work.size(), 0);
+    std::vector<double> took(work.size(), 0);
+    auto start = Clock::now();
+    for_each_maybe_parallel(work.size(), parallel_, [&](std::size_t i) {
+      if (!ready[i]) return;
+      auto t0 = Clock::now();
+      results[i] = driver_->checkpoint(work[i]->pid);
+      took[i] = seconds_since(t0);
+    });
+    const double wall = seconds_since(start);
+    for (std::size_t i = 0; i < work.size(); ++i) {
+      if (!ready[i]) continue;
+      auto stopped = threads[i].stop();
+      if (results[i] != cuda::kCudaSuccess) {
+        log::error("cuda: checkpointing pid " + std::to_string(work[i]->pid) + " failed: " +
+                   driver_->describe(results[i]));
+        work[i]->checkpoint_result = -EIO;
+      } else if (!stopped) {
+        log::error("cuda: pid " + std::to_string(work[i]->pid) + ": " + stopped.error().message);
+        work[i]->checkpoint_result = -EIO;
+      } else {
+        log::info("cuda: checkpointed pid " + std::to_string(work[i]->pid) + " in " + fixed(took[i]) + " s");
+      }
+    }
+    log::info("timing: cuda checkpoint of " + std::to_string(work.size()) + " process(es) " +
+              (parallel_ ? "in parallel" : "one by one") + ": " + fixed(wall) + " s");
+  }
+
+  // Puts the GPU state back and unlocks, for `pids` at once; returns one result per pid (0 or -errno).
+  std::vector<int> restore_processes(const std::vector<int>& pids, const std::vector<ProcessState>& initial,
+                                     bool remap) {
+    std::vector<int> results(pids.size(), 0);
+    std::vector<cuda::RunningRestoreThread> threads(pids.size());
+    std::vector<bool> ready(pids.size(), false);
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      int tid = -1;
+      int rc = driver_->get_restore_thread_id(pids[i], &tid);
+      if (rc != cuda::kCudaSuccess) {
+        log::error("cuda: pid " + std::to_string(pids[i]) + " has no CUDA restore thread: " + driver_->describe(rc));
+        results[i] = -EIO;
+        continue;
+      }
+      auto started = cuda::RunningRestoreThread::start(tid);
+      if (!started) {
+        log::error("cuda: pid " + std::to_string(pids[i]) + ": " + started.error().message);
+        results[i] = -EIO;
+        continue;
+      }
+      threads[i] = std::move(*started);
+      ready[i] = true;
+    }
+    std::vector<std::string> errors(pids.size());
+    std::vector<double> took(pids.size(), 0);
+    auto start = Clock::now();
+    for_each_maybe_parallel(pids.size(), parallel_, [&](std::size_t i) {
+      if (!ready[i]) return;
+      auto t0 = Clock::now();
+      ProcessState now = ProcessState::Failed;
+      int rc = driver_->get_state(pids[i], &now);
+      if (rc == cuda::kCudaSuccess && now == ProcessState::Checkpointed && initial[i] != ProcessState::Checkpointed) {
+        rc = driver_->restore(pids[i], remap ? pairs_for(pids[i]) : std::vector<cuda::UuidPair>{});
+        if (rc != cuda::kCudaSuccess) errors[i] = "restore: " + driver_->describe(rc);
+        now = ProcessState::Locked;
+      }
+      if (errors[i].empty() && rc == cuda::kCudaSuccess && now == ProcessState::Locked &&
+          initial[i] == ProcessState::Running) {
+        rc = driver_->unlock(pids[i]);
+        if (rc != cuda::kCudaSuccess) errors[i] = "unlock: " + driver_->describe(rc);
+      } else if (errors[i].empty() && rc != cuda::kCudaSuccess) {
+        errors[i] = "state: " + driver_->describe(rc);
+      }
+      took[i] = seconds_since(t0);
+    });
+    const double wall = seconds_since(start);
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      if (!ready[i]) continue;
+      auto stopped = threads[i].stop();
+      if (!errors[i].empty()) {
+        log::error("cuda: pid " + std::to_string(pids[i]) + " " + errors[i]);
+        results[i] = -EIO;
+      } else if (!stopped) {
+        log::error("cuda: pid " + std::to_string(pids[i]) + ": " + stopped.error().message);
+        results[i] = -EIO;
+      } else {
+        log::info("cuda: restored pid " + std::to_string(pids[i]) + " in " + fixed(took[i]) + " s");
+      }
+    }
+    log::info("timing: cuda restore of " + std::to_string(pids.size()) + " process(es) " +
+              (parallel_ ? "in parallel" : "one by one") + ": " + fixed(wall) + " s");
+    return results;
+  }
+
+  std::vector<cuda::UuidPair> pairs_for(int pid) const {
+    auto it = pairs_by_pid_.find(pid);
+    return it != pairs_by_pid_.end() ? it->second : default_pairs_;
+  }
+
+  void restore_all(int first_pid) {
+    restore_round_done_ = true;
+    std::vector<int> candidates{first_pid};
+    for (int child : cuda::descendants(first_pid)) candidates.push_back(child);
+    std::vector<int> pids;
+    for (int pid : candidates) {
+      int tid = -1;
+      ProcessState state = ProcessState::Failed;
+      if (driver_->get_restore_thread_id(pid, &tid) != cuda::kCudaSuccess) continue;
+      if (driver_->get_state(pid, &state) != cuda::kCudaSuccess || state != ProcessState::Checkpointed) continue;
+      pids.push_back(pid);
+    }
+    if (pids.empty()) return;
+    auto results = restore_processes(pids, std::vector<ProcessState>(pids.size(), ProcessState::Running), true);
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      restore_results_[pids[i]] = results[i];
+      if (results[i] != 0) {
+        // Left as it is, the process would hang in its next CUDA call: end it so the failure is visible.
+        log::error("cuda: killing restored pid " + std::to_string(pids[i]) + ": its GPU state could not be "
+                   "restored, so the restore failed");
+        ::kill(pids[i], SIGKILL);
+      }
+    }
+  }
+
+  void fini_dump(int ret) {
+    const int final_state = criu::final_state();
+    const bool keep_running = final_state == criu::kTaskAlive;
+    if (ret == 0 && !keep_running) {
+      if (final_state < 0) log::warn("cuda: CRIU's final task state is unknown; assuming the tasks are killed");
+      guardian_.done();
+      return;
+    }
+    std::vector<int> pids;
+    std::vector<ProcessState> initial;
+    for (const auto& t : tracked_) {
+      if (!t.locked_by_us && !t.checkpoint_attempted) continue;
+      pids.push_back(t.pid);
+      initial.push_back(t.initial);
+    }
+    if (!pids.empty()) {
+      log::info(std::string("cuda: ") + (ret != 0 ? "the dump failed" : "--leave-running") + ": returning " +
+                std::to_string(pids.size()) + " process(es) to their state before the dump");
+      (void)restore_processes(pids, initial, false);
+    }
+    guardian_.done();
+  }
+
+  int stage_ = -1;
+  bool enabled_ = false;
+  bool parallel_ = true;
+  std::unique_ptr<Driver> driver_;
+  std::optional<NodeInventory> inventory_;
+  cuda::DumpGuardian guardian_;
+  std::vector<Tracked> tracked_;
+  bool checkpoint_round_done_ = false;
+  bool restore_round_done_ = false;
+  std::map<int, int> restore_results_;
+  std::map<int, std::vector<cuda::UuidPair>> pairs_by_pid_;
+  std::vector<cuda::UuidPair> default_pairs_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace gpuckpt::plugin

@@ -1,0 +1,179 @@
+// Hook entry points only: CRIU calls these C functions through CR_PLUGIN_DESC; each one offers the call to
+// every backend (CUDA, AMD) in turn. What the host CRIU can take is decided when CRIU dlopen()s us.
+#include "criu-plugin/plugin.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <string>
+
+#include "common/log.h"
+#include "criu-plugin/backend.h"
+#include "criu-plugin/dispatch.h"
+
+namespace gpuckpt::plugin {
+namespace {
+
+Dispatcher& dispatcher() {
+  static Dispatcher d;
+  return d;
+}
+
+bool g_disabled = true;   // until init() found a CRIU we can work with
+
+const char* stage_name(int stage) {
+  switch (stage) {
+    case criu::kStageDump: return "dump";
+    case criu::kStagePreDump: return "pre-dump";
+    case criu::kStageRestore: return "restore";
+  }
+  return "unknown";
+}
+
+void route_log_to_criu() {
+  log::set_component("gpuckpt");
+  log::set_level(log::Level::Debug);   // CRIU filters by its own -v level
+  log::set_sink([](log::Level level, std::string_view line) {
+    if (!criu::log_to_criu(static_cast<unsigned>(level), std::string(line))) {
+      std::fprintf(stderr, "gpuckpt: %.*s\n", static_cast<int>(line.size()), line.data());
+    }
+  });
+}
+
+int plugin_init(int stage) noexcept {
+  return Dispatcher::guarded("init", "plugin", [&]() -> int {
+    route_log_to_criu();
+    const criu::HostAbi& abi = criu::host_abi();
+    log::info(std::string("plugin loaded for ") + stage_name(stage) + "; host CRIU has " +
+              std::to_string(abi.hook_count) + " plugin hooks (" + abi.evidence + "), announcing " +
+              std::to_string(abi.max_hooks()));
+    g_disabled = true;
+    if (!abi.supported()) {
+      log::error("this CRIU is too old for GPU checkpointing: it has " + std::to_string(abi.hook_count) +
+                 " plugin hooks, gpuckpt needs " + std::to_string(criu::kMinimumHostHooks) +
+                 " (PAUSE_DEVICES and CHECKPOINT_DEVICES, CRIU >= 4.0). gpuckpt stays inactive; upgrade CRIU "
+                 "to checkpoint GPU workloads");
+      return 0;
+    }
+    if (stage == criu::kStageRestore && !criu::take_from_inventory(kPluginName)) {
+      log::info("the image inventory does not list gpuckpt: the checkpoint used no GPU, plugin inactive");
+      return 0;
+    }
+    std::vector<std::unique_ptr<Backend>> backends;
+    backends.push_back(make_cuda_backend());
+    backends.push_back(make_amd_backend());
+    for (auto& backend : backends) {
+      int ret = backend->init(stage);
+      if (ret != 0) {
+        log::error(std::string(backend->name()) + " backend failed to initialise for " + stage_name(stage) +
+                   " (" + std::to_string(ret) + "); see the lines above");
+        for (auto& started : backends) started->fini(stage, ret);
+        return ret;
+      }
+    }
+    dispatcher().set_backends(std::move(backends));
+    g_disabled = false;
+    return 0;
+  });
+}
+
+void plugin_exit(int stage, int ret) noexcept {
+  Dispatcher::guarded("fini", "plugin", [&]() -> int {
+    for (auto& backend : dispatcher().backends()) backend->fini(stage, ret);
+    dispatcher().clear();
+    g_disabled = true;
+    log::set_sink(nullptr);   // the sink must not outlive CRIU's dlclose() of this library
+    return 0;
+  });
+}
+
+template <class Call>
+int offer(const char* hook, Call&& call) noexcept {
+  if (g_disabled) return -ENOTSUP;
+  return dispatcher().offer(hook, call);
+}
+
+extern "C" {
+
+int hook_dump_ext_file(int fd, int id) {
+  return offer("DUMP_EXT_FILE", [&](Backend& b) { return b.dump_ext_file(fd, id); });
+}
+int hook_restore_ext_file_v1(int id) {
+  return offer("RESTORE_EXT_FILE", [&](Backend& b) { return b.restore_ext_file(id, nullptr); });
+}
+int hook_restore_ext_file_v2(int id, bool* retry_needed) {
+  return offer("RESTORE_EXT_FILE", [&](Backend& b) { return b.restore_ext_file(id, retry_needed); });
+}
+int hook_handle_device_vma(int fd, const struct stat* st) {
+  return offer("HANDLE_DEVICE_VMA", [&](Backend& b) { return b.handle_device_vma(fd, st); });
+}
+int hook_update_vma_map(const char* path, std::uint64_t addr, std::uint64_t old_pgoff, std::uint64_t* new_pgoff,
+                        int* plugin_fd) {
+  return offer("UPDATE_VMA_MAP",
+               [&](Backend& b) { return b.update_vma_map(path, addr, old_pgoff, new_pgoff, plugin_fd); });
+}
+int hook_resume_devices_late(int pid) {
+  return offer("RESUME_DEVICES_LATE", [&](Backend& b) { return b.resume_devices_late(pid); });
+}
+int hook_pause_devices(int pid) {
+  return offer("PAUSE_DEVICES", [&](Backend& b) { return b.pause_devices(pid); });
+}
+int hook_checkpoint_devices(int pid) {
+  return offer("CHECKPOINT_DEVICES", [&](Backend& b) { return b.checkpoint_devices(pid); });
+}
+int hook_post_forking() {
+  if (g_disabled) return 0;
+  int result = 0;
+  for (auto& backend : dispatcher().backends()) {
+    int ret = Dispatcher::guarded("POST_FORKING", backend->name(), [&] { return backend->post_forking(); });
+    if (ret != 0 && ret != -ENOTSUP && result == 0) result = ret;
+  }
+  return result;
+}
+
+int gpuckpt_init(int stage) { return plugin_init(stage); }
+void gpuckpt_exit(int stage, int ret) { plugin_exit(stage, ret); }
+
+}  // extern "C"
+
+}  // namespace
+
+criu::PluginDesc make_descriptor(const criu::HostAbi& host) {
+  criu::PluginDesc desc{};
+  desc.name = kPluginName;
+  desc.init = &gpuckpt_init;
+  desc.exit = &gpuckpt_exit;
+  desc.version = criu::kPluginVersion;
+  desc.max_hooks = host.max_hooks();
+  auto set = [&](unsigned hook, void* fn) {
+    if (hook < desc.max_hooks) desc.hooks[hook] = fn;
+  };
+  set(criu::kDumpExtFile, reinterpret_cast<void*>(&hook_dump_ext_file));
+  set(criu::kRestoreExtFile, host.restore_ext_file_has_retry ? reinterpret_cast<void*>(&hook_restore_ext_file_v2)
+                                                             : reinterpret_cast<void*>(&hook_restore_ext_file_v1));
+  set(criu::kHandleDeviceVma, reinterpret_cast<void*>(&hook_handle_device_vma));
+  set(criu::kUpdateVmaMap, reinterpret_cast<void*>(&hook_update_vma_map));
+  set(criu::kResumeDevicesLate, reinterpret_cast<void*>(&hook_resume_devices_late));
+  set(criu::kPauseDevices, reinterpret_cast<void*>(&hook_pause_devices));
+  set(criu::kCheckpointDevices, reinterpret_cast<void*>(&hook_checkpoint_devices));
+  set(criu::kPostForking, reinterpret_cast<void*>(&hook_post_forking));
+  return desc;
+}
+
+}  // namespace gpuckpt::plugin
+
+// The one exported symbol. CRIU reads it right after dlopen(), so the constructor below, which runs inside
+// dlopen(), fills it in for the CRIU that is loading us.
+extern "C" __attribute__((visibility("default"))) gpuckpt::criu::PluginDesc CR_PLUGIN_DESC;
+gpuckpt::criu::PluginDesc CR_PLUGIN_DESC{};
+
+namespace {
+__attribute__((constructor)) void gpuckpt_plugin_describe_for_host() {
+  try {
+    gpuckpt::criu::bind_host(gpuckpt::criu::process_symbols());
+    CR_PLUGIN_DESC = gpuckpt::plugin::make_descriptor(gpuckpt::criu::host_abi());
+  } catch (...) {
+    CR_PLUGIN_DESC = gpuckpt::criu::PluginDesc{};   // zero hooks, version 0: CRIU loads and ignores us
+    CR_PLUGIN_DESC.name = gpuckpt::plugin::kPluginName;
+  }
+}
+}  // namespace
