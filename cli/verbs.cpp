@@ -4,10 +4,14 @@
 namespace gpuckpt::cli {
 
 int run_version(std::span<char*> args);
+int run_gpus(std::span<char*> args);
+int run_match(std::span<char*> args);
 
 std::span<const Verb> verbs() {
   static const Verb table[] = {
       {"version", "print gpuckpt's version", run_version},
+      {"gpus", "list this node's GPUs (--json: the GPU properties record)", run_gpus},
+      {"match", "choose this node's GPUs for a checkpoint's GPU record (exit 3: none fit)", run_match},
   };
   return table;
 }

@@ -149,7 +149,7 @@ std::vector<Problem> pair_problems(const GpuDevice& src, const GpuDevice& dst) {
     }
   }
   // memory
-  if (src.memory_bytes > dst.memory_bytes)
+  if (dst.memory_bytes != 0 && src.memory_bytes > dst.memory_bytes)   // 0 = the target could not say
     problems.push_back({"memory", "target has " + format_bytes(dst.memory_bytes) + ", source GPU had " +
                                       format_bytes(src.memory_bytes)});
   // firmware / driver

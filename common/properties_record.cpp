@@ -412,4 +412,40 @@ Result<GpuPropertiesRecord> record_from_protobuf(std::string_view bytes, std::st
   return record;
 }
 
+namespace {
+json gpu_brief(const GpuDevice& gpu) {
+  return json{{"id", gpu.id},           {"uuid", gpu.uuid},
+              {"name", gpu.name},       {"pci_address", gpu.pci_address},
+              {"gpu_id", gpu.gpu_id},   {"render_minor", gpu.render_minor},
+              {"device_minor", gpu.device_minor}, {"device_paths", gpu.device_paths}};
+}
+}  // namespace
+
+nlohmann::json to_json(const MatchPlan& plan, const GpuPropertiesRecord& source, const NodeInventory& target) {
+  json mappings = json::array();
+  for (const auto& a : plan.assignments) {
+    const GpuDevice* from = find_gpu(source.node, a.source_id);
+    const GpuDevice* to = find_gpu(target, a.target_id);
+    mappings.push_back({{"source", from ? gpu_brief(*from) : json{{"id", a.source_id}}},
+                        {"target", to ? gpu_brief(*to) : json{{"id", a.target_id}}}});
+  }
+  return json{{"version", GpuPropertiesRecord::kVersion},
+              {"matched", true},
+              {"mappings", std::move(mappings)},
+              {"relaxations", plan.relaxations}};
+}
+
+nlohmann::json to_json(const MatchFailure& failure) {
+  json rejections = json::array();
+  for (const auto& r : failure.rejections)
+    rejections.push_back({{"source_id", r.source_id},
+                          {"candidate_id", r.candidate_id},
+                          {"property", r.property},
+                          {"detail", r.detail}});
+  return json{{"version", GpuPropertiesRecord::kVersion},
+              {"matched", false},
+              {"summary", failure.summary},
+              {"rejections", std::move(rejections)}};
+}
+
 }  // namespace gpuckpt

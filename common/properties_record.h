@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/gpu_model.h"
+#include "common/matcher.h"
 #include "common/result.h"
 
 namespace gpuckpt {
@@ -20,5 +21,14 @@ Result<GpuPropertiesRecord> parse_record(std::string_view text, std::string_view
 
 std::string to_protobuf(const GpuPropertiesRecord& record);
 Result<GpuPropertiesRecord> record_from_protobuf(std::string_view bytes, std::string_view source);
+
+}  // namespace gpuckpt
+
+namespace gpuckpt {
+
+// The outcome of matching, as `gpuckpt match --json` prints it and the agent returns it: for each source GPU the
+// target's id, UUID, KFD gpu_id, render minor and device paths (what restore rewrites), or every rejection.
+nlohmann::json to_json(const MatchPlan& plan, const GpuPropertiesRecord& source, const NodeInventory& target);
+nlohmann::json to_json(const MatchFailure& failure);
 
 }  // namespace gpuckpt

@@ -1,0 +1,54 @@
+// gpuckpt gpus [--host-root DIR] [--nvml-snapshot FILE] [--json]: this node's GPUs (JSON = the properties record).
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <span>
+#include <string>
+
+#include "cli/cli_args.h"
+#include "common/inventory.h"
+#include "common/properties_record.h"
+
+namespace gpuckpt::cli {
+
+int run_gpus(std::span<char*> args) {
+  static const char* kUsage = "gpuckpt gpus [--host-root DIR] [--nvml-snapshot FILE] [--json]";
+  InventoryArgs opts;
+  bool json = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string arg = args[i];
+    if (arg == "--json") json = true;
+    else if (arg == "--help" || arg == "-h") return std::printf("usage: %s\n", kUsage), kExitOk;
+    else if (!opts.consume(args, i)) return usage_error("gpus", "unknown argument '" + arg + "'", kUsage);
+  }
+  if (!opts.problem.empty()) return usage_error("gpus", opts.problem, kUsage);
+  auto inventory = opts.read("gpus");
+  if (!inventory) return kExitBadInput;
+  if (json) {
+    std::printf("%s\n", to_json(*inventory).dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("%-44s %-26s %-10s %-12s %-5s %-7s %s\n", "ID", "NAME", "MEMORY", "PCI", "NUMA", "RENDER", "LINKS");
+  for (const auto& gpu : inventory->gpus) {
+    // "xgmi:3" = XGMI links to 3 other GPUs here; "nvlink:7x18" = 7 peers over 18 links each
+    std::map<std::string, std::pair<int, std::uint32_t>> peers;
+    for (const auto& link : gpu.links) {
+      if (link.peer_id.empty() || link.type == "pcie") continue;
+      auto& [count, width] = peers[link.type];
+      ++count;
+      width = std::max(width, link.count);
+    }
+    std::string links;
+    for (const auto& [type, p] : peers)
+      links += (links.empty() ? "" : ",") + type + ":" + std::to_string(p.first) +
+               (p.second > 1 ? "x" + std::to_string(p.second) : "");
+    std::printf("%-44s %-26s %-10s %-12s %-5d %-7s %s\n", gpu.id.c_str(), gpu.name.c_str(),
+                format_bytes(gpu.memory_bytes).c_str(), gpu.pci_address.c_str(), gpu.numa_node,
+                gpu.render_minor >= 0 ? ("D" + std::to_string(gpu.render_minor)).c_str() : "-",
+                links.empty() ? "-" : links.c_str());
+  }
+  if (inventory->gpus.empty()) std::printf("(no GPUs)\n");
+  return kExitOk;
+}
+
+}  // namespace gpuckpt::cli

@@ -1,0 +1,369 @@
+// The AMD backend's hook functions, driven in CRIU's order against the simulated KFD/DRM device.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <fstream>
+
+#include "criu-plugin/amd/image_dir.h"
+#include "test/amd/harness.h"
+
+namespace gpuckpt::amd::test {
+namespace {
+
+std::uint64_t read_le64(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char b[8] = {};
+  in.read(reinterpret_cast<char*>(b), 8);
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(b[i]) << (8 * i);
+  return v;
+}
+
+void check_contents_restored(Node& node, const App& original, int pid) {
+  for (const auto& [va, bytes] : original.contents) {
+    INFO("BO at VA " << va);
+    const auto restored = node.kfd->app_read_bo(pid, va);
+    REQUIRE(restored.size() == bytes.size());
+    CHECK(restored == bytes);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("BO contents round-trip byte for byte on 1, 2 and 8 GPUs, parallel restore on and off", "[unit]") {
+  const std::size_t gpu_count = GENERATE(1u, 2u, 8u);
+  const bool parallel = GENERATE(true, false);
+  INFO(gpu_count << " GPUs, parallel restore " << (parallel ? "on" : "off"));
+  TempDir tmp;
+  LogCapture logs;
+  Node node(tmp.path() / "host", make_gpus(gpu_count));
+  Images images(tmp.path() / "images");
+  const App app = start_app(node, 100, (1 << 20) + 4096 * 3, 64 * 1024 + 17);
+  const AmdConfig config = config_with(256 << 10, parallel);
+
+  int inventory_calls = 0;
+  REQUIRE(dump_app(node, images, app, config, &inventory_calls) == 0);
+  CHECK(inventory_calls == 1);
+  // The checkpointed process was paused for the dump and runs again afterwards.
+  CHECK_FALSE(node.kfd->process(100).queues_paused);
+  node.kfd->kill(100);
+
+  const RestoreOutcome out = restore_app(node, images, 100, gpu_count, config);
+  REQUIRE(out.kfd_fd >= 0);
+  CHECK(out.resume == 0);
+  const auto restored = node.kfd->process(100);
+  CHECK(restored.restored);
+  CHECK(restored.running);
+  CHECK(restored.queues.size() == gpu_count);
+  CHECK(restored.events == 3);
+  check_contents_restored(node, app, 100);
+  CHECK(logs.contains(parallel ? "handed to the parallel restore worker" : "bytes of BO contents restored in"));
+  CHECK(logs.contains(parallel ? "worker stopped after 1 job(s)" : "AMD backend active"));
+  close_all(out);
+}
+
+TEST_CASE("A BO larger than the buffer cap moves in several passes", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node node(tmp.path() / "host", make_gpus(2));
+  Images images(tmp.path() / "images");
+  const std::uint64_t cap = 64 << 10;
+  const std::uint64_t vram = (1 << 20) + 123;   // not a multiple of the cap: the last pass is short
+  const App app = start_app(node, 200, vram, 5000);
+  const AmdConfig config = config_with(cap, false);
+
+  REQUIRE(dump_app(node, images, app, config) == 0);
+  CHECK(node.kfd->largest_bo_transfer() == cap);
+  // Per GPU: ceil(vram / cap) passes for the VRAM BO and one for the small GTT BO.
+  const std::uint64_t passes = 2 * ((vram + cap - 1) / cap + 1);
+  CHECK(logs.contains("in " + std::to_string(passes) + " passes"));
+  node.kfd->kill(200);
+
+  const RestoreOutcome out = restore_app(node, images, 200, 2, config);
+  REQUIRE(out.kfd_fd >= 0);
+  CHECK(node.kfd->largest_bo_transfer() == cap);
+  check_contents_restored(node, app, 200);
+  close_all(out);
+}
+
+TEST_CASE("Every image file starts with its 8-byte size; content files are one per GPU", "[unit]") {
+  TempDir tmp;
+  Node node(tmp.path() / "host", make_gpus(2, 0x4a21));
+  Images images(tmp.path() / "images");
+  const App app = start_app(node, 300, 300000, 7000);
+  REQUIRE(dump_app(node, images, app, config_with(1 << 20, true)) == 0);
+
+  for (const auto& g : node.gpus) {
+    const fs::path file = images.dir() / bo_content_image_name(kKfdImageId, g.gpu_id);
+    INFO(file);
+    REQUIRE(fs::exists(file));
+    CHECK(read_le64(file) == 300000 + 7000);
+    CHECK(fs::file_size(file) == 8 + 300000 + 7000);
+    // The bytes after the header are the VRAM BO's, then the GTT BO's, in KFD's order.
+    std::ifstream in(file, std::ios::binary);
+    in.seekg(8);
+    std::vector<std::uint8_t> first(300000);
+    in.read(reinterpret_cast<char*>(first.data()), 300000);
+    const auto vram_bo = std::find_if(app.bos.begin(), app.bos.end(),
+                                      [&](const AppBo& b) { return b.gpu_id == g.gpu_id && b.flags == kVram; });
+    CHECK(first == app.contents.at(vram_bo->va));
+  }
+  const fs::path kfd = images.dir() / kfd_image_name(kKfdImageId);
+  CHECK(fs::file_size(kfd) == 8 + read_le64(kfd));
+  for (std::size_t i = 0; i < node.gpus.size(); ++i) {
+    const fs::path render = images.dir() / render_image_name(static_cast<std::uint32_t>(render_image_id(i)));
+    CHECK(fs::file_size(render) == 8 + read_le64(render));
+  }
+}
+
+TEST_CASE("Restore onto renumbered GPUs remaps gpu_ids, render minors and mmap offsets", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node source(tmp.path() / "source", {SimGpu{0x1111, 128}, SimGpu{0x2222, 129}});
+  Images images(tmp.path() / "images");
+  const App app = start_app(source, 400, 200000, 9000);
+  REQUIRE(dump_app(source, images, app, config_with(1 << 20, false)) == 0);
+
+  Node target(tmp.path() / "target", {SimGpu{0x7777, 130}, SimGpu{0x8888, 131}});
+  auto backend = make_backend(target, images, config_with(1 << 20, false));
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  target.kfd->set_calling_pid(400);
+  bool retry = false;
+  const int kfd_fd = backend->restore_ext_file(kKfdImageId, &retry);
+  REQUIRE(kfd_fd >= 0);
+  const auto p = target.kfd->process(400);
+  REQUIRE(p.pdds.size() == 2);
+  for (const auto& pdd : p.pdds) {
+    // The application keeps the gpu_ids it knew; KFD runs them on this node's GPUs.
+    CHECK((pdd.actual_gpu_id == 0x7777 || pdd.actual_gpu_id == 0x8888));
+    CHECK((pdd.user_gpu_id == 0x1111 || pdd.user_gpu_id == 0x2222));
+  }
+  check_contents_restored(target, app, 400);
+
+  // UPDATE_VMA_MAP: every BO mapping gets KFD's new offset; render-node mappings get an fd of the new node.
+  for (const auto& bo : app.bos) {
+    const std::uint64_t old_offset = [&] {
+      for (const auto& b : source.kfd->process(400).bos) {
+        if (b.va == bo.va) return b.mmap_offset;
+      }
+      return std::uint64_t{0};
+    }();
+    const bool doorbell = bo.flags == kDoorbell;
+    std::uint64_t new_offset = 0;
+    int plugin_fd = -2;
+    const std::string path = doorbell ? "/dev/kfd" : "//dev/dri/renderD" + std::to_string(bo.gpu_id == 0x1111 ? 128 : 129);
+    REQUIRE(backend->update_vma_map(path.c_str(), bo.va, old_offset, &new_offset, &plugin_fd) == 1);
+    std::uint64_t expected = 0;
+    for (const auto& b : target.kfd->process(400).bos) {
+      if (b.va == bo.va) expected = b.mmap_offset;
+    }
+    CHECK(new_offset == expected);
+    if (doorbell) {
+      CHECK(plugin_fd == -1);
+    } else {
+      REQUIRE(plugin_fd >= 0);
+      struct stat st {};
+      target.kfd->fstat(plugin_fd, &st);
+      CHECK(major(st.st_rdev) == 226);
+      CHECK((minor(st.st_rdev) == 130 || minor(st.st_rdev) == 131));
+      ::close(plugin_fd);
+    }
+  }
+  std::uint64_t unused = 0;
+  int unused_fd = -1;
+  CHECK(backend->update_vma_map("/dev/kfd", 0x1234000, 0, &unused, &unused_fd) == 0);
+  CHECK(backend->update_vma_map("/usr/lib/libfoo.so", 0x1234000, 0, &unused, &unused_fd) == -ENOTSUP);
+
+  target.kfd->set_calling_pid(kCriuPid);
+  CHECK(backend->resume_devices_late(400) == 0);
+  CHECK(target.kfd->process(400).running);
+  backend->fini(criu::kStageRestore, 0);
+  ::close(kfd_fd);
+}
+
+TEST_CASE("Fds the plugin opens in the restored process are numbered above its highest fd", "[unit]") {
+  TempDir tmp;
+  Node node(tmp.path() / "host", make_gpus(2));
+  Images images(tmp.path() / "images");
+  sim::write_proc_fds(node.host_root, "500", {0, 1, 2, 7, 300});
+  const App app = start_app(node, 500, 8192, 4096);
+  REQUIRE(dump_app(node, images, app, config_with(1 << 20, false)) == 0);
+  node.kfd->kill(500);
+  fs::remove_all(node.host_root / "proc/500");   // the process is gone; the image remembers its fds
+
+  const RestoreOutcome out = restore_app(node, images, 500, 2, config_with(1 << 20, false));
+  REQUIRE(out.kfd_fd > 300);
+  for (int fd : out.render_fds) CHECK(fd > 300);
+  CHECK(out.resume == 0);
+  close_all(out);
+}
+
+TEST_CASE("A KFD older than 1.8 disables the backend cleanly", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node node(tmp.path() / "host", make_gpus(1), /*kfd_minor=*/7);
+  Images images(tmp.path() / "images");
+  const App app = start_app(node, 600, 8192, 4096);
+  auto backend = make_backend(node, images, config_with(1 << 20, true));
+  REQUIRE(backend->init(criu::kStageDump) == 0);
+  CHECK(logs.contains("KFD ioctl version 1.7 is older than 1.8"));
+  struct stat st {};
+  node.kfd->fstat(app.kfd_fd, &st);
+  CHECK(backend->handle_device_vma(app.kfd_fd, &st) == -ENOTSUP);
+  CHECK(backend->dump_ext_file(app.kfd_fd, kKfdImageId) == -ENOTSUP);
+  CHECK_FALSE(node.kfd->process(600).queues_paused);   // nothing was asked of KFD
+  CHECK_FALSE(fs::exists(images.dir() / kfd_image_name(kKfdImageId)));
+}
+
+TEST_CASE("Without /dev/kfd the backend declines every hook", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node node(tmp.path() / "host", {});
+  Images images(tmp.path() / "images");
+  auto backend = make_backend(node, images, config_with(1 << 20, true));
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  CHECK(logs.contains("no /dev/kfd"));
+  bool retry = false;
+  CHECK(backend->restore_ext_file(kKfdImageId, &retry) == -ENOTSUP);
+  CHECK(backend->resume_devices_late(42) == -ENOTSUP);
+  CHECK(backend->post_forking() == 0);
+}
+
+TEST_CASE("A truncated image fails the restore with a message naming it", "[unit]") {
+  const bool parallel = GENERATE(false, true);
+  TempDir tmp;
+  LogCapture logs;
+  Node node(tmp.path() / "host", make_gpus(2));
+  Images images(tmp.path() / "images");
+  const App app = start_app(node, 700, 100000, 5000);
+  REQUIRE(dump_app(node, images, app, config_with(1 << 20, parallel)) == 0);
+  node.kfd->kill(700);
+  const std::string victim = bo_content_image_name(kKfdImageId, node.gpus[1].gpu_id);
+  fs::resize_file(images.dir() / victim, 8 + 50000);
+
+  const RestoreOutcome out = restore_app(node, images, 700, 0, config_with(1 << 20, parallel));
+  INFO(logs.all());
+  if (parallel) {
+    // The restored process handed the work over; the main process reports the failure before resuming.
+    CHECK(out.resume < 0);
+  } else {
+    CHECK(out.kfd_fd < 0);
+  }
+  CHECK(logs.contains("image " + victim + " is truncated"));
+  close_all(out);
+}
+
+TEST_CASE("A truncated metadata image is a clear error too", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node node(tmp.path() / "host", make_gpus(1));
+  Images images(tmp.path() / "images");
+  const App app = start_app(node, 710, 100000, 5000);
+  REQUIRE(dump_app(node, images, app, config_with(1 << 20, false)) == 0);
+  node.kfd->kill(710);
+  const fs::path kfd = images.dir() / kfd_image_name(kKfdImageId);
+  fs::resize_file(kfd, fs::file_size(kfd) / 2);
+  auto backend = make_backend(node, images, config_with(1 << 20, false));
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  node.kfd->set_calling_pid(710);
+  bool retry = false;
+  CHECK(backend->restore_ext_file(kKfdImageId, &retry) < 0);
+  CHECK(logs.contains("image " + kfd_image_name(kKfdImageId) + " is truncated"));
+}
+
+TEST_CASE("RESTORE only into a fresh process: a second restore in the same process fails", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node node(tmp.path() / "host", make_gpus(1));
+  Images images(tmp.path() / "images");
+  const App app = start_app(node, 800, 8192, 4096);
+  REQUIRE(dump_app(node, images, app, config_with(1 << 20, false)) == 0);
+  // The process was not killed: it still has its BOs, so KFD refuses to restore into it.
+  auto backend = make_backend(node, images, config_with(1 << 20, false));
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  node.kfd->set_calling_pid(800);
+  bool retry = false;
+  CHECK(backend->restore_ext_file(kKfdImageId, &retry) == -EINVAL);
+  CHECK(logs.contains("KFD CRIU RESTORE failed"));
+}
+
+TEST_CASE("RESUME_DEVICES_LATE: a process without KFD state is not ours", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node node(tmp.path() / "host", make_gpus(1));
+  Images images(tmp.path() / "images");
+  auto backend = make_backend(node, images, config_with(1 << 20, true));
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  REQUIRE(backend->post_forking() == 0);
+  CHECK(backend->resume_devices_late(4242) == -ENOTSUP);   // ESRCH from KFD: not an error, not ours
+  CHECK(backend->resume_devices_late(4243) == -ENOTSUP);   // the worker is stopped once, calls stay harmless
+}
+
+TEST_CASE("libhsakmt's shared memory and semaphore are recreated when missing", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node node(tmp.path() / "host", make_gpus(1));
+  Images images(tmp.path() / "images");
+  const fs::path shm = node.host_root / "dev/shm/hsakmt_shared_mem";
+  fs::create_directories(shm.parent_path());
+  {
+    std::ofstream out(shm, std::ios::binary);
+    const std::uint32_t magic = 0x4d535348;
+    out.write(reinterpret_cast<const char*>(&magic), sizeof magic);
+  }
+  fs::resize_file(shm, 4096);
+  const App app = start_app(node, 900, 8192, 4096);
+  REQUIRE(dump_app(node, images, app, config_with(1 << 20, false)) == 0);
+  node.kfd->kill(900);
+  fs::remove(shm);
+
+  const RestoreOutcome out = restore_app(node, images, 900, 0, config_with(1 << 20, false));
+  REQUIRE(out.kfd_fd >= 0);
+  REQUIRE(fs::exists(shm));
+  CHECK(fs::file_size(shm) == 4096);
+  std::ifstream in(shm, std::ios::binary);
+  std::uint32_t magic = 0;
+  in.read(reinterpret_cast<char*>(&magic), sizeof magic);
+  CHECK(magic == 0x4d535348);
+  CHECK(fs::exists(node.host_root / "dev/shm/sem.hsakmt_semaphore"));
+  CHECK(logs.contains("was missing; recreating it"));
+  close_all(out);
+}
+
+TEST_CASE("More than one GPU process in the tree: contents restore in-process", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node node(tmp.path() / "host", make_gpus(1));
+  Images images(tmp.path() / "images");
+  const App app = start_app(node, 1000, 8192, 4096);
+  REQUIRE(dump_app(node, images, app, config_with(1 << 20, true)) == 0);
+  // A second GPU process's image next to it.
+  fs::copy_file(images.dir() / kfd_image_name(kKfdImageId), images.dir() / kfd_image_name(99));
+  node.kfd->kill(1000);
+  const RestoreOutcome out = restore_app(node, images, 1000, 0, config_with(1 << 20, true));
+  REQUIRE(out.kfd_fd >= 0);
+  CHECK(logs.contains("2 GPU processes in this tree"));
+  CHECK_FALSE(logs.contains("handed to the parallel restore worker"));
+  check_contents_restored(node, app, 1000);
+  close_all(out);
+}
+
+TEST_CASE("Files that are not KFD or AMD render nodes are declined", "[unit]") {
+  TempDir tmp;
+  Node node(tmp.path() / "host", make_gpus(1));
+  Images images(tmp.path() / "images");
+  auto backend = make_backend(node, images, config_with(1 << 20, true));
+  REQUIRE(backend->init(criu::kStageDump) == 0);
+  const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  ::fstat(fd, &st);
+  CHECK(backend->handle_device_vma(fd, &st) == -ENOTSUP);
+  CHECK(backend->dump_ext_file(fd, 3) == -ENOTSUP);
+  bool retry = false;
+  CHECK(backend->restore_ext_file(3, &retry) == -ENOTSUP);
+  ::close(fd);
+}
+
+}  // namespace gpuckpt::amd::test

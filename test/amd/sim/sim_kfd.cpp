@@ -1,0 +1,551 @@
+#include "test/amd/sim/sim_kfd.h"
+
+#include <fcntl.h>
+#include <linux/kfd_ioctl.h>
+#include <sys/mman.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace gpuckpt::amd::sim {
+namespace {
+
+// The simulation's private-data layout. KFD's is opaque to user space; only its size and the object_type
+// word at the start of every object are part of the contract (kfd_chardev.c, criu_restore_objects).
+constexpr std::uint32_t kPrivVersion = 0x5eed0001;
+constexpr std::uint64_t kProcessPriv = 8;    // version, xnack
+constexpr std::uint64_t kDevicePriv = 8;     // reserved
+constexpr std::uint64_t kBoPriv = 16;        // idr_handle, pad, user_addr
+constexpr std::uint64_t kQueuePriv = 24;     // object_type 0, gpu_id, queue id, ring size
+constexpr std::uint64_t kEventPriv = 8;      // object_type 1, event id
+constexpr std::uint32_t kObjectQueue = 0;
+constexpr std::uint32_t kObjectEvent = 1;
+constexpr std::uint32_t kInvalidFd = 0xffffffffu;
+constexpr std::uint64_t kMmapTypeDoorbell = 0x3ull << 62;
+
+template <class T>
+void put(std::uint8_t* base, std::uint64_t& offset, T value) {
+  std::memcpy(base + offset, &value, sizeof value);
+  offset += sizeof value;
+}
+
+template <class T>
+T get(const std::uint8_t* base, std::uint64_t& offset) {
+  T value;
+  std::memcpy(&value, base + offset, sizeof value);
+  offset += sizeof value;
+  return value;
+}
+
+std::uint8_t pattern_byte(std::uint32_t seed, std::uint64_t i) {
+  std::uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(seed) << 17);
+  x ^= x >> 29;
+  return static_cast<std::uint8_t>(x);
+}
+
+}  // namespace
+
+SimKfd::SimKfd(std::vector<SimGpu> gpus, std::uint32_t kfd_major, std::uint32_t kfd_minor)
+    : gpus_(std::move(gpus)), kfd_major_(kfd_major), kfd_minor_(kfd_minor) {}
+
+SimKfd::~SimKfd() {
+  for (auto& [pid, p] : processes_) {
+    for (auto& bo : p.bos) {
+      if (bo.mem_fd >= 0) ::close(bo.mem_fd);
+    }
+  }
+}
+
+void SimKfd::set_visible_gpus(int pid, std::vector<std::uint32_t> gpu_ids) {
+  std::lock_guard lock(mutex_);
+  visible_[pid] = std::move(gpu_ids);
+}
+
+const SimGpu* SimKfd::gpu_by_id(std::uint32_t gpu_id) const {
+  for (const auto& g : gpus_) {
+    if (g.gpu_id == gpu_id) return &g;
+  }
+  return nullptr;
+}
+
+const SimGpu* SimKfd::gpu_by_minor(int minor) const {
+  for (const auto& g : gpus_) {
+    if (g.render_minor == minor) return &g;
+  }
+  return nullptr;
+}
+
+int SimKfd::new_file(const SimFile& file, const char* name) {
+  const int fd = ::memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0) return -errno;
+  struct stat st {};
+  ::fstat(fd, &st);
+  files_[st.st_ino] = file;
+  return fd;
+}
+
+const SimKfd::SimFile* SimKfd::lookup(int fd) const {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return nullptr;
+  auto it = files_.find(st.st_ino);
+  return it == files_.end() ? nullptr : &it->second;
+}
+
+SimProcess* SimKfd::find_process(int pid) {
+  auto it = processes_.find(pid);
+  return it == processes_.end() ? nullptr : &it->second;
+}
+
+SimProcess& SimKfd::process_for_open(int pid) {
+  if (SimProcess* p = find_process(pid)) return *p;
+  SimProcess p;
+  p.pid = pid;
+  auto vis = visible_.find(pid);
+  for (const auto& g : gpus_) {
+    if (vis != visible_.end() && std::find(vis->second.begin(), vis->second.end(), g.gpu_id) == vis->second.end()) {
+      continue;
+    }
+    p.pdds.push_back(SimPdd{g.gpu_id, g.gpu_id, false});
+  }
+  return processes_.emplace(pid, std::move(p)).first->second;
+}
+
+SimBo SimKfd::make_bo(std::uint32_t user_gpu_id, std::uint64_t va, std::uint64_t size, std::uint32_t flags,
+                      std::uint32_t idr_handle) {
+  SimBo bo;
+  bo.va = va;
+  bo.size = size;
+  bo.flags = flags;
+  bo.user_gpu_id = user_gpu_id;
+  bo.idr_handle = idr_handle;
+  if (flags & KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL) {
+    bo.mmap_offset = kMmapTypeDoorbell | (static_cast<std::uint64_t>(user_gpu_id) << 46);
+  } else {
+    bo.mmap_offset = next_mmap_offset_;
+    next_mmap_offset_ += (size + 0xfff) & ~0xfffull;
+  }
+  if (flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)) {
+    bo.mem_fd = ::memfd_create("sim-bo", MFD_CLOEXEC);
+    if (bo.mem_fd < 0 || ::ftruncate(bo.mem_fd, static_cast<off_t>(size)) != 0) {
+      throw std::runtime_error("sim: cannot create BO memory");
+    }
+  }
+  return bo;
+}
+
+int SimKfd::export_dmabuf(int pid, const SimBo& bo) {
+  const int fd = ::fcntl(bo.mem_fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  struct stat st {};
+  ::fstat(fd, &st);
+  files_[st.st_ino] = SimFile{Kind::Dmabuf, pid, -1, pid, bo.va};
+  return fd;
+}
+
+// ---- application side -------------------------------------------------------------------------------------
+
+int SimKfd::app_open_kfd(int pid) {
+  const int saved = calling_pid_;
+  calling_pid_ = pid;
+  const int fd = open("/dev/kfd", O_RDWR);
+  calling_pid_ = saved;
+  return fd;
+}
+
+int SimKfd::app_open_render(int pid, int render_minor) {
+  const int saved = calling_pid_;
+  calling_pid_ = pid;
+  const std::string path = "/dev/dri/renderD" + std::to_string(render_minor);
+  const int fd = open(path.c_str(), O_RDWR);
+  calling_pid_ = saved;
+  std::lock_guard lock(mutex_);
+  if (SimProcess* p = find_process(pid)) {
+    for (auto& pdd : p->pdds) {
+      const SimGpu* g = gpu_by_id(pdd.actual_gpu_id);
+      if (g && g->render_minor == render_minor) pdd.vm_bound = true;
+    }
+  }
+  return fd;
+}
+
+void SimKfd::app_alloc_bo(int pid, std::uint32_t gpu_id, std::uint64_t va, std::uint64_t size, std::uint32_t flags) {
+  std::lock_guard lock(mutex_);
+  SimProcess* p = find_process(pid);
+  if (!p) throw std::logic_error("sim: process has not opened /dev/kfd");
+  const bool known = std::any_of(p->pdds.begin(), p->pdds.end(), [&](const SimPdd& d) { return d.user_gpu_id == gpu_id; });
+  if (!known) throw std::logic_error("sim: BO on a GPU the process does not see");
+  p->bos.push_back(make_bo(gpu_id, va, size, flags, static_cast<std::uint32_t>(p->bos.size() + 1)));
+}
+
+void SimKfd::app_fill_bo(int pid, std::uint64_t va, std::uint32_t seed) {
+  std::lock_guard lock(mutex_);
+  SimProcess* p = find_process(pid);
+  for (auto& bo : p->bos) {
+    if (bo.va != va) continue;
+    std::vector<std::uint8_t> data(bo.size);
+    for (std::uint64_t i = 0; i < bo.size; ++i) data[i] = pattern_byte(seed, i);
+    if (::pwrite(bo.mem_fd, data.data(), data.size(), 0) != static_cast<ssize_t>(data.size())) {
+      throw std::runtime_error("sim: fill failed");
+    }
+  }
+}
+
+std::vector<std::uint8_t> SimKfd::app_read_bo(int pid, std::uint64_t va) {
+  std::lock_guard lock(mutex_);
+  SimProcess* p = find_process(pid);
+  if (!p) return {};
+  for (auto& bo : p->bos) {
+    if (bo.va != va || bo.mem_fd < 0) continue;
+    std::vector<std::uint8_t> data(bo.size);
+    if (::pread(bo.mem_fd, data.data(), data.size(), 0) != static_cast<ssize_t>(data.size())) return {};
+    return data;
+  }
+  return {};
+}
+
+void SimKfd::app_create_queue(int pid, std::uint32_t gpu_id) {
+  std::lock_guard lock(mutex_);
+  find_process(pid)->queues.push_back(gpu_id);
+}
+
+void SimKfd::app_create_events(int pid, std::uint32_t count) {
+  std::lock_guard lock(mutex_);
+  find_process(pid)->events += count;
+}
+
+void SimKfd::kill(int pid) {
+  std::lock_guard lock(mutex_);
+  if (SimProcess* p = find_process(pid)) {
+    for (auto& bo : p->bos) {
+      if (bo.mem_fd >= 0) ::close(bo.mem_fd);
+    }
+    processes_.erase(pid);
+  }
+}
+
+bool SimKfd::has_process(int pid) const {
+  std::lock_guard lock(mutex_);
+  return processes_.count(pid) != 0;
+}
+
+SimProcess SimKfd::process(int pid) const {
+  std::lock_guard lock(mutex_);
+  auto it = processes_.find(pid);
+  return it == processes_.end() ? SimProcess{} : it->second;
+}
+
+// ---- the seam ---------------------------------------------------------------------------------------------
+
+int SimKfd::open(const char* path, int /*flags*/) {
+  std::lock_guard lock(mutex_);
+  const std::string p(path);
+  if (p == "/dev/kfd") {
+    if (gpus_.empty()) return -ENOENT;
+    process_for_open(calling_pid_);
+    return new_file(SimFile{Kind::Kfd, calling_pid_, -1, 0, 0}, "sim-kfd");
+  }
+  const std::string prefix = "/dev/dri/renderD";
+  if (p.rfind(prefix, 0) == 0) {
+    const int minor = std::atoi(p.c_str() + prefix.size());
+    if (!gpu_by_minor(minor)) return -ENOENT;
+    return new_file(SimFile{Kind::Render, calling_pid_, minor, 0, 0}, "sim-render");
+  }
+  return -ENOENT;
+}
+
+int SimKfd::close(int fd) { return ::close(fd) < 0 ? -errno : 0; }
+
+int SimKfd::stat(const char* path, struct stat* st) {
+  std::memset(st, 0, sizeof *st);
+  const std::string p(path);
+  if (p == "/dev/kfd" && !gpus_.empty()) {
+    st->st_mode = S_IFCHR | 0666;
+    st->st_rdev = makedev(kKfdMajorNumber, 0);
+    return 0;
+  }
+  const std::string prefix = "/dev/dri/renderD";
+  if (p.rfind(prefix, 0) == 0 && gpu_by_minor(std::atoi(p.c_str() + prefix.size()))) {
+    st->st_mode = S_IFCHR | 0666;
+    st->st_rdev = makedev(226, static_cast<unsigned>(std::atoi(p.c_str() + prefix.size())));
+    return 0;
+  }
+  return -ENOENT;
+}
+
+int SimKfd::fstat(int fd, struct stat* st) {
+  if (::fstat(fd, st) != 0) return -errno;
+  std::lock_guard lock(mutex_);
+  const SimFile* f = lookup(fd);
+  if (!f) return 0;
+  if (f->kind == Kind::Kfd) {
+    st->st_mode = S_IFCHR | 0666;
+    st->st_rdev = makedev(kKfdMajorNumber, 0);
+  } else if (f->kind == Kind::Render) {
+    st->st_mode = S_IFCHR | 0666;
+    st->st_rdev = makedev(226, static_cast<unsigned>(f->render_minor));
+  }
+  return 0;
+}
+
+int SimKfd::dup_above(int fd, int min_fd) {
+  const int ret = ::fcntl(fd, F_DUPFD_CLOEXEC, min_fd);
+  return ret < 0 ? -errno : ret;
+}
+
+int SimKfd::ioctl(int fd, unsigned long request, void* arg) {
+  std::lock_guard lock(mutex_);
+  const SimFile* f = lookup(fd);
+  if (!f || f->kind != Kind::Kfd) return -ENOTTY;
+  if (request == AMDKFD_IOC_GET_VERSION) {
+    if (f->owner_pid != calling_pid_) return -EBADF;   // only the process that opened /dev/kfd
+    auto* args = static_cast<kfd_ioctl_get_version_args*>(arg);
+    args->major_version = kfd_major_;
+    args->minor_version = kfd_minor_;
+    return 0;
+  }
+  if (request == AMDKFD_IOC_CRIU_OP) {
+    if (kfd_major_ != 1 || kfd_minor_ < 7) return -ENOTTY;   // no CRIU ioctls before 1.7
+    return criu_op(*f, *static_cast<kfd_ioctl_criu_args*>(arg));
+  }
+  return -ENOTTY;
+}
+
+int SimKfd::criu_op(const SimFile& file, kfd_ioctl_criu_args& args) {
+  if (args.op == KFD_CRIU_OP_RESUME) return resume(args);
+  SimProcess* p = find_process(file.owner_pid);
+  if (!p) return -ESRCH;
+  switch (args.op) {
+    case KFD_CRIU_OP_PROCESS_INFO: return process_info(*p, args);
+    case KFD_CRIU_OP_CHECKPOINT: return checkpoint(*p, args);
+    case KFD_CRIU_OP_UNPAUSE:
+      if (!p->queues_paused) return -EINVAL;
+      p->queues_paused = false;
+      return 0;
+    case KFD_CRIU_OP_RESTORE:
+      if (file.owner_pid != calling_pid_) return -EINVAL;   // RESTORE is done by the restored process itself
+      return restore(*p, args);
+  }
+  return -EINVAL;
+}
+
+std::uint64_t SimKfd::priv_size(const SimProcess& p) const {
+  return kProcessPriv + kDevicePriv * p.pdds.size() + kBoPriv * p.bos.size() + kQueuePriv * p.queues.size() +
+         kEventPriv * p.events;
+}
+
+int SimKfd::process_info(SimProcess& p, kfd_ioctl_criu_args& args) {
+  if (p.pdds.empty()) return -ENODEV;
+  p.queues_paused = true;
+  args.pid = static_cast<std::uint32_t>(p.pid);
+  args.num_devices = static_cast<std::uint32_t>(p.pdds.size());
+  args.num_bos = static_cast<std::uint32_t>(p.bos.size());
+  args.num_objects = static_cast<std::uint32_t>(p.queues.size()) + p.events;
+  args.priv_data_size = priv_size(p);
+  return 0;
+}
+
+int SimKfd::checkpoint(SimProcess& p, kfd_ioctl_criu_args& args) {
+  if (!args.devices || !args.bos || !args.priv_data) return -EINVAL;
+  if (p.pdds.empty()) return -ENODEV;
+  if (!p.queues_paused) return -EINVAL;   // PROCESS_INFO must come first
+  if (args.num_devices != p.pdds.size() || args.num_bos != p.bos.size() ||
+      args.num_objects != p.queues.size() + p.events || args.priv_data_size != priv_size(p)) {
+    return -EINVAL;
+  }
+  auto* devices = reinterpret_cast<kfd_criu_device_bucket*>(args.devices);
+  auto* bos = reinterpret_cast<kfd_criu_bo_bucket*>(args.bos);
+  auto* priv = reinterpret_cast<std::uint8_t*>(args.priv_data);
+  std::uint64_t off = 0;
+  put<std::uint32_t>(priv, off, kPrivVersion);
+  put<std::uint32_t>(priv, off, p.xnack);
+  for (std::size_t i = 0; i < p.pdds.size(); ++i) {
+    devices[i] = kfd_criu_device_bucket{p.pdds[i].user_gpu_id, p.pdds[i].actual_gpu_id, 0, 0};
+    put<std::uint64_t>(priv, off, 0);
+  }
+  const std::uint64_t bo_priv = off;
+  off += kBoPriv * p.bos.size();
+  for (std::uint32_t gpu : p.queues) {
+    put<std::uint32_t>(priv, off, kObjectQueue);
+    put<std::uint32_t>(priv, off, gpu);
+    put<std::uint64_t>(priv, off, 0x1000);
+    put<std::uint64_t>(priv, off, 0x10000);
+  }
+  for (std::uint32_t e = 0; e < p.events; ++e) {
+    put<std::uint32_t>(priv, off, kObjectEvent);
+    put<std::uint32_t>(priv, off, e);
+  }
+  off = bo_priv;
+  // BOs last, as the kernel does: installing dmabuf fds is the one step that cannot be undone.
+  for (std::size_t i = 0; i < p.bos.size(); ++i) {
+    const SimBo& bo = p.bos[i];
+    kfd_criu_bo_bucket b{};
+    b.addr = bo.va;
+    b.size = bo.size;
+    b.offset = bo.mmap_offset;
+    b.gpu_id = bo.user_gpu_id;
+    b.alloc_flags = bo.flags;
+    b.dmabuf_fd = kInvalidFd;
+    if (bo.mem_fd >= 0) {
+      const int fd = export_dmabuf(p.pid, bo);
+      if (fd < 0) return fd;
+      b.dmabuf_fd = static_cast<std::uint32_t>(fd);
+    }
+    bos[i] = b;
+    put<std::uint32_t>(priv, off, bo.idr_handle);
+    put<std::uint32_t>(priv, off, 0);
+    put<std::uint64_t>(priv, off, 0);
+  }
+  return 0;
+}
+
+int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
+  if ((args.num_bos > 0 && !args.bos) || !args.devices || !args.priv_data || !args.priv_data_size ||
+      !args.num_devices) {
+    return -EINVAL;
+  }
+  const bool fresh = p.bos.empty() && !p.restored &&
+                     std::none_of(p.pdds.begin(), p.pdds.end(), [](const SimPdd& d) { return d.vm_bound; });
+  if (!fresh) return -EINVAL;   // RESTORE only into a process that has done nothing with KFD yet
+  const auto* priv = reinterpret_cast<const std::uint8_t*>(args.priv_data);
+  const std::uint64_t max = args.priv_data_size;
+  std::uint64_t off = 0;
+  if (off + kProcessPriv > max) return -EINVAL;
+  if (get<std::uint32_t>(priv, off) != kPrivVersion) return -EINVAL;
+  const std::uint32_t xnack = get<std::uint32_t>(priv, off);
+
+  if (args.num_devices != p.pdds.size()) return -EINVAL;
+  if (off + kDevicePriv * args.num_devices > max) return -EINVAL;
+  const auto* devices = reinterpret_cast<const kfd_criu_device_bucket*>(args.devices);
+  std::vector<SimPdd> pdds = p.pdds;
+  for (std::uint32_t i = 0; i < args.num_devices; ++i) {
+    const auto& d = devices[i];
+    if (!d.user_gpu_id) return -EINVAL;
+    const SimGpu* gpu = gpu_by_id(d.actual_gpu_id);
+    if (!gpu) return -EINVAL;
+    auto pdd = std::find_if(pdds.begin(), pdds.end(), [&](const SimPdd& x) { return x.actual_gpu_id == d.actual_gpu_id; });
+    if (pdd == pdds.end()) return -EINVAL;
+    const SimFile* drm = lookup(static_cast<int>(d.drm_fd));
+    if (!drm || drm->kind != Kind::Render) return -EINVAL;
+    if (drm->render_minor != gpu->render_minor) return -EINVAL;   // a VM from another GPU's render node
+    if (pdd->vm_bound) return -EINVAL;
+    pdd->user_gpu_id = d.user_gpu_id;
+    pdd->vm_bound = true;
+  }
+  off += kDevicePriv * args.num_devices;
+
+  if (off + kBoPriv * args.num_bos > max) return -EINVAL;
+  auto* bos = reinterpret_cast<kfd_criu_bo_bucket*>(args.bos);
+  std::vector<SimBo> new_bos;
+  for (std::uint32_t i = 0; i < args.num_bos; ++i) {
+    kfd_criu_bo_bucket& b = bos[i];
+    const std::uint32_t idr = get<std::uint32_t>(priv, off);
+    off += 12;
+    auto pdd = std::find_if(pdds.begin(), pdds.end(), [&](const SimPdd& x) { return x.user_gpu_id == b.gpu_id; });
+    if (pdd == pdds.end()) {
+      for (auto& bo : new_bos) ::close(bo.mem_fd);
+      return -ENODEV;
+    }
+    if ((b.alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL) && b.size != doorbell_size()) return -EINVAL;
+    SimBo bo = make_bo(b.gpu_id, b.addr, b.size, b.alloc_flags, idr);
+    if (b.alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL) {
+      bo.mmap_offset = kMmapTypeDoorbell | (static_cast<std::uint64_t>(pdd->actual_gpu_id) << 46);
+    }
+    b.restored_offset = bo.mmap_offset;
+    b.dmabuf_fd = kInvalidFd;
+    if (bo.mem_fd >= 0) {
+      const int fd = export_dmabuf(p.pid, bo);
+      if (fd < 0) return fd;
+      b.dmabuf_fd = static_cast<std::uint32_t>(fd);
+    }
+    new_bos.push_back(bo);
+  }
+
+  std::vector<std::uint32_t> queues;
+  std::uint32_t events = 0;
+  for (std::uint32_t i = 0; i < args.num_objects; ++i) {
+    if (off + 4 > max) return -EINVAL;
+    std::uint64_t peek = off;
+    const std::uint32_t type = get<std::uint32_t>(priv, peek);
+    if (type == kObjectQueue) {
+      if (off + kQueuePriv > max) return -EINVAL;
+      off += 4;
+      queues.push_back(get<std::uint32_t>(priv, off));
+      off += 16;
+    } else if (type == kObjectEvent) {
+      if (off + kEventPriv > max) return -EINVAL;
+      off += kEventPriv;
+      ++events;
+    } else {
+      return -EINVAL;
+    }
+  }
+  if (off != max) return -EINVAL;
+
+  p.xnack = xnack;
+  p.pdds = std::move(pdds);
+  // The process's own BO list; the memory belongs to the BOs, exported to the caller as dmabufs above.
+  for (auto& bo : new_bos) p.bos.push_back(bo);
+  // The BO with the same VA must be found by app_read_bo: keep bos in the kernel's (image) order.
+  p.queues = std::move(queues);
+  p.events = events;
+  p.restored = true;
+  p.running = false;
+  return 0;
+}
+
+int SimKfd::resume(kfd_ioctl_criu_args& args) {
+  SimProcess* p = find_process(static_cast<int>(args.pid));
+  if (!p) return -ESRCH;
+  p->running = true;
+  p->queues_paused = false;
+  return 0;
+}
+
+int SimKfd::dmabuf_target(int fd, std::uint64_t offset, std::size_t count, int* mem_fd) {
+  std::lock_guard lock(mutex_);
+  const SimFile* f = lookup(fd);
+  if (!f || f->kind != Kind::Dmabuf) return -EINVAL;
+  SimProcess* p = find_process(f->bo_pid);
+  if (!p) return -EINVAL;
+  for (const auto& bo : p->bos) {
+    if (bo.va == f->bo_va && bo.mem_fd >= 0) {
+      if (offset + count > bo.size) return -EINVAL;
+      *mem_fd = bo.mem_fd;
+      return 0;
+    }
+  }
+  return -EINVAL;
+}
+
+int SimKfd::bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) {
+  int mem = -1;
+  if (int err = dmabuf_target(dmabuf_fd, offset, count, &mem)) return err;
+  if (::pread(mem, dst, count, static_cast<off_t>(offset)) != static_cast<ssize_t>(count)) return -EIO;
+  std::size_t seen = largest_transfer_;
+  while (count > seen && !largest_transfer_.compare_exchange_weak(seen, count)) {
+  }
+  bytes_moved_ += count;
+  return 0;
+}
+
+int SimKfd::bo_write(int dmabuf_fd, std::uint64_t offset, const void* src, std::size_t count) {
+  int mem = -1;
+  if (int err = dmabuf_target(dmabuf_fd, offset, count, &mem)) return err;
+  if (::pwrite(mem, src, count, static_cast<off_t>(offset)) != static_cast<ssize_t>(count)) return -EIO;
+  std::size_t seen = largest_transfer_;
+  while (count > seen && !largest_transfer_.compare_exchange_weak(seen, count)) {
+  }
+  bytes_moved_ += count;
+  return 0;
+}
+
+std::unique_ptr<BoCopier> SimKfd::make_sdma_copier(int /*render_fd*/, std::size_t /*buffer_size*/) {
+  return nullptr;   // the simulation has no SDMA engine: the backend takes the CPU path
+}
+
+}  // namespace gpuckpt::amd::sim

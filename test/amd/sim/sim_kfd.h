@@ -1,0 +1,147 @@
+// The one fake of the AMD hardware seam: a simulated KFD/DRM device that keeps the kernel's CRIU protocol
+// (drivers/gpu/drm/amd/amdkfd/kfd_chardev.c, criu_* functions) as documented in linux/kfd_ioctl.h:
+//  - a process opening /dev/kfd gets one process-device (pdd) per GPU it can see;
+//  - PROCESS_INFO evicts ("pauses") the queues and reports devices, BOs, objects and the private-data size;
+//  - CHECKPOINT is refused (-EINVAL) unless the process is paused and every count and size matches;
+//    it installs a dmabuf fd in the caller for every VRAM/GTT BO;
+//  - UNPAUSE is refused unless paused;
+//  - RESTORE acts on the calling process, which must be fresh (no BOs, no VM bound to a render node), must see
+//    as many GPUs as the image lists, and must pass, per device, an existing actual gpu_id and an fd of that
+//    GPU's render node; the private data must be consumed exactly; new BOs get new mmap offsets
+//    (restored_offset) and new dmabuf fds; the queues stay evicted until RESUME;
+//  - RESUME finds the process by pid (-ESRCH when there is none);
+//  - ioctls other than CRIU_OP only from the process that opened the fd (-EBADF otherwise).
+// File descriptors are real (memfd), so fd numbers, dup, SCM_RIGHTS passing and pread/pwrite of BO memory
+// behave as on a real system; the simulation recognises its files by inode.
+#pragma once
+
+#include <linux/kfd_ioctl.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "criu-plugin/amd/amd_device.h"
+
+namespace gpuckpt::amd::sim {
+
+struct SimGpu {
+  std::uint32_t gpu_id = 0;
+  int render_minor = 128;
+};
+
+struct SimBo {
+  std::uint64_t va = 0;
+  std::uint64_t size = 0;
+  std::uint32_t flags = 0;
+  std::uint32_t user_gpu_id = 0;
+  std::uint64_t mmap_offset = 0;
+  std::uint32_t idr_handle = 0;
+  int mem_fd = -1;            // the BO's memory (VRAM/GTT only)
+};
+
+struct SimPdd {
+  std::uint32_t actual_gpu_id = 0;
+  std::uint32_t user_gpu_id = 0;
+  bool vm_bound = false;      // a render node's VM was given to KFD (by use, or by RESTORE)
+};
+
+struct SimProcess {
+  int pid = 0;
+  std::vector<SimPdd> pdds;
+  std::vector<SimBo> bos;
+  std::vector<std::uint32_t> queues;   // user gpu_id of each queue
+  std::uint32_t events = 0;
+  std::uint32_t xnack = 0;
+  bool queues_paused = false;          // PROCESS_INFO .. UNPAUSE
+  bool restored = false;               // RESTORE done
+  bool running = true;                 // false from RESTORE until RESUME
+};
+
+class SimKfd final : public AmdDevice {
+ public:
+  explicit SimKfd(std::vector<SimGpu> gpus, std::uint32_t kfd_major = 1, std::uint32_t kfd_minor = 11);
+  ~SimKfd() override;
+
+  // Which process makes the next calls (CRIU's own pid, or the restored process during RESTORE_EXT_FILE).
+  void set_calling_pid(int pid) { calling_pid_ = pid; }
+  // GPUs a process will see when it opens /dev/kfd (its device cgroup); default: all.
+  void set_visible_gpus(int pid, std::vector<std::uint32_t> gpu_ids);
+
+  // What an application does through libhsakmt, run as `pid`.
+  int app_open_kfd(int pid);
+  int app_open_render(int pid, int render_minor);
+  void app_alloc_bo(int pid, std::uint32_t gpu_id, std::uint64_t va, std::uint64_t size, std::uint32_t flags);
+  void app_fill_bo(int pid, std::uint64_t va, std::uint32_t seed);
+  std::vector<std::uint8_t> app_read_bo(int pid, std::uint64_t va);
+  void app_create_queue(int pid, std::uint32_t gpu_id);
+  void app_create_events(int pid, std::uint32_t count);
+  // The process exits (CRIU kills it after the dump): its KFD state is gone.
+  void kill(int pid);
+
+  // Observations for tests.
+  bool has_process(int pid) const;
+  SimProcess process(int pid) const;
+  std::size_t largest_bo_transfer() const { return largest_transfer_; }
+  std::uint64_t bo_bytes_moved() const { return bytes_moved_; }
+  static std::uint64_t doorbell_size() { return 8192; }
+
+  // AmdDevice
+  int open(const char* path, int flags) override;
+  int close(int fd) override;
+  int stat(const char* path, struct stat* st) override;
+  int fstat(int fd, struct stat* st) override;
+  int ioctl(int fd, unsigned long request, void* arg) override;
+  int dup_above(int fd, int min_fd) override;
+  int bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) override;
+  int bo_write(int dmabuf_fd, std::uint64_t offset, const void* src, std::size_t count) override;
+  std::unique_ptr<BoCopier> make_sdma_copier(int render_fd, std::size_t buffer_size) override;
+
+  static constexpr unsigned kKfdMajorNumber = 511;   // /dev/kfd's char major is dynamic; this one is ours
+
+ private:
+  enum class Kind { Kfd, Render, Dmabuf };
+  struct SimFile {
+    Kind kind;
+    int owner_pid = 0;
+    int render_minor = -1;
+    int bo_pid = 0;            // Dmabuf: which process's BO (by va)
+    std::uint64_t bo_va = 0;
+  };
+
+  int new_file(const SimFile& file, const char* name);
+  const SimFile* lookup(int fd) const;       // mutex held
+  SimProcess* find_process(int pid);         // mutex held
+  SimProcess& process_for_open(int pid);     // mutex held
+  const SimGpu* gpu_by_id(std::uint32_t gpu_id) const;
+  const SimGpu* gpu_by_minor(int minor) const;
+  SimBo make_bo(std::uint32_t user_gpu_id, std::uint64_t va, std::uint64_t size, std::uint32_t flags,
+                std::uint32_t idr_handle);
+  int export_dmabuf(int pid, const SimBo& bo);
+  std::uint64_t priv_size(const SimProcess& p) const;
+
+  int criu_op(const SimFile& file, kfd_ioctl_criu_args& args);
+  int process_info(SimProcess& p, kfd_ioctl_criu_args& args);
+  int checkpoint(SimProcess& p, kfd_ioctl_criu_args& args);
+  int restore(SimProcess& p, kfd_ioctl_criu_args& args);
+  int resume(kfd_ioctl_criu_args& args);
+  int dmabuf_target(int fd, std::uint64_t offset, std::size_t count, int* mem_fd);
+
+  std::vector<SimGpu> gpus_;
+  std::uint32_t kfd_major_;
+  std::uint32_t kfd_minor_;
+  std::atomic<int> calling_pid_{1};
+  mutable std::mutex mutex_;
+  std::map<ino_t, SimFile> files_;
+  std::map<int, SimProcess> processes_;
+  std::map<int, std::vector<std::uint32_t>> visible_;
+  std::uint64_t next_mmap_offset_ = 0x100000000ull;
+  std::atomic<std::size_t> largest_transfer_{0};
+  std::atomic<std::uint64_t> bytes_moved_{0};
+};
+
+}  // namespace gpuckpt::amd::sim
