@@ -6,12 +6,18 @@ namespace gpuckpt::cli {
 int run_version(std::span<char*> args);
 int run_gpus(std::span<char*> args);
 int run_match(std::span<char*> args);
+int run_checkpoint(std::span<char*> args);
+int run_restore(std::span<char*> args);
+int run_inspect(std::span<char*> args);
 
 std::span<const Verb> verbs() {
   static const Verb table[] = {
       {"version", "print gpuckpt's version", run_version},
       {"gpus", "list this node's GPUs (--json: the GPU properties record)", run_gpus},
       {"match", "choose this node's GPUs for a checkpoint's GPU record (exit 3: none fit)", run_match},
+      {"checkpoint", "checkpoint a running container into a GPU-annotated archive (agent or local runtime)", run_checkpoint},
+      {"restore", "restore a checkpoint archive onto this node's matching GPUs (agent or local runtime)", run_restore},
+      {"inspect", "show what a checkpoint archive holds and whether this node can take it (exit 3: no)", run_inspect},
   };
   return table;
 }

@@ -62,6 +62,18 @@ DeviceNumberLookup stat_device_numbers(std::filesystem::path host_root);
 Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, const DeviceNumberLookup& lookup,
                                const std::string& plan_path);
 
+// CRIU saves the container's /dev tmpfs, device nodes included, as checkpoint/tmpfs-dev-<id>.tar.gz.img and
+// restores it over the nodes the runtime created, so the plan must reach those nodes too. Given one such
+// gzip'd tar, returns it with the character devices at `nodes` (path under /dev, e.g. "nvidia0" or
+// "dri/renderD128" -> major:minor) renumbered, or std::nullopt when it holds none of them.
+Result<std::optional<std::string>> renumber_device_nodes(
+    std::string_view tmpfs_image, const std::map<std::string, std::pair<std::uint32_t, std::uint32_t>>& nodes);
+
+// The archive edits (spec.dump and the /dev tmpfs images) that make `archive` restore with `plan`.
+Result<ArchiveEdit> restore_edits(const std::filesystem::path& archive, const RestorePlan& plan,
+                                  const DeviceNumberLookup& lookup, const std::string& plan_path,
+                                  const ArchiveLimits& limits);
+
 // <state_dir>/restore-plans/<checkpoint_id>.json, written atomically (temp + rename).
 std::filesystem::path restore_plan_path(const std::filesystem::path& state_dir, std::string_view checkpoint_id);
 Result<void> write_restore_plan(const std::filesystem::path& state_dir, const RestorePlan& plan);

@@ -40,7 +40,7 @@ Result<std::string> read_bounded(const fs::path& path) {
 
 Result<Stage> parse_stage(std::string_view name) {
   if (name == "precreate") return Stage::Precreate;
-  if (name == "createRuntime") return Stage::CreateRuntime;
+  if (name == "createRuntime" || name == "prestart") return Stage::CreateRuntime;
   if (name == "poststop") return Stage::Poststop;
   return make_error("unknown hook stage '" + std::string(name) + "' (expected precreate, createRuntime or poststop)");
 }

@@ -13,6 +13,8 @@
 #include <iterator>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "common/inventory.h"
 #include "common/log.h"
 #include "oci-hook/hook.h"
@@ -29,10 +31,15 @@ void on_timeout(int) {
   ::_exit(0);
 }
 
+bool looks_like_state(const std::string& input) {
+  const auto json = nlohmann::json::parse(input, nullptr, false);
+  return json.is_object() && json.contains("status") && json.contains("bundle");
+}
+
 int usage() {
   std::fprintf(stderr,
-               "usage: gpuckpt-oci-hook [--state-dir DIR] [--host-root DIR] [--timeout-ms N] [--log-level L] STAGE\n"
-               "  STAGE: precreate | createRuntime | poststop; OCI state or config on stdin\n");
+               "usage: gpuckpt-oci-hook [--state-dir DIR] [--host-root DIR] [--timeout-ms N] [--log-level L] [STAGE]\n"
+               "  STAGE: precreate | createRuntime (alias prestart) | poststop; default: from stdin\n");
   return 2;
 }
 
@@ -53,12 +60,9 @@ int main(int argc, char** argv) {
     else if (!arg.empty() && arg[0] != '-' && stage_name.empty()) stage_name = arg;
     else return usage();
   }
-  auto stage = hook::parse_stage(stage_name);
-  if (!stage) {
-    log::error(stage.error().message);
-    return usage();
-  }
   if (options.timeout.count() <= 0) options.timeout = std::chrono::milliseconds(5000);
+  ::signal(SIGALRM, on_timeout);
+  ::alarm(static_cast<unsigned>((options.timeout.count() + 999) / 1000));
   std::string input;
   try {
     input.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -66,9 +70,16 @@ int main(int argc, char** argv) {
     log::error(std::string("reading stdin: ") + e.what());
     return 0;
   }
+  // Without a stage argument (one hooks.d entry for several stages) the input tells: precreate gets a runtime
+  // config, the other stages the OCI state (which has "status").
+  if (stage_name.empty())
+    stage_name = looks_like_state(input) ? "createRuntime" : "precreate";
+  auto stage = hook::parse_stage(stage_name);
+  if (!stage) {
+    log::error(stage.error().message);
+    return usage();
+  }
   if (*stage == hook::Stage::Precreate) g_passthrough = &input;
-  ::signal(SIGALRM, on_timeout);
-  ::alarm(static_cast<unsigned>((options.timeout.count() + 999) / 1000));
   if (input.size() > kMaxStdin) {
     log::error("stdin larger than 16 MiB; ignoring this container");
     if (g_passthrough) std::fwrite(input.data(), 1, input.size(), stdout);

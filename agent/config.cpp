@@ -1,0 +1,202 @@
+#include "agent/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/log.h"
+
+namespace gpuckpt::agent {
+
+namespace {
+
+// Walks a mapping, refusing keys it does not know; conversions report the full key path.
+class Section {
+ public:
+  Section(const YAML::Node& node, std::string path, std::string source)
+      : node_(node), path_(std::move(path)), source_(std::move(source)) {}
+
+  template <class T>
+  void get(const char* key, T& out) {
+    known_.insert(key);
+    const YAML::Node value = node_[key];
+    if (!value || value.IsNull()) return;   // null keeps the default (the chart's values default to null)
+    try {
+      out = value.as<T>();
+    } catch (const YAML::Exception&) {
+      fail(std::string("'") + full(key) + "' has the wrong type");
+    }
+  }
+
+  Section child(const char* key) {
+    known_.insert(key);
+    const YAML::Node value = node_[key];
+    if (value && !value.IsNull() && !value.IsMap()) fail(std::string("'") + full(key) + "' must be a mapping");
+    return Section(value && value.IsMap() ? value : YAML::Node(YAML::NodeType::Map), full(key), source_);
+  }
+
+  void finish() {
+    if (!node_.IsMap()) return;
+    for (const auto& item : node_) {
+      const auto key = item.first.as<std::string>();
+      if (!known_.count(key)) fail("unknown key '" + full(key.c_str()) + "' (see agent/config.example.yaml)");
+    }
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string full(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
+  void fail(const std::string& message) {
+    if (error_.empty()) error_ = source_ + ": " + message;
+  }
+
+  YAML::Node node_;
+  std::string path_;
+  std::string source_;
+  std::set<std::string> known_;
+  std::string error_;
+};
+
+}  // namespace
+
+Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return make_error(source + ": not valid YAML: " + e.what());
+  }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) return make_error(source + ": the configuration must be a YAML mapping");
+  AgentConfig c;
+  std::string error;
+  auto keep = [&](Section& s) {
+    s.finish();
+    if (error.empty()) error = s.error();
+  };
+  Section top(root, "", source);
+  int version = 1;
+  top.get("version", version);
+  if (version != 1) return make_error(source + ": version " + std::to_string(version) + " is not supported (use 1)");
+  {
+    Section s = top.child("listen");
+    s.get("address", c.listen_address);
+    s.get("port", c.listen_port);
+    keep(s);
+  }
+  {
+    Section s = top.child("auth");
+    std::string token_file = c.token_file;
+    s.get("token_file", token_file);
+    c.token_file = token_file;
+    keep(s);
+  }
+  std::string state_dir = c.state_dir, host_root = c.host_root, hooks_dir = c.hooks_dir,
+              plugin_dir = c.criu_plugin_dir;
+  top.get("state_dir", state_dir);
+  {
+    Section s = top.child("checkpoints");
+    std::string dir = c.checkpoint_dir, kubelet_dir = c.kubelet_checkpoint_dir;
+    long timeout = c.runtime_timeout.count();
+    s.get("dir", dir);
+    s.get("kubelet_dir", kubelet_dir);
+    s.get("watch_interval_seconds", c.watch_interval_seconds);
+    s.get("max_archive_bytes", c.archive_limits.max_archive_bytes);
+    s.get("max_entry_bytes", c.archive_limits.max_entry_bytes);
+    s.get("runtime_timeout_seconds", timeout);
+    c.checkpoint_dir = dir;
+    c.kubelet_checkpoint_dir = kubelet_dir;
+    c.runtime_timeout = std::chrono::seconds(timeout);
+    keep(s);
+  }
+  {
+    Section s = top.child("runtime");
+    s.get("kind", c.runtime_kind);
+    s.get("podman_path", c.podman_path);
+    s.get("crictl_path", c.crictl_path);
+    Section k = s.child("kubelet");
+    k.get("url", c.kubelet.url);
+    k.get("token_file", c.kubelet.token_file);
+    k.get("ca_file", c.kubelet.ca_file);
+    keep(k);
+    keep(s);
+  }
+  top.get("host_root", host_root);
+  top.get("hooks_dir", hooks_dir);
+  top.get("criu_plugin_dir", plugin_dir);
+  top.get("log_level", c.log_level);
+  {
+    Section s = top.child("match_policy");
+    s.get("check_model", c.match_policy.check_model);
+    s.get("check_memory", c.match_policy.check_memory);
+    s.get("check_firmware", c.match_policy.check_firmware);
+    s.get("check_links", c.match_policy.check_links);
+    s.get("check_numa", c.match_policy.check_numa);
+    keep(s);
+  }
+  {
+    Section s = top.child("node_labels");
+    s.get("enabled", c.node_labels.enabled);
+    s.get("node_name", c.node_labels.node_name);
+    s.get("api_server", c.node_labels.api_server);
+    s.get("token_file", c.node_labels.token_file);
+    s.get("ca_file", c.node_labels.ca_file);
+    s.get("interval_seconds", c.node_labels.interval_seconds);
+    keep(s);
+  }
+  {
+    Section s = top.child("limits");
+    s.get("max_request_bytes", c.max_request_bytes);
+    s.get("max_concurrent_jobs", c.max_concurrent_jobs);
+    keep(s);
+  }
+  keep(top);
+  if (!error.empty()) return make_error(error);
+  c.state_dir = state_dir;
+  c.host_root = host_root;
+  c.hooks_dir = hooks_dir;
+  c.criu_plugin_dir = plugin_dir;
+  if (c.listen_port < 0 || c.listen_port > 65535)
+    return make_error(source + ": listen.port " + std::to_string(c.listen_port) + " is not a port (0-65535; 0 = any)");
+  if (c.runtime_kind != "podman" && c.runtime_kind != "crictl" && c.runtime_kind != "kubelet")
+    return make_error(source + ": runtime.kind '" + c.runtime_kind + "' is not one of podman, crictl, kubelet");
+  for (const auto* dir : {&c.state_dir, &c.checkpoint_dir})
+    if (!dir->is_absolute()) return make_error(source + ": " + dir->string() + " must be an absolute path");
+  if (c.watch_interval_seconds < 1) c.watch_interval_seconds = 1;
+  if (c.max_concurrent_jobs < 1) c.max_concurrent_jobs = 1;
+  if (c.runtime_timeout.count() < 1) return make_error(source + ": checkpoints.runtime_timeout_seconds must be >= 1");
+  const auto level = log::level_from_string(c.log_level, static_cast<log::Level>(0));
+  if (static_cast<int>(level) == 0)
+    return make_error(source + ": log_level '" + c.log_level + "' is not one of error, warn, info, debug");
+  return c;
+}
+
+Result<AgentConfig> load_config(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return make_error("cannot read the agent configuration " + path.string() +
+                             " (pass --config FILE; agent/config.example.yaml shows the keys)", ENOENT);
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path.string());
+}
+
+void log_config(const AgentConfig& c) {
+  log::param("listen", c.listen_address + ":" + std::to_string(c.listen_port));
+  log::param("token_file", c.token_file.string());
+  log::param("state_dir", c.state_dir.string());
+  log::param("checkpoints.dir", c.checkpoint_dir.string());
+  log::param("checkpoints.kubelet_dir", c.kubelet_checkpoint_dir.string());
+  log::param("checkpoints.max_archive_bytes", std::to_string(c.archive_limits.max_archive_bytes));
+  log::param("checkpoints.runtime_timeout_seconds", std::to_string(c.runtime_timeout.count()));
+  log::param("runtime.kind", c.runtime_kind);
+  log::param("host_root", c.host_root.string());
+  log::param("hooks_dir", c.hooks_dir.string());
+  log::param("node_labels.enabled", c.node_labels.enabled ? "1" : "0");
+  log::param("limits.max_request_bytes", std::to_string(c.max_request_bytes));
+  log::param("limits.max_concurrent_jobs", std::to_string(c.max_concurrent_jobs));
+}
+
+}  // namespace gpuckpt::agent

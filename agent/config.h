@@ -1,0 +1,61 @@
+// gpuckpt-agent's configuration: agent/config.example.yaml documents every key and its default.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "common/checkpoint_archive.h"
+#include "common/matcher.h"
+#include "common/result.h"
+
+namespace gpuckpt::agent {
+
+struct KubeletConfig {
+  std::string url = "https://127.0.0.1:10250";
+  std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+  std::string ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+};
+
+struct NodeLabelsConfig {
+  bool enabled = false;
+  std::string node_name;   // empty: $NODE_NAME, else the hostname
+  std::string api_server = "https://kubernetes.default.svc";
+  std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+  std::string ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+  int interval_seconds = 300;
+};
+
+struct AgentConfig {
+  std::string listen_address = "127.0.0.1";
+  int listen_port = 7469;
+  std::filesystem::path token_file = "/etc/gpuckpt/token";
+  std::filesystem::path state_dir = "/var/lib/gpuckpt";
+  std::filesystem::path checkpoint_dir = "/var/lib/gpuckpt/checkpoints";
+  std::filesystem::path kubelet_checkpoint_dir = "/var/lib/kubelet/checkpoints";
+  int watch_interval_seconds = 5;
+  ArchiveLimits archive_limits;
+  std::chrono::seconds runtime_timeout{600};
+  std::string runtime_kind = "podman";   // podman | crictl | kubelet
+  std::string podman_path = "podman";
+  std::string crictl_path = "crictl";
+  KubeletConfig kubelet;
+  std::filesystem::path host_root = "/";
+  std::filesystem::path hooks_dir = "/usr/share/containers/oci/hooks.d";
+  std::filesystem::path criu_plugin_dir = "/usr/lib/criu";
+  std::string log_level = "info";
+  MatchPolicy match_policy;
+  NodeLabelsConfig node_labels;
+  std::size_t max_request_bytes = 65536;
+  int max_concurrent_jobs = 4;
+};
+
+// `source` names the input in errors ("/etc/gpuckpt/agent.yaml"). Unknown keys and wrong types are errors.
+Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string& source);
+Result<AgentConfig> load_config(const std::filesystem::path& path);
+
+// Logs every setting once as "param: NAME:VALUE".
+void log_config(const AgentConfig& config);
+
+}  // namespace gpuckpt::agent

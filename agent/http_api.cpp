@@ -1,0 +1,168 @@
+#include "agent/http_api.h"
+
+#include <set>
+
+#include "common/log.h"
+
+namespace gpuckpt::agent {
+
+namespace {
+
+void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
+  res.status = status;
+  res.set_content(body.dump(2) + "\n", "application/json");
+}
+
+void send_error(httplib::Response& res, int status, const std::string& message) {
+  send_json(res, status, {{"error", {{"code", status}, {"message", message}}}});
+}
+
+const char* reason_for(int status) {
+  switch (status) {
+    case 401: return "auth";
+    case 404: return "not_found";
+    case 409: return "conflict";
+    default: return "validation";
+  }
+}
+
+// Parses a JSON object body with only `allowed` keys, all strings unless listed in `arrays`.
+Result<nlohmann::json> parse_body(const httplib::Request& req, const std::set<std::string>& allowed,
+                                  const std::set<std::string>& arrays = {}) {
+  auto body = nlohmann::json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) return make_error("the request body must be a JSON object");
+  for (const auto& [key, value] : body.items()) {
+    if (!allowed.count(key)) {
+      std::string keys;
+      for (const auto& k : allowed) keys += (keys.empty() ? "" : ", ") + k;
+      return make_error("unknown field '" + key + "' (allowed: " + keys + ")");
+    }
+    if (arrays.count(key)) {
+      if (!value.is_array()) return make_error("field '" + key + "' must be an array of strings");
+      for (const auto& v : value)
+        if (!v.is_string()) return make_error("field '" + key + "' must be an array of strings");
+    } else if (!value.is_string()) {
+      return make_error("field '" + key + "' must be a string");
+    }
+  }
+  return body;
+}
+
+}  // namespace
+
+bool token_matches(std::string_view presented, std::string_view expected) {
+  // Walks the expected token fully whatever is presented; length differences only set the result bit.
+  unsigned char diff = presented.size() == expected.size() ? 0 : 1;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char p = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
+    diff |= static_cast<unsigned char>(p ^ static_cast<unsigned char>(expected[i]));
+  }
+  return diff == 0 && !expected.empty();
+}
+
+void install_routes(httplib::Server& server, AgentService& service, std::string token) {
+  server.set_payload_max_length(service.config().max_request_bytes);
+
+  server.set_pre_routing_handler([&service, token](const httplib::Request& req, httplib::Response& res) {
+    if (req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    const auto header = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    if (header.rfind(prefix, 0) != 0 || !token_matches(std::string_view(header).substr(prefix.size()), token)) {
+      log::warn("refused " + req.method + " " + req.path + " from " + req.remote_addr + ": missing or wrong bearer token");
+      service.metrics().request_rejected("auth");
+      res.set_header("WWW-Authenticate", "Bearer");
+      send_error(res, 401, "missing or wrong bearer token (send 'Authorization: Bearer <token>' with the agent's token)");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    log::info(req.method + " " + req.path + " -> " + std::to_string(res.status) + " (" + req.remote_addr + ")");
+  });
+
+  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) send_error(res, 404, "no such endpoint or object: " + req.method + " " + req.path);
+    else if (res.status == 413) send_error(res, 413, "request body too large");
+    else send_error(res, res.status, "request failed");
+  });
+
+  server.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    log::error("internal error in " + req.method + " " + req.path + ": " + what);
+    send_error(res, 500, "internal error: " + what);
+  });
+
+  auto fail = [&service](httplib::Response& res, const Error& error) {
+    const int status = http_status(error);
+    service.metrics().request_rejected(reason_for(status));
+    log::warn("request refused (" + std::to_string(status) + "): " + error.message);
+    send_error(res, status, error.message);
+  };
+
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+
+  server.Get("/metrics", [&service](const httplib::Request&, httplib::Response& res) {
+    res.set_content(service.metrics_text(), "text/plain; version=0.0.4");
+  });
+
+  server.Get("/v1/gpus", [&service, fail](const httplib::Request&, httplib::Response& res) {
+    auto gpus = service.gpus();
+    if (!gpus) return fail(res, gpus.error());
+    send_json(res, 200, gpus.value());
+  });
+
+  server.Get("/v1/containers", [&service, fail](const httplib::Request&, httplib::Response& res) {
+    auto containers = service.containers();
+    if (!containers) return fail(res, containers.error());
+    send_json(res, 200, {{"containers", containers.value()}});
+  });
+
+  server.Post("/v1/checkpoints", [&service, fail](const httplib::Request& req, httplib::Response& res) {
+    auto body = parse_body(req, {"namespace", "pod", "container"});
+    if (!body) return fail(res, body.error());
+    ContainerRef ref;
+    ref.namespace_name = body->value("namespace", "");
+    ref.pod = body->value("pod", "");
+    ref.container = body->value("container", "");
+    auto id = service.start_checkpoint(ref);
+    if (!id) return fail(res, id.error());
+    res.set_header("Location", "/v1/checkpoints/" + id.value());
+    send_json(res, 202, to_json(*service.job(id.value())));
+  });
+
+  server.Post("/v1/restores", [&service, fail](const httplib::Request& req, httplib::Response& res) {
+    auto body = parse_body(req, {"archive", "name", "target_gpus"}, {"target_gpus"});
+    if (!body) return fail(res, body.error());
+    RestoreRequest request;
+    request.archive = body->value("archive", "");
+    request.name = body->value("name", "");
+    if (body->contains("target_gpus")) request.target_gpus = (*body)["target_gpus"].get<std::vector<std::string>>();
+    auto id = service.start_restore(request);
+    if (!id) return fail(res, id.error());
+    res.set_header("Location", "/v1/restores/" + id.value());
+    send_json(res, 202, to_json(*service.job(id.value())));
+  });
+
+  auto get_job = [&service, fail](const char* kind) {
+    return [&service, fail, kind](const httplib::Request& req, httplib::Response& res) {
+      const std::string id = req.matches[1];
+      auto job = service.job(id);
+      if (!job || job->kind != kind) return fail(res, make_error(std::string("no ") + kind + " job '" + id + "'", ENOENT));
+      send_json(res, 200, to_json(*job));
+    };
+  };
+  server.Get(R"(/v1/checkpoints/([A-Za-z0-9._-]{1,128}))", get_job("checkpoint"));
+  server.Get(R"(/v1/restores/([A-Za-z0-9._-]{1,128}))", get_job("restore"));
+}
+
+}  // namespace gpuckpt::agent

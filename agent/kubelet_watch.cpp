@@ -1,0 +1,77 @@
+#include "agent/kubelet_watch.h"
+
+#include <cctype>
+
+#include "common/log.h"
+#include "common/restore_plan.h"
+#include "oci-hook/container_store.h"
+
+namespace gpuckpt::agent {
+
+namespace fs = std::filesystem;
+
+KubeletArchiveWatcher::KubeletArchiveWatcher(fs::path dir, fs::path state_dir, ArchiveLimits limits,
+                                             std::function<Result<NodeInventory>()> inventory, Metrics& metrics)
+    : dir_(std::move(dir)), state_dir_(std::move(state_dir)), limits_(limits), inventory_(std::move(inventory)),
+      metrics_(metrics) {}
+
+int KubeletArchiveWatcher::scan() {
+  int annotated = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const auto name = entry.path().filename().string();
+    if (name.rfind("checkpoint-", 0) != 0 || name.find(".tar") == std::string::npos) continue;
+    if (!entry.is_regular_file(ec) || entry.is_symlink(ec)) continue;
+    const Seen now{entry.file_size(ec), entry.last_write_time(ec)};
+    if (ec) continue;
+    const auto key = entry.path().string();
+    if (auto it = done_.find(key); it != done_.end() && it->second == now) continue;
+    if (auto it = pending_.find(key); it == pending_.end() || !(it->second == now)) {
+      pending_[key] = now;   // still being written, or new: look again next pass
+      continue;
+    }
+    pending_.erase(key);
+    auto result = annotate(entry.path());
+    if (!result) {
+      log::warn("kubelet archive " + key + " not annotated: " + result.error().message);
+    } else if (result.value()) {
+      ++annotated;
+      metrics_.kubelet_archive_annotated();
+    }
+    done_[key] = Seen{fs::file_size(entry.path(), ec), fs::last_write_time(entry.path(), ec)};
+  }
+  return annotated;
+}
+
+Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive) {
+  auto info = inspect_checkpoint_archive(archive, limits_);
+  if (!info) return info.error();
+  if (info->gpus) return false;   // annotated already (by us, or it came from another node)
+  CheckpointGpuRecord record;
+  std::string stem = archive.filename().string();
+  stem = stem.substr(0, stem.find(".tar"));
+  for (char& c : stem)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '-';
+  record.checkpoint_id = ("kubelet-" + stem).substr(0, 128);
+  std::optional<hook::ContainerGpuState> state;
+  if (is_safe_id(info->container_id)) {
+    auto read = hook::read_container_state(state_dir_, info->container_id);
+    if (read && read.value()) state = *read.value();
+  }
+  if (state) {
+    record.record = state->gpus.record;
+    record.devices = state->gpus.devices;
+    record.gpu_env = state->gpus.gpu_env;
+  } else {
+    auto inventory = inventory_();
+    if (!inventory) return inventory.error();
+    record.record.node = std::move(inventory.value());
+  }
+  auto written = annotate_checkpoint_archive(archive, archive, record, limits_);
+  if (!written) return written.error();
+  log::info("annotated kubelet archive " + archive.string() + " (container " + info->container_name + ", " +
+            std::to_string(record.record.used_gpu_ids.size()) + " GPU(s))");
+  return true;
+}
+
+}  // namespace gpuckpt::agent

@@ -1,0 +1,42 @@
+// Archives kubelet writes itself (ContainerCheckpoint API -> checkpoint-<pod>_<ns>-<container>-<time>.tar in
+// its checkpoint directory) get the same GPU annotations as the agent's own, in place (temp + rename).
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "agent/metrics.h"
+#include "common/checkpoint_archive.h"
+#include "common/result.h"
+
+namespace gpuckpt::agent {
+
+class KubeletArchiveWatcher {
+ public:
+  KubeletArchiveWatcher(std::filesystem::path dir, std::filesystem::path state_dir, ArchiveLimits limits,
+                        std::function<Result<NodeInventory>()> inventory, Metrics& metrics);
+
+  // One pass; an archive is annotated once its size and mtime were the same on two passes (kubelet finished
+  // writing it). Returns how many archives it annotated.
+  int scan();
+
+ private:
+  struct Seen {
+    std::uintmax_t size = 0;
+    std::filesystem::file_time_type mtime;
+    bool operator==(const Seen&) const = default;
+  };
+  Result<bool> annotate(const std::filesystem::path& archive);
+
+  std::filesystem::path dir_;
+  std::filesystem::path state_dir_;
+  ArchiveLimits limits_;
+  std::function<Result<NodeInventory>()> inventory_;
+  Metrics& metrics_;
+  std::map<std::string, Seen> pending_;
+  std::map<std::string, Seen> done_;
+};
+
+}  // namespace gpuckpt::agent

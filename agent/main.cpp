@@ -1,0 +1,197 @@
+// gpuckpt-agent: thin main. Startup is an ordered list of steps; teardown always runs (stop the server, stop
+// the background loops, wait for running jobs).
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "agent/config.h"
+#include "agent/http_api.h"
+#include "agent/kubelet_watch.h"
+#include "agent/node_labels.h"
+#include "agent/service.h"
+#include "common/inventory.h"
+#include "common/log.h"
+#include "common/restore_plan.h"
+
+namespace {
+
+using namespace gpuckpt;
+namespace fs = std::filesystem;
+
+int usage() {
+  std::fprintf(stderr, "usage: gpuckpt-agent [--config FILE]   (default /etc/gpuckpt/agent.yaml)\n");
+  return 2;
+}
+
+Result<std::string> read_token(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return make_error("cannot read the API token file " + path.string() + " (auth.token_file): " + std::strerror(errno));
+  if (st.st_mode & 077)
+    log::warn("token file " + path.string() + " is readable by group/others; chmod 600 it");
+  std::ifstream in(path);
+  std::string token;
+  std::getline(in, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  if (token.size() < 16)
+    return make_error("the API token in " + path.string() + " is empty or shorter than 16 characters; "
+                      "generate one with: head -c 32 /dev/urandom | base64 > " + path.string());
+  return token;
+}
+
+// Sleeps until `seconds` pass or stop is requested.
+class Stopper {
+ public:
+  bool wait(int seconds) {
+    std::unique_lock lock(mutex_);
+    return !cv_.wait_for(lock, std::chrono::seconds(seconds), [&] { return stopped_; });
+  }
+  void stop() {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  log::set_component("gpuckpt-agent");
+  fs::path config_path = "/etc/gpuckpt/agent.yaml";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--config" && i + 1 < argc) config_path = argv[++i];
+    else return usage();
+  }
+
+  // 1. configuration
+  auto loaded = agent::load_config(config_path);
+  if (!loaded) {
+    log::error(loaded.error().message);
+    return 2;
+  }
+  agent::AgentConfig config = loaded.value();
+  log::set_level(log::level_from_string(config.log_level, log::Level::Info));
+  agent::log_config(config);
+
+  // 2. token
+  auto token = read_token(config.token_file);
+  if (!token) {
+    log::error(token.error().message);
+    return 2;
+  }
+
+  // 3. directories
+  for (const auto& dir : {config.state_dir, config.checkpoint_dir}) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) {
+      log::error("cannot create " + dir.string() + ": " + ec.message());
+      return 1;
+    }
+    fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  }
+
+  // 4. runtime
+  if (config.runtime_kind != "podman") {
+    log::error("runtime.kind '" + config.runtime_kind + "' is not implemented in this version of the agent; use "
+               "podman (crictl and kubelet adapters implement the same ContainerRuntime interface, see "
+               "docs/node-flow.md)");
+    return 2;
+  }
+  PodmanOptions podman;
+  podman.podman = config.podman_path;
+  podman.timeout = config.runtime_timeout;
+  std::error_code ec;
+  if (fs::is_directory(config.hooks_dir, ec)) podman.hooks_dir = config.hooks_dir.string();
+  agent::AgentDeps deps;
+  deps.runtime = make_podman_runtime(podman);
+  const HostRoot host(config.host_root);
+  deps.inventory = [host] { return read_inventory(host); };
+  deps.device_numbers = stat_device_numbers(config.host_root);
+
+  // Signals are taken by one thread (sigwait), never by the workers.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  agent::AgentService service(config, deps);
+  httplib::Server server;
+  agent::install_routes(server, service, token.value());
+
+  // 5. listen (port 0: any free port, written to <state_dir>/agent.port for tests and scripts)
+  int port = config.listen_port;
+  if (port == 0) port = server.bind_to_any_port(config.listen_address.c_str());
+  else if (!server.bind_to_port(config.listen_address.c_str(), port)) port = -1;
+  if (port <= 0) {
+    log::error("cannot listen on " + config.listen_address + ":" + std::to_string(config.listen_port) +
+               " (in use? change listen.port)");
+    return 1;
+  }
+  if (auto written = write_file_atomically(config.state_dir / "agent.port", std::to_string(port) + "\n"); !written)
+    log::warn(written.error().message);
+  log::info("listening on " + config.listen_address + ":" + std::to_string(port));
+
+  // 6. background loops
+  Stopper stopper;
+  std::vector<std::thread> loops;
+  if (!config.kubelet_checkpoint_dir.empty()) {
+    loops.emplace_back([&] {
+      agent::KubeletArchiveWatcher watcher(config.kubelet_checkpoint_dir, config.state_dir, config.archive_limits,
+                                           deps.inventory, service.metrics());
+      do {
+        if (fs::is_directory(config.kubelet_checkpoint_dir)) watcher.scan();
+      } while (stopper.wait(config.watch_interval_seconds));
+    });
+  }
+  if (config.node_labels.enabled) {
+    std::string node = config.node_labels.node_name;
+    if (node.empty() && std::getenv("NODE_NAME")) node = std::getenv("NODE_NAME");
+    if (node.empty()) {
+      char name[256] = {};
+      ::gethostname(name, sizeof name - 1);
+      node = name;
+    }
+    loops.emplace_back([&, node] {
+      do {
+        auto inventory = deps.inventory();
+        auto published = inventory ? agent::publish_node_labels(config.node_labels, node,
+                                                                agent::compute_node_labels(inventory.value()))
+                                   : Result<void>(inventory.error());
+        if (!published) log::warn(published.error().message);
+        else log::info("published GPU labels on node " + node);
+      } while (stopper.wait(config.node_labels.interval_seconds));
+    });
+  }
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    log::info(std::string("signal ") + strsignal(sig) + ": shutting down");
+    server.stop();
+  });
+
+  const bool served = server.listen_after_bind();
+
+  // teardown
+  stopper.stop();
+  for (auto& t : loops) t.join();
+  if (signal_thread.joinable()) {
+    pthread_kill(signal_thread.native_handle(), SIGTERM);
+    signal_thread.join();
+  }
+  service.wait_idle();
+  log::info("stopped");
+  return served ? 0 : 1;
+}

@@ -1,0 +1,69 @@
+#include "agent/metrics.h"
+
+#include <sstream>
+
+namespace gpuckpt::agent {
+
+void Metrics::checkpoint_done(bool ok, double seconds, std::uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  (ok ? checkpoints_ok_ : checkpoints_failed_)++;
+  if (ok) {
+    checkpoint_seconds_ += seconds;
+    checkpoint_bytes_ += bytes;
+  }
+}
+
+void Metrics::restore_done(bool ok, double seconds) {
+  std::lock_guard lock(mutex_);
+  (ok ? restores_ok_ : restores_failed_)++;
+  if (ok) restore_seconds_ += seconds;
+}
+
+void Metrics::request_rejected(const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  if (reason == "auth") ++rejected_auth_;
+  else if (reason == "not_found") ++rejected_not_found_;
+  else if (reason == "conflict") ++rejected_conflict_;
+  else ++rejected_validation_;
+}
+
+void Metrics::kubelet_archive_annotated() {
+  std::lock_guard lock(mutex_);
+  ++kubelet_annotated_;
+}
+
+std::string Metrics::render() const {
+  std::lock_guard lock(mutex_);
+  std::ostringstream o;
+  o << "# HELP gpuckpt_checkpoints_total Checkpoint jobs finished, by result.\n"
+    << "# TYPE gpuckpt_checkpoints_total counter\n"
+    << "gpuckpt_checkpoints_total{result=\"success\"} " << checkpoints_ok_ << "\n"
+    << "gpuckpt_checkpoints_total{result=\"failure\"} " << checkpoints_failed_ << "\n"
+    << "# HELP gpuckpt_restores_total Restore jobs finished, by result.\n"
+    << "# TYPE gpuckpt_restores_total counter\n"
+    << "gpuckpt_restores_total{result=\"success\"} " << restores_ok_ << "\n"
+    << "gpuckpt_restores_total{result=\"failure\"} " << restores_failed_ << "\n"
+    << "# HELP gpuckpt_checkpoint_duration_seconds Time of successful checkpoint jobs.\n"
+    << "# TYPE gpuckpt_checkpoint_duration_seconds summary\n"
+    << "gpuckpt_checkpoint_duration_seconds_sum " << checkpoint_seconds_ << "\n"
+    << "gpuckpt_checkpoint_duration_seconds_count " << checkpoints_ok_ << "\n"
+    << "# HELP gpuckpt_restore_duration_seconds Time of successful restore jobs.\n"
+    << "# TYPE gpuckpt_restore_duration_seconds summary\n"
+    << "gpuckpt_restore_duration_seconds_sum " << restore_seconds_ << "\n"
+    << "gpuckpt_restore_duration_seconds_count " << restores_ok_ << "\n"
+    << "# HELP gpuckpt_checkpoint_bytes_total Bytes of checkpoint archives written.\n"
+    << "# TYPE gpuckpt_checkpoint_bytes_total counter\n"
+    << "gpuckpt_checkpoint_bytes_total " << checkpoint_bytes_ << "\n"
+    << "# HELP gpuckpt_kubelet_archives_annotated_total kubelet-written archives the agent annotated.\n"
+    << "# TYPE gpuckpt_kubelet_archives_annotated_total counter\n"
+    << "gpuckpt_kubelet_archives_annotated_total " << kubelet_annotated_ << "\n"
+    << "# HELP gpuckpt_api_rejected_total API requests refused, by reason.\n"
+    << "# TYPE gpuckpt_api_rejected_total counter\n"
+    << "gpuckpt_api_rejected_total{reason=\"auth\"} " << rejected_auth_ << "\n"
+    << "gpuckpt_api_rejected_total{reason=\"validation\"} " << rejected_validation_ << "\n"
+    << "gpuckpt_api_rejected_total{reason=\"not_found\"} " << rejected_not_found_ << "\n"
+    << "gpuckpt_api_rejected_total{reason=\"conflict\"} " << rejected_conflict_ << "\n";
+  return o.str();
+}
+
+}  // namespace gpuckpt::agent

@@ -1,0 +1,405 @@
+#include "agent/service.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+
+#include "common/checkpoint_archive.h"
+#include "common/log.h"
+#include "common/matcher.h"
+#include "common/properties_record.h"
+#include "oci-hook/container_store.h"
+
+namespace gpuckpt::agent {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Error with_errno(Error e, int value) {
+  e.errno_value = value;
+  return e;
+}
+
+bool is_inside(const fs::path& path, const fs::path& dir) {
+  const auto rel = path.lexically_relative(dir);
+  return !rel.empty() && *rel.begin() != ".." && rel != ".";
+}
+
+}  // namespace
+
+int http_status(const Error& error) {
+  switch (error.errno_value) {
+    case EINVAL: return 400;
+    case EACCES: case EPERM: return 403;
+    case ENOENT: return 404;
+    case EBUSY: case EEXIST: return 409;
+    case EFBIG: return 413;
+    case EBADMSG: case EDOM: return 422;
+    default: return 500;
+  }
+}
+
+nlohmann::json to_json(const JobStatus& job) {
+  nlohmann::json j = {{"id", job.id},           {"kind", job.kind},       {"state", job.state},
+                      {"phase", job.phase},     {"created_at", job.created_at},
+                      {"phase_seconds", job.phase_seconds}, {"request", job.request}, {"result", job.result}};
+  if (!job.error.empty()) j["error"] = job.error;
+  if (!job.finished_at.empty()) j["finished_at"] = job.finished_at;
+  return j;
+}
+
+AgentService::AgentService(AgentConfig config, AgentDeps deps) : config_(std::move(config)), deps_(std::move(deps)) {}
+
+AgentService::~AgentService() {
+  wait_idle();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+}
+
+void AgentService::wait_idle() {
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return running_ == 0; });
+}
+
+std::string AgentService::new_job_id(const char* prefix) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  const auto now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  char suffix[9];
+  std::snprintf(suffix, sizeof suffix, "%08x", static_cast<unsigned>(rng() & 0xffffffffu));
+  return std::string(prefix) + "-" + stamp + "-" + suffix;
+}
+
+std::string AgentService::add_job(const char* kind, nlohmann::json request) {
+  std::lock_guard lock(mutex_);
+  JobStatus job;
+  job.id = new_job_id(std::string(kind) == "checkpoint" ? "ck" : "rs");
+  job.kind = kind;
+  job.state = "queued";
+  job.phase = "queued";
+  job.created_at = hook::utc_now_rfc3339();
+  job.request = std::move(request);
+  jobs_[job.id] = job;
+  ++running_;
+  return job.id;
+}
+
+void AgentService::update(const std::string& id, const std::function<void(JobStatus&)>& change) {
+  std::lock_guard lock(mutex_);
+  change(jobs_.at(id));
+}
+
+std::optional<JobStatus> AgentService::job(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return std::nullopt;
+  return it->second;
+}
+
+void AgentService::launch(std::function<void()> work) {
+  std::lock_guard lock(mutex_);
+  threads_.emplace_back([this, work = std::move(work)] {
+    {
+      std::unique_lock slot_lock(mutex_);
+      slot_.wait(slot_lock, [&] { return active_ < config_.max_concurrent_jobs; });
+      ++active_;
+    }
+    work();
+    std::lock_guard done(mutex_);
+    --active_;
+    --running_;
+    slot_.notify_one();
+    idle_.notify_all();
+  });
+}
+
+std::shared_ptr<std::mutex> AgentService::container_lock(const std::string& container_id) {
+  std::lock_guard lock(mutex_);
+  auto& slot = container_locks_[container_id];
+  if (!slot) slot = std::make_shared<std::mutex>();
+  return slot;
+}
+
+Result<fs::path> AgentService::resolve_archive(std::string_view name) const {
+  if (name.empty()) return make_error("'archive' is empty: name an archive in " + config_.checkpoint_dir.string());
+  if (name.size() > 4096 || name.find('\0') != std::string_view::npos)
+    return make_error("'archive' is not a valid path");
+  const fs::path requested(name);
+  for (const auto& part : requested)
+    if (part == "..")
+      return with_errno(make_error("archive '" + std::string(name) + "' contains '..'; refused"), EACCES);
+  std::vector<fs::path> allowed = {config_.checkpoint_dir};
+  if (!config_.kubelet_checkpoint_dir.empty()) allowed.push_back(config_.kubelet_checkpoint_dir);
+  const fs::path candidate = (requested.is_absolute() ? requested : config_.checkpoint_dir / requested).lexically_normal();
+  const fs::path* base = nullptr;
+  for (const auto& dir : allowed)
+    if (is_inside(candidate, dir.lexically_normal())) base = &dir;
+  if (!base)
+    return with_errno(make_error("archive '" + std::string(name) + "' is outside " + config_.checkpoint_dir.string() +
+                                 "; the agent only reads archives from its checkpoint directories"), EACCES);
+  // Below the configured directory every component must be a real directory or file: a symlink could lead anywhere.
+  std::error_code ec;
+  fs::path walked = base->lexically_normal();
+  for (const auto& part : candidate.lexically_relative(walked)) {
+    walked /= part;
+    const auto status = fs::symlink_status(walked, ec);
+    if (ec || !fs::exists(status))
+      return with_errno(make_error("archive '" + std::string(name) + "' does not exist (" + candidate.string() + ")"),
+                        ENOENT);
+    if (fs::is_symlink(status))
+      return with_errno(make_error("archive '" + std::string(name) + "' goes through a symlink; refused"), EACCES);
+  }
+  if (!fs::is_regular_file(fs::symlink_status(candidate, ec)))
+    return make_error("archive '" + std::string(name) + "' is not a regular file");
+  return candidate;
+}
+
+Result<nlohmann::json> AgentService::gpus() const {
+  auto inventory = deps_.inventory();
+  if (!inventory) return inventory.error();
+  return to_json(inventory.value());
+}
+
+Result<nlohmann::json> AgentService::containers() const {
+  nlohmann::json out = nlohmann::json::array();
+  auto running = deps_.runtime->list();
+  for (const auto& state : hook::list_container_states(config_.state_dir)) {
+    nlohmann::json c = {{"id", state.container_id},
+                        {"recorded_at", state.recorded_at},
+                        {"annotations", state.annotations},
+                        {"used_gpu_ids", state.gpus.record.used_gpu_ids},
+                        {"devices", to_json(state.gpus)["devices"]},
+                        {"gpu_env", state.gpus.gpu_env}};
+    if (running) {
+      for (const auto& r : running.value())
+        if (r.id == state.container_id) {
+          c["name"] = r.name;
+          c["state"] = r.state;
+        }
+      if (!c.contains("state")) c["state"] = "gone";
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+Result<std::string> AgentService::start_checkpoint(const ContainerRef& ref) {
+  if (!is_valid_container_name(ref.container))
+    return make_error("'container' must be a container name (letters, digits, '_', '.', '-'), got '" + ref.container + "'");
+  if (!ref.pod.empty() && !is_valid_container_name(ref.pod))
+    return make_error("'pod' is not a valid name: '" + ref.pod + "'");
+  if (!ref.namespace_name.empty() && !is_valid_container_name(ref.namespace_name))
+    return make_error("'namespace' is not a valid name: '" + ref.namespace_name + "'");
+  auto container = deps_.runtime->find(ref);
+  if (!container) return with_errno(container.error(), container.error().errno_value == ENOENT ? ENOENT : EINVAL);
+  if (container->state != "running")
+    return with_errno(make_error("container " + ref.container + " is " + container->state +
+                                 ", not running; only running containers can be checkpointed"), EBUSY);
+  const std::string id = add_job("checkpoint", {{"namespace", ref.namespace_name}, {"pod", ref.pod},
+                                                {"container", ref.container}});
+  log::info("job " + id + ": checkpoint of container " + container->name + " (" + container->id + ") accepted");
+  launch([this, id, c = container.value()] { run_checkpoint(id, c); });
+  return id;
+}
+
+void AgentService::run_checkpoint(const std::string& job_id, const RuntimeContainer& container) {
+  const auto start = Clock::now();
+  auto lock_holder = container_lock(container.id);
+  std::lock_guard serial(*lock_holder);
+  auto phase = [&](const char* name) {
+    update(job_id, [&](JobStatus& j) {
+      j.state = "running";
+      j.phase = name;
+    });
+  };
+  auto fail = [&](const std::string& message) {
+    log::error("job " + job_id + ": checkpoint of " + container.name + " failed: " + message);
+    update(job_id, [&](JobStatus& j) {
+      j.state = "failed";
+      j.error = message;
+      j.finished_at = hook::utc_now_rfc3339();
+    });
+    metrics_.checkpoint_done(false, seconds_since(start), 0);
+  };
+  auto timed = [&](const char* name, auto&& step) {
+    phase(name);
+    const auto t = Clock::now();
+    auto result = step();
+    const double s = seconds_since(t);
+    update(job_id, [&](JobStatus& j) { j.phase_seconds[name] = s; });
+    return result;
+  };
+
+  CheckpointGpuRecord record;
+  record.checkpoint_id = job_id;
+  auto recorded = timed("reading-gpu-record", [&]() -> Result<void> {
+    auto state = hook::read_container_state(config_.state_dir, container.id);
+    if (!state) return state.error();
+    if (state.value()) {
+      record.record = state.value()->gpus.record;
+      record.devices = state.value()->gpus.devices;
+      record.gpu_env = state.value()->gpus.gpu_env;
+      return {};
+    }
+    auto inventory = deps_.inventory();   // no GPU use recorded: the archive still says where it was taken
+    if (!inventory) return inventory.error();
+    record.record.node = std::move(inventory.value());
+    return {};
+  });
+  if (!recorded) return fail(recorded.error().message);
+
+  std::error_code ec;
+  fs::create_directories(config_.checkpoint_dir, ec);
+  const fs::path partial = config_.checkpoint_dir / ("." + job_id + ".runtime-partial.tar.zst");
+  const fs::path final_path = config_.checkpoint_dir / (job_id + ".tar.zst");
+  auto dumped = timed("checkpointing", [&] { return deps_.runtime->checkpoint(container, partial); });
+  if (!dumped) {
+    fs::remove(partial, ec);
+    return fail(dumped.error().message);
+  }
+  auto bytes = timed("annotating", [&] {
+    return annotate_checkpoint_archive(partial, final_path, record, config_.archive_limits);
+  });
+  fs::remove(partial, ec);
+  if (!bytes) return fail(bytes.error().message);
+  const double total = seconds_since(start);
+  update(job_id, [&](JobStatus& j) {
+    j.state = "succeeded";
+    j.phase = "done";
+    j.finished_at = hook::utc_now_rfc3339();
+    j.phase_seconds["total"] = total;
+    j.result = {{"archive", final_path.string()},
+                {"archive_bytes", bytes.value()},
+                {"container_id", container.id},
+                {"container_name", container.name},
+                {"checkpoint_id", job_id},
+                {"used_gpu_ids", record.record.used_gpu_ids},
+                {"gpu_devices", to_json(record)["devices"]}};
+  });
+  metrics_.checkpoint_done(true, total, bytes.value());
+  log::info("job " + job_id + ": checkpoint of " + container.name + " written to " + final_path.string() + " (" +
+            std::to_string(bytes.value()) + " bytes, " + std::to_string(record.record.used_gpu_ids.size()) +
+            " GPU(s), " + std::to_string(total) + " s)");
+}
+
+Result<std::string> AgentService::start_restore(const RestoreRequest& request) {
+  if (!request.name.empty() && !is_valid_container_name(request.name))
+    return make_error("'name' must be a container name (letters, digits, '_', '.', '-'), got '" + request.name + "'");
+  auto archive = resolve_archive(request.archive);
+  if (!archive) return archive.error();
+  auto info = inspect_checkpoint_archive(archive.value(), config_.archive_limits);
+  if (!info) {
+    const int code = info.error().errno_value == EFBIG ? EFBIG : EBADMSG;
+    return with_errno(make_error("archive " + request.archive + " cannot be restored: " + info.error().message), code);
+  }
+  if (!info->has_criu_images)
+    return with_errno(make_error("archive " + request.archive + " has no CRIU images (checkpoint/inventory.img)"),
+                      EBADMSG);
+  std::optional<RestorePlan> plan;
+  nlohmann::json summary = {{"archive", archive->string()}, {"container_name", info->container_name},
+                            {"engine", info->engine}, {"gpu_record", info->gpus.has_value()}};
+  if (info->gpus && !info->gpus->record.used_gpu_ids.empty()) {
+    auto inventory = deps_.inventory();
+    if (!inventory) return inventory.error();
+    MatchRequest match;
+    match.source = &info->gpus->record;
+    match.target = &inventory.value();
+    match.allowed_target_ids = request.target_gpus;
+    match.policy = config_.match_policy;
+    auto outcome = match_gpus(match);
+    if (auto* failure = std::get_if<MatchFailure>(&outcome)) {
+      std::string why = failure->summary;
+      for (const auto& r : failure->rejections)
+        why += "; " + r.source_id + " -> " + r.candidate_id + ": " + r.property + " (" + r.detail + ")";
+      return with_errno(make_error("no GPU on this node can take checkpoint " + request.archive + ": " + why), EDOM);
+    }
+    auto made = make_restore_plan(*info->gpus, inventory.value(), std::get<MatchPlan>(outcome));
+    if (!made) return with_errno(made.error(), EDOM);
+    if (made->checkpoint_id.empty()) made->checkpoint_id = new_job_id("ck");
+    plan = std::move(made.value());
+    summary["plan"] = to_json(*plan);
+  }
+  const std::string name = request.name;
+  nlohmann::json req = {{"archive", request.archive}, {"name", name}};
+  if (request.target_gpus) req["target_gpus"] = *request.target_gpus;
+  const std::string id = add_job("restore", req);
+  log::info("job " + id + ": restore of " + archive->string() + " accepted (" +
+            (plan ? std::to_string(plan->assignments.size()) + " GPU(s) matched" : std::string("no GPU state")) + ")");
+  launch([this, id, path = archive.value(), plan, name, summary] { run_restore(id, path, plan, name, summary); });
+  return id;
+}
+
+void AgentService::run_restore(const std::string& job_id, fs::path archive, std::optional<RestorePlan> plan,
+                               std::string name, nlohmann::json info) {
+  const auto start = Clock::now();
+  auto fail = [&](const std::string& message) {
+    log::error("job " + job_id + ": restore of " + archive.string() + " failed: " + message);
+    update(job_id, [&](JobStatus& j) {
+      j.state = "failed";
+      j.error = message;
+      j.finished_at = hook::utc_now_rfc3339();
+    });
+    metrics_.restore_done(false, seconds_since(start));
+  };
+  auto phase = [&](const char* p) {
+    update(job_id, [&](JobStatus& j) {
+      j.state = "running";
+      j.phase = p;
+    });
+  };
+  std::error_code ec;
+  fs::path to_restore = archive;
+  fs::path restore_copy;
+  if (plan) {
+    phase("planning");
+    auto written = write_restore_plan(config_.state_dir, *plan);
+    if (!written) return fail(written.error().message);
+    if (!plan->devices.empty() || !plan->env.empty()) {
+      // podman does not run precreate hooks on restore, and CRIU restores /dev from its images: the spec and the
+      // saved /dev nodes are rewritten in a copy that the runtime restores from.
+      phase("rewriting-spec");
+      const auto t = Clock::now();
+      auto edit = restore_edits(archive, *plan, deps_.device_numbers,
+                                restore_plan_path(config_.state_dir, plan->checkpoint_id).string(),
+                                config_.archive_limits);
+      if (!edit) return fail("restore refused: " + edit.error().message);
+      restore_copy = config_.checkpoint_dir / ("." + job_id + ".restore.tar.zst");
+      auto copied = rewrite_archive(archive, restore_copy, edit.value(), config_.archive_limits);
+      if (!copied) return fail(copied.error().message);
+      to_restore = restore_copy;
+      update(job_id, [&](JobStatus& j) { j.phase_seconds["rewriting-spec"] = seconds_since(t); });
+    }
+  }
+  phase("restoring");
+  const auto t = Clock::now();
+  auto restored = deps_.runtime->restore(to_restore, name);
+  if (!restore_copy.empty()) fs::remove(restore_copy, ec);
+  if (!restored) return fail(restored.error().message);
+  const double total = seconds_since(start);
+  info["container_id"] = restored->id;
+  info["container_name"] = restored->name;
+  info["state"] = restored->state;
+  update(job_id, [&](JobStatus& j) {
+    j.state = "succeeded";
+    j.phase = "done";
+    j.finished_at = hook::utc_now_rfc3339();
+    j.phase_seconds["restoring"] = seconds_since(t);
+    j.phase_seconds["total"] = total;
+    j.result = info;
+  });
+  metrics_.restore_done(true, total);
+  log::info("job " + job_id + ": restored " + archive.string() + " as " + restored->name + " (" + restored->id +
+            ", " + std::to_string(total) + " s)");
+}
+
+}  // namespace gpuckpt::agent

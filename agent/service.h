@@ -1,0 +1,106 @@
+// The agent's work, without HTTP: checkpoint and restore jobs, the GPU and container views, metrics. The HTTP
+// layer (http_api.h) maps requests onto it; tests drive it directly with a fake runtime.
+#pragma once
+
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/config.h"
+#include "agent/metrics.h"
+#include "common/container_runtime.h"
+#include "common/gpu_model.h"
+#include "common/restore_plan.h"
+#include "common/result.h"
+
+namespace gpuckpt::agent {
+
+// Error kinds travel in Error::errno_value; http_status() maps them (docs/api.md lists them).
+//   EINVAL 400 bad input · EACCES 403 path outside the allowed dirs · ENOENT 404 · EBUSY 409 conflict ·
+//   EFBIG 413 too large · EBADMSG 422 unusable archive · EDOM 422 no GPU match · other 500
+int http_status(const Error& error);
+
+struct JobStatus {
+  std::string id;
+  std::string kind;     // "checkpoint" | "restore"
+  std::string state;    // "queued" | "running" | "succeeded" | "failed"
+  std::string phase;    // the step running now or last: "checkpointing", "annotating", "restoring", ...
+  std::string error;
+  std::string created_at;
+  std::string finished_at;
+  std::map<std::string, double> phase_seconds;
+  nlohmann::json request;
+  nlohmann::json result = nlohmann::json::object();
+};
+nlohmann::json to_json(const JobStatus& job);
+
+struct RestoreRequest {
+  std::string archive;                            // name in checkpoints.dir, or an absolute path inside it
+  std::string name;                               // name of the restored container; empty: the original name
+  std::optional<std::vector<std::string>> target_gpus;   // GPUs the scheduler assigned
+};
+
+struct AgentDeps {
+  std::shared_ptr<ContainerRuntime> runtime;
+  std::function<Result<NodeInventory>()> inventory;
+  DeviceNumberLookup device_numbers;
+};
+
+class AgentService {
+ public:
+  AgentService(AgentConfig config, AgentDeps deps);
+  ~AgentService();   // waits for running jobs
+  AgentService(const AgentService&) = delete;
+  AgentService& operator=(const AgentService&) = delete;
+
+  // Validates synchronously (bad names, unknown container -> error), then runs in the background.
+  Result<std::string> start_checkpoint(const ContainerRef& ref);
+  // Validates the archive (path, format, integrity) and matches GPUs synchronously, then restores in the background.
+  Result<std::string> start_restore(const RestoreRequest& request);
+  std::optional<JobStatus> job(const std::string& id) const;
+  void wait_idle();
+
+  Result<nlohmann::json> gpus() const;
+  Result<nlohmann::json> containers() const;
+  std::string metrics_text() const { return metrics_.render(); }
+  Metrics& metrics() { return metrics_; }
+
+  // An archive the API may name: inside checkpoints.dir (or kubelet_dir), no "..", no symlinks, a regular file.
+  Result<std::filesystem::path> resolve_archive(std::string_view name) const;
+
+  const AgentConfig& config() const { return config_; }
+
+ private:
+  struct Job;
+  std::string new_job_id(const char* prefix);
+  std::string add_job(const char* kind, nlohmann::json request);
+  void update(const std::string& id, const std::function<void(JobStatus&)>& change);
+  void launch(std::function<void()> work);
+  std::shared_ptr<std::mutex> container_lock(const std::string& container_id);
+  void run_checkpoint(const std::string& job_id, const RuntimeContainer& container);
+  void run_restore(const std::string& job_id, std::filesystem::path archive, std::optional<RestorePlan> plan,
+                   std::string name, nlohmann::json info);
+
+  AgentConfig config_;
+  AgentDeps deps_;
+  Metrics metrics_;
+  mutable std::mutex mutex_;
+  std::condition_variable idle_;
+  std::map<std::string, JobStatus> jobs_;
+  std::map<std::string, std::shared_ptr<std::mutex>> container_locks_;
+  int running_ = 0;
+  int active_ = 0;
+  std::condition_variable slot_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace gpuckpt::agent

@@ -1,0 +1,221 @@
+#include "cli/node_client.h"
+
+#include <httplib.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "agent/service.h"
+#include "common/container_runtime.h"
+#include "common/inventory.h"
+
+namespace gpuckpt::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Api {
+  int status = 0;
+  nlohmann::json body;
+  std::string transport_error;
+};
+
+class Follower {
+ public:
+  explicit Follower(bool quiet) : quiet_(quiet), start_(Clock::now()) {}
+  void show(const nlohmann::json& job) {
+    const std::string phase = job.value("phase", "");
+    if (quiet_ || phase == last_) return;
+    last_ = phase;
+    std::fprintf(stderr, "  [%7.2fs] %s\n", std::chrono::duration<double>(Clock::now() - start_).count(),
+                 phase.c_str());
+  }
+
+ private:
+  bool quiet_;
+  Clock::time_point start_;
+  std::string last_;
+};
+
+bool finished(const nlohmann::json& job) {
+  const auto state = job.value("state", "");
+  return state == "succeeded" || state == "failed";
+}
+
+JobOutcome outcome_of(const nlohmann::json& job) {
+  JobOutcome out;
+  out.job = job;
+  if (job.value("state", "") == "succeeded") return out;
+  out.exit_code = 1;
+  out.message = job.value("error", "the job failed without a message");
+  return out;
+}
+
+int exit_for_status(int status, const std::string& message) {
+  if (status == 422 && message.find("no GPU") != std::string::npos) return 3;
+  return status >= 400 && status < 500 ? 2 : 1;
+}
+
+JobOutcome run_remote(const NodeTarget& target, const std::string& kind, const nlohmann::json& body) {
+  JobOutcome out;
+  std::string token;
+  {
+    std::ifstream in(target.token_file);
+    std::getline(in, token);
+    while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  }
+  if (token.empty()) {
+    out.exit_code = 2;
+    out.message = "cannot read the agent token from '" + target.token_file + "' (pass --token-file FILE)";
+    return out;
+  }
+  httplib::Client client(target.agent_url);
+  client.set_bearer_token_auth(token.c_str());
+  client.set_connection_timeout(5);
+  client.set_read_timeout(60);
+  auto call = [&](const std::string& method, const std::string& path, const std::string& payload) {
+    Api api;
+    auto result = method == "POST" ? client.Post(path.c_str(), payload, "application/json") : client.Get(path.c_str());
+    if (!result) {
+      api.transport_error = "cannot reach the agent at " + target.agent_url + ": " + httplib::to_string(result.error());
+      return api;
+    }
+    api.status = result->status;
+    api.body = nlohmann::json::parse(result->body, nullptr, false);
+    return api;
+  };
+  const std::string collection = kind == "checkpoint" ? "/v1/checkpoints" : "/v1/restores";
+  Api started = call("POST", collection, body.dump());
+  if (!started.transport_error.empty()) {
+    out.exit_code = 1;
+    out.message = started.transport_error;
+    return out;
+  }
+  if (started.status != 202) {
+    std::string message = "agent answered " + std::to_string(started.status);
+    if (started.body.is_object() && started.body.contains("error"))
+      message = started.body["error"].value("message", message);
+    out.exit_code = exit_for_status(started.status, message);
+    out.message = message;
+    return out;
+  }
+  const std::string id = started.body.value("id", "");
+  Follower follow(target.quiet);
+  follow.show(started.body);
+  const auto deadline = Clock::now() + target.timeout;
+  nlohmann::json job = started.body;
+  while (!finished(job)) {
+    if (Clock::now() > deadline) {
+      out.exit_code = 1;
+      out.message = "job " + id + " did not finish within " + std::to_string(target.timeout.count()) +
+                    " s; it may still be running (GET " + collection + "/" + id + ")";
+      return out;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Api polled = call("GET", collection + "/" + id, "");
+    if (!polled.transport_error.empty() || polled.status != 200) continue;
+    job = polled.body;
+    follow.show(job);
+  }
+  return outcome_of(job);
+}
+
+JobOutcome run_local(const NodeTarget& target, const std::string& kind, const nlohmann::json& body) {
+  agent::AgentConfig config;
+  config.state_dir = target.state_dir;
+  config.checkpoint_dir = target.checkpoint_dir;
+  config.kubelet_checkpoint_dir.clear();
+  config.hooks_dir = target.hooks_dir;
+  config.host_root = target.host_root;
+  PodmanOptions podman;
+  podman.hooks_dir = target.hooks_dir;
+  podman.timeout = std::chrono::duration_cast<std::chrono::seconds>(target.timeout);
+  agent::AgentDeps deps;
+  deps.runtime = make_podman_runtime(podman);
+  const HostRoot host(target.host_root);
+  deps.inventory = [host] { return read_inventory(host); };
+  deps.device_numbers = stat_device_numbers(target.host_root);
+  agent::AgentService service(config, deps);
+  Result<std::string> id = make_error("unknown job kind " + kind);
+  if (kind == "checkpoint") {
+    ContainerRef ref;
+    ref.namespace_name = body.value("namespace", "");
+    ref.pod = body.value("pod", "");
+    ref.container = body.value("container", "");
+    id = service.start_checkpoint(ref);
+  } else if (kind == "restore") {
+    agent::RestoreRequest request;
+    request.archive = body.value("archive", "");
+    request.name = body.value("name", "");
+    if (body.contains("target_gpus")) request.target_gpus = body["target_gpus"].get<std::vector<std::string>>();
+    id = service.start_restore(request);
+  }
+  JobOutcome out;
+  if (!id) {
+    out.message = id.error().message;
+    out.exit_code = exit_for_status(agent::http_status(id.error()), out.message);
+    return out;
+  }
+  Follower follow(target.quiet);
+  for (;;) {
+    auto job = service.job(id.value());
+    const auto json = agent::to_json(*job);
+    follow.show(json);
+    if (finished(json)) return outcome_of(json);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace
+
+NodeTarget::NodeTarget() {
+  if (const char* agent = std::getenv("GPUCKPT_AGENT")) agent_url = agent;
+  if (const char* token = std::getenv("GPUCKPT_TOKEN_FILE")) token_file = token;
+}
+
+bool NodeTarget::consume(std::span<char*> args, std::size_t& i) {
+  const std::string arg = args[i];
+  if (arg == "--quiet" || arg == "-q") {
+    quiet = true;
+    return true;
+  }
+  struct Flag {
+    const char* name;
+    std::string* value;
+  };
+  std::string timeout_text;
+  const Flag flags[] = {{"--agent", &agent_url},         {"--token-file", &token_file},
+                        {"--state-dir", &state_dir},     {"--checkpoint-dir", &checkpoint_dir},
+                        {"--hooks-dir", &hooks_dir},     {"--host-root", &host_root},
+                        {"--timeout", &timeout_text}};
+  for (const auto& flag : flags) {
+    const std::string prefix = std::string(flag.name) + "=";
+    if (arg == flag.name) {
+      if (i + 1 >= args.size()) {
+        problem = std::string(flag.name) + " needs a value";
+        return true;
+      }
+      *flag.value = args[++i];
+    } else if (arg.rfind(prefix, 0) == 0) {
+      *flag.value = arg.substr(prefix.size());
+    } else {
+      continue;
+    }
+    if (!timeout_text.empty()) {
+      const long seconds = std::atol(timeout_text.c_str());
+      if (seconds <= 0) problem = "--timeout needs a positive number of seconds";
+      else timeout = std::chrono::seconds(seconds);
+    }
+    return true;
+  }
+  return false;
+}
+
+JobOutcome run_node_job(const NodeTarget& target, const std::string& kind, const nlohmann::json& body) {
+  return target.agent_url.empty() ? run_local(target, kind, body) : run_remote(target, kind, body);
+}
+
+}  // namespace gpuckpt::cli

@@ -1,0 +1,46 @@
+// What `gpuckpt checkpoint` and `gpuckpt restore` share: talk to an agent (--agent URL --token-file FILE, or
+// GPUCKPT_AGENT / GPUCKPT_TOKEN_FILE), or do the same work in-process against the local runtime (the agent's
+// library, no server), and follow the job with progress lines.
+#pragma once
+
+#include <chrono>
+#include <span>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace gpuckpt::cli {
+
+struct NodeTarget {
+  std::string agent_url;     // empty: local mode
+  std::string token_file;
+  // local mode
+  std::string state_dir = "/var/lib/gpuckpt";
+  std::string checkpoint_dir = "/var/lib/gpuckpt/checkpoints";
+  std::string hooks_dir;
+  std::string host_root = "/";
+  std::chrono::seconds timeout{900};
+  bool quiet = false;        // no progress lines
+  std::string problem;
+
+  NodeTarget();   // reads GPUCKPT_AGENT, GPUCKPT_TOKEN_FILE
+  // Takes one of our flags (and its value) at args[i]; false when args[i] is not ours.
+  bool consume(std::span<char*> args, std::size_t& i);
+};
+
+inline constexpr const char* kTargetFlags =
+    "[--agent URL --token-file FILE | --state-dir DIR --checkpoint-dir DIR --hooks-dir DIR --host-root DIR] "
+    "[--timeout SECONDS] [--quiet]";
+
+struct JobOutcome {
+  nlohmann::json job;     // the final job (docs/api.md)
+  int exit_code = 0;      // 0 ok, 2 refused as bad input, 3 no GPU match, 1 failed
+  std::string message;
+};
+
+// kind: "checkpoint" (body {namespace,pod,container}) or "restore" (body {archive,name,target_gpus}).
+JobOutcome run_node_job(const NodeTarget& target, const std::string& kind, const nlohmann::json& body);
+
+}  // namespace gpuckpt::cli

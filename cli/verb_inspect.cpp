@@ -1,0 +1,133 @@
+// gpuckpt inspect ARCHIVE [--host-root DIR] [--nvml-snapshot FILE] [--json]
+// What a checkpoint archive holds, which GPUs it needs, and whether this node can take it (exit 3: it cannot).
+#include <cstdio>
+#include <span>
+#include <string>
+
+#include "cli/cli_args.h"
+#include "common/checkpoint_archive.h"
+#include "common/matcher.h"
+#include "common/properties_record.h"
+
+namespace gpuckpt::cli {
+
+namespace {
+
+constexpr const char* kUsage = "gpuckpt inspect ARCHIVE [--host-root DIR] [--nvml-snapshot FILE] [--json]";
+
+std::string gib(std::uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1ULL << 30));
+  return text;
+}
+
+}  // namespace
+
+int run_inspect(std::span<char*> args) {
+  InventoryArgs opts;
+  std::string archive;
+  bool json = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("usage: %s\n", kUsage);
+      return kExitOk;
+    } else if (arg == "--json") {
+      json = true;
+    } else if (opts.consume(args, i)) {
+      if (!opts.problem.empty()) return usage_error("inspect", opts.problem, kUsage);
+    } else if (arg.empty() || arg[0] == '-' || !archive.empty()) {
+      return usage_error("inspect", "unexpected argument '" + arg + "'", kUsage);
+    } else {
+      archive = arg;
+    }
+  }
+  if (archive.empty()) return usage_error("inspect", "name the checkpoint archive", kUsage);
+  init_cli_logging("inspect");
+  auto info = inspect_checkpoint_archive(archive, ArchiveLimits{});
+  if (!info) {
+    std::fprintf(stderr, "gpuckpt inspect: %s\n", info.error().message.c_str());
+    return kExitBadInput;
+  }
+  // Can this node take it?
+  std::string verdict = "yes: no GPU state, restores on any node";
+  bool fits = true;
+  nlohmann::json match_json = nullptr;
+  if (info->gpus && !info->gpus->record.used_gpu_ids.empty()) {
+    auto inventory = opts.read("inspect");
+    if (!inventory) return 1;
+    MatchRequest request;
+    request.source = &info->gpus->record;
+    request.target = &*inventory;
+    request.policy = MatchPolicy::from_env();
+    auto outcome = match_gpus(request);
+    if (auto* plan = std::get_if<MatchPlan>(&outcome)) {
+      verdict = "yes:";
+      match_json = nlohmann::json::array();
+      for (const auto& a : plan->assignments) {
+        verdict += " " + a.source_id + " -> " + a.target_id;
+        match_json.push_back({{"source_id", a.source_id}, {"target_id", a.target_id}});
+      }
+      for (const auto& r : plan->relaxations) verdict += " (relaxed: " + r + ")";
+    } else {
+      const auto& failure = std::get<MatchFailure>(outcome);
+      fits = false;
+      verdict = "no: " + failure.summary;
+      for (const auto& r : failure.rejections)
+        verdict += "\n      " + r.source_id + " x " + r.candidate_id + ": " + r.property + " - " + r.detail;
+    }
+  }
+  if (json) {
+    nlohmann::json out = {{"archive", archive},
+                          {"container_name", info->container_name},
+                          {"container_id", info->container_id},
+                          {"image", info->image},
+                          {"engine", info->engine},
+                          {"runtime", info->runtime},
+                          {"created", info->created},
+                          {"archive_bytes", info->archive_bytes},
+                          {"content_bytes", info->content_bytes},
+                          {"entries", info->entry_count},
+                          {"criu_images", info->has_criu_images},
+                          {"spec_devices", info->spec_devices},
+                          {"annotations", info->spec.value("annotations", nlohmann::json::object())},
+                          {"gpus", info->gpus ? to_json(*info->gpus) : nlohmann::json(nullptr)},
+                          {"fits_this_node", fits},
+                          {"match", match_json}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return fits ? kExitOk : kExitNoMatch;
+  }
+  std::printf("archive:     %s (%llu bytes, %zu entries, %llu bytes unpacked)\n", archive.c_str(),
+              static_cast<unsigned long long>(info->archive_bytes), info->entry_count,
+              static_cast<unsigned long long>(info->content_bytes));
+  std::printf("container:   %s (%s)\n", info->container_name.c_str(), info->container_id.substr(0, 12).c_str());
+  std::printf("image:       %s\n", info->image.c_str());
+  std::printf("engine:      %s, runtime %s, created %s\n", info->engine.c_str(), info->runtime.c_str(),
+              info->created.c_str());
+  std::printf("CRIU images: %s\n", info->has_criu_images ? "yes" : "MISSING (not restorable)");
+  std::string devices;
+  for (const auto& d : info->spec_devices) devices += (devices.empty() ? "" : " ") + d;
+  std::printf("devices:     %s\n", devices.empty() ? "-" : devices.c_str());
+  if (!info->gpus) {
+    std::printf("gpuckpt:     not annotated (checkpointed without gpuckpt; no GPU record)\n");
+  } else {
+    const auto& g = *info->gpus;
+    std::printf("gpuckpt:     checkpoint %s, record v%d, taken on %s (%zu GPU(s))\n", g.checkpoint_id.c_str(), g.version,
+                g.record.node.hostname.c_str(), g.record.node.gpus.size());
+    for (const auto& gpu : g.record.node.gpus) {
+      bool used = false;
+      for (const auto& id : g.record.used_gpu_ids) used = used || id == gpu.id;
+      if (used)
+        std::printf("  needs GPU  %s: %s, %s, driver %s\n", gpu.id.c_str(), gpu.name.c_str(),
+                    gib(gpu.memory_bytes).c_str(), gpu.driver_version.c_str());
+    }
+    for (const auto& d : g.devices)
+      std::printf("  device     %s%s%s\n", d.container_path.c_str(), d.gpu_id.empty() ? "" : " -> ",
+                  d.gpu_id.c_str());
+    for (const auto& [name, value] : g.gpu_env) std::printf("  env        %s=%s\n", name.c_str(), value.c_str());
+  }
+  std::printf("this node:   %s\n", verdict.c_str());
+  return fits ? kExitOk : kExitNoMatch;
+}
+
+}  // namespace gpuckpt::cli
