@@ -141,7 +141,8 @@ struct KfdLinkRaw {
   std::map<std::string, std::uint64_t> props;
 };
 
-Result<void> read_kfd(const HostRoot& host, NodeInventory& inv) {
+// hidden_nodes: KFD nodes this container may not see (cgroup), which may be GPUs DRM still lists.
+Result<void> read_kfd(const HostRoot& host, NodeInventory& inv, std::size_t& hidden_nodes) {
   if (!host.exists(kKfdNodes)) return {};
   const auto rules = cgroup_v1_device_rules(host);
   if (auto sys = read_kfd_properties(host, "sys/class/kfd/kfd/topology/system_properties"); sys) {
@@ -163,6 +164,7 @@ Result<void> read_kfd(const HostRoot& host, NodeInventory& inv) {
     if (!gpu_id_text) {
       // The kernel answers EPERM for nodes the device cgroup hides; the directory stays visible.
       log::debug("KFD node " + name + " skipped: " + gpu_id_text.error().message);
+      ++hidden_nodes;
       continue;
     }
     if (!is_number(*gpu_id_text))
@@ -193,6 +195,7 @@ Result<void> read_kfd(const HostRoot& host, NodeInventory& inv) {
     if (rules && !cgroup_allows(*rules, kDrmMajor, static_cast<std::uint32_t>(render_minor))) {
       log::info("KFD node " + name + " (gpu_id " + std::to_string(gpu_id) + ") left out: the device cgroup denies renderD" +
                 std::to_string(render_minor));
+      ++hidden_nodes;
       continue;
     }
 
@@ -423,12 +426,14 @@ Result<void> read_nvidia(const HostRoot& host, const InventoryOptions& options, 
   return {};
 }
 
-void read_drm(const HostRoot& host, NodeInventory& inv) {
+void read_drm(const HostRoot& host, NodeInventory& inv, std::size_t hidden_kfd_nodes) {
   auto entries = host.list_dir("sys/class/drm");
   if (!entries) return;
+  const auto rules = cgroup_v1_device_rules(host);
   for (const auto& name : *entries) {
     if (name.rfind("renderD", 0) != 0 || !is_number(name.substr(7))) continue;
     const int minor = std::stoi(name.substr(7));
+    if (rules && !cgroup_allows(*rules, kDrmMajor, static_cast<std::uint32_t>(minor))) continue;
     const std::string dev = "sys/class/drm/" + name + "/device";
     auto target = host.read_link(dev);
     std::string pci = target ? std::filesystem::path(*target).filename().string() : "";
@@ -440,6 +445,11 @@ void read_drm(const HostRoot& host, NodeInventory& inv) {
         same_pci->render_minor = minor;
         same_pci->device_paths.push_back("/dev/dri/" + name);
       }
+      continue;
+    }
+    if (*vendor == kAmdVendor && hidden_kfd_nodes > 0) {
+      // Likely one of the KFD nodes hidden from us (cgroup v2 only shows as EPERM there): not ours to report.
+      log::debug(name + " left out: an AMD GPU without a visible KFD node while KFD hides some nodes");
       continue;
     }
     GpuDevice gpu;
@@ -479,9 +489,10 @@ Result<NodeInventory> read_inventory(const HostRoot& host, const InventoryOption
   NodeInventory inv;
   if (auto h = host.read_line("proc/sys/kernel/hostname"); h) inv.hostname = *h;
   else if (auto e = host.read_line("etc/hostname"); e) inv.hostname = *e;
-  if (auto r = read_kfd(host, inv); !r) return r.error();
+  std::size_t hidden_kfd_nodes = 0;
+  if (auto r = read_kfd(host, inv, hidden_kfd_nodes); !r) return r.error();
   if (auto r = read_nvidia(host, options, inv); !r) return r.error();
-  read_drm(host, inv);
+  read_drm(host, inv, hidden_kfd_nodes);
   return inv;
 }
 
