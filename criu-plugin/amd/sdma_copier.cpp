@@ -4,6 +4,7 @@
 #include "criu-plugin/amd/sdma_copier.h"
 
 #include <amdgpu.h>
+#include <dlfcn.h>
 #include <amdgpu_drm.h>
 #include <unistd.h>
 
@@ -24,6 +25,38 @@ constexpr std::uint64_t kSdmaMaxLinearCopy = 1ull << 21;   // bytes one packet m
 constexpr std::uint32_t kPacketDwords = 7;
 constexpr std::uint64_t kFenceTimeoutNs = 10ull * 1000 * 1000 * 1000;
 
+// libdrm_amdgpu is opened at run time: the one plugin .so also loads on nodes without it (NVIDIA nodes).
+#define GPUCKPT_LIBDRM_AMDGPU_FUNCTIONS(X)                                                                    \
+  X(amdgpu_device_initialize) X(amdgpu_device_deinitialize) X(amdgpu_query_gpu_info) X(amdgpu_bo_alloc)      \
+  X(amdgpu_bo_free) X(amdgpu_bo_cpu_map) X(amdgpu_bo_cpu_unmap) X(amdgpu_va_range_alloc)                     \
+  X(amdgpu_va_range_free) X(amdgpu_bo_va_op) X(amdgpu_bo_import) X(amdgpu_cs_ctx_create) X(amdgpu_cs_ctx_free) \
+  X(amdgpu_bo_list_create) X(amdgpu_bo_list_destroy) X(amdgpu_cs_submit) X(amdgpu_cs_query_fence_status)
+
+struct Libdrm {
+#define GPUCKPT_DECLARE(name) decltype(&::name) name = nullptr;
+  GPUCKPT_LIBDRM_AMDGPU_FUNCTIONS(GPUCKPT_DECLARE)
+#undef GPUCKPT_DECLARE
+  std::string error;
+};
+
+const Libdrm& libdrm() {
+  static const Libdrm lib = [] {
+    Libdrm l;
+    void* handle = ::dlopen("libdrm_amdgpu.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      l.error = std::string("libdrm_amdgpu.so.1 not loadable: ") + ::dlerror();
+      return l;
+    }
+#define GPUCKPT_RESOLVE(name)                                                      \
+    l.name = reinterpret_cast<decltype(&::name)>(::dlsym(handle, #name));          \
+    if (!l.name && l.error.empty()) l.error = "libdrm_amdgpu.so.1 lacks " #name;
+    GPUCKPT_LIBDRM_AMDGPU_FUNCTIONS(GPUCKPT_RESOLVE)
+#undef GPUCKPT_RESOLVE
+    return l;
+  }();
+  return lib;
+}
+
 Error drm_error(const std::string& what, int ret) {
   return make_error("SDMA: " + what + " failed: " + std::strerror(ret < 0 ? -ret : ret), ret < 0 ? -ret : EIO);
 }
@@ -43,21 +76,22 @@ class LibdrmSdmaCopier final : public BoCopier {
     for (auto& [fd, bo] : imported_) release(bo);
     release(staging_);
     release(ib_);
-    if (ctx_) amdgpu_cs_ctx_free(ctx_);
-    if (dev_) amdgpu_device_deinitialize(dev_);
+    if (ctx_) drm_.amdgpu_cs_ctx_free(ctx_);
+    if (dev_) drm_.amdgpu_device_deinitialize(dev_);
   }
 
   Result<void> init(int render_fd, std::size_t buffer_size) {
+    if (!drm_.error.empty()) return make_error("SDMA: " + drm_.error, ENOSYS);
     std::uint32_t major = 0, minor = 0;
-    if (int r = amdgpu_device_initialize(render_fd, &major, &minor, &dev_)) return drm_error("device init", r);
+    if (int r = drm_.amdgpu_device_initialize(render_fd, &major, &minor, &dev_)) return drm_error("device init", r);
     amdgpu_gpu_info info{};
-    if (int r = amdgpu_query_gpu_info(dev_, &info)) return drm_error("gpu info query", r);
+    if (int r = drm_.amdgpu_query_gpu_info(dev_, &info)) return drm_error("gpu info query", r);
     count_minus_one_ = info.family_id >= AMDGPU_FAMILY_AI;
     if (auto r = alloc_mapped(buffer_size, AMDGPU_GEM_DOMAIN_GTT, &staging_); !r) return r;
     const std::uint64_t packets = (buffer_size + kSdmaMaxLinearCopy - 1) / kSdmaMaxLinearCopy;
     const std::uint64_t ib_bytes = std::max<std::uint64_t>(4096, packets * kPacketDwords * 4);
     if (auto r = alloc_mapped(ib_bytes, AMDGPU_GEM_DOMAIN_GTT, &ib_); !r) return r;
-    if (int r = amdgpu_cs_ctx_create(dev_, &ctx_)) return drm_error("context create", r);
+    if (int r = drm_.amdgpu_cs_ctx_create(dev_, &ctx_)) return drm_error("context create", r);
     return {};
   }
 
@@ -84,19 +118,19 @@ class LibdrmSdmaCopier final : public BoCopier {
     req.alloc_size = size;
     req.phys_alignment = 4096;
     req.preferred_heap = domain;
-    if (int r = amdgpu_bo_alloc(dev_, &req, &out->bo)) return drm_error("staging allocation", r);
+    if (int r = drm_.amdgpu_bo_alloc(dev_, &req, &out->bo)) return drm_error("staging allocation", r);
     out->size = size;
     if (auto r = map_va(out); !r) return r;
-    if (int r = amdgpu_bo_cpu_map(out->bo, &out->cpu)) return drm_error("staging CPU map", r);
+    if (int r = drm_.amdgpu_bo_cpu_map(out->bo, &out->cpu)) return drm_error("staging CPU map", r);
     return {};
   }
 
   Result<void> map_va(MappedBo* bo) {
-    if (int r = amdgpu_va_range_alloc(dev_, amdgpu_gpu_va_range_general, bo->size, 4096, 0, &bo->gpu_addr, &bo->va,
+    if (int r = drm_.amdgpu_va_range_alloc(dev_, amdgpu_gpu_va_range_general, bo->size, 4096, 0, &bo->gpu_addr, &bo->va,
                                       0)) {
       return drm_error("VA range allocation", r);
     }
-    if (int r = amdgpu_bo_va_op(bo->bo, 0, bo->size, bo->gpu_addr, 0, AMDGPU_VA_OP_MAP)) {
+    if (int r = drm_.amdgpu_bo_va_op(bo->bo, 0, bo->size, bo->gpu_addr, 0, AMDGPU_VA_OP_MAP)) {
       return drm_error("GPU map", r);
     }
     return {};
@@ -104,19 +138,19 @@ class LibdrmSdmaCopier final : public BoCopier {
 
   void release(MappedBo& bo) {
     if (!bo.bo) return;
-    if (bo.cpu) amdgpu_bo_cpu_unmap(bo.bo);
+    if (bo.cpu) drm_.amdgpu_bo_cpu_unmap(bo.bo);
     if (bo.va) {
-      amdgpu_bo_va_op(bo.bo, 0, bo.size, bo.gpu_addr, 0, AMDGPU_VA_OP_UNMAP);
-      amdgpu_va_range_free(bo.va);
+      drm_.amdgpu_bo_va_op(bo.bo, 0, bo.size, bo.gpu_addr, 0, AMDGPU_VA_OP_UNMAP);
+      drm_.amdgpu_va_range_free(bo.va);
     }
-    amdgpu_bo_free(bo.bo);
+    drm_.amdgpu_bo_free(bo.bo);
     bo = MappedBo{};
   }
 
   Result<MappedBo*> import(int dmabuf_fd) {
     if (auto it = imported_.find(dmabuf_fd); it != imported_.end()) return &it->second;
     amdgpu_bo_import_result res{};
-    if (int r = amdgpu_bo_import(dev_, amdgpu_bo_handle_type_dma_buf_fd, static_cast<std::uint32_t>(dmabuf_fd),
+    if (int r = drm_.amdgpu_bo_import(dev_, amdgpu_bo_handle_type_dma_buf_fd, static_cast<std::uint32_t>(dmabuf_fd),
                                  &res)) {
       return drm_error("dmabuf import", r);
     }
@@ -147,7 +181,7 @@ class LibdrmSdmaCopier final : public BoCopier {
     }
     amdgpu_bo_handle resources[3] = {target, staging_.bo, ib_.bo};
     amdgpu_bo_list_handle list = nullptr;
-    if (int r = amdgpu_bo_list_create(dev_, 3, resources, nullptr, &list)) return drm_error("BO list", r);
+    if (int r = drm_.amdgpu_bo_list_create(dev_, 3, resources, nullptr, &list)) return drm_error("BO list", r);
     amdgpu_cs_ib_info ib_info{};
     ib_info.ib_mc_address = ib_.gpu_addr;
     ib_info.size = dwords;
@@ -156,19 +190,20 @@ class LibdrmSdmaCopier final : public BoCopier {
     req.resources = list;
     req.number_of_ibs = 1;
     req.ibs = &ib_info;
-    int r = amdgpu_cs_submit(ctx_, 0, &req, 1);
-    amdgpu_bo_list_destroy(list);
+    int r = drm_.amdgpu_cs_submit(ctx_, 0, &req, 1);
+    drm_.amdgpu_bo_list_destroy(list);
     if (r) return drm_error("command submission", r);
     amdgpu_cs_fence fence{};
     fence.context = ctx_;
     fence.ip_type = AMDGPU_HW_IP_DMA;
     fence.fence = req.seq_no;
     std::uint32_t expired = 0;
-    if ((r = amdgpu_cs_query_fence_status(&fence, kFenceTimeoutNs, 0, &expired))) return drm_error("fence wait", r);
+    if ((r = drm_.amdgpu_cs_query_fence_status(&fence, kFenceTimeoutNs, 0, &expired))) return drm_error("fence wait", r);
     if (!expired) return make_error("SDMA: copy did not finish within 10 s", ETIMEDOUT);
     return {};
   }
 
+  const Libdrm& drm_ = libdrm();
   amdgpu_device_handle dev_ = nullptr;
   amdgpu_context_handle ctx_ = nullptr;
   bool count_minus_one_ = true;
