@@ -115,10 +115,11 @@ std::vector<Problem> pair_problems(const GpuDevice& src, const GpuDevice& dst) {
   // model
   if (src.vendor_id && dst.vendor_id && src.device_id && dst.device_id &&
       (src.vendor_id != dst.vendor_id || src.device_id != dst.device_id)) {
-    char text[96];
-    std::snprintf(text, sizeof text, "target PCI id %04x:%04x, source %04x:%04x", dst.vendor_id, dst.device_id,
-                  src.vendor_id, src.device_id);
-    problems.push_back({"model", text});
+    char ids[64];
+    std::snprintf(ids, sizeof ids, "%04x:%04x) is not the source's ", dst.vendor_id, dst.device_id);
+    char src_ids[32];
+    std::snprintf(src_ids, sizeof src_ids, "%04x:%04x)", src.vendor_id, src.device_id);
+    problems.push_back({"model", "target " + dst.name + " (" + ids + src.name + " (" + src_ids});
   } else if (src.vendor == GpuVendor::Nvidia) {
     if (!src.name.empty() && !dst.name.empty() && src.name != dst.name)
       problems.push_back({"model", "target is '" + dst.name + "', source was '" + src.name + "'"});
@@ -152,23 +153,22 @@ std::vector<Problem> pair_problems(const GpuDevice& src, const GpuDevice& dst) {
   if (dst.memory_bytes != 0 && src.memory_bytes > dst.memory_bytes)   // 0 = the target could not say
     problems.push_back({"memory", "target has " + format_bytes(dst.memory_bytes) + ", source GPU had " +
                                       format_bytes(src.memory_bytes)});
-  // firmware / driver
+  // firmware / driver: every older one is named
   std::string fw;
+  auto older = [&](const std::string& what) { fw += (fw.empty() ? "" : "; ") + what; };
   if (!src.firmware_version.empty() && !dst.firmware_version.empty() &&
       compare_versions(dst.firmware_version, src.firmware_version) < 0)
-    fw = "target firmware " + dst.firmware_version + " is older than the source's " + src.firmware_version;
-  else if (!src.driver_version.empty() && !dst.driver_version.empty() &&
-           compare_versions(dst.driver_version, src.driver_version) < 0)
-    fw = "target driver " + dst.driver_version + " is older than the source's " + src.driver_version;
-  else if (src.vendor == GpuVendor::Amd) {
+    older("target firmware " + dst.firmware_version + " is older than the source's " + src.firmware_version);
+  if (!src.driver_version.empty() && !dst.driver_version.empty() &&
+      compare_versions(dst.driver_version, src.driver_version) < 0)
+    older("target driver " + dst.driver_version + " is older than the source's " + src.driver_version);
+  if (src.vendor == GpuVendor::Amd) {
     for (const char* name : kAmdFirmwareProperties) {
       auto a = src.properties.find(name);
       auto b = dst.properties.find(name);
-      if (a != src.properties.end() && b != dst.properties.end() && b->second < a->second) {
-        fw = std::string("target ") + name + " " + std::to_string(b->second) + " is older than the source's " +
-             std::to_string(a->second);
-        break;
-      }
+      if (a != src.properties.end() && b != dst.properties.end() && b->second < a->second)
+        older(std::string("target ") + name + " " + std::to_string(b->second) + " is older than the source's " +
+              std::to_string(a->second));
     }
   }
   if (!fw.empty()) problems.push_back({"firmware", fw});
@@ -256,8 +256,10 @@ class Search {
     const GpuDevice& src = *sources_[s];
     const GpuDevice& dst = *candidates_[c];
     int score = 0;
-    if (policy_.check_numa && src.numa_node >= 0 && src.numa_node == dst.numa_node) score += 2;
-    if (src.id == dst.id) score += 1;   // restoring where it ran: keep the identity mapping
+    if (policy_.check_numa && src.numa_node >= 0 && src.numa_node == dst.numa_node) score += 4;
+    // Restoring where it ran: keep the same GPU, known by id, or by PCI address after KFD renumbered it.
+    if (src.id == dst.id || (!src.uuid.empty() && src.uuid == dst.uuid)) score += 2;
+    else if (!src.pci_address.empty() && src.pci_address == dst.pci_address) score += 1;
     return score;
   }
 

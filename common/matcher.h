@@ -59,8 +59,9 @@ struct MatchRequest {
 };
 
 // Deterministic: the same inputs give the same plan. Backtracks over candidates; among the assignments that pass
-// every enforced check it picks the one keeping the most GPUs on their source NUMA node, then the most
-// identical ids (restore where it ran), then the earliest in inventory order.
+// every enforced check it picks the one keeping the most GPUs on their source NUMA node, then the most GPUs
+// that are the same device (same id or UUID, else same PCI address: restore where it ran), then the earliest in
+// inventory order.
 std::variant<MatchPlan, MatchFailure> match_gpus(const MatchRequest& request);
 
 // Dotted version comparison used for firmware/driver checks ("580.159.04", "96.00.a5.00.1a"): <0, 0, >0.
