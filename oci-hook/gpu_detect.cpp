@@ -99,21 +99,25 @@ std::vector<std::string> resolve_gpus(GpuUse& use, const NodeInventory& inventor
         used.insert(gpu.id);
     }
   };
+  // Device numbers say which GPU really backs a node; the container path decides only when no GPU node has
+  // those numbers (test containers alias /dev/null as /dev/nvidia0).
   for (auto& device : use.devices) {
     if (!is_per_gpu_node(device.container_path)) continue;
+    const GpuDevice* by_numbers = nullptr;
+    const GpuDevice* by_path = nullptr;
     for (const auto& gpu : inventory.gpus) {
       for (const auto& node : gpu.device_paths) {
-        bool same = node == device.container_path;
-        if (!same && (device.major != 0 || device.minor != 0)) {
+        if (!is_per_gpu_node(node)) continue;
+        if (!by_path && node == device.container_path) by_path = &gpu;
+        if (!by_numbers && (device.major != 0 || device.minor != 0)) {
           auto numbers = lookup(node);
-          same = numbers && numbers->first == device.major && numbers->second == device.minor &&
-                 is_per_gpu_node(node);
-        }
-        if (same && device.gpu_id.empty()) {
-          device.gpu_id = gpu.id;
-          used.insert(gpu.id);
+          if (numbers && numbers->first == device.major && numbers->second == device.minor) by_numbers = &gpu;
         }
       }
+    }
+    if (const GpuDevice* gpu = by_numbers ? by_numbers : by_path) {
+      device.gpu_id = gpu->id;
+      used.insert(gpu->id);
     }
   }
   if (auto it = use.gpu_env.find("NVIDIA_VISIBLE_DEVICES"); it != use.gpu_env.end())

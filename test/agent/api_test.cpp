@@ -1,0 +1,337 @@
+// The agent's HTTP API end to end in-process: a real httplib server on 127.0.0.1 (port chosen by the kernel)
+// over AgentService with the one fake runtime (below), fixture inventory, archives built by the test.
+#include <catch2/catch_test_macros.hpp>
+
+#include <httplib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "agent/http_api.h"
+#include "agent/service.h"
+#include "oci-hook/container_store.h"
+#include "test/agent/archive_builder.h"
+
+namespace fs = std::filesystem;
+using namespace gpuckpt;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kToken = "test-token-0123456789abcdef";
+
+// The fake runtime: containers in a table; checkpoint writes a podman-layout archive; restore records the call
+// and the spec it was given, as podman would create the container from it.
+class FakeRuntime final : public ContainerRuntime {
+ public:
+  std::map<std::string, RuntimeContainer> containers;
+  std::vector<fs::path> restored;
+  std::vector<json> restored_specs;
+  std::mutex mutex;
+  std::string name() const override { return "fake"; }
+  Result<RuntimeContainer> find(const ContainerRef& ref) override {
+    std::lock_guard lock(mutex);
+    auto it = containers.find(ref.container);
+    if (it == containers.end()) return make_error("no container '" + ref.container + "'", ENOENT);
+    return it->second;
+  }
+  Result<std::vector<RuntimeContainer>> list() override {
+    std::lock_guard lock(mutex);
+    std::vector<RuntimeContainer> out;
+    for (const auto& [n, c] : containers) out.push_back(c);
+    return out;
+  }
+  Result<void> checkpoint(const RuntimeContainer& c, const fs::path& archive) override {
+    test::make_archive(archive, test::podman_checkpoint_entries());
+    std::lock_guard lock(mutex);
+    containers[c.name].state = "exited";
+    return {};
+  }
+  Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name) override {
+    auto spec = read_archive_entry(archive, "spec.dump", ArchiveLimits{});
+    if (!spec || !spec.value()) return make_error("fake restore: no spec.dump");
+    std::lock_guard lock(mutex);
+    restored.push_back(archive);
+    restored_specs.push_back(json::parse(*spec.value()));
+    RuntimeContainer c{"restored-" + std::to_string(restored.size()), new_name.empty() ? "counter" : new_name,
+                       "running", 4242};
+    containers[c.name] = c;
+    return c;
+  }
+};
+
+NodeInventory two_gpu_node() {
+  NodeInventory inv;
+  inv.hostname = "node-a";
+  for (int i = 0; i < 2; ++i) {
+    GpuDevice g;
+    g.id = "GPU-" + std::to_string(i);
+    g.uuid = g.id;
+    g.vendor = GpuVendor::Nvidia;
+    g.name = "NVIDIA H200";
+    g.device_minor = i;
+    g.device_paths = {"/dev/nvidia" + std::to_string(i), "/dev/nvidiactl"};
+    inv.gpus.push_back(g);
+  }
+  return inv;
+}
+
+struct Fixture {
+  test::TempDir tmp;
+  std::shared_ptr<FakeRuntime> runtime = std::make_shared<FakeRuntime>();
+  std::unique_ptr<agent::AgentService> service;
+  httplib::Server server;
+  std::thread thread;
+  int port = 0;
+
+  Fixture() {
+    agent::AgentConfig config;
+    config.state_dir = tmp.path / "state";
+    config.checkpoint_dir = tmp.path / "checkpoints";
+    config.kubelet_checkpoint_dir = tmp.path / "kubelet";
+    config.max_request_bytes = 4096;
+    fs::create_directories(config.checkpoint_dir);
+    runtime->containers["counter"] = {"abc123", "counter", "running", 100};
+    runtime->containers["plain"] = {"def456", "plain", "running", 101};
+    agent::AgentDeps deps;
+    deps.runtime = runtime;
+    deps.inventory = [] { return Result<NodeInventory>(two_gpu_node()); };
+    deps.device_numbers = [](const std::string& p) -> Result<std::pair<std::uint32_t, std::uint32_t>> {
+      if (p == "/dev/nvidia0") return std::make_pair(195u, 0u);
+      if (p == "/dev/nvidia1") return std::make_pair(195u, 1u);
+      return make_error("no " + p);
+    };
+    service = std::make_unique<agent::AgentService>(config, deps);
+    agent::install_routes(server, *service, kToken);
+    port = server.bind_to_any_port("127.0.0.1");
+    thread = std::thread([this] { server.listen_after_bind(); });
+    server.wait_until_ready();
+    // What the OCI hook recorded when "counter" started: it uses GPU-0 through /dev/nvidia0.
+    hook::ContainerGpuState state;
+    state.container_id = "abc123";
+    state.gpus.record.node = two_gpu_node();
+    state.gpus.record.used_gpu_ids = {"GPU-0"};
+    state.gpus.devices = {{"/dev/nvidia0", 195, 0, "GPU-0"}};
+    state.gpus.gpu_env = {{"NVIDIA_VISIBLE_DEVICES", "0"}};
+    REQUIRE(hook::write_container_state(config.state_dir, state).ok());
+  }
+  ~Fixture() {
+    server.stop();
+    thread.join();
+  }
+
+  httplib::Client client(const std::string& token = kToken) {
+    httplib::Client c("127.0.0.1", port);
+    if (!token.empty()) c.set_bearer_token_auth(token.c_str());
+    return c;
+  }
+  json post(const std::string& path, const std::string& body, int expect) {
+    auto res = client().Post(path.c_str(), body, "application/json");
+    REQUIRE(res);
+    INFO(res->body);
+    CHECK(res->status == expect);
+    return json::parse(res->body);
+  }
+  json wait_job(const std::string& collection, const std::string& id) {
+    service->wait_idle();
+    auto res = client().Get((collection + "/" + id).c_str());
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    return json::parse(res->body);
+  }
+  std::vector<std::string> checkpoint_files() {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(tmp.path / "checkpoints")) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("token comparison", "[unit]") {
+  CHECK(agent::token_matches("abc", "abc"));
+  CHECK_FALSE(agent::token_matches("abd", "abc"));
+  CHECK_FALSE(agent::token_matches("ab", "abc"));
+  CHECK_FALSE(agent::token_matches("abcd", "abc"));
+  CHECK_FALSE(agent::token_matches("", ""));
+}
+
+TEST_CASE("every /v1 call needs the bearer token; health and metrics do not", "[unit]") {
+  Fixture f;
+  for (const std::string& token : {std::string(), std::string("wrong-token")}) {
+    auto c = f.client(token);
+    auto res = c.Get("/v1/gpus");
+    REQUIRE(res);
+    CHECK(res->status == 401);
+    CHECK(json::parse(res->body)["error"]["message"].get<std::string>().find("bearer token") != std::string::npos);
+    auto post = c.Post("/v1/checkpoints", R"({"container":"counter"})", "application/json");
+    REQUIRE(post);
+    CHECK(post->status == 401);
+  }
+  CHECK(f.runtime->containers.at("counter").state == "running");   // nothing happened
+  auto anon = f.client("");
+  CHECK(anon.Get("/healthz")->status == 200);
+  auto metrics = anon.Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->body.find("gpuckpt_api_rejected_total{reason=\"auth\"} 4") != std::string::npos);
+}
+
+TEST_CASE("GET /v1/gpus and /v1/containers", "[unit]") {
+  Fixture f;
+  auto gpus = f.client().Get("/v1/gpus");
+  REQUIRE(gpus);
+  CHECK(gpus->status == 200);
+  CHECK(json::parse(gpus->body)["gpus"].size() == 2);
+  auto containers = f.client().Get("/v1/containers");
+  REQUIRE(containers);
+  const auto list = json::parse(containers->body)["containers"];
+  REQUIRE(list.size() == 1);
+  CHECK(list[0]["id"] == "abc123");
+  CHECK(list[0]["name"] == "counter");
+  CHECK(list[0]["used_gpu_ids"][0] == "GPU-0");
+}
+
+TEST_CASE("bad checkpoint requests get clear 4xx and change nothing", "[unit]") {
+  Fixture f;
+  auto message = [](const json& j) { return j["error"]["message"].get<std::string>(); };
+  CHECK(message(f.post("/v1/checkpoints", R"({"container":"nope"})", 404)).find("nope") != std::string::npos);
+  CHECK(message(f.post("/v1/checkpoints", R"({"container":"../etc"})", 400)).find("container") != std::string::npos);
+  f.post("/v1/checkpoints", R"({"container":"counter","pod":"a/b"})", 400);
+  f.post("/v1/checkpoints", R"({"container":"counter","extra":"x"})", 400);
+  f.post("/v1/checkpoints", R"({"container":5})", 400);
+  f.post("/v1/checkpoints", R"(not json)", 400);
+  f.post("/v1/checkpoints", R"([1,2])", 400);
+  auto big = f.client().Post("/v1/checkpoints", std::string(8192, ' '), "application/json");
+  REQUIRE(big);
+  CHECK(big->status == 413);
+  auto unknown = f.client().Get("/v1/checkpoints/ck-none");
+  REQUIRE(unknown);
+  CHECK(unknown->status == 404);
+  CHECK(f.checkpoint_files().empty());
+  CHECK(f.runtime->containers.at("counter").state == "running");
+}
+
+TEST_CASE("a checkpoint through the API produces an annotated archive", "[unit]") {
+  Fixture f;
+  const auto started = f.post("/v1/checkpoints", R"({"namespace":"default","pod":"p","container":"counter"})", 202);
+  const std::string id = started["id"];
+  CHECK(started["kind"] == "checkpoint");
+  const auto job = f.wait_job("/v1/checkpoints", id);
+  INFO(job.dump());
+  REQUIRE(job["state"] == "succeeded");
+  const fs::path archive = job["result"]["archive"].get<std::string>();
+  CHECK(archive.parent_path() == f.tmp.path / "checkpoints");
+  CHECK(f.checkpoint_files() == std::vector<std::string>{archive.filename().string()});   // no partial files
+  auto info = inspect_checkpoint_archive(archive, ArchiveLimits{});
+  REQUIRE(info.ok());
+  REQUIRE(info->gpus.has_value());
+  CHECK(info->gpus->checkpoint_id == id);
+  CHECK(info->gpus->record.used_gpu_ids == std::vector<std::string>{"GPU-0"});
+  CHECK(info->spec["annotations"]["io.gpuckpt.checkpoint-id"] == id);
+  CHECK(job["phase_seconds"].contains("checkpointing"));
+  // A second request for the now exited container is a conflict.
+  f.post("/v1/checkpoints", R"({"container":"counter"})", 409);
+  CHECK(f.service->metrics_text().find("gpuckpt_checkpoints_total{result=\"success\"} 1") != std::string::npos);
+}
+
+TEST_CASE("a container the hook never saw is checkpointed with an empty GPU list", "[unit]") {
+  Fixture f;
+  const auto job = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"plain"})", 202)["id"]);
+  REQUIRE(job["state"] == "succeeded");
+  auto info = inspect_checkpoint_archive(job["result"]["archive"].get<std::string>(), ArchiveLimits{});
+  REQUIRE(info.ok());
+  CHECK(info->gpus->record.used_gpu_ids.empty());
+  CHECK(info->gpus->record.node.gpus.size() == 2);
+}
+
+TEST_CASE("restore matches GPUs, rewrites the devices and restores", "[unit]") {
+  Fixture f;
+  const auto ck = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"]);
+  REQUIRE(ck["state"] == "succeeded");
+  const std::string archive = fs::path(ck["result"]["archive"].get<std::string>()).filename();
+
+  SECTION("onto the same GPU: the archive is restored as it is") {
+    const auto job = f.wait_job("/v1/restores", f.post("/v1/restores", json{{"archive", archive}}.dump(), 202)["id"]);
+    INFO(job.dump());
+    REQUIRE(job["state"] == "succeeded");
+    REQUIRE(f.runtime->restored.size() == 1);
+    CHECK(f.runtime->restored[0].filename() == archive);
+    CHECK(job["result"]["plan"]["assignments"][0]["target_id"] == "GPU-0");
+    CHECK(fs::exists(restore_plan_path(f.tmp.path / "state", ck["id"].get<std::string>())));
+  }
+  SECTION("onto the GPU the scheduler assigned: devices and env follow, in a copy that is removed") {
+    const auto job = f.wait_job(
+        "/v1/restores",
+        f.post("/v1/restores", json{{"archive", archive}, {"name", "moved"}, {"target_gpus", {"GPU-1"}}}.dump(), 202)["id"]);
+    INFO(job.dump());
+    REQUIRE(job["state"] == "succeeded");
+    CHECK(job["result"]["container_name"] == "moved");
+    REQUIRE(f.runtime->restored_specs.size() == 1);
+    const auto& spec = f.runtime->restored_specs[0];
+    CHECK(spec["linux"]["devices"][0]["path"] == "/dev/nvidia0");
+    CHECK(spec["linux"]["devices"][0]["major"] == 195);
+    CHECK(spec["linux"]["devices"][0]["minor"] == 1);
+    CHECK(spec["process"]["env"][1] == "NVIDIA_VISIBLE_DEVICES=1");
+    CHECK(f.runtime->restored[0].filename() != archive);
+    CHECK_FALSE(fs::exists(f.runtime->restored[0]));
+    CHECK(f.checkpoint_files() == std::vector<std::string>{archive});
+  }
+  SECTION("onto a GPU this node does not have: 422 with the reason, nothing restored") {
+    const auto err = f.post("/v1/restores", json{{"archive", archive}, {"target_gpus", {"GPU-9"}}}.dump(), 422);
+    CHECK(err["error"]["message"].get<std::string>().find("no GPU") != std::string::npos);
+    CHECK(f.runtime->restored.empty());
+  }
+}
+
+TEST_CASE("bad restore requests get clear 4xx and restore nothing", "[unit]") {
+  Fixture f;
+  const auto dir = f.tmp.path / "checkpoints";
+  test::make_archive(dir / "good.tar.zst", test::podman_checkpoint_entries());
+  test::make_archive(dir / "truncated.tar.zst", test::podman_checkpoint_entries());
+  fs::resize_file(dir / "truncated.tar.zst", fs::file_size(dir / "truncated.tar.zst") / 2);
+  test::write_file(dir / "junk.tar.zst", "not an archive");
+  auto evil = test::podman_checkpoint_entries();
+  evil.push_back({"../../escape", "x"});
+  test::make_archive(dir / "evil.tar.zst", evil);
+  test::make_archive(f.tmp.path / "outside.tar.zst", test::podman_checkpoint_entries());
+  fs::create_symlink(f.tmp.path / "outside.tar.zst", dir / "link.tar.zst");
+  fs::create_directories(dir / "sub");
+  auto no_images = test::podman_checkpoint_entries();
+  no_images.erase(no_images.begin() + 4);   // checkpoint/inventory.img
+  test::make_archive(dir / "noimages.tar.zst", no_images);
+
+  struct Case {
+    json body;
+    int status;
+    const char* says;
+  };
+  const Case cases[] = {
+      {{{"archive", "../outside.tar.zst"}}, 403, ".."},
+      {{{"archive", (f.tmp.path / "outside.tar.zst").string()}}, 403, "outside"},
+      {{{"archive", "/etc/passwd"}}, 403, "outside"},
+      {{{"archive", "link.tar.zst"}}, 403, "symlink"},
+      {{{"archive", "absent.tar.zst"}}, 404, "does not exist"},
+      {{{"archive", "sub"}}, 400, "regular file"},
+      {{{"archive", ""}}, 400, "empty"},
+      {{{"archive", "truncated.tar.zst"}}, 422, "truncated"},
+      {{{"archive", "junk.tar.zst"}}, 422, "junk"},
+      {{{"archive", "evil.tar.zst"}}, 422, "climbs out"},
+      {{{"archive", "noimages.tar.zst"}}, 422, "CRIU images"},
+      {{{"archive", "good.tar.zst"}, {"name", "../x"}}, 400, "name"},
+      {{{"archive", "good.tar.zst"}, {"target_gpus", "GPU-0"}}, 400, "array"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.body.dump());
+    const auto err = f.post("/v1/restores", c.body.dump(), c.status);
+    CHECK(err["error"]["message"].get<std::string>().find(c.says) != std::string::npos);
+  }
+  CHECK(f.runtime->restored.empty());
+  // The good one restores anywhere: it carries no GPU record.
+  const auto job = f.wait_job("/v1/restores", f.post("/v1/restores", R"({"archive":"good.tar.zst"})", 202)["id"]);
+  CHECK(job["state"] == "succeeded");
+  CHECK_FALSE(job["result"].contains("plan"));
+  CHECK(f.runtime->restored.size() == 1);
+}

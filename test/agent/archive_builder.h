@@ -1,0 +1,121 @@
+// Builds small checkpoint archives for tests with libarchive: the podman layout (config.dump, spec.dump,
+// checkpoint/...) plus whatever hostile entries a test needs.
+#pragma once
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gpuckpt::test {
+
+struct TestEntry {
+  std::string name;
+  std::string data;
+  int type = AE_IFREG;          // AE_IFREG, AE_IFDIR, AE_IFLNK, AE_IFCHR
+  std::string link;             // symlink target
+  unsigned rdev_major = 0, rdev_minor = 0;
+  bool hardlink = false;
+};
+
+enum class Compression { None, Gzip, Zstd };
+
+inline std::string build_tar(const std::vector<TestEntry>& entries, Compression compression) {
+  std::string out;
+  struct archive* a = archive_write_new();
+  if (compression == Compression::Gzip) archive_write_add_filter_gzip(a);
+  if (compression == Compression::Zstd) archive_write_add_filter_zstd(a);
+  archive_write_set_format_pax_restricted(a);
+  archive_write_open(
+      a, &out, nullptr,
+      [](struct archive*, void* sink, const void* data, std::size_t size) -> la_ssize_t {
+        static_cast<std::string*>(sink)->append(static_cast<const char*>(data), size);
+        return static_cast<la_ssize_t>(size);
+      },
+      nullptr);
+  for (const auto& e : entries) {
+    struct archive_entry* entry = archive_entry_new();
+    archive_entry_set_pathname(entry, e.name.c_str());
+    if (e.hardlink) {
+      archive_entry_set_hardlink(entry, e.link.c_str());
+    } else {
+      archive_entry_set_filetype(entry, static_cast<unsigned>(e.type));
+      if (e.type == AE_IFLNK) archive_entry_set_symlink(entry, e.link.c_str());
+      if (e.type == AE_IFCHR) {
+        archive_entry_set_rdevmajor(entry, e.rdev_major);
+        archive_entry_set_rdevminor(entry, e.rdev_minor);
+      }
+    }
+    archive_entry_set_perm(entry, e.type == AE_IFDIR ? 0755 : 0644);
+    archive_entry_set_size(entry, e.type == AE_IFREG && !e.hardlink ? static_cast<la_int64_t>(e.data.size()) : 0);
+    archive_write_header(a, entry);
+    if (e.type == AE_IFREG && !e.data.empty()) archive_write_data(a, e.data.data(), e.data.size());
+    archive_entry_free(entry);
+  }
+  archive_write_close(a);
+  archive_write_free(a);
+  return out;
+}
+
+inline void write_file(const std::filesystem::path& path, const std::string& data) {
+  std::filesystem::create_directories(path.parent_path());
+  FILE* f = std::fopen(path.c_str(), "wb");
+  std::fwrite(data.data(), 1, data.size(), f);
+  std::fclose(f);
+}
+
+// The /dev tmpfs image CRIU writes (gzip'd tar of the container's /dev).
+inline std::string dev_tmpfs_image(unsigned nvidia0_major, unsigned nvidia0_minor) {
+  return build_tar({{".", "", AE_IFDIR},
+                    {"./null", "", AE_IFCHR, "", 1, 3},
+                    {"./nvidia0", "", AE_IFCHR, "", nvidia0_major, nvidia0_minor},
+                    {"./kfd", "", AE_IFCHR, "", 1, 5},
+                    {"./stdout", "", AE_IFLNK, "/proc/self/fd/1"}},
+                   Compression::Gzip);
+}
+
+// The entries of a podman checkpoint of a container "counter" (id abc123) with /dev/nvidia0 and /dev/kfd.
+inline std::vector<TestEntry> podman_checkpoint_entries() {
+  const nlohmann::json config = {{"id", "abc123"}, {"name", "counter"}, {"rootfsImageName", "localhost/busybox:latest"},
+                                 {"runtime", "runc"}, {"createdTime", "2026-11-21T10:00:00Z"}};
+  const nlohmann::json spec = {
+      {"ociVersion", "1.0.2-dev"},
+      {"process", {{"env", nlohmann::json::array({"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0"})}}},
+      {"annotations", {{"io.container.manager", "libpod"}}},
+      {"linux",
+       {{"devices", nlohmann::json::array({{{"path", "/dev/nvidia0"}, {"type", "c"}, {"major", 1}, {"minor", 3}},
+                                           {{"path", "/dev/kfd"}, {"type", "c"}, {"major", 1}, {"minor", 5}}})}}}};
+  return {{"config.dump", config.dump()},
+          {"spec.dump", spec.dump()},
+          {"network.status", "{}"},
+          {"checkpoint", "", AE_IFDIR},
+          {"checkpoint/inventory.img", std::string(86, '\x01')},
+          {"checkpoint/pages-1.img", std::string(4096 * 3, 'p')},
+          {"checkpoint/tmpfs-dev-44.tar.gz.img", dev_tmpfs_image(1, 3)},
+          {"rootfs-diff.tar", std::string(1024, '\0')}};
+}
+
+inline std::filesystem::path make_archive(const std::filesystem::path& path, const std::vector<TestEntry>& entries,
+                                          Compression compression = Compression::Zstd) {
+  write_file(path, build_tar(entries, compression));
+  return path;
+}
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/gpuckpt-agent-test-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+}  // namespace gpuckpt::test

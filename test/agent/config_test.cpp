@@ -1,0 +1,59 @@
+#include <catch2/catch_test_macros.hpp>
+
+#include "agent/config.h"
+
+using gpuckpt::agent::load_config;
+using gpuckpt::agent::parse_config;
+
+TEST_CASE("the shipped example configuration parses and equals the defaults", "[unit]") {
+  auto example = load_config(std::string(GPUCKPT_SOURCE_DIR) + "/agent/config.example.yaml");
+  REQUIRE(example.ok());
+  auto defaults = parse_config("", "empty");
+  REQUIRE(defaults.ok());
+  CHECK(example->listen_address == defaults->listen_address);
+  CHECK(example->listen_port == defaults->listen_port);
+  CHECK(example->state_dir == defaults->state_dir);
+  CHECK(example->checkpoint_dir == defaults->checkpoint_dir);
+  CHECK(example->kubelet_checkpoint_dir == defaults->kubelet_checkpoint_dir);
+  CHECK(example->runtime_kind == defaults->runtime_kind);
+  CHECK(example->archive_limits.max_archive_bytes == defaults->archive_limits.max_archive_bytes);
+  CHECK(example->max_request_bytes == defaults->max_request_bytes);
+  CHECK(example->node_labels.enabled == false);
+}
+
+TEST_CASE("configuration values are read, nulls keep defaults", "[unit]") {
+  auto c = parse_config(R"(
+listen: {address: 0.0.0.0, port: 9000}
+state_dir: /srv/state
+checkpoints: {dir: /srv/ck, max_archive_bytes: 1024, watch_interval_seconds: null}
+match_policy: {check_firmware: false}
+limits: {max_request_bytes: 100}
+)", "test.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->listen_address == "0.0.0.0");
+  CHECK(c->listen_port == 9000);
+  CHECK(c->state_dir == "/srv/state");
+  CHECK(c->checkpoint_dir == "/srv/ck");
+  CHECK(c->archive_limits.max_archive_bytes == 1024);
+  CHECK(c->watch_interval_seconds == 5);
+  CHECK_FALSE(c->match_policy.check_firmware);
+  CHECK(c->match_policy.check_model);
+  CHECK(c->max_request_bytes == 100);
+}
+
+TEST_CASE("configuration mistakes are errors naming the key", "[unit]") {
+  auto typo = parse_config("listen: {adress: 1.2.3.4}", "agent.yaml");
+  REQUIRE_FALSE(typo.ok());
+  CHECK(typo.error().message.find("listen.adress") != std::string::npos);
+  CHECK(typo.error().message.find("agent.yaml") != std::string::npos);
+  auto type = parse_config("listen: {port: eighty}", "agent.yaml");
+  REQUIRE_FALSE(type.ok());
+  CHECK(type.error().message.find("listen.port") != std::string::npos);
+  CHECK_FALSE(parse_config("runtime: {kind: docker}", "a").ok());
+  CHECK_FALSE(parse_config("state_dir: relative/dir", "a").ok());
+  CHECK_FALSE(parse_config("log_level: loud", "a").ok());
+  CHECK_FALSE(parse_config("version: 2", "a").ok());
+  CHECK_FALSE(parse_config("[1, 2]", "a").ok());
+  CHECK_FALSE(parse_config("listen: [1]", "a").ok());
+  CHECK_FALSE(load_config("/nonexistent/agent.yaml").ok());
+}

@@ -1,0 +1,68 @@
+#include <catch2/catch_test_macros.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/node_labels.h"
+
+using namespace gpuckpt;
+using gpuckpt::agent::compute_node_labels;
+using gpuckpt::agent::node_label_patch;
+using gpuckpt::agent::to_label_value;
+
+namespace {
+
+GpuDevice h200(int i) {
+  GpuDevice g;
+  g.id = "GPU-" + std::to_string(i);
+  g.vendor = GpuVendor::Nvidia;
+  g.name = "NVIDIA H200";
+  g.vendor_id = 0x10de;
+  g.device_id = 0x2335;
+  g.memory_bytes = 150754820096ULL;
+  g.compute_capability = "9.0";
+  g.driver_version = "580.159.04";
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("node labels describe a uniform GPU node", "[unit]") {
+  NodeInventory inv;
+  inv.gpus = {h200(0), h200(1)};
+  const auto labels = compute_node_labels(inv);
+  CHECK(labels.at("gpuckpt.io/gpu-count") == "2");
+  CHECK(labels.at("gpuckpt.io/gpu-vendor") == "nvidia");
+  CHECK(labels.at("gpuckpt.io/gpu-model") == "NVIDIA-H200");
+  CHECK(labels.at("gpuckpt.io/gpu-memory-gib") == "140");
+  CHECK(labels.at("gpuckpt.io/gpu-driver") == "580.159.04");
+  CHECK(labels.at("gpuckpt.io/gpu-compute") == "9.0");
+  REQUIRE(labels.at("gpuckpt.io/gpu-fingerprint").has_value());
+  CHECK(labels.at("gpuckpt.io/gpu-fingerprint")->size() == 16);
+}
+
+TEST_CASE("the fingerprint ignores GPU order and identity, and changes with what matching checks", "[unit]") {
+  NodeInventory a, b, c;
+  a.gpus = {h200(0), h200(1)};
+  b.gpus = {h200(7), h200(3)};   // other ids, same kind of GPUs
+  c.gpus = {h200(0), h200(1)};
+  c.gpus[1].driver_version = "570.1";
+  CHECK(compute_node_labels(a).at("gpuckpt.io/gpu-fingerprint") == compute_node_labels(b).at("gpuckpt.io/gpu-fingerprint"));
+  CHECK(compute_node_labels(a).at("gpuckpt.io/gpu-fingerprint") != compute_node_labels(c).at("gpuckpt.io/gpu-fingerprint"));
+  CHECK(compute_node_labels(c).at("gpuckpt.io/gpu-driver") == "mixed");
+}
+
+TEST_CASE("a node without GPUs removes the GPU labels", "[unit]") {
+  const auto labels = compute_node_labels(NodeInventory{});
+  CHECK(labels.at("gpuckpt.io/gpu-count") == "0");
+  CHECK_FALSE(labels.at("gpuckpt.io/gpu-model").has_value());
+  const auto patch = nlohmann::json::parse(node_label_patch(labels));
+  CHECK(patch["metadata"]["labels"]["gpuckpt.io/gpu-model"].is_null());
+  CHECK(patch["metadata"]["labels"]["gpuckpt.io/gpu-count"] == "0");
+}
+
+TEST_CASE("label values are valid Kubernetes label values", "[unit]") {
+  CHECK(to_label_value("AMD Instinct MI300X (gfx942)") == "AMD-Instinct-MI300X--gfx942");
+  CHECK(to_label_value("--x--") == "x");
+  CHECK(to_label_value(std::string(100, 'a')).size() == 63);
+  CHECK(to_label_value("") == "");
+}

@@ -1,0 +1,113 @@
+#include <catch2/catch_test_macros.hpp>
+
+#include "common/restore_plan.h"
+#include "test/agent/archive_builder.h"
+
+using namespace gpuckpt;
+
+namespace {
+
+GpuDevice nvidia(int minor) {
+  GpuDevice g;
+  g.id = "GPU-" + std::to_string(minor);
+  g.uuid = g.id;
+  g.vendor = GpuVendor::Nvidia;
+  g.device_minor = minor;
+  g.device_paths = {"/dev/nvidia" + std::to_string(minor), "/dev/nvidiactl", "/dev/nvidia-uvm"};
+  return g;
+}
+
+GpuDevice amd(int render) {
+  GpuDevice g;
+  g.id = "kfd-" + std::to_string(render);
+  g.vendor = GpuVendor::Amd;
+  g.render_minor = render;
+  g.device_paths = {"/dev/kfd", "/dev/dri/renderD" + std::to_string(render)};
+  return g;
+}
+
+CheckpointGpuRecord checkpoint_on(std::vector<GpuDevice> gpus, std::vector<ContainerGpuDevice> devices,
+                                  std::vector<std::string> used) {
+  CheckpointGpuRecord c;
+  c.checkpoint_id = "ck-9";
+  c.record.node.gpus = std::move(gpus);
+  c.record.used_gpu_ids = std::move(used);
+  c.devices = std::move(devices);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("restore plans move per-GPU nodes and keep shared ones", "[unit]") {
+  struct Row {
+    const char* name;
+    CheckpointGpuRecord checkpoint;
+    NodeInventory target;
+    MatchPlan match;
+    std::vector<std::pair<std::string, std::string>> expected_devices;   // container path -> host path
+    std::map<std::string, std::string> expected_env;
+  };
+  NodeInventory nv_node;
+  nv_node.gpus = {nvidia(0), nvidia(1), nvidia(2)};
+  NodeInventory amd_node;
+  amd_node.gpus = {amd(128), amd(129)};
+
+  auto nv_ck = checkpoint_on({nvidia(0), nvidia(1)},
+                             {{"/dev/nvidia0", 195, 0, "GPU-0"}, {"/dev/nvidia1", 195, 1, "GPU-1"},
+                              {"/dev/nvidiactl", 195, 255, ""}},
+                             {"GPU-0", "GPU-1"});
+  nv_ck.gpu_env = {{"NVIDIA_VISIBLE_DEVICES", "GPU-0,GPU-1"}, {"CUDA_VISIBLE_DEVICES", "0,1"}};
+  const Row rows[] = {
+      {"same GPUs: identity", nv_ck, nv_node, MatchPlan{{{"GPU-0", "GPU-0"}, {"GPU-1", "GPU-1"}}, {}},
+       {{"/dev/nvidia0", "/dev/nvidia0"}, {"/dev/nvidia1", "/dev/nvidia1"}}, {}},
+      {"swapped and shifted", nv_ck, nv_node, MatchPlan{{{"GPU-0", "GPU-2"}, {"GPU-1", "GPU-0"}}, {}},
+       {{"/dev/nvidia0", "/dev/nvidia2"}, {"/dev/nvidia1", "/dev/nvidia0"}},
+       {{"NVIDIA_VISIBLE_DEVICES", "GPU-2,GPU-0"}, {"CUDA_VISIBLE_DEVICES", "2,0"}}},
+      {"AMD render node, /dev/kfd shared",
+       checkpoint_on({amd(128)}, {{"/dev/kfd", 0, 0, ""}, {"/dev/dri/renderD128", 226, 128, "kfd-128"}}, {"kfd-128"}),
+       amd_node, MatchPlan{{{"kfd-128", "kfd-129"}}, {}}, {{"/dev/dri/renderD128", "/dev/dri/renderD129"}}, {}},
+  };
+  for (const auto& row : rows) {
+    INFO(row.name);
+    auto plan = make_restore_plan(row.checkpoint, row.target, row.match);
+    REQUIRE(plan.ok());
+    CHECK(plan->checkpoint_id == "ck-9");
+    std::vector<std::pair<std::string, std::string>> devices;
+    for (const auto& d : plan->devices) devices.emplace_back(d.container_path, d.host_path);
+    CHECK(devices == row.expected_devices);
+    CHECK(plan->env == row.expected_env);
+  }
+}
+
+TEST_CASE("a restore plan that cannot place a device is an error naming it", "[unit]") {
+  NodeInventory target;
+  GpuDevice no_nodes = nvidia(3);
+  no_nodes.device_paths = {"/dev/nvidiactl"};
+  target.gpus = {no_nodes};
+  auto ck = checkpoint_on({nvidia(0)}, {{"/dev/nvidia0", 195, 0, "GPU-0"}}, {"GPU-0"});
+  auto plan = make_restore_plan(ck, target, MatchPlan{{{"GPU-0", "GPU-3"}}, {}});
+  REQUIRE_FALSE(plan.ok());
+  CHECK(plan.error().message.find("/dev/nvidia0") != std::string::npos);
+  CHECK(plan.error().message.find("GPU-3") != std::string::npos);
+  auto unassigned = make_restore_plan(ck, target, MatchPlan{});
+  CHECK_FALSE(unassigned.ok());
+}
+
+TEST_CASE("restore plans round-trip through the state directory", "[unit]") {
+  test::TempDir tmp;
+  RestorePlan plan;
+  plan.checkpoint_id = "ck-rt";
+  plan.assignments = {{"GPU-0", "GPU-1"}};
+  plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
+  plan.env = {{"NVIDIA_VISIBLE_DEVICES", "1"}};
+  plan.relaxations = {"firmware"};
+  REQUIRE(write_restore_plan(tmp.path, plan).ok());
+  auto read = read_restore_plan(tmp.path, "ck-rt");
+  REQUIRE(read.ok());
+  REQUIRE(read.value().has_value());
+  CHECK(to_json(*read.value()) == to_json(plan));
+  CHECK_FALSE(read_restore_plan(tmp.path, "absent").value().has_value());
+  CHECK_FALSE(read_restore_plan(tmp.path, "../etc").ok());
+  plan.checkpoint_id = "../../x";
+  CHECK_FALSE(write_restore_plan(tmp.path, plan).ok());
+}

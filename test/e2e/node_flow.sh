@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# e2e: the node flow with real podman + runc + CRIU 4.1, the built OCI hook and agent on 127.0.0.1.
+#   1. a container with GPU device aliases is detected by the hook and recorded (a plain one is not);
+#   2. POST /v1/checkpoints produces an annotated archive that checkpointctl reads and podman restores;
+#   3. bad requests (wrong token, unknown container, traversal, truncated/malformed archive) get 4xx, change nothing;
+#   4. POST /v1/restores onto another (fixture) GPU: the workload continues, /dev/nvidia0 is the target's node.
+# The node's GPUs come from a fixture host root (8x H100) whose /dev/nvidia0 and /dev/nvidia1 are made here as
+# /dev/null's and /dev/zero's numbers, so "moving GPU" is visible inside the container.
+# Exit 0 pass, 77 skipped (no root/podman/criu), anything else fails. Every wait is bounded; cleanup always runs.
+set -euo pipefail
+
+BUILD=${GPUCKPT_BUILD_DIR:?GPUCKPT_BUILD_DIR must point at the build directory}
+SRC=${GPUCKPT_SOURCE_DIR:?GPUCKPT_SOURCE_DIR must point at the source tree}
+CLI=$BUILD/cli/gpuckpt
+AGENT=$BUILD/agent/gpuckpt-agent
+HOOK=$BUILD/oci-hook/gpuckpt-oci-hook
+IMAGE=${GPUCKPT_TEST_IMAGE:-localhost/gpuckpt-busybox}
+ULIMITS=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+step() { printf '\n== %s\n' "$*"; }
+
+[ "$(id -u)" = 0 ] || skip "needs root (podman checkpoint/restore)"
+command -v podman >/dev/null || skip "podman not installed (scripts/setup.sh)"
+command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
+podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
+for b in "$CLI" "$AGENT" "$HOOK"; do [ -x "$b" ] || fail "$b not built"; done
+
+TMP=$(mktemp -d /tmp/gpuckpt-e2e-node.XXXXXX)
+NAME=gpuckpt-e2e-$$
+AGENT_PID=
+cleanup() {
+  set +e
+  [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
+  for c in "$NAME" "$NAME-plain" "$NAME-moved" "$NAME-direct"; do podman rm -f -t 0 "$c" >/dev/null 2>&1; done
+  if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+
+# Fixture host root with device nodes the restore plan can point at.
+ROOT=$TMP/host
+cp -a "$SRC/test/fixtures/nvidia-h100-8gpu" "$ROOT"
+mkdir -p "$ROOT/dev"
+mknod "$ROOT/dev/nvidia0" c 1 3
+mknod "$ROOT/dev/nvidia1" c 1 5
+GPUS=$("$CLI" gpus --host-root "$ROOT" --json | python3 -c 'import json,sys; print(" ".join(g["id"] for g in json.load(sys.stdin)["node"]["gpus"][:2]))')
+read -r GPU0 GPU1 <<<"$GPUS"
+[ -n "$GPU0" ] && [ -n "$GPU1" ] || fail "fixture inventory has no GPUs"
+
+STATE=$TMP/state CK=$TMP/checkpoints HOOKS=$TMP/hooks.d
+mkdir -p "$HOOKS" "$CK"
+for f in "$SRC"/oci-hook/gpuckpt-hook*.json; do
+  sed -e "s#/usr/local/bin/gpuckpt-oci-hook#$HOOK#" \
+      -e "s#\"/var/lib/gpuckpt\"#\"$STATE\", \"--host-root\", \"$ROOT\"#" "$f" > "$HOOKS/$(basename "$f")"
+done
+head -c 32 /dev/urandom | base64 > "$TMP/token"; chmod 600 "$TMP/token"
+TOKEN=$(cat "$TMP/token")
+cat > "$TMP/agent.yaml" <<YAML
+listen: {address: 127.0.0.1, port: 0}
+auth: {token_file: $TMP/token}
+state_dir: $STATE
+checkpoints: {dir: $CK, kubelet_dir: ""}
+host_root: $ROOT
+hooks_dir: $HOOKS
+YAML
+
+step "start the agent"
+"$AGENT" --config "$TMP/agent.yaml" > "$TMP/agent.log" 2>&1 &
+AGENT_PID=$!
+for _ in $(seq 100); do [ -s "$STATE/agent.port" ] && break; sleep 0.1; done
+[ -s "$STATE/agent.port" ] || { cat "$TMP/agent.log"; fail "agent did not start within 10 s"; }
+URL=http://127.0.0.1:$(cat "$STATE/agent.port")
+curl -sf "$URL/healthz" >/dev/null || fail "agent /healthz"
+api() {  # api METHOD PATH [BODY] -> prints "STATUS BODY"
+  local out; out=$(curl -s -m 30 -o "$TMP/resp" -w '%{http_code}' -X "$1" -H "Authorization: Bearer $TOKEN" \
+    -H 'Content-Type: application/json' ${3:+--data "$3"} "$URL$2")
+  echo "$out $(tr -d '\n' < "$TMP/resp")"
+}
+expect() {  # expect STATUS "STATUS BODY" WHAT
+  [ "${2%% *}" = "$1" ] || fail "$3: expected HTTP $1, got: $2"
+  echo "ok: $3 -> $1"
+}
+json_field() { python3 -c "import json,sys; d=json.loads(sys.argv[1].split(' ',1)[1]); print(eval('d'+sys.argv[2]))" "$1" "$2"; }
+wait_job() {  # wait_job COLLECTION ID -> final "STATUS BODY"
+  local r
+  for _ in $(seq 300); do
+    r=$(api GET "/v1/$1/$2")
+    case "$r" in *'"state":"succeeded"'*|*'"state": "succeeded"'*|*'"state":"failed"'*|*'"state": "failed"'*) echo "$r"; return;; esac
+    sleep 0.2
+  done
+  fail "job $2 did not finish within 60 s"
+}
+
+step "1. the hook records a container with GPU device aliases, not a plain one"
+podman --hooks-dir "$HOOKS" run -d --name "$NAME" "${ULIMITS[@]}" \
+  --device /dev/null:/dev/nvidia0 --device /dev/zero:/dev/kfd -e NVIDIA_VISIBLE_DEVICES=0 "$IMAGE" \
+  sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; echo $i; sleep 0.1; done' >/dev/null
+podman --hooks-dir "$HOOKS" run -d --name "$NAME-plain" "${ULIMITS[@]}" "$IMAGE" sleep 600 >/dev/null
+ID=$(podman inspect -f '{{.Id}}' "$NAME")
+PLAIN_ID=$(podman inspect -f '{{.Id}}' "$NAME-plain")
+REC=$STATE/containers/$ID.json
+[ -f "$REC" ] || fail "no hook record $REC"
+[ ! -e "$STATE/containers/$PLAIN_ID.json" ] || fail "the plain container was recorded"
+python3 - "$REC" "$GPU0" <<'PY' || fail "hook record content"
+import json, sys
+r = json.load(open(sys.argv[1]))
+g = r["gpus"]
+assert g["record"]["used_gpu_ids"] == [sys.argv[2]], g["record"]["used_gpu_ids"]
+paths = {d["container_path"]: d for d in g["devices"]}
+assert paths["/dev/nvidia0"]["gpu_id"] == sys.argv[2] and "/dev/kfd" in paths, paths
+assert g["gpu_env"]["NVIDIA_VISIBLE_DEVICES"] == "0"
+assert len(g["record"]["node"]["gpus"]) == 8
+PY
+echo "ok: recorded $ID -> $GPU0"
+r=$(api GET /v1/containers); expect 200 "$r" "GET /v1/containers"
+[[ "$r" == *"$ID"* ]] || fail "/v1/containers does not list $ID"
+
+step "3a. bad requests get 4xx and change nothing"
+BEFORE_CK=$(ls -A "$CK" | sort | tr '\n' ' ')
+BEFORE_PS=$(podman ps -a -q | sort | tr '\n' ' ')
+r=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer wrong" -X POST --data "{\"container\":\"$NAME\"}" "$URL/v1/checkpoints")
+[ "$r" = 401 ] || fail "wrong token: $r"; echo "ok: wrong token -> 401"
+r=$(curl -s -o /dev/null -w '%{http_code}' -X POST --data "{\"container\":\"$NAME\"}" "$URL/v1/checkpoints")
+[ "$r" = 401 ] || fail "no token: $r"; echo "ok: no token -> 401"
+expect 404 "$(api POST /v1/checkpoints '{"container":"no-such-container"}')" "unknown container"
+expect 400 "$(api POST /v1/checkpoints '{"container":"../../etc"}')" "traversal in a container name"
+expect 403 "$(api POST /v1/restores '{"archive":"../../../etc/passwd"}')" "traversal in an archive name"
+expect 403 "$(api POST /v1/restores '{"archive":"/etc/passwd"}')" "archive outside the checkpoint dir"
+expect 404 "$(api GET /v1/checkpoints/ck-does-not-exist)" "unknown checkpoint job"
+[ "$(ls -A "$CK" | sort | tr '\n' ' ')" = "$BEFORE_CK" ] || fail "a bad request changed $CK"
+[ "$(podman ps -a -q | sort | tr '\n' ' ')" = "$BEFORE_PS" ] || fail "a bad request changed the containers"
+[ "$(podman inspect -f '{{.State.Status}}' "$NAME")" = running ] || fail "container stopped by a bad request"
+
+step "2. checkpoint through the agent API"
+sleep 1.5   # let the counter run
+r=$(api POST /v1/checkpoints "{\"namespace\":\"default\",\"pod\":\"e2e\",\"container\":\"$NAME\"}")
+expect 202 "$r" "POST /v1/checkpoints"
+JOB=$(json_field "$r" '["id"]')
+r=$(wait_job checkpoints "$JOB")
+[ "$(json_field "$r" '["state"]')" = succeeded ] || fail "checkpoint job: $r"
+ARCHIVE=$(json_field "$r" '["result"]["archive"]')
+echo "ok: checkpoint $JOB in $(json_field "$r" '["phase_seconds"]["total"]') s -> $ARCHIVE ($(json_field "$r" '["result"]["archive_bytes"]') bytes)"
+[ "$(ls -A "$CK")" = "$(basename "$ARCHIVE")" ] || fail "checkpoint dir holds more than the archive: $(ls -A "$CK")"
+N1=$(tar -xOf "$ARCHIVE" ctr.log | tail -1 | awk '{print $NF}')
+"$CLI" inspect "$ARCHIVE" --host-root "$ROOT" --json > "$TMP/inspect.json" || fail "gpuckpt inspect"
+python3 - "$TMP/inspect.json" "$GPU0" "$JOB" <<'PY' || fail "archive annotations"
+import json, sys
+i = json.load(open(sys.argv[1]))
+assert i["gpus"]["record"]["used_gpu_ids"] == [sys.argv[2]]
+assert i["gpus"]["checkpoint_id"] == sys.argv[3]
+a = i["annotations"]
+assert a["io.gpuckpt.checkpoint-id"] == sys.argv[3] and a["io.gpuckpt.used-gpus"] == sys.argv[2], a
+assert i["criu_images"] and i["fits_this_node"]
+PY
+echo "ok: archive annotated (gpuckpt-gpus.json + io.gpuckpt.* in spec.dump)"
+if command -v checkpointctl >/dev/null; then
+  checkpointctl show "$ARCHIVE" > "$TMP/checkpointctl.txt" 2>&1 || fail "checkpointctl: $(cat "$TMP/checkpointctl.txt")"
+  grep -q "$NAME" "$TMP/checkpointctl.txt" || fail "checkpointctl does not show $NAME: $(cat "$TMP/checkpointctl.txt")"
+  echo "ok: checkpointctl reads it"
+fi
+podman container restore --import "$ARCHIVE" --name "$NAME-direct" >/dev/null || fail "plain podman restore of the annotated archive"
+podman rm -f -t 0 "$NAME-direct" >/dev/null
+echo "ok: podman restores the annotated archive by itself"
+
+step "3b. malformed and truncated archives are refused"
+head -c $(( $(stat -c %s "$ARCHIVE") / 2 )) "$ARCHIVE" > "$CK/truncated.tar.zst"
+echo "not an archive" > "$CK/junk.tar.zst"
+BEFORE_PS=$(podman ps -a -q | sort | tr '\n' ' ')
+expect 422 "$(api POST /v1/restores '{"archive":"truncated.tar.zst"}')" "truncated archive"
+expect 422 "$(api POST /v1/restores '{"archive":"junk.tar.zst"}')" "malformed archive"
+[ "$(podman ps -a -q | sort | tr '\n' ' ')" = "$BEFORE_PS" ] || fail "a refused restore created a container"
+rm -f "$CK/truncated.tar.zst" "$CK/junk.tar.zst"
+
+step "4. restore through the agent onto GPU $GPU1"
+podman rm -f -t 0 "$NAME" >/dev/null
+r=$(api POST /v1/restores "{\"archive\":\"$(basename "$ARCHIVE")\",\"name\":\"$NAME-moved\",\"target_gpus\":[\"$GPU1\"]}")
+expect 202 "$r" "POST /v1/restores"
+r=$(wait_job restores "$(json_field "$r" '["id"]')")
+[ "$(json_field "$r" '["state"]')" = succeeded ] || fail "restore job: $r"
+echo "ok: restored in $(json_field "$r" '["phase_seconds"]["total"]') s"
+[ "$(podman inspect -f '{{.State.Status}}' "$NAME-moved")" = running ] || fail "restored container not running"
+sleep 1
+N2=$(podman exec "$NAME-moved" cat /tmp/count)
+[ "$N2" -gt "$N1" ] || fail "the counter did not continue: checkpointed at $N1, now $N2"
+echo "ok: counter checkpointed at $N1, continues at $N2"
+DEV=$(podman exec "$NAME-moved" stat -c '%t:%T' /dev/nvidia0)
+[ "$DEV" = "1:5" ] || fail "/dev/nvidia0 in the restored container is $DEV, expected 1:5 (the target GPU's node)"
+podman exec "$NAME-moved" env | grep -qx 'NVIDIA_VISIBLE_DEVICES=1' || fail "NVIDIA_VISIBLE_DEVICES not remapped"
+echo "ok: /dev/nvidia0 is now the target GPU's node ($DEV), NVIDIA_VISIBLE_DEVICES=1"
+NEW_ID=$(podman inspect -f '{{.Id}}' "$NAME-moved")
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['gpus']['record']['used_gpu_ids']==[sys.argv[2]], r['gpus']['record']['used_gpu_ids']" \
+  "$STATE/containers/$NEW_ID.json" "$GPU1" || fail "the hook did not record the restored container on $GPU1"
+echo "ok: the hook recorded the restored container on $GPU1"
+[ "$(ls -A "$CK")" = "$(basename "$ARCHIVE")" ] || fail "restore left files in $CK: $(ls -A "$CK")"
+
+step "metrics"
+M=$(curl -sf "$URL/metrics")
+grep -q 'gpuckpt_checkpoints_total{result="success"} 1' <<<"$M" || fail "metrics: $M"
+grep -q 'gpuckpt_restores_total{result="success"} 1' <<<"$M" || fail "metrics: $M"
+echo "ok: metrics count 1 checkpoint, 1 restore"
+echo PASS
