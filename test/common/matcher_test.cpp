@@ -314,6 +314,32 @@ TEST_CASE("an 8-GPU hive restores onto a node whose hive is renumbered", "[unit]
   for (std::size_t i = 0; i < 8; ++i) CHECK(plan.assignments[i].target_id == dst[i].id);
 }
 
+TEST_CASE("an 8-GPU hive cannot be split over two 4-GPU hives: every candidate is named for its links", "[unit]") {
+  std::vector<GpuDevice> src, dst;
+  std::vector<std::string> used;
+  for (int i = 0; i < 8; ++i) {
+    src.push_back(amd_gpu("s" + std::to_string(i), 0x74a1, 192, i / 4, 0x1111));
+    dst.push_back(amd_gpu("t" + std::to_string(i), 0x74a1, 192, i / 4, i < 4 ? 0x2222 : 0x3333));
+    used.push_back(src.back().id);
+  }
+  link_all(src, {0, 1, 2, 3, 4, 5, 6, 7}, "xgmi");
+  link_all(dst, {0, 1, 2, 3}, "xgmi");
+  link_all(dst, {4, 5, 6, 7}, "xgmi");
+  const auto source = record_of(src, used);
+  NodeInventory target;
+  target.gpus = dst;
+  const auto result = match_gpus({&source, &target, std::nullopt, MatchPolicy{}});
+  REQUIRE(std::holds_alternative<MatchFailure>(result));
+  const auto& failure = std::get<MatchFailure>(result);
+  for (const auto& s : used)
+    for (const auto& t : dst) {
+      INFO(s + " / " + t.id);
+      CHECK(std::any_of(failure.rejections.begin(), failure.rejections.end(), [&](const Rejection& r) {
+        return r.source_id == s && r.candidate_id == t.id && r.property == "links";
+      }));
+    }
+}
+
 TEST_CASE("relaxations come from the environment and are logged", "[unit]") {
   std::vector<std::string> lines;
   log::set_sink([&](log::Level, std::string_view line) { lines.emplace_back(line); });
