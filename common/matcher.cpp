@@ -78,15 +78,16 @@ int compare_versions(std::string_view a, std::string_view b) {
   return 0;
 }
 
-MatchPolicy MatchPolicy::from_env() {
-  MatchPolicy policy;
-  policy.check_model = env_flag("GPUCKPT_MODEL_CHECK", true);
-  policy.check_memory = env_flag("GPUCKPT_MEMORY_CHECK", true);
-  policy.check_firmware = env_flag("GPUCKPT_FIRMWARE_CHECK", true);
-  policy.check_links = env_flag("GPUCKPT_LINK_CHECK", true);
-  policy.check_numa = env_flag("GPUCKPT_NUMA_CHECK", true);
-  policy.log_params();
-  return policy;
+MatchPolicy MatchPolicy::from_env() { return from_env(MatchPolicy{}); }
+
+MatchPolicy MatchPolicy::from_env(MatchPolicy base) {
+  base.check_model = env_flag("GPUCKPT_MODEL_CHECK", base.check_model);
+  base.check_memory = env_flag("GPUCKPT_MEMORY_CHECK", base.check_memory);
+  base.check_firmware = env_flag("GPUCKPT_FIRMWARE_CHECK", base.check_firmware);
+  base.check_links = env_flag("GPUCKPT_LINK_CHECK", base.check_links);
+  base.check_numa = env_flag("GPUCKPT_NUMA_CHECK", base.check_numa);
+  base.log_params();
+  return base;
 }
 
 void MatchPolicy::log_params() const {

@@ -24,6 +24,8 @@ struct MatchPolicy {
   // GPUCKPT_MODEL_CHECK, _MEMORY_CHECK, _FIRMWARE_CHECK, _LINK_CHECK, _NUMA_CHECK: 0/false/no/off relaxes,
   // 1/true/yes/on enforces, unset keeps the default (on). Logs every value once (log_params).
   static MatchPolicy from_env();
+  // The same over `base` (e.g. the agent's config file): an unset variable keeps base's value.
+  static MatchPolicy from_env(MatchPolicy base);
   void log_params() const;   // "param: GPUCKPT_MODEL_CHECK:1" ... (call once after applying a config file)
 };
 

@@ -355,6 +355,15 @@ TEST_CASE("relaxations come from the environment and are logged", "[unit]") {
   CHECK(std::any_of(lines.begin(), lines.end(),
                     [](const std::string& l) { return l.find("GPUCKPT_LINK_CHECK=bogus") != std::string::npos; }));
 
+  MatchPolicy config;
+  config.check_numa = false;
+  config.check_links = false;
+  ::setenv("GPUCKPT_LINK_CHECK", "1", 1);
+  const auto layered = MatchPolicy::from_env(config);   // env over a config file
+  ::unsetenv("GPUCKPT_LINK_CHECK");
+  CHECK_FALSE(layered.check_numa);
+  CHECK(layered.check_links);
+
   const auto source = record_of({nvidia_gpu("GPU-a", "NVIDIA H200", 141)}, {"GPU-a"});
   NodeInventory target;
   target.gpus = {nvidia_gpu("GPU-b", "NVIDIA H200", 80)};
