@@ -36,64 +36,55 @@ TEST_CASE("BO contents round-trip byte for byte on 1, 2 and 8 GPUs, parallel res
   const std::size_t gpu_count = GENERATE(1u, 2u, 8u);
   const bool parallel = GENERATE(true, false);
   INFO(gpu_count << " GPUs, parallel restore " << (parallel ? "on" : "off"));
-  TempDir tmp;
-  LogCapture logs;
-  Node node(tmp.path() / "host", make_gpus(gpu_count));
-  Images images(tmp.path() / "images");
-  const App app = start_app(node, 100, (1 << 20) + 4096 * 3, 64 * 1024 + 17);
-  const AmdConfig config = config_with(256 << 10, parallel);
-
-  int inventory_calls = 0;
-  REQUIRE(dump_app(node, images, app, config, &inventory_calls) == 0);
-  CHECK(inventory_calls == 1);
+  Scenario s(make_gpus(gpu_count), 100, (1 << 20) + 4096 * 3, 64 * 1024 + 17, config_with(256 << 10, parallel), {},
+             /*kill_after_dump=*/false);
+  REQUIRE(s.dumped == 0);
+  CHECK(s.inventory_calls == 1);
   // The checkpointed process was paused for the dump and runs again afterwards.
-  CHECK_FALSE(node.kfd->process(100).queues_paused);
-  node.kfd->kill(100);
+  CHECK_FALSE(s.node.kfd->process(100).queues_paused);
+  s.node.kfd->kill(100);
 
-  const RestoreOutcome out = restore_app(node, images, 100, gpu_count, config);
+  const RestoreOutcome out = s.restore(gpu_count);
   REQUIRE(out.kfd_fd >= 0);
   CHECK(out.resume == 0);
-  const auto restored = node.kfd->process(100);
+  const auto restored = s.node.kfd->process(100);
   CHECK(restored.restored);
   CHECK(restored.running);
   CHECK(restored.queues.size() == gpu_count);
   CHECK(restored.events == 3);
-  check_contents_restored(node, app, 100);
-  CHECK(logs.contains(parallel ? "handed to the parallel restore worker" : "bytes of BO contents restored in"));
-  CHECK(logs.contains(parallel ? "worker stopped after 1 job(s)" : "AMD backend active"));
+  check_contents_restored(s.node, s.app, 100);
+  if (parallel) {
+    CHECK(s.logs.contains("handed to the parallel restore worker"));
+    CHECK(s.logs.contains("worker stopped after 1 job(s)"));
+  } else {
+    CHECK(s.logs.contains("bytes of BO contents restored in"));
+  }
   close_all(out);
 }
 
 TEST_CASE("A BO larger than the buffer cap moves in several passes", "[unit]") {
-  TempDir tmp;
-  LogCapture logs;
-  Node node(tmp.path() / "host", make_gpus(2));
-  Images images(tmp.path() / "images");
   const std::uint64_t cap = 64 << 10;
   const std::uint64_t vram = (1 << 20) + 123;   // not a multiple of the cap: the last pass is short
-  const App app = start_app(node, 200, vram, 5000);
-  const AmdConfig config = config_with(cap, false);
-
-  REQUIRE(dump_app(node, images, app, config) == 0);
-  CHECK(node.kfd->largest_bo_transfer() == cap);
+  Scenario s(make_gpus(2), 200, vram, 5000, config_with(cap, false));
+  REQUIRE(s.dumped == 0);
+  CHECK(s.node.kfd->largest_bo_transfer() == cap);
   // Per GPU: ceil(vram / cap) passes for the VRAM BO and one for the small GTT BO.
   const std::uint64_t passes = 2 * ((vram + cap - 1) / cap + 1);
-  CHECK(logs.contains("in " + std::to_string(passes) + " passes"));
-  node.kfd->kill(200);
+  CHECK(s.logs.contains("in " + std::to_string(passes) + " passes"));
 
-  const RestoreOutcome out = restore_app(node, images, 200, 2, config);
+  const RestoreOutcome out = s.restore(2);
   REQUIRE(out.kfd_fd >= 0);
-  CHECK(node.kfd->largest_bo_transfer() == cap);
-  check_contents_restored(node, app, 200);
+  CHECK(s.node.kfd->largest_bo_transfer() == cap);
+  check_contents_restored(s.node, s.app, 200);
   close_all(out);
 }
 
 TEST_CASE("Every image file starts with its 8-byte size; content files are one per GPU", "[unit]") {
-  TempDir tmp;
-  Node node(tmp.path() / "host", make_gpus(2, 0x4a21));
-  Images images(tmp.path() / "images");
-  const App app = start_app(node, 300, 300000, 7000);
-  REQUIRE(dump_app(node, images, app, config_with(1 << 20, true)) == 0);
+  Scenario s(make_gpus(2, 0x4a21), 300, 300000, 7000, config_with(1 << 20, true));
+  REQUIRE(s.dumped == 0);
+  const Node& node = s.node;
+  const Images& images = s.images;
+  const App& app = s.app;
 
   for (const auto& g : node.gpus) {
     const fs::path file = images.dir() / bo_content_image_name(kKfdImageId, g.gpu_id);
@@ -184,16 +175,12 @@ TEST_CASE("Restore onto renumbered GPUs remaps gpu_ids, render minors and mmap o
 }
 
 TEST_CASE("Fds the plugin opens in the restored process are numbered above its highest fd", "[unit]") {
-  TempDir tmp;
-  Node node(tmp.path() / "host", make_gpus(2));
-  Images images(tmp.path() / "images");
-  sim::write_proc_fds(node.host_root, "500", {0, 1, 2, 7, 300});
-  const App app = start_app(node, 500, 8192, 4096);
-  REQUIRE(dump_app(node, images, app, config_with(1 << 20, false)) == 0);
-  node.kfd->kill(500);
-  fs::remove_all(node.host_root / "proc/500");   // the process is gone; the image remembers its fds
+  Scenario s(make_gpus(2), 500, 8192, 4096, config_with(1 << 20, false),
+             [](Node& node) { sim::write_proc_fds(node.host_root, "500", {0, 1, 2, 7, 300}); });
+  REQUIRE(s.dumped == 0);
+  fs::remove_all(s.node.host_root / "proc/500");   // the process is gone; the image remembers its fds
 
-  const RestoreOutcome out = restore_app(node, images, 500, 2, config_with(1 << 20, false));
+  const RestoreOutcome out = s.restore(2);
   REQUIRE(out.kfd_fd > 300);
   for (int fd : out.render_fds) CHECK(fd > 300);
   CHECK(out.resume == 0);
@@ -233,60 +220,39 @@ TEST_CASE("Without /dev/kfd the backend declines every hook", "[unit]") {
 
 TEST_CASE("A truncated image fails the restore with a message naming it", "[unit]") {
   const bool parallel = GENERATE(false, true);
-  TempDir tmp;
-  LogCapture logs;
-  Node node(tmp.path() / "host", make_gpus(2));
-  Images images(tmp.path() / "images");
-  const App app = start_app(node, 700, 100000, 5000);
-  REQUIRE(dump_app(node, images, app, config_with(1 << 20, parallel)) == 0);
-  node.kfd->kill(700);
-  const std::string victim = bo_content_image_name(kKfdImageId, node.gpus[1].gpu_id);
-  fs::resize_file(images.dir() / victim, 8 + 50000);
+  Scenario s(make_gpus(2), 700, 100000, 5000, config_with(1 << 20, parallel));
+  REQUIRE(s.dumped == 0);
+  const std::string victim = bo_content_image_name(kKfdImageId, s.node.gpus[1].gpu_id);
+  fs::resize_file(s.images.dir() / victim, 8 + 50000);
 
-  const RestoreOutcome out = restore_app(node, images, 700, 0, config_with(1 << 20, parallel));
-  INFO(logs.all());
+  const RestoreOutcome out = s.restore(0);
   if (parallel) {
     // The restored process handed the work over; the main process reports the failure before resuming.
     CHECK(out.resume < 0);
   } else {
     CHECK(out.kfd_fd < 0);
   }
-  CHECK(logs.contains("image " + victim + " is truncated"));
+  CHECK(s.logs.contains("image " + victim + " is truncated"));
   close_all(out);
 }
 
 TEST_CASE("A truncated metadata image is a clear error too", "[unit]") {
-  TempDir tmp;
-  LogCapture logs;
-  Node node(tmp.path() / "host", make_gpus(1));
-  Images images(tmp.path() / "images");
-  const App app = start_app(node, 710, 100000, 5000);
-  REQUIRE(dump_app(node, images, app, config_with(1 << 20, false)) == 0);
-  node.kfd->kill(710);
-  const fs::path kfd = images.dir() / kfd_image_name(kKfdImageId);
+  Scenario s(make_gpus(1), 710, 100000, 5000, config_with(1 << 20, false));
+  REQUIRE(s.dumped == 0);
+  const fs::path kfd = s.images.dir() / kfd_image_name(kKfdImageId);
   fs::resize_file(kfd, fs::file_size(kfd) / 2);
-  auto backend = make_backend(node, images, config_with(1 << 20, false));
-  REQUIRE(backend->init(criu::kStageRestore) == 0);
-  node.kfd->set_calling_pid(710);
   bool retry = false;
-  CHECK(backend->restore_ext_file(kKfdImageId, &retry) < 0);
-  CHECK(logs.contains("image " + kfd_image_name(kKfdImageId) + " is truncated"));
+  CHECK(s.restore_backend()->restore_ext_file(kKfdImageId, &retry) < 0);
+  CHECK(s.logs.contains("image " + kfd_image_name(kKfdImageId) + " is truncated"));
 }
 
 TEST_CASE("RESTORE only into a fresh process: a second restore in the same process fails", "[unit]") {
-  TempDir tmp;
-  LogCapture logs;
-  Node node(tmp.path() / "host", make_gpus(1));
-  Images images(tmp.path() / "images");
-  const App app = start_app(node, 800, 8192, 4096);
-  REQUIRE(dump_app(node, images, app, config_with(1 << 20, false)) == 0);
-  // The process was not killed: it still has its BOs, so KFD refuses to restore into it.
-  auto backend = make_backend(node, images, config_with(1 << 20, false));
-  REQUIRE(backend->init(criu::kStageRestore) == 0);
-  node.kfd->set_calling_pid(800);
+  // The process is not killed: it still has its BOs, so KFD refuses to restore into it.
+  Scenario s(make_gpus(1), 800, 8192, 4096, config_with(1 << 20, false), {}, /*kill_after_dump=*/false);
+  REQUIRE(s.dumped == 0);
   bool retry = false;
-  CHECK(backend->restore_ext_file(kKfdImageId, &retry) == -EINVAL);
-  CHECK(logs.contains("KFD CRIU RESTORE failed"));
+  CHECK(s.restore_backend()->restore_ext_file(kKfdImageId, &retry) == -EINVAL);
+  CHECK(s.logs.contains("KFD CRIU RESTORE failed"));
 }
 
 TEST_CASE("RESUME_DEVICES_LATE: a process without KFD state is not ours", "[unit]") {
@@ -302,51 +268,40 @@ TEST_CASE("RESUME_DEVICES_LATE: a process without KFD state is not ours", "[unit
 }
 
 TEST_CASE("libhsakmt's shared memory and semaphore are recreated when missing", "[unit]") {
-  TempDir tmp;
-  LogCapture logs;
-  Node node(tmp.path() / "host", make_gpus(1));
-  Images images(tmp.path() / "images");
-  const fs::path shm = node.host_root / "dev/shm/hsakmt_shared_mem";
-  fs::create_directories(shm.parent_path());
-  {
-    std::ofstream out(shm, std::ios::binary);
-    const std::uint32_t magic = 0x4d535348;
-    out.write(reinterpret_cast<const char*>(&magic), sizeof magic);
-  }
-  fs::resize_file(shm, 4096);
-  const App app = start_app(node, 900, 8192, 4096);
-  REQUIRE(dump_app(node, images, app, config_with(1 << 20, false)) == 0);
-  node.kfd->kill(900);
+  const std::uint32_t magic = 0x4d535348;
+  Scenario s(make_gpus(1), 900, 8192, 4096, config_with(1 << 20, false), [&](Node& node) {
+    const fs::path shm = node.host_root / "dev/shm/hsakmt_shared_mem";
+    fs::create_directories(shm.parent_path());
+    std::ofstream(shm, std::ios::binary).write(reinterpret_cast<const char*>(&magic), sizeof magic);
+    fs::resize_file(shm, 4096);
+  });
+  REQUIRE(s.dumped == 0);
+  const fs::path shm = s.node.host_root / "dev/shm/hsakmt_shared_mem";
   fs::remove(shm);
 
-  const RestoreOutcome out = restore_app(node, images, 900, 0, config_with(1 << 20, false));
+  const RestoreOutcome out = s.restore(0);
   REQUIRE(out.kfd_fd >= 0);
   REQUIRE(fs::exists(shm));
   CHECK(fs::file_size(shm) == 4096);
   std::ifstream in(shm, std::ios::binary);
-  std::uint32_t magic = 0;
-  in.read(reinterpret_cast<char*>(&magic), sizeof magic);
-  CHECK(magic == 0x4d535348);
-  CHECK(fs::exists(node.host_root / "dev/shm/sem.hsakmt_semaphore"));
-  CHECK(logs.contains("was missing; recreating it"));
+  std::uint32_t restored_magic = 0;
+  in.read(reinterpret_cast<char*>(&restored_magic), sizeof restored_magic);
+  CHECK(restored_magic == magic);
+  CHECK(fs::exists(s.node.host_root / "dev/shm/sem.hsakmt_semaphore"));
+  CHECK(s.logs.contains("was missing; recreating it"));
   close_all(out);
 }
 
 TEST_CASE("More than one GPU process in the tree: contents restore in-process", "[unit]") {
-  TempDir tmp;
-  LogCapture logs;
-  Node node(tmp.path() / "host", make_gpus(1));
-  Images images(tmp.path() / "images");
-  const App app = start_app(node, 1000, 8192, 4096);
-  REQUIRE(dump_app(node, images, app, config_with(1 << 20, true)) == 0);
+  Scenario s(make_gpus(1), 1000, 8192, 4096, config_with(1 << 20, true));
+  REQUIRE(s.dumped == 0);
   // A second GPU process's image next to it.
-  fs::copy_file(images.dir() / kfd_image_name(kKfdImageId), images.dir() / kfd_image_name(99));
-  node.kfd->kill(1000);
-  const RestoreOutcome out = restore_app(node, images, 1000, 0, config_with(1 << 20, true));
+  fs::copy_file(s.images.dir() / kfd_image_name(kKfdImageId), s.images.dir() / kfd_image_name(99));
+  const RestoreOutcome out = s.restore(0);
   REQUIRE(out.kfd_fd >= 0);
-  CHECK(logs.contains("2 GPU processes in this tree"));
-  CHECK_FALSE(logs.contains("handed to the parallel restore worker"));
-  check_contents_restored(node, app, 1000);
+  CHECK(s.logs.contains("2 GPU processes in this tree"));
+  CHECK_FALSE(s.logs.contains("handed to the parallel restore worker"));
+  check_contents_restored(s.node, s.app, 1000);
   close_all(out);
 }
 

@@ -74,7 +74,7 @@ TEST_CASE("The parallel-restore channel carries jobs with hundreds of BOs throug
   Images dir(tmp.path() / "img");
   ImageDir images(dir.fd());
   const int pid = 77;
-  node.kfd->app_open_kfd(pid);
+  const int kfd = node.kfd->app_open_kfd(pid);
   RestoreJob job;
   job.image_id = 5;
   std::vector<std::uint64_t> vas;
@@ -103,18 +103,9 @@ TEST_CASE("The parallel-restore channel carries jobs with hundreds of BOs throug
   }
   // dmabuf fds, as CHECKPOINT/RESTORE hand them out.
   node.kfd->set_calling_pid(kCriuPid);
-  kfd_ioctl_criu_args info{};
-  const int kfd = node.kfd->app_open_kfd(pid);
-  info.op = KFD_CRIU_OP_PROCESS_INFO;
-  REQUIRE(node.kfd->ioctl(kfd, AMDKFD_IOC_CRIU_OP, &info) == 0);
-  std::vector<kfd_criu_device_bucket> devs(info.num_devices);
-  std::vector<kfd_criu_bo_bucket> bos(info.num_bos);
-  std::string priv(info.priv_data_size, '\0');
-  info.devices = reinterpret_cast<std::uintptr_t>(devs.data());
-  info.bos = reinterpret_cast<std::uintptr_t>(bos.data());
-  info.priv_data = reinterpret_cast<std::uintptr_t>(priv.data());
-  info.op = KFD_CRIU_OP_CHECKPOINT;
-  REQUIRE(node.kfd->ioctl(kfd, AMDKFD_IOC_CRIU_OP, &info) == 0);
+  const sim::SimCheckpoint ckpt = node.kfd->checkpoint_for_test(kfd);
+  REQUIRE(ckpt.result == 0);
+  const auto& bos = ckpt.bos;
   for (const auto& b : bos) {
     const std::size_t g = b.gpu_id == node.gpus[0].gpu_id ? 0 : 1;
     job.gpus[g].bos.push_back(BoTransfer{static_cast<int>(b.dmabuf_fd), b.size});

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -232,6 +233,37 @@ inline RestoreOutcome restore_app(Node& node, const Images& images, int pid, std
   backend->fini(criu::kStageRestore, 0);
   return out;
 }
+
+// A node with an application on all its GPUs, checkpointed through the hooks and then (unless told otherwise)
+// killed, as CRIU does after a dump. `before_dump` prepares the host tree (/proc, /dev/shm) first.
+struct Scenario {
+  Scenario(std::vector<SimGpu> gpus, int pid_in, std::uint64_t vram, std::uint64_t gtt, const AmdConfig& config_in,
+           const std::function<void(Node&)>& before_dump = {}, bool kill_after_dump = true)
+      : node(tmp.path() / "host", std::move(gpus)), images(tmp.path() / "images"), config(config_in), pid(pid_in) {
+    if (before_dump) before_dump(node);
+    app = start_app(node, pid, vram, gtt);
+    dumped = dump_app(node, images, app, config, &inventory_calls);
+    if (kill_after_dump) node.kfd->kill(pid);
+  }
+  RestoreOutcome restore(std::size_t render_images) { return restore_app(node, images, pid, render_images, config); }
+  // A backend initialised for restore, with the restored process as the caller.
+  std::unique_ptr<plugin::Backend> restore_backend() {
+    auto backend = make_backend(node, images, config);
+    REQUIRE(backend->init(criu::kStageRestore) == 0);
+    node.kfd->set_calling_pid(pid);
+    return backend;
+  }
+
+  TempDir tmp;
+  LogCapture logs;
+  Node node;
+  Images images;
+  AmdConfig config;
+  int pid;
+  App app;
+  int dumped = -1;
+  int inventory_calls = 0;
+};
 
 inline void close_all(const RestoreOutcome& out) {
   if (out.kfd_fd >= 0) ::close(out.kfd_fd);

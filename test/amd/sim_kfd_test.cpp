@@ -74,16 +74,11 @@ TEST_CASE("Simulated KFD: RESTORE checks devices, render nodes and private data"
   Node node(tmp.path() / "host", make_gpus(2));
   const App app = start_app(node, 70, 8192, 4096);
   SimKfd& kfd = *node.kfd;
-  kfd_ioctl_criu_args info{};
-  REQUIRE(criu(kfd, app.kfd_fd, info, KFD_CRIU_OP_PROCESS_INFO) == 0);
-  std::vector<kfd_criu_device_bucket> devs(info.num_devices);
-  std::vector<kfd_criu_bo_bucket> bos(info.num_bos);
-  std::string priv(info.priv_data_size, '\0');
-  kfd_ioctl_criu_args args = info;
-  args.devices = reinterpret_cast<std::uintptr_t>(devs.data());
-  args.bos = reinterpret_cast<std::uintptr_t>(bos.data());
-  args.priv_data = reinterpret_cast<std::uintptr_t>(priv.data());
-  REQUIRE(criu(kfd, app.kfd_fd, args, KFD_CRIU_OP_CHECKPOINT) == 0);
+  const sim::SimCheckpoint ckpt = kfd.checkpoint_for_test(app.kfd_fd);
+  REQUIRE(ckpt.result == 0);
+  const kfd_ioctl_criu_args info = ckpt.args;
+  const std::vector<kfd_criu_bo_bucket> bos = ckpt.bos;
+  std::string priv = ckpt.priv;
   for (const auto& b : bos) {
     if (b.dmabuf_fd != 0xffffffffu) ::close(static_cast<int>(b.dmabuf_fd));
   }

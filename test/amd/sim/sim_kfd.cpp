@@ -218,6 +218,21 @@ void SimKfd::app_create_events(int pid, std::uint32_t count) {
   find_process(pid)->events += count;
 }
 
+SimCheckpoint SimKfd::checkpoint_for_test(int kfd_fd) {
+  SimCheckpoint c;
+  c.args.op = KFD_CRIU_OP_PROCESS_INFO;
+  if ((c.result = ioctl(kfd_fd, AMDKFD_IOC_CRIU_OP, &c.args)) != 0) return c;
+  c.devices.resize(c.args.num_devices);
+  c.bos.resize(c.args.num_bos);
+  c.priv.resize(c.args.priv_data_size);
+  c.args.devices = reinterpret_cast<std::uintptr_t>(c.devices.data());
+  c.args.bos = reinterpret_cast<std::uintptr_t>(c.bos.data());
+  c.args.priv_data = reinterpret_cast<std::uintptr_t>(c.priv.data());
+  c.args.op = KFD_CRIU_OP_CHECKPOINT;
+  c.result = ioctl(kfd_fd, AMDKFD_IOC_CRIU_OP, &c.args);
+  return c;
+}
+
 void SimKfd::kill(int pid) {
   std::lock_guard lock(mutex_);
   if (SimProcess* p = find_process(pid)) {
@@ -488,9 +503,7 @@ int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
 
   p.xnack = xnack;
   p.pdds = std::move(pdds);
-  // The process's own BO list; the memory belongs to the BOs, exported to the caller as dmabufs above.
   for (auto& bo : new_bos) p.bos.push_back(bo);
-  // The BO with the same VA must be found by app_read_bo: keep bos in the kernel's (image) order.
   p.queues = std::move(queues);
   p.events = events;
   p.restored = true;
@@ -522,14 +535,18 @@ int SimKfd::dmabuf_target(int fd, std::uint64_t offset, std::size_t count, int* 
   return -EINVAL;
 }
 
-int SimKfd::bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) {
-  int mem = -1;
-  if (int err = dmabuf_target(dmabuf_fd, offset, count, &mem)) return err;
-  if (::pread(mem, dst, count, static_cast<off_t>(offset)) != static_cast<ssize_t>(count)) return -EIO;
+void SimKfd::count_transfer(std::size_t count) {
   std::size_t seen = largest_transfer_;
   while (count > seen && !largest_transfer_.compare_exchange_weak(seen, count)) {
   }
   bytes_moved_ += count;
+}
+
+int SimKfd::bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) {
+  int mem = -1;
+  if (int err = dmabuf_target(dmabuf_fd, offset, count, &mem)) return err;
+  if (::pread(mem, dst, count, static_cast<off_t>(offset)) != static_cast<ssize_t>(count)) return -EIO;
+  count_transfer(count);
   return 0;
 }
 
@@ -537,10 +554,7 @@ int SimKfd::bo_write(int dmabuf_fd, std::uint64_t offset, const void* src, std::
   int mem = -1;
   if (int err = dmabuf_target(dmabuf_fd, offset, count, &mem)) return err;
   if (::pwrite(mem, src, count, static_cast<off_t>(offset)) != static_cast<ssize_t>(count)) return -EIO;
-  std::size_t seen = largest_transfer_;
-  while (count > seen && !largest_transfer_.compare_exchange_weak(seen, count)) {
-  }
-  bytes_moved_ += count;
+  count_transfer(count);
   return 0;
 }
 

@@ -62,6 +62,15 @@ struct SimProcess {
   bool running = true;                 // false from RESTORE until RESUME
 };
 
+// What CRIU gets from PROCESS_INFO + CHECKPOINT (for tests and the benchmark that need dmabuf fds).
+struct SimCheckpoint {
+  int result = 0;                      // 0 or the -errno of the failing op
+  kfd_ioctl_criu_args args{};
+  std::vector<kfd_criu_device_bucket> devices;
+  std::vector<kfd_criu_bo_bucket> bos;
+  std::string priv;
+};
+
 class SimKfd final : public AmdDevice {
  public:
   explicit SimKfd(std::vector<SimGpu> gpus, std::uint32_t kfd_major = 1, std::uint32_t kfd_minor = 11);
@@ -80,6 +89,8 @@ class SimKfd final : public AmdDevice {
   std::vector<std::uint8_t> app_read_bo(int pid, std::uint64_t va);
   void app_create_queue(int pid, std::uint32_t gpu_id);
   void app_create_events(int pid, std::uint32_t count);
+  // PROCESS_INFO then CHECKPOINT on `kfd_fd` as the current caller; the queues stay paused.
+  SimCheckpoint checkpoint_for_test(int kfd_fd);
   // The process exits (CRIU kills it after the dump): its KFD state is gone.
   void kill(int pid);
 
@@ -130,6 +141,7 @@ class SimKfd final : public AmdDevice {
   int restore(SimProcess& p, kfd_ioctl_criu_args& args);
   int resume(kfd_ioctl_criu_args& args);
   int dmabuf_target(int fd, std::uint64_t offset, std::size_t count, int* mem_fd);
+  void count_transfer(std::size_t count);
 
   std::vector<SimGpu> gpus_;
   std::uint32_t kfd_major_;
