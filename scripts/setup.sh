@@ -27,7 +27,8 @@ apt_install() {
 apt_install ca-certificates cmake g++ ninja-build pkg-config make git \
   protobuf-compiler libprotobuf-dev libdrm-dev linux-libc-dev \
   libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libarchive-dev libssl-dev \
-  zstd tar python3 curl procps psmisc unzip iproute2 iptables
+  zstd tar python3 curl procps psmisc unzip iproute2 iptables \
+  python3-yaml python3-jsonschema shellcheck
 
 # Catch2 v3 is only in bookworm-backports (bookworm's catch2 is v2).
 if ! dpkg-query -W -f='${Version}' catch2 2>/dev/null | grep -q '^3'; then
@@ -126,4 +127,16 @@ if [ ! -x "$PREFIX/k8s-tools/helm" ]; then
 fi
 ln -sf "$PREFIX/k8s-tools/helm" /usr/local/bin/helm
 "$PREFIX/k8s-tools/helm" version --short >/dev/null || die "helm does not run: $PREFIX/k8s-tools/helm"
+
+# Kubernetes object schemas for the chart tests (test/charts): kubernetes-models validates rendered objects
+# against the Kubernetes OpenAPI schemas, offline once installed. Pinned versions.
+K8S_VALIDATE="$PREFIX/k8s-validate"
+if [ ! -f "$K8S_VALIDATE/node_modules/kubernetes-models/package.json" ] || \
+   [ ! -f "$K8S_VALIDATE/node_modules/@kubernetes-models/prometheus-operator/package.json" ]; then
+  command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+  mkdir -p "$K8S_VALIDATE"
+  npm install --silent --no-audit --no-fund --prefix "$K8S_VALIDATE" \
+    kubernetes-models@5.1.0 @kubernetes-models/prometheus-operator@6.0.0 >/dev/null \
+    || die "npm install kubernetes-models into $K8S_VALIDATE failed"
+fi
 log "ready"

@@ -73,16 +73,20 @@ cmd_remove() {
 }
 
 cmd_hold() {
-  trap 'exit 0' TERM INT
+  child=""
+  # The sleeping child goes too: it must not outlive this process (and hold its stdout open).
+  trap 'kill "$child" 2>/dev/null; exit 0' TERM INT
   log "holding; host files are removed by the preStop hook when this pod stops"
-  while :; do sleep 3600 & wait $! || true; done
+  while :; do sleep 3600 & child=$!; wait "$child" || true; done
 }
 
 cmd_render_config() {
   for v in GPUCKPT_CONFIG_IN GPUCKPT_CONFIG_OUT NODE_NAME; do need "$v"; done
   case "$NODE_NAME${NODE_IP:-}" in *[!A-Za-z0-9.:-]*) die "unexpected characters in NODE_NAME/NODE_IP: $NODE_NAME ${NODE_IP:-}";; esac
+  ip=${NODE_IP:-}
+  case "$ip" in *:*) ip="[$ip]" ;; esac   # @NODE_IP@ stands in URLs: IPv6 needs brackets
   tmp="$GPUCKPT_CONFIG_OUT.tmp.$$"
-  sed -e "s/@NODE_NAME@/$NODE_NAME/g" -e "s/@NODE_IP@/${NODE_IP:-}/g" "$GPUCKPT_CONFIG_IN" > "$tmp"
+  sed -e "s/@NODE_NAME@/$NODE_NAME/g" -e "s/@NODE_IP@/$ip/g" "$GPUCKPT_CONFIG_IN" > "$tmp"
   mv -f "$tmp" "$GPUCKPT_CONFIG_OUT"
   log "agent config written to $GPUCKPT_CONFIG_OUT for node $NODE_NAME"
 }

@@ -1,0 +1,433 @@
+#!/usr/bin/env python3
+"""Renders charts/gpuckpt with real `helm lint` / `helm template` across value sets and checks what matters:
+mounts (read-only vs read-write), privileges, RBAC rules per feature, affinity, tolerations, the agent config's
+shape against agent/config.example.yaml, and that bad combinations fail with their fix-it text.
+
+    chart_test.py SOURCE_DIR [--dump-objects FILE]   (FILE: every rendered object as JSON, for schema checks)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+SRC = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
+CHART = os.path.join(SRC, "charts", "gpuckpt")
+HELM = os.environ.get("HELM", "helm")
+NS = "gpuckpt-system"
+FAILURES = []
+CHECKS = 0
+
+
+def check(cond, what):
+    global CHECKS
+    CHECKS += 1
+    if not cond:
+        FAILURES.append(what)
+        print(f"  FAIL {what}")
+
+
+def helm(*args, expect_ok=True):
+    proc = subprocess.run([HELM, *args], capture_output=True, text=True)
+    if expect_ok and proc.returncode != 0:
+        raise SystemExit(f"helm {' '.join(args)} failed:\n{proc.stderr}")
+    return proc
+
+
+def render(sets, extra=()):
+    args = ["template", "t", CHART, "--namespace", NS]
+    for s in sets:
+        args += ["--set-json" if s.startswith("json:") else "--set", s.removeprefix("json:")]
+    args += list(extra)
+    out = helm(*args).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def lint(sets):
+    args = ["lint", CHART, "--strict", "--namespace", NS]
+    for s in sets:
+        args += ["--set-json" if s.startswith("json:") else "--set", s.removeprefix("json:")]
+    proc = helm(*args, expect_ok=False)
+    return proc
+
+
+def by_kind(objs, kind):
+    return [o for o in objs if o["kind"] == kind]
+
+
+def one(objs, kind):
+    found = by_kind(objs, kind)
+    check(len(found) == 1, f"exactly one {kind} (found {len(found)})")
+    return found[0] if found else {}
+
+
+def pod_spec(objs):
+    return one(objs, "DaemonSet")["spec"]["template"]["spec"]
+
+
+def container(spec, name, init=False):
+    for c in spec.get("initContainers" if init else "containers", []) or []:
+        if c["name"] == name:
+            return c
+    return None
+
+
+def host_mounts(spec, c):
+    """{mountPath: (hostPath, readOnly)} for the hostPath volumes container c mounts."""
+    vols = {v["name"]: v for v in spec["volumes"]}
+    out = {}
+    for m in c.get("volumeMounts", []):
+        v = vols.get(m["name"])
+        check(v is not None, f"{c['name']}: mount {m['name']} has a volume")
+        if v and "hostPath" in v:
+            out[m["mountPath"]] = (v["hostPath"]["path"], bool(m.get("readOnly", False)))
+    return out
+
+
+def agent_config(objs):
+    cm = one(objs, "ConfigMap")
+    return yaml.safe_load(cm["data"]["config.yaml"]), cm
+
+
+def leaf_paths(d, prefix=""):
+    out = set()
+    for k, v in d.items():
+        p = f"{prefix}.{k}" if prefix else k
+        out |= leaf_paths(v, p) if isinstance(v, dict) else {p}
+    return out
+
+
+def rules(objs):
+    roles = by_kind(objs, "ClusterRole")
+    if not roles:
+        return set()
+    return {(res, verb) for r in roles[0]["rules"] for res in r["resources"] for verb in r["verbs"]}
+
+
+EXAMPLE = yaml.safe_load(open(os.path.join(SRC, "agent", "config.example.yaml")))
+EXAMPLE_KEYS = leaf_paths(EXAMPLE)
+
+
+# ---- the checks every rendering must pass ----------------------------------------------------------------------
+def common_checks(objs, name):
+    spec = pod_spec(objs)
+    cfg, cm = agent_config(objs)
+
+    # Privileges: no privileged pod features, no capabilities, no privilege escalation, read-only root fs.
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        check(not spec.get(key), f"[{name}] pod does not set {key}")
+    for c in spec["containers"] + spec.get("initContainers", []):
+        sc = c.get("securityContext", {})
+        check(not sc.get("privileged"), f"[{name}] {c['name']} not privileged")
+        check(sc.get("allowPrivilegeEscalation") is False, f"[{name}] {c['name']} allowPrivilegeEscalation=false")
+        check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"[{name}] {c['name']} drops ALL capabilities")
+        check(not sc.get("capabilities", {}).get("add"), f"[{name}] {c['name']} adds no capability")
+        check(sc.get("readOnlyRootFilesystem") is True, f"[{name}] {c['name']} read-only root filesystem")
+        check("resources" in c and c["resources"].get("limits", {}).get("memory"), f"[{name}] {c['name']} has a memory limit")
+
+    # The agent: sysfs/procfs/dev read-only under /host; read-write only the directories it writes.
+    agent = container(spec, "agent")
+    mounts = host_mounts(spec, agent)
+    for host in ("/sys", "/proc", "/dev"):
+        check(mounts.get("/host" + host) == (host, True), f"[{name}] agent mounts {host} read-only at /host{host}")
+    rw = {path for path, (_, ro) in mounts.items() if not ro}
+    allowed_rw = {cfg["state_dir"], cfg["checkpoints"]["dir"]}
+    if cfg["checkpoints"].get("kubelet_dir"):
+        allowed_rw.add(cfg["checkpoints"]["kubelet_dir"])
+    sock_env = [e["value"] for e in agent.get("env", []) if e["name"] == "CONTAINER_RUNTIME_ENDPOINT"]
+    if sock_env:
+        allowed_rw.add(os.path.dirname(sock_env[0].removeprefix("unix://")))
+    check(rw == allowed_rw, f"[{name}] agent's read-write host mounts are exactly {sorted(allowed_rw)} (got {sorted(rw)})")
+    for path in rw:
+        check(mounts[path][0] == path, f"[{name}] agent sees host {mounts[path][0]} at the same path")
+    check(mounts.get(cfg["hooks_dir"]) == (cfg["hooks_dir"], True), f"[{name}] agent sees hooks.d read-only")
+    check(mounts.get(cfg["criu_plugin_dir"]) == (cfg["criu_plugin_dir"], True), f"[{name}] agent sees the CRIU plugin dir read-only")
+
+    # Config <-> pod wiring.
+    check(leaf_paths(cfg) <= EXAMPLE_KEYS, f"[{name}] config keys are agent config keys: unknown {sorted(leaf_paths(cfg) - EXAMPLE_KEYS)}")
+    check(cfg["host_root"] == "/host", f"[{name}] host_root is /host")
+    check(cfg["version"] == 1, f"[{name}] config version 1")
+    check(not any(v is None for v in leaf_paths_values(cfg)), f"[{name}] config has no null values")
+    port = agent["ports"][0]
+    check(port["containerPort"] == cfg["listen"]["port"] and port["name"] == "http", f"[{name}] container port = listen.port")
+    for probe in ("livenessProbe", "readinessProbe"):
+        check(agent.get(probe, {}).get("httpGet", {}).get("path") == "/healthz", f"[{name}] {probe} on /healthz")
+    token_mount = [m for m in agent["volumeMounts"] if m["name"] == "api-token"]
+    check(len(token_mount) == 1 and token_mount[0].get("readOnly"), f"[{name}] token mounted read-only")
+    if token_mount:
+        check(cfg["auth"]["token_file"].startswith(token_mount[0]["mountPath"] + "/"), f"[{name}] auth.token_file is in the token mount")
+    secret_vol = next(v for v in spec["volumes"] if v["name"] == "api-token")["secret"]
+    check(secret_vol["defaultMode"] == 0o400, f"[{name}] token file mode 0400 (the agent refuses group/other access)")
+    check(agent["args"][:2] == ["--config", "/etc/gpuckpt/config/config.yaml"], f"[{name}] agent runs with --config")
+    render_init = container(spec, "render-config", init=True)
+    check(render_init is not None and host_mounts(spec, render_init) == {}, f"[{name}] render-config touches no host path")
+
+    # Scheduling.
+    check(spec.get("priorityClassName") == "system-node-critical", f"[{name}] priorityClassName system-node-critical")
+    tols = {t.get("key") for t in spec.get("tolerations", [])}
+
+    # The installed hook entry points at the installed binary with the agent's state dir.
+    hook = json.loads(cm["data"]["gpuckpt-hook.json"])
+    check(hook["version"] == "1.0.0", f"[{name}] hooks.d entry version 1.0.0")
+    check(hook["hook"]["args"][hook["hook"]["args"].index("--state-dir") + 1] == cfg["state_dir"], f"[{name}] hook --state-dir = agent state_dir")
+    check(cm["data"]["host-files.sh"] == open(os.path.join(CHART, "files", "host-files.sh")).read(), f"[{name}] ConfigMap carries files/host-files.sh unchanged")
+    return spec, cfg, cm, agent, tols, hook
+
+
+def leaf_paths_values(d):
+    for v in d.values():
+        if isinstance(v, dict):
+            yield from leaf_paths_values(v)
+        else:
+            yield v
+
+
+def installer_checks(objs, name, spec, cfg, hook, install_dir="/opt/gpuckpt"):
+    init = container(spec, "install-host-files", init=True)
+    side = container(spec, "host-files")
+    check(init is not None and side is not None, f"[{name}] install init container and host-files sidecar present")
+    if not (init and side):
+        return
+    want = {f"/host{cfg['hooks_dir']}": (cfg["hooks_dir"], False),
+            f"/host{cfg['criu_plugin_dir']}": (cfg["criu_plugin_dir"], False),
+            f"/host{install_dir}": (install_dir, False)}
+    check(host_mounts(spec, init) == want, f"[{name}] installer writes only hooks.d, the CRIU plugin dir and {install_dir}")
+    check(host_mounts(spec, side) == want, f"[{name}] host-files sidecar mounts the same three directories")
+    check(init["command"][-1] == "install", f"[{name}] init container runs install")
+    check(side["lifecycle"]["preStop"]["exec"]["command"][-1] == "remove", f"[{name}] preStop runs remove")
+    owner = [e for e in side["env"] if e["name"] == "GPUCKPT_OWNER"]
+    check(owner and owner[0]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid", f"[{name}] owner mark is the pod UID")
+    check(hook["hook"]["path"] == f"{install_dir}/bin/gpuckpt-oci-hook", f"[{name}] hook path is the installed binary")
+
+
+# ---- value sets ------------------------------------------------------------------------------------------------
+ALL_OBJECTS = []
+
+
+def case(name, sets=(), extra=(), lint_sets=()):
+    print(f"case {name}: {' '.join(sets) or '(defaults)'}")
+    proc = lint([*sets, *lint_sets])
+    check(proc.returncode == 0, f"[{name}] helm lint --strict passes: {proc.stdout[-400:]}{proc.stderr[-400:]}")
+    objs = render(sets, extra)
+    ALL_OBJECTS.extend(objs)
+    return objs
+
+
+def test_defaults():
+    objs = case("defaults")
+    spec, cfg, cm, agent, tols, hook = common_checks(objs, "defaults")
+    installer_checks(objs, "defaults", spec, cfg, hook)
+    kinds = sorted(o["kind"] for o in objs)
+    check(kinds == sorted(["ServiceAccount", "Secret", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "DaemonSet"]),
+          f"[defaults] objects {kinds}")
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    keys = [t["matchExpressions"][0]["key"] for t in terms]
+    check(keys == ["feature.node.kubernetes.io/pci-10de.present", "feature.node.kubernetes.io/pci-1002.present"],
+          f"[defaults] GPU node affinity on NFD's NVIDIA and AMD labels (OR): {keys}")
+    check(all(t["matchExpressions"][0]["values"] == ["true"] for t in terms), "[defaults] affinity matches label value true")
+    check({"nvidia.com/gpu", "amd.com/gpu"} <= tols, f"[defaults] tolerates GPU taints: {tols}")
+    check(rules(objs) == {("nodes", "get"), ("nodes", "patch")}, f"[defaults] RBAC: only nodes get/patch (labels): {rules(objs)}")
+    check(spec["automountServiceAccountToken"] is True, "[defaults] SA token mounted (labels need the API)")
+    check(cfg["runtime"] == {"kind": "crictl"}, f"[defaults] runtime crictl only: {cfg['runtime']}")
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    check(env.get("CONTAINER_RUNTIME_ENDPOINT") == "unix:///run/crio/crio.sock", "[defaults] crictl talks to CRI-O's socket")
+    check(cfg["node_labels"] == {"enabled": True}, f"[defaults] node labels on: {cfg['node_labels']}")
+    check("log_level" not in cfg and "match_policy" not in cfg and "limits" not in cfg, "[defaults] null settings left to the binary")
+    secret = one(objs, "Secret")
+    import base64
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    check(len(token) == 48 and token.isalnum(), "[defaults] generated 48-character token")
+    check(secret["metadata"]["name"] == next(v for v in spec["volumes"] if v["name"] == "api-token")["secret"]["secretName"],
+          "[defaults] pod mounts the generated Secret")
+    svc = one(objs, "Service")
+    check(svc["spec"]["selector"] == one(objs, "DaemonSet")["spec"]["selector"]["matchLabels"], "[defaults] Service selects the agent pods")
+    check(svc["spec"]["ports"][0]["targetPort"] == "http", "[defaults] Service targets the http port")
+    check(one(objs, "ServiceAccount").get("automountServiceAccountToken") is False, "[defaults] SA itself does not automount")
+
+
+def test_no_api():
+    objs = case("no-api", ["nodeLabels.enabled=false"])
+    spec, cfg, *_ = common_checks(objs, "no-api")
+    check(not by_kind(objs, "ClusterRole") and not by_kind(objs, "ClusterRoleBinding"), "[no-api] no RBAC at all when no feature needs the API")
+    check(spec["automountServiceAccountToken"] is False, "[no-api] no service-account token in the pod")
+
+
+def test_amd_only():
+    objs = case("amd-only", ["json:gpuNodeAffinity.labels=[\"feature.node.kubernetes.io/pci-1002.present\"]",
+                             "json:tolerations=[{\"key\":\"amd.com/gpu\",\"operator\":\"Exists\",\"effect\":\"NoSchedule\"}]"])
+    spec, cfg, cm, agent, tols, hook = common_checks(objs, "amd-only")
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    check([t["matchExpressions"][0]["key"] for t in terms] == ["feature.node.kubernetes.io/pci-1002.present"], "[amd-only] only AMD nodes")
+    check(tols == {"amd.com/gpu"}, f"[amd-only] only the AMD taint tolerated: {tols}")
+
+
+def test_kubelet_proxy():
+    objs = case("kubelet-proxy", ["runtime.kind=kubelet"])
+    spec, cfg, *_ = common_checks(objs, "kubelet-proxy")
+    check(rules(objs) == {("nodes", "get"), ("nodes", "patch"), ("nodes/proxy", "create")},
+          f"[kubelet-proxy] RBAC: labels + nodes/proxy create, nothing else: {rules(objs)}")
+    k = cfg["runtime"]["kubelet"]
+    check(k["url"] == "https://kubernetes.default.svc/api/v1/nodes/@NODE_NAME@/proxy", f"[kubelet-proxy] url through the API server: {k['url']}")
+    check(k["ca_file"] == "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt", "[kubelet-proxy] trusts the cluster CA")
+    check(spec["automountServiceAccountToken"] is True, "[kubelet-proxy] SA token mounted")
+
+
+def test_kubelet_direct():
+    objs = case("kubelet-direct", ["runtime.kind=kubelet", "runtime.kubelet.access=direct",
+                                   "runtime.kubelet.caFile=/var/lib/kubelet/pki/kubelet.crt", "nodeLabels.enabled=false"])
+    spec, cfg, cm, agent, *_ = common_checks(objs, "kubelet-direct")
+    check(rules(objs) == {("nodes/checkpoint", "create")}, f"[kubelet-direct] RBAC: only nodes/checkpoint create: {rules(objs)}")
+    k = cfg["runtime"]["kubelet"]
+    check(k["url"] == "https://@NODE_IP@:10250", f"[kubelet-direct] url is the node's kubelet: {k['url']}")
+    mounts = host_mounts(spec, agent)
+    check(mounts.get(k["ca_file"]) == ("/var/lib/kubelet/pki/kubelet.crt", True), "[kubelet-direct] kubelet CA mounted read-only at ca_file")
+
+
+def test_monitoring():
+    objs = case("monitoring", ["metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.interval=30s",
+                               "metrics.serviceMonitor.labels.release=prom"],
+                ["--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"],
+                lint_sets=["metrics.serviceMonitor.skipCrdCheck=true"])  # helm lint has no --api-versions
+    common_checks(objs, "monitoring")
+    sm = one(objs, "ServiceMonitor")
+    svc = one(objs, "Service")
+    check(all(svc["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items()),
+          "[monitoring] ServiceMonitor selects the Service")
+    ep = sm["spec"]["endpoints"][0]
+    check(ep == {"port": "http", "path": "/metrics", "interval": "30s"}, f"[monitoring] scrapes http /metrics every 30s: {ep}")
+    check(sm["metadata"]["labels"].get("release") == "prom", "[monitoring] carries the Prometheus selector label")
+
+
+def test_existing_secret():
+    objs = case("existing-secret", ["auth.existingSecret=my-token", "auth.secretKey=api-token"])
+    spec, cfg, *_ = common_checks(objs, "existing-secret")
+    check(not by_kind(objs, "Secret"), "[existing-secret] chart creates no Secret")
+    vol = next(v for v in spec["volumes"] if v["name"] == "api-token")["secret"]
+    check(vol["secretName"] == "my-token", "[existing-secret] pod mounts the named Secret")
+    check(cfg["auth"]["token_file"].endswith("/api-token"), "[existing-secret] token_file uses auth.secretKey")
+
+
+def test_full_config_shape():
+    """Every chart setting given: the config has exactly the agent's keys (the shape of agent/config.example.yaml)."""
+    sets = ["runtime.kind=kubelet", "runtime.crictlPath=/usr/bin/crictl", "runtime.podmanPath=/usr/bin/podman",
+            "nodeLabels.intervalSeconds=60", "agent.logLevel=debug",
+            "config.checkpoints.watch_interval_seconds=2", "config.checkpoints.max_archive_bytes=1000000000",
+            "config.checkpoints.max_entry_bytes=1000000000", "config.checkpoints.runtime_timeout_seconds=30",
+            "config.limits.max_request_bytes=4096", "config.limits.max_concurrent_jobs=2"]
+    sets += [f"config.match_policy.{k}=false" for k in EXAMPLE["match_policy"]]
+    objs = case("full-config", sets)
+    spec, cfg, *_ = common_checks(objs, "full-config")
+    # node_labels' API endpoint/credential paths and node_name stay the agent's defaults (in-cluster values).
+    agent_owned = {"node_labels.node_name", "node_labels.api_server", "node_labels.token_file", "node_labels.ca_file"}
+    missing = EXAMPLE_KEYS - leaf_paths(cfg) - agent_owned
+    check(not missing, f"[full-config] every agent config key can be set from the chart; missing: {sorted(missing)}")
+    check(cfg["match_policy"]["check_firmware"] is False, "[full-config] false survives (only null is dropped)")
+    check(cfg["checkpoints"]["max_archive_bytes"] == 1000000000, "[full-config] large integers stay integers")
+
+
+def test_custom_paths():
+    objs = case("custom-paths", ["host.hooksDir=/etc/containers/oci/hooks.d", "host.criuPluginDir=/opt/criu/lib",
+                                 "host.kubeletCheckpointDir=", "host.installDir=/var/lib/gpuckpt-bin",
+                                 "runtime.criSocket=/run/containerd/containerd.sock"])
+    spec, cfg, cm, agent, tols, hook = common_checks(objs, "custom-paths")
+    installer_checks(objs, "custom-paths", spec, cfg, hook, install_dir="/var/lib/gpuckpt-bin")
+    check(cfg["hooks_dir"] == "/etc/containers/oci/hooks.d" and cfg["criu_plugin_dir"] == "/opt/criu/lib", "[custom-paths] config follows host paths")
+    check(cfg["checkpoints"]["kubelet_dir"] == "", "[custom-paths] empty kubelet dir is passed on (agent: do not watch)")
+    check("/var/lib/kubelet/checkpoints" not in host_mounts(spec, agent), "[custom-paths] kubelet dir not mounted")
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    check(env.get("CONTAINER_RUNTIME_ENDPOINT") == "unix:///run/containerd/containerd.sock", "[custom-paths] containerd socket")
+
+
+def test_installer_off():
+    objs = case("installer-off", ["installer.enabled=false", "installer.removeOnStop=false"])
+    spec, *_ = common_checks(objs, "installer-off")
+    check(container(spec, "install-host-files", init=True) is None and container(spec, "host-files") is None,
+          "[installer-off] no installer containers")
+    check(not any(v["name"] == "host-install-dir" for v in spec["volumes"]), "[installer-off] install dir not mounted")
+
+
+def test_byo_service_account():
+    objs = case("byo-sa", ["rbac.create=false", "serviceAccount.create=false", "serviceAccount.name=gpu-agent"])
+    spec, *_ = common_checks(objs, "byo-sa")
+    check(spec["serviceAccountName"] == "gpu-agent", "[byo-sa] pod uses the named ServiceAccount")
+    check(not by_kind(objs, "ClusterRole") and not by_kind(objs, "ServiceAccount"), "[byo-sa] chart creates no SA or RBAC")
+
+
+def test_all_nodes():
+    objs = case("all-nodes", ["gpuNodeAffinity.enabled=false", "allNodes=true"])
+    spec, *_ = common_checks(objs, "all-nodes")
+    check("affinity" not in spec and "nodeSelector" not in spec, "[all-nodes] no node restriction")
+
+
+def test_node_selector_instead_of_affinity():
+    objs = case("node-selector", ["gpuNodeAffinity.enabled=false", "json:nodeSelector={\"gpu\":\"true\"}"])
+    spec, *_ = common_checks(objs, "node-selector")
+    check(spec.get("nodeSelector") == {"gpu": "true"} and "affinity" not in spec, "[node-selector] nodeSelector replaces the affinity")
+
+
+BAD = [
+    ("servicemonitor-without-crd", ["metrics.serviceMonitor.enabled=true"],
+     "no monitoring.coreos.com/v1 ServiceMonitor CRD. Install prometheus-operator's CRDs first, or with `helm template` pass --api-versions"),
+    ("servicemonitor-without-service", ["metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.skipCrdCheck=true", "service.enabled=false"],
+     "needs the Service it scrapes: set service.enabled=true"),
+    ("kubelet-without-rbac", ["runtime.kind=kubelet", "rbac.create=false", "nodeLabels.enabled=false"],
+     "rbac.create=false and no serviceAccount.name is given"),
+    ("labels-without-rbac", ["rbac.create=false"], "Set rbac.create=true, or name a ServiceAccount you have bound yourself"),
+    ("no-node-restriction", ["gpuNodeAffinity.enabled=false"],
+     "would run the agent on every node, GPU or not. Select GPU nodes with nodeSelector"),
+    ("no-affinity-labels", ["json:gpuNodeAffinity.labels=[]"], "selects no node"),
+    ("secret-and-token", ["auth.existingSecret=x", "auth.token=y"], "auth.existingSecret and auth.token are both set"),
+    ("kubelet-direct-without-ca", ["runtime.kind=kubelet", "runtime.kubelet.access=direct"], "needs runtime.kubelet.caFile"),
+    ("kubelet-without-checkpoint-dir", ["runtime.kind=kubelet", "host.kubeletCheckpointDir="], "host.kubeletCheckpointDir is empty"),
+    ("crictl-without-socket", ["runtime.criSocket="], "runtime.kind=crictl needs runtime.criSocket"),
+    ("schema-runtime-kind", ["runtime.kind=docker"], "runtime.kind must be one of the following"),
+    ("schema-relative-path", ["host.stateDir=var/lib/gpuckpt"], "host.stateDir: Does not match pattern"),
+    ("schema-unknown-config-key", ["config.limits.max_requests=1"], "Additional property max_requests is not allowed"),
+    ("schema-log-level", ["agent.logLevel=verbose"], "agent.logLevel"),
+]
+
+
+def test_bad_combinations():
+    for name, sets, text in BAD:
+        args = ["template", "t", CHART, "--namespace", NS]
+        for s in sets:
+            args += ["--set-json" if s.startswith("json:") else "--set", s.removeprefix("json:")]
+        proc = helm(*args, expect_ok=False)
+        check(proc.returncode != 0, f"[bad:{name}] helm template fails")
+        check(text in proc.stderr, f"[bad:{name}] error names the fix ({text!r}); got: {proc.stderr.strip()[-300:]}")
+        print(f"case bad:{name}: {'fails as expected' if proc.returncode and text in proc.stderr else 'WRONG'}")
+
+
+def test_token_kept_on_upgrade_template():
+    """The Secret template reuses an existing token (lookup); helm template has no cluster, so this checks the
+    explicit-token path and that two renders without one differ (generated, not a constant)."""
+    a = one(render([]), "Secret")["data"]["token"]
+    b = one(render([]), "Secret")["data"]["token"]
+    check(a != b, "generated tokens are random, not a constant")
+    c = one(render(["auth.token=s3cr3t"]), "Secret")["data"]["token"]
+    import base64
+    check(base64.b64decode(c).decode() == "s3cr3t", "auth.token is used as given")
+    secret_tpl = open(os.path.join(CHART, "templates", "secret.yaml")).read()
+    check('lookup "v1" "Secret"' in secret_tpl, "Secret template looks up the existing token to keep it on upgrade")
+
+
+def main():
+    dump = None
+    if "--dump-objects" in sys.argv:
+        dump = sys.argv[sys.argv.index("--dump-objects") + 1]
+    for t in [test_defaults, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_monitoring,
+              test_existing_secret, test_full_config_shape, test_custom_paths, test_installer_off,
+              test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
+              test_bad_combinations, test_token_kept_on_upgrade_template]:
+        t()
+    if dump:
+        with open(dump, "w") as f:
+            json.dump(ALL_OBJECTS, f)
+    print(f"{CHECKS - len(FAILURES)} passed, {len(FAILURES)} failed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

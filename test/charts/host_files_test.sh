@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2016,SC2034 # checks are eval'ed strings that use these variables
+# charts/gpuckpt/files/host-files.sh against a fake host tree: install puts the hook binary, hooks.d JSON and
+# CRIU plugin in place (binary before JSON), remove takes them away only for the pod that installed them,
+# render-config fills in the node, bad input fails with a message naming it.
+set -euo pipefail
+SRC=${GPUCKPT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+SCRIPT="$SRC/charts/gpuckpt/files/host-files.sh"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+expect() { if eval "$1"; then ok; else bad "$2"; fi; }
+
+# The image side: files the installer copies.
+mkdir -p "$tmp/image"
+printf '#!/bin/sh\necho hook-v1\n' > "$tmp/image/hook"
+printf 'plugin-v1' > "$tmp/image/plugin.so"
+printf '{"version":"1.0.0","hook":{"path":"/opt/gpuckpt/bin/gpuckpt-oci-hook"},"when":{"always":true},"stages":["prestart"]}\n' > "$tmp/image/hook.json"
+mkdir -p "$tmp/host/usr/share/containers/oci/hooks.d" "$tmp/host/usr/lib/criu"
+
+run() { # OWNER ACTION [extra env...]
+  local owner=$1 action=$2; shift 2
+  env -i PATH="$PATH" GPUCKPT_HOST_MOUNT="$tmp/host" GPUCKPT_HOOKS_DIR=/usr/share/containers/oci/hooks.d \
+    GPUCKPT_CRIU_PLUGIN_DIR=/usr/lib/criu GPUCKPT_INSTALL_DIR=/opt/gpuckpt GPUCKPT_HOOK_JSON="$tmp/image/hook.json" \
+    GPUCKPT_SRC_HOOK="$tmp/image/hook" GPUCKPT_SRC_PLUGIN="$tmp/image/plugin.so" GPUCKPT_OWNER="$owner" "$@" \
+    sh "$SCRIPT" "$action"
+}
+H="$tmp/host"
+HOOK="$H/opt/gpuckpt/bin/gpuckpt-oci-hook" JSON="$H/usr/share/containers/oci/hooks.d/gpuckpt-hook.json" PLUGIN="$H/usr/lib/criu/gpuckpt_plugin.so"
+
+# install
+run pod-a install 2> "$tmp/log"
+expect '[ -x "$HOOK" ] && [ "$("$HOOK")" = hook-v1 ]' "hook binary installed and executable"
+expect 'cmp -s "$JSON" "$tmp/image/hook.json"' "hooks.d JSON installed unchanged"
+expect 'cmp -s "$PLUGIN" "$tmp/image/plugin.so"' "CRIU plugin installed"
+expect '[ "$(stat -c %a "$PLUGIN")" = 644 ] && [ "$(stat -c %a "$JSON")" = 644 ] && [ "$(stat -c %a "$HOOK")" = 755 ]' "file modes 755/644/644"
+expect '[ "$(cat "$H/opt/gpuckpt/.installed-by")" = pod-a ]' "owner mark is the installing pod"
+expect '[ -z "$(find "$H" -name "*gpuckpt-tmp*")" ]' "no temporary files left"
+expect 'grep -n "installed" "$tmp/log" | head -1 | grep -q gpuckpt-oci-hook && tail -2 "$tmp/log" | head -1 | grep -q gpuckpt-hook.json' \
+  "binary installed before the hooks.d JSON (runtimes reject an entry whose binary is missing)"
+
+# upgrade: a newer pod reinstalls over a running hook (rename keeps the old inode intact for running hooks)
+exec 9< "$HOOK"   # an open handle, like a hook running right now
+printf '#!/bin/sh\necho hook-v2\n' > "$tmp/image/hook"
+run pod-b install 2>/dev/null
+expect '[ "$("$HOOK")" = hook-v2 ]' "reinstall replaces the binary"
+expect 'grep -q hook-v1 /proc/self/fd/9' "the replaced binary's old content stays intact for a running hook"
+exec 9<&-
+expect '[ "$(cat "$H/opt/gpuckpt/.installed-by")" = pod-b ]' "owner mark moves to the newer pod"
+
+# the old pod stops after the new one installed (surge/rolling update): it must not remove pod-b's files
+run pod-a remove 2> "$tmp/log"
+expect '[ -f "$HOOK" ] && [ -f "$JSON" ] && [ -f "$PLUGIN" ]' "an older pod's preStop leaves the newer pod's files"
+expect 'grep -q "belong to pod pod-b" "$tmp/log"' "it says why it left them"
+
+# the owner stops (uninstall): everything goes, the JSON first
+run pod-b remove 2>/dev/null
+expect '[ ! -e "$JSON" ] && [ ! -e "$HOOK" ] && [ ! -e "$PLUGIN" ] && [ ! -e "$H/opt/gpuckpt/.installed-by" ]' "owner's preStop removes all host files"
+expect '[ -d "$H/usr/share/containers/oci/hooks.d" ] && [ -d "$H/usr/lib/criu" ]' "shared host directories stay"
+if run pod-b remove 2>/dev/null; then ok; else bad "remove is idempotent"; fi
+
+# failures name what is wrong
+if run pod-c install GPUCKPT_SRC_PLUGIN="$tmp/image/missing.so" 2> "$tmp/log"; then bad "missing plugin must fail"; else ok; fi
+expect 'grep -q "missing.so is missing in the image" "$tmp/log"' "missing source named"
+expect '[ ! -e "$JSON" ]' "a failed install does not leave a hooks.d entry behind"
+if env -i PATH="$PATH" sh "$SCRIPT" install 2> "$tmp/log"; then bad "install without env must fail"; else ok; fi
+expect 'grep -q "GPUCKPT_HOOKS_DIR is not set" "$tmp/log"' "missing environment named"
+if sh "$SCRIPT" frobnicate 2> "$tmp/log"; then bad "unknown action must fail"; else ok; fi
+expect 'grep -q "usage: host-files.sh" "$tmp/log"' "usage on unknown action"
+
+# render-config
+printf 'url: https://kubernetes.default.svc/api/v1/nodes/@NODE_NAME@/proxy\nb: https://@NODE_IP@:10250\n' > "$tmp/config.in"
+env -i PATH="$PATH" GPUCKPT_CONFIG_IN="$tmp/config.in" GPUCKPT_CONFIG_OUT="$tmp/config.out" NODE_NAME=gpu-node-1 NODE_IP=10.0.0.7 \
+  sh "$SCRIPT" render-config 2>/dev/null
+expect 'grep -q "nodes/gpu-node-1/proxy" "$tmp/config.out" && grep -q "https://10.0.0.7:10250" "$tmp/config.out"' "node name and IP filled in"
+env -i PATH="$PATH" GPUCKPT_CONFIG_IN="$tmp/config.in" GPUCKPT_CONFIG_OUT="$tmp/config.v6" NODE_NAME=n NODE_IP=fd00::7 \
+  sh "$SCRIPT" render-config 2>/dev/null
+expect 'grep -q "https://\[fd00::7\]:10250" "$tmp/config.v6"' "IPv6 node IP bracketed in the URL"
+if env -i PATH="$PATH" GPUCKPT_CONFIG_IN="$tmp/config.in" GPUCKPT_CONFIG_OUT="$tmp/config.out2" NODE_NAME='x/y;rm' \
+  sh "$SCRIPT" render-config 2> "$tmp/log"; then bad "odd node name must be refused"; else ok; fi
+expect '[ ! -e "$tmp/config.out2" ] && grep -q "unexpected characters" "$tmp/log"' "odd node name refused, nothing written"
+
+# hold exits on SIGTERM (pod stop) promptly
+sh "$SCRIPT" hold > /dev/null 2> "$tmp/hold.log" & holder=$!
+for _ in $(seq 100); do grep -q holding "$tmp/hold.log" 2>/dev/null && break; sleep 0.05; done  # its trap is set once it logs
+sleeper=$(pgrep -P "$holder" sleep || true)
+kill -TERM "$holder"
+t0=$SECONDS; if wait "$holder"; then ok; else bad "hold exits 0 on SIGTERM"; fi
+expect '[ $((SECONDS - t0)) -lt 5 ]' "hold stops promptly"
+gone() { ! kill -0 "$1" 2>/dev/null || [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ]; }  # exited, maybe unreaped
+expect '[ -n "$sleeper" ] && gone "$sleeper"' "hold leaves no child running (its sleep $sleeper is gone)"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# kubectl-gpuckpt against a fake cluster (fake-cluster/kubectl + the fake agent CLI fake-cluster/gpuckpt):
+# checkpoint, migrate, restore and nodes run their real flows (archives really move between the fake nodes'
+# directories through the kubectl exec streams), --dry-run prints the plan without effects, bad arguments fail
+# with exit 2 and a message naming them.
+# shellcheck disable=SC2016,SC2015,SC2034 # checks are eval'ed strings; ok/bad always return 0
+set -euo pipefail
+SRC=${GPUCKPT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+PLUGIN="$SRC/kubectl-plugin/kubectl-gpuckpt"
+FAKE="$SRC/test/charts/fake-cluster"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+expect() { if eval "$1"; then ok; else bad "$2"; fi; }
+
+export FAKE_CLUSTER="$tmp/cluster" KUBECTL="$FAKE/kubectl"
+unset GPUCKPT_NAMESPACE GPUCKPT_AGENT_PORT GPUCKPT_TOKEN_FILE GPUCKPT_ARCHIVE_DIR FAKE_CORRUPT || true
+
+new_cluster() {
+  rm -rf "$FAKE_CLUSTER"; mkdir -p "$FAKE_CLUSTER"
+  echo ml > "$FAKE_CLUSTER/namespace"
+  printf '%s\n' "ml train gpu-a main -" "ml multi gpu-a main,sidecar -" "ml annotated gpu-a main,sidecar sidecar" \
+    > "$FAKE_CLUSTER/pods.tsv"
+  printf '%s\n' "gpu-a gpuckpt-aaaaa Running" "gpu-b gpuckpt-bbbbb Running" "gpu-c gpuckpt-ccccc Running" \
+    "gpu-d gpuckpt-ddddd Pending" > "$FAKE_CLUSTER/agents.tsv"
+  for n in gpu-a:H200 gpu-b:H200 gpu-c:MI300X gpu-d:H200 cpu-e:none; do
+    mkdir -p "$FAKE_CLUSTER/nodes/${n%%:*}/fs"; echo "${n#*:}" > "$FAKE_CLUSTER/nodes/${n%%:*}/gpu"
+  done
+  printf '%s\n' "kubernetes.io/hostname=gpu-a" "gpuckpt.io/gpu-model=H200" "gpuckpt.io/gpu-count=1" > "$FAKE_CLUSTER/nodes/gpu-a/labels"
+  : > "$FAKE_CLUSTER/calls.log"
+}
+run() { "$PLUGIN" "$@" > "$tmp/out" 2> "$tmp/err"; }
+archives() { find "$FAKE_CLUSTER/nodes/$1/fs" -type f 2>/dev/null | sed "s|^$FAKE_CLUSTER/nodes/$1/fs||" | sort; }
+
+# ---- checkpoint -----------------------------------------------------------------------------------------------
+new_cluster
+run checkpoint train && ok || bad "checkpoint train succeeds: $(cat "$tmp/err")"
+arch=$(cat "$tmp/out")
+expect '[[ "$arch" == gpu-a:/var/lib/gpuckpt/checkpoints/checkpoint-train_ml-main-*.tar ]]' "checkpoint prints NODE:PATH ($arch)"
+expect '[ -f "$FAKE_CLUSTER/nodes/gpu-a/fs${arch#gpu-a:}" ]' "the archive exists on the pod's node"
+expect 'grep -q "^\[1/3\] locating pod ml/train" "$tmp/err" && grep -q "^\[3/3\] checkpointing ml/train container main on gpu-a (agent gpuckpt-aaaaa)" "$tmp/err"' "progress steps on stderr"
+expect 'grep -q "locking GPUs" "$tmp/err"' "the agent CLI's own progress is passed through"
+expect 'grep -qx -- "exec -n gpuckpt-system gpuckpt-aaaaa -c agent -- gpuckpt checkpoint --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token --namespace ml --pod train --container main" "$FAKE_CLUSTER/calls.log"' \
+  "checkpoint runs gpuckpt in the agent container against its local API with the mounted token"
+
+run checkpoint multi && bad "several containers without -c must fail" || ok
+expect 'grep -q "several containers (main sidecar): choose one with -c CONTAINER" "$tmp/err"' "asks for -c, listing the containers"
+run checkpoint multi -c sidecar && ok || bad "checkpoint -c sidecar"
+expect 'grep -q "checkpoint-multi_ml-sidecar" "$tmp/out"' "-c picks the container"
+run checkpoint annotated && ok || bad "checkpoint with default-container annotation"
+expect 'grep -q "annotated_ml-sidecar" "$tmp/out"' "kubectl.kubernetes.io/default-container is honoured"
+run checkpoint multi -c nope && bad "unknown container must fail" || ok
+expect 'grep -q "has no container '"'"'nope'"'"' (containers: main sidecar)" "$tmp/err"' "unknown container named"
+run checkpoint ghost -n other && bad "missing pod must fail" || ok
+expect 'grep -q "pod other/ghost not found" "$tmp/err"' "missing pod named with its namespace"
+
+# ---- migrate --------------------------------------------------------------------------------------------------
+new_cluster
+run migrate train --to gpu-b && ok || bad "migrate to a matching node succeeds: $(cat "$tmp/err")"
+src=$(archives gpu-a); dst=$(archives gpu-b)
+expect '[ -n "$src" ] && [ "$src" = "$(grep -v restored <<< "$dst")" ]' "archive moved to the same path on gpu-b ($dst)"
+expect 'cmp -s "$FAKE_CLUSTER/nodes/gpu-a/fs$src" "$FAKE_CLUSTER/nodes/gpu-b/fs$src"' "the bytes arrived intact"
+expect '[ "$(cat "$FAKE_CLUSTER/nodes/gpu-b/restored")" = "$src" ]' "restored on gpu-b from the moved archive"
+expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-a/restored" ]' "nothing restored on the source"
+expect 'grep -q "^\[5/5\] restoring on gpu-b" "$tmp/err" && grep -q "sha256 .* verified" "$tmp/err"' "progress with the verified copy"
+expect 'grep -q "the original pod still runs on gpu-a" "$tmp/err"' "says the source pod is still there"
+order=$(grep -o 'gpuckpt [a-z]*' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
+expect '[ "$order" = "gpuckpt checkpoint gpuckpt inspect gpuckpt restore " ]' "checkpoint, then match (inspect), then restore ($order)"
+
+new_cluster
+rc=0; run migrate train --to gpu-c || rc=$?
+expect '[ "$rc" = 3 ]' "migrate onto non-matching GPUs exits 3 (got $rc)"
+expect 'grep -q "node gpu-c has no GPUs matching the checkpoint" "$tmp/err" && grep -q "needs H200; this node has MI300X" "$tmp/err"' "says why, with the agent's inspect output"
+expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-c/restored" ]' "no restore attempted on a non-matching node"
+
+new_cluster
+rc=0; FAKE_CORRUPT=1 run migrate train --to gpu-b || rc=$?
+expect '[ "$rc" = 1 ]' "a corrupted transfer fails the migration"
+expect 'grep -q "checksum mismatch" "$tmp/err" && grep -q "nothing was left under the final name" "$tmp/err"' "says the checksum did not match"
+expect '[ -z "$(archives gpu-b)" ]' "no archive, partial or final, left on the target ($(archives gpu-b))"
+
+new_cluster
+run migrate train --to gpu-a && bad "migrating onto the pod's own node must fail" || ok
+expect 'grep -q "already runs on gpu-a" "$tmp/err"' "same-node migrate explained"
+run migrate train --to cpu-e && bad "migrating to a node without agent must fail" || ok
+expect 'grep -q "no running gpuckpt agent on node cpu-e" "$tmp/err"' "node without an agent named"
+run migrate train --to nowhere && bad "unknown node must fail" || ok
+expect 'grep -q "node nowhere not found" "$tmp/err"' "unknown node named"
+
+# ---- restore --------------------------------------------------------------------------------------------------
+new_cluster
+run checkpoint train; arch=$(cat "$tmp/out")
+run restore "$arch" --node gpu-b && ok || bad "restore NODE:PATH onto another node: $(cat "$tmp/err")"
+expect '[ "$(cat "$FAKE_CLUSTER/nodes/gpu-b/restored")" = "${arch#gpu-a:}" ]' "restored on gpu-b"
+run restore "$arch" --node gpu-a && ok || bad "restore on the archive's own node"
+expect 'grep -q "archive is already on gpu-a" "$tmp/err" && [ "$(cat "$FAKE_CLUSTER/nodes/gpu-a/restored")" = "${arch#gpu-a:}" ]' "no copy when the archive is local to the node"
+cp "$FAKE_CLUSTER/nodes/gpu-a/fs${arch#gpu-a:}" "$tmp/local-ckpt.tar"
+run restore "$tmp/local-ckpt.tar" --node gpu-d && bad "restore via a Pending agent must fail" || ok
+expect 'grep -q "no running gpuckpt agent on node gpu-d" "$tmp/err"' "only running agents are used"
+run restore "$tmp/local-ckpt.tar" --node gpu-b && ok || bad "restore of a local file: $(cat "$tmp/err")"
+expect 'cmp -s "$tmp/local-ckpt.tar" "$FAKE_CLUSTER/nodes/gpu-b/fs/var/lib/gpuckpt/checkpoints/local-ckpt.tar"' "local archive uploaded intact"
+expect 'grep -qx /var/lib/gpuckpt/checkpoints/local-ckpt.tar "$FAKE_CLUSTER/nodes/gpu-b/restored"' "uploaded archive restored"
+
+# ---- nodes ----------------------------------------------------------------------------------------------------
+run nodes && ok || bad "nodes lists agents"
+expect 'grep -Eq "^gpu-a +gpuckpt-aaaaa +Running +gpu-count=1 gpu-model=H200$" "$tmp/out"' "gpu-a shown with its gpuckpt.io labels"
+expect 'grep -Eq "^gpu-b .*\(no gpuckpt.io labels yet\)" "$tmp/out" && grep -Eq "^gpu-d +gpuckpt-ddddd +Pending" "$tmp/out"' "unlabelled and pending agents shown"
+run nodes "$arch" && ok || bad "nodes ARCHIVE: $(cat "$tmp/err")"
+expect 'grep -Eq "^gpu-a .* yes$" "$tmp/out" && grep -Eq "^gpu-b .* yes$" "$tmp/out"' "matching nodes say yes"
+expect 'grep -Eq "^gpu-c .* no \(GPUs differ\)$" "$tmp/out"' "the MI300X node says no"
+expect 'grep -Eq "^gpu-d .* unknown \(agent Pending\)$" "$tmp/out"' "a pending agent is unknown, not no"
+expect '[ "$(grep -c "gpuckpt restore\|gpuckpt checkpoint" <<< "$(tail -n 12 "$FAKE_CLUSTER/calls.log")")" = 0 ]' "nodes changes nothing"
+
+# ---- dry run --------------------------------------------------------------------------------------------------
+new_cluster
+run --dry-run migrate train --to gpu-b && ok || bad "dry-run migrate: $(cat "$tmp/err")"
+expect '[ -z "$(archives gpu-a)$(archives gpu-b)" ]' "dry run writes no archive"
+expect '! grep -q "^exec" "$FAKE_CLUSTER/calls.log"' "dry run execs nothing in the cluster"
+plan=$(grep '^+ ' "$tmp/err")
+steps=$(grep -o -- '-- gpuckpt [a-z]*\|-- cat' <<< "$plan" | tr '\n' ' ' || true)
+expect '[ "$steps" = "-- gpuckpt checkpoint -- cat -- gpuckpt inspect -- gpuckpt restore " ]' "plan in order: checkpoint, copy, match, restore ($steps)"
+expect 'grep -q "gpuckpt-aaaaa -c agent -- gpuckpt checkpoint --agent http://127.0.0.1:7469" <<< "$plan"' "plan: checkpoint on the source agent"
+expect 'grep -q "gpuckpt-aaaaa -c agent -- cat /var/lib/gpuckpt/checkpoints/ARCHIVE.tar | .*exec -i -n gpuckpt-system gpuckpt-bbbbb -c agent -- sh -c" <<< "$plan"' "plan: stream the archive to the target agent"
+expect 'grep -q "gpuckpt-bbbbb -c agent -- gpuckpt inspect" <<< "$plan" && grep -q "gpuckpt-bbbbb -c agent -- gpuckpt restore" <<< "$plan"' "plan: match and restore on the target"
+run --dry-run --agent-namespace gpu-sys --agent-port 8000 --token-file /t checkpoint train -n ml || true
+expect 'grep -q "no gpuckpt agent\|no running gpuckpt agent on node gpu-a (namespace gpu-sys" "$tmp/err"' "--agent-namespace is used for the agent lookup"
+
+# ---- usage errors (exit 2) ------------------------------------------------------------------------------------
+new_cluster
+usage_case() { # EXPECTED_TEXT ARGS...
+  local want=$1 rc=0; shift
+  run "$@" || rc=$?
+  if [ "$rc" = 2 ] && grep -qF -- "$want" "$tmp/err"; then ok; else bad "'$*' should exit 2 with '$want' (rc $rc: $(cat "$tmp/err"))"; fi
+}
+usage_case "Usage:"
+usage_case "unknown command 'frob'" frob
+usage_case "checkpoint needs a POD" checkpoint
+usage_case "checkpoint takes one POD" checkpoint a b
+usage_case "unknown option '--force' for checkpoint" checkpoint train --force
+usage_case "restore needs --node NODE" restore gpu-a:/var/lib/gpuckpt/checkpoints/x.tar
+usage_case "restore needs an ARCHIVE" restore --node gpu-b
+usage_case "neither NODE:/PATH nor an existing local file" restore no-such-file --node gpu-b
+usage_case "must not contain '..'" restore gpu-a:/var/lib/gpuckpt/../../etc/passwd --node gpu-b
+usage_case "must be a plain file name" restore 'gpu-a:/var/lib/gpuckpt/checkpoints/a;b' --node gpu-b
+usage_case "migrate needs --to NODE" migrate train
+usage_case "is not a port number" --agent-port abc nodes
+usage_case "must be an absolute path" --archive-dir rel nodes
+usage_case "nodes takes at most one ARCHIVE" nodes a:/x b:/y
+run --help && grep -q "kubectl gpuckpt migrate POD --to NODE" "$tmp/out" && ok || bad "--help prints usage on stdout"
+run version && grep -q "^kubectl gpuckpt [0-9]" "$tmp/out" && ok || bad "version"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
