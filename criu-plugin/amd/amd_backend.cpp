@@ -145,7 +145,15 @@ class AmdBackend final : public plugin::Backend {
     render_fds_.clear();
     vma_updates_.clear();
     plan_cache_.clear();
+    seized_pids_.clear();
     enabled_ = false;
+  }
+
+  // KFD's work happens in DUMP_EXT_FILE; here the backend only learns the host pids CRIU seizes, because
+  // PROCESS_INFO reports the pid in the process's own PID namespace (a container's), not the host's.
+  int pause_devices(int pid) override {
+    if (enabled_ && stage_ == criu::kStageDump) seized_pids_.push_back(pid);
+    return -ENOTSUP;
   }
 
   int handle_device_vma(int /*fd*/, const struct stat* st) override {
@@ -308,6 +316,40 @@ class AmdBackend final : public plugin::Backend {
 
   // ---- checkpoint ---------------------------------------------------------------------------------------
 
+  bool has_kfd_open(const std::string& pid) const {
+    auto fds = deps_.host.list_dir("proc/" + pid + "/fd");
+    if (!fds) return false;
+    for (const auto& fd : *fds) {
+      auto target = deps_.host.read_link("proc/" + pid + "/fd/" + fd);
+      if (target && *target == kKfdPath) return true;
+    }
+    return false;
+  }
+
+  // The innermost-namespace pid of a host pid (last field of NSpid in /proc/<pid>/status), 0 if unknown.
+  std::uint32_t innermost_pid(int host_pid) const {
+    auto status = deps_.host.read_file("proc/" + std::to_string(host_pid) + "/status");
+    if (!status) return 0;
+    const auto at = status->find("NSpid:");
+    if (at == std::string::npos) return 0;
+    const auto end = status->find('\n', at);
+    const std::string line = status->substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
+    const auto last = line.find_last_not_of(" \t");
+    if (last == std::string::npos) return 0;
+    const auto first = line.find_last_of(" \t", last);
+    return static_cast<std::uint32_t>(std::strtoul(line.substr(first == std::string::npos ? 0 : first + 1).c_str(),
+                                                   nullptr, 10));
+  }
+
+  // The host pid of the process KFD calls `kfd_pid`: a task CRIU seized whose innermost pid it is and which has
+  // /dev/kfd open; otherwise the pid itself (CRIU and the process share a PID namespace).
+  std::string host_pid_for(std::uint32_t kfd_pid) const {
+    for (int pid : seized_pids_) {
+      if (innermost_pid(pid) == kfd_pid && has_kfd_open(std::to_string(pid))) return std::to_string(pid);
+    }
+    return std::to_string(kfd_pid);
+  }
+
   int dump_kfd(int fd, std::uint32_t id) {
     auto images = image_dir();
     if (!images) return -EIO;
@@ -410,7 +452,7 @@ class AmdBackend final : public plugin::Backend {
     const HsakmtSharedMem shm = probe_hsakmt_shared_mem(deps_.host);
     image.set_shared_mem_size(shm.size);
     image.set_shared_mem_magic(shm.magic);
-    image.set_highest_fd(highest_fd(deps_.host, std::to_string(info.pid)));
+    image.set_highest_fd(highest_fd(deps_.host, host_pid_for(info.pid)));
     image.set_node_record(to_protobuf(make_record(**node, used)));
 
     auto moved = dump_contents(device_, images, transfers, transfer_options());
@@ -673,6 +715,7 @@ class AmdBackend final : public plugin::Backend {
   dev_t kfd_rdev_ = 0;
   KfdVersion kfd_version_;
   std::optional<NodeInventory> node_;
+  std::vector<int> seized_pids_;   // PAUSE_DEVICES, host pids
 
   // Restored-process side (RESTORE_EXT_FILE, UPDATE_VMA_MAP).
   int fd_floor_ = -1;

@@ -187,6 +187,26 @@ TEST_CASE("Fds the plugin opens in the restored process are numbered above its h
   close_all(out);
 }
 
+TEST_CASE("In a PID namespace the fd rule uses the seized host pid, not KFD's namespaced pid", "[unit]") {
+  TempDir tmp;
+  Node node(tmp.path() / "host", make_gpus(1));
+  Images images(tmp.path() / "images");
+  // KFD knows the process as pid 30 (its container's namespace); CRIU seized it as host pid 5030. A host
+  // process that happens to be pid 30 has few fds and must not be taken for it.
+  sim::write_proc_fds(node.host_root, "30", {0, 1, 2});
+  sim::write_proc_fds(node.host_root, "5030", {0, 1, 2, 450});
+  fs::remove(node.host_root / "proc/5030/fd/450");
+  fs::create_symlink("/dev/kfd", node.host_root / "proc/5030/fd/450");
+  std::ofstream(node.host_root / "proc/5030/status") << "Name:\tapp\nNSpid:\t5030\t30\nNSpgid:\t5030\t30\n";
+  const App app = start_app(node, 30, 8192, 4096);
+  REQUIRE(dump_app(node, images, app, config_with(1 << 20, false), nullptr, /*host_pid=*/5030) == 0);
+  node.kfd->kill(30);
+  const RestoreOutcome out = restore_app(node, images, 30, 1, config_with(1 << 20, false));
+  CHECK(out.kfd_fd > 450);
+  for (int fd : out.render_fds) CHECK(fd > 450);
+  close_all(out);
+}
+
 TEST_CASE("A KFD older than 1.8 disables the backend cleanly", "[unit]") {
   TempDir tmp;
   LogCapture logs;

@@ -188,11 +188,13 @@ inline int render_image_id(std::size_t i) { return 20 + static_cast<int>(i); }
 
 // CRIU's dump sequence for one process: HANDLE_DEVICE_VMA for its device mappings, DUMP_EXT_FILE for its
 // /dev/kfd fd and each render-node fd. Returns the first non-zero hook result.
+// `host_pid`: the pid CRIU seizes (PAUSE_DEVICES) when the process lives in its own PID namespace.
 inline int dump_app(Node& node, const Images& images, const App& app, const AmdConfig& config,
-                    int* inventory_calls = nullptr) {
+                    int* inventory_calls = nullptr, int host_pid = 0) {
   auto backend = make_backend(node, images, config, inventory_calls);
   node.kfd->set_calling_pid(kCriuPid);
   if (int r = backend->init(criu::kStageDump)) return r;
+  if (host_pid > 0 && backend->pause_devices(host_pid) != -ENOTSUP) return -EINVAL;
   struct stat st {};
   node.kfd->fstat(app.kfd_fd, &st);
   if (int r = backend->handle_device_vma(app.kfd_fd, &st)) return r;
