@@ -146,6 +146,7 @@ class AmdBackend final : public plugin::Backend {
     vma_updates_.clear();
     plan_cache_.clear();
     seized_pids_.clear();
+    shared_dmabufs_.clear();
     enabled_ = false;
   }
 
@@ -169,6 +170,8 @@ class AmdBackend final : public plugin::Backend {
     if (int err = device_.fstat(fd, &st); err < 0) return -ENOTSUP;
     if (is_kfd(st)) return dump_kfd(fd, static_cast<std::uint32_t>(id));
     if (is_amd_render_node(st)) return dump_render(st, static_cast<std::uint32_t>(id));
+    std::uint64_t inode = 0;
+    if (device_.dmabuf_inode(fd, &inode) == 0) return dump_dmabuf(inode, static_cast<std::uint32_t>(id));
     return -ENOTSUP;
   }
 
@@ -184,6 +187,9 @@ class AmdBackend final : public plugin::Backend {
     auto render = images->read_framed(render_image_name(uid));
     if (render) return restore_render(uid, *render);
     if (render.error().errno_value != ENOENT) return fail("restore of " + render_image_name(uid), render.error());
+    auto dmabuf = images->read_framed(dmabuf_image_name(uid));
+    if (dmabuf) return restore_dmabuf(uid, *dmabuf, retry_needed);
+    if (dmabuf.error().errno_value != ENOENT) return fail("restore of " + dmabuf_image_name(uid), dmabuf.error());
     return -ENOTSUP;
   }
 
@@ -421,8 +427,20 @@ class AmdBackend final : public plugin::Backend {
       }
       transfers.push_back(std::move(t));
     }
+    std::map<std::uint64_t, std::uint32_t> held;   // dmabuf inode -> fds the process holds on it
+    {
+      std::vector<std::uint64_t> inodes;
+      if (device_.process_dmabuf_inodes(host_pid_for(info.pid), &inodes) == 0) {
+        for (auto inode : inodes) ++held[inode];
+      }
+    }
     for (const auto& b : bos) {
       auto* bo = image.add_bos();
+      std::uint64_t inode = 0;
+      if (b.dmabuf_fd != kKfdInvalidFd && device_.dmabuf_inode(static_cast<int>(b.dmabuf_fd), &inode) == 0) {
+        bo->set_dmabuf_inode(inode);
+        if (auto it = held.find(inode); it != held.end()) bo->set_process_dmabuf_fds(it->second);
+      }
       bo->set_gpu_id(b.gpu_id);
       bo->set_addr(b.addr);
       bo->set_size(b.size);
@@ -480,6 +498,20 @@ class AmdBackend final : public plugin::Backend {
       return fail("render node renderD" + std::to_string(minor_number), r.error());
     }
     note_in_inventory();
+    return 0;
+  }
+
+  // A dmabuf fd the process holds. Only dma-bufs of the process's own KFD BOs can be restored (the KFD image
+  // links them by inode); anything else fails at restore with a message saying so.
+  int dump_dmabuf(std::uint64_t inode, std::uint32_t id) {
+    auto images = image_dir();
+    if (!images) return -EIO;
+    pb::DmabufImage image;
+    image.set_version(kImageVersion);
+    image.set_inode(inode);
+    if (auto r = images->write_framed(dmabuf_image_name(id), image.SerializeAsString()); !r) {
+      return fail("dmabuf fd", r.error());
+    }
     return 0;
   }
 
@@ -609,6 +641,14 @@ class AmdBackend final : public plugin::Backend {
     for (auto& b : bos) {
       if (b.dmabuf_fd != kKfdInvalidFd) dmabufs.emplace_back(&device_, static_cast<int>(b.dmabuf_fd));
     }
+    // dma-bufs the process held fds on: keep one fd each (above the floor) until their images are restored.
+    for (std::size_t i = 0; i < bos.size(); ++i) {
+      const auto& saved = image.bos(static_cast<int>(i));
+      if (saved.process_dmabuf_fds() == 0 || bos[i].dmabuf_fd == kKfdInvalidFd) continue;
+      const int kept = device_.dup_above(static_cast<int>(bos[i].dmabuf_fd), fd_floor_);
+      if (kept < 0) return fail("restore of " + name, make_error("cannot keep a dmabuf fd", -kept));
+      shared_dmabufs_[saved.dmabuf_inode()] = SharedDmabuf{OwnedFd(&device_, kept), saved.process_dmabuf_fds()};
+    }
     std::vector<GpuTransfer> transfers;
     RestoreJob job;
     job.image_id = id;
@@ -706,6 +746,39 @@ class AmdBackend final : public plugin::Backend {
     return fd;
   }
 
+  int restore_dmabuf(std::uint32_t id, const std::string& bytes, bool* retry_needed) {
+    const std::string name = dmabuf_image_name(id);
+    pb::DmabufImage image;
+    if (!image.ParseFromString(bytes) || image.version() != kImageVersion) {
+      return fail("restore", make_error("image " + name + " is damaged or of an unknown version"));
+    }
+    auto it = shared_dmabufs_.find(image.inode());
+    if (it == shared_dmabufs_.end()) {
+      if (retry_needed) {
+        // Its BO comes back with the process's KFD image, which CRIU has not restored yet.
+        *retry_needed = true;
+        return 0;
+      }
+      return fail("restore of " + name,
+                  make_error("the dmabuf's buffer object is not among this process's restored KFD BOs (a dma-buf "
+                             "from another process or device cannot be restored yet; see docs/amd.md)", ENOTSUP));
+    }
+    // The last reference hands our kept fd to CRIU; earlier ones get duplicates.
+    if (--it->second.references == 0) {
+      const int fd = it->second.fd.release();
+      shared_dmabufs_.erase(it);
+      return fd;
+    }
+    const int fd = device_.dup_above(it->second.fd.get(), fd_floor_);
+    if (fd < 0) return fail("restore of " + name, make_error("cannot duplicate the dmabuf fd", -fd));
+    return fd;
+  }
+
+  struct SharedDmabuf {
+    OwnedFd fd;
+    std::uint32_t references;
+  };
+
   AmdBackendDeps deps_;
   AmdDevice& device_;
   AmdConfig config_;
@@ -721,6 +794,7 @@ class AmdBackend final : public plugin::Backend {
   int fd_floor_ = -1;
   std::map<int, OwnedFd> render_fds_;   // by render minor on this node
   std::vector<VmaUpdate> vma_updates_;
+  std::map<std::uint64_t, SharedDmabuf> shared_dmabufs_;   // by dma-buf inode at checkpoint
   std::map<std::string, std::map<std::string, GpuTarget>> plan_cache_;   // by stored record
 
   // Main CRIU process side (POST_FORKING, RESUME_DEVICES_LATE).

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/result.h"
 
@@ -36,6 +38,11 @@ class AmdDevice {
   virtual int ioctl(int fd, unsigned long request, void* arg) = 0;
   // fcntl(F_DUPFD_CLOEXEC, min_fd): a new fd >= min_fd or -errno.
   virtual int dup_above(int fd, int min_fd) = 0;
+
+  // Whether `fd` is a dmabuf; 0 and its inode (the same for every fd of one dma-buf) or -ENOTSUP.
+  virtual int dmabuf_inode(int fd, std::uint64_t* inode) = 0;
+  // The inodes of the dmabuf fds a process holds (one entry per fd), read from /proc/<host_pid>/fd.
+  virtual int process_dmabuf_inodes(const std::string& host_pid, std::vector<std::uint64_t>* inodes) = 0;
 
   // CPU access to BO memory through the BO's dmabuf fd (the CPU fallback of the copy path).
   virtual int bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) = 0;

@@ -152,6 +152,7 @@ Result<std::string> ImageDir::read_framed(const std::string& name) const {
 
 std::string kfd_image_name(std::uint32_t id) { return "gpuckpt-amd-kfd-" + std::to_string(id) + ".img"; }
 std::string render_image_name(std::uint32_t id) { return "gpuckpt-amd-render-" + std::to_string(id) + ".img"; }
+std::string dmabuf_image_name(std::uint32_t id) { return "gpuckpt-amd-dmabuf-" + std::to_string(id) + ".img"; }
 std::string bo_content_image_name(std::uint32_t id, std::uint32_t gpu_id) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "gpuckpt-amd-bo-%u-%04x.img", id, gpu_id);

@@ -59,6 +59,7 @@ class ImageDir {
 
 std::string kfd_image_name(std::uint32_t id);
 std::string render_image_name(std::uint32_t id);
+std::string dmabuf_image_name(std::uint32_t id);
 std::string bo_content_image_name(std::uint32_t id, std::uint32_t gpu_id);
 
 }  // namespace gpuckpt::amd

@@ -1,5 +1,6 @@
 // The kernel side of the seam: plain syscalls. BO memory is reached by mapping the BO's dmabuf (a dmabuf fd
 // supports mmap, not pread/pwrite); the mapping is a window of at most one pass of the bounded buffer.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -7,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "criu-plugin/amd/amd_device.h"
 #include "criu-plugin/amd/sdma_copier.h"
@@ -44,6 +46,34 @@ class SystemAmdDevice final : public AmdDevice {
   int dup_above(int fd, int min_fd) override {
     const int ret = ::fcntl(fd, F_DUPFD_CLOEXEC, min_fd);
     return ret < 0 ? -errno : ret;
+  }
+  // A dma-buf's file is named "dmabuf:<name>" on the internal dmabuf filesystem; /proc shows "/dmabuf:...".
+  static bool is_dmabuf_link(const std::string& link) {
+    return link.rfind("/dmabuf:", 0) == 0 || link.rfind("anon_inode:dmabuf", 0) == 0;
+  }
+  static std::string link_of(const std::string& path) {
+    char buf[256];
+    const ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+    return n < 0 ? std::string() : std::string(buf, static_cast<std::size_t>(n));
+  }
+  int dmabuf_inode(int fd, std::uint64_t* inode) override {
+    if (!is_dmabuf_link(link_of("/proc/self/fd/" + std::to_string(fd)))) return -ENOTSUP;
+    struct stat st {};
+    if (::fstat(fd, &st) < 0) return -errno;
+    *inode = st.st_ino;
+    return 0;
+  }
+  int process_dmabuf_inodes(const std::string& host_pid, std::vector<std::uint64_t>* inodes) override {
+    const std::string dir = "/proc/" + host_pid + "/fd";
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return -errno;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string path = dir + "/" + e->d_name;
+      struct stat st {};
+      if (is_dmabuf_link(link_of(path)) && ::stat(path.c_str(), &st) == 0) inodes->push_back(st.st_ino);
+    }
+    ::closedir(d);
+    return 0;
   }
   int bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) override {
     void* base;

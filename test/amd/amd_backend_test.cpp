@@ -325,6 +325,62 @@ TEST_CASE("More than one GPU process in the tree: contents restore in-process", 
   close_all(out);
 }
 
+TEST_CASE("dmabuf fds the process held on its own BOs come back as dmabufs of the restored BOs", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node node(tmp.path() / "host", make_gpus(2));
+  Images images(tmp.path() / "images");
+  const App app = start_app(node, 1100, 65536, 8192);
+  // Two fds on the first GPU's VRAM BO (one dma-buf), one on the second GPU's GTT BO.
+  const AppBo& vram = app.bos[0];
+  const AppBo& gtt = app.bos[4];
+  REQUIRE(vram.flags == kVram);
+  REQUIRE(gtt.flags == kGtt);
+  const int shared[3] = {node.kfd->app_export_dmabuf(1100, vram.va), node.kfd->app_export_dmabuf(1100, vram.va),
+                         node.kfd->app_export_dmabuf(1100, gtt.va)};
+  const AmdConfig config = config_with(1 << 20, false);
+  {
+    auto backend = make_backend(node, images, config);
+    REQUIRE(backend->init(criu::kStageDump) == 0);
+    // CRIU dumps fds in fd order: here the dmabufs come after /dev/kfd; their images only hold the dma-buf.
+    REQUIRE(backend->dump_ext_file(app.kfd_fd, kKfdImageId) == 0);
+    for (int i = 0; i < 3; ++i) REQUIRE(backend->dump_ext_file(shared[i], 40 + i) == 0);
+    backend->fini(criu::kStageDump, 0);
+  }
+  node.kfd->kill(1100);
+
+  auto backend = make_backend(node, images, config);
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  node.kfd->set_calling_pid(1100);
+  bool retry = false;
+  // Restored before the KFD image: CRIU is asked to come back later.
+  CHECK(backend->restore_ext_file(40, &retry) == 0);
+  CHECK(retry);
+  const int kfd_fd = backend->restore_ext_file(kKfdImageId, &retry);
+  REQUIRE(kfd_fd >= 0);
+  int restored[3];
+  for (int i = 0; i < 3; ++i) {
+    restored[i] = backend->restore_ext_file(40 + i, &retry);
+    REQUIRE(restored[i] >= 0);
+    CHECK_FALSE(retry);
+  }
+  std::uint64_t inode[3];
+  for (int i = 0; i < 3; ++i) REQUIRE(node.kfd->dmabuf_inode(restored[i], &inode[i]) == 0);
+  CHECK(inode[0] == inode[1]);
+  CHECK(inode[0] != inode[2]);
+  // Reading through the restored dmabuf gives the checkpointed contents of the right BO.
+  std::vector<std::uint8_t> bytes(gtt.size);
+  REQUIRE(node.kfd->bo_read(restored[2], 0, bytes.data(), bytes.size()) == 0);
+  CHECK(bytes == app.contents.at(gtt.va));
+  bytes.resize(vram.size);
+  REQUIRE(node.kfd->bo_read(restored[1], 0, bytes.data(), bytes.size()) == 0);
+  CHECK(bytes == app.contents.at(vram.va));
+  node.kfd->set_calling_pid(kCriuPid);
+  CHECK(backend->resume_devices_late(1100) == 0);
+  for (int fd : restored) ::close(fd);
+  ::close(kfd_fd);
+}
+
 TEST_CASE("Files that are not KFD or AMD render nodes are declined", "[unit]") {
   TempDir tmp;
   Node node(tmp.path() / "host", make_gpus(1));

@@ -208,6 +208,19 @@ std::vector<std::uint8_t> SimKfd::app_read_bo(int pid, std::uint64_t va) {
   return {};
 }
 
+int SimKfd::app_export_dmabuf(int pid, std::uint64_t va) {
+  std::lock_guard lock(mutex_);
+  SimProcess* p = find_process(pid);
+  for (const auto& bo : p->bos) {
+    if (bo.va == va && bo.mem_fd >= 0) {
+      const int fd = export_dmabuf(pid, bo);
+      app_dmabufs_[pid].push_back(fd);
+      return fd;
+    }
+  }
+  throw std::logic_error("sim: no VRAM/GTT BO at that VA");
+}
+
 void SimKfd::app_create_queue(int pid, std::uint32_t gpu_id) {
   std::lock_guard lock(mutex_);
   find_process(pid)->queues.push_back(gpu_id);
@@ -241,6 +254,8 @@ void SimKfd::kill(int pid) {
     }
     processes_.erase(pid);
   }
+  for (int fd : app_dmabufs_[pid]) ::close(fd);
+  app_dmabufs_.erase(pid);
 }
 
 bool SimKfd::has_process(int pid) const {
@@ -533,6 +548,27 @@ int SimKfd::dmabuf_target(int fd, std::uint64_t offset, std::size_t count, int* 
     }
   }
   return -EINVAL;
+}
+
+int SimKfd::dmabuf_inode(int fd, std::uint64_t* inode) {
+  std::lock_guard lock(mutex_);
+  const SimFile* f = lookup(fd);
+  if (!f || f->kind != Kind::Dmabuf) return -ENOTSUP;
+  struct stat st {};
+  ::fstat(fd, &st);
+  *inode = st.st_ino;
+  return 0;
+}
+
+int SimKfd::process_dmabuf_inodes(const std::string& host_pid, std::vector<std::uint64_t>* inodes) {
+  std::lock_guard lock(mutex_);
+  auto it = app_dmabufs_.find(std::atoi(host_pid.c_str()));
+  if (it == app_dmabufs_.end()) return 0;
+  for (int fd : it->second) {
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) inodes->push_back(st.st_ino);
+  }
+  return 0;
 }
 
 void SimKfd::count_transfer(std::size_t count) {

@@ -87,6 +87,9 @@ class SimKfd final : public AmdDevice {
   void app_alloc_bo(int pid, std::uint32_t gpu_id, std::uint64_t va, std::uint64_t size, std::uint32_t flags);
   void app_fill_bo(int pid, std::uint64_t va, std::uint32_t seed);
   std::vector<std::uint8_t> app_read_bo(int pid, std::uint64_t va);
+  // Export a BO as a dma-buf fd the process keeps (hsaKmtExportDMABufHandle / PRIME): a BO has one dma-buf,
+  // so every export of it shares one inode.
+  int app_export_dmabuf(int pid, std::uint64_t va);
   void app_create_queue(int pid, std::uint32_t gpu_id);
   void app_create_events(int pid, std::uint32_t count);
   // PROCESS_INFO then CHECKPOINT on `kfd_fd` as the current caller; the queues stay paused.
@@ -108,6 +111,8 @@ class SimKfd final : public AmdDevice {
   int fstat(int fd, struct stat* st) override;
   int ioctl(int fd, unsigned long request, void* arg) override;
   int dup_above(int fd, int min_fd) override;
+  int dmabuf_inode(int fd, std::uint64_t* inode) override;
+  int process_dmabuf_inodes(const std::string& host_pid, std::vector<std::uint64_t>* inodes) override;
   int bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) override;
   int bo_write(int dmabuf_fd, std::uint64_t offset, const void* src, std::size_t count) override;
   std::unique_ptr<BoCopier> make_sdma_copier(int render_fd, std::size_t buffer_size) override;
@@ -151,6 +156,7 @@ class SimKfd final : public AmdDevice {
   std::map<ino_t, SimFile> files_;
   std::map<int, SimProcess> processes_;
   std::map<int, std::vector<std::uint32_t>> visible_;
+  std::map<int, std::vector<int>> app_dmabufs_;   // fds each process holds from app_export_dmabuf
   std::uint64_t next_mmap_offset_ = 0x100000000ull;
   std::atomic<std::size_t> largest_transfer_{0};
   std::atomic<std::uint64_t> bytes_moved_{0};
