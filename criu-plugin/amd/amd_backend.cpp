@@ -734,7 +734,11 @@ class AmdBackend final : public plugin::Backend {
       if (!found) {
         auto plan = plan_for(image.node_record(), name);
         if (!plan) return fail("restore of " + name, plan.error());
-        minor_number = plan->at(image.inventory_id()).render_minor;
+        auto target = plan->find(image.inventory_id());
+        if (target == plan->end()) {
+          return fail("restore of " + name, make_error("no target GPU for " + image.inventory_id(), ENODEV));
+        }
+        minor_number = target->second.render_minor;
       }
     }
     raise_fd_floor(-1);
