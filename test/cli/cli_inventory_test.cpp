@@ -101,7 +101,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 TEST_CASE("gpuckpt gpus lists every fixture and --json is a version-1 record of all its GPUs", "[unit]") {
   const std::vector<std::pair<std::string, std::size_t>> fixtures = {
       {"amd-mi100", 2}, {"amd-mi210", 4}, {"amd-mi250x", 8}, {"amd-mi300x", 8},
-      {"cpu-only", 1},  {"nvidia-h200", 1}, {"nvidia-h100-8gpu", 8}};
+      {"cpu-only", 1},  {"nvidia-h200", 1}, {"nvidia-h100-8gpu", 8}, {"nvidia-h200-x2", 2}};
   for (const auto& [name, count] : fixtures) {
     INFO(name);
     Run text = gpuckpt("gpus " + root_args(name));
@@ -132,7 +132,7 @@ TEST_CASE("gpuckpt gpus refuses an unreadable host root and unknown arguments wi
 }
 
 TEST_CASE("gpuckpt match maps a node onto itself, text and JSON", "[unit]") {
-  for (const char* name : {"amd-mi250x", "nvidia-h100-8gpu", "nvidia-h200", "amd-mi100"}) {
+  for (const char* name : {"amd-mi250x", "nvidia-h100-8gpu", "nvidia-h200", "amd-mi100", "nvidia-h200-x2"}) {
     INFO(name);
     const fs::path source = record_of(name);
     Run r = gpuckpt("match --json --source " + source.string() + " " + root_args(name));
@@ -222,6 +222,26 @@ TEST_CASE("gpuckpt match on another model exits 3 and names the property for eve
   r = gpuckpt("match --source " + record_of("amd-mi250x").string() + " " + root_args("amd-mi300x"));
   CHECK(r.rc == 3);
   CHECK(contains(r.out, "model"));
+}
+
+TEST_CASE("gpuckpt match: one H200 onto the captured NVLink pair; the pair needs NVLink on the target", "[unit]") {
+  // The single-GPU H200 node's record fits either GPU of the pair; the first is chosen.
+  Run r = gpuckpt("match --json --source " + record_of("nvidia-h200").string() + " " + root_args("nvidia-h200-x2"));
+  REQUIRE(r.rc == 0);
+  CHECK(json::parse(r.out)["mappings"][0]["target"]["device_paths"][0] == "/dev/nvidia0");
+  // The NV18 pair onto the same node with NVLink gone from the NVML snapshot: links named, exit 3.
+  json snapshot = json::parse(slurp(fixture("nvidia-h200-x2") + "/nvml-snapshot.json"));
+  for (auto& d : snapshot["devices"]) d["nvlink_peers"] = json::array();
+  const fs::path no_nvlink = write_file("h200-x2-no-nvlink.json", snapshot.dump());
+  const fs::path pair = record_of("nvidia-h200-x2");
+  r = gpuckpt("match --source " + pair.string() + " --host-root " + fixture("nvidia-h200-x2") + " --nvml-snapshot " +
+              no_nvlink.string());
+  CHECK(r.rc == 3);
+  CHECK(contains(r.out, "linked by 18 nvlink"));
+  r = gpuckpt("match --source " + pair.string() + " --host-root " + fixture("nvidia-h200-x2") + " --nvml-snapshot " +
+                  no_nvlink.string(), "GPUCKPT_LINK_CHECK=0");
+  CHECK(r.rc == 0);
+  CHECK(contains(r.out, "relaxed: links"));
 }
 
 TEST_CASE("gpuckpt match relaxations come from the environment and are reported", "[unit]") {

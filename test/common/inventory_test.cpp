@@ -186,6 +186,17 @@ TEST_CASE("H100 8-GPU fixture: NVLink peers through NVSwitch, NUMA split", "[uni
   }
 }
 
+TEST_CASE("captured 2x H200 fixture: the NV18 pair from the recorded NVML snapshot", "[unit]") {
+  const auto inv = read_ok(fixture("nvidia-h200-x2"));
+  REQUIRE(inv.gpus.size() == 2);
+  REQUIRE(inv.gpus[0].links.size() == 1);
+  CHECK(inv.gpus[0].links[0].type == "nvlink");
+  CHECK(inv.gpus[0].links[0].peer_id == inv.gpus[1].id);
+  CHECK(inv.gpus[0].links[0].count == 18);
+  CHECK(inv.gpus[1].device_minor == 1);
+  CHECK(inv.gpus[1].device_paths.front() == "/dev/nvidia1");
+}
+
 TEST_CASE("an NVML snapshot alone describes GPUs when procfs is not visible", "[unit]") {
   FixtureCopy tree("nvidia-h100-8gpu");
   tree.remove("proc/driver/nvidia");
@@ -289,7 +300,7 @@ TEST_CASE("an unreadable host root is an error naming it", "[unit]") {
 
 TEST_CASE("every fixture's inventory survives the record's JSON and protobuf forms", "[unit]") {
   for (const char* name : {"amd-mi100", "amd-mi210", "amd-mi250x", "amd-mi300x", "cpu-only", "nvidia-h200",
-                           "nvidia-h100-8gpu"}) {
+                           "nvidia-h100-8gpu", "nvidia-h200-x2"}) {
     INFO(name);
     const auto inv = read_ok(fixture(name));
     const auto json = to_json(inv);
