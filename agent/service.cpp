@@ -364,21 +364,20 @@ void AgentService::run_restore(const std::string& job_id, fs::path archive, std:
     phase("planning");
     auto written = write_restore_plan(config_.state_dir, *plan);
     if (!written) return fail(written.error().message);
-    if (!plan->devices.empty() || !plan->env.empty()) {
-      // podman does not run precreate hooks on restore, and CRIU restores /dev from its images: the spec and the
-      // saved /dev nodes are rewritten in a copy that the runtime restores from.
-      phase("rewriting-spec");
-      const auto t = Clock::now();
-      auto edit = restore_edits(archive, *plan, deps_.device_numbers,
-                                restore_plan_path(config_.state_dir, plan->checkpoint_id).string(),
-                                config_.archive_limits);
-      if (!edit) return fail("restore refused: " + edit.error().message);
+    // podman does not run precreate hooks on restore, and CRIU restores /dev from its images: when the plan
+    // moves devices, the spec and the saved /dev nodes are rewritten in a copy that the runtime restores from.
+    phase("rewriting-spec");
+    const auto t = Clock::now();
+    auto edit = restore_edits(archive, *plan, deps_.device_numbers,
+                              restore_plan_path(config_.state_dir, plan->checkpoint_id).string(), config_.archive_limits);
+    if (!edit) return fail("restore refused: " + edit.error().message);
+    if (edit.value()) {
       restore_copy = config_.checkpoint_dir / ("." + job_id + ".restore.tar.zst");
-      auto copied = rewrite_archive(archive, restore_copy, edit.value(), config_.archive_limits);
+      auto copied = rewrite_archive(archive, restore_copy, *edit.value(), config_.archive_limits);
       if (!copied) return fail(copied.error().message);
       to_restore = restore_copy;
-      update(job_id, [&](JobStatus& j) { j.phase_seconds["rewriting-spec"] = seconds_since(t); });
     }
+    update(job_id, [&](JobStatus& j) { j.phase_seconds["rewriting-spec"] = seconds_since(t); });
   }
   phase("restoring");
   const auto t = Clock::now();

@@ -286,6 +286,7 @@ Result<std::uint64_t> rewrite_archive(const fs::path& in, const fs::path& out, c
                           std::string(archive_filter_name(r, 0)) + "' (expected zstd, gzip or none)");
     }
     archive_write_set_format_pax_restricted(writer.get());
+    archive_write_set_bytes_in_last_block(writer.get(), 1);   // no zero padding after a compressed stream
     if (archive_write_open_fd(writer.get(), fd) != ARCHIVE_OK)
       return make_error("cannot write " + temp.string() + ": " + archive_message(writer.get()), EIO);
     writer_open = true;

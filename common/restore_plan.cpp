@@ -214,6 +214,7 @@ Result<std::optional<std::string>> renumber_device_nodes(
   Handle writer(archive_write_new(), archive_write_free);
   archive_write_add_filter_gzip(writer.get());
   archive_write_set_format_pax_restricted(writer.get());
+  archive_write_set_bytes_in_last_block(writer.get(), 1);   // tar/gzip must see no padding after the stream
   std::string out;
   archive_write_open(
       writer.get(), &out, nullptr,
@@ -253,7 +254,7 @@ Result<std::optional<std::string>> renumber_device_nodes(
   return std::optional<std::string>(std::move(out));
 }
 
-Result<ArchiveEdit> restore_edits(const fs::path& archive, const RestorePlan& plan, const DeviceNumberLookup& lookup,
+Result<std::optional<ArchiveEdit>> restore_edits(const fs::path& archive, const RestorePlan& plan, const DeviceNumberLookup& lookup,
                                   const std::string& plan_path, const ArchiveLimits& limits) {
   ArchiveEdit edit;
   auto spec_text = read_archive_entry(archive, "spec.dump", limits);
@@ -263,6 +264,7 @@ Result<ArchiveEdit> restore_edits(const fs::path& archive, const RestorePlan& pl
   if (spec.is_discarded()) return make_error(archive.string() + ": spec.dump is not valid JSON");
   auto applied = apply_restore_plan(spec, plan, lookup, plan_path);
   if (!applied) return applied.error();
+  if (applied.value() == 0 && plan.env.empty()) return std::optional<ArchiveEdit>{};
   edit.replace["spec.dump"] = spec.dump();
   std::map<std::string, std::pair<std::uint32_t, std::uint32_t>> nodes;
   for (const auto& d : plan.devices) {
@@ -271,7 +273,7 @@ Result<ArchiveEdit> restore_edits(const fs::path& archive, const RestorePlan& pl
     if (!numbers) return numbers.error();
     nodes[d.container_path.substr(5)] = numbers.value();
   }
-  if (nodes.empty()) return edit;
+  if (nodes.empty()) return std::optional<ArchiveEdit>(std::move(edit));
   auto entries = list_archive(archive, limits);
   if (!entries) return entries.error();
   for (const auto& e : entries.value()) {
@@ -284,7 +286,7 @@ Result<ArchiveEdit> restore_edits(const fs::path& archive, const RestorePlan& pl
     if (!renumbered) return make_error(archive.string() + ": " + e.name + ": " + renumbered.error().message);
     if (renumbered.value()) edit.replace[e.name] = std::move(*renumbered.value());
   }
-  return edit;
+  return std::optional<ArchiveEdit>(std::move(edit));
 }
 
 fs::path restore_plan_path(const fs::path& state_dir, std::string_view checkpoint_id) {

@@ -69,8 +69,9 @@ Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, co
 Result<std::optional<std::string>> renumber_device_nodes(
     std::string_view tmpfs_image, const std::map<std::string, std::pair<std::uint32_t, std::uint32_t>>& nodes);
 
-// The archive edits (spec.dump and the /dev tmpfs images) that make `archive` restore with `plan`.
-Result<ArchiveEdit> restore_edits(const std::filesystem::path& archive, const RestorePlan& plan,
+// The archive edits (spec.dump and the /dev tmpfs images) that make `archive` restore with `plan`;
+// std::nullopt when the archive already restores that way (same device numbers, no environment change).
+Result<std::optional<ArchiveEdit>> restore_edits(const std::filesystem::path& archive, const RestorePlan& plan,
                                   const DeviceNumberLookup& lookup, const std::string& plan_path,
                                   const ArchiveLimits& limits);
 

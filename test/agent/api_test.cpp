@@ -99,21 +99,21 @@ struct Fixture {
     deps.runtime = runtime;
     deps.inventory = [] { return Result<NodeInventory>(two_gpu_node()); };
     deps.device_numbers = [](const std::string& p) -> Result<std::pair<std::uint32_t, std::uint32_t>> {
-      if (p == "/dev/nvidia0") return std::make_pair(195u, 0u);
-      if (p == "/dev/nvidia1") return std::make_pair(195u, 1u);
+      // As in the e2e test: the nodes the archive's aliases point at (/dev/null, /dev/zero).
+      if (p == "/dev/nvidia0") return std::make_pair(1u, 3u);
+      if (p == "/dev/nvidia1") return std::make_pair(1u, 5u);
       return make_error("no " + p);
     };
     service = std::make_unique<agent::AgentService>(config, deps);
     agent::install_routes(server, *service, kToken);
     port = server.bind_to_any_port("127.0.0.1");
     thread = std::thread([this] { server.listen_after_bind(); });
-    server.wait_until_ready();
     // What the OCI hook recorded when "counter" started: it uses GPU-0 through /dev/nvidia0.
     hook::ContainerGpuState state;
     state.container_id = "abc123";
     state.gpus.record.node = two_gpu_node();
     state.gpus.record.used_gpu_ids = {"GPU-0"};
-    state.gpus.devices = {{"/dev/nvidia0", 195, 0, "GPU-0"}};
+    state.gpus.devices = {{"/dev/nvidia0", 1, 3, "GPU-0"}};
     state.gpus.gpu_env = {{"NVIDIA_VISIBLE_DEVICES", "0"}};
     REQUIRE(hook::write_container_state(config.state_dir, state).ok());
   }
@@ -184,7 +184,7 @@ TEST_CASE("GET /v1/gpus and /v1/containers", "[unit]") {
   auto gpus = f.client().Get("/v1/gpus");
   REQUIRE(gpus);
   CHECK(gpus->status == 200);
-  CHECK(json::parse(gpus->body)["gpus"].size() == 2);
+  CHECK(json::parse(gpus->body)["node"]["gpus"].size() == 2);
   auto containers = f.client().Get("/v1/containers");
   REQUIRE(containers);
   const auto list = json::parse(containers->body)["containers"];
@@ -272,8 +272,8 @@ TEST_CASE("restore matches GPUs, rewrites the devices and restores", "[unit]") {
     REQUIRE(f.runtime->restored_specs.size() == 1);
     const auto& spec = f.runtime->restored_specs[0];
     CHECK(spec["linux"]["devices"][0]["path"] == "/dev/nvidia0");
-    CHECK(spec["linux"]["devices"][0]["major"] == 195);
-    CHECK(spec["linux"]["devices"][0]["minor"] == 1);
+    CHECK(spec["linux"]["devices"][0]["major"] == 1);
+    CHECK(spec["linux"]["devices"][0]["minor"] == 5);
     CHECK(spec["process"]["env"][1] == "NVIDIA_VISIBLE_DEVICES=1");
     CHECK(f.runtime->restored[0].filename() != archive);
     CHECK_FALSE(fs::exists(f.runtime->restored[0]));

@@ -18,9 +18,35 @@ struct TestEntry {
   std::string name;
   std::string data;
   int type = AE_IFREG;          // AE_IFREG, AE_IFDIR, AE_IFLNK, AE_IFCHR
-  std::string link;             // symlink target
+  std::string link;             // symlink or hardlink target
   unsigned rdev_major = 0, rdev_minor = 0;
   bool hardlink = false;
+
+  TestEntry(std::string n, std::string d) : name(std::move(n)), data(std::move(d)) {}
+  static TestEntry dir(std::string n) {
+    TestEntry e(std::move(n), "");
+    e.type = AE_IFDIR;
+    return e;
+  }
+  static TestEntry symlink(std::string n, std::string target) {
+    TestEntry e(std::move(n), "");
+    e.type = AE_IFLNK;
+    e.link = std::move(target);
+    return e;
+  }
+  static TestEntry hardlink_to(std::string n, std::string target) {
+    TestEntry e(std::move(n), "");
+    e.hardlink = true;
+    e.link = std::move(target);
+    return e;
+  }
+  static TestEntry chardev(std::string n, unsigned major, unsigned minor) {
+    TestEntry e(std::move(n), "");
+    e.type = AE_IFCHR;
+    e.rdev_major = major;
+    e.rdev_minor = minor;
+    return e;
+  }
 };
 
 enum class Compression { None, Gzip, Zstd };
@@ -31,6 +57,7 @@ inline std::string build_tar(const std::vector<TestEntry>& entries, Compression 
   if (compression == Compression::Gzip) archive_write_add_filter_gzip(a);
   if (compression == Compression::Zstd) archive_write_add_filter_zstd(a);
   archive_write_set_format_pax_restricted(a);
+  archive_write_set_bytes_in_last_block(a, 1);   // no zero padding after the compressed stream
   archive_write_open(
       a, &out, nullptr,
       [](struct archive*, void* sink, const void* data, std::size_t size) -> la_ssize_t {
@@ -71,11 +98,9 @@ inline void write_file(const std::filesystem::path& path, const std::string& dat
 
 // The /dev tmpfs image CRIU writes (gzip'd tar of the container's /dev).
 inline std::string dev_tmpfs_image(unsigned nvidia0_major, unsigned nvidia0_minor) {
-  return build_tar({{".", "", AE_IFDIR},
-                    {"./null", "", AE_IFCHR, "", 1, 3},
-                    {"./nvidia0", "", AE_IFCHR, "", nvidia0_major, nvidia0_minor},
-                    {"./kfd", "", AE_IFCHR, "", 1, 5},
-                    {"./stdout", "", AE_IFLNK, "/proc/self/fd/1"}},
+  return build_tar({TestEntry::dir("."), TestEntry::chardev("./null", 1, 3),
+                    TestEntry::chardev("./nvidia0", nvidia0_major, nvidia0_minor), TestEntry::chardev("./kfd", 1, 5),
+                    TestEntry::symlink("./stdout", "/proc/self/fd/1")},
                    Compression::Gzip);
 }
 
@@ -93,7 +118,7 @@ inline std::vector<TestEntry> podman_checkpoint_entries() {
   return {{"config.dump", config.dump()},
           {"spec.dump", spec.dump()},
           {"network.status", "{}"},
-          {"checkpoint", "", AE_IFDIR},
+          TestEntry::dir("checkpoint"),
           {"checkpoint/inventory.img", std::string(86, '\x01')},
           {"checkpoint/pages-1.img", std::string(4096 * 3, 'p')},
           {"checkpoint/tmpfs-dev-44.tar.gz.img", dev_tmpfs_image(1, 3)},

@@ -112,21 +112,21 @@ TEST_CASE("hostile archives are refused before anything uses them", "[unit]") {
     CHECK_FALSE(annotate_checkpoint_archive(path, out, sample_record(), ArchiveLimits{}).ok());
     CHECK_FALSE(fs::exists(out));
   };
-  SECTION("path traversal") { refused({{"../../etc/cron.d/x", "evil"}}, "climbs out"); }
-  SECTION("traversal in the middle") { refused({{"checkpoint/../../x", "evil"}}, "climbs out"); }
-  SECTION("absolute path") { refused({{"/etc/passwd", "evil"}}, "absolute"); }
-  SECTION("symlink out of the archive") { refused({{"checkpoint/link", "", AE_IFLNK, "../../../etc"}}, "outside"); }
-  SECTION("absolute symlink") { refused({{"link", "", AE_IFLNK, "/etc/shadow"}}, "outside"); }
-  SECTION("device node") { refused({{"dev-null", "", AE_IFCHR, "", 1, 3}}, "device"); }
+  SECTION("path traversal") { refused({TestEntry("../../etc/cron.d/x", "evil")}, "climbs out"); }
+  SECTION("traversal in the middle") { refused({TestEntry("checkpoint/../../x", "evil")}, "climbs out"); }
+  SECTION("absolute path") { refused({TestEntry("/etc/passwd", "evil")}, "absolute"); }
+  SECTION("symlink out of the archive") { refused({TestEntry::symlink("checkpoint/link", "../../../etc")}, "outside"); }
+  SECTION("absolute symlink") { refused({TestEntry::symlink("link", "/etc/shadow")}, "outside"); }
+  SECTION("device node") { refused({TestEntry::chardev("dev-null", 1, 3)}, "device"); }
   SECTION("hardlink out of the archive") {
-    refused({{"hl", "", AE_IFREG, "../etc/passwd", 0, 0, true}}, "climbs out");
+    refused({TestEntry::hardlink_to("hl", "../etc/passwd")}, "climbs out");
   }
 }
 
 TEST_CASE("a symlink that stays inside the archive is accepted", "[unit]") {
   TempDir tmp;
   auto entries = podman_checkpoint_entries();
-  entries.push_back({"checkpoint/alias.img", "", AE_IFLNK, "inventory.img"});
+  entries.push_back(TestEntry::symlink("checkpoint/alias.img", "inventory.img"));
   const auto path = make_archive(tmp.path / "ok.tar.zst", entries);
   CHECK(list_archive(path, ArchiveLimits{}).ok());
 }
