@@ -172,6 +172,17 @@ def common_checks(objs, name):
     hook = json.loads(cm["data"]["gpuckpt-hook.json"])
     check(hook["version"] == "1.0.0", f"[{name}] hooks.d entry version 1.0.0")
     check(hook["hook"]["args"][hook["hook"]["args"].index("--state-dir") + 1] == cfg["state_dir"], f"[{name}] hook --state-dir = agent state_dir")
+    # Exactly the entries oci-hook/ ships, with the installed binary's path and the chart's state dir.
+    repo_entries = sorted(f for f in os.listdir(os.path.join(SRC, "oci-hook")) if f.startswith("gpuckpt-hook") and f.endswith(".json"))
+    chart_entries = sorted(k for k in cm["data"] if k.startswith("gpuckpt-hook"))
+    check(repo_entries and chart_entries == repo_entries, f"[{name}] chart installs the hooks.d entries oci-hook/ ships: {chart_entries} vs {repo_entries}")
+    for f in repo_entries:
+        want = json.load(open(os.path.join(SRC, "oci-hook", f)))
+        want["hook"]["path"] = hook["hook"]["path"]
+        args = want["hook"]["args"]
+        args[args.index("--state-dir") + 1] = cfg["state_dir"]
+        got = json.loads(cm["data"].get(f, "{}"))
+        check(got == want, f"[{name}] {f} is oci-hook/{f} with the install path and state dir: {got} vs {want}")
     check(cm["data"]["host-files.sh"] == open(os.path.join(CHART, "files", "host-files.sh")).read(), f"[{name}] ConfigMap carries files/host-files.sh unchanged")
     return spec, cfg, cm, agent, tols, hook
 

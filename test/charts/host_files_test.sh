@@ -16,28 +16,35 @@ expect() { if eval "$1"; then ok; else bad "$2"; fi; }
 mkdir -p "$tmp/image"
 printf '#!/bin/sh\necho hook-v1\n' > "$tmp/image/hook"
 printf 'plugin-v1' > "$tmp/image/plugin.so"
-printf '{"version":"1.0.0","hook":{"path":"/opt/gpuckpt/bin/gpuckpt-oci-hook"},"when":{"always":true},"stages":["prestart"]}\n' > "$tmp/image/hook.json"
+mkdir -p "$tmp/image/chart"
+for stage in createRuntime precreate poststop; do
+  f=gpuckpt-hook-$stage.json; [ "$stage" = createRuntime ] && f=gpuckpt-hook.json
+  printf '{"version":"1.0.0","hook":{"path":"/opt/gpuckpt/bin/gpuckpt-oci-hook"},"when":{"always":true},"stages":["%s"]}\n' "$stage" > "$tmp/image/chart/$f"
+done
+printf 'not a hook entry\n' > "$tmp/image/chart/host-files.sh"
 mkdir -p "$tmp/host/usr/share/containers/oci/hooks.d" "$tmp/host/usr/lib/criu"
 
 run() { # OWNER ACTION [extra env...]
   local owner=$1 action=$2; shift 2
   env -i PATH="$PATH" GPUCKPT_HOST_MOUNT="$tmp/host" GPUCKPT_HOOKS_DIR=/usr/share/containers/oci/hooks.d \
-    GPUCKPT_CRIU_PLUGIN_DIR=/usr/lib/criu GPUCKPT_INSTALL_DIR=/opt/gpuckpt GPUCKPT_HOOK_JSON="$tmp/image/hook.json" \
+    GPUCKPT_CRIU_PLUGIN_DIR=/usr/lib/criu GPUCKPT_INSTALL_DIR=/opt/gpuckpt GPUCKPT_HOOK_JSON_DIR="$tmp/image/chart" \
     GPUCKPT_SRC_HOOK="$tmp/image/hook" GPUCKPT_SRC_PLUGIN="$tmp/image/plugin.so" GPUCKPT_OWNER="$owner" "$@" \
     sh "$SCRIPT" "$action"
 }
 H="$tmp/host"
-HOOK="$H/opt/gpuckpt/bin/gpuckpt-oci-hook" JSON="$H/usr/share/containers/oci/hooks.d/gpuckpt-hook.json" PLUGIN="$H/usr/lib/criu/gpuckpt_plugin.so"
+HOOKS_D="$H/usr/share/containers/oci/hooks.d"
+HOOK="$H/opt/gpuckpt/bin/gpuckpt-oci-hook" JSON="$HOOKS_D/gpuckpt-hook.json" PLUGIN="$H/usr/lib/criu/gpuckpt_plugin.so"
 
 # install
 run pod-a install 2> "$tmp/log"
 expect '[ -x "$HOOK" ] && [ "$("$HOOK")" = hook-v1 ]' "hook binary installed and executable"
-expect 'cmp -s "$JSON" "$tmp/image/hook.json"' "hooks.d JSON installed unchanged"
+expect 'for f in "$tmp"/image/chart/gpuckpt-hook*.json; do cmp -s "$f" "$HOOKS_D/$(basename "$f")" || exit 1; done' "all three hooks.d entries installed unchanged"
+expect '[ "$(ls "$HOOKS_D")" = "$(printf "gpuckpt-hook-poststop.json\ngpuckpt-hook-precreate.json\ngpuckpt-hook.json")" ]' "only the hook entries go into hooks.d"
 expect 'cmp -s "$PLUGIN" "$tmp/image/plugin.so"' "CRIU plugin installed"
 expect '[ "$(stat -c %a "$PLUGIN")" = 644 ] && [ "$(stat -c %a "$JSON")" = 644 ] && [ "$(stat -c %a "$HOOK")" = 755 ]' "file modes 755/644/644"
 expect '[ "$(cat "$H/opt/gpuckpt/.installed-by")" = pod-a ]' "owner mark is the installing pod"
 expect '[ -z "$(find "$H" -name "*gpuckpt-tmp*")" ]' "no temporary files left"
-expect 'grep -n "installed" "$tmp/log" | head -1 | grep -q gpuckpt-oci-hook && tail -2 "$tmp/log" | head -1 | grep -q gpuckpt-hook.json' \
+expect 'grep "host-files: installed" "$tmp/log" | head -1 | grep -q gpuckpt-oci-hook && grep "host-files: installed" "$tmp/log" | tail -3 | grep -c "hooks.d/gpuckpt-hook" | grep -qx 3' \
   "binary installed before the hooks.d JSON (runtimes reject an entry whose binary is missing)"
 
 # upgrade: a newer pod reinstalls over a running hook (rename keeps the old inode intact for running hooks)
@@ -56,7 +63,7 @@ expect 'grep -q "belong to pod pod-b" "$tmp/log"' "it says why it left them"
 
 # the owner stops (uninstall): everything goes, the JSON first
 run pod-b remove 2>/dev/null
-expect '[ ! -e "$JSON" ] && [ ! -e "$HOOK" ] && [ ! -e "$PLUGIN" ] && [ ! -e "$H/opt/gpuckpt/.installed-by" ]' "owner's preStop removes all host files"
+expect '[ -z "$(ls "$HOOKS_D")" ] && [ ! -e "$HOOK" ] && [ ! -e "$PLUGIN" ] && [ ! -e "$H/opt/gpuckpt/.installed-by" ]' "owner's preStop removes all host files"
 expect '[ -d "$H/usr/share/containers/oci/hooks.d" ] && [ -d "$H/usr/lib/criu" ]' "shared host directories stay"
 if run pod-b remove 2>/dev/null; then ok; else bad "remove is idempotent"; fi
 

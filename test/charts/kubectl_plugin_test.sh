@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# kubectl-gpuckpt against a fake cluster (fake-cluster/kubectl + the fake agent CLI fake-cluster/gpuckpt):
-# checkpoint, migrate, restore and nodes run their real flows (archives really move between the fake nodes'
-# directories through the kubectl exec streams), --dry-run prints the plan without effects, bad arguments fail
-# with exit 2 and a message naming them.
+# kubectl-gpuckpt against a fake cluster (fake-cluster/kubectl; in the "agent pods", the real gpuckpt CLI reads
+# each node's GPUs from a fixture host tree, only checkpoint/restore - which need a live agent - are stand-ins):
+# checkpoint, migrate, restore and nodes run their real flows (archives move between the fake nodes'
+# directories through kubectl exec streams, GPU matching is the real matcher on real archive records),
+# --dry-run prints the plan without effects, bad arguments fail with exit 2 and a message naming them.
 # shellcheck disable=SC2016,SC2015,SC2034 # checks are eval'ed strings; ok/bad always return 0
 set -euo pipefail
 SRC=${GPUCKPT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 PLUGIN="$SRC/kubectl-plugin/kubectl-gpuckpt"
 FAKE="$SRC/test/charts/fake-cluster"
+FIXTURES="$SRC/test/fixtures"
+export GPUCKPT_CLI="${GPUCKPT_BUILD_DIR:-$SRC/build}/cli/gpuckpt"
+[ -x "$GPUCKPT_CLI" ] || { echo "SKIP: $GPUCKPT_CLI not built (build the gpuckpt target first)"; exit 77; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
@@ -21,16 +25,46 @@ new_cluster() {
   rm -rf "$FAKE_CLUSTER"; mkdir -p "$FAKE_CLUSTER"
   echo ml > "$FAKE_CLUSTER/namespace"
   printf '%s\n' "ml train gpu-a main -" "ml multi gpu-a main,sidecar -" "ml annotated gpu-a main,sidecar sidecar" \
-    > "$FAKE_CLUSTER/pods.tsv"
+    "ml cpu-job gpu-a main -" > "$FAKE_CLUSTER/pods.tsv"
   printf '%s\n' "gpu-a gpuckpt-aaaaa Running" "gpu-b gpuckpt-bbbbb Running" "gpu-c gpuckpt-ccccc Running" \
     "gpu-d gpuckpt-ddddd Pending" > "$FAKE_CLUSTER/agents.tsv"
-  for n in gpu-a:H200 gpu-b:H200 gpu-c:MI300X gpu-d:H200 cpu-e:none; do
-    mkdir -p "$FAKE_CLUSTER/nodes/${n%%:*}/fs"; echo "${n#*:}" > "$FAKE_CLUSTER/nodes/${n%%:*}/gpu"
+  # node:fixture host tree (gpu-b: two H200s, so an H200 checkpoint fits; gpu-c: H100s, it does not)
+  for n in gpu-a:nvidia-h200 gpu-b:nvidia-h200-x2 gpu-c:nvidia-h100-8gpu gpu-d:amd-mi300x cpu-e:cpu-only; do
+    d="$FAKE_CLUSTER/nodes/${n%%:*}"; mkdir -p "$d/fs"; echo "${n#*:}" > "$d/gpu"
+    ln -s "$FIXTURES/${n#*:}" "$d/hostroot"
+    cp "$tmp/template-${n#*:}.tar" "$d/template.tar" 2>/dev/null || true
   done
   printf '%s\n' "kubernetes.io/hostname=gpu-a" "gpuckpt.io/gpu-model=H200" "gpuckpt.io/gpu-count=1" > "$FAKE_CLUSTER/nodes/gpu-a/labels"
   : > "$FAKE_CLUSTER/calls.log"
 }
 run() { "$PLUGIN" "$@" > "$tmp/out" 2> "$tmp/err"; }
+
+# A checkpoint archive in the layout podman/CRI-O write, with the GPU record of the node it was taken on (the
+# record from the real `gpuckpt gpus --json` on that fixture; the container used its first GPU).
+make_template() { # FIXTURE [nogpu]
+  local fixture=$1 dir="$tmp/tpl-$1"
+  mkdir -p "$dir/checkpoint"
+  "$GPUCKPT_CLI" gpus --json --host-root "$FIXTURES/$fixture" > "$dir/record.json"
+  python3 - "$dir" "${2:-}" <<'PY'
+import json, os, sys
+d, nogpu = sys.argv[1], sys.argv[2]
+rec = json.load(open(f"{d}/record.json"))
+gpu = rec["node"]["gpus"][0]
+rec["used_gpu_ids"] = [gpu["id"]]
+json.dump({"version": 1, "checkpoint_id": "ckpt-test", "record": rec,
+           "devices": [{"container_path": gpu["device_paths"][0], "major": 195, "minor": 0, "gpu_id": gpu["id"]}],
+           "gpu_env": {"NVIDIA_VISIBLE_DEVICES": "0"}}, open(f"{d}/gpuckpt-gpus.json", "w"))
+json.dump({"id": "c0ffee", "name": "train", "rootfsImageName": "localhost/train:latest", "createdTime": "2026-11-21T00:00:00Z"},
+          open(f"{d}/config.dump", "w"))
+json.dump({"ociVersion": "1.0.0", "annotations": {"io.gpuckpt.checkpoint-id": "ckpt-test"}}, open(f"{d}/spec.dump", "w"))
+open(f"{d}/checkpoint/pages-1.img", "wb").write(os.urandom(400000))   # payload the copy must carry intact
+if nogpu: os.remove(f"{d}/gpuckpt-gpus.json")
+PY
+  rm "$dir/record.json"
+  tar -C "$dir" -cf "$tmp/template-$fixture${2:+-nogpu}.tar" .
+}
+for f in nvidia-h200 nvidia-h200-x2 nvidia-h100-8gpu amd-mi300x; do make_template "$f"; done
+make_template nvidia-h200 nogpu
 archives() { find "$FAKE_CLUSTER/nodes/$1/fs" -type f 2>/dev/null | sed "s|^$FAKE_CLUSTER/nodes/$1/fs||" | sort; }
 
 # ---- checkpoint -----------------------------------------------------------------------------------------------
@@ -40,8 +74,8 @@ arch=$(cat "$tmp/out")
 expect '[[ "$arch" == gpu-a:/var/lib/gpuckpt/checkpoints/checkpoint-train_ml-main-*.tar ]]' "checkpoint prints NODE:PATH ($arch)"
 expect '[ -f "$FAKE_CLUSTER/nodes/gpu-a/fs${arch#gpu-a:}" ]' "the archive exists on the pod's node"
 expect 'grep -q "^\[1/3\] locating pod ml/train" "$tmp/err" && grep -q "^\[3/3\] checkpointing ml/train container main on gpu-a (agent gpuckpt-aaaaa)" "$tmp/err"' "progress steps on stderr"
-expect 'grep -q "locking GPUs" "$tmp/err"' "the agent CLI's own progress is passed through"
-expect 'grep -qx -- "exec -n gpuckpt-system gpuckpt-aaaaa -c agent -- gpuckpt checkpoint --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token --namespace ml --pod train --container main" "$FAKE_CLUSTER/calls.log"' \
+expect 'grep -q "gpuckpt checkpoint: main via http://127.0.0.1:7469" "$tmp/err" && grep -q "GPUs: *nvidia-h200" "$tmp/err"' "the agent CLI's own progress and summary are passed through"
+expect 'grep -qx -- "exec -n gpuckpt-system gpuckpt-aaaaa -c agent -- gpuckpt checkpoint --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token --namespace ml --pod train main" "$FAKE_CLUSTER/calls.log"' \
   "checkpoint runs gpuckpt in the agent container against its local API with the mounted token"
 
 run checkpoint multi && bad "several containers without -c must fail" || ok
@@ -65,13 +99,14 @@ expect '[ "$(cat "$FAKE_CLUSTER/nodes/gpu-b/restored")" = "$src" ]' "restored on
 expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-a/restored" ]' "nothing restored on the source"
 expect 'grep -q "^\[5/5\] restoring on gpu-b" "$tmp/err" && grep -q "sha256 .* verified" "$tmp/err"' "progress with the verified copy"
 expect 'grep -q "the original pod still runs on gpu-a" "$tmp/err"' "says the source pod is still there"
-order=$(grep -o 'gpuckpt [a-z]*' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
-expect '[ "$order" = "gpuckpt checkpoint gpuckpt inspect gpuckpt restore " ]' "checkpoint, then match (inspect), then restore ($order)"
+order=$(grep -o -- '-- gpuckpt [a-z]*' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
+expect '[ "$order" = "-- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt restore " ]' "checkpoint, then match (inspect), then restore ($order)"
+expect 'grep -q "this node: *yes: GPU-a2ce77ac-c70f-b672-0aa0-f871c0787910 -> GPU-" "$tmp/err"' "the real matcher's verdict for gpu-b is shown"
 
 new_cluster
 rc=0; run migrate train --to gpu-c || rc=$?
 expect '[ "$rc" = 3 ]' "migrate onto non-matching GPUs exits 3 (got $rc)"
-expect 'grep -q "node gpu-c has no GPUs matching the checkpoint" "$tmp/err" && grep -q "needs H200; this node has MI300X" "$tmp/err"' "says why, with the agent's inspect output"
+expect 'grep -q "node gpu-c has no GPUs matching the checkpoint" "$tmp/err" && grep -q "this node: *no: " "$tmp/err"' "says why, with the real inspect verdict"
 expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-c/restored" ]' "no restore attempted on a non-matching node"
 
 new_cluster
@@ -107,9 +142,18 @@ run nodes && ok || bad "nodes lists agents"
 expect 'grep -Eq "^gpu-a +gpuckpt-aaaaa +Running +gpu-count=1 gpu-model=H200$" "$tmp/out"' "gpu-a shown with its gpuckpt.io labels"
 expect 'grep -Eq "^gpu-b .*\(no gpuckpt.io labels yet\)" "$tmp/out" && grep -Eq "^gpu-d +gpuckpt-ddddd +Pending" "$tmp/out"' "unlabelled and pending agents shown"
 run nodes "$arch" && ok || bad "nodes ARCHIVE: $(cat "$tmp/err")"
-expect 'grep -Eq "^gpu-a .* yes$" "$tmp/out" && grep -Eq "^gpu-b .* yes$" "$tmp/out"' "matching nodes say yes"
-expect 'grep -Eq "^gpu-c .* no \(GPUs differ\)$" "$tmp/out"' "the MI300X node says no"
+expect 'grep -Eq "^gpu-a .* yes$" "$tmp/out" && grep -Eq "^gpu-b .* yes$" "$tmp/out"' "nodes with H200s say yes (the real matcher)"
+expect 'grep -Eq "^gpu-c .* no \(GPUs differ\)$" "$tmp/out"' "the H100 node says no"
 expect 'grep -Eq "^gpu-d .* unknown \(agent Pending\)$" "$tmp/out"' "a pending agent is unknown, not no"
+expect 'grep -q "matching its GPU record on every node" "$tmp/err"' "says it matches the record"
+expect '[ "$(grep -c -- "-- gpuckpt match --source - --host-root /host" "$FAKE_CLUSTER/calls.log")" = 3 ]' "only the record travels: one match per running agent"
+# a checkpoint without GPU state restores anywhere
+cp "$tmp/template-nvidia-h200-nogpu.tar" "$FAKE_CLUSTER/nodes/gpu-a/fs/var/lib/gpuckpt/checkpoints/plain.tar"
+run nodes gpu-a:/var/lib/gpuckpt/checkpoints/plain.tar && ok || bad "nodes on a GPU-less checkpoint: $(cat "$tmp/err")"
+expect 'grep -Eq "^gpu-c .* yes \(no GPU state\)$" "$tmp/out" && grep -q "holds no GPU state" "$tmp/err"' "no GPU state: every node can take it"
+printf 'not a tar' > "$FAKE_CLUSTER/nodes/gpu-a/fs/var/lib/gpuckpt/checkpoints/junk.tar"
+run nodes gpu-a:/var/lib/gpuckpt/checkpoints/junk.tar && bad "a junk archive must fail" || ok
+expect 'grep -q "cannot inspect /var/lib/gpuckpt/checkpoints/junk.tar on gpu-a" "$tmp/err"' "a junk archive is named"
 expect '[ "$(grep -c "gpuckpt restore\|gpuckpt checkpoint" <<< "$(tail -n 12 "$FAKE_CLUSTER/calls.log")")" = 0 ]' "nodes changes nothing"
 
 # ---- dry run --------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Puts gpuckpt's node-side files onto the host and takes them away again. Runs in the agent image (POSIX sh).
 #
-#   host-files.sh install        copy the OCI hook binary, its hooks.d JSON and the CRIU plugin onto the host
+#   host-files.sh install        copy the OCI hook binary, its hooks.d entries and the CRIU plugin onto the host
 #   host-files.sh remove         remove them, if this pod is the one that installed them
 #   host-files.sh hold           wait for SIGTERM (the sidecar whose preStop hook runs `remove`)
 #   host-files.sh render-config  write the agent config with this pod's node name and IP filled in
@@ -9,7 +9,7 @@
 # Environment (set by the chart; host paths as the container sees them, i.e. under GPUCKPT_HOST_MOUNT):
 #   GPUCKPT_HOST_MOUNT      where the host's writable dirs are mounted (/host)
 #   GPUCKPT_HOOKS_DIR       hooks.d on the host            GPUCKPT_CRIU_PLUGIN_DIR  CRIU plugin dir on the host
-#   GPUCKPT_INSTALL_DIR     hook binary dir on the host    GPUCKPT_HOOK_JSON        hooks.d entry to install
+#   GPUCKPT_INSTALL_DIR     hook binary dir on the host    GPUCKPT_HOOK_JSON_DIR    holds the gpuckpt-hook*.json
 #   GPUCKPT_SRC_HOOK        hook binary in the image       GPUCKPT_SRC_PLUGIN       CRIU plugin in the image
 #   GPUCKPT_OWNER           this pod's UID: the owner mark that makes `remove` safe during rolling updates
 #   GPUCKPT_CONFIG_IN/OUT   config template and output     NODE_NAME, NODE_IP       downward API
@@ -26,7 +26,6 @@ need() { eval "v=\${$1:-}"; [ -n "$v" ] || die "environment variable $1 is not s
 
 host_path() { printf '%s%s' "${GPUCKPT_HOST_MOUNT:-}" "$1"; }
 
-hook_json_name=gpuckpt-hook.json
 plugin_name=gpuckpt_plugin.so
 hook_name=gpuckpt-oci-hook
 
@@ -46,12 +45,13 @@ put() {
 owner_file() { printf '%s/.installed-by' "$(host_path "$GPUCKPT_INSTALL_DIR")"; }
 
 cmd_install() {
-  for v in GPUCKPT_HOOKS_DIR GPUCKPT_CRIU_PLUGIN_DIR GPUCKPT_INSTALL_DIR GPUCKPT_HOOK_JSON GPUCKPT_SRC_HOOK \
+  for v in GPUCKPT_HOOKS_DIR GPUCKPT_CRIU_PLUGIN_DIR GPUCKPT_INSTALL_DIR GPUCKPT_HOOK_JSON_DIR GPUCKPT_SRC_HOOK \
            GPUCKPT_SRC_PLUGIN GPUCKPT_OWNER; do need "$v"; done
-  [ -f "$GPUCKPT_HOOK_JSON" ] || die "hook JSON $GPUCKPT_HOOK_JSON is missing (it comes from the chart's ConfigMap)"
+  set -- "$GPUCKPT_HOOK_JSON_DIR"/gpuckpt-hook*.json
+  [ -f "$1" ] || die "no gpuckpt-hook*.json in $GPUCKPT_HOOK_JSON_DIR (they come from the chart's ConfigMap)"
   put "$GPUCKPT_SRC_HOOK" "$(host_path "$GPUCKPT_INSTALL_DIR")/bin/$hook_name" 0755
   put "$GPUCKPT_SRC_PLUGIN" "$(host_path "$GPUCKPT_CRIU_PLUGIN_DIR")/$plugin_name" 0644
-  put "$GPUCKPT_HOOK_JSON" "$(host_path "$GPUCKPT_HOOKS_DIR")/$hook_json_name" 0644
+  for entry in "$@"; do put "$entry" "$(host_path "$GPUCKPT_HOOKS_DIR")/$(basename "$entry")" 0644; done
   tmp="$(owner_file).tmp.$$"
   printf '%s\n' "$GPUCKPT_OWNER" > "$tmp" && mv -f "$tmp" "$(owner_file)"
   log "owner mark $GPUCKPT_OWNER written to $(owner_file)"
@@ -64,12 +64,12 @@ cmd_remove() {
     log "host files belong to pod $owner (a newer pod installed them): leaving them in place"
     return 0
   fi
-  rm -f "$(host_path "$GPUCKPT_HOOKS_DIR")/$hook_json_name"
+  rm -f "$(host_path "$GPUCKPT_HOOKS_DIR")"/gpuckpt-hook*.json
   rm -f "$(host_path "$GPUCKPT_INSTALL_DIR")/bin/$hook_name"
   rm -f "$(host_path "$GPUCKPT_CRIU_PLUGIN_DIR")/$plugin_name"
   rm -f "$(owner_file)"
   rmdir "$(host_path "$GPUCKPT_INSTALL_DIR")/bin" 2>/dev/null || true
-  log "removed the OCI hook, its hooks.d entry and the CRIU plugin from the host"
+  log "removed the OCI hook, its hooks.d entries and the CRIU plugin from the host"
 }
 
 cmd_hold() {

@@ -121,16 +121,28 @@ by the render-config init container (the agent reads literal values).
 {{- include "gpuckpt.compact" $config | fromJson | toYaml -}}
 {{- end -}}
 
-{{/* The hooks.d entry (containers/common oci-hooks 1.0.0) pointing at the installed hook binary. */}}
-{{- define "gpuckpt.hookJson" -}}
-{{- $hook := dict
+{{/*
+The hooks.d entries (containers/common oci-hooks 1.0.0), one per stage, as oci-hook/gpuckpt-hook*.json ship them
+with the installed binary's path and this chart's state dir (the test compares them). Output: a JSON object
+{file name: entry}.
+*/}}
+{{- define "gpuckpt.hookEntries" -}}
+{{- $path := printf "%s/bin/gpuckpt-oci-hook" .Values.host.installDir -}}
+{{- $entries := dict -}}
+{{- range $file, $stage := dict "gpuckpt-hook.json" "createRuntime" "gpuckpt-hook-precreate.json" "precreate" "gpuckpt-hook-poststop.json" "poststop" -}}
+{{- $when := dict "always" true -}}
+{{- if eq $stage "precreate" -}}
+{{- /* only restores carry a checkpoint id; every other container skips the rewrite stage */ -}}
+{{- $when = dict "annotations" (dict "^io\\.gpuckpt\\.checkpoint-id$" ".+") -}}
+{{- end -}}
+{{- $_ := set $entries $file (dict
   "version" "1.0.0"
   "hook" (dict
-    "path" (printf "%s/bin/gpuckpt-oci-hook" .Values.host.installDir)
-    "args" (list "gpuckpt-oci-hook" "--state-dir" .Values.host.stateDir)
-    "timeout" .Values.installer.hookTimeoutSeconds)
-  "when" (dict "always" true)
-  "stages" (list "precreate" "prestart")
--}}
-{{- toPrettyJson $hook -}}
+    "path" $path
+    "args" (list "gpuckpt-oci-hook" "--state-dir" $.Values.host.stateDir $stage)
+    "timeout" $.Values.installer.hookTimeoutSeconds)
+  "when" $when
+  "stages" (list $stage)) -}}
+{{- end -}}
+{{- toJson $entries -}}
 {{- end -}}
