@@ -483,12 +483,19 @@ std::variant<MatchPlan, MatchFailure> match_gpus(const MatchRequest& request) {
         }
       }
       if (r.property.empty()) {
-        if (passing.size() < sources.size()) {
+        std::size_t stuck = sources.size();   // another source GPU that no GPU here can take
+        for (std::size_t o = 0; o < sources.size() && stuck == sources.size(); ++o)
+          if (o != s && std::none_of(usable[o].begin(), usable[o].end(), [](bool u) { return u; })) stuck = o;
+        if (stuck != sources.size()) {
+          r.property = "incomplete";
+          r.detail = "passes every check, but " + sources[stuck]->id + " (also used by the workload) has no GPU here";
+        } else if (passing.size() < sources.size()) {
           r.property = "taken";
           r.detail = "only " + std::to_string(passing.size()) + " GPU(s) here pass the checks for the " +
                      std::to_string(sources.size()) + " GPUs the checkpoint used";
         } else if (!search.run(std::make_pair(s, c)).empty()) {
-          continue;  // not ruled out by itself; the failure lies with other source GPUs
+          r.property = "search-limit";
+          r.detail = "an assignment with this GPU may exist, but the search stopped after its step limit";
         } else {
           r.property = policy.check_links && !requirements.empty() ? "links" : "taken";
           r.detail = "no complete assignment with this GPU keeps the other GPUs' links and checks";

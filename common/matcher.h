@@ -44,7 +44,8 @@ struct MatchPlan {
 struct Rejection {
   std::string source_id;
   std::string candidate_id;
-  std::string property;    // "vendor", "model", "memory", "firmware", "links", "taken", "not-allowed"
+  std::string property;    // "vendor", "model", "memory", "firmware", "links", "taken", "incomplete",
+                           // "not-allowed", "search-limit" (docs/formats.md says what each means)
   std::string detail;      // "target has 80 GiB, source used a GPU with 141 GiB"
 };
 

@@ -237,6 +237,14 @@ std::vector<Scenario> scenarios() {
     s.push_back(c);
   }
   {
+    auto c = named("one used GPU fits nowhere: the others' candidates say why the match is incomplete");
+    c.source = {amd_gpu("a", 0x740c, 64), amd_gpu("big", 0x740c, 128)};
+    c.used = {"a", "big"};
+    c.target = {amd_gpu("x", 0x740c, 64), amd_gpu("y", 0x740c, 64)};
+    c.rejections = {{"big", "x", "memory"}, {"big", "y", "memory"}, {"a", "x", "incomplete"}, {"a", "y", "incomplete"}};
+    s.push_back(c);
+  }
+  {
     auto c = named("a workload that used no GPU needs none");
     c.source = {amd_gpu("a", 0x740c, 64)};
     c.target = {};
