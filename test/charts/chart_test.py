@@ -277,8 +277,8 @@ def test_amd_only():
 def test_kubelet_proxy():
     objs = case("kubelet-proxy", ["runtime.kind=kubelet"])
     spec, cfg, *_ = common_checks(objs, "kubelet-proxy")
-    check(rules(objs) == {("nodes", "get"), ("nodes", "patch"), ("nodes/proxy", "create")},
-          f"[kubelet-proxy] RBAC: labels + nodes/proxy create, nothing else: {rules(objs)}")
+    check(rules(objs) == {("nodes", "get"), ("nodes", "patch"), ("nodes/proxy", "get"), ("nodes/proxy", "create")},
+          f"[kubelet-proxy] RBAC: labels + nodes/proxy get/create (GET pods, POST checkpoint), nothing else: {rules(objs)}")
     k = cfg["runtime"]["kubelet"]
     check(k["url"] == "https://kubernetes.default.svc/api/v1/nodes/@NODE_NAME@/proxy", f"[kubelet-proxy] url through the API server: {k['url']}")
     check(k["ca_file"] == "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt", "[kubelet-proxy] trusts the cluster CA")
@@ -289,11 +289,20 @@ def test_kubelet_direct():
     objs = case("kubelet-direct", ["runtime.kind=kubelet", "runtime.kubelet.access=direct",
                                    "runtime.kubelet.caFile=/var/lib/kubelet/pki/kubelet.crt", "nodeLabels.enabled=false"])
     spec, cfg, cm, agent, *_ = common_checks(objs, "kubelet-direct")
-    check(rules(objs) == {("nodes/checkpoint", "create")}, f"[kubelet-direct] RBAC: only nodes/checkpoint create: {rules(objs)}")
+    check(rules(objs) == {("nodes/checkpoint", "create"), ("nodes/pods", "get")},
+          f"[kubelet-direct] RBAC: only nodes/checkpoint create and nodes/pods get (no nodes/proxy): {rules(objs)}")
     k = cfg["runtime"]["kubelet"]
     check(k["url"] == "https://@NODE_IP@:10250", f"[kubelet-direct] url is the node's kubelet: {k['url']}")
     mounts = host_mounts(spec, agent)
     check(mounts.get(k["ca_file"]) == ("/var/lib/kubelet/pki/kubelet.crt", True), "[kubelet-direct] kubelet CA mounted read-only at ca_file")
+
+
+def test_kubelet_direct_legacy():
+    objs = case("kubelet-direct-legacy", ["runtime.kind=kubelet", "runtime.kubelet.access=direct", "nodeLabels.enabled=false",
+                                          "runtime.kubelet.caFile=/var/lib/kubelet/pki/kubelet.crt", "runtime.kubelet.legacyProxyAuthz=true"])
+    common_checks(objs, "kubelet-direct-legacy")
+    check(rules(objs) == {("nodes/checkpoint", "create"), ("nodes/proxy", "get")},
+          f"[kubelet-direct-legacy] RBAC: nodes/checkpoint create, nodes/proxy get only (no create): {rules(objs)}")
 
 
 def test_monitoring():
@@ -428,7 +437,7 @@ def main():
     dump = None
     if "--dump-objects" in sys.argv:
         dump = sys.argv[sys.argv.index("--dump-objects") + 1]
-    for t in [test_defaults, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_monitoring,
+    for t in [test_defaults, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_monitoring,
               test_existing_secret, test_full_config_shape, test_custom_paths, test_installer_off,
               test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
               test_bad_combinations, test_token_kept_on_upgrade_template]:
