@@ -58,6 +58,14 @@ struct PodmanOptions {
 
 std::unique_ptr<ContainerRuntime> make_podman_runtime(PodmanOptions options);
 
+// CRI runtimes (CRI-O, containerd) through crictl: find/list/checkpoint (`crictl checkpoint --export`). CRI has
+// no restore call: a CRI restore is a pod whose container image is the archive, which kubelet creates.
+struct CrictlOptions {
+  std::string crictl = "crictl";
+  std::chrono::seconds timeout{600};
+};
+std::unique_ptr<ContainerRuntime> make_crictl_runtime(CrictlOptions options);
+
 // Container names as podman/Kubernetes allow them: [a-zA-Z0-9][a-zA-Z0-9_.-]*, at most 253 bytes. Anything else
 // (slashes, "..", spaces) is refused before it reaches a runtime or a path.
 bool is_valid_container_name(std::string_view name);

@@ -1,0 +1,146 @@
+#include "agent/kubelet_runtime.h"
+
+#include <httplib.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+
+namespace gpuckpt::agent {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class KubeletRuntime final : public ContainerRuntime {
+ public:
+  explicit KubeletRuntime(KubeletRuntimeOptions options) : options_(std::move(options)) {
+    // scheme://host[:port][/prefix]
+    const std::string& url = options_.kubelet.url;
+    const auto scheme_end = url.find("://");
+    const auto path_start = url.find('/', scheme_end == std::string::npos ? 0 : scheme_end + 3);
+    base_ = path_start == std::string::npos ? url : url.substr(0, path_start);
+    prefix_ = path_start == std::string::npos ? "" : url.substr(path_start);
+    while (!prefix_.empty() && prefix_.back() == '/') prefix_.pop_back();
+  }
+
+  std::string name() const override { return "kubelet"; }
+
+  Result<RuntimeContainer> find(const ContainerRef& ref) override {
+    if (ref.namespace_name.empty() || ref.pod.empty())
+      return make_error("the kubelet runtime needs 'namespace' and 'pod' as well as 'container'");
+    for (const auto* part : {&ref.namespace_name, &ref.pod, &ref.container})
+      if (!is_valid_container_name(*part)) return make_error("'" + *part + "' is not a valid Kubernetes name");
+    auto pods = get_pods();
+    if (!pods) return pods.error();
+    for (const auto& pod : pods->value("items", nlohmann::json::array())) {
+      const auto meta = pod.value("metadata", nlohmann::json::object());
+      if (meta.value("namespace", "") != ref.namespace_name || meta.value("name", "") != ref.pod) continue;
+      for (const auto& status : pod.value("status", nlohmann::json::object()).value("containerStatuses", nlohmann::json::array())) {
+        if (status.value("name", "") != ref.container) continue;
+        return from_status(status, ref.namespace_name + "/" + ref.pod + "/" + ref.container);
+      }
+    }
+    return make_error("kubelet knows no container " + ref.namespace_name + "/" + ref.pod + "/" + ref.container, ENOENT);
+  }
+
+  Result<std::vector<RuntimeContainer>> list() override {
+    auto pods = get_pods();
+    if (!pods) return pods.error();
+    std::vector<RuntimeContainer> out;
+    for (const auto& pod : pods->value("items", nlohmann::json::array())) {
+      const auto meta = pod.value("metadata", nlohmann::json::object());
+      const std::string prefix = meta.value("namespace", "") + "/" + meta.value("name", "") + "/";
+      for (const auto& status : pod.value("status", nlohmann::json::object()).value("containerStatuses", nlohmann::json::array()))
+        out.push_back(from_status(status, prefix + status.value("name", "")));
+    }
+    return out;
+  }
+
+  Result<void> checkpoint(const RuntimeContainer& container, const fs::path& archive) override {
+    // Containers this runtime finds are named namespace/pod/container.
+    const auto first = container.name.find('/');
+    const auto second = container.name.find('/', first + 1);
+    if (first == std::string::npos || second == std::string::npos)
+      return make_error("kubelet checkpoint needs namespace/pod/container, got " + container.name);
+    auto client = make_client();
+    if (!client) return client.error();
+    const std::string path = prefix_ + "/checkpoint/" + container.name + "?timeout=" +
+                             std::to_string(options_.timeout.count());
+    log::info("POST " + base_ + path);
+    auto result = (*client)->Post(path.c_str());
+    if (!result) return make_error("kubelet checkpoint: " + httplib::to_string(result.error()), EIO);
+    if (result->status != 200)
+      return make_error("kubelet checkpoint returned " + std::to_string(result->status) + ": " +
+                        result->body.substr(0, 300) + " (is the ContainerCheckpoint feature on, and may the "
+                        "service account create nodes/checkpoint?)", EIO);
+    const auto body = nlohmann::json::parse(result->body, nullptr, false);
+    if (body.is_discarded() || !body.contains("items") || !body["items"].is_array() || body["items"].empty())
+      return make_error("kubelet checkpoint answered without an archive path: " + result->body.substr(0, 300), EIO);
+    // kubelet reports its host path; the agent sees kubelet's directory at checkpoint_dir.
+    const fs::path written = options_.checkpoint_dir / fs::path(body["items"][0].get<std::string>()).filename();
+    std::error_code ec;
+    fs::copy_file(written, archive, fs::copy_options::overwrite_existing, ec);
+    if (ec) return make_error("cannot copy kubelet's archive " + written.string() + ": " + ec.message(), EIO);
+    return {};
+  }
+
+  Result<RuntimeContainer> restore(const fs::path& archive, const std::string&) override {
+    return make_error("kubelet has no restore call: restore " + archive.string() +
+                      " by creating a pod whose container image is the archive (CRI-O), see docs/node-flow.md",
+                      ENOTSUP);
+  }
+
+ private:
+  Result<std::unique_ptr<httplib::Client>> make_client() const {
+    std::ifstream in(options_.kubelet.token_file);
+    std::string token;
+    std::getline(in, token);
+    if (token.empty())
+      return make_error("cannot read the kubelet token " + options_.kubelet.token_file + " (runtime.kubelet.token_file)");
+    auto client = std::make_unique<httplib::Client>(base_);
+    if (!options_.kubelet.ca_file.empty()) client->set_ca_cert_path(options_.kubelet.ca_file.c_str());
+    client->enable_server_certificate_verification(options_.verify_tls);
+    client->set_bearer_token_auth(token.c_str());
+    client->set_connection_timeout(10);
+    client->set_read_timeout(static_cast<time_t>(options_.timeout.count()));
+    return client;
+  }
+
+  Result<nlohmann::json> get_pods() const {
+    auto client = make_client();
+    if (!client) return client.error();
+    auto result = (*client)->Get((prefix_ + "/pods").c_str());
+    if (!result) return make_error("kubelet GET /pods: " + httplib::to_string(result.error()), EIO);
+    if (result->status != 200)
+      return make_error("kubelet GET /pods returned " + std::to_string(result->status), EIO);
+    auto json = nlohmann::json::parse(result->body, nullptr, false);
+    if (json.is_discarded() || !json.is_object()) return make_error("kubelet GET /pods: not JSON", EIO);
+    return json;
+  }
+
+  static RuntimeContainer from_status(const nlohmann::json& status, std::string name) {
+    RuntimeContainer rc;
+    std::string id = status.value("containerID", "");
+    if (auto pos = id.find("://"); pos != std::string::npos) id = id.substr(pos + 3);
+    rc.id = id;
+    rc.name = std::move(name);
+    const auto state = status.value("state", nlohmann::json::object());
+    rc.state = state.contains("running") ? "running" : state.contains("terminated") ? "exited" : "waiting";
+    return rc;
+  }
+
+  KubeletRuntimeOptions options_;
+  std::string base_;
+  std::string prefix_;
+};
+
+}  // namespace
+
+std::unique_ptr<ContainerRuntime> make_kubelet_runtime(KubeletRuntimeOptions options) {
+  return std::make_unique<KubeletRuntime>(std::move(options));
+}
+
+}  // namespace gpuckpt::agent
