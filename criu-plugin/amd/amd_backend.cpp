@@ -35,9 +35,9 @@ namespace {
 constexpr std::uint32_t kImageVersion = 1;
 constexpr const char* kKfdPath = "/dev/kfd";
 
-std::string hex(std::uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%x", v);
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
   return buf;
 }
 
@@ -210,11 +210,11 @@ class AmdBackend final : public plugin::Backend {
         if (dup < 0) return fail("UPDATE_VMA_MAP", make_error("cannot duplicate the render-node fd", -dup));
         *plugin_fd = dup;
       }
-      log::debug("amd: VMA " + hex(static_cast<std::uint32_t>(addr)) + " offset " + std::to_string(old_pgoff) +
-                 " -> " + std::to_string(u.new_offset));
+      log::debug("amd: VMA " + hex(addr) + " offset " + hex(old_pgoff) +
+                 " -> " + hex(u.new_offset));
       return 1;
     }
-    log::info("amd: no BO for " + p + " VMA at " + std::to_string(addr) + " offset " + std::to_string(old_pgoff));
+    log::info("amd: no BO for " + p + " VMA at " + hex(addr) + " offset " + hex(old_pgoff));
     return 0;
   }
 
@@ -450,11 +450,11 @@ class AmdBackend final : public plugin::Backend {
       bo->set_has_contents(contents);
       if (!contents) continue;
       if (b.dmabuf_fd == kKfdInvalidFd) {
-        return make_error("KFD gave no dmabuf for a VRAM/GTT BO at " + hex(static_cast<std::uint32_t>(b.addr)), EIO);
+        return make_error("KFD gave no dmabuf for a VRAM/GTT BO at " + hex(b.addr), EIO);
       }
       auto it = std::find_if(transfers.begin(), transfers.end(), [&](const GpuTransfer& t) { return t.gpu_id == b.gpu_id; });
       if (it == transfers.end()) {
-        return make_error("BO at " + std::to_string(b.addr) + " belongs to gpu_id " + hex(b.gpu_id) +
+        return make_error("BO at " + hex(b.addr) + " belongs to gpu_id " + hex(b.gpu_id) +
                           " that is not among the process's devices", EIO);
       }
       it->bos.push_back(BoTransfer{static_cast<int>(b.dmabuf_fd), b.size});
