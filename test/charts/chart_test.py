@@ -161,6 +161,7 @@ def common_checks(objs, name):
     secret_vol = next(v for v in spec["volumes"] if v["name"] == "api-token")["secret"]
     check(secret_vol["defaultMode"] == 0o400, f"[{name}] token file mode 0400 (the agent refuses group/other access)")
     check(agent["args"][:2] == ["--config", "/etc/gpuckpt/config/config.yaml"], f"[{name}] agent runs with --config")
+    agent_accepts(name, cm["data"]["config.yaml"], cfg)
     render_init = container(spec, "render-config", init=True)
     check(render_init is not None and host_mounts(spec, render_init) == {}, f"[{name}] render-config touches no host path")
 
@@ -185,6 +186,26 @@ def common_checks(objs, name):
         check(got == want, f"[{name}] {f} is oci-hook/{f} with the install path and state dir: {got} vs {want}")
     check(cm["data"]["host-files.sh"] == open(os.path.join(CHART, "files", "host-files.sh")).read(), f"[{name}] ConfigMap carries files/host-files.sh unchanged")
     return spec, cfg, cm, agent, tols, hook
+
+
+AGENT = os.path.join(os.environ.get("GPUCKPT_BUILD_DIR", os.path.join(SRC, "build")), "agent", "gpuckpt-agent")
+
+
+def agent_accepts(name, cfg_text, cfg):
+    """The real gpuckpt-agent parses the rendered config: it gets past step 1 (config) to step 2 (token file,
+    absent here), having logged the settings it read."""
+    if not os.access(AGENT, os.X_OK) or os.path.exists(cfg["auth"]["token_file"]):
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        f.write(cfg_text.replace("@NODE_NAME@", "gpu-node-1").replace("@NODE_IP@", "10.0.0.7"))
+        f.flush()
+        proc = subprocess.run([AGENT, "--config", f.name], capture_output=True, text=True, timeout=20)
+    err = proc.stderr
+    check(proc.returncode == 2 and "cannot read the API token file " + cfg["auth"]["token_file"] in err,
+          f"[{name}] gpuckpt-agent accepts the rendered config (stops at the token): rc {proc.returncode}: {err[-500:]}")
+    check(f"param: runtime.kind:{cfg['runtime']['kind']}" in err and "param: host_root:/host" in err and
+          f"param: node_labels.enabled:{1 if cfg.get('node_labels', {}).get('enabled') else 0}" in err,
+          f"[{name}] the agent runs with the chart's runtime kind, host root and label setting")
 
 
 def leaf_paths_values(d):
@@ -437,6 +458,7 @@ def main():
     dump = None
     if "--dump-objects" in sys.argv:
         dump = sys.argv[sys.argv.index("--dump-objects") + 1]
+    print(f"agent config check: {AGENT if os.access(AGENT, os.X_OK) else 'skipped, ' + AGENT + ' not built'}")
     for t in [test_defaults, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_monitoring,
               test_existing_secret, test_full_config_shape, test_custom_paths, test_installer_off,
               test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
