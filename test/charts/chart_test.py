@@ -304,6 +304,9 @@ def test_kubelet_proxy():
     check(k["url"] == "https://kubernetes.default.svc/api/v1/nodes/@NODE_NAME@/proxy", f"[kubelet-proxy] url through the API server: {k['url']}")
     check(k["ca_file"] == "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt", "[kubelet-proxy] trusts the cluster CA")
     check(spec["automountServiceAccountToken"] is True, "[kubelet-proxy] SA token mounted")
+    agent = container(spec, "agent")
+    check("/run/crio" not in host_mounts(spec, agent) and not any(e["name"] == "CONTAINER_RUNTIME_ENDPOINT" for e in agent["env"]),
+          "[kubelet-proxy] no CRI socket mounted when the kubelet does the checkpoint")
 
 
 def test_kubelet_direct():

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# manifests/ must be what scripts/render-manifests.sh renders from the chart now, and must hold no secret.
+# manifests/ and the chart README's values table must be what scripts/render-manifests.sh renders from the chart
+# now; the manifests must hold no secret.
 set -euo pipefail
 SRC=${GPUCKPT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 command -v helm >/dev/null 2>&1 || { echo "SKIP: helm not found (scripts/setup.sh installs it)"; exit 77; }
