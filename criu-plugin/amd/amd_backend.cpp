@@ -145,6 +145,7 @@ class AmdBackend final : public plugin::Backend {
     render_fds_.clear();
     vma_updates_.clear();
     plan_cache_.clear();
+    kfd_targets_.clear();
     seized_pids_.clear();
     shared_dmabufs_.clear();
     enabled_ = false;
@@ -185,7 +186,7 @@ class AmdBackend final : public plugin::Backend {
     if (kfd) return restore_kfd(*images, uid, *kfd);
     if (kfd.error().errno_value != ENOENT) return fail("restore of " + kfd_image_name(uid), kfd.error());
     auto render = images->read_framed(render_image_name(uid));
-    if (render) return restore_render(uid, *render);
+    if (render) return restore_render(*images, uid, *render, retry_needed);
     if (render.error().errno_value != ENOENT) return fail("restore of " + render_image_name(uid), render.error());
     auto dmabuf = images->read_framed(dmabuf_image_name(uid));
     if (dmabuf) return restore_dmabuf(uid, *dmabuf, retry_needed);
@@ -610,6 +611,7 @@ class AmdBackend final : public plugin::Backend {
       bucket.drm_fd = static_cast<std::uint32_t>(*render);
       devices.push_back(bucket);
       by_user_id[d.user_gpu_id()] = it->second;
+      kfd_targets_[d.inventory_id()] = it->second;
     }
     std::vector<kfd_criu_bo_bucket> bos;
     for (const auto& b : image.bos()) {
@@ -713,7 +715,20 @@ class AmdBackend final : public plugin::Backend {
     return kfd.release();
   }
 
-  int restore_render(std::uint32_t id, const std::string& bytes) {
+  // Whether a KFD image in the directory lists `inventory_id` among its devices.
+  static bool kfd_image_uses(const ImageDir& images, const std::string& inventory_id) {
+    for (const auto& file : images.list("gpuckpt-amd-kfd-")) {
+      auto bytes = images.read_framed(file);
+      pb::KfdImage kfd;
+      if (!bytes || !kfd.ParseFromString(*bytes)) continue;
+      for (const auto& d : kfd.devices()) {
+        if (d.inventory_id() == inventory_id) return true;
+      }
+    }
+    return false;
+  }
+
+  int restore_render(const ImageDir& images, std::uint32_t id, const std::string& bytes, bool* retry_needed) {
     const std::string name = render_image_name(id);
     pb::RenderNodeImage image;
     if (!image.ParseFromString(bytes) || image.version() != kImageVersion) {
@@ -721,17 +736,15 @@ class AmdBackend final : public plugin::Backend {
     }
     int minor_number = image.render_minor();
     if (!image.inventory_id().empty()) {
-      // The KFD image of this process, restored first in the usual fd order, already chose the GPUs; the plan
-      // cache holds its choice. Otherwise this node's own record decides.
-      bool found = false;
-      for (const auto& [record, plan] : plan_cache_) {
-        if (auto it = plan.find(image.inventory_id()); it != plan.end()) {
-          minor_number = it->second.render_minor;
-          found = true;
-          break;
-        }
-      }
-      if (!found) {
+      if (auto it = kfd_targets_.find(image.inventory_id()); it != kfd_targets_.end()) {
+        // The process's KFD image chose the GPUs: its render nodes follow that choice.
+        minor_number = it->second.render_minor;
+      } else if (retry_needed && kfd_image_uses(images, image.inventory_id())) {
+        // That KFD image is not restored yet; deciding alone could pick another GPU than it will.
+        *retry_needed = true;
+        return 0;
+      } else {
+        // A render node without KFD: this image's own record decides.
         auto plan = plan_for(image.node_record(), name);
         if (!plan) return fail("restore of " + name, plan.error());
         auto target = plan->find(image.inventory_id());
@@ -800,6 +813,7 @@ class AmdBackend final : public plugin::Backend {
   std::vector<VmaUpdate> vma_updates_;
   std::map<std::uint64_t, SharedDmabuf> shared_dmabufs_;   // by dma-buf inode at checkpoint
   std::map<std::string, std::map<std::string, GpuTarget>> plan_cache_;   // by stored record
+  std::map<std::string, GpuTarget> kfd_targets_;   // the KFD images' choices, by source inventory id
 
   // Main CRIU process side (POST_FORKING, RESUME_DEVICES_LATE).
   std::unique_ptr<ParallelRestoreServer> server_;

@@ -174,6 +174,66 @@ TEST_CASE("Restore onto renumbered GPUs remaps gpu_ids, render minors and mmap o
   ::close(kfd_fd);
 }
 
+TEST_CASE("A render-node image restored before the KFD image waits for it and lands on the same GPU", "[unit]") {
+  TempDir tmp;
+  Node source(tmp.path() / "source", {SimGpu{0x1111, 128}, SimGpu{0x2222, 129}});
+  Images images(tmp.path() / "images");
+  const App app = start_app(source, 410, 8192, 4096);
+  REQUIRE(dump_app(source, images, app, config_with(1 << 20, false)) == 0);
+
+  Node target(tmp.path() / "target", {SimGpu{0x7777, 140}, SimGpu{0x8888, 141}});
+  auto backend = make_backend(target, images, config_with(1 << 20, false));
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  target.kfd->set_calling_pid(410);
+  bool retry = false;
+  // The KFD image that chooses the GPUs is not restored yet: CRIU is asked to come back to this one.
+  CHECK(backend->restore_ext_file(render_image_id(1), &retry) == 0);   // was renderD129
+  CHECK(retry);
+  const int kfd_fd = backend->restore_ext_file(kKfdImageId, &retry);
+  REQUIRE(kfd_fd >= 0);
+  const int render0 = backend->restore_ext_file(render_image_id(0), &retry);
+  REQUIRE(render0 >= 0);
+  CHECK_FALSE(retry);
+  const int render1 = backend->restore_ext_file(render_image_id(1), &retry);
+  REQUIRE(render1 >= 0);
+  struct stat st0 {}, st1 {};
+  target.kfd->fstat(render0, &st0);
+  target.kfd->fstat(render1, &st1);
+  // Both GPUs are alike, so the matcher keeps their order: 128 -> 140, 129 -> 141.
+  CHECK(minor(st0.st_rdev) == 140);
+  CHECK(minor(st1.st_rdev) == 141);
+  check_contents_restored(target, app, 410);
+  for (int fd : {render0, render1, kfd_fd}) ::close(fd);
+}
+
+TEST_CASE("A render-node fd of a process without KFD is restored onto the matched node", "[unit]") {
+  TempDir tmp;
+  Node source(tmp.path() / "source", {SimGpu{0x1111, 128}});
+  Images images(tmp.path() / "images");
+  const int render = source.kfd->app_open_render(420, 128);
+  {
+    auto backend = make_backend(source, images, config_with(1 << 20, false));
+    REQUIRE(backend->init(criu::kStageDump) == 0);
+    struct stat st {};
+    source.kfd->fstat(render, &st);
+    REQUIRE(backend->handle_device_vma(render, &st) == 0);
+    REQUIRE(backend->dump_ext_file(render, 33) == 0);
+  }
+  Node target(tmp.path() / "target", {SimGpu{0x9999, 135}});
+  auto backend = make_backend(target, images, config_with(1 << 20, false));
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  target.kfd->set_calling_pid(420);
+  bool retry = true;
+  const int fd = backend->restore_ext_file(33, &retry);
+  REQUIRE(fd >= 0);
+  CHECK_FALSE(retry);
+  struct stat st {};
+  target.kfd->fstat(fd, &st);
+  CHECK(minor(st.st_rdev) == 135);
+  ::close(fd);
+  ::close(render);
+}
+
 TEST_CASE("Fds the plugin opens in the restored process are numbered above its highest fd", "[unit]") {
   Scenario s(make_gpus(2), 500, 8192, 4096, config_with(1 << 20, false),
              [](Node& node) { sim::write_proc_fds(node.host_root, "500", {0, 1, 2, 7, 300}); });
