@@ -449,13 +449,12 @@ class CudaBackend final : public Backend {
     restore_round_done_ = true;
     std::vector<int> candidates{first_pid};
     for (int child : cuda::descendants(first_pid)) candidates.push_back(child);
+    // Only the restore thread id can be asked while the task is stopped: every other driver call is served by
+    // that thread inside the task, so it would wait for a thread CRIU holds (restore_processes lets it run).
     std::vector<int> pids;
     for (int pid : candidates) {
       int tid = -1;
-      ProcessState state = ProcessState::Failed;
-      if (driver_->get_restore_thread_id(pid, &tid) != cuda::kCudaSuccess) continue;
-      if (driver_->get_state(pid, &state) != cuda::kCudaSuccess || state != ProcessState::Checkpointed) continue;
-      pids.push_back(pid);
+      if (driver_->get_restore_thread_id(pid, &tid) == cuda::kCudaSuccess) pids.push_back(pid);
     }
     if (pids.empty()) return;
     auto results = restore_processes(pids, std::vector<ProcessState>(pids.size(), ProcessState::Running), true);

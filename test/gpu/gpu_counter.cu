@@ -1,0 +1,93 @@
+// A CUDA workload whose state can be checked bit for bit: MIB of device memory evolve by a fixed integer
+// recurrence, and every iteration appends "ITERATION CHECKSUM" (a device-side reduction over all of it) to OUT.
+// Two runs, interrupted or not, must print identical lines for the same iteration.
+//   gpu_counter MIB OUT [--iterations N] [--sleep-ms MS] [--gpus G] [--child]
+// --gpus G spreads the memory over G devices (a multi-GPU process); --child forks first and the child runs the
+// same loop into OUT.child (a process with a child, both using CUDA).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#define CHECK(call)                                                                                   \
+  do {                                                                                                \
+    cudaError_t e_ = (call);                                                                          \
+    if (e_ != cudaSuccess) {                                                                          \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));      \
+      std::exit(3);                                                                                   \
+    }                                                                                                 \
+  } while (0)
+
+__global__ void step(unsigned* a, size_t n, unsigned it, unsigned salt) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    a[i] = a[i] * 1664525u + 1013904223u + (unsigned)(i * 2654435761u) + it * 97u + salt;
+}
+
+__global__ void checksum(const unsigned* a, size_t n, unsigned long long* out) {
+  unsigned long long local = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    local += (unsigned long long)a[i] * (unsigned long long)((i & 1023) + 1);
+  atomicAdd(out, local);
+}
+
+static int run(size_t mib, const std::string& out, long iterations, int sleep_ms, int gpus) {
+  int count = 0;
+  CHECK(cudaGetDeviceCount(&count));
+  if (gpus > count) {
+    std::fprintf(stderr, "asked for %d GPUs, %d visible\n", gpus, count);
+    return 2;
+  }
+  size_t n = mib * 1024 * 1024 / 4 / gpus;
+  std::vector<unsigned*> buf(gpus);
+  std::vector<unsigned long long*> sum(gpus);
+  for (int g = 0; g < gpus; ++g) {
+    CHECK(cudaSetDevice(g));
+    CHECK(cudaMalloc(&buf[g], n * 4));
+    CHECK(cudaMalloc(&sum[g], sizeof(unsigned long long)));
+    CHECK(cudaMemset(buf[g], 0, n * 4));
+  }
+  for (long it = 1; iterations <= 0 || it <= iterations; ++it) {
+    unsigned long long total = 0;
+    for (int g = 0; g < gpus; ++g) {
+      CHECK(cudaSetDevice(g));
+      step<<<1024, 256>>>(buf[g], n, (unsigned)it, (unsigned)g);
+      CHECK(cudaMemset(sum[g], 0, sizeof(unsigned long long)));
+      checksum<<<1024, 256>>>(buf[g], n, sum[g]);
+      CHECK(cudaGetLastError());
+      unsigned long long part = 0;
+      CHECK(cudaMemcpy(&part, sum[g], sizeof part, cudaMemcpyDeviceToHost));
+      total += part * (unsigned long long)(g + 1);
+    }
+    FILE* f = std::fopen(out.c_str(), "a");
+    if (!f) return 4;
+    std::fprintf(f, "%ld %016llx\n", it, total);
+    std::fclose(f);
+    if (sleep_ms > 0) usleep(sleep_ms * 1000);
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: gpu_counter MIB OUT [--iterations N] [--sleep-ms MS] [--gpus G] [--child]\n");
+    return 2;
+  }
+  size_t mib = std::strtoull(argv[1], nullptr, 10);
+  std::string out = argv[2];
+  long iterations = 0;
+  int sleep_ms = 20, gpus = 1;
+  bool child = false;
+  for (int i = 3; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--iterations") && i + 1 < argc) iterations = std::atol(argv[++i]);
+    else if (!std::strcmp(argv[i], "--sleep-ms") && i + 1 < argc) sleep_ms = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--gpus") && i + 1 < argc) gpus = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--child")) child = true;
+  }
+  if (child) {
+    pid_t pid = fork();   // before any CUDA call: CUDA state does not survive fork()
+    if (pid == 0) return run(mib, out + ".child", iterations, sleep_ms, gpus);
+  }
+  return run(mib, out, iterations, sleep_ms, gpus);
+}
