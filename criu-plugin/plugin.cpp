@@ -49,7 +49,7 @@ int plugin_init(int stage) noexcept {
     g_disabled = true;
     if (!abi.supported()) {
       log::error("this CRIU is too old for GPU checkpointing: it has " + std::to_string(abi.hook_count) +
-                 " plugin hooks, gpuckpt needs " + std::to_string(criu::kMinimumHostHooks) +
+                 " plugin hooks (" + abi.evidence + "), gpuckpt needs " + std::to_string(criu::kMinimumHostHooks) +
                  " (PAUSE_DEVICES and CHECKPOINT_DEVICES, CRIU >= 4.0). gpuckpt stays inactive; upgrade CRIU "
                  "to checkpoint GPU workloads");
       return 0;

@@ -1,0 +1,210 @@
+// The CRIU plugin ABI as gpuckpt declares it, the host detection that picks max_hooks and the RESTORE_EXT_FILE
+// signature per CRIU release, the hook table, and the dispatch between backends.
+#include <catch2/catch_test_macros.hpp>
+
+#include <cerrno>
+#include <cstddef>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "criu-plugin/criu_abi.h"
+#include "criu-plugin/criu_host.h"
+#include "criu-plugin/dispatch.h"
+#include "criu-plugin/plugin.h"
+
+using namespace gpuckpt;
+using criu::HostAbi;
+using criu::SymbolInfo;
+
+extern "C" criu::PluginDesc CR_PLUGIN_DESC;
+
+namespace {
+
+int g_dummy;
+
+// A fake symbol table: name -> size (the address is irrelevant to detection).
+criu::SymbolLookup table(std::map<std::string, std::size_t> symbols) {
+  return [symbols](const char* name) -> std::optional<SymbolInfo> {
+    auto it = symbols.find(name);
+    if (it == symbols.end()) return std::nullopt;
+    return SymbolInfo{&g_dummy, it->second};
+  };
+}
+
+constexpr std::size_t ctl_size(unsigned hooks) { return 16 + 16 * hooks; }
+
+}  // namespace
+
+TEST_CASE("the plugin descriptor has CRIU's layout", "[unit]") {
+  CHECK(offsetof(criu::PluginDesc, name) == 0);
+  CHECK(offsetof(criu::PluginDesc, init) == 8);
+  CHECK(offsetof(criu::PluginDesc, exit) == 16);
+  CHECK(offsetof(criu::PluginDesc, version) == 24);
+  CHECK(offsetof(criu::PluginDesc, max_hooks) == 28);
+  CHECK(offsetof(criu::PluginDesc, hooks) == 32);
+  CHECK(sizeof(criu::PluginDesc) == 32 + 8 * 13);
+  CHECK(criu::kPluginVersion == 0x200);   // 0.2.0: what CRIU 3.17 - 4.2 accept
+  CHECK(criu::kPauseDevices == 10);
+  CHECK(criu::kCheckpointDevices == 11);
+  CHECK(criu::kResumeDevicesLate == 9);
+  CHECK(criu::kRestoreExtFile == 3);
+  CHECK(std::string(criu::hook_name(criu::kPauseDevices)) == "PAUSE_DEVICES");
+  CHECK(std::string(criu::hook_name(99)) == "?");
+}
+
+TEST_CASE("the host CRIU's hook count comes from the size of cr_plugin_ctl", "[unit]") {
+  SECTION("CRIU 4.0 / 4.1: 12 hooks, one-argument RESTORE_EXT_FILE") {
+    HostAbi abi = criu::detect_host_abi(table({{"cr_plugin_ctl", ctl_size(12)}}));
+    CHECK(abi.hook_count == 12);
+    CHECK(abi.supported());
+    CHECK(abi.max_hooks() == 12);
+    CHECK_FALSE(abi.restore_ext_file_has_retry);
+    CHECK(abi.evidence == "cr_plugin_ctl is 208 bytes");
+  }
+  SECTION("CRIU 4.2: 13 hooks, RESTORE_EXT_FILE with retry_needed") {
+    HostAbi abi = criu::detect_host_abi(table({{"cr_plugin_ctl", ctl_size(13)}}));
+    CHECK(abi.max_hooks() == 13);
+    CHECK(abi.restore_ext_file_has_retry);
+  }
+  SECTION("a later CRIU with more hooks than gpuckpt knows: announce only ours") {
+    HostAbi abi = criu::detect_host_abi(table({{"cr_plugin_ctl", ctl_size(17)}}));
+    CHECK(abi.hook_count == 17);
+    CHECK(abi.max_hooks() == 13);
+  }
+  SECTION("CRIU 3.17: 10 hooks, too old, nothing announced") {
+    HostAbi abi = criu::detect_host_abi(table({{"cr_plugin_ctl", ctl_size(10)}, {"criu_get_image_dir", 0}}));
+    CHECK(abi.hook_count == 10);
+    CHECK_FALSE(abi.supported());
+    CHECK(abi.max_hooks() == 0);
+  }
+  SECTION("no symbol sizes: CRIU >= 4.0 recognised by its inventory plugin list, 12 is safe for all of them") {
+    HostAbi abi = criu::detect_host_abi(table({{"cr_plugin_ctl", 0}, {"check_and_remove_inventory_plugin", 0}}));
+    CHECK(abi.hook_count == 12);
+    CHECK(abi.max_hooks() == 12);
+    CHECK_FALSE(abi.restore_ext_file_has_retry);
+  }
+  SECTION("no symbol sizes and no inventory list: older than 4.0") {
+    HostAbi abi = criu::detect_host_abi(table({{"criu_get_image_dir", 0}}));
+    CHECK(abi.hook_count == 10);
+    CHECK_FALSE(abi.supported());
+  }
+  SECTION("a size that is no list of list heads is not trusted") {
+    HostAbi abi = criu::detect_host_abi(table({{"cr_plugin_ctl", 100}, {"check_and_remove_inventory_plugin", 0}}));
+    CHECK(abi.hook_count == 12);
+  }
+  SECTION("not inside CRIU") {
+    HostAbi abi = criu::detect_host_abi(table({}));
+    CHECK(abi.hook_count == 0);
+    CHECK(abi.max_hooks() == 0);
+    CHECK(abi.evidence.find("not loaded by CRIU") != std::string::npos);
+  }
+}
+
+TEST_CASE("process_symbols reads sizes from the ELF symbol table", "[unit]") {
+  auto lookup = criu::process_symbols();
+  auto environ_symbol = lookup("environ");   // libc's data symbol: a char**
+  REQUIRE(environ_symbol);
+  CHECK(environ_symbol->size == sizeof(char**));
+  CHECK_FALSE(lookup("cr_plugin_ctl"));   // this test is no CRIU
+}
+
+TEST_CASE("the hook table follows the host", "[unit]") {
+  auto on = [](unsigned hooks) { return criu::detect_host_abi(table({{"cr_plugin_ctl", ctl_size(hooks)}})); };
+  SECTION("12 hooks: device hooks present, nothing at or beyond slot 12") {
+    criu::PluginDesc d = plugin::make_descriptor(on(12));
+    CHECK(std::string(d.name) == "gpuckpt");
+    CHECK(d.version == 0x200);
+    CHECK(d.max_hooks == 12);
+    CHECK(d.init != nullptr);
+    CHECK(d.exit != nullptr);
+    for (unsigned h : {criu::kDumpExtFile, criu::kRestoreExtFile, criu::kHandleDeviceVma, criu::kUpdateVmaMap,
+                       criu::kResumeDevicesLate, criu::kPauseDevices, criu::kCheckpointDevices})
+      CHECK(d.hooks[h] != nullptr);
+    for (unsigned h : {criu::kDumpUnixSk, criu::kRestoreUnixSk, criu::kDumpExtMount, criu::kRestoreExtMount,
+                       criu::kDumpExtLink})
+      CHECK(d.hooks[h] == nullptr);
+    CHECK(d.hooks[criu::kPostForking] == nullptr);
+  }
+  SECTION("13 hooks: POST_FORKING too, and a different RESTORE_EXT_FILE entry (two arguments)") {
+    criu::PluginDesc d12 = plugin::make_descriptor(on(12));
+    criu::PluginDesc d13 = plugin::make_descriptor(on(13));
+    CHECK(d13.max_hooks == 13);
+    CHECK(d13.hooks[criu::kPostForking] != nullptr);
+    CHECK(d13.hooks[criu::kRestoreExtFile] != d12.hooks[criu::kRestoreExtFile]);
+    CHECK(d13.hooks[criu::kPauseDevices] == d12.hooks[criu::kPauseDevices]);
+  }
+  SECTION("too old: no hooks at all, so CRIU loads the plugin and never calls it") {
+    criu::PluginDesc d = plugin::make_descriptor(on(10));
+    CHECK(d.max_hooks == 0);
+    for (void* hook : d.hooks) CHECK(hook == nullptr);
+  }
+}
+
+TEST_CASE("the exported descriptor was filled for this (non-CRIU) process when the code was loaded", "[unit]") {
+  CHECK(std::string(CR_PLUGIN_DESC.name) == "gpuckpt");
+  CHECK(CR_PLUGIN_DESC.max_hooks == 0);
+  CHECK(CR_PLUGIN_DESC.version == 0x200);
+  // init on a host that is not CRIU (too few hooks) succeeds and stays inactive: CRIU would carry on.
+  CHECK(CR_PLUGIN_DESC.init(criu::kStageDump) == 0);
+  CR_PLUGIN_DESC.exit(criu::kStageDump, 0);
+}
+
+namespace {
+class FakeBackend final : public plugin::Backend {
+ public:
+  FakeBackend(const char* name, int answer, int* calls, bool throws = false)
+      : name_(name), answer_(answer), calls_(calls), throws_(throws) {}
+  const char* name() const override { return name_; }
+  int init(int) override { return 0; }
+  void fini(int, int) override {}
+  int pause_devices(int) override {
+    ++*calls_;
+    if (throws_) throw std::runtime_error("boom");
+    return answer_;
+  }
+
+ private:
+  const char* name_;
+  int answer_;
+  int* calls_;
+  bool throws_;
+};
+}  // namespace
+
+TEST_CASE("a hook goes to each backend until one answers other than -ENOTSUP", "[unit]") {
+  int a = 0, b = 0;
+  plugin::Dispatcher d;
+  auto call = [](plugin::Backend& backend) { return backend.pause_devices(42); };
+  SECTION("first declines, second answers") {
+    std::vector<std::unique_ptr<plugin::Backend>> v;
+    v.push_back(std::make_unique<FakeBackend>("one", -ENOTSUP, &a));
+    v.push_back(std::make_unique<FakeBackend>("two", -EIO, &b));
+    d.set_backends(std::move(v));
+    CHECK(d.offer("PAUSE_DEVICES", call) == -EIO);
+    CHECK(a == 1);
+    CHECK(b == 1);
+  }
+  SECTION("the first answer wins: the second is not asked") {
+    std::vector<std::unique_ptr<plugin::Backend>> v;
+    v.push_back(std::make_unique<FakeBackend>("one", 0, &a));
+    v.push_back(std::make_unique<FakeBackend>("two", 0, &b));
+    d.set_backends(std::move(v));
+    CHECK(d.offer("PAUSE_DEVICES", call) == 0);
+    CHECK(b == 0);
+  }
+  SECTION("all decline: -ENOTSUP goes back to CRIU, which asks the next plugin") {
+    std::vector<std::unique_ptr<plugin::Backend>> v;
+    v.push_back(std::make_unique<FakeBackend>("one", -ENOTSUP, &a));
+    d.set_backends(std::move(v));
+    CHECK(d.offer("PAUSE_DEVICES", call) == -ENOTSUP);
+  }
+  SECTION("a throwing backend fails the hook with -EIO, nothing crosses the C ABI") {
+    std::vector<std::unique_ptr<plugin::Backend>> v;
+    v.push_back(std::make_unique<FakeBackend>("one", 0, &a, /*throws=*/true));
+    v.push_back(std::make_unique<FakeBackend>("two", 0, &b));
+    d.set_backends(std::move(v));
+    CHECK(d.offer("PAUSE_DEVICES", call) == -EIO);
+    CHECK(b == 0);
+  }
+}
