@@ -693,7 +693,7 @@ class AmdBackend final : public plugin::Backend {
     bool offloaded = false;
     if (server_) {
       job.gpus = transfers;
-      if (auto sent = send_restore_job(server_->sender_fd(), job); sent) {
+      if (auto sent = server_->send_job(job); sent) {
         offloaded = true;
         log::info("amd: BO contents of " + name + " handed to the parallel restore worker");
       } else {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -106,8 +107,6 @@ void close_job_fds(RestoreJob& job) {
   }
 }
 
-}  // namespace
-
 Result<void> send_restore_job(int channel_fd, const RestoreJob& job) {
   std::string begin;
   put32(begin, kMsgBegin);
@@ -141,12 +140,26 @@ Result<void> send_restore_job(int channel_fd, const RestoreJob& job) {
   return send_message(channel_fd, end, nullptr, 0);
 }
 
+}  // namespace
+
+Result<void> ParallelRestoreServer::send_job(const RestoreJob& job) const {
+  struct stat st {};
+  if (::fstat(send_fd_, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino != send_inode_) {
+    return make_error("the parallel restore socket (fd " + std::to_string(send_fd_) +
+                          ") did not survive into the restored process",
+                      EBADF);
+  }
+  return send_restore_job(send_fd_, job);
+}
+
 Result<std::unique_ptr<ParallelRestoreServer>> ParallelRestoreServer::create() {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) < 0) {
     return make_error(std::string("parallel restore: socketpair failed: ") + std::strerror(errno), errno);
   }
-  return std::unique_ptr<ParallelRestoreServer>(new ParallelRestoreServer(fds[0], fds[1]));
+  struct stat st {};
+  ::fstat(fds[1], &st);
+  return std::unique_ptr<ParallelRestoreServer>(new ParallelRestoreServer(fds[0], fds[1], st.st_ino));
 }
 
 ParallelRestoreServer::~ParallelRestoreServer() {
@@ -176,9 +189,10 @@ void ParallelRestoreServer::run(AmdDevice& device, ImageDir images, TransferOpti
   while (true) {
     auto msg = receive_message(recv_fd_);
     if (!msg) return fail(msg.error());
+    if (msg->payload.empty()) break;   // the socket was shut down: the same as STOP
     Reader in(msg->payload.data(), msg->payload.size());
     std::uint32_t type = 0;
-    if (!in.get32(&type)) return fail(make_error("parallel restore channel: empty message"));
+    if (!in.get32(&type)) return fail(make_error("parallel restore channel: short message"));
     if (type == kMsgStop) break;
     if (type == kMsgBegin) {
       close_job_fds(job);

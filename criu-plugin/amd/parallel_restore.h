@@ -4,6 +4,8 @@
 // worker and collects its result before KFD's RESUME.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -24,8 +26,6 @@ struct RestoreJob {
   std::vector<int> render_minors;  // one per GPU, the target render node
 };
 
-// Restored-process side. The fds stay open in the sender; the caller closes them after a successful send.
-Result<void> send_restore_job(int channel_fd, const RestoreJob& job);
 
 class ParallelRestoreServer {
  public:
@@ -34,6 +34,11 @@ class ParallelRestoreServer {
   ~ParallelRestoreServer();
 
   int sender_fd() const { return send_fd_; }
+  // Restored-process side. CRIU may have closed or reused the inherited fd number while restoring the
+  // process's own fds, so the socket is checked (same inode as created) before anything is sent on it; a
+  // mismatch is an error, and the caller restores in-process. The BO fds stay open in the sender; the caller
+  // closes them after a successful send.
+  Result<void> send_job(const RestoreJob& job) const;
   // Starts the worker thread (POST_FORKING). The ImageDir must outlive the worker.
   void start(AmdDevice& device, ImageDir images, TransferOptions options);
   bool started() const { return worker_.joinable(); }
@@ -42,11 +47,13 @@ class ParallelRestoreServer {
   std::uint64_t jobs_done() const { return jobs_done_; }
 
  private:
-  ParallelRestoreServer(int recv_fd, int send_fd) : recv_fd_(recv_fd), send_fd_(send_fd) {}
+  ParallelRestoreServer(int recv_fd, int send_fd, ino_t send_inode)
+      : recv_fd_(recv_fd), send_fd_(send_fd), send_inode_(send_inode) {}
   void run(AmdDevice& device, ImageDir images, TransferOptions options);
 
   int recv_fd_;
   int send_fd_;
+  ino_t send_inode_;
   std::thread worker_;
   std::mutex mutex_;
   Result<void> result_;

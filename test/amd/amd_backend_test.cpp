@@ -372,6 +372,43 @@ TEST_CASE("libhsakmt's shared memory and semaphore are recreated when missing", 
   close_all(out);
 }
 
+TEST_CASE("When CRIU reused the parallel-restore socket's fd number, contents restore in-process", "[unit]") {
+  Scenario s(make_gpus(2), 1050, 70000, 9000, config_with(1 << 20, true));
+  REQUIRE(s.dumped == 0);
+  const auto sockets = [] {
+    std::vector<int> fds;
+    for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+      const int fd = std::stoi(e.path().filename().string());
+      struct stat st {};
+      if (::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) fds.push_back(fd);
+    }
+    return fds;
+  };
+  const auto before = sockets();
+  auto backend = s.restore_backend();
+  std::vector<int> created;
+  for (int fd : sockets()) {
+    if (std::find(before.begin(), before.end(), fd) == before.end()) created.push_back(fd);
+  }
+  REQUIRE(created.size() == 2);
+  // The sending end (created second) now holds one of the restored process's own files.
+  const int other = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  REQUIRE(::dup2(other, *std::max_element(created.begin(), created.end())) >= 0);
+  ::close(other);
+  s.node.kfd->set_calling_pid(kCriuPid);
+  REQUIRE(backend->post_forking() == 0);
+  s.node.kfd->set_calling_pid(1050);
+  bool retry = false;
+  const int kfd_fd = backend->restore_ext_file(kKfdImageId, &retry);
+  REQUIRE(kfd_fd >= 0);
+  CHECK(s.logs.contains("did not survive into the restored process; restoring BO contents in-process"));
+  check_contents_restored(s.node, s.app, 1050);
+  s.node.kfd->set_calling_pid(kCriuPid);
+  CHECK(backend->resume_devices_late(1050) == 0);
+  backend->fini(criu::kStageRestore, 0);
+  ::close(kfd_fd);
+}
+
 TEST_CASE("More than one GPU process in the tree: contents restore in-process", "[unit]") {
   Scenario s(make_gpus(1), 1000, 8192, 4096, config_with(1 << 20, true));
   REQUIRE(s.dumped == 0);

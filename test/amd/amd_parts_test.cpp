@@ -116,7 +116,7 @@ TEST_CASE("The parallel-restore channel carries jobs with hundreds of BOs throug
   TransferOptions options;
   options.max_buffer_size = 64;
   (*server)->start(*node.kfd, images, options);
-  REQUIRE(send_restore_job((*server)->sender_fd(), job).ok());
+  REQUIRE((*server)->send_job(job).ok());
   for (auto& g : job.gpus) {
     for (auto& b : g.bos) ::close(b.dmabuf_fd);   // the sender closes its copies: the worker holds its own
   }
