@@ -5,9 +5,11 @@
 //    CRIU_PLUGIN_VERSION or desc.max_hooks exceeds its own hook count.
 //  - Hooks are called through desc.hooks[i] for i < max_hooks; a hook returns -ENOTSUP for what it does not
 //    own so CRIU offers the call to the next plugin.
-//  - Hook counts seen: 3.17: 10 (up to RESUME_DEVICES_LATE), 4.0 and 4.1.1: 12 (up to CHECKPOINT_DEVICES;
-//    4.1.1 verified here by loading a probe plugin), newer: 13 and more (POST_FORKING, ...).
-//  - RESTORE_EXT_FILE takes (int id) up to 4.1 and (int id, bool *retry_needed) in later CRIU.
+//  - Hook counts: 3.17: 10 (up to RESUME_DEVICES_LATE), 4.0 and 4.1.1: 12 (up to CHECKPOINT_DEVICES; 4.1.1
+//    verified by loading probe plugins), 4.2.1: 13 (POST_FORKING; verified from its binary and header), the
+//    plugin API 0.3.0 header: 17 (RESTORE_INIT, DUMP_DEVICES_LATE, UPDATE_INETSK, DUMP_FINISH).
+//  - RESTORE_EXT_FILE takes (int id) up to and including 4.2.1, and (int id, bool *retry_needed) in the 17-hook
+//    header.
 #pragma once
 
 #include <sys/stat.h>
@@ -42,6 +44,8 @@ enum Hook : unsigned {
 
 // The hooks gpuckpt's device work needs: a CRIU with fewer hooks cannot checkpoint GPUs.
 inline constexpr unsigned kMinimumHostHooks = kCheckpointDevices + 1;   // 12: CRIU 4.0
+// The first hook count known to come with RESTORE_EXT_FILE(int id, bool *retry_needed).
+inline constexpr unsigned kHooksWithRestoreRetry = 17;
 
 enum Stage : int { kStageDump = 0, kStagePreDump = 1, kStageRestore = 2 };
 

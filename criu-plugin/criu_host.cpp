@@ -73,10 +73,10 @@ HostAbi detect_host_abi(const SymbolLookup& lookup) {
   } else {
     abi.evidence = "not loaded by CRIU (no CRIU symbols in this process)";
   }
-  // The retry_needed argument arrived after 4.1 together with the 13th hook (POST_FORKING). Without proof of
-  // the newer CRIU we use the one-argument form: calling it with an extra argument is harmless, the reverse
-  // would read a stray register as a pointer.
-  abi.restore_ext_file_has_retry = abi.hook_count > kCheckpointDevices + 1;
+  // The retry_needed argument is not in 4.2.1 (13 hooks, verified from its criu-plugin.h) but is in the header
+  // that has 17 hooks (plugin API 0.3.0). Without that proof we use the one-argument form: CRIU calling it with
+  // an extra argument is harmless, the reverse would read a stray register as a pointer.
+  abi.restore_ext_file_has_retry = abi.hook_count >= kHooksWithRestoreRetry;
   return abi;
 }
 

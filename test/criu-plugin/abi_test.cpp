@@ -62,15 +62,16 @@ TEST_CASE("the host CRIU's hook count comes from the size of cr_plugin_ctl", "[u
     CHECK_FALSE(abi.restore_ext_file_has_retry);
     CHECK(abi.evidence == "cr_plugin_ctl is 208 bytes");
   }
-  SECTION("CRIU 4.2: 13 hooks, RESTORE_EXT_FILE with retry_needed") {
+  SECTION("CRIU 4.2.1: 13 hooks (POST_FORKING), still the one-argument RESTORE_EXT_FILE") {
     HostAbi abi = criu::detect_host_abi(table({{"cr_plugin_ctl", ctl_size(13)}}));
     CHECK(abi.max_hooks() == 13);
-    CHECK(abi.restore_ext_file_has_retry);
+    CHECK_FALSE(abi.restore_ext_file_has_retry);
   }
-  SECTION("a later CRIU with more hooks than gpuckpt knows: announce only ours") {
+  SECTION("the 17-hook plugin API 0.3.0: announce only the 13 we know, RESTORE_EXT_FILE with retry_needed") {
     HostAbi abi = criu::detect_host_abi(table({{"cr_plugin_ctl", ctl_size(17)}}));
     CHECK(abi.hook_count == 17);
     CHECK(abi.max_hooks() == 13);
+    CHECK(abi.restore_ext_file_has_retry);
   }
   SECTION("CRIU 3.17: 10 hooks, too old, nothing announced") {
     HostAbi abi = criu::detect_host_abi(table({{"cr_plugin_ctl", ctl_size(10)}, {"criu_get_image_dir", 0}}));
@@ -126,13 +127,20 @@ TEST_CASE("the hook table follows the host", "[unit]") {
       CHECK(d.hooks[h] == nullptr);
     CHECK(d.hooks[criu::kPostForking] == nullptr);
   }
-  SECTION("13 hooks: POST_FORKING too, and a different RESTORE_EXT_FILE entry (two arguments)") {
+  SECTION("13 hooks (4.2.1): POST_FORKING too, same one-argument RESTORE_EXT_FILE") {
     criu::PluginDesc d12 = plugin::make_descriptor(on(12));
     criu::PluginDesc d13 = plugin::make_descriptor(on(13));
     CHECK(d13.max_hooks == 13);
     CHECK(d13.hooks[criu::kPostForking] != nullptr);
-    CHECK(d13.hooks[criu::kRestoreExtFile] != d12.hooks[criu::kRestoreExtFile]);
+    CHECK(d13.hooks[criu::kRestoreExtFile] == d12.hooks[criu::kRestoreExtFile]);
     CHECK(d13.hooks[criu::kPauseDevices] == d12.hooks[criu::kPauseDevices]);
+  }
+  SECTION("17 hooks: the two-argument RESTORE_EXT_FILE entry") {
+    criu::PluginDesc d13 = plugin::make_descriptor(on(13));
+    criu::PluginDesc d17 = plugin::make_descriptor(on(17));
+    CHECK(d17.max_hooks == 13);
+    CHECK(d17.hooks[criu::kRestoreExtFile] != nullptr);
+    CHECK(d17.hooks[criu::kRestoreExtFile] != d13.hooks[criu::kRestoreExtFile]);
   }
   SECTION("too old: no hooks at all, so CRIU loads the plugin and never calls it") {
     criu::PluginDesc d = plugin::make_descriptor(on(10));
