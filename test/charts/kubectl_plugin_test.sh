@@ -98,7 +98,7 @@ expect 'cmp -s "$FAKE_CLUSTER/nodes/gpu-a/fs$src" "$FAKE_CLUSTER/nodes/gpu-b/fs$
 expect '[ "$(cat "$FAKE_CLUSTER/nodes/gpu-b/restored")" = "$src" ]' "restored on gpu-b from the moved archive"
 expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-a/restored" ]' "nothing restored on the source"
 expect 'grep -q "^\[5/5\] restoring on gpu-b" "$tmp/err" && grep -q "sha256 .* verified" "$tmp/err"' "progress with the verified copy"
-expect 'grep -q "the original pod still runs on gpu-a" "$tmp/err"' "says the source pod is still there"
+expect 'grep -q "the original pod stays on gpu-a" "$tmp/err"' "says the source pod is still there"
 order=$(grep -o -- '-- gpuckpt [a-z]*' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
 expect '[ "$order" = "-- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt restore " ]' "checkpoint, then match (inspect), then restore ($order)"
 expect 'grep -q "this node: *yes: GPU-a2ce77ac-c70f-b672-0aa0-f871c0787910 -> GPU-" "$tmp/err"' "the real matcher's verdict for gpu-b is shown"
@@ -126,7 +126,8 @@ expect 'grep -q "node nowhere not found" "$tmp/err"' "unknown node named"
 # ---- restore --------------------------------------------------------------------------------------------------
 new_cluster
 run checkpoint train; arch=$(cat "$tmp/out")
-run restore "$arch" --node gpu-b && ok || bad "restore NODE:PATH onto another node: $(cat "$tmp/err")"
+run restore "$arch" --node gpu-b --name train-restored && ok || bad "restore NODE:PATH onto another node: $(cat "$tmp/err")"
+expect 'grep -q "as train-restored" "$tmp/err" && grep -q -- "-- gpuckpt restore --agent .* --name train-restored$" "$FAKE_CLUSTER/calls.log"' "--name reaches gpuckpt restore"
 expect '[ "$(cat "$FAKE_CLUSTER/nodes/gpu-b/restored")" = "${arch#gpu-a:}" ]' "restored on gpu-b"
 run restore "$arch" --node gpu-a && ok || bad "restore on the archive's own node"
 expect 'grep -q "archive is already on gpu-a" "$tmp/err" && [ "$(cat "$FAKE_CLUSTER/nodes/gpu-a/restored")" = "${arch#gpu-a:}" ]' "no copy when the archive is local to the node"
