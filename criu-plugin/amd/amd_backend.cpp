@@ -230,7 +230,12 @@ class AmdBackend final : public plugin::Backend {
 
   int resume_devices_late(int pid) override {
     if (!enabled_) return -ENOTSUP;
-    if (server_ && server_->started()) {
+    if (server_ && !worker_stopped_) {
+      // A CRIU without POST_FORKING never started the worker: the jobs wait in the socket, run them now.
+      if (!server_->started()) {
+        if (auto images = image_dir()) server_->start(device_, *images, transfer_options());
+      }
+      worker_stopped_ = true;
       auto done = server_->stop();
       worker_result_ = done;
       log::info("amd: parallel restore worker stopped after " + std::to_string(server_->jobs_done()) + " job(s)");
@@ -521,6 +526,7 @@ class AmdBackend final : public plugin::Backend {
   void setup_restore() {
     fd_floor_ = -1;
     worker_result_ = {};
+    worker_stopped_ = false;
     bool parallel = config_.parallel_restore;
     if (parallel) {
       // More than one GPU process restores its BOs in parallel anyway, each in its own process.
@@ -818,6 +824,7 @@ class AmdBackend final : public plugin::Backend {
   // Main CRIU process side (POST_FORKING, RESUME_DEVICES_LATE).
   std::unique_ptr<ParallelRestoreServer> server_;
   Result<void> worker_result_;
+  bool worker_stopped_ = false;
 };
 
 }  // namespace

@@ -38,6 +38,8 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
+// Never blocks: with no worker reading yet (POST_FORKING still to come) a full socket is an error, and the
+// restored process then fills its BOs itself instead of waiting.
 Result<void> send_message(int fd, const std::string& payload, const int* fds, std::size_t nfds) {
   iovec iov{const_cast<char*>(payload.data()), payload.size()};
   msghdr msg{};
@@ -56,7 +58,7 @@ Result<void> send_message(int fd, const std::string& payload, const int* fds, st
   }
   ssize_t n;
   do {
-    n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   } while (n < 0 && errno == EINTR);
   if (n < 0) return make_error(std::string("parallel restore channel: send failed: ") + std::strerror(errno), errno);
   return {};

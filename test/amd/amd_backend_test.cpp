@@ -409,6 +409,22 @@ TEST_CASE("When CRIU reused the parallel-restore socket's fd number, contents re
   ::close(kfd_fd);
 }
 
+TEST_CASE("Without POST_FORKING (older CRIU) the queued contents are restored before RESUME", "[unit]") {
+  Scenario s(make_gpus(2), 1070, 70000, 9000, config_with(1 << 20, true));
+  REQUIRE(s.dumped == 0);
+  auto backend = s.restore_backend();
+  bool retry = false;
+  const int kfd_fd = backend->restore_ext_file(kKfdImageId, &retry);
+  REQUIRE(kfd_fd >= 0);
+  CHECK(s.logs.contains("handed to the parallel restore worker"));
+  s.node.kfd->set_calling_pid(kCriuPid);
+  CHECK(backend->resume_devices_late(1070) == 0);
+  CHECK(s.logs.contains("worker stopped after 1 job(s)"));
+  check_contents_restored(s.node, s.app, 1070);
+  backend->fini(criu::kStageRestore, 0);
+  ::close(kfd_fd);
+}
+
 TEST_CASE("More than one GPU process in the tree: contents restore in-process", "[unit]") {
   Scenario s(make_gpus(1), 1000, 8192, 4096, config_with(1 << 20, true));
   REQUIRE(s.dumped == 0);
