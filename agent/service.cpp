@@ -208,11 +208,12 @@ Result<std::string> AgentService::start_checkpoint(const ContainerRef& ref) {
   const std::string id = add_job("checkpoint", {{"namespace", ref.namespace_name}, {"pod", ref.pod},
                                                 {"container", ref.container}});
   log::info("job " + id + ": checkpoint of container " + container->name + " (" + container->id + ") accepted");
-  launch([this, id, c = container.value()] { run_checkpoint(id, c); });
+  launch([this, id, ref, c = container.value()] { run_checkpoint(id, ref, c); });
   return id;
 }
 
-void AgentService::run_checkpoint(const std::string& job_id, const RuntimeContainer& container) {
+void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef& ref,
+                                  const RuntimeContainer& container) {
   const auto start = Clock::now();
   auto lock_holder = container_lock(container.id);
   std::lock_guard serial(*lock_holder);
@@ -239,6 +240,10 @@ void AgentService::run_checkpoint(const std::string& job_id, const RuntimeContai
     update(job_id, [&](JobStatus& j) { j.phase_seconds[name] = s; });
     return result;
   };
+
+  // A request that waited for another checkpoint of the same container finds it stopped: say so.
+  if (auto now = deps_.runtime->find(ref); now && now->state != "running")
+    return fail("container " + container.name + " is " + now->state + " now (checkpointed by an earlier request?)");
 
   CheckpointGpuRecord record;
   record.checkpoint_id = job_id;

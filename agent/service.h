@@ -86,7 +86,7 @@ class AgentService {
   void update(const std::string& id, const std::function<void(JobStatus&)>& change);
   void launch(std::function<void()> work);
   std::shared_ptr<std::mutex> container_lock(const std::string& container_id);
-  void run_checkpoint(const std::string& job_id, const RuntimeContainer& container);
+  void run_checkpoint(const std::string& job_id, const ContainerRef& ref, const RuntimeContainer& container);
   void run_restore(const std::string& job_id, std::filesystem::path archive, std::optional<RestorePlan> plan,
                    std::string name, nlohmann::json info);
 

@@ -237,6 +237,30 @@ TEST_CASE("a checkpoint through the API produces an annotated archive", "[unit]"
   CHECK(f.service->metrics_text().find("gpuckpt_checkpoints_total{result=\"success\"} 1") != std::string::npos);
 }
 
+TEST_CASE("concurrent checkpoints of one container run one after the other", "[unit]") {
+  Fixture f;
+  std::vector<std::string> ids;
+  std::vector<std::thread> clients;
+  std::mutex m;
+  for (int i = 0; i < 3; ++i)
+    clients.emplace_back([&] {
+      auto res = f.client().Post("/v1/checkpoints", R"({"container":"counter"})", "application/json");
+      std::lock_guard lock(m);
+      if (res && res->status == 202) ids.push_back(json::parse(res->body)["id"]);
+    });
+  for (auto& t : clients) t.join();
+  REQUIRE_FALSE(ids.empty());
+  f.service->wait_idle();
+  int succeeded = 0;
+  for (const auto& id : ids) {
+    const auto job = f.wait_job("/v1/checkpoints", id);
+    if (job["state"] == "succeeded") ++succeeded;
+    else CHECK(job["error"].get<std::string>().find("is exited now") != std::string::npos);
+  }
+  CHECK(succeeded == 1);   // the first one; the others found the container already checkpointed
+  CHECK(f.checkpoint_files().size() == 1);
+}
+
 TEST_CASE("a container the hook never saw is checkpointed with an empty GPU list", "[unit]") {
   Fixture f;
   const auto job = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"plain"})", 202)["id"]);
