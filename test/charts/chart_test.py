@@ -329,6 +329,16 @@ def test_kubelet_direct_legacy():
           f"[kubelet-direct-legacy] RBAC: nodes/checkpoint create, nodes/proxy get only (no create): {rules(objs)}")
 
 
+def test_priority_quota():
+    objs = case("priority-quota", ["priorityClassQuota.enabled=true"])
+    spec, *_ = common_checks(objs, "priority-quota")
+    quota = one(objs, "ResourceQuota")
+    expr = quota.get("spec", {}).get("scopeSelector", {}).get("matchExpressions", [{}])[0]
+    check(expr == {"scopeName": "PriorityClass", "operator": "In", "values": [spec["priorityClassName"]]},
+          f"[priority-quota] the quota admits the pods' priority class: {expr}")
+    check(not by_kind(case("no-quota", []), "ResourceQuota"), "[defaults] no ResourceQuota unless asked")
+
+
 def test_monitoring():
     objs = case("monitoring", ["metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.interval=30s",
                                "metrics.serviceMonitor.labels.release=prom"],
@@ -430,6 +440,7 @@ BAD = [
     ("schema-relative-path", ["host.stateDir=var/lib/gpuckpt"], "host.stateDir: Does not match pattern"),
     ("schema-unknown-config-key", ["config.limits.max_requests=1"], "Additional property max_requests is not allowed"),
     ("schema-log-level", ["agent.logLevel=verbose"], "agent.logLevel"),
+    ("quota-without-priority", ["priorityClassQuota.enabled=true", "priorityClassName="], "the quota admits pods of a priority class"),
 ]
 
 
@@ -462,7 +473,7 @@ def main():
     if "--dump-objects" in sys.argv:
         dump = sys.argv[sys.argv.index("--dump-objects") + 1]
     print(f"agent config check: {AGENT if os.access(AGENT, os.X_OK) else 'skipped, ' + AGENT + ' not built'}")
-    for t in [test_defaults, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_monitoring,
+    for t in [test_defaults, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_priority_quota, test_monitoring,
               test_existing_secret, test_full_config_shape, test_custom_paths, test_installer_off,
               test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
               test_bad_combinations, test_token_kept_on_upgrade_template]:
