@@ -181,11 +181,12 @@ void ParallelRestoreServer::start(AmdDevice& device, ImageDir images, TransferOp
 }
 
 void ParallelRestoreServer::run(AmdDevice& device, ImageDir images, TransferOptions options) {
-  const auto fail = [this](Error e) {
+  RestoreJob job;
+  const auto fail = [this, &job](Error e) {
+    close_job_fds(job);
     std::lock_guard lock(mutex_);
     if (result_) result_ = std::move(e);
   };
-  RestoreJob job;
   std::size_t expected_bos = 0;
   std::vector<BoTransfer*> slots;
   while (true) {
