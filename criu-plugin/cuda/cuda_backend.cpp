@@ -283,6 +283,12 @@ class CudaBackend final : public Backend {
       return cuda::parse_mapping(*file, cuda::kMappingFileName);
     }
     if (file.error().errno_value != ENOENT) return file.error();
+    auto plan = cuda::read_image_file(dir_fd, cuda::kRestorePlanFileName);
+    if (plan) {
+      log::info(std::string("cuda: GPU mapping from the restore plan ") + cuda::kRestorePlanFileName);
+      return cuda::parse_restore_plan(*plan, cuda::kRestorePlanFileName);
+    }
+    if (plan.error().errno_value != ENOENT) return plan.error();
     return cuda::choose_mapping(recs.merged, inventory);
   }
 

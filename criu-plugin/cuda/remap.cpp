@@ -60,6 +60,31 @@ Result<GpuMapping> parse_mapping(std::string_view text, std::string_view source)
   return mapping;
 }
 
+Result<GpuMapping> parse_restore_plan(std::string_view text, std::string_view source) {
+  const std::string where(source);
+  auto fail = [&](const std::string& why) {
+    return make_error("restore plan " + where + ": " + why + " (written by gpuckpt's OCI hook; see docs/node-flow.md)");
+  };
+  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return fail("not a JSON object");
+  if (!doc.contains("version") || !doc["version"].is_number_integer() || doc["version"].get<long long>() != 1)
+    return fail("no \"version\": 1 (a newer gpuckpt wrote it? upgrade gpuckpt on this node)");
+  if (!doc.contains("assignments") || !doc["assignments"].is_array()) return fail("no \"assignments\" array");
+  GpuMapping mapping;
+  std::set<std::string> targets;
+  for (const json& a : doc["assignments"]) {
+    if (!a.is_object() || !a.contains("source_id") || !a["source_id"].is_string() || !a.contains("target_id") ||
+        !a["target_id"].is_string())
+      return fail("an assignment without string source_id and target_id");
+    auto from = parse_uuid(a["source_id"].get<std::string>(), where);
+    auto to = parse_uuid(a["target_id"].get<std::string>(), where);
+    if (!from || !to) continue;   // not an NVIDIA GPU
+    if (!targets.insert(format_uuid(*to)).second) return fail("two GPUs assigned to " + format_uuid(*to));
+    mapping[format_uuid(*from)] = format_uuid(*to);
+  }
+  return mapping;
+}
+
 std::string mapping_to_json(const GpuMapping& mapping) {
   json pairs = json::array();
   for (const auto& [from, to] : mapping) pairs.push_back({{"source_uuid", from}, {"target_uuid", to}});

@@ -26,6 +26,12 @@ using GpuMapping = std::map<std::string, std::string>;
 Result<GpuMapping> parse_mapping(std::string_view text, std::string_view source);
 std::string mapping_to_json(const GpuMapping& mapping);
 
+// The restore plan gpuckpt's OCI hook copies next to the images (docs/node-flow.md):
+//   {"version": 1, "assignments": [{"source_id": "GPU-...", "target_id": "GPU-..."}], ...}
+// Assignments whose ids are not NVIDIA UUIDs (other vendors' GPUs) are not ours and are skipped.
+inline constexpr const char* kRestorePlanFileName = "gpuckpt-restore-plan.json";
+Result<GpuMapping> parse_restore_plan(std::string_view text, std::string_view source);
+
 struct UuidPair {
   Uuid source{};
   Uuid target{};

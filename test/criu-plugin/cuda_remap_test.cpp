@@ -143,6 +143,19 @@ TEST_CASE("the mapping file is read strictly", "[unit]") {
             .find("two source GPUs") != std::string::npos);
 }
 
+TEST_CASE("the OCI hook's restore plan gives the NVIDIA part of the mapping", "[unit]") {
+  const std::string plan = R"({"version": 1, "checkpoint_id": "c1", "assignments": [{"source_id": ")" + A +
+                           R"(", "target_id": ")" + B + R"("}, {"source_id": "kfd-1234", "target_id": "kfd-99"}],
+                           "devices": [], "env": {}})";
+  auto mapping = parse_restore_plan(plan, "gpuckpt-restore-plan.json");
+  REQUIRE(mapping);
+  CHECK(*mapping == GpuMapping{{A, B}});
+  auto newer = parse_restore_plan(R"({"version": 2, "assignments": []})", "gpuckpt-restore-plan.json");
+  REQUIRE_FALSE(newer);
+  CHECK(newer.error().message.find("gpuckpt-restore-plan.json") != std::string::npos);
+  CHECK_FALSE(parse_restore_plan(R"({"version": 1, "assignments": [{"source_id": 1}]})", "p"));
+}
+
 TEST_CASE("without a mapping file: identity on the same node, the matcher elsewhere", "[unit]") {
   GpuPropertiesRecord record;
   record.node.hostname = "node-a";
