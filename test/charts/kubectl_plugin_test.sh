@@ -136,6 +136,7 @@ run restore "$tmp/local-ckpt.tar" --node gpu-d && bad "restore via a Pending age
 expect 'grep -q "no running gpuckpt agent on node gpu-d" "$tmp/err"' "only running agents are used"
 run restore "$tmp/local-ckpt.tar" --node gpu-b && ok || bad "restore of a local file: $(cat "$tmp/err")"
 expect 'cmp -s "$tmp/local-ckpt.tar" "$FAKE_CLUSTER/nodes/gpu-b/fs/var/lib/gpuckpt/checkpoints/local-ckpt.tar"' "local archive uploaded intact"
+expect 'grep -q "uploaded [0-9.]* [KMG]*i*B, sha256 .* verified" "$tmp/err"' "upload reports size and verified checksum"
 expect 'grep -qx /var/lib/gpuckpt/checkpoints/local-ckpt.tar "$FAKE_CLUSTER/nodes/gpu-b/restored"' "uploaded archive restored"
 
 # ---- nodes ----------------------------------------------------------------------------------------------------
