@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
 #include <cstring>
 #include <exception>
 #include <iostream>
@@ -26,6 +28,7 @@ const std::string* g_passthrough = nullptr;   // precreate input, written unchan
 
 void on_timeout(int) {
   static const char kMessage[] = "gpuckpt-oci-hook: error: time limit reached; container continues unmodified\n";
+  // Only async-signal-safe calls here: the state-dir log does not get this line.
   (void)!::write(2, kMessage, sizeof kMessage - 1);
   if (g_passthrough) (void)!::write(1, g_passthrough->data(), g_passthrough->size());
   ::_exit(0);
@@ -34,6 +37,29 @@ void on_timeout(int) {
 bool looks_like_state(const std::string& input) {
   const auto json = nlohmann::json::parse(input, nullptr, false);
   return json.is_object() && json.contains("status") && json.contains("bundle");
+}
+
+// Runtimes drop a hook's stderr (podman shows only "exit status 1"), so every line also goes to
+// <state_dir>/hook.log, which is rotated once at 1 MiB.
+void log_to_state_dir(const std::filesystem::path& state_dir) {
+  const auto path = state_dir / "hook.log";
+  gpuckpt::log::set_sink([path](gpuckpt::log::Level level, std::string_view line) {
+    static const char* names[] = {"", "error", "warn", "info", "debug"};
+    const char* name = names[static_cast<int>(level)];
+    std::fprintf(stderr, "gpuckpt-oci-hook: %s: %.*s\n", name, static_cast<int>(line.size()), line.data());
+    std::error_code ec;
+    if (std::filesystem::file_size(path, ec) > (1u << 20)) std::filesystem::rename(path, path.string() + ".1", ec);
+    if (FILE* f = std::fopen(path.c_str(), "a")) {
+      char stamp[32];
+      const std::time_t now = std::time(nullptr);
+      std::tm tm{};
+      gmtime_r(&now, &tm);
+      std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+      std::fprintf(f, "%s pid %d %s: %.*s\n", stamp, static_cast<int>(::getpid()), name, static_cast<int>(line.size()),
+                   line.data());
+      std::fclose(f);
+    }
+  });
 }
 
 int usage() {
@@ -61,6 +87,10 @@ int main(int argc, char** argv) {
     else return usage();
   }
   if (options.timeout.count() <= 0) options.timeout = std::chrono::milliseconds(5000);
+  {
+    std::error_code ec;
+    if (std::filesystem::is_directory(options.state_dir, ec)) log_to_state_dir(options.state_dir);
+  }
   ::signal(SIGALRM, on_timeout);
   ::alarm(static_cast<unsigned>((options.timeout.count() + 999) / 1000));
   std::string input;

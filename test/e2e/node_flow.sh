@@ -3,7 +3,8 @@
 #   1. a container with GPU device aliases is detected by the hook and recorded (a plain one is not);
 #   2. POST /v1/checkpoints produces an annotated archive that checkpointctl reads and podman restores;
 #   3. bad requests (wrong token, unknown container, traversal, truncated/malformed archive) get 4xx, change nothing;
-#   4. POST /v1/restores onto another (fixture) GPU: the workload continues, /dev/nvidia0 is the target's node.
+#   4. POST /v1/restores onto another (fixture) GPU: the workload continues, /dev/nvidia0 is the target's node;
+#   5. the precreate stage applies a pending restore plan at creation, refuses one it cannot apply.
 # The node's GPUs come from a fixture host root (8x H100) whose /dev/nvidia0 and /dev/nvidia1 are made here as
 # /dev/null's and /dev/zero's numbers, so "moving GPU" is visible inside the container.
 # Exit 0 pass, 77 skipped (no root/podman/criu), anything else fails. Every wait is bounded; cleanup always runs.
@@ -193,6 +194,32 @@ python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['gpus']['r
   "$STATE/containers/$NEW_ID.json" "$GPU1" || fail "the hook did not record the restored container on $GPU1"
 echo "ok: the hook recorded the restored container on $GPU1"
 [ "$(ls -A "$CK")" = "$(basename "$ARCHIVE")" ] || fail "restore left files in $CK: $(ls -A "$CK")"
+
+step "5. precreate (podman run): a pending restore plan rewrites the devices; one that cannot apply refuses"
+mkdir -p "$STATE/restore-plans"
+cat > "$STATE/restore-plans/ck-e2e-precreate.json" <<JSON
+{"version": 1, "checkpoint_id": "ck-e2e-precreate", "assignments": [{"source_id": "$GPU0", "target_id": "$GPU1"}],
+ "devices": [{"container_path": "/dev/nvidia0", "host_path": "/dev/nvidia1", "source_gpu_id": "$GPU0", "target_gpu_id": "$GPU1"}],
+ "env": {"NVIDIA_VISIBLE_DEVICES": "1"}, "relaxations": []}
+JSON
+OUT=$(podman --hooks-dir "$HOOKS" run --rm "${ULIMITS[@]}" --annotation io.gpuckpt.checkpoint-id=ck-e2e-precreate \
+  --device /dev/null:/dev/nvidia0 -e NVIDIA_VISIBLE_DEVICES=0 "$IMAGE" \
+  sh -c 'stat -c %t:%T /dev/nvidia0; echo $NVIDIA_VISIBLE_DEVICES') || fail "podman run with a restore plan"
+[ "$(echo $OUT)" = "1:5 1" ] || fail "precreate did not apply the plan: $OUT"
+echo "ok: precreate applied the plan (/dev/nvidia0 -> 1:5, NVIDIA_VISIBLE_DEVICES=1)"
+sed -i 's#"/dev/nvidia1"#"/dev/nvidia7"#' "$STATE/restore-plans/ck-e2e-precreate.json"
+if podman --hooks-dir "$HOOKS" run --rm "${ULIMITS[@]}" --annotation io.gpuckpt.checkpoint-id=ck-e2e-precreate \
+     --device /dev/null:/dev/nvidia0 "$IMAGE" true > "$TMP/refused.txt" 2>&1; then
+  fail "a restore plan that cannot be applied did not stop the container"
+fi
+grep -q "precreate" "$TMP/refused.txt" || fail "podman did not report the hook: $(cat "$TMP/refused.txt")"
+grep -q "restore of checkpoint ck-e2e-precreate refused: .*/dev/nvidia7" "$STATE/hook.log" ||
+  fail "no reason in $STATE/hook.log: $(tail -3 "$STATE/hook.log")"
+echo "ok: an unappliable plan is refused; hook.log says why: $(grep -o 'restore of checkpoint ck-e2e-precreate refused.*' "$STATE/hook.log" | head -1)"
+OUT=$(podman --hooks-dir "$HOOKS" run --rm "${ULIMITS[@]}" --annotation io.gpuckpt.checkpoint-id=ck-no-plan \
+  --device /dev/null:/dev/nvidia0 "$IMAGE" stat -c %t:%T /dev/nvidia0) || fail "podman run with no plan"
+[ "$OUT" = "1:3" ] || fail "a container without a plan was modified: $OUT"
+echo "ok: without a plan the container starts unmodified"
 
 step "metrics"
 M=$(curl -sf "$URL/metrics")
