@@ -193,6 +193,9 @@ usage_case "migrate needs --to NODE" migrate train
 usage_case "is not a port number" --agent-port abc nodes
 usage_case "must be an absolute path" --archive-dir rel nodes
 usage_case "nodes takes at most one ARCHIVE" nodes a:/x b:/y
+usage_case "-c needs a container name" checkpoint train -c
+usage_case "--to needs a node name" migrate train --to
+usage_case "--agent-namespace needs a namespace" --agent-namespace
 run --help && grep -q "kubectl gpuckpt migrate POD --to NODE" "$tmp/out" && ok || bad "--help prints usage on stdout"
 run version && grep -q "^kubectl gpuckpt [0-9]" "$tmp/out" && ok || bad "version"
 
