@@ -468,6 +468,34 @@ def test_token_kept_on_upgrade_template():
     check('lookup "v1" "Secret"' in secret_tpl, "Secret template looks up the existing token to keep it on upgrade")
 
 
+def test_docs_name_real_values():
+    """Every chart value the operator docs name (`host.hooksDir`, `--set runtime.kind=...`) exists in values.yaml
+    (dotted names that are agent config keys, like auth.token_file in quoted agent messages, are the agent's)."""
+    values = yaml.safe_load(open(os.path.join(CHART, "values.yaml")))
+    free_maps = {"nodeSelector", "affinity", "podLabels", "podAnnotations", "commonLabels", "metrics.serviceMonitor.labels",
+                 "service.annotations", "serviceAccount.annotations"}
+    import re
+    pattern = re.compile(r"\b((?:" + "|".join(map(re.escape, values)) + r")(?:\.[A-Za-z_*][A-Za-z0-9_*]*)+)")
+    for doc in ["docs/deploy.md", "docs/troubleshooting.md", "docs/kubernetes.md", "charts/gpuckpt/README.md", "manifests/README.md"]:
+        text = open(os.path.join(SRC, doc)).read()
+        for ref in sorted(set(pattern.findall(text))):
+            if ref.endswith((".yaml", ".json", ".md")) or ref in EXAMPLE_KEYS:
+                continue   # a file name, or an agent config key (quoted from the agent's messages)
+            node, ok = values, True
+            parts = ref.split(".")
+            for i, part in enumerate(parts):
+                if ".".join(parts[:i]) in free_maps:
+                    break
+                if part == "*" or part.endswith("*"):
+                    ok = isinstance(node, dict) and any(k.startswith(part.rstrip("*")) for k in node)
+                    break
+                if not isinstance(node, dict) or part not in node:
+                    ok = False
+                    break
+                node = node[part]
+            check(ok, f"[docs] {doc} names the value '{ref}', which values.yaml does not have")
+
+
 def main():
     dump = None
     if "--dump-objects" in sys.argv:
@@ -476,7 +504,7 @@ def main():
     for t in [test_defaults, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_priority_quota, test_monitoring,
               test_existing_secret, test_full_config_shape, test_custom_paths, test_installer_off,
               test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
-              test_bad_combinations, test_token_kept_on_upgrade_template]:
+              test_bad_combinations, test_token_kept_on_upgrade_template, test_docs_name_real_values]:
         t()
     if dump:
         with open(dump, "w") as f:
