@@ -1,7 +1,5 @@
 #include "common/restore_plan.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -201,92 +199,6 @@ Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, co
   if (!annotations.is_object()) annotations = nlohmann::json::object();
   annotations[kAnnotationRestorePlan] = plan_path;
   return changed;
-}
-
-Result<std::optional<std::string>> renumber_device_nodes(
-    std::string_view tmpfs_image, const std::map<std::string, std::pair<std::uint32_t, std::uint32_t>>& nodes) {
-  using Handle = std::unique_ptr<struct archive, int (*)(struct archive*)>;
-  Handle reader(archive_read_new(), archive_read_free);
-  archive_read_support_filter_all(reader.get());
-  archive_read_support_format_tar(reader.get());
-  if (archive_read_open_memory(reader.get(), tmpfs_image.data(), tmpfs_image.size()) != ARCHIVE_OK)
-    return make_error(std::string("cannot read a /dev tmpfs image: ") + archive_error_string(reader.get()), EIO);
-  Handle writer(archive_write_new(), archive_write_free);
-  archive_write_add_filter_gzip(writer.get());
-  archive_write_set_format_pax_restricted(writer.get());
-  archive_write_set_bytes_in_last_block(writer.get(), 1);   // tar/gzip must see no padding after the stream
-  std::string out;
-  archive_write_open(
-      writer.get(), &out, nullptr,
-      [](struct archive*, void* sink, const void* data, std::size_t size) -> la_ssize_t {
-        static_cast<std::string*>(sink)->append(static_cast<const char*>(data), size);
-        return static_cast<la_ssize_t>(size);
-      },
-      nullptr);
-  int renumbered = 0;
-  struct archive_entry* entry = nullptr;
-  std::vector<char> buffer(1 << 16);
-  for (;;) {
-    const int rc = archive_read_next_header(reader.get(), &entry);
-    if (rc == ARCHIVE_EOF) break;
-    if (rc < ARCHIVE_WARN)
-      return make_error(std::string("corrupt /dev tmpfs image: ") + archive_error_string(reader.get()), EIO);
-    auto name = normalise_entry_name(archive_entry_pathname(entry) ? archive_entry_pathname(entry) : "");
-    if (name && archive_entry_filetype(entry) == AE_IFCHR) {
-      if (auto it = nodes.find(name.value()); it != nodes.end()) {
-        archive_entry_set_rdevmajor(entry, it->second.first);
-        archive_entry_set_rdevminor(entry, it->second.second);
-        ++renumbered;
-      }
-    }
-    if (archive_write_header(writer.get(), entry) < ARCHIVE_WARN)
-      return make_error(std::string("rewriting a /dev tmpfs image: ") + archive_error_string(writer.get()), EIO);
-    for (;;) {
-      const la_ssize_t n = archive_read_data(reader.get(), buffer.data(), buffer.size());
-      if (n < 0) return make_error(std::string("corrupt /dev tmpfs image: ") + archive_error_string(reader.get()), EIO);
-      if (n == 0) break;
-      archive_write_data(writer.get(), buffer.data(), static_cast<std::size_t>(n));
-    }
-  }
-  if (archive_write_close(writer.get()) != ARCHIVE_OK)
-    return make_error(std::string("rewriting a /dev tmpfs image: ") + archive_error_string(writer.get()), EIO);
-  if (renumbered == 0) return std::optional<std::string>{};
-  return std::optional<std::string>(std::move(out));
-}
-
-Result<std::optional<ArchiveEdit>> restore_edits(const fs::path& archive, const RestorePlan& plan, const DeviceNumberLookup& lookup,
-                                  const std::string& plan_path, const ArchiveLimits& limits) {
-  ArchiveEdit edit;
-  auto spec_text = read_archive_entry(archive, "spec.dump", limits);
-  if (!spec_text) return spec_text.error();
-  if (!spec_text.value()) return make_error(archive.string() + " has no spec.dump");
-  auto spec = nlohmann::json::parse(*spec_text.value(), nullptr, false);
-  if (spec.is_discarded()) return make_error(archive.string() + ": spec.dump is not valid JSON");
-  auto applied = apply_restore_plan(spec, plan, lookup, plan_path);
-  if (!applied) return applied.error();
-  if (applied.value() == 0 && plan.env.empty()) return std::optional<ArchiveEdit>{};
-  edit.replace["spec.dump"] = spec.dump();
-  std::map<std::string, std::pair<std::uint32_t, std::uint32_t>> nodes;
-  for (const auto& d : plan.devices) {
-    if (d.container_path.rfind("/dev/", 0) != 0) continue;
-    auto numbers = lookup(d.host_path);
-    if (!numbers) return numbers.error();
-    nodes[d.container_path.substr(5)] = numbers.value();
-  }
-  if (nodes.empty()) return std::optional<ArchiveEdit>(std::move(edit));
-  auto entries = list_archive(archive, limits);
-  if (!entries) return entries.error();
-  for (const auto& e : entries.value()) {
-    if (e.kind != ArchiveEntry::Kind::File || e.name.rfind("checkpoint/tmpfs-dev-", 0) != 0 ||
-        e.name.find(".tar.gz.img") == std::string::npos)
-      continue;
-    auto image = read_archive_entry(archive, e.name, limits);
-    if (!image) return image.error();
-    auto renumbered = renumber_device_nodes(*image.value(), nodes);
-    if (!renumbered) return make_error(archive.string() + ": " + e.name + ": " + renumbered.error().message);
-    if (renumbered.value()) edit.replace[e.name] = std::move(*renumbered.value());
-  }
-  return std::optional<ArchiveEdit>(std::move(edit));
 }
 
 fs::path restore_plan_path(const fs::path& state_dir, std::string_view checkpoint_id) {
