@@ -16,7 +16,7 @@ namespace gpuckpt::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "gpuckpt match --source FILE|- [--host-root DIR] [--assigned ID,ID...] [--nvml-snapshot FILE] [--json]";
+    "gpuckpt match --source FILE|- (JSON or protobuf record) [--host-root DIR] [--assigned ID,ID...] [--nvml-snapshot FILE] [--json]";
 
 std::vector<std::string> split_ids(const std::string& list) {
   std::vector<std::string> ids;
@@ -76,7 +76,7 @@ int run_match(std::span<char*> args) {
     buffer << in.rdbuf();
     text = buffer.str();
   }
-  auto record = parse_record(text, source_path == "-" ? "stdin" : source_path);
+  auto record = read_record(text, source_path == "-" ? "stdin" : source_path);
   if (!record) {
     std::fprintf(stderr, "gpuckpt match: %s\n", record.error().message.c_str());
     return kExitBadInput;

@@ -313,6 +313,15 @@ Result<GpuPropertiesRecord> parse_record(std::string_view text, std::string_view
   return record;
 }
 
+Result<GpuPropertiesRecord> read_record(std::string_view bytes, std::string_view source) {
+  const auto first = bytes.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && (bytes[first] == '{' || bytes[first] == '['))
+    return parse_record(bytes, source);
+  auto record = record_from_protobuf(bytes, source);
+  if (!record && bytes.empty()) return named(source, "empty file (expected a GPU properties record, JSON or protobuf)");
+  return record;
+}
+
 std::string to_protobuf(const GpuPropertiesRecord& record) {
   pb::GpuPropertiesRecord out;
   out.set_version(static_cast<std::uint32_t>(record.version));
@@ -363,7 +372,7 @@ Result<GpuPropertiesRecord> record_from_protobuf(std::string_view bytes, std::st
   pb::GpuPropertiesRecord in;
   if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
       !in.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
-    return named(source, "not a valid GPU properties protobuf record (truncated or corrupt image?)");
+    return named(source, "neither JSON nor a valid GPU properties protobuf record (truncated or corrupt image?)");
   if (auto ok = check_version(in.version()); !ok) return named(source, ok.error().message);
   GpuPropertiesRecord record;
   record.version = static_cast<int>(in.version());

@@ -20,6 +20,8 @@ Result<GpuPropertiesRecord> record_from_json(const nlohmann::json& json);
 Result<GpuPropertiesRecord> parse_record(std::string_view text, std::string_view source);
 
 std::string to_protobuf(const GpuPropertiesRecord& record);
+// Either form, told apart by the first byte ('{' or '[' = JSON): what `gpuckpt match --source` accepts.
+Result<GpuPropertiesRecord> read_record(std::string_view bytes, std::string_view source);
 Result<GpuPropertiesRecord> record_from_protobuf(std::string_view bytes, std::string_view source);
 
 }  // namespace gpuckpt

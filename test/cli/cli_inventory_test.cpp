@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/properties_record.h"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -56,7 +58,7 @@ fs::path write_file(const std::string& name, const std::string& text) {
 }
 
 // Runs gpuckpt with `args` (shell words, already quoted where needed) and optional VAR=value prefixes.
-Run gpuckpt(const std::string& args, const std::string& env = "") {
+Run run_cli(const std::string& args, const std::string& env = "") {
   static std::atomic<int> n{0};
   const int id = n++;
   const fs::path out = scratch() / ("out" + std::to_string(id)), err = scratch() / ("err" + std::to_string(id));
@@ -81,7 +83,7 @@ std::string root_args(const std::string& name) {
 
 // `gpus --json` of a fixture, optionally narrowed to some used GPUs, saved as a source record file.
 fs::path record_of(const std::string& name, const std::vector<std::size_t>& used = {}) {
-  Run r = gpuckpt("gpus --json " + root_args(name));
+  Run r = run_cli("gpus --json " + root_args(name));
   REQUIRE(r.rc == 0);
   json record = json::parse(r.out);
   if (!used.empty()) {
@@ -104,9 +106,9 @@ TEST_CASE("gpuckpt gpus lists every fixture and --json is a version-1 record of 
       {"cpu-only", 1},  {"nvidia-h200", 1}, {"nvidia-h100-8gpu", 8}, {"nvidia-h200-x2", 2}};
   for (const auto& [name, count] : fixtures) {
     INFO(name);
-    Run text = gpuckpt("gpus " + root_args(name));
+    Run text = run_cli("gpus " + root_args(name));
     CHECK(text.rc == 0);
-    Run r = gpuckpt("gpus --json " + root_args(name));
+    Run r = run_cli("gpus --json " + root_args(name));
     REQUIRE(r.rc == 0);
     const json record = json::parse(r.out);
     CHECK(record["version"] == 1);
@@ -114,19 +116,19 @@ TEST_CASE("gpuckpt gpus lists every fixture and --json is a version-1 record of 
     CHECK(record["used_gpu_ids"].size() == count);
     for (const auto& gpu : record["node"]["gpus"]) CHECK(contains(text.out, gpu["id"].get<std::string>()));
   }
-  const json h200 = json::parse(gpuckpt("gpus --json " + root_args("nvidia-h200")).out);
+  const json h200 = json::parse(run_cli("gpus --json " + root_args("nvidia-h200")).out);
   CHECK(h200["node"]["gpus"][0]["uuid"] == "GPU-a2ce77ac-c70f-b672-0aa0-f871c0787910");
   CHECK(h200["node"]["gpus"][0]["memory_bytes"] == 150754820096ull);
 }
 
 TEST_CASE("gpuckpt gpus refuses an unreadable host root and unknown arguments with exit 2", "[unit]") {
-  Run r = gpuckpt("gpus --host-root /nonexistent/root");
+  Run r = run_cli("gpus --host-root /nonexistent/root");
   CHECK(r.rc == 2);
   CHECK(contains(r.err, "/nonexistent/root"));
-  r = gpuckpt("gpus --frobnicate");
+  r = run_cli("gpus --frobnicate");
   CHECK(r.rc == 2);
   CHECK(contains(r.err, "--frobnicate"));
-  r = gpuckpt("gpus --host-root");
+  r = run_cli("gpus --host-root");
   CHECK(r.rc == 2);
   CHECK(contains(r.err, "--host-root needs a value"));
 }
@@ -135,7 +137,7 @@ TEST_CASE("gpuckpt match maps a node onto itself, text and JSON", "[unit]") {
   for (const char* name : {"amd-mi250x", "nvidia-h100-8gpu", "nvidia-h200", "amd-mi100", "nvidia-h200-x2"}) {
     INFO(name);
     const fs::path source = record_of(name);
-    Run r = gpuckpt("match --json --source " + source.string() + " " + root_args(name));
+    Run r = run_cli("match --json --source " + source.string() + " " + root_args(name));
     REQUIRE(r.rc == 0);
     const json plan = json::parse(r.out);
     CHECK(plan["matched"] == true);
@@ -145,7 +147,7 @@ TEST_CASE("gpuckpt match maps a node onto itself, text and JSON", "[unit]") {
       CHECK(m["source"]["id"] == m["target"]["id"]);
       CHECK_FALSE(m["target"]["device_paths"].empty());
     }
-    Run text = gpuckpt("match --source " + source.string() + " " + root_args(name));
+    Run text = run_cli("match --source " + source.string() + " " + root_args(name));
     CHECK(text.rc == 0);
     CHECK(contains(text.out, "SOURCE"));
   }
@@ -168,7 +170,7 @@ TEST_CASE("gpuckpt match keeps a hive together on renumbered GPUs with new rende
     std::ofstream(props, std::ios::trunc) << text;
   }
   const fs::path source = record_of("amd-mi300x", {2, 3});
-  Run r = gpuckpt("match --json --source " + source.string() + " --host-root " + target.string());
+  Run r = run_cli("match --json --source " + source.string() + " --host-root " + target.string());
   REQUIRE(r.rc == 0);
   const json plan = json::parse(r.out);
   REQUIRE(plan["mappings"].size() == 2);
@@ -186,7 +188,7 @@ TEST_CASE("gpuckpt match honours the scheduler's GPUs and keeps hives within the
   const fs::path source = record_of("amd-mi250x", {4, 5});
   const json record = json::parse(slurp(source));
   const auto id = [&](int i) { return record["node"]["gpus"][i]["id"].get<std::string>(); };
-  Run r = gpuckpt("match --json --source " + source.string() + " " + root_args("amd-mi250x") + " --assigned " +
+  Run r = run_cli("match --json --source " + source.string() + " " + root_args("amd-mi250x") + " --assigned " +
                   id(7) + "," + id(1) + "," + id(2) + "," + id(3));
   REQUIRE(r.rc == 0);
   const json plan = json::parse(r.out);
@@ -194,19 +196,19 @@ TEST_CASE("gpuckpt match honours the scheduler's GPUs and keeps hives within the
   CHECK(plan["mappings"][1]["target"]["id"] == id(2));
 
   // Only GPUs of different hives assigned: exit 3, the hive named for every candidate
-  r = gpuckpt("match --source " + source.string() + " " + root_args("amd-mi250x") + " --assigned " + id(0) + "," + id(7));
+  r = run_cli("match --source " + source.string() + " " + root_args("amd-mi250x") + " --assigned " + id(0) + "," + id(7));
   CHECK(r.rc == 3);
   CHECK(contains(r.out, "links"));
   CHECK(contains(r.out, "not-allowed"));
   CHECK(contains(r.out, "XGMI hive"));
 
-  r = gpuckpt("match --source " + source.string() + " " + root_args("amd-mi250x") + " --assigned kfd-1,kfd-2");
+  r = run_cli("match --source " + source.string() + " " + root_args("amd-mi250x") + " --assigned kfd-1,kfd-2");
   CHECK(r.rc == 2);
   CHECK(contains(r.err, "'kfd-1'"));
 }
 
 TEST_CASE("gpuckpt match on another model exits 3 and names the property for every candidate", "[unit]") {
-  Run r = gpuckpt("match --json --source " + record_of("nvidia-h200").string() + " " + root_args("nvidia-h100-8gpu"));
+  Run r = run_cli("match --json --source " + record_of("nvidia-h200").string() + " " + root_args("nvidia-h100-8gpu"));
   REQUIRE(r.rc == 3);
   const json failure = json::parse(r.out);
   CHECK(failure["matched"] == false);
@@ -219,14 +221,14 @@ TEST_CASE("gpuckpt match on another model exits 3 and names the property for eve
   CHECK(ruled_out_by_model.size() == 8);   // every H100, by name (memory and the older driver are named too)
   CHECK(contains(r.out, "\"memory\""));
   CHECK(contains(r.out, "older than the source's 580.159.04"));
-  r = gpuckpt("match --source " + record_of("amd-mi250x").string() + " " + root_args("amd-mi300x"));
+  r = run_cli("match --source " + record_of("amd-mi250x").string() + " " + root_args("amd-mi300x"));
   CHECK(r.rc == 3);
   CHECK(contains(r.out, "model"));
 }
 
 TEST_CASE("gpuckpt match: one H200 onto the captured NVLink pair; the pair needs NVLink on the target", "[unit]") {
   // The single-GPU H200 node's record fits either GPU of the pair; the first is chosen.
-  Run r = gpuckpt("match --json --source " + record_of("nvidia-h200").string() + " " + root_args("nvidia-h200-x2"));
+  Run r = run_cli("match --json --source " + record_of("nvidia-h200").string() + " " + root_args("nvidia-h200-x2"));
   REQUIRE(r.rc == 0);
   CHECK(json::parse(r.out)["mappings"][0]["target"]["device_paths"][0] == "/dev/nvidia0");
   // The NV18 pair onto the same node with NVLink gone from the NVML snapshot: links named, exit 3.
@@ -234,11 +236,11 @@ TEST_CASE("gpuckpt match: one H200 onto the captured NVLink pair; the pair needs
   for (auto& d : snapshot["devices"]) d["nvlink_peers"] = json::array();
   const fs::path no_nvlink = write_file("h200-x2-no-nvlink.json", snapshot.dump());
   const fs::path pair = record_of("nvidia-h200-x2");
-  r = gpuckpt("match --source " + pair.string() + " --host-root " + fixture("nvidia-h200-x2") + " --nvml-snapshot " +
+  r = run_cli("match --source " + pair.string() + " --host-root " + fixture("nvidia-h200-x2") + " --nvml-snapshot " +
               no_nvlink.string());
   CHECK(r.rc == 3);
   CHECK(contains(r.out, "linked by 18 nvlink"));
-  r = gpuckpt("match --source " + pair.string() + " --host-root " + fixture("nvidia-h200-x2") + " --nvml-snapshot " +
+  r = run_cli("match --source " + pair.string() + " --host-root " + fixture("nvidia-h200-x2") + " --nvml-snapshot " +
                   no_nvlink.string(), "GPUCKPT_LINK_CHECK=0");
   CHECK(r.rc == 0);
   CHECK(contains(r.out, "relaxed: links"));
@@ -247,10 +249,10 @@ TEST_CASE("gpuckpt match: one H200 onto the captured NVLink pair; the pair needs
 TEST_CASE("gpuckpt match relaxations come from the environment and are reported", "[unit]") {
   // MI210 (64 GiB) onto MI100 (32 GiB): model and memory both fail; relaxing only one is not enough.
   const fs::path source = record_of("amd-mi210", {0});
-  Run r = gpuckpt("match --source " + source.string() + " " + root_args("amd-mi100"), "GPUCKPT_MODEL_CHECK=0");
+  Run r = run_cli("match --source " + source.string() + " " + root_args("amd-mi100"), "GPUCKPT_MODEL_CHECK=0");
   CHECK(r.rc == 3);
   CHECK(contains(r.out, "memory"));
-  r = gpuckpt("match --source " + source.string() + " " + root_args("amd-mi100"),
+  r = run_cli("match --source " + source.string() + " " + root_args("amd-mi100"),
               "GPUCKPT_MODEL_CHECK=0 GPUCKPT_MEMORY_CHECK=0 GPUCKPT_FIRMWARE_CHECK=0");
   REQUIRE(r.rc == 0);
   CHECK(contains(r.out, "relaxed: model"));
@@ -261,7 +263,7 @@ TEST_CASE("gpuckpt match relaxations come from the environment and are reported"
 TEST_CASE("gpuckpt match rejects bad input with exit 2 and a message naming the file", "[unit]") {
   const std::string root = " " + root_args("amd-mi100");
   const fs::path malformed = write_file("malformed.json", "{\"version\": 1, \"node\": ");
-  Run r = gpuckpt("match --source " + malformed.string() + root);
+  Run r = run_cli("match --source " + malformed.string() + root);
   CHECK(r.rc == 2);
   CHECK(contains(r.err, malformed.string()));
   CHECK(contains(r.err, "malformed JSON"));
@@ -269,22 +271,35 @@ TEST_CASE("gpuckpt match rejects bad input with exit 2 and a message naming the 
   json newer = json::parse(slurp(record_of("amd-mi100")));
   newer["version"] = 99;
   const fs::path future = write_file("future.json", newer.dump());
-  r = gpuckpt("match --source " + future.string() + root);
+  r = run_cli("match --source " + future.string() + root);
   CHECK(r.rc == 2);
   CHECK(contains(r.err, future.string()));
   CHECK(contains(r.err, "version 99 is newer"));
 
-  r = gpuckpt("match --source /nonexistent/record.json" + root);
+  r = run_cli("match --source /nonexistent/record.json" + root);
   CHECK(r.rc == 2);
   CHECK(contains(r.err, "/nonexistent/record.json"));
 
-  r = gpuckpt("match --source " + record_of("amd-mi100").string() + " --host-root /nonexistent/root");
+  r = run_cli("match --source " + record_of("amd-mi100").string() + " --host-root /nonexistent/root");
   CHECK(r.rc == 2);
   CHECK(contains(r.err, "/nonexistent/root"));
 
-  r = gpuckpt("match" + root);
+  r = run_cli("match" + root);
   CHECK(r.rc == 2);
   CHECK(contains(r.err, "--source"));
+}
+
+TEST_CASE("gpuckpt match takes the protobuf record a CRIU plugin stores in the checkpoint", "[unit]") {
+  auto record = gpuckpt::parse_record(slurp(record_of("amd-mi250x", {0, 1})), "mi250x");
+  REQUIRE(record.ok());
+  const fs::path image = write_file("gpuckpt-cuda-1234.img", gpuckpt::to_protobuf(*record));
+  Run r = run_cli("match --json --source " + image.string() + " " + root_args("amd-mi250x"));
+  REQUIRE(r.rc == 0);
+  CHECK(json::parse(r.out)["mappings"].size() == 2);
+  const fs::path corrupt = write_file("corrupt.img", gpuckpt::to_protobuf(*record).substr(0, 17));
+  r = run_cli("match --source " + corrupt.string() + " " + root_args("amd-mi250x"));
+  CHECK(r.rc == 2);
+  CHECK(contains(r.err, corrupt.string()));
 }
 
 TEST_CASE("gpuckpt match reads the record from stdin with --source -", "[unit]") {

@@ -101,3 +101,19 @@ TEST_CASE("protobuf records from a newer writer or cut short are refused", "[uni
   REQUIRE_FALSE(cut.ok());
   CHECK(cut.error().message.find("gpus.img") == 0);
 }
+
+TEST_CASE("read_record takes either form and names the source when it is neither", "[unit]") {
+  const auto record = sample();
+  auto from_json = read_record("\n  " + to_json(record).dump(), "a.json");
+  REQUIRE(from_json.ok());
+  CHECK(to_json(*from_json) == to_json(record));
+  auto from_pb = read_record(to_protobuf(record), "gpuckpt-cuda-42.img");
+  REQUIRE(from_pb.ok());
+  CHECK(to_json(*from_pb) == to_json(record));
+  for (const std::string bad : {"", "garbage", "\xff\xff\xff"}) {
+    auto r = read_record(bad, "x.img");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.rfind("x.img: ", 0) == 0);
+  }
+  CHECK(read_record("{\"version\": 3", "x.json").error().message.find("malformed JSON") != std::string::npos);
+}
