@@ -10,5 +10,5 @@ if [[ ! -f "$build/build.ninja" ]]; then
   cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
 cmake --build "$build" --target gpuckpt_amd_bo_io_bench >/dev/null
-echo "machine: $(nproc) cores, $(uname -r), $(df -h --output=source,fstype "${BENCH_DIR:-/var/tmp}" | tail -1)"
+echo "machine: $(nproc) cores, $(uname -r), disk under /var/tmp: $(df -h --output=source,fstype /var/tmp | tail -1)"
 exec "$build/test/amd/gpuckpt_amd_bo_io_bench" "$@"
