@@ -235,6 +235,16 @@ Result<void> write_file_atomically(const fs::path& path, std::string_view data) 
   return {};
 }
 
+Result<std::optional<nlohmann::json>> read_json_file(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return std::optional<nlohmann::json>{};
+  std::stringstream text;
+  text << in.rdbuf();
+  auto json = nlohmann::json::parse(text.str(), nullptr, false);
+  if (json.is_discarded()) return make_error(path.string() + " is not valid JSON");
+  return std::optional<nlohmann::json>(std::move(json));
+}
+
 Result<void> write_restore_plan(const fs::path& state_dir, const RestorePlan& plan) {
   if (!is_safe_id(plan.checkpoint_id))
     return make_error("checkpoint id '" + plan.checkpoint_id + "' is not a safe file name");
@@ -245,13 +255,10 @@ Result<std::optional<RestorePlan>> read_restore_plan(const fs::path& state_dir, 
   if (!is_safe_id(checkpoint_id))
     return make_error("checkpoint id '" + std::string(checkpoint_id) + "' is not a safe file name");
   const fs::path path = restore_plan_path(state_dir, checkpoint_id);
-  std::ifstream in(path);
-  if (!in) return std::optional<RestorePlan>{};
-  std::stringstream text;
-  text << in.rdbuf();
-  const auto json = nlohmann::json::parse(text.str(), nullptr, false);
-  if (json.is_discarded()) return make_error(path.string() + " is not valid JSON");
-  auto plan = restore_plan_from_json(json, path.string());
+  auto json = read_json_file(path);
+  if (!json) return json.error();
+  if (!json.value()) return std::optional<RestorePlan>{};
+  auto plan = restore_plan_from_json(*json.value(), path.string());
   if (!plan) return plan.error();
   return std::optional<RestorePlan>(std::move(plan.value()));
 }

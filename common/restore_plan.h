@@ -83,6 +83,8 @@ Result<std::optional<RestorePlan>> read_restore_plan(const std::filesystem::path
 
 // Writes `data` to `path` through a temporary sibling and rename (readers never see a partial file).
 Result<void> write_file_atomically(const std::filesystem::path& path, std::string_view data);
+// The JSON document in `path`; std::nullopt when there is no such file, an error when it is not JSON.
+Result<std::optional<nlohmann::json>> read_json_file(const std::filesystem::path& path);
 
 // Ids the agent generates and accepts: [A-Za-z0-9][A-Za-z0-9._-]{0,127}, so they are safe as file names.
 bool is_safe_id(std::string_view id);

@@ -1,8 +1,6 @@
 #include "oci-hook/container_store.h"
 
 #include <ctime>
-#include <fstream>
-#include <sstream>
 
 #include "common/log.h"
 #include "common/restore_plan.h"
@@ -59,13 +57,10 @@ Result<std::optional<ContainerGpuState>> read_container_state(const fs::path& st
                                                               std::string_view container_id) {
   if (!is_safe_id(container_id)) return make_error("container id '" + std::string(container_id) + "' is not valid");
   const fs::path path = container_state_path(state_dir, container_id);
-  std::ifstream in(path);
-  if (!in) return std::optional<ContainerGpuState>{};
-  std::stringstream text;
-  text << in.rdbuf();
-  const auto json = nlohmann::json::parse(text.str(), nullptr, false);
-  if (json.is_discarded()) return make_error(path.string() + " is not valid JSON");
-  auto state = container_state_from_json(json, path.string());
+  auto json = read_json_file(path);
+  if (!json) return json.error();
+  if (!json.value()) return std::optional<ContainerGpuState>{};
+  auto state = container_state_from_json(*json.value(), path.string());
   if (!state) return state.error();
   return std::optional<ContainerGpuState>(std::move(state.value()));
 }

@@ -10,6 +10,7 @@
 # /dev/nvidia0 and /dev/nvidia1 are made here with the numbers of /dev/null and /dev/zero, and the container
 # gets GPU-looking device aliases, so the whole GPU path (record, annotate, match, move the device) runs for real.
 set -euo pipefail
+. "$(dirname "$0")/lib/node-sandbox.sh"
 
 BUILD=$(cd "${1:?usage: scripts/demo.sh BUILD_DIR}" && pwd)
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,51 +41,28 @@ WORK=$(mktemp -d /tmp/gpuckpt-demo.XXXXXX)
 AGENT_PID=
 cleanup() {
   set +e
-  [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
-  podman rm -f -t 0 "$NAME" "$NAME-restored" >/dev/null 2>&1
+  sandbox_stop_agent
+  for c in "$NAME" "$NAME-restored"; do podman rm -f -t 0 "$c" >/dev/null 2>&1; done
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK (archive in $WORK/checkpoints)"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 
 step "Prepare: a simulated GPU node, hooks.d entries for the built OCI hook, an agent token and config"
-ROOT=$WORK/host-root
-cp -a "$SRC/test/fixtures/nvidia-h100-8gpu" "$ROOT"
-mkdir -p "$ROOT/dev" && mknod "$ROOT/dev/nvidia0" c 1 3 && mknod "$ROOT/dev/nvidia1" c 1 5
-mkdir -p "$WORK/hooks.d" "$WORK/checkpoints"
-for f in "$SRC"/oci-hook/gpuckpt-hook*.json; do
-  sed -e "s#/usr/local/bin/gpuckpt-oci-hook#$HOOK#" \
-      -e "s#\"/var/lib/gpuckpt\"#\"$WORK/state\", \"--host-root\", \"$ROOT\"#" "$f" > "$WORK/hooks.d/$(basename "$f")"
-done
-head -c 32 /dev/urandom | base64 > "$WORK/token" && chmod 600 "$WORK/token"
-cat > "$WORK/agent.yaml" <<YAML
-listen: {address: 127.0.0.1, port: 0}
-auth: {token_file: $WORK/token}
-state_dir: $WORK/state
-checkpoints: {dir: $WORK/checkpoints, kubelet_dir: ""}
-host_root: $ROOT
-hooks_dir: $WORK/hooks.d
-YAML
+sandbox_prepare "$WORK" "$BUILD" "$SRC" || die "cannot prepare the simulated node in $WORK"
 "$CLI" gpus --host-root "$ROOT" | head -3
 echo "   ... (8 simulated H100s; this machine itself has no GPU)"
-read -r GPU0 GPU1 < <("$CLI" gpus --host-root "$ROOT" --json |
-  python3 -c 'import json,sys; print(" ".join(g["id"] for g in json.load(sys.stdin)["node"]["gpus"][:2]))')
-
-step "Start gpuckpt-agent on 127.0.0.1 (bearer token, state in $WORK/state)"
-"$AGENT" --config "$WORK/agent.yaml" > "$WORK/agent.log" 2>&1 &
-AGENT_PID=$!
-for _ in $(seq 100); do [ -s "$WORK/state/agent.port" ] && break; sleep 0.1; done
-[ -s "$WORK/state/agent.port" ] || { cat "$WORK/agent.log"; die "the agent did not start"; }
-URL=http://127.0.0.1:$(cat "$WORK/state/agent.port")
-export GPUCKPT_AGENT=$URL GPUCKPT_TOKEN_FILE=$WORK/token
+step "Start gpuckpt-agent on 127.0.0.1 (bearer token, state in $STATE)"
+sandbox_start_agent "$AGENT" || die "the agent did not start"
+export GPUCKPT_AGENT=$URL GPUCKPT_TOKEN_FILE=$TOKEN_FILE
 echo "   agent listening at $URL: $(curl -sf "$URL/healthz")"
 
 step "Start a counting container with GPU device aliases (/dev/nvidia0, /dev/kfd, NVIDIA_VISIBLE_DEVICES=0)"
-run podman --hooks-dir "$WORK/hooks.d" run -d --name "$NAME" "${ULIMITS[@]}" \
+run podman --hooks-dir "$HOOKS" run -d --name "$NAME" "${ULIMITS[@]}" \
   --device /dev/null:/dev/nvidia0 --device /dev/zero:/dev/kfd -e NVIDIA_VISIBLE_DEVICES=0 "$IMAGE" \
   sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; echo "count $i"; sleep 0.1; done' >/dev/null
 sleep 2
 echo "   the OCI hook recorded it (GET /v1/containers):"
-curl -sf -H "Authorization: Bearer $(cat "$WORK/token")" "$URL/v1/containers" |
+curl -sf -H "Authorization: Bearer $(cat "$TOKEN_FILE")" "$URL/v1/containers" |
   python3 -c 'import json,sys
 for c in json.load(sys.stdin)["containers"]:
     print("     %s %s uses %s via %s" % (c["id"][:12], c.get("name", "?"), ", ".join(c["used_gpu_ids"]) or "no GPU",
@@ -93,7 +71,7 @@ echo "   counter now: $(podman exec "$NAME" cat /tmp/count)"
 
 step "Checkpoint it through gpuckpt (CLI -> agent -> podman + CRIU), GPU record added to the archive"
 run "$CLI" checkpoint "$NAME"
-ARCHIVE=$(ls "$WORK"/checkpoints/*.tar.zst)
+ARCHIVE=$(ls "$CK"/*.tar.zst)
 [ -f "$ARCHIVE" ] || die "no archive was written"
 LAST=$(tar -xOf "$ARCHIVE" ctr.log | tail -1 | awk '{print $NF}')
 echo "   the archive is $ARCHIVE; the container is gone: $(podman inspect -f '{{.State.Status}}' "$NAME")"

@@ -12,6 +12,7 @@ set -euo pipefail
 
 BUILD=${GPUCKPT_BUILD_DIR:?GPUCKPT_BUILD_DIR must point at the build directory}
 SRC=${GPUCKPT_SOURCE_DIR:?GPUCKPT_SOURCE_DIR must point at the source tree}
+. "$SRC/scripts/lib/node-sandbox.sh"
 CLI=$BUILD/cli/gpuckpt
 AGENT=$BUILD/agent/gpuckpt-agent
 HOOK=$BUILD/oci-hook/gpuckpt-oci-hook
@@ -33,45 +34,17 @@ NAME=gpuckpt-e2e-$$
 AGENT_PID=
 cleanup() {
   set +e
-  [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
+  sandbox_stop_agent
   for c in "$NAME" "$NAME-plain" "$NAME-moved" "$NAME-direct"; do podman rm -f -t 0 "$c" >/dev/null 2>&1; done
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
 
-# Fixture host root with device nodes the restore plan can point at.
-ROOT=$TMP/host
-cp -a "$SRC/test/fixtures/nvidia-h100-8gpu" "$ROOT"
-mkdir -p "$ROOT/dev"
-mknod "$ROOT/dev/nvidia0" c 1 3
-mknod "$ROOT/dev/nvidia1" c 1 5
-GPUS=$("$CLI" gpus --host-root "$ROOT" --json | python3 -c 'import json,sys; print(" ".join(g["id"] for g in json.load(sys.stdin)["node"]["gpus"][:2]))')
-read -r GPU0 GPU1 <<<"$GPUS"
-[ -n "$GPU0" ] && [ -n "$GPU1" ] || fail "fixture inventory has no GPUs"
-
-STATE=$TMP/state CK=$TMP/checkpoints HOOKS=$TMP/hooks.d
-mkdir -p "$HOOKS" "$CK"
-for f in "$SRC"/oci-hook/gpuckpt-hook*.json; do
-  sed -e "s#/usr/local/bin/gpuckpt-oci-hook#$HOOK#" \
-      -e "s#\"/var/lib/gpuckpt\"#\"$STATE\", \"--host-root\", \"$ROOT\"#" "$f" > "$HOOKS/$(basename "$f")"
-done
-head -c 32 /dev/urandom | base64 > "$TMP/token"; chmod 600 "$TMP/token"
-TOKEN=$(cat "$TMP/token")
-cat > "$TMP/agent.yaml" <<YAML
-listen: {address: 127.0.0.1, port: 0}
-auth: {token_file: $TMP/token}
-state_dir: $STATE
-checkpoints: {dir: $CK, kubelet_dir: ""}
-host_root: $ROOT
-hooks_dir: $HOOKS
-YAML
+sandbox_prepare "$TMP" "$BUILD" "$SRC" || fail "cannot prepare the simulated node in $TMP"
+TOKEN=$(cat "$TOKEN_FILE")
 
 step "start the agent"
-"$AGENT" --config "$TMP/agent.yaml" > "$TMP/agent.log" 2>&1 &
-AGENT_PID=$!
-for _ in $(seq 100); do [ -s "$STATE/agent.port" ] && break; sleep 0.1; done
-[ -s "$STATE/agent.port" ] || { cat "$TMP/agent.log"; fail "agent did not start within 10 s"; }
-URL=http://127.0.0.1:$(cat "$STATE/agent.port")
+sandbox_start_agent "$AGENT" || fail "agent did not start within 10 s"
 curl -sf "$URL/healthz" >/dev/null || fail "agent /healthz"
 api() {  # api METHOD PATH [BODY] -> prints "STATUS BODY"
   local out; out=$(curl -s -m 30 -o "$TMP/resp" -w '%{http_code}' -X "$1" -H "Authorization: Bearer $TOKEN" \

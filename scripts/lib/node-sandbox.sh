@@ -1,0 +1,53 @@
+# Sourced by scripts/demo.sh and test/e2e/node_flow.sh: a throw-away gpuckpt node under one work directory.
+#   sandbox_prepare WORK BUILD SRC   simulated GPU node (8x H100 fixture; /dev/nvidia0 and /dev/nvidia1 made with
+#                                     /dev/null's and /dev/zero's numbers), hooks.d entries for the built hook,
+#                                     an agent token and config. Sets ROOT HOOKS STATE CK TOKEN_FILE GPU0 GPU1.
+#   sandbox_start_agent AGENT        starts the agent (port chosen by the kernel). Sets AGENT_PID URL.
+#   sandbox_stop_agent               stops it (safe to call twice).
+
+sandbox_prepare() {
+  local work=$1 build=$2 src=$3 f
+  ROOT=$work/host-root HOOKS=$work/hooks.d STATE=$work/state CK=$work/checkpoints TOKEN_FILE=$work/token
+  cp -a "$src/test/fixtures/nvidia-h100-8gpu" "$ROOT"
+  mkdir -p "$ROOT/dev" "$HOOKS" "$CK"
+  mknod "$ROOT/dev/nvidia0" c 1 3
+  mknod "$ROOT/dev/nvidia1" c 1 5
+  for f in "$src"/oci-hook/gpuckpt-hook*.json; do
+    sed -e "s#/usr/local/bin/gpuckpt-oci-hook#$build/oci-hook/gpuckpt-oci-hook#" \
+        -e "s#\"/var/lib/gpuckpt\"#\"$STATE\", \"--host-root\", \"$ROOT\"#" "$f" > "$HOOKS/$(basename "$f")"
+  done
+  head -c 32 /dev/urandom | base64 > "$TOKEN_FILE"
+  chmod 600 "$TOKEN_FILE"
+  cat > "$work/agent.yaml" <<YAML
+listen: {address: 127.0.0.1, port: 0}
+auth: {token_file: $TOKEN_FILE}
+state_dir: $STATE
+checkpoints: {dir: $CK, kubelet_dir: ""}
+host_root: $ROOT
+hooks_dir: $HOOKS
+YAML
+  read -r GPU0 GPU1 < <("$build/cli/gpuckpt" gpus --host-root "$ROOT" --json |
+    python3 -c 'import json,sys; print(" ".join(g["id"] for g in json.load(sys.stdin)["node"]["gpus"][:2]))')
+  [ -n "${GPU0:-}" ] && [ -n "${GPU1:-}" ]
+}
+
+sandbox_start_agent() {
+  local agent=$1 work=${STATE%/state} _
+  "$agent" --config "$work/agent.yaml" > "$work/agent.log" 2>&1 &
+  AGENT_PID=$!
+  for _ in $(seq 100); do [ -s "$STATE/agent.port" ] && break; sleep 0.1; done
+  if [ ! -s "$STATE/agent.port" ]; then
+    cat "$work/agent.log" >&2
+    return 1
+  fi
+  URL=http://127.0.0.1:$(cat "$STATE/agent.port")
+}
+
+sandbox_stop_agent() {
+  if [ -n "${AGENT_PID:-}" ]; then
+    kill "$AGENT_PID" 2>/dev/null
+    wait "$AGENT_PID" 2>/dev/null
+    AGENT_PID=
+  fi
+  return 0
+}
