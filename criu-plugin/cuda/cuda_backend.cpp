@@ -109,13 +109,15 @@ class CudaBackend final : public Backend {
   int pause_devices(int pid) override {
     if (!enabled_ || stage_ != criu::kStageDump) return -ENOTSUP;
     const cuda::NvidiaFiles files = cuda::nvidia_files(pid);
+    if (!files.any) {
+      // Not a CUDA process, or one checkpointed before this dump (its device files are closed then): CRIU dumps
+      // it as plain memory and it stays as it is.
+      log::debug("cuda: pid " + std::to_string(pid) + " has no NVIDIA device open; not ours");
+      return -ENOTSUP;
+    }
     int tid = -1;
     int rc = driver_->get_restore_thread_id(pid, &tid);
     if (rc != cuda::kCudaSuccess) {
-      if (!files.any) {
-        log::debug("cuda: pid " + std::to_string(pid) + " uses no NVIDIA device; not ours");
-        return -ENOTSUP;
-      }
       // The cuInit() race: the process has the device open but the driver's checkpoint support is not up yet.
       const long wait_ms = env_number("GPUCKPT_CUDA_INIT_WAIT_MS", 2000);
       auto start = Clock::now();
@@ -317,7 +319,7 @@ class CudaBackend final : public Backend {
       record.used_gpu_ids.push_back(gpu->id);
     }
     if (files.gpu_minors.empty()) {
-      // Already checkpointed before this dump: its device files are closed. It may have used any GPU.
+      // Only nvidiactl / nvidia-uvm open: the driver has not opened a GPU for it yet. It may use any of them.
       for (const auto& gpu : record.node.gpus)
         if (gpu.vendor == GpuVendor::Nvidia) record.used_gpu_ids.push_back(gpu.id);
     }
