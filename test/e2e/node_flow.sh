@@ -166,6 +166,9 @@ NEW_ID=$(podman inspect -f '{{.Id}}' "$NAME-moved")
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['gpus']['record']['used_gpu_ids']==[sys.argv[2]], r['gpus']['record']['used_gpu_ids']" \
   "$STATE/containers/$NEW_ID.json" "$GPU1" || fail "the hook did not record the restored container on $GPU1"
 echo "ok: the hook recorded the restored container on $GPU1"
+grep -q "container $NEW_ID: .*restore plan placed in .*/checkpoint/gpuckpt-restore-plan.json" "$STATE/hook.log" ||
+  fail "the hook did not place the restore plan in the CRIU images directory: $(tail -2 "$STATE/hook.log")"
+echo "ok: the hook placed the restore plan in the CRIU images directory before CRIU restored the processes"
 [ "$(ls -A "$CK")" = "$(basename "$ARCHIVE")" ] || fail "restore left files in $CK: $(ls -A "$CK")"
 
 step "5. precreate (podman run): a pending restore plan rewrites the devices; one that cannot apply refuses"

@@ -1,0 +1,52 @@
+#include <catch2/catch_test_macros.hpp>
+
+#include "agent/kubelet_watch.h"
+#include "oci-hook/container_store.h"
+#include "test/agent/archive_builder.h"
+
+namespace fs = std::filesystem;
+using namespace gpuckpt;
+
+TEST_CASE("archives kubelet wrote are annotated once they are complete, and only once", "[unit]") {
+  test::TempDir tmp;
+  const auto dir = tmp.path / "kubelet";
+  const auto state_dir = tmp.path / "state";
+  // The hook saw container abc123 (the id in the archive's config.dump) use GPU-0.
+  hook::ContainerGpuState state;
+  state.container_id = "abc123";
+  GpuDevice gpu;
+  gpu.id = "GPU-0";
+  gpu.vendor = GpuVendor::Nvidia;
+  state.gpus.record.node.gpus = {gpu};
+  state.gpus.record.used_gpu_ids = {"GPU-0"};
+  state.gpus.devices = {{"/dev/nvidia0", 195, 0, "GPU-0"}};
+  REQUIRE(hook::write_container_state(state_dir, state).ok());
+
+  const auto archive = dir / "checkpoint-trainer-0_ml-main-2026-11-22T00:00:00Z.tar";
+  test::make_archive(archive, test::podman_checkpoint_entries(), test::Compression::None);
+  test::make_archive(dir / "unrelated.tar", test::podman_checkpoint_entries(), test::Compression::None);
+  int inventory_reads = 0;
+  agent::Metrics metrics;
+  agent::KubeletArchiveWatcher watcher(dir, state_dir, ArchiveLimits{},
+                                       [&] { ++inventory_reads; return Result<NodeInventory>(NodeInventory{}); }, metrics);
+
+  CHECK(watcher.scan() == 0);   // first sight: kubelet may still be writing it
+  CHECK_FALSE(inspect_checkpoint_archive(archive, ArchiveLimits{})->gpus.has_value());
+  CHECK(watcher.scan() == 1);   // unchanged since the last pass: annotated
+  auto info = inspect_checkpoint_archive(archive, ArchiveLimits{});
+  REQUIRE(info.ok());
+  REQUIRE(info->gpus.has_value());
+  CHECK(info->gpus->record.used_gpu_ids == std::vector<std::string>{"GPU-0"});
+  CHECK(info->gpus->checkpoint_id.rfind("kubelet-checkpoint-trainer-0_ml-main-", 0) == 0);
+  CHECK(inventory_reads == 0);   // the hook's record was enough
+  CHECK(watcher.scan() == 0);    // never twice
+  CHECK(watcher.scan() == 0);
+  CHECK(metrics.render().find("gpuckpt_kubelet_archives_annotated_total 1") != std::string::npos);
+  CHECK_FALSE(inspect_checkpoint_archive(dir / "unrelated.tar", ArchiveLimits{})->gpus.has_value());
+
+  // A broken archive is logged and skipped, and the watcher keeps going.
+  test::write_file(dir / "checkpoint-broken.tar", "garbage");
+  CHECK(watcher.scan() == 0);
+  CHECK(watcher.scan() == 0);
+  CHECK(fs::file_size(dir / "checkpoint-broken.tar") == 7);
+}
