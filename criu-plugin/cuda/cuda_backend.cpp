@@ -115,11 +115,17 @@ class CudaBackend final : public Backend {
       log::debug("cuda: pid " + std::to_string(pid) + " has no NVIDIA device open; not ours");
       return -ENOTSUP;
     }
+    // The guardian is forked before this process makes its first driver call, so it inherits no driver state.
+    if (!guardian_.running() && use_guardian_) {
+      if (auto started = guardian_.start(driver_.get(), criu::image_dir_fd()); !started)
+        log::warn("cuda: no dump guardian (" + started.error().message + "); if CRIU is killed mid-dump, "
+                  "unlock the processes by hand");
+    }
     int tid = -1;
     int rc = driver_->get_restore_thread_id(pid, &tid);
     if (rc != cuda::kCudaSuccess) {
       // The cuInit() race: the process has the device open but the driver's checkpoint support is not up yet.
-      const long wait_ms = env_number("GPUCKPT_CUDA_INIT_WAIT_MS", 2000);
+      const long wait_ms = init_wait_ms_;
       auto start = Clock::now();
       while (rc != cuda::kCudaSuccess && seconds_since(start) * 1000 < static_cast<double>(wait_ms)) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -148,18 +154,13 @@ class CudaBackend final : public Backend {
       log::error("cuda: " + added.error().message);
       return -EIO;
     }
-    if (!guardian_.running() && env_number("GPUCKPT_CUDA_GUARDIAN", 1) != 0) {
-      if (auto started = guardian_.start(driver_.get(), criu::image_dir_fd()); !started)
-        log::warn("cuda: no dump guardian (" + started.error().message + "); if CRIU is killed mid-dump, "
-                  "unlock the processes by hand");
-    }
     Tracked entry;
     entry.pid = pid;
     entry.initial = state;
     guardian_.track(pid, state);
     if (state == ProcessState::Running) {
       unsigned timeout_ms = criu::remaining_alarm_ms();
-      if (timeout_ms == 0) timeout_ms = static_cast<unsigned>(env_number("GPUCKPT_CUDA_LOCK_TIMEOUT_MS", 10000));
+      if (timeout_ms == 0) timeout_ms = default_lock_timeout_ms_;
       auto start = Clock::now();
       rc = driver_->lock(pid, timeout_ms);
       if (rc != cuda::kCudaSuccess) {
@@ -211,6 +212,12 @@ class CudaBackend final : public Backend {
       return 0;
     }
     driver_ = std::move(*driver);
+    use_guardian_ = env_number("GPUCKPT_CUDA_GUARDIAN", 1) != 0;
+    init_wait_ms_ = env_number("GPUCKPT_CUDA_INIT_WAIT_MS", 2000);
+    default_lock_timeout_ms_ = static_cast<unsigned>(env_number("GPUCKPT_CUDA_LOCK_TIMEOUT_MS", 10000));
+    log::param("GPUCKPT_CUDA_GUARDIAN", use_guardian_ ? "1" : "0");
+    log::param("GPUCKPT_CUDA_INIT_WAIT_MS", std::to_string(init_wait_ms_));
+    log::param("GPUCKPT_CUDA_LOCK_TIMEOUT_MS", std::to_string(default_lock_timeout_ms_));
     if (!criu::set_interrupt_only_mode())
       log::warn("cuda: this CRIU cannot seize without the cgroup freezer; a frozen cgroup would stop the CUDA "
                 "restore thread");
@@ -503,6 +510,9 @@ class CudaBackend final : public Backend {
   int stage_ = -1;
   bool enabled_ = false;
   bool parallel_ = true;
+  bool use_guardian_ = true;
+  long init_wait_ms_ = 2000;
+  unsigned default_lock_timeout_ms_ = 10000;
   std::unique_ptr<Driver> driver_;
   std::optional<NodeInventory> inventory_;
   cuda::DumpGuardian guardian_;
