@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -35,13 +36,21 @@ bool is_number(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
 }
 
+// A decimal 32-bit number, or nullopt (never throws: sysfs text is input, not trusted).
+std::optional<std::uint32_t> to_u32(std::string_view s) {
+  if (!is_number(s) || s.size() > 10) return std::nullopt;
+  const unsigned long long v = std::stoull(std::string(s));
+  if (v > 0xffffffffull) return std::nullopt;
+  return static_cast<std::uint32_t>(v);
+}
+
 std::vector<std::string> numeric_entries(const HostRoot& host, const std::string& dir) {
   std::vector<std::string> names;
   auto listed = host.list_dir(dir);
   if (!listed) return names;
   for (auto& name : *listed)
-    if (is_number(name)) names.push_back(name);
-  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) { return std::stoul(a) < std::stoul(b); });
+    if (to_u32(name)) names.push_back(name);
+  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) { return *to_u32(a) < *to_u32(b); });
   return names;
 }
 
@@ -159,7 +168,7 @@ Result<void> read_kfd(const HostRoot& host, NodeInventory& inv, std::size_t& hid
 
   for (const auto& name : numeric_entries(host, kKfdNodes)) {
     const std::string dir = std::string(kKfdNodes) + "/" + name;
-    const auto node_index = static_cast<std::uint32_t>(std::stoul(name));
+    const std::uint32_t node_index = *to_u32(name);
     auto gpu_id_text = host.read_line(dir + "/gpu_id");
     if (!gpu_id_text) {
       // The kernel answers EPERM for nodes the device cgroup hides; the directory stays visible.
@@ -167,9 +176,10 @@ Result<void> read_kfd(const HostRoot& host, NodeInventory& inv, std::size_t& hid
       ++hidden_nodes;
       continue;
     }
-    if (!is_number(*gpu_id_text))
-      return make_error(host.resolve(dir + "/gpu_id").string() + ": expected a number, read '" + *gpu_id_text + "'");
-    const auto gpu_id = static_cast<std::uint32_t>(std::stoul(*gpu_id_text));
+    const auto parsed_gpu_id = to_u32(*gpu_id_text);
+    if (!parsed_gpu_id)
+      return make_error(host.resolve(dir + "/gpu_id").string() + ": expected a 32-bit number, read '" + *gpu_id_text + "'");
+    const std::uint32_t gpu_id = *parsed_gpu_id;
     auto props = read_kfd_properties(host, dir + "/properties");
     if (!props) return props.error();
 
@@ -351,9 +361,10 @@ Result<void> read_nvidia(const HostRoot& host, const InventoryOptions& options, 
       gpu.uuid = f["GPU UUID"];
       gpu.id = gpu.uuid;
       gpu.pci_address = normalize_pci_bus_id(f["Bus Location"]);
-      if (!is_number(f["Device Minor"]))
+      const auto minor = to_u32(f["Device Minor"]);
+      if (!minor || *minor > 0x7fffffffu)
         return make_error(host.resolve(file).string() + ": 'Device Minor' is not a number: '" + f["Device Minor"] + "'");
-      gpu.device_minor = std::stoi(f["Device Minor"]);
+      gpu.device_minor = static_cast<int>(*minor);
       gpu.firmware_version = f["Video BIOS"];
       gpu.driver_version = driver;
       read_pci_facts(host, gpu);
@@ -431,8 +442,9 @@ void read_drm(const HostRoot& host, NodeInventory& inv, std::size_t hidden_kfd_n
   if (!entries) return;
   const auto rules = cgroup_v1_device_rules(host);
   for (const auto& name : *entries) {
-    if (name.rfind("renderD", 0) != 0 || !is_number(name.substr(7))) continue;
-    const int minor = std::stoi(name.substr(7));
+    const auto render = name.rfind("renderD", 0) == 0 ? to_u32(name.substr(7)) : std::nullopt;
+    if (!render || *render > 0x7fffffffu) continue;
+    const int minor = static_cast<int>(*render);
     if (rules && !cgroup_allows(*rules, kDrmMajor, static_cast<std::uint32_t>(minor))) continue;
     const std::string dev = "sys/class/drm/" + name + "/device";
     auto target = host.read_link(dev);
