@@ -1,8 +1,13 @@
 #include <catch2/catch_test_macros.hpp>
 
+#include <httplib.h>
+
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include "agent/node_labels.h"
+#include "test/agent/archive_builder.h"
 
 using namespace gpuckpt;
 using gpuckpt::agent::compute_node_labels;
@@ -65,4 +70,46 @@ TEST_CASE("label values are valid Kubernetes label values", "[unit]") {
   CHECK(to_label_value("--x--") == "x");
   CHECK(to_label_value(std::string(100, 'a')).size() == 63);
   CHECK(to_label_value("") == "");
+}
+
+TEST_CASE("labels are published with a merge PATCH on the node, with the service-account token", "[unit]") {
+  test::TempDir tmp;
+  test::write_file(tmp.path / "token", "sa-token\n");
+  httplib::Server api;
+  std::string method, path, content_type, auth, body;
+  api.Patch(R"(/api/v1/nodes/([a-z0-9.-]+))", [&](const httplib::Request& req, httplib::Response& res) {
+    if (!path.empty()) {   // keep the first (successful) call's details
+      res.status = 403;
+      return;
+    }
+    method = req.method;
+    path = req.path;
+    content_type = req.get_header_value("Content-Type");
+    auth = req.get_header_value("Authorization");
+    body = req.body;
+    res.set_content("{}", "application/json");
+  });
+  const int port = api.bind_to_any_port("127.0.0.1");
+  std::thread server([&] { api.listen_after_bind(); });
+  agent::NodeLabelsConfig config;
+  config.api_server = "http://127.0.0.1:" + std::to_string(port);
+  config.token_file = (tmp.path / "token").string();
+  NodeInventory inv;
+  inv.gpus = {h200(0)};
+  const auto labels = compute_node_labels(inv);
+  auto published = agent::publish_node_labels(config, "gpu-node-1", labels);
+  auto refused = agent::publish_node_labels(config, "forbidden-node", labels);
+  config.token_file = (tmp.path / "absent").string();
+  auto no_token = agent::publish_node_labels(config, "gpu-node-1", labels);
+  api.stop();
+  server.join();
+  REQUIRE(published.ok());
+  CHECK(path == "/api/v1/nodes/gpu-node-1");
+  CHECK(content_type == "application/merge-patch+json");
+  CHECK(auth == "Bearer sa-token");
+  CHECK(nlohmann::json::parse(body) == nlohmann::json::parse(node_label_patch(labels)));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("403") != std::string::npos);
+  CHECK(refused.error().message.find("patch") != std::string::npos);
+  CHECK_FALSE(no_token.ok());
 }
