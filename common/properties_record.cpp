@@ -303,7 +303,7 @@ Result<GpuPropertiesRecord> parse_record(std::string_view text, std::string_view
     // Parse again with exceptions only to learn where: the message carries the byte offset.
     try {
       const json again = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {   // parse_error, or out_of_range for a number too big
       return named(source, std::string("malformed JSON (") + e.what() + ")");
     }
     return named(source, "malformed JSON");

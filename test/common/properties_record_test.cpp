@@ -1,5 +1,7 @@
 #include <catch2/catch_test_macros.hpp>
 
+#include <random>
+
 #include "common/properties_record.h"
 #include "gpu_builders.h"
 
@@ -116,4 +118,32 @@ TEST_CASE("read_record takes either form and names the source when it is neither
     CHECK(r.error().message.rfind("x.img: ", 0) == 0);
   }
   CHECK(read_record("{\"version\": 3", "x.json").error().message.find("malformed JSON") != std::string::npos);
+}
+
+TEST_CASE("damaged records never throw or crash: every read is a value or an error", "[unit]") {
+  // Fixed seed: the same 3000 damaged inputs on every run.
+  std::mt19937 rng(20261121);
+  const std::string json_text = to_json(sample()).dump();
+  const std::string pb = to_protobuf(sample());
+  std::size_t refused = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string text = i % 2 ? json_text : pb;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const std::size_t at = rng() % text.size();
+      switch (rng() % 3) {
+        case 0: text[at] = static_cast<char>(rng() & 0xff); break;
+        case 1: text.erase(at, 1 + rng() % 8); break;
+        default: text.resize(at); break;
+      }
+      if (text.empty()) break;
+    }
+    Result<GpuPropertiesRecord> r = make_error("unset");
+    REQUIRE_NOTHROW(r = read_record(text, "fuzz"));
+    if (!r.ok()) {
+      ++refused;
+      CHECK(r.error().message.rfind("fuzz: ", 0) == 0);
+    }
+  }
+  CHECK(refused > 1000);   // most damage is caught, and what parses is a consistent record (validate() ran)
 }
