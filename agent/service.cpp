@@ -57,11 +57,7 @@ nlohmann::json to_json(const JobStatus& job) {
 
 AgentService::AgentService(AgentConfig config, AgentDeps deps) : config_(std::move(config)), deps_(std::move(deps)) {}
 
-AgentService::~AgentService() {
-  wait_idle();
-  for (auto& t : threads_)
-    if (t.joinable()) t.join();
-}
+AgentService::~AgentService() { wait_idle(); }
 
 void AgentService::wait_idle() {
   std::unique_lock lock(mutex_);
@@ -89,6 +85,17 @@ std::string AgentService::add_job(const char* kind, nlohmann::json request) {
   job.phase = "queued";
   job.created_at = hook::utc_now_rfc3339();
   job.request = std::move(request);
+  // Finished jobs are kept for GET; beyond kMaxJobs the oldest finished ones are forgotten.
+  constexpr std::size_t kMaxJobs = 1000;
+  while (jobs_.size() >= kMaxJobs) {
+    auto oldest = jobs_.end();
+    for (auto it = jobs_.begin(); it != jobs_.end(); ++it)
+      if ((it->second.state == "succeeded" || it->second.state == "failed") &&
+          (oldest == jobs_.end() || it->second.finished_at < oldest->second.finished_at))
+        oldest = it;
+    if (oldest == jobs_.end()) break;
+    jobs_.erase(oldest);
+  }
   jobs_[job.id] = job;
   ++running_;
   return job.id;
@@ -107,8 +114,8 @@ std::optional<JobStatus> AgentService::job(const std::string& id) const {
 }
 
 void AgentService::launch(std::function<void()> work) {
-  std::lock_guard lock(mutex_);
-  threads_.emplace_back([this, work = std::move(work)] {
+  // Detached: a finished job leaves nothing behind; wait_idle() (and the destructor) wait on running_.
+  std::thread([this, work = std::move(work)] {
     {
       std::unique_lock slot_lock(mutex_);
       slot_.wait(slot_lock, [&] { return active_ < config_.max_concurrent_jobs; });
@@ -120,7 +127,7 @@ void AgentService::launch(std::function<void()> work) {
     --running_;
     slot_.notify_one();
     idle_.notify_all();
-  });
+  }).detach();
 }
 
 std::shared_ptr<std::mutex> AgentService::container_lock(const std::string& container_id) {
@@ -201,7 +208,7 @@ Result<std::string> AgentService::start_checkpoint(const ContainerRef& ref) {
   if (!ref.namespace_name.empty() && !is_valid_container_name(ref.namespace_name))
     return make_error("'namespace' is not a valid name: '" + ref.namespace_name + "'");
   auto container = deps_.runtime->find(ref);
-  if (!container) return with_errno(container.error(), container.error().errno_value == ENOENT ? ENOENT : EINVAL);
+  if (!container) return container.error();   // ENOENT 404, EINVAL 400, runtime failures 500
   if (container->state != "running")
     return with_errno(make_error("container " + ref.container + " is " + container->state +
                                  ", not running; only running containers can be checkpointed"), EBUSY);

@@ -100,7 +100,6 @@ class AgentService {
   int running_ = 0;
   int active_ = 0;
   std::condition_variable slot_;
-  std::vector<std::thread> threads_;
 };
 
 }  // namespace gpuckpt::agent
