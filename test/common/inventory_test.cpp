@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <random>
 #include <set>
 
 #include "common/inventory.h"
@@ -322,4 +323,35 @@ TEST_CASE("gfx names from KFD's packed gfx_target_version", "[unit]") {
   CHECK(gfx_name(90402) == "gfx942");
   CHECK(gfx_name(110501) == "gfx1151");
   CHECK(gfx_name(0).empty());
+}
+
+TEST_CASE("damaged sysfs and procfs files never throw: the inventory is a value or an error", "[unit]") {
+  std::mt19937 rng(1121);
+  for (const char* name : {"amd-mi250x", "nvidia-h100-8gpu"}) {
+    FixtureCopy tree(name);
+    std::vector<std::string> files;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(tree.root()))
+      if (entry.is_regular_file() && !entry.is_symlink() && entry.path().filename() != "README.md")
+        files.push_back(std::filesystem::relative(entry.path(), tree.root()).string());
+    std::sort(files.begin(), files.end());
+    for (int i = 0; i < 120; ++i) {
+      const std::string& file = files[rng() % files.size()];
+      const std::string original = tree.read(file);
+      std::string text = original;
+      if (!text.empty()) {
+        const std::size_t at = rng() % text.size();
+        switch (rng() % 3) {
+          case 0: text[at] = static_cast<char>(rng() & 0xff); break;
+          case 1: text.insert(at, std::to_string(rng()) + std::to_string(rng())); break;
+          default: text.resize(at); break;
+        }
+      }
+      tree.write(file, text);
+      InventoryOptions options{false, tree.root() / "nvml-snapshot.json", nullptr};
+      if (std::string(name) == "amd-mi250x") options.nvml_snapshot.clear();
+      INFO(file);
+      REQUIRE_NOTHROW((void)read_inventory(HostRoot(tree.root()), options));
+      tree.write(file, original);
+    }
+  }
 }
