@@ -85,14 +85,22 @@ struct Scratch {
 
 }  // namespace
 
+// One dump as the backend drives it: guardian started, `pid` tracked in `initial` state, then either done()
+// or CRIU "dies" (the guardian is destroyed with the pipe still open).
+static void dump_with_guardian(const Scratch& s, ProcessState initial, bool finish) {
+  FakeDriver driver(ProcessState::Checkpointed);
+  DumpGuardian guardian;
+  REQUIRE(guardian.start(&driver, s.fd));
+  guardian.track(s.target, initial);
+  if (finish) {
+    guardian.done();
+    CHECK_FALSE(guardian.running());
+  }
+}
+
 TEST_CASE("a guardian whose CRIU dies puts a checkpointed process back to running", "[unit]") {
   Scratch s;
-  FakeDriver driver(ProcessState::Checkpointed);
-  {
-    DumpGuardian guardian;
-    REQUIRE(guardian.start(&driver, s.fd));
-    guardian.track(s.target, ProcessState::Running);
-  }   // destroyed without done(): CRIU's end of the pipe closes, as when CRIU is killed
+  dump_with_guardian(s, ProcessState::Running, /*finish=*/false);
   const std::string log = s.log(true);
   CHECK(log.find("CRIU ended without finishing the dump") != std::string::npos);
   CHECK(log.find("pid " + std::to_string(s.target) + ": restore: ok") != std::string::npos);
@@ -102,12 +110,7 @@ TEST_CASE("a guardian whose CRIU dies puts a checkpointed process back to runnin
 
 TEST_CASE("a guardian leaves a process that was locked before the dump locked", "[unit]") {
   Scratch s;
-  FakeDriver driver(ProcessState::Checkpointed);
-  {
-    DumpGuardian guardian;
-    REQUIRE(guardian.start(&driver, s.fd));
-    guardian.track(s.target, ProcessState::Locked);
-  }
+  dump_with_guardian(s, ProcessState::Locked, /*finish=*/false);
   const std::string log = s.log(true);
   CHECK(log.find("restore: ok") != std::string::npos);
   CHECK(log.find("unlock") == std::string::npos);
@@ -116,12 +119,6 @@ TEST_CASE("a guardian leaves a process that was locked before the dump locked", 
 
 TEST_CASE("a guardian told done does nothing", "[unit]") {
   Scratch s;
-  FakeDriver driver(ProcessState::Checkpointed);
-  DumpGuardian guardian;
-  REQUIRE(guardian.start(&driver, s.fd));
-  guardian.track(s.target, ProcessState::Running);
-  guardian.done();
-  CHECK_FALSE(guardian.running());
-  const std::string log = s.log(false);
-  CHECK(log.find("restore") == std::string::npos);
+  dump_with_guardian(s, ProcessState::Running, /*finish=*/true);
+  CHECK(s.log(false).find("restore") == std::string::npos);
 }
