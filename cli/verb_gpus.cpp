@@ -42,8 +42,9 @@ int run_gpus(std::span<char*> args) {
     for (const auto& [type, p] : peers)
       links += (links.empty() ? "" : ",") + type + ":" + std::to_string(p.first) +
                (p.second > 1 ? "x" + std::to_string(p.second) : "");
-    std::printf("%-44s %-26s %-10s %-12s %-5d %-7s %s\n", gpu.id.c_str(), gpu.name.c_str(),
-                format_bytes(gpu.memory_bytes).c_str(), gpu.pci_address.c_str(), gpu.numa_node,
+    const std::string numa = gpu.numa_node >= 0 ? std::to_string(gpu.numa_node) : "-";
+    std::printf("%-44s %-26s %-10s %-12s %-5s %-7s %s\n", gpu.id.c_str(), gpu.name.c_str(),
+                gpu.memory_bytes ? format_bytes(gpu.memory_bytes).c_str() : "?", gpu.pci_address.c_str(), numa.c_str(),
                 gpu.render_minor >= 0 ? ("D" + std::to_string(gpu.render_minor)).c_str() : "-",
                 links.empty() ? "-" : links.c_str());
   }
