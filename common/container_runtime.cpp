@@ -97,7 +97,8 @@ bool is_valid_container_name(std::string_view name) {
 
 namespace {
 
-std::string first_line(std::string text) {
+// The last non-empty line: podman and crictl put their error message there.
+std::string last_line(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   const auto nl = text.rfind('\n');
   return nl == std::string::npos ? text : text.substr(nl + 1);
@@ -115,7 +116,7 @@ class PodmanRuntime final : public ContainerRuntime {
     auto r = podman({"container", "inspect", "--format", "json", ref.container}, std::chrono::seconds(30));
     if (!r) return r.error();
     if (r->exit_code != 0)
-      return make_error("no container '" + ref.container + "' in podman: " + first_line(r->err), ENOENT);
+      return make_error("no container '" + ref.container + "' in podman: " + last_line(r->err), ENOENT);
     const auto json = nlohmann::json::parse(r->out, nullptr, false);
     if (json.is_discarded() || !json.is_array() || json.empty())
       return make_error("podman inspect " + ref.container + " returned unexpected output", EIO);
@@ -125,7 +126,7 @@ class PodmanRuntime final : public ContainerRuntime {
   Result<std::vector<RuntimeContainer>> list() override {
     auto r = podman({"ps", "--no-trunc", "--format", "json"}, std::chrono::seconds(30));
     if (!r) return r.error();
-    if (r->exit_code != 0) return make_error("podman ps failed: " + first_line(r->err), EIO);
+    if (r->exit_code != 0) return make_error("podman ps failed: " + last_line(r->err), EIO);
     const auto json = nlohmann::json::parse(r->out, nullptr, false);
     if (json.is_discarded() || !json.is_array()) return make_error("podman ps returned unexpected output", EIO);
     std::vector<RuntimeContainer> out;
@@ -148,7 +149,7 @@ class PodmanRuntime final : public ContainerRuntime {
       return make_error("podman checkpoint of " + container.name + " timed out after " +
                         std::to_string(options_.timeout.count()) + " s", ETIMEDOUT);
     if (r->exit_code != 0)
-      return make_error("podman checkpoint of " + container.name + " failed: " + first_line(r->err), EIO);
+      return make_error("podman checkpoint of " + container.name + " failed: " + last_line(r->err), EIO);
     return {};
   }
 
@@ -162,9 +163,9 @@ class PodmanRuntime final : public ContainerRuntime {
     if (!r) return r.error();
     if (r->timed_out) return make_error("podman restore of " + archive.string() + " timed out", ETIMEDOUT);
     if (r->exit_code != 0)
-      return make_error("podman restore of " + archive.string() + " failed: " + first_line(r->err), EIO);
+      return make_error("podman restore of " + archive.string() + " failed: " + last_line(r->err), EIO);
     ContainerRef ref;
-    ref.container = first_line(r->out);
+    ref.container = last_line(r->out);
     return find(ref);
   }
 
@@ -229,7 +230,7 @@ class CrictlRuntime final : public ContainerRuntime {
     if (!r) return r.error();
     if (r->timed_out) return make_error("crictl checkpoint of " + container.name + " timed out", ETIMEDOUT);
     if (r->exit_code != 0)
-      return make_error("crictl checkpoint of " + container.name + " failed: " + first_line(r->err), EIO);
+      return make_error("crictl checkpoint of " + container.name + " failed: " + last_line(r->err), EIO);
     return {};
   }
 
@@ -251,7 +252,7 @@ class CrictlRuntime final : public ContainerRuntime {
   Result<std::vector<RuntimeContainer>> query(const std::vector<std::string>& args) {
     auto r = crictl(args, std::chrono::seconds(30));
     if (!r) return r.error();
-    if (r->exit_code != 0) return make_error("crictl " + args.front() + " failed: " + first_line(r->err), EIO);
+    if (r->exit_code != 0) return make_error("crictl " + args.front() + " failed: " + last_line(r->err), EIO);
     const auto json = nlohmann::json::parse(r->out, nullptr, false);
     if (json.is_discarded() || !json.contains("containers") || !json["containers"].is_array())
       return make_error("crictl " + args.front() + " returned unexpected output", EIO);
