@@ -128,13 +128,13 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
   });
 
   server.Post("/v1/checkpoints", [&service, fail](const httplib::Request& req, httplib::Response& res) {
-    auto body = parse_body(req, {"namespace", "pod", "container"});
+    auto body = parse_body(req, {"namespace", "pod", "container", "image"});
     if (!body) return fail(res, body.error());
     ContainerRef ref;
     ref.namespace_name = body->value("namespace", "");
     ref.pod = body->value("pod", "");
     ref.container = body->value("container", "");
-    auto id = service.start_checkpoint(ref);
+    auto id = service.start_checkpoint(ref, body->value("image", ""));
     if (!id) return fail(res, id.error());
     res.set_header("Location", "/v1/checkpoints/" + id.value());
     send_json(res, 202, to_json(*service.job(id.value())));

@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <random>
 
 #include "common/checkpoint_archive.h"
+#include "common/checkpoint_image.h"
 #include "common/log.h"
 #include "common/matcher.h"
 #include "common/properties_record.h"
@@ -200,7 +202,9 @@ Result<nlohmann::json> AgentService::containers() const {
   return out;
 }
 
-Result<std::string> AgentService::start_checkpoint(const ContainerRef& ref) {
+Result<std::string> AgentService::start_checkpoint(const ContainerRef& ref, const std::string& image_tag) {
+  if (!image_tag.empty() && !is_safe_id(image_tag))
+    return make_error("'image' must be an image tag (letters, digits, '.', '_', '-'), got '" + image_tag + "'");
   if (!is_valid_container_name(ref.container))
     return make_error("'container' must be a container name (letters, digits, '_', '.', '-'), got '" + ref.container + "'");
   if (!ref.pod.empty() && !is_valid_container_name(ref.pod))
@@ -212,15 +216,16 @@ Result<std::string> AgentService::start_checkpoint(const ContainerRef& ref) {
   if (container->state != "running")
     return with_errno(make_error("container " + ref.container + " is " + container->state +
                                  ", not running; only running containers can be checkpointed"), EBUSY);
-  const std::string id = add_job("checkpoint", {{"namespace", ref.namespace_name}, {"pod", ref.pod},
-                                                {"container", ref.container}});
+  nlohmann::json request = {{"namespace", ref.namespace_name}, {"pod", ref.pod}, {"container", ref.container}};
+  if (!image_tag.empty()) request["image"] = image_tag;
+  const std::string id = add_job("checkpoint", request);
   log::info("job " + id + ": checkpoint of container " + container->name + " (" + container->id + ") accepted");
-  launch([this, id, ref, c = container.value()] { run_checkpoint(id, ref, c); });
+  launch([this, id, ref, c = container.value(), image_tag] { run_checkpoint(id, ref, c, image_tag); });
   return id;
 }
 
 void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef& ref,
-                                  const RuntimeContainer& container) {
+                                  const RuntimeContainer& container, const std::string& image_tag) {
   const auto start = Clock::now();
   auto lock_holder = container_lock(container.id);
   std::lock_guard serial(*lock_holder);
@@ -284,6 +289,18 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
   });
   fs::remove(partial, ec);
   if (!bytes) return fail(bytes.error().message);
+  std::optional<CheckpointImage> image;
+  if (!image_tag.empty()) {
+    auto written = timed("writing-image", [&] {
+      // Lower case: podman names a pulled oci: layout after its path, and image names cannot have capitals.
+      std::string name = job_id + ".oci";
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return write_checkpoint_image(final_path, config_.checkpoint_dir / name, image_tag, config_.archive_limits);
+    });
+    if (!written) return fail("the archive " + final_path.string() + " is complete, but its OCI image failed: " +
+                              written.error().message);
+    image = written.value();
+  }
   const double total = seconds_since(start);
   update(job_id, [&](JobStatus& j) {
     j.state = "succeeded";
@@ -297,6 +314,10 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
                 {"checkpoint_id", job_id},
                 {"used_gpu_ids", record.record.used_gpu_ids},
                 {"gpu_devices", to_json(record)["devices"]}};
+    if (image)
+      j.result["image"] = {{"layout", image->layout.string()}, {"reference", image->reference},
+                           {"manifest_digest", image->manifest_digest},
+                           {"pull", "podman pull oci:" + image->layout.string() + ":" + image->reference}};
   });
   metrics_.checkpoint_done(true, total, bytes.value());
   log::info("job " + job_id + ": checkpoint of " + container.name + " written to " + final_path.string() + " (" +

@@ -63,7 +63,8 @@ class AgentService {
   AgentService& operator=(const AgentService&) = delete;
 
   // Validates synchronously (bad names, unknown container -> error), then runs in the background.
-  Result<std::string> start_checkpoint(const ContainerRef& ref);
+  // `image_tag` non-empty: also write the archive as an OCI image layout <checkpoints.dir>/<id>.oci tagged with it.
+  Result<std::string> start_checkpoint(const ContainerRef& ref, const std::string& image_tag = "");
   // Validates the archive (path, format, integrity) and matches GPUs synchronously, then restores in the background.
   Result<std::string> start_restore(const RestoreRequest& request);
   std::optional<JobStatus> job(const std::string& id) const;
@@ -86,7 +87,8 @@ class AgentService {
   void update(const std::string& id, const std::function<void(JobStatus&)>& change);
   void launch(std::function<void()> work);
   std::shared_ptr<std::mutex> container_lock(const std::string& container_id);
-  void run_checkpoint(const std::string& job_id, const ContainerRef& ref, const RuntimeContainer& container);
+  void run_checkpoint(const std::string& job_id, const ContainerRef& ref, const RuntimeContainer& container,
+                      const std::string& image_tag);
   void run_restore(const std::string& job_id, std::filesystem::path archive, std::optional<RestorePlan> plan,
                    std::string name, nlohmann::json info);
 

@@ -145,7 +145,7 @@ JobOutcome run_local(const NodeTarget& target, const std::string& kind, const nl
     ref.namespace_name = body.value("namespace", "");
     ref.pod = body.value("pod", "");
     ref.container = body.value("container", "");
-    id = service.start_checkpoint(ref);
+    id = service.start_checkpoint(ref, body.value("image", ""));
   } else if (kind == "restore") {
     agent::RestoreRequest request;
     request.archive = body.value("archive", "");

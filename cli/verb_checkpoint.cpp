@@ -11,7 +11,7 @@
 namespace gpuckpt::cli {
 
 int run_checkpoint(std::span<char*> args) {
-  const std::string usage = std::string("gpuckpt checkpoint [--namespace NS] [--pod POD] CONTAINER ") + kTargetFlags +
+  const std::string usage = std::string("gpuckpt checkpoint [--namespace NS] [--pod POD] [--image TAG] CONTAINER ") + kTargetFlags +
                             " [--json]";
   NodeTarget target;
   nlohmann::json body = nlohmann::json::object();
@@ -23,7 +23,7 @@ int run_checkpoint(std::span<char*> args) {
       return kExitOk;
     } else if (arg == "--json") {
       json = true;
-    } else if (arg == "--namespace" || arg == "--pod") {
+    } else if (arg == "--namespace" || arg == "--pod" || arg == "--image") {
       if (i + 1 >= args.size()) return usage_error("checkpoint", arg + " needs a value", usage.c_str());
       body[arg.substr(2)] = args[++i];
     } else if (target.consume(args, i)) {
@@ -58,6 +58,9 @@ int run_checkpoint(std::span<char*> args) {
   for (const auto& id : result.value("used_gpu_ids", nlohmann::json::array())) gpus += (gpus.empty() ? "" : ", ") + id.get<std::string>();
   std::printf("  GPUs:     %s\n", gpus.empty() ? "none" : gpus.c_str());
   std::printf("  devices:  %zu GPU device node(s) recorded\n", result.value("gpu_devices", nlohmann::json::array()).size());
+  if (result.contains("image"))
+    std::printf("  image:    %s (%s)\n            %s\n", result["image"].value("layout", "").c_str(),
+                result["image"].value("manifest_digest", "").c_str(), result["image"].value("pull", "").c_str());
   std::printf("  took:     %.2f s\n", outcome.job["phase_seconds"].value("total", 0.0));
   return kExitOk;
 }

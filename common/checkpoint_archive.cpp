@@ -352,6 +352,9 @@ Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const
   info.container_name = entry_string(config, "name").value();
   info.container_id = entry_string(config, "id").value();
   info.image = entry_string(config, "rootfsImageName").value();
+  info.image_id = entry_string(config, "rootfsImageID").value();
+  info.raw_image = entry_string(config, "RawImageName").value();
+  if (info.raw_image.empty()) info.raw_image = entry_string(config, "rootfsImageRef").value();
   info.runtime = entry_string(config, "runtime").value();
   if (info.runtime.empty()) info.runtime = entry_string(config, "ociRuntime").value();
   info.created = entry_string(config, "createdTime").value();

@@ -88,7 +88,9 @@ Result<std::uint64_t> rewrite_archive(const std::filesystem::path& in, const std
 struct CheckpointInfo {
   std::string container_name;
   std::string container_id;
-  std::string image;
+  std::string image;            // rootfsImageName
+  std::string image_id;         // rootfsImageID
+  std::string raw_image;        // the image as the user named it (podman RawImageName, CRI-O rootfsImageRef)
   std::string runtime;          // "runc", "crun"
   std::string engine;           // "podman" or "cri-o"
   std::string created;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # e2e: the node flow with real podman + runc + CRIU 4.1, the built OCI hook and agent on 127.0.0.1.
 #   1. a container with GPU device aliases is detected by the hook and recorded (a plain one is not);
-#   2. POST /v1/checkpoints produces an annotated archive that checkpointctl reads and podman restores;
+#   2. POST /v1/checkpoints produces an annotated archive that checkpointctl reads and podman restores, and an
+#      OCI checkpoint image that podman pulls and restores;
 #   3. bad requests (wrong token, unknown container, traversal, truncated/malformed archive) get 4xx, change nothing;
 #   4. POST /v1/restores onto another (fixture) GPU: the workload continues, /dev/nvidia0 is the target's node;
 #   5. the precreate stage applies a pending restore plan at creation, refuses one it cannot apply.
@@ -29,13 +30,18 @@ command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
 podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
 for b in "$CLI" "$AGENT" "$HOOK"; do [ -x "$b" ] || fail "$b not built"; done
 
-TMP=$(mktemp -d /tmp/gpuckpt-e2e-node.XXXXXX)
+# Lower case: podman names an image pulled from an oci: layout after the layout's path.
+TMP=/tmp/gpuckpt-e2e-node-$$-$(date +%s%N)
+mkdir -m 700 "$TMP"
 NAME=gpuckpt-e2e-$$
 AGENT_PID=
 cleanup() {
   set +e
   sandbox_stop_agent
-  for c in "$NAME" "$NAME-plain" "$NAME-moved" "$NAME-direct"; do podman rm -f -t 0 "$c" >/dev/null 2>&1; done
+  for c in "$NAME" "$NAME-plain" "$NAME-moved" "$NAME-direct" "$NAME-image"; do podman rm -f -t 0 "$c" >/dev/null 2>&1; done
+  for i in $(podman images --format '{{.Repository}}' | grep -E "gpuckpt-e2e-checkpoint-$$|gpuckpt-e2e-node"); do
+    podman rmi -f "$i" >/dev/null 2>&1
+  done
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
@@ -108,14 +114,16 @@ expect 404 "$(api GET /v1/checkpoints/ck-does-not-exist)" "unknown checkpoint jo
 
 step "2. checkpoint through the agent API"
 sleep 1.5   # let the counter run
-r=$(api POST /v1/checkpoints "{\"namespace\":\"default\",\"pod\":\"e2e\",\"container\":\"$NAME\"}")
+r=$(api POST /v1/checkpoints "{\"namespace\":\"default\",\"pod\":\"e2e\",\"container\":\"$NAME\",\"image\":\"e2e\"}")
 expect 202 "$r" "POST /v1/checkpoints"
 JOB=$(json_field "$r" '["id"]')
 r=$(wait_job checkpoints "$JOB")
 [ "$(json_field "$r" '["state"]')" = succeeded ] || fail "checkpoint job: $r"
 ARCHIVE=$(json_field "$r" '["result"]["archive"]')
 echo "ok: checkpoint $JOB in $(json_field "$r" '["phase_seconds"]["total"]') s -> $ARCHIVE ($(json_field "$r" '["result"]["archive_bytes"]') bytes)"
-[ "$(ls -A "$CK")" = "$(basename "$ARCHIVE")" ] || fail "checkpoint dir holds more than the archive: $(ls -A "$CK")"
+LAYOUT=$(json_field "$r" '["result"]["image"]["layout"]')
+only_archive_and_image() { [ "$(ls -A "$CK" | sort)" = "$(printf '%s\n' "$(basename "$ARCHIVE")" "$(basename "$LAYOUT")" | sort)" ]; }
+only_archive_and_image || fail "checkpoint dir holds more than the archive and its image: $(ls -A "$CK")"
 N1=$(tar -xOf "$ARCHIVE" ctr.log | tail -1 | awk '{print $NF}')
 "$CLI" inspect "$ARCHIVE" --host-root "$ROOT" --json > "$TMP/inspect.json" || fail "gpuckpt inspect"
 python3 - "$TMP/inspect.json" "$GPU0" "$JOB" <<'PY' || fail "archive annotations"
@@ -136,6 +144,16 @@ fi
 podman container restore --import "$ARCHIVE" --name "$NAME-direct" >/dev/null || fail "plain podman restore of the annotated archive"
 podman rm -f -t 0 "$NAME-direct" >/dev/null
 echo "ok: podman restores the annotated archive by itself"
+IMAGE_NAME=localhost/gpuckpt-e2e-checkpoint-$$
+podman pull -q "oci:$LAYOUT:e2e" >/dev/null || fail "podman cannot pull the checkpoint image $LAYOUT"
+podman tag "localhost$LAYOUT" "$IMAGE_NAME" || fail "no image localhost$LAYOUT after the pull"
+podman rmi "localhost$LAYOUT" >/dev/null
+podman image inspect "$IMAGE_NAME" --format '{{index .Annotations "io.gpuckpt.used-gpus"}}' | grep -qx "$GPU0" ||
+  fail "the checkpoint image lacks the GPU annotation"
+podman container restore --name "$NAME-image" "$IMAGE_NAME" >/dev/null || fail "podman restore from the checkpoint image"
+[ "$(podman inspect -f '{{.State.Status}}' "$NAME-image")" = running ] || fail "container from the image is not running"
+podman rm -f -t 0 "$NAME-image" >/dev/null
+echo "ok: the OCI checkpoint image pulls, carries io.gpuckpt.* and restores with podman"
 
 step "3b. malformed and truncated archives are refused"
 head -c $(( $(stat -c %s "$ARCHIVE") / 2 )) "$ARCHIVE" > "$CK/truncated.tar.zst"
@@ -169,7 +187,7 @@ echo "ok: the hook recorded the restored container on $GPU1"
 grep -q "container $NEW_ID: .*restore plan placed in .*/checkpoint/gpuckpt-restore-plan.json" "$STATE/hook.log" ||
   fail "the hook did not place the restore plan in the CRIU images directory: $(tail -2 "$STATE/hook.log")"
 echo "ok: the hook placed the restore plan in the CRIU images directory before CRIU restored the processes"
-[ "$(ls -A "$CK")" = "$(basename "$ARCHIVE")" ] || fail "restore left files in $CK: $(ls -A "$CK")"
+only_archive_and_image || fail "restore left files in $CK: $(ls -A "$CK")"
 
 step "5. precreate (podman run): a pending restore plan rewrites the devices; one that cannot apply refuses"
 mkdir -p "$STATE/restore-plans"

@@ -1,0 +1,112 @@
+#include <catch2/catch_test_macros.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/checkpoint_image.h"
+#include "test/agent/archive_builder.h"
+
+namespace fs = std::filesystem;
+using namespace gpuckpt;
+using nlohmann::json;
+
+namespace {
+
+std::string sha256(const std::string& data) {
+  Sha256 h;
+  h.update(data.data(), data.size());
+  return h.hex();
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST_CASE("SHA-256 matches the FIPS 180-2 test vectors", "[unit]") {
+  CHECK(sha256("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(sha256("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  Sha256 million;   // fed in uneven pieces across block boundaries
+  const std::string chunk(997, 'a');
+  std::size_t fed = 0;
+  while (fed < 1000000) {
+    const std::size_t n = std::min<std::size_t>(chunk.size(), 1000000 - fed);
+    million.update(chunk.data(), n);
+    fed += n;
+  }
+  CHECK(million.hex() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST_CASE("a checkpoint archive becomes an OCI image layout engines recognise as a checkpoint", "[unit]") {
+  test::TempDir tmp;
+  auto entries = test::podman_checkpoint_entries();
+  // spec.dump as gpuckpt annotates it
+  auto spec = json::parse(entries[1].data);
+  spec["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-1";
+  spec["annotations"]["io.gpuckpt.used-gpus"] = "GPU-0";
+  entries[1].data = spec.dump();
+  const auto archive = test::make_archive(tmp.path / "ck-1.tar", entries, test::Compression::None);
+  const auto layout = tmp.path / "ck-1.oci";
+  auto image = write_checkpoint_image(archive, layout, "ck-1", ArchiveLimits{});
+  REQUIRE(image.ok());
+  CHECK(json::parse(slurp(layout / "oci-layout"))["imageLayoutVersion"] == "1.0.0");
+  // Every blob is named by its digest.
+  for (const auto& blob : fs::directory_iterator(layout / "blobs" / "sha256"))
+    CHECK(sha256(slurp(blob.path())) == blob.path().filename().string());
+  const auto index = json::parse(slurp(layout / "index.json"));
+  REQUIRE(index["manifests"].size() == 1);
+  CHECK(index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] == "ck-1");
+  const std::string manifest_digest = index["manifests"][0]["digest"];
+  CHECK(manifest_digest == image->manifest_digest);
+  const auto manifest = json::parse(slurp(layout / "blobs" / "sha256" / manifest_digest.substr(7)));
+  const auto& a = manifest["annotations"];
+  CHECK(a["io.kubernetes.cri-o.annotations.checkpoint.name"] == "counter");
+  CHECK(a["io.podman.annotations.checkpoint.name"] == "counter");
+  CHECK(a["io.podman.annotations.checkpoint.runtime.name"] == "runc");
+  CHECK(a["io.kubernetes.containerd.annotations.checkpoint.rootfsImageName"] == "localhost/busybox:latest");
+  CHECK(a["io.gpuckpt.checkpoint-id"] == "ck-1");
+  CHECK(a["io.gpuckpt.used-gpus"] == "GPU-0");
+  // The layer is the archive, unchanged; uncompressed, its diff id is its digest.
+  REQUIRE(manifest["layers"].size() == 1);
+  CHECK(manifest["layers"][0]["mediaType"] == "application/vnd.oci.image.layer.v1.tar");
+  CHECK(manifest["layers"][0]["digest"] == "sha256:" + sha256(slurp(archive)));
+  const auto config = json::parse(slurp(layout / "blobs" / "sha256" / manifest["config"]["digest"].get<std::string>().substr(7)));
+  CHECK(config["rootfs"]["diff_ids"][0] == manifest["layers"][0]["digest"]);
+  // Never over an existing image.
+  auto again = write_checkpoint_image(archive, layout, "ck-1", ArchiveLimits{});
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.error().errno_value == EEXIST);
+}
+
+TEST_CASE("a compressed archive keeps its compression and gets the diff id of its tar stream", "[unit]") {
+  test::TempDir tmp;
+  const auto plain = test::build_tar(test::podman_checkpoint_entries(), test::Compression::None);
+  test::write_file(tmp.path / "ck.tar", plain);
+  const auto zstd = test::make_archive(tmp.path / "ck.tar.zst", test::podman_checkpoint_entries());
+  auto image = write_checkpoint_image(zstd, tmp.path / "z.oci", "z", ArchiveLimits{});
+  REQUIRE(image.ok());
+  const auto manifest = json::parse(slurp(tmp.path / "z.oci" / "blobs" / "sha256" / image->manifest_digest.substr(7)));
+  CHECK(manifest["layers"][0]["mediaType"] == "application/vnd.oci.image.layer.v1.tar+zstd");
+  const auto config = json::parse(
+      slurp(tmp.path / "z.oci" / "blobs" / "sha256" / manifest["config"]["digest"].get<std::string>().substr(7)));
+  CHECK(config["rootfs"]["diff_ids"][0] == "sha256:" + sha256(plain));
+}
+
+TEST_CASE("an unusable archive leaves no image behind", "[unit]") {
+  test::TempDir tmp;
+  auto entries = test::podman_checkpoint_entries();
+  entries.push_back(test::TestEntry("../escape", "x"));
+  const auto bad = test::make_archive(tmp.path / "bad.tar.zst", entries);
+  CHECK_FALSE(write_checkpoint_image(bad, tmp.path / "bad.oci", "bad", ArchiveLimits{}).ok());
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(tmp.path)) names.push_back(e.path().filename().string());
+  CHECK(names == std::vector<std::string>{"bad.tar.zst"});
+}
