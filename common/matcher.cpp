@@ -61,6 +61,13 @@ std::vector<std::string_view> split_version(std::string_view v) {
 
 // Compares dotted version strings ("580.159.04", VBIOS "96.00.a5.00.1a") part by part: hex-digit parts as
 // numbers (decimal-only parts order the same way read as hex), anything else as text. <0, 0, >0.
+std::string describe(const MatchFailure& failure) {
+  std::string text = failure.summary;
+  for (const auto& r : failure.rejections)
+    text += "; " + r.source_id + " -> " + r.candidate_id + ": " + r.property + " (" + r.detail + ")";
+  return text;
+}
+
 int compare_versions(std::string_view a, std::string_view b) {
   const auto pa = split_version(a);
   const auto pb = split_version(b);

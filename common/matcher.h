@@ -67,6 +67,9 @@ struct MatchRequest {
 // inventory order.
 std::variant<MatchPlan, MatchFailure> match_gpus(const MatchRequest& request);
 
+// One line for logs and errors: the summary, then every rejection as "SOURCE -> CANDIDATE: PROPERTY (DETAIL)".
+std::string describe(const MatchFailure& failure);
+
 // Dotted version comparison used for firmware/driver checks ("580.159.04", "96.00.a5.00.1a"): <0, 0, >0.
 int compare_versions(std::string_view a, std::string_view b);
 

@@ -42,11 +42,7 @@ Result<std::map<std::string, GpuTarget>> plan_restore(const GpuPropertiesRecord&
   request.policy = MatchPolicy::from_env();
   auto outcome = match_gpus(request);
   if (auto* failure = std::get_if<MatchFailure>(&outcome)) {
-    std::string message = "no GPU assignment for the checkpoint's AMD GPUs: " + failure->summary;
-    for (const auto& r : failure->rejections) {
-      message += "; " + r.source_id + " -> " + r.candidate_id + ": " + r.property + " (" + r.detail + ")";
-    }
-    return make_error(message + ". Restore on a node with matching GPUs, or relax a check with "
+    return make_error("no GPU assignment for the checkpoint's AMD GPUs: " + describe(*failure) + ". Restore on a node with matching GPUs, or relax a check with "
                                 "GPUCKPT_<MODEL|MEMORY|FIRMWARE|LINK>_CHECK=0",
                       ENODEV);
   }

@@ -181,10 +181,7 @@ Result<GpuMapping> choose_mapping(const GpuPropertiesRecord& source, const NodeI
   request.policy = MatchPolicy::from_env();
   auto outcome = match_gpus(request);
   if (auto* failure = std::get_if<MatchFailure>(&outcome)) {
-    std::string message = "no GPU of this node can take the checkpoint's GPUs: " + failure->summary;
-    for (const auto& r : failure->rejections)
-      message += "; " + r.candidate_id + " for " + r.source_id + ": " + r.property + " (" + r.detail + ")";
-    return make_error(message + ". Restore on a node with matching GPUs, or relax a check (docs/cuda.md)",
+    return make_error("no GPU of this node can take the checkpoint's GPUs: " + describe(*failure) + ". Restore on a node with matching GPUs, or relax a check (docs/cuda.md)",
                       ENODEV);
   }
   for (const auto& a : std::get<MatchPlan>(outcome).assignments) {
