@@ -194,6 +194,11 @@ void log_config(const AgentConfig& c) {
   log::param("runtime.kind", c.runtime_kind);
   log::param("host_root", c.host_root.string());
   log::param("hooks_dir", c.hooks_dir.string());
+  log::param("criu_plugin_dir", c.criu_plugin_dir.string());
+  const auto& m = c.match_policy;
+  log::param("match_policy", std::string("model=") + (m.check_model ? "1" : "0") + " memory=" + (m.check_memory ? "1" : "0") +
+                                 " firmware=" + (m.check_firmware ? "1" : "0") + " links=" + (m.check_links ? "1" : "0") +
+                                 " numa=" + (m.check_numa ? "1" : "0"));
   log::param("node_labels.enabled", c.node_labels.enabled ? "1" : "0");
   log::param("limits.max_request_bytes", std::to_string(c.max_request_bytes));
   log::param("limits.max_concurrent_jobs", std::to_string(c.max_concurrent_jobs));
