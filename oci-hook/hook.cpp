@@ -29,10 +29,13 @@ Result<nlohmann::json> parse_state(std::string_view text) {
 Result<std::string> read_bounded(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error("cannot read " + path.string());
-  std::string data(kMaxConfigBytes + 1, '\0');
-  in.read(data.data(), static_cast<std::streamsize>(data.size()));
-  data.resize(static_cast<std::size_t>(in.gcount()));
-  if (data.size() > kMaxConfigBytes) return make_error(path.string() + " is larger than 16 MiB");
+  // Read as it comes: configs are ~10 KiB, and this runs at every container start.
+  std::string data;
+  char chunk[64 * 1024];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    data.append(chunk, static_cast<std::size_t>(in.gcount()));
+    if (data.size() > kMaxConfigBytes) return make_error(path.string() + " is larger than 16 MiB");
+  }
   return data;
 }
 
