@@ -36,10 +36,15 @@ Result<std::string> HostRoot::read_file(std::string_view relative, std::size_t m
   const fs::path path = resolve(relative);
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error("cannot read " + path.string(), ENOENT);
+  // sysfs files are small and report no size: read in pieces up to max_bytes rather than allocating (and
+  // zero-filling) the whole limit for every attribute.
   std::string data;
-  data.resize(max_bytes);
-  in.read(data.data(), static_cast<std::streamsize>(max_bytes));
-  data.resize(static_cast<std::size_t>(in.gcount()));
+  char chunk[4096];
+  while (data.size() < max_bytes && in) {
+    const std::size_t want = std::min(sizeof chunk, max_bytes - data.size());
+    in.read(chunk, static_cast<std::streamsize>(want));
+    data.append(chunk, static_cast<std::size_t>(in.gcount()));
+  }
   if (in.bad()) return make_error("I/O error reading " + path.string(), EIO);
   return data;
 }
