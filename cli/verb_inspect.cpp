@@ -16,6 +16,7 @@ namespace {
 constexpr const char* kUsage = "gpuckpt inspect ARCHIVE [--host-root DIR] [--nvml-snapshot FILE] [--json]";
 
 std::string gib(std::uint64_t bytes) {
+  if (bytes == 0) return "memory unknown";   // NVIDIA without NVML: /proc/driver/nvidia has no memory size
   char text[32];
   std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1ULL << 30));
   return text;
