@@ -6,11 +6,13 @@
 # Checkpoint time = until the image is on disk (sync included); restore time = until the process runs on the GPU.
 #   CRIU=/path/to/criu GPUCKPT_PLUGIN_DIR=dir-with-gpuckpt_plugin.so bash bench/cuda_bench.sh [SIZES_MIB...]
 #   BENCH_DIRS="/tmp /dev/shm" (where images go), BENCH_OUT=dir for logs and the table (bench.tsv)
+#   BENCH_CASES="sizes pair pair2gpu" (default; pair2gpu only where there are 2+ GPUs): which cases run
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 CRIU=${CRIU:-criu}
 LIBDIR=${GPUCKPT_PLUGIN_DIR:?set GPUCKPT_PLUGIN_DIR}
 SIZES=${*:-1024 4096 16384}
+CASES=${BENCH_CASES:-sizes pair pair2gpu}
 DIRS=${BENCH_DIRS:-/tmp}
 OUTDIR=${BENCH_OUT:-/tmp/gpuckpt-bench}
 mkdir -p "$OUTDIR" /tmp/gpuckpt-bench-bin /tmp/gpuckpt-empty-libdir
@@ -27,9 +29,10 @@ wait_iter() { local d=$((SECONDS + ${3:-120})) it; while [ $SECONDS -lt $d ]; do
 gone() { for _ in $(seq 1200); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.05; done; return 1; }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; }
 
-# start NPROC MIB OUT: one gpu_counter (NPROC=1) or a parent with a child (NPROC=2), each holding MIB on the GPU
+# start NPROC MIB OUT [CHILD_GPU]: one gpu_counter (NPROC=1) or a parent with a child (NPROC=2), each holding MIB
+# on a GPU (the child on device CHILD_GPU, default 0)
 start() {
-  local extra=""; [ "$1" = 2 ] && extra=--child
+  local extra=""; [ "$1" = 2 ] && extra="--child --child-gpu ${4:-0}"
   rm -f "$3" "$3.child"
   setsid $BIN/gpu_counter "$2" "$3" $extra </dev/null >/dev/null 2>&1 & PID=$!
   wait_iter "$3" 5 120 || return 1
@@ -39,11 +42,11 @@ start() {
 pids_of() { echo "$PID${CHILD:+ $CHILD}"; }
 verify_continues() { local a; a=$(last_iter "$1"); wait_iter "$1" $((a + 5)) 60 && ! grep -q BAD "$1"; }
 
-run_case() { # NAME NPROC MIB METHOD DIR
+run_case() { # NAME NPROC MIB METHOD DIR [CHILD_GPU]
   local name=$1 nproc=$2 mib=$3 method=$4 where=$5 out=/tmp/gpuckpt-bench.out img="$5/gpuckpt-bench-img"
   CHILD=
   rm -rf "$img"; mkdir -p "$img"
-  start "$nproc" "$mib" "$out" || { echo "$name: workload did not start"; return; }
+  start "$nproc" "$mib" "$out" "${6:-0}" || { echo "$name: workload did not start"; return; }
   local t0 t1 t2 t3 t4 t5 cuda_ckpt="" criu_dump="" criu_restore="" cuda_restore="" ok=yes
   if [ "$method" = baseline ]; then
     t0=$(now)
@@ -87,12 +90,22 @@ run_case() { # NAME NPROC MIB METHOD DIR
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+GPU_COUNT=$(nvidia-smi -L | wc -l)
+has_case() { case " $CASES " in *" $1 "*) return 0 ;; esac; return 1; }
 for where in $DIRS; do
-  for mib in $SIZES; do
-    for method in baseline gpuckpt; do run_case "1x${mib}MiB" 1 "$mib" $method "$where"; done
-  done
+  if has_case sizes; then
+    for mib in $SIZES; do
+      for method in baseline gpuckpt; do run_case "1x${mib}MiB" 1 "$mib" $method "$where"; done
+    done
+  fi
   # Two CUDA processes (parent + child) of 4 GiB each: gpuckpt checkpoints and restores them in parallel.
-  for method in baseline gpuckpt; do run_case "2x4096MiB" 2 4096 $method "$where"; done
+  if has_case pair; then
+    for method in baseline gpuckpt; do run_case "2x4096MiB" 2 4096 $method "$where"; done
+  fi
+  # The same two processes on two GPUs (parent on GPU0, child on GPU1): each has its own GPU copy path.
+  if has_case pair2gpu && [ "$GPU_COUNT" -ge 2 ]; then
+    for method in baseline gpuckpt; do run_case "2x4096MiB-2gpu" 2 4096 $method "$where" 1; done
+  fi
 done
 
 echo

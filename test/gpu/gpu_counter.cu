@@ -1,9 +1,10 @@
 // A CUDA workload whose state can be checked bit for bit: MIB of device memory evolve by a fixed integer
 // recurrence, and every iteration appends "ITERATION CHECKSUM" (a device-side reduction over all of it) to OUT.
 // Two runs, interrupted or not, must print identical lines for the same iteration.
-//   gpu_counter MIB OUT [--iterations N] [--sleep-ms MS] [--gpus G] [--child]
+//   gpu_counter MIB OUT [--iterations N] [--sleep-ms MS] [--gpus G] [--child] [--child-gpu D]
 // --gpus G spreads the memory over G devices (a multi-GPU process); --child forks first and the child runs the
-// same loop into OUT.child (a process with a child, both using CUDA).
+// same loop into OUT.child (a process with a child, both using CUDA); --child-gpu D puts the child's memory on
+// device D instead of device 0 (two processes on two GPUs).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,18 +33,18 @@ __global__ void checksum(const unsigned* a, size_t n, unsigned long long* out) {
   atomicAdd(out, local);
 }
 
-static int run(size_t mib, const std::string& out, long iterations, int sleep_ms, int gpus) {
+static int run(size_t mib, const std::string& out, long iterations, int sleep_ms, int gpus, int first_gpu) {
   int count = 0;
   CHECK(cudaGetDeviceCount(&count));
-  if (gpus > count) {
-    std::fprintf(stderr, "asked for %d GPUs, %d visible\n", gpus, count);
+  if (first_gpu + gpus > count) {
+    std::fprintf(stderr, "asked for GPUs %d..%d, %d visible\n", first_gpu, first_gpu + gpus - 1, count);
     return 2;
   }
   size_t n = mib * 1024 * 1024 / 4 / gpus;
   std::vector<unsigned*> buf(gpus);
   std::vector<unsigned long long*> sum(gpus);
   for (int g = 0; g < gpus; ++g) {
-    CHECK(cudaSetDevice(g));
+    CHECK(cudaSetDevice(first_gpu + g));
     CHECK(cudaMalloc(&buf[g], n * 4));
     CHECK(cudaMalloc(&sum[g], sizeof(unsigned long long)));
     CHECK(cudaMemset(buf[g], 0, n * 4));
@@ -51,7 +52,7 @@ static int run(size_t mib, const std::string& out, long iterations, int sleep_ms
   for (long it = 1; iterations <= 0 || it <= iterations; ++it) {
     unsigned long long total = 0;
     for (int g = 0; g < gpus; ++g) {
-      CHECK(cudaSetDevice(g));
+      CHECK(cudaSetDevice(first_gpu + g));
       step<<<1024, 256>>>(buf[g], n, (unsigned)it, (unsigned)g);
       CHECK(cudaMemset(sum[g], 0, sizeof(unsigned long long)));
       checksum<<<1024, 256>>>(buf[g], n, sum[g]);
@@ -77,17 +78,18 @@ int main(int argc, char** argv) {
   size_t mib = std::strtoull(argv[1], nullptr, 10);
   std::string out = argv[2];
   long iterations = 0;
-  int sleep_ms = 20, gpus = 1;
+  int sleep_ms = 20, gpus = 1, child_gpu = 0;
   bool child = false;
   for (int i = 3; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iterations") && i + 1 < argc) iterations = std::atol(argv[++i]);
     else if (!std::strcmp(argv[i], "--sleep-ms") && i + 1 < argc) sleep_ms = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--gpus") && i + 1 < argc) gpus = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--child")) child = true;
+    else if (!std::strcmp(argv[i], "--child-gpu") && i + 1 < argc) child_gpu = std::atoi(argv[++i]);
   }
   if (child) {
     pid_t pid = fork();   // before any CUDA call: CUDA state does not survive fork()
-    if (pid == 0) return run(mib, out + ".child", iterations, sleep_ms, gpus);
+    if (pid == 0) return run(mib, out + ".child", iterations, sleep_ms, gpus, child_gpu);
   }
-  return run(mib, out, iterations, sleep_ms, gpus);
+  return run(mib, out, iterations, sleep_ms, gpus, 0);
 }
