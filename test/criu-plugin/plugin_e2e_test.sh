@@ -43,9 +43,11 @@ gone() { # wait until PID $1 no longer exists (this VM's init reaps orphans slow
 }
 
 # A counter in its own session (criu dumps it without --shell-job), counting into a file. One process with no
-# children: a killed child would linger until this VM's init reaps it and block the restore of its PID.
+# children: a killed child would linger until this VM's init reaps it and block the restore of its PID. It drops
+# every fd it inherited beyond stdio: a harness's fd on a mount outside this root would make CRIU refuse the dump.
 setsid python3 -c '
-import sys, time
+import os, sys, time
+os.closerange(3, 1 << 16)
 i = 0
 while True:
     i += 1
