@@ -214,8 +214,14 @@ bool NodeTarget::consume(std::span<char*> args, std::size_t& i) {
   return false;
 }
 
-JobOutcome run_node_job(const NodeTarget& target, const std::string& kind, const nlohmann::json& body) {
-  return target.agent_url.empty() ? run_local(target, kind, body) : run_remote(target, kind, body);
+JobOutcome run_node_job(const NodeTarget& target, const std::string& kind, const std::string& subject,
+                        const nlohmann::json& body) {
+  if (!target.quiet)
+    std::fprintf(stderr, "gpuckpt %s: %s via %s\n", kind.c_str(), subject.c_str(),
+                 target.agent_url.empty() ? "the local runtime (podman)" : target.agent_url.c_str());
+  JobOutcome outcome = target.agent_url.empty() ? run_local(target, kind, body) : run_remote(target, kind, body);
+  if (outcome.exit_code != 0) std::fprintf(stderr, "gpuckpt %s: %s\n", kind.c_str(), outcome.message.c_str());
+  return outcome;
 }
 
 }  // namespace gpuckpt::cli

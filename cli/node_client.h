@@ -41,6 +41,8 @@ struct JobOutcome {
 };
 
 // kind: "checkpoint" (body {namespace,pod,container}) or "restore" (body {archive,name,target_gpus}).
-JobOutcome run_node_job(const NodeTarget& target, const std::string& kind, const nlohmann::json& body);
+// Says on stderr what runs where (unless --quiet) and, on failure, why; `subject` names the container or archive.
+JobOutcome run_node_job(const NodeTarget& target, const std::string& kind, const std::string& subject,
+                        const nlohmann::json& body);
 
 }  // namespace gpuckpt::cli

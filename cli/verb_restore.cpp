@@ -57,14 +57,8 @@ int run_restore(std::span<char*> args) {
     target.checkpoint_dir = std::filesystem::absolute(target.checkpoint_dir).string();
     target.state_dir = std::filesystem::absolute(target.state_dir).string();
   }
-  if (!target.quiet)
-    std::fprintf(stderr, "gpuckpt restore: %s via %s\n", body["archive"].get<std::string>().c_str(),
-                 target.agent_url.empty() ? "the local runtime (podman)" : target.agent_url.c_str());
-  const auto outcome = run_node_job(target, "restore", body);
-  if (outcome.exit_code != 0) {
-    std::fprintf(stderr, "gpuckpt restore: %s\n", outcome.message.c_str());
-    return outcome.exit_code;
-  }
+  const auto outcome = run_node_job(target, "restore", body["archive"].get<std::string>(), body);
+  if (outcome.exit_code != 0) return outcome.exit_code;
   if (json) {
     std::printf("%s\n", outcome.job.dump(2).c_str());
     return kExitOk;
