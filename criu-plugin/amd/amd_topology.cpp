@@ -42,8 +42,9 @@ Result<std::map<std::string, GpuTarget>> plan_restore(const GpuPropertiesRecord&
   request.policy = MatchPolicy::from_env();
   auto outcome = match_gpus(request);
   if (auto* failure = std::get_if<MatchFailure>(&outcome)) {
-    return make_error("no GPU assignment for the checkpoint's AMD GPUs: " + describe(*failure) + ". Restore on a node with matching GPUs, or relax a check with "
-                                "GPUCKPT_<MODEL|MEMORY|FIRMWARE|LINK>_CHECK=0",
+    return make_error("no GPU assignment for the checkpoint's AMD GPUs: " + describe(*failure) +
+                          ". Restore on a node with matching GPUs, or relax a check with "
+                          "GPUCKPT_<MODEL|MEMORY|FIRMWARE|LINK>_CHECK=0",
                       ENODEV);
   }
   const auto& plan = std::get<MatchPlan>(outcome);
