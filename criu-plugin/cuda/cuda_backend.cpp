@@ -26,7 +26,7 @@
 #include "criu-plugin/backend.h"
 #include "criu-plugin/criu_host.h"
 #include "criu-plugin/cuda/cuda_driver.h"
-#include "criu-plugin/cuda/guardian.h"
+#include "criu-plugin/cuda/driver_host.h"
 #include "criu-plugin/cuda/process_info.h"
 #include "criu-plugin/cuda/record_files.h"
 #include "criu-plugin/cuda/remap.h"
@@ -101,8 +101,10 @@ class CudaBackend final : public Backend {
   }
 
   void fini(int stage, int ret) override {
-    if (!enabled_) return;
-    if (stage == criu::kStageDump) fini_dump(ret);
+    if (enabled_ && stage == criu::kStageDump && host_) fini_dump(ret);
+    if (host_) host_->done();
+    host_.reset();
+    driver_ = nullptr;
     enabled_ = false;
   }
 
@@ -115,11 +117,9 @@ class CudaBackend final : public Backend {
       log::debug("cuda: pid " + std::to_string(pid) + " has no NVIDIA device open; not ours");
       return -ENOTSUP;
     }
-    // The guardian is forked before this process makes its first driver call, so it inherits no driver state.
-    if (!guardian_.running() && use_guardian_) {
-      if (auto started = guardian_.start(driver_.get(), criu::image_dir_fd()); !started)
-        log::warn("cuda: no dump guardian (" + started.error().message + "); if CRIU is killed mid-dump, "
-                  "unlock the processes by hand");
+    if (auto host = ensure_dump_host(); !host) {
+      log::error("cuda: pid " + std::to_string(pid) + " uses the GPU but " + host.error().message);
+      return -EIO;
     }
     int tid = -1;
     int rc = driver_->get_restore_thread_id(pid, &tid);
@@ -157,7 +157,7 @@ class CudaBackend final : public Backend {
     Tracked entry;
     entry.pid = pid;
     entry.initial = state;
-    guardian_.track(pid, state);
+    host_->track(pid, state);
     if (state == ProcessState::Running) {
       unsigned timeout_ms = criu::remaining_alarm_ms();
       if (timeout_ms == 0) timeout_ms = default_lock_timeout_ms_;
@@ -206,12 +206,6 @@ class CudaBackend final : public Backend {
       log::info("cuda: no NVIDIA GPU on this node (/proc/driver/nvidia/gpus is absent); CUDA backend inactive");
       return 0;
     }
-    auto driver = cuda::load_driver();
-    if (!driver) {
-      log::warn("cuda: " + driver.error().message + "; CUDA processes cannot be checkpointed, backend inactive");
-      return 0;
-    }
-    driver_ = std::move(*driver);
     use_guardian_ = env_number("GPUCKPT_CUDA_GUARDIAN", 1) != 0;
     init_wait_ms_ = env_number("GPUCKPT_CUDA_INIT_WAIT_MS", 2000);
     default_lock_timeout_ms_ = static_cast<unsigned>(env_number("GPUCKPT_CUDA_LOCK_TIMEOUT_MS", 10000));
@@ -239,13 +233,14 @@ class CudaBackend final : public Backend {
     }
     const cuda::ProcessRecords& recs = *records;
     std::string needed = cuda::describe_needed_gpus(recs);
-    auto driver = cuda::load_driver();
-    if (!driver) {
-      log::error("cuda: the checkpoint needs CUDA (" + needed + ") but " + driver.error().message +
+    auto host = cuda::DriverHost::start(&cuda::load_node_driver, cuda::DriverHost::Mode::Restore, dir_fd);
+    if (!host) {
+      log::error("cuda: the checkpoint needs CUDA (" + needed + ") but " + host.error().message +
                  ". Restore it on a node with the NVIDIA driver (r570 or newer)");
       return -1;
     }
-    driver_ = std::move(*driver);
+    host_ = std::move(*host);
+    driver_ = &host_->driver();
     auto inventory = read_inventory(HostRoot("/"));
     if (!inventory) {
       log::error("cuda: the checkpoint needs CUDA (" + needed + ") but this node's GPUs cannot be read: " +
@@ -354,7 +349,7 @@ class CudaBackend final : public Backend {
         work[i]->checkpoint_result = -EIO;
         continue;
       }
-      auto started = cuda::RunningRestoreThread::start(tid);
+      auto started = start_restore_thread(work[i]->pid, tid);
       if (!started) {
         log::error("cuda: pid " + std::to_string(work[i]->pid) + ": " + started.error().message);
         work[i]->checkpoint_result = -EIO;
@@ -405,7 +400,7 @@ class CudaBackend final : public Backend {
         results[i] = -EIO;
         continue;
       }
-      auto started = cuda::RunningRestoreThread::start(tid);
+      auto started = start_restore_thread(pids[i], tid);
       if (!started) {
         log::error("cuda: pid " + std::to_string(pids[i]) + ": " + started.error().message);
         results[i] = -EIO;
@@ -455,6 +450,19 @@ class CudaBackend final : public Backend {
     return results;
   }
 
+  // Lets the driver's restore thread of `pid` run; `driver_tid` is the driver's name for it, which inside a
+  // container's PID namespace is not the number ptrace needs here.
+  Result<cuda::RunningRestoreThread> start_restore_thread(int pid, int driver_tid) {
+    const int tid = cuda::thread_id_here(pid, driver_tid);
+    if (tid < 0)
+      return make_error("the driver names thread " + std::to_string(driver_tid) + " as its restore thread, but "
+                        "process " + std::to_string(pid) + " has no such thread", ESRCH);
+    if (tid != driver_tid)
+      log::debug("cuda: pid " + std::to_string(pid) + ": restore thread " + std::to_string(driver_tid) +
+                 " in its PID namespace is " + std::to_string(tid) + " here");
+    return cuda::RunningRestoreThread::start(tid);
+  }
+
   std::vector<cuda::UuidPair> pairs_for(int pid) const {
     auto it = pairs_by_pid_.find(pid);
     return it != pairs_by_pid_.end() ? it->second : default_pairs_;
@@ -489,7 +497,6 @@ class CudaBackend final : public Backend {
     const bool keep_running = final_state == criu::kTaskAlive;
     if (ret == 0 && !keep_running) {
       if (final_state < 0) log::warn("cuda: CRIU's final task state is unknown; assuming the tasks are killed");
-      guardian_.done();
       return;
     }
     std::vector<int> pids;
@@ -504,7 +511,20 @@ class CudaBackend final : public Backend {
                 std::to_string(pids.size()) + " process(es) to their state before the dump");
       (void)restore_processes(pids, initial, false);
     }
-    guardian_.done();
+  }
+
+  // The driver host for this dump, forked at the first CUDA process: before any driver call, and only on dumps
+  // that hold a CUDA process.
+  Result<void> ensure_dump_host() {
+    if (host_) return {};
+    auto mode = use_guardian_ ? cuda::DriverHost::Mode::Dump : cuda::DriverHost::Mode::DumpUnguarded;
+    auto host = cuda::DriverHost::start(&cuda::load_node_driver, mode, criu::image_dir_fd());
+    if (!host) return host.error();
+    host_ = std::move(*host);
+    driver_ = &host_->driver();
+    log::info("cuda: driver host started (pid " + std::to_string(host_->host_pid()) + "); CRIU makes no driver "
+              "call itself" + (use_guardian_ ? "" : "; no guardian (GPUCKPT_CUDA_GUARDIAN=0)"));
+    return {};
   }
 
   int stage_ = -1;
@@ -513,9 +533,9 @@ class CudaBackend final : public Backend {
   bool use_guardian_ = true;
   long init_wait_ms_ = 2000;
   unsigned default_lock_timeout_ms_ = 10000;
-  std::unique_ptr<Driver> driver_;
+  std::unique_ptr<cuda::DriverHost> host_;
+  Driver* driver_ = nullptr;   // host_'s driver: every call runs in the driver host
   std::optional<NodeInventory> inventory_;
-  cuda::DumpGuardian guardian_;
   std::vector<Tracked> tracked_;
   bool checkpoint_round_done_ = false;
   bool restore_round_done_ = false;

@@ -1,6 +1,9 @@
 #include "criu-plugin/cuda/cuda_driver.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include <cstring>
 
@@ -97,12 +100,11 @@ const char* to_string(ProcessState state) {
   return "unknown";
 }
 
-Result<std::unique_ptr<Driver>> load_driver() {
+Result<std::unique_ptr<Driver>> load_driver(const std::string& library) {
   // Kept open for the life of the process: the driver does not support being unloaded.
-  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr)
-    return make_error(std::string("the NVIDIA driver library libcuda.so.1 cannot be loaded (") + dlerror() + ")",
-                      ENOENT);
+    return make_error("the NVIDIA driver library " + library + " cannot be loaded (" + dlerror() + ")", ENOENT);
   auto driver = std::make_unique<DlopenDriver>();
   std::string missing;
   auto resolve = [&](auto& fn, const char* name) {
@@ -116,10 +118,27 @@ Result<std::unique_ptr<Driver>> load_driver() {
   resolve(driver->get_state_, "cuCheckpointProcessGetState");
   resolve(driver->get_tid_, "cuCheckpointProcessGetRestoreThreadId");
   if (!missing.empty())
-    return make_error("libcuda.so.1 has no " + missing + ": the NVIDIA driver is older than r550 (CUDA 12.4) and "
+    return make_error(library + " has no " + missing + ": the NVIDIA driver is older than r550 (CUDA 12.4) and "
                       "cannot checkpoint processes; install driver 570 or newer", ENOTSUP);
   driver->error_name_ = reinterpret_cast<ErrorNameFn>(dlsym(handle, "cuGetErrorName"));
   return std::unique_ptr<Driver>(std::move(driver));
+}
+
+Result<std::unique_ptr<Driver>> load_node_driver() {
+  const char* chosen = std::getenv("GPUCKPT_CUDA_LIBRARY");
+  if (chosen != nullptr && *chosen != '\0') return load_driver(chosen);
+  auto first = load_driver("libcuda.so.1");
+  if (first || first.error().errno_value != ENOENT) return first;
+  for (const char* path : {"/run/nvidia/driver/usr/lib64/libcuda.so.1",
+                           "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                           "/run/nvidia/driver/usr/lib/aarch64-linux-gnu/libcuda.so.1",
+                           "/usr/local/nvidia/lib64/libcuda.so.1", "/home/kubernetes/bin/nvidia/lib64/libcuda.so.1"}) {
+    if (::access(path, R_OK) != 0) continue;
+    auto found = load_driver(path);
+    if (found || found.error().errno_value != ENOENT) return found;
+  }
+  return make_error(first.error().message + "; not found in the GPU operator's, GKE's or /usr/local/nvidia's driver "
+                    "root either. Set GPUCKPT_CUDA_LIBRARY to the node's libcuda.so.1", ENOENT);
 }
 
 }  // namespace gpuckpt::cuda

@@ -32,8 +32,13 @@ class Driver {
   virtual std::string describe(int cuda_result) = 0;
 };
 
-// dlopen("libcuda.so.1") and resolve the checkpoint entry points. The error says what is missing (no driver,
-// or a driver older than r550 without the API).
-Result<std::unique_ptr<Driver>> load_driver();
+// dlopen(library) and resolve the checkpoint entry points. The error says what is missing (no driver, or a
+// driver older than r550 without the API).
+Result<std::unique_ptr<Driver>> load_driver(const std::string& library);
+
+// The driver as the plugin finds it on a node: $GPUCKPT_CUDA_LIBRARY if set, else libcuda.so.1 from the
+// loader's path, else the driver roots Kubernetes GPU nodes use when the driver is not in the host's loader path
+// (the GPU operator's /run/nvidia/driver, /usr/local/nvidia, GKE's /home/kubernetes/bin/nvidia).
+Result<std::unique_ptr<Driver>> load_node_driver();
 
 }  // namespace gpuckpt::cuda

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -68,6 +69,30 @@ bool process_alive(int pid) {
   if (close == std::string::npos || close + 2 >= line.size()) return false;
   char state = line[close + 2];
   return state != 'Z' && state != 'X';
+}
+
+int thread_id_here(int pid, int tid, const std::string& proc) {
+  std::error_code ec;
+  int same_number = -1;
+  const auto tasks = std::filesystem::path(proc) / std::to_string(pid) / "task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+    const std::string name = task.path().filename().string();
+    int here = 0;
+    auto parsed = std::from_chars(name.data(), name.data() + name.size(), here);
+    if (parsed.ec != std::errc() || parsed.ptr != name.data() + name.size()) continue;
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("NSpid:", 0) != 0) continue;
+      std::istringstream ids(line.substr(6));
+      int id = 0, innermost = -1;
+      while (ids >> id) innermost = id;
+      if (innermost == tid) return here;
+      break;
+    }
+    if (here == tid) same_number = here;
+  }
+  return same_number;
 }
 
 }  // namespace gpuckpt::cuda

@@ -1,0 +1,61 @@
+// The driver host: the one process that calls the NVIDIA driver for the plugin. CRIU itself never loads or
+// calls libcuda. The driver starts threads of its own in any process that uses its API, and those outlive the
+// call; a CRIU with a second thread cannot setns() into a container's mount namespace ("Can't setns ...:
+// Invalid argument"), so a GPU container's dump would fail right after its CUDA checkpoint.
+//
+// The host is forked from CRIU before the first driver call (double fork: it is not CRIU's child, so CRIU's
+// SIGCHLD handling never sees it), keeps none of CRIU's files but its socket and log, loads the driver itself and
+// answers calls, each on a thread of its own, so calls for several processes run in parallel. It is also the
+// dump guardian: when CRIU's end of the socket closes during a dump without done() (CRIU was killed), it
+// restores and unlocks every tracked process that still lives and writes what it did to gpuckpt-guardian.log in
+// the image directory.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "common/result.h"
+#include "criu-plugin/cuda/cuda_driver.h"
+
+namespace gpuckpt::cuda {
+
+// The CUresult a call returns when the host is gone (CUDA_ERROR_UNKNOWN); describe() says so.
+inline constexpr int kHostLost = 999;
+
+class DriverHost {
+ public:
+  enum class Mode {
+    Dump,            // guards the tracked processes if CRIU dies before done()
+    DumpUnguarded,   // GPUCKPT_CUDA_GUARDIAN=0: does nothing when CRIU dies
+    Restore,         // just serves calls; exits when CRIU's end closes
+  };
+  using DriverFactory = std::function<Result<std::unique_ptr<Driver>>()>;
+
+  // Forks the host, which calls `factory` (the real one dlopen()s libcuda) in its own process. Returns once the
+  // host has loaded the driver, or with the factory's error. `image_dir_fd` (may be -1) is where the guardian's
+  // log goes.
+  static Result<std::unique_ptr<DriverHost>> start(const DriverFactory& factory, Mode mode, int image_dir_fd);
+
+  DriverHost(const DriverHost&) = delete;
+  DriverHost& operator=(const DriverHost&) = delete;
+  ~DriverHost();   // closes the socket: without done() during a dump, the host acts as guardian
+
+  // The driver, as seen from CRIU: every call is carried out by the host. Safe to call from several threads at
+  // once; the calls then run in parallel in the host.
+  Driver& driver();
+
+  // The process was found in `initial` state and is now under gpuckpt's control.
+  void track(int pid, ProcessState initial);
+  // CRIU finished (whatever the outcome) and the backend put every process where it belongs.
+  void done();
+
+  int host_pid() const { return host_pid_; }
+
+ private:
+  explicit DriverHost(int control_fd, int host_pid);
+  int control_fd_ = -1;
+  int host_pid_ = -1;
+  std::unique_ptr<Driver> remote_;
+};
+
+}  // namespace gpuckpt::cuda

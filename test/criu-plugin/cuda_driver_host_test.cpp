@@ -1,0 +1,237 @@
+// The driver host with the fake driver: every driver call runs in the host process, never in the caller (CRIU),
+// even when the driver leaves threads behind as libcuda does; calls run in parallel; a host that dies fails calls
+// instead of hanging them; and as guardian, when CRIU's end of the socket closes without done() (CRIU was
+// killed), it restores and unlocks every tracked process that still lives and logs it; after done() it does
+// nothing.
+#include <catch2/catch_test_macros.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "criu-plugin/cuda/driver_host.h"
+
+using namespace gpuckpt;
+using namespace gpuckpt::cuda;
+
+namespace {
+
+// The one faithful fake of the driver seam: a state machine per process, following the driver's documented
+// transitions. Like libcuda, it starts a thread of its own at the first call that stays for the life of the
+// process. Its checkpoint() can ask for company: it then succeeds only if `company` checkpoints are in flight at
+// the same moment (so a test can tell parallel calls from serialised ones without timing them).
+class FakeDriver final : public Driver {
+ public:
+  explicit FakeDriver(ProcessState state, int company = 1) : initial_(state), company_(company) {}
+  int lock(int pid, unsigned) override { return step(pid, ProcessState::Running, ProcessState::Locked); }
+  int checkpoint(int pid) override {
+    if (company_ > 1 && !meet()) return 2;   // CUDA_ERROR_OUT_OF_MEMORY: any distinguishable failure
+    return step(pid, ProcessState::Locked, ProcessState::Checkpointed);
+  }
+  int restore(int pid, const std::vector<UuidPair>&) override {
+    return step(pid, ProcessState::Checkpointed, ProcessState::Locked);
+  }
+  int unlock(int pid) override { return step(pid, ProcessState::Locked, ProcessState::Running); }
+  int get_state(int pid, ProcessState* state) override {
+    std::lock_guard lock(mutex_);
+    start_driver_thread();
+    *state = state_of(pid);
+    return kCudaSuccess;
+  }
+  int get_restore_thread_id(int pid, int* tid) override {
+    *tid = pid;
+    return kCudaSuccess;
+  }
+  std::string describe(int result) override { return "FAKE_RESULT_" + std::to_string(result); }
+
+ private:
+  ProcessState& state_of(int pid) { return states_.try_emplace(pid, initial_).first->second; }
+  void start_driver_thread() {
+    if (!thread_started_) std::thread([] { ::pause(); }).detach();
+    thread_started_ = true;
+  }
+  int step(int pid, ProcessState from, ProcessState to) {
+    std::lock_guard lock(mutex_);
+    start_driver_thread();
+    if (state_of(pid) != from) return 1;   // CUDA_ERROR_INVALID_VALUE, as the driver answers out-of-order calls
+    state_of(pid) = to;
+    return kCudaSuccess;
+  }
+  bool meet() {
+    std::unique_lock lock(mutex_);
+    ++arrived_;
+    cv_.notify_all();
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return arrived_ >= company_; });
+  }
+  ProcessState initial_;
+  int company_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  bool thread_started_ = false;
+  std::map<int, ProcessState> states_;
+};
+
+DriverHost::DriverFactory fake(ProcessState state, int company = 1) {
+  return [state, company]() -> Result<std::unique_ptr<Driver>> { return std::unique_ptr<Driver>(new FakeDriver(state, company)); };
+}
+
+int thread_count() {
+  int n = 0;
+  DIR* dir = ::opendir("/proc/self/task");
+  while (dirent* entry = ::readdir(dir))
+    if (entry->d_name[0] != '.') ++n;
+  ::closedir(dir);
+  return n;
+}
+
+struct Scratch {
+  std::filesystem::path dir;
+  int fd = -1;
+  pid_t target = -1;
+  Scratch() {
+    dir = std::filesystem::temp_directory_path() / ("gpuckpt-driver-host-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    target = ::fork();
+    if (target == 0) {
+      ::pause();
+      _exit(0);
+    }
+  }
+  ~Scratch() {
+    ::kill(target, SIGKILL);
+    ::waitpid(target, nullptr, 0);
+    ::close(fd);
+    std::filesystem::remove_all(dir);
+  }
+  // The guardian's log once it has finished its work (it ends with "now <state>"), or what is there after 0.5 s.
+  std::string log(bool expect_line) const {
+    std::string text;
+    for (int i = 0; i < 100; ++i) {
+      std::ifstream in(dir / "gpuckpt-guardian.log");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+      if (expect_line ? text.find(" now ") != std::string::npos : i >= 10) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return text;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("driver calls run in the driver host: the caller gains no thread, even from a driver that starts one",
+          "[unit]") {
+  const int threads_before = thread_count();
+  auto host = DriverHost::start(fake(ProcessState::Running), DriverHost::Mode::Restore, -1);
+  REQUIRE(host);
+  Driver& driver = (*host)->driver();
+  const int pid = 4242;
+  CHECK(driver.lock(pid, 1000) == kCudaSuccess);
+  CHECK(driver.checkpoint(pid) == kCudaSuccess);
+  ProcessState state = ProcessState::Running;
+  CHECK(driver.get_state(pid, &state) == kCudaSuccess);
+  CHECK(state == ProcessState::Checkpointed);
+  CHECK(driver.restore(pid, {UuidPair{}, UuidPair{}}) == kCudaSuccess);
+  CHECK(driver.unlock(pid) == kCudaSuccess);
+  int tid = 0;
+  CHECK(driver.get_restore_thread_id(pid, &tid) == kCudaSuccess);
+  CHECK(tid == pid);
+  // An out-of-order call comes back with the driver's answer and its name.
+  const int rc = driver.unlock(pid);
+  CHECK(rc == 1);
+  CHECK(driver.describe(rc) == "FAKE_RESULT_1");
+  CHECK(thread_count() == threads_before);
+  CHECK((*host)->host_pid() != ::getpid());
+  CHECK(::waitpid((*host)->host_pid(), nullptr, WNOHANG) < 0);   // not our child: CRIU never reaps it
+}
+
+TEST_CASE("calls from several threads run in parallel in the driver host", "[unit]") {
+  auto host = DriverHost::start(fake(ProcessState::Locked, /*company=*/3), DriverHost::Mode::Restore, -1);
+  REQUIRE(host);
+  Driver& driver = (*host)->driver();
+  int results[3] = {-1, -1, -1};
+  std::thread callers[3];
+  for (int i = 0; i < 3; ++i) callers[i] = std::thread([&, i] { results[i] = driver.checkpoint(100 + i); });
+  for (auto& t : callers) t.join();
+  for (int r : results) CHECK(r == kCudaSuccess);
+}
+
+TEST_CASE("a driver that cannot be loaded fails start() with the loader's message", "[unit]") {
+  auto host = DriverHost::start([]() -> Result<std::unique_ptr<Driver>> {
+    return make_error("the NVIDIA driver library libcuda.so.1 cannot be loaded (not here)", ENOENT);
+  }, DriverHost::Mode::Dump, -1);
+  REQUIRE_FALSE(host);
+  CHECK(host.error().message.find("libcuda.so.1 cannot be loaded (not here)") != std::string::npos);
+  CHECK(host.error().errno_value == ENOENT);
+}
+
+TEST_CASE("a driver host that dies fails the calls instead of hanging them", "[unit]") {
+  auto host = DriverHost::start(fake(ProcessState::Running), DriverHost::Mode::Restore, -1);
+  REQUIRE(host);
+  REQUIRE(::kill((*host)->host_pid(), SIGKILL) == 0);
+  Driver& driver = (*host)->driver();
+  int rc = kCudaSuccess;
+  for (int i = 0; i < 100 && rc != kHostLost; ++i) {   // until the kernel has closed the dead host's socket
+    rc = driver.lock(1, 1000);
+    if (rc != kHostLost) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(rc == kHostLost);
+  CHECK(driver.describe(rc).find("driver host process is gone") != std::string::npos);
+}
+
+// One dump as the backend drives it: host started, `pid` tracked in `initial` state, then either done()
+// or CRIU "dies" (the host object is destroyed, closing its socket, without done()).
+static void dump_with_host(const Scratch& s, ProcessState initial, bool finish,
+                           DriverHost::Mode mode = DriverHost::Mode::Dump) {
+  auto host = DriverHost::start(fake(ProcessState::Checkpointed), mode, s.fd);
+  REQUIRE(host);
+  (*host)->track(s.target, initial);
+  if (finish) (*host)->done();
+}
+
+TEST_CASE("a guardian whose CRIU dies puts a checkpointed process back to running", "[unit]") {
+  Scratch s;
+  dump_with_host(s, ProcessState::Running, /*finish=*/false);
+  const std::string log = s.log(true);
+  CHECK(log.find("CRIU ended without finishing the dump") != std::string::npos);
+  CHECK(log.find("pid " + std::to_string(s.target) + ": restore: ok") != std::string::npos);
+  CHECK(log.find("pid " + std::to_string(s.target) + ": unlock: ok") != std::string::npos);
+  CHECK(log.find("now running") != std::string::npos);
+}
+
+TEST_CASE("a guardian leaves a process that was locked before the dump locked", "[unit]") {
+  Scratch s;
+  dump_with_host(s, ProcessState::Locked, /*finish=*/false);
+  const std::string log = s.log(true);
+  CHECK(log.find("restore: ok") != std::string::npos);
+  CHECK(log.find("unlock") == std::string::npos);
+  CHECK(log.find("now locked") != std::string::npos);
+}
+
+TEST_CASE("a guardian told done does nothing", "[unit]") {
+  Scratch s;
+  dump_with_host(s, ProcessState::Running, /*finish=*/true);
+  CHECK(s.log(false).find("restore") == std::string::npos);
+}
+
+TEST_CASE("an unguarded dump host (GPUCKPT_CUDA_GUARDIAN=0) does nothing when CRIU dies", "[unit]") {
+  Scratch s;
+  dump_with_host(s, ProcessState::Running, /*finish=*/false, DriverHost::Mode::DumpUnguarded);
+  CHECK(s.log(false).find("restore") == std::string::npos);
+}
