@@ -11,3 +11,11 @@ if(GPUCKPT_BUILD_TESTS)
   find_package(Catch2 3 REQUIRED)
   include(Catch)
 endif()
+# GPU memory images (common/gpu_image.cpp): zstd linked statically (its Debian archive is PIC) and xxHash used
+# header-only, so the CRIU plugin needs neither library on the node it loads on.
+find_library(GPUCKPT_ZSTD_STATIC NAMES libzstd.a REQUIRED)
+find_path(GPUCKPT_ZSTD_INCLUDE zstd.h REQUIRED)
+find_path(GPUCKPT_XXHASH_INCLUDE xxhash.h REQUIRED)
+add_library(gpuckpt_zstd_static STATIC IMPORTED)
+set_target_properties(gpuckpt_zstd_static PROPERTIES IMPORTED_LOCATION ${GPUCKPT_ZSTD_STATIC}
+  INTERFACE_INCLUDE_DIRECTORIES "${GPUCKPT_ZSTD_INCLUDE};${GPUCKPT_XXHASH_INCLUDE}")

@@ -28,7 +28,8 @@ apt_install ca-certificates cmake g++ ninja-build pkg-config make git \
   protobuf-compiler libprotobuf-dev libdrm-dev linux-libc-dev \
   libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libarchive-dev libssl-dev \
   zstd tar python3 curl procps psmisc unzip iproute2 iptables \
-  python3-yaml python3-jsonschema shellcheck
+  python3-yaml python3-jsonschema shellcheck \
+  libzstd-dev libxxhash-dev
 
 # Catch2 v3 is only in bookworm-backports (bookworm's catch2 is v2).
 if ! dpkg-query -W -f='${Version}' catch2 2>/dev/null | grep -q '^3'; then
