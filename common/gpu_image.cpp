@@ -259,9 +259,7 @@ struct ChunkCodec::Contexts {
   }
 };
 
-ChunkCodec::ChunkCodec(std::uint32_t chunk_size) : contexts_(std::make_unique<Contexts>()) {
-  compressed_.resize(ZSTD_compressBound(chunk_size));
-}
+ChunkCodec::ChunkCodec(std::uint32_t chunk_size) : contexts_(std::make_unique<Contexts>()), chunk_size_(chunk_size) {}
 
 ChunkCodec::~ChunkCodec() = default;
 
@@ -283,6 +281,7 @@ void ChunkCodec::encode(std::span<const std::byte> raw, const Settings& settings
   bool paid = false;
   if (tried) {
     if (contexts_->cctx == nullptr) contexts_->cctx = ZSTD_createCCtx();
+    if (compressed_.empty()) compressed_.resize(ZSTD_compressBound(std::max<std::size_t>(chunk_size_, raw.size())));
     std::size_t n = contexts_->cctx == nullptr
                         ? 0
                         : ZSTD_compressCCtx(contexts_->cctx, compressed_.data(), compressed_.size(), raw.data(), raw.size(),

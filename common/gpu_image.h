@@ -122,7 +122,8 @@ class ChunkCodec {
  private:
   struct Contexts;
   std::unique_ptr<Contexts> contexts_;
-  std::vector<std::byte> compressed_;
+  std::uint32_t chunk_size_;
+  std::vector<std::byte> compressed_;   // allocated on the first compression
   std::size_t record_size_ = 0;
 };
 

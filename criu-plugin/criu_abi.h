@@ -86,6 +86,13 @@ using CheckAndRemoveInventoryPluginFn = bool (*)(const char* name, std::size_t n
 using GetImageDirFn = int (*)();
 using VoidFn = void (*)();
 using BoolFn = bool (*)();
+// compel (CRIU's parasite library, linked into criu and exported): prepare a seized, stopped task for syscall
+// injection, run one syscall inside it, and let it go. x86-64 signatures of compel/include/uapi/infect.h.
+struct CompelCtl;   // struct parasite_ctl, opaque
+using CompelPrepareFn = CompelCtl* (*)(int pid);
+using CompelSyscallFn = int (*)(CompelCtl* ctl, int nr, long* ret, unsigned long arg1, unsigned long arg2,
+                                unsigned long arg3, unsigned long arg4, unsigned long arg5, unsigned long arg6);
+using CompelCureFn = int (*)(CompelCtl* ctl);
 
 }  // extern "C"
 

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 
 #include <algorithm>
@@ -20,6 +22,9 @@ struct Services {
   GetImageDirFn get_image_dir = nullptr;
   VoidFn set_compel_interrupt_only_mode = nullptr;
   BoolFn alarm_timeouted = nullptr;
+  CompelPrepareFn compel_prepare = nullptr;
+  CompelSyscallFn compel_syscall = nullptr;
+  CompelCureFn compel_cure = nullptr;
   const int* final_state = nullptr;   // &opts.final_state (first member of struct cr_options)
   std::mutex inventory_mutex;
   std::set<std::string> added_to_inventory;
@@ -90,6 +95,9 @@ void bind_host(const SymbolLookup& lookup) {
   s.get_image_dir = function<GetImageDirFn>(lookup, "criu_get_image_dir");
   s.set_compel_interrupt_only_mode = function<VoidFn>(lookup, "set_compel_interrupt_only_mode");
   s.alarm_timeouted = function<BoolFn>(lookup, "alarm_timeouted");
+  s.compel_prepare = function<CompelPrepareFn>(lookup, "compel_prepare");
+  s.compel_syscall = function<CompelSyscallFn>(lookup, "compel_syscall");
+  s.compel_cure = function<CompelCureFn>(lookup, "compel_cure");
   auto opts = lookup("opts");
   s.final_state = opts ? static_cast<const int*>(opts->address) : nullptr;
 }
@@ -143,6 +151,40 @@ unsigned remaining_alarm_ms() {
 bool alarm_timed_out() {
   BoolFn timed_out = services().alarm_timeouted;
   return timed_out ? timed_out() : false;
+}
+
+bool can_drop_pages_in_task() {
+  const Services& s = services();
+  return s.compel_prepare != nullptr && s.compel_syscall != nullptr && s.compel_cure != nullptr;
+}
+
+Result<void> drop_pages_in_task(int pid, const std::vector<MemoryRange>& ranges) {
+  const Services& s = services();
+  if (!can_drop_pages_in_task()) return make_error("this CRIU does not export compel's syscall injection", ENOTSUP);
+  // compel_prepare reads the task's registers and finds an executable mapping to place the syscall instruction
+  // at; compel_syscall swaps that code in, runs one syscall with all signals blocked and puts code, registers
+  // and signal mask back. It also opens one socket in the task's network namespace that compel_cure does not
+  // close: one descriptor per task and dump, gone when CRIU exits.
+  CompelCtl* ctl = s.compel_prepare(pid);
+  if (ctl == nullptr)
+    return make_error("compel could not prepare pid " + std::to_string(pid) + " for a syscall (see CRIU's log)", EIO);
+  Result<void> result;
+  for (const MemoryRange& r : ranges) {
+    long ret = 0;
+    int err = s.compel_syscall(ctl, SYS_madvise, &ret, r.start, r.length, MADV_DONTNEED, 0, 0, 0);
+    if (err != 0 || ret != 0) {
+      char where[64];
+      std::snprintf(where, sizeof where, "0x%llx+%llu", static_cast<unsigned long long>(r.start),
+                    static_cast<unsigned long long>(r.length));
+      result = make_error("madvise(MADV_DONTNEED) inside pid " + std::to_string(pid) + " at " + where + " failed (" +
+                          (err != 0 ? "compel error " + std::to_string(err) : std::string(std::strerror(static_cast<int>(-ret)))) +
+                          ")", EIO);
+      break;
+    }
+  }
+  if (s.compel_cure(ctl) != 0 && result)
+    result = make_error("compel could not release pid " + std::to_string(pid) + " after the syscall", EIO);
+  return result;
 }
 
 bool set_interrupt_only_mode() {

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "criu-plugin/criu_abi.h"
@@ -60,6 +62,16 @@ int final_state();
 // no alarm is armed.
 unsigned remaining_alarm_ms();
 bool alarm_timed_out();
+
+// Runs madvise(MADV_DONTNEED) on each [start, start + length) inside task `pid`, which CRIU has seized and
+// stopped (compel's syscall injection, from CRIU's main thread: the tracer). The pages are gone afterwards, so
+// CRIU's page dump records the ranges as empty. Call only from a hook CRIU runs on its main thread.
+struct MemoryRange {
+  std::uint64_t start = 0;
+  std::uint64_t length = 0;
+};
+bool can_drop_pages_in_task();
+Result<void> drop_pages_in_task(int pid, const std::vector<MemoryRange>& ranges);
 
 // Ask compel to seize tasks with PTRACE_INTERRUPT only (no cgroup freezer), so a plugin can let one thread of
 // a frozen task run. Returns false when this CRIU has no such mode.

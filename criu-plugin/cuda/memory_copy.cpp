@@ -1,0 +1,280 @@
+#include "criu-plugin/cuda/memory_copy.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <system_error>
+#include <thread>
+
+#include "criu-plugin/cuda/staging_memory.h"
+
+namespace gpuckpt::cuda {
+namespace {
+
+namespace gi = gpu_image;
+using Clock = std::chrono::steady_clock;
+
+std::string hex_address(std::uint64_t a) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
+  return buf;
+}
+
+// Runs work(worker) on `threads` threads and joins them all; falls back to fewer (at least the calling thread)
+// when the system cannot start more.
+template <class Work>
+void run_pool(unsigned threads, Work&& work) {
+  std::vector<std::thread> pool;
+  pool.reserve(threads);
+  for (unsigned t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back([&work, t] { work(t); });
+    } catch (const std::system_error&) {
+      break;
+    }
+  }
+  work(0u);
+  for (auto& th : pool) th.join();
+}
+
+// process_vm_readv / process_vm_writev of one contiguous range, whole or an error.
+Result<void> copy_remote(bool write, int pid, std::uint64_t remote, std::byte* local, std::size_t size) {
+  std::size_t done = 0;
+  while (done < size) {
+    iovec l{local + done, size - done};
+    iovec r{reinterpret_cast<void*>(remote + done), size - done};
+    ssize_t n = write ? ::process_vm_writev(pid, &l, 1, &r, 1, 0) : ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : EFAULT;
+      return make_error(std::string(write ? "writing" : "reading") + " " + std::to_string(size - done) +
+                        " bytes of pid " + std::to_string(pid) + "'s memory at " + hex_address(remote + done) + ": " +
+                        std::strerror(err), err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
+// What the workers share about one process: its first error stops the rest of its chunks.
+struct ProcessSlot {
+  std::mutex mutex;
+  std::optional<Error> error;
+  std::atomic<bool> failed{false};
+  std::atomic<std::uint64_t> stored{0}, zero{0}, chunks{0};
+  void fail(Error e) {
+    std::lock_guard lock(mutex);
+    if (!error) error = std::move(e);
+    failed = true;
+  }
+};
+
+struct Item {
+  std::size_t process;
+  std::uint32_t region;
+  std::uint64_t chunk;   // dump: chunk in region; fill: index entry
+};
+
+unsigned pool_size(const gi::Settings& settings, std::size_t items) {
+  return static_cast<unsigned>(std::clamp<std::size_t>(items, 1, std::max(1u, settings.threads)));
+}
+
+std::uint64_t total_bytes(const std::vector<gi::Region>& regions) {
+  std::uint64_t sum = 0;
+  for (const auto& r : regions) sum += r.length;
+  return sum;
+}
+
+std::vector<Result<CopyStats>> collect(const std::vector<ProcessMemory>& processes,
+                                       std::vector<std::unique_ptr<ProcessSlot>>& slots, double seconds) {
+  std::vector<Result<CopyStats>> out;
+  for (std::size_t p = 0; p < processes.size(); ++p) {
+    if (slots[p]->error) {
+      out.emplace_back(*slots[p]->error);
+      continue;
+    }
+    CopyStats s;
+    s.memory_bytes = total_bytes(processes[p].regions);
+    s.stored_bytes = slots[p]->stored;
+    s.zero_chunks = slots[p]->zero;
+    s.chunks = slots[p]->chunks;
+    s.seconds = seconds;
+    out.emplace_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemory>& processes, int dir_fd,
+                                                   const gi::Settings& settings) {
+  const auto start = Clock::now();
+  std::vector<std::unique_ptr<ProcessSlot>> slots;
+  std::vector<std::unique_ptr<gi::ImageWriter>> writers(processes.size());
+  std::vector<Item> items;
+  for (std::size_t p = 0; p < processes.size(); ++p) {
+    slots.push_back(std::make_unique<ProcessSlot>());
+    gi::ImageHeader header;
+    header.vpid = processes[p].vpid;
+    header.dump_pid = processes[p].pid;
+    auto writer = gi::ImageWriter::create(dir_fd, header, processes[p].regions);
+    if (!writer) {
+      slots[p]->fail(writer.error());
+      continue;
+    }
+    writers[p] = std::move(*writer);
+    for (std::uint32_t r = 0; r < processes[p].regions.size(); ++r)
+      for (std::uint64_t c = 0; c < writers[p]->chunk_count(r); ++c) items.push_back({p, r, c});
+  }
+  std::atomic<std::size_t> next{0};
+  run_pool(pool_size(settings, items.size()), [&](unsigned) {
+    gi::ChunkCodec codec(gi::kDefaultChunkSize);
+    gi::CompressionHistory history;
+    std::vector<std::byte> buffer(gi::kDefaultChunkSize);
+    for (std::size_t i = next++; i < items.size(); i = next++) {
+      const Item& item = items[i];
+      ProcessSlot& slot = *slots[item.process];
+      if (slot.failed) continue;
+      const ProcessMemory& proc = processes[item.process];
+      const gi::Region& region = proc.regions[item.region];
+      const std::uint64_t offset = item.chunk * gi::kDefaultChunkSize;
+      const std::size_t size = std::min<std::uint64_t>(gi::kDefaultChunkSize, region.length - offset);
+      if (auto ok = copy_remote(false, proc.pid, region.start + offset, buffer.data(), size); !ok) {
+        slot.fail(ok.error());
+        continue;
+      }
+      gi::ChunkEntry entry;
+      entry.region = item.region;
+      entry.chunk = item.chunk;
+      codec.encode({buffer.data(), size}, settings, history, entry);
+      if (auto ok = writers[item.process]->append(codec, entry); !ok) {
+        slot.fail(ok.error());
+        continue;
+      }
+      slot.stored += entry.stored_size;
+      slot.zero += entry.encoding == gi::Encoding::Zero ? 1 : 0;
+      ++slot.chunks;
+    }
+  });
+  // Index, footer, fsync and rename, one file per thread: the fsyncs of several files overlap.
+  std::atomic<std::size_t> next_file{0};
+  run_pool(pool_size(settings, processes.size()), [&](unsigned) {
+    for (std::size_t p = next_file++; p < processes.size(); p = next_file++) {
+      if (slots[p]->failed || !writers[p]) continue;
+      if (auto ok = writers[p]->finish(); !ok) slots[p]->fail(ok.error());
+    }
+  });
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return collect(processes, slots, seconds);
+}
+
+std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>& processes, int dir_fd,
+                                                const gi::Settings& settings, bool memory_is_zero_or_intact) {
+  const auto start = Clock::now();
+  std::vector<std::unique_ptr<ProcessSlot>> slots;
+  std::vector<std::unique_ptr<gi::ImageReader>> readers(processes.size());
+  std::vector<Item> items;
+  for (std::size_t p = 0; p < processes.size(); ++p) {
+    slots.push_back(std::make_unique<ProcessSlot>());
+    auto reader = gi::ImageReader::open(dir_fd, gi::file_name(processes[p].vpid));
+    if (!reader) {
+      slots[p]->fail(reader.error());
+      continue;
+    }
+    auto maps = read_maps(processes[p].pid);
+    if (!maps) {
+      slots[p]->fail(maps.error());
+      continue;
+    }
+    if (auto mapped = regions_are_mapped((*reader)->regions(), *maps); !mapped) {
+      slots[p]->fail(make_error("pid " + std::to_string(processes[p].pid) + " (" + (*reader)->name() + "): " +
+                                mapped.error().message, EFAULT));
+      continue;
+    }
+    readers[p] = std::move(*reader);
+    const auto& entries = readers[p]->entries();
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (memory_is_zero_or_intact && entries[i].encoding == gi::Encoding::Zero) {
+        ++slots[p]->zero;
+        ++slots[p]->chunks;
+        continue;
+      }
+      items.push_back({p, entries[i].region, i});
+    }
+  }
+  std::atomic<std::size_t> next{0};
+  run_pool(pool_size(settings, items.size()), [&](unsigned) {
+    gi::ChunkCodec codec(gi::kMaxChunkSize);
+    std::vector<std::byte> record, buffer;
+    for (std::size_t i = next++; i < items.size(); i = next++) {
+      const Item& item = items[i];
+      ProcessSlot& slot = *slots[item.process];
+      if (slot.failed) continue;
+      const gi::ImageReader& reader = *readers[item.process];
+      const gi::ChunkEntry& entry = reader.entries()[item.chunk];
+      buffer.resize(entry.raw_size);
+      if (auto ok = reader.read_chunk(item.chunk, codec, record, buffer); !ok) {
+        slot.fail(ok.error());
+        continue;
+      }
+      const std::uint64_t remote = reader.regions()[entry.region].start + entry.chunk * reader.header().chunk_size;
+      if (auto ok = copy_remote(true, processes[item.process].pid, remote, buffer.data(), buffer.size()); !ok) {
+        slot.fail(ok.error());
+        continue;
+      }
+      slot.stored += entry.stored_size;
+      slot.zero += entry.encoding == gi::Encoding::Zero ? 1 : 0;
+      ++slot.chunks;
+    }
+  });
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<ProcessMemory> with_regions = processes;
+  for (std::size_t p = 0; p < processes.size(); ++p)
+    if (readers[p]) with_regions[p].regions = readers[p]->regions();
+  return collect(with_regions, slots, seconds);
+}
+
+std::vector<int> image_vpids(int dir_fd) {
+  std::vector<int> vpids;
+  int fd = ::dup(dir_fd);
+  if (fd < 0) return vpids;
+  DIR* dir = ::fdopendir(fd);
+  if (dir == nullptr) {
+    ::close(fd);
+    return vpids;
+  }
+  ::rewinddir(dir);
+  while (dirent* e = ::readdir(dir)) {
+    int vpid = gi::vpid_from_file_name(e->d_name);
+    if (vpid > 0) vpids.push_back(vpid);
+  }
+  ::closedir(dir);
+  std::sort(vpids.begin(), vpids.end());
+  return vpids;
+}
+
+Result<std::vector<gi::Region>> image_regions(int dir_fd, int vpid) {
+  auto reader = gi::ImageReader::open(dir_fd, gi::file_name(vpid));
+  if (!reader) return reader.error();
+  return (*reader)->regions();
+}
+
+std::string describe(const CopyStats& s) {
+  char buf[160];
+  const double gib = static_cast<double>(s.memory_bytes) / (1ull << 30);
+  std::snprintf(buf, sizeof buf, "%.2f GiB in %llu chunks (%llu zero), %.2f GiB stored", gib,
+                static_cast<unsigned long long>(s.chunks), static_cast<unsigned long long>(s.zero_chunks),
+                static_cast<double>(s.stored_bytes) / (1ull << 30));
+  return buf;
+}
+
+}  // namespace gpuckpt::cuda

@@ -1,0 +1,51 @@
+// Moving staged GPU memory between processes and GPU memory images (common/gpu_image.h), with one pool of
+// threads shared by every process of the tree. Reads and writes other processes' memory with
+// process_vm_readv/process_vm_writev, so it works from any process with ptrace rights over them (CRIU, the
+// driver host). Every thread is joined before a function returns: nothing keeps running inside CRIU.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/gpu_image.h"
+#include "common/result.h"
+
+namespace gpuckpt::cuda {
+
+struct ProcessMemory {
+  int pid = 0;    // as this process sees it (host pid)
+  int vpid = 0;   // in its own pid namespace: names the image file
+  std::vector<gpu_image::Region> regions;
+};
+
+struct CopyStats {
+  std::uint64_t memory_bytes = 0;   // of the regions
+  std::uint64_t stored_bytes = 0;   // payload bytes in the file (dump) or read from it (fill)
+  std::uint64_t zero_chunks = 0;
+  std::uint64_t chunks = 0;
+  double seconds = 0;               // wall time of the whole batch
+};
+
+// Writes one image per process into `dir_fd` and makes every file durable (fsync of each file and of the
+// directory) before returning. One result per process, in order.
+std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemory>& processes, int dir_fd,
+                                                   const gpu_image::Settings& settings);
+
+// Puts each process's memory back from its image (file by its vpid). Zero chunks are skipped when
+// `memory_is_zero_or_intact` (memory freshly mapped by the restore, or dropped/untouched since the dump).
+// Every region must lie in a writable private mapping of the process. One result per process, in order; a
+// process without an image gets an error with errno ENOENT.
+std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>& processes, int dir_fd,
+                                                const gpu_image::Settings& settings,
+                                                bool memory_is_zero_or_intact = true);
+
+// Which processes the image directory holds images for (the vpids), sorted.
+std::vector<int> image_vpids(int dir_fd);
+
+// The regions of a process's image, for the restore side (from the file's index).
+Result<std::vector<gpu_image::Region>> image_regions(int dir_fd, int vpid);
+
+std::string describe(const CopyStats& s);
+
+}  // namespace gpuckpt::cuda

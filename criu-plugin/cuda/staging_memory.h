@@ -1,0 +1,71 @@
+// Where the driver stages a CUDA process's GPU memory, and whether gpuckpt can move it itself.
+// After cuCheckpointProcessCheckpoint the GPU memory lies in host memory of the process: one private anonymous
+// read-write VMA that was not there before (measured: 8 GiB of GPU memory -> one 8719 MiB VMA). gpuckpt finds
+// it by comparing /proc/PID/maps before and after the checkpoint. Everything here is pure or reads /proc.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/gpu_image.h"
+#include "common/result.h"
+
+namespace gpuckpt::cuda {
+
+struct Vma {
+  std::uint64_t start = 0;
+  std::uint64_t end = 0;
+  std::string perms;   // "rw-p"
+  std::uint64_t inode = 0;
+  std::string path;    // "" for anonymous memory, "[heap]", a file, ...
+  std::uint64_t size() const { return end - start; }
+};
+
+std::vector<Vma> parse_maps(std::string_view text);
+Result<std::vector<Vma>> read_maps(int pid, const std::string& proc = "/proc");
+bool is_private_anonymous_rw(const Vma& v);
+
+// Staging memory smaller than this is left to CRIU: not worth a file.
+inline constexpr std::uint64_t kMinStagingBytes = 16u << 20;
+
+// The private anonymous rw VMAs of `after` that `before` did not have with the same range (a VMA the driver grew
+// or that merged with a neighbour counts whole), of at least `min_bytes`. Content-agnostic: whatever is copied
+// is put back bit for bit before the process runs again, so taking a little more than the driver's memory is
+// harmless.
+std::vector<gpu_image::Region> find_staging_regions(const std::vector<Vma>& before, const std::vector<Vma>& after,
+                                                    std::uint64_t min_bytes = kMinStagingBytes);
+// Test-only switch (GPUCKPT_TEST_STAGING_VMA): the private anonymous rw VMA starting at `start`.
+std::vector<gpu_image::Region> find_named_region(const std::vector<Vma>& maps, std::uint64_t start);
+
+// Every region lies inside one private rw VMA of `maps` (checked before writing a restored process's memory).
+Result<void> regions_are_mapped(const std::vector<gpu_image::Region>& regions, const std::vector<Vma>& maps);
+
+// Whether gpuckpt writes a process's staging memory itself, or leaves it to CRIU's page dump, and why.
+struct PathFacts {
+  bool enabled = true;              // GPUCKPT_CUDA_MEMORY_IMAGE
+  bool image_dir_is_stream = false; // criu --stream: images go to the image streamer, not to files
+  bool image_dir_known = true;      // CRIU told us its image directory
+  bool can_drop_in_task = true;     // CRIU exports compel's syscall injection
+  std::size_t staging_regions = 0;  // what find_staging_regions found
+};
+struct PathDecision {
+  bool own = false;
+  std::string why;   // for the log: why CRIU keeps the pages, or what gpuckpt does
+};
+PathDecision decide_memory_path(const PathFacts& facts);
+
+// The pid of `pid` in its own (innermost) pid namespace, from NSpid in /proc/PID/status; `pid` when unknown.
+// A restored process has the same one, while its host pid differs.
+int namespace_pid(int pid, const std::string& proc = "/proc");
+
+// The image streamer's socket in the image directory (criu --stream).
+bool image_dir_is_stream(int dir_fd);
+
+// GPUCKPT_CUDA_MEMORY_IMAGE (1/0) and the test switch; errors name the variable.
+Result<bool> memory_image_enabled_from_env();
+Result<std::optional<std::uint64_t>> test_staging_vma_from_env();
+
+}  // namespace gpuckpt::cuda
