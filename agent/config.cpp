@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/gpu_image.h"
 #include "common/log.h"
 
 namespace gpuckpt::agent {
@@ -28,6 +29,14 @@ class Section {
     } catch (const YAML::Exception&) {
       fail(std::string("'") + full(key) + "' has the wrong type");
     }
+  }
+
+  template <class T>
+  void get(const char* key, std::optional<T>& out) {   // stays unset when absent or null
+    const YAML::Node value = node_[key];
+    T parsed{};
+    get(key, parsed);
+    if (value && !value.IsNull() && error_.empty()) out = parsed;
   }
 
   Section child(const char* key) {
@@ -148,6 +157,14 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     keep(s);
   }
   {
+    Section s = top.child("gpu_memory");
+    s.get("image", c.gpu_memory.image);
+    s.get("threads", c.gpu_memory.threads);
+    s.get("compression", c.gpu_memory.compression);
+    s.get("sparse", c.gpu_memory.sparse);
+    keep(s);
+  }
+  {
     Section s = top.child("limits");
     s.get("max_request_bytes", c.max_request_bytes);
     s.get("max_concurrent_jobs", c.max_concurrent_jobs);
@@ -168,6 +185,13 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
   if (c.watch_interval_seconds < 1) c.watch_interval_seconds = 1;
   if (c.max_concurrent_jobs < 1) c.max_concurrent_jobs = 1;
   if (c.runtime_timeout.count() < 1) return make_error(source + ": checkpoints.runtime_timeout_seconds must be >= 1");
+  if (c.gpu_memory.threads && (*c.gpu_memory.threads < 0 || *c.gpu_memory.threads > 256))
+    return make_error(source + ": gpu_memory.threads " + std::to_string(*c.gpu_memory.threads) +
+                      " is not 0 (from the CPU count) to 256");
+  if (c.gpu_memory.compression) {
+    if (auto parsed = gpu_image::parse_compression(*c.gpu_memory.compression, "gpu_memory.compression"); !parsed)
+      return make_error(source + ": " + parsed.error().message);
+  }
   const auto level = log::level_from_string(c.log_level, static_cast<log::Level>(0));
   if (static_cast<int>(level) == 0)
     return make_error(source + ": log_level '" + c.log_level + "' is not one of error, warn, info, debug");
@@ -202,6 +226,16 @@ void log_config(const AgentConfig& c) {
   log::param("node_labels.enabled", c.node_labels.enabled ? "1" : "0");
   log::param("limits.max_request_bytes", std::to_string(c.max_request_bytes));
   log::param("limits.max_concurrent_jobs", std::to_string(c.max_concurrent_jobs));
+  for (const auto& [name, value] : plugin_environment(c.gpu_memory)) log::param("gpu_memory: " + name, value);
+}
+
+std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMemoryConfig& c) {
+  std::vector<std::pair<std::string, std::string>> env;
+  if (c.image) env.emplace_back("GPUCKPT_CUDA_MEMORY_IMAGE", *c.image ? "1" : "0");
+  if (c.threads) env.emplace_back("GPUCKPT_IMAGE_THREADS", std::to_string(*c.threads));
+  if (c.compression) env.emplace_back("GPUCKPT_IMAGE_COMPRESSION", *c.compression);
+  if (c.sparse) env.emplace_back("GPUCKPT_IMAGE_SPARSE", *c.sparse ? "1" : "0");
+  return env;
 }
 
 }  // namespace gpuckpt::agent

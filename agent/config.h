@@ -4,7 +4,10 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/checkpoint_archive.h"
 #include "common/matcher.h"
@@ -26,6 +29,19 @@ struct NodeLabelsConfig {
   std::string ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
   int interval_seconds = 300;
 };
+
+// How the CRIU plugin moves GPU memory (docs/cuda.md "GPU memory images"). The agent exports these to the
+// environment of the runtime commands it runs (podman -> runc -> CRIU -> plugin) as GPUCKPT_CUDA_MEMORY_IMAGE,
+// GPUCKPT_IMAGE_THREADS, GPUCKPT_IMAGE_COMPRESSION and GPUCKPT_IMAGE_SPARSE. Unset keys leave the plugin's
+// defaults.
+struct GpuMemoryConfig {
+  std::optional<bool> image;               // gpuckpt writes GPU memory itself (else CRIU's page dump)
+  std::optional<int> threads;              // 0: from the CPU count
+  std::optional<std::string> compression;  // off | auto | zstd | zstd:LEVEL
+  std::optional<bool> sparse;              // all-zero chunks are not stored
+};
+// NAME=VALUE pairs for the plugin's environment, in a fixed order.
+std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMemoryConfig& c);
 
 struct AgentConfig {
   std::string listen_address = "127.0.0.1";
@@ -49,6 +65,7 @@ struct AgentConfig {
   NodeLabelsConfig node_labels;
   std::size_t max_request_bytes = 65536;
   int max_concurrent_jobs = 4;
+  GpuMemoryConfig gpu_memory;
 };
 
 // `source` names the input in errors ("/etc/gpuckpt/agent.yaml"). Unknown keys and wrong types are errors.

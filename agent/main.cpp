@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -84,6 +85,8 @@ int main(int argc, char** argv) {
   agent::AgentConfig config = loaded.value();
   log::set_level(log::level_from_string(config.log_level, log::Level::Info));
   agent::log_config(config);
+  // The runtime commands the agent runs inherit these, down to CRIU and the plugin.
+  for (const auto& [name, value] : agent::plugin_environment(config.gpu_memory)) ::setenv(name.c_str(), value.c_str(), 1);
 
   // 2. token
   auto token = read_token(config.token_file);

@@ -1,11 +1,20 @@
 // gpuckpt inspect ARCHIVE [--host-root DIR] [--nvml-snapshot FILE] [--json]
 // What a checkpoint archive holds, which GPUs it needs, and whether this node can take it (exit 3: it cannot).
+// Given a GPU memory image (gpuckpt-gpumem-PID.img) or a CRIU image directory holding some, it reads and checks
+// every chunk of each and says what they hold.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <vector>
 #include <span>
 #include <string>
 
 #include "cli/cli_args.h"
 #include "common/checkpoint_archive.h"
+#include "common/gpu_image.h"
 #include "common/matcher.h"
 #include "common/properties_record.h"
 
@@ -13,7 +22,29 @@ namespace gpuckpt::cli {
 
 namespace {
 
-constexpr const char* kUsage = "gpuckpt inspect ARCHIVE [--host-root DIR] [--nvml-snapshot FILE] [--json]";
+constexpr const char* kUsage =
+    "gpuckpt inspect ARCHIVE|GPU-MEMORY-IMAGE|IMAGE-DIR [--host-root DIR] [--nvml-snapshot FILE] [--json]";
+
+// GPU memory images: every chunk read, checked and decompressed. Exit 0 when all are sound.
+int inspect_gpu_images(const std::filesystem::path& dir, const std::vector<std::string>& names) {
+  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    std::fprintf(stderr, "gpuckpt inspect: cannot open %s\n", dir.c_str());
+    return kExitBadInput;
+  }
+  int rc = kExitOk;
+  for (const auto& name : names) {
+    auto summary = gpu_image::summarize(dir_fd, name, true);
+    if (!summary) {
+      std::fprintf(stderr, "gpuckpt inspect: %s\n", summary.error().message.c_str());
+      rc = kExitBadInput;
+      continue;
+    }
+    std::printf("%s  every chunk checked: ok\n", gpu_image::format_summary(name, *summary).c_str());
+  }
+  ::close(dir_fd);
+  return rc;
+}
 
 std::string gib(std::uint64_t bytes) {
   if (bytes == 0) return "memory unknown";   // NVIDIA without NVML: /proc/driver/nvidia has no memory size
@@ -45,6 +76,22 @@ int run_inspect(std::span<char*> args) {
   }
   if (archive.empty()) return usage_error("inspect", "name the checkpoint archive", kUsage);
   init_cli_logging("inspect");
+  const std::filesystem::path target(archive);
+  std::error_code ec;
+  if (std::filesystem::is_directory(target, ec)) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(target, ec))
+      if (gpu_image::vpid_from_file_name(e.path().filename().string()) > 0) names.push_back(e.path().filename());
+    std::sort(names.begin(), names.end());
+    if (names.empty()) {
+      std::printf("%s holds no GPU memory image (%s<PID>%s)\n", archive.c_str(), gpu_image::kFilePrefix,
+                  gpu_image::kFileSuffix);
+      return kExitOk;
+    }
+    return inspect_gpu_images(target, names);
+  }
+  if (gpu_image::looks_like_image(archive))
+    return inspect_gpu_images(target.has_parent_path() ? target.parent_path() : ".", {target.filename().string()});
   auto info = inspect_checkpoint_archive(archive, ArchiveLimits{});
   if (!info) {
     std::fprintf(stderr, "gpuckpt inspect: %s\n", info.error().message.c_str());

@@ -57,3 +57,24 @@ TEST_CASE("configuration mistakes are errors naming the key", "[unit]") {
   CHECK_FALSE(parse_config("listen: [1]", "a").ok());
   CHECK_FALSE(load_config("/nonexistent/agent.yaml").ok());
 }
+
+TEST_CASE("gpu_memory settings become the plugin's environment; bad values name the key", "[unit]") {
+  auto none = parse_config("gpu_memory: {threads: null}", "test.yaml");
+  REQUIRE(none.ok());
+  CHECK(gpuckpt::agent::plugin_environment(none->gpu_memory).empty());   // the plugin's defaults apply
+  auto c = parse_config("gpu_memory: {image: false, threads: 8, compression: 'zstd:3', sparse: false}", "test.yaml");
+  REQUIRE(c.ok());
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  CHECK(gpuckpt::agent::plugin_environment(c->gpu_memory) ==
+        Env{{"GPUCKPT_CUDA_MEMORY_IMAGE", "0"}, {"GPUCKPT_IMAGE_THREADS", "8"},
+            {"GPUCKPT_IMAGE_COMPRESSION", "zstd:3"}, {"GPUCKPT_IMAGE_SPARSE", "0"}});
+  auto bad = parse_config("gpu_memory: {compression: gzip}", "test.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("test.yaml: gpu_memory.compression='gzip'") == 0);
+  auto threads = parse_config("gpu_memory: {threads: 1000}", "test.yaml");
+  REQUIRE_FALSE(threads.ok());
+  CHECK(threads.error().message.find("gpu_memory.threads 1000") != std::string::npos);
+  auto example = load_config(std::string(GPUCKPT_SOURCE_DIR) + "/agent/config.example.yaml");
+  REQUIRE(example.ok());
+  CHECK(gpuckpt::agent::plugin_environment(example->gpu_memory).size() == 4);
+}

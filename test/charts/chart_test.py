@@ -369,7 +369,9 @@ def test_full_config_shape():
             "nodeLabels.intervalSeconds=60", "agent.logLevel=debug",
             "config.checkpoints.watch_interval_seconds=2", "config.checkpoints.max_archive_bytes=1000000000",
             "config.checkpoints.max_entry_bytes=1000000000", "config.checkpoints.runtime_timeout_seconds=30",
-            "config.limits.max_request_bytes=4096", "config.limits.max_concurrent_jobs=2"]
+            "config.limits.max_request_bytes=4096", "config.limits.max_concurrent_jobs=2",
+            "config.gpu_memory.image=false", "config.gpu_memory.threads=8", "config.gpu_memory.compression=zstd:3",
+            "config.gpu_memory.sparse=false"]
     sets += [f"config.match_policy.{k}=false" for k in EXAMPLE["match_policy"]]
     objs = case("full-config", sets)
     spec, cfg, *_ = common_checks(objs, "full-config")
@@ -379,6 +381,8 @@ def test_full_config_shape():
     check(not missing, f"[full-config] every agent config key can be set from the chart; missing: {sorted(missing)}")
     check(cfg["match_policy"]["check_firmware"] is False, "[full-config] false survives (only null is dropped)")
     check(cfg["checkpoints"]["max_archive_bytes"] == 1000000000, "[full-config] large integers stay integers")
+    check(cfg["gpu_memory"] == {"image": False, "threads": 8, "compression": "zstd:3", "sparse": False},
+          "[full-config] gpu_memory reaches the agent's config")
 
 
 def test_custom_paths():

@@ -113,6 +113,7 @@ by the render-config init container (the agent reads literal values).
   "log_level" $v.agent.logLevel
   "match_policy" (deepCopy $v.config.match_policy)
   "node_labels" (dict "enabled" $v.nodeLabels.enabled "interval_seconds" $v.nodeLabels.intervalSeconds)
+  "gpu_memory" (deepCopy $v.config.gpu_memory)
   "limits" (deepCopy $v.config.limits)
 -}}
 {{- if ne $v.runtime.kind "kubelet" -}}

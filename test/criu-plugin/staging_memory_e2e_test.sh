@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# e2e (no GPU needed): gpuckpt moves a process's staging memory itself, with real CRIU 4.1 and the real plugin.
+# A plain process with one large private anonymous mapping stands in for a CUDA process after the driver's
+# checkpoint (the mechanism - read it in parallel, write the GPU memory image, make it durable, drop the pages
+# inside the task so CRIU dumps an empty VMA, fill it back at restore - does not depend on CUDA). The test-only
+# switch GPUCKPT_TEST_STAGING_VMA names the mapping. Checks, with the process's own checksum of the mapping:
+#   1. --leave-running: the pages are dropped, then put back before the process runs on (bit-identical);
+#   2. a dump that fails after the drop (post-dump action script fails): the process gets its memory back;
+#   3. a full dump: CRIU's pages image no longer carries the mapping, `gpuckpt inspect` checks the image, restore
+#      fills it back bit-identical;
+#   4. a corrupt chunk fails the restore with the file and chunk named, and no process is left running;
+#   5. GPUCKPT_CUDA_MEMORY_IMAGE=0: CRIU dumps the memory itself, as before.
+# Exit 0 pass, 77 skipped (no root / no working CRIU), anything else fails.
+set -uo pipefail
+
+BUILD=${GPUCKPT_BUILD_DIR:?set GPUCKPT_BUILD_DIR to the CMake build directory}
+PLUGIN=$BUILD/criu-plugin/gpuckpt_plugin.so
+HELPER=$BUILD/test/criu-plugin/staging_process
+GPUCKPT=$BUILD/cli/gpuckpt
+CRIU=${CRIU:-criu}
+SIZE_MIB=${STAGING_E2E_MIB:-192}
+
+skip() { echo "SKIPPED: $*"; exit 77; }
+fail() {
+  echo "FAILED: $*"
+  for f in "$WORK"/*.log; do [ -f "$f" ] && { echo "--- $f (gpuckpt/errors)"; grep -E "gpuckpt|Error|rror " "$f" | tail -30; }; done
+  exit 1
+}
+
+[ "$(id -u)" = 0 ] || skip "CRIU needs root"
+command -v "$CRIU" >/dev/null || skip "no criu on PATH (scripts/setup.sh installs one)"
+"$CRIU" check >/dev/null 2>&1 || skip "'criu check' fails on this kernel"
+for f in "$PLUGIN" "$HELPER" "$GPUCKPT"; do [ -x "$f" ] || [ -f "$f" ] || { echo "FAILED: $f not built"; exit 1; }; done
+ldd "$PLUGIN" 2>/dev/null | grep -qE 'lib(asan|ubsan)' && skip "plugin built with sanitizers cannot load into CRIU"
+
+WORK=$(mktemp -d /tmp/gpuckpt-staging-e2e.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  [ -n "${KEEP:-}" ] || rm -rf "$WORK"
+}
+trap cleanup EXIT
+mkdir -p "$WORK/lib"
+cp "$PLUGIN" "$WORK/lib/"
+
+gone() { for _ in $(seq 200); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.05; done; return 1; }
+
+start_process() { # $1 = name; sets PID ADDR SUM
+  rm -f "$WORK/$1.out" "$WORK/$1.out.check"
+  setsid "$HELPER" "$SIZE_MIB" "$WORK/$1.out" </dev/null >/dev/null 2>&1 &
+  PID=$!
+  PIDS+=("$PID")
+  for _ in $(seq 200); do [ -s "$WORK/$1.out" ] && break; sleep 0.05; done
+  [ -s "$WORK/$1.out" ] || fail "the staging process did not start"
+  read -r ADDR SUM < "$WORK/$1.out"
+}
+
+checksum_now() { # $1 = name, $2 = pid: the process's checksum of its mapping, now
+  rm -f "$WORK/$1.out.check"
+  kill -USR1 "$2" || fail "pid $2 is not running"
+  for _ in $(seq 200); do [ -s "$WORK/$1.out.check" ] && break; sleep 0.05; done
+  [ -s "$WORK/$1.out.check" ] || fail "pid $2 did not answer with its checksum"
+  cat "$WORK/$1.out.check"
+}
+
+pages_bytes() { du -cb "$1"/pages-*.img 2>/dev/null | tail -1 | cut -f1; }
+
+dump() { # $1 = image dir, $2 = pid, rest: criu options
+  local dir=$1 pid=$2; shift 2
+  mkdir -p "$dir"
+  GPUCKPT_TEST_STAGING_VMA=$ADDR "$CRIU" dump -t "$pid" -D "$dir" -o dump.log -v4 --libdir "$WORK/lib" "$@"
+  local rc=$?
+  mv "$dir/dump.log" "$WORK/$(basename "$dir")-dump.log" 2>/dev/null
+  return $rc
+}
+
+restore() { # $1 = image dir; sets RPID
+  "$CRIU" restore -D "$1" -o restore.log -v4 -d --libdir "$WORK/lib" --pidfile "$1/restored.pid"
+  local rc=$?
+  mv "$1/restore.log" "$WORK/$(basename "$1")-restore.log" 2>/dev/null
+  RPID=$(cat "$1/restored.pid" 2>/dev/null)
+  [ -n "$RPID" ] && PIDS+=("$RPID")
+  return $rc
+}
+
+MIB=$((1 << 20))
+
+# --- 1. --leave-running -------------------------------------------------------------------------------------
+start_process a
+dump "$WORK/leave" "$PID" --leave-running || fail "criu dump --leave-running failed"
+LOG=$WORK/leave-dump.log
+grep -q "param: GPUCKPT_IMAGE_THREADS:" "$LOG" || fail "the image settings were not logged"
+grep -q "gpuckpt: cuda: TEST SWITCH GPUCKPT_TEST_STAGING_VMA" "$LOG" || fail "the test switch was not announced"
+grep -q "gpuckpt: cuda: wrote the staging memory of 1 process" "$LOG" || fail "the staging memory was not written"
+grep -q "gpuckpt: cuda: dropped" "$LOG" || fail "the pages were not dropped inside the task"
+grep -q "gpuckpt: cuda: --leave-running: filled" "$LOG" || fail "the memory was not put back for --leave-running"
+[ -f "$WORK/leave/gpuckpt-gpumem-$PID.img" ] || fail "no GPU memory image gpuckpt-gpumem-$PID.img"
+[ "$(pages_bytes "$WORK/leave")" -lt $((SIZE_MIB * MIB / 4)) ] \
+  || fail "CRIU's pages image still carries the staging memory ($(pages_bytes "$WORK/leave") bytes)"
+[ "$(checksum_now a "$PID")" = "$SUM" ] || fail "--leave-running: the memory is not what it was before the dump"
+echo "ok 1: --leave-running: pages image $(pages_bytes "$WORK/leave") bytes, memory bit-identical after the dump"
+
+# --- 2. the dump fails after the drop -------------------------------------------------------------------------
+cat > "$WORK/fail-post-dump.sh" <<'SH'
+#!/bin/sh
+[ "$CRTOOLS_SCRIPT_ACTION" = post-dump ] && exit 1
+exit 0
+SH
+chmod +x "$WORK/fail-post-dump.sh"
+dump "$WORK/failed" "$PID" --action-script "$WORK/fail-post-dump.sh" && fail "the dump did not fail"
+grep -q "gpuckpt: cuda: dropped" "$WORK/failed-dump.log" || fail "the failed dump did not get as far as the drop"
+grep -q "gpuckpt: cuda: the dump failed: filled" "$WORK/failed-dump.log" || fail "the memory was not put back"
+kill -0 "$PID" || fail "the process did not survive the failed dump"
+[ "$(checksum_now a "$PID")" = "$SUM" ] || fail "after the failed dump the memory is not what it was"
+echo "ok 2: a dump that failed after the drop gave the process its memory back"
+
+# --- 3. full dump and restore ---------------------------------------------------------------------------------
+dump "$WORK/full" "$PID" || fail "criu dump failed"
+gone "$PID" || fail "the dumped process $PID did not go away"
+[ "$(pages_bytes "$WORK/full")" -lt $((SIZE_MIB * MIB / 4)) ] || fail "the pages image carries the staging memory"
+INSPECT=$("$GPUCKPT" inspect "$WORK/full/gpuckpt-gpumem-$PID.img") || fail "gpuckpt inspect: $INSPECT"
+echo "$INSPECT" | grep -q "every chunk checked: ok" || fail "inspect did not check the chunks: $INSPECT"
+echo "$INSPECT" | grep -Eq "\(([1-9][0-9]*) zero, ([1-9][0-9]*) zstd" || fail "expected zero and zstd chunks: $INSPECT"
+IMG_BYTES=$(stat -c %s "$WORK/full/gpuckpt-gpumem-$PID.img")
+[ "$IMG_BYTES" -lt $((SIZE_MIB * MIB * 3 / 4)) ] || fail "the image ($IMG_BYTES bytes) is not smaller than the memory"
+restore "$WORK/full" || fail "criu restore failed"
+grep -q "gpuckpt: cuda: filled the staging memory of 1 process" "$WORK/full-restore.log" \
+  || fail "the restore did not fill the staging memory"
+[ "$RPID" = "$PID" ] || fail "restored as pid $RPID, dumped $PID"
+[ "$(checksum_now a "$RPID")" = "$SUM" ] || fail "the restored memory is not bit-identical"
+echo "ok 3: pages image $(pages_bytes "$WORK/full") bytes, GPU memory image $IMG_BYTES bytes for $SIZE_MIB MiB; restored bit-identical"
+
+# --- 4. a corrupt chunk fails the restore ---------------------------------------------------------------------
+dump "$WORK/corrupt" "$RPID" || fail "criu dump of the restored process failed"
+gone "$RPID" || fail "pid $RPID did not go away"
+FILE=$WORK/corrupt/gpuckpt-gpumem-$PID.img
+# The first chunk is random (stored raw): flip a byte of its payload (after the 64-byte file header and the
+# 48-byte record header of whichever chunk was written first - every record is checked, so any one will do).
+printf '\xff' | dd of="$FILE" bs=1 seek=$((64 + 48 + 4096)) conv=notrunc status=none
+restore "$WORK/corrupt" && fail "the restore with a corrupt chunk succeeded"
+grep -Eq "gpuckpt-gpumem-$PID.img: chunk [0-9]+ of region 0" "$WORK/corrupt-restore.log" \
+  || fail "the restore error does not name the file and chunk"
+gone "$PID" || fail "a process with wrong memory was left running"
+echo "ok 4: $(grep -Eo "gpuckpt-gpumem-$PID.img: chunk [0-9]+ of region 0[^:]*: [a-z ]+" "$WORK/corrupt-restore.log" | head -1)"
+
+# --- 5. forced off ------------------------------------------------------------------------------------------------
+start_process b
+GPUCKPT_CUDA_MEMORY_IMAGE=0 dump "$WORK/off" "$PID" || fail "criu dump with GPUCKPT_CUDA_MEMORY_IMAGE=0 failed"
+gone "$PID" || fail "pid $PID did not go away"
+[ ! -e "$WORK/off/gpuckpt-gpumem-$PID.img" ] || fail "an image was written although the path is off"
+grep -q "GPUCKPT_CUDA_MEMORY_IMAGE=0: CRIU dumps the GPU memory" "$WORK/off-dump.log" || fail "the fallback was not logged"
+[ "$(pages_bytes "$WORK/off")" -gt $((SIZE_MIB * MIB / 2)) ] || fail "CRIU did not dump the memory itself"
+restore "$WORK/off" || fail "criu restore (path off) failed"
+[ "$(checksum_now b "$RPID")" = "$SUM" ] || fail "path off: the restored memory is not bit-identical"
+echo "ok 5: with the path off CRIU carried the memory ($(pages_bytes "$WORK/off") bytes) and the restore is bit-identical"
+echo "PASS"

@@ -1,0 +1,86 @@
+// A stand-in for a checkpointed CUDA process in the staging-memory e2e test: one private anonymous mapping of
+// SIZE MiB (what the driver's staging memory is after cuCheckpointProcessCheckpoint), filled with random, zero
+// and bf16-like stretches. Writes "ADDRESS CHECKSUM" to OUT when ready, and on every SIGUSR1 writes the
+// checksum of the mapping as it is now to OUT.check, so the test can prove the memory came back bit-identical.
+//
+//   staging_process SIZE_MIB OUT
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <span>
+#include <string>
+
+#include "common/gpu_image.h"
+
+namespace {
+
+volatile std::sig_atomic_t g_check = 0;
+
+void on_usr1(int) { g_check = 1; }
+
+bool write_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return false;
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: staging_process SIZE_MIB OUT\n");
+    return 2;
+  }
+  const std::size_t size = std::strtoull(argv[1], nullptr, 10) << 20;
+  const std::string out = argv[2];
+  for (int fd = 3; fd < 1024; ++fd) ::close(fd);   // a harness fd on a foreign mount would fail CRIU's dump
+  auto* mem = static_cast<std::uint16_t*>(
+      ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (mem == MAP_FAILED) return 1;
+  // Stretches of 5 MiB (not chunk-aligned): random, zero, bf16 of normally distributed values.
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const std::size_t words = size / 2, stretch = (5u << 20) / 2;
+  for (std::size_t i = 0; i < words; ++i) {
+    switch ((i / stretch) % 3) {
+      case 0: mem[i] = static_cast<std::uint16_t>(rng()); break;
+      case 1: break;   // fresh anonymous memory is zero
+      case 2: {
+        float f = normal(rng);
+        std::uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        mem[i] = static_cast<std::uint16_t>(bits >> 16);
+        break;
+      }
+    }
+  }
+  std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(mem), size);
+  std::signal(SIGUSR1, on_usr1);
+  if (!write_file(out, hex(reinterpret_cast<std::uintptr_t>(mem)) + " " + hex(gpuckpt::gpu_image::checksum(bytes)) +
+                           "\n"))
+    return 1;
+  for (;;) {
+    if (g_check) {
+      g_check = 0;
+      write_file(out + ".check", hex(gpuckpt::gpu_image::checksum(bytes)) + "\n");
+    }
+    ::usleep(20000);
+  }
+}
