@@ -2,7 +2,9 @@
 // inside CRIU. Dump: PAUSE_DEVICES locks each CUDA process, CHECKPOINT_DEVICES moves the GPU state of all of
 // them into host memory (in parallel) so CRIU dumps it as plain memory; fini puts every process back when the
 // dump failed or runs with --leave-running. Restore: RESUME_DEVICES_LATE moves the state back onto this node's
-// GPUs (remapped when needed) and unlocks, again for all processes in parallel.
+// GPUs (remapped when needed) and unlocks, again for all processes in parallel. GPU memory takes gpuckpt's own
+// path where it can (gpu_memory_path.h): written in parallel after the driver's checkpoint, dropped from CRIU's
+// dump, filled back before the driver's restore.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -27,6 +29,7 @@
 #include "criu-plugin/criu_host.h"
 #include "criu-plugin/cuda/cuda_driver.h"
 #include "criu-plugin/cuda/driver_host.h"
+#include "criu-plugin/cuda/gpu_memory_path.h"
 #include "criu-plugin/cuda/process_info.h"
 #include "criu-plugin/cuda/record_files.h"
 #include "criu-plugin/cuda/remap.h"
@@ -92,7 +95,8 @@ class CudaBackend final : public Backend {
     parallel_ = env_number("GPUCKPT_CUDA_PARALLEL", 1) != 0;
     log::param("GPUCKPT_CUDA_PARALLEL", parallel_ ? "1" : "0");
     if (stage == criu::kStagePreDump) {
-      log::info("cuda: pre-dump copies no GPU state (the GPU is only checkpointed by a full dump); inactive");
+      log::info("cuda: pre-dump copies no GPU state and writes no GPU memory image (the GPU is only checkpointed "
+                "by a full dump); inactive");
       return 0;
     }
     if (stage == criu::kStageDump) return init_dump();
@@ -101,7 +105,7 @@ class CudaBackend final : public Backend {
   }
 
   void fini(int stage, int ret) override {
-    if (enabled_ && stage == criu::kStageDump && host_) fini_dump(ret);
+    if (enabled_ && stage == criu::kStageDump && (host_ || memory_.any_staged())) fini_dump(ret);
     if (host_) host_->done();
     host_.reset();
     driver_ = nullptr;
@@ -111,6 +115,16 @@ class CudaBackend final : public Backend {
   int pause_devices(int pid) override {
     if (!enabled_ || stage_ != criu::kStageDump) return -ENOTSUP;
     const cuda::NvidiaFiles files = cuda::nvidia_files(pid);
+    if (!files.any && memory_.test_switch_names(pid)) {
+      if (auto added = criu::add_to_inventory(kPluginName); !added) {
+        log::error("cuda: " + added.error().message);
+        return -EIO;
+      }
+      log::warn("cuda: pid " + std::to_string(pid) + " holds the test switch's VMA: its staging memory is moved "
+                "as a checkpointed CUDA process's would be, with no driver call");
+      test_pids_.push_back(pid);
+      return 0;
+    }
     if (!files.any) {
       // Not a CUDA process, or one checkpointed before this dump (its device files are closed then): CRIU dumps
       // it as plain memory and it stays as it is.
@@ -177,6 +191,7 @@ class CudaBackend final : public Backend {
       log::info("cuda: pid " + std::to_string(pid) + " is already " + cuda::to_string(state) +
                 "; it is dumped as it is and left so");
     }
+    if (state != ProcessState::Checkpointed) memory_.before_checkpoint(pid);
     tracked_.push_back(entry);
     record_gpus(pid, files);
     return 0;
@@ -184,10 +199,14 @@ class CudaBackend final : public Backend {
 
   int checkpoint_devices(int pid) override {
     if (!enabled_ || stage_ != criu::kStageDump) return -ENOTSUP;
+    // CRIU asks process by process; all of them are frozen by now, so the first call does every one at once.
+    if (std::find(test_pids_.begin(), test_pids_.end(), pid) != test_pids_.end()) {
+      if (!checkpoint_round_done_) checkpoint_round();
+      return 0;
+    }
     auto it = std::find_if(tracked_.begin(), tracked_.end(), [&](const Tracked& t) { return t.pid == pid; });
     if (it == tracked_.end()) return -ENOTSUP;
-    // CRIU asks process by process; all of them are frozen by now, so the first call does every one at once.
-    if (!checkpoint_round_done_) checkpoint_all();
+    if (!checkpoint_round_done_) checkpoint_round();
     return it->checkpoint_result;
   }
 
@@ -202,7 +221,13 @@ class CudaBackend final : public Backend {
  private:
   int init_dump() {
     HostRoot host("/");
+    memory_.configure(criu::image_dir_fd());
     if (!host.exists("proc/driver/nvidia/gpus")) {
+      if (memory_.test_switch_on()) {
+        enabled_ = true;
+        log::info("cuda: no NVIDIA GPU on this node; active for the test switch's process only");
+        return 0;
+      }
       log::info("cuda: no NVIDIA GPU on this node (/proc/driver/nvidia/gpus is absent); CUDA backend inactive");
       return 0;
     }
@@ -227,7 +252,14 @@ class CudaBackend final : public Backend {
       log::error("cuda: " + records.error().message);
       return -1;
     }
+    memory_.configure(dir_fd);
     if (records->by_pid.empty()) {
+      if (memory_.has_images()) {
+        // Only the test switch writes GPU memory images without a CUDA process record.
+        log::info("cuda: the checkpoint holds GPU memory images but no CUDA process state; filling memory only");
+        enabled_ = true;
+        return 0;
+      }
       log::info("cuda: the checkpoint holds no CUDA process state; CUDA backend inactive for restore");
       return 0;
     }
@@ -330,6 +362,19 @@ class CudaBackend final : public Backend {
     log::info("cuda: pid " + std::to_string(pid) + " sees GPU(s): " + (gpus.empty() ? "none" : gpus));
     if (auto written = cuda::write_process_record(criu::image_dir_fd(), pid, record); !written)
       log::warn("cuda: " + written.error().message);
+  }
+
+  // The driver's checkpoint of every tracked process, then gpuckpt's copy of their staging memory.
+  void checkpoint_round() {
+    checkpoint_round_done_ = true;
+    if (!tracked_.empty()) checkpoint_all();
+    std::vector<int> staged = test_pids_;
+    for (const auto& t : tracked_)
+      if (t.checkpoint_attempted && t.checkpoint_result == 0) staged.push_back(t.pid);
+    if (staged.empty()) return;
+    memory_.stage(staged, [this](int pid, int vpid) {
+      if (host_) host_->staged(pid, vpid);
+    });
   }
 
   void checkpoint_all() {
@@ -472,10 +517,22 @@ class CudaBackend final : public Backend {
     restore_round_done_ = true;
     std::vector<int> candidates{first_pid};
     for (int child : cuda::descendants(first_pid)) candidates.push_back(child);
+    // The staging memory first: the driver's restore reads it.
+    for (const auto& [pid, result] : memory_.fill(candidates)) {
+      restore_results_[pid] = result;
+      if (result != 0) {
+        log::error("cuda: killing restored pid " + std::to_string(pid) + ": its GPU memory could not be put back, "
+                   "so the restore failed");
+        ::kill(pid, SIGKILL);
+      }
+    }
+    if (driver_ == nullptr) return;
     // Only the restore thread id can be asked while the task is stopped: every other driver call is served by
     // that thread inside the task, so it would wait for a thread CRIU holds (restore_processes lets it run).
     std::vector<int> pids;
     for (int pid : candidates) {
+      auto filled = restore_results_.find(pid);
+      if (filled != restore_results_.end() && filled->second != 0) continue;
       int tid = -1;
       if (driver_->get_restore_thread_id(pid, &tid) == cuda::kCudaSuccess) pids.push_back(pid);
     }
@@ -499,15 +556,24 @@ class CudaBackend final : public Backend {
       if (final_state < 0) log::warn("cuda: CRIU's final task state is unknown; assuming the tasks are killed");
       return;
     }
+    const std::string why = ret != 0 ? "the dump failed" : "--leave-running";
+    // The memory before the driver's restore, which reads it.
+    const std::set<int> unfilled = memory_.refill(why);
     std::vector<int> pids;
     std::vector<ProcessState> initial;
     for (const auto& t : tracked_) {
       if (!t.locked_by_us && !t.checkpoint_attempted) continue;
+      if (unfilled.count(t.pid) != 0) {
+        log::error("cuda: pid " + std::to_string(t.pid) + " stays checkpointed: restoring it without its GPU memory "
+                   "would give it wrong data. Its memory is in " + gpu_image::kFilePrefix + "*.img in the image "
+                   "directory");
+        continue;
+      }
       pids.push_back(t.pid);
       initial.push_back(t.initial);
     }
-    if (!pids.empty()) {
-      log::info(std::string("cuda: ") + (ret != 0 ? "the dump failed" : "--leave-running") + ": returning " +
+    if (!pids.empty() && driver_ != nullptr) {
+      log::info("cuda: " + why + ": returning " +
                 std::to_string(pids.size()) + " process(es) to their state before the dump");
       (void)restore_processes(pids, initial, false);
     }
@@ -537,6 +603,8 @@ class CudaBackend final : public Backend {
   Driver* driver_ = nullptr;   // host_'s driver: every call runs in the driver host
   std::optional<NodeInventory> inventory_;
   std::vector<Tracked> tracked_;
+  std::vector<int> test_pids_;   // GPUCKPT_TEST_STAGING_VMA stand-ins: memory path only, no driver
+  cuda::GpuMemoryPath memory_;
   bool checkpoint_round_done_ = false;
   bool restore_round_done_ = false;
   std::map<int, int> restore_results_;

@@ -13,11 +13,13 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
+#include "criu-plugin/cuda/memory_copy.h"
 #include "criu-plugin/cuda/process_info.h"
 
 namespace gpuckpt::cuda {
@@ -26,14 +28,14 @@ namespace {
 // The wire between CRIU and the host: one SOCK_SEQPACKET control socket (messages arrive whole and in order).
 // A call carries, as SCM_RIGHTS, one end of a socket pair made for it; the host answers on that pair, so
 // concurrent calls never share a reply channel.
-enum class Op : std::uint32_t { Lock = 1, Checkpoint, Restore, Unlock, GetState, GetRestoreThreadId, Track, Done };
+enum class Op : std::uint32_t { Lock = 1, Checkpoint, Restore, Unlock, GetState, GetRestoreThreadId, Track, Done, Staged };
 
 inline constexpr std::size_t kMaxPairs = 64;   // a node has at most 16 GPUs; pairs cover each one seen
 
 struct Request {
   Op op;
   std::int32_t pid;
-  std::uint32_t arg;   // lock timeout (ms); initial state for Track
+  std::uint32_t arg;   // lock timeout (ms); initial state for Track; vpid for Staged
   std::uint32_t pair_count;
   UuidPair pairs[kMaxPairs];
 };
@@ -112,18 +114,47 @@ Reply serve(Driver& driver, const Request& request) {
     }
     case Op::GetRestoreThreadId: rc = driver.get_restore_thread_id(request.pid, &reply.value); break;
     case Op::Track:
-    case Op::Done: break;
+    case Op::Done:
+    case Op::Staged: break;
   }
   reply.result = rc;
   copy_text(reply.text, driver.describe(rc));
   return reply;
 }
 
+// The staged memory of the processes CRIU left behind, back from the images (the driver's restore reads it).
+// Returns the pids whose memory could not be put back.
+std::set<int> refill(const std::map<int, int>& staged, int image_dir_fd, int log_fd) {
+  std::set<int> failed;
+  if (staged.empty()) return failed;
+  std::vector<ProcessMemory> jobs;
+  for (const auto& [pid, vpid] : staged)
+    if (process_alive(pid)) jobs.push_back({pid, vpid, {}});
+  auto settings = gpu_image::settings_from_env();
+  if (!settings) settings = gpu_image::Settings{};
+  if (settings->threads == 0) settings->threads = 4;
+  auto filled = fill_from_images(jobs, image_dir_fd, *settings);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (filled[i]) {
+      dprintf(log_fd, "pid %d: GPU memory filled back from %s\n", jobs[i].pid,
+              gpu_image::file_name(jobs[i].vpid).c_str());
+      continue;
+    }
+    failed.insert(jobs[i].pid);
+    dprintf(log_fd, "pid %d: its GPU memory could not be put back (%s); left checkpointed, not restored with "
+                    "wrong data\n", jobs[i].pid, filled[i].error().message.c_str());
+  }
+  return failed;
+}
+
 // CRIU ended without done(): put every tracked process back where it was before the dump.
-void guard(Driver& driver, const std::map<int, ProcessState>& tracked, int log_fd) {
+void guard(Driver& driver, const std::map<int, ProcessState>& tracked, const std::map<int, int>& staged,
+           int image_dir_fd, int log_fd) {
   dprintf(log_fd, "gpuckpt guardian: CRIU ended without finishing the dump; returning %zu process(es) to their "
                   "state before the dump\n", tracked.size());
+  const std::set<int> unfilled = refill(staged, image_dir_fd, log_fd);
   for (const auto& [pid, initial] : tracked) {
+    if (unfilled.count(pid) != 0) continue;
     // CRIU's death detaches its tracees; give the kernel a moment to let them run again.
     for (int attempt = 0; attempt < 50 && process_alive(pid); ++attempt) {
       ProcessState now = ProcessState::Failed;
@@ -154,7 +185,7 @@ void guard(Driver& driver, const std::map<int, ProcessState>& tracked, int log_f
   }
 }
 
-[[noreturn]] void run_host(int control_fd, int log_fd, const DriverHost::DriverFactory& factory,
+[[noreturn]] void run_host(int control_fd, int log_fd, int image_dir_fd, const DriverHost::DriverFactory& factory,
                            DriverHost::Mode mode) {
   auto loaded = factory();
   Reply greeting{};
@@ -164,6 +195,7 @@ void guard(Driver& driver, const std::map<int, ProcessState>& tracked, int log_f
   Driver& driver = **loaded;
 
   std::map<int, ProcessState> tracked;
+  std::map<int, int> staged;   // pid -> vpid of its GPU memory image
   bool finished = false;
   std::vector<std::thread> calls;
   for (;;) {
@@ -175,6 +207,8 @@ void guard(Driver& driver, const std::map<int, ProcessState>& tracked, int log_f
     }
     if (request.op == Op::Track) {
       tracked[request.pid] = static_cast<ProcessState>(request.arg);
+    } else if (request.op == Op::Staged) {
+      staged[request.pid] = static_cast<int>(request.arg);
     } else if (request.op == Op::Done) {
       finished = true;
     } else if (reply_fd >= 0) {
@@ -189,7 +223,7 @@ void guard(Driver& driver, const std::map<int, ProcessState>& tracked, int log_f
   }
   // A call still running (a checkpoint CRIU did not wait for) finishes before the guardian looks at its process.
   for (auto& call : calls) call.join();
-  if (mode == DriverHost::Mode::Dump && !finished && !tracked.empty()) guard(driver, tracked, log_fd);
+  if (mode == DriverHost::Mode::Dump && !finished && !tracked.empty()) guard(driver, tracked, staged, image_dir_fd, log_fd);
   _exit(0);
 }
 
@@ -296,17 +330,19 @@ Result<std::unique_ptr<DriverHost>> DriverHost::start(const DriverFactory& facto
                                               O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600)
                                    : -1;
     if (log_fd < 0) log_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-    // Keep nothing of CRIU's open: not its log, not its images, not a pipe a container runtime reads to EOF.
+    // The image directory, for the guardian's refill of GPU memory images (a dump's only).
+    int dir_fd = mode == Mode::Dump && image_dir_fd >= 0 ? ::fcntl(image_dir_fd, F_DUPFD_CLOEXEC, 3) : -1;
+    // Keep nothing else of CRIU's open: not its log, not a pipe a container runtime reads to EOF.
     int null_fd = ::open("/dev/null", O_RDWR);
     for (int target = 0; target < 3; ++target) ::dup2(null_fd, target);
     for (int fd = 3; fd < 65536; ++fd)
-      if (fd != fds[1] && fd != log_fd) ::close(fd);
+      if (fd != fds[1] && fd != log_fd && fd != dir_fd) ::close(fd);
     ::signal(SIGPIPE, SIG_IGN);
     ::signal(SIGCHLD, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    run_host(fds[1], log_fd, factory, mode);
+    run_host(fds[1], log_fd, dir_fd, factory, mode);
   }
   ::close(fds[1]);
   ::close(report[1]);
@@ -345,6 +381,10 @@ Driver& DriverHost::driver() { return *remote_; }
 
 void DriverHost::track(int pid, ProcessState initial) {
   static_cast<RemoteDriver&>(*remote_).notify(Op::Track, pid, static_cast<std::uint32_t>(initial));
+}
+
+void DriverHost::staged(int pid, int vpid) {
+  static_cast<RemoteDriver&>(*remote_).notify(Op::Staged, pid, static_cast<std::uint32_t>(vpid));
 }
 
 void DriverHost::done() { static_cast<RemoteDriver&>(*remote_).notify(Op::Done); }

@@ -8,7 +8,8 @@
 // answers calls, each on a thread of its own, so calls for several processes run in parallel. It is also the
 // dump guardian: when CRIU's end of the socket closes during a dump without done() (CRIU was killed), it
 // restores and unlocks every tracked process that still lives and writes what it did to gpuckpt-guardian.log in
-// the image directory.
+// the image directory. A process whose GPU memory gpuckpt had written to an image (and dropped from the task) is
+// filled back from that image first; if that fails, it is left checkpointed rather than restored with wrong data.
 #pragma once
 
 #include <functional>
@@ -46,6 +47,8 @@ class DriverHost {
 
   // The process was found in `initial` state and is now under gpuckpt's control.
   void track(int pid, ProcessState initial);
+  // The staging memory of `pid` is durable in the image gpuckpt-gpumem-<vpid>.img and may be dropped from it.
+  void staged(int pid, int vpid);
   // CRIU finished (whatever the outcome) and the backend put every process where it belongs.
   void done();
 

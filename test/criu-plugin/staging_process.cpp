@@ -2,8 +2,11 @@
 // SIZE MiB (what the driver's staging memory is after cuCheckpointProcessCheckpoint), filled with random, zero
 // and bf16-like stretches. Writes "ADDRESS CHECKSUM" to OUT when ready, and on every SIGUSR1 writes the
 // checksum of the mapping as it is now to OUT.check, so the test can prove the memory came back bit-identical.
+// With HOLD, it keeps that file open (the test unlinks it: a ghost file, which CRIU refuses to dump beyond
+// --ghost-limit, so a dump can be made to fail after the plugin's CHECKPOINT_DEVICES work).
 //
-//   staging_process SIZE_MIB OUT
+//   staging_process SIZE_MIB OUT [HOLD]
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -44,13 +47,14 @@ std::string hex(std::uint64_t v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: staging_process SIZE_MIB OUT\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: staging_process SIZE_MIB OUT [HOLD]\n");
     return 2;
   }
   const std::size_t size = std::strtoull(argv[1], nullptr, 10) << 20;
   const std::string out = argv[2];
   for (int fd = 3; fd < 1024; ++fd) ::close(fd);   // a harness fd on a foreign mount would fail CRIU's dump
+  if (argc == 4 && ::open(argv[3], O_RDONLY) < 0) return 1;
   auto* mem = static_cast<std::uint16_t*>(
       ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (mem == MAP_FAILED) return 1;

@@ -1,0 +1,203 @@
+#include "criu-plugin/cuda/gpu_memory_path.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+
+#include "common/log.h"
+#include "criu-plugin/criu_host.h"
+
+namespace gpuckpt::cuda {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string fixed(double value, int digits = 3) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, value);
+  return buf;
+}
+
+std::string rate(std::uint64_t bytes, double seconds) {
+  return seconds > 0 ? fixed(static_cast<double>(bytes) / 1e9 / seconds, 2) + " GB/s" : "-";
+}
+
+std::string pid_text(int pid) { return "pid " + std::to_string(pid); }
+
+}  // namespace
+
+void GpuMemoryPath::configure(int dir_fd) {
+  dir_fd_ = dir_fd;
+  if (auto enabled = memory_image_enabled_from_env(); enabled) {
+    enabled_ = *enabled;
+  } else {
+    log::error("cuda: " + enabled.error().message + "; using 1");
+  }
+  log::param("GPUCKPT_CUDA_MEMORY_IMAGE", enabled_ ? "1" : "0");
+  if (auto settings = gpu_image::settings_from_env(); settings) {
+    settings_ = *settings;
+  } else {
+    log::error("cuda: " + settings.error().message + "; using the defaults for the GPU memory image settings");
+    settings_ = gpu_image::Settings{};
+    settings_.threads = gpu_image::default_threads(static_cast<unsigned>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))));
+  }
+  gpu_image::log_settings(settings_);
+  if (auto vma = test_staging_vma_from_env(); vma) {
+    test_vma_ = *vma;
+  } else {
+    log::error("cuda: " + vma.error().message + "; the test switch stays off");
+  }
+  if (test_vma_) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(*test_vma_));
+    log::warn(std::string("cuda: TEST SWITCH GPUCKPT_TEST_STAGING_VMA=") + buf + ": a process mapping private "
+              "anonymous memory there is handled as a checkpointed CUDA process (for tests only)");
+  }
+  if (dir_fd >= 0) image_vpids_ = image_vpids(dir_fd);
+}
+
+bool GpuMemoryPath::test_switch_names(int pid) const {
+  if (!test_vma_) return false;
+  auto maps = read_maps(pid);
+  return maps && !find_named_region(*maps, *test_vma_).empty();
+}
+
+void GpuMemoryPath::before_checkpoint(int pid) {
+  if (!enabled_ || test_vma_) return;
+  auto maps = read_maps(pid);
+  if (maps) maps_before_[pid] = std::move(*maps);
+  else log::warn("cuda: " + pid_text(pid) + ": " + maps.error().message + "; CRIU will dump its GPU memory");
+}
+
+void GpuMemoryPath::stage(const std::vector<int>& pids, const std::function<void(int pid, int vpid)>& on_durable) {
+  std::vector<ProcessMemory> jobs;
+  for (int pid : pids) {
+    PathFacts facts;
+    facts.enabled = enabled_;
+    facts.image_dir_known = dir_fd_ >= 0;
+    facts.image_dir_is_stream = dir_fd_ >= 0 && image_dir_is_stream(dir_fd_);
+    facts.can_drop_in_task = criu::can_drop_pages_in_task();
+    std::vector<gpu_image::Region> regions;
+    if (auto after = read_maps(pid); after) {
+      if (test_vma_) regions = find_named_region(*after, *test_vma_);
+      else if (auto before = maps_before_.find(pid); before != maps_before_.end())
+        regions = find_staging_regions(before->second, *after);
+    }
+    facts.staging_regions = regions.size();
+    const PathDecision decision = decide_memory_path(facts);
+    if (!decision.own) {
+      log::info("cuda: " + pid_text(pid) + ": " + decision.why);
+      continue;
+    }
+    std::uint64_t bytes = 0;
+    for (const auto& r : regions) bytes += r.length;
+    log::info("cuda: " + pid_text(pid) + ": " + std::to_string(regions.size()) + " staging region(s), " +
+              fixed(static_cast<double>(bytes) / (1 << 20), 0) + " MiB");
+    jobs.push_back({pid, namespace_pid(pid), std::move(regions)});
+  }
+  if (jobs.empty()) return;
+
+  const auto start = Clock::now();
+  auto written = write_memory_images(jobs, dir_fd_, settings_);
+  const double write_s = std::chrono::duration<double>(Clock::now() - start).count();
+  std::uint64_t memory = 0, stored = 0;
+  std::size_t ok_count = 0;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (!written[i]) {
+      // Nothing was dropped: CRIU dumps the memory, or the dump fails on its own (a full disk fails it anyway).
+      log::error("cuda: " + pid_text(jobs[i].pid) + ": writing its GPU memory image failed: " +
+                 written[i].error().message + "; CRIU dumps its GPU memory instead");
+      continue;
+    }
+    ++ok_count;
+    memory += written[i]->memory_bytes;
+    stored += written[i]->stored_bytes;
+    log::info("cuda: " + pid_text(jobs[i].pid) + ": wrote " + gpu_image::file_name(jobs[i].vpid) + ": " +
+              describe(*written[i]));
+  }
+  log::info("cuda: wrote the staging memory of " + std::to_string(ok_count) + " process(es) with " +
+            std::to_string(settings_.threads) + " thread(s), durable");
+  log::info("timing: gpu memory image write: " + fixed(write_s) + " s, " + rate(memory, write_s) + " of memory, " +
+            fixed(static_cast<double>(stored) / (1 << 20), 0) + " MiB stored");
+
+  const auto drop_start = Clock::now();
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (!written[i]) continue;
+    const int pid = jobs[i].pid;
+    // From here on the memory may be gone from the task: whoever cleans up must know where it is.
+    staged_[pid] = jobs[i].vpid;
+    on_durable(pid, jobs[i].vpid);
+    std::vector<criu::MemoryRange> ranges;
+    for (const auto& r : jobs[i].regions) ranges.push_back({r.start, r.length});
+    if (auto dropped = criu::drop_pages_in_task(pid, ranges); !dropped) {
+      // The pages stay and CRIU dumps them too; the image is still right, so restore uses it. Slower, correct.
+      log::warn("cuda: " + pid_text(pid) + ": " + dropped.error().message + "; CRIU dumps the GPU memory as well");
+      continue;
+    }
+    log::info("cuda: " + pid_text(pid) + ": dropped " + std::to_string(ranges.size()) + " staging region(s) inside "
+              "the task; CRIU records them as empty");
+  }
+  log::info("timing: gpu memory drop: " + fixed(std::chrono::duration<double>(Clock::now() - drop_start).count()) +
+            " s");
+}
+
+std::set<int> GpuMemoryPath::refill(const std::string& why) {
+  std::set<int> failed;
+  if (staged_.empty()) return failed;
+  std::vector<ProcessMemory> jobs;
+  for (const auto& [pid, vpid] : staged_) jobs.push_back({pid, vpid, {}});
+  auto filled = fill_from_images(jobs, dir_fd_, settings_);
+  std::size_t ok_count = 0;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (filled[i]) {
+      ++ok_count;
+      continue;
+    }
+    failed.insert(jobs[i].pid);
+    log::error("cuda: " + why + ": " + pid_text(jobs[i].pid) + ": its GPU memory could not be put back: " +
+               filled[i].error().message);
+  }
+  log::info("cuda: " + why + ": filled the staging memory of " + std::to_string(ok_count) + " process(es) from " +
+            "their images before the driver's restore");
+  return failed;
+}
+
+std::map<int, int> GpuMemoryPath::fill(const std::vector<int>& candidates) {
+  std::map<int, int> results;
+  if (image_vpids_.empty()) return results;
+  std::vector<ProcessMemory> jobs;
+  for (int pid : candidates) {
+    const int vpid = namespace_pid(pid);
+    if (std::binary_search(image_vpids_.begin(), image_vpids_.end(), vpid)) jobs.push_back({pid, vpid, {}});
+  }
+  if (jobs.empty()) {
+    log::warn("cuda: the checkpoint has GPU memory images, but no restored process matches them");
+    return results;
+  }
+  const auto start = Clock::now();
+  auto filled = fill_from_images(jobs, dir_fd_, settings_);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::uint64_t memory = 0;
+  std::size_t ok_count = 0;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (!filled[i]) {
+      log::error("cuda: " + pid_text(jobs[i].pid) + ": " + filled[i].error().message);
+      results[jobs[i].pid] = -(filled[i].error().errno_value > 0 ? filled[i].error().errno_value : EIO);
+      continue;
+    }
+    results[jobs[i].pid] = 0;
+    ++ok_count;
+    memory += filled[i]->memory_bytes;
+    log::info("cuda: " + pid_text(jobs[i].pid) + ": filled from " + gpu_image::file_name(jobs[i].vpid) + ": " +
+              describe(*filled[i]));
+  }
+  log::info("cuda: filled the staging memory of " + std::to_string(ok_count) + " process(es) with " +
+            std::to_string(settings_.threads) + " thread(s)");
+  log::info("timing: gpu memory image fill: " + fixed(seconds) + " s, " + rate(memory, seconds));
+  return results;
+}
+
+}  // namespace gpuckpt::cuda

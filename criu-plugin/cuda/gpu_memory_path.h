@@ -1,0 +1,60 @@
+// gpuckpt's own data path for GPU memory (docs/cuda.md "GPU memory images"). After the driver's checkpoint the
+// GPU memory of each process lies in a new private anonymous VMA; instead of leaving it to CRIU's
+// single-threaded page dump, gpuckpt writes it with a pool of threads into its own image files, makes them
+// durable, and only then drops the pages inside the task, so CRIU records an empty VMA. Restore fills the VMAs
+// back before the driver's restore. Write first, drop last: a failed write leaves the process its memory and
+// the pages to CRIU. Where a step is not possible, CRIU keeps the pages, as before, and the log says why.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/gpu_image.h"
+#include "criu-plugin/cuda/memory_copy.h"
+#include "criu-plugin/cuda/staging_memory.h"
+
+namespace gpuckpt::cuda {
+
+class GpuMemoryPath {
+ public:
+  // Reads GPUCKPT_CUDA_MEMORY_IMAGE, GPUCKPT_IMAGE_{THREADS,COMPRESSION,SPARSE} and the test switch
+  // GPUCKPT_TEST_STAGING_VMA; logs each once. A bad value is logged and its default used: a typo must not
+  // break every dump on the node.
+  void configure(int dir_fd);
+
+  // Test switch: a process holding the named VMA is treated as a checkpointed CUDA process (no driver).
+  bool test_switch_on() const { return test_vma_.has_value(); }
+  bool test_switch_names(int pid) const;
+
+  // --- dump ---
+  void before_checkpoint(int pid);   // the maps before the driver's checkpoint
+  // After the driver checkpointed `pids`: writes their staging memory (one pool for all), makes it durable,
+  // calls `on_durable(pid, vpid)` (the guardian learns where the memory is) and drops the pages in each task.
+  void stage(const std::vector<int>& pids, const std::function<void(int pid, int vpid)>& on_durable);
+  bool staged(int pid) const { return staged_.count(pid) != 0; }
+  bool any_staged() const { return !staged_.empty(); }
+  // The dump failed or runs with --leave-running: puts back the memory of every staged process. Returns the
+  // pids whose memory could not be put back (the caller must not let them run on as if nothing happened).
+  std::set<int> refill(const std::string& why);
+
+  // --- restore ---
+  bool has_images() const { return !image_vpids_.empty(); }
+  // Fills every process among `candidates` that has an image, before the driver's restore. Per pid: 0 or -errno.
+  std::map<int, int> fill(const std::vector<int>& candidates);
+
+ private:
+  int dir_fd_ = -1;
+  bool enabled_ = true;
+  gpu_image::Settings settings_;
+  std::optional<std::uint64_t> test_vma_;
+  std::map<int, std::vector<Vma>> maps_before_;
+  std::map<int, int> staged_;   // pid -> vpid, for the memory that was written (and dropped)
+  std::vector<int> image_vpids_;
+};
+
+}  // namespace gpuckpt::cuda
