@@ -3,14 +3,16 @@
 # and compared bit for bit with uninterrupted runs. Exits 77 (skipped) without an NVIDIA GPU, CRIU or nvcc.
 #   GPUCKPT_BUILD_DIR   build dir (plugin in criu-plugin/), or GPUCKPT_PLUGIN_DIR directly
 #   CRIU                criu binary (default: criu on PATH)
-#   GPU_TESTS           which cases (default: "basic torch child leave_running kill_mid_dump remap")
+#   GPU_TESTS           which cases (default: "basic torch child leave_running kill_mid_dump kill_after_drop remap")
 #   GPU_TEST_OUT        keep logs here (default: a temp dir, removed)
+#   GPUCKPT_CUDA_MEMORY_IMAGE=0  runs every case with GPU memory left to CRIU's page dump (the path forced off);
+#                       otherwise `basic` also checks that gpuckpt wrote and filled the GPU memory itself
 set -uo pipefail
 
 SRC=$(cd "$(dirname "$0")" && pwd)
 CRIU=${CRIU:-criu}
 LIBDIR=${GPUCKPT_PLUGIN_DIR:-${GPUCKPT_BUILD_DIR:-}/criu-plugin}
-CASES=${GPU_TESTS:-basic torch child leave_running kill_mid_dump remap}
+CASES=${GPU_TESTS:-basic torch child leave_running kill_mid_dump kill_after_drop remap}
 
 skip() { echo "SKIPPED: $*"; exit 77; }
 [ -e /dev/nvidia0 ] && command -v nvidia-smi >/dev/null || skip "no NVIDIA GPU here"
@@ -66,6 +68,15 @@ restore() { # DIR: restores detached, prints the restored root pid
   timeout -s KILL 90 "$CRIU" restore -D "$1" -o restore.log -v4 -d --libdir "$LIBDIR" --pidfile "$1/restored.pid" >/dev/null || return 1
   cat "$1/restored.pid"
 }
+# The GPU memory took the path this run asks for: gpuckpt's images (default) or CRIU's pages (forced off).
+memory_path_ok() { # IMG PID
+  if [ "${GPUCKPT_CUDA_MEMORY_IMAGE:-1}" = 0 ]; then
+    ! ls "$1"/gpuckpt-gpumem-*.img >/dev/null 2>&1 && grep -q "GPUCKPT_CUDA_MEMORY_IMAGE=0: CRIU dumps" "$1/dump.log"
+  else
+    ls "$1"/gpuckpt-gpumem-*.img >/dev/null 2>&1 && grep -q "gpuckpt: cuda: wrote the staging memory of 1 process" "$1/dump.log" &&
+      grep -q "dropped 1 staging region" "$1/dump.log" && grep -q "gpuckpt: cuda: filled the staging memory of 1 process" "$1/restore.log"
+  fi
+}
 show_logs() { for f in "$@"; do [ -f "$f" ] && { echo "--- $f"; grep -E "gpuckpt|Error" "$f" | tail -25; }; done; }
 
 # 1. A CUDA process with 1 GiB on the GPU: dump to disk, killed, restored, continues bit-identically.
@@ -83,9 +94,11 @@ case_basic() {
   wait_iter "$out" $((at_dump + 30)) 60 || { show_logs "$img/restore.log"; record basic FAIL "no progress after restore (at $(last_iter "$out"))"; return; }
   kill -9 "$rpid"
   grep -q "gpuckpt: cuda: restored pid" "$img/restore.log" || { record basic FAIL "no CUDA restore in the log"; return; }
+  memory_path_ok "$img" "$pid" || { show_logs "$img/dump.log" "$img/restore.log"; record basic FAIL "GPU memory did not take the expected path (GPUCKPT_CUDA_MEMORY_IMAGE=${GPUCKPT_CUDA_MEMORY_IMAGE:-1})"; return; }
+  local sizes; sizes="gpumem $(du -cm "$img"/gpuckpt-gpumem-*.img 2>/dev/null | tail -1 | cut -f1) MB, pages $(du -cm "$img"/pages-*.img | tail -1 | cut -f1) MB"
   counter_reference 1024 "$(last_iter "$out")" "$WORK/basic.ref"
   same_as_reference "$out" "$WORK/basic.ref" || { record basic FAIL "state differs from the uninterrupted run"; return; }
-  record basic PASS "dumped at iteration $at_dump, continued to $(last_iter "$out"), all checksums equal the uninterrupted run; image $(du -sm "$img" | cut -f1) MB"
+  record basic PASS "dumped at iteration $at_dump, continued to $(last_iter "$out"), all checksums equal the uninterrupted run; image $(du -sm "$img" | cut -f1) MB ($sizes)"
 }
 
 # 2. A PyTorch training loop: same losses and parameters as an uninterrupted run.
@@ -144,6 +157,27 @@ case_leave_running() {
 
 # 5. Failure injection: CRIU is killed right after the GPU state was checkpointed. The guardian must put the
 #    process back: it keeps running, correctly, and is not left locked.
+# CRIU killed after gpuckpt wrote the GPU memory image and dropped the pages from the task: the guardian must fill
+# the memory back from the image before the driver's restore, or the process would run on with zeros.
+case_kill_after_drop() {
+  [ "${GPUCKPT_CUDA_MEMORY_IMAGE:-1}" = 0 ] && { record kill_after_drop SKIP "memory path forced off"; return; }
+  local out=$WORK/drop.out img=$WORK/drop.img pid cpid
+  setsid "$WORK/gpu_counter" 4096 "$out" </dev/null >"$WORK/drop.stdout" 2>&1 & pid=$!; PIDS+=("$pid")
+  wait_iter "$out" 10 60 || { record kill_after_drop FAIL "workload did not start"; return; }
+  mkdir -p "$img"
+  "$CRIU" dump -t "$pid" -D "$img" -o dump.log -v4 --libdir "$LIBDIR" & cpid=$!
+  for _ in $(seq 1500); do grep -q "dropped 1 staging region" "$img/dump.log" 2>/dev/null && break; sleep 0.02; done
+  grep -q "dropped 1 staging region" "$img/dump.log" || { show_logs "$img/dump.log"; record kill_after_drop FAIL "never reached the drop"; return; }
+  kill -9 "$cpid"; wait "$cpid" 2>/dev/null
+  local at; at=$(last_iter "$out")
+  wait_iter "$out" $((at + 20)) 60 || { cat "$img/gpuckpt-guardian.log" 2>/dev/null; record kill_after_drop FAIL "process stuck after CRIU was killed (at $(last_iter "$out"))"; return; }
+  kill -9 "$pid"
+  grep -q "GPU memory filled back" "$img/gpuckpt-guardian.log" || { cat "$img/gpuckpt-guardian.log"; record kill_after_drop FAIL "the guardian did not fill the memory back"; return; }
+  counter_reference 4096 "$(last_iter "$out")" "$WORK/drop.ref"
+  same_as_reference "$out" "$WORK/drop.ref" || { record kill_after_drop FAIL "state differs"; return; }
+  record kill_after_drop PASS "CRIU killed after the drop; guardian: $(tr '\n' ' ' < "$img/gpuckpt-guardian.log"); workload went on $at -> $(last_iter "$out"), bit-identical"
+}
+
 case_kill_mid_dump() {
   local out=$WORK/kill.out img=$WORK/kill.img pid cpid
   setsid "$WORK/gpu_counter" 4096 "$out" </dev/null >"$WORK/kill.stdout" 2>&1 & pid=$!; PIDS+=($pid)
