@@ -165,6 +165,8 @@ class ImageWriter {
   std::vector<ChunkEntry> entries_;
   std::vector<std::uint8_t> present_;      // per entry: appended
   std::atomic<std::uint64_t> next_offset_{kFileHeaderSize};
+  std::atomic<std::uint64_t> unflushed_{0};   // bytes appended since writeback was last started
+  static constexpr std::uint64_t kWritebackEvery = 256u << 20;
   bool finished_ = false;
 };
 
