@@ -15,25 +15,13 @@
 #include <vector>
 
 #include "common/gpu_image.h"
+#include "test/temp_dir.h"
 
 namespace gi = gpuckpt::gpu_image;
 namespace fs = std::filesystem;
+using gpuckpt::test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  int fd = -1;
-  TempDir() {
-    char tmpl[] = "/tmp/gpuckpt-gpu-image-test.XXXXXX";
-    path = ::mkdtemp(tmpl);
-    fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY);
-  }
-  ~TempDir() {
-    ::close(fd);
-    fs::remove_all(path);
-  }
-};
 
 constexpr std::uint32_t kChunk = 64 * 1024;
 
@@ -124,7 +112,7 @@ gi::Settings settings_with(gi::CompressionMode mode, bool sparse) {
 }  // namespace
 
 TEST_CASE("gpu image: round trip is bit-identical for every setting", "[unit]") {
-  TempDir dir;
+  TempDir dir("gpuckpt-gpu-image-test");
   const auto memory = mixed_memory(9, 1000);
   auto mode = GENERATE(gi::CompressionMode::Off, gi::CompressionMode::Zstd, gi::CompressionMode::Auto);
   auto sparse = GENERATE(true, false);
@@ -148,7 +136,7 @@ TEST_CASE("gpu image: round trip is bit-identical for every setting", "[unit]") 
 }
 
 TEST_CASE("gpu image: zero chunks take no space when sparse", "[unit]") {
-  TempDir dir;
+  TempDir dir("gpuckpt-gpu-image-test");
   std::vector<std::byte> memory(64 * kChunk, std::byte{0});
   memory[5 * kChunk + 17] = std::byte{1};   // one chunk with one set byte
   write_image(dir.fd, memory, settings_with(gi::CompressionMode::Off, true));
@@ -165,7 +153,7 @@ TEST_CASE("gpu image: zero chunks take no space when sparse", "[unit]") {
 }
 
 TEST_CASE("gpu image: a truncated file fails naming the file", "[unit]") {
-  TempDir dir;
+  TempDir dir("gpuckpt-gpu-image-test");
   write_image(dir.fd, mixed_memory(6, 0), settings_with(gi::CompressionMode::Auto, true));
   const fs::path file = dir.path / gi::file_name(7);
   auto cut = GENERATE(1, 100, 5000);
@@ -176,7 +164,7 @@ TEST_CASE("gpu image: a truncated file fails naming the file", "[unit]") {
 }
 
 TEST_CASE("gpu image: a corrupt chunk fails naming the file and the chunk", "[unit]") {
-  TempDir dir;
+  TempDir dir("gpuckpt-gpu-image-test");
   const auto memory = mixed_memory(6, 0);
   write_image(dir.fd, memory, settings_with(gi::CompressionMode::Zstd, true));
   auto reader = gi::ImageReader::open(dir.fd, gi::file_name(7));
@@ -207,7 +195,7 @@ TEST_CASE("gpu image: a corrupt chunk fails naming the file and the chunk", "[un
 }
 
 TEST_CASE("gpu image: a corrupt index or a missing file fails", "[unit]") {
-  TempDir dir;
+  TempDir dir("gpuckpt-gpu-image-test");
   write_image(dir.fd, mixed_memory(4, 0), settings_with(gi::CompressionMode::Off, true));
   CHECK(read_fails(dir.fd, gi::file_name(8)));
   CHECK(last_error.find(gi::file_name(8)) != std::string::npos);
@@ -225,7 +213,7 @@ TEST_CASE("gpu image: a corrupt index or a missing file fails", "[unit]") {
 }
 
 TEST_CASE("gpu image: an unfinished writer leaves no file behind", "[unit]") {
-  TempDir dir;
+  TempDir dir("gpuckpt-gpu-image-test");
   {
     gi::ImageHeader header;
     header.chunk_size = kChunk;

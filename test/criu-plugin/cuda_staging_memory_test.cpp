@@ -19,10 +19,12 @@
 
 #include "criu-plugin/cuda/memory_copy.h"
 #include "criu-plugin/cuda/staging_memory.h"
+#include "test/temp_dir.h"
 
 using namespace gpuckpt::cuda;
 namespace gi = gpuckpt::gpu_image;
 namespace fs = std::filesystem;
+using gpuckpt::test::TempDir;
 
 namespace {
 
@@ -41,20 +43,6 @@ const char* kAfter =
     "7e0000000000-7e0220f00000 rw-p 00000000 00:00 0 \n"
     "7e0300000000-7e0300100000 rw-p 00000000 00:00 0 \n"
     "7f3000000000-7f3000100000 r-xp 00000000 fd:01 99     /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04\n";
-
-struct TempDir {
-  fs::path path;
-  int fd = -1;
-  TempDir() {
-    char tmpl[] = "/tmp/gpuckpt-staging-test.XXXXXX";
-    path = ::mkdtemp(tmpl);
-    fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY);
-  }
-  ~TempDir() {
-    ::close(fd);
-    fs::remove_all(path);
-  }
-};
 
 struct Mapping {
   std::byte* data = nullptr;
@@ -145,7 +133,7 @@ TEST_CASE("staging memory: when gpuckpt moves the memory itself and when CRIU ke
 }
 
 TEST_CASE("staging memory: the image streamer's socket marks a stream", "[unit]") {
-  TempDir dir;
+  TempDir dir("gpuckpt-staging-test");
   CHECK_FALSE(image_dir_is_stream(dir.fd));
   int sk = ::socket(AF_UNIX, SOCK_STREAM, 0);
   sockaddr_un addr{};
@@ -177,7 +165,7 @@ TEST_CASE("staging memory: settings from the environment", "[unit]") {
 }
 
 TEST_CASE("memory copy: write images of process memory, drop it, fill it back bit-identical", "[unit]") {
-  TempDir dir;
+  TempDir dir("gpuckpt-staging-test");
   Mapping a(37u << 20), b(9u << 20);   // two "processes" (both this one), sizes not multiples of the chunk
   fill_pattern(a, 1);
   fill_pattern(b, 2);
@@ -213,7 +201,7 @@ TEST_CASE("memory copy: write images of process memory, drop it, fill it back bi
 }
 
 TEST_CASE("memory copy: a corrupt chunk or a missing image fails that process only, naming file and chunk", "[unit]") {
-  TempDir dir;
+  TempDir dir("gpuckpt-staging-test");
   Mapping a(8u << 20), b(8u << 20);
   fill_pattern(a, 3);
   fill_pattern(b, 4);
@@ -246,7 +234,7 @@ TEST_CASE("memory copy: a corrupt chunk or a missing image fails that process on
 }
 
 TEST_CASE("memory copy: a region the process does not map fails before any write", "[unit]") {
-  TempDir dir;
+  TempDir dir("gpuckpt-staging-test");
   Mapping a(4u << 20);
   fill_pattern(a, 5);
   const int pid = ::getpid();

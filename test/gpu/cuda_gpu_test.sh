@@ -157,42 +157,35 @@ case_leave_running() {
 
 # 5. Failure injection: CRIU is killed right after the GPU state was checkpointed. The guardian must put the
 #    process back: it keeps running, correctly, and is not left locked.
-# CRIU killed after gpuckpt wrote the GPU memory image and dropped the pages from the task: the guardian must fill
-# the memory back from the image before the driver's restore, or the process would run on with zeros.
-case_kill_after_drop() {
-  [ "${GPUCKPT_CUDA_MEMORY_IMAGE:-1}" = 0 ] && { record kill_after_drop SKIP "memory path forced off"; return; }
-  local out=$WORK/drop.out img=$WORK/drop.img pid cpid
-  setsid "$WORK/gpu_counter" 4096 "$out" </dev/null >"$WORK/drop.stdout" 2>&1 & pid=$!; PIDS+=("$pid")
-  wait_iter "$out" 10 60 || { record kill_after_drop FAIL "workload did not start"; return; }
+# CRIU SIGKILLed once its log shows PATTERN, with a 4 GiB process mid-dump: the guardian (driver host) must put it
+# back (refill its GPU memory when it was dropped, restore, unlock), and it must go on bit-identically.
+#   kill_criu_when NAME TAG PATTERN WHAT [GUARDIAN_PATTERN]
+kill_criu_when() {
+  local name=$1 out=$WORK/$2.out img=$WORK/$2.img pattern=$3 what=$4 guardian=${5:-} pid cpid
+  setsid "$WORK/gpu_counter" 4096 "$out" </dev/null >"$WORK/$2.stdout" 2>&1 & pid=$!; PIDS+=("$pid")
+  wait_iter "$out" 10 60 || { record "$name" FAIL "workload did not start"; return; }
   mkdir -p "$img"
   "$CRIU" dump -t "$pid" -D "$img" -o dump.log -v4 --libdir "$LIBDIR" & cpid=$!
-  for _ in $(seq 1500); do grep -q "dropped 1 staging region" "$img/dump.log" 2>/dev/null && break; sleep 0.02; done
-  grep -q "dropped 1 staging region" "$img/dump.log" || { show_logs "$img/dump.log"; record kill_after_drop FAIL "never reached the drop"; return; }
+  for _ in $(seq 1500); do grep -q "$pattern" "$img/dump.log" 2>/dev/null && break; sleep 0.02; done
+  grep -q "$pattern" "$img/dump.log" || { show_logs "$img/dump.log"; record "$name" FAIL "never reached: $pattern"; return; }
   kill -9 "$cpid"; wait "$cpid" 2>/dev/null
   local at; at=$(last_iter "$out")
-  wait_iter "$out" $((at + 20)) 60 || { cat "$img/gpuckpt-guardian.log" 2>/dev/null; record kill_after_drop FAIL "process stuck after CRIU was killed (at $(last_iter "$out"))"; return; }
+  wait_iter "$out" $((at + 20)) 60 || { cat "$img/gpuckpt-guardian.log" 2>/dev/null; record "$name" FAIL "process stuck after CRIU was killed (at $(last_iter "$out"))"; return; }
   kill -9 "$pid"
-  grep -q "GPU memory filled back" "$img/gpuckpt-guardian.log" || { cat "$img/gpuckpt-guardian.log"; record kill_after_drop FAIL "the guardian did not fill the memory back"; return; }
-  counter_reference 4096 "$(last_iter "$out")" "$WORK/drop.ref"
-  same_as_reference "$out" "$WORK/drop.ref" || { record kill_after_drop FAIL "state differs"; return; }
-  record kill_after_drop PASS "CRIU killed after the drop; guardian: $(tr '\n' ' ' < "$img/gpuckpt-guardian.log"); workload went on $at -> $(last_iter "$out"), bit-identical"
+  if [ -n "$guardian" ] && ! grep -q "$guardian" "$img/gpuckpt-guardian.log"; then
+    cat "$img/gpuckpt-guardian.log"; record "$name" FAIL "the guardian's log lacks: $guardian"; return
+  fi
+  counter_reference 4096 "$(last_iter "$out")" "$WORK/$2.ref"
+  same_as_reference "$out" "$WORK/$2.ref" || { record "$name" FAIL "state differs"; return; }
+  record "$name" PASS "CRIU killed $what; guardian: $(tr '\n' ' ' < "$img/gpuckpt-guardian.log" 2>/dev/null); workload went on $at -> $(last_iter "$out"), bit-identical"
 }
 
-case_kill_mid_dump() {
-  local out=$WORK/kill.out img=$WORK/kill.img pid cpid
-  setsid "$WORK/gpu_counter" 4096 "$out" </dev/null >"$WORK/kill.stdout" 2>&1 & pid=$!; PIDS+=($pid)
-  wait_iter "$out" 10 60 || { record kill_mid_dump FAIL "workload did not start"; return; }
-  mkdir -p "$img"
-  "$CRIU" dump -t "$pid" -D "$img" -o dump.log -v4 --libdir "$LIBDIR" & cpid=$!
-  for _ in $(seq 600); do grep -q "gpuckpt: cuda: checkpointed pid" "$img/dump.log" 2>/dev/null && break; sleep 0.02; done
-  grep -q "gpuckpt: cuda: checkpointed pid" "$img/dump.log" || { show_logs "$img/dump.log"; record kill_mid_dump FAIL "never reached the checkpoint"; return; }
-  kill -9 "$cpid"; wait "$cpid" 2>/dev/null
-  local at; at=$(last_iter "$out")
-  wait_iter "$out" $((at + 20)) 60 || { cat "$img/gpuckpt-guardian.log" 2>/dev/null; record kill_mid_dump FAIL "process stuck after CRIU was killed (at $(last_iter "$out"))"; return; }
-  kill -9 "$pid"
-  counter_reference 4096 "$(last_iter "$out")" "$WORK/kill.ref"
-  same_as_reference "$out" "$WORK/kill.ref" || { record kill_mid_dump FAIL "state differs"; return; }
-  record kill_mid_dump PASS "CRIU killed after the GPU checkpoint; guardian: $(tr '\n' ' ' < "$img/gpuckpt-guardian.log" 2>/dev/null); workload went on $at -> $(last_iter "$out"), bit-identical"
+case_kill_mid_dump() { kill_criu_when kill_mid_dump kill "gpuckpt: cuda: checkpointed pid" "after the GPU checkpoint"; }
+
+# After gpuckpt wrote the GPU memory image and dropped the pages: without the refill it would run on with zeros.
+case_kill_after_drop() {
+  [ "${GPUCKPT_CUDA_MEMORY_IMAGE:-1}" = 0 ] && { record kill_after_drop SKIP "memory path forced off"; return; }
+  kill_criu_when kill_after_drop drop "dropped 1 staging region" "after the drop" "GPU memory filled back"
 }
 
 # 6. Two GPUs: a process using both, restored with its GPUs swapped (mapping file next to the images).
