@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "common/json_reader.h"
 #include "common/log.h"
 
 namespace gpuckpt::agent {
@@ -29,13 +30,18 @@ const char* reason_for(int status) {
 // Parses a JSON object body with only `allowed` keys, all strings unless listed in `arrays`.
 Result<nlohmann::json> parse_body(const httplib::Request& req, const std::set<std::string>& allowed,
                                   const std::set<std::string>& arrays = {}) {
-  auto body = nlohmann::json::parse(req.body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return make_error("the request body must be a JSON object");
+  JsonLimits limits;
+  limits.max_depth = 3;
+  limits.max_values = 1024;
+  auto parsed = parse_json(req.body, "the request body", limits);
+  if (!parsed) return make_error(parsed.error().message);
+  auto& body = parsed.value();
+  if (!body.is_object()) return make_error("the request body must be a JSON object");
   for (const auto& [key, value] : body.items()) {
     if (!allowed.count(key)) {
       std::string keys;
       for (const auto& k : allowed) keys += (keys.empty() ? "" : ", ") + k;
-      return make_error("unknown field '" + key + "' (allowed: " + keys + ")");
+      return make_error("unknown field '" + key.substr(0, 64) + "' (allowed: " + keys + ")");
     }
     if (arrays.count(key)) {
       if (!value.is_array()) return make_error("field '" + key + "' must be an array of strings");

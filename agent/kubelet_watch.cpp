@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "common/json_reader.h"
 #include "common/log.h"
 #include "common/restore_plan.h"
 #include "oci-hook/container_store.h"
@@ -26,14 +27,24 @@ int KubeletArchiveWatcher::scan() {
     if (ec) continue;
     const auto key = entry.path().string();
     if (auto it = done_.find(key); it != done_.end() && it->second == now) continue;
+    if (is_quarantined(entry.path(), now)) {
+      done_[key] = now;
+      continue;
+    }
     if (auto it = pending_.find(key); it == pending_.end() || !(it->second == now)) {
       pending_[key] = now;   // still being written, or new: look again next pass
       continue;
     }
     pending_.erase(key);
-    auto result = annotate(entry.path());
+    Result<bool> result = false;
+    try {
+      result = annotate(entry.path());
+    } catch (const std::exception& e) {
+      result = make_error(std::string("internal error: ") + e.what());
+    }
     if (!result) {
       log::warn("kubelet archive " + key + " not annotated: " + result.error().message);
+      quarantine(entry.path(), now, result.error().message);
     } else if (result.value()) {
       ++annotated;
       metrics_.kubelet_archive_annotated();
@@ -41,6 +52,40 @@ int KubeletArchiveWatcher::scan() {
     done_[key] = Seen{fs::file_size(entry.path(), ec), fs::last_write_time(entry.path(), ec)};
   }
   return annotated;
+}
+
+// <state_dir>/quarantine/<archive name>.json: an archive the watcher could not use, and why. It is not tried
+// again (in this run or after a restart) until its size or mtime change; the archive itself stays where kubelet
+// put it.
+fs::path KubeletArchiveWatcher::quarantine_path(const fs::path& archive) const {
+  std::string name = archive.filename().string();
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '-';
+  return state_dir_ / "quarantine" / (name.substr(0, 200) + ".json");
+}
+
+static std::int64_t mtime_ticks(const fs::file_time_type& t) {
+  return static_cast<std::int64_t>(t.time_since_epoch().count());
+}
+
+bool KubeletArchiveWatcher::is_quarantined(const fs::path& archive, const Seen& now) const {
+  auto json = read_json_file(quarantine_path(archive));
+  if (!json || !json.value() || !json.value()->is_object()) return false;
+  const auto& q = *json.value();
+  return json_integer(q.value("size", nlohmann::json()), 0, INT64_MAX) == static_cast<std::int64_t>(now.size) &&
+         json_integer(q.value("mtime", nlohmann::json()), INT64_MIN, INT64_MAX) == mtime_ticks(now.mtime) &&
+         q.value("archive", nlohmann::json()) == archive.string();
+}
+
+void KubeletArchiveWatcher::quarantine(const fs::path& archive, const Seen& now, const std::string& reason) {
+  const nlohmann::json record = {{"archive", archive.string()}, {"size", now.size}, {"mtime", mtime_ticks(now.mtime)},
+                                 {"reason", reason}, {"quarantined_at", hook::utc_now_rfc3339()}};
+  if (auto written = write_file_atomically(quarantine_path(archive), record.dump(2)); !written)
+    log::warn("cannot quarantine " + archive.string() + ": " + written.error().message);
+  else
+    log::warn("kubelet archive " + archive.string() + " quarantined (" + quarantine_path(archive).string() +
+              "); it is not tried again until it changes");
+  metrics_.kubelet_archive_quarantined();
 }
 
 Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive) {

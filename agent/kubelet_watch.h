@@ -19,7 +19,8 @@ class KubeletArchiveWatcher {
                         std::function<Result<NodeInventory>()> inventory, Metrics& metrics);
 
   // One pass; an archive is annotated once its size and mtime were the same on two passes (kubelet finished
-  // writing it). Returns how many archives it annotated.
+  // writing it). One that cannot be annotated is quarantined (see quarantine_path). Returns how many archives
+  // it annotated.
   int scan();
 
  private:
@@ -29,6 +30,9 @@ class KubeletArchiveWatcher {
     bool operator==(const Seen&) const = default;
   };
   Result<bool> annotate(const std::filesystem::path& archive);
+  std::filesystem::path quarantine_path(const std::filesystem::path& archive) const;
+  bool is_quarantined(const std::filesystem::path& archive, const Seen& now) const;
+  void quarantine(const std::filesystem::path& archive, const Seen& now, const std::string& reason);
 
   std::filesystem::path dir_;
   std::filesystem::path state_dir_;

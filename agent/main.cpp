@@ -163,7 +163,15 @@ int main(int argc, char** argv) {
       agent::KubeletArchiveWatcher watcher(config.kubelet_checkpoint_dir, config.state_dir, config.archive_limits,
                                            deps.inventory, service.metrics());
       do {
-        if (fs::is_directory(config.kubelet_checkpoint_dir)) watcher.scan();
+        // The watcher meets archives nobody vetted: whatever happens in one pass, the agent stays up.
+        try {
+          std::error_code ec;
+          if (fs::is_directory(config.kubelet_checkpoint_dir, ec)) watcher.scan();
+        } catch (const std::exception& e) {
+          log::error(std::string("kubelet archive watcher: internal error: ") + e.what());
+        } catch (...) {
+          log::error("kubelet archive watcher: internal error");
+        }
       } while (stopper.wait(config.watch_interval_seconds));
     });
   }

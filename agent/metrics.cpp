@@ -32,6 +32,11 @@ void Metrics::kubelet_archive_annotated() {
   ++kubelet_annotated_;
 }
 
+void Metrics::kubelet_archive_quarantined() {
+  std::lock_guard lock(mutex_);
+  ++kubelet_quarantined_;
+}
+
 std::string Metrics::render() const {
   std::lock_guard lock(mutex_);
   std::ostringstream o;
@@ -57,6 +62,9 @@ std::string Metrics::render() const {
     << "# HELP gpuckpt_kubelet_archives_annotated_total kubelet-written archives the agent annotated.\n"
     << "# TYPE gpuckpt_kubelet_archives_annotated_total counter\n"
     << "gpuckpt_kubelet_archives_annotated_total " << kubelet_annotated_ << "\n"
+    << "# HELP gpuckpt_kubelet_archives_quarantined_total kubelet-written archives the agent could not use.\n"
+    << "# TYPE gpuckpt_kubelet_archives_quarantined_total counter\n"
+    << "gpuckpt_kubelet_archives_quarantined_total " << kubelet_quarantined_ << "\n"
     << "# HELP gpuckpt_api_rejected_total API requests refused, by reason.\n"
     << "# TYPE gpuckpt_api_rejected_total counter\n"
     << "gpuckpt_api_rejected_total{reason=\"auth\"} " << rejected_auth_ << "\n"

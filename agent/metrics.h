@@ -13,13 +13,14 @@ class Metrics {
   void restore_done(bool ok, double seconds);
   void request_rejected(const std::string& reason);   // "auth", "validation", "not_found", "conflict"
   void kubelet_archive_annotated();
+  void kubelet_archive_quarantined();
   std::string render() const;
 
  private:
   mutable std::mutex mutex_;
   std::uint64_t checkpoints_ok_ = 0, checkpoints_failed_ = 0, restores_ok_ = 0, restores_failed_ = 0;
   double checkpoint_seconds_ = 0, restore_seconds_ = 0;
-  std::uint64_t checkpoint_bytes_ = 0, kubelet_annotated_ = 0;
+  std::uint64_t checkpoint_bytes_ = 0, kubelet_annotated_ = 0, kubelet_quarantined_ = 0;
   std::uint64_t rejected_auth_ = 0, rejected_validation_ = 0, rejected_not_found_ = 0, rejected_conflict_ = 0;
 };
 

@@ -115,21 +115,38 @@ std::optional<JobStatus> AgentService::job(const std::string& id) const {
   return it->second;
 }
 
-void AgentService::launch(std::function<void()> work) {
+void AgentService::launch(const std::string& job_id, std::function<void()> work) {
   // Detached: a finished job leaves nothing behind; wait_idle() (and the destructor) wait on running_.
-  std::thread([this, work = std::move(work)] {
+  std::thread([this, job_id, work = std::move(work)] {
     {
       std::unique_lock slot_lock(mutex_);
       slot_.wait(slot_lock, [&] { return active_ < config_.max_concurrent_jobs; });
       ++active_;
     }
-    work();
+    // Whatever a job meets (a bug, bad_alloc), it fails that job and never the agent.
+    try {
+      work();
+    } catch (const std::exception& e) {
+      fail_unexpectedly(job_id, e.what());
+    } catch (...) {
+      fail_unexpectedly(job_id, "unknown exception");
+    }
     std::lock_guard done(mutex_);
     --active_;
     --running_;
     slot_.notify_one();
     idle_.notify_all();
   }).detach();
+}
+
+void AgentService::fail_unexpectedly(const std::string& job_id, const std::string& what) {
+  log::error("job " + job_id + ": internal error: " + what);
+  std::lock_guard lock(mutex_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || it->second.state == "succeeded" || it->second.state == "failed") return;
+  it->second.state = "failed";
+  it->second.error = "internal error in phase " + it->second.phase + ": " + what;
+  it->second.finished_at = hook::utc_now_rfc3339();
 }
 
 std::shared_ptr<std::mutex> AgentService::container_lock(const std::string& container_id) {
@@ -220,7 +237,7 @@ Result<std::string> AgentService::start_checkpoint(const ContainerRef& ref, cons
   if (!image_tag.empty()) request["image"] = image_tag;
   const std::string id = add_job("checkpoint", request);
   log::info("job " + id + ": checkpoint of container " + container->name + " (" + container->id + ") accepted");
-  launch([this, id, ref, c = container.value(), image_tag] { run_checkpoint(id, ref, c, image_tag); });
+  launch(id, [this, id, ref, c = container.value(), image_tag] { run_checkpoint(id, ref, c, image_tag); });
   return id;
 }
 
@@ -358,7 +375,7 @@ Result<std::string> AgentService::start_restore(const RestoreRequest& request) {
     }
     auto made = make_restore_plan(*info->gpus, inventory.value(), std::get<MatchPlan>(outcome));
     if (!made) return with_errno(made.error(), EDOM);
-    if (made->checkpoint_id.empty()) made->checkpoint_id = new_job_id("ck");
+    made->id = new_restore_plan_id();
     plan = std::move(made.value());
     summary["plan"] = to_json(*plan);
   }
@@ -368,7 +385,7 @@ Result<std::string> AgentService::start_restore(const RestoreRequest& request) {
   const std::string id = add_job("restore", req);
   log::info("job " + id + ": restore of " + archive->string() + " accepted (" +
             (plan ? std::to_string(plan->assignments.size()) + " GPU(s) matched" : std::string("no GPU state")) + ")");
-  launch([this, id, path = archive.value(), plan, name, summary] { run_restore(id, path, plan, name, summary); });
+  launch(id, [this, id, path = archive.value(), plan, name, summary] { run_restore(id, path, plan, name, summary); });
   return id;
 }
 
@@ -401,8 +418,7 @@ void AgentService::run_restore(const std::string& job_id, fs::path archive, std:
     // moves devices, the spec and the saved /dev nodes are rewritten in a copy that the runtime restores from.
     phase("rewriting-spec");
     const auto t = Clock::now();
-    auto edit = restore_edits(archive, *plan, deps_.device_numbers,
-                              restore_plan_path(config_.state_dir, plan->checkpoint_id).string(), config_.archive_limits);
+    auto edit = restore_edits(archive, *plan, deps_.device_numbers, config_.archive_limits);
     if (!edit) return fail("restore refused: " + edit.error().message);
     if (edit.value()) {
       restore_copy = config_.checkpoint_dir / ("." + job_id + ".restore.tar.zst");

@@ -85,7 +85,8 @@ class AgentService {
   std::string new_job_id(const char* prefix);
   std::string add_job(const char* kind, nlohmann::json request);
   void update(const std::string& id, const std::function<void(JobStatus&)>& change);
-  void launch(std::function<void()> work);
+  void launch(const std::string& job_id, std::function<void()> work);
+  void fail_unexpectedly(const std::string& job_id, const std::string& what);
   std::shared_ptr<std::mutex> container_lock(const std::string& container_id);
   void run_checkpoint(const std::string& job_id, const ContainerRef& ref, const RuntimeContainer& container,
                       const std::string& image_tag);

@@ -11,6 +11,7 @@
 #include <set>
 #include <system_error>
 
+#include "common/json_reader.h"
 #include "common/properties_record.h"
 
 namespace gpuckpt {
@@ -165,9 +166,11 @@ fs::path temporary_sibling(const fs::path& out) {
          ("." + out.filename().string() + ".partial-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
 }
 
-Result<std::string> entry_string(const nlohmann::json& j, const char* key) {
-  if (!j.contains(key) || !j[key].is_string()) return std::string{};
-  return j[key].get<std::string>();
+// The string at `key` of an object; empty when `j` is no object or the value no string.
+std::string entry_string(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return {};
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string{};
 }
 
 }  // namespace
@@ -343,35 +346,41 @@ Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const
     if (!metadata.count(required))
       return make_error(archive.string() + " is not a container checkpoint: it has no " + required +
                         " (expected an archive from `podman container checkpoint --export` or kubelet)");
-  const auto config = nlohmann::json::parse(metadata["config.dump"], nullptr, false);
-  info.spec = nlohmann::json::parse(metadata["spec.dump"], nullptr, false);
-  if (config.is_discarded() || !config.is_object())
-    return make_error(archive.string() + ": config.dump is not valid JSON");
-  if (info.spec.is_discarded() || !info.spec.is_object())
-    return make_error(archive.string() + ": spec.dump is not valid JSON");
-  info.container_name = entry_string(config, "name").value();
-  info.container_id = entry_string(config, "id").value();
-  info.image = entry_string(config, "rootfsImageName").value();
-  info.image_id = entry_string(config, "rootfsImageID").value();
-  info.raw_image = entry_string(config, "RawImageName").value();
-  if (info.raw_image.empty()) info.raw_image = entry_string(config, "rootfsImageRef").value();
-  info.runtime = entry_string(config, "runtime").value();
-  if (info.runtime.empty()) info.runtime = entry_string(config, "ociRuntime").value();
-  info.created = entry_string(config, "createdTime").value();
-  const auto annotations = info.spec.value("annotations", nlohmann::json::object());
-  if (annotations.value("io.container.manager", "") == "libpod")
+  auto config = parse_json(metadata["config.dump"], archive.string() + ": config.dump");
+  if (!config) return config.error();
+  auto spec = parse_json(metadata["spec.dump"], archive.string() + ": spec.dump");
+  if (!spec) return spec.error();
+  if (!config->is_object()) return make_error(archive.string() + ": config.dump is not a JSON object");
+  if (!spec->is_object()) return make_error(archive.string() + ": spec.dump is not a JSON object");
+  info.spec = std::move(spec.value());
+  // Descriptive fields: a wrong type reads as absent (they are shown, never acted on).
+  info.container_name = entry_string(*config, "name");
+  info.container_id = entry_string(*config, "id");
+  info.image = entry_string(*config, "rootfsImageName");
+  info.image_id = entry_string(*config, "rootfsImageID");
+  info.raw_image = entry_string(*config, "RawImageName");
+  if (info.raw_image.empty()) info.raw_image = entry_string(*config, "rootfsImageRef");
+  info.runtime = entry_string(*config, "runtime");
+  if (info.runtime.empty()) info.runtime = entry_string(*config, "ociRuntime");
+  info.created = entry_string(*config, "createdTime");
+  static const nlohmann::json kNone = nlohmann::json::object();
+  const auto annotations_it = info.spec.find("annotations");
+  const nlohmann::json& annotations =
+      annotations_it != info.spec.end() && annotations_it->is_object() ? *annotations_it : kNone;
+  if (entry_string(annotations, "io.container.manager") == "libpod")
     info.engine = "podman";
   else if (annotations.contains("io.kubernetes.cri-o.ContainerID") || annotations.contains("io.kubernetes.cri-o.Name"))
     info.engine = "cri-o";
   else
     info.engine = "unknown";
-  if (info.spec.contains("linux") && info.spec["linux"].contains("devices"))
-    for (const auto& d : info.spec["linux"]["devices"])
-      if (d.contains("path") && d["path"].is_string()) info.spec_devices.push_back(d["path"].get<std::string>());
+  if (auto linux_it = info.spec.find("linux"); linux_it != info.spec.end() && linux_it->is_object())
+    if (auto devices = linux_it->find("devices"); devices != linux_it->end() && devices->is_array())
+      for (const auto& d : *devices)
+        if (auto path = entry_string(d, "path"); !path.empty()) info.spec_devices.push_back(path);
   if (auto it = metadata.find(kRecordEntry); it != metadata.end()) {
-    const auto json = nlohmann::json::parse(it->second, nullptr, false);
-    if (json.is_discarded()) return make_error(archive.string() + ": " + kRecordEntry + " is not valid JSON");
-    auto record = checkpoint_record_from_json(json, archive.string() + ":" + kRecordEntry);
+    auto json = parse_json(it->second, archive.string() + ": " + kRecordEntry);
+    if (!json) return json.error();
+    auto record = checkpoint_record_from_json(json.value(), archive.string() + ": " + kRecordEntry);
     if (!record) return record.error();
     info.gpus = std::move(record.value());
   }
@@ -383,10 +392,14 @@ Result<std::uint64_t> annotate_checkpoint_archive(const fs::path& in, const fs::
   auto spec_text = read_archive_entry(in, "spec.dump", limits);
   if (!spec_text) return spec_text.error();
   if (!spec_text.value()) return make_error(in.string() + " has no spec.dump: not a container checkpoint archive");
-  auto spec = nlohmann::json::parse(*spec_text.value(), nullptr, false);
-  if (spec.is_discarded() || !spec.is_object()) return make_error(in.string() + ": spec.dump is not valid JSON");
+  auto parsed = parse_json(*spec_text.value(), in.string() + ": spec.dump");
+  if (!parsed) return parsed.error();
+  auto& spec = parsed.value();
+  if (!spec.is_object()) return make_error(in.string() + ": spec.dump is not a JSON object");
   auto& annotations = spec["annotations"];
-  if (!annotations.is_object()) annotations = nlohmann::json::object();
+  if (annotations.is_null()) annotations = nlohmann::json::object();
+  if (!annotations.is_object())
+    return make_error(in.string() + ": spec.dump's annotations is " + json_type(annotations) + ", not an object");
   std::string used;
   for (const auto& id : record.record.used_gpu_ids) used += (used.empty() ? "" : ",") + id;
   annotations[kAnnotationVersion] = std::to_string(CheckpointGpuRecord::kVersion);

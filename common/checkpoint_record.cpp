@@ -1,5 +1,6 @@
 // The gpuckpt-gpus.json document, apart from the archive code so that the OCI hook does not load libarchive.
 #include "common/checkpoint_archive.h"
+#include "common/json_reader.h"
 #include "common/properties_record.h"
 
 namespace gpuckpt {
@@ -17,26 +18,27 @@ nlohmann::json to_json(const CheckpointGpuRecord& record) {
 }
 
 Result<CheckpointGpuRecord> checkpoint_record_from_json(const nlohmann::json& json, std::string_view source) {
-  const std::string where(source);
-  try {
-    CheckpointGpuRecord out;
-    out.version = json.at("version").get<int>();
-    if (out.version > CheckpointGpuRecord::kVersion)
-      return make_error(where + ": gpuckpt record version " + std::to_string(out.version) +
-                        " is newer than this gpuckpt understands (" + std::to_string(CheckpointGpuRecord::kVersion) +
-                        "); upgrade gpuckpt on this node");
-    out.checkpoint_id = json.value("checkpoint_id", "");
-    auto record = record_from_json(json.at("record"));
-    if (!record) return make_error(where + ": " + record.error().message);
-    out.record = std::move(record.value());
-    for (const auto& d : json.value("devices", nlohmann::json::array()))
-      out.devices.push_back({d.at("container_path").get<std::string>(), d.value("major", 0u), d.value("minor", 0u),
-                             d.value("gpu_id", "")});
-    out.gpu_env = json.value("gpu_env", std::map<std::string, std::string>{});
-    return out;
-  } catch (const nlohmann::json::exception& e) {
-    return make_error(where + ": malformed gpuckpt record: " + e.what());
-  }
+  JsonFields fields{std::string(source)};
+  CheckpointGpuRecord out;
+  out.version = fields.version(json, CheckpointGpuRecord::kVersion, "gpuckpt record");
+  fields.get(json, "", "checkpoint_id", out.checkpoint_id);
+  const nlohmann::json* record_json = fields.object(json, "", "record", true);
+  if (const auto* devices = fields.array(json, "", "devices"))
+    for (std::size_t i = 0; i < devices->size() && !fields.failed(); ++i) {
+      const std::string at = "devices[" + std::to_string(i) + "]";
+      ContainerGpuDevice d;
+      fields.get((*devices)[i], at, "container_path", d.container_path, true);
+      fields.get_integer((*devices)[i], at, "major", d.major);
+      fields.get_integer((*devices)[i], at, "minor", d.minor);
+      fields.get((*devices)[i], at, "gpu_id", d.gpu_id);
+      out.devices.push_back(std::move(d));
+    }
+  fields.get(json, "", "gpu_env", out.gpu_env);
+  if (fields.failed()) return fields.error();
+  auto record = record_from_json(*record_json);
+  if (!record) return make_error(std::string(source) + ": record: " + record.error().message);
+  out.record = std::move(record.value());
+  return out;
 }
 
 }  // namespace gpuckpt

@@ -3,6 +3,7 @@
 #include <limits>
 #include <set>
 
+#include "common/json_reader.h"
 #include "gpu_properties.pb.h"
 
 namespace gpuckpt {
@@ -58,67 +59,14 @@ json node_to_json(const NodeInventory& node) {
   return json{{"hostname", node.hostname}, {"gpus", std::move(gpus)}, {"system", std::move(system)}};
 }
 
-// Reads typed fields out of a JSON object, remembering the first problem with the JSON path where it happened.
-// Unknown keys are ignored: a reader of version N accepts what a writer of version N produced, and fields only
-// ever grow within the same version when they are optional.
-class FieldReader {
- public:
-  explicit FieldReader(std::string* error) : error_(error) {}
+// -1 (unknown) or a non-negative int.
+void get_minor_or_unknown(JsonFields& r, const json& j, const std::string& path, const char* key, int& out) {
+  std::int64_t value = out;
+  r.get_integer(j, path, key, value, -1, std::numeric_limits<int>::max());
+  out = static_cast<int>(value);
+}
 
-  bool failed() const { return !error_->empty(); }
-  void fail(const std::string& path, const std::string& problem) {
-    if (error_->empty()) *error_ = path + ": " + problem;
-  }
-
-  const json* object_field(const json& object, const std::string& path, const char* key, bool required) {
-    auto it = object.find(key);
-    if (it == object.end() || it->is_null()) {
-      if (required) fail(path, std::string("missing required field '") + key + "'");
-      return nullptr;
-    }
-    return &*it;
-  }
-
-  void get(const json& object, const std::string& path, const char* key, std::string& out, bool required = false) {
-    const json* v = object_field(object, path, key, required);
-    if (!v) return;
-    if (!v->is_string()) return fail(path + "." + key, "expected a string, found " + std::string(v->type_name()));
-    out = v->get<std::string>();
-  }
-
-  void get(const json& object, const std::string& path, const char* key, bool& out) {
-    const json* v = object_field(object, path, key, false);
-    if (!v) return;
-    if (!v->is_boolean()) return fail(path + "." + key, "expected true or false, found " + std::string(v->type_name()));
-    out = v->get<bool>();
-  }
-
-  template <class Unsigned>
-  void get_unsigned(const json& object, const std::string& path, const char* key, Unsigned& out) {
-    const json* v = object_field(object, path, key, false);
-    if (!v) return;
-    if (!v->is_number_integer() || (v->is_number_integer() && !v->is_number_unsigned() && v->get<std::int64_t>() < 0))
-      return fail(path + "." + key, "expected a non-negative integer, found " + v->dump());
-    const auto value = v->get<std::uint64_t>();
-    if (value > std::numeric_limits<Unsigned>::max()) return fail(path + "." + key, "value " + v->dump() + " is too large");
-    out = static_cast<Unsigned>(value);
-  }
-
-  void get_int(const json& object, const std::string& path, const char* key, int& out) {
-    const json* v = object_field(object, path, key, false);
-    if (!v) return;
-    if (!v->is_number_integer()) return fail(path + "." + key, "expected an integer, found " + v->dump());
-    const auto value = v->get<std::int64_t>();
-    if (value < -1 || value > std::numeric_limits<int>::max())
-      return fail(path + "." + key, "expected -1 (unknown) or a non-negative integer, found " + v->dump());
-    out = static_cast<int>(value);
-  }
-
- private:
-  std::string* error_;
-};
-
-GpuLink link_from_json(const json& j, const std::string& path, FieldReader& r) {
+GpuLink link_from_json(const json& j, const std::string& path, JsonFields& r) {
   GpuLink link;
   if (!j.is_object()) {
     r.fail(path, "expected an object");
@@ -126,16 +74,16 @@ GpuLink link_from_json(const json& j, const std::string& path, FieldReader& r) {
   }
   r.get(j, path, "type", link.type, true);
   r.get(j, path, "peer_id", link.peer_id);
-  r.get_unsigned(j, path, "peer_node", link.peer_node);
-  r.get_unsigned(j, path, "weight", link.weight);
-  r.get_unsigned(j, path, "min_bandwidth", link.min_bandwidth);
-  r.get_unsigned(j, path, "max_bandwidth", link.max_bandwidth);
+  r.get_integer(j, path, "peer_node", link.peer_node);
+  r.get_integer(j, path, "weight", link.weight);
+  r.get_integer(j, path, "min_bandwidth", link.min_bandwidth);
+  r.get_integer(j, path, "max_bandwidth", link.max_bandwidth);
   r.get(j, path, "bidirectional", link.bidirectional);
-  r.get_unsigned(j, path, "count", link.count);
+  r.get_integer(j, path, "count", link.count);
   return link;
 }
 
-GpuDevice gpu_from_json(const json& j, const std::string& path, FieldReader& r) {
+GpuDevice gpu_from_json(const json& j, const std::string& path, JsonFields& r) {
   GpuDevice gpu;
   if (!j.is_object()) {
     r.fail(path, "expected an object");
@@ -150,31 +98,31 @@ GpuDevice gpu_from_json(const json& j, const std::string& path, FieldReader& r) 
   r.get(j, path, "name", gpu.name);
   r.get(j, path, "uuid", gpu.uuid);
   r.get(j, path, "pci_address", gpu.pci_address);
-  r.get_unsigned(j, path, "vendor_id", gpu.vendor_id);
-  r.get_unsigned(j, path, "device_id", gpu.device_id);
-  r.get_int(j, path, "numa_node", gpu.numa_node);
-  r.get_unsigned(j, path, "memory_bytes", gpu.memory_bytes);
+  r.get_integer(j, path, "vendor_id", gpu.vendor_id);
+  r.get_integer(j, path, "device_id", gpu.device_id);
+  get_minor_or_unknown(r, j, path, "numa_node", gpu.numa_node);
+  r.get_integer(j, path, "memory_bytes", gpu.memory_bytes);
   r.get(j, path, "compute_capability", gpu.compute_capability);
   r.get(j, path, "driver_version", gpu.driver_version);
   r.get(j, path, "firmware_version", gpu.firmware_version);
-  r.get_int(j, path, "render_minor", gpu.render_minor);
-  r.get_int(j, path, "device_minor", gpu.device_minor);
-  r.get_unsigned(j, path, "kfd_node", gpu.kfd_node);
-  r.get_unsigned(j, path, "gpu_id", gpu.gpu_id);
-  r.get_unsigned(j, path, "hive_id", gpu.hive_id);
+  get_minor_or_unknown(r, j, path, "render_minor", gpu.render_minor);
+  get_minor_or_unknown(r, j, path, "device_minor", gpu.device_minor);
+  r.get_integer(j, path, "kfd_node", gpu.kfd_node);
+  r.get_integer(j, path, "gpu_id", gpu.gpu_id);
+  r.get_integer(j, path, "hive_id", gpu.hive_id);
   r.get(j, path, "mig_mode", gpu.mig_mode);
-  if (const json* props = r.object_field(j, path, "properties", false)) {
+  if (const json* props = r.field(j, path, "properties", false)) {
     if (!props->is_object()) {
       r.fail(path + ".properties", "expected an object of name: non-negative integer");
     } else {
       for (const auto& [name, value] : props->items()) {
         std::uint64_t v = 0;
-        r.get_unsigned(*props, path + ".properties", name.c_str(), v);
+        r.get_integer(*props, path + ".properties", name.c_str(), v);
         gpu.properties[name] = v;
       }
     }
   }
-  if (const json* links = r.object_field(j, path, "links", false)) {
+  if (const json* links = r.field(j, path, "links", false)) {
     if (!links->is_array()) {
       r.fail(path + ".links", "expected an array");
     } else {
@@ -182,7 +130,7 @@ GpuDevice gpu_from_json(const json& j, const std::string& path, FieldReader& r) 
         gpu.links.push_back(link_from_json((*links)[i], path + ".links[" + std::to_string(i) + "]", r));
     }
   }
-  if (const json* paths = r.object_field(j, path, "device_paths", false)) {
+  if (const json* paths = r.field(j, path, "device_paths", false)) {
     if (!paths->is_array()) {
       r.fail(path + ".device_paths", "expected an array of strings");
     } else {
@@ -247,17 +195,18 @@ Result<GpuPropertiesRecord> record_from_json(const nlohmann::json& j) {
   if (!j.is_object()) return make_error("expected a JSON object with 'version', 'node' and 'used_gpu_ids'");
   auto version_it = j.find("version");
   if (version_it == j.end()) return make_error("missing 'version' (not a gpuckpt GPU properties record?)");
-  if (!version_it->is_number_integer()) return make_error("'version' must be an integer, found " + version_it->dump());
-  if (auto ok = check_version(version_it->get<std::int64_t>()); !ok) return ok.error();
+  const auto version = json_integer(*version_it, std::numeric_limits<std::int64_t>::min(),
+                                    std::numeric_limits<std::int64_t>::max());
+  if (!version) return make_error("'version' must be an integer, found " + json_type(*version_it));
+  if (auto ok = check_version(*version); !ok) return ok.error();
 
   GpuPropertiesRecord record;
-  std::string error;
-  FieldReader r(&error);
-  const json* node = r.object_field(j, "record", "node", true);
+  JsonFields r("");
+  const json* node = r.field(j, "record", "node", true);
   if (node && !node->is_object()) r.fail("node", "expected an object");
   if (!r.failed() && node) {
     r.get(*node, "node", "hostname", record.node.hostname);
-    if (const json* gpus = r.object_field(*node, "node", "gpus", true)) {
+    if (const json* gpus = r.field(*node, "node", "gpus", true)) {
       if (!gpus->is_array()) {
         r.fail("node.gpus", "expected an array");
       } else {
@@ -265,7 +214,7 @@ Result<GpuPropertiesRecord> record_from_json(const nlohmann::json& j) {
           record.node.gpus.push_back(gpu_from_json((*gpus)[i], "node.gpus[" + std::to_string(i) + "]", r));
       }
     }
-    if (const json* system = r.object_field(*node, "node", "system", false)) {
+    if (const json* system = r.field(*node, "node", "system", false)) {
       if (!system->is_object()) {
         r.fail("node.system", "expected an object of strings");
       } else {
@@ -279,7 +228,7 @@ Result<GpuPropertiesRecord> record_from_json(const nlohmann::json& j) {
       }
     }
   }
-  if (const json* used = r.object_field(j, "record", "used_gpu_ids", true)) {
+  if (const json* used = r.field(j, "record", "used_gpu_ids", true)) {
     if (!used->is_array()) {
       r.fail("used_gpu_ids", "expected an array of GPU ids");
     } else {
@@ -292,23 +241,15 @@ Result<GpuPropertiesRecord> record_from_json(const nlohmann::json& j) {
       }
     }
   }
-  if (r.failed()) return make_error(error);
+  if (r.failed()) return r.error();
   if (auto ok = validate(record); !ok) return ok.error();
   return record;
 }
 
 Result<GpuPropertiesRecord> parse_record(std::string_view text, std::string_view source) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    // Parse again with exceptions only to learn where: the message carries the byte offset.
-    try {
-      const json again = json::parse(text);
-    } catch (const json::exception& e) {   // parse_error, or out_of_range for a number too big
-      return named(source, std::string("malformed JSON (") + e.what() + ")");
-    }
-    return named(source, "malformed JSON");
-  }
-  auto record = record_from_json(j);
+  auto j = parse_json(text, source);
+  if (!j) return j.error();
+  auto record = record_from_json(j.value());
   if (!record) return named(source, record.error().message);
   return record;
 }

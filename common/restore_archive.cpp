@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "common/json_reader.h"
 #include "common/restore_plan.h"
 
 namespace gpuckpt {
@@ -62,18 +63,18 @@ Result<std::optional<std::string>> renumber_device_nodes(
   return std::optional<std::string>(std::move(out));
 }
 
-Result<std::optional<ArchiveEdit>> restore_edits(const fs::path& archive, const RestorePlan& plan, const DeviceNumberLookup& lookup,
-                                  const std::string& plan_path, const ArchiveLimits& limits) {
+Result<std::optional<ArchiveEdit>> restore_edits(const fs::path& archive, const RestorePlan& plan,
+                                                 const DeviceNumberLookup& lookup, const ArchiveLimits& limits) {
   ArchiveEdit edit;
   auto spec_text = read_archive_entry(archive, "spec.dump", limits);
   if (!spec_text) return spec_text.error();
   if (!spec_text.value()) return make_error(archive.string() + " has no spec.dump");
-  auto spec = nlohmann::json::parse(*spec_text.value(), nullptr, false);
-  if (spec.is_discarded()) return make_error(archive.string() + ": spec.dump is not valid JSON");
-  auto applied = apply_restore_plan(spec, plan, lookup, plan_path);
-  if (!applied) return applied.error();
+  auto spec = parse_json(*spec_text.value(), archive.string() + ": spec.dump");
+  if (!spec) return spec.error();
+  auto applied = apply_restore_plan(spec.value(), plan, lookup);
+  if (!applied) return make_error(archive.string() + ": spec.dump: " + applied.error().message);
   if (applied.value() == 0 && plan.env.empty()) return std::optional<ArchiveEdit>{};
-  edit.replace["spec.dump"] = spec.dump();
+  edit.replace["spec.dump"] = spec->dump();
   std::map<std::string, std::pair<std::uint32_t, std::uint32_t>> nodes;
   for (const auto& d : plan.devices) {
     if (d.container_path.rfind("/dev/", 0) != 0) continue;

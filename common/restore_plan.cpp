@@ -5,13 +5,16 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstdio>
+#include <random>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "common/host_root.h"
+#include "common/json_reader.h"
 
 namespace gpuckpt {
 
@@ -73,29 +76,40 @@ nlohmann::json to_json(const RestorePlan& plan) {
   for (const auto& d : plan.devices)
     devices.push_back({{"container_path", d.container_path}, {"host_path", d.host_path},
                        {"source_gpu_id", d.source_gpu_id}, {"target_gpu_id", d.target_gpu_id}});
-  return {{"version", plan.version}, {"checkpoint_id", plan.checkpoint_id}, {"assignments", assignments},
+  return {{"version", plan.version}, {"id", plan.id}, {"checkpoint_id", plan.checkpoint_id}, {"assignments", assignments},
           {"devices", devices}, {"env", plan.env}, {"relaxations", plan.relaxations}};
 }
 
 Result<RestorePlan> restore_plan_from_json(const nlohmann::json& json, std::string_view source) {
-  try {
-    RestorePlan plan;
-    plan.version = json.at("version").get<int>();
-    if (plan.version > RestorePlan::kVersion)
-      return make_error(std::string(source) + ": restore plan version " + std::to_string(plan.version) +
-                        " is newer than this gpuckpt understands; upgrade the OCI hook and agent together");
-    plan.checkpoint_id = json.at("checkpoint_id").get<std::string>();
-    for (const auto& a : json.value("assignments", nlohmann::json::array()))
-      plan.assignments.push_back({a.at("source_id").get<std::string>(), a.at("target_id").get<std::string>()});
-    for (const auto& d : json.value("devices", nlohmann::json::array()))
-      plan.devices.push_back({d.at("container_path").get<std::string>(), d.at("host_path").get<std::string>(),
-                              d.value("source_gpu_id", ""), d.value("target_gpu_id", "")});
-    plan.env = json.value("env", std::map<std::string, std::string>{});
-    plan.relaxations = json.value("relaxations", std::vector<std::string>{});
-    return plan;
-  } catch (const nlohmann::json::exception& e) {
-    return make_error(std::string(source) + ": malformed restore plan: " + e.what());
-  }
+  JsonFields fields(std::string(source) + " (restore plan)");
+  RestorePlan plan;
+  plan.version = fields.version(json, RestorePlan::kVersion, "restore plan");
+  fields.get(json, "", "id", plan.id);
+  fields.get(json, "", "checkpoint_id", plan.checkpoint_id, true);
+  if (const auto* assignments = fields.array(json, "", "assignments"))
+    for (std::size_t i = 0; i < assignments->size() && !fields.failed(); ++i) {
+      const std::string at = "assignments[" + std::to_string(i) + "]";
+      GpuAssignment a;
+      fields.get((*assignments)[i], at, "source_id", a.source_id, true);
+      fields.get((*assignments)[i], at, "target_id", a.target_id, true);
+      plan.assignments.push_back(std::move(a));
+    }
+  if (const auto* devices = fields.array(json, "", "devices"))
+    for (std::size_t i = 0; i < devices->size() && !fields.failed(); ++i) {
+      const std::string at = "devices[" + std::to_string(i) + "]";
+      DeviceRewrite d;
+      fields.get((*devices)[i], at, "container_path", d.container_path, true);
+      fields.get((*devices)[i], at, "host_path", d.host_path, true);
+      fields.get((*devices)[i], at, "source_gpu_id", d.source_gpu_id);
+      fields.get((*devices)[i], at, "target_gpu_id", d.target_gpu_id);
+      if (!fields.failed() && (!is_gpu_device_path(d.container_path) || !is_gpu_device_path(d.host_path)))
+        fields.fail(at, "a path is not a canonical GPU device node (/dev/nvidia*, /dev/kfd, /dev/dri/renderD*, ...)");
+      plan.devices.push_back(std::move(d));
+    }
+  fields.get(json, "", "env", plan.env);
+  fields.get(json, "", "relaxations", plan.relaxations);
+  if (fields.failed()) return fields.error();
+  return plan;
 }
 
 Result<RestorePlan> make_restore_plan(const CheckpointGpuRecord& checkpoint, const NodeInventory& target,
@@ -109,6 +123,9 @@ Result<RestorePlan> make_restore_plan(const CheckpointGpuRecord& checkpoint, con
     moves.emplace_back(find_gpu(checkpoint.record.node.gpus, a.source_id), find_gpu(target.gpus, a.target_id));
   for (const auto& device : checkpoint.devices) {
     if (device.gpu_id.empty()) continue;   // shared nodes (/dev/kfd, /dev/nvidiactl) exist on every GPU node
+    if (!is_gpu_device_path(device.container_path))
+      return make_error("the checkpoint's record names a device '" + device.container_path.substr(0, 256) +
+                        "' that is not a canonical GPU device node; refusing to place it");
     const GpuAssignment* assignment = nullptr;
     for (const auto& a : match.assignments)
       if (a.source_id == device.gpu_id) assignment = &a;
@@ -121,6 +138,9 @@ Result<RestorePlan> make_restore_plan(const CheckpointGpuRecord& checkpoint, con
     std::string host_path;
     for (const auto& p : gpu->device_paths)
       if (device_kind(p) == kind) host_path = p;
+    if (!is_gpu_device_path(host_path))
+      return make_error("target GPU " + gpu->id + " has no canonical device node like " + device.container_path +
+                        " (its nodes: " + std::to_string(gpu->device_paths.size()) + "); cannot place it");
     if (host_path.empty())
       return make_error("target GPU " + gpu->id + " has no device node like " + device.container_path +
                         " (its nodes: " + std::to_string(gpu->device_paths.size()) + "); cannot place it");
@@ -145,64 +165,112 @@ DeviceNumberLookup stat_device_numbers(fs::path host_root) {
   };
 }
 
-Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, const DeviceNumberLookup& lookup,
-                               const std::string& plan_path) {
+Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, const DeviceNumberLookup& lookup) {
   if (!spec.is_object()) return make_error("the runtime spec is not a JSON object");
+  // Sections of the wrong type are refused, not replaced: a spec like that did not come from a runtime.
+  auto section = [](nlohmann::json& parent, const char* key, nlohmann::json empty, const char* where)
+      -> Result<nlohmann::json*> {
+    auto& value = parent[key];
+    if (value.is_null()) value = empty;
+    if (value.type() != empty.type())
+      return make_error(std::string("the runtime spec's ") + where + " is " + json_type(value) + ", expected an " +
+                        empty.type_name());
+    return &value;
+  };
   int changed = 0;
-  auto& linux_section = spec["linux"];
-  if (!linux_section.is_object()) linux_section = nlohmann::json::object();
-  auto& devices = linux_section["devices"];
-  if (!devices.is_array()) devices = nlohmann::json::array();
+  auto linux_section = section(spec, "linux", nlohmann::json::object(), "linux");
+  if (!linux_section) return linux_section.error();
+  auto devices = section(**linux_section, "devices", nlohmann::json::array(), "linux.devices");
+  if (!devices) return devices.error();
+  for (std::size_t i = 0; i < (*devices)->size(); ++i) {
+    const auto& d = (**devices)[i];
+    if (!d.is_object() || (d.contains("path") && !d["path"].is_string()))
+      return make_error("the runtime spec's linux.devices[" + std::to_string(i) + "] is not a device object");
+  }
   for (const auto& rewrite : plan.devices) {
+    if (!is_gpu_device_path(rewrite.container_path) || !is_gpu_device_path(rewrite.host_path))
+      return make_error("restore plan device " + rewrite.container_path.substr(0, 256) + " -> " +
+                        rewrite.host_path.substr(0, 256) + " is not a canonical GPU device node");
     auto numbers = lookup(rewrite.host_path);
     if (!numbers) return make_error("restore plan device " + rewrite.container_path + " -> " + rewrite.host_path +
                                     ": " + numbers.error().message);
     const auto [maj, min] = numbers.value();
     bool found = false;
-    for (auto& d : devices) {
-      if (d.value("path", "") != rewrite.container_path) continue;
+    for (auto& d : **devices) {
+      if (!d.contains("path") || d["path"].get<std::string>() != rewrite.container_path) continue;
       found = true;
-      if (d.value("major", -1) != static_cast<long>(maj) || d.value("minor", -1) != static_cast<long>(min)) ++changed;
+      const auto old_major = d.contains("major") ? json_integer(d["major"], 0, UINT32_MAX) : std::nullopt;
+      const auto old_minor = d.contains("minor") ? json_integer(d["minor"], 0, UINT32_MAX) : std::nullopt;
+      if (old_major != static_cast<std::int64_t>(maj) || old_minor != static_cast<std::int64_t>(min)) ++changed;
       d["major"] = maj;
       d["minor"] = min;
       d["type"] = "c";
     }
     if (!found) {
-      devices.push_back({{"path", rewrite.container_path}, {"type", "c"}, {"major", maj}, {"minor", min},
-                         {"fileMode", 8630}, {"uid", 0}, {"gid", 0}});
+      (*devices)->push_back({{"path", rewrite.container_path}, {"type", "c"}, {"major", maj}, {"minor", min},
+                             {"fileMode", 8630}, {"uid", 0}, {"gid", 0}});
       ++changed;
     }
-    auto& resources = linux_section["resources"];
-    if (!resources.is_object()) resources = nlohmann::json::object();
-    auto& allow = resources["devices"];
-    if (!allow.is_array()) allow = nlohmann::json::array();
-    allow.push_back({{"allow", true}, {"type", "c"}, {"major", maj}, {"minor", min}, {"access", "rwm"}});
+    auto resources = section(**linux_section, "resources", nlohmann::json::object(), "linux.resources");
+    if (!resources) return resources.error();
+    auto allow = section(**resources, "devices", nlohmann::json::array(), "linux.resources.devices");
+    if (!allow) return allow.error();
+    (*allow)->push_back({{"allow", true}, {"type", "c"}, {"major", maj}, {"minor", min}, {"access", "rwm"}});
   }
   if (!plan.env.empty()) {
-    auto& process = spec["process"];
-    if (!process.is_object()) process = nlohmann::json::object();
-    auto& env = process["env"];
-    if (!env.is_array()) env = nlohmann::json::array();
+    auto process = section(spec, "process", nlohmann::json::object(), "process");
+    if (!process) return process.error();
+    auto env = section(**process, "env", nlohmann::json::array(), "process.env");
+    if (!env) return env.error();
     for (const auto& [name, value] : plan.env) {
       bool replaced = false;
-      for (auto& entry : env) {
-        const std::string text = entry.is_string() ? entry.get<std::string>() : "";
-        if (text.rfind(name + "=", 0) == 0) {
+      for (auto& entry : **env) {
+        if (entry.is_string() && entry.get<std::string>().rfind(name + "=", 0) == 0) {
           entry = name + "=" + value;
           replaced = true;
         }
       }
-      if (!replaced) env.push_back(name + "=" + value);
+      if (!replaced) (*env)->push_back(name + "=" + value);
     }
   }
-  auto& annotations = spec["annotations"];
-  if (!annotations.is_object()) annotations = nlohmann::json::object();
-  annotations[kAnnotationRestorePlan] = plan_path;
+  auto annotations = section(spec, "annotations", nlohmann::json::object(), "annotations");
+  if (!annotations) return annotations.error();
+  (**annotations)[kAnnotationRestorePlan] = plan.id;
   return changed;
 }
 
-fs::path restore_plan_path(const fs::path& state_dir, std::string_view checkpoint_id) {
-  return state_dir / "restore-plans" / (std::string(checkpoint_id) + ".json");
+std::string new_restore_plan_id() {
+  std::random_device random;
+  char id[3 + 32 + 1];
+  std::snprintf(id, sizeof id, "rp-%08x%08x%08x%08x", random(), random(), random(), random());
+  return id;
+}
+
+bool is_restore_plan_id(std::string_view id) {
+  if (id.size() != 35 || id.substr(0, 3) != "rp-") return false;
+  return std::all_of(id.begin() + 3, id.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+}
+
+bool is_gpu_device_path(std::string_view path) {
+  if (path.size() > 128 || fs::path(path).lexically_normal().string() != path) return false;
+  auto numbered = [](std::string_view rest) {
+    return !rest.empty() && std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  auto plain_name = [](std::string_view name) {
+    return !name.empty() && name != "." && name != ".." && std::all_of(name.begin(), name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+    });
+  };
+  if (path == "/dev/kfd") return true;
+  for (std::string_view prefix : {"/dev/dri/renderD", "/dev/dri/card"})
+    if (path.substr(0, prefix.size()) == prefix) return numbered(path.substr(prefix.size()));
+  if (path.substr(0, 17) == "/dev/nvidia-caps/") return plain_name(path.substr(17));
+  if (path.substr(0, 11) == "/dev/nvidia") return path.find('/', 5) == std::string_view::npos && plain_name(path.substr(5));
+  return false;
+}
+
+fs::path restore_plan_path(const fs::path& state_dir, std::string_view plan_id) {
+  return state_dir / "restore-plans" / (std::string(plan_id) + ".json");
 }
 
 Result<void> write_file_atomically(const fs::path& path, std::string_view data) {
@@ -225,7 +293,12 @@ Result<void> write_file_atomically(const fs::path& path, std::string_view data) 
     }
     done += static_cast<std::size_t>(n);
   }
-  ::fsync(fd);
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fs::remove(temp, ec);
+    return make_error("cannot write " + temp.string() + ": " + std::strerror(err), err);
+  }
   ::close(fd);
   fs::rename(temp, path, ec);
   if (ec) {
@@ -235,31 +308,23 @@ Result<void> write_file_atomically(const fs::path& path, std::string_view data) 
   return {};
 }
 
-Result<std::optional<nlohmann::json>> read_json_file(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return std::optional<nlohmann::json>{};
-  std::stringstream text;
-  text << in.rdbuf();
-  auto json = nlohmann::json::parse(text.str(), nullptr, false);
-  if (json.is_discarded()) return make_error(path.string() + " is not valid JSON");
-  return std::optional<nlohmann::json>(std::move(json));
-}
-
 Result<void> write_restore_plan(const fs::path& state_dir, const RestorePlan& plan) {
-  if (!is_safe_id(plan.checkpoint_id))
-    return make_error("checkpoint id '" + plan.checkpoint_id + "' is not a safe file name");
-  return write_file_atomically(restore_plan_path(state_dir, plan.checkpoint_id), to_json(plan).dump(2));
+  if (!is_restore_plan_id(plan.id))
+    return make_error("restore plan id '" + plan.id.substr(0, 64) + "' was not made by new_restore_plan_id");
+  return write_file_atomically(restore_plan_path(state_dir, plan.id), to_json(plan).dump(2));
 }
 
-Result<std::optional<RestorePlan>> read_restore_plan(const fs::path& state_dir, std::string_view checkpoint_id) {
-  if (!is_safe_id(checkpoint_id))
-    return make_error("checkpoint id '" + std::string(checkpoint_id) + "' is not a safe file name");
-  const fs::path path = restore_plan_path(state_dir, checkpoint_id);
+Result<std::optional<RestorePlan>> read_restore_plan(const fs::path& state_dir, std::string_view plan_id) {
+  if (!is_restore_plan_id(plan_id))
+    return make_error("restore plan id '" + std::string(plan_id.substr(0, 64)) +
+                      "' is not one the agent makes (rp- and 32 hex digits)");
+  const fs::path path = restore_plan_path(state_dir, plan_id);
   auto json = read_json_file(path);
   if (!json) return json.error();
   if (!json.value()) return std::optional<RestorePlan>{};
   auto plan = restore_plan_from_json(*json.value(), path.string());
   if (!plan) return plan.error();
+  if (plan->id != plan_id) return make_error(path.string() + ": the plan inside has id '" + plan->id.substr(0, 64) + "'");
   return std::optional<RestorePlan>(std::move(plan.value()));
 }
 

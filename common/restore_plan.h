@@ -1,8 +1,14 @@
 // The restore plan: which of this node's GPUs take over a checkpoint's GPUs, and how the container's spec must
 // change so the restored processes find them (device nodes at the paths the checkpoint expects, environment).
-// The agent computes it (make_restore_plan, pure), stores it in the state directory, and applies it to
-// spec.dump; the OCI hook applies it in `precreate` for runtimes that run that stage on restore, and copies it
-// into the CRIU images directory (createRuntime) where the CRIU plugin reads the GPU mapping.
+// The agent computes it (make_restore_plan, pure), stores it in the state directory under an id it generates, and
+// applies it to spec.dump; the OCI hook applies it in `precreate` for runtimes that run that stage on restore, and
+// copies it into the CRIU images directory (createRuntime) where the CRIU plugin reads the GPU mapping.
+//
+// Where plans live (the only place anything reads them from): <state_dir>/restore-plans/<plan id>.json. The id
+// comes from new_restore_plan_id() in the agent, never from an archive or a container; a container names its
+// plan only through the annotation io.gpuckpt.restore-plan=<plan id>, which the hook checks with
+// is_restore_plan_id before it looks in the state directory. Device paths in a plan are canonical GPU device
+// nodes (is_gpu_device_path), whatever the record or the plan file says.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +29,7 @@
 
 namespace gpuckpt {
 
-inline constexpr const char* kAnnotationRestorePlan = "io.gpuckpt.restore-plan";   // path of the plan file
+inline constexpr const char* kAnnotationRestorePlan = "io.gpuckpt.restore-plan";   // the plan's id
 inline constexpr const char* kPlanFileInImages = "gpuckpt-restore-plan.json";     // in the CRIU images dir
 
 struct DeviceRewrite {
@@ -36,7 +42,8 @@ struct DeviceRewrite {
 struct RestorePlan {
   static constexpr int kVersion = 1;
   int version = kVersion;
-  std::string checkpoint_id;
+  std::string id;              // new_restore_plan_id(): names the file in the state directory
+  std::string checkpoint_id;   // the checkpoint it restores (from the archive: informational only)
   std::vector<GpuAssignment> assignments;
   std::vector<DeviceRewrite> devices;
   std::map<std::string, std::string> env;   // variables set to these values in the restored container
@@ -58,9 +65,9 @@ DeviceNumberLookup stat_device_numbers(std::filesystem::path host_root);
 
 // Rewrites an OCI runtime spec (config.json / spec.dump) in place: linux.devices entries at the plan's
 // container paths get the target's major/minor, the cgroup device allow-list follows, env is set, and the
-// io.gpuckpt.restore-plan annotation names `plan_path`. Returns how many device entries changed.
-Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, const DeviceNumberLookup& lookup,
-                               const std::string& plan_path);
+// io.gpuckpt.restore-plan annotation names the plan's id. Returns how many device entries changed. A spec whose
+// sections have the wrong types is an error naming the field.
+Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, const DeviceNumberLookup& lookup);
 
 // CRIU saves the container's /dev tmpfs, device nodes included, as checkpoint/tmpfs-dev-<id>.tar.gz.img and
 // restores it over the nodes the runtime created, so the plan must reach those nodes too. Given one such
@@ -72,19 +79,24 @@ Result<std::optional<std::string>> renumber_device_nodes(
 // The archive edits (spec.dump and the /dev tmpfs images) that make `archive` restore with `plan`;
 // std::nullopt when the archive already restores that way (same device numbers, no environment change).
 Result<std::optional<ArchiveEdit>> restore_edits(const std::filesystem::path& archive, const RestorePlan& plan,
-                                  const DeviceNumberLookup& lookup, const std::string& plan_path,
-                                  const ArchiveLimits& limits);
+                                                 const DeviceNumberLookup& lookup, const ArchiveLimits& limits);
 
-// <state_dir>/restore-plans/<checkpoint_id>.json, written atomically (temp + rename).
-std::filesystem::path restore_plan_path(const std::filesystem::path& state_dir, std::string_view checkpoint_id);
+// "rp-" and 32 random hex digits: unguessable, so a pod author cannot name another restore's plan.
+std::string new_restore_plan_id();
+bool is_restore_plan_id(std::string_view id);
+
+// <state_dir>/restore-plans/<plan id>.json, written atomically (temp + rename, fsynced). Reading an id that
+// is_restore_plan_id refuses is an error; an absent plan is std::nullopt.
+std::filesystem::path restore_plan_path(const std::filesystem::path& state_dir, std::string_view plan_id);
 Result<void> write_restore_plan(const std::filesystem::path& state_dir, const RestorePlan& plan);
-Result<std::optional<RestorePlan>> read_restore_plan(const std::filesystem::path& state_dir,
-                                                     std::string_view checkpoint_id);
+Result<std::optional<RestorePlan>> read_restore_plan(const std::filesystem::path& state_dir, std::string_view plan_id);
 
-// Writes `data` to `path` through a temporary sibling and rename (readers never see a partial file).
+// The device nodes a plan may name: canonical absolute paths in the GPU families /dev/nvidia*,
+// /dev/nvidia-caps/*, /dev/kfd, /dev/dri/renderD*, /dev/dri/card* ("/dev/../etc/x", "/dev/nvidia0/.." are not).
+bool is_gpu_device_path(std::string_view path);
+
+// Writes `data` to `path` through a temporary sibling, fsync and rename (readers never see a partial file).
 Result<void> write_file_atomically(const std::filesystem::path& path, std::string_view data);
-// The JSON document in `path`; std::nullopt when there is no such file, an error when it is not JSON.
-Result<std::optional<nlohmann::json>> read_json_file(const std::filesystem::path& path);
 
 // Ids the agent generates and accepts: [A-Za-z0-9][A-Za-z0-9._-]{0,127}, so they are safe as file names.
 bool is_safe_id(std::string_view id);

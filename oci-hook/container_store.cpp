@@ -2,6 +2,7 @@
 
 #include <ctime>
 
+#include "common/json_reader.h"
 #include "common/log.h"
 #include "common/restore_plan.h"
 
@@ -25,22 +26,20 @@ nlohmann::json to_json(const ContainerGpuState& state) {
 }
 
 Result<ContainerGpuState> container_state_from_json(const nlohmann::json& json, std::string_view source) {
-  try {
-    if (json.at("version").get<int>() > ContainerGpuState::kVersion)
-      return make_error(std::string(source) + ": container record version is newer than this gpuckpt");
-    ContainerGpuState state;
-    state.container_id = json.at("container_id").get<std::string>();
-    state.bundle = json.value("bundle", "");
-    state.pid = json.value("pid", 0);
-    state.recorded_at = json.value("recorded_at", "");
-    state.annotations = json.value("annotations", std::map<std::string, std::string>{});
-    auto gpus = checkpoint_record_from_json(json.at("gpus"), source);
-    if (!gpus) return gpus.error();
-    state.gpus = std::move(gpus.value());
-    return state;
-  } catch (const nlohmann::json::exception& e) {
-    return make_error(std::string(source) + ": malformed container record: " + e.what());
-  }
+  JsonFields fields{std::string(source)};
+  ContainerGpuState state;
+  fields.version(json, ContainerGpuState::kVersion, "container record");
+  fields.get(json, "", "container_id", state.container_id, true);
+  fields.get(json, "", "bundle", state.bundle);
+  fields.get_integer(json, "", "pid", state.pid);
+  fields.get(json, "", "recorded_at", state.recorded_at);
+  fields.get(json, "", "annotations", state.annotations);
+  const nlohmann::json* gpus = fields.object(json, "", "gpus", true);
+  if (fields.failed()) return fields.error();
+  auto record = checkpoint_record_from_json(*gpus, std::string(source) + ": gpus");
+  if (!record) return record.error();
+  state.gpus = std::move(record.value());
+  return state;
 }
 
 fs::path container_state_path(const fs::path& state_dir, std::string_view container_id) {

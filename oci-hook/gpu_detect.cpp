@@ -4,6 +4,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/json_reader.h"
+
 namespace gpuckpt::hook {
 
 namespace {
@@ -32,11 +34,6 @@ std::vector<std::string> split(const std::string& value, char sep) {
 
 }  // namespace
 
-bool is_gpu_device_path(std::string_view path) {
-  return path == "/dev/kfd" || starts_with(path, "/dev/dri/renderD") || starts_with(path, "/dev/dri/card") ||
-         starts_with(path, "/dev/nvidia");
-}
-
 GpuUse detect_gpu_use(const nlohmann::json& spec) {
   GpuUse use;
   if (!spec.is_object()) return use;
@@ -49,8 +46,10 @@ GpuUse detect_gpu_use(const nlohmann::json& spec) {
         if (!is_gpu_device_path(path) || !seen.insert(path).second) continue;
         ContainerGpuDevice g;
         g.container_path = path;
-        if (dev.contains("major") && dev["major"].is_number_integer()) g.major = dev["major"].get<std::uint32_t>();
-        if (dev.contains("minor") && dev["minor"].is_number_integer()) g.minor = dev["minor"].get<std::uint32_t>();
+        if (dev.contains("major"))
+          g.major = static_cast<std::uint32_t>(json_integer(dev["major"], 0, UINT32_MAX).value_or(0));
+        if (dev.contains("minor"))
+          g.minor = static_cast<std::uint32_t>(json_integer(dev["minor"], 0, UINT32_MAX).value_or(0));
         use.devices.push_back(g);
       }
     }

@@ -21,9 +21,6 @@ struct GpuUse {
   bool uses_gpu() const { return !devices.empty() || !gpu_env.empty() || !cdi_devices.empty(); }
 };
 
-// True for /dev/kfd, /dev/dri/renderD*, /dev/dri/card*, /dev/nvidia* (incl. nvidiactl, nvidia-uvm).
-bool is_gpu_device_path(std::string_view path);
-
 // From an OCI runtime spec (bundle config.json or the precreate input). Malformed sections are ignored:
 // detection must never stop a container from starting.
 GpuUse detect_gpu_use(const nlohmann::json& spec);

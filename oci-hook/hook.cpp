@@ -1,11 +1,11 @@
 #include "oci-hook/hook.h"
 
-#include <fstream>
-#include <sstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "common/checkpoint_archive.h"
+#include "common/json_reader.h"
 #include "oci-hook/container_store.h"
 #include "oci-hook/gpu_detect.h"
 
@@ -15,28 +15,27 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::size_t kMaxConfigBytes = 16 << 20;
-
 Result<nlohmann::json> parse_state(std::string_view text) {
-  auto state = nlohmann::json::parse(text, nullptr, false);
-  if (state.is_discarded() || !state.is_object())
+  auto state = parse_json(text, "the OCI state on stdin");
+  if (!state) return state.error();
+  if (!state->is_object())
     return make_error("the OCI state on stdin is not a JSON object (is the hook installed for the right stage?)");
-  if (!state.contains("id") || !state["id"].is_string() || !is_safe_id(state["id"].get<std::string>()))
+  auto id = state->find("id");
+  if (id == state->end() || !id->is_string() || !is_safe_id(id->get<std::string>()))
     return make_error("the OCI state on stdin has no valid container id");
   return state;
 }
 
-Result<std::string> read_bounded(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("cannot read " + path.string());
-  // Read as it comes: configs are ~10 KiB, and this runs at every container start.
-  std::string data;
-  char chunk[64 * 1024];
-  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
-    data.append(chunk, static_cast<std::size_t>(in.gcount()));
-    if (data.size() > kMaxConfigBytes) return make_error(path.string() + " is larger than 16 MiB");
-  }
-  return data;
+// The restore plan id a config's annotations name: empty when none, an error when it is not one the agent makes.
+Result<std::string> named_plan_id(const nlohmann::json& config) {
+  auto annotations = config.find("annotations");
+  if (annotations == config.end() || !annotations->is_object()) return std::string{};
+  auto id = annotations->find(kAnnotationRestorePlan);
+  if (id == annotations->end()) return std::string{};
+  if (!id->is_string() || !is_restore_plan_id(id->get<std::string>()))
+    return make_error(std::string("annotation ") + kAnnotationRestorePlan +
+                      " is not a restore plan id the gpuckpt agent made (rp- and 32 hex digits)");
+  return id->get<std::string>();
 }
 
 }  // namespace
@@ -53,12 +52,17 @@ Result<RecordOutcome> record_container(std::string_view state_json, const HookOp
   auto state = parse_state(state_json);
   if (!state) return state.error();
   const std::string id = (*state)["id"].get<std::string>();
-  const std::string bundle = state->value("bundle", "");
+  JsonFields fields("the OCI state of container " + id);
+  std::string bundle;
+  std::int64_t pid = 0;
+  fields.get(*state, "", "bundle", bundle);
+  fields.get_integer(*state, "", "pid", pid, 0, std::numeric_limits<int>::max());
+  if (fields.failed()) return fields.error();
   if (bundle.empty() || bundle.front() != '/') return make_error("container " + id + ": OCI state has no absolute bundle");
-  auto config_text = read_bounded(fs::path(bundle) / "config.json");
-  if (!config_text) return config_text.error();
-  const auto config = nlohmann::json::parse(config_text.value(), nullptr, false);
-  if (config.is_discarded()) return make_error(bundle + "/config.json is not valid JSON");
+  auto read = read_json_file(fs::path(bundle) / "config.json");
+  if (!read) return read.error();
+  if (!read.value() || !read.value()->is_object()) return make_error(bundle + "/config.json is not a JSON object");
+  const nlohmann::json& config = *read.value();
   GpuUse use = detect_gpu_use(config);
   RecordOutcome outcome;
   if (!use.uses_gpu()) {
@@ -72,7 +76,7 @@ Result<RecordOutcome> record_container(std::string_view state_json, const HookOp
   ContainerGpuState record;
   record.container_id = id;
   record.bundle = bundle;
-  record.pid = state->value("pid", 0);
+  record.pid = static_cast<int>(pid);
   record.recorded_at = utc_now_rfc3339();
   if (config.contains("annotations") && config["annotations"].is_object())
     for (const auto& [key, value] : config["annotations"].items())
@@ -87,24 +91,27 @@ Result<RecordOutcome> record_container(std::string_view state_json, const HookOp
   outcome.message = "container " + id + ": recorded " + std::to_string(use.devices.size()) + " GPU device node(s), " +
                     std::to_string(record.gpus.record.used_gpu_ids.size()) + " GPU(s) of this node";
   // A restored container: put the plan where the CRIU plugin looks (its images directory) before CRIU
-  // restores the processes (runc runs createRuntime hooks at CRIU's setup-namespaces notification).
-  std::string plan_path;
-  if (auto it = record.annotations.find(kAnnotationRestorePlan); it != record.annotations.end())
-    plan_path = it->second;
-  else if (auto ck = record.annotations.find(kAnnotationCheckpointId);
-           ck != record.annotations.end() && is_safe_id(ck->second))
-    plan_path = restore_plan_path(options.state_dir, ck->second).string();
+  // restores the processes (runc runs createRuntime hooks at CRIU's setup-namespaces notification). The plan
+  // comes only from the state directory; a plan file that came inside the archive is removed.
+  const fs::path images = fs::path(bundle) / "checkpoint";
   std::error_code ec;
-  if (!plan_path.empty() && fs::exists(plan_path, ec)) {
-    const fs::path images = fs::path(bundle) / "checkpoint";
-    if (fs::is_directory(images, ec)) {
-      auto plan = read_bounded(plan_path);
-      if (!plan) return make_error("container " + id + ": restore plan " + plan_path + ": " + plan.error().message);
-      auto copied = write_file_atomically(images / kPlanFileInImages, plan.value());
-      if (!copied) return copied.error();
-      outcome.message += "; restore plan placed in " + (images / kPlanFileInImages).string();
-    }
+  if (!fs::is_directory(fs::symlink_status(images, ec))) return outcome;
+  auto plan_id = named_plan_id(config);
+  if (!plan_id) return make_error("container " + id + ": " + plan_id.error().message);
+  std::optional<RestorePlan> plan;
+  if (!plan_id->empty()) {
+    auto read_plan = read_restore_plan(options.state_dir, plan_id.value());
+    if (!read_plan) return make_error("container " + id + ": " + read_plan.error().message);
+    plan = std::move(read_plan.value());
   }
+  if (!plan) {
+    if (fs::remove(images / kPlanFileInImages, ec))
+      outcome.message += "; removed a restore plan that came with the archive (only the agent makes plans)";
+    return outcome;
+  }
+  auto copied = write_file_atomically(images / kPlanFileInImages, to_json(*plan).dump(2));
+  if (!copied) return copied.error();
+  outcome.message += "; restore plan " + plan->id + " placed in " + (images / kPlanFileInImages).string();
   return outcome;
 }
 
@@ -112,33 +119,32 @@ Result<PrecreateOutcome> precreate(std::string_view config_json, const HookOptio
                                    const DeviceNumberLookup& lookup) {
   PrecreateOutcome outcome;
   outcome.config = std::string(config_json);
-  auto config = nlohmann::json::parse(config_json, nullptr, false);
-  if (config.is_discarded() || !config.is_object()) {
-    outcome.message = "precreate input is not a JSON object; passed through unchanged";
+  auto parsed = parse_json(config_json, "the precreate config on stdin");
+  if (!parsed || !parsed->is_object()) {
+    outcome.message = "precreate input is not a JSON object gpuckpt can read; passed through unchanged";
     return outcome;
   }
-  std::string checkpoint_id;
-  if (config.contains("annotations") && config["annotations"].is_object())
-    checkpoint_id = config["annotations"].value(kAnnotationCheckpointId, "");
-  if (checkpoint_id.empty()) {
-    outcome.message = "no io.gpuckpt.checkpoint-id annotation; unchanged";
+  auto& config = parsed.value();
+  auto plan_id = named_plan_id(config);
+  if (!plan_id) return make_error("restore refused: " + plan_id.error().message);
+  if (plan_id->empty()) {
+    outcome.message = std::string("no ") + kAnnotationRestorePlan + " annotation; unchanged";
     return outcome;
   }
-  auto plan = read_restore_plan(options.state_dir, checkpoint_id);
-  if (!plan) return make_error("restore of checkpoint " + checkpoint_id + " refused: " + plan.error().message);
+  auto plan = read_restore_plan(options.state_dir, plan_id.value());
+  if (!plan) return make_error("restore with plan " + plan_id.value() + " refused: " + plan.error().message);
   if (!plan.value()) {
-    outcome.message = "checkpoint " + checkpoint_id + ": no restore plan in " + options.state_dir.string() +
-                      "; unchanged";
+    outcome.message = "restore plan " + plan_id.value() + " is not in " + options.state_dir.string() + "; unchanged";
     return outcome;
   }
-  const std::string plan_path = restore_plan_path(options.state_dir, checkpoint_id).string();
-  auto changed = apply_restore_plan(config, *plan.value(), lookup, plan_path);
+  auto changed = apply_restore_plan(config, *plan.value(), lookup);
   if (!changed)
-    return make_error("restore of checkpoint " + checkpoint_id + " refused: " + changed.error().message);
+    return make_error("restore with plan " + plan_id.value() + " refused: " + changed.error().message);
   outcome.config = config.dump();
   outcome.modified = true;
-  outcome.message = "checkpoint " + checkpoint_id + ": restore plan applied (" + std::to_string(changed.value()) +
-                    " device node(s) moved, " + std::to_string(plan.value()->env.size()) + " env var(s))";
+  outcome.message = "restore plan " + plan_id.value() + " (checkpoint " + plan.value()->checkpoint_id +
+                    ") applied: " + std::to_string(changed.value()) + " device node(s) moved, " +
+                    std::to_string(plan.value()->env.size()) + " env var(s)";
   return outcome;
 }
 

@@ -1,8 +1,8 @@
 // The OCI hook's stages, as functions over strings (main.cpp does the stdin/stdout/timeout plumbing):
 //   createRuntime  state JSON in; records container -> GPUs in the state dir; copies an applied restore plan
 //                  into the CRIU images directory (bundle/checkpoint) where the plugin reads the GPU mapping.
-//   precreate      runtime config in, config out; applies a pending restore plan (annotation
-//                  io.gpuckpt.checkpoint-id + <state_dir>/restore-plans/<id>.json), else returns it unchanged.
+//   precreate      runtime config in, config out; applies the restore plan the annotation io.gpuckpt.restore-plan
+//                  names (<state_dir>/restore-plans/<plan id>.json), else returns it unchanged.
 //   poststop       state JSON in; forgets the container's record.
 #pragma once
 
@@ -41,7 +41,8 @@ struct PrecreateOutcome {
   bool modified = false;
   std::string message;
 };
-// An error means: refuse (a restore plan exists but cannot be applied). Anything else passes the config through.
+// An error means: refuse (the config names a restore plan that is malformed, unreadable or cannot be applied).
+// Anything else passes the config through.
 Result<PrecreateOutcome> precreate(std::string_view config_json, const HookOptions& options,
                                    const DeviceNumberLookup& lookup);
 

@@ -11,13 +11,13 @@
 #include <filesystem>
 #include <cstring>
 #include <exception>
-#include <iostream>
-#include <iterator>
+#include <cerrno>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "common/inventory.h"
+#include "common/json_reader.h"
 #include "common/log.h"
 #include "oci-hook/hook.h"
 
@@ -25,18 +25,53 @@ namespace {
 
 constexpr std::size_t kMaxStdin = 16 << 20;
 const std::string* g_passthrough = nullptr;   // precreate input, written unchanged if the time limit strikes
+volatile sig_atomic_t g_refuse_on_timeout = 0;   // precreate of a config that names a restore plan
 
 void on_timeout(int) {
-  static const char kMessage[] = "gpuckpt-oci-hook: error: time limit reached; container continues unmodified\n";
   // Only async-signal-safe calls here: the state-dir log does not get this line.
+  if (g_refuse_on_timeout) {
+    static const char kRefused[] = "gpuckpt-oci-hook: error: time limit reached applying a restore plan; refused\n";
+    (void)!::write(2, kRefused, sizeof kRefused - 1);
+    ::_exit(1);
+  }
+  static const char kMessage[] = "gpuckpt-oci-hook: error: time limit reached; container continues unmodified\n";
   (void)!::write(2, kMessage, sizeof kMessage - 1);
   if (g_passthrough) (void)!::write(1, g_passthrough->data(), g_passthrough->size());
   ::_exit(0);
 }
 
 bool looks_like_state(const std::string& input) {
-  const auto json = nlohmann::json::parse(input, nullptr, false);
-  return json.is_object() && json.contains("status") && json.contains("bundle");
+  const auto json = gpuckpt::parse_json(input, "stdin");
+  return json && json->is_object() && json->contains("status") && json->contains("bundle");
+}
+
+// Reads stdin up to `limit` bytes; `complete` is false when more was there (left unread).
+std::string read_stdin(std::size_t limit, bool& complete) {
+  std::string data;
+  char chunk[64 * 1024];
+  complete = true;
+  for (;;) {
+    const ssize_t n = ::read(0, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    data.append(chunk, static_cast<std::size_t>(n));
+    if (data.size() > limit) {
+      complete = false;
+      break;
+    }
+  }
+  return data;
+}
+
+// Copies the rest of stdin to stdout without looking at it (precreate input too large to read: unchanged).
+void pass_rest_through() {
+  char chunk[64 * 1024];
+  for (;;) {
+    const ssize_t n = ::read(0, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (std::fwrite(chunk, 1, static_cast<std::size_t>(n), stdout) != static_cast<std::size_t>(n)) break;
+  }
 }
 
 // Runtimes drop a hook's stderr (podman shows only "exit status 1"), so every line also goes to
@@ -93,27 +128,29 @@ int main(int argc, char** argv) {
   }
   ::signal(SIGALRM, on_timeout);
   ::alarm(static_cast<unsigned>((options.timeout.count() + 999) / 1000));
-  std::string input;
-  try {
-    input.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } catch (const std::exception& e) {
-    log::error(std::string("reading stdin: ") + e.what());
-    return 0;
-  }
+  bool complete = true;
+  const std::string input = read_stdin(kMaxStdin, complete);
   // Without a stage argument (one hooks.d entry for several stages) the input tells: precreate gets a runtime
   // config, the other stages the OCI state (which has "status").
   if (stage_name.empty())
-    stage_name = looks_like_state(input) ? "createRuntime" : "precreate";
+    stage_name = complete && looks_like_state(input) ? "createRuntime" : "precreate";
   auto stage = hook::parse_stage(stage_name);
   if (!stage) {
     log::error(stage.error().message);
     return usage();
   }
-  if (*stage == hook::Stage::Precreate) g_passthrough = &input;
-  if (input.size() > kMaxStdin) {
-    log::error("stdin larger than 16 MiB; ignoring this container");
-    if (g_passthrough) std::fwrite(input.data(), 1, input.size(), stdout);
+  if (!complete) {
+    log::error("stdin larger than 16 MiB; ignoring this container (passed through unchanged)");
+    if (*stage == hook::Stage::Precreate) {
+      std::fwrite(input.data(), 1, input.size(), stdout);
+      pass_rest_through();
+    }
     return 0;
+  }
+  if (*stage == hook::Stage::Precreate) {
+    g_passthrough = &input;
+    // A config that names a restore plan must not start unmodified when the time runs out: refuse instead.
+    if (input.find(kAnnotationRestorePlan) != std::string::npos) g_refuse_on_timeout = 1;
   }
   try {
     const auto lookup = stat_device_numbers(options.host_root);
@@ -146,6 +183,10 @@ int main(int argc, char** argv) {
       }
     }
   } catch (const std::exception& e) {
+    if (g_refuse_on_timeout) {
+      log::error(std::string("internal error applying a restore plan: ") + e.what() + " (refused)");
+      return 1;
+    }
     log::error(std::string("internal error: ") + e.what() + " (container continues unmodified)");
     if (g_passthrough) std::fwrite(input.data(), 1, input.size(), stdout);
   }

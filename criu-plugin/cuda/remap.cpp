@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_reader.h"
 #include "common/matcher.h"
 
 namespace gpuckpt::cuda {
@@ -31,8 +32,9 @@ Result<GpuMapping> parse_mapping(std::string_view text, std::string_view source)
                       " (expected {\"version\": 1, \"pairs\": [{\"source_uuid\": \"GPU-...\", \"target_uuid\": "
                       "\"GPU-...\"}]}; see docs/cuda.md)");
   };
-  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return fail("not valid JSON");
+  auto parsed = parse_json(text, where);
+  if (!parsed) return fail("not valid JSON");
+  const json& doc = parsed.value();
   if (!doc.is_object()) return fail("the top level is not an object");
   if (!doc.contains("version") || !doc["version"].is_number_integer()) return fail("no integer \"version\"");
   auto version = doc["version"].get<long long>();
@@ -65,8 +67,9 @@ Result<GpuMapping> parse_restore_plan(std::string_view text, std::string_view so
   auto fail = [&](const std::string& why) {
     return make_error("restore plan " + where + ": " + why + " (written by gpuckpt's OCI hook; see docs/node-flow.md)");
   };
-  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) return fail("not a JSON object");
+  auto parsed = parse_json(text, where);
+  if (!parsed || !parsed->is_object()) return fail("not a JSON object");
+  const json& doc = parsed.value();
   if (!doc.contains("version") || !doc["version"].is_number_integer() || doc["version"].get<long long>() != 1)
     return fail("no \"version\": 1 (a newer gpuckpt wrote it? upgrade gpuckpt on this node)");
   if (!doc.contains("assignments") || !doc["assignments"].is_array()) return fail("no \"assignments\" array");

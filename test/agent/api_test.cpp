@@ -284,7 +284,10 @@ TEST_CASE("restore matches GPUs, rewrites the devices and restores", "[unit]") {
     REQUIRE(f.runtime->restored.size() == 1);
     CHECK(f.runtime->restored[0].filename() == archive);
     CHECK(job["result"]["plan"]["assignments"][0]["target_id"] == "GPU-0");
-    CHECK(fs::exists(restore_plan_path(f.tmp.path / "state", ck["id"].get<std::string>())));
+    const std::string plan_id = job["result"]["plan"]["id"];
+    CHECK(is_restore_plan_id(plan_id));
+    CHECK(fs::exists(restore_plan_path(f.tmp.path / "state", plan_id)));
+    CHECK_FALSE(fs::exists(restore_plan_path(f.tmp.path / "state", ck["id"].get<std::string>())));
   }
   SECTION("onto the GPU the scheduler assigned: devices and env follow, in a copy that is removed") {
     const auto job = f.wait_job(
@@ -358,4 +361,31 @@ TEST_CASE("bad restore requests get clear 4xx and restore nothing", "[unit]") {
   CHECK(job["state"] == "succeeded");
   CHECK_FALSE(job["result"].contains("plan"));
   CHECK(f.runtime->restored.size() == 1);
+}
+
+TEST_CASE("hostile bodies and archives fail their request or job, never the agent", "[unit]") {
+  Fixture f;
+  SECTION("a body nested 100k levels deep is a 400") {
+    const auto err = f.post("/v1/restores", std::string(2000, '[') + std::string(2000, ']'), 400);
+    CHECK(err["error"]["message"].get<std::string>().find("nested deeper") != std::string::npos);
+  }
+  SECTION("an archive whose spec.dump devices are not objects fails its restore job with the field named") {
+    const auto ck = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"]);
+    REQUIRE(ck["state"] == "succeeded");
+    const fs::path archive = ck["result"]["archive"].get<std::string>();
+    auto spec = json::parse(*read_archive_entry(archive, "spec.dump", ArchiveLimits{}).value());
+    spec["linux"]["devices"] = json::array({"not-a-device", 7});
+    ArchiveEdit edit;
+    edit.replace["spec.dump"] = spec.dump();
+    REQUIRE(rewrite_archive(archive, archive, edit, ArchiveLimits{}).ok());
+    const auto job = f.wait_job(
+        "/v1/restores",
+        f.post("/v1/restores", json{{"archive", archive.filename()}, {"target_gpus", {"GPU-1"}}}.dump(), 202)["id"]);
+    CHECK(job["state"] == "failed");
+    CHECK(job["error"].get<std::string>().find("linux.devices[0] is not a device object") != std::string::npos);
+    CHECK(f.runtime->restored.empty());
+    auto health = f.client().Get("/healthz");
+    REQUIRE(health);
+    CHECK(health->status == 200);
+  }
 }

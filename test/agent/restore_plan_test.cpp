@@ -4,6 +4,8 @@
 #include "test/agent/archive_builder.h"
 
 using namespace gpuckpt;
+namespace fs = std::filesystem;
+using nlohmann::json;
 
 namespace {
 
@@ -96,18 +98,55 @@ TEST_CASE("a restore plan that cannot place a device is an error naming it", "[u
 TEST_CASE("restore plans round-trip through the state directory", "[unit]") {
   test::TempDir tmp;
   RestorePlan plan;
+  plan.id = new_restore_plan_id();
   plan.checkpoint_id = "ck-rt";
   plan.assignments = {{"GPU-0", "GPU-1"}};
   plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
   plan.env = {{"NVIDIA_VISIBLE_DEVICES", "1"}};
   plan.relaxations = {"firmware"};
   REQUIRE(write_restore_plan(tmp.path, plan).ok());
-  auto read = read_restore_plan(tmp.path, "ck-rt");
+  CHECK(fs::exists(tmp.path / "restore-plans" / (plan.id + ".json")));
+  auto read = read_restore_plan(tmp.path, plan.id);
   REQUIRE(read.ok());
   REQUIRE(read.value().has_value());
   CHECK(to_json(*read.value()) == to_json(plan));
-  CHECK_FALSE(read_restore_plan(tmp.path, "absent").value().has_value());
+  CHECK_FALSE(read_restore_plan(tmp.path, new_restore_plan_id()).value().has_value());
+}
+
+TEST_CASE("restore plans are named only by ids the agent makes, never by a checkpoint's id or a path", "[unit]") {
+  test::TempDir tmp;
+  const std::string id = new_restore_plan_id();
+  CHECK(is_restore_plan_id(id));
+  CHECK(id != new_restore_plan_id());
+  for (const char* bad : {"ck-rt", "../etc", "/etc/shadow", "rp-../../../../etc/shadow", "rp-0123", ""})
+    CHECK_FALSE(is_restore_plan_id(bad));
   CHECK_FALSE(read_restore_plan(tmp.path, "../etc").ok());
-  plan.checkpoint_id = "../../x";
+  CHECK_FALSE(read_restore_plan(tmp.path, "ck-rt").ok());
+  RestorePlan plan;
+  plan.checkpoint_id = "ck-from-an-archive";   // an archive's id is not a plan id
   CHECK_FALSE(write_restore_plan(tmp.path, plan).ok());
+  plan.id = "../../x";
+  CHECK_FALSE(write_restore_plan(tmp.path, plan).ok());
+  CHECK_FALSE(fs::exists(tmp.path / "restore-plans"));
+}
+
+TEST_CASE("device paths in plans are canonical GPU device nodes", "[unit]") {
+  for (const char* good : {"/dev/nvidia0", "/dev/nvidia12", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-caps/nvidia-cap1",
+                           "/dev/kfd", "/dev/dri/renderD128", "/dev/dri/card0"})
+    CHECK(is_gpu_device_path(good));
+  for (const char* bad : {"/dev/../../etc/x", "/dev/nvidia0/../../etc/shadow", "/dev/./nvidia0", "/dev//nvidia0",
+                          "dev/nvidia0", "/etc/shadow", "/dev/sda", "/dev/dri/renderDx", "/dev/dri/card0/..",
+                          "/dev/nvidia-caps/../sda", "/dev/nvidia0/", "/dev/kfd2", ""})
+    CHECK_FALSE(is_gpu_device_path(bad));
+  // A record whose device path climbs out is refused before it reaches a plan.
+  NodeInventory target;
+  target.gpus = {nvidia(1)};
+  auto ck = checkpoint_on({nvidia(0)}, {{"/dev/../../etc/x", 195, 0, "GPU-0"}}, {"GPU-0"});
+  auto plan = make_restore_plan(ck, target, MatchPlan{{{"GPU-0", "GPU-1"}}, {}});
+  REQUIRE_FALSE(plan.ok());
+  CHECK(plan.error().message.find("not a canonical GPU device node") != std::string::npos);
+  // And so is a plan file that names one.
+  json doc = {{"version", 1}, {"id", new_restore_plan_id()}, {"checkpoint_id", "ck"},
+              {"devices", {{{"container_path", "/dev/nvidia0"}, {"host_path", "/dev/../etc/shadow"}}}}};
+  CHECK_FALSE(restore_plan_from_json(doc, "plan").ok());
 }

@@ -184,32 +184,40 @@ NEW_ID=$(podman inspect -f '{{.Id}}' "$NAME-moved")
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['gpus']['record']['used_gpu_ids']==[sys.argv[2]], r['gpus']['record']['used_gpu_ids']" \
   "$STATE/containers/$NEW_ID.json" "$GPU1" || fail "the hook did not record the restored container on $GPU1"
 echo "ok: the hook recorded the restored container on $GPU1"
-grep -q "container $NEW_ID: .*restore plan placed in .*/checkpoint/gpuckpt-restore-plan.json" "$STATE/hook.log" ||
+grep -q "container $NEW_ID: .*restore plan rp-[0-9a-f]* placed in .*/checkpoint/gpuckpt-restore-plan.json" "$STATE/hook.log" ||
   fail "the hook did not place the restore plan in the CRIU images directory: $(tail -2 "$STATE/hook.log")"
 echo "ok: the hook placed the restore plan in the CRIU images directory before CRIU restored the processes"
 only_archive_and_image || fail "restore left files in $CK: $(ls -A "$CK")"
 
-step "5. precreate (podman run): a pending restore plan rewrites the devices; one that cannot apply refuses"
+step "5. precreate (podman run): the plan an annotation names by id rewrites the devices; one that cannot apply refuses"
+PLAN="rp-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 mkdir -p "$STATE/restore-plans"
-cat > "$STATE/restore-plans/ck-e2e-precreate.json" <<JSON
-{"version": 1, "checkpoint_id": "ck-e2e-precreate", "assignments": [{"source_id": "$GPU0", "target_id": "$GPU1"}],
+cat > "$STATE/restore-plans/$PLAN.json" <<JSON
+{"version": 1, "id": "$PLAN", "checkpoint_id": "ck-e2e-precreate", "assignments": [{"source_id": "$GPU0", "target_id": "$GPU1"}],
  "devices": [{"container_path": "/dev/nvidia0", "host_path": "/dev/nvidia1", "source_gpu_id": "$GPU0", "target_gpu_id": "$GPU1"}],
  "env": {"NVIDIA_VISIBLE_DEVICES": "1"}, "relaxations": []}
 JSON
-OUT=$(podman --hooks-dir "$HOOKS" run --rm "${ULIMITS[@]}" --annotation io.gpuckpt.checkpoint-id=ck-e2e-precreate \
+PLAN_ANNOTATIONS=(--annotation io.gpuckpt.checkpoint-id=ck-e2e-precreate --annotation "io.gpuckpt.restore-plan=$PLAN")
+OUT=$(podman --hooks-dir "$HOOKS" run --rm "${ULIMITS[@]}" "${PLAN_ANNOTATIONS[@]}" \
   --device /dev/null:/dev/nvidia0 -e NVIDIA_VISIBLE_DEVICES=0 "$IMAGE" \
   sh -c 'stat -c %t:%T /dev/nvidia0; echo $NVIDIA_VISIBLE_DEVICES') || fail "podman run with a restore plan"
 [ "$(echo $OUT)" = "1:5 1" ] || fail "precreate did not apply the plan: $OUT"
 echo "ok: precreate applied the plan (/dev/nvidia0 -> 1:5, NVIDIA_VISIBLE_DEVICES=1)"
-sed -i 's#"/dev/nvidia1"#"/dev/nvidia7"#' "$STATE/restore-plans/ck-e2e-precreate.json"
-if podman --hooks-dir "$HOOKS" run --rm "${ULIMITS[@]}" --annotation io.gpuckpt.checkpoint-id=ck-e2e-precreate \
+sed -i 's#"/dev/nvidia1"#"/dev/nvidia7"#' "$STATE/restore-plans/$PLAN.json"
+if podman --hooks-dir "$HOOKS" run --rm "${ULIMITS[@]}" "${PLAN_ANNOTATIONS[@]}" \
      --device /dev/null:/dev/nvidia0 "$IMAGE" true > "$TMP/refused.txt" 2>&1; then
   fail "a restore plan that cannot be applied did not stop the container"
 fi
 grep -q "precreate" "$TMP/refused.txt" || fail "podman did not report the hook: $(cat "$TMP/refused.txt")"
-grep -q "restore of checkpoint ck-e2e-precreate refused: .*/dev/nvidia7" "$STATE/hook.log" ||
+grep -q "restore with plan $PLAN refused: .*/dev/nvidia7" "$STATE/hook.log" ||
   fail "no reason in $STATE/hook.log: $(tail -3 "$STATE/hook.log")"
-echo "ok: an unappliable plan is refused; hook.log says why: $(grep -o 'restore of checkpoint ck-e2e-precreate refused.*' "$STATE/hook.log" | head -1)"
+echo "ok: an unappliable plan is refused; hook.log says why: $(grep -o "restore with plan $PLAN refused.*" "$STATE/hook.log" | head -1)"
+if podman --hooks-dir "$HOOKS" run --rm "${ULIMITS[@]}" --annotation io.gpuckpt.checkpoint-id=ck-thief \
+     --annotation io.gpuckpt.restore-plan=/etc/shadow --device /dev/null:/dev/nvidia0 "$IMAGE" true > "$TMP/thief.txt" 2>&1; then
+  fail "a restore-plan annotation naming a host path was accepted"
+fi
+grep -q "is not a restore plan id the gpuckpt agent made" "$STATE/hook.log" || fail "no reason for the host-path annotation"
+echo "ok: an annotation naming a host file (/etc/shadow) as the plan is refused"
 OUT=$(podman --hooks-dir "$HOOKS" run --rm "${ULIMITS[@]}" --annotation io.gpuckpt.checkpoint-id=ck-no-plan \
   --device /dev/null:/dev/nvidia0 "$IMAGE" stat -c %t:%T /dev/nvidia0) || fail "podman run with no plan"
 [ "$OUT" = "1:3" ] || fail "a container without a plan was modified: $OUT"

@@ -127,11 +127,13 @@ TEST_CASE("createRuntime of a restored container places the plan in the CRIU ima
   hook::HookOptions options;
   options.state_dir = tmp.path / "state";
   RestorePlan plan;
+  plan.id = new_restore_plan_id();
   plan.checkpoint_id = "ck-1";
   plan.assignments = {{"GPU-0", "GPU-1"}};
   REQUIRE(write_restore_plan(options.state_dir, plan).ok());
   auto config = gpu_config();
   config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-1";
+  config["annotations"]["io.gpuckpt.restore-plan"] = plan.id;
   write(tmp.path / "bundle/config.json", config.dump());
   fs::create_directories(tmp.path / "bundle/checkpoint");
   const json state = {{"id", "restored1"}, {"bundle", (tmp.path / "bundle").string()}};
@@ -141,6 +143,33 @@ TEST_CASE("createRuntime of a restored container places the plan in the CRIU ima
   REQUIRE(in);
   const auto placed = json::parse(in);
   CHECK(placed["assignments"][0]["target_id"] == "GPU-1");
+}
+
+TEST_CASE("createRuntime copies no file a container names: a plan annotation is an id in the state dir", "[unit]") {
+  TempDir tmp;
+  hook::HookOptions options;
+  options.state_dir = tmp.path / "state";
+  write(tmp.path / "secret", "root:$6$hash:19000:0:99999:7:::\n");
+  fs::create_directories(tmp.path / "bundle/checkpoint");
+  const json state = {{"id", "thief1"}, {"bundle", (tmp.path / "bundle").string()}};
+  const auto placed = tmp.path / "bundle/checkpoint" / kPlanFileInImages;
+  for (const std::string& named : {(tmp.path / "secret").string(), std::string("../../secret"),
+                                   std::string("rp-../../../secret")}) {
+    auto config = gpu_config();
+    config["annotations"]["io.gpuckpt.restore-plan"] = named;
+    write(tmp.path / "bundle/config.json", config.dump());
+    auto outcome = hook::record_container(state.dump(), options, [] { return Result<NodeInventory>(inventory()); },
+                                          fake_numbers);
+    CHECK_FALSE(outcome.ok());
+    CHECK_FALSE(fs::exists(placed));
+  }
+  // A plan file that came inside the archive is removed: only the agent decides GPU mappings.
+  write(placed, R"({"version": 1, "assignments": [{"source_id": "GPU-a", "target_id": "GPU-b"}]})");
+  auto config = gpu_config();
+  config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-archive";
+  write(tmp.path / "bundle/config.json", config.dump());
+  REQUIRE(hook::record_container(state.dump(), options, [] { return Result<NodeInventory>(inventory()); }, fake_numbers).ok());
+  CHECK_FALSE(fs::exists(placed));
 }
 
 TEST_CASE("precreate applies a pending restore plan and passes everything else through", "[unit]") {
@@ -158,13 +187,49 @@ TEST_CASE("precreate applies a pending restore plan and passes everything else t
   }
   SECTION("annotation but no plan: unchanged") {
     config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-2";
+    config["annotations"]["io.gpuckpt.restore-plan"] = new_restore_plan_id();
     auto outcome = hook::precreate(config.dump(), options, fake_numbers);
     REQUIRE(outcome.ok());
     CHECK_FALSE(outcome->modified);
   }
-  SECTION("a plan moves /dev/nvidia0 onto GPU 1's node and remaps the env") {
-    config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-3";
+  SECTION("a checkpoint id alone never selects a plan (archives cannot pick plans)") {
     RestorePlan plan;
+    plan.id = new_restore_plan_id();
+    plan.checkpoint_id = "ck-5";
+    plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
+    REQUIRE(write_restore_plan(options.state_dir, plan).ok());
+    config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-5";
+    auto outcome = hook::precreate(config.dump(), options, fake_numbers);
+    REQUIRE(outcome.ok());
+    CHECK_FALSE(outcome->modified);
+  }
+  SECTION("an annotation that is no plan id, or a plan that is malformed, refuses") {
+    config["annotations"]["io.gpuckpt.restore-plan"] = "/etc/shadow";
+    CHECK_FALSE(hook::precreate(config.dump(), options, fake_numbers).ok());
+    const std::string id = new_restore_plan_id();
+    write(restore_plan_path(options.state_dir, id), R"({"version": 1, "id": ")" + id +
+                                                        R"(", "checkpoint_id": "c", "devices": [7]})");
+    config["annotations"]["io.gpuckpt.restore-plan"] = id;
+    auto outcome = hook::precreate(config.dump(), options, fake_numbers);
+    REQUIRE_FALSE(outcome.ok());
+    CHECK(outcome.error().message.find("devices[0]") != std::string::npos);
+  }
+  SECTION("a plan applied to a spec with wrongly typed devices refuses, naming the field") {
+    RestorePlan plan;
+    plan.id = new_restore_plan_id();
+    plan.checkpoint_id = "ck-6";
+    plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
+    REQUIRE(write_restore_plan(options.state_dir, plan).ok());
+    config["annotations"]["io.gpuckpt.restore-plan"] = plan.id;
+    config["linux"]["devices"] = json::array({"not-an-object"});
+    auto outcome = hook::precreate(config.dump(), options, fake_numbers);
+    REQUIRE_FALSE(outcome.ok());
+    CHECK(outcome.error().message.find("linux.devices[0]") != std::string::npos);
+  }
+  SECTION("a plan moves /dev/nvidia0 onto GPU 1's node and remaps the env") {
+    RestorePlan plan;
+    plan.id = new_restore_plan_id();
+    config["annotations"]["io.gpuckpt.restore-plan"] = plan.id;
     plan.checkpoint_id = "ck-3";
     plan.assignments = {{"GPU-0", "GPU-1"}};
     plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
@@ -180,12 +245,12 @@ TEST_CASE("precreate applies a pending restore plan and passes everything else t
     CHECK(dev["minor"] == 1);
     CHECK(out["linux"]["resources"]["devices"][0]["minor"] == 1);
     CHECK(out["process"]["env"][1] == "NVIDIA_VISIBLE_DEVICES=1");
-    CHECK(out["annotations"]["io.gpuckpt.restore-plan"] ==
-          restore_plan_path(options.state_dir, "ck-3").string());
+    CHECK(out["annotations"]["io.gpuckpt.restore-plan"] == plan.id);
   }
   SECTION("a plan whose target node is missing refuses the restore with the reason") {
-    config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-4";
     RestorePlan plan;
+    plan.id = new_restore_plan_id();
+    config["annotations"]["io.gpuckpt.restore-plan"] = plan.id;
     plan.checkpoint_id = "ck-4";
     plan.devices = {{"/dev/nvidia0", "/dev/nvidia9", "GPU-0", "GPU-9"}};
     REQUIRE(write_restore_plan(options.state_dir, plan).ok());

@@ -1,0 +1,121 @@
+// Archives an attacker wrote: deep JSON, wrong types, bad versions. Each is refused with a reason (or ignored
+// where the field is only descriptive); nothing crashes, and the kubelet watcher quarantines what it cannot use.
+#include <catch2/catch_test_macros.hpp>
+
+#include "agent/kubelet_watch.h"
+#include "common/checkpoint_archive.h"
+#include "common/json_reader.h"
+#include "common/restore_plan.h"
+#include "test/agent/archive_builder.h"
+
+namespace fs = std::filesystem;
+using namespace gpuckpt;
+using nlohmann::json;
+
+namespace {
+
+std::string deep_json(int levels) { return std::string(levels, '[') + std::string(levels, ']'); }
+
+std::vector<test::TestEntry> with_entry(std::string name, std::string data) {
+  auto entries = test::podman_checkpoint_entries();
+  for (auto& e : entries)
+    if (e.name == name) {
+      e.data = std::move(data);
+      return entries;
+    }
+  entries.emplace_back(std::move(name), std::move(data));
+  return entries;
+}
+
+json podman_spec() { return json::parse(test::podman_checkpoint_entries()[1].data); }
+
+}  // namespace
+
+TEST_CASE("inspect refuses archives whose metadata nests 100k levels deep, without crashing", "[unit]") {
+  test::TempDir tmp;
+  for (const char* entry : {"spec.dump", "config.dump", kRecordEntry}) {
+    INFO(entry);
+    const auto archive = test::make_archive(tmp.path / "deep.tar.zst", with_entry(entry, deep_json(100000)));
+    auto info = inspect_checkpoint_archive(archive, ArchiveLimits{});
+    REQUIRE_FALSE(info.ok());
+    CHECK(info.error().message.find(std::string(entry) + ": JSON nested deeper") != std::string::npos);
+  }
+}
+
+TEST_CASE("wrongly typed spec.dump sections are read as absent for display and refused when a plan applies", "[unit]") {
+  test::TempDir tmp;
+  json spec = podman_spec();
+  spec["annotations"] = json::array({"io.container.manager"});
+  spec["linux"] = "not an object";
+  auto info = inspect_checkpoint_archive(test::make_archive(tmp.path / "a.tar", with_entry("spec.dump", spec.dump())),
+                                         ArchiveLimits{});
+  REQUIRE(info.ok());
+  CHECK(info->engine == "unknown");
+  CHECK(info->spec_devices.empty());
+
+  RestorePlan plan;
+  plan.id = new_restore_plan_id();
+  plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
+  const DeviceNumberLookup numbers = [](const std::string&) -> Result<std::pair<std::uint32_t, std::uint32_t>> {
+    return std::make_pair(195u, 1u);
+  };
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {[](json& s) { s["linux"]["devices"] = json::array({"x"}); }, "linux.devices[0] is not a device object"},
+      {[](json& s) { s["linux"]["devices"][0]["path"] = 7; }, "linux.devices[0] is not a device object"},
+      {[](json& s) { s["linux"]["devices"] = json::object(); }, "linux.devices is object"},
+      {[](json& s) { s["linux"] = json::array(); }, "linux is array"},
+      {[](json& s) { s["linux"]["resources"] = 5; }, "linux.resources is integer"},
+      {[](json& s) { s["annotations"] = "x"; }, "annotations is string"},
+  };
+  for (const auto& c : cases) {
+    json bad = podman_spec();
+    bad["linux"]["devices"][0]["major"] = "one-nine-five";   // tolerated: replaced by the plan
+    c.edit(bad);
+    INFO(bad.dump());
+    const auto archive = test::make_archive(tmp.path / "b.tar", with_entry("spec.dump", bad.dump()));
+    auto edits = restore_edits(archive, plan, numbers, ArchiveLimits{});
+    REQUIRE_FALSE(edits.ok());
+    CHECK(edits.error().message.find(c.expect) != std::string::npos);
+  }
+}
+
+TEST_CASE("the kubelet watcher quarantines an archive it cannot use and does not retry it after a restart", "[unit]") {
+  test::TempDir tmp;
+  const auto dir = tmp.path / "kubelet";
+  const auto state_dir = tmp.path / "state";
+  const auto bomb = test::make_archive(dir / "checkpoint-evil_ns-c-2026.tar", with_entry("spec.dump", deep_json(100000)),
+                                       test::Compression::None);
+  test::make_archive(dir / "checkpoint-good_ns-c-2026.tar", test::podman_checkpoint_entries(), test::Compression::None);
+  int inventory_reads = 0;
+  auto inventory = [&] { ++inventory_reads; return Result<NodeInventory>(NodeInventory{}); };
+  {
+    agent::Metrics metrics;
+    agent::KubeletArchiveWatcher watcher(dir, state_dir, ArchiveLimits{}, inventory, metrics);
+    CHECK(watcher.scan() == 0);
+    CHECK(watcher.scan() == 1);   // the good one; the bad one is quarantined, the watcher goes on
+    CHECK(metrics.render().find("gpuckpt_kubelet_archives_quarantined_total 1") != std::string::npos);
+  }
+  const auto record = state_dir / "quarantine" / "checkpoint-evil_ns-c-2026.tar.json";
+  REQUIRE(fs::exists(record));
+  auto reason = read_json_file(record);
+  REQUIRE(reason.ok());
+  CHECK(reason.value()->at("reason").get<std::string>().find("nested deeper") != std::string::npos);
+  CHECK(fs::exists(bomb));   // kubelet's file stays where kubelet put it
+  {
+    agent::Metrics metrics;   // the agent restarted
+    agent::KubeletArchiveWatcher watcher(dir, state_dir, ArchiveLimits{}, inventory, metrics);
+    CHECK(watcher.scan() == 0);
+    CHECK(watcher.scan() == 0);
+    CHECK(metrics.render().find("gpuckpt_kubelet_archives_quarantined_total 0") != std::string::npos);
+  }
+  // Once it changes, it is looked at again.
+  test::make_archive(bomb, test::podman_checkpoint_entries(), test::Compression::None);
+  agent::Metrics metrics;
+  agent::KubeletArchiveWatcher watcher(dir, state_dir, ArchiveLimits{}, inventory, metrics);
+  watcher.scan();
+  CHECK(watcher.scan() == 1);
+}
