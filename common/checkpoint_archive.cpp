@@ -74,6 +74,78 @@ struct Totals {
   std::uint64_t bytes = 0;
 };
 
+// Symlinks already seen, so that a path through one of them is refused whatever its text says: with "a -> ."
+// and "a/b -> ..", "a/b/x" would land outside although every link is lexically inside. Rules, independent of
+// entry order: no entry lies under a symlink, no symlink replaces a directory that holds entries, and no link
+// target passes through another symlink (it may end at one: each link is checked itself).
+class LinkGraph {
+ public:
+  Result<void> add(const ArchiveEntry& entry) {
+    const std::vector<std::string> parents = prefixes(entry.name);
+    for (const auto& p : parents) {
+      if (symlinks_.count(p))
+        return make_error("entry " + entry.name + " lies under the symlink " + p + "; refusing it");
+      directories_.insert(p);
+    }
+    if (entry.kind == ArchiveEntry::Kind::Hardlink)
+      for (const auto& p : prefixes(entry.link_target))
+        if (symlinks_.count(p)) return make_error("hardlink " + entry.name + " points through the symlink " + p);
+    if (!is_symlink(entry)) return {};
+    if (directories_.count(entry.name))
+      return make_error("symlink " + entry.name + " replaces a directory that holds entries; refusing it");
+    if (auto it = link_intermediates_.find(entry.name); it != link_intermediates_.end())
+      return make_error("symlink " + it->second + " points through the symlink " + entry.name + "; refusing it");
+    for (const auto& step : resolved_steps(entry)) {
+      if (symlinks_.count(step))
+        return make_error("symlink " + entry.name + " -> " + entry.link_target + " points through the symlink " +
+                          step + "; refusing it");
+      link_intermediates_.emplace(step, entry.name);
+    }
+    symlinks_.insert(entry.name);
+    return {};
+  }
+
+ private:
+  static bool is_symlink(const ArchiveEntry& e) { return e.kind == ArchiveEntry::Kind::Symlink; }
+
+  // "a/b/c" -> {"a", "a/b"}
+  static std::vector<std::string> prefixes(const std::string& name) {
+    std::vector<std::string> out;
+    for (std::size_t pos = name.find('/'); pos != std::string::npos; pos = name.find('/', pos + 1))
+      out.push_back(name.substr(0, pos));
+    return out;
+  }
+
+  // The archive paths a link's target walks through before its last component (link_stays_inside has already
+  // checked that it never climbs out lexically).
+  static std::vector<std::string> resolved_steps(const ArchiveEntry& link) {
+    std::vector<std::string> parts;
+    for (const auto& p : fs::path(link.name).parent_path()) parts.push_back(p.string());
+    std::vector<std::string> steps;
+    std::vector<std::string> components;
+    for (const auto& p : fs::path(link.link_target)) components.push_back(p.string());
+    for (std::size_t i = 0; i < components.size(); ++i) {
+      const std::string& s = components[i];
+      if (s == "." || s.empty()) continue;
+      if (s == "..") {
+        if (!parts.empty()) parts.pop_back();
+      } else {
+        parts.push_back(s);
+      }
+      if (i + 1 < components.size() && !parts.empty()) {
+        std::string joined;
+        for (const auto& part : parts) joined += (joined.empty() ? "" : "/") + part;
+        steps.push_back(joined);
+      }
+    }
+    return steps;
+  }
+
+  std::set<std::string> symlinks_;
+  std::set<std::string> directories_;
+  std::map<std::string, std::string> link_intermediates_;   // path a link target walks through -> that link
+};
+
 Result<ArchiveEntry> check_entry(struct archive_entry* e, const fs::path& archive, const ArchiveLimits& limits,
                                  Totals& totals) {
   const char* raw = archive_entry_pathname(e);
@@ -141,6 +213,7 @@ using Visitor = std::function<Result<bool>(struct archive*, struct archive_entry
 
 Result<Totals> walk(const fs::path& path, const ArchiveLimits& limits, struct archive* reader, const Visitor& visit) {
   Totals totals;
+  LinkGraph links;
   struct archive_entry* e = nullptr;
   for (;;) {
     const int rc = archive_read_next_header(reader, &e);
@@ -150,6 +223,7 @@ Result<Totals> walk(const fs::path& path, const ArchiveLimits& limits, struct ar
                         EIO);
     auto entry = check_entry(e, path, limits, totals);
     if (!entry) return entry.error();
+    if (auto linked = links.add(entry.value()); !linked) return make_error(path.string() + ": " + linked.error().message);
     auto consumed = visit(reader, e, entry.value());
     if (!consumed) return consumed.error();
     if (!consumed.value() && archive_read_data_skip(reader) < ARCHIVE_WARN)

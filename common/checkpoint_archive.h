@@ -33,6 +33,9 @@ struct ArchiveLimits {
   std::uint64_t max_total_bytes = 128ULL << 30;    // all entries, uncompressed
   std::size_t max_entries = 1 << 20;
   std::size_t max_metadata_bytes = 16 << 20;       // config.dump, spec.dump, gpuckpt-gpus.json read into memory
+  // An archive inside the archive that gpuckpt unpacks (CRIU's /dev tmpfs image): its content, uncompressed.
+  // Bytes bound the time too: a 4 MiB image of 4 GiB of zeros stops after this many bytes, not 53 s of CPU.
+  std::uint64_t max_nested_bytes = 64ULL << 20;
 };
 
 struct ArchiveEntry {

@@ -13,18 +13,19 @@ namespace gpuckpt {
 namespace fs = std::filesystem;
 
 Result<std::optional<std::string>> renumber_device_nodes(
-    std::string_view tmpfs_image, const std::map<std::string, std::pair<std::uint32_t, std::uint32_t>>& nodes) {
+    std::string_view tmpfs_image, const std::map<std::string, std::pair<std::uint32_t, std::uint32_t>>& nodes,
+    const ArchiveLimits& limits) {
   using Handle = std::unique_ptr<struct archive, int (*)(struct archive*)>;
   Handle reader(archive_read_new(), archive_read_free);
   archive_read_support_filter_all(reader.get());
   archive_read_support_format_tar(reader.get());
   if (archive_read_open_memory(reader.get(), tmpfs_image.data(), tmpfs_image.size()) != ARCHIVE_OK)
     return make_error(std::string("cannot read a /dev tmpfs image: ") + archive_error_string(reader.get()), EIO);
+  std::string out;   // before the writer: freeing the writer flushes into it, on every return path
   Handle writer(archive_write_new(), archive_write_free);
   archive_write_add_filter_gzip(writer.get());
   archive_write_set_format_pax_restricted(writer.get());
   archive_write_set_bytes_in_last_block(writer.get(), 1);   // tar/gzip must see no padding after the stream
-  std::string out;
   archive_write_open(
       writer.get(), &out, nullptr,
       [](struct archive*, void* sink, const void* data, std::size_t size) -> la_ssize_t {
@@ -33,6 +34,8 @@ Result<std::optional<std::string>> renumber_device_nodes(
       },
       nullptr);
   int renumbered = 0;
+  std::size_t entries = 0;
+  std::uint64_t bytes = 0;
   struct archive_entry* entry = nullptr;
   std::vector<char> buffer(1 << 16);
   for (;;) {
@@ -40,8 +43,11 @@ Result<std::optional<std::string>> renumber_device_nodes(
     if (rc == ARCHIVE_EOF) break;
     if (rc < ARCHIVE_WARN)
       return make_error(std::string("corrupt /dev tmpfs image: ") + archive_error_string(reader.get()), EIO);
+    if (++entries > limits.max_entries)
+      return make_error("a /dev tmpfs image holds more than " + std::to_string(limits.max_entries) + " entries", EFBIG);
     auto name = normalise_entry_name(archive_entry_pathname(entry) ? archive_entry_pathname(entry) : "");
-    if (name && archive_entry_filetype(entry) == AE_IFCHR) {
+    if (!name) return make_error("a /dev tmpfs image has a bad entry: " + name.error().message);
+    if (archive_entry_filetype(entry) == AE_IFCHR) {
       if (auto it = nodes.find(name.value()); it != nodes.end()) {
         archive_entry_set_rdevmajor(entry, it->second.first);
         archive_entry_set_rdevminor(entry, it->second.second);
@@ -54,6 +60,10 @@ Result<std::optional<std::string>> renumber_device_nodes(
       const la_ssize_t n = archive_read_data(reader.get(), buffer.data(), buffer.size());
       if (n < 0) return make_error(std::string("corrupt /dev tmpfs image: ") + archive_error_string(reader.get()), EIO);
       if (n == 0) break;
+      bytes += static_cast<std::uint64_t>(n);
+      if (bytes > limits.max_nested_bytes)
+        return make_error("a /dev tmpfs image expands to more than " + std::to_string(limits.max_nested_bytes) +
+                          " bytes; refusing it (a decompression bomb?)", EFBIG);
       archive_write_data(writer.get(), buffer.data(), static_cast<std::size_t>(n));
     }
   }
@@ -91,7 +101,7 @@ Result<std::optional<ArchiveEdit>> restore_edits(const fs::path& archive, const 
       continue;
     auto image = read_archive_entry(archive, e.name, limits);
     if (!image) return image.error();
-    auto renumbered = renumber_device_nodes(*image.value(), nodes);
+    auto renumbered = renumber_device_nodes(*image.value(), nodes, limits);
     if (!renumbered) return make_error(archive.string() + ": " + e.name + ": " + renumbered.error().message);
     if (renumbered.value()) edit.replace[e.name] = std::move(*renumbered.value());
   }

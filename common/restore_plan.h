@@ -72,9 +72,11 @@ Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, co
 // CRIU saves the container's /dev tmpfs, device nodes included, as checkpoint/tmpfs-dev-<id>.tar.gz.img and
 // restores it over the nodes the runtime created, so the plan must reach those nodes too. Given one such
 // gzip'd tar, returns it with the character devices at `nodes` (path under /dev, e.g. "nvidia0" or
-// "dri/renderD128" -> major:minor) renumbered, or std::nullopt when it holds none of them.
+// "dri/renderD128" -> major:minor) renumbered, or std::nullopt when it holds none of them. The image is held to
+// `limits` (entries, max_nested_bytes uncompressed, names as in the outer archive).
 Result<std::optional<std::string>> renumber_device_nodes(
-    std::string_view tmpfs_image, const std::map<std::string, std::pair<std::uint32_t, std::uint32_t>>& nodes);
+    std::string_view tmpfs_image, const std::map<std::string, std::pair<std::uint32_t, std::uint32_t>>& nodes,
+    const ArchiveLimits& limits);
 
 // The archive edits (spec.dump and the /dev tmpfs images) that make `archive` restore with `plan`;
 // std::nullopt when the archive already restores that way (same device numbers, no environment change).

@@ -201,7 +201,7 @@ TEST_CASE("entry names are normalised or refused", "[unit]") {
 
 TEST_CASE("the /dev tmpfs image gets the target GPU's device numbers", "[unit]") {
   const auto image = gpuckpt::test::dev_tmpfs_image(1, 3);
-  auto renumbered = renumber_device_nodes(image, {{"nvidia0", {195, 1}}});
+  auto renumbered = renumber_device_nodes(image, {{"nvidia0", {195, 1}}}, ArchiveLimits{});
   REQUIRE(renumbered.ok());
   REQUIRE(renumbered.value().has_value());
   // Read it back: nvidia0 moved, the others did not.
@@ -221,7 +221,7 @@ TEST_CASE("the /dev tmpfs image gets the target GPU's device numbers", "[unit]")
   CHECK(nodes.at("./null") == std::pair<unsigned, unsigned>{1, 3});
   CHECK(nodes.at("./kfd") == std::pair<unsigned, unsigned>{1, 5});
   // An image without those nodes is left alone.
-  auto untouched = renumber_device_nodes(image, {{"dri/renderD128", {226, 128}}});
+  auto untouched = renumber_device_nodes(image, {{"dri/renderD128", {226, 128}}}, ArchiveLimits{});
   REQUIRE(untouched.ok());
   CHECK_FALSE(untouched.value().has_value());
 }

@@ -119,3 +119,48 @@ TEST_CASE("the kubelet watcher quarantines an archive it cannot use and does not
   watcher.scan();
   CHECK(watcher.scan() == 1);
 }
+
+TEST_CASE("paths through symlinks the archive already holds are refused, whatever the entry order", "[unit]") {
+  test::TempDir tmp;
+  using E = test::TestEntry;
+  const std::vector<std::pair<std::vector<E>, std::string>> cases = {
+      // The chain from the report: every link lexically inside, the file lands outside.
+      {{E::symlink("a", "."), E::symlink("a/b", ".."), E("a/b/escaped", "x")}, "lies under the symlink a"},
+      {{E::symlink("l1", "."), E::symlink("l2", "l1/..")}, "points through the symlink l1"},
+      {{E::symlink("l2", "l1/.."), E::symlink("l1", ".")}, "points through the symlink l1"},
+      {{E("d/file", "x"), E::symlink("d", ".")}, "replaces a directory"},
+      {{E::symlink("s", "checkpoint"), E::hardlink_to("h", "s/inventory.img")}, "hardlink h points through the symlink s"},
+  };
+  for (const auto& [extra, expect] : cases) {
+    auto entries = test::podman_checkpoint_entries();
+    entries.insert(entries.end(), extra.begin(), extra.end());
+    const auto archive = test::make_archive(tmp.path / "links.tar.zst", entries);
+    auto listed = list_archive(archive, ArchiveLimits{});
+    INFO(expect);
+    REQUIRE_FALSE(listed.ok());
+    CHECK(listed.error().message.find(expect) != std::string::npos);
+  }
+  // Links that only point at files or directories (or at other links as a whole) stay allowed.
+  auto fine = test::podman_checkpoint_entries();
+  fine.push_back(E::symlink("latest", "checkpoint/inventory.img"));
+  fine.push_back(E::symlink("alias", "latest"));
+  fine.push_back(E::symlink("checkpoint/up", "../config.dump"));
+  CHECK(list_archive(test::make_archive(tmp.path / "fine.tar.zst", fine), ArchiveLimits{}).ok());
+}
+
+TEST_CASE("a /dev tmpfs image that expands past the nested limit is refused, quickly", "[unit]") {
+  // 96 MiB of zeros gzip to about 0.1 MiB: the restore must stop at max_nested_bytes, not unpack it all.
+  const std::string bomb = test::build_tar({test::TestEntry::dir("."), test::TestEntry::chardev("./nvidia0", 1, 3),
+                                            test::TestEntry("./zeros", std::string(96u << 20, '\0'))},
+                                           test::Compression::Gzip);
+  CHECK(bomb.size() < (4u << 20));
+  auto renumbered = renumber_device_nodes(bomb, {{"nvidia0", {195, 1}}}, ArchiveLimits{});
+  REQUIRE_FALSE(renumbered.ok());
+  CHECK(renumbered.error().message.find("expands to more than") != std::string::npos);
+  CHECK(renumbered.error().errno_value == EFBIG);
+  ArchiveLimits few;
+  few.max_entries = 2;
+  auto counted = renumber_device_nodes(test::dev_tmpfs_image(1, 3), {{"nvidia0", {195, 1}}}, few);
+  REQUIRE_FALSE(counted.ok());
+  CHECK(counted.error().message.find("more than 2 entries") != std::string::npos);
+}
