@@ -173,8 +173,17 @@ std::map<int, int> GpuMemoryPath::fill(const std::vector<int>& candidates) {
     const int vpid = namespace_pid(pid);
     if (std::binary_search(image_vpids_.begin(), image_vpids_.end(), vpid)) jobs.push_back({pid, vpid, {}});
   }
-  if (jobs.empty()) {
-    log::warn("cuda: the checkpoint has GPU memory images, but no restored process matches them");
+  if (jobs.size() < image_vpids_.size()) {
+    // An image no process takes is GPU memory some process would restore without: fail them all rather than let
+    // one run with wrong data.
+    std::string unmatched, seen;
+    for (int vpid : image_vpids_)
+      if (std::none_of(jobs.begin(), jobs.end(), [&](const ProcessMemory& j) { return j.vpid == vpid; }))
+        unmatched += (unmatched.empty() ? "" : ", ") + gpu_image::file_name(vpid);
+    for (int pid : candidates) seen += (seen.empty() ? "" : ", ") + std::to_string(pid) + "/" + std::to_string(namespace_pid(pid));
+    log::error("cuda: " + unmatched + " match(es) no restored process (pid/namespace pid: " + seen + "); the restore "
+               "fails rather than restore GPU state without its memory");
+    for (int pid : candidates) results[pid] = -ENOENT;
     return results;
   }
   const auto start = Clock::now();

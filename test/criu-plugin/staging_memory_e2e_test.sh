@@ -10,7 +10,8 @@
 #   3. a full dump: CRIU's pages image no longer carries the mapping, `gpuckpt inspect` checks the image, restore
 #      fills it back bit-identical;
 #   4. a corrupt chunk fails the restore with the file and chunk named, and no process is left running;
-#   5. GPUCKPT_CUDA_MEMORY_IMAGE=0: CRIU dumps the memory itself, as before.
+#   5. GPUCKPT_CUDA_MEMORY_IMAGE=0: CRIU dumps the memory itself, as before;
+#   6. an image that matches no restored process fails the restore (its memory would be missing).
 # Exit 0 pass, 77 skipped (no root / no working CRIU), anything else fails.
 set -uo pipefail
 
@@ -153,4 +154,14 @@ grep -q "GPUCKPT_CUDA_MEMORY_IMAGE=0: CRIU dumps the GPU memory" "$WORK/off-dump
 restore "$WORK/off" || fail "criu restore (path off) failed"
 [ "$(checksum_now b "$RPID")" = "$SUM" ] || fail "path off: the restored memory is not bit-identical"
 echo "ok 5: with the path off CRIU carried the memory ($(pages_bytes "$WORK/off") bytes) and the restore is bit-identical"
+# --- 6. an image no restored process takes ---------------------------------------------------------------------
+start_process c
+dump "$WORK/unmatched" "$PID" || fail "criu dump failed"
+gone "$PID" || fail "pid $PID did not go away"
+mv "$WORK/unmatched/gpuckpt-gpumem-$PID.img" "$WORK/unmatched/gpuckpt-gpumem-999999.img"
+restore "$WORK/unmatched" && fail "the restore succeeded although the process's GPU memory image matches no process"
+grep -q "gpuckpt-gpumem-999999.img match(es) no restored process" "$WORK/unmatched-restore.log" \
+  || fail "the unmatched image was not named"
+gone "$PID" || fail "a process without its memory was left running"
+echo "ok 6: an image that matches no restored process fails the restore"
 echo "PASS"
