@@ -1,7 +1,7 @@
 # Warning and sanitizer flags, applied to every gpuckpt target through gpuckpt_options.
 add_library(gpuckpt_options INTERFACE)
 target_compile_options(gpuckpt_options INTERFACE
-  -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion -Wnon-virtual-dtor
+  -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor>
   $<$<BOOL:${GPUCKPT_WERROR}>:-Werror>)
 target_include_directories(gpuckpt_options INTERFACE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
 if(GPUCKPT_SANITIZE)

@@ -28,7 +28,7 @@ apt_install ca-certificates cmake g++ ninja-build pkg-config make git \
   protobuf-compiler libprotobuf-dev libdrm-dev linux-libc-dev \
   libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libarchive-dev libssl-dev \
   zstd tar python3 curl procps psmisc unzip iproute2 iptables \
-  python3-yaml python3-jsonschema shellcheck \
+  python3-yaml python3-jsonschema shellcheck dpkg-dev debootstrap binutils \
   libzstd-dev libxxhash-dev
 
 # Catch2 v3 is only in bookworm-backports (bookworm's catch2 is v2).
@@ -41,6 +41,57 @@ if ! dpkg-query -W -f='${Version}' catch2 2>/dev/null | grep -q '^3'; then
     apt_install catch2
   fi
 fi
+
+# --- protobuf lite runtime sources (cmake/ProtobufLite.cmake compiles them into every gpuckpt binary) --------
+# Debian's own source package of the installed protoc's version, with Debian's patches applied.
+PB_UPSTREAM=$(protoc --version | awk '{print $2}')
+PB_DIR="$PREFIX/src/protobuf-$PB_UPSTREAM"
+if [ ! -f "$PB_DIR/cmake/libprotobuf-lite.cmake" ]; then
+  pb_version=$(dpkg-query -W -f='${Version}' libprotobuf-dev)
+  suite=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release)
+  [ -n "$suite" ] || die "cannot tell this system's Debian suite from /etc/os-release (protobuf sources)"
+  log "fetching Debian's protobuf $pb_version source package into $PB_DIR"
+  src="$PREFIX/src-apt"; rm -rf "$src/pkg"
+  mkdir -p "$src/lists/partial" "$src/cache/archives/partial" "$src/pkg"
+  printf 'deb-src %s %s main\n' "${GPUCKPT_DEBIAN_MIRROR:-http://deb.debian.org/debian}" "$suite" \
+    "${GPUCKPT_DEBIAN_MIRROR:-http://deb.debian.org/debian}" "$suite-updates" > "$src/sources.list"
+  printf 'deb-src http://deb.debian.org/debian-security %s-security main\n' "$suite" >> "$src/sources.list"
+  o=(-o Dir::Etc::sourcelist="$src/sources.list" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$src/lists"
+     -o Dir::State::status=/dev/null -o Dir::Cache="$src/cache" -o APT::Get::List-Cleanup=0 -o Debug::NoLocking=1)
+  apt-get "${o[@]}" update -qq || die "cannot read $suite's source package list"
+  (cd "$src/pkg" && apt-get "${o[@]}" source --download-only "protobuf=$pb_version" >/dev/null 2>&1) \
+    || die "apt-get source protobuf=$pb_version failed"
+  rm -rf "$PB_DIR.tmp"; mkdir -p "$PREFIX/src"
+  dpkg-source --no-check -x "$src"/pkg/protobuf_*.dsc "$PB_DIR.tmp" >/dev/null || die "dpkg-source -x protobuf failed"
+  mv "$PB_DIR.tmp" "$PB_DIR"
+  rm -rf "$src/pkg" "$PREFIX"/src/protobuf_*.orig.tar.*   # dpkg-source leaves a copy of the tarball beside it
+fi
+
+# --- foreign distribution roots (debootstrap, cached) ---------------------------------------------------
+# bullseye (glibc 2.31, the host files' floor): the hook and plugin link against it (cmake/HostBinary.cmake) and
+# test/host-files runs them in it; trixie with its own CRIU: the newest Debian. Made once, reused by every run.
+ARCH=$(dpkg --print-architecture)
+MULTIARCH=$(gcc -print-multiarch)
+make_root() { # SUITE PACKAGES: $PREFIX/roots/SUITE-ARCH, a minbase root with PACKAGES
+  local suite=$1 packages=$2 dir="$PREFIX/roots/$1-$ARCH"
+  [ -f "$dir/.gpuckpt-root" ] && [ "$(cat "$dir/.gpuckpt-root")" = "$packages" ] && return 0
+  log "debootstrap $suite ($ARCH, minbase + $packages) into $dir (once; about 2 minutes)"
+  rm -rf "$dir.tmp"; mkdir -p "$PREFIX/roots"
+  debootstrap --variant=minbase --arch="$ARCH" --include="$packages" "$suite" "$dir.tmp" \
+    "${GPUCKPT_DEBIAN_MIRROR:-http://deb.debian.org/debian}" > "$PREFIX/roots/$suite-$ARCH.log" 2>&1 \
+    || die "debootstrap $suite failed: see $PREFIX/roots/$suite-$ARCH.log"
+  # Absolute library symlinks point outside the root when it serves as a link sysroot: make them relative.
+  local l target
+  find "$dir.tmp/usr/lib64" "$dir.tmp/usr/lib/$MULTIARCH" -maxdepth 1 -type l -lname '/*' 2>/dev/null |
+    while read -r l; do
+      target=$(readlink "$l")
+      ln -sfn "$(realpath -m --relative-to="$(dirname "$l")" "$dir.tmp$target")" "$l"
+    done
+  printf '%s' "$packages" > "$dir.tmp/.gpuckpt-root"
+  rm -rf "$dir"; mv "$dir.tmp" "$dir"
+}
+make_root bullseye libc6-dev
+make_root trixie criu
 
 # --- container runtime: podman + runc (the stand-in for CRI-O; same hooks.d library and archive format) --
 apt_install podman runc busybox-static uidmap slirp4netns fuse-overlayfs
