@@ -2,7 +2,7 @@
 # The OCI hook and the CRIU plugin as built, inside other distributions' roots (debootstrap'd by scripts/setup.sh
 # into $GPUCKPT_PREFIX/roots): Debian bullseye (glibc 2.31, GCC 10's libstdc++) and trixie (glibc 2.41). In each:
 #   - the root's own dynamic loader resolves every symbol of both files (ldd -r);
-#   - the hook runs: precreate passes a plain container's config through unchanged, a malformed restore plan is
+#   - the hook runs: precreate passes a plain container's config through unchanged, a truncated restore plan is
 #     refused with its reason (a C++ exception thrown and caught under that glibc), createRuntime records nothing;
 #   - CRIU passes `criu check`, then dumps and restores a CPU-only counting process with the plugin in its
 #     plugin directory: CRIU loads the plugin, the plugin declines (no GPU), the process counts on.
@@ -56,11 +56,13 @@ in_root() {
   local got; got=$(printf '%s' "$config" | $hook precreate 2>"$w/hook.err"); local rc=$?
   if [ $rc = 0 ] && [ "$got" = "$config" ]; then echo "PASS $dist: hook precreate passes a plain config through"
   else echo "FAIL $dist: hook precreate (rc $rc, output '$got'): $(cat "$w/hook.err")"; fi
+  # A truncated restore plan: the JSON parser throws, the hook catches it and refuses with the reason.
+  local plan=rp-0123456789abcdef0123456789abcdef
   mkdir -p "$root/var/lib/gpuckpt/restore-plans"
-  echo '{"version":1}' > "$root/var/lib/gpuckpt/restore-plans/ckpt-1.json"
-  got=$(printf '%s' '{"ociVersion":"1.0.2","annotations":{"io.gpuckpt.checkpoint-id":"ckpt-1"}}' | $hook precreate 2>"$w/hook.err"); rc=$?
-  if [ $rc = 1 ] && grep -q 'malformed restore plan' "$w/hook.err"; then echo "PASS $dist: hook refuses a malformed restore plan (exception caught)"
-  else echo "FAIL $dist: malformed plan not refused (rc $rc): $(cat "$w/hook.err")"; fi
+  printf '{"version": 1,' > "$root/var/lib/gpuckpt/restore-plans/$plan.json"
+  got=$(printf '{"ociVersion":"1.0.2","annotations":{"io.gpuckpt.restore-plan":"%s"}}' "$plan" | $hook precreate 2>"$w/hook.err"); rc=$?
+  if [ $rc = 1 ] && grep -q 'malformed JSON' "$w/hook.err"; then echo "PASS $dist: hook refuses a truncated restore plan (C++ exception thrown and caught)"
+  else echo "FAIL $dist: truncated plan not refused (rc $rc): $(cat "$w/hook.err")"; fi
   mkdir -p "$root/tmp/bundle"
   echo '{"ociVersion":"1.0.2","process":{"args":["sh"]},"linux":{"devices":[]}}' > "$root/tmp/bundle/config.json"
   printf '%s' '{"ociVersion":"1.0.2","id":"plain-1","status":"creating","pid":1,"bundle":"/tmp/bundle"}' \
