@@ -125,7 +125,15 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     Section s = top.child("runtime");
     s.get("kind", c.runtime_kind);
     s.get("podman_path", c.podman_path);
-    s.get("crictl_path", c.crictl_path);
+    Section cri = s.child("cri");
+    cri.get("endpoint", c.cri.endpoint);
+    cri.get("call_timeout_seconds", c.cri.call_timeout_seconds);
+    keep(cri);
+    Section ctrd = s.child("containerd");
+    ctrd.get("address", c.containerd.address);
+    ctrd.get("namespace", c.containerd.namespace_name);
+    ctrd.get("call_timeout_seconds", c.containerd.call_timeout_seconds);
+    keep(ctrd);
     Section k = s.child("kubelet");
     k.get("url", c.kubelet.url);
     k.get("token_file", c.kubelet.token_file);
@@ -178,8 +186,14 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
   c.criu_plugin_dir = plugin_dir;
   if (c.listen_port < 0 || c.listen_port > 65535)
     return make_error(source + ": listen.port " + std::to_string(c.listen_port) + " is not a port (0-65535; 0 = any)");
-  if (c.runtime_kind != "podman" && c.runtime_kind != "crictl" && c.runtime_kind != "kubelet")
-    return make_error(source + ": runtime.kind '" + c.runtime_kind + "' is not one of podman, crictl, kubelet");
+  if (c.runtime_kind == "crictl")
+    return make_error(source + ": runtime.kind 'crictl' is gone: the agent speaks CRI itself now; set runtime.kind: cri "
+                      "and runtime.cri.endpoint (or runtime.kind: containerd on containerd 1.7)");
+  if (c.runtime_kind != "podman" && c.runtime_kind != "cri" && c.runtime_kind != "containerd" &&
+      c.runtime_kind != "kubelet")
+    return make_error(source + ": runtime.kind '" + c.runtime_kind + "' is not one of podman, cri, containerd, kubelet");
+  if (c.cri.call_timeout_seconds < 1 || c.containerd.call_timeout_seconds < 1)
+    return make_error(source + ": runtime.cri.call_timeout_seconds and runtime.containerd.call_timeout_seconds must be >= 1");
   for (const auto* dir : {&c.state_dir, &c.checkpoint_dir})
     if (!dir->is_absolute()) return make_error(source + ": " + dir->string() + " must be an absolute path");
   if (c.watch_interval_seconds < 1) c.watch_interval_seconds = 1;
@@ -216,6 +230,15 @@ void log_config(const AgentConfig& c) {
   log::param("checkpoints.max_archive_bytes", std::to_string(c.archive_limits.max_archive_bytes));
   log::param("checkpoints.runtime_timeout_seconds", std::to_string(c.runtime_timeout.count()));
   log::param("runtime.kind", c.runtime_kind);
+  if (c.runtime_kind == "cri") {
+    log::param("runtime.cri.endpoint", c.cri.endpoint);
+    log::param("runtime.cri.call_timeout_seconds", std::to_string(c.cri.call_timeout_seconds));
+  }
+  if (c.runtime_kind == "containerd") {
+    log::param("runtime.containerd.address", c.containerd.address);
+    log::param("runtime.containerd.namespace", c.containerd.namespace_name);
+    log::param("runtime.containerd.call_timeout_seconds", std::to_string(c.containerd.call_timeout_seconds));
+  }
   log::param("host_root", c.host_root.string());
   log::param("hooks_dir", c.hooks_dir.string());
   log::param("criu_plugin_dir", c.criu_plugin_dir.string());

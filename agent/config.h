@@ -43,6 +43,17 @@ struct GpuMemoryConfig {
 // NAME=VALUE pairs for the plugin's environment, in a fixed order.
 std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMemoryConfig& c);
 
+struct CriRuntimeConfig {
+  std::string endpoint = "unix:///run/containerd/containerd.sock";   // CRI-O: unix:///run/crio/crio.sock
+  int call_timeout_seconds = 30;                                    // every CRI call but CheckpointContainer
+};
+
+struct ContainerdRuntimeConfig {
+  std::string address = "/run/containerd/containerd.sock";
+  std::string namespace_name = "k8s.io";   // CRI's containers
+  int call_timeout_seconds = 30;           // every call but task checkpoint/restore (runtime_timeout)
+};
+
 struct AgentConfig {
   std::string listen_address = "127.0.0.1";
   int listen_port = 7469;
@@ -53,9 +64,10 @@ struct AgentConfig {
   int watch_interval_seconds = 5;
   ArchiveLimits archive_limits;
   std::chrono::seconds runtime_timeout{600};
-  std::string runtime_kind = "podman";   // podman | crictl | kubelet
+  std::string runtime_kind = "podman";   // podman | cri | containerd | kubelet
   std::string podman_path = "podman";
-  std::string crictl_path = "crictl";
+  CriRuntimeConfig cri;
+  ContainerdRuntimeConfig containerd;
   KubeletConfig kubelet;
   std::filesystem::path host_root = "/";
   std::filesystem::path hooks_dir = "/usr/share/containers/oci/hooks.d";

@@ -12,9 +12,9 @@
 
 #include "agent/config.h"
 #include "agent/http_api.h"
-#include "agent/kubelet_runtime.h"
 #include "agent/kubelet_watch.h"
 #include "agent/node_labels.h"
+#include "agent/runtimes.h"
 #include "agent/service.h"
 #include "common/inventory.h"
 #include "common/log.h"
@@ -108,25 +108,7 @@ int main(int argc, char** argv) {
 
   // 4. runtime
   agent::AgentDeps deps;
-  if (config.runtime_kind == "podman") {
-    PodmanOptions podman;
-    podman.podman = config.podman_path;
-    podman.timeout = config.runtime_timeout;
-    std::error_code ec;
-    if (fs::is_directory(config.hooks_dir, ec)) podman.hooks_dir = config.hooks_dir.string();
-    deps.runtime = make_podman_runtime(podman);
-  } else if (config.runtime_kind == "crictl") {
-    CrictlOptions crictl;
-    crictl.crictl = config.crictl_path;
-    crictl.timeout = config.runtime_timeout;
-    deps.runtime = make_crictl_runtime(crictl);
-  } else {
-    agent::KubeletRuntimeOptions kubelet;
-    kubelet.kubelet = config.kubelet;
-    kubelet.checkpoint_dir = config.kubelet_checkpoint_dir;
-    kubelet.timeout = config.runtime_timeout;
-    deps.runtime = agent::make_kubelet_runtime(kubelet);
-  }
+  deps.runtime = agent::make_configured_runtime(config);
   const HostRoot host(config.host_root);
   deps.inventory = [host] { return read_inventory(host); };
   deps.device_numbers = stat_device_numbers(config.host_root);

@@ -1,6 +1,7 @@
 # Every third-party dependency comes from Debian packages (scripts/setup.sh installs them).
 find_package(Threads REQUIRED)
 find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)   # the agent's CRI and containerd clients (libgrpc++-dev, protobuf-compiler-grpc)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(LibArchive REQUIRED)

@@ -95,7 +95,7 @@ struct CheckpointInfo {
   std::string image_id;         // rootfsImageID
   std::string raw_image;        // the image as the user named it (podman RawImageName, CRI-O rootfsImageRef)
   std::string runtime;          // "runc", "crun"
-  std::string engine;           // "podman" or "cri-o"
+  std::string engine;           // "podman", "cri-o", "containerd" or "unknown"
   std::string created;
   std::uint64_t archive_bytes = 0;
   std::uint64_t content_bytes = 0;

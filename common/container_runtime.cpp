@@ -97,7 +97,7 @@ bool is_valid_container_name(std::string_view name) {
 
 namespace {
 
-// The last non-empty line: podman and crictl put their error message there.
+// The last non-empty line: podman puts its error message there.
 std::string last_line(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   const auto nl = text.rfind('\n');
@@ -194,88 +194,7 @@ class PodmanRuntime final : public ContainerRuntime {
   PodmanOptions options_;
 };
 
-class CrictlRuntime final : public ContainerRuntime {
- public:
-  explicit CrictlRuntime(CrictlOptions options) : options_(std::move(options)) {}
-
-  std::string name() const override { return "crictl"; }
-
-  Result<RuntimeContainer> find(const ContainerRef& ref) override {
-    if (!is_valid_container_name(ref.container))
-      return make_error("container name '" + ref.container + "' is not valid (letters, digits, '_', '.', '-')");
-    std::vector<std::string> args = {"ps", "-a", "-o", "json", "--name", "^" + ref.container + "$"};
-    if (!ref.pod.empty()) args.insert(args.end(), {"--label", "io.kubernetes.pod.name=" + ref.pod});
-    if (!ref.namespace_name.empty())
-      args.insert(args.end(), {"--label", "io.kubernetes.pod.namespace=" + ref.namespace_name});
-    auto found = query(args);
-    if (!found) return found.error();
-    std::vector<RuntimeContainer> running;
-    for (const auto& c : found.value())
-      if (c.state == "running") running.push_back(c);
-    const auto& pick = running.empty() ? found.value() : running;
-    if (pick.empty())
-      return make_error("no container '" + ref.container + "'" + (ref.pod.empty() ? "" : " in pod " + ref.pod) +
-                        (ref.namespace_name.empty() ? "" : " (namespace " + ref.namespace_name + ")") +
-                        " in the CRI runtime", ENOENT);
-    if (pick.size() > 1)
-      return make_error(std::to_string(pick.size()) + " containers are named '" + ref.container +
-                        "'; give 'pod' and 'namespace' to choose one", EBUSY);
-    return pick.front();
-  }
-
-  Result<std::vector<RuntimeContainer>> list() override { return query({"ps", "-o", "json"}); }
-
-  Result<void> checkpoint(const RuntimeContainer& container, const fs::path& archive) override {
-    auto r = crictl({"checkpoint", "--export=" + archive.string(), container.id}, options_.timeout);
-    if (!r) return r.error();
-    if (r->timed_out) return make_error("crictl checkpoint of " + container.name + " timed out", ETIMEDOUT);
-    if (r->exit_code != 0)
-      return make_error("crictl checkpoint of " + container.name + " failed: " + last_line(r->err), EIO);
-    return {};
-  }
-
-  Result<RuntimeContainer> restore(const fs::path& archive, const std::string&) override {
-    return make_error("the crictl runtime cannot restore " + archive.string() +
-                      " by itself: CRI restores a checkpoint when kubelet creates a pod whose container image is the "
-                      "archive (docs/node-flow.md); use runtime.kind podman for local restores", ENOTSUP);
-  }
-
- private:
-  Result<CommandResult> crictl(std::vector<std::string> args, std::chrono::milliseconds timeout) {
-    args.insert(args.begin(), options_.crictl);
-    std::string line = "run:";
-    for (const auto& a : args) line += " " + a;
-    log::debug(line);
-    return run_command(args, timeout);
-  }
-
-  Result<std::vector<RuntimeContainer>> query(const std::vector<std::string>& args) {
-    auto r = crictl(args, std::chrono::seconds(30));
-    if (!r) return r.error();
-    if (r->exit_code != 0) return make_error("crictl " + args.front() + " failed: " + last_line(r->err), EIO);
-    const auto json = nlohmann::json::parse(r->out, nullptr, false);
-    if (json.is_discarded() || !json.contains("containers") || !json["containers"].is_array())
-      return make_error("crictl " + args.front() + " returned unexpected output", EIO);
-    std::vector<RuntimeContainer> out;
-    for (const auto& c : json["containers"]) {
-      RuntimeContainer rc;
-      rc.id = c.value("id", "");
-      if (c.contains("metadata") && c["metadata"].is_object()) rc.name = c["metadata"].value("name", "");
-      const std::string state = c.value("state", "");
-      rc.state = state == "CONTAINER_RUNNING" ? "running" : state == "CONTAINER_EXITED" ? "exited" : state;
-      out.push_back(rc);
-    }
-    return out;
-  }
-
-  CrictlOptions options_;
-};
-
 }  // namespace
-
-std::unique_ptr<ContainerRuntime> make_crictl_runtime(CrictlOptions options) {
-  return std::make_unique<CrictlRuntime>(std::move(options));
-}
 
 std::unique_ptr<ContainerRuntime> make_podman_runtime(PodmanOptions options) {
   return std::make_unique<PodmanRuntime>(std::move(options));

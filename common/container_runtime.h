@@ -1,6 +1,6 @@
 // The container runtime behind checkpoint and restore, as an interface: podman locally (tests, demo, single
-// nodes); crictl/kubelet adapters implement the same interface (see docs/node-flow.md). Every runtime call is
-// a child process with a time limit and bounded output.
+// nodes), a child process per call with a time limit and bounded output; the agent's CRI, containerd and
+// kubelet adapters (agent/) implement the same interface (docs/node-flow.md).
 #pragma once
 
 #include <chrono>
@@ -57,14 +57,6 @@ struct PodmanOptions {
 };
 
 std::unique_ptr<ContainerRuntime> make_podman_runtime(PodmanOptions options);
-
-// CRI runtimes (CRI-O, containerd) through crictl: find/list/checkpoint (`crictl checkpoint --export`). CRI has
-// no restore call: a CRI restore is a pod whose container image is the archive, which kubelet creates.
-struct CrictlOptions {
-  std::string crictl = "crictl";
-  std::chrono::seconds timeout{600};
-};
-std::unique_ptr<ContainerRuntime> make_crictl_runtime(CrictlOptions options);
 
 // Container names as podman/Kubernetes allow them: [a-zA-Z0-9][a-zA-Z0-9_.-]*, at most 253 bytes. Anything else
 // (slashes, "..", spaces) is refused before it reaches a runtime or a path.

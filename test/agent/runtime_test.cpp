@@ -1,5 +1,5 @@
-// The kubelet and crictl adapters against stand-ins of what they talk to: an in-process HTTP server speaking
-// kubelet's /pods and /checkpoint, and a crictl script printing crictl's JSON.
+// The kubelet adapter against a stand-in of what it talks to: an in-process HTTP server speaking kubelet's /pods
+// and /checkpoint (the CRI adapter's stand-in is in cri_runtime_test.cpp).
 #include <catch2/catch_test_macros.hpp>
 
 #include <httplib.h>
@@ -86,34 +86,4 @@ TEST_CASE("the kubelet runtime finds containers through /pods and checkpoints th
   auto restore = runtime->restore(tmp.path / "copy.tar", "");
   REQUIRE_FALSE(restore.ok());
   CHECK(restore.error().message.find("kubelet has no restore") != std::string::npos);
-}
-
-TEST_CASE("the crictl runtime reads crictl's JSON and passes --export", "[unit]") {
-  test::TempDir tmp;
-  const auto script = tmp.path / "crictl";
-  test::write_file(script, "#!/bin/sh\n"
-                           "echo \"$@\" >> " + (tmp.path / "calls").string() + "\n"
-                           "case \"$1\" in\n"
-                           "  ps) echo '{\"containers\":[{\"id\":\"c0ffee\",\"metadata\":{\"name\":\"main\"},"
-                           "\"state\":\"CONTAINER_RUNNING\"}]}' ;;\n"
-                           "  checkpoint) touch \"${2#--export=}\" ;;\n"
-                           "esac\n");
-  ::chmod(script.c_str(), 0755);
-  CrictlOptions options;
-  options.crictl = script.string();
-  auto runtime = make_crictl_runtime(options);
-  auto found = runtime->find({"ml", "trainer-0", "main"});
-  REQUIRE(found.ok());
-  CHECK(found->id == "c0ffee");
-  CHECK(found->state == "running");
-  REQUIRE(runtime->checkpoint(found.value(), tmp.path / "out.tar").ok());
-  CHECK(fs::exists(tmp.path / "out.tar"));
-  std::ifstream calls(tmp.path / "calls");
-  std::string ps, checkpoint;
-  std::getline(calls, ps);
-  std::getline(calls, checkpoint);
-  CHECK(ps == "ps -a -o json --name ^main$ --label io.kubernetes.pod.name=trainer-0 --label io.kubernetes.pod.namespace=ml");
-  CHECK(checkpoint == "checkpoint --export=" + (tmp.path / "out.tar").string() + " c0ffee");
-  CHECK_FALSE(runtime->find({"", "", "bad/name"}).ok());
-  CHECK_FALSE(runtime->restore(tmp.path / "out.tar", "").ok());
 }

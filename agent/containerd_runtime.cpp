@@ -1,0 +1,394 @@
+#include "agent/containerd_runtime.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <random>
+
+#include "common/directory_archive.h"
+#include "common/log.h"
+#include "common/restore_plan.h"
+
+namespace gpuckpt::agent {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// containerd's CRI plugin names a container in its spec's annotations (the CRI labels kubelet sets may be there
+// too, as container labels).
+constexpr const char* kCriContainerName = "io.kubernetes.cri.container-name";
+constexpr const char* kCriPodName = "io.kubernetes.cri.sandbox-name";
+constexpr const char* kCriPodNamespace = "io.kubernetes.cri.sandbox-namespace";
+constexpr const char* kK8sContainerName = "io.kubernetes.container.name";
+constexpr const char* kK8sPodName = "io.kubernetes.pod.name";
+constexpr const char* kK8sPodNamespace = "io.kubernetes.pod.namespace";
+
+// The value under the first of `keys` found in the container's labels or its spec's annotations.
+std::string cri_name(const ContainerdContainer& c, std::initializer_list<const char*> keys) {
+  const auto annotations = c.spec.value("annotations", nlohmann::json::object());
+  for (const char* key : keys) {
+    if (auto it = c.labels.find(key); it != c.labels.end()) return it->second;
+    if (annotations.is_object() && annotations.contains(key) && annotations[key].is_string())
+      return annotations[key].get<std::string>();
+  }
+  return {};
+}
+
+std::string now_rfc3339() {
+  char buffer[32];
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+std::string random_hex(std::size_t bytes) {
+  std::random_device rd;
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < bytes; ++i) {
+    const auto b = rd() & 0xff;
+    out += digits[b >> 4];
+    out += digits[b & 0xf];
+  }
+  return out;
+}
+
+// The directory a snapshot's writable layer lives in: overlay's upperdir, or a bind mount's source.
+Result<fs::path> writable_dir(const std::vector<ContainerdMount>& mounts, const std::string& key) {
+  for (const auto& m : mounts) {
+    if (m.type == "overlay")
+      for (const auto& o : m.options)
+        if (o.rfind("upperdir=", 0) == 0) return fs::path(o.substr(9));
+    if (m.type == "bind" || m.type == "rbind") {
+      bool read_only = false;
+      for (const auto& o : m.options) read_only = read_only || o == "ro";
+      if (!read_only) return fs::path(m.source);
+    }
+  }
+  return make_error("snapshot " + key + " has no writable layer gpuckpt can read (overlay upperdir or a bind mount)",
+                    ENOTSUP);
+}
+
+// The last few "Error" lines of a CRIU log (the work directory goes away with the failed restore).
+std::string error_lines(const fs::path& log) {
+  std::ifstream in(log);
+  std::vector<std::string> errors;
+  std::string line;
+  for (std::size_t read = 0; std::getline(in, line) && read < (8u << 20); read += line.size() + 1)
+    if (line.find("Error") != std::string::npos) errors.push_back(line.substr(0, 300));
+  std::string out;
+  for (std::size_t i = errors.size() > 4 ? errors.size() - 4 : 0; i < errors.size(); ++i)
+    out += (out.empty() ? "" : " | ") + errors[i];
+  return out;
+}
+
+// Under `root` without following any symlink in between: the paths come from an archive.
+Result<fs::path> inside(const fs::path& root, const std::string& relative) {
+  auto name = normalise_entry_name(relative);
+  if (!name) return name.error();
+  fs::path p = root;
+  const fs::path rel(name.value());
+  for (auto it = rel.begin(); it != rel.end(); ++it) {
+    p /= *it;
+    std::error_code ec;
+    if (std::next(it) != rel.end() && fs::is_symlink(p, ec))
+      return make_error("'" + relative + "' passes through a symlink in the restored root filesystem", EINVAL);
+  }
+  return p;
+}
+
+class ContainerdRuntime final : public ContainerRuntime {
+ public:
+  explicit ContainerdRuntime(ContainerdRuntimeOptions options)
+      : options_(std::move(options)), containerd_(options_.containerd) {}
+
+  std::string name() const override { return "containerd"; }
+
+  Result<RuntimeContainer> find(const ContainerRef& ref) override {
+    if (!is_valid_container_name(ref.container))
+      return make_error("container name '" + ref.container + "' is not valid (letters, digits, '_', '.', '-')");
+    auto all = containerd_.containers();
+    if (!all) return all.error();
+    std::vector<RuntimeContainer> running, other;
+    for (const auto& c : all.value()) {
+      if (display_name(c) != ref.container && c.id != ref.container) continue;
+      if (!ref.pod.empty() && cri_name(c, {kK8sPodName, kCriPodName}) != ref.pod) continue;
+      if (!ref.namespace_name.empty() && cri_name(c, {kK8sPodNamespace, kCriPodNamespace}) != ref.namespace_name)
+        continue;
+      auto rc = with_task(c);
+      if (!rc) return rc.error();
+      (rc->state == "running" ? running : other).push_back(rc.value());
+    }
+    const auto& pick = running.empty() ? other : running;
+    if (pick.empty())
+      return make_error("no container '" + ref.container + "'" + (ref.pod.empty() ? "" : " in pod " + ref.pod) +
+                        (ref.namespace_name.empty() ? "" : " (namespace " + ref.namespace_name + ")") +
+                        " in containerd namespace " + options_.containerd.namespace_name, ENOENT);
+    if (pick.size() > 1)
+      return make_error(std::to_string(pick.size()) + " containers are named '" + ref.container +
+                        "'; give 'pod' and 'namespace' to choose one", EBUSY);
+    return pick.front();
+  }
+
+  Result<std::vector<RuntimeContainer>> list() override {
+    auto all = containerd_.containers();
+    if (!all) return all.error();
+    std::vector<RuntimeContainer> out;
+    for (const auto& c : all.value()) {
+      auto rc = with_task(c);
+      if (!rc) return rc.error();
+      if (rc->state == "running") out.push_back(rc.value());
+    }
+    return out;
+  }
+
+  Result<void> checkpoint(const RuntimeContainer& target, const fs::path& archive) override {
+    auto container = containerd_.container(target.id);
+    if (!container) return container.error();
+    const fs::path work = archive.parent_path() / (archive.filename().string() + ".work");
+    std::error_code ec;
+    fs::remove_all(work, ec);
+    if (!fs::create_directories(work / "criu-work", ec) || ec)
+      return make_error("cannot create " + work.string() + ": " + ec.message(), EIO);
+    fs::permissions(work, fs::perms::owner_all, fs::perm_options::replace, ec);
+    auto result = checkpoint_into(container.value(), target, work, archive);
+    fs::remove_all(work, ec);
+    return result;
+  }
+
+  Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name) override {
+    if (!new_name.empty() && !is_valid_container_name(new_name))
+      return make_error("container name '" + new_name + "' is not valid");
+    const fs::path work = archive.parent_path() / ("." + archive.filename().string() + ".restore-" + random_hex(4));
+    std::error_code ec;
+    if (!fs::create_directories(work / "criu-work", ec) || ec)
+      return make_error("cannot create " + work.string() + ": " + ec.message(), EIO);
+    fs::permissions(work, fs::perms::owner_all, fs::perm_options::replace, ec);
+    auto restored = restore_from(archive, work, new_name);
+    fs::remove_all(work, ec);
+    return restored;
+  }
+
+ private:
+  static std::string display_name(const ContainerdContainer& c) {
+    const std::string name = cri_name(c, {kK8sContainerName, kCriContainerName, kLabelContainerName});
+    return name.empty() ? c.id : name;
+  }
+
+  Result<RuntimeContainer> with_task(const ContainerdContainer& c) {
+    RuntimeContainer rc{c.id, display_name(c), "created", 0};
+    auto task = containerd_.task(c.id);
+    if (!task) {
+      if (task.error().errno_value == ENOENT) return rc;
+      return task.error();
+    }
+    rc.state = task->status;
+    rc.pid = static_cast<int>(task->pid);
+    return rc;
+  }
+
+  Result<void> checkpoint_into(const ContainerdContainer& c, const RuntimeContainer& target, const fs::path& work,
+                               const fs::path& archive) {
+    const auto started = std::chrono::steady_clock::now();
+    // The rootfs diff is read before CRIU runs so the snapshot cannot go away under us, and after: files the
+    // processes write while being dumped are theirs to restore from memory, not from the diff.
+    std::vector<PackEntry> entries;
+    std::vector<std::string> whiteouts;
+    nlohmann::json section = {{"namespace", options_.containerd.namespace_name},
+                              {"snapshotter", c.snapshotter},
+                              {"runtime", c.runtime},
+                              {"labels", c.labels},
+                              {"sandbox", c.sandbox}};
+    if (!c.snapshotter.empty() && !c.snapshot_key.empty()) {
+      auto parent = containerd_.snapshot_parent(c.snapshotter, c.snapshot_key);
+      if (!parent) return parent.error();
+      section["snapshotParent"] = parent.value();
+    }
+    auto dumped = containerd_.checkpoint_task(c.id, (work / "checkpoint").string(), (work / "criu-work").string(),
+                                              /*leave_running=*/true);
+    if (!dumped) return dumped.error();
+    if (!c.snapshotter.empty() && !c.snapshot_key.empty()) {
+      auto mounts = containerd_.snapshot_mounts(c.snapshotter, c.snapshot_key);
+      if (!mounts) return mounts.error();
+      auto upper = writable_dir(mounts.value(), c.snapshot_key);
+      if (!upper) return upper.error();
+      auto packed = pack_tar({{"", upper.value(), ""}}, work / "rootfs-diff.tar",
+                             &whiteouts);
+      if (!packed) return packed.error();
+      entries.push_back({"rootfs-diff.tar", work / "rootfs-diff.tar", ""});
+      entries.push_back({"deleted.files", "", nlohmann::json(whiteouts).dump()});
+    }
+    const nlohmann::json config = {{"id", c.id},
+                                   {"name", target.name},
+                                   {"rootfsImageName", c.image},
+                                   {"rootfsImageRef", c.image},
+                                   {"runtime", "runc"},
+                                   {"createdTime", c.created.empty() ? now_rfc3339() : c.created},
+                                   {"checkpointedTime", now_rfc3339()},
+                                   {"engine", "containerd"},
+                                   {"containerd", section}};
+    entries.insert(entries.begin(), {{"config.dump", "", config.dump(2)}, {"spec.dump", "", c.spec.dump()}});
+    entries.push_back({"checkpoint", work / "checkpoint", ""});
+    auto written = pack_tar(entries, archive);
+    if (!written) return written.error();
+    log::info("containerd checkpoint of " + target.name + " (" + c.id + "): " + std::to_string(written.value()) +
+              " bytes in " +
+              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                                    started).count()) + " ms");
+    return {};
+  }
+
+  Result<RuntimeContainer> restore_from(const fs::path& archive, const fs::path& work, const std::string& new_name) {
+    auto extracted = extract_archive(archive, work / "archive", options_.limits);
+    if (!extracted) return extracted.error();
+    const fs::path root = work / "archive";
+    auto config = read_json_file(root / "config.dump");
+    auto spec = read_json_file(root / "spec.dump");
+    if (!config) return config.error();
+    if (!spec) return spec.error();
+    if (!config.value() || !spec.value() || !config.value()->is_object() || !spec.value()->is_object())
+      return make_error(archive.string() + " is not a container checkpoint (config.dump/spec.dump missing or not JSON)");
+    const auto& section = config.value()->value("containerd", nlohmann::json::object());
+    if (!section.is_object() || !section.contains("snapshotParent") || !section["snapshotParent"].is_string())
+      return make_error(archive.string() + " was not written by containerd (no containerd snapshot in config.dump): "
+                        "restore it with the runtime that wrote it", ENOTSUP);
+    const std::string old_id = config.value()->value("id", "");
+    const std::string id = new_name.empty() ? "gpuckpt-restored-" + random_hex(6) : new_name;
+    const std::string snapshotter = section.value("snapshotter", "overlayfs");
+    ContainerdContainer c;
+    c.id = id;
+    c.image = config.value()->value("rootfsImageRef", "");
+    c.runtime = section.value("runtime", "io.containerd.runc.v2");
+    c.snapshotter = snapshotter;
+    c.snapshot_key = id;
+    c.labels[kLabelContainerName] = id;
+    c.labels[kLabelRestoredFrom] = old_id;
+    c.spec = std::move(*spec.value());
+    adapt_spec(c.spec, old_id, id);
+
+    auto mounts = containerd_.prepare_snapshot(snapshotter, id, section["snapshotParent"].get<std::string>());
+    if (!mounts) return mounts.error();
+    auto undo_snapshot = [&] { (void)containerd_.remove_snapshot(snapshotter, id); };
+    auto applied = apply_diff(root, mounts.value(), id);
+    if (!applied) {
+      undo_snapshot();
+      return applied.error();
+    }
+    auto plan = place_restore_plan(c.spec, root / "checkpoint");
+    if (!plan) {
+      undo_snapshot();
+      return plan.error();
+    }
+    auto created = containerd_.create_container(c);
+    if (!created) {
+      undo_snapshot();
+      return created.error();
+    }
+    auto undo_container = [&] {
+      (void)containerd_.delete_task(id);
+      (void)containerd_.delete_container(id);
+      undo_snapshot();
+    };
+    auto task = containerd_.restore_task(id, mounts.value(), (root / "checkpoint").string(),
+                                         (work / "criu-work").string(), "");
+    if (!task) {
+      undo_container();
+      return task.error();
+    }
+    auto started = containerd_.start_task(id);   // the shim runs `runc restore` here
+    if (!started) {
+      const std::string criu_errors = error_lines(work / "criu-work" / "restore.log");
+      undo_container();
+      return make_error(started.error().message + (criu_errors.empty() ? "" : "; CRIU said: " + criu_errors),
+                        started.error().errno_value);
+    }
+    auto now = containerd_.task(id);
+    if (!now) return now.error();
+    log::info("containerd restored " + archive.string() + " as " + id + " (pid " + std::to_string(now->pid) + ")");
+    return RuntimeContainer{id, id, now->status, static_cast<int>(now->pid)};
+  }
+
+  // The restored container is a new one: its own cgroup (the old id replaced); namespaces the spec joins by path
+  // only where that path still exists on this node (a moved pod's do not: fresh ones). A container that shared
+  // its pod's PID namespace (shareProcessNamespace) restores only once its PIDs are free there again.
+  static void adapt_spec(nlohmann::json& spec, const std::string& old_id, const std::string& id) {
+    auto& linux_section = spec["linux"];
+    if (!linux_section.is_object()) return;
+    if (linux_section.contains("cgroupsPath") && linux_section["cgroupsPath"].is_string()) {
+      std::string path = linux_section["cgroupsPath"].get<std::string>();
+      const auto at = old_id.empty() ? std::string::npos : path.find(old_id);
+      linux_section["cgroupsPath"] = at == std::string::npos ? "/gpuckpt/" + id : path.replace(at, old_id.size(), id);
+    }
+    if (linux_section.contains("namespaces") && linux_section["namespaces"].is_array())
+      for (auto& ns : linux_section["namespaces"]) {
+        if (!ns.is_object() || !ns.contains("path") || !ns["path"].is_string()) continue;
+        std::error_code ec;
+        if (!fs::exists(ns["path"].get<std::string>(), ec)) ns.erase("path");
+      }
+  }
+
+  // rootfs-diff.tar into the new snapshot's writable layer; deleted.files become overlay whiteouts there.
+  Result<void> apply_diff(const fs::path& root, const std::vector<ContainerdMount>& mounts, const std::string& key) {
+    std::error_code ec;
+    if (!fs::exists(root / "rootfs-diff.tar", ec)) return {};
+    auto upper = writable_dir(mounts, key);
+    if (!upper) return upper.error();
+    const fs::path layer = upper.value();
+    auto applied = apply_rootfs_diff(root / "rootfs-diff.tar", layer, options_.limits);
+    if (!applied) return applied.error();
+    auto deleted = read_json_file(root / "deleted.files");
+    if (!deleted) return deleted.error();
+    if (!deleted.value() || !deleted.value()->is_array()) return {};
+    for (const auto& entry : *deleted.value()) {
+      if (!entry.is_string()) continue;
+      auto path = inside(layer, entry.get<std::string>());
+      if (!path) return path.error();
+      fs::create_directories(path->parent_path(), ec);
+      if (::mknod(path->c_str(), S_IFCHR | 0000, makedev(0, 0)) != 0 && errno != EEXIST)
+        return make_error("cannot mark " + entry.get<std::string>() + " deleted in the restored root filesystem: " +
+                          std::strerror(errno), errno);
+    }
+    return {};
+  }
+
+  // The CRIU plugin reads the GPU mapping from the images directory. Only a plan the agent itself wrote (in its
+  // state dir, named by the spec the agent rewrote) is copied there; anything else in the annotation is ignored.
+  Result<void> place_restore_plan(const nlohmann::json& spec, const fs::path& images) {
+    const auto annotations = spec.value("annotations", nlohmann::json::object());
+    if (!annotations.is_object() || !annotations.contains(kAnnotationRestorePlan) ||
+        !annotations[kAnnotationRestorePlan].is_string() || options_.restore_plan_dir.empty())
+      return {};
+    const fs::path named = annotations[kAnnotationRestorePlan].get<std::string>();
+    std::error_code ec;
+    const auto status = fs::symlink_status(named, ec);
+    if (named.parent_path() != options_.restore_plan_dir || !is_safe_id(named.stem().string()) ||
+        !fs::is_regular_file(status)) {
+      log::warn("restore plan " + named.string() + " named in spec.dump is not one of the agent's plans in " +
+                options_.restore_plan_dir.string() + ": ignored");
+      return {};
+    }
+    fs::copy_file(named, images / kPlanFileInImages, fs::copy_options::overwrite_existing, ec);
+    if (ec) return make_error("cannot copy the restore plan into " + images.string() + ": " + ec.message(), EIO);
+    return {};
+  }
+
+  ContainerdRuntimeOptions options_;
+  ContainerdClient containerd_;
+};
+
+}  // namespace
+
+std::unique_ptr<ContainerRuntime> make_containerd_runtime(ContainerdRuntimeOptions options) {
+  return std::make_unique<ContainerdRuntime>(std::move(options));
+}
+
+}  // namespace gpuckpt::agent

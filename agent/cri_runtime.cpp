@@ -1,0 +1,81 @@
+#include "agent/cri_runtime.h"
+
+namespace gpuckpt::agent {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class CriRuntime final : public ContainerRuntime {
+ public:
+  explicit CriRuntime(CriOptions options) : cri_(std::move(options)) {}
+
+  std::string name() const override { return "cri"; }
+
+  Result<RuntimeContainer> find(const ContainerRef& ref) override {
+    if (!is_valid_container_name(ref.container))
+      return make_error("container name '" + ref.container + "' is not valid (letters, digits, '_', '.', '-')");
+    std::map<std::string, std::string> labels;
+    if (!ref.pod.empty()) labels["io.kubernetes.pod.name"] = ref.pod;
+    if (!ref.namespace_name.empty()) labels["io.kubernetes.pod.namespace"] = ref.namespace_name;
+    auto listed = cri_.list_containers(labels);
+    if (!listed) return listed.error();
+    std::vector<CriContainer> named, running;
+    for (auto& c : listed.value())
+      if (c.name == ref.container) (c.state == "running" ? running : named).push_back(c);
+    const auto& pick = running.empty() ? named : running;
+    if (pick.empty())
+      return make_error("no container '" + ref.container + "'" + (ref.pod.empty() ? "" : " in pod " + ref.pod) +
+                        (ref.namespace_name.empty() ? "" : " (namespace " + ref.namespace_name + ")") +
+                        " in the CRI runtime at " + cri_.options().endpoint, ENOENT);
+    if (pick.size() > 1)
+      return make_error(std::to_string(pick.size()) + " containers are named '" + ref.container +
+                        "'; give 'pod' and 'namespace' to choose one", EBUSY);
+    return to_runtime(pick.front());
+  }
+
+  Result<std::vector<RuntimeContainer>> list() override {
+    auto listed = cri_.list_containers();
+    if (!listed) return listed.error();
+    std::vector<RuntimeContainer> out;
+    for (const auto& c : listed.value())
+      if (c.state == "running") {
+        auto rc = to_runtime(c);
+        if (!rc) return rc.error();
+        out.push_back(std::move(rc.value()));
+      }
+    return out;
+  }
+
+  Result<void> checkpoint(const RuntimeContainer& container, const fs::path& archive) override {
+    return cri_.checkpoint_container(container.id, archive.string());
+  }
+
+  Result<RuntimeContainer> restore(const fs::path& archive, const std::string&) override {
+    return make_error("the CRI runtime cannot restore " + archive.string() +
+                      " by itself: CRI restores a checkpoint when kubelet creates a pod whose container image is a "
+                      "checkpoint image (docs/kubernetes.md); use runtime.kind containerd or podman for local restores",
+                      ENOTSUP);
+  }
+
+ private:
+  Result<RuntimeContainer> to_runtime(const CriContainer& c) {
+    RuntimeContainer rc{c.id, c.name, c.state, 0};
+    if (c.state == "running") {
+      auto pid = cri_.container_pid(c.id);
+      if (!pid) return pid.error();
+      rc.pid = pid.value();
+    }
+    return rc;
+  }
+
+  CriClient cri_;
+};
+
+}  // namespace
+
+std::unique_ptr<ContainerRuntime> make_cri_runtime(CriOptions options) {
+  return std::make_unique<CriRuntime>(std::move(options));
+}
+
+}  // namespace gpuckpt::agent

@@ -1,0 +1,57 @@
+#include "agent/runtimes.h"
+
+#include "agent/containerd_runtime.h"
+#include "agent/cri_runtime.h"
+#include "agent/kubelet_runtime.h"
+#include "common/log.h"
+#include "common/restore_plan.h"
+
+namespace gpuckpt::agent {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<ContainerRuntime> make_configured_runtime(const AgentConfig& config) {
+  if (config.runtime_kind == "podman") {
+    PodmanOptions podman;
+    podman.podman = config.podman_path;
+    podman.timeout = config.runtime_timeout;
+    std::error_code ec;
+    if (fs::is_directory(config.hooks_dir, ec)) podman.hooks_dir = config.hooks_dir.string();
+    return make_podman_runtime(podman);
+  }
+  if (config.runtime_kind == "cri") {
+    CriOptions cri;
+    cri.endpoint = config.cri.endpoint;
+    cri.call_timeout = std::chrono::seconds(config.cri.call_timeout_seconds);
+    cri.checkpoint_timeout = config.runtime_timeout;
+    CriClient probe(cri);
+    if (auto version = probe.version())
+      log::info("runtime: " + version->describe() + " (CRI " + version->api_version + ") at " + cri.endpoint);
+    else
+      log::warn("runtime: " + version.error().message);
+    return make_cri_runtime(cri);
+  }
+  if (config.runtime_kind == "containerd") {
+    ContainerdRuntimeOptions options;
+    options.containerd.address = config.containerd.address;
+    options.containerd.namespace_name = config.containerd.namespace_name;
+    options.containerd.call_timeout = std::chrono::seconds(config.containerd.call_timeout_seconds);
+    options.containerd.checkpoint_timeout = config.runtime_timeout;
+    options.restore_plan_dir = restore_plan_path(config.state_dir, "x").parent_path();
+    options.limits = config.archive_limits;
+    ContainerdClient probe(options.containerd);
+    if (auto version = probe.version())
+      log::info("runtime: containerd " + version.value() + " at " + options.containerd.address + " (namespace " +
+                options.containerd.namespace_name + ")");
+    else
+      log::warn("runtime: " + version.error().message);
+    return make_containerd_runtime(options);
+  }
+  KubeletRuntimeOptions kubelet;
+  kubelet.kubelet = config.kubelet;
+  kubelet.checkpoint_dir = config.kubelet_checkpoint_dir;
+  kubelet.timeout = config.runtime_timeout;
+  return make_kubelet_runtime(kubelet);
+}
+
+}  // namespace gpuckpt::agent

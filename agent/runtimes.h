@@ -1,0 +1,15 @@
+// The runtime the configuration names (runtime.kind), built and introduced: for CRI and containerd the agent asks
+// the runtime its name and version once and logs them (a runtime that does not answer yet is a warning: the
+// node's runtime may start after the agent).
+#pragma once
+
+#include <memory>
+
+#include "agent/config.h"
+#include "common/container_runtime.h"
+
+namespace gpuckpt::agent {
+
+std::unique_ptr<ContainerRuntime> make_configured_runtime(const AgentConfig& config);
+
+}  // namespace gpuckpt::agent

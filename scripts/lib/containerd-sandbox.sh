@@ -1,0 +1,106 @@
+# Sourced by tests: a private containerd (1.7, installed by scripts/setup.sh) under one work directory, with
+# its own root, state, gRPC socket and NRI socket, so it never touches a system containerd.
+#   ctrd_start WORK [NRI_PLUGIN_DIR]  writes WORK/containerd.toml and starts containerd (runc, cgroupfs,
+#                                     restrict_oom_score_adj, NRI on, a local pause image). Sets CTRD_SOCK
+#                                     CTRD_PID CTRD_NRI_SOCK CTRD_LOG. Fails (after printing the log) if the
+#                                     socket does not answer within 20 s.
+#   ctrd_import_image PODMAN_IMAGE    copies a podman image into containerd's k8s.io namespace
+#   ctrd_ctr ARGS...                  ctr against this containerd (namespace k8s.io)
+#   ctrd_stop                         stops containerd, its shims and their containers; unmounts; safe twice
+# The pause image is localhost/gpuckpt-pause:latest, made from the local busybox image (no registry here).
+
+CTRD_PAUSE_IMAGE=localhost/gpuckpt-pause:latest
+
+ctrd_ctr() { ctr --address "$CTRD_SOCK" --namespace k8s.io "$@"; }
+
+ctrd_start() {
+  local work=$1 nri_plugins=${2:-$1/nri-plugins} _
+  CTRD_WORK=$work CTRD_SOCK=$work/containerd.sock CTRD_NRI_SOCK=$work/nri.sock CTRD_LOG=$work/containerd.log
+  mkdir -p "$work/root" "$work/state" "$nri_plugins" "$work/nri-conf"
+  cat > "$work/containerd.toml" <<TOML
+version = 2
+root = "$work/root"
+state = "$work/state"
+[grpc]
+  address = "$CTRD_SOCK"
+[ttrpc]
+  address = "$work/containerd.sock.ttrpc"
+[debug]
+  level = "info"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$CTRD_PAUSE_IMAGE"
+  # root here lacks CAP_SYS_RESOURCE: never lower a container's oom_score_adj below containerd's own
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    conf_dir = "$work/cni"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      SystemdCgroup = false
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  disable_connections = false
+  plugin_path = "$nri_plugins"
+  plugin_config_path = "$work/nri-conf"
+  socket_path = "$CTRD_NRI_SOCK"
+  plugin_registration_timeout = "5s"
+  plugin_request_timeout = "5s"
+TOML
+  containerd --config "$work/containerd.toml" > "$CTRD_LOG" 2>&1 &
+  CTRD_PID=$!
+  for _ in $(seq 200); do
+    ctr --address "$CTRD_SOCK" version >/dev/null 2>&1 && break
+    kill -0 "$CTRD_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! ctr --address "$CTRD_SOCK" version >/dev/null 2>&1; then
+    tail -n 30 "$CTRD_LOG" >&2
+    return 1
+  fi
+  ctrd_import_pause_image
+}
+
+ctrd_import_image() {
+  local image=$1 tar=$CTRD_WORK/image-$$.tar
+  podman save --format oci-archive -o "$tar" "$image" >/dev/null || return 1
+  ctrd_ctr images import --base-name "${image%%:*}" "$tar" >/dev/null || { rm -f "$tar"; return 1; }
+  rm -f "$tar"
+}
+
+# The CRI sandbox ("pause") container: busybox sleeping; containerd starts it for every pod.
+ctrd_import_pause_image() {
+  local base=${GPUCKPT_TEST_IMAGE:-localhost/gpuckpt-busybox} rootfs=$CTRD_WORK/pause-rootfs.tar c
+  if ! podman image exists "$CTRD_PAUSE_IMAGE"; then
+    c=$(podman create "$base" true) || return 1
+    podman export -o "$rootfs" "$c" >/dev/null
+    podman rm -f "$c" >/dev/null
+    podman import --change 'CMD ["/bin/sleep", "2147483647"]' --change 'STOPSIGNAL SIGKILL' \
+      "$rootfs" "$CTRD_PAUSE_IMAGE" >/dev/null || return 1
+    rm -f "$rootfs"
+  fi
+  ctrd_import_image "$CTRD_PAUSE_IMAGE"
+}
+
+ctrd_stop() {
+  [ -n "${CTRD_SOCK:-}" ] || return 0
+  local id m
+  if [ -n "${CTRD_PID:-}" ] && kill -0 "$CTRD_PID" 2>/dev/null; then
+    for id in $(ctrd_ctr tasks ls -q 2>/dev/null); do ctrd_ctr tasks kill -s SIGKILL "$id" >/dev/null 2>&1; done
+    sleep 0.3
+    for id in $(ctrd_ctr tasks ls -q 2>/dev/null); do ctrd_ctr tasks delete -f "$id" >/dev/null 2>&1; done
+    for id in $(ctrd_ctr containers ls -q 2>/dev/null); do ctrd_ctr containers delete "$id" >/dev/null 2>&1; done
+    kill "$CTRD_PID" 2>/dev/null
+    wait "$CTRD_PID" 2>/dev/null
+  fi
+  # shims of this containerd that outlived it: their pid files are in our state dir
+  for m in "$CTRD_WORK"/state/io.containerd.runtime.v2.task/*/*/shim.pid; do
+    [ -f "$m" ] && kill -9 "$(cat "$m")" 2>/dev/null
+  done
+  while read -r _ m _; do
+    case "$m" in "$CTRD_WORK"/*) umount -l "$m" 2>/dev/null ;; esac
+  done < <(sort -r -k2 /proc/self/mounts)
+  CTRD_PID= CTRD_SOCK=
+  return 0
+}
