@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <memory>
+#include <tuple>
 
 #include "common/log.h"
 
@@ -48,6 +49,20 @@ Result<void> copy_file_data(struct archive* writer, const fs::path& file) {
   return {};
 }
 
+// overlayfs keeps its own bookkeeping in trusted.overlay.* (origin, redirect, ...): meaningless in another layer.
+void drop_overlay_xattrs(struct archive_entry* entry) {
+  std::vector<std::tuple<std::string, std::string>> keep;
+  archive_entry_xattr_reset(entry);
+  const char* name = nullptr;
+  const void* value = nullptr;
+  std::size_t size = 0;
+  while (archive_entry_xattr_next(entry, &name, &value, &size) == ARCHIVE_OK)
+    if (std::string_view(name).rfind("trusted.overlay.", 0) != 0)
+      keep.emplace_back(name, std::string(static_cast<const char*>(value), size));
+  archive_entry_xattr_clear(entry);
+  for (const auto& [key, data] : keep) archive_entry_xattr_add_entry(entry, key.c_str(), data.data(), data.size());
+}
+
 // Adds `tree` (a directory) under `prefix` to `writer`, skipping overlayfs whiteouts.
 Result<void> pack_tree(struct archive* writer, const std::string& prefix, const fs::path& tree,
                        std::vector<std::string>* whiteouts) {
@@ -75,6 +90,7 @@ Result<void> pack_tree(struct archive* writer, const std::string& prefix, const 
       if (whiteouts) whiteouts->push_back(relative);   // overlayfs: "deleted in this layer"
       continue;
     }
+    drop_overlay_xattrs(entry.get());
     const std::string name = prefix.empty() ? relative : relative.empty() ? prefix : prefix + "/" + relative;
     if (name.empty()) continue;   // the tree's own root, when it is the tar's root
     archive_entry_set_pathname(entry.get(), name.c_str());

@@ -27,6 +27,7 @@ apt_install() {
 apt_install ca-certificates cmake g++ ninja-build pkg-config make git \
   protobuf-compiler libprotobuf-dev libdrm-dev linux-libc-dev \
   libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libarchive-dev libssl-dev \
+  libgrpc++-dev protobuf-compiler-grpc \
   zstd tar python3 curl procps psmisc unzip iproute2 iptables \
   python3-yaml python3-jsonschema shellcheck dpkg-dev debootstrap binutils \
   libzstd-dev libxxhash-dev
@@ -154,6 +155,17 @@ if ! command -v checkpointctl >/dev/null 2>&1 || ! checkpointctl --help >/dev/nu
     log "checkpointctl not installed (optional): trixie's package could not be fetched"
   fi
 fi
+
+# --- containerd 1.7.24 from trixie (a Go binary: needs only glibc >= 2.34), in a private prefix --------------
+# The e2e tests start their own containerd (scripts/lib/containerd-sandbox.sh); nothing here starts a service.
+CONTAINERD_PREFIX="$PREFIX/containerd"
+if [ ! -x "$CONTAINERD_PREFIX/usr/bin/containerd" ]; then
+  log "installing trixie's containerd into $CONTAINERD_PREFIX"
+  rm -rf "$TRIXIE_DIR/debs"
+  fetch_trixie containerd containerd
+fi
+for b in containerd ctr containerd-shim-runc-v2; do ln -sf "$CONTAINERD_PREFIX/usr/bin/$b" "/usr/local/bin/$b"; done
+containerd --version >/dev/null || die "containerd does not run: $CONTAINERD_PREFIX/usr/bin/containerd"
 
 # --- a local busybox image (there is no image registry here) ------------------------------------------
 if ! podman image exists localhost/gpuckpt-busybox:latest 2>/dev/null; then

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by tests: a private containerd (1.7, installed by scripts/setup.sh) under one work directory, with
 # its own root, state, gRPC socket and NRI socket, so it never touches a system containerd.
 #   ctrd_start WORK [NRI_PLUGIN_DIR]  writes WORK/containerd.toml and starts containerd (runc, cgroupfs,
@@ -64,7 +65,7 @@ TOML
 
 ctrd_import_image() {
   local image=$1 tar=$CTRD_WORK/image-$$.tar
-  podman save --format oci-archive -o "$tar" "$image" >/dev/null || return 1
+  podman save -q --format oci-archive -o "$tar" "$image" >/dev/null || return 1
   ctrd_ctr images import --base-name "${image%%:*}" "$tar" >/dev/null || { rm -f "$tar"; return 1; }
   rm -f "$tar"
 }
@@ -101,6 +102,6 @@ ctrd_stop() {
   while read -r _ m _; do
     case "$m" in "$CTRD_WORK"/*) umount -l "$m" 2>/dev/null ;; esac
   done < <(sort -r -k2 /proc/self/mounts)
-  CTRD_PID= CTRD_SOCK=
+  CTRD_PID='' CTRD_SOCK=''
   return 0
 }

@@ -19,6 +19,28 @@ TEST_CASE("the shipped example configuration parses and equals the defaults", "[
   CHECK(example->archive_limits.max_archive_bytes == defaults->archive_limits.max_archive_bytes);
   CHECK(example->max_request_bytes == defaults->max_request_bytes);
   CHECK(example->node_labels.enabled == false);
+  CHECK(example->cri.endpoint == defaults->cri.endpoint);
+  CHECK(example->cri.call_timeout_seconds == defaults->cri.call_timeout_seconds);
+  CHECK(example->containerd.address == defaults->containerd.address);
+  CHECK(example->containerd.namespace_name == defaults->containerd.namespace_name);
+}
+
+TEST_CASE("runtime sections: cri and containerd are read; crictl is gone with a fix-it message", "[unit]") {
+  auto c = parse_config(R"(
+runtime: {kind: containerd, cri: {endpoint: unix:///run/crio/crio.sock, call_timeout_seconds: 7},
+          containerd: {address: /run/k3s/containerd/containerd.sock, namespace: custom}}
+)", "test.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->runtime_kind == "containerd");
+  CHECK(c->cri.endpoint == "unix:///run/crio/crio.sock");
+  CHECK(c->cri.call_timeout_seconds == 7);
+  CHECK(c->containerd.address == "/run/k3s/containerd/containerd.sock");
+  CHECK(c->containerd.namespace_name == "custom");
+  auto old = parse_config("runtime: {kind: crictl}", "old.yaml");
+  REQUIRE_FALSE(old.ok());
+  CHECK(old.error().message.find("runtime.kind: cri") != std::string::npos);
+  CHECK_FALSE(parse_config("runtime: {crictl_path: /usr/bin/crictl}", "old.yaml").ok());
+  CHECK_FALSE(parse_config("runtime: {cri: {call_timeout_seconds: 0}}", "bad.yaml").ok());
 }
 
 TEST_CASE("configuration values are read, nulls keep defaults", "[unit]") {

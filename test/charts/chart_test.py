@@ -123,7 +123,8 @@ def common_checks(objs, name):
         check(not sc.get("privileged"), f"[{name}] {c['name']} not privileged")
         check(sc.get("allowPrivilegeEscalation") is False, f"[{name}] {c['name']} allowPrivilegeEscalation=false")
         check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"[{name}] {c['name']} drops ALL capabilities")
-        check(not sc.get("capabilities", {}).get("add"), f"[{name}] {c['name']} adds no capability")
+        if not (c["name"] == "agent" and cfg.get("runtime", {}).get("kind") == "containerd"):   # test_containerd_runtime
+            check(not sc.get("capabilities", {}).get("add"), f"[{name}] {c['name']} adds no capability")
         check(sc.get("readOnlyRootFilesystem") is True, f"[{name}] {c['name']} read-only root filesystem")
         check("resources" in c and c["resources"].get("limits", {}).get("memory"), f"[{name}] {c['name']} has a memory limit")
 
@@ -136,9 +137,12 @@ def common_checks(objs, name):
     allowed_rw = {cfg["state_dir"], cfg["checkpoints"]["dir"]}
     if cfg["checkpoints"].get("kubelet_dir"):
         allowed_rw.add(cfg["checkpoints"]["kubelet_dir"])
-    sock_env = [e["value"] for e in agent.get("env", []) if e["name"] == "CONTAINER_RUNTIME_ENDPOINT"]
-    if sock_env:
-        allowed_rw.add(os.path.dirname(sock_env[0].removeprefix("unix://")))
+    runtime = cfg.get("runtime", {})
+    socket = runtime.get("cri", {}).get("endpoint") or runtime.get("containerd", {}).get("address")
+    if socket:
+        allowed_rw.add(os.path.dirname(socket.removeprefix("unix://")))
+    if runtime.get("kind") == "containerd":
+        allowed_rw.add("/var/lib/containerd")
     check(rw == allowed_rw, f"[{name}] agent's read-write host mounts are exactly {sorted(allowed_rw)} (got {sorted(rw)})")
     for path in rw:
         check(mounts[path][0] == path, f"[{name}] agent sees host {mounts[path][0]} at the same path")
@@ -262,9 +266,9 @@ def test_defaults():
     check({"nvidia.com/gpu", "amd.com/gpu"} <= tols, f"[defaults] tolerates GPU taints: {tols}")
     check(rules(objs) == {("nodes", "get"), ("nodes", "patch")}, f"[defaults] RBAC: only nodes get/patch (labels): {rules(objs)}")
     check(spec["automountServiceAccountToken"] is True, "[defaults] SA token mounted (labels need the API)")
-    check(cfg["runtime"] == {"kind": "crictl"}, f"[defaults] runtime crictl only: {cfg['runtime']}")
-    env = {e["name"]: e.get("value") for e in agent["env"]}
-    check(env.get("CONTAINER_RUNTIME_ENDPOINT") == "unix:///run/crio/crio.sock", "[defaults] crictl talks to CRI-O's socket")
+    check(cfg["runtime"] == {"kind": "cri", "cri": {"endpoint": "unix:///run/crio/crio.sock"}},
+          f"[defaults] runtime cri on CRI-O's socket only: {cfg['runtime']}")
+    check("/run/crio" in host_mounts(spec, agent), "[defaults] the CRI socket's directory is mounted")
     check(cfg["node_labels"] == {"enabled": True}, f"[defaults] node labels on: {cfg['node_labels']}")
     check("log_level" not in cfg and "match_policy" not in cfg and "limits" not in cfg, "[defaults] null settings left to the binary")
     secret = one(objs, "Secret")
@@ -305,8 +309,8 @@ def test_kubelet_proxy():
     check(k["ca_file"] == "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt", "[kubelet-proxy] trusts the cluster CA")
     check(spec["automountServiceAccountToken"] is True, "[kubelet-proxy] SA token mounted")
     agent = container(spec, "agent")
-    check("/run/crio" not in host_mounts(spec, agent) and not any(e["name"] == "CONTAINER_RUNTIME_ENDPOINT" for e in agent["env"]),
-          "[kubelet-proxy] no CRI socket mounted when the kubelet does the checkpoint")
+    check("/run/crio" not in host_mounts(spec, agent) and "cri" not in cfg["runtime"],
+          "[kubelet-proxy] no CRI socket mounted or configured when the kubelet does the checkpoint")
 
 
 def test_kubelet_direct():
@@ -365,7 +369,8 @@ def test_existing_secret():
 
 def test_full_config_shape():
     """Every chart setting given: the config has exactly the agent's keys (the shape of agent/config.example.yaml)."""
-    sets = ["runtime.kind=kubelet", "runtime.crictlPath=/usr/bin/crictl", "runtime.podmanPath=/usr/bin/podman",
+    sets = ["runtime.kind=kubelet", "runtime.callTimeoutSeconds=10", "runtime.containerdNamespace=ns",
+            "runtime.podmanPath=/usr/bin/podman",
             "nodeLabels.intervalSeconds=60", "agent.logLevel=debug",
             "config.checkpoints.watch_interval_seconds=2", "config.checkpoints.max_archive_bytes=1000000000",
             "config.checkpoints.max_entry_bytes=1000000000", "config.checkpoints.runtime_timeout_seconds=30",
@@ -376,7 +381,9 @@ def test_full_config_shape():
     objs = case("full-config", sets)
     spec, cfg, *_ = common_checks(objs, "full-config")
     # node_labels' API endpoint/credential paths and node_name stay the agent's defaults (in-cluster values).
-    agent_owned = {"node_labels.node_name", "node_labels.api_server", "node_labels.token_file", "node_labels.ca_file"}
+    agent_owned = {"node_labels.node_name", "node_labels.api_server", "node_labels.token_file", "node_labels.ca_file",
+                   # the runtime's socket goes to the section of runtime.kind (test_containerd_runtime)
+                   "runtime.cri.endpoint", "runtime.containerd.address"}
     missing = EXAMPLE_KEYS - leaf_paths(cfg) - agent_owned
     check(not missing, f"[full-config] every agent config key can be set from the chart; missing: {sorted(missing)}")
     check(cfg["match_policy"]["check_firmware"] is False, "[full-config] false survives (only null is dropped)")
@@ -394,8 +401,21 @@ def test_custom_paths():
     check(cfg["hooks_dir"] == "/etc/containers/oci/hooks.d" and cfg["criu_plugin_dir"] == "/opt/criu/lib", "[custom-paths] config follows host paths")
     check(cfg["checkpoints"]["kubelet_dir"] == "", "[custom-paths] empty kubelet dir is passed on (agent: do not watch)")
     check("/var/lib/kubelet/checkpoints" not in host_mounts(spec, agent), "[custom-paths] kubelet dir not mounted")
-    env = {e["name"]: e.get("value") for e in agent["env"]}
-    check(env.get("CONTAINER_RUNTIME_ENDPOINT") == "unix:///run/containerd/containerd.sock", "[custom-paths] containerd socket")
+    check(cfg["runtime"]["cri"] == {"endpoint": "unix:///run/containerd/containerd.sock"}, "[custom-paths] containerd socket")
+    check("/run/containerd" in host_mounts(spec, agent), "[custom-paths] the socket's directory is mounted")
+
+
+def test_containerd_runtime():
+    objs = case("containerd", ["runtime.kind=containerd", "runtime.criSocket=/run/containerd/containerd.sock"])
+    spec, cfg, cm, agent, *_ = common_checks(objs, "containerd")
+    check(cfg["runtime"] == {"kind": "containerd", "containerd": {"address": "/run/containerd/containerd.sock"}},
+          f"[containerd] the agent talks to containerd's socket: {cfg['runtime']}")
+    mounts = host_mounts(spec, agent)
+    check("/var/lib/containerd" in mounts and "/run/containerd" in mounts,
+          f"[containerd] containerd's root (snapshots) and socket dir mounted: {mounts}")
+    caps = agent["securityContext"]["capabilities"]
+    check(caps["drop"] == ["ALL"] and set(caps["add"]) == {"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD"},
+          f"[containerd] the agent gets exactly the file capabilities a rootfs diff needs: {caps}")
 
 
 def test_installer_off():
@@ -439,7 +459,8 @@ BAD = [
     ("secret-and-token", ["auth.existingSecret=x", "auth.token=y"], "auth.existingSecret and auth.token are both set"),
     ("kubelet-direct-without-ca", ["runtime.kind=kubelet", "runtime.kubelet.access=direct"], "needs runtime.kubelet.caFile"),
     ("kubelet-without-checkpoint-dir", ["runtime.kind=kubelet", "host.kubeletCheckpointDir="], "host.kubeletCheckpointDir is empty"),
-    ("crictl-without-socket", ["runtime.criSocket="], "runtime.kind=crictl needs runtime.criSocket"),
+    ("cri-without-socket", ["runtime.criSocket="], "runtime.kind=cri needs runtime.criSocket"),
+    ("containerd-without-root", ["runtime.kind=containerd", "runtime.containerdRoot="], "needs runtime.containerdRoot"),
     ("schema-runtime-kind", ["runtime.kind=docker"], "runtime.kind must be one of the following"),
     ("schema-relative-path", ["host.stateDir=var/lib/gpuckpt"], "host.stateDir: Does not match pattern"),
     ("schema-unknown-config-key", ["config.limits.max_requests=1"], "Additional property max_requests is not allowed"),
@@ -483,7 +504,7 @@ def test_docs_name_real_values():
     for doc in ["docs/deploy.md", "docs/troubleshooting.md", "docs/kubernetes.md", "charts/gpuckpt/README.md", "manifests/README.md"]:
         text = open(os.path.join(SRC, doc)).read()
         for ref in sorted(set(pattern.findall(text))):
-            if ref.endswith((".yaml", ".json", ".md")) or ref in EXAMPLE_KEYS:
+            if ref.endswith((".yaml", ".json", ".md", ".dump", ".toml")) or ref in EXAMPLE_KEYS:
                 continue   # a file name, or an agent config key (quoted from the agent's messages)
             node, ok = values, True
             parts = ref.split(".")
@@ -506,7 +527,7 @@ def main():
         dump = sys.argv[sys.argv.index("--dump-objects") + 1]
     print(f"agent config check: {AGENT if os.access(AGENT, os.X_OK) else 'skipped, ' + AGENT + ' not built'}")
     for t in [test_defaults, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_priority_quota, test_monitoring,
-              test_existing_secret, test_full_config_shape, test_custom_paths, test_installer_off,
+              test_existing_secret, test_full_config_shape, test_custom_paths, test_containerd_runtime, test_installer_off,
               test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
               test_bad_combinations, test_token_kept_on_upgrade_template, test_docs_name_real_values]:
         t()

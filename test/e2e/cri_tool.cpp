@@ -78,6 +78,10 @@ int main(int argc, char** argv) {
     config.mutable_image()->set_image(args[3]);
     config.set_log_path(args[2] + ".log");
     config.mutable_linux()->mutable_security_context()->mutable_namespace_options()->set_pid(v1::CONTAINER);
+    // the labels kubelet puts on every container
+    (*config.mutable_labels())["io.kubernetes.pod.name"] = args[0];
+    (*config.mutable_labels())["io.kubernetes.pod.namespace"] = "default";
+    (*config.mutable_labels())["io.kubernetes.container.name"] = args[2];
     std::size_t i = 4;
     for (; i < args.size() && args[i] != "--"; ++i) {
       if (i + 1 >= args.size()) break;

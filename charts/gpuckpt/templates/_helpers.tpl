@@ -93,6 +93,10 @@ by the render-config init container (the agent reads literal values).
 {{- $kubeletUrl = printf "https://@NODE_IP@:%v" $v.runtime.kubelet.port -}}
 {{- $kubeletCa = include "gpuckpt.kubeletCaPath" . -}}
 {{- end -}}
+{{- $criConfig := dict "call_timeout_seconds" $v.runtime.callTimeoutSeconds -}}
+{{- $containerdConfig := dict "call_timeout_seconds" $v.runtime.callTimeoutSeconds "namespace" $v.runtime.containerdNamespace -}}
+{{- if eq $v.runtime.kind "cri" }}{{ $_ := set $criConfig "endpoint" (printf "unix://%s" $v.runtime.criSocket) }}{{ end -}}
+{{- if eq $v.runtime.kind "containerd" }}{{ $_ := set $containerdConfig "address" $v.runtime.criSocket }}{{ end -}}
 {{- $config := dict
   "version" 1
   "listen" (dict "address" $v.agent.listenAddress "port" $v.agent.port)
@@ -102,7 +106,8 @@ by the render-config init container (the agent reads literal values).
   "runtime" (dict
     "kind" $v.runtime.kind
     "podman_path" $v.runtime.podmanPath
-    "crictl_path" $v.runtime.crictlPath
+    "cri" $criConfig
+    "containerd" $containerdConfig
     "kubelet" (dict
       "url" $kubeletUrl
       "token_file" "/var/run/secrets/kubernetes.io/serviceaccount/token"

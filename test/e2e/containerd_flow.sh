@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# e2e: gpuckpt on containerd 1.7 (Debian trixie's 1.7.24, started by this test under its own root, state and
+# sockets) + runc + CRIU 4.1, with pods and containers created through CRI by cri-tool (the agent's CRI client):
+#   1. the CRI client reports containerd's name and version; CRI CheckpointContainer is UNIMPLEMENTED in 1.7 and
+#      both cri-tool and the agent (runtime.kind: cri) say so with the version and what to do;
+#   2. a GPU-looking container (device aliases /dev/null as /dev/nvidia0) is checkpointed by the agent
+#      (runtime.kind: containerd) through containerd's task API while it keeps running; the archive has the
+#      podman/CRI-O layout, `gpuckpt inspect` and checkpointctl call it containerd's;
+#   3. the agent restores it as a new containerd container: it continues counting;
+#   4. an archive that containerd did not write is refused with a reason; nothing is left behind.
+# Exit 0 pass, 77 skipped (no root/containerd/criu), anything else fails. Every wait is bounded; cleanup always runs.
+set -euo pipefail
+
+BUILD=${GPUCKPT_BUILD_DIR:?GPUCKPT_BUILD_DIR must point at the build directory}
+SRC=${GPUCKPT_SOURCE_DIR:?GPUCKPT_SOURCE_DIR must point at the source tree}
+. "$SRC/scripts/lib/node-sandbox.sh"
+. "$SRC/scripts/lib/containerd-sandbox.sh"
+CLI=$BUILD/cli/gpuckpt
+AGENT=$BUILD/agent/gpuckpt-agent
+CRI_TOOL=$BUILD/test/e2e/cri-tool
+IMAGE=${GPUCKPT_TEST_IMAGE:-localhost/gpuckpt-busybox}
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*" >&2; [ -n "${CTRD_LOG:-}" ] && tail -n 20 "$CTRD_LOG" >&2; exit 1; }
+step() { printf '\n== %s\n' "$*"; }
+
+[ "$(id -u)" = 0 ] || skip "needs root (containerd, runc, CRIU)"
+command -v containerd >/dev/null || skip "containerd not installed (scripts/setup.sh)"
+command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
+podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
+for b in "$CLI" "$AGENT" "$CRI_TOOL"; do [ -x "$b" ] || fail "$b not built"; done
+
+TMP=/tmp/gpuckpt-e2e-containerd-$$-$(date +%s%N)
+mkdir -m 700 "$TMP"
+AGENT_PID=
+cleanup() {
+  set +e
+  sandbox_stop_agent
+  ctrd_stop
+  if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+
+sandbox_prepare "$TMP" "$BUILD" "$SRC" || fail "cannot prepare the simulated node in $TMP"
+TOKEN=$(cat "$TOKEN_FILE")
+api() {  # api METHOD PATH [BODY] -> prints "STATUS BODY"
+  local out; out=$(curl -s -m 30 -o "$TMP/resp" -w '%{http_code}' -X "$1" -H "Authorization: Bearer $TOKEN" \
+    -H 'Content-Type: application/json' ${3:+--data "$3"} "$URL$2")
+  echo "$out $(tr -d '\n' < "$TMP/resp")"
+}
+json_field() { python3 -c "import json,sys; d=json.loads(sys.argv[1].split(' ',1)[1]); print(eval('d'+sys.argv[2]))" "$1" "$2"; }
+wait_job() {  # wait_job COLLECTION ID -> final "STATUS BODY"
+  local r
+  for _ in $(seq 300); do
+    r=$(api GET "/v1/$1/$2")
+    case "$r" in *'"state":"succeeded"'*|*'"state": "succeeded"'*|*'"state":"failed"'*|*'"state": "failed"'*) echo "$r"; return;; esac
+    sleep 0.2
+  done
+  fail "job $2 did not finish within 60 s"
+}
+use_runtime() {  # use_runtime YAML: restart the agent with this runtime section
+  sandbox_stop_agent || true   # the agent's exit status after SIGTERM is not ours to judge
+  sed -i '/^runtime:/d' "$TMP/agent.yaml"
+  echo "runtime: $1" >> "$TMP/agent.yaml"
+  rm -f "$STATE/agent.port"
+  sandbox_start_agent "$AGENT" || fail "agent did not start: $(tail -5 "$TMP/agent.log")"
+}
+cri() { "$CRI_TOOL" "$CTRD_SOCK" "$@"; }
+
+step "start containerd"
+ctrd_start "$TMP/containerd" || fail "containerd did not start"
+ctrd_import_image "$IMAGE" || fail "cannot import $IMAGE into containerd"
+echo "ok: containerd $(containerd --version | awk '{print $3}') on $CTRD_SOCK"
+
+step "1. the CRI client: version, and CheckpointContainer is UNIMPLEMENTED before containerd 2.0"
+V=$(cri version) || fail "CRI Version"
+[[ "$V" == "containerd 1.7."* ]] || fail "CRI Version answered '$V'"
+echo "ok: CRI Version -> $V"
+POD=$(cri run-pod gpuckpt-e2e) || fail "RunPodSandbox"
+# shellcheck disable=SC2016 # expanded by the container's shell
+COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done'
+CID=$(cri create gpuckpt-e2e "$POD" counter "$IMAGE" --device /dev/null:/dev/nvidia0 --device /dev/zero:/dev/kfd \
+  --env NVIDIA_VISIBLE_DEVICES=0 -- sh -c "$COUNTER") || fail "CreateContainer"
+cri start "$CID" || fail "StartContainer"
+PID=$(cri pid "$CID")
+[ "$PID" -gt 0 ] && [ -e "/proc/$PID" ] || fail "CRI verbose status gave pid '$PID'"
+set +e
+cri checkpoint "$CID" "$TMP/cri.tar" 2> "$TMP/unimplemented.txt"
+rc=$?
+set -e
+[ "$rc" = 3 ] || fail "cri-tool checkpoint: expected exit 3 (not supported), got $rc: $(cat "$TMP/unimplemented.txt")"
+grep -q "containerd 1.7" "$TMP/unimplemented.txt" && grep -q "from 2.0" "$TMP/unimplemented.txt" &&
+  grep -q "runtime.kind: containerd" "$TMP/unimplemented.txt" || fail "unclear error: $(cat "$TMP/unimplemented.txt")"
+echo "ok: $(grep cri-tool: "$TMP/unimplemented.txt" | cut -c1-200)..."
+use_runtime "{kind: cri, cri: {endpoint: unix://$CTRD_SOCK}}"
+grep -q "runtime: containerd 1.7" "$TMP/agent.log" || fail "the agent did not log the CRI runtime's version"
+r=$(api POST /v1/checkpoints '{"namespace":"default","pod":"gpuckpt-e2e","container":"counter"}')
+[ "${r%% *}" = 202 ] || fail "POST /v1/checkpoints (cri): $r"
+r=$(wait_job checkpoints "$(json_field "$r" '["id"]')")
+[ "$(json_field "$r" '["state"]')" = failed ] && [[ "$r" == *"does not implement CheckpointContainer"* ]] ||
+  fail "the agent's CRI checkpoint on containerd 1.7 should fail with the reason: $r"
+echo "ok: the agent (runtime.kind: cri) reports the missing CheckpointContainer"
+[ -z "$(ls -A "$CK")" ] || fail "a failed checkpoint left files: $(ls -A "$CK")"
+
+step "2. checkpoint through containerd's task API (runtime.kind: containerd)"
+use_runtime "{kind: containerd, containerd: {address: $CTRD_SOCK}}"
+sleep 1
+r=$(api POST /v1/checkpoints '{"namespace":"default","pod":"gpuckpt-e2e","container":"counter"}')
+[ "${r%% *}" = 202 ] || fail "POST /v1/checkpoints (containerd): $r"
+r=$(wait_job checkpoints "$(json_field "$r" '["id"]')")
+[ "$(json_field "$r" '["state"]')" = succeeded ] || fail "containerd checkpoint job: $r"
+ARCHIVE=$(json_field "$r" '["result"]["archive"]')
+N1=$(tar -xOf "$ARCHIVE" rootfs-diff.tar | tar -xOf - tmp/count)
+echo "ok: checkpoint in $(json_field "$r" '["phase_seconds"]["total"]') s -> $ARCHIVE (counter at $N1)"
+[ "$(cat "/proc/$PID/root/tmp/count")" -gt "$N1" ] 2>/dev/null || sleep 0.5
+[ "$(cat "/proc/$PID/root/tmp/count")" -gt "$N1" ] || fail "the checkpointed container stopped counting"
+echo "ok: the container keeps running after the checkpoint"
+tar -tf "$ARCHIVE" > "$TMP/entries.txt" || fail "tar cannot list $ARCHIVE"
+for e in config.dump spec.dump rootfs-diff.tar deleted.files checkpoint/inventory.img; do
+  grep -qx "$e" "$TMP/entries.txt" || fail "archive lacks $e"
+done
+"$CLI" inspect "$ARCHIVE" --host-root "$ROOT" --json > "$TMP/inspect.json" || fail "gpuckpt inspect"
+python3 - "$TMP/inspect.json" <<'PY' || fail "inspect does not see containerd's checkpoint"
+import json, sys
+i = json.load(open(sys.argv[1]))
+assert i["engine"] == "containerd", i["engine"]
+assert i["criu_images"] and "/dev/nvidia0" in i["spec_devices"], i
+assert i["annotations"]["io.gpuckpt.checkpoint-id"], i["annotations"]
+PY
+echo "ok: gpuckpt inspect: engine containerd, CRIU images, /dev/nvidia0, io.gpuckpt.* annotations"
+if command -v checkpointctl >/dev/null; then
+  checkpointctl show "$ARCHIVE" > "$TMP/checkpointctl.txt" 2>&1 || fail "checkpointctl: $(cat "$TMP/checkpointctl.txt")"
+  grep -q containerd "$TMP/checkpointctl.txt" || fail "checkpointctl: $(cat "$TMP/checkpointctl.txt")"
+  echo "ok: checkpointctl reads it as containerd's"
+fi
+
+step "3. restore through containerd as a new container: it continues"
+r=$(api POST /v1/restores "{\"archive\":\"$(basename "$ARCHIVE")\",\"name\":\"gpuckpt-e2e-restored\"}")
+[ "${r%% *}" = 202 ] || fail "POST /v1/restores: $r"
+r=$(wait_job restores "$(json_field "$r" '["id"]')")
+[ "$(json_field "$r" '["state"]')" = succeeded ] || fail "restore job: $r"
+RPID=$(ctrd_ctr tasks ls | awk '$1 == "gpuckpt-e2e-restored" {print $2}')
+[ -n "$RPID" ] && [ -e "/proc/$RPID" ] || fail "no running task gpuckpt-e2e-restored: $(ctrd_ctr tasks ls)"
+sleep 1
+N2=$(cat "/proc/$RPID/root/tmp/count")
+[ "$N2" -gt "$N1" ] || fail "the restored counter did not continue: checkpointed at $N1, now $N2"
+echo "ok: restored in $(json_field "$r" '["phase_seconds"]["total"]') s; counter checkpointed at $N1, continues at $N2"
+[ "$(ls -A "$CK")" = "$(basename "$ARCHIVE")" ] || fail "restore left files in $CK: $(ls -A "$CK")"
+
+step "4. an archive containerd did not write is refused"
+python3 - "$ARCHIVE" "$CK/foreign.tar" <<'PY'
+import io, json, sys, tarfile
+src, dst = tarfile.open(sys.argv[1]), tarfile.open(sys.argv[2], "w")
+for m in src.getmembers():
+    data = src.extractfile(m).read() if m.isfile() else None
+    if m.name == "config.dump":
+        c = json.loads(data); c.pop("containerd"); c.pop("engine"); data = json.dumps(c).encode(); m.size = len(data)
+    dst.addfile(m, io.BytesIO(data) if data is not None else None)
+PY
+r=$(api POST /v1/restores '{"archive":"foreign.tar","name":"gpuckpt-e2e-foreign"}')
+r=$(wait_job restores "$(json_field "$r" '["id"]')")
+[ "$(json_field "$r" '["state"]')" = failed ] && [[ "$r" == *"not written by containerd"* ]] || fail "foreign archive: $r"
+ctrd_ctr containers ls -q | grep -qx gpuckpt-e2e-foreign && fail "a refused restore left a container"
+echo "ok: refused with the reason, no container left"
+echo PASS
