@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "agent/grpc_unix.h"
+#include "common/json_reader.h"
 #include "common/log.h"
 #include "github.com/containerd/containerd/api/services/containers/v1/containers.grpc.pb.h"
 #include "github.com/containerd/containerd/api/services/snapshots/v1/snapshots.grpc.pb.h"
@@ -111,8 +112,10 @@ Result<ContainerdContainer> from_proto(const containers::Container& c) {
     out.created = buffer;
   }
   if (!c.spec().value().empty()) {
-    out.spec = nlohmann::json::parse(c.spec().value(), nullptr, false);
-    if (!out.spec.is_object()) return make_error("containerd container " + c.id() + " has a spec that is not a JSON object", EIO);
+    auto spec = parse_json(c.spec().value(), "the spec of containerd container " + c.id());
+    if (!spec) return spec.error();
+    if (!spec->is_object()) return make_error("containerd container " + c.id() + " has a spec that is not a JSON object", EIO);
+    out.spec = std::move(spec.value());
   }
   return out;
 }

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "common/directory_archive.h"
+#include "common/json_reader.h"
 #include "common/log.h"
 #include "common/restore_plan.h"
 
@@ -26,6 +27,7 @@ namespace {
 constexpr const char* kCriContainerName = "io.kubernetes.cri.container-name";
 constexpr const char* kCriPodName = "io.kubernetes.cri.sandbox-name";
 constexpr const char* kCriPodNamespace = "io.kubernetes.cri.sandbox-namespace";
+constexpr const char* kCriSandboxId = "io.kubernetes.cri.sandbox-id";
 constexpr const char* kK8sContainerName = "io.kubernetes.container.name";
 constexpr const char* kK8sPodName = "io.kubernetes.pod.name";
 constexpr const char* kK8sPodNamespace = "io.kubernetes.pod.namespace";
@@ -257,17 +259,30 @@ class ContainerdRuntime final : public ContainerRuntime {
     if (!spec) return spec.error();
     if (!config.value() || !spec.value() || !config.value()->is_object() || !spec.value()->is_object())
       return make_error(archive.string() + " is not a container checkpoint (config.dump/spec.dump missing or not JSON)");
-    const auto& section = config.value()->value("containerd", nlohmann::json::object());
-    if (!section.is_object() || !section.contains("snapshotParent") || !section["snapshotParent"].is_string())
+    JsonFields fields(archive.string() + ": config.dump");
+    const auto* section = fields.object(*config.value(), "", "containerd");
+    std::string parent, old_id, snapshotter = "overlayfs", runtime = "io.containerd.runc.v2", image;
+    if (section) fields.get(*section, "containerd", "snapshotParent", parent);
+    if (fields.failed()) return fields.error();
+    if (!section || parent.empty())
       return make_error(archive.string() + " was not written by containerd (no containerd snapshot in config.dump): "
                         "restore it with the runtime that wrote it", ENOTSUP);
-    const std::string old_id = config.value()->value("id", "");
+    fields.get(*config.value(), "", "id", old_id);
+    fields.get(*config.value(), "", "rootfsImageRef", image);
+    fields.get(*section, "containerd", "snapshotter", snapshotter);
+    fields.get(*section, "containerd", "runtime", runtime);
+    if (fields.failed()) return fields.error();
+    // Restores go through runc's shim (criu_image_path is its option); snapshotters are plain plugin names.
+    if (runtime.rfind("io.containerd.runc.", 0) != 0)
+      return make_error(archive.string() + ": runtime '" + runtime.substr(0, 64) + "' is not runc's shim", ENOTSUP);
+    if (snapshotter.empty() || snapshotter.size() > 64 ||
+        snapshotter.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_.") != std::string::npos)
+      return make_error(archive.string() + ": snapshotter name is not valid", EINVAL);
     const std::string id = new_name.empty() ? "gpuckpt-restored-" + random_hex(6) : new_name;
-    const std::string snapshotter = section.value("snapshotter", "overlayfs");
     ContainerdContainer c;
     c.id = id;
-    c.image = config.value()->value("rootfsImageRef", "");
-    c.runtime = section.value("runtime", "io.containerd.runc.v2");
+    c.image = image;
+    c.runtime = runtime;
     c.snapshotter = snapshotter;
     c.snapshot_key = id;
     c.labels[kLabelContainerName] = id;
@@ -275,7 +290,7 @@ class ContainerdRuntime final : public ContainerRuntime {
     c.spec = std::move(*spec.value());
     adapt_spec(c.spec, old_id, id);
 
-    auto mounts = containerd_.prepare_snapshot(snapshotter, id, section["snapshotParent"].get<std::string>());
+    auto mounts = containerd_.prepare_snapshot(snapshotter, id, parent);
     if (!mounts) return mounts.error();
     auto undo_snapshot = [&] { (void)containerd_.remove_snapshot(snapshotter, id); };
     auto applied = apply_diff(root, mounts.value(), id);
@@ -317,10 +332,13 @@ class ContainerdRuntime final : public ContainerRuntime {
     return RuntimeContainer{id, id, now->status, static_cast<int>(now->pid)};
   }
 
-  // The restored container is a new one: its own cgroup (the old id replaced); namespaces the spec joins by path
-  // only where that path still exists on this node (a moved pod's do not: fresh ones). A container that shared
-  // its pod's PID namespace (shareProcessNamespace) restores only once its PIDs are free there again.
-  static void adapt_spec(nlohmann::json& spec, const std::string& old_id, const std::string& id) {
+  // The restored container is a new one: its own cgroup (the old id replaced). Namespaces it joined by path are
+  // joined again only when they were its pod sandbox's and that sandbox still runs here (paths recomputed from the
+  // sandbox's current pid, never taken from the archive: a stale or hostile /proc/N/ns path could be anyone's);
+  // else fresh ones. A container that shared its pod's PID namespace restores only once its PIDs are free there.
+  // OCI hooks from the archive are dropped: they would run on the host, as root.
+  void adapt_spec(nlohmann::json& spec, const std::string& old_id, const std::string& id) {
+    if (spec.contains("hooks")) spec.erase("hooks");
     auto& linux_section = spec["linux"];
     if (!linux_section.is_object()) return;
     if (linux_section.contains("cgroupsPath") && linux_section["cgroupsPath"].is_string()) {
@@ -328,12 +346,24 @@ class ContainerdRuntime final : public ContainerRuntime {
       const auto at = old_id.empty() ? std::string::npos : path.find(old_id);
       linux_section["cgroupsPath"] = at == std::string::npos ? "/gpuckpt/" + id : path.replace(at, old_id.size(), id);
     }
-    if (linux_section.contains("namespaces") && linux_section["namespaces"].is_array())
-      for (auto& ns : linux_section["namespaces"]) {
-        if (!ns.is_object() || !ns.contains("path") || !ns["path"].is_string()) continue;
-        std::error_code ec;
-        if (!fs::exists(ns["path"].get<std::string>(), ec)) ns.erase("path");
-      }
+    std::uint32_t sandbox_pid = 0;
+    const auto annotations = spec.value("annotations", nlohmann::json::object());
+    if (annotations.is_object() && annotations.contains(kCriSandboxId) && annotations[kCriSandboxId].is_string())
+      if (auto task = containerd_.task(annotations[kCriSandboxId].get<std::string>()); task && task->status == "running")
+        sandbox_pid = task->pid;
+    static const std::map<std::string, std::string> ns_files = {
+        {"pid", "pid"}, {"ipc", "ipc"}, {"uts", "uts"}, {"network", "net"}, {"mount", "mnt"},
+        {"cgroup", "cgroup"}, {"user", "user"}, {"time", "time"}};
+    if (!linux_section.contains("namespaces") || !linux_section["namespaces"].is_array()) return;
+    for (auto& ns : linux_section["namespaces"]) {
+      if (!ns.is_object() || !ns.contains("path")) continue;
+      const std::string type = ns.contains("type") && ns["type"].is_string() ? ns["type"].get<std::string>() : "";
+      const auto file = ns_files.find(type);
+      if (sandbox_pid == 0 || file == ns_files.end())
+        ns.erase("path");
+      else
+        ns["path"] = "/proc/" + std::to_string(sandbox_pid) + "/ns/" + file->second;
+    }
   }
 
   // rootfs-diff.tar into the new snapshot's writable layer; deleted.files become overlay whiteouts there.
@@ -360,24 +390,21 @@ class ContainerdRuntime final : public ContainerRuntime {
     return {};
   }
 
-  // The CRIU plugin reads the GPU mapping from the images directory. Only a plan the agent itself wrote (in its
-  // state dir, named by the spec the agent rewrote) is copied there; anything else in the annotation is ignored.
+  // The CRIU plugin reads the GPU mapping from the images directory. The spec names the plan only by its id
+  // (io.gpuckpt.restore-plan, set by the agent's rewrite); the plan itself comes from the agent's state dir.
   Result<void> place_restore_plan(const nlohmann::json& spec, const fs::path& images) {
     const auto annotations = spec.value("annotations", nlohmann::json::object());
     if (!annotations.is_object() || !annotations.contains(kAnnotationRestorePlan) ||
-        !annotations[kAnnotationRestorePlan].is_string() || options_.restore_plan_dir.empty())
+        !annotations[kAnnotationRestorePlan].is_string() || options_.state_dir.empty())
       return {};
-    const fs::path named = annotations[kAnnotationRestorePlan].get<std::string>();
-    std::error_code ec;
-    const auto status = fs::symlink_status(named, ec);
-    if (named.parent_path() != options_.restore_plan_dir || !is_safe_id(named.stem().string()) ||
-        !fs::is_regular_file(status)) {
-      log::warn("restore plan " + named.string() + " named in spec.dump is not one of the agent's plans in " +
-                options_.restore_plan_dir.string() + ": ignored");
-      return {};
-    }
-    fs::copy_file(named, images / kPlanFileInImages, fs::copy_options::overwrite_existing, ec);
-    if (ec) return make_error("cannot copy the restore plan into " + images.string() + ": " + ec.message(), EIO);
+    const std::string id = annotations[kAnnotationRestorePlan].get<std::string>();
+    auto plan = read_restore_plan(options_.state_dir, id);
+    if (!plan) return make_error("restore plan " + id + " named in spec.dump: " + plan.error().message);
+    if (!plan.value()) return make_error("restore plan " + id + " named in spec.dump is not in " +
+                                         options_.state_dir.string() + ": restore through the agent's API", ENOENT);
+    auto copied = write_file_atomically(images / kPlanFileInImages, to_json(*plan.value()).dump(2));
+    if (!copied) return copied.error();
+    log::info("restore plan " + id + " placed in " + (images / kPlanFileInImages).string());
     return {};
   }
 

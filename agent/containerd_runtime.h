@@ -25,7 +25,7 @@ inline constexpr const char* kLabelRestoredFrom = "io.gpuckpt.restored-from";   
 
 struct ContainerdRuntimeOptions {
   ContainerdOptions containerd;
-  std::filesystem::path restore_plan_dir;         // plans the agent wrote; only these reach the CRIU images dir
+  std::filesystem::path state_dir;                // the agent's: restore plans come only from there
   ArchiveLimits limits;
 };
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/grpc_unix.h"
+#include "common/json_reader.h"
 #include "common/log.h"
 
 namespace gpuckpt::agent {
@@ -76,7 +77,9 @@ Result<int> CriClient::container_pid(const std::string& id) {
   // containerd and CRI-O both put {"pid": N, ...} under "info" in verbose mode.
   const auto it = response.info().find("info");
   if (it == response.info().end()) return 0;
-  const auto info = nlohmann::json::parse(it->second, nullptr, false);
+  const auto parsed = parse_json(it->second, "CRI verbose status of " + id);
+  if (!parsed) return 0;
+  const auto& info = parsed.value();
   if (!info.is_object() || !info.contains("pid") || !info["pid"].is_number_integer()) return 0;
   return info["pid"].get<int>();
 }

@@ -4,7 +4,6 @@
 #include "agent/cri_runtime.h"
 #include "agent/kubelet_runtime.h"
 #include "common/log.h"
-#include "common/restore_plan.h"
 
 namespace gpuckpt::agent {
 
@@ -37,7 +36,7 @@ std::unique_ptr<ContainerRuntime> make_configured_runtime(const AgentConfig& con
     options.containerd.namespace_name = config.containerd.namespace_name;
     options.containerd.call_timeout = std::chrono::seconds(config.containerd.call_timeout_seconds);
     options.containerd.checkpoint_timeout = config.runtime_timeout;
-    options.restore_plan_dir = restore_plan_path(config.state_dir, "x").parent_path();
+    options.state_dir = config.state_dir;
     options.limits = config.archive_limits;
     ContainerdClient probe(options.containerd);
     if (auto version = probe.version())

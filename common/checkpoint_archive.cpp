@@ -445,7 +445,7 @@ Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const
     info.engine = "podman";
   else if (annotations.contains("io.kubernetes.cri-o.ContainerID") || annotations.contains("io.kubernetes.cri-o.Name"))
     info.engine = "cri-o";
-  else if (entry_string(config, "engine").value() == "containerd" ||
+  else if (entry_string(*config, "engine") == "containerd" ||
            annotations.contains("io.kubernetes.cri.container-type"))   // containerd's CRI plugin (1.7 and 2.x)
     info.engine = "containerd";
   else
