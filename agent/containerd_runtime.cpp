@@ -395,8 +395,12 @@ class ContainerdRuntime final : public ContainerRuntime {
   Result<void> place_restore_plan(const nlohmann::json& spec, const fs::path& images) {
     const auto annotations = spec.value("annotations", nlohmann::json::object());
     if (!annotations.is_object() || !annotations.contains(kAnnotationRestorePlan) ||
-        !annotations[kAnnotationRestorePlan].is_string() || options_.state_dir.empty())
+        !annotations[kAnnotationRestorePlan].is_string() || options_.state_dir.empty()) {
+      std::error_code ec;
+      if (fs::remove(images / kPlanFileInImages, ec))   // it came with the archive: only the agent makes plans
+        log::warn("removed a restore plan that came inside the archive");
       return {};
+    }
     const std::string id = annotations[kAnnotationRestorePlan].get<std::string>();
     auto plan = read_restore_plan(options_.state_dir, id);
     if (!plan) return make_error("restore plan " + id + " named in spec.dump: " + plan.error().message);

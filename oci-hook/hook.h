@@ -33,6 +33,11 @@ struct RecordOutcome {
   bool gpu_container = false;
   std::string message;
 };
+// The recording part of createRuntime for callers that hold the container's OCI spec themselves (gpuckpt-nri):
+// detection, inventory, <state_dir>/containers/<id>.json. `bundle` may be empty, `pid` 0.
+Result<RecordOutcome> record_gpu_container(const std::string& id, const std::string& bundle, int pid,
+                                           const nlohmann::json& spec, const HookOptions& options,
+                                           const InventoryReader& inventory, const DeviceNumberLookup& lookup);
 Result<RecordOutcome> record_container(std::string_view state_json, const HookOptions& options,
                                        const InventoryReader& inventory, const DeviceNumberLookup& lookup);
 

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # e2e: gpuckpt on containerd 1.7 (Debian trixie's 1.7.24, started by this test under its own root, state and
-# sockets) + runc + CRIU 4.1, with pods and containers created through CRI by cri-tool (the agent's CRI client):
+# sockets) + runc + CRIU 4.1 + gpuckpt-nri (NRI enabled), with pods and containers created through CRI by
+# cri-tool (the agent's CRI client):
+#   0. gpuckpt-nri registers over containerd's NRI socket; a GPU-looking container created through CRI (device
+#      aliases /dev/null as /dev/nvidia0, NVIDIA_VISIBLE_DEVICES=0) is recorded on the simulated node's GPU 0, a
+#      plain one is not, a removed one is forgotten;
 #   1. the CRI client reports containerd's name and version; CRI CheckpointContainer is UNIMPLEMENTED in 1.7 and
 #      both cri-tool and the agent (runtime.kind: cri) say so with the version and what to do;
-#   2. a GPU-looking container (device aliases /dev/null as /dev/nvidia0) is checkpointed by the agent
-#      (runtime.kind: containerd) through containerd's task API while it keeps running; the archive has the
-#      podman/CRI-O layout, `gpuckpt inspect` and checkpointctl call it containerd's;
+#   2. the agent (runtime.kind: containerd) checkpoints it through containerd's task API while it keeps running;
+#      the archive has the podman/CRI-O layout, the GPU record and annotations; `gpuckpt inspect` and checkpointctl
+#      call it containerd's;
 #   3. the agent restores it as a new containerd container: it continues counting;
-#   4. an archive that containerd did not write is refused with a reason; nothing is left behind.
+#   4. restored with another allocation (target GPU 1): /dev/nvidia0 is GPU 1's node, NVIDIA_VISIBLE_DEVICES=1,
+#      and the restore plan reached CRIU's images directory;
+#   5. an archive that containerd did not write is refused with a reason; nothing is left behind.
 # Exit 0 pass, 77 skipped (no root/containerd/criu), anything else fails. Every wait is bounded; cleanup always runs.
 set -euo pipefail
 
@@ -18,6 +24,7 @@ SRC=${GPUCKPT_SOURCE_DIR:?GPUCKPT_SOURCE_DIR must point at the source tree}
 CLI=$BUILD/cli/gpuckpt
 AGENT=$BUILD/agent/gpuckpt-agent
 CRI_TOOL=$BUILD/test/e2e/cri-tool
+NRI=$BUILD/nri-plugin/gpuckpt-nri
 IMAGE=${GPUCKPT_TEST_IMAGE:-localhost/gpuckpt-busybox}
 
 skip() { echo "SKIP: $*"; exit 77; }
@@ -28,14 +35,16 @@ step() { printf '\n== %s\n' "$*"; }
 command -v containerd >/dev/null || skip "containerd not installed (scripts/setup.sh)"
 command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
 podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
-for b in "$CLI" "$AGENT" "$CRI_TOOL"; do [ -x "$b" ] || fail "$b not built"; done
+for b in "$CLI" "$AGENT" "$CRI_TOOL" "$NRI"; do [ -x "$b" ] || fail "$b not built"; done
 
 TMP=/tmp/gpuckpt-e2e-containerd-$$-$(date +%s%N)
 mkdir -m 700 "$TMP"
 AGENT_PID=
+NRI_PID=
 cleanup() {
   set +e
   sandbox_stop_agent
+  [ -n "$NRI_PID" ] && kill "$NRI_PID" 2>/dev/null && wait "$NRI_PID" 2>/dev/null
   ctrd_stop
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
 }
@@ -72,16 +81,36 @@ ctrd_start "$TMP/containerd" || fail "containerd did not start"
 ctrd_import_image "$IMAGE" || fail "cannot import $IMAGE into containerd"
 echo "ok: containerd $(containerd --version | awk '{print $3}') on $CTRD_SOCK"
 
-step "1. the CRI client: version, and CheckpointContainer is UNIMPLEMENTED before containerd 2.0"
-V=$(cri version) || fail "CRI Version"
-[[ "$V" == "containerd 1.7."* ]] || fail "CRI Version answered '$V'"
-echo "ok: CRI Version -> $V"
+step "0. gpuckpt-nri records GPU containers created through CRI"
+"$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --once > "$TMP/nri.log" 2>&1 &
+NRI_PID=$!
+for _ in $(seq 100); do grep -q "registered with containerd" "$TMP/nri.log" && break; sleep 0.1; done
+grep -q "registered with containerd 1.7" "$TMP/nri.log" || fail "gpuckpt-nri did not register: $(cat "$TMP/nri.log")"
+echo "ok: $(grep -o 'NRI: registered with .*' "$TMP/nri.log")"
 POD=$(cri run-pod gpuckpt-e2e) || fail "RunPodSandbox"
 # shellcheck disable=SC2016 # expanded by the container's shell
 COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done'
 CID=$(cri create gpuckpt-e2e "$POD" counter "$IMAGE" --device /dev/null:/dev/nvidia0 --device /dev/zero:/dev/kfd \
   --env NVIDIA_VISIBLE_DEVICES=0 -- sh -c "$COUNTER") || fail "CreateContainer"
 cri start "$CID" || fail "StartContainer"
+PLAIN=$(cri create gpuckpt-e2e "$POD" plain "$IMAGE" -- sleep 600) || fail "CreateContainer (plain)"
+REC=$STATE/containers/$CID.json
+[ -f "$REC" ] || fail "gpuckpt-nri did not record $CID: $(tail -3 "$TMP/nri.log")"
+python3 - "$REC" "$GPU0" <<'PY' || fail "NRI record content"
+import json, sys
+g = json.load(open(sys.argv[1]))["gpus"]
+assert g["record"]["used_gpu_ids"] == [sys.argv[2]], g["record"]["used_gpu_ids"]
+assert {d["container_path"]: d["gpu_id"] for d in g["devices"]}["/dev/nvidia0"] == sys.argv[2], g["devices"]
+assert g["gpu_env"]["NVIDIA_VISIBLE_DEVICES"] == "0"
+PY
+[ ! -e "$STATE/containers/$PLAIN.json" ] || fail "the plain container was recorded"
+cri rm "$PLAIN" || fail "RemoveContainer"
+echo "ok: recorded $CID on $GPU0 (the hook's record format), the plain container not"
+
+step "1. the CRI client: version, and CheckpointContainer is UNIMPLEMENTED before containerd 2.0"
+V=$(cri version) || fail "CRI Version"
+[[ "$V" == "containerd 1.7."* ]] || fail "CRI Version answered '$V'"
+echo "ok: CRI Version -> $V"
 PID=$(cri pid "$CID")
 [ "$PID" -gt 0 ] && [ -e "/proc/$PID" ] || fail "CRI verbose status gave pid '$PID'"
 set +e
@@ -120,14 +149,15 @@ for e in config.dump spec.dump rootfs-diff.tar deleted.files checkpoint/inventor
   grep -qx "$e" "$TMP/entries.txt" || fail "archive lacks $e"
 done
 "$CLI" inspect "$ARCHIVE" --host-root "$ROOT" --json > "$TMP/inspect.json" || fail "gpuckpt inspect"
-python3 - "$TMP/inspect.json" <<'PY' || fail "inspect does not see containerd's checkpoint"
+python3 - "$TMP/inspect.json" "$GPU0" <<'PY' || fail "inspect does not see containerd's checkpoint"
 import json, sys
 i = json.load(open(sys.argv[1]))
 assert i["engine"] == "containerd", i["engine"]
 assert i["criu_images"] and "/dev/nvidia0" in i["spec_devices"], i
-assert i["annotations"]["io.gpuckpt.checkpoint-id"], i["annotations"]
+assert i["annotations"]["io.gpuckpt.used-gpus"] == sys.argv[2], i["annotations"]
+assert i["gpus"]["record"]["used_gpu_ids"] == [sys.argv[2]]
 PY
-echo "ok: gpuckpt inspect: engine containerd, CRIU images, /dev/nvidia0, io.gpuckpt.* annotations"
+echo "ok: gpuckpt inspect: engine containerd, CRIU images, /dev/nvidia0, GPU record + io.gpuckpt.* annotations"
 if command -v checkpointctl >/dev/null; then
   checkpointctl show "$ARCHIVE" > "$TMP/checkpointctl.txt" 2>&1 || fail "checkpointctl: $(cat "$TMP/checkpointctl.txt")"
   grep -q containerd "$TMP/checkpointctl.txt" || fail "checkpointctl: $(cat "$TMP/checkpointctl.txt")"
@@ -135,7 +165,7 @@ if command -v checkpointctl >/dev/null; then
 fi
 
 step "3. restore through containerd as a new container: it continues"
-r=$(api POST /v1/restores "{\"archive\":\"$(basename "$ARCHIVE")\",\"name\":\"gpuckpt-e2e-restored\"}")
+r=$(api POST /v1/restores "{\"archive\":\"$(basename "$ARCHIVE")\",\"name\":\"gpuckpt-e2e-restored\",\"target_gpus\":[\"$GPU0\"]}")
 [ "${r%% *}" = 202 ] || fail "POST /v1/restores: $r"
 r=$(wait_job restores "$(json_field "$r" '["id"]')")
 [ "$(json_field "$r" '["state"]')" = succeeded ] || fail "restore job: $r"
@@ -147,7 +177,26 @@ N2=$(cat "/proc/$RPID/root/tmp/count")
 echo "ok: restored in $(json_field "$r" '["phase_seconds"]["total"]') s; counter checkpointed at $N1, continues at $N2"
 [ "$(ls -A "$CK")" = "$(basename "$ARCHIVE")" ] || fail "restore left files in $CK: $(ls -A "$CK")"
 
-step "4. an archive containerd did not write is refused"
+step "4. restored with another allocation (GPU 1): the devices and the CRIU plugin's plan follow"
+r=$(api POST /v1/restores "{\"archive\":\"$(basename "$ARCHIVE")\",\"name\":\"gpuckpt-e2e-moved\",\"target_gpus\":[\"$GPU1\"]}")
+[ "${r%% *}" = 202 ] || fail "POST /v1/restores (GPU 1): $r"
+r=$(wait_job restores "$(json_field "$r" '["id"]')")
+[ "$(json_field "$r" '["state"]')" = succeeded ] || fail "restore onto GPU 1: $r"
+MPID=$(ctrd_ctr tasks ls | awk '$1 == "gpuckpt-e2e-moved" {print $2}')
+[ -n "$MPID" ] || fail "no running task gpuckpt-e2e-moved"
+DEV=$(stat -c '%t:%T' "/proc/$MPID/root/dev/nvidia0")
+[ "$DEV" = 1:5 ] || fail "/dev/nvidia0 in the restored container is $DEV, expected 1:5 (GPU 1's node on this node)"
+# The restored processes keep their environment (it is in their memory); the spec's is what new processes
+# (exec) get, as with podman.
+ctrd_ctr containers info gpuckpt-e2e-moved | python3 -c 'import json,sys; assert "NVIDIA_VISIBLE_DEVICES=1" in json.load(sys.stdin)["Spec"]["process"]["env"]' ||
+  fail "NVIDIA_VISIBLE_DEVICES not remapped in the restored container's spec"
+grep -q "restore plan rp-.* placed in .*/checkpoint/gpuckpt-restore-plan.json" "$TMP/agent.log" ||
+  fail "the restore plan did not reach CRIU's images directory: $(tail -3 "$TMP/agent.log")"
+N3=$(cat "/proc/$MPID/root/tmp/count"); sleep 0.5
+[ "$(cat "/proc/$MPID/root/tmp/count")" -gt "$N3" ] || fail "the moved container does not count"
+echo "ok: /dev/nvidia0 is GPU 1's node ($DEV), spec NVIDIA_VISIBLE_DEVICES=1, plan in CRIU's images dir, still counting"
+
+step "5. an archive containerd did not write is refused"
 python3 - "$ARCHIVE" "$CK/foreign.tar" <<'PY'
 import io, json, sys, tarfile
 src, dst = tarfile.open(sys.argv[1]), tarfile.open(sys.argv[2], "w")

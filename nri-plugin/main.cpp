@@ -1,0 +1,76 @@
+// gpuckpt-nri: thin main. Connects to the runtime's NRI socket (or uses the one a runtime that started it passed
+// in NRI_PLUGIN_SOCKET), registers, records GPU containers; reconnects when the runtime restarts.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "common/inventory.h"
+#include "common/log.h"
+#include "nri-plugin/nri_plugin.h"
+#include "nri-plugin/nri_session.h"
+
+using namespace gpuckpt;   // (gpuckpt::nri is spelled out: NRI's own protobuf package is ::nri)
+
+namespace {
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: gpuckpt-nri [--socket PATH] [--state-dir DIR] [--host-root DIR] [--idx NN] [--once]\n"
+               "                   [--log-level L]   (defaults: /var/run/nri/nri.sock, /var/lib/gpuckpt, /, 50)\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  log::set_component("gpuckpt-nri");
+  std::string socket = "/var/run/nri/nri.sock";
+  gpuckpt::nri::NriPluginOptions options;
+  gpuckpt::nri::SessionOptions session;
+  bool once = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--socket" && has_value) socket = argv[++i];
+    else if (arg == "--state-dir" && has_value) options.state_dir = argv[++i];
+    else if (arg == "--host-root" && has_value) options.host_root = argv[++i];
+    else if (arg == "--idx" && has_value) session.plugin_idx = argv[++i];
+    else if (arg == "--log-level" && has_value) log::set_level(log::level_from_string(argv[++i], log::Level::Info));
+    else if (arg == "--once") once = true;
+    else return usage();
+  }
+  if (const char* idx = std::getenv("NRI_PLUGIN_IDX")) session.plugin_idx = idx;
+  log::param("socket", socket);
+  log::param("state_dir", options.state_dir.string());
+  log::param("host_root", options.host_root.string());
+  log::param("plugin", session.plugin_idx + "-" + session.plugin_name);
+  ::signal(SIGPIPE, SIG_IGN);
+  const HostRoot host(options.host_root);
+  gpuckpt::nri::NriPlugin plugin(options, [host] { return read_inventory(host); }, stat_device_numbers(options.host_root));
+  // A runtime that starts its plugins itself hands over a connected socket.
+  if (const char* passed = std::getenv("NRI_PLUGIN_SOCKET")) {
+    auto served = gpuckpt::nri::serve(std::atoi(passed), plugin, session);
+    if (!served) log::error(served.error().message);
+    return served ? 0 : 1;
+  }
+  for (auto backoff = std::chrono::milliseconds(500);; backoff = std::min(backoff * 2, std::chrono::milliseconds(10000))) {
+    auto fd = gpuckpt::nri::connect_nri_socket(socket);
+    if (fd) {
+      backoff = std::chrono::milliseconds(500);
+      auto served = gpuckpt::nri::serve(fd.value(), plugin, session);
+      ::close(fd.value());
+      if (!served) log::error(served.error().message);
+      else log::info("NRI: the runtime closed the connection");
+      if (plugin.shutdown_requested()) return 0;
+    } else {
+      log::warn(fd.error().message);
+    }
+    if (once) return 1;
+    std::this_thread::sleep_for(backoff);
+  }
+}
