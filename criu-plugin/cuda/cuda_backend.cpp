@@ -273,7 +273,7 @@ class CudaBackend final : public Backend {
     }
     host_ = std::move(*host);
     driver_ = &host_->driver();
-    auto inventory = read_inventory(HostRoot("/"));
+    auto inventory = host_->inventory();
     if (!inventory) {
       log::error("cuda: the checkpoint needs CUDA (" + needed + ") but this node's GPUs cannot be read: " +
                  inventory.error().message);
@@ -331,7 +331,7 @@ class CudaBackend final : public Backend {
   // The record of the GPUs `pid` has open, written next to CRIU's images.
   void record_gpus(int pid, const cuda::NvidiaFiles& files) {
     if (!inventory_) {
-      auto inventory = read_inventory(HostRoot("/"));
+      auto inventory = host_->inventory();
       if (!inventory) {
         log::warn("cuda: this node's GPUs cannot be read (" + inventory.error().message + "); the checkpoint "
                   "records no GPU properties and restores only onto the same GPUs");

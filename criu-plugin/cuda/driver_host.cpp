@@ -19,6 +19,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/host_root.h"
+#include "common/inventory.h"
+#include "common/properties_record.h"
 #include "criu-plugin/cuda/memory_copy.h"
 #include "criu-plugin/cuda/process_info.h"
 
@@ -28,7 +31,11 @@ namespace {
 // The wire between CRIU and the host: one SOCK_SEQPACKET control socket (messages arrive whole and in order).
 // A call carries, as SCM_RIGHTS, one end of a socket pair made for it; the host answers on that pair, so
 // concurrent calls never share a reply channel.
-enum class Op : std::uint32_t { Lock = 1, Checkpoint, Restore, Unlock, GetState, GetRestoreThreadId, Track, Done, Staged };
+enum class Op : std::uint32_t { Lock = 1, Checkpoint, Restore, Unlock, GetState, GetRestoreThreadId, Track, Done, Staged,
+                                Inventory };
+
+// The inventory travels as the GPU record's JSON, one message after the reply; a node's is a few KiB.
+inline constexpr std::size_t kMaxPayload = 128 * 1024;
 
 inline constexpr std::size_t kMaxPairs = 64;   // a node has at most 16 GPUs; pairs cover each one seen
 
@@ -93,7 +100,35 @@ bool receive(int fd, void* data, std::size_t size, int* passed_fd = nullptr) {
   return n == static_cast<ssize_t>(size) && (msg.msg_flags & MSG_TRUNC) == 0;
 }
 
+// Receives one message of `size` bytes as text.
+bool receive_text(int fd, std::size_t size, std::string* text) {
+  text->assign(size, '\0');
+  return receive(fd, text->data(), size);
+}
+
 // ---- in the host process ------------------------------------------------------------------------------------
+
+// Answers Op::Inventory on `reply_fd`: the reply (value = payload size), then the record JSON.
+void serve_inventory(const DriverHost::InventoryReader& read_node, int reply_fd) {
+  Reply reply{};
+  std::string payload;
+  auto node = read_node();
+  if (!node) {
+    reply.result = node.error().errno_value;
+    copy_text(reply.text, node.error().message);
+  } else {
+    GpuPropertiesRecord record;
+    record.node = std::move(*node);
+    payload = to_json(record).dump();
+    if (payload.size() > kMaxPayload) {
+      reply.result = EOVERFLOW;
+      copy_text(reply.text, "the node inventory is larger than " + std::to_string(kMaxPayload) + " bytes");
+      payload.clear();
+    }
+    reply.value = static_cast<std::int32_t>(payload.size());
+  }
+  if (send_all(reply_fd, &reply, sizeof reply) && !payload.empty()) (void)send_all(reply_fd, payload.data(), payload.size());
+}
 
 Reply serve(Driver& driver, const Request& request) {
   Reply reply{};
@@ -115,7 +150,8 @@ Reply serve(Driver& driver, const Request& request) {
     case Op::GetRestoreThreadId: rc = driver.get_restore_thread_id(request.pid, &reply.value); break;
     case Op::Track:
     case Op::Done:
-    case Op::Staged: break;
+    case Op::Staged:
+    case Op::Inventory: break;   // answered elsewhere
   }
   reply.result = rc;
   copy_text(reply.text, driver.describe(rc));
@@ -186,7 +222,7 @@ void guard(Driver& driver, const std::map<int, ProcessState>& tracked, const std
 }
 
 [[noreturn]] void run_host(int control_fd, int log_fd, int image_dir_fd, const DriverHost::DriverFactory& factory,
-                           DriverHost::Mode mode) {
+                           DriverHost::Mode mode, const DriverHost::InventoryReader& read_node) {
   auto loaded = factory();
   Reply greeting{};
   greeting.result = loaded ? 0 : loaded.error().errno_value;
@@ -211,6 +247,12 @@ void guard(Driver& driver, const std::map<int, ProcessState>& tracked, const std
       staged[request.pid] = static_cast<int>(request.arg);
     } else if (request.op == Op::Done) {
       finished = true;
+    } else if (request.op == Op::Inventory && reply_fd >= 0) {
+      calls.emplace_back([&read_node, reply_fd] {
+        serve_inventory(read_node, reply_fd);
+        ::close(reply_fd);
+      });
+      continue;
     } else if (reply_fd >= 0) {
       calls.emplace_back([&driver, request, reply_fd] {
         Reply reply = serve(driver, request);
@@ -255,6 +297,33 @@ class RemoteDriver final : public Driver {
     std::lock_guard lock(names_mutex_);
     auto it = names_.find(cuda_result);
     return it != names_.end() ? it->second : "CUresult (" + std::to_string(cuda_result) + ")";
+  }
+
+  Result<NodeInventory> inventory() {
+    int channel[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) != 0)
+      return make_error(std::string("socketpair: ") + std::strerror(errno), errno);
+    Request request{};
+    request.op = Op::Inventory;
+    bool sent;
+    {
+      std::lock_guard lock(send_mutex_);
+      sent = send_all(control_fd_, &request, sizeof request, channel[1]);
+    }
+    ::close(channel[1]);
+    Reply reply{};
+    std::string payload;
+    bool received = sent && receive(channel[0], &reply, sizeof reply);
+    if (received && reply.result == 0)
+      received = reply.value > 0 && static_cast<std::size_t>(reply.value) <= kMaxPayload &&
+                 receive_text(channel[0], static_cast<std::size_t>(reply.value), &payload);
+    ::close(channel[0]);
+    if (!received) return make_error("the gpuckpt driver host did not answer the inventory request", EIO);
+    if (reply.result != 0)
+      return make_error(std::string(reply.text, strnlen(reply.text, sizeof reply.text)), reply.result);
+    auto record = parse_record(payload, "the driver host's node inventory");
+    if (!record) return record.error();
+    return std::move(record->node);
   }
 
   // Messages that need no answer (Track, Done), in order with the calls.
@@ -302,7 +371,8 @@ class RemoteDriver final : public Driver {
 
 }  // namespace
 
-Result<std::unique_ptr<DriverHost>> DriverHost::start(const DriverFactory& factory, Mode mode, int image_dir_fd) {
+Result<std::unique_ptr<DriverHost>> DriverHost::start(const DriverFactory& factory, Mode mode, int image_dir_fd,
+                                                      const InventoryReader& read_node) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
     return make_error(std::string("socketpair for the driver host: ") + std::strerror(errno), errno);
@@ -342,7 +412,8 @@ Result<std::unique_ptr<DriverHost>> DriverHost::start(const DriverFactory& facto
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    run_host(fds[1], log_fd, dir_fd, factory, mode);
+    run_host(fds[1], log_fd, dir_fd, factory, mode,
+             read_node ? read_node : InventoryReader([] { return read_inventory(HostRoot("/")); }));
   }
   ::close(fds[1]);
   ::close(report[1]);
@@ -378,6 +449,8 @@ DriverHost::~DriverHost() {
 }
 
 Driver& DriverHost::driver() { return *remote_; }
+
+Result<NodeInventory> DriverHost::inventory() { return static_cast<RemoteDriver&>(*remote_).inventory(); }
 
 void DriverHost::track(int pid, ProcessState initial) {
   static_cast<RemoteDriver&>(*remote_).notify(Op::Track, pid, static_cast<std::uint32_t>(initial));

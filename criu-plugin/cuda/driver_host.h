@@ -1,7 +1,8 @@
-// The driver host: the one process that calls the NVIDIA driver for the plugin. CRIU itself never loads or
-// calls libcuda. The driver starts threads of its own in any process that uses its API, and those outlive the
-// call; a CRIU with a second thread cannot setns() into a container's mount namespace ("Can't setns ...:
-// Invalid argument"), so a GPU container's dump would fail right after its CUDA checkpoint.
+// The driver host: the one process that calls the NVIDIA driver's libraries for the plugin. CRIU itself never
+// loads or calls libcuda or libnvidia-ml: both start threads of their own in any process that uses them, and
+// those outlive the call; a CRIU with a second thread cannot setns() into a container's mount namespace ("Can't
+// setns ...: Invalid argument"), so a GPU container's dump would fail right after its CUDA checkpoint (seen on an
+// H100 node: the node inventory's NVML query alone was enough).
 //
 // The host is forked from CRIU before the first driver call (double fork: it is not CRIU's child, so CRIU's
 // SIGCHLD handling never sees it), keeps none of CRIU's files but its socket and log, loads the driver itself and
@@ -15,6 +16,7 @@
 #include <functional>
 #include <memory>
 
+#include "common/gpu_model.h"
 #include "common/result.h"
 #include "criu-plugin/cuda/cuda_driver.h"
 
@@ -31,11 +33,14 @@ class DriverHost {
     Restore,         // just serves calls; exits when CRIU's end closes
   };
   using DriverFactory = std::function<Result<std::unique_ptr<Driver>>()>;
+  using InventoryReader = std::function<Result<NodeInventory>()>;
 
   // Forks the host, which calls `factory` (the real one dlopen()s libcuda) in its own process. Returns once the
   // host has loaded the driver, or with the factory's error. `image_dir_fd` (may be -1) is where the guardian's
-  // log goes.
-  static Result<std::unique_ptr<DriverHost>> start(const DriverFactory& factory, Mode mode, int image_dir_fd);
+  // log goes. `read_node` is how the host reads this node's GPUs for inventory() (default: the host root /,
+  // NVML included).
+  static Result<std::unique_ptr<DriverHost>> start(const DriverFactory& factory, Mode mode, int image_dir_fd,
+                                                   const InventoryReader& read_node = {});
 
   DriverHost(const DriverHost&) = delete;
   DriverHost& operator=(const DriverHost&) = delete;
@@ -44,6 +49,9 @@ class DriverHost {
   // The driver, as seen from CRIU: every call is carried out by the host. Safe to call from several threads at
   // once; the calls then run in parallel in the host.
   Driver& driver();
+
+  // This node's GPUs, read in the host (NVML is one of the driver's libraries).
+  Result<NodeInventory> inventory();
 
   // The process was found in `initial` state and is now under gpuckpt's control.
   void track(int pid, ProcessState initial);

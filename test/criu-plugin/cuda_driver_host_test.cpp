@@ -235,3 +235,43 @@ TEST_CASE("an unguarded dump host (GPUCKPT_CUDA_GUARDIAN=0) does nothing when CR
   dump_with_host(s, ProcessState::Running, /*finish=*/false, DriverHost::Mode::DumpUnguarded);
   CHECK(s.log(false).find("restore") == std::string::npos);
 }
+
+TEST_CASE("the node inventory is read in the driver host and comes back whole", "[unit]") {
+  const int threads_before = thread_count();
+  auto host = DriverHost::start(fake(ProcessState::Running), DriverHost::Mode::Restore, -1, []() -> Result<NodeInventory> {
+    NodeInventory node;
+    node.hostname = "gpu-node-7";
+    GpuDevice gpu;
+    gpu.id = "GPU-6f1b2c3d-0000-1111-2222-333344445555";
+    gpu.vendor = GpuVendor::Nvidia;
+    gpu.name = "NVIDIA H100 80GB HBM3";
+    gpu.uuid = gpu.id;
+    gpu.vendor_id = 0x10de;
+    gpu.device_id = 0x2330;
+    gpu.memory_bytes = 85520809984ULL;
+    gpu.device_minor = 0;
+    node.gpus.push_back(gpu);
+    // libnvidia-ml starts threads like this in whichever process queries it: here, the host.
+    std::thread([] { ::pause(); }).detach();
+    return node;
+  });
+  REQUIRE(host);
+  auto node = (*host)->inventory();
+  REQUIRE(node);
+  CHECK(node->hostname == "gpu-node-7");
+  REQUIRE(node->gpus.size() == 1);
+  CHECK(node->gpus[0].name == "NVIDIA H100 80GB HBM3");
+  CHECK(node->gpus[0].memory_bytes == 85520809984ULL);
+  CHECK(node->gpus[0].device_id == 0x2330);
+  CHECK(thread_count() == threads_before);
+}
+
+TEST_CASE("an inventory the host cannot read fails with its reason", "[unit]") {
+  auto host = DriverHost::start(fake(ProcessState::Running), DriverHost::Mode::Restore, -1, []() -> Result<NodeInventory> {
+    return make_error("/proc/driver/nvidia/gpus/0000:00:06.0/information line 3 is truncated", EIO);
+  });
+  REQUIRE(host);
+  auto node = (*host)->inventory();
+  REQUIRE_FALSE(node);
+  CHECK(node.error().message.find("information line 3 is truncated") != std::string::npos);
+}

@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
 # Fills .carry/ (git-ignored) with what the GPU machine lacks for the gpu tests and the benchmark: the CRIU bundle
-# with a relocatable wrapper (.carry/bin/criu), the stripped plugin and the libraries Ubuntu 24.04 may not have,
-# next to it (the plugin's RPATH is $ORIGIN; CRIU only loads *.so names, so libfoo.so.N files are ignored).
-#   bash test/gpu/make_device_carry.sh [BUILD_DIR]     then name .carry in the device tool's carry list
+# (compressed; .carry/bin/criu unpacks it into /opt/gpuckpt/criu at its first run and runs it with its own
+# loader), the stripped plugin and the libraries Ubuntu 24.04 may not have, next to it (the plugin's RPATH is
+# $ORIGIN; CRIU only loads *.so names, so libfoo.so.N files are ignored).
+#   bash test/gpu/make_device_carry.sh [--runtime] [BUILD_DIR]     then name .carry in the device tool's carry list
+# --runtime adds what test/gpu/device_node.sh needs to make the machine a container node: podman, runc, conmon,
+# catatonit, zstd and busybox as Debian .debs (compressed as they are), and the stripped CLI, agent and OCI hook
+# with the non-glibc libraries they link (lib-extra.tar.xz; device_node.sh installs only those the system lacks).
+# The device tool carries from the session's own checkout: run this there (or copy .carry there).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+RUNTIME=0
+if [ "${1:-}" = --runtime ]; then RUNTIME=1; shift; fi
 BUILD=${1:-$ROOT/build}
 CRIU_BUNDLE=${GPUCKPT_CRIU_BUNDLE:-/opt/gpuckpt/criu}
-CARRY=$ROOT/.carry
+CARRY=${GPUCKPT_CARRY_DIR:-$ROOT/.carry}
 rm -rf "$CARRY"
 mkdir -p "$CARRY/bin" "$CARRY/lib"
-cp -a "$CRIU_BUNDLE" "$CARRY/criu"
+tar -C "$(dirname "$CRIU_BUNDLE")" -czf "$CARRY/criu.tar.gz" "$(basename "$CRIU_BUNDLE")"
 cat > "$CARRY/bin/criu" <<'WRAP'
 #!/bin/sh
-D=$(cd "$(dirname "$0")/../criu" && pwd)
+# CRIU 4.1.1 from Debian trixie with its own loader and libraries (see shared/ENVIRONMENT.md).
+D=${GPUCKPT_CRIU_ROOT:-/opt/gpuckpt/criu}
+if [ ! -x "$D/usr/sbin/criu" ]; then
+  mkdir -p "$(dirname "$D")" && tar -C "$(dirname "$D")" -xzf "$(dirname "$0")/../criu.tar.gz" || exit 1
+fi
 exec "$D/usr/lib64/ld-linux-x86-64.so.2" --library-path "$D/usr/lib/x86_64-linux-gnu:$D/lib/x86_64-linux-gnu" "$D/usr/sbin/criu" "$@"
 WRAP
 chmod +x "$CARRY/bin/criu"
@@ -24,4 +35,19 @@ for lib in $(ldd "$BUILD/criu-plugin/gpuckpt_plugin.so" | awk '/=> \//{print $3}
     *) cp -L "$lib" "$CARRY/lib/" ;;
   esac
 done
-du -sh "$CARRY"; ls "$CARRY/lib"
+if [ "$RUNTIME" = 1 ]; then
+  mkdir -p "$CARRY/debs"
+  (cd "$CARRY/debs" && apt-get download podman runc conmon catatonit golang-github-containers-common \
+     golang-github-containers-image libdevmapper1.02.1 libglib2.0-0 libgpgme11 libassuan0 libgpg-error0 libsubid4 \
+     busybox-static zstd >/dev/null 2>&1) || { echo "apt-get download of the runtime .debs failed" >&2; exit 1; }
+  extra=$(mktemp -d)
+  for b in cli/gpuckpt agent/gpuckpt-agent oci-hook/gpuckpt-oci-hook; do
+    strip --strip-debug -o "$CARRY/bin/$(basename "$b")" "$BUILD/$b"
+    for lib in $(ldd "$BUILD/$b" | awk '/=> \//{print $3}'); do
+      case $(basename "$lib") in libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*) ;; *) cp -Ln "$lib" "$extra/" ;; esac
+    done
+  done
+  XZ_OPT=-9 tar -C "$extra" -cJf "$CARRY/lib-extra.tar.xz" .
+  rm -rf "$extra"
+fi
+du -sh "$CARRY"; ls "$CARRY" "$CARRY/lib"

@@ -1,0 +1,392 @@
+#!/usr/bin/env bash
+# GPU containers through the whole node path: podman -> runc -> CRIU -> gpuckpt_plugin.so from CRIU's default
+# plugin directory, the OCI hook from hooks.d, the agent and the CLI, on a real GPU node. Each CUDA workload's
+# state is checked bit for bit against an uninterrupted run of the same workload.
+#
+# Cases (CONTAINER_TESTS picks; default all):
+#   cpu_only       a CPU-only container is checkpointed and restored with the plugin installed: no GPU work, no error
+#   cdi_spec       a CDI spec made by make_cdi_spec.py gives a container its GPU nodes, driver files and env, and
+#                  the hook records the container as a GPU user (fake device nodes: runs without a GPU)
+#   agent          a CUDA counter given its GPU through CDI (--device nvidia.com/gpu=0): the hook records it,
+#                  `gpuckpt checkpoint` through the agent writes an archive with the GPU record and annotations, the
+#                  container is removed, `gpuckpt restore` brings it back and it continues bit-identically
+#   transparent    `podman container checkpoint --export` / `restore --import` with nothing of gpuckpt named (older
+#                  style: --device nodes + NVIDIA_VISIBLE_DEVICES + the driver root bound in)
+#   torch          a PyTorch training container (python and torch from the host, bound read-only), through the agent
+#   two_procs      a container with two CUDA processes (parent and child)
+#   leave_running  `podman container checkpoint --leave-running`: keeps running, unlocked, correct
+#   kill_mid_dump  CRIU killed mid-dump inside the container: the workload keeps running, unlocked, correct
+#   wrong_gpu      an archive whose GPU record is another model's (the captured H200 on an H100, or the H100 fixture
+#                  elsewhere) is refused before CRIU runs, with the reasons
+# Needs root, podman, criu; the GPU cases need an NVIDIA GPU, nvcc and the node set up with gpuckpt installed (on
+# the device machine: test/gpu/device_node.sh). Without them a case reports SKIP; exit 77 when nothing passed.
+#   GPUCKPT_BUILD_DIR   where the CLI/agent/hook/plugin come from when they are not installed (CPU cases)
+#   CONTAINER_TEST_OUT  keep logs and archives here (default: a temp dir, removed)
+#   COUNTER_MIB         GPU memory of the counter workloads (default 1024)
+set -uo pipefail
+
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+. "$SRC/test/gpu/gpu_test_lib.sh"
+CASES=${CONTAINER_TESTS:-cpu_only cdi_spec agent transparent torch two_procs leave_running kill_mid_dump wrong_gpu}
+MIB=${COUNTER_MIB:-1024}
+BUILD=${GPUCKPT_BUILD_DIR:-$SRC/build}
+PLUGIN_DIR=/usr/lib/criu   # CRIU's compiled-in default: what runc's CRIU loads with no --libdir
+STATE=/var/lib/gpuckpt     # the installed hook's state dir (oci-hook/gpuckpt-hook*.json)
+PREFIX=gpuckpt-ctest-$$
+
+skip() { echo "SKIPPED: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root"
+command -v podman >/dev/null || skip "no podman"
+command -v criu >/dev/null || skip "no criu"
+pick() { command -v "$1" 2>/dev/null || echo "$2"; }
+CLI=$(pick gpuckpt "$BUILD/cli/gpuckpt")
+AGENT_BIN=$(pick gpuckpt-agent "$BUILD/agent/gpuckpt-agent")
+[ -x "$CLI" ] && [ -x "$AGENT_BIN" ] || skip "gpuckpt and gpuckpt-agent are neither installed nor built in $BUILD"
+
+WORK=${CONTAINER_TEST_OUT:-$(mktemp -d /tmp/gpuckpt-ctest.XXXXXX)}
+mkdir -p "$WORK/out" "$WORK/ck"
+chmod 777 "$WORK/out"
+AGENT_PID=
+INSTALLED=()   # files this run put on the host, removed at the end
+HOOK_ARGS=()   # --hooks-dir when the hook is not installed on this host
+cleanup() {
+  set +e
+  [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
+  for c in $(podman ps -a --format '{{.Names}}' | grep "^$PREFIX"); do podman rm -f -t 0 "$c" >/dev/null 2>&1; done
+  for i in $(podman images --format '{{.Repository}}' | grep "$PREFIX"); do podman rmi -f "$i" >/dev/null 2>&1; done
+  for f in "${INSTALLED[@]}"; do if [ -d "$f" ]; then rmdir "$f"; else rm -f "$f"; fi; done
+  [ -n "${CONTAINER_TEST_OUT:-}" ] || rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# The node's gpuckpt: installed (device_node.sh, the chart) or, for the CPU cases, the build's for this run only.
+if [ ! -f "$PLUGIN_DIR/gpuckpt_plugin.so" ]; then
+  [ -f "$BUILD/criu-plugin/gpuckpt_plugin.so" ] || skip "gpuckpt_plugin.so is neither in $PLUGIN_DIR nor built"
+  [ -d "$PLUGIN_DIR" ] || { mkdir -p "$PLUGIN_DIR" && INSTALLED+=("$PLUGIN_DIR"); }
+  cp "$BUILD/criu-plugin/gpuckpt_plugin.so" "$PLUGIN_DIR/gpuckpt_plugin.so" && INSTALLED=("$PLUGIN_DIR/gpuckpt_plugin.so" "${INSTALLED[@]}")
+fi
+if ! ls /etc/containers/oci/hooks.d/gpuckpt-hook.json >/dev/null 2>&1 &&
+   ! ls /usr/share/containers/oci/hooks.d/gpuckpt-hook.json >/dev/null 2>&1; then
+  mkdir -p "$WORK/hooks.d"
+  STATE=$WORK/state
+  for f in "$SRC"/oci-hook/gpuckpt-hook*.json; do
+    sed -e "s#/usr/local/bin/gpuckpt-oci-hook#$BUILD/oci-hook/gpuckpt-oci-hook#" \
+        -e "s#\"/var/lib/gpuckpt\"#\"$STATE\"#" "$f" > "$WORK/hooks.d/$(basename "$f")"
+  done
+  HOOK_ARGS=(--hooks-dir "$WORK/hooks.d")
+fi
+pm() { podman "${HOOK_ARGS[@]}" "$@"; }
+# The base image: busybox with merged-/usr links (device_node.sh builds it; setup.sh's busybox image elsewhere).
+BASE=localhost/gpuckpt-base
+podman image exists "$BASE" || BASE=localhost/gpuckpt-busybox
+podman image exists "$BASE" || skip "no base image (localhost/gpuckpt-base or localhost/gpuckpt-busybox)"
+
+# ---- the agent, as the chart configures it: the installed hook's state dir, podman, this node's GPUs ------
+start_agent() {
+  [ -n "$AGENT_PID" ] && return 0
+  head -c 32 /dev/urandom | base64 > "$WORK/token"; chmod 600 "$WORK/token"
+  mkdir -p "$STATE"
+  rm -f "$STATE/agent.port"
+  cat > "$WORK/agent.yaml" <<YAML
+listen: {address: 127.0.0.1, port: 0}
+auth: {token_file: $WORK/token}
+state_dir: $STATE
+checkpoints: {dir: $WORK/ck, kubelet_dir: "", runtime_timeout_seconds: 300}
+runtime: {kind: podman, podman_path: $(command -v podman)}
+host_root: /
+hooks_dir: ${HOOK_ARGS[1]:-/etc/containers/oci/hooks.d}
+criu_plugin_dir: $PLUGIN_DIR
+YAML
+  "$AGENT_BIN" --config "$WORK/agent.yaml" > "$WORK/agent.log" 2>&1 &
+  AGENT_PID=$!
+  for _ in $(seq 100); do [ -s "$STATE/agent.port" ] && break; sleep 0.1; done
+  [ -s "$STATE/agent.port" ] || { cat "$WORK/agent.log"; return 1; }
+  AGENT_URL=http://127.0.0.1:$(cat "$STATE/agent.port")
+}
+gk() { "$CLI" "$@" --agent "$AGENT_URL" --token-file "$WORK/token"; }
+timed() { # VAR cmd...: runs cmd, stores its wall time in seconds in VAR
+  local var=$1 t0=$EPOCHREALTIME rc; shift
+  "$@"; rc=$?
+  printf -v "$var" '%s' "$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.2f", b - a}')"
+  return $rc
+}
+
+# ---- GPU preconditions and the workload image ---------------------------------------------------------------
+HAVE_GPU=0
+if [ -e /dev/nvidia0 ] && command -v nvidia-smi >/dev/null && command -v nvcc >/dev/null; then HAVE_GPU=1; fi
+gpu_ready() { # CASE: SKIPs the case unless this is a GPU node with the counter image built
+  [ "$HAVE_GPU" = 1 ] || { record "$1" SKIP "no NVIDIA GPU with nvcc here"; return 1; }
+  [ -f /etc/cdi/nvidia.json ] || [ -f /etc/cdi/nvidia.yaml ] || { record "$1" SKIP "no CDI spec for the GPUs (test/gpu/make_cdi_spec.py)"; return 1; }
+  build_counter_image || { record "$1" FAIL "cannot build the CUDA counter image"; return 1; }
+}
+COUNTER_IMAGE=localhost/$PREFIX-counter
+build_counter_image() {
+  podman image exists "$COUNTER_IMAGE" && return 0
+  local root=$WORK/counter-root lib
+  rm -rf "$root"
+  mkdir -p "$root"/{bin,tmp,proc,sys,dev,etc,out,usr/lib64,usr/lib/x86_64-linux-gnu}
+  nvcc -O2 -o "$WORK/gpu_counter" "$SRC/test/gpu/gpu_counter.cu" || return 1
+  cp "$WORK/gpu_counter" "$root/bin/gpu_counter"
+  cp "$(readlink -f "$(command -v busybox)")" "$root/bin/busybox"
+  for app in sh cat ls sleep env tail stat; do ln -sf busybox "$root/bin/$app"; done
+  ln -s usr/lib "$root/lib"; ln -s usr/lib64 "$root/lib64"
+  # The counter's libraries and the driver's (libcuda itself comes from the CDI spec or the bound driver root).
+  local libcuda; libcuda=$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/{print $NF; exit}')
+  for lib in $(ldd "$WORK/gpu_counter" ${libcuda:+"$libcuda"} | awk '/=> \// && $1 !~ /^libcuda/ {print $3}' | sort -u); do
+    cp -Ln "$lib" "$root/usr/lib/x86_64-linux-gnu/"
+  done
+  cp -L /lib64/ld-linux-x86-64.so.2 "$root/usr/lib64/"
+  echo 'root:x:0:0:root:/:/bin/sh' > "$root/etc/passwd"
+  tar -C "$root" -c . | podman import -q - "$COUNTER_IMAGE" >/dev/null
+}
+counter_reference() { # MIB ITERATIONS OUT [args]: the uninterrupted run, on the host
+  local mib=$1 n=$2 out=$3; shift 3
+  rm -f "$out"; "$WORK/gpu_counter" "$mib" "$out" --iterations "$n" --sleep-ms 0 "$@" >/dev/null
+}
+check_counter() { # CASE FILE MIB [args]: FILE equals an uninterrupted run up to its last iteration
+  counter_reference "$3" "$(last_iter "$2")" "$2.ref" "${@:4}"
+  same_as_reference "$2" "$2.ref" || { record "$1" FAIL "state differs from the uninterrupted run"; return 1; }
+}
+# The ways a container gets the GPU: CDI (Kubernetes with the NVIDIA toolkit's CDI mode) and the older one.
+CDI_GPU=(--device nvidia.com/gpu=0)
+legacy_gpu() {
+  local args=(--device /dev/nvidia0 --device /dev/nvidiactl --device /dev/nvidia-uvm -e NVIDIA_VISIBLE_DEVICES=0)
+  [ -e /dev/nvidia-uvm-tools ] && args+=(--device /dev/nvidia-uvm-tools)
+  local libdir; libdir=$(dirname "$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/{print $NF; exit}')")
+  local root; root=$(findmnt -n -o TARGET --target "$libdir")
+  args+=(-v "$root:$root:ro" -e "LD_LIBRARY_PATH=$libdir")
+  echo "${args[@]}"
+}
+run_counter() { # NAME OUTFILE GPU-ARGS... -- counter args
+  local name=$1 out=$2; shift 2
+  local gpu=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do gpu+=("$1"); shift; done
+  shift
+  pm run -d --name "$name" "${gpu[@]}" -v "$WORK/out:/out" "$COUNTER_IMAGE" \
+    /bin/gpu_counter "$@" --sleep-ms 20 >/dev/null 2>"$WORK/$name.err"
+}
+wait_ctr() { # NAME FILE N TIMEOUT_S: like wait_iter, but gives up at once when the container is not running
+  local deadline=$((SECONDS + $4)) it
+  while [ $SECONDS -lt $deadline ]; do
+    it=$(last_iter "$2"); [ -n "$it" ] && [ "$it" -ge "$3" ] && return 0
+    [ "$(podman inspect -f '{{.State.Running}}' "$1" 2>/dev/null)" = true ] || { echo "container $1 is not running:"; pm logs "$1" 2>&1 | tail -5; return 1; }
+    sleep 0.2
+  done
+  return 1
+}
+criu_log() { # NAME: CRIU's errors from the runtime's last checkpoint/restore of container NAME
+  local dir; dir=$(podman inspect -f '{{.StaticDir}}' "$1" 2>/dev/null) || return 0
+  for f in "$dir/dump.log" "$dir/restore.log"; do
+    [ -f "$f" ] && { echo "--- $f"; grep -E "Error|gpuckpt.*(error|warn)|\(00.0" "$f" | tail -n 30; }
+  done
+  return 0
+}
+show() { for f in "$@"; do [ -f "$f" ] && { echo "--- $f"; tail -n 25 "$f"; }; done; }
+wait_gone() { for _ in $(seq 100); do pm container exists "$1" || return 0; sleep 0.1; done; return 1; }
+
+# ---- cases --------------------------------------------------------------------------------------------------
+case_cpu_only() {
+  local name=$PREFIX-cpu a=$WORK/cpu.tar.zst before after
+  pm run -d --name "$name" "$BASE" sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done' >/dev/null \
+    || { record cpu_only FAIL "podman run"; return; }
+  sleep 1
+  local log; log=$(podman inspect -f '{{.StaticDir}}' "$name")/dump.log
+  pm container checkpoint --keep --export "$a" "$name" > "$WORK/cpu.ckpt.log" 2>&1 || { show "$WORK/cpu.ckpt.log"; criu_log "$name"; record cpu_only FAIL "checkpoint with the plugin installed"; return; }
+  grep -q "gpuckpt: plugin loaded for dump" "$log" || { show "$log"; record cpu_only FAIL "CRIU did not load gpuckpt from $PLUGIN_DIR"; return; }
+  before=$(tar -xOf "$a" rootfs-diff.tar 2>/dev/null | tar -xO --wildcards '*tmp/count' 2>/dev/null)
+  pm rm -f -t 0 "$name" >/dev/null
+  pm container restore --import "$a" > "$WORK/cpu.rst.log" 2>&1 || { show "$WORK/cpu.rst.log"; record cpu_only FAIL "restore with the plugin installed"; return; }
+  sleep 1
+  after=$(pm exec "$name" cat /tmp/count)
+  [ -n "$after" ] && [ "$after" -gt "${before:-0}" ] || { record cpu_only FAIL "counter did not continue (${before:-?} -> ${after:-?})"; return; }
+  if tar -tf "$a" | grep -q 'checkpoint/gpuckpt'; then record cpu_only FAIL "gpuckpt wrote GPU files for a CPU-only container"; return; fi
+  record cpu_only PASS "CRIU loaded gpuckpt from $PLUGIN_DIR; a CPU-only container checkpointed and restored by podman, counter ${before:-?} -> $after, no GPU files"
+}
+
+case_cdi_spec() {
+  local name=$PREFIX-cdi spec=/var/run/cdi/$PREFIX.json dev=$WORK/fake-dev lib=$WORK/fake-lib id
+  mkdir -p "$dev" "$lib" /var/run/cdi
+  mknod "$dev/nvidia0" c 1 3; mknod "$dev/nvidiactl" c 1 5; mknod "$dev/nvidia-uvm" c 1 7
+  cp /bin/true "$lib/libcuda.so.580.1"; ln -s libcuda.so.580.1 "$lib/libcuda.so.1"
+  python3 "$SRC/test/gpu/make_cdi_spec.py" --dev "$dev" --driver-lib "$lib" --kind "$PREFIX.example.com/gpu" --out "$spec" \
+    > "$WORK/cdi.log" 2>&1 || { show "$WORK/cdi.log"; record cdi_spec FAIL "make_cdi_spec.py"; return; }
+  INSTALLED+=("$spec")
+  pm run -d --name "$name" --device "$PREFIX.example.com/gpu=0" "$BASE" sleep 600 > "$WORK/cdi.run" 2>&1 \
+    || { show "$WORK/cdi.run"; rm -f "$spec"; record cdi_spec FAIL "podman run --device $PREFIX.example.com/gpu=0"; return; }
+  rm -f "$spec"
+  local node env mounted
+  node=$(pm exec "$name" stat -c '%t:%T' /dev/nvidia0 2>/dev/null)
+  env=$(pm exec "$name" cat /proc/1/environ | tr '\0' '\n' | grep '^LD_LIBRARY_PATH=')
+  mounted=$(pm exec "$name" ls "$lib/libcuda.so.1" 2>/dev/null)
+  [ "$node" = 1:3 ] && [ "$env" = "LD_LIBRARY_PATH=$lib" ] && [ -n "$mounted" ] \
+    || { record cdi_spec FAIL "container edits not applied (node ${node:-none}, ${env:-no LD_LIBRARY_PATH}, libcuda ${mounted:-missing})"; return; }
+  id=$(podman inspect -f '{{.Id}}' "$name")
+  [ -f "$STATE/containers/$id.json" ] || { record cdi_spec FAIL "the hook did not record the CDI GPU container"; return; }
+  record cdi_spec PASS "CDI device gave /dev/nvidia0 ($node), the driver library and LD_LIBRARY_PATH; the hook recorded the container"
+}
+
+case_agent() {
+  gpu_ready agent || return
+  start_agent || { record agent FAIL "agent did not start"; return; }
+  local name=$PREFIX-agent out=$WORK/out/agent.txt id at archive tck trs
+  run_counter "$name" "$out" "${CDI_GPU[@]}" -- "$MIB" /out/agent.txt || { show "$WORK/$name.err"; record agent FAIL "podman run (CDI)"; return; }
+  wait_ctr "$name" "$out" 30 120 || { pm logs "$name" | tail; record agent FAIL "workload did not start"; return; }
+  id=$(podman inspect -f '{{.Id}}' "$name")
+  curl -sf -H "Authorization: Bearer $(cat "$WORK/token")" "$AGENT_URL/v1/containers" > "$WORK/containers.json"
+  python3 -c 'import json, sys
+c = [c for c in json.load(open(sys.argv[1]))["containers"] if c["id"] == sys.argv[2]]
+sys.exit(0 if c and c[0]["used_gpu_ids"] else 1)' "$WORK/containers.json" "$id" \
+    || { show "$WORK/containers.json"; record agent FAIL "the hook did not record the container's GPU"; return; }
+  timed tck gk checkpoint "$name" > "$WORK/agent.ckpt.log" 2>&1 || { show "$WORK/agent.ckpt.log"; criu_log "$name"; record agent FAIL "gpuckpt checkpoint"; return; }
+  at=$(last_iter "$out")
+  archive=$(ls -t "$WORK"/ck/*.tar* 2>/dev/null | head -1)
+  [ -f "$archive" ] || { record agent FAIL "no archive in $WORK/ck"; return; }
+  "$CLI" inspect "$archive" > "$WORK/agent.inspect" 2>&1
+  grep -qi "H100\|H200\|NVIDIA" "$WORK/agent.inspect" || { show "$WORK/agent.inspect"; record agent FAIL "inspect shows no GPU record"; return; }
+  tar -xOf "$archive" spec.dump | grep -q '"io.gpuckpt.' || { record agent FAIL "no io.gpuckpt.* annotations in spec.dump"; return; }
+  tar -tf "$archive" | grep -q 'checkpoint/gpuckpt-cuda-' || { record agent FAIL "no CUDA process record among CRIU's images"; return; }
+  pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
+  sleep 1; [ "$(last_iter "$out")" = "$at" ] || { record agent FAIL "the workload ran on after the checkpoint ($at -> $(last_iter "$out"))"; return; }
+  timed trs gk restore "$archive" > "$WORK/agent.rst.log" 2>&1 || { show "$WORK/agent.rst.log" "$WORK/agent.log"; record agent FAIL "gpuckpt restore"; return; }
+  wait_ctr "$name" "$out" $((at + 30)) 120 || { show "$WORK/agent.rst.log"; record agent FAIL "no progress after restore (at $(last_iter "$out"))"; return; }
+  pm rm -f -t 0 "$name" >/dev/null 2>&1
+  check_counter agent "$out" "$MIB" || return
+  record agent PASS "CDI GPU; hook recorded it; checkpoint via agent ${tck}s (archive $(du -m "$archive" | cut -f1) MB), restore ${trs}s; continued $at -> $(last_iter "$out"), bit-identical"
+}
+
+case_transparent() {
+  gpu_ready transparent || return
+  local name=$PREFIX-plain out=$WORK/out/plain.txt a=$WORK/plain.tar.zst at tck trs gpu
+  read -ra gpu <<< "$(legacy_gpu)"
+  run_counter "$name" "$out" "${gpu[@]}" -- "$MIB" /out/plain.txt || { show "$WORK/$name.err"; record transparent FAIL "podman run (--device nodes)"; return; }
+  wait_ctr "$name" "$out" 30 120 || { pm logs "$name" | tail; record transparent FAIL "workload did not start"; return; }
+  timed tck pm container checkpoint --export "$a" "$name" > "$WORK/plain.ckpt.log" 2>&1 || { show "$WORK/plain.ckpt.log"; criu_log "$name"; record transparent FAIL "podman container checkpoint"; return; }
+  at=$(last_iter "$out")
+  tar -tf "$a" | grep -q 'checkpoint/gpuckpt-cuda-' || { record transparent FAIL "CRIU did not use gpuckpt from $PLUGIN_DIR"; return; }
+  pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
+  timed trs pm container restore --import "$a" > "$WORK/plain.rst.log" 2>&1 || { show "$WORK/plain.rst.log"; record transparent FAIL "podman container restore"; return; }
+  wait_ctr "$name" "$out" $((at + 30)) 120 || { record transparent FAIL "no progress after restore"; return; }
+  pm rm -f -t 0 "$name" >/dev/null 2>&1
+  check_counter transparent "$out" "$MIB" || return
+  record transparent PASS "podman checkpoint --export ${tck}s / restore --import ${trs}s, nothing of gpuckpt named; continued $at -> $(last_iter "$out"), bit-identical"
+}
+
+case_torch() {
+  gpu_ready torch || return
+  local py; py=$(command -v python3)
+  "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null || { record torch SKIP "no host torch with CUDA"; return; }
+  start_agent || { record torch FAIL "agent did not start"; return; }
+  local name=$PREFIX-torch out=$WORK/out/torch.txt at archive tck trs venv mounts=()
+  # python and torch from the host, read-only: /usr without what is mounted below it, the driver root on its own
+  # (CDI's file mounts land inside it), and the virtualenv torch lives in.
+  venv=$("$py" -c 'import sys; print(sys.prefix)')
+  mounts=(-v /usr:/usr:ro,bind -v /etc/ld.so.cache:/etc/ld.so.cache:ro)
+  local root; root=$(findmnt -n -o TARGET --target "$(dirname "$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/{print $NF; exit}')")")
+  [ "$root" != / ] && [ "$root" != /usr ] && mounts+=(-v "$root:$root:ro")
+  case "$venv" in /usr|/usr/*) ;; *) mounts+=(-v "$venv:$venv:ro") ;; esac
+  pm run -d --name "$name" "${CDI_GPU[@]}" "${mounts[@]}" -v "$WORK/out:/out" -v "$SRC/test/gpu:/work:ro" -e HOME=/tmp \
+    "$BASE" "$py" /work/torch_train.py /out/torch.txt > "$WORK/torch.run" 2>&1 || { show "$WORK/torch.run"; record torch FAIL "podman run"; return; }
+  wait_ctr "$name" "$out" 30 180 || { pm logs "$name" 2>&1 | tail; record torch FAIL "training did not start"; return; }
+  timed tck gk checkpoint "$name" > "$WORK/torch.ckpt.log" 2>&1 || { show "$WORK/torch.ckpt.log"; criu_log "$name"; record torch FAIL "gpuckpt checkpoint"; return; }
+  at=$(last_iter "$out")
+  archive=$(ls -t "$WORK"/ck/*.tar* | head -1)
+  pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
+  timed trs gk restore "$archive" > "$WORK/torch.rst.log" 2>&1 || { show "$WORK/torch.rst.log" "$WORK/agent.log"; record torch FAIL "gpuckpt restore"; return; }
+  wait_ctr "$name" "$out" $((at + 30)) 120 || { record torch FAIL "no progress after restore"; return; }
+  pm rm -f -t 0 "$name" >/dev/null 2>&1
+  rm -f "$WORK/torch.ref"
+  "$py" "$SRC/test/gpu/torch_train.py" "$WORK/torch.ref" --steps "$(last_iter "$out")" --sleep-ms 0 >/dev/null 2>&1
+  same_as_reference "$out" "$WORK/torch.ref" || { record torch FAIL "training differs from the uninterrupted run"; return; }
+  record torch PASS "checkpoint via agent ${tck}s, restore ${trs}s; step $at -> $(last_iter "$out"), losses and parameters bit-identical"
+}
+
+case_two_procs() {
+  gpu_ready two_procs || return
+  local name=$PREFIX-two out=$WORK/out/two.txt a=$WORK/two.tar.zst at atc
+  run_counter "$name" "$out" "${CDI_GPU[@]}" -- 512 /out/two.txt --child || { record two_procs FAIL "podman run"; return; }
+  wait_ctr "$name" "$out" 20 120 && wait_ctr "$name" "$out.child" 20 60 || { record two_procs FAIL "workload did not start"; return; }
+  pm container checkpoint --export "$a" "$name" > "$WORK/two.ckpt.log" 2>&1 || { show "$WORK/two.ckpt.log"; criu_log "$name"; record two_procs FAIL "checkpoint"; return; }
+  at=$(last_iter "$out"); atc=$(last_iter "$out.child")
+  [ "$(tar -tf "$a" | grep -c 'checkpoint/gpuckpt-cuda-')" -ge 2 ] || { record two_procs FAIL "not both CUDA processes recorded"; return; }
+  pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
+  pm container restore --import "$a" > "$WORK/two.rst.log" 2>&1 || { show "$WORK/two.rst.log"; record two_procs FAIL "restore"; return; }
+  wait_ctr "$name" "$out" $((at + 20)) 120 && wait_ctr "$name" "$out.child" $((atc + 20)) 60 || { record two_procs FAIL "no progress after restore"; return; }
+  pm rm -f -t 0 "$name" >/dev/null 2>&1
+  check_counter two_procs "$out" 512 && check_counter two_procs "$out.child" 512 || return
+  record two_procs PASS "parent and child checkpointed and restored together; both continued bit-identically"
+}
+
+case_leave_running() {
+  gpu_ready leave_running || return
+  local name=$PREFIX-leave out=$WORK/out/leave.txt a=$WORK/leave.tar.zst at
+  run_counter "$name" "$out" "${CDI_GPU[@]}" -- "$MIB" /out/leave.txt || { record leave_running FAIL "podman run"; return; }
+  wait_ctr "$name" "$out" 20 120 || { record leave_running FAIL "workload did not start"; return; }
+  pm container checkpoint --leave-running --export "$a" "$name" > "$WORK/leave.ckpt.log" 2>&1 || { show "$WORK/leave.ckpt.log"; criu_log "$name"; record leave_running FAIL "checkpoint --leave-running"; return; }
+  at=$(last_iter "$out")
+  wait_ctr "$name" "$out" $((at + 30)) 60 || { record leave_running FAIL "did not keep running (at $(last_iter "$out"))"; return; }
+  pm rm -f -t 0 "$name" >/dev/null 2>&1
+  check_counter leave_running "$out" "$MIB" || return
+  record leave_running PASS "kept running through the checkpoint ($at -> $(last_iter "$out")), unlocked, bit-identical"
+}
+
+case_kill_mid_dump() {
+  gpu_ready kill_mid_dump || return
+  local name=$PREFIX-kill out=$WORK/out/kill.txt a=$WORK/kill.tar.zst at ppid cpid= found=0
+  run_counter "$name" "$out" "${CDI_GPU[@]}" -- 4096 /out/kill.txt || { record kill_mid_dump FAIL "podman run"; return; }
+  wait_ctr "$name" "$out" 10 120 || { record kill_mid_dump FAIL "workload did not start"; return; }
+  local log; log=$(podman inspect -f '{{.StaticDir}}' "$name")/dump.log
+  rm -f "$log"
+  pm container checkpoint --export "$a" "$name" > "$WORK/kill.ckpt.log" 2>&1 & ppid=$!
+  # Kill CRIU (runc's child) once the GPU state is checkpointed, before CRIU has dumped the memory.
+  for _ in $(seq 1500); do grep -q "gpuckpt: cuda: checkpointed pid" "$log" 2>/dev/null && { found=1; break; }; sleep 0.02; done
+  [ "$found" = 1 ] || { wait "$ppid"; show "$WORK/kill.ckpt.log" "$log"; record kill_mid_dump FAIL "never saw the CUDA checkpoint in $log"; return; }
+  for p in $(pgrep -f 'usr/sbin/criu.*dump'); do
+    case $(ps -o comm= -p "$(ps -o ppid= -p "$p" | tr -d ' ')") in runc*) cpid=$p ;; esac
+  done
+  [ -n "$cpid" ] || { wait "$ppid"; record kill_mid_dump FAIL "CRIU (a child of runc) not found"; return; }
+  kill -9 "$cpid"
+  wait "$ppid" 2>/dev/null
+  at=$(last_iter "$out")
+  wait_ctr "$name" "$out" $((at + 20)) 90 || { record kill_mid_dump FAIL "workload stuck after CRIU was killed (at $(last_iter "$out"))"; return; }
+  pm rm -f -t 0 "$name" >/dev/null 2>&1
+  check_counter kill_mid_dump "$out" 4096 || return
+  record kill_mid_dump PASS "CRIU (pid $cpid) killed mid-dump; the container's workload went on $at -> $(last_iter "$out"), unlocked, bit-identical"
+}
+
+case_wrong_gpu() {
+  gpu_ready wrong_gpu || return
+  start_agent || { record wrong_gpu FAIL "agent did not start"; return; }
+  local name=$PREFIX-wrong out=$WORK/out/wrong.txt src fixture record_file dir a
+  # The source record: a GPU model this node does not have.
+  if nvidia-smi -L | grep -q H200; then fixture=$SRC/test/fixtures/nvidia-h100-8gpu; else fixture=$SRC/test/fixtures/nvidia-h200; fi
+  run_counter "$name" "$out" "${CDI_GPU[@]}" -- 256 /out/wrong.txt || { record wrong_gpu FAIL "podman run"; return; }
+  wait_ctr "$name" "$out" 10 120 || { record wrong_gpu FAIL "workload did not start"; return; }
+  gk checkpoint "$name" > "$WORK/wrong.ckpt.log" 2>&1 || { show "$WORK/wrong.ckpt.log"; record wrong_gpu FAIL "checkpoint"; return; }
+  pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
+  src=$(ls -t "$WORK"/ck/*.tar* | head -1)
+  # The same archive with its GPU record replaced by the other node's (first GPU used).
+  dir=$WORK/wrong-archive; rm -rf "$dir"; mkdir -p "$dir"
+  tar -C "$dir" -xf "$src" || { record wrong_gpu FAIL "cannot unpack $src"; return; }
+  record_file=$(cd "$dir" && ls gpuckpt-gpus.json 2>/dev/null)
+  [ -n "$record_file" ] || { record wrong_gpu FAIL "no gpuckpt-gpus.json in the archive"; return; }
+  "$CLI" gpus --host-root "$fixture" --json | python3 -c '
+import json, sys
+node = json.load(sys.stdin)
+rec = json.load(open(sys.argv[1]))
+rec["node"] = node["node"]
+rec["used_gpu_ids"] = [node["node"]["gpus"][0]["id"]]
+json.dump(rec, open(sys.argv[1], "w"))' "$dir/$record_file" || { record wrong_gpu FAIL "cannot rewrite the record"; return; }
+  a=$WORK/ck/wrong-gpu.tar.zst
+  (cd "$dir" && tar -c . | zstd -q -o "$a") || { record wrong_gpu FAIL "cannot repack"; return; }
+  local before; before=$(pgrep -fc 'usr/sbin/criu.*restore' || true)
+  if gk restore "$a" > "$WORK/wrong.rst.log" 2>&1; then record wrong_gpu FAIL "restore of a wrong-GPU archive succeeded"; return; fi
+  grep -qiE "model|10de:" "$WORK/wrong.rst.log" || { show "$WORK/wrong.rst.log"; record wrong_gpu FAIL "refusal does not name the model mismatch"; return; }
+  pm container exists "$name" && { record wrong_gpu FAIL "a container was created anyway"; return; }
+  record wrong_gpu PASS "refused before CRIU ran: $(grep -iE 'model|10de:' "$WORK/wrong.rst.log" | head -1 | cut -c1-160)"
+}
+
+if [ "$HAVE_GPU" = 1 ]; then
+  echo "GPU node: $(nvidia-smi -L | head -1); driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1); $(criu --version | head -1); podman $(podman --version | awk '{print $3}')"
+fi
+for c in $CASES; do "case_$c"; done
+summary "container GPU test"
