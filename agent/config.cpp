@@ -176,6 +176,9 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     Section s = top.child("limits");
     s.get("max_request_bytes", c.max_request_bytes);
     s.get("max_concurrent_jobs", c.max_concurrent_jobs);
+    s.get("max_connections", c.max_connections);
+    s.get("max_connections_per_client", c.max_connections_per_client);
+    s.get("request_deadline_seconds", c.request_deadline_seconds);
     keep(s);
   }
   keep(top);
@@ -198,6 +201,9 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     if (!dir->is_absolute()) return make_error(source + ": " + dir->string() + " must be an absolute path");
   if (c.watch_interval_seconds < 1) c.watch_interval_seconds = 1;
   if (c.max_concurrent_jobs < 1) c.max_concurrent_jobs = 1;
+  if (c.max_connections < 2 || c.max_connections_per_client < 1 || c.request_deadline_seconds < 1)
+    return make_error(source + ": limits.max_connections must be >= 2, max_connections_per_client and "
+                      "request_deadline_seconds >= 1");
   if (c.runtime_timeout.count() < 1) return make_error(source + ": checkpoints.runtime_timeout_seconds must be >= 1");
   if (c.gpu_memory.threads && (*c.gpu_memory.threads < 0 || *c.gpu_memory.threads > 256))
     return make_error(source + ": gpu_memory.threads " + std::to_string(*c.gpu_memory.threads) +
@@ -249,6 +255,9 @@ void log_config(const AgentConfig& c) {
   log::param("node_labels.enabled", c.node_labels.enabled ? "1" : "0");
   log::param("limits.max_request_bytes", std::to_string(c.max_request_bytes));
   log::param("limits.max_concurrent_jobs", std::to_string(c.max_concurrent_jobs));
+  log::param("limits.max_connections", std::to_string(c.max_connections));
+  log::param("limits.max_connections_per_client", std::to_string(c.max_connections_per_client));
+  log::param("limits.request_deadline_seconds", std::to_string(c.request_deadline_seconds));
   for (const auto& [name, value] : plugin_environment(c.gpu_memory)) log::param("gpu_memory: " + name, value);
 }
 

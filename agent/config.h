@@ -77,6 +77,9 @@ struct AgentConfig {
   NodeLabelsConfig node_labels;
   std::size_t max_request_bytes = 65536;
   int max_concurrent_jobs = 4;
+  std::size_t max_connections = 256;             // served at once; more wait (agent/http_server.h)
+  std::size_t max_connections_per_client = 32;   // open connections one remote address may hold
+  int request_deadline_seconds = 30;             // a connection open longer is closed
   GpuMemoryConfig gpu_memory;
 };
 

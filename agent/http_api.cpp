@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "agent/http_server.h"
 #include "common/json_reader.h"
 #include "common/log.h"
 
@@ -74,7 +75,8 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
     const auto header = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     if (header.rfind(prefix, 0) != 0 || !token_matches(std::string_view(header).substr(prefix.size()), token)) {
-      log::warn("refused " + req.method + " " + req.path + " from " + req.remote_addr + ": missing or wrong bearer token");
+      log::warn("refused " + printable(req.method, 16) + " " + printable(req.path) + " from " + req.remote_addr +
+                ": missing or wrong bearer token");
       service.metrics().request_rejected("auth");
       res.set_header("WWW-Authenticate", "Bearer");
       send_error(res, 401, "missing or wrong bearer token (send 'Authorization: Bearer <token>' with the agent's token)");
@@ -84,12 +86,14 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
   });
 
   server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    log::info(req.method + " " + req.path + " -> " + std::to_string(res.status) + " (" + req.remote_addr + ")");
+    log::info(printable(req.method, 16) + " " + printable(req.path) + " -> " + std::to_string(res.status) + " (" +
+              req.remote_addr + ")");
   });
 
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    if (res.status == 404) send_error(res, 404, "no such endpoint or object: " + req.method + " " + req.path);
+    if (res.status == 404)
+      send_error(res, 404, "no such endpoint or object: " + printable(req.method, 16) + " " + printable(req.path));
     else if (res.status == 413) send_error(res, 413, "request body too large");
     else send_error(res, res.status, "request failed");
   });
@@ -102,7 +106,7 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
       what = e.what();
     } catch (...) {
     }
-    log::error("internal error in " + req.method + " " + req.path + ": " + what);
+    log::error("internal error in " + printable(req.method, 16) + " " + printable(req.path) + ": " + what);
     send_error(res, 500, "internal error: " + what);
   });
 

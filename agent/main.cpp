@@ -12,6 +12,7 @@
 
 #include "agent/config.h"
 #include "agent/http_api.h"
+#include "agent/http_server.h"
 #include "agent/kubelet_watch.h"
 #include "agent/node_labels.h"
 #include "agent/runtimes.h"
@@ -123,6 +124,11 @@ int main(int argc, char** argv) {
   agent::AgentService service(config, deps);
   httplib::Server server;
   agent::install_routes(server, service, token.value());
+  agent::HttpLimits http_limits;
+  http_limits.max_connections = config.max_connections;
+  http_limits.max_connections_per_client = config.max_connections_per_client;
+  http_limits.request_deadline = std::chrono::seconds(config.request_deadline_seconds);
+  agent::harden_server(server, http_limits);
 
   // 5. listen (port 0: any free port, written to <state_dir>/agent.port for tests and scripts)
   int port = config.listen_port;

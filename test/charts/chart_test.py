@@ -375,6 +375,8 @@ def test_full_config_shape():
             "config.checkpoints.watch_interval_seconds=2", "config.checkpoints.max_archive_bytes=1000000000",
             "config.checkpoints.max_entry_bytes=1000000000", "config.checkpoints.runtime_timeout_seconds=30",
             "config.limits.max_request_bytes=4096", "config.limits.max_concurrent_jobs=2",
+            "config.limits.max_connections=64", "config.limits.max_connections_per_client=8",
+            "config.limits.request_deadline_seconds=20",
             "config.gpu_memory.image=false", "config.gpu_memory.threads=8", "config.gpu_memory.compression=zstd:3",
             "config.gpu_memory.sparse=false"]
     sets += [f"config.match_policy.{k}=false" for k in EXAMPLE["match_policy"]]

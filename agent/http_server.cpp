@@ -1,0 +1,226 @@
+#include "agent/http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/log.h"
+
+namespace gpuckpt::agent {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Accepted sockets, so that the per-client limit and the deadline can act on them. A socket is identified by
+// fd and inode: when httplib closes one, its fd may be reused, and the inode tells the new socket apart.
+class ConnectionRegistry {
+ public:
+  static ConnectionRegistry& instance() {
+    static ConnectionRegistry registry;
+    return registry;
+  }
+
+  void enable(const HttpLimits& limits) {
+    std::lock_guard lock(mutex_);
+    limits_ = limits;
+    if (enabled_) return;
+    enabled_ = true;
+    std::thread([this] { watch(); }).detach();   // lives as long as the process
+  }
+
+  // False: the client already holds its share; the caller closes the socket.
+  bool admit(int fd, const sockaddr_storage& peer) {
+    std::lock_guard lock(mutex_);
+    if (!enabled_) return true;
+    prune_closed();
+    const std::string client = address_of(peer);
+    std::size_t held = 0;
+    for (const auto& [other, c] : open_)
+      if (c.client == client) ++held;
+    if (held >= limits_.max_connections_per_client) {
+      ++refused_since_log_;
+      if (Clock::now() - last_refusal_log_ > std::chrono::seconds(10)) {
+        log::warn("refused " + std::to_string(refused_since_log_) + " connection(s) from " + client + ": it holds " +
+                  std::to_string(held) + " open (limits.max_connections_per_client)");
+        refused_since_log_ = 0;
+        last_refusal_log_ = Clock::now();
+      }
+      return false;
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) open_[fd] = {st.st_ino, client, Clock::now(), false};
+    return true;
+  }
+
+ private:
+  struct Connection {
+    ino_t inode = 0;
+    std::string client;
+    Clock::time_point accepted;
+    bool shut = false;
+  };
+
+  static std::string address_of(const sockaddr_storage& peer) {
+    char text[INET6_ADDRSTRLEN] = "?";
+    if (peer.ss_family == AF_INET)
+      ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(peer).sin_addr, text, sizeof text);
+    else if (peer.ss_family == AF_INET6)
+      ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr, text, sizeof text);
+    return text;
+  }
+
+  bool still_open(int fd, const Connection& c) const {
+    struct stat st {};
+    return ::fstat(fd, &st) == 0 && st.st_ino == c.inode && S_ISSOCK(st.st_mode);
+  }
+
+  void prune_closed() {
+    for (auto it = open_.begin(); it != open_.end();)
+      it = still_open(it->first, it->second) ? std::next(it) : open_.erase(it);
+  }
+
+  // Once a second: a connection past the deadline is shut down; the worker blocked on it then sees end of file.
+  void watch() {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      std::lock_guard lock(mutex_);
+      prune_closed();
+      const auto now = Clock::now();
+      for (auto& [fd, c] : open_) {
+        if (c.shut || now - c.accepted < limits_.request_deadline) continue;
+        ::shutdown(fd, SHUT_RDWR);
+        c.shut = true;
+        log::warn("closed a connection from " + c.client + " open longer than " +
+                  std::to_string(limits_.request_deadline.count()) + " s (limits.request_deadline_seconds)");
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  bool enabled_ = false;
+  HttpLimits limits_;
+  std::map<int, Connection> open_;
+  std::size_t refused_since_log_ = 0;
+  Clock::time_point last_refusal_log_{};
+};
+
+// One thread per connection being served, started on demand up to `max`; idle threads end after a while.
+class ElasticTaskQueue final : public httplib::TaskQueue {
+ public:
+  explicit ElasticTaskQueue(std::size_t max) : max_(max < 2 ? 2 : max) {}
+  ~ElasticTaskQueue() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(std::move(fn));
+    if (queue_.size() > idle_ && threads_ < max_) {
+      ++threads_;
+      std::thread([this] { work(); }).detach();
+    }
+    ready_.notify_one();
+  }
+
+  void shutdown() override {
+    std::unique_lock lock(mutex_);
+    stopping_ = true;
+    ready_.notify_all();
+    finished_.wait(lock, [&] { return threads_ == 0; });
+  }
+
+ private:
+  void work() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      ++idle_;
+      const bool woke = ready_.wait_for(lock, std::chrono::seconds(30), [&] { return stopping_ || !queue_.empty(); });
+      --idle_;
+      if (queue_.empty() && (stopping_ || !woke)) break;
+      auto fn = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      try {
+        fn();
+      } catch (...) {
+        // httplib handles a request's exceptions itself; a connection's failure must never end the agent.
+      }
+      lock.lock();
+    }
+    --threads_;
+    finished_.notify_all();
+  }
+
+  const std::size_t max_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::condition_variable finished_;
+  std::deque<std::function<void()>> queue_;
+  std::size_t threads_ = 0;
+  std::size_t idle_ = 0;
+  bool stopping_ = false;
+};
+
+}  // namespace
+
+void harden_server(httplib::Server& server, const HttpLimits& limits) {
+  server.new_task_queue = [max = limits.max_connections] { return new ElasticTaskQueue(max); };
+  server.set_read_timeout(limits.read_timeout);
+  server.set_write_timeout(limits.read_timeout);
+  server.set_keep_alive_timeout(limits.read_timeout.count());
+  server.set_keep_alive_max_count(20);
+  ConnectionRegistry::instance().enable(limits);
+}
+
+std::string printable(std::string_view text, std::size_t max) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < max; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+  }
+  if (text.size() > max) out += "...";
+  return out;
+}
+
+}  // namespace gpuckpt::agent
+
+// cpp-httplib accepts connections with accept() and gives no hook before it hands the socket to a worker; the
+// agent's definition takes precedence over the C library's for the whole process (the executable is searched
+// first), registers each accepted socket and closes those of clients over their limit. Until harden_server
+// enables the registry it is a plain accept.
+extern "C" int accept(int listener, struct sockaddr* __restrict address, socklen_t* __restrict length) {
+  // cpp-httplib listens with a backlog of 5: a burst of connections would wait for SYN retransmits (1 s each),
+  // health probes included. listen() on a listening socket only changes its backlog.
+  ::listen(listener, SOMAXCONN);
+  for (;;) {
+    sockaddr_storage peer{};
+    socklen_t peer_length = sizeof peer;
+    const int fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&peer), &peer_length, 0);
+    if (fd < 0) return fd;
+    if (!gpuckpt::agent::ConnectionRegistry::instance().admit(fd, peer)) {
+      ::close(fd);
+      continue;
+    }
+    if (address && length) {
+      const socklen_t n = *length < peer_length ? *length : peer_length;
+      std::memcpy(address, &peer, n);
+      *length = peer_length;
+    }
+    return fd;
+  }
+}

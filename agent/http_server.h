@@ -1,0 +1,37 @@
+// What keeps the agent's HTTP server answering when clients are slow, idle or many (cpp-httplib 0.11 gives one
+// worker per connection and only per-read timeouts, so 8 idle connections used to stop /healthz):
+//   - an elastic worker pool: up to `max_connections` connections are served at once (threads start on demand
+//     and end when idle), beyond that connections wait in the queue;
+//   - a per-client limit: a remote address holding `max_connections_per_client` open connections has further
+//     ones closed at accept;
+//   - an overall deadline: a connection open longer than `request_deadline` is shut down, whatever it sends
+//     (a request that trickles one byte every few seconds never outlives it).
+// The per-client limit and the deadline need the connection's socket at accept, which cpp-httplib does not
+// expose: the agent defines accept() (it interposes the C library's for this process; see http_server.cpp) and
+// keeps a registry of accepted sockets. Everything else in the process is unaffected.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include <httplib.h>
+
+namespace gpuckpt::agent {
+
+struct HttpLimits {
+  std::size_t max_connections = 256;
+  std::size_t max_connections_per_client = 32;
+  std::chrono::seconds request_deadline{30};
+  std::chrono::seconds read_timeout{5};
+};
+
+// Installs the pool, timeouts and keep-alive bounds on `server`, and turns on the accept registry with `limits`.
+void harden_server(httplib::Server& server, const HttpLimits& limits);
+
+// A request path or other client text as it may appear in a log line: bytes outside printable ASCII become
+// \xNN, and it is cut at `max` bytes (a "%0a" in a path cannot start a forged log line).
+std::string printable(std::string_view text, std::size_t max = 256);
+
+}  // namespace gpuckpt::agent
