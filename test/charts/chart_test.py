@@ -119,7 +119,11 @@ def common_checks(objs, name):
     for key in ("hostNetwork", "hostPID", "hostIPC"):
         check(not spec.get(key), f"[{name}] pod does not set {key}")
     for c in spec["containers"] + spec.get("initContainers", []):
+        if c["name"] == "install-host-files":
+            continue   # verifies with the host's CRIU: installer_checks
         sc = c.get("securityContext", {})
+        if c["name"] != "render-config":   # touches no host path
+            check(sc.get("seLinuxOptions") == {"type": "spc_t"}, f"[{name}] {c['name']} runs as SELinux spc_t (host dirs)")
         check(not sc.get("privileged"), f"[{name}] {c['name']} not privileged")
         check(sc.get("allowPrivilegeEscalation") is False, f"[{name}] {c['name']} allowPrivilegeEscalation=false")
         check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"[{name}] {c['name']} drops ALL capabilities")
@@ -220,6 +224,10 @@ def leaf_paths_values(d):
             yield v
 
 
+def cm_data(objs):
+    return next(o for o in objs if o["kind"] == "ConfigMap")["data"]
+
+
 def installer_checks(objs, name, spec, cfg, hook, install_dir="/opt/gpuckpt"):
     init = container(spec, "install-host-files", init=True)
     side = container(spec, "host-files")
@@ -228,9 +236,21 @@ def installer_checks(objs, name, spec, cfg, hook, install_dir="/opt/gpuckpt"):
         return
     want = {f"/host{cfg['hooks_dir']}": (cfg["hooks_dir"], False),
             f"/host{cfg['criu_plugin_dir']}": (cfg["criu_plugin_dir"], False),
-            f"/host{install_dir}": (install_dir, False)}
-    check(host_mounts(spec, init) == want, f"[{name}] installer writes only hooks.d, the CRIU plugin dir and {install_dir}")
-    check(host_mounts(spec, side) == want, f"[{name}] host-files sidecar mounts the same three directories")
+            f"/host{install_dir}": (install_dir, False),
+            "/host/etc/criu": ("/etc/criu", False)}
+    check(host_mounts(spec, init) == {**want, "/host": ("/", True)},
+          f"[{name}] installer: the host's root read-only at /host, writes only hooks.d, the CRIU plugin dir, {install_dir}, /etc/criu: {host_mounts(spec, init)}")
+    check(host_mounts(spec, side) == want, f"[{name}] host-files sidecar mounts the same writable directories, not the host root")
+    env = {e["name"]: e.get("value") for e in init["env"]}
+    check(env.get("GPUCKPT_VERIFY") == "true" and env.get("GPUCKPT_OTHER_GPU_PLUGINS") == "disable",
+          f"[{name}] installer verifies on the host and moves CRIU's own GPU plugins aside: {env}")
+    check(env.get("GPUCKPT_CRIU_CONFIG_DIR") == "/etc/criu" and env.get("GPUCKPT_CRIU_CONFIG_NAMES") == "runc.conf crun.conf",
+          f"[{name}] installer ships runc.conf and crun.conf into /etc/criu")
+    conf = cm_data(objs).get("criu-runtime.conf", "")
+    check(conf.startswith("# gpuckpt: managed file\n") and "\ntimeout 60\n" in conf,
+          f"[{name}] the shipped CRIU config is marked gpuckpt's and raises CRIU's timeout to 60 s: {conf!r}")
+    sc = init["securityContext"]
+    check(sc.get("privileged") is True, f"[{name}] installer privileged by default (securityMode=privileged): {sc}")
     check(init["command"][-1] == "install", f"[{name}] init container runs install")
     check(side["lifecycle"]["preStop"]["exec"]["command"][-1] == "remove", f"[{name}] preStop runs remove")
     owner = [e for e in side["env"] if e["name"] == "GPUCKPT_OWNER"]
@@ -260,8 +280,13 @@ def test_defaults():
           f"[defaults] objects {kinds}")
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     keys = [t["matchExpressions"][0]["key"] for t in terms]
-    check(keys == ["feature.node.kubernetes.io/pci-10de.present", "feature.node.kubernetes.io/pci-1002.present"],
-          f"[defaults] GPU node affinity on NFD's NVIDIA and AMD labels (OR): {keys}")
+    check(keys == ["nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-0300_10de.present",
+                   "feature.node.kubernetes.io/pci-0302_10de.present", "feature.node.kubernetes.io/pci-0380_1002.present",
+                   "feature.node.kubernetes.io/pci-0300_1002.present", "feature.node.kubernetes.io/pci-10de.present",
+                   "feature.node.kubernetes.io/pci-1002.present"],
+          f"[defaults] GPU node affinity OR-s the GPU operator's and stock NFD's NVIDIA and AMD labels: {keys}")
+    check(one(objs, "DaemonSet")["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+          "[defaults] rolling update by surge: the new pod installs before the old one stops (the hook never disappears)")
     check(all(t["matchExpressions"][0]["values"] == ["true"] for t in terms), "[defaults] affinity matches label value true")
     check({"nvidia.com/gpu", "amd.com/gpu"} <= tols, f"[defaults] tolerates GPU taints: {tols}")
     check(rules(objs) == {("nodes", "get"), ("nodes", "patch")}, f"[defaults] RBAC: only nodes get/patch (labels): {rules(objs)}")
@@ -471,6 +496,63 @@ BAD = [
 ]
 
 
+def selects(spec, node_labels):
+    """Whether the pod's required node affinity admits a node with these labels (matchExpressions In, OR-ed terms)."""
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    return any(all(e["operator"] == "In" and node_labels.get(e["key"]) in e["values"] for e in t["matchExpressions"])
+               for t in terms)
+
+
+def test_gpu_node_label_sets():
+    """The default affinity lands on GPU nodes as stock NFD and the NVIDIA GPU operator label them, not elsewhere."""
+    objs = case("label-sets")
+    spec = pod_spec(objs)
+    nodes = {
+        "stock NFD, NVIDIA H100 (3D controller)": {"feature.node.kubernetes.io/pci-0302_10de.present": "true",
+                                                    "feature.node.kubernetes.io/pci-0200_15b3.present": "true"},
+        "stock NFD, NVIDIA workstation (VGA)": {"feature.node.kubernetes.io/pci-0300_10de.present": "true"},
+        "stock NFD, AMD Instinct (display controller)": {"feature.node.kubernetes.io/pci-0380_1002.present": "true"},
+        "NVIDIA GPU operator": {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        "NFD with deviceLabelFields [vendor]": {"feature.node.kubernetes.io/pci-10de.present": "true"},
+    }
+    for what, labels in nodes.items():
+        check(selects(spec, labels), f"[label-sets] schedules on a GPU node labelled by {what}")
+    cpu_nodes = {"stock NFD CPU node (VGA from another vendor, NIC)": {"feature.node.kubernetes.io/pci-0300_1a03.present": "true",
+                                                                      "feature.node.kubernetes.io/pci-0200_8086.present": "true"},
+                 "GPU operator, GPU absent": {"nvidia.com/gpu.present": "false"}}
+    for what, labels in cpu_nodes.items():
+        check(not selects(spec, labels), f"[label-sets] does not schedule on a {what}")
+
+
+def test_security_modes():
+    objs = case("spc-t", ["securityMode=spcT"])
+    spec, cfg, cm, agent, tols, hook = common_checks(objs, "spc-t")
+    init = container(spec, "install-host-files", init=True)
+    sc = init["securityContext"]
+    check(not sc.get("privileged") and sc.get("seLinuxOptions") == {"type": "spc_t"} and sc.get("allowPrivilegeEscalation") is False,
+          f"[spc-t] installer unprivileged, SELinux spc_t: {sc}")
+    check(sc.get("capabilities") == {"drop": ["ALL"], "add": ["SYS_ADMIN", "SYS_CHROOT"]},
+          f"[spc-t] installer gets only SYS_ADMIN and SYS_CHROOT (chroot, CRIU's probe): {sc.get('capabilities')}")
+    objs = case("spc-t-no-verify", ["securityMode=spcT", "installer.verify=false", "criuConfig.enabled=false"])
+    spec, *_ = common_checks(objs, "spc-t-no-verify")
+    init = container(spec, "install-host-files", init=True)
+    sc = init["securityContext"]
+    check(sc.get("capabilities") == {"drop": ["ALL"]}, f"[spc-t-no-verify] no capability without verification: {sc}")
+    check("/host" not in host_mounts(spec, init) and "/host/etc/criu" not in host_mounts(spec, init),
+          f"[spc-t-no-verify] no host root and no CRIU config dir mounted: {host_mounts(spec, init)}")
+    env = {e["name"]: e.get("value") for e in init["env"]}
+    check(env.get("GPUCKPT_VERIFY") == "false" and "GPUCKPT_CRIU_CONFIG_DIR" not in env and
+          "criu-runtime.conf" not in cm_data(objs), f"[spc-t-no-verify] installer told not to verify, no CRIU config: {env}")
+    objs = case("criu-options", ["criuConfig.timeoutSeconds=300", "json:criuConfig.extraOptions=[\"tcp-established\"]",
+                                 "installer.otherGpuPlugins=refuse", "installer.criuPath=/usr/local/sbin/criu"])
+    spec = pod_spec(objs)
+    conf = cm_data(objs)["criu-runtime.conf"]
+    check("\ntimeout 300\n" in conf and "\ntcp-established" in conf, f"[criu-options] timeout and extra options rendered: {conf!r}")
+    env = {e["name"]: e.get("value") for e in container(spec, "install-host-files", init=True)["env"]}
+    check(env.get("GPUCKPT_OTHER_GPU_PLUGINS") == "refuse" and env.get("GPUCKPT_CRIU") == "/usr/local/sbin/criu",
+          f"[criu-options] conflict policy and CRIU path passed on: {env}")
+
+
 def test_bad_combinations():
     for name, sets, text in BAD:
         args = ["template", "t", CHART, "--namespace", NS]
@@ -531,6 +613,7 @@ def main():
     for t in [test_defaults, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_priority_quota, test_monitoring,
               test_existing_secret, test_full_config_shape, test_custom_paths, test_containerd_runtime, test_installer_off,
               test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
+              test_gpu_node_label_sets, test_security_modes,
               test_bad_combinations, test_token_kept_on_upgrade_template, test_docs_name_real_values]:
         t()
     if dump:

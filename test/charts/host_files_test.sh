@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2016,SC2034 # checks are eval'ed strings that use these variables
 # charts/gpuckpt/files/host-files.sh against a fake host tree: install puts the hook binary, hooks.d JSON and
-# CRIU plugin in place (binary before JSON), remove takes them away only for the pod that installed them,
-# render-config fills in the node, bad input fails with a message naming it.
+# CRIU plugin in place (binary before JSON), moves CRIU's own GPU plugins aside (or refuses), ships the runtimes'
+# CRIU config without touching one that is not gpuckpt's; remove takes them away only for the pod that installed
+# them and puts the other plugins back; render-config fills in the node; bad input fails with a message naming it.
+# Verification on the host (the host's CRIU loads the plugin, the hook runs) needs a real root: installer_e2e_test.sh.
 set -euo pipefail
 SRC=${GPUCKPT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 SCRIPT="$SRC/charts/gpuckpt/files/host-files.sh"
@@ -22,14 +24,16 @@ for stage in createRuntime precreate poststop; do
   printf '{"version":"1.0.0","hook":{"path":"/opt/gpuckpt/bin/gpuckpt-oci-hook"},"when":{"always":true},"stages":["%s"]}\n' "$stage" > "$tmp/image/chart/$f"
 done
 printf 'not a hook entry\n' > "$tmp/image/chart/host-files.sh"
-mkdir -p "$tmp/host/usr/share/containers/oci/hooks.d" "$tmp/host/usr/lib/criu"
+mkdir -p "$tmp/host/usr/share/containers/oci/hooks.d" "$tmp/host/usr/lib/criu" "$tmp/host/etc/criu"
+printf '# gpuckpt: managed file\ntimeout 60\n' > "$tmp/image/chart/criu-runtime.conf"
 
 run() { # OWNER ACTION [extra env...]
   local owner=$1 action=$2; shift 2
   env -i PATH="$PATH" GPUCKPT_HOST_MOUNT="$tmp/host" GPUCKPT_HOOKS_DIR=/usr/share/containers/oci/hooks.d \
     GPUCKPT_CRIU_PLUGIN_DIR=/usr/lib/criu GPUCKPT_INSTALL_DIR=/opt/gpuckpt GPUCKPT_HOOK_JSON_DIR="$tmp/image/chart" \
-    GPUCKPT_SRC_HOOK="$tmp/image/hook" GPUCKPT_SRC_PLUGIN="$tmp/image/plugin.so" GPUCKPT_OWNER="$owner" "$@" \
-    sh "$SCRIPT" "$action"
+    GPUCKPT_SRC_HOOK="$tmp/image/hook" GPUCKPT_SRC_PLUGIN="$tmp/image/plugin.so" GPUCKPT_OWNER="$owner" \
+    GPUCKPT_VERIFY=false GPUCKPT_CRIU_CONFIG_DIR=/etc/criu GPUCKPT_CRIU_CONFIG_SRC="$tmp/image/chart/criu-runtime.conf" \
+    "$@" sh "$SCRIPT" "$action"
 }
 H="$tmp/host"
 HOOKS_D="$H/usr/share/containers/oci/hooks.d"
@@ -43,8 +47,11 @@ expect '[ "$(ls "$HOOKS_D")" = "$(printf "gpuckpt-hook-poststop.json\ngpuckpt-ho
 expect 'cmp -s "$PLUGIN" "$tmp/image/plugin.so"' "CRIU plugin installed"
 expect '[ "$(stat -c %a "$PLUGIN")" = 644 ] && [ "$(stat -c %a "$JSON")" = 644 ] && [ "$(stat -c %a "$HOOK")" = 755 ]' "file modes 755/644/644"
 expect '[ "$(cat "$H/opt/gpuckpt/.installed-by")" = pod-a ]' "owner mark is the installing pod"
-expect '[ -z "$(find "$H" -name "*gpuckpt-tmp*")" ]' "no temporary files left"
-expect 'grep "host-files: installed" "$tmp/log" | head -1 | grep -q gpuckpt-oci-hook && grep "host-files: installed" "$tmp/log" | tail -3 | grep -c "hooks.d/gpuckpt-hook" | grep -qx 3' \
+expect '[ -z "$(find "$H" -name "*gpuckpt-new*" -o -name ".probe")" ]' "no staged files left"
+expect 'cmp -s "$H/etc/criu/runc.conf" "$tmp/image/chart/criu-runtime.conf" && cmp -s "$H/etc/criu/crun.conf" "$tmp/image/chart/criu-runtime.conf"' \
+  "the runtimes' CRIU config shipped as runc.conf and crun.conf"
+expect 'grep -q "installer.verify=false" "$tmp/log"' "an unverified install says so"
+expect 'awk "/installed .*bin\/gpuckpt-oci-hook/ {b = NR} /installed .*hooks.d\/gpuckpt-hook/ {if (!b) early = 1; n++} END {exit !(b && !early && n == 3)}" "$tmp/log"' \
   "binary installed before the hooks.d JSON (runtimes reject an entry whose binary is missing)"
 
 # upgrade: a newer pod reinstalls over a running hook (rename keeps the old inode intact for running hooks)
@@ -66,6 +73,32 @@ run pod-b remove 2>/dev/null
 expect '[ -z "$(ls "$HOOKS_D")" ] && [ ! -e "$HOOK" ] && [ ! -e "$PLUGIN" ] && [ ! -e "$H/opt/gpuckpt/.installed-by" ]' "owner's preStop removes all host files"
 expect '[ -d "$H/usr/share/containers/oci/hooks.d" ] && [ -d "$H/usr/lib/criu" ]' "shared host directories stay"
 if run pod-b remove 2>/dev/null; then ok; else bad "remove is idempotent"; fi
+
+# CRIU's own GPU plugins: moved aside while gpuckpt's is installed (default), put back on removal; refuse: no change
+run pod-b remove 2>/dev/null
+printf 'cuda' > "$H/usr/lib/criu/cuda_plugin.so"; printf 'amd' > "$H/usr/lib/criu/amdgpu_plugin.so"
+printf 'other' > "$H/usr/lib/criu/inotify_plugin.so"
+printf 'timeout 5\n' > "$H/etc/criu/runc.conf"   # the operator's own
+run pod-d install 2> "$tmp/log"
+expect '[ ! -e "$H/usr/lib/criu/cuda_plugin.so" ] && [ "$(cat "$H/usr/lib/criu/cuda_plugin.so.disabled-by-gpuckpt")" = cuda ] && [ ! -e "$H/usr/lib/criu/amdgpu_plugin.so" ]' \
+  "cuda_plugin.so and amdgpu_plugin.so moved aside under names CRIU does not load"
+expect '[ -f "$H/usr/lib/criu/inotify_plugin.so" ] && [ -f "$PLUGIN" ]' "other plugins untouched, gpuckpt's installed"
+expect 'grep -q "moved CRIU.s cuda_plugin.so aside" "$tmp/log"' "it says what it moved"
+expect '[ "$(cat "$H/etc/criu/runc.conf")" = "timeout 5" ] && grep -q "runc.conf exists and is not gpuckpt" "$tmp/log"' \
+  "a runc.conf that is not gpuckpt's is left alone, with a warning"
+run pod-d install 2>/dev/null
+expect '[ "$(cat "$H/usr/lib/criu/cuda_plugin.so.disabled-by-gpuckpt")" = cuda ]' "reinstall keeps the moved plugins"
+run pod-d remove 2>/dev/null
+expect '[ "$(cat "$H/usr/lib/criu/cuda_plugin.so")" = cuda ] && [ "$(cat "$H/usr/lib/criu/amdgpu_plugin.so")" = amd ] && [ -z "$(ls "$H/usr/lib/criu" | grep disabled)" ]' \
+  "removal puts CRIU's plugins back"
+expect '[ "$(cat "$H/etc/criu/runc.conf")" = "timeout 5" ] && [ ! -e "$H/etc/criu/crun.conf" ]' "removal takes gpuckpt's CRIU config only"
+expect '[ -f "$H/usr/lib/criu/inotify_plugin.so" ] && [ ! -e "$PLUGIN" ]' "removal removes only gpuckpt's plugin"
+if run pod-e install GPUCKPT_OTHER_GPU_PLUGINS=refuse 2> "$tmp/log"; then bad "refuse must fail the install"; else ok; fi
+expect 'grep -q "cuda_plugin.so (CRIU.s own GPU plugin) is installed" "$tmp/log" && grep -q "Nothing on the node was changed" "$tmp/log"' \
+  "refuse names the plugin and the fix"
+expect '[ ! -e "$PLUGIN" ] && [ ! -e "$HOOK" ] && [ ! -e "$JSON" ] && [ -f "$H/usr/lib/criu/cuda_plugin.so" ] && [ -z "$(find "$H" -name "*gpuckpt-new*")" ]' \
+  "refuse leaves the node as it was"
+rm -f "$H/usr/lib/criu/"*_plugin.so "$H/etc/criu/runc.conf"
 
 # failures name what is wrong
 if run pod-c install GPUCKPT_SRC_PLUGIN="$tmp/image/missing.so" 2> "$tmp/log"; then bad "missing plugin must fail"; else ok; fi

@@ -1,23 +1,33 @@
 #!/bin/sh
 # Puts gpuckpt's node-side files onto the host and takes them away again. Runs in the agent image (POSIX sh).
 #
-#   host-files.sh install        copy the OCI hook binary, its hooks.d entries and the CRIU plugin onto the host
+#   host-files.sh install        verify the OCI hook and the CRIU plugin on the host, then put them, their hooks.d
+#                                entries and the runtimes' CRIU config in place
 #   host-files.sh remove         remove them, if this pod is the one that installed them
 #   host-files.sh hold           wait for SIGTERM (the sidecar whose preStop hook runs `remove`)
 #   host-files.sh render-config  write the agent config with this pod's node name and IP filled in
 #
-# Environment (set by the chart; host paths as the container sees them, i.e. under GPUCKPT_HOST_MOUNT):
-#   GPUCKPT_HOST_MOUNT      where the host's writable dirs are mounted (/host)
+# Environment (set by the chart; host paths as the host sees them, reached under GPUCKPT_HOST_MOUNT):
+#   GPUCKPT_HOST_MOUNT      where host paths are mounted (/host; for `install` the host's root, so that
+#                           `chroot $GPUCKPT_HOST_MOUNT` runs the host's own CRIU and loader)
 #   GPUCKPT_HOOKS_DIR       hooks.d on the host            GPUCKPT_CRIU_PLUGIN_DIR  CRIU plugin dir on the host
 #   GPUCKPT_INSTALL_DIR     hook binary dir on the host    GPUCKPT_HOOK_JSON_DIR    holds the gpuckpt-hook*.json
 #   GPUCKPT_SRC_HOOK        hook binary in the image       GPUCKPT_SRC_PLUGIN       CRIU plugin in the image
 #   GPUCKPT_OWNER           this pod's UID: the owner mark that makes `remove` safe during rolling updates
+#   GPUCKPT_VERIFY          true (default): before anything is placed, run the hook and load the plugin into the
+#                           host's CRIU on the host; false: place them unverified
+#   GPUCKPT_CRIU            the host's CRIU (default: `criu` on the host's PATH)
+#   GPUCKPT_OTHER_GPU_PLUGINS  disable (default): move CRIU's own GPU plugins (cuda_plugin.so, amdgpu_plugin.so)
+#                           aside while gpuckpt's is installed, put them back on removal; refuse: install nothing
+#   GPUCKPT_CRIU_CONFIG_DIR    the runtimes' CRIU config dir on the host (/etc/criu); empty: ship no config
+#   GPUCKPT_CRIU_CONFIG_SRC    the config to ship      GPUCKPT_CRIU_CONFIG_NAMES  its names there (runc.conf crun.conf)
 #   GPUCKPT_CONFIG_IN/OUT   config template and output     NODE_NAME, NODE_IP       downward API
 #
-# Order matters: the runtime rejects (CRI-O, podman: stat at load time) a hooks.d entry whose binary is missing,
-# so the binary goes in before the JSON and the JSON goes out before the binary. Every file is written to a
-# temporary name beside its target and renamed into place, so the runtime never sees a half-written file and a
-# running hook keeps its old binary.
+# Nothing is placed before everything is verified, and every file is written under a temporary name in its target
+# directory (one CRIU does not load: it loads only *.so) and renamed into place: the runtime and CRIU never see a
+# half-written or unverified file, a running hook keeps its old binary, and a failed install leaves the node as it
+# was. The binary goes in before the JSON (CRI-O and podman reject an entry whose binary is missing) and the JSON
+# goes out before the binary. Only files this script names are ever removed.
 set -eu
 
 log() { printf 'gpuckpt host-files: %s\n' "$*" >&2; }
@@ -28,30 +38,163 @@ host_path() { printf '%s%s' "${GPUCKPT_HOST_MOUNT:-}" "$1"; }
 
 plugin_name=gpuckpt_plugin.so
 hook_name=gpuckpt-oci-hook
+new_suffix=.gpuckpt-new                  # staged files: not *.so, so CRIU never loads one
+disabled_suffix=.disabled-by-gpuckpt     # another GPU plugin moved aside (not *.so either)
+other_gpu_plugins="cuda_plugin.so amdgpu_plugin.so"
+config_marker="# gpuckpt: managed file"  # first line of every CRIU config gpuckpt ships; others are not touched
 
-# put SRC DEST MODE: atomic copy (temp file in DEST's directory, then rename).
-put() {
+owner_file() { printf '%s/.installed-by' "$(host_path "$GPUCKPT_INSTALL_DIR")"; }
+disabled_list() { printf '%s/.disabled-gpu-plugins' "$(host_path "$GPUCKPT_INSTALL_DIR")"; }
+probe_dir() { printf '%s/.probe' "$GPUCKPT_INSTALL_DIR"; }   # host path
+
+# stage SRC DEST MODE: copy SRC beside DEST under the staged name; prints the staged path.
+stage() {
   src=$1 dest=$2 mode=$3
   [ -f "$src" ] || die "$src is missing in the image: the installer copies it onto the host (see installer.source in values.yaml)"
   dir=$(dirname "$dest")
-  mkdir -p "$dir" || die "cannot create $dir on the host: is the host path writable (read-only /usr? see docs/troubleshooting.md)"
-  tmp="$dir/.$(basename "$dest").gpuckpt-tmp.$$"
-  cp "$src" "$tmp" || { rm -f "$tmp"; die "cannot write $tmp on the host"; }
-  chmod "$mode" "$tmp"
-  mv -f "$tmp" "$dest" || { rm -f "$tmp"; die "cannot rename $tmp to $dest"; }
-  log "installed $dest"
+  mkdir -p "$dir" || die "cannot create $dir on the host: is the host path writable (read-only /usr? SELinux? see docs/troubleshooting.md)"
+  staged="$dir/.$(basename "$dest")$new_suffix"
+  cp "$src" "$staged" || { rm -f "$staged"; die "cannot write $staged on the host (SELinux denies container writes to host dirs unless installer runs privileged or as spc_t: see securityMode in values.yaml)"; }
+  chmod "$mode" "$staged"
+  printf '%s' "$staged"
 }
 
-owner_file() { printf '%s/.installed-by' "$(host_path "$GPUCKPT_INSTALL_DIR")"; }
+# commit STAGED DEST: rename into place.
+commit() {
+  mv -f "$1" "$2" || { rm -f "$1"; die "cannot rename $1 to $2"; }
+  log "installed $2"
+}
+
+# put SRC DEST MODE: stage + commit (files that need no verification).
+put() { s=$(stage "$1" "$2" "$3") && commit "$s" "$2"; }
+
+discard_staged() {
+  rm -f "$(host_path "$GPUCKPT_INSTALL_DIR")/bin/.$hook_name$new_suffix" \
+        "$(host_path "$GPUCKPT_CRIU_PLUGIN_DIR")/.$plugin_name$new_suffix"
+  rm -rf "$(host_path "$(probe_dir)")"
+}
+
+fail_install() { discard_staged; die "$* Nothing on the node was changed."; }
+
+on_host() { chroot "$GPUCKPT_HOST_MOUNT" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+
+# The staged hook runs on the host (the host's loader and glibc) and passes a plain container's config through.
+verify_hook() {
+  config='{"ociVersion":"1.0.2","annotations":{"io.gpuckpt.install-check":"1"}}'
+  probe=$(probe_dir)
+  mkdir -p "$(host_path "$probe")"
+  if ! out=$(printf '%s' "$config" | on_host "$GPUCKPT_INSTALL_DIR/bin/.$hook_name$new_suffix" --state-dir "$probe" precreate 2>&1); then
+    fail_install "the OCI hook does not run on this node: $out."
+  fi
+  [ "$out" = "$config" ] || fail_install "the OCI hook ran on this node but changed a plain container's config (got: $out)."
+  log "verified: the OCI hook runs on this node"
+}
+
+# The host's CRIU loads the staged plugin: a dump of a PID that cannot exist loads every plugin in --libdir (and
+# calls its init) before it looks for the process, so it fails after the plugin answered, touching nothing.
+verify_plugin() {
+  criu=${GPUCKPT_CRIU:-}
+  [ -n "$criu" ] || criu=$(on_host sh -c 'command -v criu' 2>/dev/null || true)
+  if [ -z "$criu" ]; then
+    log "WARNING: no criu on this node's PATH (set installer.criuPath if it lives elsewhere): the plugin is installed" \
+        "unverified; checkpoints need CRIU >= 4.0 here (gpuckpt doctor checks it)"
+    return 0
+  fi
+  probe=$(probe_dir)
+  mkdir -p "$(host_path "$probe")/lib" "$(host_path "$probe")/img"
+  cp "$GPUCKPT_SRC_PLUGIN" "$(host_path "$probe")/lib/$plugin_name"
+  pid_max=$(cat "$(host_path /proc/sys/kernel/pid_max)" 2>/dev/null || echo 4194304)
+  on_host "$criu" dump -t "$pid_max" -D "$probe/img" --libdir "$probe/lib" -v4 -o probe.log >/dev/null 2>&1 || true
+  probe_log=$(host_path "$probe")/img/probe.log
+  if [ ! -f "$probe_log" ]; then
+    fail_install "the host's CRIU ($criu) did not run: $(on_host "$criu" --version 2>&1 | head -3 | tr '\n' ' ')."
+  fi
+  if ! grep -q 'gpuckpt: plugin loaded for dump' "$probe_log"; then
+    # The probe's own expected failures (no such process) are not the reason.
+    why=$(grep -E 'Error|plugin|gpuckpt' "$probe_log" | grep -vE 'RLIMIT|infect\.c|Dumping FAILED|No such process' | tail -5 | tr '\n' ' ')
+    fail_install "the host's CRIU ($criu, $(on_host "$criu" --version 2>/dev/null | sed -n 's/^Version: *//p')) does not load gpuckpt_plugin.so: $why(gpuckpt needs CRIU >= 4.0; a file that does not load at all is a broken image: docs/troubleshooting.md)."
+  fi
+  log "verified: $criu $(on_host "$criu" --version 2>/dev/null | sed -n 's/^Version: *//p') loads $plugin_name"
+}
+
+# CRIU loads every *.so in its directory and asks them in turn: two GPU plugins would both act on one process.
+resolve_other_gpu_plugins() {
+  dir=$(host_path "$GPUCKPT_CRIU_PLUGIN_DIR")
+  for other in $other_gpu_plugins; do
+    [ -e "$dir/$other" ] || continue
+    case "${GPUCKPT_OTHER_GPU_PLUGINS:-disable}" in
+      refuse) fail_install "$GPUCKPT_CRIU_PLUGIN_DIR/$other (CRIU's own GPU plugin) is installed and CRIU would load it next to gpuckpt's, both acting on the same processes. Remove it (e.g. the distribution's criu-cuda-plugin/criu-amdgpu-plugin package), or set installer.otherGpuPlugins=disable to let gpuckpt move it aside while it is installed." ;;
+      disable)
+        mv -f "$dir/$other" "$dir/$other$disabled_suffix" || fail_install "cannot move $GPUCKPT_CRIU_PLUGIN_DIR/$other aside."
+        grep -qx "$other" "$(disabled_list)" 2>/dev/null || printf '%s\n' "$other" >> "$(disabled_list)"
+        log "moved CRIU's $other aside to $other$disabled_suffix while gpuckpt's plugin is installed (put back on removal)" ;;
+      *) fail_install "GPUCKPT_OTHER_GPU_PLUGINS=${GPUCKPT_OTHER_GPU_PLUGINS} (installer.otherGpuPlugins) must be disable or refuse." ;;
+    esac
+  done
+}
+
+restore_other_gpu_plugins() {
+  dir=$(host_path "$GPUCKPT_CRIU_PLUGIN_DIR")
+  [ -f "$(disabled_list)" ] || return 0
+  while read -r other; do
+    case " $other_gpu_plugins " in *" $other "*) ;; *) continue ;; esac   # only names this script moves
+    if [ -e "$dir/$other$disabled_suffix" ] && [ ! -e "$dir/$other" ]; then
+      mv -f "$dir/$other$disabled_suffix" "$dir/$other" && log "put CRIU's $other back"
+    fi
+  done < "$(disabled_list)"
+  rm -f "$(disabled_list)"
+}
+
+ours() { head -1 "$1" 2>/dev/null | grep -qxF "$config_marker"; }
+
+install_criu_configs() {
+  [ -n "${GPUCKPT_CRIU_CONFIG_DIR:-}" ] || return 0
+  need GPUCKPT_CRIU_CONFIG_SRC
+  head -1 "$GPUCKPT_CRIU_CONFIG_SRC" | grep -qxF "$config_marker" || die "$GPUCKPT_CRIU_CONFIG_SRC does not start with '$config_marker'"
+  for name in ${GPUCKPT_CRIU_CONFIG_NAMES:-runc.conf crun.conf}; do
+    dest="$(host_path "$GPUCKPT_CRIU_CONFIG_DIR")/$name"
+    if [ -e "$dest" ] && ! ours "$dest"; then
+      log "WARNING: $GPUCKPT_CRIU_CONFIG_DIR/$name exists and is not gpuckpt's: left as it is. Add gpuckpt's options to it yourself (docs/deploy.md#criu-configuration), or remove it to let gpuckpt manage it."
+      continue
+    fi
+    put "$GPUCKPT_CRIU_CONFIG_SRC" "$dest" 0644
+  done
+}
+
+remove_criu_configs() {
+  [ -n "${GPUCKPT_CRIU_CONFIG_DIR:-}" ] || return 0
+  for name in ${GPUCKPT_CRIU_CONFIG_NAMES:-runc.conf crun.conf}; do
+    dest="$(host_path "$GPUCKPT_CRIU_CONFIG_DIR")/$name"
+    if ours "$dest"; then rm -f "$dest"; fi
+  done
+}
 
 cmd_install() {
   for v in GPUCKPT_HOOKS_DIR GPUCKPT_CRIU_PLUGIN_DIR GPUCKPT_INSTALL_DIR GPUCKPT_HOOK_JSON_DIR GPUCKPT_SRC_HOOK \
            GPUCKPT_SRC_PLUGIN GPUCKPT_OWNER; do need "$v"; done
   set -- "$GPUCKPT_HOOK_JSON_DIR"/gpuckpt-hook*.json
   [ -f "$1" ] || die "no gpuckpt-hook*.json in $GPUCKPT_HOOK_JSON_DIR (they come from the chart's ConfigMap)"
-  put "$GPUCKPT_SRC_HOOK" "$(host_path "$GPUCKPT_INSTALL_DIR")/bin/$hook_name" 0755
-  put "$GPUCKPT_SRC_PLUGIN" "$(host_path "$GPUCKPT_CRIU_PLUGIN_DIR")/$plugin_name" 0644
+  hook_dest="$(host_path "$GPUCKPT_INSTALL_DIR")/bin/$hook_name"
+  plugin_dest="$(host_path "$GPUCKPT_CRIU_PLUGIN_DIR")/$plugin_name"
+  # 1. stage (nothing the runtime or CRIU reads changes)
+  staged_hook=$(stage "$GPUCKPT_SRC_HOOK" "$hook_dest" 0755)
+  staged_plugin=$(stage "$GPUCKPT_SRC_PLUGIN" "$plugin_dest" 0644)
+  # 2. verify on the host
+  case "${GPUCKPT_VERIFY:-true}" in
+    true)
+      [ -x "$GPUCKPT_HOST_MOUNT/bin/sh" ] || fail_install "GPUCKPT_VERIFY=true needs the host's root at GPUCKPT_HOST_MOUNT=$GPUCKPT_HOST_MOUNT (no bin/sh there)."
+      verify_hook
+      verify_plugin ;;
+    false) log "WARNING: installer.verify=false: the hook and the plugin are placed without running them on this node" ;;
+    *) fail_install "GPUCKPT_VERIFY=${GPUCKPT_VERIFY} (installer.verify) must be true or false." ;;
+  esac
+  # 3. other GPU plugins, then place: binary, plugin, hooks.d entries, CRIU config, owner mark
+  resolve_other_gpu_plugins
+  rm -rf "$(host_path "$(probe_dir)")"
+  commit "$staged_hook" "$hook_dest"
+  commit "$staged_plugin" "$plugin_dest"
   for entry in "$@"; do put "$entry" "$(host_path "$GPUCKPT_HOOKS_DIR")/$(basename "$entry")" 0644; done
+  install_criu_configs
   tmp="$(owner_file).tmp.$$"
   printf '%s\n' "$GPUCKPT_OWNER" > "$tmp" && mv -f "$tmp" "$(owner_file)"
   log "owner mark $GPUCKPT_OWNER written to $(owner_file)"
@@ -64,12 +207,16 @@ cmd_remove() {
     log "host files belong to pod $owner (a newer pod installed them): leaving them in place"
     return 0
   fi
-  rm -f "$(host_path "$GPUCKPT_HOOKS_DIR")"/gpuckpt-hook*.json
+  rm -f "$(host_path "$GPUCKPT_HOOKS_DIR")"/gpuckpt-hook.json "$(host_path "$GPUCKPT_HOOKS_DIR")"/gpuckpt-hook-precreate.json \
+        "$(host_path "$GPUCKPT_HOOKS_DIR")"/gpuckpt-hook-poststop.json
   rm -f "$(host_path "$GPUCKPT_INSTALL_DIR")/bin/$hook_name"
   rm -f "$(host_path "$GPUCKPT_CRIU_PLUGIN_DIR")/$plugin_name"
+  discard_staged
+  restore_other_gpu_plugins
+  remove_criu_configs
   rm -f "$(owner_file)"
   rmdir "$(host_path "$GPUCKPT_INSTALL_DIR")/bin" 2>/dev/null || true
-  log "removed the OCI hook, its hooks.d entries and the CRIU plugin from the host"
+  log "removed the OCI hook, its hooks.d entries, the CRIU plugin and gpuckpt's CRIU config from the host"
 }
 
 cmd_hold() {
