@@ -181,6 +181,9 @@ criu_log() { # NAME: CRIU's errors from the runtime's last checkpoint/restore of
   done
   return 0
 }
+# Entries of ARCHIVE matching PATTERN, counted. (Not `tar -tf | grep -q` under pipefail: grep -q quits at the
+# first match and tar, still listing a GiB archive, dies of SIGPIPE, failing the pipeline.)
+entries() { tar -tf "$1" 2>/dev/null | grep -c -- "$2"; }
 show() { for f in "$@"; do [ -f "$f" ] && { echo "--- $f"; tail -n 25 "$f"; }; done; }
 wait_gone() { for _ in $(seq 100); do pm container exists "$1" || return 0; sleep 0.1; done; return 1; }
 
@@ -199,7 +202,7 @@ case_cpu_only() {
   sleep 1
   after=$(pm exec "$name" cat /tmp/count)
   [ -n "$after" ] && [ "$after" -gt "${before:-0}" ] || { record cpu_only FAIL "counter did not continue (${before:-?} -> ${after:-?})"; return; }
-  if tar -tf "$a" | grep -q 'checkpoint/gpuckpt'; then record cpu_only FAIL "gpuckpt wrote GPU files for a CPU-only container"; return; fi
+  if [ "$(entries "$a" 'checkpoint/gpuckpt')" -gt 0 ]; then record cpu_only FAIL "gpuckpt wrote GPU files for a CPU-only container"; return; fi
   record cpu_only PASS "CRIU loaded gpuckpt from $PLUGIN_DIR; a CPU-only container checkpointed and restored by podman, counter ${before:-?} -> $after, no GPU files"
 }
 
@@ -243,8 +246,8 @@ sys.exit(0 if c and c[0]["used_gpu_ids"] else 1)' "$WORK/containers.json" "$id" 
   [ -f "$archive" ] || { record agent FAIL "no archive in $WORK/ck"; return; }
   "$CLI" inspect "$archive" > "$WORK/agent.inspect" 2>&1
   grep -qi "H100\|H200\|NVIDIA" "$WORK/agent.inspect" || { show "$WORK/agent.inspect"; record agent FAIL "inspect shows no GPU record"; return; }
-  tar -xOf "$archive" spec.dump | grep -q '"io.gpuckpt.' || { record agent FAIL "no io.gpuckpt.* annotations in spec.dump"; return; }
-  tar -tf "$archive" | grep -q 'checkpoint/gpuckpt-cuda-' || { record agent FAIL "no CUDA process record among CRIU's images"; return; }
+  [ "$(tar -xOf "$archive" spec.dump | grep -c '"io.gpuckpt.')" -gt 0 ] || { record agent FAIL "no io.gpuckpt.* annotations in spec.dump"; return; }
+  [ "$(entries "$archive" 'checkpoint/gpuckpt-cuda-')" -gt 0 ] || { record agent FAIL "no CUDA process record among CRIU's images"; return; }
   pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
   sleep 1; [ "$(last_iter "$out")" = "$at" ] || { record agent FAIL "the workload ran on after the checkpoint ($at -> $(last_iter "$out"))"; return; }
   timed trs gk restore "$archive" > "$WORK/agent.rst.log" 2>&1 || { show "$WORK/agent.rst.log" "$WORK/agent.log"; record agent FAIL "gpuckpt restore"; return; }
@@ -262,7 +265,7 @@ case_transparent() {
   wait_ctr "$name" "$out" 30 120 || { pm logs "$name" | tail; record transparent FAIL "workload did not start"; return; }
   timed tck pm container checkpoint --export "$a" "$name" > "$WORK/plain.ckpt.log" 2>&1 || { show "$WORK/plain.ckpt.log"; criu_log "$name"; record transparent FAIL "podman container checkpoint"; return; }
   at=$(last_iter "$out")
-  tar -tf "$a" | grep -q 'checkpoint/gpuckpt-cuda-' || { record transparent FAIL "CRIU did not use gpuckpt from $PLUGIN_DIR"; return; }
+  [ "$(entries "$a" 'checkpoint/gpuckpt-cuda-')" -gt 0 ] || { record transparent FAIL "CRIU did not use gpuckpt from $PLUGIN_DIR"; return; }
   pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
   timed trs pm container restore --import "$a" > "$WORK/plain.rst.log" 2>&1 || { show "$WORK/plain.rst.log"; record transparent FAIL "podman container restore"; return; }
   wait_ctr "$name" "$out" $((at + 30)) 120 || { record transparent FAIL "no progress after restore"; return; }
@@ -307,7 +310,7 @@ case_two_procs() {
   wait_ctr "$name" "$out" 20 120 && wait_ctr "$name" "$out.child" 20 60 || { record two_procs FAIL "workload did not start"; return; }
   pm container checkpoint --export "$a" "$name" > "$WORK/two.ckpt.log" 2>&1 || { show "$WORK/two.ckpt.log"; criu_log "$name"; record two_procs FAIL "checkpoint"; return; }
   at=$(last_iter "$out"); atc=$(last_iter "$out.child")
-  [ "$(tar -tf "$a" | grep -c 'checkpoint/gpuckpt-cuda-')" -ge 2 ] || { record two_procs FAIL "not both CUDA processes recorded"; return; }
+  [ "$(entries "$a" 'checkpoint/gpuckpt-cuda-')" -ge 2 ] || { record two_procs FAIL "not both CUDA processes recorded"; return; }
   pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
   pm container restore --import "$a" > "$WORK/two.rst.log" 2>&1 || { show "$WORK/two.rst.log"; record two_procs FAIL "restore"; return; }
   wait_ctr "$name" "$out" $((at + 20)) 120 && wait_ctr "$name" "$out.child" $((atc + 20)) 60 || { record two_procs FAIL "no progress after restore"; return; }
@@ -340,7 +343,7 @@ case_kill_mid_dump() {
   # Kill CRIU (runc's child) once the GPU state is checkpointed, before CRIU has dumped the memory.
   for _ in $(seq 1500); do grep -q "gpuckpt: cuda: checkpointed pid" "$log" 2>/dev/null && { found=1; break; }; sleep 0.02; done
   [ "$found" = 1 ] || { wait "$ppid"; show "$WORK/kill.ckpt.log" "$log"; record kill_mid_dump FAIL "never saw the CUDA checkpoint in $log"; return; }
-  for p in $(pgrep -f 'usr/sbin/criu.*dump'); do
+  for p in $(pgrep -f 'usr/sbin/criu swrk'); do   # runc runs CRIU as `criu swrk` (RPC); its driver host is a fork
     case $(ps -o comm= -p "$(ps -o ppid= -p "$p" | tr -d ' ')") in runc*) cpid=$p ;; esac
   done
   [ -n "$cpid" ] || { wait "$ppid"; record kill_mid_dump FAIL "CRIU (a child of runc) not found"; return; }
@@ -371,11 +374,15 @@ case_wrong_gpu() {
   [ -n "$record_file" ] || { record wrong_gpu FAIL "no gpuckpt-gpus.json in the archive"; return; }
   "$CLI" gpus --host-root "$fixture" --json | python3 -c '
 import json, sys
-node = json.load(sys.stdin)
-rec = json.load(open(sys.argv[1]))
-rec["node"] = node["node"]
-rec["used_gpu_ids"] = [node["node"]["gpus"][0]["id"]]
-json.dump(rec, open(sys.argv[1], "w"))' "$dir/$record_file" || { record wrong_gpu FAIL "cannot rewrite the record"; return; }
+node = json.load(sys.stdin)["node"]
+first = node["gpus"][0]["id"]
+entry = json.load(open(sys.argv[1]))     # gpuckpt-gpus.json: {version, checkpoint_id, record: {node, used_gpu_ids}, devices}
+entry["record"]["node"] = node
+entry["record"]["used_gpu_ids"] = [first]
+for d in entry["devices"]:
+    if d.get("gpu_id"):
+        d["gpu_id"] = first
+json.dump(entry, open(sys.argv[1], "w"))' "$dir/$record_file" || { record wrong_gpu FAIL "cannot rewrite the record"; return; }
   a=$WORK/ck/wrong-gpu.tar.zst
   (cd "$dir" && tar -c . | zstd -q -o "$a") || { record wrong_gpu FAIL "cannot repack"; return; }
   local before; before=$(pgrep -fc 'usr/sbin/criu.*restore' || true)

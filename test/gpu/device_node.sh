@@ -44,7 +44,7 @@ done
 echo /usr/local/lib/gpuckpt > /etc/ld.so.conf.d/zz-gpuckpt.conf
 ldconfig
 install -m 755 "$CARRY/bin/gpuckpt" "$CARRY/bin/gpuckpt-agent" /usr/local/bin/
-GPUCKPT_HOST_MOUNT="" GPUCKPT_HOOKS_DIR=/etc/containers/oci/hooks.d GPUCKPT_CRIU_PLUGIN_DIR=/usr/lib/criu \
+GPUCKPT_HOST_MOUNT=/ GPUCKPT_HOOKS_DIR=/etc/containers/oci/hooks.d GPUCKPT_CRIU_PLUGIN_DIR=/usr/lib/criu \
 GPUCKPT_INSTALL_DIR=/usr/local GPUCKPT_HOOK_JSON_DIR="$SRC/oci-hook" GPUCKPT_SRC_HOOK="$CARRY/bin/gpuckpt-oci-hook" \
 GPUCKPT_SRC_PLUGIN="$CARRY/lib/gpuckpt_plugin.so" GPUCKPT_OWNER=device-node \
   sh "$SRC/charts/gpuckpt/files/host-files.sh" install
