@@ -76,7 +76,7 @@ discard_staged() {
 
 fail_install() { discard_staged; die "$* Nothing on the node was changed."; }
 
-on_host() { chroot "$GPUCKPT_HOST_MOUNT" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+on_host() { chroot "${GPUCKPT_HOST_MOUNT:-/}" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
 
 # The staged hook runs on the host (the host's loader and glibc) and passes a plain container's config through.
 verify_hook() {
