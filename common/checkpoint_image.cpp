@@ -156,6 +156,22 @@ std::string Sha256::hex() {
   return std::string(out, 64);
 }
 
+std::string_view oci_architecture() {
+#if defined(__x86_64__)
+  return "amd64";
+#elif defined(__aarch64__)
+  return "arm64";
+#elif defined(__powerpc64__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  return "ppc64le";
+#elif defined(__s390x__)
+  return "s390x";
+#elif defined(__riscv) && __riscv_xlen == 64
+  return "riscv64";
+#else
+#error "gpuckpt: add this architecture's OCI name to oci_architecture()"
+#endif
+}
+
 Result<CheckpointImage> write_checkpoint_image(const fs::path& archive, const fs::path& layout,
                                                const std::string& reference, const ArchiveLimits& limits) {
   auto info = inspect_checkpoint_archive(archive, limits);
@@ -187,7 +203,7 @@ Result<CheckpointImage> write_checkpoint_image(const fs::path& archive, const fs
   }
 
   const nlohmann::json config = {
-      {"architecture", "amd64"},
+      {"architecture", oci_architecture()},
       {"os", "linux"},
       {"created", info->created},
       {"config", nlohmann::json::object()},

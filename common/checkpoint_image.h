@@ -36,6 +36,11 @@ struct CheckpointImage {
   std::string manifest_digest;      // "sha256:..."
 };
 
+// The OCI name of the architecture this gpuckpt runs on ("amd64", "arm64", "ppc64le", "s390x", "riscv64"): the
+// architecture of every checkpoint it writes, since the agent checkpoints containers on its own node and a
+// checkpoint restores only on the architecture it was taken on.
+std::string_view oci_architecture();
+
 // Writes `layout` (must not exist; built under a temporary name and renamed when complete) holding `archive`
 // as an image tagged `reference` (e.g. "localhost/checkpoint-trainer:ck-2026..."). The archive is validated
 // first. podman can then `pull oci:LAYOUT`, skopeo can push it to a registry.

@@ -122,10 +122,16 @@ fetch_trixie() { # unpack trixie packages (and their library deps) into $PREFIX/
 }
 
 write_trixie_wrapper() { # $1 = wrapper path, $2 = unpacked trixie root, $3 = program inside it
+  local multiarch loader
+  multiarch=$(gcc -print-multiarch)
+  # the dynamic loader the program names (PT_INTERP), inside the unpacked root: any architecture
+  loader=$(readelf -l "$2/$3" | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
+  if [ -e "$2/usr$loader" ]; then loader=$2/usr$loader; else loader=$2$loader; fi   # .debs unpack merged /usr
+  [ -e "$loader" ] || die "no dynamic loader for $3 in $2 ($loader)"
   cat > "$1" <<WRAP
 #!/bin/sh
 # gpuckpt setup: trixie's $3 with trixie's own loader and libraries (this system's glibc is older)
-exec $2/usr/lib64/ld-linux-x86-64.so.2 --library-path $2/usr/lib/x86_64-linux-gnu:$2/lib/x86_64-linux-gnu $2/$3 "\$@"
+exec $loader --library-path $2/usr/lib/$multiarch:$2/lib/$multiarch $2/$3 "\$@"
 WRAP
   chmod 755 "$1"
 }

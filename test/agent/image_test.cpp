@@ -1,6 +1,9 @@
+#include <sys/utsname.h>
+
 #include <catch2/catch_test_macros.hpp>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -80,6 +83,14 @@ TEST_CASE("a checkpoint archive becomes an OCI image layout engines recognise as
   CHECK(manifest["layers"][0]["digest"] == "sha256:" + sha256(slurp(archive)));
   const auto config = json::parse(slurp(layout / "blobs" / "sha256" / manifest["config"]["digest"].get<std::string>().substr(7)));
   CHECK(config["rootfs"]["diff_ids"][0] == manifest["layers"][0]["digest"]);
+  // The architecture is this machine's, by its OCI name (uname -m says x86_64/aarch64, OCI amd64/arm64).
+  struct utsname machine {};
+  REQUIRE(::uname(&machine) == 0);
+  const std::map<std::string, std::string> oci_names = {{"x86_64", "amd64"}, {"aarch64", "arm64"},
+      {"ppc64le", "ppc64le"}, {"s390x", "s390x"}, {"riscv64", "riscv64"}};
+  REQUIRE(oci_names.count(machine.machine));
+  CHECK(config["architecture"] == oci_names.at(machine.machine));
+  CHECK(config["os"] == "linux");
   // Never over an existing image.
   auto again = write_checkpoint_image(archive, layout, "ck-1", ArchiveLimits{});
   REQUIRE_FALSE(again.ok());

@@ -588,7 +588,7 @@ def test_docs_name_real_values():
     for doc in ["docs/deploy.md", "docs/troubleshooting.md", "docs/kubernetes.md", "charts/gpuckpt/README.md", "manifests/README.md"]:
         text = open(os.path.join(SRC, doc)).read()
         for ref in sorted(set(pattern.findall(text))):
-            if ref.endswith((".yaml", ".json", ".md", ".dump", ".toml")) or ref in EXAMPLE_KEYS:
+            if ref.endswith((".yaml", ".json", ".md", ".dump", ".toml", ".sh")) or ref in EXAMPLE_KEYS:
                 continue   # a file name, or an agent config key (quoted from the agent's messages)
             node, ok = values, True
             parts = ref.split(".")
