@@ -77,7 +77,7 @@ run_case() { # NAME NPROC MIB METHOD DIR [CHILD_GPU] [CONTENT]
   wait $PID 2>/dev/null; for p in $(pids_of); do gone $p; done
   local size gpumem pages
   size=$(du -sm "$img" | cut -f1)
-  gpumem=$(du -cm "$img"/gpuckpt-gpumem-*.img 2>/dev/null | tail -1 | cut -f1)
+  gpumem=$(du -cm "$img"/gpuckpt-gpumem-*.img* 2>/dev/null | tail -1 | cut -f1)
   pages=$(du -cm "$img"/pages-*.img 2>/dev/null | tail -1 | cut -f1)
   drop_caches
   t3=$(now)

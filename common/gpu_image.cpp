@@ -79,6 +79,7 @@ std::uint32_t raw_size_of(const Region& r, std::uint64_t chunk, std::uint32_t ch
 void encode_entry(std::byte* p, const ChunkEntry& e) {
   put<std::uint32_t>(p, 0, e.region);
   put<std::uint8_t>(p, 4, static_cast<std::uint8_t>(e.encoding));
+  put<std::uint16_t>(p, 6, e.shard);
   put<std::uint64_t>(p, 8, e.chunk);
   put<std::uint32_t>(p, 16, e.raw_size);
   put<std::uint32_t>(p, 20, e.stored_size);
@@ -90,6 +91,7 @@ ChunkEntry decode_entry(const std::byte* p) {
   ChunkEntry e;
   e.region = get<std::uint32_t>(p, 0);
   e.encoding = static_cast<Encoding>(get<std::uint8_t>(p, 4));
+  e.shard = get<std::uint16_t>(p, 6);
   e.chunk = get<std::uint64_t>(p, 8);
   e.raw_size = get<std::uint32_t>(p, 16);
   e.stored_size = get<std::uint32_t>(p, 20);
@@ -227,6 +229,10 @@ bool all_zero(std::span<const std::byte> data) {
 std::uint64_t checksum(std::span<const std::byte> data) { return XXH3_64bits(data.data(), data.size()); }
 
 std::string file_name(int vpid) { return kFilePrefix + std::to_string(vpid) + kFileSuffix; }
+
+std::string shard_name(const std::string& main_name, std::uint32_t shard) {
+  return shard == 0 ? main_name : main_name + "." + std::to_string(shard);
+}
 
 int vpid_from_file_name(std::string_view name) {
   const std::string_view prefix(kFilePrefix), suffix(kFileSuffix);
@@ -373,12 +379,12 @@ Result<std::unique_ptr<ImageWriter>> ImageWriter::create(int dir_fd, const Image
     return make_error("GPU image chunk size " + std::to_string(header.chunk_size) + " is not a multiple of 4 KiB up to " +
                       std::to_string(kMaxChunkSize));
   if (regions.empty() || regions.size() > kMaxRegions) return make_error("a GPU image needs 1 to 4096 regions");
+  if (header.shards == 0 || header.shards > kMaxShards) return make_error("a GPU image needs 1 to 256 data files");
   std::unique_ptr<ImageWriter> w(new ImageWriter());
   w->dir_fd_ = dir_fd;
   w->header_ = header;
   w->regions_ = std::move(regions);
   w->name_ = file_name(header.vpid);
-  w->temp_name_ = "." + w->name_ + ".partial";
   std::size_t total = 0;
   for (const Region& r : w->regions_) {
     if (r.length == 0) return make_error("a GPU image region is empty");
@@ -393,9 +399,18 @@ Result<std::unique_ptr<ImageWriter>> ImageWriter::create(int dir_fd, const Image
     total = w->entries_.size();
   }
   w->present_.assign(w->entries_.size(), 0);
-  (void)::unlinkat(dir_fd, w->temp_name_.c_str(), 0);   // a leftover of a dump that died
-  w->fd_ = ::openat(dir_fd, w->temp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (w->fd_ < 0) return make_error("creating " + w->temp_name_ + " in the image directory: " + errno_text(errno), errno);
+  for (std::uint32_t k = 0; k < header.shards; ++k) {
+    auto shard = std::make_unique<Shard>();
+    shard->name = shard_name(w->name_, k);
+    shard->temp_name = "." + shard->name + ".partial";
+    shard->next_offset = k == 0 ? kFileHeaderSize : 0;
+    (void)::unlinkat(dir_fd, shard->temp_name.c_str(), 0);   // a leftover of a dump that died
+    shard->fd = ::openat(dir_fd, shard->temp_name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const int err = errno;
+    w->shards_.push_back(std::move(shard));
+    if (w->shards_.back()->fd < 0)
+      return make_error("creating " + w->shards_.back()->temp_name + " in the image directory: " + errno_text(err), err);
+  }
   std::byte h[kFileHeaderSize] = {};
   std::memcpy(h, kFileMagic, 8);
   put<std::uint32_t>(h, 8, header.version);
@@ -403,34 +418,40 @@ Result<std::unique_ptr<ImageWriter>> ImageWriter::create(int dir_fd, const Image
   put<std::uint32_t>(h, 16, header.chunk_size);
   put<std::int32_t>(h, 20, header.vpid);
   put<std::int32_t>(h, 24, header.dump_pid);
+  put<std::uint32_t>(h, 28, header.shards);
   put<std::uint64_t>(h, 56, XXH3_64bits(h, 56));
-  if (auto ok = write_all(w->fd_, h, sizeof h, 0, w->temp_name_); !ok) return ok.error();
+  if (auto ok = write_all(w->shards_[0]->fd, h, sizeof h, 0, w->shards_[0]->temp_name); !ok) return ok.error();
   return w;
 }
 
 ImageWriter::~ImageWriter() {
-  if (fd_ >= 0) ::close(fd_);
-  if (!finished_ && dir_fd_ >= 0) (void)::unlinkat(dir_fd_, temp_name_.c_str(), 0);
+  for (const auto& shard : shards_) {
+    if (shard->fd >= 0) ::close(shard->fd);
+    if (!finished_ && dir_fd_ >= 0) (void)::unlinkat(dir_fd_, shard->temp_name.c_str(), 0);
+  }
 }
 
 std::uint64_t ImageWriter::chunk_count(std::uint32_t region) const {
   return chunks_in(regions_.at(region), header_.chunk_size);
 }
 
-Result<void> ImageWriter::append(const ChunkCodec& codec, ChunkEntry entry) {
+Result<void> ImageWriter::append(const ChunkCodec& codec, ChunkEntry entry, unsigned worker) {
   if (entry.region >= regions_.size() || entry.chunk >= chunk_count(entry.region))
     return make_error("internal: chunk outside the image's regions", EINVAL);
   const std::size_t i = first_entry_[entry.region] + entry.chunk;
   if (entry.raw_size != entries_[i].raw_size) return make_error("internal: chunk of the wrong size", EINVAL);
   if (entry.encoding != Encoding::Zero) {
-    entry.offset = next_offset_.fetch_add(codec.record_size());
-    if (auto ok = codec.write_record(fd_, entry.offset, temp_name_); !ok) return ok;
+    entry.shard = static_cast<std::uint16_t>(worker % shards_.size());
+    Shard& shard = *shards_[entry.shard];
+    entry.offset = shard.next_offset.fetch_add(codec.record_size());
+    if (auto ok = codec.write_record(shard.fd, entry.offset, shard.temp_name); !ok) return ok;
     // Start the disk writing now rather than all at the final fsync: on a disk the copy and the write overlap.
-    const std::uint64_t unflushed = unflushed_.fetch_add(codec.record_size()) + codec.record_size();
-    if (unflushed >= kWritebackEvery && unflushed_.exchange(0) >= kWritebackEvery)
-      (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+    const std::uint64_t unflushed = shard.unflushed.fetch_add(codec.record_size()) + codec.record_size();
+    if (unflushed >= kWritebackEvery && shard.unflushed.exchange(0) >= kWritebackEvery)
+      (void)::sync_file_range(shard.fd, 0, 0, SYNC_FILE_RANGE_WRITE);
   } else {
     entry.offset = 0;
+    entry.shard = 0;
   }
   entries_[i] = entry;
   present_[i] = 1;
@@ -453,7 +474,8 @@ Result<void> ImageWriter::finish() {
     encode_entry(p, e);
     p += kIndexEntrySize;
   }
-  const std::uint64_t index_offset = next_offset_.fetch_add(index.size() + kFooterSize);
+  Shard& main = *shards_[0];
+  const std::uint64_t index_offset = main.next_offset.fetch_add(index.size() + kFooterSize);
   std::byte f[kFooterSize] = {};
   std::memcpy(f, kFooterMagic, 8);
   put<std::uint64_t>(f, 8, index_offset);
@@ -461,11 +483,16 @@ Result<void> ImageWriter::finish() {
   put<std::uint64_t>(f, 24, entries_.size());
   put<std::uint64_t>(f, 32, XXH3_64bits(index.data(), index.size()));
   put<std::uint64_t>(f, 40, XXH3_64bits(f, 40));
-  if (auto ok = write_all(fd_, index.data(), index.size(), index_offset, temp_name_); !ok) return ok;
-  if (auto ok = write_all(fd_, f, sizeof f, index_offset + index.size(), temp_name_); !ok) return ok;
-  if (::fsync(fd_) != 0) return make_error("fsync of " + temp_name_ + ": " + errno_text(errno), errno);
-  if (::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name_.c_str()) != 0)
-    return make_error("renaming " + temp_name_ + " to " + name_ + ": " + errno_text(errno), errno);
+  if (auto ok = write_all(main.fd, index.data(), index.size(), index_offset, main.temp_name); !ok) return ok;
+  if (auto ok = write_all(main.fd, f, sizeof f, index_offset + index.size(), main.temp_name); !ok) return ok;
+  for (const auto& shard : shards_)
+    if (::fsync(shard->fd) != 0) return make_error("fsync of " + shard->temp_name + ": " + errno_text(errno), errno);
+  // The shards first: a main file with its final name means every file it names is complete.
+  for (std::size_t k = shards_.size(); k-- > 0;) {
+    const Shard& shard = *shards_[k];
+    if (::renameat(dir_fd_, shard.temp_name.c_str(), dir_fd_, shard.name.c_str()) != 0)
+      return make_error("renaming " + shard.temp_name + " to " + shard.name + ": " + errno_text(errno), errno);
+  }
   finished_ = true;
   if (::fsync(dir_fd_) != 0 && errno != EINVAL)
     return make_error("fsync of the image directory after writing " + name_ + ": " + errno_text(errno), errno);
@@ -476,17 +503,18 @@ Result<void> ImageWriter::finish() {
 Result<std::unique_ptr<ImageReader>> ImageReader::open(int dir_fd, const std::string& name) {
   std::unique_ptr<ImageReader> r(new ImageReader());
   r->name_ = name;
-  r->fd_ = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (r->fd_ < 0) return make_error("cannot open the GPU memory image " + name + ": " + errno_text(errno), errno);
+  const int main_fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (main_fd < 0) return make_error("cannot open the GPU memory image " + name + ": " + errno_text(errno), errno);
+  r->fds_.push_back(main_fd);
   struct stat st {};
-  if (::fstat(r->fd_, &st) != 0 || !S_ISREG(st.st_mode))
+  if (::fstat(main_fd, &st) != 0 || !S_ISREG(st.st_mode))
     return make_error("the GPU memory image " + name + " is not a regular file", EIO);
   r->file_size_ = static_cast<std::uint64_t>(st.st_size);
   if (r->file_size_ < kFileHeaderSize + kFooterSize)
     return make_error("the GPU memory image " + name + " is truncated (" + std::to_string(r->file_size_) +
                       " bytes): the dump that wrote it did not finish", EIO);
   std::byte h[kFileHeaderSize];
-  if (auto ok = read_all(r->fd_, h, sizeof h, 0, name); !ok) return ok.error();
+  if (auto ok = read_all(main_fd, h, sizeof h, 0, name); !ok) return ok.error();
   if (std::memcmp(h, kFileMagic, 8) != 0) return make_error(name + " is not a gpuckpt GPU memory image", EIO);
   if (get<std::uint64_t>(h, 56) != XXH3_64bits(h, 56)) return make_error(name + ": the file header is corrupt", EIO);
   r->header_.version = get<std::uint32_t>(h, 8);
@@ -497,24 +525,41 @@ Result<std::unique_ptr<ImageReader>> ImageReader::open(int dir_fd, const std::st
   r->header_.chunk_size = get<std::uint32_t>(h, 16);
   r->header_.vpid = get<std::int32_t>(h, 20);
   r->header_.dump_pid = get<std::int32_t>(h, 24);
+  r->header_.shards = std::max<std::uint32_t>(1, get<std::uint32_t>(h, 28));   // 0 in the first images: one file
   const std::uint32_t chunk_size = r->header_.chunk_size;
   if (chunk_size == 0 || chunk_size > kMaxChunkSize) return make_error(name + ": bad chunk size in the header", EIO);
+  if (r->header_.shards > kMaxShards) return make_error(name + ": bad shard count in the header", EIO);
+  const std::uint64_t main_size = r->file_size_;
+  std::vector<std::uint64_t> shard_sizes{0};
+  for (std::uint32_t k = 1; k < r->header_.shards; ++k) {
+    const std::string shard = shard_name(name, k);
+    const int fd = ::openat(dir_fd, shard.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+      return make_error("the GPU memory image " + name + " is incomplete: its data file " + shard + " cannot be "
+                        "opened (" + errno_text(errno) + ")", errno == ENOENT ? ENOENT : EIO);
+    r->fds_.push_back(fd);
+    struct stat shard_st {};
+    if (::fstat(fd, &shard_st) != 0 || !S_ISREG(shard_st.st_mode))
+      return make_error("the GPU memory image's data file " + shard + " is not a regular file", EIO);
+    shard_sizes.push_back(static_cast<std::uint64_t>(shard_st.st_size));
+    r->file_size_ += static_cast<std::uint64_t>(shard_st.st_size);
+  }
 
   std::byte f[kFooterSize];
-  if (auto ok = read_all(r->fd_, f, sizeof f, r->file_size_ - kFooterSize, name); !ok) return ok.error();
+  if (auto ok = read_all(main_fd, f, sizeof f, main_size - kFooterSize, name); !ok) return ok.error();
   if (std::memcmp(f, kFooterMagic, 8) != 0 || get<std::uint64_t>(f, 40) != XXH3_64bits(f, 40))
     return make_error("the GPU memory image " + name + " is truncated or incomplete (no valid footer): the dump that "
                       "wrote it did not finish", EIO);
   const std::uint64_t index_offset = get<std::uint64_t>(f, 8);
   const std::uint32_t region_count = get<std::uint32_t>(f, 16);
   const std::uint64_t entry_count = get<std::uint64_t>(f, 24);
-  const std::uint64_t index_end = r->file_size_ - kFooterSize;
+  const std::uint64_t index_end = main_size - kFooterSize;
   if (region_count == 0 || region_count > kMaxRegions || index_offset < kFileHeaderSize || index_offset > index_end ||
       entry_count > (index_end - index_offset) / kIndexEntrySize ||
       index_end - index_offset != region_count * kRegionEntrySize + entry_count * kIndexEntrySize)
     return make_error(name + ": the footer does not describe an index inside the file", EIO);
   std::vector<std::byte> index(index_end - index_offset);
-  if (auto ok = read_all(r->fd_, index.data(), index.size(), index_offset, name); !ok) return ok.error();
+  if (auto ok = read_all(main_fd, index.data(), index.size(), index_offset, name); !ok) return ok.error();
   if (XXH3_64bits(index.data(), index.size()) != get<std::uint64_t>(f, 32))
     return make_error(name + ": the chunk index is corrupt (checksum mismatch)", EIO);
   const std::byte* p = index.data();
@@ -549,9 +594,12 @@ Result<std::unique_ptr<ImageReader>> ImageReader::open(int dir_fd, const std::st
     if (e.encoding == Encoding::Zero) {
       if (e.stored_size != 0) return make_error(name + ": " + where + " is zero but has stored bytes", EIO);
     } else if (e.encoding == Encoding::Raw || e.encoding == Encoding::Zstd) {
+      // Shard 0 holds records between the header and the index; the others from their start to their end.
+      const std::uint64_t begin = e.shard == 0 ? kFileHeaderSize : 0;
+      const std::uint64_t end = e.shard == 0 ? index_offset : (e.shard < shard_sizes.size() ? shard_sizes[e.shard] : 0);
       if ((e.encoding == Encoding::Raw && e.stored_size != e.raw_size) || e.stored_size > ZSTD_compressBound(chunk_size) ||
-          e.offset < kFileHeaderSize || e.offset > index_offset ||
-          index_offset - e.offset < kRecordHeaderSize + e.stored_size)
+          e.shard >= r->header_.shards || e.offset < begin || e.offset > end ||
+          end - e.offset < kRecordHeaderSize + e.stored_size)
         return make_error(name + ": " + where + " lies outside the file's data (the file is truncated or corrupt)", EIO);
     } else {
       return make_error(name + ": " + where + " has an unknown encoding", EIO);
@@ -563,7 +611,7 @@ Result<std::unique_ptr<ImageReader>> ImageReader::open(int dir_fd, const std::st
 }
 
 ImageReader::~ImageReader() {
-  if (fd_ >= 0) ::close(fd_);
+  for (int fd : fds_) ::close(fd);
 }
 
 Result<void> ImageReader::read_chunk(std::size_t i, ChunkCodec& codec, std::vector<std::byte>& record_buffer,
@@ -579,7 +627,8 @@ Result<void> ImageReader::read_chunk(std::size_t i, ChunkCodec& codec, std::vect
     return make_error("GPU memory image " + name_ + ": " + describe_chunk(e, regions_[e.region].start,
                                                                           header_.chunk_size) + ": " + what, EIO);
   };
-  if (auto ok = read_all(fd_, record_buffer.data(), size, e.offset, name_); !ok) return fail(ok.error().message);
+  if (auto ok = read_all(fds_[e.shard], record_buffer.data(), size, e.offset, shard_name(name_, e.shard)); !ok)
+    return fail(ok.error().message);
   if (auto ok = codec.decode({record_buffer.data(), size}, e, out); !ok) return fail(ok.error().message);
   return {};
 }

@@ -1,15 +1,18 @@
 // The GPU memory image: what gpuckpt writes for a process's GPU memory (the host copy the driver staged) instead
-// of leaving it to CRIU's single-threaded page dump. One file per process, named by the process's pid in its
-// own pid namespace (the pid it has again after restore). Layout (docs/formats.md, all integers little-endian):
+// of leaving it to CRIU's single-threaded page dump. Per process one main file, named by the process's pid in its
+// own pid namespace (the pid it has again after restore), and data shards beside it. Layout (docs/formats.md, all
+// integers little-endian):
 //
-//   file header (64 bytes) | chunk records, in the order they were finished | index | footer (48 bytes)
+//   main file:  file header (64 bytes) | chunk records | index | footer (48 bytes)
+//   shard k>0:  chunk records                                   (<main file name>.<k>)
 //
 // Memory is cut into fixed-size chunks. Each stored chunk is a record: a 48-byte header (its place, sizes,
 // encoding, checksum of the raw bytes) and its payload, raw or zstd-compressed. All-zero chunks are not stored
 // (the index says "zero"). The index lists every chunk of every region once; the footer points at the index and
 // is written last, after which the file is fsync'ed and renamed to its final name: a file with its final name is
-// complete. Records are appended by many threads at once (each reserves its place with an atomic offset), so
-// one file takes the work of a whole thread pool.
+// complete. Records are appended by many threads at once (each reserves its place in its shard with an atomic
+// offset); writes to one file are serialised by the kernel (the inode lock), so each thread of the pool writes to
+// a shard of its own.
 #pragma once
 
 #include <atomic>
@@ -50,6 +53,7 @@ struct ChunkEntry {
   std::uint32_t region = 0;
   std::uint64_t chunk = 0;          // index within the region
   Encoding encoding = Encoding::Raw;
+  std::uint16_t shard = 0;          // the data file holding the record (0: the main file)
   std::uint32_t raw_size = 0;
   std::uint32_t stored_size = 0;    // payload bytes in the file (0 for Zero)
   std::uint64_t offset = 0;         // of the record header in the file (0 for Zero)
@@ -61,7 +65,9 @@ struct ImageHeader {
   std::uint32_t chunk_size = kDefaultChunkSize;
   std::int32_t vpid = 0;        // the pid in its own namespace (the file's name)
   std::int32_t dump_pid = 0;    // the pid CRIU saw at dump (host namespace), for the log
+  std::uint32_t shards = 1;     // data files: the main file and shards 1 .. shards-1
 };
+inline constexpr std::uint32_t kMaxShards = 256;
 
 // --- settings --------------------------------------------------------------------------------------------------
 enum class CompressionMode { Off, Zstd, Auto };
@@ -129,6 +135,7 @@ class ChunkCodec {
 
 std::uint64_t checksum(std::span<const std::byte> data);
 std::string file_name(int vpid);   // gpuckpt-gpumem-<vpid>.img
+std::string shard_name(const std::string& main_name, std::uint32_t shard);   // <main>.<k>; the main file for 0
 // The vpid in a file name made by file_name(), or -1.
 int vpid_from_file_name(std::string_view name);
 std::string describe_chunk(const ChunkEntry& e, std::uint64_t region_start, std::uint32_t chunk_size);
@@ -143,29 +150,33 @@ class ImageWriter {
   ~ImageWriter();
 
   std::uint64_t chunk_count(std::uint32_t region) const;
-  // Appends the codec's record (if any) for chunk `entry.chunk` of `entry.region` and records the entry.
-  Result<void> append(const ChunkCodec& codec, ChunkEntry entry);
-  // Index + footer, fsync, rename to the final name. Call once, after every chunk was appended.
+  // Appends the codec's record (if any) for chunk `entry.chunk` of `entry.region` into shard
+  // `worker % shards` and records the entry. Threads that pass different `worker`s never share a file.
+  Result<void> append(const ChunkCodec& codec, ChunkEntry entry, unsigned worker = 0);
+  // Index + footer, fsync of every file, shards renamed, the main file renamed last. Call once, after every chunk
+  // was appended.
   Result<void> finish();
 
   const std::string& name() const { return name_; }
   const std::vector<Region>& regions() const { return regions_; }
   const ImageHeader& header() const { return header_; }
-  std::uint64_t bytes_written() const { return next_offset_.load(); }
 
  private:
+  struct Shard {
+    int fd = -1;
+    std::string name, temp_name;
+    std::atomic<std::uint64_t> next_offset{0};
+    std::atomic<std::uint64_t> unflushed{0};   // bytes appended since writeback was last started
+  };
   ImageWriter() = default;
   int dir_fd_ = -1;
-  int fd_ = -1;
   std::string name_;
-  std::string temp_name_;
+  std::vector<std::unique_ptr<Shard>> shards_;   // [0] is the main file
   ImageHeader header_;
   std::vector<Region> regions_;
   std::vector<std::size_t> first_entry_;   // per region: index of its chunk 0 in entries_
   std::vector<ChunkEntry> entries_;
   std::vector<std::uint8_t> present_;      // per entry: appended
-  std::atomic<std::uint64_t> next_offset_{kFileHeaderSize};
-  std::atomic<std::uint64_t> unflushed_{0};   // bytes appended since writeback was last started
   static constexpr std::uint64_t kWritebackEvery = 256u << 20;
   bool finished_ = false;
 };
@@ -182,7 +193,7 @@ class ImageReader {
   const std::vector<Region>& regions() const { return regions_; }
   const std::vector<ChunkEntry>& entries() const { return entries_; }
   const std::string& name() const { return name_; }
-  std::uint64_t file_size() const { return file_size_; }
+  std::uint64_t file_size() const { return file_size_; }   // of all its files
 
   // Reads, checks and decodes entry `i` into `out` (entries()[i].raw_size bytes). Zero chunks are zero-filled.
   // Errors name the file and the chunk.
@@ -191,7 +202,7 @@ class ImageReader {
 
  private:
   ImageReader() = default;
-  int fd_ = -1;
+  std::vector<int> fds_;   // [0] the main file, then the shards
   std::string name_;
   std::uint64_t file_size_ = 0;
   ImageHeader header_;

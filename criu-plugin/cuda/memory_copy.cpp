@@ -126,6 +126,10 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
     gi::ImageHeader header;
     header.vpid = processes[p].vpid;
     header.dump_pid = processes[p].pid;
+    std::uint64_t chunks = 0;
+    for (const auto& r : processes[p].regions) chunks += (r.length + header.chunk_size - 1) / header.chunk_size;
+    // A data file per worker: the kernel serialises writes to one file.
+    header.shards = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(chunks, 1, std::max(1u, settings.threads)));
     auto writer = gi::ImageWriter::create(dir_fd, header, processes[p].regions);
     if (!writer) {
       slots[p]->fail(writer.error());
@@ -136,7 +140,7 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
       for (std::uint64_t c = 0; c < writers[p]->chunk_count(r); ++c) items.push_back({p, r, c});
   }
   std::atomic<std::size_t> next{0};
-  run_pool(pool_size(settings, items.size()), [&](unsigned) {
+  run_pool(pool_size(settings, items.size()), [&](unsigned worker) {
     gi::ChunkCodec codec(gi::kDefaultChunkSize);
     gi::CompressionHistory history;
     std::vector<std::byte> buffer(gi::kDefaultChunkSize);
@@ -156,7 +160,7 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
       entry.region = item.region;
       entry.chunk = item.chunk;
       codec.encode({buffer.data(), size}, settings, history, entry);
-      if (auto ok = writers[item.process]->append(codec, entry); !ok) {
+      if (auto ok = writers[item.process]->append(codec, entry, worker); !ok) {
         slot.fail(ok.error());
         continue;
       }

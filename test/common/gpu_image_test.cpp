@@ -323,3 +323,41 @@ TEST_CASE("gpu image: file names carry the pid", "[unit]") {
   CHECK(gi::vpid_from_file_name(".gpuckpt-gpumem-42.img.partial") == -1);
   CHECK(gi::vpid_from_file_name("pages-1.img") == -1);
 }
+
+TEST_CASE("gpu image: records spread over data shards read back; a missing or cut shard fails", "[unit]") {
+  TempDir dir("gpuckpt-gpu-image-test");
+  const auto memory = mixed_memory(12, 0);
+  gi::ImageHeader header;
+  header.chunk_size = kChunk;
+  header.vpid = 5;
+  header.shards = 3;
+  {
+    auto writer = gi::ImageWriter::create(dir.fd, header, {{0x10000, memory.size()}});
+    REQUIRE(writer);
+    gi::ChunkCodec codec(kChunk);
+    gi::CompressionHistory history;
+    for (std::uint64_t c = 0; c < (*writer)->chunk_count(0); ++c) {
+      gi::ChunkEntry e;
+      e.chunk = c;
+      codec.encode({memory.data() + c * kChunk, kChunk}, settings_with(gi::CompressionMode::Auto, true), history, e);
+      REQUIRE((*writer)->append(codec, e, static_cast<unsigned>(c)));   // worker c: shard c % 3
+    }
+    REQUIRE((*writer)->finish());
+  }
+  CHECK(fs::exists(dir.path / "gpuckpt-gpumem-5.img.1"));
+  CHECK(fs::exists(dir.path / "gpuckpt-gpumem-5.img.2"));
+  CHECK(read_back(dir.fd, gi::file_name(5)) == memory);
+  auto summary = gi::summarize(dir.fd, gi::file_name(5), true);
+  REQUIRE(summary);
+  CHECK(summary->file_bytes == fs::file_size(dir.path / "gpuckpt-gpumem-5.img") +
+                                   fs::file_size(dir.path / "gpuckpt-gpumem-5.img.1") +
+                                   fs::file_size(dir.path / "gpuckpt-gpumem-5.img.2"));
+
+  fs::resize_file(dir.path / "gpuckpt-gpumem-5.img.2", 100);
+  REQUIRE(read_fails(dir.fd, gi::file_name(5)));
+  CHECK(last_error.find("outside the file's data") != std::string::npos);
+  fs::remove(dir.path / "gpuckpt-gpumem-5.img.2");
+  REQUIRE(read_fails(dir.fd, gi::file_name(5)));
+  CHECK(last_error.find("gpuckpt-gpumem-5.img.2") != std::string::npos);
+  CHECK(last_error.find("incomplete") != std::string::npos);
+}

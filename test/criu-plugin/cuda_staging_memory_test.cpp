@@ -215,8 +215,9 @@ TEST_CASE("memory copy: a corrupt chunk or a missing image fails that process on
   auto reader = gi::ImageReader::open(dir.fd, gi::file_name(201));
   REQUIRE(reader);
   const std::uint64_t at = (*reader)->entries()[0].offset + gi::kRecordHeaderSize + 7;
+  const std::string data_file = gi::shard_name(gi::file_name(201), (*reader)->entries()[0].shard);
   reader->reset();
-  int fd = ::openat(dir.fd, gi::file_name(201).c_str(), O_RDWR);
+  int fd = ::openat(dir.fd, data_file.c_str(), O_RDWR);
   unsigned char byte = 0;
   REQUIRE(::pread(fd, &byte, 1, static_cast<off_t>(at)) == 1);
   byte ^= 0xff;

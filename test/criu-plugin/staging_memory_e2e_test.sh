@@ -122,7 +122,7 @@ gone "$PID" || fail "the dumped process $PID did not go away"
 INSPECT=$("$GPUCKPT" inspect "$WORK/full/gpuckpt-gpumem-$PID.img") || fail "gpuckpt inspect: $INSPECT"
 echo "$INSPECT" | grep -q "every chunk checked: ok" || fail "inspect did not check the chunks: $INSPECT"
 echo "$INSPECT" | grep -Eq "\(([1-9][0-9]*) zero, ([1-9][0-9]*) zstd" || fail "expected zero and zstd chunks: $INSPECT"
-IMG_BYTES=$(stat -c %s "$WORK/full/gpuckpt-gpumem-$PID.img")
+IMG_BYTES=$(cat "$WORK/full/gpuckpt-gpumem-$PID".img* | wc -c)   # the main file and its data shards
 [ "$IMG_BYTES" -lt $((SIZE_MIB * MIB * 3 / 4)) ] || fail "the image ($IMG_BYTES bytes) is not smaller than the memory"
 restore "$WORK/full" || fail "criu restore failed"
 grep -q "gpuckpt: cuda: filled the staging memory of 1 process" "$WORK/full-restore.log" \

@@ -76,7 +76,7 @@ case_basic() {
   kill -9 "$rpid"
   grep -q "gpuckpt: cuda: restored pid" "$img/restore.log" || { record basic FAIL "no CUDA restore in the log"; return; }
   memory_path_ok "$img" "$pid" || { show_logs "$img/dump.log" "$img/restore.log"; record basic FAIL "GPU memory did not take the expected path (GPUCKPT_CUDA_MEMORY_IMAGE=${GPUCKPT_CUDA_MEMORY_IMAGE:-1})"; return; }
-  local sizes; sizes="gpumem $(du -cm "$img"/gpuckpt-gpumem-*.img 2>/dev/null | tail -1 | cut -f1) MB, pages $(du -cm "$img"/pages-*.img | tail -1 | cut -f1) MB"
+  local sizes; sizes="gpumem $(du -cm "$img"/gpuckpt-gpumem-*.img* 2>/dev/null | tail -1 | cut -f1) MB, pages $(du -cm "$img"/pages-*.img | tail -1 | cut -f1) MB"
   counter_reference 1024 "$(last_iter "$out")" "$WORK/basic.ref"
   same_as_reference "$out" "$WORK/basic.ref" || { record basic FAIL "state differs from the uninterrupted run"; return; }
   record basic PASS "dumped at iteration $at_dump, continued to $(last_iter "$out"), all checksums equal the uninterrupted run; image $(du -sm "$img" | cut -f1) MB ($sizes)"
