@@ -8,6 +8,7 @@
 
 #include "common/checkpoint_archive.h"
 #include "common/checkpoint_image.h"
+#include "common/checkpoint_images.h"
 #include "common/log.h"
 #include "common/matcher.h"
 #include "common/properties_record.h"
@@ -317,6 +318,13 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
     if (!written) return fail("the archive " + final_path.string() + " is complete, but its OCI image failed: " +
                               written.error().message);
     image = written.value();
+    // gpuckpt-nri recognises a container created from this image as a restore of this checkpoint: under the
+    // tag, and under the name podman gives the pulled layout (localhost + the layout's path).
+    for (const std::string& reference : {image->reference, "localhost" + image->layout.string() + ":" + image->reference}) {
+      auto registered = register_checkpoint_image(config_.state_dir, reference, record);
+      if (!registered) log::warn("job " + job_id + ": checkpoint image " + reference + " not registered for gpuckpt-nri: " +
+                                 registered.error().message);
+    }
   }
   const double total = seconds_since(start);
   update(job_id, [&](JobStatus& j) {
@@ -361,21 +369,9 @@ Result<std::string> AgentService::start_restore(const RestoreRequest& request) {
   if (info->gpus && !info->gpus->record.used_gpu_ids.empty()) {
     auto inventory = deps_.inventory();
     if (!inventory) return inventory.error();
-    MatchRequest match;
-    match.source = &info->gpus->record;
-    match.target = &inventory.value();
-    match.allowed_target_ids = request.target_gpus;
-    match.policy = config_.match_policy;
-    auto outcome = match_gpus(match);
-    if (auto* failure = std::get_if<MatchFailure>(&outcome)) {
-      std::string why = failure->summary;
-      for (const auto& r : failure->rejections)
-        why += "; " + r.source_id + " -> " + r.candidate_id + ": " + r.property + " (" + r.detail + ")";
-      return with_errno(make_error("no GPU on this node can take checkpoint " + request.archive + ": " + why), EDOM);
-    }
-    auto made = make_restore_plan(*info->gpus, inventory.value(), std::get<MatchPlan>(outcome));
-    if (!made) return with_errno(made.error(), EDOM);
-    made->id = new_restore_plan_id();
+    auto made = plan_for_allocation(*info->gpus, inventory.value(), request.target_gpus, config_.match_policy);
+    if (!made) return with_errno(make_error("no GPU on this node can take checkpoint " + request.archive + ": " +
+                                            made.error().message), EDOM);
     plan = std::move(made.value());
     summary["plan"] = to_json(*plan);
   }

@@ -328,4 +328,25 @@ Result<std::optional<RestorePlan>> read_restore_plan(const fs::path& state_dir, 
   return std::optional<RestorePlan>(std::move(plan.value()));
 }
 
+Result<RestorePlan> plan_for_allocation(const CheckpointGpuRecord& checkpoint, const NodeInventory& node,
+                                        const std::optional<std::vector<std::string>>& allocated,
+                                        const MatchPolicy& policy) {
+  MatchRequest match;
+  match.source = &checkpoint.record;
+  match.target = &node;
+  match.allowed_target_ids = allocated;
+  match.policy = policy;
+  auto outcome = match_gpus(match);
+  if (auto* failure = std::get_if<MatchFailure>(&outcome)) {
+    std::string why = failure->summary;
+    for (const auto& r : failure->rejections)
+      why += "; " + r.source_id + " -> " + r.candidate_id + ": " + r.property + " (" + r.detail + ")";
+    return make_error(why, EDOM);
+  }
+  auto plan = make_restore_plan(checkpoint, node, std::get<MatchPlan>(outcome));
+  if (!plan) return make_error(plan.error().message, EDOM);
+  plan->id = new_restore_plan_id();
+  return plan;
+}
+
 }  // namespace gpuckpt

@@ -59,6 +59,14 @@ Result<RestorePlan> restore_plan_from_json(const nlohmann::json& json, std::stri
 Result<RestorePlan> make_restore_plan(const CheckpointGpuRecord& checkpoint, const NodeInventory& target,
                                       const MatchPlan& match);
 
+// The plan for restoring `checkpoint` on `node` when the restored container was given the GPUs
+// `allocated` (ids of `node`'s GPUs: the runtime's device allocation, or the GPUs a request names): only those
+// are targets; none given (std::nullopt) lets the matcher choose among all of the node's GPUs. The plan gets a
+// fresh id (new_restore_plan_id). No acceptable assignment is an error (EDOM) with every rejection.
+Result<RestorePlan> plan_for_allocation(const CheckpointGpuRecord& checkpoint, const NodeInventory& node,
+                                        const std::optional<std::vector<std::string>>& allocated,
+                                        const MatchPolicy& policy);
+
 // Host device path -> (major, minor). Production: stat under the host root (stat_device_numbers).
 using DeviceNumberLookup = std::function<Result<std::pair<std::uint32_t, std::uint32_t>>(const std::string&)>;
 DeviceNumberLookup stat_device_numbers(std::filesystem::path host_root);

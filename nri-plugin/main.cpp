@@ -20,7 +20,7 @@ namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: gpuckpt-nri [--socket PATH] [--state-dir DIR] [--host-root DIR] [--idx NN] [--once]\n"
+               "usage: gpuckpt-nri [--socket PATH] [--state-dir DIR] [--host-root DIR] [--idx NN] [--hook PATH] [--once]\n"
                "                   [--log-level L]   (defaults: /var/run/nri/nri.sock, /var/lib/gpuckpt, /, 50)\n");
   return 2;
 }
@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
     else if (arg == "--state-dir" && has_value) options.state_dir = argv[++i];
     else if (arg == "--host-root" && has_value) options.host_root = argv[++i];
     else if (arg == "--idx" && has_value) session.plugin_idx = argv[++i];
+    else if (arg == "--hook" && has_value) options.hook_path = argv[++i];
     else if (arg == "--log-level" && has_value) log::set_level(log::level_from_string(argv[++i], log::Level::Info));
     else if (arg == "--once") once = true;
     else return usage();
@@ -49,6 +50,9 @@ int main(int argc, char** argv) {
   log::param("state_dir", options.state_dir.string());
   log::param("host_root", options.host_root.string());
   log::param("plugin", session.plugin_idx + "-" + session.plugin_name);
+  log::param("hook", options.hook_path);
+  options.match_policy = MatchPolicy::from_env();
+  options.match_policy.log_params();
   ::signal(SIGPIPE, SIG_IGN);
   const HostRoot host(options.host_root);
   gpuckpt::nri::NriPlugin plugin(options, [host] { return read_inventory(host); }, stat_device_numbers(options.host_root));

@@ -1,6 +1,9 @@
 #include "nri-plugin/nri_plugin.h"
 
+#include "common/checkpoint_images.h"
 #include "common/log.h"
+#include "common/restore_plan.h"
+#include "oci-hook/gpu_detect.h"
 #include "oci-hook/container_store.h"
 
 namespace gpuckpt::nri {
@@ -46,6 +49,56 @@ void NriPlugin::record(const api::Container& container) {
     log::debug(recorded->message);
 }
 
+Result<void> NriPlugin::adjust_for_restore(const api::Container& c, api::ContainerAdjustment& adjust) {
+  const std::map<std::string, std::string> annotations(c.annotations().begin(), c.annotations().end());
+  const std::string reference = container_image_reference(annotations);
+  auto checkpoint = find_checkpoint_image(options_.state_dir, reference);
+  const std::string what = "restore of checkpoint image " + reference + " as container " + c.id();
+  if (!checkpoint) return make_error(what + " refused: " + checkpoint.error().message, EIO);
+  if (!checkpoint.value() || checkpoint.value()->record.used_gpu_ids.empty()) return {};
+  auto node = inventory_();
+  if (!node) return make_error(what + " refused: the node inventory failed: " + node.error().message, EIO);
+  // The GPUs the runtime gave this container (device plugin, CDI) are the only targets; none: any GPU here.
+  hook::GpuUse use = hook::detect_gpu_use(container_spec(c));
+  std::optional<std::vector<std::string>> allocated;
+  if (use.uses_gpu()) allocated = hook::resolve_gpus(use, node.value(), lookup_);
+  auto plan = plan_for_allocation(*checkpoint.value(), node.value(), allocated, options_.match_policy);
+  if (!plan)
+    return make_error(what + " refused: " + (allocated ? "none of the GPUs it was given" : "no GPU of this node") +
+                          " can take it: " + plan.error().message, EDOM);
+  for (const auto& d : plan->devices) {
+    auto numbers = lookup_(d.host_path);
+    if (!numbers) return make_error(what + " refused: " + numbers.error().message, ENODEV);
+    auto* device = adjust.mutable_linux()->add_devices();
+    device->set_path(d.container_path);
+    device->set_type("c");
+    device->set_major(numbers->first);
+    device->set_minor(numbers->second);
+    device->mutable_file_mode()->set_value(0666);
+  }
+  for (const auto& [key, value] : plan->env) {
+    auto* kv = adjust.add_env();
+    kv->set_key(key);
+    kv->set_value(value);
+  }
+  auto written = write_restore_plan(options_.state_dir, plan.value());
+  if (!written) return make_error(what + " refused: " + written.error().message, EIO);
+  (*adjust.mutable_annotations())[kAnnotationRestorePlan] = plan->id;
+  if (!options_.hook_path.empty()) {   // runtimes without hooks.d (containerd) get the hook that places the plan
+    auto* hook = adjust.mutable_hooks()->add_create_runtime();
+    hook->set_path(options_.hook_path);
+    for (const std::string& arg : {options_.hook_path, std::string("--state-dir"), options_.state_dir.string(),
+                                  std::string("--host-root"), options_.host_root.string(), std::string("createRuntime")})
+      hook->add_args(arg);
+  }
+  std::string moved;
+  for (const auto& a : plan->assignments) moved += (moved.empty() ? "" : ", ") + a.source_id + " -> " + a.target_id;
+  log::info(what + ": plan " + plan->id + " (" + moved + "), " + std::to_string(plan->devices.size()) +
+            " device node(s), " + std::to_string(plan->env.size()) + " env var(s)" +
+            (allocated ? " within the " + std::to_string(allocated->size()) + " GPU(s) it was given" : ""));
+  return {};
+}
+
 Result<std::string> NriPlugin::handle(std::string_view method, std::string_view payload) {
   const auto parse = [&](google::protobuf::Message& message) -> Result<void> {
     if (!message.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
@@ -70,7 +123,13 @@ Result<std::string> NriPlugin::handle(std::string_view method, std::string_view 
     api::CreateContainerRequest request;
     if (auto ok = parse(request); !ok) return ok.error();
     record(request.container());
-    return api::CreateContainerResponse().SerializeAsString();
+    api::CreateContainerResponse response;
+    auto adjusted = adjust_for_restore(request.container(), *response.mutable_adjust());
+    if (!adjusted) {
+      log::error(adjusted.error().message);
+      return adjusted.error();
+    }
+    return response.SerializeAsString();
   }
   if (method == "StateChange") {
     api::StateChangeEvent event;

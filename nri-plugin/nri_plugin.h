@@ -3,7 +3,13 @@
 //   Configure          subscribe to CreateContainer and RemoveContainer
 //   Synchronize        record the GPU containers that already exist
 //   CreateContainer    record the container's GPUs like the OCI hook (same library, same record in
-//                      <state_dir>/containers/<id>.json); never refuses or changes a container it cannot handle
+//                      <state_dir>/containers/<id>.json); a container the runtime restores from a checkpoint
+//                      image the agent registered (common/checkpoint_images.h) is adjusted to the restore plan
+//                      made for the GPUs the runtime gave it (its devices, NVIDIA_VISIBLE_DEVICES, CDI): the
+//                      checkpoint's device paths get those GPUs' nodes, the environment follows, the plan goes to
+//                      the state dir under a new id named by io.gpuckpt.restore-plan, and the OCI hook is added
+//                      (createRuntime) to place it for the CRIU plugin. A restore that cannot be planned is
+//                      refused (better no container than one on the wrong GPU); anything else is never blocked.
 //   StateChange        REMOVE_CONTAINER forgets the record
 #pragma once
 
@@ -13,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/matcher.h"
 #include "common/result.h"
 #include "github.com/containerd/nri/pkg/api/api.pb.h"
 #include "oci-hook/hook.h"
@@ -24,6 +31,8 @@ namespace api = ::nri::pkg::api::v1alpha1;
 struct NriPluginOptions {
   std::filesystem::path state_dir = "/var/lib/gpuckpt";
   std::filesystem::path host_root = "/";
+  MatchPolicy match_policy;
+  std::string hook_path;   // gpuckpt-oci-hook on the host, added to restored containers; empty: not added
 };
 
 // The events gpuckpt-nri subscribes to, as NRI's bit mask (bit N-1 for event N).
@@ -44,6 +53,7 @@ class NriPlugin {
 
  private:
   void record(const api::Container& container);
+  Result<void> adjust_for_restore(const api::Container& container, api::ContainerAdjustment& adjust);
 
   NriPluginOptions options_;
   hook::HookOptions hook_options_;

@@ -13,7 +13,12 @@
 #   3. the agent restores it as a new containerd container: it continues counting;
 #   4. restored with another allocation (target GPU 1): /dev/nvidia0 is GPU 1's node, NVIDIA_VISIBLE_DEVICES=1,
 #      and the restore plan reached CRIU's images directory;
-#   5. an archive that containerd did not write is refused with a reason; nothing is left behind.
+#   5. an archive that containerd did not write is refused with a reason; nothing is left behind;
+#   6. the checkpoint's image, created through CRI on another allocation (the device plugin's GPU 1 at
+#      /dev/nvidia1): gpuckpt-nri adjusts the container at CreateContainer as for a CRI restore (containerd >= 2.1
+#      restores from such an image; 1.7 only creates it): /dev/nvidia0 is GPU 1's node, NVIDIA_VISIBLE_DEVICES
+#      follows, a plan for GPU 0 -> GPU 1 is in the state dir under the id the container's annotation names, and
+#      the OCI hook that places it for CRIU is in the container's createRuntime hooks.
 # Exit 0 pass, 77 skipped (no root/containerd/criu), anything else fails. Every wait is bounded; cleanup always runs.
 set -euo pipefail
 
@@ -75,6 +80,19 @@ use_runtime() {  # use_runtime YAML: restart the agent with this runtime section
   sandbox_start_agent "$AGENT" || fail "agent did not start: $(tail -5 "$TMP/agent.log")"
 }
 cri() { "$CRI_TOOL" "$CTRD_SOCK" "$@"; }
+count_of() {  # count_of PID: the counter's value (the file is rewritten 10 times a second: retry an empty read)
+  local n
+  for _ in $(seq 50); do
+    n=$(cat "/proc/$1/root/tmp/count" 2>/dev/null || true)
+    [ -n "$n" ] && { echo "$n"; return; }
+    sleep 0.02
+  done
+  fail "no counter value in process $1"
+}
+counts_past() {  # counts_past PID N: the counter passes N within 10 s
+  for _ in $(seq 100); do [ "$(count_of "$1")" -gt "$2" ] && return 0; sleep 0.1; done
+  return 1
+}
 
 step "start containerd"
 ctrd_start "$TMP/containerd" || fail "containerd did not start"
@@ -82,7 +100,8 @@ ctrd_import_image "$IMAGE" || fail "cannot import $IMAGE into containerd"
 echo "ok: containerd $(containerd --version | awk '{print $3}') on $CTRD_SOCK"
 
 step "0. gpuckpt-nri records GPU containers created through CRI"
-"$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --once > "$TMP/nri.log" 2>&1 &
+"$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --hook "$BUILD/oci-hook/gpuckpt-oci-hook" \
+  --once > "$TMP/nri.log" 2>&1 &
 NRI_PID=$!
 for _ in $(seq 100); do grep -q "registered with containerd" "$TMP/nri.log" && break; sleep 0.1; done
 grep -q "registered with containerd 1.7" "$TMP/nri.log" || fail "gpuckpt-nri did not register: $(cat "$TMP/nri.log")"
@@ -134,15 +153,15 @@ echo "ok: the agent (runtime.kind: cri) reports the missing CheckpointContainer"
 step "2. checkpoint through containerd's task API (runtime.kind: containerd)"
 use_runtime "{kind: containerd, containerd: {address: $CTRD_SOCK}}"
 sleep 1
-r=$(api POST /v1/checkpoints '{"namespace":"default","pod":"gpuckpt-e2e","container":"counter"}')
+r=$(api POST /v1/checkpoints '{"namespace":"default","pod":"gpuckpt-e2e","container":"counter","image":"gpuckpt-e2e-ck"}')
 [ "${r%% *}" = 202 ] || fail "POST /v1/checkpoints (containerd): $r"
 r=$(wait_job checkpoints "$(json_field "$r" '["id"]')")
 [ "$(json_field "$r" '["state"]')" = succeeded ] || fail "containerd checkpoint job: $r"
 ARCHIVE=$(json_field "$r" '["result"]["archive"]')
+r_ck=$r
 N1=$(tar -xOf "$ARCHIVE" rootfs-diff.tar | tar -xOf - tmp/count)
 echo "ok: checkpoint in $(json_field "$r" '["phase_seconds"]["total"]') s -> $ARCHIVE (counter at $N1)"
-[ "$(cat "/proc/$PID/root/tmp/count")" -gt "$N1" ] 2>/dev/null || sleep 0.5
-[ "$(cat "/proc/$PID/root/tmp/count")" -gt "$N1" ] || fail "the checkpointed container stopped counting"
+counts_past "$PID" "$N1" || fail "the checkpointed container stopped counting"
 echo "ok: the container keeps running after the checkpoint"
 tar -tf "$ARCHIVE" > "$TMP/entries.txt" || fail "tar cannot list $ARCHIVE"
 for e in config.dump spec.dump rootfs-diff.tar deleted.files checkpoint/inventory.img; do
@@ -171,11 +190,14 @@ r=$(wait_job restores "$(json_field "$r" '["id"]')")
 [ "$(json_field "$r" '["state"]')" = succeeded ] || fail "restore job: $r"
 RPID=$(ctrd_ctr tasks ls | awk '$1 == "gpuckpt-e2e-restored" {print $2}')
 [ -n "$RPID" ] && [ -e "/proc/$RPID" ] || fail "no running task gpuckpt-e2e-restored: $(ctrd_ctr tasks ls)"
-sleep 1
-N2=$(cat "/proc/$RPID/root/tmp/count")
-[ "$N2" -gt "$N1" ] || fail "the restored counter did not continue: checkpointed at $N1, now $N2"
+NR=$(count_of "$RPID")
+[ "$NR" -ge "$N1" ] || fail "the restored counter started over ($NR) instead of continuing from $N1"
+counts_past "$RPID" "$NR" || fail "the restored counter does not count: at $NR"
+N2=$(count_of "$RPID")
 echo "ok: restored in $(json_field "$r" '["phase_seconds"]["total"]') s; counter checkpointed at $N1, continues at $N2"
-[ "$(ls -A "$CK")" = "$(basename "$ARCHIVE")" ] || fail "restore left files in $CK: $(ls -A "$CK")"
+LAYOUT=$(json_field "$r_ck" '["result"]["image"]["layout"]')
+[ "$(ls -A "$CK" | sort)" = "$(printf '%s\n' "$(basename "$ARCHIVE")" "$(basename "$LAYOUT")" | sort)" ] ||
+  fail "restore left files in $CK: $(ls -A "$CK")"
 
 step "4. restored with another allocation (GPU 1): the devices and the CRIU plugin's plan follow"
 r=$(api POST /v1/restores "{\"archive\":\"$(basename "$ARCHIVE")\",\"name\":\"gpuckpt-e2e-moved\",\"target_gpus\":[\"$GPU1\"]}")
@@ -192,8 +214,7 @@ ctrd_ctr containers info gpuckpt-e2e-moved | python3 -c 'import json,sys; assert
   fail "NVIDIA_VISIBLE_DEVICES not remapped in the restored container's spec"
 grep -q "restore plan rp-.* placed in .*/checkpoint/gpuckpt-restore-plan.json" "$TMP/agent.log" ||
   fail "the restore plan did not reach CRIU's images directory: $(tail -3 "$TMP/agent.log")"
-N3=$(cat "/proc/$MPID/root/tmp/count"); sleep 0.5
-[ "$(cat "/proc/$MPID/root/tmp/count")" -gt "$N3" ] || fail "the moved container does not count"
+counts_past "$MPID" "$(count_of "$MPID")" || fail "the moved container does not count"
 echo "ok: /dev/nvidia0 is GPU 1's node ($DEV), spec NVIDIA_VISIBLE_DEVICES=1, plan in CRIU's images dir, still counting"
 
 step "5. an archive containerd did not write is refused"
@@ -211,4 +232,27 @@ r=$(wait_job restores "$(json_field "$r" '["id"]')")
 [ "$(json_field "$r" '["state"]')" = failed ] && [[ "$r" == *"not written by containerd"* ]] || fail "foreign archive: $r"
 ctrd_ctr containers ls -q | grep -qx gpuckpt-e2e-foreign && fail "a refused restore left a container"
 echo "ok: refused with the reason, no container left"
+
+step "6. created from the checkpoint's image with another allocation: gpuckpt-nri adjusts it to the plan"
+# The agent registered its checkpoint image for gpuckpt-nri; containerd 1.7 cannot restore from it, so the
+# image name stands on the busybox image here: what is checked is the creation-time adjustment.
+ctrd_ctr images tag "$IMAGE:latest" docker.io/library/gpuckpt-e2e-ck:latest >/dev/null || fail "ctr images tag"
+ALLOC=$(cri create gpuckpt-e2e "$POD" restored-alloc gpuckpt-e2e-ck --device /dev/zero:/dev/nvidia1 \
+  --env NVIDIA_VISIBLE_DEVICES=1 -- sleep 600) || fail "CreateContainer refused: $(tail -2 "$TMP/nri.log")"
+cri start "$ALLOC" || fail "StartContainer of the adjusted container"
+APID=$(cri pid "$ALLOC")
+DEV=$(stat -c '%t:%T' "/proc/$APID/root/dev/nvidia0") || fail "no /dev/nvidia0 in the adjusted container"
+[ "$DEV" = 1:5 ] || fail "/dev/nvidia0 in the adjusted container is $DEV, expected 1:5 (the allocated GPU 1)"
+tr '\0' '\n' < "/proc/$APID/environ" | grep -qx NVIDIA_VISIBLE_DEVICES=1 || fail "NVIDIA_VISIBLE_DEVICES not adjusted"
+ctrd_ctr containers info "$ALLOC" > "$TMP/alloc.json"
+python3 - "$TMP/alloc.json" "$STATE" "$GPU0" "$GPU1" "$BUILD/oci-hook/gpuckpt-oci-hook" <<'PY' || fail "plan/annotation/hook of the adjusted container"
+import json, os, sys
+spec = json.load(open(sys.argv[1]))["Spec"]
+plan_id = spec["annotations"]["io.gpuckpt.restore-plan"]
+plan = json.load(open(os.path.join(sys.argv[2], "restore-plans", plan_id + ".json")))
+assert [(a["source_id"], a["target_id"]) for a in plan["assignments"]] == [(sys.argv[3], sys.argv[4])], plan
+assert any(h["path"] == sys.argv[5] for h in spec["hooks"]["createRuntime"]), spec["hooks"]
+PY
+grep -q "within the 1 GPU(s) it was given" "$TMP/nri.log" || fail "gpuckpt-nri did not plan within the allocation"
+echo "ok: /dev/nvidia0 = $DEV (GPU 1), NVIDIA_VISIBLE_DEVICES=1, plan $GPU0 -> $GPU1 named by the annotation, hook added"
 echo PASS

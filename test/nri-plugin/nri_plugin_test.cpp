@@ -12,6 +12,8 @@
 #include "nri-plugin/nri_plugin.h"
 #include "nri-plugin/nri_session.h"
 #include "nri-plugin/ttrpc_mux.h"
+#include "common/checkpoint_images.h"
+#include "common/restore_plan.h"
 #include "oci-hook/container_store.h"
 #include "test/temp_dir.h"
 #include "ttrpc/envelope.pb.h"
@@ -119,7 +121,7 @@ TEST_CASE("gpuckpt-nri records GPU containers like the hook, forgets removed one
   *create.mutable_container() = gpu_container("c1", 1);
   api::CreateContainerResponse created;
   REQUIRE(created.ParseFromString(plugin.handle("CreateContainer", create.SerializeAsString()).value()));
-  CHECK_FALSE(created.has_adjust());   // observed, not changed
+  CHECK(created.adjust().ByteSizeLong() == 0);   // observed, not changed
   auto state = hook::read_container_state(tmp.path, "c1");
   REQUIRE(state.ok());
   REQUIRE(state.value());
@@ -212,4 +214,113 @@ TEST_CASE("an NRI session registers, answers the runtime's calls and ends when t
   session.join();
   CHECK(served.ok());
   ::close(fds[0]);
+}
+
+namespace {
+
+// What the agent registered for a checkpoint image: the process used GPU-0 through /dev/nvidia0.
+CheckpointGpuRecord checkpoint_on_gpu0() {
+  CheckpointGpuRecord record;
+  record.checkpoint_id = "ck-1";
+  record.record.node = two_gpus();
+  record.record.used_gpu_ids = {"GPU-0"};
+  record.devices = {{"/dev/nvidia0", 195, 0, "GPU-0"}, {"/dev/nvidiactl", 195, 255, ""}};
+  record.gpu_env = {{"NVIDIA_VISIBLE_DEVICES", "GPU-0"}};
+  return record;
+}
+
+// A CreateContainer as CRI-O sends it when it restores from a checkpoint image: the spec rebuilt from spec.dump
+// with CRI-O's own annotations only (io.gpuckpt.* dropped), no precreate hook before it, and the devices the
+// device plugin allocated to the new pod: here GPU-1, mounted as the device plugin does (/dev/nvidia1).
+api::CreateContainerRequest crio_restore(const std::string& image, const std::string& allocated_minor) {
+  api::CreateContainerRequest request;
+  auto* c = request.mutable_container();
+  c->set_id("restored-1");
+  c->set_name("trainer");
+  (*c->mutable_annotations())["io.kubernetes.cri-o.ImageName"] = image;
+  (*c->mutable_annotations())["io.kubernetes.cri-o.Annotations"] = R"({"io.kubernetes.container.hash":"1"})";
+  (*c->mutable_annotations())["io.kubernetes.cri-o.ContainerType"] = "container";
+  c->add_env("PATH=/usr/bin");
+  if (!allocated_minor.empty()) {
+    c->add_env("NVIDIA_VISIBLE_DEVICES=GPU-" + allocated_minor);
+    auto* d = c->mutable_linux()->add_devices();
+    d->set_path("/dev/nvidia" + allocated_minor);
+    d->set_type("c");
+    d->set_major(195);
+    d->set_minor(std::stoi(allocated_minor));
+  }
+  return request;
+}
+
+}  // namespace
+
+TEST_CASE("a CRI-O-shaped restore is adjusted to the GPUs the runtime gave the new container", "[unit]") {
+  test::TempDir tmp;
+  REQUIRE(register_checkpoint_image(tmp.path, "registry.example/ml/trainer-ck:1", checkpoint_on_gpu0()).ok());
+  NriPluginOptions options;
+  options.state_dir = tmp.path;
+  options.hook_path = "/opt/gpuckpt/bin/gpuckpt-oci-hook";
+  NriPlugin plugin(options, [] { return Result<NodeInventory>(two_gpus()); }, numbers);
+
+  auto answer = plugin.handle("CreateContainer", crio_restore("registry.example/ml/trainer-ck:1", "1").SerializeAsString());
+  REQUIRE(answer.ok());
+  api::CreateContainerResponse response;
+  REQUIRE(response.ParseFromString(answer.value()));
+  const auto& adjust = response.adjust();
+  // The processes expect /dev/nvidia0: it becomes GPU-1's node, the one the runtime allocated.
+  REQUIRE(adjust.linux().devices_size() == 1);
+  CHECK(adjust.linux().devices(0).path() == "/dev/nvidia0");
+  CHECK(adjust.linux().devices(0).major() == 195);
+  CHECK(adjust.linux().devices(0).minor() == 1);
+  REQUIRE(adjust.env_size() == 1);
+  CHECK(adjust.env(0).key() == "NVIDIA_VISIBLE_DEVICES");
+  CHECK(adjust.env(0).value() == "GPU-1");
+  // The plan reaches the CRIU plugin through the agent's state dir, named by an id the plugin made.
+  const std::string plan_id = adjust.annotations().at(kAnnotationRestorePlan);
+  CHECK(is_restore_plan_id(plan_id));
+  auto plan = read_restore_plan(tmp.path, plan_id);
+  REQUIRE(plan.ok());
+  REQUIRE(plan.value());
+  REQUIRE(plan.value()->assignments.size() == 1);
+  CHECK(plan.value()->assignments[0].source_id == "GPU-0");
+  CHECK(plan.value()->assignments[0].target_id == "GPU-1");
+  REQUIRE(adjust.hooks().create_runtime_size() == 1);   // containerd has no hooks.d: the hook comes with NRI
+  CHECK(adjust.hooks().create_runtime(0).path() == "/opt/gpuckpt/bin/gpuckpt-oci-hook");
+}
+
+TEST_CASE("restore adjustment: no allocation falls back to the matcher; an allocation that cannot take it refuses",
+          "[unit]") {
+  test::TempDir tmp;
+  REQUIRE(register_checkpoint_image(tmp.path, "ck:1", checkpoint_on_gpu0()).ok());
+  auto plugin = make_plugin(tmp.path);
+
+  // No GPU given to the container: the matcher chooses on the whole node (the same GPU, no move).
+  api::CreateContainerResponse free_choice;
+  REQUIRE(free_choice.ParseFromString(plugin.handle("CreateContainer", crio_restore("ck:1", "").SerializeAsString()).value()));
+  const auto free_plan = read_restore_plan(tmp.path, free_choice.adjust().annotations().at(kAnnotationRestorePlan));
+  REQUIRE(free_plan.value());
+  CHECK(free_plan.value()->assignments[0].target_id == "GPU-0");
+
+  // The runtime gave it a GPU of another model: refused, with the reason.
+  auto other = two_gpus();
+  other.gpus[1].name = "NVIDIA A100";
+  NriPlugin strict(NriPluginOptions{tmp.path, "/", {}, ""}, [other] { return Result<NodeInventory>(other); }, numbers);
+  auto refused = strict.handle("CreateContainer", crio_restore("ck:1", "1").SerializeAsString());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("refused") != std::string::npos);
+  CHECK(refused.error().message.find("the GPUs it was given") != std::string::npos);
+
+  // containerd names images normalised: "ck:1" was registered, "docker.io/library/ck:1" is what it reports.
+  api::CreateContainerResponse normalised;
+  REQUIRE(normalised.ParseFromString(
+      plugin.handle("CreateContainer", crio_restore("docker.io/library/ck:1", "").SerializeAsString()).value()));
+  CHECK(normalised.adjust().annotations().count(kAnnotationRestorePlan) == 1);
+  CHECK(normalise_image_reference("ck") == "docker.io/library/ck:latest");
+  CHECK(normalise_image_reference("localhost/x/y:2") == "localhost/x/y:2");
+  CHECK(normalise_image_reference("registry.example:5000/a/b") == "registry.example:5000/a/b:latest");
+
+  // An image nobody registered is an ordinary container: nothing adjusted.
+  api::CreateContainerResponse ordinary;
+  REQUIRE(ordinary.ParseFromString(plugin.handle("CreateContainer", crio_restore("other:1", "1").SerializeAsString()).value()));
+  CHECK(ordinary.adjust().ByteSizeLong() == 0);
 }
