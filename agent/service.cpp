@@ -6,6 +6,7 @@
 #include <chrono>
 #include <random>
 
+#include "agent/job_store.h"
 #include "common/checkpoint_archive.h"
 #include "common/checkpoint_image.h"
 #include "common/checkpoint_images.h"
@@ -58,7 +59,25 @@ nlohmann::json to_json(const JobStatus& job) {
   return j;
 }
 
-AgentService::AgentService(AgentConfig config, AgentDeps deps) : config_(std::move(config)), deps_(std::move(deps)) {}
+AgentService::AgentService(AgentConfig config, AgentDeps deps) : config_(std::move(config)), deps_(std::move(deps)) {
+  // Jobs of an earlier run: finished ones stay visible, interrupted ones are closed and their files removed.
+  for (auto& job : load_jobs(config_.state_dir)) {
+    if (job.state == "queued" || job.state == "running") {
+      job = recover_interrupted(std::move(job), config_.checkpoint_dir);
+      log::warn("job " + job.id + " was interrupted by an agent restart: " + job.state +
+                (job.error.empty() ? "" : ": " + job.error));
+      if (auto saved = save_job(config_.state_dir, job); !saved) log::warn(saved.error().message);
+    }
+    jobs_[job.id] = std::move(job);
+  }
+  remove_stale_partials(config_.checkpoint_dir);
+  if (!config_.kubelet_checkpoint_dir.empty()) remove_stale_partials(config_.kubelet_checkpoint_dir);
+}
+
+void AgentService::persist(const JobStatus& job) {
+  if (auto saved = save_job(config_.state_dir, job); !saved)
+    log::warn("job " + job.id + ": cannot save its record: " + saved.error().message);
+}
 
 AgentService::~AgentService() { wait_idle(); }
 
@@ -97,16 +116,20 @@ std::string AgentService::add_job(const char* kind, nlohmann::json request) {
           (oldest == jobs_.end() || it->second.finished_at < oldest->second.finished_at))
         oldest = it;
     if (oldest == jobs_.end()) break;
+    remove_job_record(config_.state_dir, oldest->first);
     jobs_.erase(oldest);
   }
   jobs_[job.id] = job;
+  persist(job);
   ++running_;
   return job.id;
 }
 
 void AgentService::update(const std::string& id, const std::function<void(JobStatus&)>& change) {
   std::lock_guard lock(mutex_);
-  change(jobs_.at(id));
+  auto& job = jobs_.at(id);
+  change(job);
+  persist(job);
 }
 
 std::optional<JobStatus> AgentService::job(const std::string& id) const {
@@ -148,6 +171,7 @@ void AgentService::fail_unexpectedly(const std::string& job_id, const std::strin
   it->second.state = "failed";
   it->second.error = "internal error in phase " + it->second.phase + ": " + what;
   it->second.finished_at = hook::utc_now_rfc3339();
+  persist(it->second);
 }
 
 std::shared_ptr<std::mutex> AgentService::container_lock(const std::string& container_id) {

@@ -87,6 +87,7 @@ class AgentService {
   void update(const std::string& id, const std::function<void(JobStatus&)>& change);
   void launch(const std::string& job_id, std::function<void()> work);
   void fail_unexpectedly(const std::string& job_id, const std::string& what);
+  void persist(const JobStatus& job);   // with mutex_ held
   std::shared_ptr<std::mutex> container_lock(const std::string& container_id);
   void run_checkpoint(const std::string& job_id, const ContainerRef& ref, const RuntimeContainer& container,
                       const std::string& image_tag);

@@ -13,6 +13,7 @@
 
 #include "common/json_reader.h"
 #include "common/properties_record.h"
+#include "common/restore_plan.h"
 
 namespace gpuckpt {
 
@@ -392,6 +393,7 @@ Result<std::uint64_t> rewrite_archive(const fs::path& in, const fs::path& out, c
   fs::rename(temp, out, ec);
   if (ec) return make_error("cannot rename " + temp.string() + " to " + out.string() + ": " + ec.message(), EIO);
   cleanup.keep = true;
+  sync_parent_directory(out);
   return static_cast<std::uint64_t>(bytes);
 }
 

@@ -9,6 +9,8 @@
 
 #include <cctype>
 #include <cstring>
+#include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -147,9 +149,10 @@ class PodmanRuntime final : public ContainerRuntime {
     if (!r) return r.error();
     if (r->timed_out)
       return make_error("podman checkpoint of " + container.name + " timed out after " +
-                        std::to_string(options_.timeout.count()) + " s", ETIMEDOUT);
+                        std::to_string(options_.timeout.count()) + " s" + put_back(container), ETIMEDOUT);
     if (r->exit_code != 0)
-      return make_error("podman checkpoint of " + container.name + " failed: " + last_line(r->err), EIO);
+      return make_error("podman checkpoint of " + container.name + " failed: " + last_line(r->err) +
+                        put_back(container), EIO);
     return {};
   }
 
@@ -170,6 +173,45 @@ class PodmanRuntime final : public ContainerRuntime {
   }
 
  private:
+  // A checkpoint that failed after CRIU's dump (export to a full disk, a removed directory) leaves the container
+  // stopped, with the dump still in podman's own storage: restoring it in place puts the workload back. A podman
+  // that was killed or timed out may leave the dump running in the background, so the container is watched until
+  // it settles: stopped (then restored) or running with its init not held by CRIU (ptrace stop) for 1.5 s.
+  // Returns what happened, for the job's error.
+  std::string put_back(const RuntimeContainer& container) {
+    ContainerRef ref;
+    ref.container = container.id;
+    int free_running = 0;
+    for (int i = 0; i < 60; ++i) {
+      auto now = find(ref);
+      if (!now) return "; its state is unknown now: " + now.error().message;
+      if (now->state != "running") {
+        auto r = podman({"container", "restore", container.id}, options_.timeout);
+        if (r && !r->timed_out && r->exit_code == 0) {
+          log::warn("checkpoint of " + container.name + " failed after the dump; restored it in place");
+          return "; the container was stopped by the dump and has been restored in place (it runs on)";
+        }
+        return "; the container is " + now->state + " and could not be restored in place (" +
+               (r ? last_line(r->err) : r.error().message) + "): restore it with `podman container restore " +
+               container.id + "`";
+      }
+      free_running = held_by_criu(now->pid) ? 0 : free_running + 1;
+      if (free_running >= 3) return "; the container is still running";
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    return "; the container is still held by a checkpoint after 30 s: check it with `podman inspect " + container.id + "`";
+  }
+
+  // CRIU seizes the tasks it dumps: their state is "t (tracing stop)".
+  static bool held_by_criu(int pid) {
+    if (pid <= 0) return false;
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("State:", 0) == 0) return line.find("t (tracing stop)") != std::string::npos;
+    return false;
+  }
+
   Result<CommandResult> podman(std::vector<std::string> args, std::chrono::milliseconds timeout) {
     std::vector<std::string> argv = {options_.podman};
     if (!options_.hooks_dir.empty()) argv.insert(argv.end(), {"--hooks-dir", options_.hooks_dir});

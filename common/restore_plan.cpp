@@ -273,6 +273,14 @@ fs::path restore_plan_path(const fs::path& state_dir, std::string_view plan_id) 
   return state_dir / "restore-plans" / (std::string(plan_id) + ".json");
 }
 
+void sync_parent_directory(const fs::path& path) {
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
 Result<void> write_file_atomically(const fs::path& path, std::string_view data) {
   static std::atomic<unsigned> counter{0};
   std::error_code ec;
@@ -305,6 +313,7 @@ Result<void> write_file_atomically(const fs::path& path, std::string_view data) 
     fs::remove(temp, ec);
     return make_error("cannot rename " + temp.string() + " to " + path.string(), EIO);
   }
+  sync_parent_directory(path);
   return {};
 }
 

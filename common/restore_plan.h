@@ -105,6 +105,9 @@ Result<std::optional<RestorePlan>> read_restore_plan(const std::filesystem::path
 // /dev/nvidia-caps/*, /dev/kfd, /dev/dri/renderD*, /dev/dri/card* ("/dev/../etc/x", "/dev/nvidia0/.." are not).
 bool is_gpu_device_path(std::string_view path);
 
+// fsyncs the directory holding `path`, so that a rename into it survives a crash of the node.
+void sync_parent_directory(const std::filesystem::path& path);
+
 // Writes `data` to `path` through a temporary sibling, fsync and rename (readers never see a partial file).
 Result<void> write_file_atomically(const std::filesystem::path& path, std::string_view data);
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "agent/http_api.h"
+#include "agent/job_store.h"
 #include "agent/service.h"
 #include "oci-hook/container_store.h"
 #include "test/agent/archive_builder.h"
@@ -29,6 +30,8 @@ class FakeRuntime final : public ContainerRuntime {
   std::map<std::string, RuntimeContainer> containers;
   std::vector<fs::path> restored;
   std::vector<json> restored_specs;
+  // Runs after the archive is written; an error fails the checkpoint (a runtime that died, a full disk).
+  std::function<Result<void>(const fs::path&)> checkpoint_fault;
   std::mutex mutex;
   std::string name() const override { return "fake"; }
   Result<RuntimeContainer> find(const ContainerRef& ref) override {
@@ -45,6 +48,8 @@ class FakeRuntime final : public ContainerRuntime {
   }
   Result<void> checkpoint(const RuntimeContainer& c, const fs::path& archive) override {
     test::make_archive(archive, test::podman_checkpoint_entries());
+    if (checkpoint_fault)
+      if (auto fault = checkpoint_fault(archive); !fault) return fault;
     std::lock_guard lock(mutex);
     containers[c.name].state = "exited";
     return {};
@@ -86,7 +91,8 @@ struct Fixture {
   std::thread thread;
   int port = 0;
 
-  Fixture() {
+  explicit Fixture(std::function<void(const fs::path&)> before_start = {}) {
+    if (before_start) before_start(tmp.path);
     agent::AgentConfig config;
     config.state_dir = tmp.path / "state";
     config.checkpoint_dir = tmp.path / "checkpoints";
@@ -388,4 +394,93 @@ TEST_CASE("hostile bodies and archives fail their request or job, never the agen
     REQUIRE(health);
     CHECK(health->status == 200);
   }
+}
+
+TEST_CASE("an agent restarted mid-job closes the job and removes its temporary files", "[unit]") {
+  const std::string interrupted = "ck-20261123T120000Z-0badf00d";
+  const std::string restoring = "rs-20261123T120001Z-0badf00e";
+  const std::string finished = "ck-20261123T110000Z-600dd00d";
+  const std::string annotated = "ck-20261123T120002Z-0badf00f";
+  Fixture f([&](const fs::path& root) {
+    // What a killed agent leaves: job records in the state dir, its temporary files in the checkpoint dir.
+    auto record = [&](const std::string& id, const char* kind, const char* state, const char* phase) {
+      agent::JobStatus job;
+      job.id = id;
+      job.kind = kind;
+      job.state = state;
+      job.phase = phase;
+      job.created_at = "2026-11-23T12:00:00Z";
+      REQUIRE(agent::save_job(root / "state", job).ok());
+    };
+    record(interrupted, "checkpoint", "running", "checkpointing");
+    record(restoring, "restore", "running", "rewriting-spec");
+    record(finished, "checkpoint", "succeeded", "done");
+    record(annotated, "checkpoint", "running", "annotating");
+    test::write_file(root / "checkpoints" / ("." + interrupted + ".runtime-partial.tar.zst"), "half");
+    test::write_file(root / "checkpoints" / ("." + restoring + ".restore.tar.zst.partial-99999-0"), "half");
+    test::write_file(root / "checkpoints" / ("." + annotated + ".tar.zst.partial-99999-1"), "half");
+    test::make_archive(root / "checkpoints" / (annotated + ".tar.zst"), test::podman_checkpoint_entries());
+    test::write_file(root / "checkpoints" / ".other.tar.zst.partial-99999-2", "left by a dead rewrite");
+    test::write_file(root / "checkpoints" / "kept.tar.zst", "an archive of someone else");
+  });
+  auto get = [&](const char* collection, const std::string& id) {
+    auto res = f.client().Get((std::string(collection) + "/" + id).c_str());
+    REQUIRE(res);
+    REQUIRE(res->status == 200);
+    return json::parse(res->body);
+  };
+  const auto ck = get("/v1/checkpoints", interrupted);
+  CHECK(ck["state"] == "failed");
+  CHECK(ck["error"].get<std::string>().find("the agent stopped while this job was checkpointing") == 0);
+  const auto rs = get("/v1/restores", restoring);
+  CHECK(rs["state"] == "failed");
+  CHECK(get("/v1/checkpoints", finished)["state"] == "succeeded");
+  // Killed after the archive's rename: the archive is complete, so the job is.
+  const auto done = get("/v1/checkpoints", annotated);
+  CHECK(done["state"] == "succeeded");
+  CHECK(done["result"]["recovered_after_restart"] == true);
+  CHECK(f.checkpoint_files() == std::vector<std::string>{annotated + ".tar.zst", "kept.tar.zst"});
+  // The closed records were saved: a second restart sees the same outcome.
+  bool found = false;
+  for (const auto& job : agent::load_jobs(f.tmp.path / "state"))
+    if (job.id == interrupted) found = job.state == "failed";
+  CHECK(found);
+}
+
+TEST_CASE("a checkpoint whose runtime fails, or whose archive dir vanishes, fails clearly and leaves nothing", "[unit]") {
+  Fixture f;
+  SECTION("the runtime dies after writing part of its output") {
+    f.runtime->checkpoint_fault = [](const fs::path& partial) -> Result<void> {
+      fs::resize_file(partial, fs::file_size(partial) / 2);
+      return make_error("podman container checkpoint: exit status 137 (killed)", EIO);
+    };
+    const auto job = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"]);
+    CHECK(job["state"] == "failed");
+    CHECK(job["error"].get<std::string>().find("killed") != std::string::npos);
+  }
+  SECTION("the disk fills while the archive is annotated") {
+    f.runtime->checkpoint_fault = [](const fs::path& partial) -> Result<void> {
+      fs::resize_file(partial, fs::file_size(partial) / 2);   // what a full disk leaves: a cut stream
+      return {};
+    };
+    const auto job = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"]);
+    CHECK(job["state"] == "failed");
+    CHECK(job["error"].get<std::string>().find("runcated") != std::string::npos);   // "Truncated zstd input"
+  }
+  SECTION("the archive directory is removed mid-job") {
+    f.runtime->checkpoint_fault = [](const fs::path& partial) -> Result<void> {
+      fs::remove_all(partial.parent_path());
+      return {};
+    };
+    const auto job = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"]);
+    CHECK(job["state"] == "failed");
+    CHECK(job["error"].get<std::string>().find("does not exist") != std::string::npos);
+    fs::create_directories(f.tmp.path / "checkpoints");
+  }
+  CHECK(f.checkpoint_files().empty());
+  // The agent goes on: the next checkpoint works.
+  f.runtime->checkpoint_fault = {};
+  f.runtime->containers["counter"].state = "running";
+  const auto again = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"]);
+  CHECK(again["state"] == "succeeded");
 }
