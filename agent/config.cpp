@@ -157,6 +157,8 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
   {
     Section s = top.child("node_labels");
     s.get("enabled", c.node_labels.enabled);
+    s.get("method", c.node_labels.method);
+    s.get("feature_file", c.node_labels.feature_file);
     s.get("node_name", c.node_labels.node_name);
     s.get("api_server", c.node_labels.api_server);
     s.get("token_file", c.node_labels.token_file);
@@ -195,6 +197,12 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
   if (c.runtime_kind != "podman" && c.runtime_kind != "cri" && c.runtime_kind != "containerd" &&
       c.runtime_kind != "kubelet")
     return make_error(source + ": runtime.kind '" + c.runtime_kind + "' is not one of podman, cri, containerd, kubelet");
+  if (c.node_labels.method != "api" && c.node_labels.method != "nfd_feature_file")
+    return make_error(source + ": node_labels.method '" + c.node_labels.method + "' is not one of api, nfd_feature_file");
+  if (c.node_labels.method == "nfd_feature_file" && !std::filesystem::path(c.node_labels.feature_file).is_absolute())
+    return make_error(source + ": node_labels.feature_file '" + c.node_labels.feature_file + "' must be an absolute path");
+  if (c.node_labels.interval_seconds < 1)
+    return make_error(source + ": node_labels.interval_seconds must be >= 1");
   if (c.cri.call_timeout_seconds < 1 || c.containerd.call_timeout_seconds < 1)
     return make_error(source + ": runtime.cri.call_timeout_seconds and runtime.containerd.call_timeout_seconds must be >= 1");
   for (const auto* dir : {&c.state_dir, &c.checkpoint_dir})
@@ -253,6 +261,10 @@ void log_config(const AgentConfig& c) {
                                  " firmware=" + (m.check_firmware ? "1" : "0") + " links=" + (m.check_links ? "1" : "0") +
                                  " numa=" + (m.check_numa ? "1" : "0"));
   log::param("node_labels.enabled", c.node_labels.enabled ? "1" : "0");
+  if (c.node_labels.enabled) {
+    log::param("node_labels.method", c.node_labels.method);
+    if (c.node_labels.method == "nfd_feature_file") log::param("node_labels.feature_file", c.node_labels.feature_file);
+  }
   log::param("limits.max_request_bytes", std::to_string(c.max_request_bytes));
   log::param("limits.max_concurrent_jobs", std::to_string(c.max_concurrent_jobs));
   log::param("limits.max_connections", std::to_string(c.max_connections));

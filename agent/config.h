@@ -23,6 +23,10 @@ struct KubeletConfig {
 
 struct NodeLabelsConfig {
   bool enabled = false;
+  // "api": merge PATCH on the node (RBAC nodes get/patch, cluster-wide); "nfd_feature_file": a Node Feature
+  // Discovery local feature file that nfd-worker turns into the labels (no Kubernetes API access at all).
+  std::string method = "api";
+  std::string feature_file = "/etc/kubernetes/node-feature-discovery/features.d/gpuckpt";
   std::string node_name;   // empty: $NODE_NAME, else the hostname
   std::string api_server = "https://kubernetes.default.svc";
   std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";

@@ -178,6 +178,9 @@ int main(int argc, char** argv) {
                                                                 agent::compute_node_labels(inventory.value()))
                                    : Result<void>(inventory.error());
         if (!published) log::warn(published.error().message);
+        else if (config.node_labels.method == "nfd_feature_file")
+          log::info("GPU labels for node " + node + " written to " + config.node_labels.feature_file +
+                    " (nfd-worker publishes them)");
         else log::info("published GPU labels on node " + node);
       } while (stopper.wait(config.node_labels.interval_seconds));
     });

@@ -1,10 +1,13 @@
 #include "agent/node_labels.h"
 
 #include <httplib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -12,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "common/restore_plan.h"   // write_file_atomically
 
 namespace gpuckpt::agent {
 
@@ -87,8 +91,36 @@ std::string node_label_patch(const std::map<std::string, std::optional<std::stri
   return nlohmann::json{{"metadata", {{"labels", patch_labels}}}}.dump();
 }
 
-Result<void> publish_node_labels(const NodeLabelsConfig& config, const std::string& node_name,
-                                 const std::map<std::string, std::optional<std::string>>& labels) {
+std::string nfd_feature_file(const std::map<std::string, std::optional<std::string>>& labels,
+                             std::chrono::system_clock::time_point now, int interval_seconds) {
+  const std::time_t expiry = std::chrono::system_clock::to_time_t(now + std::chrono::seconds(3L * interval_seconds));
+  std::tm tm{};
+  gmtime_r(&expiry, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  std::string out = "# gpuckpt-agent: this node's GPU fingerprint, published by nfd-worker; rewritten every " +
+                    std::to_string(interval_seconds) + " s\n# +expiry-time=" + stamp + "\n";
+  for (const auto& [key, value] : labels)
+    if (value) out += key + "=" + *value + "\n";
+  return out;
+}
+
+namespace {
+
+Result<void> write_feature_file(const NodeLabelsConfig& config,
+                                const std::map<std::string, std::optional<std::string>>& labels) {
+  const std::filesystem::path path = config.feature_file;
+  auto written = write_file_atomically(path, nfd_feature_file(labels, std::chrono::system_clock::now(),
+                                                              config.interval_seconds));
+  if (!written)
+    return make_error("node labels: cannot write the NFD feature file " + path.string() + ": " + written.error().message +
+                      " (is the features.d directory mounted writable? nodeLabels.featureDir in the chart)");
+  ::chmod(path.c_str(), 0644);   // nfd-worker may run as another user
+  return {};
+}
+
+Result<void> patch_node(const NodeLabelsConfig& config, const std::string& node_name,
+                        const std::map<std::string, std::optional<std::string>>& labels) {
   std::ifstream token_in(config.token_file);
   std::string token;
   std::getline(token_in, token);
@@ -106,6 +138,14 @@ Result<void> publish_node_labels(const NodeLabelsConfig& config, const std::stri
     return make_error("node labels: PATCH node " + node_name + " returned " + std::to_string(result->status) + ": " +
                       result->body.substr(0, 300) + " (does the service account have 'patch' on nodes?)");
   return {};
+}
+
+}  // namespace
+
+Result<void> publish_node_labels(const NodeLabelsConfig& config, const std::string& node_name,
+                                 const std::map<std::string, std::optional<std::string>>& labels) {
+  if (config.method == "nfd_feature_file") return write_feature_file(config, labels);
+  return patch_node(config, node_name, labels);
 }
 
 }  // namespace gpuckpt::agent

@@ -1,7 +1,10 @@
 // This node's GPU fingerprint as Kubernetes node labels (gpuckpt.io/*), so restores can be scheduled onto
-// nodes with compatible GPUs: computed purely from the inventory, published with a merge PATCH on the node.
+// nodes with compatible GPUs: computed purely from the inventory, published either with a merge PATCH on the node
+// (method api) or as a Node Feature Discovery local feature file that nfd-worker publishes (method
+// nfd_feature_file: the agent needs no Kubernetes API access).
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -23,6 +26,13 @@ std::string to_label_value(std::string_view text);
 // The merge-patch body for PATCH /api/v1/nodes/{name}.
 std::string node_label_patch(const std::map<std::string, std::optional<std::string>>& labels);
 
+// The NFD local feature file: one `key=value` line per label that has a value (a label left out is removed by
+// nfd-worker), and an expiry `interval_seconds * 3` after `now`, so the labels go away when the agent stops
+// refreshing them (uninstalled, or its node lost its GPUs).
+std::string nfd_feature_file(const std::map<std::string, std::optional<std::string>>& labels,
+                             std::chrono::system_clock::time_point now, int interval_seconds);
+
+// Publishes by config.method: PATCH through the API server, or the feature file written atomically (temp + rename).
 Result<void> publish_node_labels(const NodeLabelsConfig& config, const std::string& node_name,
                                  const std::map<std::string, std::optional<std::string>>& labels);
 

@@ -2,6 +2,12 @@
 
 #include <httplib.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -112,4 +118,48 @@ TEST_CASE("labels are published with a merge PATCH on the node, with the service
   CHECK(refused.error().message.find("403") != std::string::npos);
   CHECK(refused.error().message.find("patch") != std::string::npos);
   CHECK_FALSE(no_token.ok());
+}
+
+TEST_CASE("labels go into an NFD feature file with an expiry, atomically, readable by nfd-worker", "[unit]") {
+  NodeInventory inv;
+  inv.gpus = {h200(0), h200(1)};
+  const auto labels = compute_node_labels(inv);
+  const auto now = std::chrono::system_clock::from_time_t(1795000000);   // 2026-11-18T11:06:40Z
+  const std::string text = agent::nfd_feature_file(labels, now, 300);
+  CHECK(text.find("# +expiry-time=2026-11-18T11:21:40Z\n") != std::string::npos);   // 3 intervals later
+  std::size_t lines = 0;
+  for (const auto& [key, value] : labels) {
+    if (value) {
+      CHECK(text.find("\n" + key + "=" + *value + "\n") != std::string::npos);
+      ++lines;
+    } else {
+      CHECK(text.find("\n" + key + "=") == std::string::npos);   // no value: left out, nfd-worker removes it
+    }
+  }
+  CHECK(lines > 0);
+  NodeInventory none;
+  const std::string empty = agent::nfd_feature_file(compute_node_labels(none), now, 300);
+  CHECK(empty.find("gpuckpt.io/gpu-count=0") != std::string::npos);
+
+  test::TempDir tmp;
+  agent::NodeLabelsConfig config;
+  config.method = "nfd_feature_file";
+  config.feature_file = (tmp.path / "features.d" / "gpuckpt").string();
+  config.api_server = "http://127.0.0.1:1";   // never called
+  REQUIRE(agent::publish_node_labels(config, "gpu-node-1", labels).ok());
+  std::ifstream in(config.feature_file);
+  std::stringstream written;
+  written << in.rdbuf();
+  CHECK(written.str().find("\n" + labels.begin()->first + "=") != std::string::npos);
+  struct stat st {};
+  REQUIRE(::stat(config.feature_file.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0644);
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(tmp.path / "features.d")) ++entries;
+  CHECK(entries == 1);   // no temporary file left beside it
+  config.feature_file = (tmp.path / "not-a-dir").string() + "/x/gpuckpt";
+  test::write_file(tmp.path / "not-a-dir", "file");
+  auto refused = agent::publish_node_labels(config, "gpu-node-1", labels);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("NFD feature file") != std::string::npos);
 }

@@ -141,6 +141,8 @@ def common_checks(objs, name):
     allowed_rw = {cfg["state_dir"], cfg["checkpoints"]["dir"]}
     if cfg["checkpoints"].get("kubelet_dir"):
         allowed_rw.add(cfg["checkpoints"]["kubelet_dir"])
+    if cfg.get("node_labels", {}).get("method") == "nfd_feature_file" and cfg["node_labels"].get("enabled"):
+        allowed_rw.add(os.path.dirname(cfg["node_labels"]["feature_file"]))
     runtime = cfg.get("runtime", {})
     socket = runtime.get("cri", {}).get("endpoint") or runtime.get("containerd", {}).get("address")
     if socket:
@@ -276,7 +278,7 @@ def test_defaults():
     spec, cfg, cm, agent, tols, hook = common_checks(objs, "defaults")
     installer_checks(objs, "defaults", spec, cfg, hook)
     kinds = sorted(o["kind"] for o in objs)
-    check(kinds == sorted(["ServiceAccount", "Secret", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "DaemonSet"]),
+    check(kinds == sorted(["ServiceAccount", "Secret", "ConfigMap", "Service", "DaemonSet"]),
           f"[defaults] objects {kinds}")
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     keys = [t["matchExpressions"][0]["key"] for t in terms]
@@ -289,12 +291,16 @@ def test_defaults():
           "[defaults] rolling update by surge: the new pod installs before the old one stops (the hook never disappears)")
     check(all(t["matchExpressions"][0]["values"] == ["true"] for t in terms), "[defaults] affinity matches label value true")
     check({"nvidia.com/gpu", "amd.com/gpu"} <= tols, f"[defaults] tolerates GPU taints: {tols}")
-    check(rules(objs) == {("nodes", "get"), ("nodes", "patch")}, f"[defaults] RBAC: only nodes get/patch (labels): {rules(objs)}")
-    check(spec["automountServiceAccountToken"] is True, "[defaults] SA token mounted (labels need the API)")
+    check(rules(objs) == set(), f"[defaults] no RBAC at all: no cluster-wide nodes patch, no nodes/proxy: {rules(objs)}")
+    check(spec["automountServiceAccountToken"] is False, "[defaults] no service-account token (nothing calls the API)")
     check(cfg["runtime"] == {"kind": "cri", "cri": {"endpoint": "unix:///run/crio/crio.sock"}},
           f"[defaults] runtime cri on CRI-O's socket only: {cfg['runtime']}")
     check("/run/crio" in host_mounts(spec, agent), "[defaults] the CRI socket's directory is mounted")
-    check(cfg["node_labels"] == {"enabled": True}, f"[defaults] node labels on: {cfg['node_labels']}")
+    feature_file = "/etc/kubernetes/node-feature-discovery/features.d/gpuckpt"
+    check(cfg["node_labels"] == {"enabled": True, "method": "nfd_feature_file", "feature_file": feature_file},
+          f"[defaults] node labels through an NFD feature file: {cfg['node_labels']}")
+    check(host_mounts(spec, agent).get(os.path.dirname(feature_file)) == (os.path.dirname(feature_file), False),
+          "[defaults] agent writes NFD's features.d (same path)")
     check("log_level" not in cfg and "match_policy" not in cfg and "limits" not in cfg, "[defaults] null settings left to the binary")
     secret = one(objs, "Secret")
     import base64
@@ -324,11 +330,20 @@ def test_amd_only():
     check(tols == {"amd.com/gpu"}, f"[amd-only] only the AMD taint tolerated: {tols}")
 
 
+def test_labels_through_api():
+    objs = case("labels-api", ["nodeLabels.method=api"])
+    spec, cfg, cm, agent, *_ = common_checks(objs, "labels-api")
+    check(rules(objs) == {("nodes", "get"), ("nodes", "patch")}, f"[labels-api] RBAC: only nodes get/patch: {rules(objs)}")
+    check(spec["automountServiceAccountToken"] is True, "[labels-api] SA token mounted (labels through the API)")
+    check(cfg["node_labels"] == {"enabled": True, "method": "api"}, f"[labels-api] agent patches its node: {cfg['node_labels']}")
+    check(not any(v["name"] == "host-nfd-features" for v in spec["volumes"]), "[labels-api] no NFD features.d mount")
+
+
 def test_kubelet_proxy():
     objs = case("kubelet-proxy", ["runtime.kind=kubelet"])
     spec, cfg, *_ = common_checks(objs, "kubelet-proxy")
-    check(rules(objs) == {("nodes", "get"), ("nodes", "patch"), ("nodes/proxy", "get"), ("nodes/proxy", "create")},
-          f"[kubelet-proxy] RBAC: labels + nodes/proxy get/create (GET pods, POST checkpoint), nothing else: {rules(objs)}")
+    check(rules(objs) == {("nodes/proxy", "get"), ("nodes/proxy", "create")},
+          f"[kubelet-proxy] RBAC: nodes/proxy get/create (GET pods, POST checkpoint) only when asked for, nothing else: {rules(objs)}")
     k = cfg["runtime"]["kubelet"]
     check(k["url"] == "https://kubernetes.default.svc/api/v1/nodes/@NODE_NAME@/proxy", f"[kubelet-proxy] url through the API server: {k['url']}")
     check(k["ca_file"] == "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt", "[kubelet-proxy] trusts the cluster CA")
@@ -479,7 +494,7 @@ BAD = [
      "needs the Service it scrapes: set service.enabled=true"),
     ("kubelet-without-rbac", ["runtime.kind=kubelet", "rbac.create=false", "nodeLabels.enabled=false"],
      "rbac.create=false and no serviceAccount.name is given"),
-    ("labels-without-rbac", ["rbac.create=false"], "Set rbac.create=true, or name a ServiceAccount you have bound yourself"),
+    ("labels-without-rbac", ["rbac.create=false", "nodeLabels.method=api"], "Set rbac.create=true, or name a ServiceAccount you have bound yourself"),
     ("no-node-restriction", ["gpuNodeAffinity.enabled=false"],
      "would run the agent on every node, GPU or not. Select GPU nodes with nodeSelector"),
     ("no-affinity-labels", ["json:gpuNodeAffinity.labels=[]"], "selects no node"),
@@ -610,7 +625,7 @@ def main():
     if "--dump-objects" in sys.argv:
         dump = sys.argv[sys.argv.index("--dump-objects") + 1]
     print(f"agent config check: {AGENT if os.access(AGENT, os.X_OK) else 'skipped, ' + AGENT + ' not built'}")
-    for t in [test_defaults, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_priority_quota, test_monitoring,
+    for t in [test_defaults, test_labels_through_api, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_priority_quota, test_monitoring,
               test_existing_secret, test_full_config_shape, test_custom_paths, test_containerd_runtime, test_installer_off,
               test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
               test_gpu_node_label_sets, test_security_modes,

@@ -56,7 +56,12 @@ app.kubernetes.io/part-of: gpuckpt
 
 {{/* "true" when the agent talks to the Kubernetes API (and so needs its service-account token). */}}
 {{- define "gpuckpt.usesKubeApi" -}}
-{{- if or .Values.nodeLabels.enabled (eq .Values.runtime.kind "kubelet") -}}true{{- end -}}
+{{- if or (include "gpuckpt.labelsThroughApi" .) (eq .Values.runtime.kind "kubelet") -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when node labels go through the API server (nodeLabels.method=api) rather than an NFD feature file. */}}
+{{- define "gpuckpt.labelsThroughApi" -}}
+{{- if and .Values.nodeLabels.enabled (eq .Values.nodeLabels.method "api") -}}true{{- end -}}
 {{- end -}}
 
 {{/* Where the pod sees the API token, the kubelet CA and the scripts. */}}
@@ -117,7 +122,9 @@ by the render-config init container (the agent reads literal values).
   "criu_plugin_dir" $v.host.criuPluginDir
   "log_level" $v.agent.logLevel
   "match_policy" (deepCopy $v.config.match_policy)
-  "node_labels" (dict "enabled" $v.nodeLabels.enabled "interval_seconds" $v.nodeLabels.intervalSeconds)
+  "node_labels" (dict "enabled" $v.nodeLabels.enabled "interval_seconds" $v.nodeLabels.intervalSeconds
+    "method" (ternary "api" "nfd_feature_file" (eq $v.nodeLabels.method "api"))
+    "feature_file" (ternary nil (printf "%s/gpuckpt" $v.nodeLabels.featureDir) (eq $v.nodeLabels.method "api")))
   "gpu_memory" (deepCopy $v.config.gpu_memory)
   "limits" (deepCopy $v.config.limits)
 -}}
