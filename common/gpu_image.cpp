@@ -566,7 +566,8 @@ Result<std::unique_ptr<ImageReader>> ImageReader::open(int dir_fd, const std::st
   std::uint64_t expected_entries = 0;
   for (std::uint32_t i = 0; i < region_count; ++i, p += kRegionEntrySize) {
     Region region{get<std::uint64_t>(p, 0), get<std::uint64_t>(p, 8)};
-    if (region.length == 0 || region.start + region.length < region.start)
+    // Beyond 128 TiB no process maps anything (x86-64 user space), and the chunk count below must not wrap.
+    if (region.length == 0 || region.length > (1ull << 47) || region.start + region.length < region.start)
       return make_error(name + ": region " + std::to_string(i) + " is invalid", EIO);
     expected_entries += chunks_in(region, chunk_size);
     r->regions_.push_back(region);
