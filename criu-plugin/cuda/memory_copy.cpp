@@ -65,6 +65,31 @@ Result<void> copy_remote(bool write, int pid, std::uint64_t remote, std::byte* l
   return {};
 }
 
+// Writes a zero byte into every page of [remote, remote + size), which the caller knows to be zero: the pages get
+// allocated here, by the pool, instead of one by one when the driver's single-threaded restore first touches them
+// (a zero-heavy 16 GiB restore measured the driver's restore 2.1 s slower with 12 GB of untouched pages).
+Result<void> touch_remote(int pid, std::uint64_t remote, std::size_t size) {
+  static const std::byte zero{0};
+  constexpr std::size_t kPage = 4096, kBatch = 1024;   // IOV_MAX
+  iovec local[kBatch], pages[kBatch];
+  std::uint64_t at = remote;
+  const std::uint64_t end = remote + size;
+  while (at < end) {
+    std::size_t n = 0;
+    for (; n < kBatch && at + n * kPage < end; ++n) {
+      local[n] = {const_cast<std::byte*>(&zero), 1};
+      pages[n] = {reinterpret_cast<void*>(at + n * kPage), 1};
+    }
+    ssize_t done = ::process_vm_writev(pid, local, n, pages, n, 0);
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0)
+      return make_error("touching pid " + std::to_string(pid) + "'s memory at " + hex_address(at) + ": " +
+                        std::strerror(done < 0 ? errno : EFAULT), done < 0 ? errno : EFAULT);
+    at += static_cast<std::uint64_t>(done) * kPage;   // one byte per page
+  }
+  return {};
+}
+
 // What the workers share about one process: its first error stops the rest of its chunks.
 struct ProcessSlot {
   std::mutex mutex;
@@ -82,6 +107,7 @@ struct Item {
   std::size_t process;
   std::uint32_t region;
   std::uint64_t chunk;   // dump: chunk in region; fill: index entry
+  bool touch_only = false;   // fill: a zero chunk over memory that is zero already
 };
 
 unsigned pool_size(const gi::Settings& settings, std::size_t items) {
@@ -207,12 +233,8 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
     readers[p] = std::move(*reader);
     const auto& entries = readers[p]->entries();
     for (std::size_t i = 0; i < entries.size(); ++i) {
-      if (memory_is_zero_or_intact && entries[i].encoding == gi::Encoding::Zero) {
-        ++slots[p]->zero;
-        ++slots[p]->chunks;
-        continue;
-      }
-      items.push_back({p, entries[i].region, i});
+      items.push_back({p, entries[i].region, i,
+                       memory_is_zero_or_intact && entries[i].encoding == gi::Encoding::Zero});
     }
   }
   std::atomic<std::size_t> next{0};
@@ -225,12 +247,21 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
       if (slot.failed) continue;
       const gi::ImageReader& reader = *readers[item.process];
       const gi::ChunkEntry& entry = reader.entries()[item.chunk];
+      const std::uint64_t remote = reader.regions()[entry.region].start + entry.chunk * reader.header().chunk_size;
+      if (item.touch_only) {
+        if (auto ok = touch_remote(processes[item.process].pid, remote, entry.raw_size); !ok) {
+          slot.fail(ok.error());
+          continue;
+        }
+        ++slot.zero;
+        ++slot.chunks;
+        continue;
+      }
       buffer.resize(entry.raw_size);
       if (auto ok = reader.read_chunk(item.chunk, codec, record, buffer); !ok) {
         slot.fail(ok.error());
         continue;
       }
-      const std::uint64_t remote = reader.regions()[entry.region].start + entry.chunk * reader.header().chunk_size;
       if (auto ok = copy_remote(true, processes[item.process].pid, remote, buffer.data(), buffer.size()); !ok) {
         slot.fail(ok.error());
         continue;

@@ -32,8 +32,9 @@ struct CopyStats {
 std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemory>& processes, int dir_fd,
                                                    const gpu_image::Settings& settings);
 
-// Puts each process's memory back from its image (file by its vpid). Zero chunks are skipped when
-// `memory_is_zero_or_intact` (memory freshly mapped by the restore, or dropped/untouched since the dump).
+// Puts each process's memory back from its image (file by its vpid). When `memory_is_zero_or_intact` (memory
+// freshly mapped by the restore, or dropped/untouched since the dump), zero chunks are not copied, only their
+// pages touched (allocated by the pool rather than later by the driver's single thread).
 // Every region must lie in a writable private mapping of the process. One result per process, in order; a
 // process without an image gets an error with errno ENOENT.
 std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>& processes, int dir_fd,
