@@ -24,14 +24,14 @@ command -v podman >/dev/null || die "podman not found (scripts/setup.sh installs
 ctx=$(mktemp -d /tmp/gpuckpt-image.XXXXXX)
 trap 'rm -rf "$ctx"' EXIT
 cmake --install "$BUILD_DIR" --prefix "$ctx/rootfs/usr" >/dev/null || die "cmake --install $BUILD_DIR failed"
-for f in usr/bin/gpuckpt-agent usr/bin/gpuckpt usr/libexec/gpuckpt/gpuckpt-oci-hook usr/lib/gpuckpt/gpuckpt_plugin.so; do
+for f in usr/bin/gpuckpt-agent usr/bin/gpuckpt usr/bin/gpuckpt-nri usr/libexec/gpuckpt/gpuckpt-oci-hook usr/lib/gpuckpt/gpuckpt_plugin.so; do
   [ -f "$ctx/rootfs/$f" ] || die "the install of $BUILD_DIR has no $f"
 done
 
-# The agent's and the CLI's libraries beyond glibc, from this build machine (the ones they were linked against).
+# The agent's, the CLI's and gpuckpt-nri's libraries beyond glibc, from this build machine (the ones they were linked against).
 libdir=$ctx/rootfs/usr/lib/gpuckpt/lib
 mkdir -p "$libdir"
-for bin in "$BUILD_DIR/agent/gpuckpt-agent" "$BUILD_DIR/cli/gpuckpt"; do   # the build tree's: no RUNPATH yet
+for bin in "$BUILD_DIR/agent/gpuckpt-agent" "$BUILD_DIR/cli/gpuckpt" "$BUILD_DIR/nri-plugin/gpuckpt-nri"; do   # the build tree's: no RUNPATH yet
   ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name path; do
     case $name in libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*) continue ;; esac
     cp -L "$path" "$libdir/$name"

@@ -460,6 +460,25 @@ def test_containerd_runtime():
           f"[containerd] the agent gets exactly the file capabilities a rootfs diff needs: {caps}")
 
 
+def test_nri():
+    objs = case("nri", ["nri.enabled=true"])
+    spec, cfg, cm, agent, *_ = common_checks(objs, "nri")
+    nri = container(spec, "nri")
+    check(nri is not None and nri["command"] == ["gpuckpt-nri"], "[nri] gpuckpt-nri runs in the pod")
+    args = nri["args"]
+    opt = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--")}
+    check(opt.get("--socket") == "/var/run/nri/nri.sock" and opt.get("--state-dir") == cfg["state_dir"]
+          and opt.get("--host-root") == "/host" and opt.get("--idx") == "50", f"[nri] args: {args}")
+    check(opt.get("--hook") == "/opt/gpuckpt/bin/gpuckpt-oci-hook", f"[nri] restored containers get the installed hook: {args}")
+    mounts = host_mounts(spec, nri)
+    rw = {path for path, (_, ro) in mounts.items() if not ro}
+    check(rw == {cfg["state_dir"], "/var/run/nri"}, f"[nri] writes only the state dir and the NRI socket dir: {sorted(rw)}")
+    check(nri["securityContext"]["capabilities"]["drop"] == ["ALL"] and not nri["securityContext"].get("privileged"),
+          "[nri] no capabilities, not privileged")
+    off = case("nri-off", [])
+    check(container(pod_spec(off), "nri") is None, "[nri] off by default (NRI is off in the runtimes by default)")
+
+
 def test_installer_off():
     objs = case("installer-off", ["installer.enabled=false", "installer.removeOnStop=false"])
     spec, *_ = common_checks(objs, "installer-off")
@@ -599,11 +618,12 @@ def test_docs_name_real_values():
     free_maps = {"nodeSelector", "affinity", "podLabels", "podAnnotations", "commonLabels", "metrics.serviceMonitor.labels",
                  "service.annotations", "serviceAccount.annotations"}
     import re
-    pattern = re.compile(r"\b((?:" + "|".join(map(re.escape, values)) + r")(?:\.[A-Za-z_*][A-Za-z0-9_*]*)+)")
+    # (not inside a longer dotted name: `io.containerd.nri.v1.nri` is containerd's, not the value nri.v1)
+    pattern = re.compile(r"(?<![\w.])((?:" + "|".join(map(re.escape, values)) + r")(?:\.[A-Za-z_*][A-Za-z0-9_*]*)+)")
     for doc in ["docs/deploy.md", "docs/troubleshooting.md", "docs/kubernetes.md", "charts/gpuckpt/README.md", "manifests/README.md"]:
         text = open(os.path.join(SRC, doc)).read()
         for ref in sorted(set(pattern.findall(text))):
-            if ref.endswith((".yaml", ".json", ".md", ".dump", ".toml", ".sh")) or ref in EXAMPLE_KEYS:
+            if ref.endswith((".yaml", ".json", ".md", ".dump", ".toml", ".sh", ".sock")) or ref in EXAMPLE_KEYS:
                 continue   # a file name, or an agent config key (quoted from the agent's messages)
             node, ok = values, True
             parts = ref.split(".")
@@ -626,7 +646,7 @@ def main():
         dump = sys.argv[sys.argv.index("--dump-objects") + 1]
     print(f"agent config check: {AGENT if os.access(AGENT, os.X_OK) else 'skipped, ' + AGENT + ' not built'}")
     for t in [test_defaults, test_labels_through_api, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_priority_quota, test_monitoring,
-              test_existing_secret, test_full_config_shape, test_custom_paths, test_containerd_runtime, test_installer_off,
+              test_existing_secret, test_full_config_shape, test_custom_paths, test_containerd_runtime, test_nri, test_installer_off,
               test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
               test_gpu_node_label_sets, test_security_modes,
               test_bad_combinations, test_token_kept_on_upgrade_template, test_docs_name_real_values]:
