@@ -1,6 +1,7 @@
 #include "common/checkpoint_image.h"
 
 #include <archive.h>
+#include <sys/utsname.h>
 #include <archive_entry.h>
 
 #include <cstdio>
@@ -222,7 +223,30 @@ Result<CheckpointImage> write_checkpoint_image(const fs::path& archive, const fs
     annotations[prefix + "rootfsImageName"] = info->image;
     annotations[prefix + "runtime.name"] = info->runtime;   // podman refuses an image without it
   }
+  // checkpointctl's and containerd's (>= 2.1) names for the same facts (checkpointctl lib/metadata).
   const auto spec_annotations = info->spec.value("annotations", nlohmann::json::object());
+  const auto spec_string = [&](std::initializer_list<const char*> keys) {
+    for (const char* key : keys)
+      if (spec_annotations.is_object() && spec_annotations.contains(key) && spec_annotations[key].is_string())
+        return spec_annotations[key].get<std::string>();
+    return std::string();
+  };
+  struct utsname host {};
+  ::uname(&host);
+  const std::map<std::string, std::string> criu = {
+      {"org.criu.checkpoint.engine.name", info->engine},
+      {"org.criu.checkpoint.container.name", info->container_name},
+      {"org.criu.checkpoint.pod.name", spec_string({"io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"})},
+      {"org.criu.checkpoint.pod.namespace",
+       spec_string({"io.kubernetes.pod.namespace", "io.kubernetes.cri.sandbox-namespace"})},
+      {"org.criu.checkpoint.rootfsImageName", info->image},
+      {"org.criu.checkpoint.rootfsImageID", info->image_id},
+      {"org.criu.checkpoint.rawImageName", info->raw_image},
+      {"org.criu.checkpoint.runtime.name", info->runtime},
+      {"org.criu.checkpoint.host.arch", std::string(oci_architecture())},
+      {"org.criu.checkpoint.host.kernel", host.release}};
+  for (const auto& [key, value] : criu)
+    if (!value.empty()) annotations[key] = value;
   for (const auto& [key, value] : spec_annotations.items())
     if (key.rfind("io.gpuckpt.", 0) == 0 && value.is_string()) annotations[key] = value;
   const nlohmann::json manifest = {

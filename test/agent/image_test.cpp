@@ -77,6 +77,10 @@ TEST_CASE("a checkpoint archive becomes an OCI image layout engines recognise as
   CHECK(a["io.kubernetes.containerd.annotations.checkpoint.rootfsImageName"] == "localhost/busybox:latest");
   CHECK(a["io.gpuckpt.checkpoint-id"] == "ck-1");
   CHECK(a["io.gpuckpt.used-gpus"] == "GPU-0");
+  CHECK(a["org.criu.checkpoint.container.name"] == "counter");   // checkpointctl / containerd 2.1
+  CHECK(a["org.criu.checkpoint.rootfsImageName"] == "localhost/busybox:latest");
+  CHECK(a["org.criu.checkpoint.runtime.name"] == "runc");
+  CHECK(a["org.criu.checkpoint.engine.name"] == "podman");
   // The layer is the archive, unchanged; uncompressed, its diff id is its digest.
   REQUIRE(manifest["layers"].size() == 1);
   CHECK(manifest["layers"][0]["mediaType"] == "application/vnd.oci.image.layer.v1.tar");
@@ -91,6 +95,7 @@ TEST_CASE("a checkpoint archive becomes an OCI image layout engines recognise as
   REQUIRE(oci_names.count(machine.machine));
   CHECK(config["architecture"] == oci_names.at(machine.machine));
   CHECK(config["os"] == "linux");
+  CHECK(a["org.criu.checkpoint.host.arch"] == config["architecture"]);
   // Never over an existing image.
   auto again = write_checkpoint_image(archive, layout, "ck-1", ArchiveLimits{});
   REQUIRE_FALSE(again.ok());
