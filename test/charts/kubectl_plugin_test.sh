@@ -172,6 +172,35 @@ expect 'grep -q "gpuckpt-bbbbb -c agent -- gpuckpt inspect" <<< "$plan" && grep 
 run --dry-run --agent-namespace gpu-sys --agent-port 8000 --token-file /t checkpoint train -n ml || true
 expect 'grep -q "no gpuckpt agent\|no running gpuckpt agent on node gpu-a (namespace gpu-sys" "$tmp/err"' "--agent-namespace is used for the agent lookup"
 
+# ---- kubectl conventions: --context/--kubeconfig reach every kubectl call; --dry-run=client|server|none ----------
+new_cluster
+run --context prod --kubeconfig /k/config --dry-run=client migrate train --to gpu-b && ok || bad "--context/--kubeconfig: $(cat "$tmp/err")"
+calls=$(wc -l < "$FAKE_CLUSTER/calls.log")
+expect '[ "$calls" -gt 0 ] && [ "$(grep -c -- "^--context prod --kubeconfig /k/config " "$FAKE_CLUSTER/calls.log")" = "$calls" ]' "every kubectl call carries --context and --kubeconfig"
+expect 'grep -q "^+ .*kubectl --context prod --kubeconfig /k/config exec" "$tmp/err"' "the dry-run plan shows them too"
+expect '! grep -q "^exec" "$FAKE_CLUSTER/calls.log" && ! grep -q " exec " "$FAKE_CLUSTER/calls.log"' "--dry-run=client execs nothing"
+
+# ---- krew: the release archive and manifest --------------------------------------------------------------------
+"$SRC/kubectl-plugin/krew/make-release.sh" "$tmp/krew" https://releases.example/gpuckpt https://example/gpuckpt >/dev/null &&
+  ok || bad "krew make-release.sh failed"
+python3 - "$tmp/krew" "$PLUGIN" <<'PY' && ok || bad "krew manifest"
+import glob, hashlib, io, sys, tarfile, yaml
+out, plugin = sys.argv[1], sys.argv[2]
+m = yaml.safe_load(open(out + "/gpuckpt.yaml"))
+assert m["apiVersion"] == "krew.googlecontainertools.github.com/v1alpha2" and m["kind"] == "Plugin", m
+assert m["metadata"]["name"] == "gpuckpt" and m["spec"]["version"].startswith("v"), m
+(archive,) = glob.glob(out + "/kubectl-gpuckpt-*.tar.gz")
+sha = hashlib.sha256(open(archive, "rb").read()).hexdigest()
+t = tarfile.open(archive)
+assert t.extractfile("kubectl-gpuckpt").read() == open(plugin, "rb").read()
+assert t.getmember("kubectl-gpuckpt").mode & 0o111
+for p in m["spec"]["platforms"]:
+    assert p["sha256"] == sha and p["bin"] == "kubectl-gpuckpt", p
+    assert p["uri"].endswith("/" + m["spec"]["version"] + "/" + archive.rsplit("/", 1)[1]), p["uri"]
+    assert {f["from"] for f in p["files"]} <= set(t.getnames()), p["files"]
+assert {(p["selector"]["matchLabels"]["os"]) for p in m["spec"]["platforms"]} == {"linux", "darwin"}
+PY
+
 # ---- usage errors (exit 2) ------------------------------------------------------------------------------------
 new_cluster
 usage_case() { # EXPECTED_TEXT ARGS...
@@ -181,6 +210,8 @@ usage_case() { # EXPECTED_TEXT ARGS...
 }
 usage_case "Usage:"
 usage_case "unknown command 'frob'" frob
+usage_case "--dry-run=server is not supported" --dry-run=server migrate train --to gpu-b
+usage_case "--dry-run must be none, client or server" --dry-run=maybe nodes
 usage_case "checkpoint needs a POD" checkpoint
 usage_case "checkpoint takes one POD" checkpoint a b
 usage_case "unknown option '--force' for checkpoint" checkpoint train --force
