@@ -19,6 +19,10 @@ namespace snapshots = containerd::services::snapshots::v1;
 namespace tasks = containerd::services::tasks::v1;
 namespace runc = containerd::runc::v1;
 using std::chrono::milliseconds;
+using VersionStub = containerd::services::version::v1::Version::Stub;
+using ContainersStub = containers::Containers::Stub;
+using TasksStub = tasks::Tasks::Stub;
+using SnapshotsStub = snapshots::Snapshots::Stub;
 
 namespace {
 
@@ -67,14 +71,13 @@ ContainerdClient::~ContainerdClient() = default;
 
 namespace {
 
-struct Call {
-  grpc::ClientContext context;
-  milliseconds timeout;
-  Call(const ContainerdOptions& options, milliseconds t) : timeout(t) {
-    set_deadline(context, t);
-    context.AddMetadata("containerd-namespace", options.namespace_name);
-  }
-};
+// Every containerd call names the namespace it works in.
+template <class Stub, class Request, class Response>
+grpc::Status namespaced(const ContainerdOptions& options, Stub& stub,
+                        grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                        const Request& request, Response& response, milliseconds timeout) {
+  return call_unary(stub, method, request, response, timeout, "containerd-namespace", options.namespace_name);
+}
 
 }  // namespace
 
@@ -85,10 +88,10 @@ Error ContainerdClient::failure(const grpc::Status& status, const std::string& w
 }
 
 Result<std::string> ContainerdClient::version() {
-  Call call(options_, options_.call_timeout);
   containerd::services::version::v1::VersionResponse response;
-  const auto status = stubs_->version->Version(&call.context, google::protobuf::Empty(), &response);
-  if (!status.ok()) return failure(status, "Version", call.timeout);
+  const auto status = namespaced(options_, *stubs_->version, &VersionStub::Version,
+                                 google::protobuf::Empty(), response, options_.call_timeout);
+  if (!status.ok()) return failure(status, "Version", options_.call_timeout);
   return response.version();
 }
 
@@ -114,7 +117,8 @@ Result<ContainerdContainer> from_proto(const containers::Container& c) {
   if (!c.spec().value().empty()) {
     auto spec = parse_json(c.spec().value(), "the spec of containerd container " + c.id());
     if (!spec) return spec.error();
-    if (!spec->is_object()) return make_error("containerd container " + c.id() + " has a spec that is not a JSON object", EIO);
+    if (!spec->is_object())
+      return make_error("containerd container " + c.id() + " has a spec that is not a JSON object", EIO);
     out.spec = std::move(spec.value());
   }
   return out;
@@ -123,20 +127,20 @@ Result<ContainerdContainer> from_proto(const containers::Container& c) {
 }  // namespace
 
 Result<ContainerdContainer> ContainerdClient::container(const std::string& id) {
-  Call call(options_, options_.call_timeout);
   containers::GetContainerRequest request;
   request.set_id(id);
   containers::GetContainerResponse response;
-  const auto status = stubs_->containers->Get(&call.context, request, &response);
-  if (!status.ok()) return failure(status, "container " + id, call.timeout);
+  const auto status = namespaced(options_, *stubs_->containers, &ContainersStub::Get,
+                                 request, response, options_.call_timeout);
+  if (!status.ok()) return failure(status, "container " + id, options_.call_timeout);
   return from_proto(response.container());
 }
 
 Result<std::vector<ContainerdContainer>> ContainerdClient::containers() {
-  Call call(options_, options_.call_timeout);
   containers::ListContainersResponse response;
-  const auto status = stubs_->containers->List(&call.context, containers::ListContainersRequest(), &response);
-  if (!status.ok()) return failure(status, "container list", call.timeout);
+  const auto status = namespaced(options_, *stubs_->containers, &ContainersStub::List,
+                                 containers::ListContainersRequest(), response, options_.call_timeout);
+  if (!status.ok()) return failure(status, "container list", options_.call_timeout);
   std::vector<ContainerdContainer> out;
   for (const auto& c : response.containers()) {
     auto container = from_proto(c);
@@ -147,18 +151,16 @@ Result<std::vector<ContainerdContainer>> ContainerdClient::containers() {
 }
 
 Result<ContainerdTask> ContainerdClient::task(const std::string& id) {
-  Call call(options_, options_.call_timeout);
   tasks::GetRequest request;
   request.set_container_id(id);
   tasks::GetResponse response;
-  const auto status = stubs_->tasks->Get(&call.context, request, &response);
-  if (!status.ok()) return failure(status, "task of " + id, call.timeout);
+  const auto status = namespaced(options_, *stubs_->tasks, &TasksStub::Get, request, response, options_.call_timeout);
+  if (!status.ok()) return failure(status, "task of " + id, options_.call_timeout);
   return ContainerdTask{response.process().pid(), task_status(response.process().status())};
 }
 
 Result<void> ContainerdClient::checkpoint_task(const std::string& id, const std::string& image_dir,
                                                const std::string& work_dir, bool leave_running) {
-  Call call(options_, options_.checkpoint_timeout);
   runc::CheckpointOptions options;
   options.set_exit(!leave_running);
   options.set_image_path(image_dir);
@@ -170,61 +172,61 @@ Result<void> ContainerdClient::checkpoint_task(const std::string& id, const std:
   request.mutable_options()->set_value(options.SerializeAsString());
   tasks::CheckpointTaskResponse response;
   log::info("containerd task checkpoint " + id + " -> " + image_dir + (leave_running ? " (leave running)" : ""));
-  const auto status = stubs_->tasks->Checkpoint(&call.context, request, &response);
-  if (!status.ok()) return failure(status, "task checkpoint of " + id, call.timeout);
+  const auto status = namespaced(options_, *stubs_->tasks, &TasksStub::Checkpoint,
+                                 request, response, options_.checkpoint_timeout);
+  if (!status.ok()) return failure(status, "task checkpoint of " + id, options_.checkpoint_timeout);
   return {};
 }
 
 Result<std::string> ContainerdClient::snapshot_parent(const std::string& snapshotter, const std::string& key) {
-  Call call(options_, options_.call_timeout);
   snapshots::StatSnapshotRequest request;
   request.set_snapshotter(snapshotter);
   request.set_key(key);
   snapshots::StatSnapshotResponse response;
-  const auto status = stubs_->snapshots->Stat(&call.context, request, &response);
-  if (!status.ok()) return failure(status, "snapshot " + key, call.timeout);
+  const auto status = namespaced(options_, *stubs_->snapshots, &SnapshotsStub::Stat,
+                                 request, response, options_.call_timeout);
+  if (!status.ok()) return failure(status, "snapshot " + key, options_.call_timeout);
   return response.info().parent();
 }
 
 Result<std::vector<ContainerdMount>> ContainerdClient::snapshot_mounts(const std::string& snapshotter,
                                                                        const std::string& key) {
-  Call call(options_, options_.call_timeout);
   snapshots::MountsRequest request;
   request.set_snapshotter(snapshotter);
   request.set_key(key);
   snapshots::MountsResponse response;
-  const auto status = stubs_->snapshots->Mounts(&call.context, request, &response);
-  if (!status.ok()) return failure(status, "mounts of snapshot " + key, call.timeout);
+  const auto status = namespaced(options_, *stubs_->snapshots, &SnapshotsStub::Mounts,
+                                 request, response, options_.call_timeout);
+  if (!status.ok()) return failure(status, "mounts of snapshot " + key, options_.call_timeout);
   return from_proto(response.mounts());
 }
 
 Result<std::vector<ContainerdMount>> ContainerdClient::prepare_snapshot(const std::string& snapshotter,
                                                                         const std::string& key,
                                                                         const std::string& parent) {
-  Call call(options_, options_.call_timeout);
   snapshots::PrepareSnapshotRequest request;
   request.set_snapshotter(snapshotter);
   request.set_key(key);
   request.set_parent(parent);
   snapshots::PrepareSnapshotResponse response;
-  const auto status = stubs_->snapshots->Prepare(&call.context, request, &response);
-  if (!status.ok()) return failure(status, "snapshot prepare " + key, call.timeout);
+  const auto status = namespaced(options_, *stubs_->snapshots, &SnapshotsStub::Prepare,
+                                 request, response, options_.call_timeout);
+  if (!status.ok()) return failure(status, "snapshot prepare " + key, options_.call_timeout);
   return from_proto(response.mounts());
 }
 
 Result<void> ContainerdClient::remove_snapshot(const std::string& snapshotter, const std::string& key) {
-  Call call(options_, options_.call_timeout);
   snapshots::RemoveSnapshotRequest request;
   request.set_snapshotter(snapshotter);
   request.set_key(key);
   google::protobuf::Empty response;
-  const auto status = stubs_->snapshots->Remove(&call.context, request, &response);
-  if (!status.ok()) return failure(status, "snapshot remove " + key, call.timeout);
+  const auto status = namespaced(options_, *stubs_->snapshots, &SnapshotsStub::Remove,
+                                 request, response, options_.call_timeout);
+  if (!status.ok()) return failure(status, "snapshot remove " + key, options_.call_timeout);
   return {};
 }
 
 Result<void> ContainerdClient::create_container(const ContainerdContainer& c) {
-  Call call(options_, options_.call_timeout);
   containers::CreateContainerRequest request;
   auto* out = request.mutable_container();
   out->set_id(c.id);
@@ -237,25 +239,25 @@ Result<void> ContainerdClient::create_container(const ContainerdContainer& c) {
   out->set_snapshot_key(c.snapshot_key);
   out->set_sandbox(c.sandbox);
   containers::CreateContainerResponse response;
-  const auto status = stubs_->containers->Create(&call.context, request, &response);
-  if (!status.ok()) return failure(status, "container create " + c.id, call.timeout);
+  const auto status = namespaced(options_, *stubs_->containers, &ContainersStub::Create,
+                                 request, response, options_.call_timeout);
+  if (!status.ok()) return failure(status, "container create " + c.id, options_.call_timeout);
   return {};
 }
 
 Result<void> ContainerdClient::delete_container(const std::string& id) {
-  Call call(options_, options_.call_timeout);
   containers::DeleteContainerRequest request;
   request.set_id(id);
   google::protobuf::Empty response;
-  const auto status = stubs_->containers->Delete(&call.context, request, &response);
-  if (!status.ok()) return failure(status, "container delete " + id, call.timeout);
+  const auto status = namespaced(options_, *stubs_->containers, &ContainersStub::Delete,
+                                 request, response, options_.call_timeout);
+  if (!status.ok()) return failure(status, "container delete " + id, options_.call_timeout);
   return {};
 }
 
 Result<std::uint32_t> ContainerdClient::restore_task(const std::string& id, const std::vector<ContainerdMount>& rootfs,
                                                      const std::string& image_dir, const std::string& work_dir,
                                                      const std::string& log_path) {
-  Call call(options_, options_.checkpoint_timeout);
   tasks::CreateTaskRequest request;
   request.set_container_id(id);
   for (const auto& m : rootfs) {
@@ -275,40 +277,41 @@ Result<std::uint32_t> ContainerdClient::restore_task(const std::string& id, cons
   request.mutable_options()->set_value(options.SerializeAsString());
   tasks::CreateTaskResponse response;
   log::info("containerd task restore " + id + " <- " + image_dir);
-  const auto status = stubs_->tasks->Create(&call.context, request, &response);
-  if (!status.ok()) return failure(status, "task restore of " + id, call.timeout);
+  const auto status = namespaced(options_, *stubs_->tasks, &TasksStub::Create,
+                                 request, response, options_.checkpoint_timeout);
+  if (!status.ok()) return failure(status, "task restore of " + id, options_.checkpoint_timeout);
   return response.pid();
 }
 
 Result<void> ContainerdClient::start_task(const std::string& id) {
-  Call call(options_, options_.call_timeout);
   tasks::StartRequest request;
   request.set_container_id(id);
   tasks::StartResponse response;
-  const auto status = stubs_->tasks->Start(&call.context, request, &response);
-  if (!status.ok()) return failure(status, "task start " + id, call.timeout);
+  const auto status = namespaced(options_, *stubs_->tasks, &TasksStub::Start,
+                                 request, response, options_.call_timeout);
+  if (!status.ok()) return failure(status, "task start " + id, options_.call_timeout);
   return {};
 }
 
 Result<void> ContainerdClient::kill_task(const std::string& id, int signal) {
-  Call call(options_, options_.call_timeout);
   tasks::KillRequest request;
   request.set_container_id(id);
   request.set_signal(static_cast<std::uint32_t>(signal));
   request.set_all(true);
   google::protobuf::Empty response;
-  const auto status = stubs_->tasks->Kill(&call.context, request, &response);
-  if (!status.ok()) return failure(status, "task kill " + id, call.timeout);
+  const auto status = namespaced(options_, *stubs_->tasks, &TasksStub::Kill,
+                                 request, response, options_.call_timeout);
+  if (!status.ok()) return failure(status, "task kill " + id, options_.call_timeout);
   return {};
 }
 
 Result<void> ContainerdClient::delete_task(const std::string& id) {
-  Call call(options_, options_.call_timeout);
   tasks::DeleteTaskRequest request;
   request.set_container_id(id);
   tasks::DeleteResponse response;
-  const auto status = stubs_->tasks->Delete(&call.context, request, &response);
-  if (!status.ok()) return failure(status, "task delete " + id, call.timeout);
+  const auto status = namespaced(options_, *stubs_->tasks, &TasksStub::Delete,
+                                 request, response, options_.call_timeout);
+  if (!status.ok()) return failure(status, "task delete " + id, options_.call_timeout);
   return {};
 }
 

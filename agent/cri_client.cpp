@@ -9,6 +9,7 @@
 namespace gpuckpt::agent {
 
 namespace v1 = runtime::v1;
+using Stub = v1::RuntimeService::Stub;
 using std::chrono::milliseconds;
 
 namespace {
@@ -34,23 +35,19 @@ Error CriClient::failure(const grpc::Status& status, const std::string& what, mi
 }
 
 Result<CriVersion> CriClient::version() {
-  grpc::ClientContext context;
-  set_deadline(context, options_.call_timeout);
   v1::VersionRequest request;
   request.set_version("v1");
   v1::VersionResponse response;
-  const auto status = stub_->Version(&context, request, &response);
+  const auto status = call_unary(*stub_, &Stub::Version, request, response, options_.call_timeout);
   if (!status.ok()) return failure(status, "Version", options_.call_timeout);
   return CriVersion{response.runtime_name(), response.runtime_version(), response.runtime_api_version()};
 }
 
 Result<std::vector<CriContainer>> CriClient::list_containers(const std::map<std::string, std::string>& labels) {
-  grpc::ClientContext context;
-  set_deadline(context, options_.call_timeout);
   v1::ListContainersRequest request;
   for (const auto& [key, value] : labels) (*request.mutable_filter()->mutable_label_selector())[key] = value;
   v1::ListContainersResponse response;
-  const auto status = stub_->ListContainers(&context, request, &response);
+  const auto status = call_unary(*stub_, &Stub::ListContainers, request, response, options_.call_timeout);
   if (!status.ok()) return failure(status, "ListContainers", options_.call_timeout);
   std::vector<CriContainer> out;
   for (const auto& c : response.containers()) {
@@ -66,13 +63,11 @@ Result<std::vector<CriContainer>> CriClient::list_containers(const std::map<std:
 }
 
 Result<int> CriClient::container_pid(const std::string& id) {
-  grpc::ClientContext context;
-  set_deadline(context, options_.call_timeout);
   v1::ContainerStatusRequest request;
   request.set_container_id(id);
   request.set_verbose(true);
   v1::ContainerStatusResponse response;
-  const auto status = stub_->ContainerStatus(&context, request, &response);
+  const auto status = call_unary(*stub_, &Stub::ContainerStatus, request, response, options_.call_timeout);
   if (!status.ok()) return failure(status, "ContainerStatus " + id, options_.call_timeout);
   // containerd and CRI-O both put {"pid": N, ...} under "info" in verbose mode.
   const auto it = response.info().find("info");
@@ -101,9 +96,9 @@ Result<void> CriClient::checkpoint_container(const std::string& id, const std::s
   if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
     auto runtime = version();
     const std::string who = runtime ? runtime->describe() : "the runtime";
+    const std::string& v = runtime ? runtime->runtime_version : std::string();
     const bool old_containerd = runtime && runtime->runtime_name == "containerd" &&
-                                !runtime->runtime_version.empty() &&
-                                (runtime->runtime_version.rfind("1.", 0) == 0 || runtime->runtime_version.rfind("v1.", 0) == 0);
+                                (v.rfind("1.", 0) == 0 || v.rfind("v1.", 0) == 0);
     return make_error("the CRI runtime at " + unix_socket_path(options_.endpoint) + " (" + who +
                           ") does not implement CheckpointContainer (" + status.error_message() + "). " +
                           (old_containerd ? "containerd implements it from 2.0: upgrade containerd, or set "
@@ -118,82 +113,68 @@ Result<void> CriClient::checkpoint_container(const std::string& id, const std::s
 }
 
 Result<std::string> CriClient::run_pod_sandbox(const v1::PodSandboxConfig& config) {
-  grpc::ClientContext context;
-  set_deadline(context, options_.call_timeout);
   v1::RunPodSandboxRequest request;
   *request.mutable_config() = config;
   v1::RunPodSandboxResponse response;
-  const auto status = stub_->RunPodSandbox(&context, request, &response);
+  const auto status = call_unary(*stub_, &Stub::RunPodSandbox, request, response, options_.call_timeout);
   if (!status.ok()) return failure(status, "RunPodSandbox " + config.metadata().name(), options_.call_timeout);
   return response.pod_sandbox_id();
 }
 
 Result<std::string> CriClient::create_container(const std::string& pod_id, const v1::ContainerConfig& config,
                                                  const v1::PodSandboxConfig& pod_config) {
-  grpc::ClientContext context;
-  set_deadline(context, options_.call_timeout);
   v1::CreateContainerRequest request;
   request.set_pod_sandbox_id(pod_id);
   *request.mutable_config() = config;
   *request.mutable_sandbox_config() = pod_config;
   v1::CreateContainerResponse response;
-  const auto status = stub_->CreateContainer(&context, request, &response);
+  const auto status = call_unary(*stub_, &Stub::CreateContainer, request, response, options_.call_timeout);
   if (!status.ok()) return failure(status, "CreateContainer " + config.metadata().name(), options_.call_timeout);
   return response.container_id();
 }
 
 Result<void> CriClient::start_container(const std::string& id) {
-  grpc::ClientContext context;
-  set_deadline(context, options_.call_timeout);
   v1::StartContainerRequest request;
   request.set_container_id(id);
   v1::StartContainerResponse response;
-  const auto status = stub_->StartContainer(&context, request, &response);
+  const auto status = call_unary(*stub_, &Stub::StartContainer, request, response, options_.call_timeout);
   if (!status.ok()) return failure(status, "StartContainer " + id, options_.call_timeout);
   return {};
 }
 
 Result<void> CriClient::stop_container(const std::string& id, std::chrono::seconds grace) {
-  grpc::ClientContext context;
-  set_deadline(context, options_.call_timeout + grace);
   v1::StopContainerRequest request;
   request.set_container_id(id);
   request.set_timeout(grace.count());
   v1::StopContainerResponse response;
-  const auto status = stub_->StopContainer(&context, request, &response);
+  const auto status = call_unary(*stub_, &Stub::StopContainer, request, response, options_.call_timeout + grace);
   if (!status.ok()) return failure(status, "StopContainer " + id, options_.call_timeout);
   return {};
 }
 
 Result<void> CriClient::remove_container(const std::string& id) {
-  grpc::ClientContext context;
-  set_deadline(context, options_.call_timeout);
   v1::RemoveContainerRequest request;
   request.set_container_id(id);
   v1::RemoveContainerResponse response;
-  const auto status = stub_->RemoveContainer(&context, request, &response);
+  const auto status = call_unary(*stub_, &Stub::RemoveContainer, request, response, options_.call_timeout);
   if (!status.ok()) return failure(status, "RemoveContainer " + id, options_.call_timeout);
   return {};
 }
 
 Result<void> CriClient::stop_pod_sandbox(const std::string& id) {
-  grpc::ClientContext context;
-  set_deadline(context, options_.call_timeout);
   v1::StopPodSandboxRequest request;
   request.set_pod_sandbox_id(id);
   v1::StopPodSandboxResponse response;
-  const auto status = stub_->StopPodSandbox(&context, request, &response);
+  const auto status = call_unary(*stub_, &Stub::StopPodSandbox, request, response, options_.call_timeout);
   if (!status.ok()) return failure(status, "StopPodSandbox " + id, options_.call_timeout);
   return {};
 }
 
 Result<void> CriClient::remove_pod_sandbox(const std::string& id) {
-  grpc::ClientContext context;
-  set_deadline(context, options_.call_timeout);
   v1::RemovePodSandboxRequest request;
   request.set_pod_sandbox_id(id);
   v1::RemovePodSandboxResponse response;
-  const auto status = stub_->RemovePodSandbox(&context, request, &response);
+  const auto status = call_unary(*stub_, &Stub::RemovePodSandbox, request, response, options_.call_timeout);
   if (!status.ok()) return failure(status, "RemovePodSandbox " + id, options_.call_timeout);
   return {};
 }

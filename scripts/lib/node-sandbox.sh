@@ -4,6 +4,9 @@
 #                                     an agent token and config. Sets ROOT HOOKS STATE CK TOKEN_FILE GPU0 GPU1.
 #   sandbox_start_agent AGENT        starts the agent (port chosen by the kernel). Sets AGENT_PID URL.
 #   sandbox_stop_agent               stops it (safe to call twice).
+#   sandbox_api METHOD PATH [BODY]   calls the agent's API with the token; prints "STATUS BODY"
+#   sandbox_json_field "STATUS BODY" '["key"]...'   one field of an answer's body
+#   sandbox_wait_job COLLECTION ID   polls a job until it succeeded or failed (60 s); prints the last answer
 
 sandbox_prepare() {
   local work=$1 build=$2 src=$3 f
@@ -50,4 +53,28 @@ sandbox_stop_agent() {
     AGENT_PID=
   fi
   return 0
+}
+
+sandbox_api() {
+  local out work=${STATE%/state}
+  out=$(curl -s -m 30 -o "$work/api-response" -w '%{http_code}' -X "$1" -H "Authorization: Bearer $(cat "$TOKEN_FILE")" \
+    -H 'Content-Type: application/json' ${3:+--data "$3"} "$URL$2")
+  echo "$out $(tr -d '\n' < "$work/api-response")"
+}
+
+sandbox_json_field() {
+  python3 -c "import json,sys; d=json.loads(sys.argv[1].split(' ',1)[1]); print(eval('d'+sys.argv[2]))" "$1" "$2"
+}
+
+sandbox_wait_job() {
+  local r _
+  for _ in $(seq 300); do
+    r=$(sandbox_api GET "/v1/$1/$2")
+    case "$r" in *'"state":"succeeded"'*|*'"state": "succeeded"'*|*'"state":"failed"'*|*'"state": "failed"'*)
+      echo "$r"; return 0 ;;
+    esac
+    sleep 0.2
+  done
+  echo "job $2 did not finish within 60 s" >&2
+  return 1
 }

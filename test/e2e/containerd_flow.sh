@@ -56,22 +56,6 @@ cleanup() {
 trap cleanup EXIT
 
 sandbox_prepare "$TMP" "$BUILD" "$SRC" || fail "cannot prepare the simulated node in $TMP"
-TOKEN=$(cat "$TOKEN_FILE")
-api() {  # api METHOD PATH [BODY] -> prints "STATUS BODY"
-  local out; out=$(curl -s -m 30 -o "$TMP/resp" -w '%{http_code}' -X "$1" -H "Authorization: Bearer $TOKEN" \
-    -H 'Content-Type: application/json' ${3:+--data "$3"} "$URL$2")
-  echo "$out $(tr -d '\n' < "$TMP/resp")"
-}
-json_field() { python3 -c "import json,sys; d=json.loads(sys.argv[1].split(' ',1)[1]); print(eval('d'+sys.argv[2]))" "$1" "$2"; }
-wait_job() {  # wait_job COLLECTION ID -> final "STATUS BODY"
-  local r
-  for _ in $(seq 300); do
-    r=$(api GET "/v1/$1/$2")
-    case "$r" in *'"state":"succeeded"'*|*'"state": "succeeded"'*|*'"state":"failed"'*|*'"state": "failed"'*) echo "$r"; return;; esac
-    sleep 0.2
-  done
-  fail "job $2 did not finish within 60 s"
-}
 use_runtime() {  # use_runtime YAML: restart the agent with this runtime section
   sandbox_stop_agent || true   # the agent's exit status after SIGTERM is not ours to judge
   sed -i '/^runtime:/d' "$TMP/agent.yaml"
@@ -142,10 +126,10 @@ grep -q "containerd 1.7" "$TMP/unimplemented.txt" && grep -q "from 2.0" "$TMP/un
 echo "ok: $(grep cri-tool: "$TMP/unimplemented.txt" | cut -c1-200)..."
 use_runtime "{kind: cri, cri: {endpoint: unix://$CTRD_SOCK}}"
 grep -q "runtime: containerd 1.7" "$TMP/agent.log" || fail "the agent did not log the CRI runtime's version"
-r=$(api POST /v1/checkpoints '{"namespace":"default","pod":"gpuckpt-e2e","container":"counter"}')
+r=$(sandbox_api POST /v1/checkpoints '{"namespace":"default","pod":"gpuckpt-e2e","container":"counter"}')
 [ "${r%% *}" = 202 ] || fail "POST /v1/checkpoints (cri): $r"
-r=$(wait_job checkpoints "$(json_field "$r" '["id"]')")
-[ "$(json_field "$r" '["state"]')" = failed ] && [[ "$r" == *"does not implement CheckpointContainer"* ]] ||
+r=$(sandbox_wait_job checkpoints "$(sandbox_json_field "$r" '["id"]')")
+[ "$(sandbox_json_field "$r" '["state"]')" = failed ] && [[ "$r" == *"does not implement CheckpointContainer"* ]] ||
   fail "the agent's CRI checkpoint on containerd 1.7 should fail with the reason: $r"
 echo "ok: the agent (runtime.kind: cri) reports the missing CheckpointContainer"
 [ -z "$(ls -A "$CK")" ] || fail "a failed checkpoint left files: $(ls -A "$CK")"
@@ -153,14 +137,14 @@ echo "ok: the agent (runtime.kind: cri) reports the missing CheckpointContainer"
 step "2. checkpoint through containerd's task API (runtime.kind: containerd)"
 use_runtime "{kind: containerd, containerd: {address: $CTRD_SOCK}}"
 sleep 1
-r=$(api POST /v1/checkpoints '{"namespace":"default","pod":"gpuckpt-e2e","container":"counter","image":"gpuckpt-e2e-ck"}')
+r=$(sandbox_api POST /v1/checkpoints '{"namespace":"default","pod":"gpuckpt-e2e","container":"counter","image":"gpuckpt-e2e-ck"}')
 [ "${r%% *}" = 202 ] || fail "POST /v1/checkpoints (containerd): $r"
-r=$(wait_job checkpoints "$(json_field "$r" '["id"]')")
-[ "$(json_field "$r" '["state"]')" = succeeded ] || fail "containerd checkpoint job: $r"
-ARCHIVE=$(json_field "$r" '["result"]["archive"]')
+r=$(sandbox_wait_job checkpoints "$(sandbox_json_field "$r" '["id"]')")
+[ "$(sandbox_json_field "$r" '["state"]')" = succeeded ] || fail "containerd checkpoint job: $r"
+ARCHIVE=$(sandbox_json_field "$r" '["result"]["archive"]')
 r_ck=$r
 N1=$(tar -xOf "$ARCHIVE" rootfs-diff.tar | tar -xOf - tmp/count)
-echo "ok: checkpoint in $(json_field "$r" '["phase_seconds"]["total"]') s -> $ARCHIVE (counter at $N1)"
+echo "ok: checkpoint in $(sandbox_json_field "$r" '["phase_seconds"]["total"]') s -> $ARCHIVE (counter at $N1)"
 counts_past "$PID" "$N1" || fail "the checkpointed container stopped counting"
 echo "ok: the container keeps running after the checkpoint"
 tar -tf "$ARCHIVE" > "$TMP/entries.txt" || fail "tar cannot list $ARCHIVE"
@@ -184,26 +168,26 @@ if command -v checkpointctl >/dev/null; then
 fi
 
 step "3. restore through containerd as a new container: it continues"
-r=$(api POST /v1/restores "{\"archive\":\"$(basename "$ARCHIVE")\",\"name\":\"gpuckpt-e2e-restored\",\"target_gpus\":[\"$GPU0\"]}")
+r=$(sandbox_api POST /v1/restores "{\"archive\":\"$(basename "$ARCHIVE")\",\"name\":\"gpuckpt-e2e-restored\",\"target_gpus\":[\"$GPU0\"]}")
 [ "${r%% *}" = 202 ] || fail "POST /v1/restores: $r"
-r=$(wait_job restores "$(json_field "$r" '["id"]')")
-[ "$(json_field "$r" '["state"]')" = succeeded ] || fail "restore job: $r"
+r=$(sandbox_wait_job restores "$(sandbox_json_field "$r" '["id"]')")
+[ "$(sandbox_json_field "$r" '["state"]')" = succeeded ] || fail "restore job: $r"
 RPID=$(ctrd_ctr tasks ls | awk '$1 == "gpuckpt-e2e-restored" {print $2}')
 [ -n "$RPID" ] && [ -e "/proc/$RPID" ] || fail "no running task gpuckpt-e2e-restored: $(ctrd_ctr tasks ls)"
 NR=$(count_of "$RPID")
 [ "$NR" -ge "$N1" ] || fail "the restored counter started over ($NR) instead of continuing from $N1"
 counts_past "$RPID" "$NR" || fail "the restored counter does not count: at $NR"
 N2=$(count_of "$RPID")
-echo "ok: restored in $(json_field "$r" '["phase_seconds"]["total"]') s; counter checkpointed at $N1, continues at $N2"
-LAYOUT=$(json_field "$r_ck" '["result"]["image"]["layout"]')
+echo "ok: restored in $(sandbox_json_field "$r" '["phase_seconds"]["total"]') s; counter checkpointed at $N1, continues at $N2"
+LAYOUT=$(sandbox_json_field "$r_ck" '["result"]["image"]["layout"]')
 [ "$(ls -A "$CK" | sort)" = "$(printf '%s\n' "$(basename "$ARCHIVE")" "$(basename "$LAYOUT")" | sort)" ] ||
   fail "restore left files in $CK: $(ls -A "$CK")"
 
 step "4. restored with another allocation (GPU 1): the devices and the CRIU plugin's plan follow"
-r=$(api POST /v1/restores "{\"archive\":\"$(basename "$ARCHIVE")\",\"name\":\"gpuckpt-e2e-moved\",\"target_gpus\":[\"$GPU1\"]}")
+r=$(sandbox_api POST /v1/restores "{\"archive\":\"$(basename "$ARCHIVE")\",\"name\":\"gpuckpt-e2e-moved\",\"target_gpus\":[\"$GPU1\"]}")
 [ "${r%% *}" = 202 ] || fail "POST /v1/restores (GPU 1): $r"
-r=$(wait_job restores "$(json_field "$r" '["id"]')")
-[ "$(json_field "$r" '["state"]')" = succeeded ] || fail "restore onto GPU 1: $r"
+r=$(sandbox_wait_job restores "$(sandbox_json_field "$r" '["id"]')")
+[ "$(sandbox_json_field "$r" '["state"]')" = succeeded ] || fail "restore onto GPU 1: $r"
 MPID=$(ctrd_ctr tasks ls | awk '$1 == "gpuckpt-e2e-moved" {print $2}')
 [ -n "$MPID" ] || fail "no running task gpuckpt-e2e-moved"
 DEV=$(stat -c '%t:%T' "/proc/$MPID/root/dev/nvidia0")
@@ -227,9 +211,9 @@ for m in src.getmembers():
         c = json.loads(data); c.pop("containerd"); c.pop("engine"); data = json.dumps(c).encode(); m.size = len(data)
     dst.addfile(m, io.BytesIO(data) if data is not None else None)
 PY
-r=$(api POST /v1/restores '{"archive":"foreign.tar","name":"gpuckpt-e2e-foreign"}')
-r=$(wait_job restores "$(json_field "$r" '["id"]')")
-[ "$(json_field "$r" '["state"]')" = failed ] && [[ "$r" == *"not written by containerd"* ]] || fail "foreign archive: $r"
+r=$(sandbox_api POST /v1/restores '{"archive":"foreign.tar","name":"gpuckpt-e2e-foreign"}')
+r=$(sandbox_wait_job restores "$(sandbox_json_field "$r" '["id"]')")
+[ "$(sandbox_json_field "$r" '["state"]')" = failed ] && [[ "$r" == *"not written by containerd"* ]] || fail "foreign archive: $r"
 ctrd_ctr containers ls -q | grep -qx gpuckpt-e2e-foreign && fail "a refused restore left a container"
 echo "ok: refused with the reason, no container left"
 

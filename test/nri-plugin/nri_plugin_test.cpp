@@ -15,6 +15,7 @@
 #include "common/checkpoint_images.h"
 #include "common/restore_plan.h"
 #include "oci-hook/container_store.h"
+#include "test/common/gpu_builders.h"
 #include "test/temp_dir.h"
 #include "ttrpc/envelope.pb.h"
 
@@ -28,11 +29,7 @@ NodeInventory two_gpus() {
   NodeInventory inv;
   inv.hostname = "node-a";
   for (int i = 0; i < 2; ++i) {
-    GpuDevice g;
-    g.id = "GPU-" + std::to_string(i);
-    g.uuid = g.id;
-    g.vendor = GpuVendor::Nvidia;
-    g.name = "NVIDIA H200";
+    GpuDevice g = test::nvidia_gpu("GPU-" + std::to_string(i), "NVIDIA H200", 141);
     g.device_minor = i;
     g.device_paths = {"/dev/nvidia" + std::to_string(i)};
     inv.gpus.push_back(g);
