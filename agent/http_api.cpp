@@ -131,6 +131,10 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
     send_json(res, 200, gpus.value());
   });
 
+  server.Get("/v1/node", [&service](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, service.node_report());
+  });
+
   server.Get("/v1/containers", [&service, fail](const httplib::Request&, httplib::Response& res) {
     auto containers = service.containers();
     if (!containers) return fail(res, containers.error());

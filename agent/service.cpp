@@ -12,6 +12,7 @@
 #include "common/checkpoint_images.h"
 #include "common/log.h"
 #include "common/matcher.h"
+#include "common/node_report.h"
 #include "common/properties_record.h"
 #include "oci-hook/container_store.h"
 
@@ -219,6 +220,23 @@ Result<nlohmann::json> AgentService::gpus() const {
   auto inventory = deps_.inventory();
   if (!inventory) return inventory.error();
   return to_json(inventory.value());
+}
+
+nlohmann::json AgentService::node_report() const {
+  NodeReportOptions options;
+  options.system = HostRoot(config_.host_root);
+  options.files = HostRoot("/");   // the chart mounts these directories at their own paths
+  options.criu_plugin_dir = config_.criu_plugin_dir.string();
+  options.hooks_dir = config_.hooks_dir.string();
+  options.archive_dir = config_.checkpoint_dir.string();
+  if (auto inventory = deps_.inventory())
+    for (const auto& gpu : inventory->gpus) options.gpu_memory_bytes += gpu.memory_bytes;
+  // In the chart's pod the node's CRIU is out of reach (and the image's would answer for the image); an agent that
+  // sees the host directly (host_root /) asks the CRIU on its PATH, the one the runtime uses.
+  std::unique_ptr<CriuProbe> probe;
+  if (config_.host_root == "/") probe = make_criu_probe("criu");
+  options.criu = probe.get();
+  return to_json(check_node(options));
 }
 
 Result<nlohmann::json> AgentService::containers() const {

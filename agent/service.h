@@ -71,6 +71,8 @@ class AgentService {
   void wait_idle();
 
   Result<nlohmann::json> gpus() const;
+  // GET /v1/node: common/node_report.h's checks as this agent sees the node (CRIU only when it runs on the host).
+  nlohmann::json node_report() const;
   Result<nlohmann::json> containers() const;
   std::string metrics_text() const { return metrics_.render(); }
   Metrics& metrics() { return metrics_; }

@@ -9,6 +9,7 @@ int run_match(std::span<char*> args);
 int run_checkpoint(std::span<char*> args);
 int run_restore(std::span<char*> args);
 int run_inspect(std::span<char*> args);
+int run_doctor(std::span<char*> args);
 
 std::span<const Verb> verbs() {
   static const Verb table[] = {
@@ -18,6 +19,7 @@ std::span<const Verb> verbs() {
       {"checkpoint", "checkpoint a running container into a GPU-annotated archive (agent or local runtime)", run_checkpoint},
       {"restore", "restore a checkpoint archive onto this node's matching GPUs (agent or local runtime)", run_restore},
       {"inspect", "show what a checkpoint archive holds and whether this node can take it (exit 3: no)", run_inspect},
+      {"doctor", "check whether GPU checkpoints work on this node: pass/warn/fail with the fix (exit 1: a failure)", run_doctor},
   };
   return table;
 }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -198,6 +199,27 @@ TEST_CASE("GET /v1/gpus and /v1/containers", "[unit]") {
   CHECK(list[0]["id"] == "abc123");
   CHECK(list[0]["name"] == "counter");
   CHECK(list[0]["used_gpu_ids"][0] == "GPU-0");
+}
+
+TEST_CASE("GET /v1/node reports the node checks (common/node_report) behind the token", "[unit]") {
+  Fixture f;
+  auto anon = f.client("").Get("/v1/node");
+  REQUIRE(anon);
+  CHECK(anon->status == 401);
+  auto res = f.client().Get("/v1/node");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  const auto report = json::parse(res->body);
+  CHECK((report["status"] == "pass" || report["status"] == "warn" || report["status"] == "fail"));
+  std::map<std::string, json> checks;
+  for (const auto& c : report["checks"]) checks[c["name"].get<std::string>()] = c;
+  for (const char* name : {"criu", "criu-plugin", "oci-hook", "gpu-driver", "kernel-checkpoint-restore", "thp", "selinux"})
+    CHECK(checks.count(name) == 1);
+  // Where this agent writes archives (its config), not a default path.
+  REQUIRE(checks.count("archive-space"));
+  CHECK(checks["archive-space"]["detail"].get<std::string>().find((f.tmp.path / "checkpoints").string()) != std::string::npos);
+  for (const auto& [name, c] : checks)
+    if (c["status"] != "pass") CHECK(c.contains("fix"));
 }
 
 TEST_CASE("bad checkpoint requests get clear 4xx and change nothing", "[unit]") {

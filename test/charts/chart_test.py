@@ -611,6 +611,11 @@ def test_token_kept_on_upgrade_template():
     check('lookup "v1" "Secret"' in secret_tpl, "Secret template looks up the existing token to keep it on upgrade")
 
 
+def test_notes_name_doctor():
+    notes = open(os.path.join(CHART, "templates", "NOTES.txt")).read()
+    check("gpuckpt doctor" in notes and "/v1/node" in notes, "NOTES tell the operator to run gpuckpt doctor (and /v1/node)")
+
+
 def test_docs_name_real_values():
     """Every chart value the operator docs name (`host.hooksDir`, `--set runtime.kind=...`) exists in values.yaml
     (dotted names that are agent config keys, like auth.token_file in quoted agent messages, are the agent's)."""
@@ -649,7 +654,7 @@ def main():
               test_existing_secret, test_full_config_shape, test_custom_paths, test_containerd_runtime, test_nri, test_installer_off,
               test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
               test_gpu_node_label_sets, test_security_modes,
-              test_bad_combinations, test_token_kept_on_upgrade_template, test_docs_name_real_values]:
+              test_bad_combinations, test_token_kept_on_upgrade_template, test_notes_name_doctor, test_docs_name_real_values]:
         t()
     if dump:
         with open(dump, "w") as f:

@@ -88,6 +88,8 @@ c() { curl -s -o "$tmp/body" -w '%{http_code}' "$@"; }
   echo "gpus-wrong-token $(c -H 'Authorization: Bearer wrong-token-wrong-token' "http://$addr/v1/gpus")"
   echo "gpus $(c -H 'Authorization: Bearer 0123456789abcdef-e2e-token' "http://$addr/v1/gpus")"
   cp "$tmp/body" "$tmp/gpus.json"
+  echo "node $(c -H 'Authorization: Bearer 0123456789abcdef-e2e-token' "http://$addr/v1/node")"
+  cp "$tmp/body" "$tmp/node.json"
   # read-only where the chart says so: write attempts from inside the running agent container
   for p in /host/sys /host/proc /host/dev /usr/share/containers/oci/hooks.d /usr/lib/criu /usr/bin; do
     if podman exec "$NAME" /bin/sh -c "echo x > $p/.gpuckpt-write-test" 2>/dev/null; then echo "writable $p"; else echo "readonly $p"; fi
@@ -107,6 +109,15 @@ expect "gpus-no-token 401" "/v1 without the token is refused"
 expect "gpus-wrong-token 401" "/v1 with a wrong token is refused"
 expect "gpus 200" "/v1/gpus with the Secret's token answers"
 for p in /host/sys /host/proc /host/dev /usr/share/containers/oci/hooks.d /usr/lib/criu /usr/bin; do expect "readonly $p" "$p is read-only for the agent"; done
+expect "node 200" "/v1/node answers in the pod layout"
+if python3 - "$tmp/node.json" <<'PY'
+import json, sys
+checks = {c["name"]: c for c in json.load(open(sys.argv[1]))["checks"]}
+assert checks["criu"]["status"] == "warn" and "not reachable" in checks["criu"]["detail"], checks["criu"]
+assert checks["archive-space"]["status"] != "fail" and "/var/lib/gpuckpt/checkpoints" in checks["archive-space"]["detail"]
+assert "fix" in checks["criu"]
+PY
+then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: /v1/node reports from the pod: CRIU out of reach (warn), archive space of the mounted dir"; fi
 expect "agent-binary /usr/bin/gpuckpt-agent" "the agent runs from the image (/usr/bin/gpuckpt-agent), not from the build tree"
 for p in /var/lib/gpuckpt /var/lib/gpuckpt/checkpoints /var/lib/kubelet/checkpoints; do expect "writable $p" "$p is writable for the agent"; done
 if grep -q 'NVIDIA H200' "$tmp/gpus.json" 2>/dev/null && grep -q 'GPU-a2ce77ac-c70f-b672-0aa0-f871c0787910' "$tmp/gpus.json"; then
