@@ -33,14 +33,14 @@ NriPlugin::NriPlugin(NriPluginOptions options, hook::InventoryReader inventory, 
   hook_options_.host_root = options_.host_root;
 }
 
-void NriPlugin::record(const api::Container& container) {
+void NriPlugin::record(const api::Container& container, const hook::InventoryReader& inventory) {
   if (!is_safe_id(container.id())) {
     log::warn("NRI container id '" + container.id().substr(0, 80) + "' is not a safe file name: not recorded");
     return;
   }
   // Whatever happens here, the container is created as the runtime asked: gpuckpt-nri only observes.
   auto recorded = hook::record_gpu_container(container.id(), "", static_cast<int>(container.pid()),
-                                             container_spec(container), hook_options_, inventory_, lookup_);
+                                             container_spec(container), hook_options_, inventory, lookup_);
   if (!recorded)
     log::warn("container " + container.id() + ": " + recorded.error().message);
   else if (recorded->gpu_container)
@@ -116,13 +116,19 @@ Result<std::string> NriPlugin::handle(std::string_view method, std::string_view 
   if (method == "Synchronize") {
     api::SynchronizeRequest request;
     if (auto ok = parse(request); !ok) return ok.error();
-    for (const auto& c : request.containers()) record(c);
+    // One inventory read for all of them: registration has a deadline (containerd: 5 s).
+    std::optional<Result<NodeInventory>> node;
+    const hook::InventoryReader once = [&] {
+      if (!node) node = inventory_();
+      return *node;
+    };
+    for (const auto& c : request.containers()) record(c, once);
     return api::SynchronizeResponse().SerializeAsString();
   }
   if (method == "CreateContainer") {
     api::CreateContainerRequest request;
     if (auto ok = parse(request); !ok) return ok.error();
-    record(request.container());
+    record(request.container(), inventory_);
     api::CreateContainerResponse response;
     auto adjusted = adjust_for_restore(request.container(), *response.mutable_adjust());
     if (!adjusted) {

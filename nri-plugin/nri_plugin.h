@@ -52,7 +52,7 @@ class NriPlugin {
   bool shutdown_requested() const { return shutdown_; }
 
  private:
-  void record(const api::Container& container);
+  void record(const api::Container& container, const hook::InventoryReader& inventory);
   Result<void> adjust_for_restore(const api::Container& container, api::ContainerAdjustment& adjust);
 
   NriPluginOptions options_;

@@ -321,3 +321,20 @@ TEST_CASE("restore adjustment: no allocation falls back to the matcher; an alloc
   REQUIRE(ordinary.ParseFromString(plugin.handle("CreateContainer", crio_restore("other:1", "1").SerializeAsString()).value()));
   CHECK(ordinary.adjust().ByteSizeLong() == 0);
 }
+
+TEST_CASE("Synchronize records the GPU containers that already run, reading the inventory once", "[unit]") {
+  test::TempDir tmp;
+  int reads = 0;
+  NriPluginOptions options;
+  options.state_dir = tmp.path;
+  NriPlugin plugin(options, [&] { ++reads; return Result<NodeInventory>(two_gpus()); }, numbers);
+  api::SynchronizeRequest sync;
+  *sync.add_containers() = gpu_container("s1", 0);
+  *sync.add_containers() = gpu_container("s2", 1);
+  sync.add_containers()->set_id("plain");
+  REQUIRE(plugin.handle("Synchronize", sync.SerializeAsString()).ok());
+  CHECK(reads == 1);
+  CHECK(hook::read_container_state(tmp.path, "s1").value()->gpus.record.used_gpu_ids == std::vector<std::string>{"GPU-0"});
+  CHECK(hook::read_container_state(tmp.path, "s2").value()->gpus.record.used_gpu_ids == std::vector<std::string>{"GPU-1"});
+  CHECK_FALSE(hook::read_container_state(tmp.path, "plain").value());
+}
