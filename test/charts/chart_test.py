@@ -251,6 +251,8 @@ def installer_checks(objs, name, spec, cfg, hook, install_dir="/opt/gpuckpt"):
     conf = cm_data(objs).get("criu-runtime.conf", "")
     check(conf.startswith("# gpuckpt: managed file\n") and "\ntimeout 60\n" in conf,
           f"[{name}] the shipped CRIU config is marked gpuckpt's and raises CRIU's timeout to 60 s: {conf!r}")
+    check(f"\nlibdir {cfg['criu_plugin_dir']}\n" in conf,
+          f"[{name}] the shipped CRIU config points CRIU's libdir at the plugin dir ({cfg['criu_plugin_dir']}): {conf!r}")
     sc = init["securityContext"]
     check(sc.get("privileged") is True, f"[{name}] installer privileged by default (securityMode=privileged): {sc}")
     check(init["command"][-1] == "install", f"[{name}] init container runs install")

@@ -43,7 +43,11 @@ for stage in createRuntime precreate poststop; do
   f=gpuckpt-hook-$stage.json; [ "$stage" = createRuntime ] && f=gpuckpt-hook.json
   printf '{"version":"1.0.0","hook":{"path":"/opt/gpuckpt/bin/gpuckpt-oci-hook"},"when":{"always":true},"stages":["%s"]}\n' "$stage" > "$IMG/chart/$f"
 done
-printf '# gpuckpt: managed file\ntimeout 60\n' > "$IMG/criu.conf"
+# The runtimes' CRIU config as the chart renders it (host.criuPluginDir /usr/lib/criu).
+command -v helm >/dev/null || { echo "SKIP: helm not found (scripts/setup.sh installs it)"; exit 77; }
+helm template t "$SRC/charts/gpuckpt" --show-only templates/configmap.yaml |
+  python3 -c 'import sys, yaml; sys.stdout.write(yaml.safe_load(sys.stdin)["data"]["criu-runtime.conf"])' > "$IMG/criu.conf" \
+  || { echo "FAIL: cannot render the chart's criu-runtime.conf"; exit 1; }
 printf 'not an ELF file\n' > "$IMG/broken-plugin.so"
 # A hook linked against this build machine's glibc the usual way: it needs GLIBC_2.32 (__libc_single_threaded).
 printf '#include <sys/single_threaded.h>\nint main(void) { return __libc_single_threaded ? 0 : 1; }\n' > "$WORK/newglibc.c"
@@ -71,8 +75,11 @@ expect 'cmp -s "$T/usr/lib/criu/gpuckpt_plugin.so" "$IMG/plugin.so" && cmp -s "$
   "the verified plugin and hook are in place"
 expect '[ -f "$T/usr/share/containers/oci/hooks.d/gpuckpt-hook.json" ] && [ -f "$T/etc/criu/runc.conf" ]' "hooks.d entries and CRIU config in place"
 expect '[ -z "$(find "$T/usr/lib/criu" "$T/opt/gpuckpt" -name "*gpuckpt-new*" -o -name .probe)" ]' "no staged files or probe left"
-# The installed plugin works for the host's CRIU from its default directory, the way runc would call it.
 expect 'chroot "$T" criu check >/dev/null 2>&1' "criu check still passes with the plugin installed"
+# runc hands CRIU /etc/criu/runc.conf: with the shipped one, the node's CRIU loads the installed plugin from there.
+chroot "$T" criu dump -t 4194304 -D /tmp --config /etc/criu/runc.conf -v4 -o runc-conf.log >/dev/null 2>&1
+expect 'grep -q "gpuckpt: plugin loaded for dump" "$T/tmp/runc-conf.log" && grep -qx "timeout 60" "$T/etc/criu/runc.conf"' \
+  "CRIU run with the shipped runc.conf (timeout 60, libdir) loads the installed plugin"
 
 # A plugin the host's CRIU cannot load: refused, the installed one untouched.
 snapshot "$T" > "$WORK/before"
