@@ -1,9 +1,7 @@
 #include "agent/http_api.h"
 
-#include <set>
-
 #include "agent/http_server.h"
-#include "common/json_reader.h"
+#include "agent/requests.h"
 #include "common/log.h"
 
 namespace gpuckpt::agent {
@@ -26,33 +24,6 @@ const char* reason_for(int status) {
     case 409: return "conflict";
     default: return "validation";
   }
-}
-
-// Parses a JSON object body with only `allowed` keys, all strings unless listed in `arrays`.
-Result<nlohmann::json> parse_body(const httplib::Request& req, const std::set<std::string>& allowed,
-                                  const std::set<std::string>& arrays = {}) {
-  JsonLimits limits;
-  limits.max_depth = 3;
-  limits.max_values = 1024;
-  auto parsed = parse_json(req.body, "the request body", limits);
-  if (!parsed) return make_error(parsed.error().message);
-  auto& body = parsed.value();
-  if (!body.is_object()) return make_error("the request body must be a JSON object");
-  for (const auto& [key, value] : body.items()) {
-    if (!allowed.count(key)) {
-      std::string keys;
-      for (const auto& k : allowed) keys += (keys.empty() ? "" : ", ") + k;
-      return make_error("unknown field '" + key.substr(0, 64) + "' (allowed: " + keys + ")");
-    }
-    if (arrays.count(key)) {
-      if (!value.is_array()) return make_error("field '" + key + "' must be an array of strings");
-      for (const auto& v : value)
-        if (!v.is_string()) return make_error("field '" + key + "' must be an array of strings");
-    } else if (!value.is_string()) {
-      return make_error("field '" + key + "' must be a string");
-    }
-  }
-  return body;
 }
 
 }  // namespace
@@ -142,26 +113,18 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
   });
 
   server.Post("/v1/checkpoints", [&service, fail](const httplib::Request& req, httplib::Response& res) {
-    auto body = parse_body(req, {"namespace", "pod", "container", "image"});
-    if (!body) return fail(res, body.error());
-    ContainerRef ref;
-    ref.namespace_name = body->value("namespace", "");
-    ref.pod = body->value("pod", "");
-    ref.container = body->value("container", "");
-    auto id = service.start_checkpoint(ref, body->value("image", ""));
+    auto request = parse_checkpoint_request(req.body);
+    if (!request) return fail(res, request.error());
+    auto id = service.start_checkpoint(request->ref, request->image_tag);
     if (!id) return fail(res, id.error());
     res.set_header("Location", "/v1/checkpoints/" + id.value());
     send_json(res, 202, to_json(*service.job(id.value())));
   });
 
   server.Post("/v1/restores", [&service, fail](const httplib::Request& req, httplib::Response& res) {
-    auto body = parse_body(req, {"archive", "name", "target_gpus"}, {"target_gpus"});
-    if (!body) return fail(res, body.error());
-    RestoreRequest request;
-    request.archive = body->value("archive", "");
-    request.name = body->value("name", "");
-    if (body->contains("target_gpus")) request.target_gpus = (*body)["target_gpus"].get<std::vector<std::string>>();
-    auto id = service.start_restore(request);
+    auto request = parse_restore_request(req.body);
+    if (!request) return fail(res, request.error());
+    auto id = service.start_restore(request.value());
     if (!id) return fail(res, id.error());
     res.set_header("Location", "/v1/restores/" + id.value());
     send_json(res, 202, to_json(*service.job(id.value())));

@@ -17,6 +17,7 @@
 
 #include "agent/config.h"
 #include "agent/metrics.h"
+#include "agent/requests.h"
 #include "common/container_runtime.h"
 #include "common/gpu_model.h"
 #include "common/restore_plan.h"
@@ -42,12 +43,6 @@ struct JobStatus {
   nlohmann::json result = nlohmann::json::object();
 };
 nlohmann::json to_json(const JobStatus& job);
-
-struct RestoreRequest {
-  std::string archive;                            // name in checkpoints.dir, or an absolute path inside it
-  std::string name;                               // name of the restored container; empty: the original name
-  std::optional<std::vector<std::string>> target_gpus;   // GPUs the scheduler assigned
-};
 
 struct AgentDeps {
   std::shared_ptr<ContainerRuntime> runtime;

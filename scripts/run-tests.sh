@@ -5,5 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
-cd "${BUILD_DIR:-build}"
-ctest --output-on-failure --timeout 600 ${CTEST_FLAGS:-}
+# The fuzz harnesses, in a clang build of their own (only the parsers and the harnesses): each runs briefly
+# from its seeds (ctest label fuzz). Long runs: scripts/fuzz.sh.
+FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+CC=clang-14 CXX=clang++-14 cmake -S . -B "$FUZZ_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCKPT_FUZZ=ON \
+  ${CMAKE_FLAGS:-} >/dev/null
+cmake --build "$FUZZ_BUILD_DIR" -j "$(nproc)"
+(cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 ${CTEST_FLAGS:-})
+(cd "$FUZZ_BUILD_DIR" && ctest --output-on-failure -L fuzz)

@@ -30,7 +30,8 @@ apt_install ca-certificates cmake g++ ninja-build pkg-config make git \
   libgrpc++-dev protobuf-compiler-grpc \
   zstd tar python3 curl procps psmisc unzip iproute2 iptables \
   python3-yaml python3-jsonschema shellcheck dpkg-dev debootstrap binutils \
-  libzstd-dev libxxhash-dev
+  libzstd-dev libxxhash-dev \
+  clang-14 libclang-rt-14-dev   # libFuzzer + sanitizers for the fuzz harnesses (fuzz/, scripts/fuzz.sh)
 
 # Catch2 v3 is only in bookworm-backports (bookworm's catch2 is v2).
 if ! dpkg-query -W -f='${Version}' catch2 2>/dev/null | grep -q '^3'; then

@@ -1,0 +1,32 @@
+// The API's request bodies, parsed: parse -> model, no HTTP and no service here (the fuzzer links this alone).
+// Bodies are JSON objects with only the listed keys, each a string (target_gpus: an array of strings), read
+// with the bounded JSON reader (depth 3, 1024 values).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/container_runtime.h"
+#include "common/result.h"
+
+namespace gpuckpt::agent {
+
+struct CheckpointRequest {
+  ContainerRef ref;
+  std::string image_tag;   // empty: no OCI image
+};
+
+struct RestoreRequest {
+  std::string archive;                            // name in checkpoints.dir, or an absolute path inside it
+  std::string name;                               // name of the restored container; empty: the original name
+  std::optional<std::vector<std::string>> target_gpus;   // GPUs the scheduler assigned
+};
+
+// POST /v1/checkpoints: {"namespace", "pod", "container", "image"}
+Result<CheckpointRequest> parse_checkpoint_request(std::string_view body);
+// POST /v1/restores: {"archive", "name", "target_gpus"}
+Result<RestoreRequest> parse_restore_request(std::string_view body);
+
+}  // namespace gpuckpt::agent

@@ -1,0 +1,79 @@
+// What the harnesses share: a scratch directory per fuzzing process, small limits, a fixed node and plan.
+#pragma once
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+
+#include "common/checkpoint_archive.h"
+#include "common/restore_plan.h"
+
+namespace gpuckpt::fuzz {
+
+inline const std::filesystem::path& scratch() {
+  static const std::filesystem::path dir = [] {
+    char tmpl[] = "/tmp/gpuckpt-fuzz-XXXXXX";
+    const char* made = ::mkdtemp(tmpl);
+    if (!made) ::abort();
+    return std::filesystem::path(made);
+  }();
+  return dir;
+}
+
+inline void write_file(const std::filesystem::path& path, std::string_view data) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+// Small enough that a harness spends its time parsing, not copying.
+inline ArchiveLimits small_limits() {
+  ArchiveLimits limits;
+  limits.max_archive_bytes = 4 << 20;
+  limits.max_entry_bytes = 4 << 20;
+  limits.max_total_bytes = 16 << 20;
+  limits.max_entries = 4096;
+  limits.max_metadata_bytes = 1 << 20;
+  limits.max_nested_bytes = 4 << 20;
+  return limits;
+}
+
+inline NodeInventory two_gpus() {
+  NodeInventory node;
+  node.hostname = "fuzz";
+  for (int i = 0; i < 2; ++i) {
+    GpuDevice g;
+    g.id = "GPU-" + std::to_string(i);
+    g.uuid = g.id;
+    g.vendor = GpuVendor::Nvidia;
+    g.name = "NVIDIA H200";
+    g.device_minor = i;
+    g.device_paths = {"/dev/nvidia" + std::to_string(i), "/dev/nvidiactl"};
+    node.gpus.push_back(g);
+  }
+  return node;
+}
+
+inline RestorePlan fixed_plan() {
+  RestorePlan plan;
+  plan.id = "rp-0123456789abcdef0123456789abcdef";
+  plan.checkpoint_id = "ck-fuzz";
+  plan.assignments = {{"GPU-0", "GPU-1"}};
+  plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
+  plan.env = {{"NVIDIA_VISIBLE_DEVICES", "1"}};
+  return plan;
+}
+
+inline DeviceNumberLookup fixed_numbers() {
+  return [](const std::string& path) -> Result<std::pair<std::uint32_t, std::uint32_t>> {
+    if (path == "/dev/nvidia0") return std::make_pair(195u, 0u);
+    if (path == "/dev/nvidia1") return std::make_pair(195u, 1u);
+    return make_error("no " + path);
+  };
+}
+
+}  // namespace gpuckpt::fuzz

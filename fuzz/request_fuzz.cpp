@@ -1,0 +1,11 @@
+// The agent's API request bodies (POST /v1/checkpoints, POST /v1/restores) as any client may send them.
+#include "agent/requests.h"
+
+using namespace gpuckpt;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  (void)agent::parse_checkpoint_request(body);
+  (void)agent::parse_restore_request(body);
+  return 0;
+}
