@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "agent/containerd_image_import.h"
 #include "common/directory_archive.h"
 #include "common/json_reader.h"
 #include "common/log.h"
@@ -165,6 +166,14 @@ class ContainerdRuntime final : public ContainerRuntime {
     auto result = checkpoint_into(container.value(), target, work, archive);
     fs::remove_all(work, ec);
     return result;
+  }
+
+  // The name kubelet's pods use for it: localhost/gpuckpt-checkpoint:TAG (docker-normalised names stay as they are).
+  Result<std::string> load_image(const fs::path& layout, const std::string& tag) override {
+    const std::string name = "localhost/gpuckpt-checkpoint:" + tag;
+    auto imported = import_checkpoint_image(options_.containerd, layout, name);
+    if (!imported) return imported.error();
+    return name;
   }
 
   Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name) override {

@@ -350,6 +350,7 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
   fs::remove(partial, ec);
   if (!bytes) return fail(bytes.error().message);
   std::optional<CheckpointImage> image;
+  std::string loaded_as, load_error;
   if (!image_tag.empty()) {
     auto written = timed("writing-image", [&] {
       // Lower case: podman names a pulled oci: layout after its path, and image names cannot have capitals.
@@ -360,9 +361,16 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
     if (!written) return fail("the archive " + final_path.string() + " is complete, but its OCI image failed: " +
                               written.error().message);
     image = written.value();
+    std::vector<std::string> references = {image->reference,
+                                            "localhost" + image->layout.string() + ":" + image->reference};
+    auto loaded = timed("loading-image", [&] { return deps_.runtime->load_image(image->layout, image->reference); });
+    if (!loaded)
+      load_error = loaded.error().message;
+    else if (!loaded->empty())
+      references.push_back(loaded_as = loaded.value());
     // gpuckpt-nri recognises a container created from this image as a restore of this checkpoint: under the
-    // tag, and under the name podman gives the pulled layout (localhost + the layout's path).
-    for (const std::string& reference : {image->reference, "localhost" + image->layout.string() + ":" + image->reference}) {
+    // tag, the name podman gives the pulled layout (localhost + the layout's path), and the runtime's name.
+    for (const std::string& reference : references) {
       auto registered = register_checkpoint_image(config_.state_dir, reference, record);
       if (!registered) log::warn("job " + job_id + ": checkpoint image " + reference + " not registered for gpuckpt-nri: " +
                                  registered.error().message);
@@ -385,6 +393,8 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
       j.result["image"] = {{"layout", image->layout.string()}, {"reference", image->reference},
                            {"manifest_digest", image->manifest_digest},
                            {"pull", "podman pull oci:" + image->layout.string() + ":" + image->reference}};
+    if (image && !loaded_as.empty()) j.result["image"]["loaded_as"] = loaded_as;
+    if (image && !load_error.empty()) j.result["image"]["load_error"] = load_error;
   });
   metrics_.checkpoint_done(true, total, bytes.value());
   log::info("job " + job_id + ": checkpoint of " + container.name + " written to " + final_path.string() + " (" +

@@ -217,6 +217,24 @@ r=$(sandbox_wait_job restores "$(sandbox_json_field "$r" '["id"]')")
 ctrd_ctr containers ls -q | grep -qx gpuckpt-e2e-foreign && fail "a refused restore left a container"
 echo "ok: refused with the reason, no container left"
 
+step "6a. the agent loaded the checkpoint image into containerd's image store (content, diff, images API)"
+LOADED=$(sandbox_json_field "$r_ck" '["result"]["image"]["loaded_as"]')
+[ "$LOADED" = localhost/gpuckpt-checkpoint:gpuckpt-e2e-ck ] || fail "checkpoint image not loaded: $r_ck"
+ctrd_ctr images ls -q | grep -qx "$LOADED" || fail "containerd does not list $LOADED: $(ctrd_ctr images ls -q)"
+ctrd_ctr content get "$(sandbox_json_field "$r_ck" '["result"]["image"]["manifest_digest"]')" |
+  python3 -c 'import json,sys; a=json.load(sys.stdin)["annotations"]; assert a["org.criu.checkpoint.container.name"] == "counter" and a["io.gpuckpt.used-gpus"], a' ||
+  fail "the loaded manifest lacks the checkpoint annotations"
+LOADED_CID=$(cri create gpuckpt-e2e "$POD" from-image "$LOADED" --device /dev/zero:/dev/nvidia1 \
+  --env NVIDIA_VISIBLE_DEVICES=1 -- /bin/true) || fail "CreateContainer from the loaded checkpoint image: $(tail -2 "$TMP/nri.log")"
+ctrd_ctr containers info "$LOADED_CID" | python3 -c '
+import json, sys
+spec = json.load(sys.stdin)["Spec"]
+dev = {d["path"]: (d["major"], d["minor"]) for d in spec["linux"]["devices"]}
+assert dev["/dev/nvidia0"] == (1, 5), dev
+assert spec["annotations"]["io.gpuckpt.restore-plan"].startswith("rp-"), spec["annotations"]' ||
+  fail "the container created from the loaded image was not adjusted by gpuckpt-nri"
+echo "ok: $LOADED in containerd's store with org.criu.checkpoint.* and io.gpuckpt.*; created from it with GPU 1: /dev/nvidia0 -> 1:5, plan named"
+
 step "6. created from the checkpoint's image with another allocation: gpuckpt-nri adjusts it to the plan"
 # The agent registered its checkpoint image for gpuckpt-nri; containerd 1.7 cannot restore from it, so the
 # image name stands on the busybox image here: what is checked is the creation-time adjustment.
