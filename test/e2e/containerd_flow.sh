@@ -91,8 +91,8 @@ for _ in $(seq 100); do grep -q "registered with containerd" "$TMP/nri.log" && b
 grep -q "registered with containerd 1.7" "$TMP/nri.log" || fail "gpuckpt-nri did not register: $(cat "$TMP/nri.log")"
 echo "ok: $(grep -o 'NRI: registered with .*' "$TMP/nri.log")"
 POD=$(cri run-pod gpuckpt-e2e) || fail "RunPodSandbox"
-# shellcheck disable=SC2016 # expanded by the container's shell
-COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done'
+# shellcheck disable=SC2016 # expanded by the container's shell; written then renamed: a read (or the rootfs diff) never sees it half-written
+COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
 CID=$(cri create gpuckpt-e2e "$POD" counter "$IMAGE" --device /dev/null:/dev/nvidia0 --device /dev/zero:/dev/kfd \
   --env NVIDIA_VISIBLE_DEVICES=0 -- sh -c "$COUNTER") || fail "CreateContainer"
 cri start "$CID" || fail "StartContainer"
