@@ -81,6 +81,22 @@ Result<fs::path> writable_dir(const std::vector<ContainerdMount>& mounts, const 
                     ENOTSUP);
 }
 
+// A restore's work directory (the extracted archive: memory of the processes) beside the archive. One left by an
+// agent that stopped mid-restore (another pid) is removed by the next restore in that directory.
+constexpr const char* kRestoreWorkPrefix = ".gpuckpt-containerd-restore-";
+
+void remove_stale_work_dirs(const fs::path& dir) {
+  std::error_code ec;
+  const std::string ours = std::string(kRestoreWorkPrefix) + std::to_string(::getpid()) + "-";
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const auto name = entry.path().filename().string();
+    if (name.rfind(kRestoreWorkPrefix, 0) != 0 || name.rfind(ours, 0) == 0) continue;
+    std::error_code rm;
+    if (fs::remove_all(entry.path(), rm) > 0)
+      log::info("removed " + entry.path().string() + ", left by an interrupted restore");
+  }
+}
+
 // The last few "Error" lines of a CRIU log (the work directory goes away with the failed restore).
 std::string error_lines(const fs::path& log) {
   std::ifstream in(log);
@@ -179,7 +195,9 @@ class ContainerdRuntime final : public ContainerRuntime {
   Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name) override {
     if (!new_name.empty() && !is_valid_container_name(new_name))
       return make_error("container name '" + new_name + "' is not valid");
-    const fs::path work = archive.parent_path() / ("." + archive.filename().string() + ".restore-" + random_hex(4));
+    remove_stale_work_dirs(archive.parent_path());
+    const fs::path work = archive.parent_path() / (std::string(kRestoreWorkPrefix) + std::to_string(::getpid()) + "-" +
+                                                   random_hex(4));
     std::error_code ec;
     if (!fs::create_directories(work / "criu-work", ec) || ec)
       return make_error("cannot create " + work.string() + ": " + ec.message(), EIO);
@@ -267,7 +285,8 @@ class ContainerdRuntime final : public ContainerRuntime {
     if (!config) return config.error();
     if (!spec) return spec.error();
     if (!config.value() || !spec.value() || !config.value()->is_object() || !spec.value()->is_object())
-      return make_error(archive.string() + " is not a container checkpoint (config.dump/spec.dump missing or not JSON)");
+      return make_error(archive.string() +
+                        " is not a container checkpoint (config.dump/spec.dump missing or not JSON)");
     JsonFields fields(archive.string() + ": config.dump");
     const auto* section = fields.object(*config.value(), "", "containerd");
     std::string parent, old_id, snapshotter = "overlayfs", runtime = "io.containerd.runc.v2", image;
@@ -358,7 +377,8 @@ class ContainerdRuntime final : public ContainerRuntime {
     std::uint32_t sandbox_pid = 0;
     const auto annotations = spec.value("annotations", nlohmann::json::object());
     if (annotations.is_object() && annotations.contains(kCriSandboxId) && annotations[kCriSandboxId].is_string())
-      if (auto task = containerd_.task(annotations[kCriSandboxId].get<std::string>()); task && task->status == "running")
+      if (auto task = containerd_.task(annotations[kCriSandboxId].get<std::string>());
+          task && task->status == "running")
         sandbox_pid = task->pid;
     static const std::map<std::string, std::string> ns_files = {
         {"pid", "pid"}, {"ipc", "ipc"}, {"uts", "uts"}, {"network", "net"}, {"mount", "mnt"},

@@ -201,6 +201,7 @@ grep -q "restore plan rp-.* placed in .*/checkpoint/gpuckpt-restore-plan.json" "
 counts_past "$MPID" "$(count_of "$MPID")" || fail "the moved container does not count"
 echo "ok: /dev/nvidia0 is GPU 1's node ($DEV), spec NVIDIA_VISIBLE_DEVICES=1, plan in CRIU's images dir, still counting"
 
+mkdir "$CK/.gpuckpt-containerd-restore-999999999-dead"   # left by an agent that stopped mid-restore
 step "5. an archive containerd did not write is refused"
 python3 - "$ARCHIVE" "$CK/foreign.tar" <<'PY'
 import io, json, sys, tarfile
@@ -216,6 +217,7 @@ r=$(sandbox_wait_job restores "$(sandbox_json_field "$r" '["id"]')")
 [ "$(sandbox_json_field "$r" '["state"]')" = failed ] && [[ "$r" == *"not written by containerd"* ]] || fail "foreign archive: $r"
 ctrd_ctr containers ls -q | grep -qx gpuckpt-e2e-foreign && fail "a refused restore left a container"
 echo "ok: refused with the reason, no container left"
+[ ! -e "$CK/.gpuckpt-containerd-restore-999999999-dead" ] || fail "a stale restore work directory was left"
 
 step "6a. the agent loaded the checkpoint image into containerd's image store (content, diff, images API)"
 LOADED=$(sandbox_json_field "$r_ck" '["result"]["image"]["loaded_as"]')
