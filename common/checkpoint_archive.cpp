@@ -26,11 +26,6 @@ constexpr std::size_t kMaxNameBytes = 4096;
 using ReaderPtr = std::unique_ptr<struct archive, int (*)(struct archive*)>;
 using WriterPtr = std::unique_ptr<struct archive, int (*)(struct archive*)>;
 
-std::string archive_message(struct archive* a) {
-  const char* text = archive_error_string(a);
-  return text ? text : "unknown libarchive error";
-}
-
 Result<ReaderPtr> open_reader(const fs::path& path, const ArchiveLimits& limits) {
   std::error_code ec;
   const auto status = fs::symlink_status(path, ec);
@@ -249,6 +244,11 @@ std::string entry_string(const nlohmann::json& j, const char* key) {
 }
 
 }  // namespace
+
+std::string archive_message(struct archive* a) {
+  const char* text = archive_error_string(a);
+  return text ? text : "unknown libarchive error";
+}
 
 Result<std::string> normalise_entry_name(std::string_view name) {
   if (name.size() > kMaxNameBytes) return make_error("entry name longer than 4096 bytes");

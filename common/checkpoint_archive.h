@@ -19,6 +19,8 @@
 #include "common/gpu_model.h"
 #include "common/result.h"
 
+struct archive;   // libarchive's handle (archive.h)
+
 namespace gpuckpt {
 
 inline constexpr const char* kRecordEntry = "gpuckpt-gpus.json";
@@ -26,6 +28,10 @@ inline constexpr const char* kAnnotationVersion = "io.gpuckpt.version";
 inline constexpr const char* kAnnotationCheckpointId = "io.gpuckpt.checkpoint-id";
 inline constexpr const char* kAnnotationUsedGpus = "io.gpuckpt.used-gpus";   // comma-separated GpuDevice ids
 inline constexpr const char* kAnnotationRecordEntry = "io.gpuckpt.record";   // names kRecordEntry
+
+// libarchive's last message for `a`, or "unknown libarchive error": libarchive may have none, and its NULL must
+// never reach a std::string (found by fuzz/archive_fuzz).
+std::string archive_message(struct archive* a);
 
 struct ArchiveLimits {
   std::uint64_t max_archive_bytes = 64ULL << 30;   // the archive file itself

@@ -81,13 +81,13 @@ Result<LayerDigests> digest_layer(const fs::path& archive) {
   struct archive_entry* entry = nullptr;
   if (archive_read_open_filename(raw.get(), archive.c_str(), 1 << 16) != ARCHIVE_OK ||
       archive_read_next_header(raw.get(), &entry) != ARCHIVE_OK)
-    return make_error("cannot decompress " + archive.string() + ": " + archive_error_string(raw.get()), EIO);
+    return make_error("cannot decompress " + archive.string() + ": " + archive_message(raw.get()), EIO);
   out.filter = archive_filter_code(raw.get(), 0);
   Sha256 h;
   std::vector<char> buffer(1 << 20);
   for (;;) {
     const la_ssize_t n = archive_read_data(raw.get(), buffer.data(), buffer.size());
-    if (n < 0) return make_error("cannot decompress " + archive.string() + ": " + archive_error_string(raw.get()), EIO);
+    if (n < 0) return make_error("cannot decompress " + archive.string() + ": " + archive_message(raw.get()), EIO);
     if (n == 0) break;
     h.update(buffer.data(), static_cast<std::size_t>(n));
   }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <tuple>
 
+#include "common/checkpoint_archive.h"
 #include "common/log.h"
 
 namespace gpuckpt {
@@ -21,11 +22,6 @@ namespace {
 
 using Handle = std::unique_ptr<struct archive, int (*)(struct archive*)>;
 using EntryHandle = std::unique_ptr<struct archive_entry, void (*)(struct archive_entry*)>;
-
-std::string message(struct archive* a) {
-  const char* text = archive_error_string(a);
-  return text ? text : "unknown libarchive error";
-}
 
 Result<void> copy_file_data(struct archive* writer, const fs::path& file) {
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -42,7 +38,7 @@ Result<void> copy_file_data(struct archive* writer, const fs::path& file) {
     if (n == 0) break;
     if (archive_write_data(writer, buffer, static_cast<std::size_t>(n)) != n) {
       ::close(fd);
-      return make_error("cannot write the tar: " + message(writer), EIO);
+      return make_error("cannot write the tar: " + archive_message(writer), EIO);
     }
   }
   ::close(fd);
@@ -70,7 +66,7 @@ Result<void> pack_tree(struct archive* writer, const std::string& prefix, const 
   archive_read_disk_set_standard_lookup(disk.get());
   archive_read_disk_set_behavior(disk.get(), ARCHIVE_READDISK_NO_TRAVERSE_MOUNTS);
   if (archive_read_disk_open(disk.get(), tree.c_str()) != ARCHIVE_OK)
-    return make_error("cannot read " + tree.string() + ": " + message(disk.get()), EIO);
+    return make_error("cannot read " + tree.string() + ": " + archive_message(disk.get()), EIO);
   struct archive_entry_linkresolver* links = archive_entry_linkresolver_new();
   archive_entry_linkresolver_set_strategy(links, ARCHIVE_FORMAT_TAR_PAX_RESTRICTED);
   const std::string root = tree.string();
@@ -80,7 +76,7 @@ Result<void> pack_tree(struct archive* writer, const std::string& prefix, const 
     const int rc = archive_read_next_header2(disk.get(), entry.get());
     if (rc == ARCHIVE_EOF) break;
     if (rc < ARCHIVE_WARN) {
-      result = make_error("cannot read " + tree.string() + ": " + message(disk.get()), EIO);
+      result = make_error("cannot read " + tree.string() + ": " + archive_message(disk.get()), EIO);
       break;
     }
     archive_read_disk_descend(disk.get());
@@ -107,7 +103,7 @@ Result<void> pack_tree(struct archive* writer, const std::string& prefix, const 
     }
     if (archive_write_header(writer, e) < ARCHIVE_WARN) {
       result = make_error("cannot write the tar entry " + std::string(archive_entry_pathname(e)) + ": " +
-                              message(writer), EIO);
+                              archive_message(writer), EIO);
       break;
     }
     if (archive_entry_filetype(e) == AE_IFREG && archive_entry_size(e) > 0) {
@@ -128,7 +124,7 @@ Result<void> extract_into(const fs::path& archive, const fs::path& dir, const Ar
   archive_read_support_filter_all(reader.get());
   archive_read_support_format_tar(reader.get());
   if (archive_read_open_filename(reader.get(), archive.c_str(), 1 << 16) != ARCHIVE_OK)
-    return make_error("cannot open " + archive.string() + ": " + message(reader.get()), EIO);
+    return make_error("cannot open " + archive.string() + ": " + archive_message(reader.get()), EIO);
   Handle writer(archive_write_disk_new(), archive_write_free);
   archive_write_disk_set_options(writer.get(), ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_OWNER |
                                                    ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
@@ -140,7 +136,7 @@ Result<void> extract_into(const fs::path& archive, const fs::path& dir, const Ar
     struct archive_entry* e = nullptr;
     const int rc = archive_read_next_header(reader.get(), &e);
     if (rc == ARCHIVE_EOF) break;
-    if (rc < ARCHIVE_WARN) return make_error(archive.string() + " is truncated or corrupt: " + message(reader.get()), EIO);
+    if (rc < ARCHIVE_WARN) return make_error(archive.string() + " is truncated or corrupt: " + archive_message(reader.get()), EIO);
     if (++count > limits.max_entries)
       return make_error(archive.string() + " has more than " + std::to_string(limits.max_entries) + " entries", EFBIG);
     auto name = normalise_entry_name(archive_entry_pathname(e) ? archive_entry_pathname(e) : "");
@@ -160,19 +156,19 @@ Result<void> extract_into(const fs::path& archive, const fs::path& dir, const Ar
       archive_entry_set_hardlink(e, (dir / target.value()).c_str());
     }
     if (archive_write_header(writer.get(), e) < ARCHIVE_WARN)
-      return make_error("cannot extract " + name.value() + " from " + archive.string() + ": " + message(writer.get()), EIO);
+      return make_error("cannot extract " + name.value() + " from " + archive.string() + ": " + archive_message(writer.get()), EIO);
     const void* block = nullptr;
     std::size_t size = 0;
     la_int64_t offset = 0;
     int data;
     while ((data = archive_read_data_block(reader.get(), &block, &size, &offset)) == ARCHIVE_OK)
       if (archive_write_data_block(writer.get(), block, size, offset) < ARCHIVE_WARN)
-        return make_error("cannot write " + name.value() + ": " + message(writer.get()), EIO);
+        return make_error("cannot write " + name.value() + ": " + archive_message(writer.get()), EIO);
     if (data != ARCHIVE_EOF)
-      return make_error(archive.string() + " is truncated or corrupt at " + name.value() + ": " + message(reader.get()), EIO);
+      return make_error(archive.string() + " is truncated or corrupt at " + name.value() + ": " + archive_message(reader.get()), EIO);
   }
   if (archive_write_close(writer.get()) != ARCHIVE_OK)
-    return make_error("cannot finish extracting " + archive.string() + ": " + message(writer.get()), EIO);
+    return make_error("cannot finish extracting " + archive.string() + ": " + archive_message(writer.get()), EIO);
   return {};
 }
 
@@ -183,7 +179,7 @@ Result<std::uint64_t> pack_tar(const std::vector<PackEntry>& entries, const fs::
   Handle writer(archive_write_new(), archive_write_free);
   archive_write_set_format_pax_restricted(writer.get());
   if (archive_write_open_filename(writer.get(), out.c_str()) != ARCHIVE_OK)
-    return make_error("cannot create " + out.string() + ": " + message(writer.get()), EIO);
+    return make_error("cannot create " + out.string() + ": " + archive_message(writer.get()), EIO);
   for (const auto& entry : entries) {
     if (!entry.source.empty()) {
       std::error_code ec;
@@ -199,7 +195,7 @@ Result<std::uint64_t> pack_tar(const std::vector<PackEntry>& entries, const fs::
       archive_entry_copy_stat(e.get(), &st);
       archive_entry_set_pathname(e.get(), entry.name.c_str());
       if (archive_write_header(writer.get(), e.get()) < ARCHIVE_WARN)
-        return make_error("cannot write " + entry.name + " into " + out.string() + ": " + message(writer.get()), EIO);
+        return make_error("cannot write " + entry.name + " into " + out.string() + ": " + archive_message(writer.get()), EIO);
       auto copied = copy_file_data(writer.get(), entry.source);
       if (!copied) return copied.error();
       continue;
@@ -213,10 +209,10 @@ Result<std::uint64_t> pack_tar(const std::vector<PackEntry>& entries, const fs::
     if (archive_write_header(writer.get(), e.get()) < ARCHIVE_WARN ||
         archive_write_data(writer.get(), entry.content.data(), entry.content.size()) !=
             static_cast<la_ssize_t>(entry.content.size()))
-      return make_error("cannot write " + entry.name + " into " + out.string() + ": " + message(writer.get()), EIO);
+      return make_error("cannot write " + entry.name + " into " + out.string() + ": " + archive_message(writer.get()), EIO);
   }
   if (archive_write_close(writer.get()) != ARCHIVE_OK)
-    return make_error("cannot finish " + out.string() + ": " + message(writer.get()), EIO);
+    return make_error("cannot finish " + out.string() + ": " + archive_message(writer.get()), EIO);
   std::error_code ec;
   const auto size = fs::file_size(out, ec);
   return ec ? 0 : static_cast<std::uint64_t>(size);

@@ -14,6 +14,7 @@
 #include <regex>
 #include <set>
 
+#include "common/checkpoint_archive.h"
 #include "common/container_runtime.h"   // run_command
 
 namespace gpuckpt {
@@ -260,7 +261,7 @@ Result<std::string> gunzip(const std::string& data) {
   archive_read_support_filter_gzip(a.get());
   archive_read_support_format_raw(a.get());
   if (archive_read_open_memory(a.get(), data.data(), data.size()) != ARCHIVE_OK)
-    return make_error(std::string("not gzip: ") + archive_error_string(a.get()));
+    return make_error(std::string("not gzip: ") + archive_message(a.get()));
   archive_entry* entry = nullptr;
   if (archive_read_next_header(a.get(), &entry) != ARCHIVE_OK) return make_error("empty gzip stream");
   std::string text;
@@ -270,7 +271,7 @@ Result<std::string> gunzip(const std::string& data) {
     text.append(buffer, static_cast<std::size_t>(n));
     if (text.size() > (16u << 20)) return make_error("kernel config larger than 16 MiB");
   }
-  if (n < 0) return make_error(std::string("corrupt gzip: ") + archive_error_string(a.get()));
+  if (n < 0) return make_error(std::string("corrupt gzip: ") + archive_message(a.get()));
   return text;
 }
 

@@ -20,7 +20,7 @@ Result<std::optional<std::string>> renumber_device_nodes(
   archive_read_support_filter_all(reader.get());
   archive_read_support_format_tar(reader.get());
   if (archive_read_open_memory(reader.get(), tmpfs_image.data(), tmpfs_image.size()) != ARCHIVE_OK)
-    return make_error(std::string("cannot read a /dev tmpfs image: ") + archive_error_string(reader.get()), EIO);
+    return make_error(std::string("cannot read a /dev tmpfs image: ") + archive_message(reader.get()), EIO);
   std::string out;   // before the writer: freeing the writer flushes into it, on every return path
   Handle writer(archive_write_new(), archive_write_free);
   archive_write_add_filter_gzip(writer.get());
@@ -42,7 +42,7 @@ Result<std::optional<std::string>> renumber_device_nodes(
     const int rc = archive_read_next_header(reader.get(), &entry);
     if (rc == ARCHIVE_EOF) break;
     if (rc < ARCHIVE_WARN)
-      return make_error(std::string("corrupt /dev tmpfs image: ") + archive_error_string(reader.get()), EIO);
+      return make_error(std::string("corrupt /dev tmpfs image: ") + archive_message(reader.get()), EIO);
     if (++entries > limits.max_entries)
       return make_error("a /dev tmpfs image holds more than " + std::to_string(limits.max_entries) + " entries", EFBIG);
     auto name = normalise_entry_name(archive_entry_pathname(entry) ? archive_entry_pathname(entry) : "");
@@ -55,10 +55,10 @@ Result<std::optional<std::string>> renumber_device_nodes(
       }
     }
     if (archive_write_header(writer.get(), entry) < ARCHIVE_WARN)
-      return make_error(std::string("rewriting a /dev tmpfs image: ") + archive_error_string(writer.get()), EIO);
+      return make_error(std::string("rewriting a /dev tmpfs image: ") + archive_message(writer.get()), EIO);
     for (;;) {
       const la_ssize_t n = archive_read_data(reader.get(), buffer.data(), buffer.size());
-      if (n < 0) return make_error(std::string("corrupt /dev tmpfs image: ") + archive_error_string(reader.get()), EIO);
+      if (n < 0) return make_error(std::string("corrupt /dev tmpfs image: ") + archive_message(reader.get()), EIO);
       if (n == 0) break;
       bytes += static_cast<std::uint64_t>(n);
       if (bytes > limits.max_nested_bytes)
@@ -68,7 +68,7 @@ Result<std::optional<std::string>> renumber_device_nodes(
     }
   }
   if (archive_write_close(writer.get()) != ARCHIVE_OK)
-    return make_error(std::string("rewriting a /dev tmpfs image: ") + archive_error_string(writer.get()), EIO);
+    return make_error(std::string("rewriting a /dev tmpfs image: ") + archive_message(writer.get()), EIO);
   if (renumbered == 0) return std::optional<std::string>{};
   return std::optional<std::string>(std::move(out));
 }

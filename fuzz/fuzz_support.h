@@ -12,6 +12,7 @@
 
 #include "common/checkpoint_archive.h"
 #include "common/restore_plan.h"
+#include "test/common/gpu_builders.h"
 
 namespace gpuckpt::fuzz {
 
@@ -46,14 +47,9 @@ inline NodeInventory two_gpus() {
   NodeInventory node;
   node.hostname = "fuzz";
   for (int i = 0; i < 2; ++i) {
-    GpuDevice g;
-    g.id = "GPU-" + std::to_string(i);
-    g.uuid = g.id;
-    g.vendor = GpuVendor::Nvidia;
-    g.name = "NVIDIA H200";
-    g.device_minor = i;
-    g.device_paths = {"/dev/nvidia" + std::to_string(i), "/dev/nvidiactl"};
-    node.gpus.push_back(g);
+    node.gpus.push_back(test::nvidia_gpu("GPU-" + std::to_string(i), "NVIDIA H200", 141));
+    node.gpus.back().device_minor = i;
+    node.gpus.back().device_paths = {"/dev/nvidia" + std::to_string(i), "/dev/nvidiactl"};
   }
   return node;
 }

@@ -29,8 +29,8 @@ run_one() {
   fi
   end=$(date +%s)
   printf '%-16s %12s executions  %6s s  corpus %5s  peak RSS %5s MB  %s\n' "$h" \
-    "$(grep -o 'number_of_executed_units: *[0-9]*' "$work.summary" | grep -o '[0-9]*$' || echo '?')" "$((end - start))" \
-    "$(ls "$work/corpus" 2>/dev/null | wc -l)" "$(grep -o 'peak_rss_mb: *[0-9]*' "$work.summary" | grep -o '[0-9]*$' || echo '?')" \
+    "$(grep -o 'number_of_executed_units: *[0-9]*' "$work.summary" | tail -1 | grep -o '[0-9]*$' || echo '?')" "$((end - start))" \
+    "$(ls "$work/corpus" 2>/dev/null | wc -l)" "$(grep -o 'peak_rss_mb: *[0-9]*' "$work.summary" | tail -1 | grep -o '[0-9]*$' || echo '?')" \
     "$result"
   [ "$result" = "no findings" ]
 }
