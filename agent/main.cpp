@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
 
   // 4. runtime
   agent::AgentDeps deps;
-  deps.runtime = agent::make_configured_runtime(config);
+  auto runtime = agent::make_configured_runtime(config);
+  deps.runtime = std::move(runtime.runtime);
   const HostRoot host(config.host_root);
   deps.inventory = [host] { return read_inventory(host); };
   deps.device_numbers = stat_device_numbers(config.host_root);
@@ -122,6 +123,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   agent::AgentService service(config, deps);
+  service.metrics().set_runtime(config.runtime_kind, runtime.name, runtime.version);
   httplib::Server server;
   agent::install_routes(server, service, token.value());
   agent::HttpLimits http_limits;

@@ -37,9 +37,39 @@ void Metrics::kubelet_archive_quarantined() {
   ++kubelet_quarantined_;
 }
 
+void Metrics::set_runtime(const std::string& kind, const std::string& name, const std::string& version) {
+  std::lock_guard lock(mutex_);
+  runtime_kind_ = kind;
+  runtime_name_ = name;
+  runtime_version_ = version;
+}
+
+namespace {
+
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string label_value(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string Metrics::render() const {
   std::lock_guard lock(mutex_);
   std::ostringstream o;
+  if (!runtime_kind_.empty())
+    o << "# HELP gpuckpt_runtime_info The container runtime the agent talks to, as it introduced itself.\n"
+      << "# TYPE gpuckpt_runtime_info gauge\n"
+      << "gpuckpt_runtime_info{kind=\"" << label_value(runtime_kind_) << "\",name=\"" << label_value(runtime_name_)
+      << "\",version=\"" << label_value(runtime_version_) << "\"} 1\n";
   o << "# HELP gpuckpt_checkpoints_total Checkpoint jobs finished, by result.\n"
     << "# TYPE gpuckpt_checkpoints_total counter\n"
     << "gpuckpt_checkpoints_total{result=\"success\"} " << checkpoints_ok_ << "\n"

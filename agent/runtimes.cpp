@@ -9,14 +9,14 @@ namespace gpuckpt::agent {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<ContainerRuntime> make_configured_runtime(const AgentConfig& config) {
+ConfiguredRuntime make_configured_runtime(const AgentConfig& config) {
   if (config.runtime_kind == "podman") {
     PodmanOptions podman;
     podman.podman = config.podman_path;
     podman.timeout = config.runtime_timeout;
     std::error_code ec;
     if (fs::is_directory(config.hooks_dir, ec)) podman.hooks_dir = config.hooks_dir.string();
-    return make_podman_runtime(podman);
+    return {make_podman_runtime(podman), "podman", ""};
   }
   if (config.runtime_kind == "cri") {
     CriOptions cri;
@@ -24,11 +24,15 @@ std::unique_ptr<ContainerRuntime> make_configured_runtime(const AgentConfig& con
     cri.call_timeout = std::chrono::seconds(config.cri.call_timeout_seconds);
     cri.checkpoint_timeout = config.runtime_timeout;
     CriClient probe(cri);
-    if (auto version = probe.version())
+    ConfiguredRuntime out{make_cri_runtime(cri), "cri", ""};
+    if (auto version = probe.version()) {
       log::info("runtime: " + version->describe() + " (CRI " + version->api_version + ") at " + cri.endpoint);
-    else
+      out.name = version->runtime_name;
+      out.version = version->runtime_version;
+    } else {
       log::warn("runtime: " + version.error().message);
-    return make_cri_runtime(cri);
+    }
+    return out;
   }
   if (config.runtime_kind == "containerd") {
     ContainerdRuntimeOptions options;
@@ -39,18 +43,22 @@ std::unique_ptr<ContainerRuntime> make_configured_runtime(const AgentConfig& con
     options.state_dir = config.state_dir;
     options.limits = config.archive_limits;
     ContainerdClient probe(options.containerd);
-    if (auto version = probe.version())
+    ConfiguredRuntime out{nullptr, "containerd", ""};
+    if (auto version = probe.version()) {
       log::info("runtime: containerd " + version.value() + " at " + options.containerd.address + " (namespace " +
                 options.containerd.namespace_name + ")");
-    else
+      out.version = version.value();
+    } else {
       log::warn("runtime: " + version.error().message);
-    return make_containerd_runtime(options);
+    }
+    out.runtime = make_containerd_runtime(options);
+    return out;
   }
   KubeletRuntimeOptions kubelet;
   kubelet.kubelet = config.kubelet;
   kubelet.checkpoint_dir = config.kubelet_checkpoint_dir;
   kubelet.timeout = config.runtime_timeout;
-  return make_kubelet_runtime(kubelet);
+  return {make_kubelet_runtime(kubelet), "kubelet", ""};
 }
 
 }  // namespace gpuckpt::agent

@@ -10,6 +10,12 @@
 
 namespace gpuckpt::agent {
 
-std::unique_ptr<ContainerRuntime> make_configured_runtime(const AgentConfig& config);
+struct ConfiguredRuntime {
+  std::unique_ptr<ContainerRuntime> runtime;
+  std::string name;      // as the runtime introduced itself ("containerd"), else runtime.kind
+  std::string version;   // "1.7.24~ds1"; empty when it did not answer (or is not asked: podman, kubelet)
+};
+
+ConfiguredRuntime make_configured_runtime(const AgentConfig& config);
 
 }  // namespace gpuckpt::agent

@@ -12,6 +12,7 @@
 
 #include "agent/cri_client.h"
 #include "agent/cri_runtime.h"
+#include "agent/metrics.h"
 #include "test/agent/archive_builder.h"
 
 namespace v1 = runtime::v1;
@@ -165,4 +166,14 @@ TEST_CASE("nothing listening on the CRI socket is a clear error", "[unit]") {
   auto version = client.version();
   REQUIRE_FALSE(version.ok());
   CHECK(version.error().message.find((tmp.path / "absent.sock").string()) != std::string::npos);
+}
+
+TEST_CASE("the runtime the agent talks to is reported in /metrics, label values escaped", "[unit]") {
+  Metrics metrics;
+  CHECK(metrics.render().find("gpuckpt_runtime_info") == std::string::npos);   // not before it is known
+  metrics.set_runtime("cri", "containerd", "1.7.24~ds1");
+  CHECK(metrics.render().find("gpuckpt_runtime_info{kind=\"cri\",name=\"containerd\",version=\"1.7.24~ds1\"} 1\n") !=
+        std::string::npos);
+  metrics.set_runtime("cri", "odd\"name\n", "");
+  CHECK(metrics.render().find("name=\"odd\\\"name\\n\",version=\"\"} 1") != std::string::npos);
 }

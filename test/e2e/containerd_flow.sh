@@ -126,6 +126,8 @@ grep -q "containerd 1.7" "$TMP/unimplemented.txt" && grep -q "from 2.0" "$TMP/un
 echo "ok: $(grep cri-tool: "$TMP/unimplemented.txt" | cut -c1-200)..."
 use_runtime "{kind: cri, cri: {endpoint: unix://$CTRD_SOCK}}"
 grep -q "runtime: containerd 1.7" "$TMP/agent.log" || fail "the agent did not log the CRI runtime's version"
+curl -s "$URL/metrics" | grep -q '^gpuckpt_runtime_info{kind="cri",name="containerd",version="1\.7\.' ||
+  fail "the CRI runtime's name and version are not in /metrics"
 r=$(sandbox_api POST /v1/checkpoints '{"namespace":"default","pod":"gpuckpt-e2e","container":"counter"}')
 [ "${r%% *}" = 202 ] || fail "POST /v1/checkpoints (cri): $r"
 r=$(sandbox_wait_job checkpoints "$(sandbox_json_field "$r" '["id"]')")
