@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cctype>
+
 #include "common/json_reader.h"
 #include "common/log.h"
 #include "common/restore_plan.h"
@@ -83,6 +85,11 @@ JobStatus recover_interrupted(JobStatus job, const fs::path& temp_dir) {
   if (job.kind == "checkpoint" && (job.phase == "annotating" || job.phase == "writing-image") &&
       fs::is_regular_file(archive, ec)) {
     const bool image_lost = job.phase == "writing-image";
+    if (image_lost) {   // the layout is written in place under the job's (lower-case) name: a partial one goes
+      std::string layout = job.id + ".oci";
+      for (char& c : layout) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (fs::remove_all(temp_dir / layout, ec) > 0) log::info("job " + job.id + ": removed its partial image " + layout);
+    }
     job.state = image_lost ? "failed" : "succeeded";
     job.phase = image_lost ? job.phase : "done";
     job.result = {{"archive", archive.string()}, {"archive_bytes", fs::file_size(archive, ec)},

@@ -2,7 +2,8 @@
 // (atomic, fsynced), and a restarted agent reads them back. A job that was queued or running when the agent
 // stopped did not finish: recovery marks it failed (or succeeded, when its archive had already been renamed
 // into place, which happens only once it is complete) and removes its temporary files, which all carry its id:
-// <checkpoints.dir>/.<job id>.* (runtime output, the archive being annotated, the restore copy).
+// <checkpoints.dir>/.<job id>.* (runtime output, the archive being annotated, the restore copy), and a partial
+// OCI image layout <checkpoints.dir>/<job id, lower case>.oci when it died writing one.
 #pragma once
 
 #include <filesystem>

@@ -423,6 +423,7 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
   const std::string restoring = "rs-20261123T120001Z-0badf00e";
   const std::string finished = "ck-20261123T110000Z-600dd00d";
   const std::string annotated = "ck-20261123T120002Z-0badf00f";
+  const std::string imaging = "ck-20261123T120003Z-0badf010";
   Fixture f([&](const fs::path& root) {
     // What a killed agent leaves: job records in the state dir, its temporary files in the checkpoint dir.
     auto record = [&](const std::string& id, const char* kind, const char* state, const char* phase) {
@@ -438,6 +439,9 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
     record(restoring, "restore", "running", "rewriting-spec");
     record(finished, "checkpoint", "succeeded", "done");
     record(annotated, "checkpoint", "running", "annotating");
+    record(imaging, "checkpoint", "running", "writing-image");
+    test::make_archive(root / "checkpoints" / (imaging + ".tar.zst"), test::podman_checkpoint_entries());
+    test::write_file(root / "checkpoints" / "ck-20261123t120003z-0badf010.oci" / "oci-layout", "{");
     test::write_file(root / "checkpoints" / ("." + interrupted + ".runtime-partial.tar.zst"), "half");
     test::write_file(root / "checkpoints" / ("." + restoring + ".restore.tar.zst.partial-99999-0"), "half");
     test::write_file(root / "checkpoints" / ("." + annotated + ".tar.zst.partial-99999-1"), "half");
@@ -461,7 +465,12 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
   const auto done = get("/v1/checkpoints", annotated);
   CHECK(done["state"] == "succeeded");
   CHECK(done["result"]["recovered_after_restart"] == true);
-  CHECK(f.checkpoint_files() == std::vector<std::string>{annotated + ".tar.zst", "kept.tar.zst"});
+  // Killed while writing the OCI image: the archive is complete, the partial image is removed.
+  const auto image = get("/v1/checkpoints", imaging);
+  CHECK(image["state"] == "failed");
+  CHECK(image["error"].get<std::string>().find("the image is not") != std::string::npos);
+  CHECK(f.checkpoint_files() ==
+        std::vector<std::string>{annotated + ".tar.zst", imaging + ".tar.zst", "kept.tar.zst"});
   // The closed records were saved: a second restart sees the same outcome.
   bool found = false;
   for (const auto& job : agent::load_jobs(f.tmp.path / "state"))
