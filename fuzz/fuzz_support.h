@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -16,11 +17,19 @@
 
 namespace gpuckpt::fuzz {
 
+// In /dev/shm when there is one: the code under test fsyncs every file it writes, which on a disk would set the
+// pace instead of the parsing.
 inline const std::filesystem::path& scratch() {
   static const std::filesystem::path dir = [] {
-    char tmpl[] = "/tmp/gpuckpt-fuzz-XXXXXX";
-    const char* made = ::mkdtemp(tmpl);
+    std::error_code ec;
+    std::string tmpl = std::filesystem::is_directory("/dev/shm", ec) ? "/dev/shm" : "/tmp";
+    tmpl += "/gpuckpt-fuzz-XXXXXX";
+    const char* made = ::mkdtemp(tmpl.data());
     if (!made) ::abort();
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(scratch(), ignored);
+    });
     return std::filesystem::path(made);
   }();
   return dir;
