@@ -175,40 +175,46 @@ class PodmanRuntime final : public ContainerRuntime {
  private:
   // A checkpoint that failed after CRIU's dump (export to a full disk, a removed directory) leaves the container
   // stopped, with the dump still in podman's own storage: restoring it in place puts the workload back. A podman
-  // that was killed or timed out may leave the dump running in the background, so the container is watched until
-  // it settles: stopped (then restored) or running with its init not held by CRIU (ptrace stop) for 1.5 s.
+  // that was killed or timed out may leave the dump running in the background, and podman's recorded state lags
+  // behind, so the container is watched (30 s at most) until it settles: stopped (then restored in place, retried
+  // while podman still calls it busy) or running with its init alive and not held by CRIU for 1.5 s.
   // Returns what happened, for the job's error.
   std::string put_back(const RuntimeContainer& container) {
     ContainerRef ref;
     ref.container = container.id;
     int free_running = 0;
+    std::string last_state, last_error;
     for (int i = 0; i < 60; ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
       auto now = find(ref);
       if (!now) return "; its state is unknown now: " + now.error().message;
-      if (now->state != "running") {
-        auto r = podman({"container", "restore", container.id}, options_.timeout);
-        if (r && !r->timed_out && r->exit_code == 0) {
-          log::warn("checkpoint of " + container.name + " failed after the dump; restored it in place");
-          return "; the container was stopped by the dump and has been restored in place (it runs on)";
-        }
-        return "; the container is " + now->state + " and could not be restored in place (" +
-               (r ? last_line(r->err) : r.error().message) + "): restore it with `podman container restore " +
-               container.id + "`";
+      last_state = now->state;
+      if (now->state == "running") {
+        free_running = runs_freely(now->pid) ? free_running + 1 : 0;
+        if (free_running >= 3) return "; the container is still running";
+        continue;
       }
-      free_running = held_by_criu(now->pid) ? 0 : free_running + 1;
-      if (free_running >= 3) return "; the container is still running";
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      free_running = 0;
+      auto r = podman({"container", "restore", container.id}, options_.timeout);
+      if (r && !r->timed_out && r->exit_code == 0) {
+        log::warn("checkpoint of " + container.name + " failed after the dump; restored it in place");
+        return "; the container was stopped by the dump and has been restored in place (it runs on)";
+      }
+      last_error = r ? last_line(r->err) : r.error().message;
     }
-    return "; the container is still held by a checkpoint after 30 s: check it with `podman inspect " + container.id + "`";
+    return "; the container is " + last_state + " and could not be restored in place" +
+           (last_error.empty() ? std::string(" within 30 s") : " (" + last_error + ")") +
+           ": check it, or restore it with `podman container restore " + container.id + "`";
   }
 
-  // CRIU seizes the tasks it dumps: their state is "t (tracing stop)".
-  static bool held_by_criu(int pid) {
+  // The init process exists and is neither seized by CRIU ("t (tracing stop)") nor a zombie.
+  static bool runs_freely(int pid) {
     if (pid <= 0) return false;
     std::ifstream status("/proc/" + std::to_string(pid) + "/status");
     std::string line;
     while (std::getline(status, line))
-      if (line.rfind("State:", 0) == 0) return line.find("t (tracing stop)") != std::string::npos;
+      if (line.rfind("State:", 0) == 0)
+        return line.find("t (tracing stop)") == std::string::npos && line.find("Z (zombie)") == std::string::npos;
     return false;
   }
 
