@@ -230,6 +230,46 @@ Result<Totals> walk(const fs::path& path, const ArchiveLimits& limits, struct ar
   return totals;
 }
 
+// A tar inside the archive (rootfs-diff.tar: the container's changed files, which the runtime unpacks into its
+// root), read as it streams out of the outer archive and held to the outer limits: entry count, declared sizes
+// (which also bound the time: data can never exceed what the headers declare), names inside, intact stream.
+Result<void> check_nested_tar(struct archive* outer, const ArchiveEntry& entry, const fs::path& archive,
+                              const ArchiveLimits& limits) {
+  struct Source {
+    struct archive* outer;
+    std::vector<char> buffer = std::vector<char>(1 << 16);
+  } source{outer};
+  const std::string where = archive.string() + ": " + entry.name;
+  ReaderPtr nested(archive_read_new(), archive_read_free);
+  archive_read_support_filter_all(nested.get());
+  archive_read_support_format_tar(nested.get());
+  const auto read_block = [](struct archive*, void* data, const void** block) -> la_ssize_t {
+    auto* from = static_cast<Source*>(data);
+    *block = from->buffer.data();
+    return archive_read_data(from->outer, from->buffer.data(), from->buffer.size());
+  };
+  if (archive_read_open(nested.get(), &source, nullptr, read_block, nullptr) != ARCHIVE_OK)
+    return make_error(where + " is not a tar archive: " + archive_message(nested.get()), EBADMSG);
+  std::size_t entries = 0;
+  std::uint64_t bytes = 0;
+  struct archive_entry* e = nullptr;
+  for (;;) {
+    const int rc = archive_read_next_header(nested.get(), &e);
+    if (rc == ARCHIVE_EOF) return {};
+    if (rc < ARCHIVE_WARN) return make_error(where + " is corrupt or truncated: " + archive_message(nested.get()), EIO);
+    if (++entries > limits.max_entries)
+      return make_error(where + " holds more than " + std::to_string(limits.max_entries) + " entries", EFBIG);
+    const char* raw = archive_entry_pathname(e);
+    if (auto name = normalise_entry_name(raw ? raw : ""); !name) return make_error(where + ": " + name.error().message);
+    const la_int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
+    bytes += size > 0 ? static_cast<std::uint64_t>(size) : 0;
+    if (bytes > limits.max_total_bytes)
+      return make_error(where + " holds more than " + std::to_string(limits.max_total_bytes) + " bytes", EFBIG);
+    if (archive_read_data_skip(nested.get()) < ARCHIVE_WARN)
+      return make_error(where + " is truncated: " + archive_message(nested.get()), EIO);
+  }
+}
+
 fs::path temporary_sibling(const fs::path& out) {
   static std::atomic<unsigned> counter{0};
   return out.parent_path() /
@@ -405,6 +445,11 @@ Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const
   auto totals = walk(archive, limits, reader->get(),
                      [&](struct archive* r, struct archive_entry*, const ArchiveEntry& e) -> Result<bool> {
                        if (e.name == "checkpoint/inventory.img") info.has_criu_images = true;
+                       if (e.name == "rootfs-diff.tar" && e.kind == ArchiveEntry::Kind::File) {
+                         auto checked = check_nested_tar(r, e, archive, limits);
+                         if (!checked) return checked.error();
+                         return false;   // the walk skips what is left of it
+                       }
                        if (e.kind != ArchiveEntry::Kind::File ||
                            (e.name != "config.dump" && e.name != "spec.dump" && e.name != kRecordEntry))
                          return false;

@@ -172,3 +172,33 @@ TEST_CASE("a /dev tmpfs image libarchive cannot open is an error, not a crash (f
     CHECK_FALSE(renumbered.ok());
   }
 }
+
+TEST_CASE("rootfs-diff.tar is held to the outer limits and names", "[unit]") {
+  test::TempDir tmp;
+  using E = test::TestEntry;
+  const auto rootfs = [](std::vector<E> entries) { return test::build_tar(entries, test::Compression::None); };
+  auto inspect_with = [&](std::string diff, ArchiveLimits limits = {}) {
+    return inspect_checkpoint_archive(test::make_archive(tmp.path / "r.tar.zst", with_entry("rootfs-diff.tar", diff)),
+                                      limits);
+  };
+  CHECK(inspect_with(rootfs({E("etc/motd", "hi"), E::symlink("bin/sh", "/bin/busybox")})).ok());
+  auto climbing = inspect_with(rootfs({E("../../etc/shadow", "x")}));
+  REQUIRE_FALSE(climbing.ok());
+  CHECK(climbing.error().message.find("rootfs-diff.tar: entry name '../../etc/shadow' climbs out") != std::string::npos);
+  CHECK_FALSE(inspect_with("not a tar at all, just text that goes on for a while........").ok());
+  ArchiveLimits few;
+  few.max_entries = 9;   // the outer archive has 8 entries
+  std::vector<E> ten;
+  for (char c = 'a'; c < 'k'; ++c) ten.emplace_back(std::string(1, c), "");
+  CHECK(inspect_with(rootfs({ten.begin(), ten.begin() + 5}), few).ok());
+  auto many = inspect_with(rootfs(ten), few);
+  REQUIRE_FALSE(many.ok());
+  CHECK(many.error().message.find("rootfs-diff.tar holds more than 9 entries") != std::string::npos);
+  // A gzip'd rootfs-diff whose content is far larger than the archive: the total limit holds.
+  ArchiveLimits small_total;
+  small_total.max_total_bytes = 8 << 20;
+  auto bomb = inspect_with(test::build_tar({E("zeros", std::string(16u << 20, '\0'))}, test::Compression::Gzip),
+                           small_total);
+  REQUIRE_FALSE(bomb.ok());
+  CHECK(bomb.error().errno_value == EFBIG);
+}
