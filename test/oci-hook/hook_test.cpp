@@ -42,6 +42,18 @@ json gpu_config() {
           {"linux", {{"devices", json::array({{{"path", "/dev/nvidia0"}, {"type", "c"}, {"major", 1}, {"minor", 3}}})}}}};
 }
 
+// A plan the agent stored for checkpoint `checkpoint_id` moving /dev/nvidia0 to `host_path`.
+RestorePlan stored_plan(const hook::HookOptions& options, const std::string& checkpoint_id,
+                        const std::string& host_path = "/dev/nvidia1") {
+  RestorePlan plan;
+  plan.id = new_restore_plan_id();
+  plan.checkpoint_id = checkpoint_id;
+  plan.assignments = {{"GPU-0", "GPU-1"}};
+  plan.devices = {{"/dev/nvidia0", host_path, "GPU-0", host_path == "/dev/nvidia1" ? "GPU-1" : "GPU-9"}};
+  REQUIRE(write_restore_plan(options.state_dir, plan).ok());
+  return plan;
+}
+
 NodeInventory inventory() {
   NodeInventory inv;
   inv.hostname = "node-a";
@@ -193,11 +205,7 @@ TEST_CASE("precreate applies a pending restore plan and passes everything else t
     CHECK_FALSE(outcome->modified);
   }
   SECTION("a checkpoint id alone never selects a plan (archives cannot pick plans)") {
-    RestorePlan plan;
-    plan.id = new_restore_plan_id();
-    plan.checkpoint_id = "ck-5";
-    plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
-    REQUIRE(write_restore_plan(options.state_dir, plan).ok());
+    stored_plan(options, "ck-5");
     config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-5";
     auto outcome = hook::precreate(config.dump(), options, fake_numbers);
     REQUIRE(outcome.ok());
@@ -215,12 +223,7 @@ TEST_CASE("precreate applies a pending restore plan and passes everything else t
     CHECK(outcome.error().message.find("devices[0]") != std::string::npos);
   }
   SECTION("a plan applied to a spec with wrongly typed devices refuses, naming the field") {
-    RestorePlan plan;
-    plan.id = new_restore_plan_id();
-    plan.checkpoint_id = "ck-6";
-    plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
-    REQUIRE(write_restore_plan(options.state_dir, plan).ok());
-    config["annotations"]["io.gpuckpt.restore-plan"] = plan.id;
+    config["annotations"]["io.gpuckpt.restore-plan"] = stored_plan(options, "ck-6").id;
     config["linux"]["devices"] = json::array({"not-an-object"});
     auto outcome = hook::precreate(config.dump(), options, fake_numbers);
     REQUIRE_FALSE(outcome.ok());
@@ -248,12 +251,7 @@ TEST_CASE("precreate applies a pending restore plan and passes everything else t
     CHECK(out["annotations"]["io.gpuckpt.restore-plan"] == plan.id);
   }
   SECTION("a plan whose target node is missing refuses the restore with the reason") {
-    RestorePlan plan;
-    plan.id = new_restore_plan_id();
-    config["annotations"]["io.gpuckpt.restore-plan"] = plan.id;
-    plan.checkpoint_id = "ck-4";
-    plan.devices = {{"/dev/nvidia0", "/dev/nvidia9", "GPU-0", "GPU-9"}};
-    REQUIRE(write_restore_plan(options.state_dir, plan).ok());
+    config["annotations"]["io.gpuckpt.restore-plan"] = stored_plan(options, "ck-4", "/dev/nvidia9").id;
     auto outcome = hook::precreate(config.dump(), options, fake_numbers);
     REQUIRE_FALSE(outcome.ok());
     CHECK(outcome.error().message.find("refused") != std::string::npos);
