@@ -1,9 +1,11 @@
 // What the harnesses share: a scratch directory per fuzzing process, small limits, a fixed node and plan.
 #pragma once
 
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -17,20 +19,24 @@
 
 namespace gpuckpt::fuzz {
 
-// In /dev/shm when there is one: the code under test fsyncs every file it writes, which on a disk would set the
-// pace instead of the parsing.
+// /dev/shm/gpuckpt-fuzz-<pid> (or under /tmp): in memory, because the code under test fsyncs what it writes and
+// on a disk that would set the pace. libFuzzer leaves without running exit handlers, so each process removes the
+// directories of processes that are gone instead.
 inline const std::filesystem::path& scratch() {
   static const std::filesystem::path dir = [] {
     std::error_code ec;
-    std::string tmpl = std::filesystem::is_directory("/dev/shm", ec) ? "/dev/shm" : "/tmp";
-    tmpl += "/gpuckpt-fuzz-XXXXXX";
-    const char* made = ::mkdtemp(tmpl.data());
-    if (!made) ::abort();
-    std::atexit([] {
-      std::error_code ignored;
-      std::filesystem::remove_all(scratch(), ignored);
-    });
-    return std::filesystem::path(made);
+    const std::filesystem::path base = std::filesystem::is_directory("/dev/shm", ec) ? "/dev/shm" : "/tmp";
+    const std::string prefix = "gpuckpt-fuzz-";
+    for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(prefix, 0) != 0) continue;
+      const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove_all(entry, ec);
+    }
+    const auto made = base / (prefix + std::to_string(::getpid()));
+    std::filesystem::create_directories(made, ec);
+    if (ec) ::abort();
+    return made;
   }();
   return dir;
 }
