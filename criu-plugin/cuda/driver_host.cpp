@@ -300,24 +300,16 @@ class RemoteDriver final : public Driver {
   }
 
   Result<NodeInventory> inventory() {
-    int channel[2];
-    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) != 0)
-      return make_error(std::string("socketpair: ") + std::strerror(errno), errno);
     Request request{};
     request.op = Op::Inventory;
-    bool sent;
-    {
-      std::lock_guard lock(send_mutex_);
-      sent = send_all(control_fd_, &request, sizeof request, channel[1]);
-    }
-    ::close(channel[1]);
+    const int channel = send_call(request);
     Reply reply{};
     std::string payload;
-    bool received = sent && receive(channel[0], &reply, sizeof reply);
+    bool received = channel >= 0 && receive(channel, &reply, sizeof reply);
     if (received && reply.result == 0)
       received = reply.value > 0 && static_cast<std::size_t>(reply.value) <= kMaxPayload &&
-                 receive_text(channel[0], static_cast<std::size_t>(reply.value), &payload);
-    ::close(channel[0]);
+                 receive_text(channel, static_cast<std::size_t>(reply.value), &payload);
+    if (channel >= 0) ::close(channel);
     if (!received) return make_error("the gpuckpt driver host did not answer the inventory request", EIO);
     if (reply.result != 0)
       return make_error(std::string(reply.text, strnlen(reply.text, sizeof reply.text)), reply.result);
@@ -346,21 +338,30 @@ class RemoteDriver final : public Driver {
     request.arg = arg;
     request.pair_count = static_cast<std::uint32_t>(pairs.size());
     std::copy(pairs.begin(), pairs.end(), request.pairs);
-    int channel[2];
-    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) != 0) return reply;
-    bool sent;
-    {
-      std::lock_guard lock(send_mutex_);
-      sent = send_all(control_fd_, &request, sizeof request, channel[1]);
-    }
-    ::close(channel[1]);   // the host holds the only other end now: its death ends our wait
-    if (!sent || !receive(channel[0], &reply, sizeof reply)) reply.result = kHostLost;
-    ::close(channel[0]);
+    const int channel = send_call(request);
+    if (channel < 0 || !receive(channel, &reply, sizeof reply)) reply.result = kHostLost;
+    if (channel >= 0) ::close(channel);
     if (reply.result != kHostLost) {
       std::lock_guard lock(names_mutex_);
       names_[reply.result] = std::string(reply.text, strnlen(reply.text, sizeof reply.text));
     }
     return reply;
+  }
+
+  // Sends `request` with one end of a socket pair made for its answer; returns the other end (-1: not sent).
+  // The host then holds the only other end, so its death ends a wait on the returned one.
+  int send_call(const Request& request) {
+    int channel[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) != 0) return -1;
+    bool sent;
+    {
+      std::lock_guard lock(send_mutex_);
+      sent = send_all(control_fd_, &request, sizeof request, channel[1]);
+    }
+    ::close(channel[1]);
+    if (sent) return channel[0];
+    ::close(channel[0]);
+    return -1;
   }
 
   int control_fd_;
