@@ -119,6 +119,9 @@ gpu_ready() { # CASE: SKIPs the case unless this is a GPU node with the counter 
   [ -f /etc/cdi/nvidia.json ] || [ -f /etc/cdi/nvidia.yaml ] || { record "$1" SKIP "no CDI spec for the GPUs (test/gpu/make_cdi_spec.py)"; return 1; }
   build_counter_image || { record "$1" FAIL "cannot build the CUDA counter image"; return 1; }
 }
+# The host's libcuda.so.1 and the mount holding it (the driver root: /usr/local/nvidia on the device machine).
+driver_libcuda() { ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/{print $NF; exit}'; }
+driver_root() { findmnt -n -o TARGET --target "$(dirname "$(driver_libcuda)")"; }
 COUNTER_IMAGE=localhost/$PREFIX-counter
 build_counter_image() {
   podman image exists "$COUNTER_IMAGE" && return 0
@@ -131,17 +134,13 @@ build_counter_image() {
   for app in sh cat ls sleep env tail stat; do ln -sf busybox "$root/bin/$app"; done
   ln -s usr/lib "$root/lib"; ln -s usr/lib64 "$root/lib64"
   # The counter's libraries and the driver's (libcuda itself comes from the CDI spec or the bound driver root).
-  local libcuda; libcuda=$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/{print $NF; exit}')
+  local libcuda; libcuda=$(driver_libcuda)
   for lib in $(ldd "$WORK/gpu_counter" ${libcuda:+"$libcuda"} | awk '/=> \// && $1 !~ /^libcuda/ {print $3}' | sort -u); do
     cp -Ln "$lib" "$root/usr/lib/x86_64-linux-gnu/"
   done
   cp -L /lib64/ld-linux-x86-64.so.2 "$root/usr/lib64/"
   echo 'root:x:0:0:root:/:/bin/sh' > "$root/etc/passwd"
   tar -C "$root" -c . | podman import -q - "$COUNTER_IMAGE" >/dev/null
-}
-counter_reference() { # MIB ITERATIONS OUT [args]: the uninterrupted run, on the host
-  local mib=$1 n=$2 out=$3; shift 3
-  rm -f "$out"; "$WORK/gpu_counter" "$mib" "$out" --iterations "$n" --sleep-ms 0 "$@" >/dev/null
 }
 check_counter() { # CASE FILE MIB [args]: FILE equals an uninterrupted run up to its last iteration
   counter_reference "$3" "$(last_iter "$2")" "$2.ref" "${@:4}"
@@ -152,8 +151,7 @@ CDI_GPU=(--device nvidia.com/gpu=0)
 legacy_gpu() {
   local args=(--device /dev/nvidia0 --device /dev/nvidiactl --device /dev/nvidia-uvm -e NVIDIA_VISIBLE_DEVICES=0)
   [ -e /dev/nvidia-uvm-tools ] && args+=(--device /dev/nvidia-uvm-tools)
-  local libdir; libdir=$(dirname "$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/{print $NF; exit}')")
-  local root; root=$(findmnt -n -o TARGET --target "$libdir")
+  local libdir root; libdir=$(dirname "$(driver_libcuda)"); root=$(driver_root)
   args+=(-v "$root:$root:ro" -e "LD_LIBRARY_PATH=$libdir")
   echo "${args[@]}"
 }
@@ -283,8 +281,9 @@ case_torch() {
   # python and torch from the host, read-only: /usr without what is mounted below it, the driver root on its own
   # (CDI's file mounts land inside it), and the virtualenv torch lives in.
   venv=$("$py" -c 'import sys; print(sys.prefix)')
+  # shellcheck disable=SC2054  # "ro,bind" is one podman volume option list
   mounts=(-v /usr:/usr:ro,bind -v /etc/ld.so.cache:/etc/ld.so.cache:ro)
-  local root; root=$(findmnt -n -o TARGET --target "$(dirname "$(ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/{print $NF; exit}')")")
+  local root; root=$(driver_root)
   [ "$root" != / ] && [ "$root" != /usr ] && mounts+=(-v "$root:$root:ro")
   case "$venv" in /usr|/usr/*) ;; *) mounts+=(-v "$venv:$venv:ro") ;; esac
   pm run -d --name "$name" "${CDI_GPU[@]}" "${mounts[@]}" -v "$WORK/out:/out" -v "$SRC/test/gpu:/work:ro" -e HOME=/tmp \
@@ -334,7 +333,7 @@ case_leave_running() {
 
 case_kill_mid_dump() {
   gpu_ready kill_mid_dump || return
-  local name=$PREFIX-kill out=$WORK/out/kill.txt a=$WORK/kill.tar.zst at ppid cpid= found=0
+  local name=$PREFIX-kill out=$WORK/out/kill.txt a=$WORK/kill.tar.zst at ppid cpid='' found=0
   run_counter "$name" "$out" "${CDI_GPU[@]}" -- 4096 /out/kill.txt || { record kill_mid_dump FAIL "podman run"; return; }
   wait_ctr "$name" "$out" 10 120 || { record kill_mid_dump FAIL "workload did not start"; return; }
   local log; log=$(podman inspect -f '{{.StaticDir}}' "$name")/dump.log

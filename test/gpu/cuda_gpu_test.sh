@@ -36,10 +36,6 @@ NGPU=$(nvidia-smi -L | grep -c '^GPU ')
 echo "GPUs: $NGPU; driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1); criu $("$CRIU" --version | head -1)"
 nvcc -O2 -o "$WORK/gpu_counter" "$SRC/gpu_counter.cu" || { echo "FAILED: nvcc"; exit 1; }
 
-counter_reference() { # MIB ITERATIONS OUT [args]: the uninterrupted run
-  local mib=$1 n=$2 out=$3; shift 3
-  rm -f "$out"; "$WORK/gpu_counter" "$mib" "$out" --iterations "$n" --sleep-ms 0 "$@" >/dev/null
-}
 dump() { # PID DIR [criu args]
   local pid=$1 dir=$2; shift 2
   mkdir -p "$dir"

@@ -37,10 +37,7 @@ done
 # that this distribution lacks (by soname) go into their own directory on the loader's path.
 mkdir -p /usr/local/lib/gpuckpt-extra /usr/local/lib/gpuckpt
 tar -C /usr/local/lib/gpuckpt-extra -xJf "$CARRY/lib-extra.tar.xz"
-for lib in /usr/local/lib/gpuckpt-extra/*.so*; do
-  so=$(basename "$lib")
-  ldconfig -p | grep -q "^[[:space:]]*$so " || ln -sf "$lib" "/usr/local/lib/gpuckpt/$so"
-done
+link_missing_libraries /usr/local/lib/gpuckpt /usr/local/lib/gpuckpt-extra/*.so*
 echo /usr/local/lib/gpuckpt > /etc/ld.so.conf.d/zz-gpuckpt.conf
 ldconfig
 install -m 755 "$CARRY/bin/gpuckpt" "$CARRY/bin/gpuckpt-agent" /usr/local/bin/

@@ -20,16 +20,22 @@ RUNTIME_PREFIX=${RUNTIME_PREFIX:-/opt/gpuckpt-runtime}
 
 runtime_log() { printf '[runtime] %s\n' "$*" >&2; }
 
+# link_missing_libraries DEST LIB...: links into DEST each LIB whose soname the system's loader does not know.
+link_missing_libraries() {
+  local dest=$1 f so; shift
+  for f in "$@"; do
+    [ -e "$f" ] || continue
+    so=$(basename "$f")
+    ldconfig -p | grep -q "^[[:space:]]*$so " || ln -sf "$f" "$dest/$so"
+  done
+}
+
 runtime_install() {
-  local debs=$1 root=$RUNTIME_PREFIX/root lib=$RUNTIME_PREFIX/lib bin=$RUNTIME_PREFIX/bin f so
+  local debs=$1 root=$RUNTIME_PREFIX/root lib=$RUNTIME_PREFIX/lib bin=$RUNTIME_PREFIX/bin f
   mkdir -p "$root" "$lib" "$bin"
   for f in "$debs"/*.deb; do dpkg-deb -x "$f" "$root"; done
   # Libraries the system lacks (by soname), and only those: the system's own stay in charge.
-  for f in "$root"/usr/lib/x86_64-linux-gnu/*.so.* "$root"/lib/x86_64-linux-gnu/*.so.*; do
-    [ -e "$f" ] || continue
-    so=$(basename "$f")
-    ldconfig -p | grep -q "^[[:space:]]*$so " || ln -sf "$f" "$lib/$so"
-  done
+  link_missing_libraries "$lib" "$root"/usr/lib/x86_64-linux-gnu/*.so.* "$root"/lib/x86_64-linux-gnu/*.so.*
   for prog in podman:usr/bin/podman conmon:usr/bin/conmon runc-real:usr/sbin/runc; do
     cat > "$bin/${prog%%:*}" <<WRAP
 #!/bin/sh

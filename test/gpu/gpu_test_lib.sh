@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the GPU test scripts (cuda_gpu_test.sh, container_gpu_test.sh): result bookkeeping and the checks
 # that compare an interrupted counter run with an uninterrupted one. The counter's output file has one line per
 # iteration, "ITERATION CHECKSUM".
@@ -19,6 +20,10 @@ wait_iter() { # FILE N TIMEOUT_S: until FILE's last iteration >= N
     it=$(last_iter "$1"); [ -n "$it" ] && [ "$it" -ge "$2" ] && return 0; sleep 0.1
   done
   return 1
+}
+counter_reference() { # MIB ITERATIONS OUT [args]: the uninterrupted run of $WORK/gpu_counter, on this host
+  local mib=$1 n=$2 out=$3; shift 3
+  rm -f "$out"; "$WORK/gpu_counter" "$mib" "$out" --iterations "$n" --sleep-ms 0 "$@" >/dev/null
 }
 gone() { for _ in $(seq 600); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.05; done; return 1; }
 # Every line of $1 must appear, identical, in reference $2 (same iteration, same checksum).
