@@ -22,6 +22,7 @@
 #include "common/host_root.h"
 #include "common/inventory.h"
 #include "common/properties_record.h"
+#include "criu-plugin/cuda/frozen_cgroup.h"
 #include "criu-plugin/cuda/memory_copy.h"
 #include "criu-plugin/cuda/process_info.h"
 
@@ -188,6 +189,10 @@ void guard(Driver& driver, const std::map<int, ProcessState>& tracked, const std
            int image_dir_fd, int log_fd) {
   dprintf(log_fd, "gpuckpt guardian: CRIU ended without finishing the dump; returning %zu process(es) to their "
                   "state before the dump\n", tracked.size());
+  // First let the processes run again: CRIU froze their cgroup for the dump (runc's freeze_cgroup) and thaws
+  // it only when it finishes; the driver's restore needs the process running.
+  for (const auto& [pid, initial] : tracked)
+    for (const auto& line : thaw_frozen_cgroups(pid)) dprintf(log_fd, "pid %d: %s\n", pid, line.c_str());
   const std::set<int> unfilled = refill(staged, image_dir_fd, log_fd);
   for (const auto& [pid, initial] : tracked) {
     if (unfilled.count(pid) != 0) continue;

@@ -331,28 +331,44 @@ case_leave_running() {
   record leave_running PASS "kept running through the checkpoint ($at -> $(last_iter "$out")), unlocked, bit-identical"
 }
 
+# criu_under_runc: the pid of the CRIU that runc runs (`criu swrk 3`), not its driver host (a fork of it, reparented)
+criu_under_runc() {
+  local p
+  for p in $(pgrep -f 'criu swrk'); do
+    case $(ps -o comm= -p "$(ps -o ppid= -p "$p" | tr -d ' ')" 2>/dev/null) in runc*) echo "$p"; return ;; esac
+  done
+}
+
 case_kill_mid_dump() {
   gpu_ready kill_mid_dump || return
   local name=$PREFIX-kill out=$WORK/out/kill.txt a=$WORK/kill.tar.zst at ppid cpid='' found=0
   run_counter "$name" "$out" "${CDI_GPU[@]}" -- 4096 /out/kill.txt || { record kill_mid_dump FAIL "podman run"; return; }
   wait_ctr "$name" "$out" 10 120 || { record kill_mid_dump FAIL "workload did not start"; return; }
-  local log; log=$(podman inspect -f '{{.StaticDir}}' "$name")/dump.log
-  rm -f "$log"
+  local static; static=$(podman inspect -f '{{.StaticDir}}' "$name")
+  rm -f "$static/dump.log"
   pm container checkpoint --export "$a" "$name" > "$WORK/kill.ckpt.log" 2>&1 & ppid=$!
-  # Kill CRIU (runc's child) once the GPU state is checkpointed, before CRIU has dumped the memory.
-  for _ in $(seq 1500); do grep -q "gpuckpt: cuda: checkpointed pid" "$log" 2>/dev/null && { found=1; break; }; sleep 0.02; done
-  [ "$found" = 1 ] || { wait "$ppid"; show "$WORK/kill.ckpt.log" "$log"; record kill_mid_dump FAIL "never saw the CUDA checkpoint in $log"; return; }
-  for p in $(pgrep -f 'usr/sbin/criu swrk'); do   # runc runs CRIU as `criu swrk` (RPC); its driver host is a fork
-    case $(ps -o comm= -p "$(ps -o ppid= -p "$p" | tr -d ' ')") in runc*) cpid=$p ;; esac
+  # Kill CRIU (runc's child, run as `criu swrk`) once the GPU state is checkpointed, before CRIU has dumped the
+  # memory: the plugin's log line, or the GPU memory image it starts right after the driver's checkpoint.
+  for _ in $(seq 1500); do
+    if [ -z "$cpid" ] || ! kill -0 "$cpid" 2>/dev/null; then cpid=$(criu_under_runc); fi
+    if grep -q "gpuckpt: cuda: checkpointed pid" "$static/dump.log" 2>/dev/null ||
+       compgen -G "$static/checkpoint/gpuckpt-gpumem-*" >/dev/null; then found=1; break; fi
+    kill -0 "$ppid" 2>/dev/null || break
+    sleep 0.02
   done
-  [ -n "$cpid" ] || { wait "$ppid"; record kill_mid_dump FAIL "CRIU (a child of runc) not found"; return; }
+  ps -eo pid,ppid,comm,args > "$WORK/kill.ps" 2>&1
+  [ "$found" = 1 ] || { wait "$ppid"; show "$WORK/kill.ckpt.log" "$WORK/kill.ps"; record kill_mid_dump FAIL "the checkpoint ended before the CUDA checkpoint showed in $static"; return; }
+  if [ -z "$cpid" ] || ! kill -0 "$cpid" 2>/dev/null; then
+    wait "$ppid"; grep -i "criu\|runc" "$WORK/kill.ps"; record kill_mid_dump FAIL "CRIU (a child of runc) not found after the CUDA checkpoint"; return
+  fi
   kill -9 "$cpid"
   wait "$ppid" 2>/dev/null
   at=$(last_iter "$out")
-  wait_ctr "$name" "$out" $((at + 20)) 90 || { record kill_mid_dump FAIL "workload stuck after CRIU was killed (at $(last_iter "$out"))"; return; }
+  wait_ctr "$name" "$out" $((at + 20)) 90 || { show "$static/checkpoint/gpuckpt-guardian.log"; record kill_mid_dump FAIL "workload stuck after CRIU was killed (at $(last_iter "$out"))"; return; }
+  local guardian; guardian=$(tr '\n' ' ' < "$static/checkpoint/gpuckpt-guardian.log" 2>/dev/null)
   pm rm -f -t 0 "$name" >/dev/null 2>&1
   check_counter kill_mid_dump "$out" 4096 || return
-  record kill_mid_dump PASS "CRIU (pid $cpid) killed mid-dump; the container's workload went on $at -> $(last_iter "$out"), unlocked, bit-identical"
+  record kill_mid_dump PASS "CRIU (pid $cpid) killed mid-dump; the container's workload went on $at -> $(last_iter "$out"), unlocked, bit-identical; guardian: ${guardian:-no log}"
 }
 
 case_wrong_gpu() {
