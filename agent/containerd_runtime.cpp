@@ -184,9 +184,8 @@ class ContainerdRuntime final : public ContainerRuntime {
     return result;
   }
 
-  // The name kubelet's pods use for it: localhost/gpuckpt-checkpoint:TAG (docker-normalised names stay as they are).
   Result<std::string> load_image(const fs::path& layout, const std::string& tag) override {
-    const std::string name = "localhost/gpuckpt-checkpoint:" + tag;
+    const std::string name = checkpoint_image_name(tag);
     auto imported = import_checkpoint_image(options_.containerd, layout, name);
     if (!imported) return imported.error();
     return name;

@@ -1,5 +1,8 @@
 #include "agent/cri_runtime.h"
 
+#include "agent/containerd_image_import.h"
+#include "agent/grpc_unix.h"
+
 namespace gpuckpt::agent {
 
 namespace fs = std::filesystem;
@@ -49,6 +52,27 @@ class CriRuntime final : public ContainerRuntime {
 
   Result<void> checkpoint(const RuntimeContainer& container, const fs::path& archive) override {
     return cri_.checkpoint_container(container.id, archive.string());
+  }
+
+  // containerd serves its own API on the socket it serves CRI on: the image goes into its k8s.io namespace, the one
+  // CRI's containers come from. CRI-O keeps images in containers/storage, which offers no API to load into.
+  Result<std::string> load_image(const fs::path& layout, const std::string& tag) override {
+    auto version = cri_.version();
+    if (!version) return version.error();
+    if (version->runtime_name != "containerd")
+      return make_error("the CRI runtime at " + cri_.options().endpoint + " is " + version->describe() +
+                        ", whose image store (containers/storage) the agent cannot load into: copy the layout in on "
+                        "the node (skopeo copy oci:" + layout.string() + ":" + tag +
+                        " containers-storage:" + checkpoint_image_name(tag) + ")", ENOTSUP);
+    ContainerdOptions containerd;
+    containerd.address = unix_socket_path(cri_.options().endpoint);
+    containerd.namespace_name = "k8s.io";
+    containerd.call_timeout = cri_.options().call_timeout;
+    containerd.checkpoint_timeout = cri_.options().checkpoint_timeout;
+    const std::string name = checkpoint_image_name(tag);
+    auto imported = import_checkpoint_image(containerd, layout, name);
+    if (!imported) return imported.error();
+    return name;
   }
 
   Result<RuntimeContainer> restore(const fs::path& archive, const std::string&) override {

@@ -130,6 +130,19 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
     send_json(res, 202, to_json(*service.job(id.value())));
   });
 
+  server.Post("/v1/images", [&service, fail](const httplib::Request& req, httplib::Response& res) {
+    auto request = parse_image_request(req.body);
+    if (!request) return fail(res, request.error());
+    auto id = service.start_image(request.value());
+    if (!id) return fail(res, id.error());
+    res.set_header("Location", "/v1/images/" + id.value());
+    send_json(res, 202, to_json(*service.job(id.value())));
+  });
+
+  server.Get("/v1/runtime", [&service](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, service.runtime_report());
+  });
+
   auto get_job = [&service, fail](const char* kind) {
     return [&service, fail, kind](const httplib::Request& req, httplib::Response& res) {
       const std::string id = req.matches[1];
@@ -140,6 +153,7 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
   };
   server.Get(R"(/v1/checkpoints/([A-Za-z0-9._-]{1,128}))", get_job("checkpoint"));
   server.Get(R"(/v1/restores/([A-Za-z0-9._-]{1,128}))", get_job("restore"));
+  server.Get(R"(/v1/images/([A-Za-z0-9._-]{1,128}))", get_job("image"));
 }
 
 }  // namespace gpuckpt::agent

@@ -13,6 +13,12 @@ namespace gpuckpt::agent {
 
 namespace fs = std::filesystem;
 
+std::string image_layout_name(std::string_view job_id) {
+  std::string name = std::string(job_id) + ".oci";
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
 fs::path job_record_path(const fs::path& state_dir, std::string_view job_id) {
   return state_dir / "jobs" / (std::string(job_id) + ".json");
 }
@@ -86,8 +92,7 @@ JobStatus recover_interrupted(JobStatus job, const fs::path& temp_dir) {
       fs::is_regular_file(archive, ec)) {
     const bool image_lost = job.phase == "writing-image";
     if (image_lost) {   // the layout is written in place under the job's (lower-case) name: a partial one goes
-      std::string layout = job.id + ".oci";
-      for (char& c : layout) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      const std::string layout = image_layout_name(job.id);
       if (fs::remove_all(temp_dir / layout, ec) > 0) log::info("job " + job.id + ": removed its partial image " + layout);
     }
     job.state = image_lost ? "failed" : "succeeded";
@@ -97,6 +102,14 @@ JobStatus recover_interrupted(JobStatus job, const fs::path& temp_dir) {
     if (image_lost)
       job.error = "the agent stopped while writing the OCI image; the archive " + archive.string() +
                   " is complete, the image is not (checkpoint again with an image tag)" + cleaned;
+    return job;
+  }
+  if (job.kind == "image") {   // the archive is untouched; the layout may be partial or not loaded
+    const std::string layout = image_layout_name(job.id);
+    if (fs::remove_all(temp_dir / layout, ec) > 0) log::info("job " + job.id + ": removed its unfinished image " + layout);
+    job.state = "failed";
+    job.error = "the agent stopped while this job was " + job.phase + "; the archive is untouched, the image " +
+                layout + " was removed (ask for the image again)" + cleaned;
     return job;
   }
   job.state = "failed";

@@ -15,6 +15,10 @@
 
 namespace gpuckpt::agent {
 
+// The OCI image layout a job writes in the checkpoint directory: <job id, lower case>.oci (podman names a pulled
+// oci: layout after its path, and image names cannot have capitals).
+std::string image_layout_name(std::string_view job_id);
+
 std::filesystem::path job_record_path(const std::filesystem::path& state_dir, std::string_view job_id);
 Result<void> save_job(const std::filesystem::path& state_dir, const JobStatus& job);
 void remove_job_record(const std::filesystem::path& state_dir, std::string_view job_id);

@@ -44,6 +44,11 @@ void Metrics::set_runtime(const std::string& kind, const std::string& name, cons
   runtime_version_ = version;
 }
 
+RuntimeInfo Metrics::runtime() const {
+  std::lock_guard lock(mutex_);
+  return {runtime_kind_, runtime_name_, runtime_version_};
+}
+
 namespace {
 
 // A Prometheus label value: backslash, double quote and newline escaped.

@@ -7,6 +7,10 @@
 
 namespace gpuckpt::agent {
 
+struct RuntimeInfo {
+  std::string kind, name, version;
+};
+
 class Metrics {
  public:
   void checkpoint_done(bool ok, double seconds, std::uint64_t bytes);
@@ -16,6 +20,7 @@ class Metrics {
   void kubelet_archive_quarantined();
   // The runtime the agent talks to, as it introduced itself (gpuckpt_runtime_info); empty version: unknown.
   void set_runtime(const std::string& kind, const std::string& name, const std::string& version);
+  RuntimeInfo runtime() const;
   std::string render() const;
 
  private:

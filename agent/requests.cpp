@@ -69,4 +69,13 @@ Result<RestoreRequest> parse_restore_request(std::string_view text) {
   return request;
 }
 
+Result<ImageRequest> parse_image_request(std::string_view text) {
+  auto body = parse_body(text, {"archive", "image"});
+  if (!body) return body.error();
+  ImageRequest request;
+  request.archive = string_field(*body, "archive");
+  request.tag = string_field(*body, "image");
+  return request;
+}
+
 }  // namespace gpuckpt::agent

@@ -24,9 +24,16 @@ struct RestoreRequest {
   std::optional<std::vector<std::string>> target_gpus;   // GPUs the scheduler assigned
 };
 
+struct ImageRequest {
+  std::string archive;   // as RestoreRequest::archive
+  std::string tag;       // the image's tag; empty: the job's id
+};
+
 // POST /v1/checkpoints: {"namespace", "pod", "container", "image"}
 Result<CheckpointRequest> parse_checkpoint_request(std::string_view body);
 // POST /v1/restores: {"archive", "name", "target_gpus"}
 Result<RestoreRequest> parse_restore_request(std::string_view body);
+// POST /v1/images: {"archive", "image"}
+Result<ImageRequest> parse_image_request(std::string_view body);
 
 }  // namespace gpuckpt::agent

@@ -102,7 +102,8 @@ std::string AgentService::new_job_id(const char* prefix) {
 std::string AgentService::add_job(const char* kind, nlohmann::json request) {
   std::lock_guard lock(mutex_);
   JobStatus job;
-  job.id = new_job_id(std::string(kind) == "checkpoint" ? "ck" : "rs");
+  const std::string k = kind;
+  job.id = new_job_id(k == "checkpoint" ? "ck" : k == "image" ? "im" : "rs");
   job.kind = kind;
   job.state = "queued";
   job.phase = "queued";
@@ -131,6 +132,21 @@ void AgentService::update(const std::string& id, const std::function<void(JobSta
   auto& job = jobs_.at(id);
   change(job);
   persist(job);
+}
+
+void AgentService::mark_phase(const std::string& job_id, const char* phase) {
+  update(job_id, [&](JobStatus& j) {
+    j.state = "running";
+    j.phase = phase;
+  });
+}
+
+void AgentService::mark_failed(const std::string& job_id, const std::string& message) {
+  update(job_id, [&](JobStatus& j) {
+    j.state = "failed";
+    j.error = message;
+    j.finished_at = hook::utc_now_rfc3339();
+  });
 }
 
 std::optional<JobStatus> AgentService::job(const std::string& id) const {
@@ -239,6 +255,15 @@ nlohmann::json AgentService::node_report() const {
   return to_json(check_node(options));
 }
 
+nlohmann::json AgentService::runtime_report() const {
+  const RuntimeInfo runtime = metrics_.runtime();
+  // podman and containerd (1.7's task API) restore a container themselves; on CRI nodes kubelet creates the
+  // restored container, from a checkpoint image in the node's store (POST /v1/images).
+  const bool restores_itself = config_.runtime_kind == "podman" || config_.runtime_kind == "containerd";
+  return {{"kind", config_.runtime_kind}, {"name", runtime.name}, {"version", runtime.version},
+          {"restores", restores_itself ? "container" : "pod"}};
+}
+
 Result<nlohmann::json> AgentService::containers() const {
   nlohmann::json out = nlohmann::json::array();
   auto running = deps_.runtime->list();
@@ -289,23 +314,13 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
   const auto start = Clock::now();
   auto lock_holder = container_lock(container.id);
   std::lock_guard serial(*lock_holder);
-  auto phase = [&](const char* name) {
-    update(job_id, [&](JobStatus& j) {
-      j.state = "running";
-      j.phase = name;
-    });
-  };
   auto fail = [&](const std::string& message) {
     log::error("job " + job_id + ": checkpoint of " + container.name + " failed: " + message);
-    update(job_id, [&](JobStatus& j) {
-      j.state = "failed";
-      j.error = message;
-      j.finished_at = hook::utc_now_rfc3339();
-    });
+    mark_failed(job_id, message);
     metrics_.checkpoint_done(false, seconds_since(start), 0);
   };
   auto timed = [&](const char* name, auto&& step) {
-    phase(name);
+    mark_phase(job_id, name);
     const auto t = Clock::now();
     auto result = step();
     const double s = seconds_since(t);
@@ -352,29 +367,13 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
   std::optional<CheckpointImage> image;
   std::string loaded_as, load_error;
   if (!image_tag.empty()) {
-    auto written = timed("writing-image", [&] {
-      // Lower case: podman names a pulled oci: layout after its path, and image names cannot have capitals.
-      std::string name = job_id + ".oci";
-      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      return write_checkpoint_image(final_path, config_.checkpoint_dir / name, image_tag, config_.archive_limits);
-    });
+    auto written = timed("writing-image", [&] { return write_image(job_id, final_path, image_tag); });
     if (!written) return fail("the archive " + final_path.string() + " is complete, but its OCI image failed: " +
                               written.error().message);
     image = written.value();
-    std::vector<std::string> references = {image->reference,
-                                            "localhost" + image->layout.string() + ":" + image->reference};
-    auto loaded = timed("loading-image", [&] { return deps_.runtime->load_image(image->layout, image->reference); });
-    if (!loaded)
-      load_error = loaded.error().message;
-    else if (!loaded->empty())
-      references.push_back(loaded_as = loaded.value());
-    // gpuckpt-nri recognises a container created from this image as a restore of this checkpoint: under the
-    // tag, the name podman gives the pulled layout (localhost + the layout's path), and the runtime's name.
-    for (const std::string& reference : references) {
-      auto registered = register_checkpoint_image(config_.state_dir, reference, record);
-      if (!registered) log::warn("job " + job_id + ": checkpoint image " + reference + " not registered for gpuckpt-nri: " +
-                                 registered.error().message);
-    }
+    auto loaded = timed("loading-image", [&] { return load_and_register(job_id, *image, record); });
+    if (loaded) loaded_as = loaded.value();
+    else load_error = loaded.error().message;
   }
   const double total = seconds_since(start);
   update(job_id, [&](JobStatus& j) {
@@ -400,6 +399,96 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
   log::info("job " + job_id + ": checkpoint of " + container.name + " written to " + final_path.string() + " (" +
             std::to_string(bytes.value()) + " bytes, " + std::to_string(record.record.used_gpu_ids.size()) +
             " GPU(s), " + std::to_string(total) + " s)");
+}
+
+Result<CheckpointImage> AgentService::write_image(const std::string& job_id, const fs::path& archive,
+                                                  const std::string& tag) {
+  return write_checkpoint_image(archive, config_.checkpoint_dir / image_layout_name(job_id), tag,
+                                config_.archive_limits);
+}
+
+Result<std::string> AgentService::load_and_register(const std::string& job_id, const CheckpointImage& image,
+                                                    const std::optional<CheckpointGpuRecord>& record) {
+  auto loaded = deps_.runtime->load_image(image.layout, image.reference);
+  // gpuckpt-nri recognises a container created from this image as a restore of this checkpoint: under the tag,
+  // the name podman gives the pulled layout (localhost + the layout's path), and the runtime's name.
+  std::vector<std::string> references = {image.reference, "localhost" + image.layout.string() + ":" + image.reference};
+  if (loaded && !loaded->empty()) references.push_back(loaded.value());
+  if (record)
+    for (const std::string& reference : references) {
+      auto registered = register_checkpoint_image(config_.state_dir, reference, *record);
+      if (!registered) log::warn("job " + job_id + ": checkpoint image " + reference + " not registered for gpuckpt-nri: " +
+                                 registered.error().message);
+    }
+  return loaded;
+}
+
+Result<std::string> AgentService::start_image(const ImageRequest& request) {
+  if (!request.tag.empty() && !is_safe_id(request.tag))
+    return make_error("'image' must be an image tag (letters, digits, '.', '_', '-'), got '" + request.tag + "'");
+  auto archive = resolve_archive(request.archive);
+  if (!archive) return archive.error();
+  auto info = inspect_checkpoint_archive(archive.value(), config_.archive_limits);
+  if (!info) {
+    const int code = info.error().errno_value == EFBIG ? EFBIG : EBADMSG;
+    return with_errno(make_error("archive " + request.archive + " cannot become a checkpoint image: " +
+                                 info.error().message), code);
+  }
+  if (!info->has_criu_images)
+    return with_errno(make_error("archive " + request.archive + " has no CRIU images (checkpoint/inventory.img)"),
+                      EBADMSG);
+  nlohmann::json req = {{"archive", request.archive}};
+  if (!request.tag.empty()) req["image"] = request.tag;
+  const std::string id = add_job("image", req);
+  std::string tag = request.tag;   // default: the job's id, lower case (as its layout's name)
+  if (tag.empty())
+    for (char c : id) tag += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  nlohmann::json summary = {{"archive", archive->string()}, {"container_name", info->container_name},
+                            {"engine", info->engine}, {"gpu_record", info->gpus.has_value()}};
+  log::info("job " + id + ": checkpoint image of " + archive->string() + " accepted (tag " + tag + ")");
+  launch(id, [this, id, path = archive.value(), tag, gpus = info->gpus, summary] {
+    run_image(id, path, tag, gpus, summary);
+  });
+  return id;
+}
+
+void AgentService::run_image(const std::string& job_id, fs::path archive, std::string tag,
+                             std::optional<CheckpointGpuRecord> record, nlohmann::json info) {
+  const auto start = Clock::now();
+  auto fail = [&](const std::string& message) {
+    log::error("job " + job_id + ": checkpoint image of " + archive.string() + " failed: " + message);
+    mark_failed(job_id, message);
+  };
+  mark_phase(job_id, "writing-image");
+  auto image = write_image(job_id, archive, tag);
+  if (!image) return fail("writing the checkpoint image failed: " + image.error().message);
+  const double write_s = seconds_since(start);
+  mark_phase(job_id, "loading-image");
+  const auto t = Clock::now();
+  auto loaded = load_and_register(job_id, *image, record);
+  const std::string kept = " (the image layout " + image->layout.string() + " is kept: load or push it by hand, "
+                           "or remove it)";
+  if (!loaded) return fail("loading the checkpoint image into the runtime's store failed: " + loaded.error().message + kept);
+  if (loaded->empty())
+    return fail("runtime.kind " + config_.runtime_kind + " gives the agent no image store to load into (runtime.kind "
+                "cri on containerd, containerd and podman do)" + kept);
+  // The store holds the image now; a second full copy of the checkpoint beside the archive would only take space.
+  std::error_code ec;
+  fs::remove_all(image->layout, ec);
+  const double total = seconds_since(start);
+  info["image"] = {{"reference", image->reference}, {"manifest_digest", image->manifest_digest},
+                   {"loaded_as", loaded.value()}};
+  update(job_id, [&](JobStatus& j) {
+    j.state = "succeeded";
+    j.phase = "done";
+    j.finished_at = hook::utc_now_rfc3339();
+    j.phase_seconds["writing-image"] = write_s;
+    j.phase_seconds["loading-image"] = seconds_since(t);
+    j.phase_seconds["total"] = total;
+    j.result = info;
+  });
+  log::info("job " + job_id + ": checkpoint image of " + archive.string() + " loaded as " + loaded.value() + " (" +
+            std::to_string(total) + " s)");
 }
 
 Result<std::string> AgentService::start_restore(const RestoreRequest& request) {
@@ -442,19 +531,10 @@ void AgentService::run_restore(const std::string& job_id, fs::path archive, std:
   const auto start = Clock::now();
   auto fail = [&](const std::string& message) {
     log::error("job " + job_id + ": restore of " + archive.string() + " failed: " + message);
-    update(job_id, [&](JobStatus& j) {
-      j.state = "failed";
-      j.error = message;
-      j.finished_at = hook::utc_now_rfc3339();
-    });
+    mark_failed(job_id, message);
     metrics_.restore_done(false, seconds_since(start));
   };
-  auto phase = [&](const char* p) {
-    update(job_id, [&](JobStatus& j) {
-      j.state = "running";
-      j.phase = p;
-    });
-  };
+  auto phase = [&](const char* p) { mark_phase(job_id, p); };
   std::error_code ec;
   fs::path to_restore = archive;
   fs::path restore_copy;

@@ -18,6 +18,8 @@
 #include "agent/config.h"
 #include "agent/metrics.h"
 #include "agent/requests.h"
+#include "common/checkpoint_archive.h"
+#include "common/checkpoint_image.h"
 #include "common/container_runtime.h"
 #include "common/gpu_model.h"
 #include "common/restore_plan.h"
@@ -32,7 +34,7 @@ int http_status(const Error& error);
 
 struct JobStatus {
   std::string id;
-  std::string kind;     // "checkpoint" | "restore"
+  std::string kind;     // "checkpoint" | "restore" | "image"
   std::string state;    // "queued" | "running" | "succeeded" | "failed"
   std::string phase;    // the step running now or last: "checkpointing", "annotating", "restoring", ...
   std::string error;
@@ -62,12 +64,18 @@ class AgentService {
   Result<std::string> start_checkpoint(const ContainerRef& ref, const std::string& image_tag = "");
   // Validates the archive (path, format, integrity) and matches GPUs synchronously, then restores in the background.
   Result<std::string> start_restore(const RestoreRequest& request);
+  // Validates the archive like a restore, then writes its checkpoint image and loads it into the runtime's image
+  // store in the background (result.image.loaded_as: the name a pod uses). Fails when the runtime has no store
+  // the agent can fill.
+  Result<std::string> start_image(const ImageRequest& request);
   std::optional<JobStatus> job(const std::string& id) const;
   void wait_idle();
 
   Result<nlohmann::json> gpus() const;
   // GET /v1/node: common/node_report.h's checks as this agent sees the node (CRIU only when it runs on the host).
   nlohmann::json node_report() const;
+  // GET /v1/runtime: the runtime's kind, name and version, and how a restore comes about there.
+  nlohmann::json runtime_report() const;
   Result<nlohmann::json> containers() const;
   std::string metrics_text() const { return metrics_.render(); }
   Metrics& metrics() { return metrics_; }
@@ -85,11 +93,22 @@ class AgentService {
   void launch(const std::string& job_id, std::function<void()> work);
   void fail_unexpectedly(const std::string& job_id, const std::string& what);
   void persist(const JobStatus& job);   // with mutex_ held
+  void mark_phase(const std::string& job_id, const char* phase);
+  void mark_failed(const std::string& job_id, const std::string& message);
+  // Writes `archive`'s checkpoint image as <checkpoints.dir>/<job id, lower case>.oci tagged `tag`.
+  Result<CheckpointImage> write_image(const std::string& job_id, const std::filesystem::path& archive,
+                                      const std::string& tag);
+  // Loads `image` into the runtime's store and registers its names for gpuckpt-nri with `record` (when given).
+  // The store's name, or "" when the runtime has no store the agent fills.
+  Result<std::string> load_and_register(const std::string& job_id, const CheckpointImage& image,
+                                        const std::optional<CheckpointGpuRecord>& record);
   std::shared_ptr<std::mutex> container_lock(const std::string& container_id);
   void run_checkpoint(const std::string& job_id, const ContainerRef& ref, const RuntimeContainer& container,
                       const std::string& image_tag);
   void run_restore(const std::string& job_id, std::filesystem::path archive, std::optional<RestorePlan> plan,
                    std::string name, nlohmann::json info);
+  void run_image(const std::string& job_id, std::filesystem::path archive, std::string tag,
+                 std::optional<CheckpointGpuRecord> record, nlohmann::json info);
 
   AgentConfig config_;
   AgentDeps deps_;

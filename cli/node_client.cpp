@@ -59,23 +59,39 @@ int exit_for_status(int status, const std::string& message) {
   return status >= 400 && status < 500 ? 2 : 1;
 }
 
-JobOutcome run_remote(const NodeTarget& target, const std::string& kind, const nlohmann::json& body) {
-  JobOutcome out;
+// The first line of the token file; empty when it cannot be read.
+std::string read_token(const std::string& file) {
   std::string token;
-  {
-    std::ifstream in(target.token_file);
-    std::getline(in, token);
-    while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
-  }
-  if (token.empty()) {
-    out.exit_code = 2;
-    out.message = "cannot read the agent token from '" + target.token_file + "' (pass --token-file FILE)";
-    return out;
-  }
-  httplib::Client client(target.agent_url);
+  std::ifstream in(file);
+  std::getline(in, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  return token;
+}
+
+std::string token_problem(const NodeTarget& target) {
+  return "cannot read the agent token from '" + target.token_file + "' (pass --token-file FILE)";
+}
+
+void set_up(httplib::Client& client, const std::string& token) {
   client.set_bearer_token_auth(token.c_str());
   client.set_connection_timeout(5);
   client.set_read_timeout(60);
+}
+
+std::string collection_of(const std::string& kind) {
+  return kind == "checkpoint" ? "/v1/checkpoints" : kind == "image" ? "/v1/images" : "/v1/restores";
+}
+
+JobOutcome run_remote(const NodeTarget& target, const std::string& kind, const nlohmann::json& body) {
+  JobOutcome out;
+  const std::string token = read_token(target.token_file);
+  if (token.empty()) {
+    out.exit_code = 2;
+    out.message = token_problem(target);
+    return out;
+  }
+  httplib::Client client(target.agent_url);
+  set_up(client, token);
   auto call = [&](const std::string& method, const std::string& path, const std::string& payload) {
     Api api;
     auto result = method == "POST" ? client.Post(path.c_str(), payload, "application/json") : client.Get(path.c_str());
@@ -87,7 +103,7 @@ JobOutcome run_remote(const NodeTarget& target, const std::string& kind, const n
     api.body = nlohmann::json::parse(result->body, nullptr, false);
     return api;
   };
-  const std::string collection = kind == "checkpoint" ? "/v1/checkpoints" : "/v1/restores";
+  const std::string collection = collection_of(kind);
   Api started = call("POST", collection, body.dump());
   if (!started.transport_error.empty()) {
     out.exit_code = 1;
@@ -152,6 +168,11 @@ JobOutcome run_local(const NodeTarget& target, const std::string& kind, const nl
     request.name = body.value("name", "");
     if (body.contains("target_gpus")) request.target_gpus = body["target_gpus"].get<std::vector<std::string>>();
     id = service.start_restore(request);
+  } else if (kind == "image") {
+    agent::ImageRequest request;
+    request.archive = body.value("archive", "");
+    request.tag = body.value("image", "");
+    id = service.start_image(request);
   }
   JobOutcome out;
   if (!id) {
@@ -212,6 +233,26 @@ bool NodeTarget::consume(std::span<char*> args, std::size_t& i) {
     return true;
   }
   return false;
+}
+
+Result<nlohmann::json> agent_get(const NodeTarget& target, const std::string& path) {
+  if (target.agent_url.empty()) return make_error("name the agent (--agent URL --token-file FILE, or GPUCKPT_AGENT)");
+  const std::string token = read_token(target.token_file);
+  if (token.empty()) return make_error(token_problem(target));
+  httplib::Client client(target.agent_url);
+  set_up(client, token);
+  auto result = client.Get(path.c_str());
+  if (!result)
+    return make_error("cannot reach the agent at " + target.agent_url + ": " + httplib::to_string(result.error()), EIO);
+  auto body = nlohmann::json::parse(result->body, nullptr, false);
+  if (result->status != 200) {
+    std::string message = "agent answered " + std::to_string(result->status) + " to GET " + path;
+    if (body.is_object() && body.contains("error") && body["error"].is_object())
+      message = body["error"].value("message", message);
+    return make_error(message, EIO);
+  }
+  if (body.is_discarded()) return make_error("the agent's answer to GET " + path + " is not JSON", EIO);
+  return body;
 }
 
 JobOutcome run_node_job(const NodeTarget& target, const std::string& kind, const std::string& subject,

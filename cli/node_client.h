@@ -40,9 +40,13 @@ struct JobOutcome {
   std::string message;
 };
 
-// kind: "checkpoint" (body {namespace,pod,container}) or "restore" (body {archive,name,target_gpus}).
+// kind: "checkpoint" (body {namespace,pod,container}), "restore" (body {archive,name,target_gpus}) or "image"
+// (body {archive,image}).
 // Says on stderr what runs where (unless --quiet) and, on failure, why; `subject` names the container or archive.
 JobOutcome run_node_job(const NodeTarget& target, const std::string& kind, const std::string& subject,
                         const nlohmann::json& body);
+
+// GET `path` from the agent (remote only): its JSON answer, or why not.
+Result<nlohmann::json> agent_get(const NodeTarget& target, const std::string& path);
 
 }  // namespace gpuckpt::cli

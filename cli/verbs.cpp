@@ -10,6 +10,9 @@ int run_checkpoint(std::span<char*> args);
 int run_restore(std::span<char*> args);
 int run_inspect(std::span<char*> args);
 int run_doctor(std::span<char*> args);
+int run_image(std::span<char*> args);
+int run_runtime(std::span<char*> args);
+int run_target_pod(std::span<char*> args);
 
 std::span<const Verb> verbs() {
   static const Verb table[] = {
@@ -19,6 +22,9 @@ std::span<const Verb> verbs() {
       {"checkpoint", "checkpoint a running container into a GPU-annotated archive (agent or local runtime)", run_checkpoint},
       {"restore", "restore a checkpoint archive onto this node's matching GPUs (agent or local runtime)", run_restore},
       {"inspect", "show what a checkpoint archive holds and whether this node can take it (exit 3: no)", run_inspect},
+      {"image", "turn a checkpoint archive into a checkpoint image in the node's image store (agent or local podman)", run_image},
+      {"runtime", "the container runtime behind an agent, and whether restores there are pods", run_runtime},
+      {"target-pod", "the pod that restores a source pod's container from its checkpoint image on a node (JSON in, JSON out)", run_target_pod},
       {"doctor", "check whether GPU checkpoints work on this node: pass/warn/fail with the fix (exit 1: a failure)", run_doctor},
   };
   return table;

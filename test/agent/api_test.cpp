@@ -13,6 +13,7 @@
 #include "agent/http_api.h"
 #include "agent/job_store.h"
 #include "agent/service.h"
+#include "common/checkpoint_images.h"
 #include "oci-hook/container_store.h"
 #include "test/agent/archive_builder.h"
 
@@ -54,6 +55,16 @@ class FakeRuntime final : public ContainerRuntime {
     std::lock_guard lock(mutex);
     containers[c.name].state = "exited";
     return {};
+  }
+  // The runtime's image store: a layout loaded under "store/" + tag; has_store false: a runtime with none.
+  bool has_store = true;
+  std::vector<std::string> loaded;
+  Result<std::string> load_image(const fs::path& layout, const std::string& tag) override {
+    if (!has_store) return std::string();
+    if (!fs::is_regular_file(layout / "index.json")) return make_error("fake store: no layout at " + layout.string());
+    std::lock_guard lock(mutex);
+    loaded.push_back("store/" + tag);
+    return loaded.back();
   }
   Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name) override {
     auto spec = read_archive_entry(archive, "spec.dump", ArchiveLimits{});
@@ -418,12 +429,91 @@ TEST_CASE("hostile bodies and archives fail their request or job, never the agen
   }
 }
 
+TEST_CASE("an archive moved to this node becomes a checkpoint image in the runtime's store", "[unit]") {
+  Fixture f;
+  const auto ck = f.wait_job("/v1/checkpoints",
+                             f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"].get<std::string>());
+  REQUIRE(ck["state"] == "succeeded");
+  const std::string archive = fs::path(ck["result"]["archive"].get<std::string>()).filename();
+  const auto started = f.post("/v1/images", json{{"archive", archive}, {"image", "moved-1"}}.dump(), 202);
+  CHECK(started["kind"] == "image");
+  const std::string id = started["id"];
+  CHECK(id.rfind("im-", 0) == 0);
+  const auto job = f.wait_job("/v1/images", id);
+  INFO(job.dump());
+  REQUIRE(job["state"] == "succeeded");
+  CHECK(job["result"]["image"]["loaded_as"] == "store/moved-1");
+  CHECK(job["result"]["image"]["reference"] == "moved-1");
+  CHECK(job["result"]["gpu_record"] == true);
+  CHECK(f.runtime->loaded == std::vector<std::string>{"store/moved-1"});
+  // The store holds it: no second copy of the checkpoint is left beside the archive.
+  CHECK(f.checkpoint_files() == std::vector<std::string>{archive});
+  // gpuckpt-nri finds the checkpoint's GPU record under the store's name.
+  auto registered = find_checkpoint_image(f.tmp.path / "state", "store/moved-1");
+  REQUIRE(registered.ok());
+  REQUIRE(registered->has_value());
+  CHECK(registered->value().record.used_gpu_ids == std::vector<std::string>{"GPU-0"});
+  // Without a tag, the job's id (lower case) is the tag; the job is listed under /v1/images only.
+  const auto untagged = f.wait_job("/v1/images", f.post("/v1/images", json{{"archive", archive}}.dump(), 202)["id"]);
+  std::string lower = untagged["id"];
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  CHECK(untagged["result"]["image"]["loaded_as"] == "store/" + lower);
+  CHECK(f.client().Get(("/v1/restores/" + untagged["id"].get<std::string>()).c_str())->status == 404);
+}
+
+TEST_CASE("image requests: paths and tags from the request are not trusted; no store is a clear failure", "[unit]") {
+  Fixture f;
+  test::make_archive(f.tmp.path / "checkpoints" / "good.tar.zst", test::podman_checkpoint_entries());
+  fs::create_directories(f.tmp.path / "elsewhere");
+  test::make_archive(f.tmp.path / "elsewhere" / "out.tar.zst", test::podman_checkpoint_entries());
+  fs::create_symlink(f.tmp.path / "elsewhere" / "out.tar.zst", f.tmp.path / "checkpoints" / "link.tar.zst");
+  test::write_file(f.tmp.path / "checkpoints" / "junk.tar.zst", "not an archive");
+  struct Case {
+    json body;
+    int status;
+    const char* says;
+  };
+  for (const auto& c : std::vector<Case>{
+           {{{"archive", "../elsewhere/out.tar.zst"}}, 403, "contains '..'"},
+           {{{"archive", (f.tmp.path / "elsewhere" / "out.tar.zst").string()}}, 403, "outside"},
+           {{{"archive", "link.tar.zst"}}, 403, "symlink"},
+           {{{"archive", "missing.tar.zst"}}, 404, "does not exist"},
+           {{{"archive", "junk.tar.zst"}}, 422, "cannot become a checkpoint image"},
+           {{{"archive", "good.tar.zst"}, {"image", "../../x"}}, 400, "image tag"},
+           {{{"archive", "good.tar.zst"}, {"image", "a:b"}}, 400, "image tag"},
+           {{{"archive", "good.tar.zst"}, {"layout", "/etc"}}, 400, "unknown field 'layout'"},
+       }) {
+    INFO(c.body.dump());
+    const auto answer = f.post("/v1/images", c.body.dump(), c.status);
+    CHECK(answer["error"]["message"].get<std::string>().find(c.says) != std::string::npos);
+  }
+  CHECK(f.runtime->loaded.empty());
+  // A runtime without a store the agent can fill: the job fails saying so, and keeps the layout for a manual load.
+  f.runtime->has_store = false;
+  const auto job = f.wait_job("/v1/images", f.post("/v1/images", R"({"archive":"good.tar.zst"})", 202)["id"]);
+  CHECK(job["state"] == "failed");
+  CHECK(job["error"].get<std::string>().find("no image store to load into") != std::string::npos);
+  CHECK(job["error"].get<std::string>().find("is kept") != std::string::npos);
+  CHECK(fs::is_directory(f.tmp.path / "checkpoints" / agent::image_layout_name(job["id"].get<std::string>())));
+}
+
+TEST_CASE("GET /v1/runtime says which runtime and whether restores are pods", "[unit]") {
+  Fixture f;
+  f.service->metrics().set_runtime("podman", "podman", "4.3.1");
+  auto res = f.client().Get("/v1/runtime");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(json::parse(res->body) == json{{"kind", "podman"}, {"name", "podman"}, {"version", "4.3.1"}, {"restores", "container"}});
+  CHECK(f.client("").Get("/v1/runtime")->status == 401);
+}
+
 TEST_CASE("an agent restarted mid-job closes the job and removes its temporary files", "[unit]") {
   const std::string interrupted = "ck-20261123T120000Z-0badf00d";
   const std::string restoring = "rs-20261123T120001Z-0badf00e";
   const std::string finished = "ck-20261123T110000Z-600dd00d";
   const std::string annotated = "ck-20261123T120002Z-0badf00f";
   const std::string imaging = "ck-20261123T120003Z-0badf010";
+  const std::string loading = "im-20261123T120004Z-0badf011";
   Fixture f([&](const fs::path& root) {
     // What a killed agent leaves: job records in the state dir, its temporary files in the checkpoint dir.
     auto record = [&](const std::string& id, const char* kind, const char* state, const char* phase) {
@@ -440,6 +530,8 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
     record(finished, "checkpoint", "succeeded", "done");
     record(annotated, "checkpoint", "running", "annotating");
     record(imaging, "checkpoint", "running", "writing-image");
+    record(loading, "image", "running", "loading-image");
+    test::write_file(root / "checkpoints" / "im-20261123t120004z-0badf011.oci" / "index.json", "{}");
     test::make_archive(root / "checkpoints" / (imaging + ".tar.zst"), test::podman_checkpoint_entries());
     test::write_file(root / "checkpoints" / "ck-20261123t120003z-0badf010.oci" / "oci-layout", "{");
     test::write_file(root / "checkpoints" / ("." + interrupted + ".runtime-partial.tar.zst"), "half");
@@ -469,6 +561,10 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
   const auto image = get("/v1/checkpoints", imaging);
   CHECK(image["state"] == "failed");
   CHECK(image["error"].get<std::string>().find("the image is not") != std::string::npos);
+  // Killed while loading a moved archive's image: the layout goes, the archive it came from is untouched.
+  const auto im = get("/v1/images", loading);
+  CHECK(im["state"] == "failed");
+  CHECK(im["error"].get<std::string>().find("the archive is untouched") != std::string::npos);
   CHECK(f.checkpoint_files() ==
         std::vector<std::string>{annotated + ".tar.zst", imaging + ".tar.zst", "kept.tar.zst"});
   // The closed records were saved: a second restart sees the same outcome.

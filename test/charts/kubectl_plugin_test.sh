@@ -35,6 +35,20 @@ new_cluster() {
     cp "$tmp/template-${n#*:}.tar" "$d/template.tar" 2>/dev/null || true
   done
   printf '%s\n' "kubernetes.io/hostname=gpu-a" "gpuckpt.io/gpu-model=H200" "gpuckpt.io/gpu-count=1" > "$FAKE_CLUSTER/nodes/gpu-a/labels"
+  # train as the API server returns it: a ReplicaSet's pod pinned to gpu-a, one GPU, with server-set fields
+  mkdir -p "$FAKE_CLUSTER/pods/ml"
+  cat > "$FAKE_CLUSTER/pods/ml/train.json" <<'JSON'
+{"apiVersion": "v1", "kind": "Pod",
+ "metadata": {"name": "train", "namespace": "ml", "uid": "6f1c2d3e-0000-4000-8000-000000000001", "resourceVersion": "48213",
+   "creationTimestamp": "2026-11-21T00:00:00Z", "generateName": "train-7d9f8c-", "labels": {"app": "train", "pod-template-hash": "7d9f8c"},
+   "annotations": {"team": "ml"}, "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "train-7d9f8c", "uid": "u-1", "controller": true}],
+   "managedFields": [{"manager": "kube-controller-manager", "operation": "Update"}]},
+ "spec": {"nodeName": "gpu-a", "nodeSelector": {"kubernetes.io/hostname": "gpu-a"}, "priority": 0, "restartPolicy": "Always",
+   "containers": [{"name": "main", "image": "registry.example/ml/train:1.4", "imagePullPolicy": "Always",
+                   "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}, "requests": {"nvidia.com/gpu": "1"}}},
+                  {"name": "sidecar", "image": "busybox:1.36"}]},
+ "status": {"phase": "Running", "podIP": "10.1.2.3", "hostIP": "192.168.0.10"}}
+JSON
   : > "$FAKE_CLUSTER/calls.log"
 }
 run() { "$PLUGIN" "$@" > "$tmp/out" 2> "$tmp/err"; }
@@ -98,9 +112,10 @@ expect 'cmp -s "$FAKE_CLUSTER/nodes/gpu-a/fs$src" "$FAKE_CLUSTER/nodes/gpu-b/fs$
 expect '[ "$(cat "$FAKE_CLUSTER/nodes/gpu-b/restored")" = "$src" ]' "restored on gpu-b from the moved archive"
 expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-a/restored" ]' "nothing restored on the source"
 expect 'grep -q "^\[5/5\] restoring on gpu-b" "$tmp/err" && grep -q "sha256 .* verified" "$tmp/err"' "progress with the verified copy"
-expect 'grep -q "the original pod stays on gpu-a" "$tmp/err"' "says the source pod is still there"
-order=$(grep -o -- '-- gpuckpt [a-z]*' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
-expect '[ "$order" = "-- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt restore " ]' "checkpoint, then match (inspect), then restore ($order)"
+expect 'grep -q "the source pod ml/train stays on gpu-a" "$tmp/err"' "says the source pod is still there"
+order=$(grep -o -- '-- gpuckpt [a-z-]*' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
+expect '[ "$order" = "-- gpuckpt runtime -- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt restore " ]' "runtime, checkpoint, then match (inspect), then restore ($order)"
+expect '[ ! -d "$FAKE_CLUSTER/created" ] && grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv"' "a podman node gets no pod; the source stays"
 expect 'grep -q "this node: *yes: GPU-a2ce77ac-c70f-b672-0aa0-f871c0787910 -> GPU-" "$tmp/err"' "the real matcher's verdict for gpu-b is shown"
 
 new_cluster
@@ -122,6 +137,71 @@ run migrate train --to cpu-e && bad "migrating to a node without agent must fail
 expect 'grep -q "no running gpuckpt agent on node cpu-e" "$tmp/err"' "node without an agent named"
 run migrate train --to nowhere && bad "unknown node must fail" || ok
 expect 'grep -q "node nowhere not found" "$tmp/err"' "unknown node named"
+
+# ---- migrate onto a CRI node: checkpoint image + a pod created from it ---------------------------------------------
+cri_node() { echo "cri containerd 2.1.0 pod" > "$FAKE_CLUSTER/nodes/gpu-b/runtime"; }
+new_cluster; cri_node
+run migrate train --to gpu-b && ok || bad "migrate to a CRI node succeeds: $(cat "$tmp/err")"
+src=$(archives gpu-a)
+pod_json="$FAKE_CLUSTER/created/ml/train-migrated.json"
+expect '[ -f "$pod_json" ]' "a pod train-migrated was created ($(find "$FAKE_CLUSTER/created" 2>&1 | tr '\n' ' '))"
+expect '[ "$(cat "$FAKE_CLUSTER/nodes/gpu-b/images" 2>/dev/null)" = "$src localhost/gpuckpt-checkpoint:$(basename "${src%%.tar*}")" ]' "the moved archive was loaded into gpu-b's image store"
+expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-b/restored" ]' "no agent restore on a CRI node"
+# the created pod, field by field (each failed check is reported by name)
+problems=$(python3 - "$pod_json" "localhost/gpuckpt-checkpoint:$(basename "${src%%.tar*}")" 2>&1 <<'PY'
+import json, sys
+p, image = json.load(open(sys.argv[1])), sys.argv[2]
+spec, meta = p["spec"], p["metadata"]
+main, sidecar = spec["containers"]
+checks = {
+    "placed on gpu-b": spec.get("nodeName") == "gpu-b",
+    "main runs the checkpoint image": main["image"] == image and main["imagePullPolicy"] == "Never",
+    "the sidecar keeps its image": sidecar["image"] == "busybox:1.36",
+    "GPU limits and requests kept (the device plugin allocates, gpuckpt-nri follows)":
+        main["resources"] == {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}, "requests": {"nvidia.com/gpu": "1"}},
+    "server-set metadata gone": sorted(meta) == ["annotations", "labels", "name", "namespace"],
+    "no status": sorted(p) == ["apiVersion", "kind", "metadata", "spec"],
+    "node selection and priority gone": not {"nodeSelector", "priority"} & set(spec),
+    "labels kept but the ReplicaSet's": meta["labels"] == {"app": "train"},
+    "annotations kept, source and image added": meta["annotations"] == {
+        "team": "ml", "gpuckpt.io/migrated-from": "ml/train", "gpuckpt.io/checkpoint-image": image},
+    "same namespace": meta["namespace"] == "ml",
+}
+for name, ok in checks.items():
+    if not ok: print(name)
+PY
+)
+expect '[ -z "$problems" ]' "the created pod: $problems"
+expect 'grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv" && grep -q "the source pod ml/train stays on gpu-a" "$tmp/err"' "the source pod is left alone by default"
+order=$(grep -o -- '-- gpuckpt [a-z-]*\|^create -f -' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
+expect '[ "$order" = "-- gpuckpt runtime -- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt image -- gpuckpt target-pod create -f - " ]' \
+  "runtime, checkpoint, match, load the image, make the pod, create it ($order)"
+expect 'grep -q "^\[6/6\] creating the pod on gpu-b" "$tmp/err" && grep -q "restored on gpu-b as pod ml/train-migrated" "$tmp/err"' "progress names the pod"
+run migrate train --to gpu-b && bad "a second migration onto a taken name must fail" || ok
+expect 'grep -q "AlreadyExists" "$tmp/err" && grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv"' "a taken name fails, the source stays"
+
+new_cluster; cri_node
+run migrate train --to gpu-b --name train-b --delete-source && ok || bad "migrate --name --delete-source: $(cat "$tmp/err")"
+expect '[ -f "$FAKE_CLUSTER/created/ml/train-b.json" ] && ! grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv"' "pod train-b created and the source deleted"
+order=$(grep -o '^create -f -\|^delete pod -n ml train' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
+expect '[ "$order" = "create -f - delete pod -n ml train " ]' "the source is deleted only after the target was created ($order)"
+
+new_cluster; cri_node
+rc=0; FAKE_CREATED_PHASE=Failed run migrate train --to gpu-b --delete-source || rc=$?
+expect '[ "$rc" = 1 ] && grep -q "pod ml/train-migrated is Failed" "$tmp/err"' "a target pod that fails stops the migration (rc $rc)"
+expect 'grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv" && ! grep -q "^delete" "$FAKE_CLUSTER/calls.log"' "a failed target never deletes the source"
+
+new_cluster; cri_node
+rc=0; FAKE_IMAGE_FAILS="the CRI runtime is cri-o 1.31" run migrate train --to gpu-b --delete-source || rc=$?
+expect '[ "$rc" = 1 ] && grep -q "loading /var/lib/gpuckpt/checkpoints/.* into gpu-b.s image store failed" "$tmp/err" && grep -q "cri-o 1.31" "$tmp/err"' "an image that cannot be loaded fails clearly (rc $rc)"
+expect '[ ! -d "$FAKE_CLUSTER/created" ] && grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv"' "no pod created, the source stays"
+
+new_cluster; cri_node
+run --dry-run migrate train --to gpu-b --delete-source && ok || bad "dry-run migrate to a CRI node: $(cat "$tmp/err")"
+expect '[ ! -d "$FAKE_CLUSTER/created" ] && grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv" && [ -z "$(archives gpu-b)" ]' "dry run creates and deletes nothing"
+expect 'grep -q "^+ .*gpuckpt-bbbbb -c agent -- gpuckpt image --agent .* /var/lib/gpuckpt/checkpoints/ARCHIVE.tar$" "$tmp/err" && grep -q "^+ .*kubectl create -f - <<EOF" "$tmp/err" && grep -q "^+ .*kubectl delete pod -n ml train" "$tmp/err"' \
+  "the plan: load the image, create the pod, delete the source"
+expect 'grep -q "\"nodeName\": \"gpu-b\"" "$tmp/err"' "the plan shows the pod's manifest"
 
 # ---- restore --------------------------------------------------------------------------------------------------
 new_cluster
@@ -162,7 +242,7 @@ expect '[ "$(grep -c "gpuckpt restore\|gpuckpt checkpoint" <<< "$(tail -n 12 "$F
 new_cluster
 run --dry-run migrate train --to gpu-b && ok || bad "dry-run migrate: $(cat "$tmp/err")"
 expect '[ -z "$(archives gpu-a)$(archives gpu-b)" ]' "dry run writes no archive"
-expect '! grep -q "^exec" "$FAKE_CLUSTER/calls.log"' "dry run execs nothing in the cluster"
+expect '[ -z "$(grep "^exec" "$FAKE_CLUSTER/calls.log" | grep -v -- "-- gpuckpt runtime ")" ]' "dry run execs nothing in the cluster but the runtime lookup"
 plan=$(grep '^+ ' "$tmp/err")
 steps=$(grep -o -- '-- gpuckpt [a-z]*\|-- cat' <<< "$plan" | tr '\n' ' ' || true)
 expect '[ "$steps" = "-- gpuckpt checkpoint -- cat -- gpuckpt inspect -- gpuckpt restore " ]' "plan in order: checkpoint, copy, match, restore ($steps)"
@@ -178,7 +258,7 @@ run --context prod --kubeconfig /k/config --dry-run=client migrate train --to gp
 calls=$(wc -l < "$FAKE_CLUSTER/calls.log")
 expect '[ "$calls" -gt 0 ] && [ "$(grep -c -- "^--context prod --kubeconfig /k/config " "$FAKE_CLUSTER/calls.log")" = "$calls" ]' "every kubectl call carries --context and --kubeconfig"
 expect 'grep -q "^+ .*kubectl --context prod --kubeconfig /k/config exec" "$tmp/err"' "the dry-run plan shows them too"
-expect '! grep -q "^exec" "$FAKE_CLUSTER/calls.log" && ! grep -q " exec " "$FAKE_CLUSTER/calls.log"' "--dry-run=client execs nothing"
+expect '[ -z "$(grep " exec " "$FAKE_CLUSTER/calls.log" | grep -v -- "-- gpuckpt runtime ")" ]' "--dry-run=client execs nothing but the runtime lookup"
 
 # ---- krew: the release archive and manifest --------------------------------------------------------------------
 "$SRC/kubectl-plugin/krew/make-release.sh" "$tmp/krew" https://releases.example/gpuckpt https://example/gpuckpt >/dev/null &&
@@ -226,6 +306,7 @@ usage_case "must be an absolute path" --archive-dir rel nodes
 usage_case "nodes takes at most one ARCHIVE" nodes a:/x b:/y
 usage_case "-c needs a container name" checkpoint train -c
 usage_case "--to needs a node name" migrate train --to
+usage_case "--wait 'soon' is not a positive number of seconds" migrate train --to gpu-b --wait soon
 usage_case "--agent-namespace needs a namespace" --agent-namespace
 run --help && grep -q "kubectl gpuckpt migrate POD --to NODE" "$tmp/out" && ok || bad "--help prints usage on stdout"
 run version && grep -q "^kubectl gpuckpt [0-9]" "$tmp/out" && ok || bad "version"

@@ -18,7 +18,9 @@
 #      /dev/nvidia1): gpuckpt-nri adjusts the container at CreateContainer as for a CRI restore (containerd >= 2.1
 #      restores from such an image; 1.7 only creates it): /dev/nvidia0 is GPU 1's node, NVIDIA_VISIBLE_DEVICES
 #      follows, a plan for GPU 0 -> GPU 1 is in the state dir under the id the container's annotation names, and
-#      the OCI hook that places it for CRIU is in the container's createRuntime hooks.
+#      the OCI hook that places it for CRIU is in the container's createRuntime hooks; 6b: with runtime.kind cri
+#      (as on containerd >= 2.0 nodes), `gpuckpt runtime` says restores are pods and `gpuckpt image` turns the
+#      archive into a checkpoint image in containerd's store (what `kubectl gpuckpt migrate` does on the target).
 # Exit 0 pass, 77 skipped (no root/containerd/criu), anything else fails. Every wait is bounded; cleanup always runs.
 set -euo pipefail
 
@@ -238,6 +240,29 @@ assert dev["/dev/nvidia0"] == (1, 5), dev
 assert spec["annotations"]["io.gpuckpt.restore-plan"].startswith("rp-"), spec["annotations"]' ||
   fail "the container created from the loaded image was not adjusted by gpuckpt-nri"
 echo "ok: $LOADED in containerd's store with org.criu.checkpoint.* and io.gpuckpt.*; created from it with GPU 1: /dev/nvidia0 -> 1:5, plan named"
+
+step "6b. a moved archive becomes a checkpoint image on a CRI node (runtime.kind: cri, containerd's API on its CRI socket)"
+# What `kubectl gpuckpt migrate` asks of the target node's agent before it creates the pod (the archive stands for
+# one copied from another node: it is in this agent's checkpoint directory).
+use_runtime "{kind: cri, cri: {endpoint: unix://$CTRD_SOCK}}"
+RT=$("$CLI" runtime --agent "$URL" --token-file "$TOKEN_FILE") || fail "gpuckpt runtime"
+[[ "$RT" == "cri containerd 1.7."*" pod" ]] || fail "gpuckpt runtime answered '$RT' (expected cri containerd 1.7.x ... pod)"
+"$CLI" image "$(basename "$ARCHIVE")" --tag gpuckpt-e2e-moved --agent "$URL" --token-file "$TOKEN_FILE" > "$TMP/image.txt" ||
+  fail "gpuckpt image on the CRI agent: $(tail -3 "$TMP/agent.log")"
+MOVED=$(sed -n 's/^  image: *//p' "$TMP/image.txt")
+[ "$MOVED" = localhost/gpuckpt-checkpoint:gpuckpt-e2e-moved ] || fail "gpuckpt image printed: $(cat "$TMP/image.txt")"
+ctrd_ctr images ls -q | grep -qx "$MOVED" || fail "containerd does not list $MOVED"
+[ -z "$(find "$CK" -maxdepth 1 -name 'im-*.oci')" ] || fail "the loaded image's layout was left beside the archive"
+MOVED_CID=$(cri create gpuckpt-e2e "$POD" from-moved "$MOVED" --device /dev/zero:/dev/nvidia1 \
+  --env NVIDIA_VISIBLE_DEVICES=1 -- /bin/true) || fail "CreateContainer from the moved image: $(tail -2 "$TMP/nri.log")"
+ctrd_ctr containers info "$MOVED_CID" | python3 -c '
+import json, sys
+spec = json.load(sys.stdin)["Spec"]
+dev = {d["path"]: (d["major"], d["minor"]) for d in spec["linux"]["devices"]}
+assert dev["/dev/nvidia0"] == (1, 5), dev
+assert spec["annotations"]["io.gpuckpt.restore-plan"].startswith("rp-"), spec["annotations"]' ||
+  fail "the container created from the moved image was not adjusted by gpuckpt-nri"
+echo "ok: gpuckpt runtime -> '$RT'; gpuckpt image -> $MOVED in containerd's store; created from it with GPU 1: adjusted"
 
 step "6. created from the checkpoint's image with another allocation: gpuckpt-nri adjusts it to the plan"
 # The agent registered its checkpoint image for gpuckpt-nri; containerd 1.7 cannot restore from it, so the
