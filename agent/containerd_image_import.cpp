@@ -281,8 +281,6 @@ class Importer {
 
 }  // namespace
 
-std::string checkpoint_image_name(const std::string& tag) { return "localhost/gpuckpt-checkpoint:" + tag; }
-
 Result<void> import_checkpoint_image(const ContainerdOptions& options, const fs::path& layout, const std::string& name,
                                      const std::string& snapshotter) {
   return Importer(options).run(layout, name, snapshotter);

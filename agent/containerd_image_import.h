@@ -15,10 +15,6 @@ namespace gpuckpt::agent {
 
 // Imports `layout` as image `name` ("localhost/gpuckpt-checkpoint:ck-1"), unpacked for `snapshotter`. An image of
 // that name is replaced.
-// The name a pod names a checkpoint image by once loaded with tag `tag`: localhost/gpuckpt-checkpoint:TAG
-// (docker normalisation leaves names with a domain as they are).
-std::string checkpoint_image_name(const std::string& tag);
-
 Result<void> import_checkpoint_image(const ContainerdOptions& options, const std::filesystem::path& layout,
                                      const std::string& name, const std::string& snapshotter = "overlayfs");
 

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "agent/containerd_image_import.h"
+#include "common/checkpoint_image.h"
 #include "common/directory_archive.h"
 #include "common/json_reader.h"
 #include "common/log.h"

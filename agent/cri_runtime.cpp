@@ -2,6 +2,7 @@
 
 #include "agent/containerd_image_import.h"
 #include "agent/grpc_unix.h"
+#include "common/checkpoint_image.h"
 
 namespace gpuckpt::agent {
 

@@ -173,6 +173,8 @@ std::string_view oci_architecture() {
 #endif
 }
 
+std::string checkpoint_image_name(const std::string& tag) { return "localhost/gpuckpt-checkpoint:" + tag; }
+
 Result<CheckpointImage> write_checkpoint_image(const fs::path& archive, const fs::path& layout,
                                                const std::string& reference, const ArchiveLimits& limits) {
   auto info = inspect_checkpoint_archive(archive, limits);

@@ -44,6 +44,11 @@ std::string_view oci_architecture();
 // Writes `layout` (must not exist; built under a temporary name and renamed when complete) holding `archive`
 // as an image tagged `reference` (e.g. "localhost/checkpoint-trainer:ck-2026..."). The archive is validated
 // first. podman can then `pull oci:LAYOUT`, skopeo can push it to a registry.
+// The name a checkpoint image loaded into a runtime's store with tag `tag` has there, the one pods and
+// `podman container restore` name it by: localhost/gpuckpt-checkpoint:TAG (docker normalisation leaves names with a
+// domain as they are).
+std::string checkpoint_image_name(const std::string& tag);
+
 Result<CheckpointImage> write_checkpoint_image(const std::filesystem::path& archive, const std::filesystem::path& layout,
                                                const std::string& reference, const ArchiveLimits& limits);
 

@@ -4,16 +4,19 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "common/checkpoint_image.h"
 #include "common/log.h"
 
 extern char** environ;
@@ -106,6 +109,31 @@ std::string last_line(std::string text) {
   return nl == std::string::npos ? text : text.substr(nl + 1);
 }
 
+// podman names an image pulled from an oci: layout after the path it was given, and image names are lower case:
+// a new private directory /tmp/gpuckpt-load-<hex> (mode 0700; mkdir refuses any name that exists, a planted link
+// included) holds the symlink "layout" -> `layout`, a path podman can name the image by whatever `layout` is.
+Result<fs::path> lower_case_path_to(const fs::path& layout) {
+  std::random_device random;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    char name[64];
+    std::snprintf(name, sizeof name, "/tmp/gpuckpt-load-%08x%08x", random(), random());
+    if (::mkdir(name, 0700) != 0) {
+      if (errno == EEXIST) continue;
+      return make_error(std::string("cannot create ") + name + ": " + std::strerror(errno), errno);
+    }
+    const fs::path dir(name);
+    std::error_code ec;
+    fs::create_symlink(fs::absolute(layout), dir / "layout", ec);
+    if (ec) {
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+      return make_error("cannot link " + layout.string() + " from " + dir.string() + ": " + ec.message(), EIO);
+    }
+    return dir / "layout";
+  }
+  return make_error("cannot create a private directory /tmp/gpuckpt-load-*: every name tried exists", EEXIST);
+}
+
 class PodmanRuntime final : public ContainerRuntime {
  public:
   explicit PodmanRuntime(PodmanOptions options) : options_(std::move(options)) {}
@@ -156,6 +184,21 @@ class PodmanRuntime final : public ContainerRuntime {
     return {};
   }
 
+  // `podman pull oci:PATH:TAG` copies the layout into podman's storage under a name made from PATH
+  // (localhost/<path>:latest, see lower_case_path_to); the image is then tagged with the name pods and `podman
+  // container restore` use, and the path's name dropped, so the layout can be removed. Bounded by the runtime
+  // timeout (a GPU checkpoint is big).
+  Result<std::string> load_image(const fs::path& layout, const std::string& tag) override {
+    const std::string name = checkpoint_image_name(tag);
+    auto path = lower_case_path_to(layout);
+    if (!path) return path.error();
+    auto pulled = podman({"pull", "-q", "oci:" + path->string() + ":" + tag}, options_.timeout);
+    auto loaded = name_pulled(pulled, layout, path.value(), name);
+    std::error_code ec;
+    fs::remove_all(path->parent_path(), ec);   // the link, not what it points at
+    return loaded;
+  }
+
   Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name) override {
     std::vector<std::string> args = {"container", "restore", "--import", archive.string()};
     if (!new_name.empty()) {
@@ -173,6 +216,26 @@ class PodmanRuntime final : public ContainerRuntime {
   }
 
  private:
+  Result<std::string> name_pulled(const Result<CommandResult>& pulled, const fs::path& layout, const fs::path& path,
+                                  const std::string& name) {
+    if (!pulled) return pulled.error();
+    if (pulled->timed_out)
+      return make_error("podman pull of the checkpoint image " + layout.string() + " timed out after " +
+                        std::to_string(options_.timeout.count()) + " s (runtime timeout)", ETIMEDOUT);
+    const std::string id = last_line(pulled->out);
+    if (pulled->exit_code != 0 || id.empty())
+      return make_error("podman pull of the checkpoint image " + layout.string() + " failed: " + last_line(pulled->err),
+                        EIO);
+    auto tagged = podman({"tag", id, name}, std::chrono::seconds(30));
+    if (!tagged) return tagged.error();
+    if (tagged->exit_code != 0)
+      return make_error("podman tag " + id.substr(0, 12) + " " + name + " failed: " + last_line(tagged->err), EIO);
+    auto untagged = podman({"untag", id, "localhost" + path.string() + ":latest"}, std::chrono::seconds(30));
+    if (!untagged || untagged->exit_code != 0)
+      log::warn("checkpoint image " + name + ": the name podman gave the pulled layout stays (untag failed)");
+    return name;
+  }
+
   // A checkpoint that failed after CRIU's dump (export to a full disk, a removed directory) leaves the container
   // stopped, with the dump still in podman's own storage: restoring it in place puts the workload back. A podman
   // that was killed or timed out may leave the dump running in the background, and podman's recorded state lags

@@ -48,9 +48,9 @@ class ContainerRuntime {
   virtual Result<void> checkpoint(const RuntimeContainer& container, const std::filesystem::path& archive) = 0;
   // Restores `archive` as a new container, named `name` when not empty.
   virtual Result<RuntimeContainer> restore(const std::filesystem::path& archive, const std::string& name) = 0;
-  // Loads a checkpoint image (OCI image layout) into the runtime's own image store so the runtime can create a
-  // container from it; returns the name it has there, or an empty string for runtimes whose store gpuckpt does
-  // not fill (the layout is then pulled by the runtime itself, e.g. `podman pull oci:LAYOUT`).
+  // Loads a checkpoint image (OCI image layout whose reference is `tag`) into the runtime's own image store so the
+  // runtime can create a container from it; returns the name it has there (checkpoint_image_name(tag)), or an
+  // empty string for runtimes whose store gpuckpt does not fill.
   virtual Result<std::string> load_image(const std::filesystem::path& layout, const std::string& tag) {
     (void)layout;
     (void)tag;

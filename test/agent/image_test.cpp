@@ -1,7 +1,10 @@
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -9,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/checkpoint_image.h"
+#include "common/container_runtime.h"
 #include "test/agent/archive_builder.h"
 
 namespace fs = std::filesystem;
@@ -125,4 +129,47 @@ TEST_CASE("an unusable archive leaves no image behind", "[unit]") {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(tmp.path)) names.push_back(e.path().filename().string());
   CHECK(names == std::vector<std::string>{"bad.tar.zst"});
+}
+
+// The real podman: the agent's load of a checkpoint image into podman's store (runtime.kind podman), a layout podman
+// cannot read, and a podman that hangs (a script standing in for it: only the time bound is under test there).
+TEST_CASE("podman loads a checkpoint image under the gpuckpt name; a broken layout or a hang is a clear error", "[e2e]") {
+  if (::geteuid() != 0 || std::system("podman --version >/dev/null 2>&1") != 0) SKIP("needs root and podman");
+  test::TempDir tmp;
+  const fs::path archive = test::make_archive(tmp.path / "ck.tar", test::podman_checkpoint_entries());
+  const std::string tag = "i11-load-" + std::to_string(::getpid());
+  auto image = write_checkpoint_image(archive, tmp.path / "ck.oci", tag, ArchiveLimits{});
+  REQUIRE(image.ok());
+  PodmanOptions options;
+  options.timeout = std::chrono::seconds(60);
+  auto podman = make_podman_runtime(options);
+  auto loaded = podman->load_image(image->layout, tag);
+  INFO((loaded.ok() ? std::string() : loaded.error().message));
+  REQUIRE(loaded.ok());
+  CHECK(loaded.value() == "localhost/gpuckpt-checkpoint:" + tag);
+  CHECK(std::system(("podman image exists " + loaded.value()).c_str()) == 0);
+  CHECK(std::system(("podman image exists localhost" + image->layout.string()).c_str()) != 0);   // path name dropped
+  std::system(("podman rmi -f " + loaded.value() + " >/dev/null 2>&1").c_str());
+
+  auto broken = write_checkpoint_image(archive, tmp.path / "broken.oci", tag, ArchiveLimits{});
+  REQUIRE(broken.ok());
+  const std::string layer = json::parse(slurp(broken->layout / "blobs" / "sha256" /
+                                             broken->manifest_digest.substr(7)))["layers"][0]["digest"];
+  fs::remove(broken->layout / "blobs" / "sha256" / layer.substr(7));
+  auto refused = podman->load_image(broken->layout, tag);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("podman pull of the checkpoint image " + broken->layout.string() + " failed") == 0);
+  CHECK(std::system(("podman image exists localhost/gpuckpt-checkpoint:" + tag).c_str()) != 0);
+
+  const fs::path hanging = tmp.path / "podman-hangs";
+  test::write_file(hanging, "#!/bin/sh\nexec sleep 30\n");
+  fs::permissions(hanging, fs::perms::owner_all);
+  PodmanOptions slow;
+  slow.podman = hanging.string();
+  slow.timeout = std::chrono::seconds(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto hung = make_podman_runtime(slow)->load_image(image->layout, tag);
+  REQUIRE_FALSE(hung.ok());
+  CHECK(hung.error().message.find("timed out after 1 s") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
 }

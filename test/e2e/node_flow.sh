@@ -2,7 +2,7 @@
 # e2e: the node flow with real podman + runc + CRIU 4.1, the built OCI hook and agent on 127.0.0.1.
 #   1. a container with GPU device aliases is detected by the hook and recorded (a plain one is not);
 #   2. POST /v1/checkpoints produces an annotated archive that checkpointctl reads and podman restores, and an
-#      OCI checkpoint image that podman pulls and restores;
+#      OCI checkpoint image that the agent loads into podman's store (loaded_as) and podman restores from;
 #   3. bad requests (wrong token, unknown container, traversal, truncated/malformed archive) get 4xx, change nothing;
 #   4. POST /v1/restores onto another (fixture) GPU: the workload continues, /dev/nvidia0 is the target's node;
 #   5. the precreate stage applies a pending restore plan at creation, refuses one it cannot apply.
@@ -39,7 +39,7 @@ cleanup() {
   set +e
   sandbox_stop_agent
   for c in "$NAME" "$NAME-plain" "$NAME-moved" "$NAME-direct" "$NAME-image"; do podman rm -f -t 0 "$c" >/dev/null 2>&1; done
-  for i in $(podman images --format '{{.Repository}}' | grep -E "gpuckpt-e2e-checkpoint-$$|gpuckpt-e2e-node"); do
+  for i in $(podman images --format '{{.Repository}}:{{.Tag}}' | grep -E "gpuckpt-checkpoint:e2e-$$\$|gpuckpt-e2e-node"); do
     podman rmi -f "$i" >/dev/null 2>&1
   done
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
@@ -114,7 +114,7 @@ expect 404 "$(api GET /v1/checkpoints/ck-does-not-exist)" "unknown checkpoint jo
 
 step "2. checkpoint through the agent API"
 sleep 1.5   # let the counter run
-r=$(api POST /v1/checkpoints "{\"namespace\":\"default\",\"pod\":\"e2e\",\"container\":\"$NAME\",\"image\":\"e2e\"}")
+r=$(api POST /v1/checkpoints "{\"namespace\":\"default\",\"pod\":\"e2e\",\"container\":\"$NAME\",\"image\":\"e2e-$$\"}")
 expect 202 "$r" "POST /v1/checkpoints"
 JOB=$(json_field "$r" '["id"]')
 r=$(wait_job checkpoints "$JOB")
@@ -144,16 +144,16 @@ fi
 podman container restore --import "$ARCHIVE" --name "$NAME-direct" >/dev/null || fail "plain podman restore of the annotated archive"
 podman rm -f -t 0 "$NAME-direct" >/dev/null
 echo "ok: podman restores the annotated archive by itself"
-IMAGE_NAME=localhost/gpuckpt-e2e-checkpoint-$$
-podman pull -q "oci:$LAYOUT:e2e" >/dev/null || fail "podman cannot pull the checkpoint image $LAYOUT"
-podman tag "localhost$LAYOUT" "$IMAGE_NAME" || fail "no image localhost$LAYOUT after the pull"
-podman rmi "localhost$LAYOUT" >/dev/null
+IMAGE_NAME=$(json_field "$r" '["result"]["image"]["loaded_as"]')
+[ "$IMAGE_NAME" = "localhost/gpuckpt-checkpoint:e2e-$$" ] || fail "the agent did not load the checkpoint image into podman: $r"
+podman image exists "$IMAGE_NAME" || fail "podman has no image $IMAGE_NAME"
+! podman image exists "localhost$LAYOUT" || fail "the name podman made from the layout's path was left"
 podman image inspect "$IMAGE_NAME" --format '{{index .Annotations "io.gpuckpt.used-gpus"}}' | grep -qx "$GPU0" ||
   fail "the checkpoint image lacks the GPU annotation"
 podman container restore --name "$NAME-image" "$IMAGE_NAME" >/dev/null || fail "podman restore from the checkpoint image"
 [ "$(podman inspect -f '{{.State.Status}}' "$NAME-image")" = running ] || fail "container from the image is not running"
 podman rm -f -t 0 "$NAME-image" >/dev/null
-echo "ok: the OCI checkpoint image pulls, carries io.gpuckpt.* and restores with podman"
+echo "ok: the agent loaded the OCI checkpoint image into podman as $IMAGE_NAME; it carries io.gpuckpt.* and restores with podman"
 
 step "3b. malformed and truncated archives are refused"
 head -c $(( $(stat -c %s "$ARCHIVE") / 2 )) "$ARCHIVE" > "$CK/truncated.tar.zst"
