@@ -226,7 +226,8 @@ echo "ok: refused with the reason, no container left"
 step "6a. the agent loaded the checkpoint image into containerd's image store (content, diff, images API)"
 LOADED=$(sandbox_json_field "$r_ck" '["result"]["image"]["loaded_as"]')
 [ "$LOADED" = localhost/gpuckpt-checkpoint:gpuckpt-e2e-ck ] || fail "checkpoint image not loaded: $r_ck"
-ctrd_ctr images ls -q | grep -qx "$LOADED" || fail "containerd does not list $LOADED: $(ctrd_ctr images ls -q)"
+ctrd_ctr images ls -q > "$TMP/images.txt"   # whole, then grep: grep -q in a pipe may cut ctr off (SIGPIPE, pipefail)
+grep -qx "$LOADED" "$TMP/images.txt" || fail "containerd does not list $LOADED: $(cat "$TMP/images.txt")"
 ctrd_ctr content get "$(sandbox_json_field "$r_ck" '["result"]["image"]["manifest_digest"]')" |
   python3 -c 'import json,sys; a=json.load(sys.stdin)["annotations"]; assert a["org.criu.checkpoint.container.name"] == "counter" and a["io.gpuckpt.used-gpus"], a' ||
   fail "the loaded manifest lacks the checkpoint annotations"
@@ -251,7 +252,8 @@ RT=$("$CLI" runtime --agent "$URL" --token-file "$TOKEN_FILE") || fail "gpuckpt 
   fail "gpuckpt image on the CRI agent: $(tail -3 "$TMP/agent.log")"
 MOVED=$(sed -n 's/^  image: *//p' "$TMP/image.txt")
 [ "$MOVED" = localhost/gpuckpt-checkpoint:gpuckpt-e2e-moved ] || fail "gpuckpt image printed: $(cat "$TMP/image.txt")"
-ctrd_ctr images ls -q | grep -qx "$MOVED" || fail "containerd does not list $MOVED"
+ctrd_ctr images ls -q > "$TMP/images.txt"
+grep -qx "$MOVED" "$TMP/images.txt" || fail "containerd does not list $MOVED: $(cat "$TMP/images.txt")"
 [ -z "$(find "$CK" -maxdepth 1 -name 'im-*.oci')" ] || fail "the loaded image's layout was left beside the archive"
 MOVED_CID=$(cri create gpuckpt-e2e "$POD" from-moved "$MOVED" --device /dev/zero:/dev/nvidia1 \
   --env NVIDIA_VISIBLE_DEVICES=1 -- /bin/true) || fail "CreateContainer from the moved image: $(tail -2 "$TMP/nri.log")"
