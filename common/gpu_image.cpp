@@ -144,12 +144,9 @@ std::string to_string(const Compression& c) {
   return "?";
 }
 
-Result<Settings> settings_from_env() {
+Result<Settings> settings_from_env(const PluginSettings& node) {
   Settings s;
-  auto value = [](const char* name) -> std::string_view {
-    const char* v = std::getenv(name);
-    return v ? std::string_view(v) : std::string_view();
-  };
+  auto value = [&node](const char* name) { return node.get(name); };
   if (auto v = value("GPUCKPT_IMAGE_THREADS"); !v.empty()) {
     auto n = parse_long(v, "GPUCKPT_IMAGE_THREADS", 0, 256);
     if (!n) return n.error();

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/plugin_settings.h"
 #include "common/result.h"
 
 namespace gpuckpt::gpu_image {
@@ -85,8 +86,9 @@ struct Settings {
 unsigned default_threads(unsigned cpus);
 Result<Compression> parse_compression(std::string_view text, std::string_view name);   // off | auto | zstd[:N]
 std::string to_string(const Compression& c);
-// Reads GPUCKPT_IMAGE_THREADS, GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE; a bad value is an error naming it.
-Result<Settings> settings_from_env();
+// Reads GPUCKPT_IMAGE_THREADS, GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE from the environment, else the
+// node's settings file (common/plugin_settings.h); a bad value is an error naming it.
+Result<Settings> settings_from_env(const PluginSettings& node = plugin_settings());
 void log_settings(const Settings& s);   // once each as param: NAME:VALUE
 
 // --- the decisions of one chunk (pure) -----------------------------------------------------------------------------

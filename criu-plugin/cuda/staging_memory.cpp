@@ -145,13 +145,12 @@ bool image_dir_is_stream(int dir_fd) {
   return false;
 }
 
-Result<bool> memory_image_enabled_from_env() {
-  const char* v = std::getenv("GPUCKPT_CUDA_MEMORY_IMAGE");
-  if (v == nullptr || *v == '\0') return true;
-  const std::string_view s(v);
+Result<bool> memory_image_enabled_from_env(const PluginSettings& node) {
+  const std::string s = node.get("GPUCKPT_CUDA_MEMORY_IMAGE");
+  if (s.empty()) return true;
   if (s == "1") return true;
   if (s == "0") return false;
-  return make_error("GPUCKPT_CUDA_MEMORY_IMAGE='" + std::string(s) + "' is not 0 or 1");
+  return make_error("GPUCKPT_CUDA_MEMORY_IMAGE='" + s + "' is not 0 or 1");
 }
 
 Result<std::optional<std::uint64_t>> test_staging_vma_from_env() {

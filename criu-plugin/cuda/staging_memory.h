@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/gpu_image.h"
+#include "common/plugin_settings.h"
 #include "common/result.h"
 
 namespace gpuckpt::cuda {
@@ -64,8 +65,9 @@ int namespace_pid(int pid, const std::string& proc = "/proc");
 // The image streamer's socket in the image directory (criu --stream).
 bool image_dir_is_stream(int dir_fd);
 
-// GPUCKPT_CUDA_MEMORY_IMAGE (1/0) and the test switch; errors name the variable.
-Result<bool> memory_image_enabled_from_env();
+// GPUCKPT_CUDA_MEMORY_IMAGE (1/0; the environment, else the node's settings file) and the test switch (the
+// environment only); errors name the variable.
+Result<bool> memory_image_enabled_from_env(const PluginSettings& node = plugin_settings());
 Result<std::optional<std::uint64_t>> test_staging_vma_from_env();
 
 }  // namespace gpuckpt::cuda

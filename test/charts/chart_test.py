@@ -248,6 +248,11 @@ def installer_checks(objs, name, spec, cfg, hook, install_dir="/opt/gpuckpt"):
           f"[{name}] installer verifies on the host and moves CRIU's own GPU plugins aside: {env}")
     check(env.get("GPUCKPT_CRIU_CONFIG_DIR") == "/etc/criu" and env.get("GPUCKPT_CRIU_CONFIG_NAMES") == "runc.conf crun.conf",
           f"[{name}] installer ships runc.conf and crun.conf into /etc/criu")
+    check(env.get("GPUCKPT_PLUGIN_SETTINGS_SRC", "").endswith("/gpuckpt_plugin.env"),
+          f"[{name}] installer writes the plugin's settings file: {env}")
+    settings = cm_data(objs).get("gpuckpt_plugin.env", "")
+    check(settings.startswith("# gpuckpt: managed file\n") and not [l for l in settings.splitlines() if not l.startswith("#")],
+          f"[{name}] the plugin's settings file is marked gpuckpt's; with gpu_memory unset it sets nothing: {settings!r}")
     conf = cm_data(objs).get("criu-runtime.conf", "")
     check(conf.startswith("# gpuckpt: managed file\n") and "\ntimeout 60\n" in conf,
           f"[{name}] the shipped CRIU config is marked gpuckpt's and raises CRIU's timeout to 60 s: {conf!r}")
@@ -434,6 +439,10 @@ def test_full_config_shape():
     check(cfg["checkpoints"]["max_archive_bytes"] == 1000000000, "[full-config] large integers stay integers")
     check(cfg["gpu_memory"] == {"image": False, "threads": 8, "compression": "zstd:3", "sparse": False},
           "[full-config] gpu_memory reaches the agent's config")
+    settings = cm_data(objs).get("gpuckpt_plugin.env", "")
+    check([l for l in settings.splitlines() if not l.startswith("#")] ==
+          ["GPUCKPT_CUDA_MEMORY_IMAGE=0", "GPUCKPT_IMAGE_THREADS=8", "GPUCKPT_IMAGE_COMPRESSION=zstd:3", "GPUCKPT_IMAGE_SPARSE=0"],
+          f"[full-config] gpu_memory reaches the plugin's settings file the installer writes: {settings!r}")
 
 
 def test_custom_paths():

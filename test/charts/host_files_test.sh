@@ -26,6 +26,7 @@ done
 printf 'not a hook entry\n' > "$tmp/image/chart/host-files.sh"
 mkdir -p "$tmp/host/usr/share/containers/oci/hooks.d" "$tmp/host/usr/lib/criu" "$tmp/host/etc/criu"
 printf '# gpuckpt: managed file\ntimeout 60\n' > "$tmp/image/chart/criu-runtime.conf"
+printf '# gpuckpt: managed file\nGPUCKPT_IMAGE_THREADS=8\n' > "$tmp/image/chart/gpuckpt_plugin.env"
 
 run() { # OWNER ACTION [extra env...]
   local owner=$1 action=$2; shift 2
@@ -33,6 +34,7 @@ run() { # OWNER ACTION [extra env...]
     GPUCKPT_CRIU_PLUGIN_DIR=/usr/lib/criu GPUCKPT_INSTALL_DIR=/opt/gpuckpt GPUCKPT_HOOK_JSON_DIR="$tmp/image/chart" \
     GPUCKPT_SRC_HOOK="$tmp/image/hook" GPUCKPT_SRC_PLUGIN="$tmp/image/plugin.so" GPUCKPT_OWNER="$owner" \
     GPUCKPT_VERIFY=false GPUCKPT_CRIU_CONFIG_DIR=/etc/criu GPUCKPT_CRIU_CONFIG_SRC="$tmp/image/chart/criu-runtime.conf" \
+    GPUCKPT_PLUGIN_SETTINGS_SRC="$tmp/image/chart/gpuckpt_plugin.env" \
     "$@" sh "$SCRIPT" "$action"
 }
 H="$tmp/host"
@@ -50,6 +52,8 @@ expect '[ "$(cat "$H/opt/gpuckpt/.installed-by")" = pod-a ]' "owner mark is the 
 expect '[ -z "$(find "$H" -name "*gpuckpt-new*" -o -name ".probe")" ]' "no staged files left"
 expect 'cmp -s "$H/etc/criu/runc.conf" "$tmp/image/chart/criu-runtime.conf" && cmp -s "$H/etc/criu/crun.conf" "$tmp/image/chart/criu-runtime.conf"' \
   "the runtimes' CRIU config shipped as runc.conf and crun.conf"
+expect 'cmp -s "$H/usr/lib/criu/gpuckpt_plugin.env" "$tmp/image/chart/gpuckpt_plugin.env" && [ "$(stat -c %a "$H/usr/lib/criu/gpuckpt_plugin.env")" = 644 ]' \
+  "the plugin's settings file is written beside the plugin (the plugin reads it there)"
 expect 'grep -q "installer.verify=false" "$tmp/log"' "an unverified install says so"
 expect 'awk "/installed .*bin\/gpuckpt-oci-hook/ {b = NR} /installed .*hooks.d\/gpuckpt-hook/ {if (!b) early = 1; n++} END {exit !(b && !early && n == 3)}" "$tmp/log"' \
   "binary installed before the hooks.d JSON (runtimes reject an entry whose binary is missing)"
@@ -70,7 +74,8 @@ expect 'grep -q "belong to pod pod-b" "$tmp/log"' "it says why it left them"
 
 # the owner stops (uninstall): everything goes, the JSON first
 run pod-b remove 2>/dev/null
-expect '[ -z "$(ls "$HOOKS_D")" ] && [ ! -e "$HOOK" ] && [ ! -e "$PLUGIN" ] && [ ! -e "$H/opt/gpuckpt/.installed-by" ]' "owner's preStop removes all host files"
+expect '[ -z "$(ls "$HOOKS_D")" ] && [ ! -e "$HOOK" ] && [ ! -e "$PLUGIN" ] && [ ! -e "$H/opt/gpuckpt/.installed-by" ] && [ ! -e "$H/usr/lib/criu/gpuckpt_plugin.env" ]' \
+  "owner's preStop removes all host files, the plugin's settings included"
 expect '[ -d "$H/usr/share/containers/oci/hooks.d" ] && [ -d "$H/usr/lib/criu" ]' "shared host directories stay"
 if run pod-b remove 2>/dev/null; then ok; else bad "remove is idempotent"; fi
 
@@ -79,6 +84,7 @@ run pod-b remove 2>/dev/null
 printf 'cuda' > "$H/usr/lib/criu/cuda_plugin.so"; printf 'amd' > "$H/usr/lib/criu/amdgpu_plugin.so"
 printf 'other' > "$H/usr/lib/criu/inotify_plugin.so"
 printf 'timeout 5\n' > "$H/etc/criu/runc.conf"   # the operator's own
+printf 'GPUCKPT_IMAGE_THREADS=2\n' > "$H/usr/lib/criu/gpuckpt_plugin.env"   # the operator's own settings
 run pod-d install 2> "$tmp/log"
 expect '[ ! -e "$H/usr/lib/criu/cuda_plugin.so" ] && [ "$(cat "$H/usr/lib/criu/cuda_plugin.so.disabled-by-gpuckpt")" = cuda ] && [ ! -e "$H/usr/lib/criu/amdgpu_plugin.so" ]' \
   "cuda_plugin.so and amdgpu_plugin.so moved aside under names CRIU does not load"
@@ -92,13 +98,14 @@ run pod-d remove 2>/dev/null
 expect '[ "$(cat "$H/usr/lib/criu/cuda_plugin.so")" = cuda ] && [ "$(cat "$H/usr/lib/criu/amdgpu_plugin.so")" = amd ] && [ -z "$(ls "$H/usr/lib/criu" | grep disabled)" ]' \
   "removal puts CRIU's plugins back"
 expect '[ "$(cat "$H/etc/criu/runc.conf")" = "timeout 5" ] && [ ! -e "$H/etc/criu/crun.conf" ]' "removal takes gpuckpt's CRIU config only"
+expect '[ "$(cat "$H/usr/lib/criu/gpuckpt_plugin.env")" = GPUCKPT_IMAGE_THREADS=2 ]' "a settings file that is not gpuckpt's is neither replaced nor removed"
 expect '[ -f "$H/usr/lib/criu/inotify_plugin.so" ] && [ ! -e "$PLUGIN" ]' "removal removes only gpuckpt's plugin"
 if run pod-e install GPUCKPT_OTHER_GPU_PLUGINS=refuse 2> "$tmp/log"; then bad "refuse must fail the install"; else ok; fi
 expect 'grep -q "cuda_plugin.so (CRIU.s own GPU plugin) is installed" "$tmp/log" && grep -q "Nothing on the node was changed" "$tmp/log"' \
   "refuse names the plugin and the fix"
 expect '[ ! -e "$PLUGIN" ] && [ ! -e "$HOOK" ] && [ ! -e "$JSON" ] && [ -f "$H/usr/lib/criu/cuda_plugin.so" ] && [ -z "$(find "$H" -name "*gpuckpt-new*")" ]' \
   "refuse leaves the node as it was"
-rm -f "$H/usr/lib/criu/"*_plugin.so "$H/etc/criu/runc.conf"
+rm -f "$H/usr/lib/criu/"*_plugin.so "$H/etc/criu/runc.conf" "$H/usr/lib/criu/gpuckpt_plugin.env"
 
 # failures name what is wrong
 if run pod-c install GPUCKPT_SRC_PLUGIN="$tmp/image/missing.so" 2> "$tmp/log"; then bad "missing plugin must fail"; else ok; fi

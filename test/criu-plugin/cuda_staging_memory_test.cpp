@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <map>
 #include <string>
 
 #include "criu-plugin/cuda/memory_copy.h"
@@ -155,6 +156,14 @@ TEST_CASE("staging memory: settings from the environment", "[unit]") {
   CHECK_FALSE(*memory_image_enabled_from_env());
   ::unsetenv("GPUCKPT_CUDA_MEMORY_IMAGE");
   CHECK(*memory_image_enabled_from_env());
+  // From the node's settings file when the environment does not say (containerd/CRI-O start CRIU).
+  const gpuckpt::PluginSettings off(std::map<std::string, std::string>{{"GPUCKPT_CUDA_MEMORY_IMAGE", "0"}});
+  CHECK_FALSE(*memory_image_enabled_from_env(off));
+  ::setenv("GPUCKPT_CUDA_MEMORY_IMAGE", "1", 1);
+  CHECK(*memory_image_enabled_from_env(off));   // the environment wins
+  ::unsetenv("GPUCKPT_CUDA_MEMORY_IMAGE");
+  CHECK_FALSE(memory_image_enabled_from_env(
+      gpuckpt::PluginSettings(std::map<std::string, std::string>{{"GPUCKPT_CUDA_MEMORY_IMAGE", "yes"}})));
 
   CHECK_FALSE(test_staging_vma_from_env()->has_value());
   ::setenv("GPUCKPT_TEST_STAGING_VMA", "0x7f00aa000000", 1);

@@ -11,7 +11,9 @@
 #      fills it back bit-identical;
 #   4. a corrupt chunk fails the restore with the file and chunk named, and no process is left running;
 #   5. GPUCKPT_CUDA_MEMORY_IMAGE=0: CRIU dumps the memory itself, as before;
-#   6. an image that matches no restored process fails the restore (its memory would be missing).
+#   6. an image that matches no restored process fails the restore (its memory would be missing);
+#   7. the node's settings file beside the plugin (gpuckpt_plugin.env) sets the path when the environment does not,
+#      the environment overrides it, and a file with a typo is logged and ignored (the dump runs with the defaults).
 # Exit 0 pass, 77 skipped (no root / no working CRIU), anything else fails.
 set -uo pipefail
 
@@ -164,4 +166,22 @@ grep -q "gpuckpt-gpumem-999999.img match(es) no restored process" "$WORK/unmatch
   || fail "the unmatched image was not named"
 gone "$PID" || fail "a process without its memory was left running"
 echo "ok 6: an image that matches no restored process fails the restore"
+# --- 7. the node's settings file beside the plugin (what reaches CRIU when containerd/CRI-O start it) ----------
+start_process d
+printf '# gpuckpt: managed file\nGPUCKPT_CUDA_MEMORY_IMAGE=0\nGPUCKPT_IMAGE_THREADS=3\n' > "$WORK/lib/gpuckpt_plugin.env"
+dump "$WORK/file-off" "$PID" --leave-running || fail "criu dump with the settings file failed"
+grep -q "param: settings file:$WORK/lib/gpuckpt_plugin.env (2 settings)" "$WORK/file-off-dump.log" || fail "the settings file was not read"
+grep -q "param: GPUCKPT_CUDA_MEMORY_IMAGE:0" "$WORK/file-off-dump.log" && grep -q "param: GPUCKPT_IMAGE_THREADS:3" "$WORK/file-off-dump.log" ||
+  fail "the settings file's values were not used"
+[ ! -e "$WORK/file-off/gpuckpt-gpumem-$PID.img" ] || fail "the file turned gpuckpt's path off, yet an image was written"
+GPUCKPT_CUDA_MEMORY_IMAGE=1 dump "$WORK/file-env" "$PID" --leave-running || fail "criu dump (environment over the file) failed"
+[ -f "$WORK/file-env/gpuckpt-gpumem-$PID.img" ] || fail "the environment did not override the settings file"
+printf 'GPUCKPT_CUDA_MEMORY_IMAGE=0\nGPUCKPT_IMAGE_THREDS=3\n' > "$WORK/lib/gpuckpt_plugin.env"   # a typo
+dump "$WORK/file-typo" "$PID" --leave-running || fail "a settings file with a typo broke the dump"
+grep -q "line 2: unknown setting 'GPUCKPT_IMAGE_THREDS'.*the file is ignored, the plugin's defaults apply" "$WORK/file-typo-dump.log" ||
+  fail "the bad settings file was not reported"
+[ -f "$WORK/file-typo/gpuckpt-gpumem-$PID.img" ] || fail "with the bad file ignored, the default (gpuckpt's path) did not apply"
+[ "$(checksum_now d "$PID")" = "$SUM" ] || fail "the process's memory changed across the settings-file dumps"
+rm -f "$WORK/lib/gpuckpt_plugin.env"
+echo "ok 7: the settings file beside the plugin turns the path off, the environment overrides it, a typo is logged and ignored"
 echo "PASS"

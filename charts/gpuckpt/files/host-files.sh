@@ -21,6 +21,8 @@
 #                           aside while gpuckpt's is installed, put them back on removal; refuse: install nothing
 #   GPUCKPT_CRIU_CONFIG_DIR    the runtimes' CRIU config dir on the host (/etc/criu); empty: ship no config
 #   GPUCKPT_CRIU_CONFIG_SRC    the config to ship      GPUCKPT_CRIU_CONFIG_NAMES  its names there (runc.conf crun.conf)
+#   GPUCKPT_PLUGIN_SETTINGS_SRC  the CRIU plugin's settings file (GPU memory) to put beside the plugin as
+#                           gpuckpt_plugin.env; empty: none
 #   GPUCKPT_CONFIG_IN/OUT   config template and output     NODE_NAME, NODE_IP       downward API
 #
 # Nothing is placed before everything is verified, and every file is written under a temporary name in its target
@@ -42,6 +44,7 @@ new_suffix=.gpuckpt-new                  # staged files: not *.so, so CRIU never
 disabled_suffix=.disabled-by-gpuckpt     # another GPU plugin moved aside (not *.so either)
 other_gpu_plugins="cuda_plugin.so amdgpu_plugin.so"
 config_marker="# gpuckpt: managed file"  # first line of every CRIU config gpuckpt ships; others are not touched
+settings_name=gpuckpt_plugin.env          # the plugin's settings, beside it (common/plugin_settings.h)
 
 owner_file() { printf '%s/.installed-by' "$(host_path "$GPUCKPT_INSTALL_DIR")"; }
 disabled_list() { printf '%s/.disabled-gpu-plugins' "$(host_path "$GPUCKPT_INSTALL_DIR")"; }
@@ -161,6 +164,23 @@ install_criu_configs() {
   done
 }
 
+# The plugin reads its GPU memory settings from gpuckpt_plugin.env beside it (CRIU loads only *.so from there).
+install_plugin_settings() {
+  [ -n "${GPUCKPT_PLUGIN_SETTINGS_SRC:-}" ] || return 0
+  ours "$GPUCKPT_PLUGIN_SETTINGS_SRC" || die "$GPUCKPT_PLUGIN_SETTINGS_SRC does not start with '$config_marker'"
+  dest="$(host_path "$GPUCKPT_CRIU_PLUGIN_DIR")/$settings_name"
+  if [ -e "$dest" ] && ! ours "$dest"; then
+    log "WARNING: $GPUCKPT_CRIU_PLUGIN_DIR/$settings_name exists and is not gpuckpt's: left as it is (the plugin reads it; remove it to let gpuckpt manage it)."
+    return 0
+  fi
+  put "$GPUCKPT_PLUGIN_SETTINGS_SRC" "$dest" 0644
+}
+
+remove_plugin_settings() {
+  dest="$(host_path "$GPUCKPT_CRIU_PLUGIN_DIR")/$settings_name"
+  if ours "$dest"; then rm -f "$dest"; fi
+}
+
 remove_criu_configs() {
   [ -n "${GPUCKPT_CRIU_CONFIG_DIR:-}" ] || return 0
   for name in ${GPUCKPT_CRIU_CONFIG_NAMES:-runc.conf crun.conf}; do
@@ -193,6 +213,7 @@ cmd_install() {
   rm -rf "$(host_path "$(probe_dir)")"
   commit "$staged_hook" "$hook_dest"
   commit "$staged_plugin" "$plugin_dest"
+  install_plugin_settings
   for entry in "$@"; do put "$entry" "$(host_path "$GPUCKPT_HOOKS_DIR")/$(basename "$entry")" 0644; done
   install_criu_configs
   tmp="$(owner_file).tmp.$$"
@@ -211,12 +232,13 @@ cmd_remove() {
         "$(host_path "$GPUCKPT_HOOKS_DIR")"/gpuckpt-hook-poststop.json
   rm -f "$(host_path "$GPUCKPT_INSTALL_DIR")/bin/$hook_name"
   rm -f "$(host_path "$GPUCKPT_CRIU_PLUGIN_DIR")/$plugin_name"
+  remove_plugin_settings
   discard_staged
   restore_other_gpu_plugins
   remove_criu_configs
   rm -f "$(owner_file)"
   rmdir "$(host_path "$GPUCKPT_INSTALL_DIR")/bin" 2>/dev/null || true
-  log "removed the OCI hook, its hooks.d entries, the CRIU plugin and gpuckpt's CRIU config from the host"
+  log "removed the OCI hook, its hooks.d entries, the CRIU plugin, its settings and gpuckpt's CRIU config from the host"
 }
 
 cmd_hold() {
