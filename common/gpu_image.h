@@ -201,6 +201,8 @@ class ImageReader {
   // Errors name the file and the chunk.
   Result<void> read_chunk(std::size_t i, ChunkCodec& codec, std::vector<std::byte>& record_buffer,
                           std::span<std::byte> out) const;
+  // Starts reading [offset, offset + length) of data file `shard` into the page cache (asynchronous; a hint).
+  void prefetch(std::uint16_t shard, std::uint64_t offset, std::uint64_t length) const;
 
  private:
   ImageReader() = default;

@@ -139,6 +139,57 @@ std::vector<Result<CopyStats>> collect(const std::vector<ProcessMemory>& process
   return out;
 }
 
+// The fill's unit of work: the chunks of one data file in file order, so that each file is read front to back
+// by one thread (the kernel's readahead follows it), or a run of zero chunks (no file to read).
+struct Stream {
+  std::size_t process = 0;
+  std::vector<Item> items;
+  std::uint64_t bytes = 0;   // to read (stored) or to touch
+};
+
+constexpr std::size_t kReadAhead = 8;          // chunks: the file range asked for ahead of the reader (16 MiB)
+constexpr std::size_t kZeroRun = 64;           // zero chunks per stream (128 MiB of pages to touch)
+
+std::vector<Stream> read_streams(std::size_t process, const gi::ImageReader& reader, bool zero_is_touch) {
+  const auto& entries = reader.entries();
+  std::vector<Stream> by_file(reader.header().shards == 0 ? 1 : reader.header().shards);
+  std::vector<Stream> zero_runs;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const Item item{process, entries[i].region, i, zero_is_touch && entries[i].encoding == gi::Encoding::Zero};
+    if (entries[i].encoding == gi::Encoding::Zero) {
+      if (zero_runs.empty() || zero_runs.back().items.size() == kZeroRun) zero_runs.push_back({process, {}, 0});
+      zero_runs.back().items.push_back(item);
+      zero_runs.back().bytes += entries[i].raw_size;
+      continue;
+    }
+    Stream& file = by_file[std::min<std::size_t>(entries[i].shard, by_file.size() - 1)];
+    file.process = process;
+    file.items.push_back(item);
+    file.bytes += entries[i].stored_size;
+  }
+  std::vector<Stream> streams;
+  for (auto& file : by_file) {
+    if (file.items.empty()) continue;
+    std::sort(file.items.begin(), file.items.end(),
+              [&entries](const Item& a, const Item& b) { return entries[a.chunk].offset < entries[b.chunk].offset; });
+    streams.push_back(std::move(file));
+  }
+  for (auto& run : zero_runs) streams.push_back(std::move(run));
+  return streams;
+}
+
+// Asks the kernel to start reading the file range of the next kReadAhead chunks of a stream from `from` on, so
+// the disk stays busy while this thread checks, decompresses and copies the current ones.
+void prefetch(const gi::ImageReader& reader, const std::vector<Item>& items, std::size_t from) {
+  if (from >= items.size()) return;
+  const auto& entries = reader.entries();
+  const std::size_t last = std::min(items.size(), from + kReadAhead) - 1;
+  const gi::ChunkEntry& a = entries[items[from].chunk];
+  const gi::ChunkEntry& b = entries[items[last].chunk];
+  if (a.encoding == gi::Encoding::Zero || b.encoding == gi::Encoding::Zero || b.offset < a.offset) return;
+  reader.prefetch(a.shard, a.offset, b.offset + b.stored_size + gi::kRecordHeaderSize - a.offset);
+}
+
 }  // namespace
 
 std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemory>& processes, int dir_fd,
@@ -212,7 +263,7 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
   const auto start = Clock::now();
   std::vector<std::unique_ptr<ProcessSlot>> slots;
   std::vector<std::unique_ptr<gi::ImageReader>> readers(processes.size());
-  std::vector<Item> items;
+  std::vector<Stream> streams;
   for (std::size_t p = 0; p < processes.size(); ++p) {
     slots.push_back(std::make_unique<ProcessSlot>());
     auto reader = gi::ImageReader::open(dir_fd, gi::file_name(processes[p].vpid));
@@ -231,44 +282,45 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
       continue;
     }
     readers[p] = std::move(*reader);
-    const auto& entries = readers[p]->entries();
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      items.push_back({p, entries[i].region, i,
-                       memory_is_zero_or_intact && entries[i].encoding == gi::Encoding::Zero});
-    }
+    for (auto& stream : read_streams(p, *readers[p], memory_is_zero_or_intact)) streams.push_back(std::move(stream));
   }
+  // Largest streams first, so the last ones to finish are short.
+  std::stable_sort(streams.begin(), streams.end(), [](const Stream& a, const Stream& b) { return a.bytes > b.bytes; });
   std::atomic<std::size_t> next{0};
-  run_pool(pool_size(settings, items.size()), [&](unsigned) {
+  run_pool(pool_size(settings, streams.size()), [&](unsigned) {
     gi::ChunkCodec codec(gi::kMaxChunkSize);
     std::vector<std::byte> record, buffer;
-    for (std::size_t i = next++; i < items.size(); i = next++) {
-      const Item& item = items[i];
-      ProcessSlot& slot = *slots[item.process];
-      if (slot.failed) continue;
-      const gi::ImageReader& reader = *readers[item.process];
-      const gi::ChunkEntry& entry = reader.entries()[item.chunk];
-      const std::uint64_t remote = reader.regions()[entry.region].start + entry.chunk * reader.header().chunk_size;
-      if (item.touch_only) {
-        if (auto ok = touch_remote(processes[item.process].pid, remote, entry.raw_size); !ok) {
+    for (std::size_t s = next++; s < streams.size(); s = next++) {
+      const Stream& stream = streams[s];
+      ProcessSlot& slot = *slots[stream.process];
+      const gi::ImageReader& reader = *readers[stream.process];
+      for (std::size_t k = 0; k < stream.items.size() && !slot.failed; ++k) {
+        const Item& item = stream.items[k];
+        if (k % kReadAhead == 0) prefetch(reader, stream.items, k + kReadAhead);
+        const gi::ChunkEntry& entry = reader.entries()[item.chunk];
+        const std::uint64_t remote = reader.regions()[entry.region].start + entry.chunk * reader.header().chunk_size;
+        if (item.touch_only) {
+          if (auto ok = touch_remote(processes[item.process].pid, remote, entry.raw_size); !ok) {
+            slot.fail(ok.error());
+            continue;
+          }
+          ++slot.zero;
+          ++slot.chunks;
+          continue;
+        }
+        buffer.resize(entry.raw_size);
+        if (auto ok = reader.read_chunk(item.chunk, codec, record, buffer); !ok) {
           slot.fail(ok.error());
           continue;
         }
-        ++slot.zero;
+        if (auto ok = copy_remote(true, processes[item.process].pid, remote, buffer.data(), buffer.size()); !ok) {
+          slot.fail(ok.error());
+          continue;
+        }
+        slot.stored += entry.stored_size;
+        slot.zero += entry.encoding == gi::Encoding::Zero ? 1 : 0;
         ++slot.chunks;
-        continue;
       }
-      buffer.resize(entry.raw_size);
-      if (auto ok = reader.read_chunk(item.chunk, codec, record, buffer); !ok) {
-        slot.fail(ok.error());
-        continue;
-      }
-      if (auto ok = copy_remote(true, processes[item.process].pid, remote, buffer.data(), buffer.size()); !ok) {
-        slot.fail(ok.error());
-        continue;
-      }
-      slot.stored += entry.stored_size;
-      slot.zero += entry.encoding == gi::Encoding::Zero ? 1 : 0;
-      ++slot.chunks;
     }
   });
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
