@@ -85,10 +85,11 @@ JobStatus recover_interrupted(JobStatus job, const fs::path& temp_dir) {
   }
   const std::string cleaned = removed ? "; " + std::to_string(removed) + " temporary file(s) removed" : "";
   job.finished_at = hook::utc_now_rfc3339();
-  // A checkpoint archive is renamed into place only once complete and synced: if it is there, the job's work
-  // is done (only the bookkeeping after the rename was lost).
+  // A checkpoint archive is renamed into place only once complete and synced (while the runtime may still be
+  // finishing: phase checkpointing): if it is there, the job's work is done (only the bookkeeping was lost).
   const fs::path archive = temp_dir / (job.id + ".tar.zst");
-  if (job.kind == "checkpoint" && (job.phase == "annotating" || job.phase == "writing-image") &&
+  if (job.kind == "checkpoint" &&
+      (job.phase == "checkpointing" || job.phase == "annotating" || job.phase == "writing-image") &&
       fs::is_regular_file(archive, ec)) {
     const bool image_lost = job.phase == "writing-image";
     if (image_lost) {   // the layout is written in place under the job's (lower-case) name: a partial one goes

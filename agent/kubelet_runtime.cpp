@@ -81,9 +81,11 @@ class KubeletRuntime final : public ContainerRuntime {
       return make_error("kubelet checkpoint answered without an archive path: " + result->body.substr(0, 300), EIO);
     // kubelet reports its host path; the agent sees kubelet's directory at checkpoint_dir.
     const fs::path written = options_.checkpoint_dir / fs::path(body["items"][0].get<std::string>()).filename();
-    std::error_code ec;
-    fs::copy_file(written, archive, fs::copy_options::overwrite_existing, ec);
-    if (ec) return make_error("cannot copy kubelet's archive " + written.string() + ": " + ec.message(), EIO);
+    // Copied through `archive` (the agent's pipe: opened for writing, never replaced).
+    std::ifstream in(written, std::ios::binary);
+    std::ofstream out(archive, std::ios::binary);
+    if (!in || !out || !(out << in.rdbuf()) || !out.flush())
+      return make_error("cannot copy kubelet's archive " + written.string() + " to " + archive.string(), EIO);
     return {};
   }
 

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "agent/job_store.h"
+#include "common/archive_pipe.h"
 #include "common/checkpoint_archive.h"
 #include "common/checkpoint_image.h"
 #include "common/checkpoint_images.h"
@@ -350,20 +351,40 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
   });
   if (!recorded) return fail(recorded.error().message);
 
+  // One pass over the archive: the runtime exports into a named pipe while the receiver reads it, adds the GPU
+  // record and annotations and writes the final archive (temporary name, fsync, rename) as it goes.
   std::error_code ec;
   fs::create_directories(config_.checkpoint_dir, ec);
-  const fs::path partial = config_.checkpoint_dir / ("." + job_id + ".runtime-partial.tar.zst");
+  const fs::path pipe_path = config_.checkpoint_dir / ("." + job_id + ".runtime.fifo");
   const fs::path final_path = config_.checkpoint_dir / (job_id + ".tar.zst");
-  auto dumped = timed("checkpointing", [&] { return deps_.runtime->checkpoint(container, partial); });
+  auto pipe = ArchivePipe::create(pipe_path, ArchivePipe::Direction::from_runtime);
+  if (!pipe) return fail(pipe.error().message);
+  Result<std::uint64_t> bytes = make_error("the archive was not received");
+  PipeWorker receiver(*pipe.value(), [&] {
+    auto read = [&](char* buffer, std::size_t size) { return pipe.value()->receive(buffer, size); };
+    bytes = receive_archive(read, "the runtime's export " + pipe_path.string(), final_path,
+                            checkpoint_annotation(record), config_.archive_limits);
+    // A refused or unwritable archive: the runtime still writes until it is done (podman holds the pipe open for
+    // reading as well, so it would never see EPIPE): take the rest so that it can finish.
+    std::vector<char> rest(1 << 16);
+    while (!bytes) {
+      auto got = read(rest.data(), rest.size());
+      if (!got || got.value() == 0) break;
+    }
+  });
+  auto dumped = timed("checkpointing", [&] { return deps_.runtime->checkpoint(container, pipe_path); });
+  timed("annotating", [&] {   // what is left once the runtime exited: the last block, fsync, rename
+    receiver.finish();
+    return 0;
+  });
+  pipe.value().reset();
   if (!dumped) {
-    fs::remove(partial, ec);
+    if (bytes) fs::remove(final_path, ec);
     return fail(dumped.error().message);
   }
-  auto bytes = timed("annotating", [&] {
-    return annotate_checkpoint_archive(partial, final_path, record, config_.archive_limits);
-  });
-  fs::remove(partial, ec);
-  if (!bytes) return fail(bytes.error().message);
+  if (!bytes)   // the runtime finished its checkpoint (podman stopped the container): undo that
+    return fail("the runtime's checkpoint archive could not be written: " + bytes.error().message +
+                deps_.runtime->put_back(container));
   std::optional<CheckpointImage> image;
   std::string loaded_as, load_error;
   if (!image_tag.empty()) {
@@ -522,12 +543,14 @@ Result<std::string> AgentService::start_restore(const RestoreRequest& request) {
   const std::string id = add_job("restore", req);
   log::info("job " + id + ": restore of " + archive->string() + " accepted (" +
             (plan ? std::to_string(plan->assignments.size()) + " GPU(s) matched" : std::string("no GPU state")) + ")");
-  launch(id, [this, id, path = archive.value(), plan, name, summary] { run_restore(id, path, plan, name, summary); });
+  launch(id, [this, id, path = archive.value(), checkpoint = std::move(info.value()), plan, name, summary] {
+    run_restore(id, path, checkpoint, plan, name, summary);
+  });
   return id;
 }
 
-void AgentService::run_restore(const std::string& job_id, fs::path archive, std::optional<RestorePlan> plan,
-                               std::string name, nlohmann::json info) {
+void AgentService::run_restore(const std::string& job_id, const fs::path& archive, const CheckpointInfo& checkpoint,
+                               std::optional<RestorePlan> plan, std::string name, nlohmann::json info) {
   const auto start = Clock::now();
   auto fail = [&](const std::string& message) {
     log::error("job " + job_id + ": restore of " + archive.string() + " failed: " + message);
@@ -535,32 +558,47 @@ void AgentService::run_restore(const std::string& job_id, fs::path archive, std:
     metrics_.restore_done(false, seconds_since(start));
   };
   auto phase = [&](const char* p) { mark_phase(job_id, p); };
-  std::error_code ec;
-  fs::path to_restore = archive;
-  fs::path restore_copy;
+  std::optional<ArchiveEdit> edit;
   if (plan) {
     phase("planning");
+    const auto t = Clock::now();
     auto written = write_restore_plan(config_.state_dir, *plan);
     if (!written) return fail(written.error().message);
     // podman does not run precreate hooks on restore, and CRIU restores /dev from its images: when the plan
-    // moves devices, the spec and the saved /dev nodes are rewritten in a copy that the runtime restores from.
-    phase("rewriting-spec");
-    const auto t = Clock::now();
-    auto edit = restore_edits(archive, *plan, deps_.device_numbers, config_.archive_limits);
-    if (!edit) return fail("restore refused: " + edit.error().message);
-    if (edit.value()) {
-      restore_copy = config_.checkpoint_dir / ("." + job_id + ".restore.tar.zst");
-      auto copied = rewrite_archive(archive, restore_copy, *edit.value(), config_.archive_limits);
-      if (!copied) return fail(copied.error().message);
-      to_restore = restore_copy;
-    }
-    update(job_id, [&](JobStatus& j) { j.phase_seconds["rewriting-spec"] = seconds_since(t); });
+    // moves devices, spec.dump and the saved /dev nodes change on their way to the runtime (below).
+    auto edits = restore_edits(checkpoint, *plan, deps_.device_numbers, config_.archive_limits);
+    if (!edits) return fail("restore refused: " + archive.string() + ": " + edits.error().message);
+    edit = std::move(edits.value());
+    update(job_id, [&](JobStatus& j) { j.phase_seconds["planning"] = seconds_since(t); });
   }
+  // One pass over the archive per read of the runtime: it reads the archive from a named pipe, which is fed from
+  // the stored archive with the edits applied, uncompressed, each time the runtime opens it.
   phase("restoring");
   const auto t = Clock::now();
-  auto restored = deps_.runtime->restore(to_restore, name);
-  if (!restore_copy.empty()) fs::remove(restore_copy, ec);
-  if (!restored) return fail(restored.error().message);
+  const fs::path pipe_path = config_.checkpoint_dir / ("." + job_id + ".restore.fifo");
+  auto pipe = ArchivePipe::create(pipe_path, ArchivePipe::Direction::to_runtime);
+  if (!pipe) return fail(pipe.error().message);
+  std::optional<Error> stream_error;
+  PipeWorker sender(*pipe.value(), [&] {
+    const ArchiveEdit unchanged;
+    for (;;) {
+      auto opened = pipe.value()->await_reader();
+      if (!opened) stream_error = opened.error();
+      if (!opened || !opened.value()) return;
+      auto sent = send_archive(
+          archive, [&](const char* data, std::size_t size) { return pipe.value()->send(data, size); },
+          edit ? *edit : unchanged, config_.archive_limits);
+      pipe.value()->end_stream();
+      // EPIPE: the runtime read what it needed and closed its end (a tar reader stops at the end marker).
+      if (!sent && sent.error().errno_value != EPIPE && !stream_error) stream_error = sent.error();
+    }
+  });
+  auto restored = deps_.runtime->restore(pipe_path, name);
+  sender.finish();
+  pipe.value().reset();
+  if (!restored)
+    return fail(restored.error().message +
+                (stream_error ? " (streaming the archive to the runtime: " + stream_error->message + ")" : ""));
   const double total = seconds_since(start);
   info["container_id"] = restored->id;
   info["container_name"] = restored->name;

@@ -105,8 +105,8 @@ class AgentService {
   std::shared_ptr<std::mutex> container_lock(const std::string& container_id);
   void run_checkpoint(const std::string& job_id, const ContainerRef& ref, const RuntimeContainer& container,
                       const std::string& image_tag);
-  void run_restore(const std::string& job_id, std::filesystem::path archive, std::optional<RestorePlan> plan,
-                   std::string name, nlohmann::json info);
+  void run_restore(const std::string& job_id, const std::filesystem::path& archive, const CheckpointInfo& checkpoint,
+                   std::optional<RestorePlan> plan, std::string name, nlohmann::json info);
   void run_image(const std::string& job_id, std::filesystem::path archive, std::string tag,
                  std::optional<CheckpointGpuRecord> record, nlohmann::json info);
 

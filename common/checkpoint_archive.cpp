@@ -30,9 +30,12 @@ Result<ReaderPtr> open_reader(const fs::path& path, const ArchiveLimits& limits)
   std::error_code ec;
   const auto status = fs::symlink_status(path, ec);
   if (ec || !fs::exists(status)) return make_error("checkpoint archive " + path.string() + " does not exist", ENOENT);
-  if (!fs::is_regular_file(status))
+  // A FIFO: a runtime reading an archive the agent streams to it (archive_pipe.h), bounded by the entries' limits.
+  // Paths from requests and watched directories are held to regular files before they get here.
+  const bool stream = fs::is_fifo(status);
+  if (!fs::is_regular_file(status) && !stream)
     return make_error("checkpoint archive " + path.string() + " is not a regular file (symlinks are refused)");
-  const auto size = fs::file_size(path, ec);
+  const auto size = stream ? 0 : fs::file_size(path, ec);
   if (ec) return make_error("cannot stat " + path.string() + ": " + ec.message(), EIO);
   if (size > limits.max_archive_bytes)
     return make_error("checkpoint archive " + path.string() + " is " + std::to_string(size) +
@@ -276,6 +279,12 @@ fs::path temporary_sibling(const fs::path& out) {
          ("." + out.filename().string() + ".partial-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
 }
 
+// CRIU's image of a tmpfs mounted at /dev (its device nodes): checkpoint/tmpfs-dev-<mount id>.tar.gz.img.
+bool is_dev_tmpfs_image(const ArchiveEntry& e) {
+  return e.kind == ArchiveEntry::Kind::File && e.name.rfind("checkpoint/tmpfs-dev-", 0) == 0 &&
+         e.name.size() > 11 && e.name.compare(e.name.size() - 11, 11, ".tar.gz.img") == 0;
+}
+
 // The string at `key` of an object; empty when `j` is no object or the value no string.
 std::string entry_string(const nlohmann::json& j, const char* key) {
   if (!j.is_object()) return {};
@@ -287,7 +296,11 @@ std::string entry_string(const nlohmann::json& j, const char* key) {
 
 std::string archive_message(struct archive* a) {
   const char* text = archive_error_string(a);
-  return text ? text : "unknown libarchive error";
+  std::string message = text ? text : "unknown libarchive error";
+  // libarchive's own texts ("Write error") leave out the cause that a user can act on (a full disk).
+  if (const int err = archive_errno(a); err > 0 && message.find(std::strerror(err)) == std::string::npos)
+    message += std::string(" (") + std::strerror(err) + ")";
+  return message;
 }
 
 Result<std::string> normalise_entry_name(std::string_view name) {
@@ -334,69 +347,76 @@ Result<std::optional<std::string>> read_archive_entry(const fs::path& archive, s
   return found;
 }
 
-Result<std::uint64_t> rewrite_archive(const fs::path& in, const fs::path& out, const ArchiveEdit& edit,
-                                      const ArchiveLimits& limits) {
-  auto reader = open_reader(in, limits);
-  if (!reader) return reader.error();
-  const fs::path temp = temporary_sibling(out);
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return make_error("cannot create " + temp.string() + ": " + std::strerror(errno), errno);
-  struct Cleanup {
-    int fd;
-    fs::path temp;
-    bool keep = false;
-    ~Cleanup() {
-      if (fd >= 0) ::close(fd);
-      if (!keep) {
-        std::error_code ec;
-        fs::remove(temp, ec);
-      }
-    }
-  } cleanup{fd, temp};
+namespace {
 
-  WriterPtr writer(archive_write_new(), archive_write_free);
+// The output's compression: the input's (a file rewritten in place), zstd (what the agent stores) or none (a
+// stream for a runtime that unpacks it at once).
+enum class OutputCompression { same_as_input, zstd, none };
+
+Result<void> add_output_filter(struct archive* writer, struct archive* reader, OutputCompression compression,
+                               const fs::path& in) {
+  int code = ARCHIVE_FILTER_NONE;
+  if (compression == OutputCompression::zstd) code = ARCHIVE_FILTER_ZSTD;
+  if (compression == OutputCompression::same_as_input) code = archive_filter_code(reader, 0);
+  switch (code) {
+    case ARCHIVE_FILTER_ZSTD: archive_write_add_filter_zstd(writer); break;
+    case ARCHIVE_FILTER_GZIP: archive_write_add_filter_gzip(writer); break;
+    case ARCHIVE_FILTER_NONE: break;
+    default:
+      return make_error(in.string() + ": unsupported compression '" + std::string(archive_filter_name(reader, 0)) +
+                        "' (expected zstd, gzip or none)");
+  }
+  archive_write_set_format_pax_restricted(writer);
+  archive_write_set_bytes_per_block(writer, 1 << 20);
+  archive_write_set_bytes_in_last_block(writer, 1);   // no zero padding after the end (or a compressed stream)
+  return {};
+}
+
+// The one pass behind rewrite_archive, receive_archive and send_archive: every entry `reader` yields, validated
+// by walk(), goes to `writer` with `edit` applied. `open_writer` runs once the input's compression is known (at
+// the first entry). `target` names the output in messages.
+Result<void> copy_edited(struct archive* reader, const fs::path& in, struct archive* writer, const std::string& target,
+                         const ArchiveEdit& edit, const ArchiveLimits& limits,
+                         const std::function<Result<void>(struct archive*)>& open_writer) {
   bool writer_open = false;
-  std::set<std::string> replaced;
+  std::set<std::string> edited;
   std::vector<char> buffer(1 << 20);
-
-  auto open_writer = [&](struct archive* r) -> Result<void> {
-    switch (archive_filter_code(r, 0)) {
-      case ARCHIVE_FILTER_ZSTD: archive_write_add_filter_zstd(writer.get()); break;
-      case ARCHIVE_FILTER_GZIP: archive_write_add_filter_gzip(writer.get()); break;
-      case ARCHIVE_FILTER_NONE: break;
-      default:
-        return make_error(in.string() + ": unsupported compression '" +
-                          std::string(archive_filter_name(r, 0)) + "' (expected zstd, gzip or none)");
-    }
-    archive_write_set_format_pax_restricted(writer.get());
-    archive_write_set_bytes_in_last_block(writer.get(), 1);   // no zero padding after a compressed stream
-    if (archive_write_open_fd(writer.get(), fd) != ARCHIVE_OK)
-      return make_error("cannot write " + temp.string() + ": " + archive_message(writer.get()), EIO);
-    writer_open = true;
-    return {};
-  };
   auto write_blob = [&](struct archive_entry* e, const std::string& data) -> Result<void> {
     archive_entry_set_size(e, static_cast<la_int64_t>(data.size()));
-    if (archive_write_header(writer.get(), e) < ARCHIVE_WARN ||
-        archive_write_data(writer.get(), data.data(), data.size()) != static_cast<la_ssize_t>(data.size()))
-      return make_error("writing " + temp.string() + ": " + archive_message(writer.get()), EIO);
+    if (archive_write_header(writer, e) < ARCHIVE_WARN ||
+        archive_write_data(writer, data.data(), data.size()) != static_cast<la_ssize_t>(data.size()))
+      return make_error("writing " + target + ": " + archive_message(writer), EIO);
     return {};
   };
-
-  auto totals = walk(in, limits, reader->get(),
+  auto totals = walk(in, limits, reader,
                      [&](struct archive* r, struct archive_entry* e, const ArchiveEntry& entry) -> Result<bool> {
                        if (!writer_open) {
                          auto opened = open_writer(r);
                          if (!opened) return opened.error();
+                         writer_open = true;
                        }
+                       if (edit.add.count(entry.name)) return false;   // written at the end instead
                        if (auto it = edit.replace.find(entry.name); it != edit.replace.end()) {
-                         replaced.insert(entry.name);
+                         edited.insert(entry.name);
                          auto written = write_blob(e, it->second);
                          if (!written) return written.error();
                          return false;   // the old content is skipped
                        }
-                       if (archive_write_header(writer.get(), e) < ARCHIVE_WARN)
-                         return make_error("writing " + temp.string() + ": " + archive_message(writer.get()), EIO);
+                       if (auto it = edit.transform.find(entry.name); it != edit.transform.end()) {
+                         if (entry.kind != ArchiveEntry::Kind::File)
+                           return make_error(in.string() + ": " + entry.name + " is not a regular file");
+                         auto old = read_data(r, entry, limits.max_metadata_bytes, in);
+                         if (!old) return old.error();
+                         auto changed = it->second(old.value());
+                         if (!changed)
+                           return make_error(in.string() + ": " + changed.error().message, changed.error().errno_value);
+                         edited.insert(entry.name);
+                         auto written = write_blob(e, changed.value());
+                         if (!written) return written.error();
+                         return true;
+                       }
+                       if (archive_write_header(writer, e) < ARCHIVE_WARN)
+                         return make_error("writing " + target + ": " + archive_message(writer), EIO);
                        if (entry.kind != ArchiveEntry::Kind::File) return false;
                        std::uint64_t copied = 0;
                        for (;;) {
@@ -406,16 +426,17 @@ Result<std::uint64_t> rewrite_archive(const fs::path& in, const fs::path& out, c
                                              archive_message(r), EIO);
                          if (n == 0) break;
                          copied += static_cast<std::uint64_t>(n);
-                         if (archive_write_data(writer.get(), buffer.data(), static_cast<std::size_t>(n)) != n)
-                           return make_error("writing " + temp.string() + ": " + archive_message(writer.get()), EIO);
+                         if (archive_write_data(writer, buffer.data(), static_cast<std::size_t>(n)) != n)
+                           return make_error("writing " + target + ": " + archive_message(writer), EIO);
                        }
-                       if (copied != entry.size)
-                         return make_error(in.string() + " is truncated in " + entry.name, EIO);
+                       if (copied != entry.size) return make_error(in.string() + " is truncated in " + entry.name, EIO);
                        return true;
                      });
   if (!totals) return totals.error();
   for (const auto& [name, data] : edit.replace)
-    if (!replaced.count(name)) return make_error(in.string() + " has no entry " + name + " to replace");
+    if (!edited.count(name)) return make_error(in.string() + " has no entry " + name + " to replace");
+  for (const auto& [name, change] : edit.transform)
+    if (!edited.count(name)) return make_error(in.string() + " has no entry " + name + " to change");
   for (const auto& [name, data] : edit.add) {
     std::unique_ptr<struct archive_entry, void (*)(struct archive_entry*)> e(archive_entry_new(), archive_entry_free);
     archive_entry_set_pathname(e.get(), name.c_str());
@@ -425,16 +446,158 @@ Result<std::uint64_t> rewrite_archive(const fs::path& in, const fs::path& out, c
     auto written = write_blob(e.get(), data);
     if (!written) return written.error();
   }
-  if (archive_write_close(writer.get()) != ARCHIVE_OK)
-    return make_error("finishing " + temp.string() + ": " + archive_message(writer.get()), EIO);
-  if (::fsync(fd) != 0) return make_error("fsync " + temp.string() + ": " + std::strerror(errno), errno);
-  std::error_code ec;
-  const auto bytes = fs::file_size(temp, ec);
-  fs::rename(temp, out, ec);
-  if (ec) return make_error("cannot rename " + temp.string() + " to " + out.string() + ": " + ec.message(), EIO);
-  cleanup.keep = true;
-  sync_parent_directory(out);
-  return static_cast<std::uint64_t>(bytes);
+  if (archive_write_close(writer) != ARCHIVE_OK)
+    return make_error("finishing " + target + ": " + archive_message(writer), EIO);
+  return {};
+}
+
+// An archive written beside its final name and renamed into place only when complete and synced.
+class TemporaryArchive {
+ public:
+  explicit TemporaryArchive(fs::path out) : out_(std::move(out)), temp_(temporary_sibling(out_)) {}
+  ~TemporaryArchive() {
+    if (fd_ >= 0) ::close(fd_);
+    std::error_code ec;
+    if (!committed_) fs::remove(temp_, ec);
+  }
+  TemporaryArchive(const TemporaryArchive&) = delete;
+  TemporaryArchive& operator=(const TemporaryArchive&) = delete;
+
+  Result<int> open() {
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd_ < 0) return make_error("cannot create " + temp_.string() + ": " + std::strerror(errno), errno);
+    return fd_;
+  }
+  const fs::path& temp() const { return temp_; }
+  // fsync, rename over `out`, fsync its directory; the bytes written.
+  Result<std::uint64_t> commit() {
+    if (::fsync(fd_) != 0) return make_error("fsync " + temp_.string() + ": " + std::strerror(errno), errno);
+    std::error_code ec;
+    const auto bytes = fs::file_size(temp_, ec);
+    fs::rename(temp_, out_, ec);
+    if (ec) return make_error("cannot rename " + temp_.string() + " to " + out_.string() + ": " + ec.message(), EIO);
+    committed_ = true;
+    sync_parent_directory(out_);
+    return static_cast<std::uint64_t>(bytes);
+  }
+
+ private:
+  fs::path out_;
+  fs::path temp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// libarchive's side of an ArchiveByteSource or ArchiveByteSink: the first error keeps its own message and errno.
+struct StreamEnd {
+  const ArchiveByteSource* source = nullptr;
+  const ArchiveByteSink* sink = nullptr;
+  std::uint64_t bytes = 0;
+  std::uint64_t max_bytes = 0;
+  std::string name;
+  std::vector<char> buffer;
+  std::optional<Error> failure;
+
+  la_ssize_t fail(struct archive* a, Error error) {
+    archive_set_error(a, error.errno_value ? error.errno_value : EIO, "%s", error.message.c_str());
+    failure = std::move(error);
+    return -1;
+  }
+  static la_ssize_t read(struct archive* a, void* self, const void** block) {
+    auto* end = static_cast<StreamEnd*>(self);
+    auto got = (*end->source)(end->buffer.data(), end->buffer.size());
+    if (!got) return end->fail(a, got.error());
+    end->bytes += got.value();
+    if (end->bytes > end->max_bytes)
+      return end->fail(a, make_error(end->name + " is more than " + std::to_string(end->max_bytes) +
+                                         " bytes (raise checkpoints.max_archive_bytes if it is genuine)", EFBIG));
+    *block = end->buffer.data();
+    return static_cast<la_ssize_t>(got.value());
+  }
+  static la_ssize_t write(struct archive* a, void* self, const void* data, std::size_t size) {
+    auto* end = static_cast<StreamEnd*>(self);
+    auto sent = (*end->sink)(static_cast<const char*>(data), size);
+    if (!sent) return end->fail(a, sent.error());
+    end->bytes += size;
+    return static_cast<la_ssize_t>(size);
+  }
+};
+
+}  // namespace
+
+Result<std::uint64_t> rewrite_archive(const fs::path& in, const fs::path& out, const ArchiveEdit& edit,
+                                      const ArchiveLimits& limits) {
+  auto reader = open_reader(in, limits);
+  if (!reader) return reader.error();
+  TemporaryArchive file(out);
+  auto fd = file.open();
+  if (!fd) return fd.error();
+  WriterPtr writer(archive_write_new(), archive_write_free);
+  auto copied = copy_edited(reader->get(), in, writer.get(), file.temp().string(), edit, limits,
+                            [&](struct archive* r) -> Result<void> {
+                              auto filtered = add_output_filter(writer.get(), r, OutputCompression::same_as_input, in);
+                              if (!filtered) return filtered;
+                              if (archive_write_open_fd(writer.get(), fd.value()) != ARCHIVE_OK)
+                                return make_error("cannot write " + file.temp().string() + ": " +
+                                                  archive_message(writer.get()), EIO);
+                              return {};
+                            });
+  if (!copied) return copied.error();
+  return file.commit();
+}
+
+Result<std::uint64_t> receive_archive(const ArchiveByteSource& read, std::string_view source, const fs::path& out,
+                                      const ArchiveEdit& edit, const ArchiveLimits& limits) {
+  const fs::path in(source);
+  StreamEnd input;
+  input.source = &read;
+  input.max_bytes = limits.max_archive_bytes;
+  input.name = std::string(source);
+  input.buffer.resize(1 << 20);
+  ReaderPtr reader(archive_read_new(), archive_read_free);
+  archive_read_support_filter_all(reader.get());
+  archive_read_support_format_tar(reader.get());
+  if (archive_read_open(reader.get(), &input, nullptr, &StreamEnd::read, nullptr) != ARCHIVE_OK)
+    return input.failure ? *input.failure
+                         : make_error("cannot read the archive from " + input.name + ": " +
+                                      archive_message(reader.get()), EIO);
+  TemporaryArchive file(out);
+  auto fd = file.open();
+  if (!fd) return fd.error();
+  WriterPtr writer(archive_write_new(), archive_write_free);
+  auto copied = copy_edited(reader.get(), in, writer.get(), file.temp().string(), edit, limits,
+                            [&](struct archive* r) -> Result<void> {
+                              auto filtered = add_output_filter(writer.get(), r, OutputCompression::zstd, in);
+                              if (!filtered) return filtered;
+                              if (archive_write_open_fd(writer.get(), fd.value()) != ARCHIVE_OK)
+                                return make_error("cannot write " + file.temp().string() + ": " +
+                                                  archive_message(writer.get()), EIO);
+                              return {};
+                            });
+  if (!copied) return input.failure ? *input.failure : copied.error();
+  return file.commit();
+}
+
+Result<void> send_archive(const fs::path& in, const ArchiveByteSink& write, const ArchiveEdit& edit,
+                          const ArchiveLimits& limits) {
+  auto reader = open_reader(in, limits);
+  if (!reader) return reader.error();
+  StreamEnd output;
+  output.sink = &write;
+  output.name = "the stream of " + in.string();
+  WriterPtr writer(archive_write_new(), archive_write_free);
+  auto copied = copy_edited(reader->get(), in, writer.get(), output.name, edit, limits,
+                            [&](struct archive* r) -> Result<void> {
+                              auto filtered = add_output_filter(writer.get(), r, OutputCompression::none, in);
+                              if (!filtered) return filtered;
+                              if (archive_write_open(writer.get(), &output, nullptr, &StreamEnd::write, nullptr) !=
+                                  ARCHIVE_OK)
+                                return make_error("cannot start " + output.name + ": " +
+                                                  archive_message(writer.get()), EIO);
+                              return {};
+                            });
+  if (!copied) return output.failure ? *output.failure : copied.error();
+  return {};
 }
 
 Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const ArchiveLimits& limits) {
@@ -442,9 +605,17 @@ Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const
   if (!reader) return reader.error();
   std::map<std::string, std::string> metadata;
   CheckpointInfo info;
+  std::size_t dev_tmpfs_bytes = 0;
   auto totals = walk(archive, limits, reader->get(),
                      [&](struct archive* r, struct archive_entry*, const ArchiveEntry& e) -> Result<bool> {
                        if (e.name == "checkpoint/inventory.img") info.has_criu_images = true;
+                       if (is_dev_tmpfs_image(e)) {
+                         auto image = read_data(r, e, limits.max_metadata_bytes - dev_tmpfs_bytes, archive);
+                         if (!image) return image.error();
+                         dev_tmpfs_bytes += image->size();
+                         info.dev_tmpfs_images[e.name] = std::move(image.value());
+                         return true;
+                       }
                        if (e.name == "rootfs-diff.tar" && e.kind == ArchiveEntry::Kind::File) {
                          auto checked = check_nested_tar(r, e, archive, limits);
                          if (!checked) return checked.error();
@@ -511,31 +682,32 @@ Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const
   return info;
 }
 
+ArchiveEdit checkpoint_annotation(const CheckpointGpuRecord& record) {
+  ArchiveEdit edit;
+  edit.transform["spec.dump"] = [record](const std::string& text) -> Result<std::string> {
+    auto parsed = parse_json(text, "spec.dump");
+    if (!parsed) return parsed.error();
+    auto& spec = parsed.value();
+    if (!spec.is_object()) return make_error("spec.dump is not a JSON object");
+    auto& annotations = spec["annotations"];
+    if (annotations.is_null()) annotations = nlohmann::json::object();
+    if (!annotations.is_object())
+      return make_error("spec.dump's annotations is " + json_type(annotations) + ", not an object");
+    std::string used;
+    for (const auto& id : record.record.used_gpu_ids) used += (used.empty() ? "" : ",") + id;
+    annotations[kAnnotationVersion] = std::to_string(CheckpointGpuRecord::kVersion);
+    annotations[kAnnotationCheckpointId] = record.checkpoint_id;
+    annotations[kAnnotationUsedGpus] = used;
+    annotations[kAnnotationRecordEntry] = kRecordEntry;
+    return spec.dump();
+  };
+  edit.add[kRecordEntry] = to_json(record).dump(2);
+  return edit;
+}
+
 Result<std::uint64_t> annotate_checkpoint_archive(const fs::path& in, const fs::path& out,
                                                   const CheckpointGpuRecord& record, const ArchiveLimits& limits) {
-  auto spec_text = read_archive_entry(in, "spec.dump", limits);
-  if (!spec_text) return spec_text.error();
-  if (!spec_text.value()) return make_error(in.string() + " has no spec.dump: not a container checkpoint archive");
-  auto parsed = parse_json(*spec_text.value(), in.string() + ": spec.dump");
-  if (!parsed) return parsed.error();
-  auto& spec = parsed.value();
-  if (!spec.is_object()) return make_error(in.string() + ": spec.dump is not a JSON object");
-  auto& annotations = spec["annotations"];
-  if (annotations.is_null()) annotations = nlohmann::json::object();
-  if (!annotations.is_object())
-    return make_error(in.string() + ": spec.dump's annotations is " + json_type(annotations) + ", not an object");
-  std::string used;
-  for (const auto& id : record.record.used_gpu_ids) used += (used.empty() ? "" : ",") + id;
-  annotations[kAnnotationVersion] = std::to_string(CheckpointGpuRecord::kVersion);
-  annotations[kAnnotationCheckpointId] = record.checkpoint_id;
-  annotations[kAnnotationUsedGpus] = used;
-  annotations[kAnnotationRecordEntry] = kRecordEntry;
-  ArchiveEdit edit;
-  edit.replace["spec.dump"] = spec.dump();
-  auto existing = read_archive_entry(in, kRecordEntry, limits);
-  if (!existing) return existing.error();
-  (existing.value() ? edit.replace : edit.add)[kRecordEntry] = to_json(record).dump(2);
-  return rewrite_archive(in, out, edit, limits);
+  return rewrite_archive(in, out, checkpoint_annotation(record), limits);
 }
 
 }  // namespace gpuckpt

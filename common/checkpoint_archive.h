@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -83,15 +84,36 @@ Result<std::vector<ArchiveEntry>> list_archive(const std::filesystem::path& arch
 Result<std::optional<std::string>> read_archive_entry(const std::filesystem::path& archive, std::string_view name,
                                                       const ArchiveLimits& limits);
 
-// Copies `in` to `out` entry by entry (same compression), replacing the content of entries named in `replace`
-// and appending `add`. Writes `out` under a temporary name and renames it only when complete and synced, so a
-// reader never sees a partial archive under the final name. Returns the bytes written. in == out is allowed.
+// Changes to an archive, applied while it is copied entry by entry (one pass, whatever the edit):
+//   replace    entries that must be there, given new content;
+//   transform  entries that must be there, their new content made from the old (read up to max_metadata_bytes);
+//   add        entries written at the end; an entry of the same name in the input is left out.
 struct ArchiveEdit {
   std::map<std::string, std::string> replace;
+  std::map<std::string, std::function<Result<std::string>(const std::string&)>> transform;
   std::map<std::string, std::string> add;
 };
+
+// Copies `in` to `out` with `edit` applied, in the input's compression. Writes `out` under a temporary name and
+// renames it only when complete and synced, so a reader never sees a partial archive under the final name.
+// Returns the bytes written. in == out is allowed.
 Result<std::uint64_t> rewrite_archive(const std::filesystem::path& in, const std::filesystem::path& out,
                                       const ArchiveEdit& edit, const ArchiveLimits& limits);
+
+// An archive's bytes as they come (a pipe the runtime writes into): up to `size` bytes into `buffer`, 0 at the end.
+using ArchiveByteSource = std::function<Result<std::size_t>(char* buffer, std::size_t size)>;
+// Where an archive's bytes go (a pipe the runtime reads): all of `size` bytes, or an error.
+using ArchiveByteSink = std::function<Result<void>(const char* data, std::size_t size)>;
+
+// rewrite_archive for an archive that arrives as a stream (named `source` in messages), in any compression or
+// none: validated as it arrives (at most max_archive_bytes of it), written to `out` zstd-compressed.
+Result<std::uint64_t> receive_archive(const ArchiveByteSource& read, std::string_view source,
+                                      const std::filesystem::path& out, const ArchiveEdit& edit,
+                                      const ArchiveLimits& limits);
+
+// Streams `in` with `edit` applied into `write`, uncompressed (its reader does not decompress it again).
+Result<void> send_archive(const std::filesystem::path& in, const ArchiveByteSink& write, const ArchiveEdit& edit,
+                          const ArchiveLimits& limits);
 
 // What a checkpoint archive holds, from its metadata (for inspect, restore and the API).
 struct CheckpointInfo {
@@ -110,11 +132,17 @@ struct CheckpointInfo {
   std::vector<std::string> spec_devices;   // linux.devices paths in spec.dump
   nlohmann::json spec;                     // spec.dump
   std::optional<CheckpointGpuRecord> gpus; // gpuckpt-gpus.json, when gpuckpt annotated the archive
+  // CRIU's images of the container's /dev tmpfs (checkpoint/tmpfs-dev-*.tar.gz.img) by entry name: a restore
+  // plan renumbers the device nodes in them (restore_edits), so inspect keeps them (max_metadata_bytes in all).
+  std::map<std::string, std::string> dev_tmpfs_images;
 };
 
 Result<CheckpointInfo> inspect_checkpoint_archive(const std::filesystem::path& archive, const ArchiveLimits& limits);
 
-// Adds gpuckpt-gpus.json and the io.gpuckpt.* annotations to spec.dump (rewrite_archive semantics).
+// The edit that adds gpuckpt-gpus.json and the io.gpuckpt.* annotations to spec.dump.
+ArchiveEdit checkpoint_annotation(const CheckpointGpuRecord& record);
+
+// rewrite_archive with checkpoint_annotation(record).
 Result<std::uint64_t> annotate_checkpoint_archive(const std::filesystem::path& in, const std::filesystem::path& out,
                                                   const CheckpointGpuRecord& record, const ArchiveLimits& limits);
 

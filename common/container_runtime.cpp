@@ -173,7 +173,9 @@ class PodmanRuntime final : public ContainerRuntime {
   }
 
   Result<void> checkpoint(const RuntimeContainer& container, const fs::path& archive) override {
-    auto r = podman({"container", "checkpoint", "--export", archive.string(), container.id}, options_.timeout);
+    // Uncompressed: the agent compresses the archive as it stores it, once.
+    auto r = podman({"container", "checkpoint", "--compress", "none", "--export", archive.string(), container.id},
+                    options_.timeout);
     if (!r) return r.error();
     if (r->timed_out)
       return make_error("podman checkpoint of " + container.name + " timed out after " +
@@ -215,34 +217,14 @@ class PodmanRuntime final : public ContainerRuntime {
     return find(ref);
   }
 
- private:
-  Result<std::string> name_pulled(const Result<CommandResult>& pulled, const fs::path& layout, const fs::path& path,
-                                  const std::string& name) {
-    if (!pulled) return pulled.error();
-    if (pulled->timed_out)
-      return make_error("podman pull of the checkpoint image " + layout.string() + " timed out after " +
-                        std::to_string(options_.timeout.count()) + " s (runtime timeout)", ETIMEDOUT);
-    const std::string id = last_line(pulled->out);
-    if (pulled->exit_code != 0 || id.empty())
-      return make_error("podman pull of the checkpoint image " + layout.string() + " failed: " + last_line(pulled->err),
-                        EIO);
-    auto tagged = podman({"tag", id, name}, std::chrono::seconds(30));
-    if (!tagged) return tagged.error();
-    if (tagged->exit_code != 0)
-      return make_error("podman tag " + id.substr(0, 12) + " " + name + " failed: " + last_line(tagged->err), EIO);
-    auto untagged = podman({"untag", id, "localhost" + path.string() + ":latest"}, std::chrono::seconds(30));
-    if (!untagged || untagged->exit_code != 0)
-      log::warn("checkpoint image " + name + ": the name podman gave the pulled layout stays (untag failed)");
-    return name;
-  }
-
-  // A checkpoint that failed after CRIU's dump (export to a full disk, a removed directory) leaves the container
-  // stopped, with the dump still in podman's own storage: restoring it in place puts the workload back. A podman
-  // that was killed or timed out may leave the dump running in the background, and podman's recorded state lags
-  // behind, so the container is watched (30 s at most) until it settles: stopped (then restored in place, retried
-  // while podman still calls it busy) or running with its init alive and not held by CRIU for 1.5 s.
+  // A checkpoint that failed after CRIU's dump (export to a full disk, a removed directory, an archive the agent
+  // could not keep) leaves the container stopped, with the dump still in podman's own storage: restoring it in
+  // place puts the workload back. A podman that was killed or timed out may leave the dump running in the
+  // background, and podman's recorded state lags behind, so the container is watched (30 s at most) until it
+  // settles: stopped (then restored in place, retried while podman still calls it busy) or running with its init
+  // alive and not held by CRIU for 1.5 s.
   // Returns what happened, for the job's error.
-  std::string put_back(const RuntimeContainer& container) {
+  std::string put_back(const RuntimeContainer& container) override {
     ContainerRef ref;
     ref.container = container.id;
     int free_running = 0;
@@ -268,6 +250,27 @@ class PodmanRuntime final : public ContainerRuntime {
     return "; the container is " + last_state + " and could not be restored in place" +
            (last_error.empty() ? std::string(" within 30 s") : " (" + last_error + ")") +
            ": check it, or restore it with `podman container restore " + container.id + "`";
+  }
+
+ private:
+  Result<std::string> name_pulled(const Result<CommandResult>& pulled, const fs::path& layout, const fs::path& path,
+                                  const std::string& name) {
+    if (!pulled) return pulled.error();
+    if (pulled->timed_out)
+      return make_error("podman pull of the checkpoint image " + layout.string() + " timed out after " +
+                        std::to_string(options_.timeout.count()) + " s (runtime timeout)", ETIMEDOUT);
+    const std::string id = last_line(pulled->out);
+    if (pulled->exit_code != 0 || id.empty())
+      return make_error("podman pull of the checkpoint image " + layout.string() + " failed: " + last_line(pulled->err),
+                        EIO);
+    auto tagged = podman({"tag", id, name}, std::chrono::seconds(30));
+    if (!tagged) return tagged.error();
+    if (tagged->exit_code != 0)
+      return make_error("podman tag " + id.substr(0, 12) + " " + name + " failed: " + last_line(tagged->err), EIO);
+    auto untagged = podman({"untag", id, "localhost" + path.string() + ":latest"}, std::chrono::seconds(30));
+    if (!untagged || untagged->exit_code != 0)
+      log::warn("checkpoint image " + name + ": the name podman gave the pulled layout stays (untag failed)");
+    return name;
   }
 
   // The init process exists and is neither seized by CRIU ("t (tracing stop)") nor a zombie.

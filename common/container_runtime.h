@@ -44,9 +44,19 @@ class ContainerRuntime {
   virtual std::string name() const = 0;
   virtual Result<RuntimeContainer> find(const ContainerRef& ref) = 0;
   virtual Result<std::vector<RuntimeContainer>> list() = 0;
-  // Checkpoints a running container into a complete archive at `archive` (the caller renames it into place).
+  // Checkpoints a running container into an archive written to `archive`, opened for writing by its path and
+  // never replaced: the agent passes a named pipe it reads from (archive_pipe.h) and stores what arrives.
+  // Uncompressed is best: the agent compresses as it stores.
   virtual Result<void> checkpoint(const RuntimeContainer& container, const std::filesystem::path& archive) = 0;
-  // Restores `archive` as a new container, named `name` when not empty.
+  // The agent could not keep the archive of a checkpoint the runtime finished (a full disk): puts the container
+  // back as it was before `checkpoint`, where the checkpoint stopped it. Returns what happened, for the job's
+  // error; empty for runtimes whose checkpoint leaves the container running.
+  virtual std::string put_back(const RuntimeContainer& container) {
+    (void)container;
+    return "";
+  }
+  // Restores the archive read from `archive` as a new container, named `name` when not empty. The agent passes a
+  // named pipe that yields the whole (uncompressed) archive each time it is opened.
   virtual Result<RuntimeContainer> restore(const std::filesystem::path& archive, const std::string& name) = 0;
   // Loads a checkpoint image (OCI image layout whose reference is `tag`) into the runtime's own image store so the
   // runtime can create a container from it; returns the name it has there (checkpoint_image_name(tag)), or an

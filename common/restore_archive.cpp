@@ -73,18 +73,14 @@ Result<std::optional<std::string>> renumber_device_nodes(
   return std::optional<std::string>(std::move(out));
 }
 
-Result<std::optional<ArchiveEdit>> restore_edits(const fs::path& archive, const RestorePlan& plan,
+Result<std::optional<ArchiveEdit>> restore_edits(const CheckpointInfo& info, const RestorePlan& plan,
                                                  const DeviceNumberLookup& lookup, const ArchiveLimits& limits) {
   ArchiveEdit edit;
-  auto spec_text = read_archive_entry(archive, "spec.dump", limits);
-  if (!spec_text) return spec_text.error();
-  if (!spec_text.value()) return make_error(archive.string() + " has no spec.dump");
-  auto spec = parse_json(*spec_text.value(), archive.string() + ": spec.dump");
-  if (!spec) return spec.error();
-  auto applied = apply_restore_plan(spec.value(), plan, lookup);
-  if (!applied) return make_error(archive.string() + ": spec.dump: " + applied.error().message);
+  nlohmann::json spec = info.spec;
+  auto applied = apply_restore_plan(spec, plan, lookup);
+  if (!applied) return make_error("spec.dump: " + applied.error().message);
   if (applied.value() == 0 && plan.env.empty()) return std::optional<ArchiveEdit>{};
-  edit.replace["spec.dump"] = spec->dump();
+  edit.replace["spec.dump"] = spec.dump();
   std::map<std::string, std::pair<std::uint32_t, std::uint32_t>> nodes;
   for (const auto& d : plan.devices) {
     if (d.container_path.rfind("/dev/", 0) != 0) continue;
@@ -93,17 +89,10 @@ Result<std::optional<ArchiveEdit>> restore_edits(const fs::path& archive, const 
     nodes[d.container_path.substr(5)] = numbers.value();
   }
   if (nodes.empty()) return std::optional<ArchiveEdit>(std::move(edit));
-  auto entries = list_archive(archive, limits);
-  if (!entries) return entries.error();
-  for (const auto& e : entries.value()) {
-    if (e.kind != ArchiveEntry::Kind::File || e.name.rfind("checkpoint/tmpfs-dev-", 0) != 0 ||
-        e.name.find(".tar.gz.img") == std::string::npos)
-      continue;
-    auto image = read_archive_entry(archive, e.name, limits);
-    if (!image) return image.error();
-    auto renumbered = renumber_device_nodes(*image.value(), nodes, limits);
-    if (!renumbered) return make_error(archive.string() + ": " + e.name + ": " + renumbered.error().message);
-    if (renumbered.value()) edit.replace[e.name] = std::move(*renumbered.value());
+  for (const auto& [name, image] : info.dev_tmpfs_images) {
+    auto renumbered = renumber_device_nodes(image, nodes, limits);
+    if (!renumbered) return make_error(name + ": " + renumbered.error().message);
+    if (renumbered.value()) edit.replace[name] = std::move(*renumbered.value());
   }
   return std::optional<ArchiveEdit>(std::move(edit));
 }

@@ -86,9 +86,10 @@ Result<std::optional<std::string>> renumber_device_nodes(
     std::string_view tmpfs_image, const std::map<std::string, std::pair<std::uint32_t, std::uint32_t>>& nodes,
     const ArchiveLimits& limits);
 
-// The archive edits (spec.dump and the /dev tmpfs images) that make `archive` restore with `plan`;
-// std::nullopt when the archive already restores that way (same device numbers, no environment change).
-Result<std::optional<ArchiveEdit>> restore_edits(const std::filesystem::path& archive, const RestorePlan& plan,
+// The archive edits (spec.dump and the /dev tmpfs images) that make the archive `info` describes restore with
+// `plan`, from what inspect_checkpoint_archive read (no second pass over the archive); std::nullopt when the
+// archive already restores that way (same device numbers, no environment change).
+Result<std::optional<ArchiveEdit>> restore_edits(const CheckpointInfo& info, const RestorePlan& plan,
                                                  const DeviceNumberLookup& lookup, const ArchiveLimits& limits);
 
 // "rp-" and 32 random hex digits: unguessable, so a pod author cannot name another restore's plan.

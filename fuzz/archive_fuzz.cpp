@@ -12,7 +12,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto info = inspect_checkpoint_archive(archive, limits);
   (void)read_archive_entry(archive, "spec.dump", limits);
   if (!info) return 0;
-  auto edit = restore_edits(archive, fuzz::fixed_plan(), fuzz::fixed_numbers(), limits);
-  if (edit && edit.value()) (void)rewrite_archive(archive, fuzz::scratch() / "rewritten.tar", *edit.value(), limits);
+  auto edit = restore_edits(info.value(), fuzz::fixed_plan(), fuzz::fixed_numbers(), limits);
+  if (edit && edit.value()) {
+    (void)rewrite_archive(archive, fuzz::scratch() / "rewritten.tar", *edit.value(), limits);
+    (void)send_archive(archive, [](const char*, std::size_t) { return Result<void>(); }, *edit.value(), limits);
+  }
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -25,16 +26,20 @@ namespace {
 
 constexpr const char* kToken = "test-token-0123456789abcdef";
 
-// The fake runtime: containers in a table; checkpoint writes a podman-layout archive; restore records the call
-// and the spec it was given, as podman would create the container from it.
+// The fake runtime: containers in a table; checkpoint writes a podman-layout archive into the path it is given
+// (the agent's pipe) the way podman does; restore reads the archive twice, as podman does (the config first, then
+// everything), and records what it read, as podman would create the container from it.
 class FakeRuntime final : public ContainerRuntime {
  public:
   std::map<std::string, RuntimeContainer> containers;
   std::vector<fs::path> restored;
   std::vector<json> restored_specs;
-  // Runs after the archive is written; an error fails the checkpoint (a runtime that died, a full disk).
-  std::function<Result<void>(const fs::path&)> checkpoint_fault;
+  std::vector<std::vector<ArchiveEntry>> restored_entries;
+  // Runs half-way through writing the archive: it may cut what is left to write (`rest`) or fail the runtime (a
+  // runtime that died, a full disk).
+  std::function<Result<void>(const fs::path& archive, std::string& rest)> checkpoint_fault;
   std::mutex mutex;
+  test::TempDir scratch;
   std::string name() const override { return "fake"; }
   Result<RuntimeContainer> find(const ContainerRef& ref) override {
     std::lock_guard lock(mutex);
@@ -49,9 +54,20 @@ class FakeRuntime final : public ContainerRuntime {
     return out;
   }
   Result<void> checkpoint(const RuntimeContainer& c, const fs::path& archive) override {
-    test::make_archive(archive, test::podman_checkpoint_entries());
+    std::string bytes;
+    {
+      std::lock_guard lock(mutex);
+      const auto built = test::make_archive(scratch.path / "export.tar.zst", test::podman_checkpoint_entries());
+      std::ifstream in(built, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    std::ofstream out(archive, std::ios::binary);
+    if (!out) return make_error("cannot open " + archive.string());
+    std::string rest = bytes.substr(bytes.size() / 2);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2)).flush();
     if (checkpoint_fault)
-      if (auto fault = checkpoint_fault(archive); !fault) return fault;
+      if (auto fault = checkpoint_fault(archive, rest); !fault) return fault;
+    out.write(rest.data(), static_cast<std::streamsize>(rest.size())).flush();
     std::lock_guard lock(mutex);
     containers[c.name].state = "exited";
     return {};
@@ -69,9 +85,12 @@ class FakeRuntime final : public ContainerRuntime {
   Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name) override {
     auto spec = read_archive_entry(archive, "spec.dump", ArchiveLimits{});
     if (!spec || !spec.value()) return make_error("fake restore: no spec.dump");
+    auto entries = list_archive(archive, ArchiveLimits{});
+    if (!entries) return entries.error();
     std::lock_guard lock(mutex);
     restored.push_back(archive);
     restored_specs.push_back(json::parse(*spec.value()));
+    restored_entries.push_back(entries.value());
     RuntimeContainer c{"restored-" + std::to_string(restored.size()), new_name.empty() ? "counter" : new_name,
                        "running", 4242};
     containers[c.name] = c;
@@ -321,14 +340,23 @@ TEST_CASE("restore matches GPUs, rewrites the devices and restores", "[unit]") {
     INFO(job.dump());
     REQUIRE(job["state"] == "succeeded");
     REQUIRE(f.runtime->restored.size() == 1);
-    CHECK(f.runtime->restored[0].filename() == archive);
+    const fs::path stored = f.tmp.path / "checkpoints" / archive;
+    CHECK(f.runtime->restored_specs[0] == json::parse(*read_archive_entry(stored, "spec.dump", ArchiveLimits{}).value()));
+    const auto entries = list_archive(stored, ArchiveLimits{});
+    REQUIRE(entries.ok());
+    REQUIRE(f.runtime->restored_entries[0].size() == entries->size());
+    for (std::size_t i = 0; i < entries->size(); ++i) {
+      CHECK(f.runtime->restored_entries[0][i].name == entries.value()[i].name);
+      CHECK(f.runtime->restored_entries[0][i].size == entries.value()[i].size);
+    }
+    CHECK(f.checkpoint_files() == std::vector<std::string>{archive});   // the pipe it read from is gone
     CHECK(job["result"]["plan"]["assignments"][0]["target_id"] == "GPU-0");
     const std::string plan_id = job["result"]["plan"]["id"];
     CHECK(is_restore_plan_id(plan_id));
     CHECK(fs::exists(restore_plan_path(f.tmp.path / "state", plan_id)));
     CHECK_FALSE(fs::exists(restore_plan_path(f.tmp.path / "state", ck["id"].get<std::string>())));
   }
-  SECTION("onto the GPU the scheduler assigned: devices and env follow, in a copy that is removed") {
+  SECTION("onto the GPU the scheduler assigned: devices and env follow on the way to the runtime, no copy") {
     const auto job = f.wait_job(
         "/v1/restores",
         f.post("/v1/restores", json{{"archive", archive}, {"name", "moved"}, {"target_gpus", {"GPU-1"}}}.dump(), 202)["id"]);
@@ -341,9 +369,12 @@ TEST_CASE("restore matches GPUs, rewrites the devices and restores", "[unit]") {
     CHECK(spec["linux"]["devices"][0]["major"] == 1);
     CHECK(spec["linux"]["devices"][0]["minor"] == 5);
     CHECK(spec["process"]["env"][1] == "NVIDIA_VISIBLE_DEVICES=1");
-    CHECK(f.runtime->restored[0].filename() != archive);
+    CHECK(f.runtime->restored[0].parent_path() == f.tmp.path / "checkpoints");
     CHECK_FALSE(fs::exists(f.runtime->restored[0]));
     CHECK(f.checkpoint_files() == std::vector<std::string>{archive});
+    // The stored archive is untouched: it restores onto any GPU again.
+    auto stored = json::parse(*read_archive_entry(f.tmp.path / "checkpoints" / archive, "spec.dump", ArchiveLimits{}).value());
+    CHECK(stored["linux"]["devices"][0]["minor"] == 3);
   }
   SECTION("onto a GPU this node does not have: 422 with the reason, nothing restored") {
     const auto err = f.post("/v1/restores", json{{"archive", archive}, {"target_gpus", {"GPU-9"}}}.dump(), 422);
@@ -577,17 +608,16 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
 TEST_CASE("a checkpoint whose runtime fails, or whose archive dir vanishes, fails clearly and leaves nothing", "[unit]") {
   Fixture f;
   SECTION("the runtime dies after writing part of its output") {
-    f.runtime->checkpoint_fault = [](const fs::path& partial) -> Result<void> {
-      fs::resize_file(partial, fs::file_size(partial) / 2);
+    f.runtime->checkpoint_fault = [](const fs::path&, std::string&) -> Result<void> {
       return make_error("podman container checkpoint: exit status 137 (killed)", EIO);
     };
     const auto job = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"]);
     CHECK(job["state"] == "failed");
     CHECK(job["error"].get<std::string>().find("killed") != std::string::npos);
   }
-  SECTION("the disk fills while the archive is annotated") {
-    f.runtime->checkpoint_fault = [](const fs::path& partial) -> Result<void> {
-      fs::resize_file(partial, fs::file_size(partial) / 2);   // what a full disk leaves: a cut stream
+  SECTION("the runtime's output is cut, yet it says it succeeded") {
+    f.runtime->checkpoint_fault = [](const fs::path&, std::string& rest) -> Result<void> {
+      rest.clear();   // what a full disk under the runtime leaves: a cut stream
       return {};
     };
     const auto job = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"]);
@@ -595,13 +625,13 @@ TEST_CASE("a checkpoint whose runtime fails, or whose archive dir vanishes, fail
     CHECK(job["error"].get<std::string>().find("runcated") != std::string::npos);   // "Truncated zstd input"
   }
   SECTION("the archive directory is removed mid-job") {
-    f.runtime->checkpoint_fault = [](const fs::path& partial) -> Result<void> {
-      fs::remove_all(partial.parent_path());
+    f.runtime->checkpoint_fault = [](const fs::path& archive, std::string&) -> Result<void> {
+      fs::remove_all(archive.parent_path());
       return {};
     };
     const auto job = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"]);
     CHECK(job["state"] == "failed");
-    CHECK(job["error"].get<std::string>().find("does not exist") != std::string::npos);
+    CHECK(job["error"].get<std::string>().find("No such file or directory") != std::string::npos);
     fs::create_directories(f.tmp.path / "checkpoints");
   }
   CHECK(f.checkpoint_files().empty());

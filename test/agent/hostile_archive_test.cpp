@@ -77,7 +77,9 @@ TEST_CASE("wrongly typed spec.dump sections are read as absent for display and r
     c.edit(bad);
     INFO(bad.dump());
     const auto archive = test::make_archive(tmp.path / "b.tar", with_entry("spec.dump", bad.dump()));
-    auto edits = restore_edits(archive, plan, numbers, ArchiveLimits{});
+    auto inspected = inspect_checkpoint_archive(archive, ArchiveLimits{});
+    REQUIRE(inspected.ok());
+    auto edits = restore_edits(inspected.value(), plan, numbers, ArchiveLimits{});
     REQUIRE_FALSE(edits.ok());
     CHECK(edits.error().message.find(c.expect) != std::string::npos);
   }

@@ -207,7 +207,8 @@ echo "ok: /dev/nvidia0 is GPU 1's node ($DEV), spec NVIDIA_VISIBLE_DEVICES=1, pl
 
 mkdir "$CK/.gpuckpt-containerd-restore-999999999-dead"   # left by an agent that stopped mid-restore
 step "5. an archive containerd did not write is refused"
-python3 - "$ARCHIVE" "$CK/foreign.tar" <<'PY'
+zstd -dcq "$ARCHIVE" > "$TMP/plain.tar" || fail "$ARCHIVE is not zstd-compressed"
+python3 - "$TMP/plain.tar" "$CK/foreign.tar" <<'PY'
 import io, json, sys, tarfile
 src, dst = tarfile.open(sys.argv[1]), tarfile.open(sys.argv[2], "w")
 for m in src.getmembers():

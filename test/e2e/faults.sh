@@ -75,7 +75,8 @@ sandbox_start_agent "$AGENT" || fail "agent did not start"
 r=$(checkpoint); [ "${r%% *}" = 202 ] || fail "POST /v1/checkpoints: $r"
 r=$(wait_job "$(field "$r" id)")
 [ "$(field "$r" state)" = failed ] || fail "a checkpoint into a full directory did not fail: $r"
-[[ "$(field "$r" error)" == *"no space left on device"* ]] || fail "the job does not say the disk is full: $r"
+ERR=$(field "$r" error)
+[[ "${ERR,,}" == *"no space left on device"* ]] || fail "the job does not say the disk is full: $r"
 running && counting || fail "the container does not run on after the failed checkpoint"
 nothing_left || fail "partial files left: $(ls -A "$CK")"
 echo "ok: failed with: $(field "$r" error | cut -c1-200)"
@@ -112,7 +113,8 @@ cat > "$TMP/podman-hangs" <<SH
 if [ "\$1" = "--hooks-dir" ]; then shift 2; fi
 if [ "\$1 \$2" = "container checkpoint" ]; then
   echo \$\$ > "$TMP/runtime.pid"
-  head -c 4096 /dev/urandom > "\$4"
+  while [ \$# -gt 0 ] && [ "\$1" != "--export" ]; do shift; done
+  head -c 4096 /dev/urandom > "\$2"
   exec sleep 60
 fi
 exec podman "\$@"
