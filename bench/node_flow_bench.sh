@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): the node flow against the runtime's own archive path, on the CPU machine.
-#   podman = `podman container checkpoint --export` / `podman container restore --import` by hand
+#   podman = `podman container checkpoint --export` / `podman container restore --import` by hand (zstd, podman's
+#            default and the agent's archive format)
+#   podman-plain = the same with `--compress none`: podman's own work without compression, the floor of its path
 #   agent  = `gpuckpt checkpoint` / `gpuckpt restore --target-gpus` through the agent (the e2e sandbox: fixture
 #            8-GPU node, the built OCI hook and agent), which runs the same podman commands and adds its own work:
 #            the GPU record and annotations at checkpoint, the restore plan (another GPU) at restore
 # The container holds BENCH_MIB of touched, incompressible memory (bench/mem_holder.c) and GPU device aliases
 # (/dev/null as /dev/nvidia0), so the hook records it and a restore onto the other GPU has a plan to apply.
-# Rounds alternate which side goes first; every figure is wall time around the command, archives on /tmp.
+# Rounds rotate which side goes first; every figure is wall time around the command, archives on /tmp.
 #   sudo bash bench/node_flow_bench.sh            BENCH_MIB=4096 BENCH_RUNS=3 BENCH_LABEL=run
 #   GPUCKPT_BUILD_DIR=build (built agent, hook, CLI); results: bench/results/cpu-DATE-node-flow-LABEL.txt
 set -uo pipefail
@@ -58,10 +60,11 @@ start_workload() {
   wait_log "ready" 300
 }
 
-podman_round() {
-  local archive=$WORK/podman.tar.zst t ck rs
+podman_round() {  # podman_round SIDE ROUND COMPRESSION
+  local archive=$WORK/podman.tar.$3 t ck rs
   sync; t=$(now)
-  podman container checkpoint --export "$archive" "$NAME" >/dev/null || { log "podman checkpoint failed"; return 1; }
+  podman container checkpoint --compress "$3" --export "$archive" "$NAME" >/dev/null ||
+    { log "podman checkpoint failed"; return 1; }
   ck=$(since "$t")
   local bytes; bytes=$(stat -c %s "$archive")
   podman rm -f -t 0 "$NAME" >/dev/null
@@ -71,7 +74,7 @@ podman_round() {
   rs=$(since "$t")
   continues || { log "podman: the restored workload does not continue"; return 1; }
   rm -f "$archive"
-  log "$(printf 'podman\t%s\t%s\t%s\t%s\t-\t-' "$1" "$ck" "$rs" "$bytes")"
+  log "$(printf '%s\t%s\t%s\t%s\t%s\t-\t-' "$1" "$2" "$ck" "$rs" "$bytes")"
 }
 
 CURRENT_GPU=
@@ -104,20 +107,25 @@ agent_round() {
 } | tee -a "$RESULT"
 start_workload || { log "the workload did not start"; exit 1; }
 CURRENT_GPU=$GPU0
+run_side() {
+  case $1 in
+    podman) podman_round podman "$2" zstd ;;
+    podman-plain) podman_round podman-plain "$2" none ;;
+    agent) agent_round "$2" ;;
+  esac
+}
+SIDES=(podman podman-plain agent)
 for round in $(seq "$RUNS"); do
-  if [ $((round % 2)) = 1 ]; then
-    podman_round "$round" || exit 1
-    agent_round "$round" || exit 1
-  else
-    agent_round "$round" || exit 1
-    podman_round "$round" || exit 1
-  fi
+  for i in 0 1 2; do run_side "${SIDES[$(((round - 1 + i) % 3))]}" "$round" || exit 1; done
 done
 python3 - "$RESULT" <<'PY' | tee -a "$RESULT"
 import statistics, sys
-rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.startswith(("podman\t", "agent\t"))]
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.startswith(("podman\t", "podman-plain\t", "agent\t"))]
 med = lambda side, col: statistics.median(float(r[col]) for r in rows if r[0] == side)
 for what, col in (("checkpoint", 2), ("restore", 3)):
-    p, a = med("podman", col), med("agent", col)
-    print(f"# median {what}: podman {p:.2f} s, agent {a:.2f} s, agent overhead {a - p:+.2f} s = {100 * (a - p) / p:+.1f}%")
+    a = med("agent", col)
+    for side in ("podman", "podman-plain"):
+        if any(r[0] == side for r in rows):
+            p = med(side, col)
+            print(f"# median {what}: {side} {p:.2f} s, agent {a:.2f} s, agent - {side} {a - p:+.2f} s = {100 * (a - p) / p:+.1f}%")
 PY
