@@ -3,6 +3,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <httplib.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <filesystem>
@@ -545,6 +546,7 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
   const std::string annotated = "ck-20261123T120002Z-0badf00f";
   const std::string imaging = "ck-20261123T120003Z-0badf010";
   const std::string loading = "im-20261123T120004Z-0badf011";
+  const std::string streamed = "ck-20261123T120005Z-0badf012";
   Fixture f([&](const fs::path& root) {
     // What a killed agent leaves: job records in the state dir, its temporary files in the checkpoint dir.
     auto record = [&](const std::string& id, const char* kind, const char* state, const char* phase) {
@@ -557,7 +559,8 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
       REQUIRE(agent::save_job(root / "state", job).ok());
     };
     record(interrupted, "checkpoint", "running", "checkpointing");
-    record(restoring, "restore", "running", "rewriting-spec");
+    record(restoring, "restore", "running", "restoring");
+    record(streamed, "checkpoint", "running", "checkpointing");
     record(finished, "checkpoint", "succeeded", "done");
     record(annotated, "checkpoint", "running", "annotating");
     record(imaging, "checkpoint", "running", "writing-image");
@@ -565,8 +568,12 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
     test::write_file(root / "checkpoints" / "im-20261123t120004z-0badf011.oci" / "index.json", "{}");
     test::make_archive(root / "checkpoints" / (imaging + ".tar.zst"), test::podman_checkpoint_entries());
     test::write_file(root / "checkpoints" / "ck-20261123t120003z-0badf010.oci" / "oci-layout", "{");
-    test::write_file(root / "checkpoints" / ("." + interrupted + ".runtime-partial.tar.zst"), "half");
-    test::write_file(root / "checkpoints" / ("." + restoring + ".restore.tar.zst.partial-99999-0"), "half");
+    REQUIRE(::mkfifo((root / "checkpoints" / ("." + interrupted + ".runtime.fifo")).c_str(), 0600) == 0);
+    test::write_file(root / "checkpoints" / ("." + interrupted + ".tar.zst.partial-99999-3"), "half");
+    REQUIRE(::mkfifo((root / "checkpoints" / ("." + restoring + ".restore.fifo")).c_str(), 0600) == 0);
+    // Renamed into place while the runtime was still finishing: the archive is complete.
+    REQUIRE(::mkfifo((root / "checkpoints" / ("." + streamed + ".runtime.fifo")).c_str(), 0600) == 0);
+    test::make_archive(root / "checkpoints" / (streamed + ".tar.zst"), test::podman_checkpoint_entries());
     test::write_file(root / "checkpoints" / ("." + annotated + ".tar.zst.partial-99999-1"), "half");
     test::make_archive(root / "checkpoints" / (annotated + ".tar.zst"), test::podman_checkpoint_entries());
     test::write_file(root / "checkpoints" / ".other.tar.zst.partial-99999-2", "left by a dead rewrite");
@@ -588,6 +595,7 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
   const auto done = get("/v1/checkpoints", annotated);
   CHECK(done["state"] == "succeeded");
   CHECK(done["result"]["recovered_after_restart"] == true);
+  CHECK(get("/v1/checkpoints", streamed)["state"] == "succeeded");
   // Killed while writing the OCI image: the archive is complete, the partial image is removed.
   const auto image = get("/v1/checkpoints", imaging);
   CHECK(image["state"] == "failed");
@@ -597,7 +605,7 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
   CHECK(im["state"] == "failed");
   CHECK(im["error"].get<std::string>().find("the archive is untouched") != std::string::npos);
   CHECK(f.checkpoint_files() ==
-        std::vector<std::string>{annotated + ".tar.zst", imaging + ".tar.zst", "kept.tar.zst"});
+        std::vector<std::string>{annotated + ".tar.zst", imaging + ".tar.zst", streamed + ".tar.zst", "kept.tar.zst"});
   // The closed records were saved: a second restart sees the same outcome.
   bool found = false;
   for (const auto& job : agent::load_jobs(f.tmp.path / "state"))
