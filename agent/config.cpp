@@ -175,6 +175,16 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     keep(s);
   }
   {
+    Section s = top.child("image_registry");
+    long timeout = c.image_registry.timeout.count();
+    s.get("repository", c.image_registry.repository);
+    s.get("credentials_file", c.image_registry.credentials_file);
+    s.get("plain_http", c.image_registry.plain_http);
+    s.get("timeout_seconds", timeout);
+    c.image_registry.timeout = std::chrono::seconds(timeout);
+    keep(s);
+  }
+  {
     Section s = top.child("limits");
     s.get("max_request_bytes", c.max_request_bytes);
     s.get("max_concurrent_jobs", c.max_concurrent_jobs);
@@ -191,6 +201,10 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
   c.criu_plugin_dir = plugin_dir;
   if (c.listen_port < 0 || c.listen_port > 65535)
     return make_error(source + ": listen.port " + std::to_string(c.listen_port) + " is not a port (0-65535; 0 = any)");
+  if (!c.image_registry.repository.empty())
+    if (auto repo = check_repository(c.image_registry.repository); !repo) return make_error(source + ": " + repo.error().message);
+  if (c.image_registry.timeout.count() <= 0)
+    return make_error(source + ": image_registry.timeout_seconds must be positive");
   if (c.runtime_kind == "crictl")
     return make_error(source + ": runtime.kind 'crictl' is gone: the agent speaks CRI itself now; set runtime.kind: cri "
                       "and runtime.cri.endpoint (or runtime.kind: containerd on containerd 1.7)");
@@ -271,6 +285,11 @@ void log_config(const AgentConfig& c) {
   log::param("limits.max_connections_per_client", std::to_string(c.max_connections_per_client));
   log::param("limits.request_deadline_seconds", std::to_string(c.request_deadline_seconds));
   for (const auto& [name, value] : plugin_environment(c.gpu_memory)) log::param("gpu_memory: " + name, value);
+  if (!c.image_registry.repository.empty()) {
+    log::param("image_registry.repository", c.image_registry.repository);
+    log::param("image_registry.plain_http", c.image_registry.plain_http ? "1" : "0");
+    log::param("image_registry.credentials_file", c.image_registry.credentials_file);
+  }
 }
 
 std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMemoryConfig& c) {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/registry_push.h"
 #include "common/checkpoint_archive.h"
 #include "common/matcher.h"
 #include "common/result.h"
@@ -85,6 +86,7 @@ struct AgentConfig {
   std::size_t max_connections_per_client = 32;   // open connections one remote address may hold
   int request_deadline_seconds = 30;             // a connection open longer is closed
   GpuMemoryConfig gpu_memory;
+  RegistryOptions image_registry;   // checkpoint images are also pushed there when repository is set
 };
 
 // `source` names the input in errors ("/etc/gpuckpt/agent.yaml"). Unknown keys and wrong types are errors.

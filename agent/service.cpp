@@ -7,6 +7,7 @@
 #include <random>
 
 #include "agent/job_store.h"
+#include "agent/registry_push.h"
 #include "common/archive_pipe.h"
 #include "common/checkpoint_archive.h"
 #include "common/checkpoint_image.h"
@@ -386,7 +387,7 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
     return fail("the runtime's checkpoint archive could not be written: " + bytes.error().message +
                 deps_.runtime->put_back(container));
   std::optional<CheckpointImage> image;
-  std::string loaded_as, load_error;
+  std::string loaded_as, load_error, pushed_as, push_error;
   if (!image_tag.empty()) {
     auto written = timed("writing-image", [&] { return write_image(job_id, final_path, image_tag); });
     if (!written) return fail("the archive " + final_path.string() + " is complete, but its OCI image failed: " +
@@ -395,6 +396,11 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
     auto loaded = timed("loading-image", [&] { return load_and_register(job_id, *image, record); });
     if (loaded) loaded_as = loaded.value();
     else load_error = loaded.error().message;
+    if (!config_.image_registry.repository.empty()) {
+      auto pushed = timed("pushing-image", [&] { return push_and_register(job_id, *image, record); });
+      if (pushed) pushed_as = pushed.value();
+      else push_error = pushed.error().message;
+    }
   }
   const double total = seconds_since(start);
   update(job_id, [&](JobStatus& j) {
@@ -415,6 +421,8 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
                            {"pull", "podman pull oci:" + image->layout.string() + ":" + image->reference}};
     if (image && !loaded_as.empty()) j.result["image"]["loaded_as"] = loaded_as;
     if (image && !load_error.empty()) j.result["image"]["load_error"] = load_error;
+    if (image && !pushed_as.empty()) j.result["image"]["pushed_as"] = pushed_as;
+    if (image && !push_error.empty()) j.result["image"]["push_error"] = push_error;
   });
   metrics_.checkpoint_done(true, total, bytes.value());
   log::info("job " + job_id + ": checkpoint of " + container.name + " written to " + final_path.string() + " (" +
@@ -442,6 +450,22 @@ Result<std::string> AgentService::load_and_register(const std::string& job_id, c
                                  registered.error().message);
     }
   return loaded;
+}
+
+Result<std::string> AgentService::push_and_register(const std::string& job_id, const CheckpointImage& image,
+                                                    const std::optional<CheckpointGpuRecord>& record) {
+  auto pushed = push_checkpoint_image(config_.image_registry, image.layout, image.reference);
+  if (!pushed) return pushed;
+  log::info("job " + job_id + ": checkpoint image pushed as " + pushed.value());
+  // A node that pulls it names it REPOSITORY:TAG (or with the digest): gpuckpt-nri there finds the record if
+  // this node is that node; other nodes register it when they load it.
+  const std::string by_tag = config_.image_registry.repository + ":" + image.reference;
+  if (record)
+    for (const std::string& reference : {by_tag, pushed.value()})
+      if (auto registered = register_checkpoint_image(config_.state_dir, reference, *record); !registered)
+        log::warn("job " + job_id + ": checkpoint image " + reference + " not registered for gpuckpt-nri: " +
+                  registered.error().message);
+  return pushed;
 }
 
 Result<std::string> AgentService::start_image(const ImageRequest& request) {
@@ -487,29 +511,46 @@ void AgentService::run_image(const std::string& job_id, fs::path archive, std::s
   mark_phase(job_id, "loading-image");
   const auto t = Clock::now();
   auto loaded = load_and_register(job_id, *image, record);
-  const std::string kept = " (the image layout " + image->layout.string() + " is kept: load or push it by hand, "
-                           "or remove it)";
-  if (!loaded) return fail("loading the checkpoint image into the runtime's store failed: " + loaded.error().message + kept);
-  if (loaded->empty())
-    return fail("runtime.kind " + config_.runtime_kind + " gives the agent no image store to load into (runtime.kind "
-                "cri on containerd, containerd and podman do)" + kept);
-  // The store holds the image now; a second full copy of the checkpoint beside the archive would only take space.
+  const std::string load_error =
+      !loaded ? "loading the checkpoint image into the runtime's store failed: " + loaded.error().message
+      : loaded->empty() ? "runtime.kind " + config_.runtime_kind + " gives the agent no image store to load into "
+                          "(runtime.kind cri on containerd, containerd and podman do)"
+                        : std::string();
+  const double load_s = seconds_since(t);
+  std::optional<Result<std::string>> pushed;
+  if (!config_.image_registry.repository.empty()) {
+    mark_phase(job_id, "pushing-image");
+    pushed = push_and_register(job_id, *image, record);
+  }
+  const bool in_registry = pushed && pushed->ok();
+  const std::string push_error = pushed && !pushed->ok() ? "pushing it to " + config_.image_registry.repository +
+                                                               " failed: " + pushed->error().message
+                                                         : std::string();
+  if (!load_error.empty() && !in_registry)
+    return fail(load_error + (push_error.empty() ? std::string(" and no image_registry is configured") : "; " + push_error) +
+                " (the image layout " + image->layout.string() + " is kept: load or push it by hand, or remove it)");
+  // The store or the registry holds the image now; a second full copy beside the archive would only take space.
   std::error_code ec;
   fs::remove_all(image->layout, ec);
   const double total = seconds_since(start);
-  info["image"] = {{"reference", image->reference}, {"manifest_digest", image->manifest_digest},
-                   {"loaded_as", loaded.value()}};
+  info["image"] = {{"reference", image->reference}, {"manifest_digest", image->manifest_digest}};
+  if (load_error.empty()) info["image"]["loaded_as"] = loaded.value();
+  else info["image"]["load_error"] = load_error;
+  if (in_registry) info["image"]["pushed_as"] = pushed->value();
+  if (!push_error.empty()) info["image"]["push_error"] = push_error;
   update(job_id, [&](JobStatus& j) {
     j.state = "succeeded";
     j.phase = "done";
     j.finished_at = hook::utc_now_rfc3339();
     j.phase_seconds["writing-image"] = write_s;
-    j.phase_seconds["loading-image"] = seconds_since(t);
+    j.phase_seconds["loading-image"] = load_s;
+    if (pushed) j.phase_seconds["pushing-image"] = seconds_since(t) - load_s;
     j.phase_seconds["total"] = total;
     j.result = info;
   });
-  log::info("job " + job_id + ": checkpoint image of " + archive.string() + " loaded as " + loaded.value() + " (" +
-            std::to_string(total) + " s)");
+  log::info("job " + job_id + ": checkpoint image of " + archive.string() + " is " +
+            (load_error.empty() ? "loaded as " + loaded.value() : std::string("not in the node's store")) +
+            (in_registry ? ", pushed as " + pushed->value() : std::string()) + " (" + std::to_string(total) + " s)");
 }
 
 Result<std::string> AgentService::start_restore(const RestoreRequest& request) {

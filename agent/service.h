@@ -102,6 +102,9 @@ class AgentService {
   // The store's name, or "" when the runtime has no store the agent fills.
   Result<std::string> load_and_register(const std::string& job_id, const CheckpointImage& image,
                                         const std::optional<CheckpointGpuRecord>& record);
+  // Pushes `image` to image_registry and registers its names there; "REPOSITORY:TAG@sha256:...".
+  Result<std::string> push_and_register(const std::string& job_id, const CheckpointImage& image,
+                                        const std::optional<CheckpointGpuRecord>& record);
   std::shared_ptr<std::mutex> container_lock(const std::string& container_id);
   void run_checkpoint(const std::string& job_id, const ContainerRef& ref, const RuntimeContainer& container,
                       const std::string& image_tag);

@@ -46,6 +46,8 @@ Result<json> target_pod(const json& source, const TargetPodOptions& options) {
   const std::string ns = string_at(metadata, "namespace", "default");
   if (options.node.empty() || options.container.empty() || options.image.empty())
     return make_error("the target pod needs a node, a container and an image");
+  if (options.pull != "Never" && options.pull != "IfNotPresent")
+    return make_error("pull policy '" + options.pull + "' is not Never or IfNotPresent");
 
   std::string name = options.name;
   if (name.empty()) {
@@ -81,7 +83,7 @@ Result<json> target_pod(const json& source, const TargetPodOptions& options) {
   for (auto& c : target_spec["containers"])
     if (string_at(c, "name") == options.container) {
       c["image"] = options.image;
-      c["imagePullPolicy"] = "Never";
+      c["imagePullPolicy"] = options.pull;
       found = true;
     }
   if (!found) return make_error("pod " + ns + "/" + source_name + " has no container '" + options.container + "'");

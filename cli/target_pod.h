@@ -16,11 +16,12 @@ struct TargetPodOptions {
   std::string container;   // the container restored from the checkpoint
   std::string image;       // its checkpoint image, as loaded into the node's store
   std::string name;        // the new pod's name; empty: "<source name>-migrated"
+  std::string pull = "Never";   // the container's imagePullPolicy: Never (in the node's store) or IfNotPresent
 };
 
 // Kept: namespace, labels (not those controllers set to claim their pods: the copy stands alone), annotations,
 // the whole spec with its resource limits (the device plugin allocates the GPUs again; gpuckpt-nri follows that
-// allocation). Changed: name, spec.nodeName, the container's image (pull policy Never: it is in the node's store).
+// allocation). Changed: name, spec.nodeName, the container's image and pull policy.
 // Dropped: what the API server, admission or controllers own (uid, resourceVersion, ownerReferences, managedFields,
 // status, priority, ephemeral containers, ...) and node selection (nodeSelector, node affinity: the node is chosen).
 // Added: annotations gpuckpt.io/migrated-from (NAMESPACE/NAME) and gpuckpt.io/checkpoint-image.

@@ -1,6 +1,8 @@
 // gpuckpt image ARCHIVE [--tag TAG] [target flags] [--json]
-// Turns a checkpoint archive on this node into a checkpoint image in the node's image store (the agent's runtime),
-// the image a pod restores from on CRI nodes. Prints "  image:    NAME" (the name a pod uses).
+// Turns a checkpoint archive on this node into a checkpoint image in the node's image store (the agent's runtime)
+// and, where the agent has an image_registry, in the registry: the image a pod restores from on CRI nodes. Prints
+// "  image:    NAME" (the name a pod uses: the node's store's when it has it, else the registry's) and
+// "  pull:     Never|IfNotPresent" (the pull policy that name needs).
 #include <cstdio>
 #include <filesystem>
 #include <span>
@@ -49,8 +51,14 @@ int run_image(std::span<char*> args) {
     return kExitOk;
   }
   const auto& image = outcome.job["result"]["image"];
+  const bool in_store = image.contains("loaded_as");
   std::printf("checkpoint image %s\n", outcome.job.value("id", "").c_str());
-  std::printf("  image:    %s\n", image.value("loaded_as", "").c_str());
+  std::printf("  image:    %s\n", image.value(in_store ? "loaded_as" : "pushed_as", "").c_str());
+  std::printf("  pull:     %s\n", in_store ? "Never" : "IfNotPresent");
+  if (in_store && image.contains("pushed_as"))
+    std::printf("  pushed:   %s\n", image.value("pushed_as", "").c_str());
+  for (const char* problem : {"load_error", "push_error"})
+    if (image.contains(problem)) std::printf("  note:     %s\n", image.value(problem, "").c_str());
   std::printf("  digest:   %s\n", image.value("manifest_digest", "").c_str());
   std::printf("  took:     %.2f s\n", outcome.job["phase_seconds"].value("total", 0.0));
   return kExitOk;

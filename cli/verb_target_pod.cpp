@@ -1,4 +1,4 @@
-// gpuckpt target-pod --node NODE --container NAME --image REF [--name NAME] < SOURCE_POD_JSON
+// gpuckpt target-pod --node NODE --container NAME --image REF [--name NAME] [--pull Never|IfNotPresent] < SOURCE_POD_JSON
 // Prints the pod that restores the source pod's container from its checkpoint image on NODE (cli/target_pod.h);
 // `kubectl gpuckpt migrate` pipes `kubectl get pod -o json` through it into `kubectl create -f -`.
 #include <cstdio>
@@ -14,13 +14,15 @@
 namespace gpuckpt::cli {
 
 int run_target_pod(std::span<char*> args) {
-  static const char* kUsage = "gpuckpt target-pod --node NODE --container NAME --image REF [--name NAME] < POD_JSON";
+  static const char* kUsage =
+      "gpuckpt target-pod --node NODE --container NAME --image REF [--name NAME] [--pull Never|IfNotPresent] < POD_JSON";
   TargetPodOptions options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string arg = args[i];
     if (arg == "--help" || arg == "-h") return std::printf("usage: %s\n", kUsage), kExitOk;
     std::string* value = arg == "--node" ? &options.node : arg == "--container" ? &options.container
-                       : arg == "--image" ? &options.image : arg == "--name" ? &options.name : nullptr;
+                       : arg == "--image" ? &options.image : arg == "--name" ? &options.name
+                       : arg == "--pull" ? &options.pull : nullptr;
     if (!value) return usage_error("target-pod", "unexpected argument '" + arg + "'", kUsage);
     if (i + 1 >= args.size()) return usage_error("target-pod", arg + " needs a value", kUsage);
     *value = args[++i];

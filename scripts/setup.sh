@@ -31,7 +31,13 @@ apt_install ca-certificates cmake g++ ninja-build pkg-config make git \
   zstd tar python3 curl procps psmisc unzip iproute2 iptables \
   python3-yaml python3-jsonschema shellcheck dpkg-dev debootstrap binutils \
   libzstd-dev libxxhash-dev \
-  clang-14 libclang-rt-14-dev   # libFuzzer + sanitizers for the fuzz harnesses (fuzz/, scripts/fuzz.sh)
+  clang-14 libclang-rt-14-dev docker-registry
+# clang-14: libFuzzer + sanitizers for the fuzz harnesses (fuzz/, scripts/fuzz.sh). docker-registry: a real registry
+# for the checkpoint image push tests, which start their own on a free port; the service the package enables on
+# :5000 is not needed.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled docker-registry >/dev/null 2>&1; then
+  systemctl disable --now docker-registry >/dev/null 2>&1 || true
+fi
 
 # Catch2 v3 is only in bookworm-backports (bookworm's catch2 is v2).
 if ! dpkg-query -W -f='${Version}' catch2 2>/dev/null | grep -q '^3'; then

@@ -18,6 +18,7 @@
 #include "common/checkpoint_images.h"
 #include "oci-hook/container_store.h"
 #include "test/agent/archive_builder.h"
+#include "test/agent/registry_server.h"
 
 namespace fs = std::filesystem;
 using namespace gpuckpt;
@@ -123,7 +124,8 @@ struct Fixture {
   std::thread thread;
   int port = 0;
 
-  explicit Fixture(std::function<void(const fs::path&)> before_start = {}) {
+  explicit Fixture(std::function<void(const fs::path&)> before_start = {},
+                   std::function<void(agent::AgentConfig&)> configure = {}) {
     if (before_start) before_start(tmp.path);
     agent::AgentConfig config;
     config.state_dir = tmp.path / "state";
@@ -131,6 +133,7 @@ struct Fixture {
     config.kubelet_checkpoint_dir = tmp.path / "kubelet";
     config.max_request_bytes = 4096;
     fs::create_directories(config.checkpoint_dir);
+    if (configure) configure(config);
     runtime->containers["counter"] = {"abc123", "counter", "running", 100};
     runtime->containers["plain"] = {"def456", "plain", "running", 101};
     agent::AgentDeps deps;
@@ -527,6 +530,37 @@ TEST_CASE("image requests: paths and tags from the request are not trusted; no s
   CHECK(job["error"].get<std::string>().find("no image store to load into") != std::string::npos);
   CHECK(job["error"].get<std::string>().find("is kept") != std::string::npos);
   CHECK(fs::is_directory(f.tmp.path / "checkpoints" / agent::image_layout_name(job["id"].get<std::string>())));
+}
+
+TEST_CASE("with an image_registry, images go to the registry too; a node without a store uses it alone", "[e2e]") {
+  test::RegistryServer registry;
+  if (!registry.ready()) SKIP("docker-registry is not installed or did not start (scripts/setup.sh installs it)");
+  Fixture f({}, [&](agent::AgentConfig& config) {
+    config.image_registry.repository = registry.host() + "/gpuckpt/ck";
+    config.image_registry.plain_http = true;
+  });
+  // A checkpoint with an image tag: loaded into the store and pushed.
+  const auto ck = f.wait_job("/v1/checkpoints",
+                             f.post("/v1/checkpoints", R"({"container":"counter","image":"pushed-1"})", 202)["id"]);
+  REQUIRE(ck["state"] == "succeeded");
+  const std::string digest = ck["result"]["image"]["manifest_digest"];
+  CHECK(ck["result"]["image"]["loaded_as"] == "store/pushed-1");
+  CHECK(ck["result"]["image"]["pushed_as"] == registry.host() + "/gpuckpt/ck:pushed-1@" + digest);
+  CHECK(ck["phase_seconds"].contains("pushing-image"));
+  // A moved archive on a node whose runtime has no store the agent fills (CRI-O): the registry alone holds it, and
+  // gpuckpt-nri knows its registry name.
+  f.runtime->has_store = false;
+  const std::string archive = fs::path(ck["result"]["archive"].get<std::string>()).filename();
+  const auto im = f.wait_job("/v1/images", f.post("/v1/images", json{{"archive", archive}, {"image", "moved-2"}}.dump(), 202)["id"]);
+  INFO(im.dump());
+  REQUIRE(im["state"] == "succeeded");
+  CHECK_FALSE(im["result"]["image"].contains("loaded_as"));
+  CHECK(im["result"]["image"]["load_error"].get<std::string>().find("no image store") != std::string::npos);
+  CHECK(im["result"]["image"]["pushed_as"].get<std::string>().rfind(registry.host() + "/gpuckpt/ck:moved-2@sha256:", 0) == 0);
+  auto registered = find_checkpoint_image(f.tmp.path / "state", registry.host() + "/gpuckpt/ck:moved-2");
+  REQUIRE(registered.ok());
+  CHECK(registered->has_value());
+  CHECK(f.checkpoint_files() == std::vector<std::string>{archive, agent::image_layout_name(ck["id"].get<std::string>())});
 }
 
 TEST_CASE("GET /v1/runtime says which runtime and whether restores are pods", "[unit]") {

@@ -100,3 +100,28 @@ TEST_CASE("gpu_memory settings become the plugin's environment; bad values name 
   REQUIRE(example.ok());
   CHECK(gpuckpt::agent::plugin_environment(example->gpu_memory).size() == 4);
 }
+
+TEST_CASE("image_registry: read when set, a malformed repository or timeout names the key", "[unit]") {
+  auto none = parse_config("", "test.yaml");
+  REQUIRE(none.ok());
+  CHECK(none->image_registry.repository.empty());   // no push by default
+  auto c = parse_config("image_registry: {repository: 'registry.example:5000/ml/ck', credentials_file: /etc/r, "
+                        "plain_http: true, timeout_seconds: 90}", "test.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->image_registry.repository == "registry.example:5000/ml/ck");
+  CHECK(c->image_registry.credentials_file == "/etc/r");
+  CHECK(c->image_registry.plain_http);
+  CHECK(c->image_registry.timeout.count() == 90);
+  auto upper = parse_config("image_registry: {repository: registry.example/ML}", "test.yaml");
+  REQUIRE_FALSE(upper.ok());
+  CHECK(upper.error().message.find("test.yaml: image_registry.repository: path component 'ML'") == 0);
+  auto no_path = parse_config("image_registry: {repository: registry.example}", "test.yaml");
+  REQUIRE_FALSE(no_path.ok());
+  CHECK(no_path.error().message.find("is not HOST[:PORT]/PATH") != std::string::npos);
+  auto timeout = parse_config("image_registry: {repository: r.example/x, timeout_seconds: 0}", "test.yaml");
+  REQUIRE_FALSE(timeout.ok());
+  CHECK(timeout.error().message.find("image_registry.timeout_seconds must be positive") != std::string::npos);
+  auto example = load_config(std::string(GPUCKPT_SOURCE_DIR) + "/agent/config.example.yaml");
+  REQUIRE(example.ok());
+  CHECK(example->image_registry.repository.empty());
+}

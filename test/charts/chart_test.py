@@ -425,7 +425,10 @@ def test_full_config_shape():
             "config.limits.max_connections=64", "config.limits.max_connections_per_client=8",
             "config.limits.request_deadline_seconds=20",
             "config.gpu_memory.image=false", "config.gpu_memory.threads=8", "config.gpu_memory.compression=zstd:3",
-            "config.gpu_memory.sparse=false"]
+            "config.gpu_memory.sparse=false",
+            "config.image_registry.repository=registry.example:5000/ml/checkpoints",
+            "config.image_registry.credentials_file=/etc/gpuckpt/registry/credentials",
+            "config.image_registry.plain_http=true", "config.image_registry.timeout_seconds=900"]
     sets += [f"config.match_policy.{k}=false" for k in EXAMPLE["match_policy"]]
     objs = case("full-config", sets)
     spec, cfg, *_ = common_checks(objs, "full-config")
@@ -439,6 +442,9 @@ def test_full_config_shape():
     check(cfg["checkpoints"]["max_archive_bytes"] == 1000000000, "[full-config] large integers stay integers")
     check(cfg["gpu_memory"] == {"image": False, "threads": 8, "compression": "zstd:3", "sparse": False},
           "[full-config] gpu_memory reaches the agent's config")
+    check(cfg["image_registry"] == {"repository": "registry.example:5000/ml/checkpoints", "plain_http": True,
+                                    "credentials_file": "/etc/gpuckpt/registry/credentials", "timeout_seconds": 900},
+          f"[full-config] image_registry reaches the agent's config: {cfg.get('image_registry')}")
     settings = cm_data(objs).get("gpuckpt_plugin.env", "")
     check([l for l in settings.splitlines() if not l.startswith("#")] ==
           ["GPUCKPT_CUDA_MEMORY_IMAGE=0", "GPUCKPT_IMAGE_THREADS=8", "GPUCKPT_IMAGE_COMPRESSION=zstd:3", "GPUCKPT_IMAGE_SPARSE=0"],

@@ -180,6 +180,13 @@ expect 'grep -q "^\[6/6\] creating the pod on gpu-b" "$tmp/err" && grep -q "rest
 run migrate train --to gpu-b && bad "a second migration onto a taken name must fail" || ok
 expect 'grep -q "AlreadyExists" "$tmp/err" && grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv"' "a taken name fails, the source stays"
 
+# a node whose store the agent cannot fill (CRI-O) with an image_registry: the pod pulls the pushed image
+new_cluster; cri_node
+echo "registry.example:5000/ml/checkpoints" > "$FAKE_CLUSTER/nodes/gpu-b/registry"
+run migrate train --to gpu-b && ok || bad "migrate through a registry: $(cat "$tmp/err")"
+expect '[ "$(python3 -c "import json,sys; c=json.load(open(sys.argv[1]))[\"spec\"][\"containers\"][0]; print(c[\"image\"].split(\"@\")[0], c[\"imagePullPolicy\"])" "$FAKE_CLUSTER/created/ml/train-migrated.json")" = "registry.example:5000/ml/checkpoints:$(basename "${src%%.tar*}") IfNotPresent" ]' \
+  "a pushed image is pulled (IfNotPresent) by its registry name"
+
 new_cluster; cri_node
 run migrate train --to gpu-b --name train-b --delete-source && ok || bad "migrate --name --delete-source: $(cat "$tmp/err")"
 expect '[ -f "$FAKE_CLUSTER/created/ml/train-b.json" ] && ! grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv"' "pod train-b created and the source deleted"

@@ -1,0 +1,272 @@
+#include "agent/registry_push.h"
+
+#include <httplib.h>
+
+#include <fstream>
+#include <memory>
+#include <optional>
+
+#include "common/json_reader.h"
+#include "common/log.h"
+
+namespace gpuckpt::agent {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::size_t kMaxMetadataBytes = 1 << 20;   // index.json, a manifest, a registry's error body
+
+struct Repository {
+  std::string host;   // host[:port]
+  std::string name;   // path
+};
+
+Result<Repository> split_repository(const std::string& repository) {
+  const auto slash = repository.find('/');
+  if (repository.empty() || repository.size() > 255 || slash == std::string::npos || slash == 0 ||
+      slash + 1 == repository.size())
+    return make_error("image_registry.repository '" + repository.substr(0, 80) +
+                      "' is not HOST[:PORT]/PATH (e.g. registry.example:5000/ml/checkpoints)");
+  Repository r{repository.substr(0, slash), repository.substr(slash + 1)};
+  for (char c : r.host)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != ':')
+      return make_error("image_registry.repository: host '" + r.host + "' has a character outside [A-Za-z0-9.-:]");
+  std::size_t start = 0;
+  while (start <= r.name.size()) {
+    const auto end = std::min(r.name.find('/', start), r.name.size());
+    const std::string part = r.name.substr(start, end - start);
+    bool ok = !part.empty() && std::isalnum(static_cast<unsigned char>(part.front())) &&
+              std::isalnum(static_cast<unsigned char>(part.back()));
+    for (char c : part)
+      ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-');
+    if (!ok)
+      return make_error("image_registry.repository: path component '" + part +
+                        "' must be lower-case letters, digits and . _ - (alphanumeric at both ends)");
+    start = end + 1;
+  }
+  return r;
+}
+
+std::optional<std::string> read_small(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string text(kMaxMetadataBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxMetadataBytes) return std::nullopt;
+  return text;
+}
+
+struct Blob {
+  std::string digest;   // sha256:HEX
+  std::uint64_t size = 0;
+};
+
+bool is_sha256(const std::string& digest) {
+  if (digest.size() != 71 || digest.rfind("sha256:", 0) != 0) return false;
+  for (std::size_t i = 7; i < digest.size(); ++i)
+    if (!std::isxdigit(static_cast<unsigned char>(digest[i])) || std::isupper(static_cast<unsigned char>(digest[i])))
+      return false;
+  return true;
+}
+
+// The registry's error text (OCI distribution: {"errors": [{"code", "message"}]}), short.
+std::string registry_says(const httplib::Response& response) {
+  std::string what = "HTTP " + std::to_string(response.status);
+  JsonLimits limits;
+  limits.max_bytes = kMaxMetadataBytes;
+  limits.max_depth = 8;
+  if (auto body = parse_json(response.body, "the registry's answer", limits); body && body->is_object()) {
+    if (auto it = body->find("errors"); it != body->end() && it->is_array() && !it->empty() && (*it)[0].is_object()) {
+      const auto& e = (*it)[0];
+      if (e.contains("code") && e["code"].is_string()) what += " " + e["code"].get<std::string>();
+      if (e.contains("message") && e["message"].is_string()) what += ": " + e["message"].get<std::string>().substr(0, 200);
+    }
+  }
+  if (response.status == 401) {
+    const std::string challenge = response.get_header_value("WWW-Authenticate").substr(0, 200);
+    what += " (" + (challenge.empty() ? std::string("no challenge") : challenge) + ")";
+  }
+  return what;
+}
+
+class Pusher {
+ public:
+  Pusher(const RegistryOptions& options, Repository repository)
+      : options_(options), repo_(std::move(repository)),
+        client_((options.plain_http ? "http://" : "https://") + repo_.host) {
+    client_.set_connection_timeout(10);
+    client_.set_read_timeout(static_cast<time_t>(options.timeout.count()));
+    client_.set_write_timeout(static_cast<time_t>(options.timeout.count()));
+  }
+
+  Result<void> push_blob(const fs::path& file, const Blob& blob) {
+    const std::string path = "/v2/" + repo_.name + "/blobs/" + blob.digest;
+    auto head = send([&] { return client_.Head(path.c_str(), headers_); });
+    if (!head) return head.error();
+    if (head->status == 200) {
+      log::info("registry: " + blob.digest + " is there already");
+      return {};
+    }
+    auto started = send([&] { return client_.Post(("/v2/" + repo_.name + "/blobs/uploads/").c_str(), headers_, "", ""); });
+    if (!started) return started.error();
+    if (started->status != 202)
+      return make_error("starting the upload of " + blob.digest + " to " + repo_.host + " failed: " +
+                        registry_says(*started), EIO);
+    std::string location = started->get_header_value("Location");
+    if (location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0) {
+      const auto path_at = location.find('/', location.find("//") + 2);
+      if (location.substr(location.find("//") + 2, path_at - location.find("//") - 2) != repo_.host)
+        return make_error("the registry sent the upload to another host (" + location.substr(0, 120) + "); refused", EIO);
+      location = path_at == std::string::npos ? "/" : location.substr(path_at);
+    }
+    if (location.empty() || location.front() != '/') return make_error("the registry gave no upload location", EIO);
+    location += (location.find('?') == std::string::npos ? "?" : "&") + std::string("digest=") + blob.digest;
+    auto in = std::make_shared<std::ifstream>(file, std::ios::binary);
+    if (!*in) return make_error("cannot read " + file.string(), EIO);
+    auto put = send([&] {
+      in->clear();
+      in->seekg(0);
+      return client_.Put(
+          location.c_str(), headers_, static_cast<std::size_t>(blob.size),
+          [in](std::size_t offset, std::size_t length, httplib::DataSink& sink) {
+            std::vector<char> buffer(std::min<std::size_t>(length, 1 << 20));
+            in->seekg(static_cast<std::streamoff>(offset));
+            in->read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+            const auto got = static_cast<std::size_t>(in->gcount());
+            if (got == 0) return false;
+            return sink.write(buffer.data(), got);
+          },
+          "application/octet-stream");
+    });
+    if (!put) return put.error();
+    if (put->status != 201)
+      return make_error("uploading " + blob.digest + " (" + std::to_string(blob.size) + " bytes) to " + repo_.host +
+                        " failed: " + registry_says(*put), EIO);
+    return {};
+  }
+
+  Result<std::string> push_manifest(const std::string& manifest, const std::string& media_type, const std::string& tag) {
+    auto put = send([&] {
+      return client_.Put(("/v2/" + repo_.name + "/manifests/" + tag).c_str(), headers_, manifest, media_type.c_str());
+    });
+    if (!put) return put.error();
+    if (put->status != 201)
+      return make_error("storing the manifest " + repo_.host + "/" + repo_.name + ":" + tag + " failed: " +
+                        registry_says(*put), EIO);
+    return put->get_header_value("Docker-Content-Digest");
+  }
+
+ private:
+  // One request; on a first 401 with a Basic challenge, again with the credentials.
+  template <typename Request>
+  Result<httplib::Response> send(Request&& request) {
+    auto once = [&]() -> Result<httplib::Response> {
+      auto result = request();
+      if (!result)
+        return make_error("cannot reach the registry " + repo_.host + ": " + httplib::to_string(result.error()), EIO);
+      return result.value();
+    };
+    auto response = once();
+    if (!response) return response.error();
+    if (response->status == 401 && !authorized_) {
+      const std::string challenge = response->get_header_value("WWW-Authenticate");
+      if (challenge.rfind("Basic", 0) != 0)
+        return make_error("the registry " + repo_.host + " wants " + challenge.substr(0, 120) +
+                          " authentication; gpuckpt pushes anonymously or with HTTP Basic only", EACCES);
+      auto credentials = read_credentials();
+      if (!credentials) return credentials.error();
+      const auto colon = credentials->find(':');
+      headers_.insert(httplib::make_basic_authentication_header(credentials->substr(0, colon),
+                                                                credentials->substr(colon + 1)));
+      authorized_ = true;
+      response = once();
+      if (!response) return response.error();
+    }
+    if (response->status == 401 || response->status == 403)
+      return make_error("the registry " + repo_.host + " refused " + repo_.name + ": " + registry_says(*response) +
+                        (options_.credentials_file.empty() ? " (no image_registry.credentials_file)" : ""), EACCES);
+    return response;
+  }
+
+  Result<std::string> read_credentials() const {
+    if (options_.credentials_file.empty())
+      return make_error("the registry " + repo_.host + " asks for credentials: set image_registry.credentials_file "
+                        "(USER:PASSWORD)", EACCES);
+    std::ifstream in(options_.credentials_file);
+    std::string line;
+    std::getline(in, line);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.find(':') == std::string::npos || line.size() > 1024)
+      return make_error("image_registry.credentials_file " + options_.credentials_file + " does not hold USER:PASSWORD",
+                        EINVAL);
+    return line;
+  }
+
+  const RegistryOptions& options_;
+  Repository repo_;
+  httplib::Client client_;
+  httplib::Headers headers_;
+  bool authorized_ = false;
+};
+
+Result<Blob> blob_of(const nlohmann::json& descriptor, const char* what) {
+  if (!descriptor.is_object() || !descriptor.contains("digest") || !descriptor["digest"].is_string() ||
+      !descriptor.contains("size") || !descriptor["size"].is_number_unsigned())
+    return make_error(std::string("the layout's ") + what + " has no digest or size");
+  Blob b{descriptor["digest"].get<std::string>(), descriptor["size"].get<std::uint64_t>()};
+  if (!is_sha256(b.digest)) return make_error(std::string("the layout's ") + what + " digest is not sha256:HEX");
+  return b;
+}
+
+}  // namespace
+
+Result<void> check_repository(const std::string& repository) {
+  auto split = split_repository(repository);
+  if (!split) return split.error();
+  return {};
+}
+
+Result<std::string> push_checkpoint_image(const RegistryOptions& options, const fs::path& layout, const std::string& tag) {
+  auto repo = split_repository(options.repository);
+  if (!repo) return repo.error();
+  JsonLimits limits;
+  limits.max_bytes = kMaxMetadataBytes;
+  limits.max_depth = 8;
+  const auto index_text = read_small(layout / "index.json");
+  if (!index_text) return make_error("cannot read " + (layout / "index.json").string(), EIO);
+  auto index = parse_json(*index_text, (layout / "index.json").string(), limits);
+  if (!index) return index.error();
+  if (!index->contains("manifests") || !(*index)["manifests"].is_array() || (*index)["manifests"].size() != 1)
+    return make_error(layout.string() + " is not a checkpoint image layout (one manifest)");
+  auto manifest_blob = blob_of((*index)["manifests"][0], "manifest");
+  if (!manifest_blob) return manifest_blob.error();
+  const fs::path blobs = layout / "blobs" / "sha256";
+  const auto manifest_text = read_small(blobs / manifest_blob->digest.substr(7));
+  if (!manifest_text) return make_error("cannot read the manifest of " + layout.string(), EIO);
+  auto manifest = parse_json(*manifest_text, "the manifest of " + layout.string(), limits);
+  if (!manifest) return manifest.error();
+  std::vector<Blob> parts;
+  if (auto config = blob_of(manifest->value("config", nlohmann::json()), "config"); config) parts.push_back(*config);
+  else return config.error();
+  if (!manifest->contains("layers") || !(*manifest)["layers"].is_array())
+    return make_error("the manifest of " + layout.string() + " has no layers");
+  for (const auto& layer : (*manifest)["layers"]) {
+    auto b = blob_of(layer, "layer");
+    if (!b) return b.error();
+    parts.push_back(*b);
+  }
+  Pusher pusher(options, *repo);
+  for (const auto& part : parts)
+    if (auto pushed = pusher.push_blob(blobs / part.digest.substr(7), part); !pushed) return pushed.error();
+  const std::string media_type = manifest->value("mediaType", std::string("application/vnd.oci.image.manifest.v1+json"));
+  auto digest = pusher.push_manifest(*manifest_text, media_type, tag);
+  if (!digest) return digest.error();
+  const std::string stored = digest->empty() ? manifest_blob->digest : digest.value();
+  if (stored != manifest_blob->digest)
+    return make_error("the registry stored the manifest as " + stored.substr(0, 80) + ", not " + manifest_blob->digest, EIO);
+  return options.repository + ":" + tag + "@" + stored;
+}
+
+}  // namespace gpuckpt::agent

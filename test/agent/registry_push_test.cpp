@@ -1,0 +1,106 @@
+// Pushing checkpoint images to a real registry (Debian's docker-registry, distribution 2.8): what lands there is the
+// layout's manifest and blobs byte for byte; a second push finds the blobs there; HTTP Basic credentials are sent
+// only when asked and a refusal names the setting; podman pulls the pushed image (a real client reading it).
+#include <catch2/catch_test_macros.hpp>
+
+#include <httplib.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/registry_push.h"
+#include "common/checkpoint_image.h"
+#include "test/agent/archive_builder.h"
+#include "test/agent/registry_server.h"
+
+namespace fs = std::filesystem;
+using namespace gpuckpt;
+using nlohmann::json;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint image pushed to a registry is stored byte for byte under its tag", "[e2e]") {
+  test::RegistryServer registry;
+  if (!registry.ready()) SKIP("docker-registry is not installed or did not start (scripts/setup.sh installs it)");
+  test::TempDir tmp;
+  const fs::path archive = test::make_archive(tmp.path / "ck.tar.zst", test::podman_checkpoint_entries());
+  auto image = write_checkpoint_image(archive, tmp.path / "ck.oci", "ck-1", ArchiveLimits{});
+  REQUIRE(image.ok());
+  agent::RegistryOptions options;
+  options.repository = registry.host() + "/gpuckpt/checkpoints";
+  options.plain_http = true;
+  auto pushed = agent::push_checkpoint_image(options, image->layout, "ck-1");
+  INFO((pushed.ok() ? std::string() : pushed.error().message));
+  REQUIRE(pushed.ok());
+  CHECK(pushed.value() == options.repository + ":ck-1@" + image->manifest_digest);
+
+  httplib::Client client("127.0.0.1", registry.port());
+  auto manifest = client.Get("/v2/gpuckpt/checkpoints/manifests/ck-1",
+                             {{"Accept", "application/vnd.oci.image.manifest.v1+json"}});
+  REQUIRE(manifest);
+  CHECK(manifest->status == 200);
+  CHECK(manifest->get_header_value("Docker-Content-Digest") == image->manifest_digest);
+  CHECK(manifest->body == slurp(image->layout / "blobs" / "sha256" / image->manifest_digest.substr(7)));
+  const std::string layer = json::parse(manifest->body)["layers"][0]["digest"];
+  auto blob = client.Get(("/v2/gpuckpt/checkpoints/blobs/" + layer).c_str());
+  REQUIRE(blob);
+  CHECK(blob->status == 200);
+  CHECK(blob->body == slurp(archive));   // the layer is the archive, unchanged
+
+  // Again, under another tag: every blob is there already, only the manifest is stored.
+  auto again = agent::push_checkpoint_image(options, image->layout, "ck-1-again");
+  REQUIRE(again.ok());
+  CHECK(again.value().find(":ck-1-again@" + image->manifest_digest) != std::string::npos);
+
+  if (::geteuid() == 0 && std::system("podman --version >/dev/null 2>&1") == 0) {
+    const std::string ref = options.repository + ":ck-1";
+    CHECK(std::system(("podman pull -q --tls-verify=false " + ref + " >/dev/null 2>&1").c_str()) == 0);
+    CHECK(std::system(("podman image inspect --format '{{index .Annotations \"io.podman.annotations.checkpoint.name\"}}' " +
+                       ref + " | grep -qx counter").c_str()) == 0);
+    std::system(("podman rmi -f " + ref + " >/dev/null 2>&1").c_str());
+  }
+}
+
+TEST_CASE("registry credentials: sent when asked, a refusal names the setting; bad settings are refused", "[e2e]") {
+  test::RegistryServer registry("gpuckpt", "s3cret-pass");
+  if (!registry.ready()) SKIP("docker-registry is not installed or did not start (scripts/setup.sh installs it)");
+  test::TempDir tmp;
+  auto image = write_checkpoint_image(test::make_archive(tmp.path / "ck.tar", test::podman_checkpoint_entries()),
+                                      tmp.path / "ck.oci", "ck-2", ArchiveLimits{});
+  REQUIRE(image.ok());
+  agent::RegistryOptions options;
+  options.repository = registry.host() + "/ml/ck";
+  options.plain_http = true;
+  auto anonymous = agent::push_checkpoint_image(options, image->layout, "ck-2");
+  REQUIRE_FALSE(anonymous.ok());
+  CHECK(anonymous.error().message.find("asks for credentials: set image_registry.credentials_file") != std::string::npos);
+  test::write_file(tmp.path / "wrong", "gpuckpt:not-it\n");
+  options.credentials_file = (tmp.path / "wrong").string();
+  auto wrong = agent::push_checkpoint_image(options, image->layout, "ck-2");
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(wrong.error().message.find("refused ml/ck: HTTP 401") != std::string::npos);
+  test::write_file(tmp.path / "right", "gpuckpt:s3cret-pass\n");
+  options.credentials_file = (tmp.path / "right").string();
+  auto right = agent::push_checkpoint_image(options, image->layout, "ck-2");
+  INFO((right.ok() ? std::string() : right.error().message));
+  CHECK(right.ok());
+
+  options.repository = "127.0.0.1:" + std::to_string(test::RegistryServer::free_port()) + "/ml/ck";
+  auto nobody = agent::push_checkpoint_image(options, image->layout, "ck-2");
+  REQUIRE_FALSE(nobody.ok());
+  CHECK(nobody.error().message.find("cannot reach the registry") != std::string::npos);
+  for (const char* bad : {"no-path", "/ml/ck", "host/ML/ck", "host/ml//ck", "host/ml/ck/", "ho st/ml"})
+    CHECK_FALSE(agent::check_repository(bad).ok());
+  CHECK(agent::check_repository("registry.example:5000/ml/check-points_1").ok());
+}
