@@ -34,6 +34,12 @@ Error with_errno(Error e, int value) {
   return e;
 }
 
+// What a restore or image job reports about its archive.
+nlohmann::json archive_summary(const fs::path& archive, const CheckpointInfo& info) {
+  return {{"archive", archive.string()}, {"container_name", info.container_name}, {"engine", info.engine},
+          {"gpu_record", info.gpus.has_value()}};
+}
+
 bool is_inside(const fs::path& path, const fs::path& dir) {
   const auto rel = path.lexically_relative(dir);
   return !rel.empty() && *rel.begin() != ".." && rel != ".";
@@ -232,6 +238,22 @@ Result<fs::path> AgentService::resolve_archive(std::string_view name) const {
   if (!fs::is_regular_file(fs::symlink_status(candidate, ec)))
     return make_error("archive '" + std::string(name) + "' is not a regular file");
   return candidate;
+}
+
+Result<std::pair<fs::path, CheckpointInfo>> AgentService::checked_archive(std::string_view name,
+                                                                          const char* purpose) const {
+  auto archive = resolve_archive(name);
+  if (!archive) return archive.error();
+  auto info = inspect_checkpoint_archive(archive.value(), config_.archive_limits);
+  if (!info) {
+    const int code = info.error().errno_value == EFBIG ? EFBIG : EBADMSG;
+    return with_errno(make_error("archive " + std::string(name) + " cannot " + purpose + ": " + info.error().message),
+                      code);
+  }
+  if (!info->has_criu_images)
+    return with_errno(make_error("archive " + std::string(name) + " has no CRIU images (checkpoint/inventory.img)"),
+                      EBADMSG);
+  return std::make_pair(std::move(archive.value()), std::move(info.value()));
 }
 
 Result<nlohmann::json> AgentService::gpus() const {
@@ -471,27 +493,18 @@ Result<std::string> AgentService::push_and_register(const std::string& job_id, c
 Result<std::string> AgentService::start_image(const ImageRequest& request) {
   if (!request.tag.empty() && !is_safe_id(request.tag))
     return make_error("'image' must be an image tag (letters, digits, '.', '_', '-'), got '" + request.tag + "'");
-  auto archive = resolve_archive(request.archive);
-  if (!archive) return archive.error();
-  auto info = inspect_checkpoint_archive(archive.value(), config_.archive_limits);
-  if (!info) {
-    const int code = info.error().errno_value == EFBIG ? EFBIG : EBADMSG;
-    return with_errno(make_error("archive " + request.archive + " cannot become a checkpoint image: " +
-                                 info.error().message), code);
-  }
-  if (!info->has_criu_images)
-    return with_errno(make_error("archive " + request.archive + " has no CRIU images (checkpoint/inventory.img)"),
-                      EBADMSG);
+  auto checked = checked_archive(request.archive, "become a checkpoint image");
+  if (!checked) return checked.error();
+  auto& [archive, info] = checked.value();
   nlohmann::json req = {{"archive", request.archive}};
   if (!request.tag.empty()) req["image"] = request.tag;
   const std::string id = add_job("image", req);
   std::string tag = request.tag;   // default: the job's id, lower case (as its layout's name)
   if (tag.empty())
     for (char c : id) tag += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  nlohmann::json summary = {{"archive", archive->string()}, {"container_name", info->container_name},
-                            {"engine", info->engine}, {"gpu_record", info->gpus.has_value()}};
-  log::info("job " + id + ": checkpoint image of " + archive->string() + " accepted (tag " + tag + ")");
-  launch(id, [this, id, path = archive.value(), tag, gpus = info->gpus, summary] {
+  nlohmann::json summary = archive_summary(archive, info);
+  log::info("job " + id + ": checkpoint image of " + archive.string() + " accepted (tag " + tag + ")");
+  launch(id, [this, id, path = archive, tag, gpus = info.gpus, summary] {
     run_image(id, path, tag, gpus, summary);
   });
   return id;
@@ -556,23 +569,15 @@ void AgentService::run_image(const std::string& job_id, fs::path archive, std::s
 Result<std::string> AgentService::start_restore(const RestoreRequest& request) {
   if (!request.name.empty() && !is_valid_container_name(request.name))
     return make_error("'name' must be a container name (letters, digits, '_', '.', '-'), got '" + request.name + "'");
-  auto archive = resolve_archive(request.archive);
-  if (!archive) return archive.error();
-  auto info = inspect_checkpoint_archive(archive.value(), config_.archive_limits);
-  if (!info) {
-    const int code = info.error().errno_value == EFBIG ? EFBIG : EBADMSG;
-    return with_errno(make_error("archive " + request.archive + " cannot be restored: " + info.error().message), code);
-  }
-  if (!info->has_criu_images)
-    return with_errno(make_error("archive " + request.archive + " has no CRIU images (checkpoint/inventory.img)"),
-                      EBADMSG);
+  auto checked = checked_archive(request.archive, "be restored");
+  if (!checked) return checked.error();
+  auto& [archive, info] = checked.value();
   std::optional<RestorePlan> plan;
-  nlohmann::json summary = {{"archive", archive->string()}, {"container_name", info->container_name},
-                            {"engine", info->engine}, {"gpu_record", info->gpus.has_value()}};
-  if (info->gpus && !info->gpus->record.used_gpu_ids.empty()) {
+  nlohmann::json summary = archive_summary(archive, info);
+  if (info.gpus && !info.gpus->record.used_gpu_ids.empty()) {
     auto inventory = deps_.inventory();
     if (!inventory) return inventory.error();
-    auto made = plan_for_allocation(*info->gpus, inventory.value(), request.target_gpus, config_.match_policy);
+    auto made = plan_for_allocation(*info.gpus, inventory.value(), request.target_gpus, config_.match_policy);
     if (!made) return with_errno(make_error("no GPU on this node can take checkpoint " + request.archive + ": " +
                                             made.error().message), EDOM);
     plan = std::move(made.value());
@@ -582,9 +587,9 @@ Result<std::string> AgentService::start_restore(const RestoreRequest& request) {
   nlohmann::json req = {{"archive", request.archive}, {"name", name}};
   if (request.target_gpus) req["target_gpus"] = *request.target_gpus;
   const std::string id = add_job("restore", req);
-  log::info("job " + id + ": restore of " + archive->string() + " accepted (" +
+  log::info("job " + id + ": restore of " + archive.string() + " accepted (" +
             (plan ? std::to_string(plan->assignments.size()) + " GPU(s) matched" : std::string("no GPU state")) + ")");
-  launch(id, [this, id, path = archive.value(), checkpoint = std::move(info.value()), plan, name, summary] {
+  launch(id, [this, id, path = archive, checkpoint = std::move(info), plan, name, summary] {
     run_restore(id, path, checkpoint, plan, name, summary);
   });
   return id;

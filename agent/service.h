@@ -82,6 +82,10 @@ class AgentService {
 
   // An archive the API may name: inside checkpoints.dir (or kubelet_dir), no "..", no symlinks, a regular file.
   Result<std::filesystem::path> resolve_archive(std::string_view name) const;
+  // resolve_archive, then the whole archive validated and inspected; it must hold CRIU images. Errors say it cannot
+  // `purpose` ("be restored").
+  Result<std::pair<std::filesystem::path, CheckpointInfo>> checked_archive(std::string_view name,
+                                                                          const char* purpose) const;
 
   const AgentConfig& config() const { return config_; }
 

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -94,6 +96,13 @@ inline void write_file(const std::filesystem::path& path, const std::string& dat
   FILE* f = std::fopen(path.c_str(), "wb");
   std::fwrite(data.data(), 1, data.size(), f);
   std::fclose(f);
+}
+
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 // The /dev tmpfs image CRIU writes (gzip'd tar of the container's /dev).

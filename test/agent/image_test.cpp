@@ -27,13 +27,6 @@ std::string sha256(const std::string& data) {
   return h.hex();
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 TEST_CASE("SHA-256 matches the FIPS 180-2 test vectors", "[unit]") {
@@ -64,16 +57,16 @@ TEST_CASE("a checkpoint archive becomes an OCI image layout engines recognise as
   const auto layout = tmp.path / "ck-1.oci";
   auto image = write_checkpoint_image(archive, layout, "ck-1", ArchiveLimits{});
   REQUIRE(image.ok());
-  CHECK(json::parse(slurp(layout / "oci-layout"))["imageLayoutVersion"] == "1.0.0");
+  CHECK(json::parse(test::read_file(layout / "oci-layout"))["imageLayoutVersion"] == "1.0.0");
   // Every blob is named by its digest.
   for (const auto& blob : fs::directory_iterator(layout / "blobs" / "sha256"))
-    CHECK(sha256(slurp(blob.path())) == blob.path().filename().string());
-  const auto index = json::parse(slurp(layout / "index.json"));
+    CHECK(sha256(test::read_file(blob.path())) == blob.path().filename().string());
+  const auto index = json::parse(test::read_file(layout / "index.json"));
   REQUIRE(index["manifests"].size() == 1);
   CHECK(index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] == "ck-1");
   const std::string manifest_digest = index["manifests"][0]["digest"];
   CHECK(manifest_digest == image->manifest_digest);
-  const auto manifest = json::parse(slurp(layout / "blobs" / "sha256" / manifest_digest.substr(7)));
+  const auto manifest = json::parse(test::read_file(layout / "blobs" / "sha256" / manifest_digest.substr(7)));
   const auto& a = manifest["annotations"];
   CHECK(a["io.kubernetes.cri-o.annotations.checkpoint.name"] == "counter");
   CHECK(a["io.podman.annotations.checkpoint.name"] == "counter");
@@ -88,8 +81,8 @@ TEST_CASE("a checkpoint archive becomes an OCI image layout engines recognise as
   // The layer is the archive, unchanged; uncompressed, its diff id is its digest.
   REQUIRE(manifest["layers"].size() == 1);
   CHECK(manifest["layers"][0]["mediaType"] == "application/vnd.oci.image.layer.v1.tar");
-  CHECK(manifest["layers"][0]["digest"] == "sha256:" + sha256(slurp(archive)));
-  const auto config = json::parse(slurp(layout / "blobs" / "sha256" / manifest["config"]["digest"].get<std::string>().substr(7)));
+  CHECK(manifest["layers"][0]["digest"] == "sha256:" + sha256(test::read_file(archive)));
+  const auto config = json::parse(test::read_file(layout / "blobs" / "sha256" / manifest["config"]["digest"].get<std::string>().substr(7)));
   CHECK(config["rootfs"]["diff_ids"][0] == manifest["layers"][0]["digest"]);
   // The architecture is this machine's, by its OCI name (uname -m says x86_64/aarch64, OCI amd64/arm64).
   struct utsname machine {};
@@ -113,10 +106,10 @@ TEST_CASE("a compressed archive keeps its compression and gets the diff id of it
   const auto zstd = test::make_archive(tmp.path / "ck.tar.zst", test::podman_checkpoint_entries());
   auto image = write_checkpoint_image(zstd, tmp.path / "z.oci", "z", ArchiveLimits{});
   REQUIRE(image.ok());
-  const auto manifest = json::parse(slurp(tmp.path / "z.oci" / "blobs" / "sha256" / image->manifest_digest.substr(7)));
+  const auto manifest = json::parse(test::read_file(tmp.path / "z.oci" / "blobs" / "sha256" / image->manifest_digest.substr(7)));
   CHECK(manifest["layers"][0]["mediaType"] == "application/vnd.oci.image.layer.v1.tar+zstd");
   const auto config = json::parse(
-      slurp(tmp.path / "z.oci" / "blobs" / "sha256" / manifest["config"]["digest"].get<std::string>().substr(7)));
+      test::read_file(tmp.path / "z.oci" / "blobs" / "sha256" / manifest["config"]["digest"].get<std::string>().substr(7)));
   CHECK(config["rootfs"]["diff_ids"][0] == "sha256:" + sha256(plain));
 }
 
@@ -153,7 +146,7 @@ TEST_CASE("podman loads a checkpoint image under the gpuckpt name; a broken layo
 
   auto broken = write_checkpoint_image(archive, tmp.path / "broken.oci", tag, ArchiveLimits{});
   REQUIRE(broken.ok());
-  const std::string layer = json::parse(slurp(broken->layout / "blobs" / "sha256" /
+  const std::string layer = json::parse(test::read_file(broken->layout / "blobs" / "sha256" /
                                              broken->manifest_digest.substr(7)))["layers"][0]["digest"];
   fs::remove(broken->layout / "blobs" / "sha256" / layer.substr(7));
   auto refused = podman->load_image(broken->layout, tag);

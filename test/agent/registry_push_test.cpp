@@ -5,9 +5,6 @@
 
 #include <httplib.h>
 
-#include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
 
 #include "agent/registry_push.h"
@@ -18,17 +15,6 @@
 namespace fs = std::filesystem;
 using namespace gpuckpt;
 using nlohmann::json;
-
-namespace {
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-}  // namespace
 
 TEST_CASE("a checkpoint image pushed to a registry is stored byte for byte under its tag", "[e2e]") {
   test::RegistryServer registry;
@@ -51,12 +37,12 @@ TEST_CASE("a checkpoint image pushed to a registry is stored byte for byte under
   REQUIRE(manifest);
   CHECK(manifest->status == 200);
   CHECK(manifest->get_header_value("Docker-Content-Digest") == image->manifest_digest);
-  CHECK(manifest->body == slurp(image->layout / "blobs" / "sha256" / image->manifest_digest.substr(7)));
+  CHECK(manifest->body == test::read_file(image->layout / "blobs" / "sha256" / image->manifest_digest.substr(7)));
   const std::string layer = json::parse(manifest->body)["layers"][0]["digest"];
   auto blob = client.Get(("/v2/gpuckpt/checkpoints/blobs/" + layer).c_str());
   REQUIRE(blob);
   CHECK(blob->status == 200);
-  CHECK(blob->body == slurp(archive));   // the layer is the archive, unchanged
+  CHECK(blob->body == test::read_file(archive));   // the layer is the archive, unchanged
 
   // Again, under another tag: every blob is there already, only the manifest is stored.
   auto again = agent::push_checkpoint_image(options, image->layout, "ck-1-again");

@@ -75,6 +75,14 @@ count_of() {  # count_of PID: the counter's value (the file is rewritten 10 time
   done
   fail "no counter value in process $1"
 }
+adjusted_to_gpu1() {  # adjusted_to_gpu1 CID: gpuckpt-nri gave the container GPU 1's node as /dev/nvidia0 and a plan
+  ctrd_ctr containers info "$1" | python3 -c '
+import json, sys
+spec = json.load(sys.stdin)["Spec"]
+dev = {d["path"]: (d["major"], d["minor"]) for d in spec["linux"]["devices"]}
+assert dev["/dev/nvidia0"] == (1, 5), dev
+assert spec["annotations"]["io.gpuckpt.restore-plan"].startswith("rp-"), spec["annotations"]'
+}
 counts_past() {  # counts_past PID N: the counter passes N within 10 s
   for _ in $(seq 100); do [ "$(count_of "$1")" -gt "$2" ] && return 0; sleep 0.1; done
   return 1
@@ -234,13 +242,7 @@ ctrd_ctr content get "$(sandbox_json_field "$r_ck" '["result"]["image"]["manifes
   fail "the loaded manifest lacks the checkpoint annotations"
 LOADED_CID=$(cri create gpuckpt-e2e "$POD" from-image "$LOADED" --device /dev/zero:/dev/nvidia1 \
   --env NVIDIA_VISIBLE_DEVICES=1 -- /bin/true) || fail "CreateContainer from the loaded checkpoint image: $(tail -2 "$TMP/nri.log")"
-ctrd_ctr containers info "$LOADED_CID" | python3 -c '
-import json, sys
-spec = json.load(sys.stdin)["Spec"]
-dev = {d["path"]: (d["major"], d["minor"]) for d in spec["linux"]["devices"]}
-assert dev["/dev/nvidia0"] == (1, 5), dev
-assert spec["annotations"]["io.gpuckpt.restore-plan"].startswith("rp-"), spec["annotations"]' ||
-  fail "the container created from the loaded image was not adjusted by gpuckpt-nri"
+adjusted_to_gpu1 "$LOADED_CID" || fail "the container created from the loaded image was not adjusted by gpuckpt-nri"
 echo "ok: $LOADED in containerd's store with org.criu.checkpoint.* and io.gpuckpt.*; created from it with GPU 1: /dev/nvidia0 -> 1:5, plan named"
 
 step "6b. a moved archive becomes a checkpoint image on a CRI node (runtime.kind: cri, containerd's API on its CRI socket)"
@@ -258,13 +260,7 @@ grep -qx "$MOVED" "$TMP/images.txt" || fail "containerd does not list $MOVED: $(
 [ -z "$(find "$CK" -maxdepth 1 -name 'im-*.oci')" ] || fail "the loaded image's layout was left beside the archive"
 MOVED_CID=$(cri create gpuckpt-e2e "$POD" from-moved "$MOVED" --device /dev/zero:/dev/nvidia1 \
   --env NVIDIA_VISIBLE_DEVICES=1 -- /bin/true) || fail "CreateContainer from the moved image: $(tail -2 "$TMP/nri.log")"
-ctrd_ctr containers info "$MOVED_CID" | python3 -c '
-import json, sys
-spec = json.load(sys.stdin)["Spec"]
-dev = {d["path"]: (d["major"], d["minor"]) for d in spec["linux"]["devices"]}
-assert dev["/dev/nvidia0"] == (1, 5), dev
-assert spec["annotations"]["io.gpuckpt.restore-plan"].startswith("rp-"), spec["annotations"]' ||
-  fail "the container created from the moved image was not adjusted by gpuckpt-nri"
+adjusted_to_gpu1 "$MOVED_CID" || fail "the container created from the moved image was not adjusted by gpuckpt-nri"
 echo "ok: gpuckpt runtime -> '$RT'; gpuckpt image -> $MOVED in containerd's store; created from it with GPU 1: adjusted"
 
 step "6. created from the checkpoint's image with another allocation: gpuckpt-nri adjusts it to the plan"
