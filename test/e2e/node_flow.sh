@@ -96,9 +96,12 @@ echo "ok: recorded $ID -> $GPU0"
 r=$(api GET /v1/containers); expect 200 "$r" "GET /v1/containers"
 [[ "$r" == *"$ID"* ]] || fail "/v1/containers does not list $ID"
 
+# The containers this test (or a restore of its archives, named after $NAME) could have made: other engineers'
+# containers on this shared machine come and go meanwhile.
+ours_ps() { podman ps -a -q --filter "name=^$NAME" | sort | tr '\n' ' '; }
 step "3a. bad requests get 4xx and change nothing"
 BEFORE_CK=$(ls -A "$CK" | sort | tr '\n' ' ')
-BEFORE_PS=$(podman ps -a -q | sort | tr '\n' ' ')
+BEFORE_PS=$(ours_ps)
 r=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer wrong" -X POST --data "{\"container\":\"$NAME\"}" "$URL/v1/checkpoints")
 [ "$r" = 401 ] || fail "wrong token: $r"; echo "ok: wrong token -> 401"
 r=$(curl -s -o /dev/null -w '%{http_code}' -X POST --data "{\"container\":\"$NAME\"}" "$URL/v1/checkpoints")
@@ -109,7 +112,7 @@ expect 403 "$(api POST /v1/restores '{"archive":"../../../etc/passwd"}')" "trave
 expect 403 "$(api POST /v1/restores '{"archive":"/etc/passwd"}')" "archive outside the checkpoint dir"
 expect 404 "$(api GET /v1/checkpoints/ck-does-not-exist)" "unknown checkpoint job"
 [ "$(ls -A "$CK" | sort | tr '\n' ' ')" = "$BEFORE_CK" ] || fail "a bad request changed $CK"
-[ "$(podman ps -a -q | sort | tr '\n' ' ')" = "$BEFORE_PS" ] || fail "a bad request changed the containers"
+[ "$(ours_ps)" = "$BEFORE_PS" ] || fail "a bad request changed the containers"
 [ "$(podman inspect -f '{{.State.Status}}' "$NAME")" = running ] || fail "container stopped by a bad request"
 
 step "2. checkpoint through the agent API"
@@ -158,10 +161,10 @@ echo "ok: the agent loaded the OCI checkpoint image into podman as $IMAGE_NAME; 
 step "3b. malformed and truncated archives are refused"
 head -c $(( $(stat -c %s "$ARCHIVE") / 2 )) "$ARCHIVE" > "$CK/truncated.tar.zst"
 echo "not an archive" > "$CK/junk.tar.zst"
-BEFORE_PS=$(podman ps -a -q | sort | tr '\n' ' ')
+BEFORE_PS=$(ours_ps)
 expect 422 "$(api POST /v1/restores '{"archive":"truncated.tar.zst"}')" "truncated archive"
 expect 422 "$(api POST /v1/restores '{"archive":"junk.tar.zst"}')" "malformed archive"
-[ "$(podman ps -a -q | sort | tr '\n' ' ')" = "$BEFORE_PS" ] || fail "a refused restore created a container"
+[ "$(ours_ps)" = "$BEFORE_PS" ] || fail "a refused restore created a container"
 rm -f "$CK/truncated.tar.zst" "$CK/junk.tar.zst"
 
 step "4. restore through the agent onto GPU $GPU1"
