@@ -261,7 +261,7 @@ grep -qx "$MOVED" "$TMP/images.txt" || fail "containerd does not list $MOVED: $(
 MOVED_CID=$(cri create gpuckpt-e2e "$POD" from-moved "$MOVED" --device /dev/zero:/dev/nvidia1 \
   --env NVIDIA_VISIBLE_DEVICES=1 -- /bin/true) || fail "CreateContainer from the moved image: $(tail -2 "$TMP/nri.log")"
 adjusted_to_gpu1 "$MOVED_CID" || fail "the container created from the moved image was not adjusted by gpuckpt-nri"
-echo "ok: gpuckpt runtime -> '$RT'; gpuckpt image -> $MOVED in containerd's store; created from it with GPU 1: adjusted"
+echo "ok: gpuckpt runtime -> '$RT'; gpuckpt image -> $MOVED in containerd's store in $(sed -n 's/^  took: *//p' "$TMP/image.txt") ($(stat -c %s "$ARCHIVE") byte archive); created from it with GPU 1: adjusted"
 
 step "6. created from the checkpoint's image with another allocation: gpuckpt-nri adjusts it to the plan"
 # The agent registered its checkpoint image for gpuckpt-nri; containerd 1.7 cannot restore from it, so the

@@ -156,7 +156,7 @@ podman image inspect "$IMAGE_NAME" --format '{{index .Annotations "io.gpuckpt.us
 podman container restore --name "$NAME-image" "$IMAGE_NAME" >/dev/null || fail "podman restore from the checkpoint image"
 [ "$(podman inspect -f '{{.State.Status}}' "$NAME-image")" = running ] || fail "container from the image is not running"
 podman rm -f -t 0 "$NAME-image" >/dev/null
-echo "ok: the agent loaded the OCI checkpoint image into podman as $IMAGE_NAME; it carries io.gpuckpt.* and restores with podman"
+echo "ok: the agent loaded the OCI checkpoint image into podman as $IMAGE_NAME in $(json_field "$r" '["phase_seconds"]["loading-image"]') s; it carries io.gpuckpt.* and restores with podman"
 
 step "3b. malformed and truncated archives are refused"
 head -c $(( $(stat -c %s "$ARCHIVE") / 2 )) "$ARCHIVE" > "$CK/truncated.tar.zst"
