@@ -2,7 +2,9 @@
 
 #include <httplib.h>
 
+#include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -62,6 +64,42 @@ struct Blob {
   std::string digest;   // sha256:HEX
   std::uint64_t size = 0;
 };
+
+// The parameters of an authentication challenge: realm="...",service="...",scope="..." (quoted or bare values).
+std::map<std::string, std::string> challenge_params(std::string_view text) {
+  std::map<std::string, std::string> params;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == ',')) ++i;
+    const auto eq = text.find('=', i);
+    if (eq == std::string_view::npos) break;
+    std::string key(text.substr(i, eq - i));
+    std::string value;
+    i = eq + 1;
+    if (i < text.size() && text[i] == '"') {
+      for (++i; i < text.size() && text[i] != '"'; ++i) value += text[i] == '\\' && i + 1 < text.size() ? text[++i] : text[i];
+      ++i;
+    } else {
+      while (i < text.size() && text[i] != ',') value += text[i++];
+    }
+    params[key] = value;
+  }
+  return params;
+}
+
+std::string percent_encoded(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      out += hex;
+    }
+  }
+  return out;
+}
 
 bool is_sha256(const std::string& digest) {
   if (digest.size() != 71 || digest.rfind("sha256:", 0) != 0) return false;
@@ -172,14 +210,20 @@ class Pusher {
     if (!response) return response.error();
     if (response->status == 401 && !authorized_) {
       const std::string challenge = response->get_header_value("WWW-Authenticate");
-      if (challenge.rfind("Basic", 0) != 0)
-        return make_error("the registry " + repo_.host + " wants " + challenge.substr(0, 120) +
-                          " authentication; gpuckpt pushes anonymously or with HTTP Basic only", EACCES);
-      auto credentials = read_credentials();
-      if (!credentials) return credentials.error();
-      const auto colon = credentials->find(':');
-      headers_.insert(httplib::make_basic_authentication_header(credentials->substr(0, colon),
-                                                                credentials->substr(colon + 1)));
+      if (challenge.rfind("Bearer ", 0) == 0) {
+        auto token = bearer_token(challenge);
+        if (!token) return token.error();
+        headers_.emplace("Authorization", "Bearer " + token.value());
+      } else if (challenge.rfind("Basic", 0) == 0) {
+        auto credentials = read_credentials();
+        if (!credentials) return credentials.error();
+        const auto colon = credentials->find(':');
+        headers_.insert(httplib::make_basic_authentication_header(credentials->substr(0, colon),
+                                                                  credentials->substr(colon + 1)));
+      } else {
+        return make_error("the registry " + repo_.host + " wants '" + challenge.substr(0, 120) +
+                          "' authentication; gpuckpt knows Basic and Bearer (token)", EACCES);
+      }
       authorized_ = true;
       response = once();
       if (!response) return response.error();
@@ -188,6 +232,54 @@ class Pusher {
       return make_error("the registry " + repo_.host + " refused " + repo_.name + ": " + registry_says(*response) +
                         (options_.credentials_file.empty() ? " (no image_registry.credentials_file)" : ""), EACCES);
     return response;
+  }
+
+  // Token authentication (Docker Hub, GHCR, Harbor, distribution's `auth: token`): a token for pull and push on this
+  // repository from the realm the challenge names, asked with the credentials when there are any.
+  Result<std::string> bearer_token(const std::string& challenge) {
+    const auto params = challenge_params(challenge.substr(7));
+    const auto realm = params.find("realm");
+    if (realm == params.end()) return make_error("the registry " + repo_.host + "'s Bearer challenge names no realm", EIO);
+    const std::string& url = realm->second;
+    const auto scheme_end = url.find("://");
+    if (scheme_end == std::string::npos || (url.substr(0, scheme_end) != "http" && url.substr(0, scheme_end) != "https"))
+      return make_error("the registry " + repo_.host + "'s token realm '" + url.substr(0, 120) + "' is not an http(s) URL",
+                        EIO);
+    const auto path_at = url.find('/', scheme_end + 3);
+    httplib::Client token_client(url.substr(0, path_at));
+    token_client.set_connection_timeout(10);
+    token_client.set_read_timeout(30);
+    std::string path = path_at == std::string::npos ? "/" : url.substr(path_at);
+    path += (path.find('?') == std::string::npos ? "?" : "&");
+    if (auto service = params.find("service"); service != params.end()) path += "service=" + percent_encoded(service->second) + "&";
+    path += "scope=" + percent_encoded("repository:" + repo_.name + ":pull,push");
+    httplib::Headers headers;
+    if (!options_.credentials_file.empty()) {
+      auto credentials = read_credentials();
+      if (!credentials) return credentials.error();
+      const auto colon = credentials->find(':');
+      headers.insert(httplib::make_basic_authentication_header(credentials->substr(0, colon), credentials->substr(colon + 1)));
+    }
+    auto answer = token_client.Get(path.c_str(), headers);
+    if (!answer)
+      return make_error("cannot reach the token service " + url.substr(0, 120) + ": " + httplib::to_string(answer.error()), EIO);
+    if (answer->status != 200)
+      return make_error("the token service " + url.substr(0, 120) + " refused a push token for " + repo_.name + ": " +
+                        registry_says(answer.value()) +
+                        (options_.credentials_file.empty() ? " (no image_registry.credentials_file)" : ""), EACCES);
+    JsonLimits limits;
+    limits.max_bytes = kMaxMetadataBytes;
+    limits.max_depth = 8;
+    auto body = parse_json(answer->body, "the token service's answer", limits);
+    if (!body) return body.error();
+    for (const char* key : {"token", "access_token"})
+      if (body->is_object() && body->contains(key) && (*body)[key].is_string() && !(*body)[key].get<std::string>().empty()) {
+        const std::string token = (*body)[key].get<std::string>();
+        if (token.size() > 16384 || token.find_first_of("\r\n ") != std::string::npos)
+          return make_error("the token service's token is not a single token", EIO);
+        return token;
+      }
+    return make_error("the token service " + url.substr(0, 120) + " answered without a token", EIO);
   }
 
   Result<std::string> read_credentials() const {

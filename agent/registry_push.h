@@ -1,9 +1,9 @@
 // Pushes a checkpoint image (the OCI image layout write_checkpoint_image makes: index.json naming one manifest, its
 // config and layer blobs) to a registry through the OCI distribution API, so any node (or a cluster without a
 // shared store) can pull it: blobs the registry lacks are uploaded (HEAD, then POST + one PUT with the digest,
-// streamed from the file), then the manifest is PUT under the tag. Anonymous or HTTP Basic (a registry that answers
-// 401 with a Basic challenge gets the credentials from `credentials_file`, "USER:PASSWORD" on one line). Token
-// (Bearer) authentication is not implemented: such a registry's 401 is reported with its challenge.
+// streamed from the file), then the manifest is PUT under the tag. Authentication as the registry's 401 asks:
+// HTTP Basic with `credentials_file` ("USER:PASSWORD" on one line), or a Bearer token for pull and push on the
+// repository from the token service the challenge names (asked with the same credentials, or anonymously).
 #pragma once
 
 #include <chrono>

@@ -83,10 +83,39 @@ TEST_CASE("registry credentials: sent when asked, a refusal names the setting; b
   CHECK(right.ok());
 
   options.repository = "127.0.0.1:" + std::to_string(test::RegistryServer::free_port()) + "/ml/ck";
+  options.credentials_file.clear();
   auto nobody = agent::push_checkpoint_image(options, image->layout, "ck-2");
   REQUIRE_FALSE(nobody.ok());
   CHECK(nobody.error().message.find("cannot reach the registry") != std::string::npos);
   for (const char* bad : {"no-path", "/ml/ck", "host/ML/ck", "host/ml//ck", "host/ml/ck/", "ho st/ml"})
     CHECK_FALSE(agent::check_repository(bad).ok());
   CHECK(agent::check_repository("registry.example:5000/ml/check-points_1").ok());
+}
+
+TEST_CASE("token authentication: a push token from the realm the registry names, with the credentials", "[e2e]") {
+  test::RegistryServer registry("gpuckpt", "t0ken-pass", test::RegistryServer::Auth::token);
+  if (!registry.ready()) SKIP("docker-registry, python3 or openssl is missing, or the registry did not start");
+  test::TempDir tmp;
+  auto image = write_checkpoint_image(test::make_archive(tmp.path / "ck.tar", test::podman_checkpoint_entries()),
+                                      tmp.path / "ck.oci", "ck-3", ArchiveLimits{});
+  REQUIRE(image.ok());
+  agent::RegistryOptions options;
+  options.repository = registry.host() + "/ml/tokened";
+  options.plain_http = true;
+  auto anonymous = agent::push_checkpoint_image(options, image->layout, "ck-3");
+  REQUIRE_FALSE(anonymous.ok());
+  CHECK(anonymous.error().message.find("refused a push token for ml/tokened: HTTP 401 UNAUTHORIZED") != std::string::npos);
+  CHECK(anonymous.error().message.find("no image_registry.credentials_file") != std::string::npos);
+  test::write_file(tmp.path / "right", "gpuckpt:t0ken-pass\n");
+  options.credentials_file = (tmp.path / "right").string();
+  auto pushed = agent::push_checkpoint_image(options, image->layout, "ck-3");
+  INFO((pushed.ok() ? std::string() : pushed.error().message));
+  REQUIRE(pushed.ok());
+  CHECK(pushed.value() == options.repository + ":ck-3@" + image->manifest_digest);
+  // Without a token the registry keeps it to itself: the push really went through token authentication.
+  httplib::Client client("127.0.0.1", registry.port());
+  auto unauthenticated = client.Get("/v2/ml/tokened/manifests/ck-3");
+  REQUIRE(unauthenticated);
+  CHECK(unauthenticated->status == 401);
+  CHECK(unauthenticated->get_header_value("WWW-Authenticate").rfind("Bearer realm=", 0) == 0);
 }

@@ -1,6 +1,7 @@
 // A real registry for the push tests: Debian's docker-registry (distribution 2.8, scripts/setup.sh installs it),
 // started on 127.0.0.1 with its storage in a temporary directory, optionally behind HTTP Basic auth (htpasswd,
-// bcrypt made by python3's crypt), stopped with the object.
+// bcrypt made by python3's crypt) or token auth (test/agent/token_server.py, signing with a key and certificate
+// openssl makes here), stopped with the object.
 #pragma once
 
 #include <arpa/inet.h>
@@ -25,12 +26,34 @@ namespace gpuckpt::test {
 
 class RegistryServer {
  public:
+  enum class Auth { none, basic, token };
   // user empty: anonymous.
-  explicit RegistryServer(const std::string& user = "", const std::string& password = "") {
+  explicit RegistryServer(const std::string& user = "", const std::string& password = "", Auth mode = Auth::basic) {
     if (std::system("command -v docker-registry >/dev/null 2>&1") != 0) return;
     port_ = free_port();
     std::string auth;
-    if (!user.empty()) {
+    if (!user.empty() && mode == Auth::token) {
+      const auto key = dir_.path / "token.key", cert = dir_.path / "token.crt", port_file = dir_.path / "token.port";
+      const std::string make = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=gpuckpt-test-token -keyout " +
+                               key.string() + " -out " + cert.string() + " >/dev/null 2>&1";
+      if (std::system(make.c_str()) != 0) return;
+      token_pid_ = ::fork();
+      if (token_pid_ == 0) {
+        const int log = ::open((dir_.path / "token.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        ::dup2(log, 1);
+        ::dup2(log, 2);
+        const std::string script = std::string(GPUCKPT_SOURCE_DIR) + "/test/agent/token_server.py";
+        ::execlp("python3", "python3", script.c_str(), port_file.c_str(), key.c_str(), cert.c_str(), "gpuckpt-test-issuer",
+                 "gpuckpt-test-registry", user.c_str(), password.c_str(), static_cast<char*>(nullptr));
+        ::_exit(127);
+      }
+      for (int i = 0; i < 100 && !std::filesystem::exists(port_file); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (!std::filesystem::exists(port_file)) return;
+      token_realm_ = "http://127.0.0.1:" + read_file(port_file) + "/token";
+      auth = "auth: {token: {realm: '" + token_realm_ + "', service: gpuckpt-test-registry, issuer: gpuckpt-test-issuer, "
+             "rootcertbundle: " + cert.string() + "}}\n";
+    } else if (!user.empty()) {
       const auto htpasswd = dir_.path / "htpasswd";
       const std::string make = "python3 -W ignore -c 'import crypt, sys; print(sys.argv[1] + \":\" + crypt.crypt(sys.argv[2], "
                                "crypt.mksalt(crypt.METHOD_BLOWFISH)))' " + user + " " + password + " > " + htpasswd.string();
@@ -57,10 +80,11 @@ class RegistryServer {
     }
   }
   ~RegistryServer() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      ::waitpid(pid_, nullptr, 0);
-    }
+    for (pid_t pid : {pid_, token_pid_})
+      if (pid > 0) {
+        ::kill(pid, SIGTERM);
+        ::waitpid(pid, nullptr, 0);
+      }
   }
   RegistryServer(const RegistryServer&) = delete;
   RegistryServer& operator=(const RegistryServer&) = delete;
@@ -85,6 +109,8 @@ class RegistryServer {
  private:
   TempDir dir_;
   pid_t pid_ = -1;
+  pid_t token_pid_ = -1;
+  std::string token_realm_;
   int port_ = 0;
   bool ready_ = false;
 };
