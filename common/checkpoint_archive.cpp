@@ -523,32 +523,39 @@ struct StreamEnd {
   }
 };
 
-}  // namespace
-
-Result<std::uint64_t> rewrite_archive(const fs::path& in, const fs::path& out, const ArchiveEdit& edit,
-                                      const ArchiveLimits& limits) {
-  auto reader = open_reader(in, limits);
-  if (!reader) return reader.error();
+// copy_edited into a file beside `out`, renamed over it once complete and synced. A failure of the input stream
+// (`input_failure`, when given) is reported as it is rather than as libarchive's reading of it.
+Result<std::uint64_t> copy_to_file(struct archive* reader, const fs::path& in, const fs::path& out,
+                                   const ArchiveEdit& edit, const ArchiveLimits& limits, OutputCompression compression,
+                                   const std::optional<Error>* input_failure) {
   TemporaryArchive file(out);
   auto fd = file.open();
   if (!fd) return fd.error();
   WriterPtr writer(archive_write_new(), archive_write_free);
-  auto copied = copy_edited(reader->get(), in, writer.get(), file.temp().string(), edit, limits,
+  auto copied = copy_edited(reader, in, writer.get(), file.temp().string(), edit, limits,
                             [&](struct archive* r) -> Result<void> {
-                              auto filtered = add_output_filter(writer.get(), r, OutputCompression::same_as_input, in);
+                              auto filtered = add_output_filter(writer.get(), r, compression, in);
                               if (!filtered) return filtered;
                               if (archive_write_open_fd(writer.get(), fd.value()) != ARCHIVE_OK)
                                 return make_error("cannot write " + file.temp().string() + ": " +
                                                   archive_message(writer.get()), EIO);
                               return {};
                             });
-  if (!copied) return copied.error();
+  if (!copied) return input_failure && *input_failure ? **input_failure : copied.error();
   return file.commit();
+}
+
+}  // namespace
+
+Result<std::uint64_t> rewrite_archive(const fs::path& in, const fs::path& out, const ArchiveEdit& edit,
+                                      const ArchiveLimits& limits) {
+  auto reader = open_reader(in, limits);
+  if (!reader) return reader.error();
+  return copy_to_file(reader->get(), in, out, edit, limits, OutputCompression::same_as_input, nullptr);
 }
 
 Result<std::uint64_t> receive_archive(const ArchiveByteSource& read, std::string_view source, const fs::path& out,
                                       const ArchiveEdit& edit, const ArchiveLimits& limits) {
-  const fs::path in(source);
   StreamEnd input;
   input.source = &read;
   input.max_bytes = limits.max_archive_bytes;
@@ -561,21 +568,7 @@ Result<std::uint64_t> receive_archive(const ArchiveByteSource& read, std::string
     return input.failure ? *input.failure
                          : make_error("cannot read the archive from " + input.name + ": " +
                                       archive_message(reader.get()), EIO);
-  TemporaryArchive file(out);
-  auto fd = file.open();
-  if (!fd) return fd.error();
-  WriterPtr writer(archive_write_new(), archive_write_free);
-  auto copied = copy_edited(reader.get(), in, writer.get(), file.temp().string(), edit, limits,
-                            [&](struct archive* r) -> Result<void> {
-                              auto filtered = add_output_filter(writer.get(), r, OutputCompression::zstd, in);
-                              if (!filtered) return filtered;
-                              if (archive_write_open_fd(writer.get(), fd.value()) != ARCHIVE_OK)
-                                return make_error("cannot write " + file.temp().string() + ": " +
-                                                  archive_message(writer.get()), EIO);
-                              return {};
-                            });
-  if (!copied) return input.failure ? *input.failure : copied.error();
-  return file.commit();
+  return copy_to_file(reader.get(), fs::path(source), out, edit, limits, OutputCompression::zstd, &input.failure);
 }
 
 Result<void> send_archive(const fs::path& in, const ArchiveByteSink& write, const ArchiveEdit& edit,
