@@ -10,7 +10,8 @@
 # (/dev/null as /dev/nvidia0), so the hook records it and a restore onto the other GPU has a plan to apply.
 # Rounds rotate which side goes first; every figure is wall time around the command, archives on /tmp.
 #   sudo bash bench/node_flow_bench.sh            BENCH_MIB=4096 BENCH_RUNS=3 BENCH_LABEL=run
-#   GPUCKPT_BUILD_DIR=build (built agent, hook, CLI); results: bench/results/cpu-DATE-node-flow-LABEL.txt
+#   GPUCKPT_BUILD_DIR=build (built agent, hook, CLI; BENCH_NOTE says what they are built from in the header);
+#   results: bench/results/cpu-DATE-node-flow-LABEL.txt
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${GPUCKPT_BUILD_DIR:-$SRC/build}" && pwd)
@@ -103,6 +104,7 @@ agent_round() {
   echo "# node flow bench $(date -u +%FT%TZ): $MIB MiB incompressible memory, $RUNS rounds, label $LABEL"
   echo "# $(uname -r), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; $(podman --version); $(criu --version | head -1)"
   echo "# commit $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null)$(git -C "$SRC" diff --quiet 2>/dev/null || echo '+dirty')"
+  echo "# binaries: $BUILD${BENCH_NOTE:+ ($BENCH_NOTE)}"
   printf 'side\tround\tcheckpoint_s\trestore_s\tarchive_bytes\tagent_checkpoint_phases\tagent_restore_phases\n'
 } | tee -a "$RESULT"
 start_workload || { log "the workload did not start"; exit 1; }
