@@ -414,6 +414,25 @@ def test_existing_secret():
     check(cfg["auth"]["token_file"].endswith("/api-token"), "[existing-secret] token_file uses auth.secretKey")
 
 
+def test_registry_credentials_secret():
+    objs = case("registry-secret", ["config.image_registry.repository=registry.example:5000/ml/ck",
+                                    "imageRegistry.credentialsSecret=reg-creds", "imageRegistry.credentialsKey=login"])
+    spec, cfg, *_ = common_checks(objs, "registry-secret")
+    vol = next((v for v in spec["volumes"] if v["name"] == "registry-credentials"), {}).get("secret", {})
+    check(vol.get("secretName") == "reg-creds" and vol.get("defaultMode") == 0o400 and
+          vol.get("items") == [{"key": "login", "path": "login"}],
+          f"[registry-secret] the Secret's key is mounted, owner-read only: {vol}")
+    agent = container(spec, "agent")
+    mount = [m for m in agent["volumeMounts"] if m["name"] == "registry-credentials"]
+    check(mount and mount[0]["mountPath"] == "/etc/gpuckpt/registry" and mount[0].get("readOnly"),
+          f"[registry-secret] mounted read-only into the agent: {mount}")
+    check(cfg["image_registry"] == {"repository": "registry.example:5000/ml/ck", "credentials_file": "/etc/gpuckpt/registry/login"},
+          f"[registry-secret] credentials_file points at the mounted key: {cfg.get('image_registry')}")
+    plain = case("no-registry-secret", [])
+    check(not [v for v in pod_spec(plain)["volumes"] if v["name"] == "registry-credentials"],
+          "[no-registry-secret] no credentials volume without the Secret")
+
+
 def test_full_config_shape():
     """Every chart setting given: the config has exactly the agent's keys (the shape of agent/config.example.yaml)."""
     sets = ["runtime.kind=kubelet", "runtime.callTimeoutSeconds=10", "runtime.containerdNamespace=ns",
@@ -543,6 +562,10 @@ BAD = [
     ("schema-relative-path", ["host.stateDir=var/lib/gpuckpt"], "host.stateDir: Does not match pattern"),
     ("schema-unknown-config-key", ["config.limits.max_requests=1"], "Additional property max_requests is not allowed"),
     ("schema-log-level", ["agent.logLevel=verbose"], "agent.logLevel"),
+    ("registry-secret-without-repository", ["imageRegistry.credentialsSecret=reg"],
+     "imageRegistry.credentialsSecret is set but config.image_registry.repository is not"),
+    ("registry-secret-and-file", ["imageRegistry.credentialsSecret=reg", "config.image_registry.repository=r.example/x",
+                                  "config.image_registry.credentials_file=/x"], "Unset config.image_registry.credentials_file"),
     ("quota-without-priority", ["priorityClassQuota.enabled=true", "priorityClassName="], "the quota admits pods of a priority class"),
 ]
 
@@ -668,7 +691,7 @@ def main():
         dump = sys.argv[sys.argv.index("--dump-objects") + 1]
     print(f"agent config check: {AGENT if os.access(AGENT, os.X_OK) else 'skipped, ' + AGENT + ' not built'}")
     for t in [test_defaults, test_labels_through_api, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_priority_quota, test_monitoring,
-              test_existing_secret, test_full_config_shape, test_custom_paths, test_containerd_runtime, test_nri, test_installer_off,
+              test_existing_secret, test_registry_credentials_secret, test_full_config_shape, test_custom_paths, test_containerd_runtime, test_nri, test_installer_off,
               test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
               test_gpu_node_label_sets, test_security_modes,
               test_bad_combinations, test_token_kept_on_upgrade_template, test_notes_name_doctor, test_docs_name_real_values]:

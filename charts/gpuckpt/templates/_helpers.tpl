@@ -66,6 +66,7 @@ app.kubernetes.io/part-of: gpuckpt
 
 {{/* Where the pod sees the API token, the kubelet CA and the scripts. */}}
 {{- define "gpuckpt.tokenDir" -}}/etc/gpuckpt/auth{{- end -}}
+{{- define "gpuckpt.registryDir" -}}/etc/gpuckpt/registry{{- end -}}
 {{- define "gpuckpt.kubeletCaPath" -}}/etc/gpuckpt/kubelet-ca/ca.crt{{- end -}}
 {{- define "gpuckpt.scriptsDir" -}}/opt/gpuckpt-chart{{- end -}}
 
@@ -102,6 +103,10 @@ by the render-config init container (the agent reads literal values).
 {{- $containerdConfig := dict "call_timeout_seconds" $v.runtime.callTimeoutSeconds "namespace" $v.runtime.containerdNamespace -}}
 {{- if eq $v.runtime.kind "cri" }}{{ $_ := set $criConfig "endpoint" (printf "unix://%s" $v.runtime.criSocket) }}{{ end -}}
 {{- if eq $v.runtime.kind "containerd" }}{{ $_ := set $containerdConfig "address" $v.runtime.criSocket }}{{ end -}}
+{{- $registry := deepCopy $v.config.image_registry -}}
+{{- if $v.imageRegistry.credentialsSecret -}}
+{{- $_ := set $registry "credentials_file" (printf "%s/%s" (include "gpuckpt.registryDir" .) $v.imageRegistry.credentialsKey) -}}
+{{- end -}}
 {{- $config := dict
   "version" 1
   "listen" (dict "address" $v.agent.listenAddress "port" $v.agent.port)
@@ -126,7 +131,7 @@ by the render-config init container (the agent reads literal values).
     "method" (ternary "api" "nfd_feature_file" (eq $v.nodeLabels.method "api"))
     "feature_file" (ternary nil (printf "%s/gpuckpt" $v.nodeLabels.featureDir) (eq $v.nodeLabels.method "api")))
   "gpu_memory" (deepCopy $v.config.gpu_memory)
-  "image_registry" (deepCopy $v.config.image_registry)
+  "image_registry" $registry
   "limits" (deepCopy $v.config.limits)
 -}}
 {{- if ne $v.runtime.kind "kubelet" -}}
