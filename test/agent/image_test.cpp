@@ -130,7 +130,12 @@ TEST_CASE("podman loads a checkpoint image under the gpuckpt name; a broken layo
   if (::geteuid() != 0 || std::system("podman --version >/dev/null 2>&1") != 0) SKIP("needs root and podman");
   test::TempDir tmp;
   const fs::path archive = test::make_archive(tmp.path / "ck.tar", test::podman_checkpoint_entries());
-  const std::string tag = "i11-load-" + std::to_string(::getpid());
+  const std::string tag = "gpuckpt-test-load-" + std::to_string(::getpid());
+  // Whatever fails below, podman keeps no image of this test.
+  struct RemoveImage {
+    std::string name;
+    ~RemoveImage() { std::system(("podman rmi -f " + name + " >/dev/null 2>&1").c_str()); }
+  } remove_image{"localhost/gpuckpt-checkpoint:" + tag};
   auto image = write_checkpoint_image(archive, tmp.path / "ck.oci", tag, ArchiveLimits{});
   REQUIRE(image.ok());
   PodmanOptions options;
@@ -142,7 +147,7 @@ TEST_CASE("podman loads a checkpoint image under the gpuckpt name; a broken layo
   CHECK(loaded.value() == "localhost/gpuckpt-checkpoint:" + tag);
   CHECK(std::system(("podman image exists " + loaded.value()).c_str()) == 0);
   CHECK(std::system(("podman image exists localhost" + image->layout.string()).c_str()) != 0);   // path name dropped
-  std::system(("podman rmi -f " + loaded.value() + " >/dev/null 2>&1").c_str());
+  std::system(("podman rmi -f " + loaded.value() + " >/dev/null 2>&1").c_str());   // the broken layout's turn next
 
   auto broken = write_checkpoint_image(archive, tmp.path / "broken.oci", tag, ArchiveLimits{});
   REQUIRE(broken.ok());
