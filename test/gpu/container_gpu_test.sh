@@ -16,6 +16,10 @@
 #   two_procs      a container with two CUDA processes (parent and child)
 #   leave_running  `podman container checkpoint --leave-running`: keeps running, unlocked, correct
 #   kill_mid_dump  CRIU killed mid-dump inside the container: the workload keeps running, unlocked, correct
+#   other_gpu      (2 GPUs) a CUDA counter given GPU 1 through CDI is checkpointed through the agent and restored with
+#                  `--target-gpus` GPU 0, as after a migration onto a node where the device plugin allocates another
+#                  GPU: the restored container gets GPU 0's device node, the process runs on GPU 0 (nvidia-smi) and
+#                  continues bit-identically
 #   wrong_gpu      an archive whose GPU record is another model's (the captured H200 on an H100, or the H100 fixture
 #                  elsewhere) is refused before CRIU runs, with the reasons
 # Needs root, podman, criu; the GPU cases need an NVIDIA GPU, nvcc and the node set up with gpuckpt installed (on
@@ -27,7 +31,7 @@ set -uo pipefail
 
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 . "$SRC/test/gpu/gpu_test_lib.sh"
-CASES=${CONTAINER_TESTS:-cpu_only cdi_spec agent transparent torch two_procs leave_running kill_mid_dump wrong_gpu}
+CASES=${CONTAINER_TESTS:-cpu_only cdi_spec agent transparent torch two_procs leave_running kill_mid_dump other_gpu wrong_gpu}
 MIB=${COUNTER_MIB:-1024}
 BUILD=${GPUCKPT_BUILD_DIR:-$SRC/build}
 PLUGIN_DIR=/usr/lib/criu   # CRIU's compiled-in default: what runc's CRIU loads with no --libdir
@@ -112,8 +116,10 @@ timed() { # VAR cmd...: runs cmd, stores its wall time in seconds in VAR
 }
 
 # ---- GPU preconditions and the workload image ---------------------------------------------------------------
-HAVE_GPU=0
-if [ -e /dev/nvidia0 ] && command -v nvidia-smi >/dev/null && command -v nvcc >/dev/null; then HAVE_GPU=1; fi
+HAVE_GPU=0 NGPU=0
+if [ -e /dev/nvidia0 ] && command -v nvidia-smi >/dev/null && command -v nvcc >/dev/null; then
+  HAVE_GPU=1; NGPU=$(nvidia-smi -L | grep -c '^GPU ')
+fi
 gpu_ready() { # CASE: SKIPs the case unless this is a GPU node with the counter image built
   [ "$HAVE_GPU" = 1 ] || { record "$1" SKIP "no NVIDIA GPU with nvcc here"; return 1; }
   [ -f /etc/cdi/nvidia.json ] || [ -f /etc/cdi/nvidia.yaml ] || { record "$1" SKIP "no CDI spec for the GPUs (test/gpu/make_cdi_spec.py)"; return 1; }
@@ -369,6 +375,33 @@ case_kill_mid_dump() {
   pm rm -f -t 0 "$name" >/dev/null 2>&1
   check_counter kill_mid_dump "$out" 4096 || return
   record kill_mid_dump PASS "CRIU (pid $cpid) killed mid-dump; the container's workload went on $at -> $(last_iter "$out"), unlocked, bit-identical; guardian: ${guardian:-no log}"
+}
+
+# The GPU (UUID) a host process runs on, as the driver reports it.
+gpu_of_pid() { nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', *' -v p="$1" '$1 == p {print $2; exit}'; }
+ctr_pid() { podman inspect -f '{{.State.Pid}}' "$1" 2>/dev/null; }
+case_other_gpu() {
+  gpu_ready other_gpu || return
+  [ "$NGPU" -ge 2 ] || { record other_gpu SKIP "needs 2 GPUs"; return; }
+  start_agent || { record other_gpu FAIL "agent did not start"; return; }
+  local name=$PREFIX-moved out=$WORK/out/moved.txt at archive tck trs u0 u1 before after minor
+  u0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0); u1=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 1)
+  run_counter "$name" "$out" --device nvidia.com/gpu=1 -- "$MIB" /out/moved.txt || { show "$WORK/$name.err"; record other_gpu FAIL "podman run (CDI GPU 1)"; return; }
+  wait_ctr "$name" "$out" 30 120 || { pm logs "$name" | tail; record other_gpu FAIL "workload did not start"; return; }
+  before=$(gpu_of_pid "$(ctr_pid "$name")")
+  [ "$before" = "$u1" ] || { record other_gpu FAIL "the workload runs on ${before:-no GPU}, not GPU 1 ($u1)"; return; }
+  timed tck gk checkpoint "$name" > "$WORK/moved.ckpt.log" 2>&1 || { show "$WORK/moved.ckpt.log"; criu_log "$name"; record other_gpu FAIL "gpuckpt checkpoint"; return; }
+  at=$(last_iter "$out")
+  archive=$(ls -t "$WORK"/ck/*.tar* | head -1)
+  pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
+  timed trs gk restore "$archive" --target-gpus "$u0" > "$WORK/moved.rst.log" 2>&1 || { show "$WORK/moved.rst.log" "$WORK/agent.log"; criu_log "$name"; record other_gpu FAIL "gpuckpt restore --target-gpus GPU 0"; return; }
+  wait_ctr "$name" "$out" $((at + 30)) 120 || { show "$WORK/moved.rst.log"; criu_log "$name"; record other_gpu FAIL "no progress after restore (at $(last_iter "$out"))"; return; }
+  after=$(gpu_of_pid "$(ctr_pid "$name")")
+  minor=$(pm exec "$name" sh -c 'for d in /dev/nvidia[0-9]*; do stat -c "%n %T" "$d"; done' 2>&1 | tr '\n' ' ')
+  pm rm -f -t 0 "$name" >/dev/null 2>&1
+  [ "$after" = "$u0" ] || { record other_gpu FAIL "restored onto ${after:-no GPU}, not GPU 0 ($u0); the container's GPU nodes (name, minor in hex): $minor"; return; }
+  check_counter other_gpu "$out" "$MIB" || return
+  record other_gpu PASS "GPU 1 -> GPU 0: checkpoint via agent ${tck}s, restore --target-gpus ${trs}s; the container's GPU nodes after restore: ${minor}; nvidia-smi: on GPU 0; continued $at -> $(last_iter "$out"), bit-identical"
 }
 
 case_wrong_gpu() {

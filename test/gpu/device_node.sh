@@ -40,11 +40,14 @@ tar -C /usr/local/lib/gpuckpt-extra -xJf "$CARRY/lib-extra.tar.xz"
 link_missing_libraries /usr/local/lib/gpuckpt /usr/local/lib/gpuckpt-extra/*.so*
 echo /usr/local/lib/gpuckpt > /etc/ld.so.conf.d/zz-gpuckpt.conf
 ldconfig
-install -m 755 "$CARRY/bin/gpuckpt" "$CARRY/bin/gpuckpt-agent" /usr/local/bin/
+bins=$(mktemp -d)
+tar -C "$bins" -xJf "$CARRY/gpuckpt-bin.tar.xz"
+install -m 755 "$bins/gpuckpt" "$bins/gpuckpt-agent" /usr/local/bin/
 GPUCKPT_HOST_MOUNT=/ GPUCKPT_HOOKS_DIR=/etc/containers/oci/hooks.d GPUCKPT_CRIU_PLUGIN_DIR=/usr/lib/criu \
-GPUCKPT_INSTALL_DIR=/usr/local GPUCKPT_HOOK_JSON_DIR="$SRC/oci-hook" GPUCKPT_SRC_HOOK="$CARRY/bin/gpuckpt-oci-hook" \
+GPUCKPT_INSTALL_DIR=/usr/local GPUCKPT_HOOK_JSON_DIR="$SRC/oci-hook" GPUCKPT_SRC_HOOK="$bins/gpuckpt-oci-hook" \
 GPUCKPT_SRC_PLUGIN="$CARRY/lib/gpuckpt_plugin.so" GPUCKPT_OWNER=device-node \
   sh "$SRC/charts/gpuckpt/files/host-files.sh" install
+rm -rf "$bins"
 # Libraries the plugin needs that this distribution lacks (make_device_carry.sh copied them beside it).
 for lib in "$CARRY"/lib/*.so.*; do [ -e "$lib" ] && cp --update=none "$lib" /usr/lib/criu/; done
 mkdir -p /var/lib/gpuckpt

@@ -6,7 +6,8 @@
 #   bash test/gpu/make_device_carry.sh [--runtime] [BUILD_DIR]     then name .carry in the device tool's carry list
 # --runtime adds what test/gpu/device_node.sh needs to make the machine a container node: podman, runc, conmon,
 # catatonit, zstd and busybox as Debian .debs (compressed as they are), and the stripped CLI, agent and OCI hook
-# with the non-glibc libraries they link (lib-extra.tar.xz; device_node.sh installs only those the system lacks).
+# (gpuckpt-bin.tar.xz) with the non-glibc libraries they link (lib-extra.tar.xz; device_node.sh installs only those
+# the system lacks). Both are xz-compressed: the carry, with the working tree, must stay under 64 MiB.
 # The device tool carries from the session's own checkout: run this there (or copy .carry there).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,14 +41,15 @@ if [ "$RUNTIME" = 1 ]; then
   (cd "$CARRY/debs" && apt-get download podman runc conmon catatonit golang-github-containers-common \
      golang-github-containers-image libdevmapper1.02.1 libglib2.0-0 libgpgme11 libassuan0 libgpg-error0 libsubid4 \
      busybox-static zstd >/dev/null 2>&1) || { echo "apt-get download of the runtime .debs failed" >&2; exit 1; }
-  extra=$(mktemp -d)
+  extra=$(mktemp -d) bins=$(mktemp -d)
   for b in cli/gpuckpt agent/gpuckpt-agent oci-hook/gpuckpt-oci-hook; do
-    strip --strip-debug -o "$CARRY/bin/$(basename "$b")" "$BUILD/$b"
+    strip --strip-debug -o "$bins/$(basename "$b")" "$BUILD/$b"
     for lib in $(ldd "$BUILD/$b" | awk '/=> \//{print $3}'); do
       case $(basename "$lib") in libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*) ;; *) cp -Ln "$lib" "$extra/" ;; esac
     done
   done
   XZ_OPT=-9 tar -C "$extra" -cJf "$CARRY/lib-extra.tar.xz" .
-  rm -rf "$extra"
+  XZ_OPT=-9 tar -C "$bins" -cJf "$CARRY/gpuckpt-bin.tar.xz" .
+  rm -rf "$extra" "$bins"
 fi
 du -sh "$CARRY"; ls "$CARRY" "$CARRY/lib"
