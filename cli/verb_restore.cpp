@@ -69,8 +69,11 @@ int run_restore(std::span<char*> args) {
   if (result.contains("plan")) {
     for (const auto& a : result["plan"]["assignments"])
       std::printf("  GPU %s -> %s\n", a.value("source_id", "").c_str(), a.value("target_id", "").c_str());
-    for (const auto& d : result["plan"]["devices"])
-      std::printf("  device %s now backed by %s\n", d.value("container_path", "").c_str(), d.value("host_path", "").c_str());
+    for (const auto& d : result["plan"]["devices"]) {
+      const std::string was = d.value("container_path", ""), now = d.value("restored_path", was);
+      std::printf("  device %s%s now backed by %s\n", now.c_str(), now == was ? "" : (" (was " + was + ")").c_str(),
+                  d.value("host_path", "").c_str());
+    }
     for (const auto& r : result["plan"]["relaxations"]) std::printf("  relaxed: %s\n", r.get<std::string>().c_str());
   } else {
     std::printf("  no GPU state: restores on any node\n");

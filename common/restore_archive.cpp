@@ -3,7 +3,9 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include <algorithm>
 #include <memory>
+#include <set>
 
 #include "common/json_reader.h"
 #include "common/restore_plan.h"
@@ -12,9 +14,12 @@ namespace gpuckpt {
 
 namespace fs = std::filesystem;
 
-Result<std::optional<std::string>> renumber_device_nodes(
-    std::string_view tmpfs_image, const std::map<std::string, std::pair<std::uint32_t, std::uint32_t>>& nodes,
-    const ArchiveLimits& limits) {
+Result<std::optional<std::string>> renumber_device_nodes(std::string_view tmpfs_image,
+                                                         const std::map<std::string, DeviceNodeTarget>& nodes,
+                                                         const ArchiveLimits& limits) {
+  std::set<std::string> new_names;
+  for (const auto& [name, target] : nodes)
+    if (target.name != name) new_names.insert(target.name);
   using Handle = std::unique_ptr<struct archive, int (*)(struct archive*)>;
   Handle reader(archive_read_new(), archive_read_free);
   archive_read_support_filter_all(reader.get());
@@ -47,12 +52,21 @@ Result<std::optional<std::string>> renumber_device_nodes(
       return make_error("a /dev tmpfs image holds more than " + std::to_string(limits.max_entries) + " entries", EFBIG);
     auto name = normalise_entry_name(archive_entry_pathname(entry) ? archive_entry_pathname(entry) : "");
     if (!name) return make_error("a /dev tmpfs image has a bad entry: " + name.error().message);
-    if (archive_entry_filetype(entry) == AE_IFCHR) {
-      if (auto it = nodes.find(name.value()); it != nodes.end()) {
-        archive_entry_set_rdevmajor(entry, it->second.first);
-        archive_entry_set_rdevminor(entry, it->second.second);
-        ++renumbered;
+    const auto node = archive_entry_filetype(entry) == AE_IFCHR ? nodes.find(name.value()) : nodes.end();
+    if (node != nodes.end()) {
+      const DeviceNodeTarget& target = node->second;
+      if (target.name != name.value()) {
+        // Keep the image's own spelling of the directory ("./nvidia0" -> "./nvidia1").
+        const std::string original = archive_entry_pathname(entry);
+        const std::string prefix = original.substr(0, original.size() - std::min(original.size(), name->size()));
+        archive_entry_set_pathname(entry, (prefix + target.name).c_str());
       }
+      archive_entry_set_rdevmajor(entry, target.major);
+      archive_entry_set_rdevminor(entry, target.minor);
+      ++renumbered;
+    } else if (new_names.count(name.value())) {
+      ++renumbered;   // dropped: a node of the plan takes this name
+      continue;
     }
     if (archive_write_header(writer.get(), entry) < ARCHIVE_WARN)
       return make_error(std::string("rewriting a /dev tmpfs image: ") + archive_message(writer.get()), EIO);
@@ -81,12 +95,13 @@ Result<std::optional<ArchiveEdit>> restore_edits(const CheckpointInfo& info, con
   if (!applied) return make_error("spec.dump: " + applied.error().message);
   if (applied.value() == 0 && plan.env.empty()) return std::optional<ArchiveEdit>{};
   edit.replace["spec.dump"] = spec.dump();
-  std::map<std::string, std::pair<std::uint32_t, std::uint32_t>> nodes;
+  std::map<std::string, DeviceNodeTarget> nodes;
   for (const auto& d : plan.devices) {
-    if (d.container_path.rfind("/dev/", 0) != 0) continue;
+    const std::string& restored = d.path_after_restore();
+    if (d.container_path.rfind("/dev/", 0) != 0 || restored.rfind("/dev/", 0) != 0) continue;
     auto numbers = lookup(d.host_path);
     if (!numbers) return numbers.error();
-    nodes[d.container_path.substr(5)] = numbers.value();
+    nodes[d.container_path.substr(5)] = {restored.substr(5), numbers->first, numbers->second};
   }
   if (nodes.empty()) return std::optional<ArchiveEdit>(std::move(edit));
   for (const auto& [name, image] : info.dev_tmpfs_images) {

@@ -62,6 +62,10 @@ std::string remap_visible_devices(const std::string& value, const std::vector<st
 
 }  // namespace
 
+std::string restored_device_path(const std::string& container_path, const std::string& host_path) {
+  return device_kind(container_path) == "nvidia" && device_kind(host_path) == "nvidia" ? host_path : container_path;
+}
+
 bool is_safe_id(std::string_view id) {
   if (id.empty() || id.size() > 128 || !std::isalnum(static_cast<unsigned char>(id.front()))) return false;
   for (char c : id)
@@ -75,7 +79,8 @@ nlohmann::json to_json(const RestorePlan& plan) {
   nlohmann::json devices = nlohmann::json::array();
   for (const auto& d : plan.devices)
     devices.push_back({{"container_path", d.container_path}, {"host_path", d.host_path},
-                       {"source_gpu_id", d.source_gpu_id}, {"target_gpu_id", d.target_gpu_id}});
+                       {"restored_path", d.path_after_restore()}, {"source_gpu_id", d.source_gpu_id},
+                       {"target_gpu_id", d.target_gpu_id}});
   return {{"version", plan.version}, {"id", plan.id}, {"checkpoint_id", plan.checkpoint_id}, {"assignments", assignments},
           {"devices", devices}, {"env", plan.env}, {"relaxations", plan.relaxations}};
 }
@@ -100,9 +105,11 @@ Result<RestorePlan> restore_plan_from_json(const nlohmann::json& json, std::stri
       DeviceRewrite d;
       fields.get((*devices)[i], at, "container_path", d.container_path, true);
       fields.get((*devices)[i], at, "host_path", d.host_path, true);
+      fields.get((*devices)[i], at, "restored_path", d.restored_path);
       fields.get((*devices)[i], at, "source_gpu_id", d.source_gpu_id);
       fields.get((*devices)[i], at, "target_gpu_id", d.target_gpu_id);
-      if (!fields.failed() && (!is_gpu_device_path(d.container_path) || !is_gpu_device_path(d.host_path)))
+      if (!fields.failed() && (!is_gpu_device_path(d.container_path) || !is_gpu_device_path(d.host_path) ||
+                               !is_gpu_device_path(d.path_after_restore())))
         fields.fail(at, "a path is not a canonical GPU device node (/dev/nvidia*, /dev/kfd, /dev/dri/renderD*, ...)");
       plan.devices.push_back(std::move(d));
     }
@@ -144,7 +151,8 @@ Result<RestorePlan> make_restore_plan(const CheckpointGpuRecord& checkpoint, con
     if (host_path.empty())
       return make_error("target GPU " + gpu->id + " has no device node like " + device.container_path +
                         " (its nodes: " + std::to_string(gpu->device_paths.size()) + "); cannot place it");
-    plan.devices.push_back({device.container_path, host_path, device.gpu_id, gpu->id});
+    plan.devices.push_back({device.container_path, host_path, device.gpu_id, gpu->id,
+                            restored_device_path(device.container_path, host_path)});
   }
   for (const auto& [name, value] : checkpoint.gpu_env) {
     const std::string mapped = remap_visible_devices(value, moves);
@@ -187,27 +195,50 @@ Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, co
     if (!d.is_object() || (d.contains("path") && !d["path"].is_string()))
       return make_error("the runtime spec's linux.devices[" + std::to_string(i) + "] is not a device object");
   }
-  for (const auto& rewrite : plan.devices) {
-    if (!is_gpu_device_path(rewrite.container_path) || !is_gpu_device_path(rewrite.host_path))
+  // Every rewrite is matched against the devices as they came, before any moves: a swap (nvidia0 -> nvidia1,
+  // nvidia1 -> nvidia0) must not move a node twice.
+  const std::size_t original_count = (*devices)->size();
+  auto path_of = [&](std::size_t i) {
+    const auto& d = (**devices)[i];
+    return d.contains("path") ? d["path"].get<std::string>() : std::string();
+  };
+  std::vector<bool> moved_away(original_count, false);
+  std::vector<std::vector<std::size_t>> sources(plan.devices.size());
+  for (std::size_t r = 0; r < plan.devices.size(); ++r)
+    for (std::size_t i = 0; i < original_count; ++i)
+      if (path_of(i) == plan.devices[r].container_path) {
+        sources[r].push_back(i);
+        moved_away[i] = true;
+      }
+  std::vector<bool> shadowing(original_count, false);   // left at a path that a node moves to
+  for (const auto& rewrite : plan.devices)
+    for (std::size_t i = 0; i < original_count; ++i)
+      if (!moved_away[i] && path_of(i) == rewrite.path_after_restore()) shadowing[i] = true;
+  for (std::size_t r = 0; r < plan.devices.size(); ++r) {
+    const auto& rewrite = plan.devices[r];
+    const std::string& restored_path = rewrite.path_after_restore();
+    if (!is_gpu_device_path(rewrite.container_path) || !is_gpu_device_path(rewrite.host_path) ||
+        !is_gpu_device_path(restored_path))
       return make_error("restore plan device " + rewrite.container_path.substr(0, 256) + " -> " +
                         rewrite.host_path.substr(0, 256) + " is not a canonical GPU device node");
     auto numbers = lookup(rewrite.host_path);
     if (!numbers) return make_error("restore plan device " + rewrite.container_path + " -> " + rewrite.host_path +
                                     ": " + numbers.error().message);
     const auto [maj, min] = numbers.value();
-    bool found = false;
-    for (auto& d : **devices) {
-      if (!d.contains("path") || d["path"].get<std::string>() != rewrite.container_path) continue;
-      found = true;
+    for (std::size_t i : sources[r]) {
+      auto& d = (**devices)[i];
       const auto old_major = d.contains("major") ? json_integer(d["major"], 0, UINT32_MAX) : std::nullopt;
       const auto old_minor = d.contains("minor") ? json_integer(d["minor"], 0, UINT32_MAX) : std::nullopt;
-      if (old_major != static_cast<std::int64_t>(maj) || old_minor != static_cast<std::int64_t>(min)) ++changed;
+      if (old_major != static_cast<std::int64_t>(maj) || old_minor != static_cast<std::int64_t>(min) ||
+          path_of(i) != restored_path)
+        ++changed;
+      d["path"] = restored_path;
       d["major"] = maj;
       d["minor"] = min;
       d["type"] = "c";
     }
-    if (!found) {
-      (*devices)->push_back({{"path", rewrite.container_path}, {"type", "c"}, {"major", maj}, {"minor", min},
+    if (sources[r].empty()) {
+      (*devices)->push_back({{"path", restored_path}, {"type", "c"}, {"major", maj}, {"minor", min},
                              {"fileMode", 8630}, {"uid", 0}, {"gid", 0}});
       ++changed;
     }
@@ -217,6 +248,11 @@ Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, co
     if (!allow) return allow.error();
     (*allow)->push_back({{"allow", true}, {"type", "c"}, {"major", maj}, {"minor", min}, {"access", "rwm"}});
   }
+  for (std::size_t i = original_count; i-- > 0;)
+    if (shadowing[i]) {
+      (*devices)->erase((*devices)->begin() + static_cast<std::ptrdiff_t>(i));
+      ++changed;
+    }
   if (!plan.env.empty()) {
     auto process = section(spec, "process", nlohmann::json::object(), "process");
     if (!process) return process.error();

@@ -33,11 +33,20 @@ inline constexpr const char* kAnnotationRestorePlan = "io.gpuckpt.restore-plan";
 inline constexpr const char* kPlanFileInImages = "gpuckpt-restore-plan.json";     // in the CRIU images dir
 
 struct DeviceRewrite {
-  std::string container_path;   // where the checkpoint expects the node ("/dev/nvidia0")
+  std::string container_path;   // where the checkpoint's container had the node ("/dev/nvidia0")
   std::string host_path;        // this node's device node of the target GPU ("/dev/nvidia1")
   std::string source_gpu_id;
   std::string target_gpu_id;
+  std::string restored_path;    // where the restored container gets it; empty: container_path (plans before it)
+
+  const std::string& path_after_restore() const { return restored_path.empty() ? container_path : restored_path; }
 };
+
+// Where a moved GPU's node appears in the restored container. NVIDIA's driver finds a GPU's node by its own
+// name, /dev/nvidia<minor>, when it restores a process (after a CUDA checkpoint the process holds no open GPU
+// node), so an NVIDIA GPU moved to another minor takes the target's name: GPU 0's node kept under the name
+// /dev/nvidia1 fails the driver's restore. Other nodes (AMD render nodes) keep the name the checkpoint knows.
+std::string restored_device_path(const std::string& container_path, const std::string& host_path);
 
 struct RestorePlan {
   static constexpr int kVersion = 1;
@@ -72,19 +81,31 @@ using DeviceNumberLookup = std::function<Result<std::pair<std::uint32_t, std::ui
 DeviceNumberLookup stat_device_numbers(std::filesystem::path host_root);
 
 // Rewrites an OCI runtime spec (config.json / spec.dump) in place: linux.devices entries at the plan's
-// container paths get the target's major/minor, the cgroup device allow-list follows, env is set, and the
+// container paths move to their path after restore with the target's major/minor (every rewrite is matched
+// against the spec as it came, so swapped GPUs swap), an entry left at a path a node moves to is dropped (it
+// would shadow the moved node), the cgroup device allow-list follows, env is set, and the
 // io.gpuckpt.restore-plan annotation names the plan's id. Returns how many device entries changed. A spec whose
 // sections have the wrong types is an error naming the field.
 Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, const DeviceNumberLookup& lookup);
 
+// A device node as it must be after restore: its name under /dev ("nvidia1", "dri/renderD129") and numbers.
+struct DeviceNodeTarget {
+  std::string name;
+  std::uint32_t major = 0;
+  std::uint32_t minor = 0;
+  bool operator==(const DeviceNodeTarget&) const = default;
+};
+
 // CRIU saves the container's /dev tmpfs, device nodes included, as checkpoint/tmpfs-dev-<id>.tar.gz.img and
 // restores it over the nodes the runtime created, so the plan must reach those nodes too. Given one such
-// gzip'd tar, returns it with the character devices at `nodes` (path under /dev, e.g. "nvidia0" or
-// "dri/renderD128" -> major:minor) renumbered, or std::nullopt when it holds none of them. The image is held to
-// `limits` (entries, max_nested_bytes uncompressed, names as in the outer archive).
-Result<std::optional<std::string>> renumber_device_nodes(
-    std::string_view tmpfs_image, const std::map<std::string, std::pair<std::uint32_t, std::uint32_t>>& nodes,
-    const ArchiveLimits& limits);
+// gzip'd tar, returns it with the character devices named in `nodes` (by their name under /dev in the image,
+// e.g. "nvidia0") renamed and renumbered as the map says (each entry is matched by its name in the image as it
+// came, so a swap swaps); an entry at a new name that no node moves away from is dropped (two nodes of one name
+// would leave the restored one to chance). std::nullopt when the image holds none of them. The image is held
+// to `limits` (entries, max_nested_bytes uncompressed, names as in the outer archive).
+Result<std::optional<std::string>> renumber_device_nodes(std::string_view tmpfs_image,
+                                                         const std::map<std::string, DeviceNodeTarget>& nodes,
+                                                         const ArchiveLimits& limits);
 
 // The archive edits (spec.dump and the /dev tmpfs images) that make the archive `info` describes restore with
 // `plan`, from what inspect_checkpoint_archive read (no second pass over the archive); std::nullopt when the

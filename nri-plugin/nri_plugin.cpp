@@ -70,7 +70,7 @@ Result<void> NriPlugin::adjust_for_restore(const api::Container& c, api::Contain
     auto numbers = lookup_(d.host_path);
     if (!numbers) return make_error(what + " refused: " + numbers.error().message, ENODEV);
     auto* device = adjust.mutable_linux()->add_devices();
-    device->set_path(d.container_path);
+    device->set_path(d.path_after_restore());
     device->set_type("c");
     device->set_major(numbers->first);
     device->set_minor(numbers->second);

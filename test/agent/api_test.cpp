@@ -369,7 +369,8 @@ TEST_CASE("restore matches GPUs, rewrites the devices and restores", "[unit]") {
     CHECK(job["result"]["container_name"] == "moved");
     REQUIRE(f.runtime->restored_specs.size() == 1);
     const auto& spec = f.runtime->restored_specs[0];
-    CHECK(spec["linux"]["devices"][0]["path"] == "/dev/nvidia0");
+    // GPU 1's node under its own name: NVIDIA's driver opens /dev/nvidia<minor> when it restores the process.
+    CHECK(spec["linux"]["devices"][0]["path"] == "/dev/nvidia1");
     CHECK(spec["linux"]["devices"][0]["major"] == 1);
     CHECK(spec["linux"]["devices"][0]["minor"] == 5);
     CHECK(spec["process"]["env"][1] == "NVIDIA_VISIBLE_DEVICES=1");

@@ -201,7 +201,7 @@ TEST_CASE("entry names are normalised or refused", "[unit]") {
 
 TEST_CASE("the /dev tmpfs image gets the target GPU's device numbers", "[unit]") {
   const auto image = gpuckpt::test::dev_tmpfs_image(1, 3);
-  auto renumbered = renumber_device_nodes(image, {{"nvidia0", {195, 1}}}, ArchiveLimits{});
+  auto renumbered = renumber_device_nodes(image, {{"nvidia0", {"nvidia0", 195, 1}}}, ArchiveLimits{});
   REQUIRE(renumbered.ok());
   REQUIRE(renumbered.value().has_value());
   // Read it back: nvidia0 moved, the others did not.
@@ -221,7 +221,56 @@ TEST_CASE("the /dev tmpfs image gets the target GPU's device numbers", "[unit]")
   CHECK(nodes.at("./null") == std::pair<unsigned, unsigned>{1, 3});
   CHECK(nodes.at("./kfd") == std::pair<unsigned, unsigned>{1, 5});
   // An image without those nodes is left alone.
-  auto untouched = renumber_device_nodes(image, {{"dri/renderD128", {226, 128}}}, ArchiveLimits{});
+  auto untouched = renumber_device_nodes(image, {{"dri/renderD128", {"dri/renderD128", 226, 128}}}, ArchiveLimits{});
   REQUIRE(untouched.ok());
   CHECK_FALSE(untouched.value().has_value());
+}
+
+namespace {
+std::map<std::string, std::pair<unsigned, unsigned>> char_devices_in(const std::string& gz_tar) {
+  TempDir tmp;
+  gpuckpt::test::write_file(tmp.path / "dev.tar.gz", gz_tar);
+  struct archive* a = archive_read_new();
+  archive_read_support_filter_all(a);
+  archive_read_support_format_tar(a);
+  std::map<std::string, std::pair<unsigned, unsigned>> nodes;
+  if (archive_read_open_filename(a, (tmp.path / "dev.tar.gz").c_str(), 4096) == ARCHIVE_OK) {
+    struct archive_entry* e = nullptr;
+    while (archive_read_next_header(a, &e) == ARCHIVE_OK)
+      if (archive_entry_filetype(e) == AE_IFCHR)
+        nodes[archive_entry_pathname(e)] = {archive_entry_rdevmajor(e), archive_entry_rdevminor(e)};
+  }
+  archive_read_free(a);
+  return nodes;
+}
+}  // namespace
+
+TEST_CASE("the /dev tmpfs image gives a moved NVIDIA GPU its own node name", "[unit]") {
+  using gpuckpt::test::TestEntry;
+  using Nodes = std::map<std::string, std::pair<unsigned, unsigned>>;
+  const auto two = gpuckpt::test::build_tar({TestEntry::dir("."), TestEntry::chardev("./null", 1, 3),
+                                             TestEntry::chardev("./nvidia0", 195, 0), TestEntry::chardev("./nvidia1", 195, 1)},
+                                            gpuckpt::test::Compression::Gzip);
+  SECTION("renamed: nvidia1 -> nvidia0, and the node left at nvidia0 is dropped") {
+    auto out = renumber_device_nodes(two, {{"nvidia1", {"nvidia0", 195, 0}}}, ArchiveLimits{});
+    REQUIRE(out.ok());
+    REQUIRE(out.value().has_value());
+    CHECK(char_devices_in(*out.value()) == Nodes{{"./null", {1, 3}}, {"./nvidia0", {195, 0}}});
+  }
+  SECTION("swapped: each node is matched once, by its name in the image; neither is dropped") {
+    // Another node's numbers (1:5 and 1:7, as aliases) tell which image entry became which.
+    const auto aliased = gpuckpt::test::build_tar({TestEntry::dir("."), TestEntry::chardev("./nvidia0", 1, 5),
+                                                   TestEntry::chardev("./nvidia1", 1, 7)},
+                                                  gpuckpt::test::Compression::Gzip);
+    auto out = renumber_device_nodes(aliased, {{"nvidia0", {"nvidia1", 195, 1}}, {"nvidia1", {"nvidia0", 195, 0}}},
+                                     ArchiveLimits{});
+    REQUIRE(out.ok());
+    REQUIRE(out.value().has_value());
+    CHECK(char_devices_in(*out.value()) == Nodes{{"./nvidia0", {195, 0}}, {"./nvidia1", {195, 1}}});
+    // A map that swaps names only would be caught by a second pass; one entry per name is what CRIU must see.
+    auto names = renumber_device_nodes(aliased, {{"nvidia0", {"nvidia1", 1, 5}}, {"nvidia1", {"nvidia0", 1, 7}}},
+                                       ArchiveLimits{});
+    REQUIRE(names.ok());
+    CHECK(char_devices_in(*names.value()) == Nodes{{"./nvidia1", {1, 5}}, {"./nvidia0", {1, 7}}});
+  }
 }

@@ -55,7 +55,7 @@ TEST_CASE("wrongly typed spec.dump sections are read as absent for display and r
 
   RestorePlan plan;
   plan.id = new_restore_plan_id();
-  plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
+  plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1", "/dev/nvidia1"}};
   const DeviceNumberLookup numbers = [](const std::string&) -> Result<std::pair<std::uint32_t, std::uint32_t>> {
     return std::make_pair(195u, 1u);
   };
@@ -156,13 +156,13 @@ TEST_CASE("a /dev tmpfs image that expands past the nested limit is refused, qui
                                             test::TestEntry("./zeros", std::string(96u << 20, '\0'))},
                                            test::Compression::Gzip);
   CHECK(bomb.size() < (4u << 20));
-  auto renumbered = renumber_device_nodes(bomb, {{"nvidia0", {195, 1}}}, ArchiveLimits{});
+  auto renumbered = renumber_device_nodes(bomb, {{"nvidia0", {"nvidia0", 195, 1}}}, ArchiveLimits{});
   REQUIRE_FALSE(renumbered.ok());
   CHECK(renumbered.error().message.find("expands to more than") != std::string::npos);
   CHECK(renumbered.error().errno_value == EFBIG);
   ArchiveLimits few;
   few.max_entries = 2;
-  auto counted = renumber_device_nodes(test::dev_tmpfs_image(1, 3), {{"nvidia0", {195, 1}}}, few);
+  auto counted = renumber_device_nodes(test::dev_tmpfs_image(1, 3), {{"nvidia0", {"nvidia0", 195, 1}}}, few);
   REQUIRE_FALSE(counted.ok());
   CHECK(counted.error().message.find("more than 2 entries") != std::string::npos);
 }
@@ -170,7 +170,7 @@ TEST_CASE("a /dev tmpfs image that expands past the nested limit is refused, qui
 TEST_CASE("a /dev tmpfs image libarchive cannot open is an error, not a crash (fuzz finding)", "[unit]") {
   // libarchive gives no message for an empty image; building the error from its NULL crashed (archive_fuzz).
   for (const std::string& image : {std::string(), std::string("\x1f\x8b", 2), std::string(10, '\0')}) {
-    auto renumbered = renumber_device_nodes(image, {{"nvidia0", {195, 1}}}, ArchiveLimits{});
+    auto renumbered = renumber_device_nodes(image, {{"nvidia0", {"nvidia0", 195, 1}}}, ArchiveLimits{});
     CHECK_FALSE(renumbered.ok());
   }
 }

@@ -75,7 +75,11 @@ TEST_CASE("restore plans move per-GPU nodes and keep shared ones", "[unit]") {
     REQUIRE(plan.ok());
     CHECK(plan->checkpoint_id == "ck-9");
     std::vector<std::pair<std::string, std::string>> devices;
-    for (const auto& d : plan->devices) devices.emplace_back(d.container_path, d.host_path);
+    for (const auto& d : plan->devices) {
+      devices.emplace_back(d.container_path, d.host_path);
+      // NVIDIA nodes take the target's own name (the driver opens /dev/nvidia<minor>); AMD's keep theirs.
+      CHECK(d.path_after_restore() == (d.container_path.rfind("/dev/nvidia", 0) == 0 ? d.host_path : d.container_path));
+    }
     CHECK(devices == row.expected_devices);
     CHECK(plan->env == row.expected_env);
   }
@@ -101,7 +105,7 @@ TEST_CASE("restore plans round-trip through the state directory", "[unit]") {
   plan.id = new_restore_plan_id();
   plan.checkpoint_id = "ck-rt";
   plan.assignments = {{"GPU-0", "GPU-1"}};
-  plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
+  plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1", "/dev/nvidia1"}};
   plan.env = {{"NVIDIA_VISIBLE_DEVICES", "1"}};
   plan.relaxations = {"firmware"};
   REQUIRE(write_restore_plan(tmp.path, plan).ok());
@@ -149,4 +153,96 @@ TEST_CASE("device paths in plans are canonical GPU device nodes", "[unit]") {
   json doc = {{"version", 1}, {"id", new_restore_plan_id()}, {"checkpoint_id", "ck"},
               {"devices", {{{"container_path", "/dev/nvidia0"}, {"host_path", "/dev/../etc/shadow"}}}}};
   CHECK_FALSE(restore_plan_from_json(doc, "plan").ok());
+}
+
+namespace {
+
+// The device numbers of the fake node: /dev/nvidiaN is 195:N, /dev/nvidiactl 195:255, /dev/dri/renderDN 226:N.
+Result<std::pair<std::uint32_t, std::uint32_t>> fake_numbers(const std::string& path) {
+  if (path == "/dev/nvidiactl") return std::make_pair(195u, 255u);
+  for (const auto& [prefix, major] : {std::pair<std::string, std::uint32_t>{"/dev/nvidia", 195}, {"/dev/dri/renderD", 226}})
+    if (path.rfind(prefix, 0) == 0) return std::make_pair(major, static_cast<std::uint32_t>(std::stoul(path.substr(prefix.size()))));
+  return make_error("no such node " + path, ENOENT);
+}
+
+json spec_with(std::vector<std::pair<std::string, unsigned>> nodes) {   // path -> minor, major from fake_numbers
+  json devices = json::array();
+  for (const auto& [path, minor] : nodes)
+    devices.push_back({{"path", path}, {"type", "c"}, {"major", fake_numbers(path)->first}, {"minor", minor}});
+  return {{"linux", {{"devices", devices}}}};
+}
+
+std::map<std::string, std::pair<unsigned, unsigned>> devices_of(const json& spec) {
+  std::map<std::string, std::pair<unsigned, unsigned>> out;
+  for (const auto& d : spec["linux"]["devices"]) out[d["path"]] = {d["major"].get<unsigned>(), d["minor"].get<unsigned>()};
+  return out;
+}
+
+RestorePlan plan_moving(std::vector<std::pair<int, int>> moves) {   // NVIDIA minors source -> target
+  NodeInventory node;
+  std::vector<GpuDevice> source_gpus;
+  std::vector<ContainerGpuDevice> devices;
+  std::vector<std::string> used;
+  MatchPlan match;
+  for (const auto& [from, to] : moves) {
+    source_gpus.push_back(nvidia(from));
+    node.gpus.push_back(nvidia(to));
+    devices.push_back({"/dev/nvidia" + std::to_string(from), 195, static_cast<std::uint32_t>(from), "GPU-" + std::to_string(from)});
+    used.push_back("GPU-" + std::to_string(from));
+    match.assignments.push_back({"GPU-" + std::to_string(from), "GPU-" + std::to_string(to)});
+  }
+  auto plan = make_restore_plan(checkpoint_on(source_gpus, devices, used), node, match);
+  REQUIRE(plan.ok());
+  plan->id = new_restore_plan_id();
+  return plan.value();
+}
+
+}  // namespace
+
+TEST_CASE("applied to a spec, a plan gives moved NVIDIA GPUs their own node names", "[unit]") {
+  using Nodes = std::map<std::string, std::pair<unsigned, unsigned>>;
+  SECTION("GPU 1 -> GPU 0: the container's /dev/nvidia1 becomes /dev/nvidia0 (195:0), allowed in the cgroup") {
+    json spec = spec_with({{"/dev/nvidia1", 1}, {"/dev/nvidiactl", 255}});
+    auto changed = apply_restore_plan(spec, plan_moving({{1, 0}}), fake_numbers);
+    REQUIRE(changed.ok());
+    CHECK(changed.value() == 1);
+    CHECK(devices_of(spec) == Nodes{{"/dev/nvidia0", {195, 0}}, {"/dev/nvidiactl", {195, 255}}});
+    CHECK(spec["linux"]["resources"]["devices"][0]["minor"] == 0);
+  }
+  SECTION("swapped GPUs swap (each rewrite matches the spec as it came)") {
+    json spec = spec_with({{"/dev/nvidia0", 0}, {"/dev/nvidia1", 1}});
+    auto changed = apply_restore_plan(spec, plan_moving({{0, 1}, {1, 0}}), fake_numbers);
+    REQUIRE(changed.ok());
+    CHECK(devices_of(spec) == Nodes{{"/dev/nvidia0", {195, 0}}, {"/dev/nvidia1", {195, 1}}});
+    CHECK(spec["linux"]["devices"].size() == 2);
+  }
+  SECTION("a node left at the name a GPU moves to is dropped, not kept beside it") {
+    json spec = spec_with({{"/dev/nvidia0", 0}, {"/dev/nvidia1", 1}});   // nvidia0: a GPU the record does not know
+    auto changed = apply_restore_plan(spec, plan_moving({{1, 0}}), fake_numbers);
+    REQUIRE(changed.ok());
+    CHECK(changed.value() == 2);
+    CHECK(devices_of(spec) == Nodes{{"/dev/nvidia0", {195, 0}}});
+    CHECK(spec["linux"]["devices"].size() == 1);
+  }
+  SECTION("a node the spec lacks is added under its own name") {
+    json spec = spec_with({});
+    REQUIRE(apply_restore_plan(spec, plan_moving({{3, 2}}), fake_numbers).ok());
+    CHECK(devices_of(spec) == Nodes{{"/dev/nvidia2", {195, 2}}});
+  }
+  SECTION("a plan written before restored_path keeps the checkpoint's name") {
+    RestorePlan plan = plan_moving({{1, 0}});
+    plan.devices[0].restored_path.clear();
+    json spec = spec_with({{"/dev/nvidia1", 1}});
+    REQUIRE(apply_restore_plan(spec, plan, fake_numbers).ok());
+    CHECK(devices_of(spec) == Nodes{{"/dev/nvidia1", {195, 0}}});
+  }
+  SECTION("the restored path round-trips through the plan file, and is held to the device-path rule") {
+    const RestorePlan plan = plan_moving({{1, 0}});
+    auto back = restore_plan_from_json(to_json(plan), "plan");
+    REQUIRE(back.ok());
+    CHECK(back->devices[0].path_after_restore() == "/dev/nvidia0");
+    json doc = to_json(plan);
+    doc["devices"][0]["restored_path"] = "/dev/../etc/shadow";
+    CHECK_FALSE(restore_plan_from_json(doc, "plan").ok());
+  }
 }

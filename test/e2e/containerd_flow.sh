@@ -11,12 +11,12 @@
 #      the archive has the podman/CRI-O layout, the GPU record and annotations; `gpuckpt inspect` and checkpointctl
 #      call it containerd's;
 #   3. the agent restores it as a new containerd container: it continues counting;
-#   4. restored with another allocation (target GPU 1): /dev/nvidia0 is GPU 1's node, NVIDIA_VISIBLE_DEVICES=1,
+#   4. restored with another allocation (target GPU 1): GPU 1's node is /dev/nvidia1, NVIDIA_VISIBLE_DEVICES=1,
 #      and the restore plan reached CRIU's images directory;
 #   5. an archive that containerd did not write is refused with a reason; nothing is left behind;
 #   6. the checkpoint's image, created through CRI on another allocation (the device plugin's GPU 1 at
 #      /dev/nvidia1): gpuckpt-nri adjusts the container at CreateContainer as for a CRI restore (containerd >= 2.1
-#      restores from such an image; 1.7 only creates it): /dev/nvidia0 is GPU 1's node, NVIDIA_VISIBLE_DEVICES
+#      restores from such an image; 1.7 only creates it): GPU 1's node is /dev/nvidia1, NVIDIA_VISIBLE_DEVICES
 #      follows, a plan for GPU 0 -> GPU 1 is in the state dir under the id the container's annotation names, and
 #      the OCI hook that places it for CRIU is in the container's createRuntime hooks; 6b: with runtime.kind cri
 #      (as on containerd >= 2.0 nodes), `gpuckpt runtime` says restores are pods and `gpuckpt image` turns the
@@ -75,12 +75,12 @@ count_of() {  # count_of PID: the counter's value (the file is rewritten 10 time
   done
   fail "no counter value in process $1"
 }
-adjusted_to_gpu1() {  # adjusted_to_gpu1 CID: gpuckpt-nri gave the container GPU 1's node as /dev/nvidia0 and a plan
+adjusted_to_gpu1() {  # adjusted_to_gpu1 CID: gpuckpt-nri gave the container GPU 1's node (as /dev/nvidia1) and a plan
   ctrd_ctr containers info "$1" | python3 -c '
 import json, sys
 spec = json.load(sys.stdin)["Spec"]
 dev = {d["path"]: (d["major"], d["minor"]) for d in spec["linux"]["devices"]}
-assert dev["/dev/nvidia0"] == (1, 5), dev
+assert dev["/dev/nvidia1"] == (1, 5) and "/dev/nvidia0" not in dev, dev
 assert spec["annotations"]["io.gpuckpt.restore-plan"].startswith("rp-"), spec["annotations"]'
 }
 counts_past() {  # counts_past PID N: the counter passes N within 10 s
@@ -202,8 +202,9 @@ r=$(sandbox_wait_job restores "$(sandbox_json_field "$r" '["id"]')")
 [ "$(sandbox_json_field "$r" '["state"]')" = succeeded ] || fail "restore onto GPU 1: $r"
 MPID=$(ctrd_ctr tasks ls | awk '$1 == "gpuckpt-e2e-moved" {print $2}')
 [ -n "$MPID" ] || fail "no running task gpuckpt-e2e-moved"
-DEV=$(stat -c '%t:%T' "/proc/$MPID/root/dev/nvidia0")
-[ "$DEV" = 1:5 ] || fail "/dev/nvidia0 in the restored container is $DEV, expected 1:5 (GPU 1's node on this node)"
+DEV=$(stat -c '%t:%T' "/proc/$MPID/root/dev/nvidia1")
+[ "$DEV" = 1:5 ] || fail "/dev/nvidia1 in the restored container is $DEV, expected 1:5 (GPU 1's node on this node)"
+[ ! -e "/proc/$MPID/root/dev/nvidia0" ] || fail "/dev/nvidia0 (the source GPU's name) is still in the restored container"
 # The restored processes keep their environment (it is in their memory); the spec's is what new processes
 # (exec) get, as with podman.
 ctrd_ctr containers info gpuckpt-e2e-moved | python3 -c 'import json,sys; assert "NVIDIA_VISIBLE_DEVICES=1" in json.load(sys.stdin)["Spec"]["process"]["env"]' ||
@@ -211,7 +212,7 @@ ctrd_ctr containers info gpuckpt-e2e-moved | python3 -c 'import json,sys; assert
 grep -q "restore plan rp-.* placed in .*/checkpoint/gpuckpt-restore-plan.json" "$TMP/agent.log" ||
   fail "the restore plan did not reach CRIU's images directory: $(tail -3 "$TMP/agent.log")"
 counts_past "$MPID" "$(count_of "$MPID")" || fail "the moved container does not count"
-echo "ok: /dev/nvidia0 is GPU 1's node ($DEV), spec NVIDIA_VISIBLE_DEVICES=1, plan in CRIU's images dir, still counting"
+echo "ok: /dev/nvidia0 became GPU 1's /dev/nvidia1 ($DEV), spec NVIDIA_VISIBLE_DEVICES=1, plan in CRIU's images dir, still counting"
 
 mkdir "$CK/.gpuckpt-containerd-restore-999999999-dead"   # left by an agent that stopped mid-restore
 step "5. an archive containerd did not write is refused"
@@ -243,7 +244,7 @@ ctrd_ctr content get "$(sandbox_json_field "$r_ck" '["result"]["image"]["manifes
 LOADED_CID=$(cri create gpuckpt-e2e "$POD" from-image "$LOADED" --device /dev/zero:/dev/nvidia1 \
   --env NVIDIA_VISIBLE_DEVICES=1 -- /bin/true) || fail "CreateContainer from the loaded checkpoint image: $(tail -2 "$TMP/nri.log")"
 adjusted_to_gpu1 "$LOADED_CID" || fail "the container created from the loaded image was not adjusted by gpuckpt-nri"
-echo "ok: $LOADED in containerd's store with org.criu.checkpoint.* and io.gpuckpt.*; created from it with GPU 1: /dev/nvidia0 -> 1:5, plan named"
+echo "ok: $LOADED in containerd's store with org.criu.checkpoint.* and io.gpuckpt.*; created from it with GPU 1: /dev/nvidia1 -> 1:5, plan named"
 
 step "6b. a moved archive becomes a checkpoint image on a CRI node (runtime.kind: cri, containerd's API on its CRI socket)"
 # What `kubectl gpuckpt migrate` asks of the target node's agent before it creates the pod (the archive stands for
@@ -271,8 +272,8 @@ ALLOC=$(cri create gpuckpt-e2e "$POD" restored-alloc gpuckpt-e2e-ck --device /de
   --env NVIDIA_VISIBLE_DEVICES=1 -- sleep 600) || fail "CreateContainer refused: $(tail -2 "$TMP/nri.log")"
 cri start "$ALLOC" || fail "StartContainer of the adjusted container"
 APID=$(cri pid "$ALLOC")
-DEV=$(stat -c '%t:%T' "/proc/$APID/root/dev/nvidia0") || fail "no /dev/nvidia0 in the adjusted container"
-[ "$DEV" = 1:5 ] || fail "/dev/nvidia0 in the adjusted container is $DEV, expected 1:5 (the allocated GPU 1)"
+DEV=$(stat -c '%t:%T' "/proc/$APID/root/dev/nvidia1") || fail "no /dev/nvidia1 in the adjusted container"
+[ "$DEV" = 1:5 ] || fail "/dev/nvidia1 in the adjusted container is $DEV, expected 1:5 (the allocated GPU 1)"
 tr '\0' '\n' < "/proc/$APID/environ" | grep -qx NVIDIA_VISIBLE_DEVICES=1 || fail "NVIDIA_VISIBLE_DEVICES not adjusted"
 ctrd_ctr containers info "$ALLOC" > "$TMP/alloc.json"
 python3 - "$TMP/alloc.json" "$STATE" "$GPU0" "$GPU1" "$BUILD/oci-hook/gpuckpt-oci-hook" <<'PY' || fail "plan/annotation/hook of the adjusted container"
@@ -284,5 +285,5 @@ assert [(a["source_id"], a["target_id"]) for a in plan["assignments"]] == [(sys.
 assert any(h["path"] == sys.argv[5] for h in spec["hooks"]["createRuntime"]), spec["hooks"]
 PY
 grep -q "within the 1 GPU(s) it was given" "$TMP/nri.log" || fail "gpuckpt-nri did not plan within the allocation"
-echo "ok: /dev/nvidia0 = $DEV (GPU 1), NVIDIA_VISIBLE_DEVICES=1, plan $GPU0 -> $GPU1 named by the annotation, hook added"
+echo "ok: /dev/nvidia1 = $DEV (GPU 1), NVIDIA_VISIBLE_DEVICES=1, plan $GPU0 -> $GPU1 named by the annotation, hook added"
 echo PASS

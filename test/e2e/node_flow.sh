@@ -4,7 +4,7 @@
 #   2. POST /v1/checkpoints produces an annotated archive that checkpointctl reads and podman restores, and an
 #      OCI checkpoint image that the agent loads into podman's store (loaded_as) and podman restores from;
 #   3. bad requests (wrong token, unknown container, traversal, truncated/malformed archive) get 4xx, change nothing;
-#   4. POST /v1/restores onto another (fixture) GPU: the workload continues, /dev/nvidia0 is the target's node;
+#   4. POST /v1/restores onto another (fixture) GPU: the workload continues, the target's node is /dev/nvidia1;
 #   5. the precreate stage applies a pending restore plan at creation, refuses one it cannot apply.
 # The node's GPUs come from a fixture host root (8x H100) whose /dev/nvidia0 and /dev/nvidia1 are made here as
 # /dev/null's and /dev/zero's numbers, so "moving GPU" is visible inside the container.
@@ -179,10 +179,12 @@ sleep 1
 N2=$(podman exec "$NAME-moved" cat /tmp/count)
 [ "$N2" -gt "$N1" ] || fail "the counter did not continue: checkpointed at $N1, now $N2"
 echo "ok: counter checkpointed at $N1, continues at $N2"
-DEV=$(podman exec "$NAME-moved" stat -c '%t:%T' /dev/nvidia0)
-[ "$DEV" = "1:5" ] || fail "/dev/nvidia0 in the restored container is $DEV, expected 1:5 (the target GPU's node)"
+# The target GPU's node under its own name (NVIDIA's driver opens /dev/nvidia<minor> at restore); the source's is gone.
+DEV=$(podman exec "$NAME-moved" stat -c '%t:%T' /dev/nvidia1)
+[ "$DEV" = "1:5" ] || fail "/dev/nvidia1 in the restored container is $DEV, expected 1:5 (the target GPU's node)"
+if podman exec "$NAME-moved" stat /dev/nvidia0 >/dev/null 2>&1; then fail "/dev/nvidia0 (the source GPU's name) is still in the restored container"; fi
 podman exec "$NAME-moved" env | grep -qx 'NVIDIA_VISIBLE_DEVICES=1' || fail "NVIDIA_VISIBLE_DEVICES not remapped"
-echo "ok: /dev/nvidia0 is now the target GPU's node ($DEV), NVIDIA_VISIBLE_DEVICES=1"
+echo "ok: /dev/nvidia0 became the target GPU's /dev/nvidia1 ($DEV), NVIDIA_VISIBLE_DEVICES=1"
 NEW_ID=$(podman inspect -f '{{.Id}}' "$NAME-moved")
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['gpus']['record']['used_gpu_ids']==[sys.argv[2]], r['gpus']['record']['used_gpu_ids']" \
   "$STATE/containers/$NEW_ID.json" "$GPU1" || fail "the hook did not record the restored container on $GPU1"

@@ -181,7 +181,7 @@ wait_ctr() { # NAME FILE N TIMEOUT_S: like wait_iter, but gives up at once when 
 criu_log() { # NAME: CRIU's errors from the runtime's last checkpoint/restore of container NAME
   local dir; dir=$(podman inspect -f '{{.StaticDir}}' "$1" 2>/dev/null) || return 0
   for f in "$dir/dump.log" "$dir/restore.log"; do
-    [ -f "$f" ] && { echo "--- $f"; grep -E "Error|gpuckpt.*(error|warn)|\(00.0" "$f" | tail -n 30; }
+    [ -f "$f" ] && { echo "--- $f"; grep -E "Error|gpuckpt" "$f" | tail -n 40; }
   done
   return 0
 }

@@ -264,9 +264,10 @@ TEST_CASE("a CRI-O-shaped restore is adjusted to the GPUs the runtime gave the n
   api::CreateContainerResponse response;
   REQUIRE(response.ParseFromString(answer.value()));
   const auto& adjust = response.adjust();
-  // The processes expect /dev/nvidia0: it becomes GPU-1's node, the one the runtime allocated.
+  // The processes used /dev/nvidia0 (GPU-0); they get GPU-1, the one the runtime allocated, under its own name
+  // (NVIDIA's driver opens /dev/nvidia<minor> when it restores them).
   REQUIRE(adjust.linux().devices_size() == 1);
-  CHECK(adjust.linux().devices(0).path() == "/dev/nvidia0");
+  CHECK(adjust.linux().devices(0).path() == "/dev/nvidia1");
   CHECK(adjust.linux().devices(0).major() == 195);
   CHECK(adjust.linux().devices(0).minor() == 1);
   REQUIRE(adjust.env_size() == 1);

@@ -49,7 +49,8 @@ RestorePlan stored_plan(const hook::HookOptions& options, const std::string& che
   plan.id = new_restore_plan_id();
   plan.checkpoint_id = checkpoint_id;
   plan.assignments = {{"GPU-0", "GPU-1"}};
-  plan.devices = {{"/dev/nvidia0", host_path, "GPU-0", host_path == "/dev/nvidia1" ? "GPU-1" : "GPU-9"}};
+  plan.devices = {{"/dev/nvidia0", host_path, "GPU-0", host_path == "/dev/nvidia1" ? "GPU-1" : "GPU-9",
+                   restored_device_path("/dev/nvidia0", host_path)}};
   REQUIRE(write_restore_plan(options.state_dir, plan).ok());
   return plan;
 }
@@ -229,13 +230,13 @@ TEST_CASE("precreate applies a pending restore plan and passes everything else t
     REQUIRE_FALSE(outcome.ok());
     CHECK(outcome.error().message.find("linux.devices[0]") != std::string::npos);
   }
-  SECTION("a plan moves /dev/nvidia0 onto GPU 1's node and remaps the env") {
+  SECTION("a plan moves /dev/nvidia0 onto GPU 1's node, under GPU 1's own name, and remaps the env") {
     RestorePlan plan;
     plan.id = new_restore_plan_id();
     config["annotations"]["io.gpuckpt.restore-plan"] = plan.id;
     plan.checkpoint_id = "ck-3";
     plan.assignments = {{"GPU-0", "GPU-1"}};
-    plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
+    plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1", "/dev/nvidia1"}};
     plan.env = {{"NVIDIA_VISIBLE_DEVICES", "1"}};
     REQUIRE(write_restore_plan(options.state_dir, plan).ok());
     auto outcome = hook::precreate(config.dump(), options, fake_numbers);
@@ -243,7 +244,7 @@ TEST_CASE("precreate applies a pending restore plan and passes everything else t
     CHECK(outcome->modified);
     const auto out = json::parse(outcome->config);
     const auto& dev = out["linux"]["devices"][0];
-    CHECK(dev["path"] == "/dev/nvidia0");
+    CHECK(dev["path"] == "/dev/nvidia1");
     CHECK(dev["major"] == 195);
     CHECK(dev["minor"] == 1);
     CHECK(out["linux"]["resources"]["devices"][0]["minor"] == 1);
