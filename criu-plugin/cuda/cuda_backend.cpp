@@ -8,6 +8,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include "criu-plugin/backend.h"
 #include "criu-plugin/criu_host.h"
 #include "criu-plugin/cuda/cuda_driver.h"
+#include "criu-plugin/cuda/device_nodes.h"
 #include "criu-plugin/cuda/driver_host.h"
 #include "criu-plugin/cuda/gpu_memory_path.h"
 #include "criu-plugin/cuda/process_info.h"
@@ -285,6 +288,10 @@ class CudaBackend final : public Backend {
                  "a node with matching GPUs");
       return -1;
     }
+    for (const auto& gpu : inventory->gpus)
+      if (gpu.vendor == GpuVendor::Nvidia && gpu.device_minor >= 0)
+        if (auto uuid = cuda::parse_uuid(gpu.uuid.empty() ? gpu.id : gpu.uuid, "inventory"))
+          minor_by_uuid_[cuda::format_uuid(*uuid)] = static_cast<unsigned>(gpu.device_minor);
     auto mapping = choose_restore_mapping(dir_fd, recs, *inventory);
     if (!mapping) {
       log::error("cuda: " + mapping.error().message);
@@ -508,6 +515,30 @@ class CudaBackend final : public Backend {
     return cuda::RunningRestoreThread::start(tid);
   }
 
+  // The driver's restore opens every target GPU as /dev/nvidia<minor> in the process's root: make the nodes
+  // a restore onto other GPUs needs where the restored /dev lacks them (device_nodes.h says when it does).
+  Result<void> give_target_nodes(int pid) {
+    const auto pairs = pairs_for(pid);
+    std::vector<cuda::GpuNode> nodes;
+    for (const auto& pair : pairs) {
+      const std::string target = cuda::format_uuid(pair.target);
+      auto it = minor_by_uuid_.find(target);
+      if (it == minor_by_uuid_.end())
+        return make_error("target GPU " + target + " has no device minor in this node's inventory", ENODEV);
+      cuda::GpuNode node{it->second, cuda::kNvidiaMajor};
+      struct stat st {};
+      const std::string host_node = "/dev/nvidia" + std::to_string(it->second);
+      if (::stat(host_node.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) node.major = major(st.st_rdev);
+      nodes.push_back(node);
+    }
+    auto made = cuda::ensure_gpu_nodes("/proc/" + std::to_string(pid) + "/root", nodes);
+    if (!made) return make_error("its GPU device nodes: " + made.error().message, made.error().errno_value);
+    if (made.value() > 0)
+      log::info("cuda: pid " + std::to_string(pid) + ": made " + std::to_string(made.value()) +
+                " target GPU node(s) in its /dev that the restored /dev lacked (restored onto other GPUs)");
+    return {};
+  }
+
   std::vector<cuda::UuidPair> pairs_for(int pid) const {
     auto it = pairs_by_pid_.find(pid);
     return it != pairs_by_pid_.end() ? it->second : default_pairs_;
@@ -536,6 +567,19 @@ class CudaBackend final : public Backend {
       int tid = -1;
       if (driver_->get_restore_thread_id(pid, &tid) == cuda::kCudaSuccess) pids.push_back(pid);
     }
+    if (pids.empty()) return;
+    std::vector<int> ready;
+    for (int pid : pids) {
+      auto nodes = give_target_nodes(pid);
+      if (nodes) {
+        ready.push_back(pid);
+        continue;
+      }
+      log::error("cuda: killing restored pid " + std::to_string(pid) + ": " + nodes.error().message);
+      restore_results_[pid] = -EIO;
+      ::kill(pid, SIGKILL);
+    }
+    pids = std::move(ready);
     if (pids.empty()) return;
     auto results = restore_processes(pids, std::vector<ProcessState>(pids.size(), ProcessState::Running), true);
     for (std::size_t i = 0; i < pids.size(); ++i) {
@@ -610,6 +654,7 @@ class CudaBackend final : public Backend {
   std::map<int, int> restore_results_;
   std::map<int, std::vector<cuda::UuidPair>> pairs_by_pid_;
   std::vector<cuda::UuidPair> default_pairs_;
+  std::map<std::string, unsigned> minor_by_uuid_;   // this node's NVIDIA GPUs: "GPU-..." -> /dev/nvidia<minor>
 };
 
 }  // namespace

@@ -20,6 +20,11 @@
 #                  `--target-gpus` GPU 0, as after a migration onto a node where the device plugin allocates another
 #                  GPU: the restored container gets GPU 0's device node, the process runs on GPU 0 (nvidia-smi) and
 #                  continues bit-identically
+#   image_restore  (2 GPUs) what a runtime restoring a checkpoint image does (CRI-O, containerd >= 2.1, where the
+#                  agent edits nothing): a GPU 1 container's export restored by podman with only its spec given
+#                  GPU 0 (the new allocation) and the GPU mapping beside CRIU's images, CRIU's /dev image untouched
+#                  (it names /dev/nvidia1): the plugin makes /dev/nvidia0 for the driver's restore; continues
+#                  bit-identically on GPU 0
 #   wrong_gpu      an archive whose GPU record is another model's (the captured H200 on an H100, or the H100 fixture
 #                  elsewhere) is refused before CRIU runs, with the reasons
 # Needs root, podman, criu; the GPU cases need an NVIDIA GPU, nvcc and the node set up with gpuckpt installed (on
@@ -31,7 +36,7 @@ set -uo pipefail
 
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 . "$SRC/test/gpu/gpu_test_lib.sh"
-CASES=${CONTAINER_TESTS:-cpu_only cdi_spec agent transparent torch two_procs leave_running kill_mid_dump other_gpu wrong_gpu}
+CASES=${CONTAINER_TESTS:-cpu_only cdi_spec agent transparent torch two_procs leave_running kill_mid_dump other_gpu image_restore wrong_gpu}
 MIB=${COUNTER_MIB:-1024}
 BUILD=${GPUCKPT_BUILD_DIR:-$SRC/build}
 PLUGIN_DIR=/usr/lib/criu   # CRIU's compiled-in default: what runc's CRIU loads with no --libdir
@@ -402,6 +407,43 @@ case_other_gpu() {
   [ "$after" = "$u0" ] || { record other_gpu FAIL "restored onto ${after:-no GPU}, not GPU 0 ($u0); the container's GPU nodes (name, minor in hex): $minor"; return; }
   check_counter other_gpu "$out" "$MIB" || return
   record other_gpu PASS "GPU 1 -> GPU 0: checkpoint via agent ${tck}s, restore --target-gpus ${trs}s; the container's GPU nodes after restore: ${minor}; nvidia-smi: on GPU 0; continued $at -> $(last_iter "$out"), bit-identical"
+}
+
+case_image_restore() {
+  gpu_ready image_restore || return
+  [ "$NGPU" -ge 2 ] || { record image_restore SKIP "needs 2 GPUs"; return; }
+  local name=$PREFIX-image out=$WORK/out/image.txt a=$WORK/image.tar.zst b=$WORK/image-gpu0.tar.zst dir=$WORK/image-archive at u0 u1 after
+  u0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0); u1=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 1)
+  run_counter "$name" "$out" --device nvidia.com/gpu=1 -- "$MIB" /out/image.txt || { record image_restore FAIL "podman run (CDI GPU 1)"; return; }
+  wait_ctr "$name" "$out" 30 120 || { record image_restore FAIL "workload did not start"; return; }
+  pm container checkpoint --export "$a" "$name" > "$WORK/image.ckpt.log" 2>&1 || { show "$WORK/image.ckpt.log"; criu_log "$name"; record image_restore FAIL "podman container checkpoint"; return; }
+  at=$(last_iter "$out")
+  pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
+  # The restore a runtime makes from a checkpoint image for a pod given GPU 0: the spec has the allocation (as
+  # the device plugin / CDI and gpuckpt-nri give it), the GPU mapping is where the plugin reads it, and CRIU's
+  # /dev image is the checkpoint's.
+  rm -rf "$dir"; mkdir -p "$dir"
+  tar -C "$dir" -xf "$a" || { record image_restore FAIL "cannot unpack $a"; return; }
+  python3 - "$dir/spec.dump" <<'PY' || { record image_restore FAIL "cannot give the spec GPU 0"; return; }
+import json, sys
+spec = json.load(open(sys.argv[1]))
+for d in spec["linux"]["devices"]:
+    if d["path"] == "/dev/nvidia1":
+        d["path"], d["minor"] = "/dev/nvidia0", 0
+spec["linux"].setdefault("resources", {}).setdefault("devices", []).append({"allow": True, "type": "c", "major": 195, "minor": 0, "access": "rwm"})
+json.dump(spec, open(sys.argv[1], "w"))
+PY
+  printf '{"version":1,"pairs":[{"source_uuid":"%s","target_uuid":"%s"}]}\n' "$u1" "$u0" > "$dir/checkpoint/gpuckpt-gpu-map.json"
+  (cd "$dir" && tar -c . | zstd -q -o "$b") || { record image_restore FAIL "cannot repack"; return; }
+  pm container restore --import "$b" > "$WORK/image.rst.log" 2>&1 || { show "$WORK/image.rst.log"; criu_log "$name"; record image_restore FAIL "podman container restore"; return; }
+  wait_ctr "$name" "$out" $((at + 30)) 120 || { criu_log "$name"; record image_restore FAIL "no progress after restore (at $(last_iter "$out"))"; return; }
+  after=$(gpu_of_pid "$(ctr_pid "$name")")
+  local made; made=$(grep -o "made [0-9]* target GPU node(s)" "$(podman inspect -f '{{.StaticDir}}' "$name")/restore.log" | head -1)
+  pm rm -f -t 0 "$name" >/dev/null 2>&1
+  [ "$after" = "$u0" ] || { record image_restore FAIL "restored onto ${after:-no GPU}, not GPU 0 ($u0)"; return; }
+  [ -n "$made" ] || { record image_restore FAIL "the plugin did not report making GPU 0's node"; return; }
+  check_counter image_restore "$out" "$MIB" || return
+  record image_restore PASS "GPU 1 -> GPU 0 with CRIU's /dev image untouched: the plugin $made; nvidia-smi: on GPU 0; continued $at -> $(last_iter "$out"), bit-identical"
 }
 
 case_wrong_gpu() {
