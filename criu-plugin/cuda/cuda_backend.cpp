@@ -292,34 +292,43 @@ class CudaBackend final : public Backend {
       if (gpu.vendor == GpuVendor::Nvidia && gpu.device_minor >= 0)
         if (auto uuid = cuda::parse_uuid(gpu.uuid.empty() ? gpu.id : gpu.uuid, "inventory"))
           minor_by_uuid_[cuda::format_uuid(*uuid)] = static_cast<unsigned>(gpu.device_minor);
-    auto mapping = choose_restore_mapping(dir_fd, recs, *inventory);
-    if (!mapping) {
-      log::error("cuda: " + mapping.error().message);
+    restore_records_ = recs;
+    restore_inventory_ = *inventory;
+    restore_node_gpus_ = node_gpus;
+    if (auto planned = plan_restore_pairs(dir_fd); !planned) {
+      log::error("cuda: " + planned.error().message);
       return -1;
     }
-    for (const auto& [from, to] : *mapping) log::info("cuda: GPU " + from + " -> " + to);
-    for (const auto& [pid, record] : recs.by_pid) {
-      auto pairs = cuda::build_restore_pairs(cuda::record_uuids(record), *mapping, node_gpus);
-      if (!pairs) {
-        log::error("cuda: pid " + std::to_string(pid) + ": " + pairs.error().message);
-        return -1;
-      }
-      pairs_by_pid_[pid] = *pairs;
-      log::info("cuda: pid " + std::to_string(pid) + " restores with " + std::to_string(pairs->size()) +
-                " GPU pair(s)" + (pairs->empty() ? " (every GPU stays itself)" : ""));
-    }
-    auto all = cuda::build_restore_pairs(cuda::record_uuids(recs.merged), *mapping, node_gpus);
-    if (!all) {
-      log::error("cuda: " + all.error().message);
-      return -1;
-    }
-    default_pairs_ = *all;
     enabled_ = true;
     return 0;
   }
 
+  // The mapping and each process's UUID pairs, from the first of: the mapping file, the restore plan, this node's
+  // inventory (choose_restore_mapping). Made in init, so a checkpoint no GPU here can take fails before CRIU
+  // restores anything, and made again at the first RESUME_DEVICES_LATE when init had no file to go by: the OCI
+  // hook places the restore plan at createRuntime, which runc runs at CRIU's setup-namespaces notification,
+  // after the plugin's init (seen on 2x H200: without this the plan's GPU 1 -> GPU 0 was never used).
+  Result<void> plan_restore_pairs(int dir_fd) {
+    auto mapping = choose_restore_mapping(dir_fd, restore_records_, restore_inventory_);
+    if (!mapping) return mapping.error();
+    for (const auto& [from, to] : *mapping) log::info("cuda: GPU " + from + " -> " + to);
+    pairs_by_pid_.clear();
+    for (const auto& [pid, record] : restore_records_.by_pid) {
+      auto pairs = cuda::build_restore_pairs(cuda::record_uuids(record), *mapping, restore_node_gpus_);
+      if (!pairs) return make_error("pid " + std::to_string(pid) + ": " + pairs.error().message);
+      pairs_by_pid_[pid] = *pairs;
+      log::info("cuda: pid " + std::to_string(pid) + " restores with " + std::to_string(pairs->size()) +
+                " GPU pair(s)" + (pairs->empty() ? " (every GPU stays itself)" : ""));
+    }
+    auto all = cuda::build_restore_pairs(cuda::record_uuids(restore_records_.merged), *mapping, restore_node_gpus_);
+    if (!all) return all.error();
+    default_pairs_ = *all;
+    return {};
+  }
+
   Result<cuda::GpuMapping> choose_restore_mapping(int dir_fd, const cuda::ProcessRecords& recs,
                                                   const NodeInventory& inventory) {
+    mapping_from_file_ = true;
     auto file = cuda::read_image_file(dir_fd, cuda::kMappingFileName);
     if (file) {
       log::info(std::string("cuda: GPU mapping from ") + cuda::kMappingFileName);
@@ -332,6 +341,7 @@ class CudaBackend final : public Backend {
       return cuda::parse_restore_plan(*plan, cuda::kRestorePlanFileName);
     }
     if (plan.error().errno_value != ENOENT) return plan.error();
+    mapping_from_file_ = false;
     return cuda::choose_mapping(recs.merged, inventory);
   }
 
@@ -558,6 +568,21 @@ class CudaBackend final : public Backend {
       }
     }
     if (driver_ == nullptr) return;
+    if (!mapping_from_file_) {
+      const bool placed = cuda::read_image_file(criu::image_dir_fd(), cuda::kRestorePlanFileName).ok() ||
+                          cuda::read_image_file(criu::image_dir_fd(), cuda::kMappingFileName).ok();
+      if (placed) {
+        log::info("cuda: a GPU mapping was placed after init (the OCI hook's restore plan): it decides the pairs");
+        if (auto planned = plan_restore_pairs(criu::image_dir_fd()); !planned) {
+          for (int pid : candidates) {
+            log::error("cuda: killing restored pid " + std::to_string(pid) + ": " + planned.error().message);
+            restore_results_[pid] = -EIO;
+            ::kill(pid, SIGKILL);
+          }
+          return;
+        }
+      }
+    }
     // Only the restore thread id can be asked while the task is stopped: every other driver call is served by
     // that thread inside the task, so it would wait for a thread CRIU holds (restore_processes lets it run).
     std::vector<int> pids;
@@ -654,6 +679,10 @@ class CudaBackend final : public Backend {
   std::map<int, int> restore_results_;
   std::map<int, std::vector<cuda::UuidPair>> pairs_by_pid_;
   std::vector<cuda::UuidPair> default_pairs_;
+  cuda::ProcessRecords restore_records_;
+  NodeInventory restore_inventory_;
+  std::vector<std::string> restore_node_gpus_;
+  bool mapping_from_file_ = false;   // the mapping came from a mapping file or restore plan in the images dir
   std::map<std::string, unsigned> minor_by_uuid_;   // this node's NVIDIA GPUs: "GPU-..." -> /dev/nvidia<minor>
 };
 

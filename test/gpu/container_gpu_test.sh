@@ -435,10 +435,10 @@ json.dump(spec, open(sys.argv[1], "w"))
 PY
   printf '{"version":1,"pairs":[{"source_uuid":"%s","target_uuid":"%s"}]}\n' "$u1" "$u0" > "$dir/checkpoint/gpuckpt-gpu-map.json"
   (cd "$dir" && tar -c . | zstd -q -o "$b") || { record image_restore FAIL "cannot repack"; return; }
-  pm container restore --import "$b" > "$WORK/image.rst.log" 2>&1 || { show "$WORK/image.rst.log"; criu_log "$name"; record image_restore FAIL "podman container restore"; return; }
+  pm container restore --keep --import "$b" > "$WORK/image.rst.log" 2>&1 || { show "$WORK/image.rst.log"; criu_log "$name"; record image_restore FAIL "podman container restore"; return; }
   wait_ctr "$name" "$out" $((at + 30)) 120 || { criu_log "$name"; record image_restore FAIL "no progress after restore (at $(last_iter "$out"))"; return; }
   after=$(gpu_of_pid "$(ctr_pid "$name")")
-  local made; made=$(grep -o "made [0-9]* target GPU node(s)" "$(podman inspect -f '{{.StaticDir}}' "$name")/restore.log" | head -1)
+  local made; made=$(grep -rho "made [0-9]* target GPU node(s)" "$(podman inspect -f '{{.StaticDir}}' "$name")" --include=restore.log | head -1)
   pm rm -f -t 0 "$name" >/dev/null 2>&1
   [ "$after" = "$u0" ] || { record image_restore FAIL "restored onto ${after:-no GPU}, not GPU 0 ($u0)"; return; }
   [ -n "$made" ] || { record image_restore FAIL "the plugin did not report making GPU 0's node"; return; }
