@@ -288,13 +288,8 @@ class CudaBackend final : public Backend {
                  "a node with matching GPUs");
       return -1;
     }
-    for (const auto& gpu : inventory->gpus)
-      if (gpu.vendor == GpuVendor::Nvidia && gpu.device_minor >= 0)
-        if (auto uuid = cuda::parse_uuid(gpu.uuid.empty() ? gpu.id : gpu.uuid, "inventory"))
-          minor_by_uuid_[cuda::format_uuid(*uuid)] = static_cast<unsigned>(gpu.device_minor);
     restore_records_ = recs;
     restore_inventory_ = *inventory;
-    restore_node_gpus_ = node_gpus;
     if (auto planned = plan_restore_pairs(dir_fd); !planned) {
       log::error("cuda: " + planned.error().message);
       return -1;
@@ -311,16 +306,17 @@ class CudaBackend final : public Backend {
   Result<void> plan_restore_pairs(int dir_fd) {
     auto mapping = choose_restore_mapping(dir_fd, restore_records_, restore_inventory_);
     if (!mapping) return mapping.error();
+    const auto node_gpus = cuda::nvidia_uuids(restore_inventory_);
     for (const auto& [from, to] : *mapping) log::info("cuda: GPU " + from + " -> " + to);
     pairs_by_pid_.clear();
     for (const auto& [pid, record] : restore_records_.by_pid) {
-      auto pairs = cuda::build_restore_pairs(cuda::record_uuids(record), *mapping, restore_node_gpus_);
+      auto pairs = cuda::build_restore_pairs(cuda::record_uuids(record), *mapping, node_gpus);
       if (!pairs) return make_error("pid " + std::to_string(pid) + ": " + pairs.error().message);
       pairs_by_pid_[pid] = *pairs;
       log::info("cuda: pid " + std::to_string(pid) + " restores with " + std::to_string(pairs->size()) +
                 " GPU pair(s)" + (pairs->empty() ? " (every GPU stays itself)" : ""));
     }
-    auto all = cuda::build_restore_pairs(cuda::record_uuids(restore_records_.merged), *mapping, restore_node_gpus_);
+    auto all = cuda::build_restore_pairs(cuda::record_uuids(restore_records_.merged), *mapping, node_gpus);
     if (!all) return all.error();
     default_pairs_ = *all;
     return {};
@@ -531,13 +527,13 @@ class CudaBackend final : public Backend {
     const auto pairs = pairs_for(pid);
     std::vector<cuda::GpuNode> nodes;
     for (const auto& pair : pairs) {
-      const std::string target = cuda::format_uuid(pair.target);
-      auto it = minor_by_uuid_.find(target);
-      if (it == minor_by_uuid_.end())
-        return make_error("target GPU " + target + " has no device minor in this node's inventory", ENODEV);
-      cuda::GpuNode node{it->second, cuda::kNvidiaMajor};
+      const int minor_number = cuda::nvidia_minor(restore_inventory_, pair.target);
+      if (minor_number < 0)
+        return make_error("target GPU " + cuda::format_uuid(pair.target) + " has no device minor in this node's "
+                          "inventory", ENODEV);
+      cuda::GpuNode node{static_cast<unsigned>(minor_number), cuda::kNvidiaMajor};
       struct stat st {};
-      const std::string host_node = "/dev/nvidia" + std::to_string(it->second);
+      const std::string host_node = "/dev/nvidia" + std::to_string(minor_number);
       if (::stat(host_node.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) node.major = major(st.st_rdev);
       nodes.push_back(node);
     }
@@ -569,8 +565,8 @@ class CudaBackend final : public Backend {
     }
     if (driver_ == nullptr) return;
     if (!mapping_from_file_) {
-      const bool placed = cuda::read_image_file(criu::image_dir_fd(), cuda::kRestorePlanFileName).ok() ||
-                          cuda::read_image_file(criu::image_dir_fd(), cuda::kMappingFileName).ok();
+      const bool placed = ::faccessat(criu::image_dir_fd(), cuda::kRestorePlanFileName, F_OK, 0) == 0 ||
+                          ::faccessat(criu::image_dir_fd(), cuda::kMappingFileName, F_OK, 0) == 0;
       if (placed) {
         log::info("cuda: a GPU mapping was placed after init (the OCI hook's restore plan): it decides the pairs");
         if (auto planned = plan_restore_pairs(criu::image_dir_fd()); !planned) {
@@ -681,9 +677,7 @@ class CudaBackend final : public Backend {
   std::vector<cuda::UuidPair> default_pairs_;
   cuda::ProcessRecords restore_records_;
   NodeInventory restore_inventory_;
-  std::vector<std::string> restore_node_gpus_;
   bool mapping_from_file_ = false;   // the mapping came from a mapping file or restore plan in the images dir
-  std::map<std::string, unsigned> minor_by_uuid_;   // this node's NVIDIA GPUs: "GPU-..." -> /dev/nvidia<minor>
 };
 
 }  // namespace

@@ -162,6 +162,15 @@ std::vector<std::string> nvidia_uuids(const NodeInventory& inventory) {
   return out;
 }
 
+int nvidia_minor(const NodeInventory& inventory, const Uuid& uuid) {
+  for (const auto& gpu : inventory.gpus) {
+    if (gpu.vendor != GpuVendor::Nvidia) continue;
+    auto parsed = parse_uuid(gpu_uuid_text(gpu), "inventory");
+    if (parsed && *parsed == uuid) return gpu.device_minor;
+  }
+  return -1;
+}
+
 Result<GpuMapping> choose_mapping(const GpuPropertiesRecord& source, const NodeInventory& node) {
   std::vector<std::string> used;
   for (const auto& id : source.used_gpu_ids) {

@@ -48,6 +48,9 @@ Result<std::vector<UuidPair>> build_restore_pairs(const std::vector<std::string>
 // The NVIDIA GPUs of `inventory`, as UUIDs in format_uuid() form, in inventory order.
 std::vector<std::string> nvidia_uuids(const NodeInventory& inventory);
 
+// The device minor (/dev/nvidia<minor>) of the NVIDIA GPU `uuid` of `inventory`; -1 when it has none or no such GPU.
+int nvidia_minor(const NodeInventory& inventory, const Uuid& uuid);
+
 // Without a mapping file: the identity when this node has every GPU the checkpoint used (same node), else the
 // shared matcher's choice over the recorded properties and this node's inventory.
 Result<GpuMapping> choose_mapping(const GpuPropertiesRecord& source, const NodeInventory& node);

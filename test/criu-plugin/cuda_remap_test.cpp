@@ -236,3 +236,11 @@ TEST_CASE("process discovery: descendants, and no NVIDIA device in a plain proce
   ::waitpid(child, nullptr, 0);
   CHECK_FALSE(process_alive(child));
 }
+
+TEST_CASE("a target GPU's device minor comes from this node's inventory", "[unit]") {
+  NodeInventory node;
+  node.gpus = {h200(A, 3), h200(B, 0)};
+  CHECK(nvidia_minor(node, parse_uuid(B, "test").value()) == 0);
+  CHECK(nvidia_minor(node, parse_uuid(A, "test").value()) == 3);
+  CHECK(nvidia_minor(node, parse_uuid(C, "test").value()) == -1);   // not on this node
+}

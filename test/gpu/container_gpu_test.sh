@@ -385,12 +385,13 @@ case_kill_mid_dump() {
 # The GPU (UUID) a host process runs on, as the driver reports it.
 gpu_of_pid() { nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', *' -v p="$1" '$1 == p {print $2; exit}'; }
 ctr_pid() { podman inspect -f '{{.State.Pid}}' "$1" 2>/dev/null; }
+gpu_uuid() { nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$1"; }
 case_other_gpu() {
   gpu_ready other_gpu || return
   [ "$NGPU" -ge 2 ] || { record other_gpu SKIP "needs 2 GPUs"; return; }
   start_agent || { record other_gpu FAIL "agent did not start"; return; }
   local name=$PREFIX-moved out=$WORK/out/moved.txt at archive tck trs u0 u1 before after minor
-  u0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0); u1=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 1)
+  u0=$(gpu_uuid 0); u1=$(gpu_uuid 1)
   run_counter "$name" "$out" --device nvidia.com/gpu=1 -- "$MIB" /out/moved.txt || { show "$WORK/$name.err"; record other_gpu FAIL "podman run (CDI GPU 1)"; return; }
   wait_ctr "$name" "$out" 30 120 || { pm logs "$name" | tail; record other_gpu FAIL "workload did not start"; return; }
   before=$(gpu_of_pid "$(ctr_pid "$name")")
@@ -413,7 +414,7 @@ case_image_restore() {
   gpu_ready image_restore || return
   [ "$NGPU" -ge 2 ] || { record image_restore SKIP "needs 2 GPUs"; return; }
   local name=$PREFIX-image out=$WORK/out/image.txt a=$WORK/image.tar.zst b=$WORK/image-gpu0.tar.zst dir=$WORK/image-archive at u0 u1 after
-  u0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0); u1=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 1)
+  u0=$(gpu_uuid 0); u1=$(gpu_uuid 1)
   run_counter "$name" "$out" --device nvidia.com/gpu=1 -- "$MIB" /out/image.txt || { record image_restore FAIL "podman run (CDI GPU 1)"; return; }
   wait_ctr "$name" "$out" 30 120 || { record image_restore FAIL "workload did not start"; return; }
   pm container checkpoint --export "$a" "$name" > "$WORK/image.ckpt.log" 2>&1 || { show "$WORK/image.ckpt.log"; criu_log "$name"; record image_restore FAIL "podman container checkpoint"; return; }
