@@ -1,5 +1,7 @@
 #include "common/restore_plan.h"
 
+#include <limits>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -81,7 +83,8 @@ nlohmann::json to_json(const RestorePlan& plan) {
     devices.push_back({{"container_path", d.container_path}, {"host_path", d.host_path},
                        {"restored_path", d.path_after_restore()}, {"source_gpu_id", d.source_gpu_id},
                        {"target_gpu_id", d.target_gpu_id}});
-  return {{"version", plan.version}, {"id", plan.id}, {"checkpoint_id", plan.checkpoint_id}, {"assignments", assignments},
+  return {{"version", plan.version}, {"id", plan.id}, {"checkpoint_id", plan.checkpoint_id},
+          {"container_id", plan.container_id}, {"expires_at", plan.expires_at}, {"assignments", assignments},
           {"devices", devices}, {"env", plan.env}, {"relaxations", plan.relaxations}};
 }
 
@@ -91,6 +94,8 @@ Result<RestorePlan> restore_plan_from_json(const nlohmann::json& json, std::stri
   plan.version = fields.version(json, RestorePlan::kVersion, "restore plan");
   fields.get(json, "", "id", plan.id);
   fields.get(json, "", "checkpoint_id", plan.checkpoint_id, true);
+  fields.get(json, "", "container_id", plan.container_id);
+  fields.get_integer(json, "", "expires_at", plan.expires_at, 0, std::numeric_limits<std::int64_t>::max());
   if (const auto* assignments = fields.array(json, "", "assignments"))
     for (std::size_t i = 0; i < assignments->size() && !fields.failed(); ++i) {
       const std::string at = "assignments[" + std::to_string(i) + "]";

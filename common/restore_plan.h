@@ -52,7 +52,13 @@ struct RestorePlan {
   static constexpr int kVersion = 1;
   int version = kVersion;
   std::string id;              // new_restore_plan_id(): names the file in the state directory
-  std::string checkpoint_id;   // the checkpoint it restores (from the archive: informational only)
+  std::string checkpoint_id;   // the checkpoint it restores
+  // What the plan is bound to (docs/security.md): the one container that may use it (its runtime id; empty:
+  // the container is not known when the plan is made, e.g. the agent's own podman restore, and the plan is
+  // bound to checkpoint_id alone) and when it stops being usable (unix seconds, UTC; 0 in plans made before
+  // binding existed, which binding-aware readers refuse).
+  std::string container_id;
+  std::int64_t expires_at = 0;
   std::vector<GpuAssignment> assignments;
   std::vector<DeviceRewrite> devices;
   std::map<std::string, std::string> env;   // variables set to these values in the restored container
