@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include "k8s.io/kubelet/pkg/apis/podresources/v1/api.grpc.pb.h"
 #include "rpc/grpc_unix.h"
@@ -84,7 +85,7 @@ Error malformed(const PodResourcesOptions& options, const std::string& method, c
 
 Error too_large(const PodResourcesOptions& options, const std::string& method, const std::string& what, int limit) {
   return make_error("the kubelet's PodResources " + method + " answer on " + options.socket + " lists " + what +
-                        ", more than the " + std::to_string(limit) + " gpuckpt reads",
+                        "; gpuckpt reads at most " + std::to_string(limit),
                     EMSGSIZE);
 }
 
@@ -106,13 +107,17 @@ Result<Allocation> container_devices(const ::v1::PodResources& pod, const Contai
   if (!found) return Allocation{};
 
   const std::string where = "container " + identity.container_name + " of pod " + pod_text(identity);
+  // The kubelet sends one entry per device: neither entries nor ids may pass the bound.
+  std::size_t device_count = 0;
+  for (const auto& devices : found->devices()) device_count += static_cast<std::size_t>(devices.device_ids_size());
+  device_count = std::max(device_count, static_cast<std::size_t>(found->devices_size()));
+  if (device_count > static_cast<std::size_t>(kPodResourcesMaxDevicesPerContainer))
+    return too_large(options, method, std::to_string(device_count) + " devices for " + where,
+                     kPodResourcesMaxDevicesPerContainer);
+
   std::vector<DeviceAllocation> allocation;
-  int device_count = 0;
   for (const auto& devices : found->devices()) {
     if (devices.resource_name().empty()) return malformed(options, method, where + " has a device without a resource name");
-    device_count += devices.device_ids_size();
-    if (device_count > kPodResourcesMaxDevicesPerContainer)
-      return too_large(options, method, "more devices for " + where, kPodResourcesMaxDevicesPerContainer);
     auto resource = std::find_if(allocation.begin(), allocation.end(),
                                  [&](const DeviceAllocation& a) { return a.resource_name == devices.resource_name(); });
     if (resource == allocation.end()) {

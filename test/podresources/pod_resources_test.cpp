@@ -5,6 +5,9 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "podresources/pod_resources.h"
@@ -23,19 +26,21 @@ json devices(const std::string& resource, const std::vector<std::string>& ids) {
   return {{"resource_name", resource}, {"device_ids", ids}};
 }
 
-json pod(const std::string& ns, const std::string& name, const json& containers) {
+// Vectors, not json: a one-element braced list would become the element itself, not an array of it.
+json pod(const std::string& ns, const std::string& name, const std::vector<json>& containers) {
   return {{"namespace", ns}, {"name", name}, {"containers", containers}};
 }
 
-json container(const std::string& name, const json& device_list = json::array()) {
+json container(const std::string& name, const std::vector<json>& device_list = {}) {
   return {{"name", name}, {"devices", device_list}};
 }
 
+json node(const std::vector<json>& pods) { return {{"pods", pods}}; }
+
 // A node with a GPU pod (a training container on GPU 1, a sidecar without devices) and another pod on GPU 0.
 std::string node_allocations(const std::string& training_gpu = kGpu1) {
-  return json{{"pods",
-               {pod("ml", "trainer", {container("sidecar"), container("train", {devices("nvidia.com/gpu", {training_gpu})})}),
-                pod("default", "other", {container("c", {devices("nvidia.com/gpu", {kGpu0})})})}}}
+  return node({pod("ml", "trainer", {container("sidecar"), container("train", {devices("nvidia.com/gpu", {training_gpu})})}),
+               pod("default", "other", {container("c", {devices("nvidia.com/gpu", {kGpu0})})})})
       .dump();
 }
 
@@ -85,12 +90,11 @@ TEST_CASE("PodResources: Get answers the container's devices; the allocation is 
 TEST_CASE("PodResources: the kubelet's one-entry-per-device answer is merged per resource, in the kubelet's order",
           "[unit]") {
   // What a kubelet's device manager sends: one ContainerDevices per device (each with its NUMA node).
-  PodResourcesServer server(json{{"pods",
-                                  {pod("ml", "trainer",
-                                       {container("train", {devices("nvidia.com/gpu", {kGpu1}),
-                                                            devices("example.com/nic", {"vf-3"}),
-                                                            devices("nvidia.com/gpu", {kGpu0}),
-                                                            devices("nvidia.com/gpu", {kGpu1})})})}}}
+  PodResourcesServer server(node({pod("ml", "trainer",
+                                      {container("train", {devices("nvidia.com/gpu", {kGpu1}),
+                                                           devices("example.com/nic", {"vf-3"}),
+                                                           devices("nvidia.com/gpu", {kGpu0}),
+                                                           devices("nvidia.com/gpu", {kGpu1})})})})
                                 .dump());
   const auto allocation = allocation_ok(options_for(server), kTrain);
   REQUIRE(allocation.size() == 2);
@@ -179,7 +183,7 @@ TEST_CASE("PodResources: no socket, not a socket, a link, nobody listening: erro
 }
 
 TEST_CASE("PodResources: a kubelet slower than the timeout is an error once the timeout has passed", "[unit]") {
-  for (const std::vector<std::string> flags : {std::vector<std::string>{"--delay-ms", "60000"},
+  for (const std::vector<std::string>& flags : {std::vector<std::string>{"--delay-ms", "60000"},
                                                std::vector<std::string>{"--no-get", "--delay-ms", "60000"}}) {
     PodResourcesServer server(node_allocations(), flags);
     const auto started = std::chrono::steady_clock::now();
@@ -202,27 +206,26 @@ TEST_CASE("PodResources: malformed or oversized answers are errors, never a part
     std::vector<std::string> flags;
     std::string expected;
   };
-  json many_pods = json::array();
-  for (int i = 0; i <= kPodResourcesMaxPods; ++i) many_pods.push_back(pod("ns", "p" + std::to_string(i), json::array()));
+  std::vector<json> many_pods;
+  for (int i = 0; i <= kPodResourcesMaxPods; ++i) many_pods.push_back(pod("ns", "p" + std::to_string(i), {}));
   std::vector<std::string> many_ids;
   for (int i = 0; i <= kPodResourcesMaxDevicesPerContainer; ++i) many_ids.push_back("dev-" + std::to_string(i));
   // Over the 4 MiB the client reads: 5 ids of 1 MiB.
   const std::vector<std::string> huge_ids(5, std::string(1 << 20, 'x'));
   const std::vector<Case> cases = {
-      {"container listed twice", {{"pods", {pod("ml", "trainer", {container("train"), container("train")})}}}, {},
+      {"container listed twice", node({pod("ml", "trainer", {container("train"), container("train")})}), {},
        "lists container train twice"},
-      {"empty device id", {{"pods", {pod("ml", "trainer", {container("train", {devices("nvidia.com/gpu", {""})})})}}}, {},
+      {"empty device id", node({pod("ml", "trainer", {container("train", {devices("nvidia.com/gpu", {""})})})}), {},
        "empty nvidia.com/gpu device id"},
-      {"empty resource name", {{"pods", {pod("ml", "trainer", {container("train", {devices("", {kGpu0})})})}}}, {},
+      {"empty resource name", node({pod("ml", "trainer", {container("train", {devices("", {kGpu0})})})}), {},
        "device without a resource name"},
-      {"pod listed twice by List",
-       {{"pods", {pod("ml", "trainer", {container("train")}), pod("ml", "trainer", {container("train")})}}},
+      {"pod listed twice by List", node({pod("ml", "trainer", {container("train")}), pod("ml", "trainer", {container("train")})}),
        {"--no-get"}, "lists pod ml/trainer twice"},
-      {"too many pods", {{"pods", many_pods}}, {"--no-get"}, "more than the 5000 gpuckpt reads"},
-      {"too many devices", {{"pods", {pod("ml", "trainer", {container("train", {devices("example.com/x", many_ids)})})}}},
-       {}, "more than the 1024 gpuckpt reads"},
-      {"answer over 4 MiB", {{"pods", {pod("ml", "trainer", {container("train", {devices("example.com/x", huge_ids)})})}}},
-       {}, "RESOURCE_EXHAUSTED"},
+      {"too many pods", node(many_pods), {"--no-get"}, "lists 5001 pods; gpuckpt reads at most 5000"},
+      {"too many devices", node({pod("ml", "trainer", {container("train", {devices("example.com/x", many_ids)})})}), {},
+       "lists 1025 devices for container train of pod ml/trainer; gpuckpt reads at most 1024"},
+      {"answer over 4 MiB", node({pod("ml", "trainer", {container("train", {devices("example.com/x", huge_ids)})})}), {},
+       "RESOURCE_EXHAUSTED"},
   };
   for (const auto& c : cases) {
     INFO(c.name);
