@@ -31,21 +31,21 @@ const char* file_type_name(mode_t mode) {
 // The path must name the socket itself: gRPC would follow a link (or connect through anything the path resolves
 // to), so a link in the kubelet's directory is refused before gRPC sees the path.
 Result<void> check_socket(const std::string& socket) {
-  const std::string setting = "; set the PodResources socket to the kubelet's <root-dir>/pod-resources/kubelet.sock";
+  const std::string setting = "set the PodResources socket to the kubelet's <root-dir>/pod-resources/kubelet.sock";
   if (socket.empty() || socket.front() != '/')
-    return make_error("the kubelet's PodResources socket \"" + socket + "\" is not an absolute path" + setting, EINVAL);
+    return make_error("the kubelet's PodResources socket \"" + socket + "\" is not an absolute path; " + setting, EINVAL);
   if (socket.size() >= sizeof(sockaddr_un::sun_path))
     return make_error("the kubelet's PodResources socket " + socket + " is longer than a unix socket path may be (" +
-                          std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes)" + setting,
+                          std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes); " + setting,
                       ENAMETOOLONG);
   struct stat st {};
   if (::lstat(socket.c_str(), &st) != 0) {
     const int error = errno;
     if (error == ENOENT)
       return make_error("no kubelet PodResources socket at " + socket +
-                            ": the kubelet creates it when it starts; mount the node's kubelet pod-resources "
-                            "directory there (hostPath) or, if the kubelet's --root-dir is not /var/lib/kubelet" +
-                            setting,
+                            ": the kubelet creates it when it starts. Is the kubelet running, and is the node's "
+                            "kubelet pod-resources directory mounted there (hostPath)? If the kubelet's --root-dir "
+                            "is not /var/lib/kubelet, " + setting,
                         ENOENT);
     return make_error("cannot examine the kubelet's PodResources socket " + socket + ": " + std::strerror(error),
                       error);
@@ -57,7 +57,7 @@ Result<void> check_socket(const std::string& socket) {
                       ELOOP);
   if (!S_ISSOCK(st.st_mode))
     return make_error("the kubelet's PodResources socket " + socket + " is " + file_type_name(st.st_mode) +
-                          ", not a unix socket" + setting,
+                          ", not a unix socket; " + setting,
                       ENOTSOCK);
   return {};
 }

@@ -58,6 +58,13 @@ std::vector<DeviceAllocation> allocation_ok(const PodResourcesOptions& options, 
   return **result;
 }
 
+bool not_listed(const PodResourcesOptions& options, const ContainerIdentity& identity) {
+  auto result = container_allocation(options, identity);
+  INFO((result.ok() ? std::string() : result.error().message));
+  REQUIRE(result.ok());
+  return !result->has_value();
+}
+
 std::string error_of(const PodResourcesOptions& options, const ContainerIdentity& identity) {
   auto result = container_allocation(options, identity);
   REQUIRE_FALSE(result.ok());
@@ -114,32 +121,18 @@ TEST_CASE("PodResources: a kubelet without Get (UNIMPLEMENTED) or with it disabl
     CHECK(allocation[0].device_ids == std::vector<std::string>{kGpu1});
     CHECK(server.calls() == Calls{"Get ml/trainer", "List"});
 
-    auto unknown_pod = container_allocation(options_for(server), {"ml", "gone", "", "train"});
-    REQUIRE(unknown_pod.ok());
-    CHECK_FALSE(unknown_pod->has_value());
-    auto unknown_container = container_allocation(options_for(server), {"ml", "trainer", "", "eval"});
-    REQUIRE(unknown_container.ok());
-    CHECK_FALSE(unknown_container->has_value());
+    CHECK(not_listed(options_for(server), {"ml", "gone", "", "train"}));
+    CHECK(not_listed(options_for(server), {"ml", "trainer", "", "eval"}));
   }
 }
 
 TEST_CASE("PodResources: a pod or container the kubelet does not list is nullopt, not an error", "[unit]") {
   PodResourcesServer server(node_allocations());
   // The kubelet answers Get for an unknown pod with a plain error (UNKNOWN "pod ... not found"); List settles it.
-  auto unknown_pod = container_allocation(options_for(server), {"ml", "gone", "", "train"});
-  INFO((unknown_pod.ok() ? std::string() : unknown_pod.error().message));
-  REQUIRE(unknown_pod.ok());
-  CHECK_FALSE(unknown_pod->has_value());
+  CHECK(not_listed(options_for(server), {"ml", "gone", "", "train"}));
   CHECK(server.calls() == Calls{"Get ml/gone", "List"});
-
-  // Same pod name, other namespace.
-  auto other_namespace = container_allocation(options_for(server), {"default", "trainer", "", "train"});
-  REQUIRE(other_namespace.ok());
-  CHECK_FALSE(other_namespace->has_value());
-
-  auto unknown_container = container_allocation(options_for(server), {"ml", "trainer", "", "eval"});
-  REQUIRE(unknown_container.ok());
-  CHECK_FALSE(unknown_container->has_value());
+  CHECK(not_listed(options_for(server), {"default", "trainer", "", "train"}));   // same pod name, other namespace
+  CHECK(not_listed(options_for(server), {"ml", "trainer", "", "eval"}));
   CHECK(server.calls() == Calls{"Get default/trainer", "List", "Get ml/trainer"});
 }
 
@@ -235,6 +228,13 @@ TEST_CASE("PodResources: malformed or oversized answers are errors, never a part
     CHECK(contains(message, c.expected));
     CHECK(contains(message, server.socket()));
   }
+
+  // Get failing for another reason than "not served" is an error, not a reason to ask List.
+  PodResourcesServer broken("{\"pods\": [");
+  const auto message = error_of(options_for(broken), kTrain);
+  CHECK(contains(message, "kubelet PodResources Get on " + broken.socket() + " failed"));
+  CHECK(contains(message, "(INTERNAL)"));
+  CHECK(broken.calls() == Calls{"Get ml/trainer"});
 }
 
 TEST_CASE("PodResources: an identity without a namespace, pod or container name is refused before asking", "[unit]") {
