@@ -97,7 +97,12 @@ echo "   last count before the checkpoint: $LAST; count now: $NOW"
 [ "$NOW" -gt "$LAST" ] || die "the counter did not continue ($LAST -> $NOW)"
 echo "   restored container log around the checkpoint:"
 podman logs "$NAME-restored" 2>/dev/null | grep -n -A2 -x "count $LAST" | head -3 | sed 's/^/     /'
-echo "   /dev/nvidia0 inside is now $(podman exec "$NAME-restored" stat -c '%t:%T' /dev/nvidia0) (the target GPU's node, was 1:3);" \
+# A moved NVIDIA GPU takes its own node name (the driver reopens /dev/nvidia<minor> when it restores a process):
+# GPU 1's node is /dev/nvidia1 inside now, with this node's numbers for it, and the source's /dev/nvidia0 is gone.
+MOVED=$(podman exec "$NAME-restored" stat -c '%t:%T' /dev/nvidia1 2>/dev/null) || die "no /dev/nvidia1 in the restored container"
+[ "$MOVED" = 1:5 ] || die "/dev/nvidia1 in the restored container is $MOVED, expected 1:5 (GPU 1's node here)"
+! podman exec "$NAME-restored" test -e /dev/nvidia0 || die "/dev/nvidia0 (the source GPU's node) is still in the restored container"
+echo "   the GPU moved: /dev/nvidia0 (1:3, GPU 0) became /dev/nvidia1 ($MOVED, GPU 1) inside;" \
      "$(podman exec "$NAME-restored" env | grep NVIDIA_VISIBLE_DEVICES)"
 echo "   agent metrics:"
 curl -sf "$URL/metrics" | grep -E '^gpuckpt_(checkpoints|restores)_total\{result="success"\}|_duration_seconds_sum' | sed 's/^/     /'
