@@ -7,10 +7,14 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include "common/log.h"
@@ -43,7 +47,7 @@ class ConnectionRegistry {
     std::lock_guard lock(mutex_);
     if (!enabled_) return true;
     prune_closed();
-    const std::string client = address_of(peer);
+    const std::string client = client_of(peer);
     std::size_t held = 0;
     for (const auto& [other, c] : open_)
       if (c.client == client) ++held;
@@ -58,17 +62,87 @@ class ConnectionRegistry {
       return false;
     }
     struct stat st {};
-    if (::fstat(fd, &st) == 0) open_[fd] = {st.st_ino, client, Clock::now(), false};
+    if (::fstat(fd, &st) == 0) open_[fd] = {st.st_ino, client, port_of(peer), Clock::now(), false};
     return true;
+  }
+
+  // The client key admit() gave the open connection from `address`:`port`; the address when none matches.
+  std::string client_of_connection(const std::string& address, int port) {
+    std::lock_guard lock(mutex_);
+    for (const auto& [fd, c] : open_)
+      if (c.port == port && c.client.rfind(address, 0) == 0) return c.client;
+    return address;
   }
 
  private:
   struct Connection {
     ino_t inode = 0;
     std::string client;
+    int port = 0;
     Clock::time_point accepted;
     bool shut = false;
   };
+
+  static int port_of(const sockaddr_storage& peer) {
+    if (peer.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(peer).sin_port);
+    if (peer.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(peer).sin6_port);
+    return 0;
+  }
+
+  static bool is_loopback(const sockaddr_storage& peer) {
+    if (peer.ss_family == AF_INET)
+      return (ntohl(reinterpret_cast<const sockaddr_in&>(peer).sin_addr.s_addr) >> 24) == 127;
+    if (peer.ss_family == AF_INET6) {
+      const auto& a = reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr;
+      return IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
+    }
+    return false;
+  }
+
+  // Who a connection belongs to. Remote clients: their address. Local clients all share 127.0.0.1, so there the
+  // user owning the peer's socket tells them apart ("127.0.0.1 uid 1000"): the kernel lists the client end of a
+  // loopback connection in /proc/net/tcp{,6} (this process's network namespace, the listener's) with its uid. One
+  // unprivileged process can then only use up its own user's share.
+  static std::string client_of(const sockaddr_storage& peer) {
+    std::string client = address_of(peer);
+    if (!is_loopback(peer)) return client;
+    if (auto uid = loopback_owner(peer)) return client + " uid " + std::to_string(*uid);
+    return client;
+  }
+
+  // The uid column of the /proc/net line whose local address is `peer` (the kernel prints each 32-bit word of the
+  // address as the number its network-order bytes make on this host, then the port in hex).
+  static std::optional<unsigned long> loopback_owner(const sockaddr_storage& peer) {
+    char key[64];
+    const char* table = "/proc/net/tcp";
+    if (peer.ss_family == AF_INET) {
+      const auto& in = reinterpret_cast<const sockaddr_in&>(peer);
+      std::uint32_t word;
+      std::memcpy(&word, &in.sin_addr, 4);
+      std::snprintf(key, sizeof key, "%08X:%04X", word, ntohs(in.sin_port));
+    } else if (const auto& in6 = reinterpret_cast<const sockaddr_in6&>(peer); IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) {
+      std::uint32_t word;   // an IPv4 client of a dual-stack listener: its socket is in the IPv4 table
+      std::memcpy(&word, &in6.sin6_addr.s6_addr[12], 4);
+      std::snprintf(key, sizeof key, "%08X:%04X", word, ntohs(in6.sin6_port));
+    } else {
+      std::uint32_t words[4];
+      std::memcpy(words, &in6.sin6_addr, 16);
+      std::snprintf(key, sizeof key, "%08X%08X%08X%08X:%04X", words[0], words[1], words[2], words[3],
+                    ntohs(in6.sin6_port));
+      table = "/proc/net/tcp6";
+    }
+    std::ifstream in(table);
+    std::string line;
+    while (std::getline(in, line)) {
+      // "  sl  local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode"
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits;
+      unsigned long uid = 0;
+      if (!(fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid)) continue;
+      if (local == key) return uid;
+    }
+    return std::nullopt;
+  }
 
   static std::string address_of(const sockaddr_storage& peer) {
     char text[INET6_ADDRSTRLEN] = "?";
@@ -171,6 +245,10 @@ class ElasticTaskQueue final : public httplib::TaskQueue {
 
 }  // namespace
 
+std::string client_identity(const httplib::Request& req) {
+  return ConnectionRegistry::instance().client_of_connection(req.remote_addr, req.remote_port);
+}
+
 void harden_server(httplib::Server& server, const HttpLimits& limits) {
   server.new_task_queue = [max = limits.max_connections] { return new ElasticTaskQueue(max); };
   server.set_read_timeout(limits.read_timeout);
@@ -178,23 +256,6 @@ void harden_server(httplib::Server& server, const HttpLimits& limits) {
   server.set_keep_alive_timeout(limits.read_timeout.count());
   server.set_keep_alive_max_count(20);
   ConnectionRegistry::instance().enable(limits);
-}
-
-std::string printable(std::string_view text, std::size_t max) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < text.size() && i < max; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    }
-  }
-  if (text.size() > max) out += "...";
-  return out;
 }
 
 }  // namespace gpuckpt::agent
