@@ -1,20 +1,20 @@
 #include "agent/http_server.h"
 
 #include <arpa/inet.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <condition_variable>
-#include <cstdio>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "common/log.h"
@@ -47,7 +47,7 @@ class ConnectionRegistry {
     std::lock_guard lock(mutex_);
     if (!enabled_) return true;
     prune_closed();
-    const std::string client = client_of(peer);
+    const std::string client = client_of(fd, peer);
     std::size_t held = 0;
     for (const auto& [other, c] : open_)
       if (c.client == client) ++held;
@@ -70,7 +70,7 @@ class ConnectionRegistry {
   std::string client_of_connection(const std::string& address, int port) {
     std::lock_guard lock(mutex_);
     for (const auto& [fd, c] : open_)
-      if (c.port == port && c.client.rfind(address, 0) == 0) return c.client;
+      if (c.port == port && (c.client == address || c.client.rfind(address + " ", 0) == 0)) return c.client;
     return address;
   }
 
@@ -100,48 +100,77 @@ class ConnectionRegistry {
   }
 
   // Who a connection belongs to. Remote clients: their address. Local clients all share 127.0.0.1, so there the
-  // user owning the peer's socket tells them apart ("127.0.0.1 uid 1000"): the kernel lists the client end of a
-  // loopback connection in /proc/net/tcp{,6} (this process's network namespace, the listener's) with its uid. One
-  // unprivileged process can then only use up its own user's share.
-  static std::string client_of(const sockaddr_storage& peer) {
+  // user owning the peer's socket tells them apart ("127.0.0.1 uid 1000"). One unprivileged process can then only
+  // use up its own user's share.
+  static std::string client_of(int fd, const sockaddr_storage& peer) {
     std::string client = address_of(peer);
     if (!is_loopback(peer)) return client;
-    if (auto uid = loopback_owner(peer)) return client + " uid " + std::to_string(*uid);
+    if (auto uid = loopback_owner(fd, peer)) return client + " uid " + std::to_string(*uid);
     return client;
   }
 
-  // The uid column of the /proc/net line whose local address is `peer` (the kernel prints each 32-bit word of the
-  // address as the number its network-order bytes make on this host, then the port in hex).
-  static std::optional<unsigned long> loopback_owner(const sockaddr_storage& peer) {
-    char key[64];
-    const char* table = "/proc/net/tcp";
-    if (peer.ss_family == AF_INET) {
-      const auto& in = reinterpret_cast<const sockaddr_in&>(peer);
-      std::uint32_t word;
-      std::memcpy(&word, &in.sin_addr, 4);
-      std::snprintf(key, sizeof key, "%08X:%04X", word, ntohs(in.sin_port));
-    } else if (const auto& in6 = reinterpret_cast<const sockaddr_in6&>(peer); IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) {
-      std::uint32_t word;   // an IPv4 client of a dual-stack listener: its socket is in the IPv4 table
-      std::memcpy(&word, &in6.sin6_addr.s6_addr[12], 4);
-      std::snprintf(key, sizeof key, "%08X:%04X", word, ntohs(in6.sin6_port));
+  // IPv4 as itself, also when a dual-stack listener shows it as ::ffff:a.b.c.d: the kernel keeps the client's
+  // socket of such a connection in its IPv4 table.
+  static void diag_endpoint(const sockaddr_storage& address, std::uint8_t& family, __be16& port, __be32* words) {
+    if (address.ss_family == AF_INET) {
+      const auto& in = reinterpret_cast<const sockaddr_in&>(address);
+      family = AF_INET;
+      port = in.sin_port;
+      std::memcpy(words, &in.sin_addr, 4);
+      return;
+    }
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(address);
+    port = in6.sin6_port;
+    if (IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) {
+      family = AF_INET;
+      std::memcpy(words, &in6.sin6_addr.s6_addr[12], 4);
     } else {
-      std::uint32_t words[4];
+      family = AF_INET6;
       std::memcpy(words, &in6.sin6_addr, 16);
-      std::snprintf(key, sizeof key, "%08X%08X%08X%08X:%04X", words[0], words[1], words[2], words[3],
-                    ntohs(in6.sin6_port));
-      table = "/proc/net/tcp6";
     }
-    std::ifstream in(table);
-    std::string line;
-    while (std::getline(in, line)) {
-      // "  sl  local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode"
-      std::istringstream fields(line);
-      std::string slot, local, remote, state, queues, timer, retransmits;
-      unsigned long uid = 0;
-      if (!(fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid)) continue;
-      if (local == key) return uid;
-    }
-    return std::nullopt;
+  }
+
+  // The uid owning the client end of the loopback connection `fd` accepted from `peer`, asked from the kernel by
+  // the connection's addresses and ports (sock_diag's exact lookup: no table of every socket to read per accept).
+  static std::optional<unsigned long> loopback_owner(int fd, const sockaddr_storage& peer) {
+    sockaddr_storage local{};
+    socklen_t length = sizeof local;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) return std::nullopt;
+    struct {
+      nlmsghdr header;
+      inet_diag_req_v2 request;
+    } message{};
+    message.header.nlmsg_len = sizeof message;
+    message.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    message.header.nlmsg_flags = NLM_F_REQUEST;
+    auto& request = message.request;
+    request.sdiag_protocol = IPPROTO_TCP;
+    request.idiag_states = ~0u;
+    request.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+    request.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+    // The client's socket: its source is our peer, its destination our end.
+    std::uint8_t local_family = 0;
+    diag_endpoint(peer, request.sdiag_family, request.id.idiag_sport, request.id.idiag_src);
+    diag_endpoint(local, local_family, request.id.idiag_dport, request.id.idiag_dst);
+    if (local_family != request.sdiag_family) return std::nullopt;
+    const int diag = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (diag < 0) return std::nullopt;
+    const timeval wait{1, 0};
+    ::setsockopt(diag, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+    sockaddr_nl kernel{};
+    kernel.nl_family = AF_NETLINK;
+    alignas(nlmsghdr) char answer[8192];
+    ssize_t got = -1;
+    if (::sendto(diag, &message, sizeof message, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) ==
+        static_cast<ssize_t>(sizeof message))
+      got = ::recv(diag, answer, sizeof answer, 0);
+    ::close(diag);
+    if (got <= 0) return std::nullopt;
+    const auto* header = reinterpret_cast<const nlmsghdr*>(answer);
+    if (!NLMSG_OK(header, static_cast<unsigned>(got)) || header->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
+        header->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg)))
+      return std::nullopt;
+    return static_cast<const inet_diag_msg*>(NLMSG_DATA(header))->idiag_uid;
   }
 
   static std::string address_of(const sockaddr_storage& peer) {

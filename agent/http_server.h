@@ -4,7 +4,8 @@
 //     and end when idle), beyond that connections wait in the queue;
 //   - a per-client limit: a client holding `max_connections_per_client` open connections has further ones closed
 //     at accept. A client is a remote address, or on loopback (where every local process has 127.0.0.1) the user
-//     owning the connecting socket: one local process cannot use up the share of other users' clients;
+//     owning the connecting socket (the kernel's sock_diag answer for that connection): one local process cannot
+//     use up the share of other users' clients;
 //   - an overall deadline: a connection open longer than `request_deadline` is shut down, whatever it sends
 //     (a request that trickles one byte every few seconds never outlives it).
 // The per-client limit and the deadline need the connection's socket at accept, which cpp-httplib does not

@@ -106,10 +106,12 @@ auto with_deadline(Client& client, Clock::time_point deadline, bool& expired, Ca
   bool done = false;
   std::thread guard([&] {
     std::unique_lock lock(mutex);
-    if (!finished.wait_until(lock, deadline, [&] { return done; })) {
-      expired = true;
-      client.stop();   // shuts the socket down: the request in flight fails at once
-    }
+    if (finished.wait_until(lock, deadline, [&] { return done; })) return;
+    expired = true;
+    // stop() shuts the request's socket down, and it fails at once; one that came before the socket was open had
+    // nothing to shut, so it is repeated until the request returns.
+    do client.stop();
+    while (!finished.wait_for(lock, std::chrono::milliseconds(100), [&] { return done; }));
   });
   auto result = call();
   {

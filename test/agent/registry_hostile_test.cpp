@@ -18,7 +18,7 @@ using namespace gpuckpt;
 
 namespace {
 
-// Answers every step of a push the way a well-behaved registry does, unless a test changes one handler.
+// Answers the steps of a push a test asks for (httplib serves HEAD through the GET handler).
 struct HostileRegistry {
   httplib::Server http;
   std::thread thread;
@@ -73,7 +73,7 @@ Pushable pushable(const fs::path& dir, int port) {
 TEST_CASE("a registry's manifest answer must name the manifest's own digest, or the push fails", "[unit]") {
   test::TempDir tmp;
   HostileRegistry registry;
-  registry.http.Head(R"(/v2/.*/blobs/.*)", [](const httplib::Request&, httplib::Response& res) { res.status = 404; });
+  registry.http.Get(R"(/v2/.*/blobs/.*)", [](const httplib::Request&, httplib::Response& res) { res.status = 404; });
   registry.well_behaved();
   registry.start();
   auto p = pushable(tmp.path, registry.port);
@@ -95,7 +95,7 @@ TEST_CASE("a registry answer larger than 1 MiB is refused as it streams in", "[u
   test::TempDir tmp;
   HostileRegistry registry;
   std::atomic<std::uint64_t> offered{0};
-  registry.http.Head(R"(/v2/.*/blobs/.*)", [](const httplib::Request&, httplib::Response& res) { res.status = 404; });
+  registry.http.Get(R"(/v2/.*/blobs/.*)", [](const httplib::Request&, httplib::Response& res) { res.status = 404; });
   registry.http.Post(R"(/v2/.*/blobs/uploads/)", [&](const httplib::Request&, httplib::Response& res) {
     res.status = 202;
     res.set_header("Location", "/v2/upload/1");
@@ -118,7 +118,7 @@ TEST_CASE("a registry answer larger than 1 MiB is refused as it streams in", "[u
 TEST_CASE("an answer that trickles is stopped at the request's deadline", "[unit]") {
   test::TempDir tmp;
   HostileRegistry registry;
-  registry.http.Head(R"(/v2/.*/blobs/.*)", [&](const httplib::Request&, httplib::Response& res) { res.status = 404; });
+  registry.http.Get(R"(/v2/.*/blobs/.*)", [&](const httplib::Request&, httplib::Response& res) { res.status = 404; });
   registry.http.Post(R"(/v2/.*/blobs/uploads/)", [&](const httplib::Request&, httplib::Response& res) {
     res.status = 202;
     res.set_header("Location", "/v2/upload/1");
@@ -147,7 +147,7 @@ TEST_CASE("token_realm_host pins where credentials may go", "[unit]") {
   test::TempDir tmp;
   HostileRegistry registry;
   std::atomic<int> token_asks{0};
-  registry.http.Head(R"(/v2/.*/blobs/.*)", [&](const httplib::Request&, httplib::Response& res) {
+  registry.http.Get(R"(/v2/.*/blobs/.*)", [&](const httplib::Request&, httplib::Response& res) {
     res.status = 401;
     res.set_header("WWW-Authenticate",
                    "Bearer realm=\"http://127.0.0.1:" + std::to_string(registry.port) + "/token\",service=\"r\"");
