@@ -64,14 +64,7 @@ std::string gzipped(const std::string& text) {
   struct archive* a = archive_write_new();
   archive_write_add_filter_gzip(a);
   archive_write_set_format_raw(a);
-  archive_write_set_bytes_in_last_block(a, 1);
-  archive_write_open(
-      a, &out, nullptr,
-      [](struct archive*, void* sink, const void* data, std::size_t size) -> la_ssize_t {
-        static_cast<std::string*>(sink)->append(static_cast<const char*>(data), size);
-        return static_cast<la_ssize_t>(size);
-      },
-      nullptr);
+  test::open_in_memory(a, out);
   struct archive_entry* e = archive_entry_new();
   archive_entry_set_pathname(e, "raw");
   archive_entry_set_filetype(e, AE_IFREG);
