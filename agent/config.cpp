@@ -177,17 +177,23 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
   {
     Section s = top.child("image_registry");
     long timeout = c.image_registry.timeout.count();
+    long push_timeout = c.image_registry.push_timeout.count();
     s.get("repository", c.image_registry.repository);
     s.get("credentials_file", c.image_registry.credentials_file);
     s.get("plain_http", c.image_registry.plain_http);
     s.get("timeout_seconds", timeout);
+    s.get("push_timeout_seconds", push_timeout);
+    s.get("token_realm_host", c.image_registry.token_realm_host);
     c.image_registry.timeout = std::chrono::seconds(timeout);
+    c.image_registry.push_timeout = std::chrono::seconds(push_timeout);
     keep(s);
   }
   {
     Section s = top.child("limits");
     s.get("max_request_bytes", c.max_request_bytes);
     s.get("max_concurrent_jobs", c.max_concurrent_jobs);
+    s.get("max_queued_jobs", c.max_queued_jobs);
+    s.get("max_queued_jobs_per_client", c.max_queued_jobs_per_client);
     s.get("max_connections", c.max_connections);
     s.get("max_connections_per_client", c.max_connections_per_client);
     s.get("request_deadline_seconds", c.request_deadline_seconds);
@@ -203,8 +209,8 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     return make_error(source + ": listen.port " + std::to_string(c.listen_port) + " is not a port (0-65535; 0 = any)");
   if (!c.image_registry.repository.empty())
     if (auto repo = check_repository(c.image_registry.repository); !repo) return make_error(source + ": " + repo.error().message);
-  if (c.image_registry.timeout.count() <= 0)
-    return make_error(source + ": image_registry.timeout_seconds must be positive");
+  if (c.image_registry.timeout.count() <= 0 || c.image_registry.push_timeout.count() <= 0)
+    return make_error(source + ": image_registry.timeout_seconds and push_timeout_seconds must be positive");
   if (c.runtime_kind == "crictl")
     return make_error(source + ": runtime.kind 'crictl' is gone: the agent speaks CRI itself now; set runtime.kind: cri "
                       "and runtime.cri.endpoint (or runtime.kind: containerd on containerd 1.7)");
@@ -223,6 +229,8 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     if (!dir->is_absolute()) return make_error(source + ": " + dir->string() + " must be an absolute path");
   if (c.watch_interval_seconds < 1) c.watch_interval_seconds = 1;
   if (c.max_concurrent_jobs < 1) c.max_concurrent_jobs = 1;
+  if (c.max_queued_jobs < 1 || c.max_queued_jobs_per_client < 1)
+    return make_error(source + ": limits.max_queued_jobs and limits.max_queued_jobs_per_client must be >= 1");
   if (c.max_connections < 2 || c.max_connections_per_client < 1 || c.request_deadline_seconds < 1)
     return make_error(source + ": limits.max_connections must be >= 2, max_connections_per_client and "
                       "request_deadline_seconds >= 1");
@@ -281,6 +289,8 @@ void log_config(const AgentConfig& c) {
   }
   log::param("limits.max_request_bytes", std::to_string(c.max_request_bytes));
   log::param("limits.max_concurrent_jobs", std::to_string(c.max_concurrent_jobs));
+  log::param("limits.max_queued_jobs", std::to_string(c.max_queued_jobs));
+  log::param("limits.max_queued_jobs_per_client", std::to_string(c.max_queued_jobs_per_client));
   log::param("limits.max_connections", std::to_string(c.max_connections));
   log::param("limits.max_connections_per_client", std::to_string(c.max_connections_per_client));
   log::param("limits.request_deadline_seconds", std::to_string(c.request_deadline_seconds));
@@ -289,6 +299,9 @@ void log_config(const AgentConfig& c) {
     log::param("image_registry.repository", c.image_registry.repository);
     log::param("image_registry.plain_http", c.image_registry.plain_http ? "1" : "0");
     log::param("image_registry.credentials_file", c.image_registry.credentials_file);
+    log::param("image_registry.timeout_seconds", std::to_string(c.image_registry.timeout.count()));
+    log::param("image_registry.push_timeout_seconds", std::to_string(c.image_registry.push_timeout.count()));
+    log::param("image_registry.token_realm_host", c.image_registry.token_realm_host);
   }
 }
 

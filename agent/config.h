@@ -82,6 +82,8 @@ struct AgentConfig {
   NodeLabelsConfig node_labels;
   std::size_t max_request_bytes = 65536;
   int max_concurrent_jobs = 4;
+  int max_queued_jobs = 64;                      // unfinished (queued or running) jobs; more are refused (429)
+  std::size_t max_queued_jobs_per_client = 16;   // of those, one API client's
   std::size_t max_connections = 256;             // served at once; more wait (agent/http_server.h)
   std::size_t max_connections_per_client = 32;   // open connections one remote address may hold
   int request_deadline_seconds = 30;             // a connection open longer is closed

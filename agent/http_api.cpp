@@ -22,6 +22,7 @@ const char* reason_for(int status) {
     case 401: return "auth";
     case 404: return "not_found";
     case 409: return "conflict";
+    case 429: return "busy";
     default: return "validation";
   }
 }
@@ -46,7 +47,7 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
     const auto header = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     if (header.rfind(prefix, 0) != 0 || !token_matches(std::string_view(header).substr(prefix.size()), token)) {
-      log::warn("refused " + printable(req.method, 16) + " " + printable(req.path) + " from " + req.remote_addr +
+      log::warn("refused " + log::escaped(req.method, 16) + " " + log::escaped(req.path) + " from " + req.remote_addr +
                 ": missing or wrong bearer token");
       service.metrics().request_rejected("auth");
       res.set_header("WWW-Authenticate", "Bearer");
@@ -57,14 +58,14 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
   });
 
   server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    log::info(printable(req.method, 16) + " " + printable(req.path) + " -> " + std::to_string(res.status) + " (" +
+    log::info(log::escaped(req.method, 16) + " " + log::escaped(req.path) + " -> " + std::to_string(res.status) + " (" +
               req.remote_addr + ")");
   });
 
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 404)
-      send_error(res, 404, "no such endpoint or object: " + printable(req.method, 16) + " " + printable(req.path));
+      send_error(res, 404, "no such endpoint or object: " + log::escaped(req.method, 16) + " " + log::escaped(req.path));
     else if (res.status == 413) send_error(res, 413, "request body too large");
     else send_error(res, res.status, "request failed");
   });
@@ -77,7 +78,7 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
       what = e.what();
     } catch (...) {
     }
-    log::error("internal error in " + printable(req.method, 16) + " " + printable(req.path) + ": " + what);
+    log::error("internal error in " + log::escaped(req.method, 16) + " " + log::escaped(req.path) + ": " + what);
     send_error(res, 500, "internal error: " + what);
   });
 
@@ -85,6 +86,7 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
     const int status = http_status(error);
     service.metrics().request_rejected(reason_for(status));
     log::warn("request refused (" + std::to_string(status) + "): " + error.message);
+    if (status == 429) res.set_header("Retry-After", "10");
     send_error(res, status, error.message);
   };
 
@@ -115,7 +117,7 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
   server.Post("/v1/checkpoints", [&service, fail](const httplib::Request& req, httplib::Response& res) {
     auto request = parse_checkpoint_request(req.body);
     if (!request) return fail(res, request.error());
-    auto id = service.start_checkpoint(request->ref, request->image_tag);
+    auto id = service.start_checkpoint(request->ref, request->image_tag, client_identity(req));
     if (!id) return fail(res, id.error());
     res.set_header("Location", "/v1/checkpoints/" + id.value());
     send_json(res, 202, to_json(*service.job(id.value())));
@@ -124,7 +126,7 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
   server.Post("/v1/restores", [&service, fail](const httplib::Request& req, httplib::Response& res) {
     auto request = parse_restore_request(req.body);
     if (!request) return fail(res, request.error());
-    auto id = service.start_restore(request.value());
+    auto id = service.start_restore(request.value(), client_identity(req));
     if (!id) return fail(res, id.error());
     res.set_header("Location", "/v1/restores/" + id.value());
     send_json(res, 202, to_json(*service.job(id.value())));
@@ -133,7 +135,7 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
   server.Post("/v1/images", [&service, fail](const httplib::Request& req, httplib::Response& res) {
     auto request = parse_image_request(req.body);
     if (!request) return fail(res, request.error());
-    auto id = service.start_image(request.value());
+    auto id = service.start_image(request.value(), client_identity(req));
     if (!id) return fail(res, id.error());
     res.set_header("Location", "/v1/images/" + id.value());
     send_json(res, 202, to_json(*service.job(id.value())));

@@ -1,6 +1,9 @@
 #include "agent/http_server.h"
 
 #include <arpa/inet.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -11,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/log.h"
@@ -43,7 +47,7 @@ class ConnectionRegistry {
     std::lock_guard lock(mutex_);
     if (!enabled_) return true;
     prune_closed();
-    const std::string client = address_of(peer);
+    const std::string client = client_of(fd, peer);
     std::size_t held = 0;
     for (const auto& [other, c] : open_)
       if (c.client == client) ++held;
@@ -58,17 +62,116 @@ class ConnectionRegistry {
       return false;
     }
     struct stat st {};
-    if (::fstat(fd, &st) == 0) open_[fd] = {st.st_ino, client, Clock::now(), false};
+    if (::fstat(fd, &st) == 0) open_[fd] = {st.st_ino, client, port_of(peer), Clock::now(), false};
     return true;
+  }
+
+  // The client key admit() gave the open connection from `address`:`port`; the address when none matches.
+  std::string client_of_connection(const std::string& address, int port) {
+    std::lock_guard lock(mutex_);
+    for (const auto& [fd, c] : open_)
+      if (c.port == port && (c.client == address || c.client.rfind(address + " ", 0) == 0)) return c.client;
+    return address;
   }
 
  private:
   struct Connection {
     ino_t inode = 0;
     std::string client;
+    int port = 0;
     Clock::time_point accepted;
     bool shut = false;
   };
+
+  static int port_of(const sockaddr_storage& peer) {
+    if (peer.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(peer).sin_port);
+    if (peer.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(peer).sin6_port);
+    return 0;
+  }
+
+  static bool is_loopback(const sockaddr_storage& peer) {
+    if (peer.ss_family == AF_INET)
+      return (ntohl(reinterpret_cast<const sockaddr_in&>(peer).sin_addr.s_addr) >> 24) == 127;
+    if (peer.ss_family == AF_INET6) {
+      const auto& a = reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr;
+      return IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
+    }
+    return false;
+  }
+
+  // Who a connection belongs to. Remote clients: their address. Local clients all share 127.0.0.1, so there the
+  // user owning the peer's socket tells them apart ("127.0.0.1 uid 1000"). One unprivileged process can then only
+  // use up its own user's share.
+  static std::string client_of(int fd, const sockaddr_storage& peer) {
+    std::string client = address_of(peer);
+    if (!is_loopback(peer)) return client;
+    if (auto uid = loopback_owner(fd, peer)) return client + " uid " + std::to_string(*uid);
+    return client;
+  }
+
+  // IPv4 as itself, also when a dual-stack listener shows it as ::ffff:a.b.c.d: the kernel keeps the client's
+  // socket of such a connection in its IPv4 table.
+  static void diag_endpoint(const sockaddr_storage& address, std::uint8_t& family, __be16& port, __be32* words) {
+    if (address.ss_family == AF_INET) {
+      const auto& in = reinterpret_cast<const sockaddr_in&>(address);
+      family = AF_INET;
+      port = in.sin_port;
+      std::memcpy(words, &in.sin_addr, 4);
+      return;
+    }
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(address);
+    port = in6.sin6_port;
+    if (IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) {
+      family = AF_INET;
+      std::memcpy(words, &in6.sin6_addr.s6_addr[12], 4);
+    } else {
+      family = AF_INET6;
+      std::memcpy(words, &in6.sin6_addr, 16);
+    }
+  }
+
+  // The uid owning the client end of the loopback connection `fd` accepted from `peer`, asked from the kernel by
+  // the connection's addresses and ports (sock_diag's exact lookup: no table of every socket to read per accept).
+  static std::optional<unsigned long> loopback_owner(int fd, const sockaddr_storage& peer) {
+    sockaddr_storage local{};
+    socklen_t length = sizeof local;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) return std::nullopt;
+    struct {
+      nlmsghdr header;
+      inet_diag_req_v2 request;
+    } message{};
+    message.header.nlmsg_len = sizeof message;
+    message.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    message.header.nlmsg_flags = NLM_F_REQUEST;
+    auto& request = message.request;
+    request.sdiag_protocol = IPPROTO_TCP;
+    request.idiag_states = ~0u;
+    request.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+    request.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+    // The client's socket: its source is our peer, its destination our end.
+    std::uint8_t local_family = 0;
+    diag_endpoint(peer, request.sdiag_family, request.id.idiag_sport, request.id.idiag_src);
+    diag_endpoint(local, local_family, request.id.idiag_dport, request.id.idiag_dst);
+    if (local_family != request.sdiag_family) return std::nullopt;
+    const int diag = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (diag < 0) return std::nullopt;
+    const timeval wait{1, 0};
+    ::setsockopt(diag, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+    sockaddr_nl kernel{};
+    kernel.nl_family = AF_NETLINK;
+    alignas(nlmsghdr) char answer[8192];
+    ssize_t got = -1;
+    if (::sendto(diag, &message, sizeof message, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) ==
+        static_cast<ssize_t>(sizeof message))
+      got = ::recv(diag, answer, sizeof answer, 0);
+    ::close(diag);
+    if (got <= 0) return std::nullopt;
+    const auto* header = reinterpret_cast<const nlmsghdr*>(answer);
+    if (!NLMSG_OK(header, static_cast<unsigned>(got)) || header->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
+        header->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg)))
+      return std::nullopt;
+    return static_cast<const inet_diag_msg*>(NLMSG_DATA(header))->idiag_uid;
+  }
 
   static std::string address_of(const sockaddr_storage& peer) {
     char text[INET6_ADDRSTRLEN] = "?";
@@ -171,6 +274,10 @@ class ElasticTaskQueue final : public httplib::TaskQueue {
 
 }  // namespace
 
+std::string client_identity(const httplib::Request& req) {
+  return ConnectionRegistry::instance().client_of_connection(req.remote_addr, req.remote_port);
+}
+
 void harden_server(httplib::Server& server, const HttpLimits& limits) {
   server.new_task_queue = [max = limits.max_connections] { return new ElasticTaskQueue(max); };
   server.set_read_timeout(limits.read_timeout);
@@ -178,23 +285,6 @@ void harden_server(httplib::Server& server, const HttpLimits& limits) {
   server.set_keep_alive_timeout(limits.read_timeout.count());
   server.set_keep_alive_max_count(20);
   ConnectionRegistry::instance().enable(limits);
-}
-
-std::string printable(std::string_view text, std::size_t max) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < text.size() && i < max; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    }
-  }
-  if (text.size() > max) out += "...";
-  return out;
 }
 
 }  // namespace gpuckpt::agent

@@ -2,8 +2,10 @@
 // worker per connection and only per-read timeouts, so 8 idle connections used to stop /healthz):
 //   - an elastic worker pool: up to `max_connections` connections are served at once (threads start on demand
 //     and end when idle), beyond that connections wait in the queue;
-//   - a per-client limit: a remote address holding `max_connections_per_client` open connections has further
-//     ones closed at accept;
+//   - a per-client limit: a client holding `max_connections_per_client` open connections has further ones closed
+//     at accept. A client is a remote address, or on loopback (where every local process has 127.0.0.1) the user
+//     owning the connecting socket (the kernel's sock_diag answer for that connection): one local process cannot
+//     use up the share of other users' clients;
 //   - an overall deadline: a connection open longer than `request_deadline` is shut down, whatever it sends
 //     (a request that trickles one byte every few seconds never outlives it).
 // The per-client limit and the deadline need the connection's socket at accept, which cpp-httplib does not
@@ -27,11 +29,10 @@ struct HttpLimits {
   std::chrono::seconds read_timeout{5};
 };
 
+// Who sent `req`, as the per-client limits count it: "10.0.0.7", or "127.0.0.1 uid 1000" on loopback.
+std::string client_identity(const httplib::Request& req);
+
 // Installs the pool, timeouts and keep-alive bounds on `server`, and turns on the accept registry with `limits`.
 void harden_server(httplib::Server& server, const HttpLimits& limits);
-
-// A request path or other client text as it may appear in a log line: bytes outside printable ASCII become
-// \xNN, and it is cut at `max` bytes (a "%0a" in a path cannot start a forged log line).
-std::string printable(std::string_view text, std::size_t max = 256);
 
 }  // namespace gpuckpt::agent

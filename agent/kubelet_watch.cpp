@@ -12,9 +12,16 @@ namespace gpuckpt::agent {
 namespace fs = std::filesystem;
 
 KubeletArchiveWatcher::KubeletArchiveWatcher(fs::path dir, fs::path state_dir, ArchiveLimits limits,
-                                             std::function<Result<NodeInventory>()> inventory, Metrics& metrics)
+                                             std::function<Result<NodeInventory>()> inventory, Metrics& metrics,
+                                             std::chrono::milliseconds base_budget)
     : dir_(std::move(dir)), state_dir_(std::move(state_dir)), limits_(limits), inventory_(std::move(inventory)),
-      metrics_(metrics) {}
+      metrics_(metrics), base_budget_(base_budget) {}
+
+std::chrono::milliseconds KubeletArchiveWatcher::budget_for(std::uintmax_t archive_bytes) const {
+  // At least 16 MiB/s of the archive file: a genuine archive of any size fits, while a small file that declares
+  // far more work (a zstd stream expanding a thousandfold) gets little more than the base.
+  return base_budget_ + std::chrono::milliseconds(archive_bytes / ((16u << 20) / 1000));
+}
 
 int KubeletArchiveWatcher::scan() {
   int annotated = 0;
@@ -43,7 +50,7 @@ int KubeletArchiveWatcher::scan() {
       result = make_error(std::string("internal error: ") + e.what());
     }
     if (!result) {
-      log::warn("kubelet archive " + key + " not annotated: " + result.error().message);
+      log::warn("kubelet archive " + log::escaped(key) + " not annotated: " + result.error().message);
       quarantine(entry.path(), now, result.error().message);
     } else if (result.value()) {
       ++annotated;
@@ -81,17 +88,24 @@ void KubeletArchiveWatcher::quarantine(const fs::path& archive, const Seen& now,
   const nlohmann::json record = {{"archive", archive.string()}, {"size", now.size}, {"mtime", mtime_ticks(now.mtime)},
                                  {"reason", reason}, {"quarantined_at", hook::utc_now_rfc3339()}};
   if (auto written = write_file_atomically(quarantine_path(archive), record.dump(2)); !written)
-    log::warn("cannot quarantine " + archive.string() + ": " + written.error().message);
+    log::warn("cannot quarantine " + log::escaped(archive.string()) + ": " + written.error().message);
   else
-    log::warn("kubelet archive " + archive.string() + " quarantined (" + quarantine_path(archive).string() +
-              "); it is not tried again until it changes");
+    log::warn("kubelet archive " + log::escaped(archive.string()) + " quarantined (" +
+              quarantine_path(archive).string() + "); it is not tried again until it changes");
   metrics_.kubelet_archive_quarantined();
 }
 
 Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive) {
-  auto info = inspect_checkpoint_archive(archive, limits_);
+  // One budget for everything this file costs (inspect and rewrite), so that one file cannot hold the watcher
+  // and the good archives behind it.
+  std::error_code ec;
+  ArchiveLimits limits = limits_;
+  limits.deadline = std::chrono::steady_clock::now() + budget_for(fs::file_size(archive, ec));
+  auto info = inspect_checkpoint_archive(archive, limits);
   if (!info) return info.error();
   if (info->gpus) return false;   // annotated already (by us, or it came from another node)
+  if (!info->has_criu_images)
+    return make_error("it holds no CRIU images (checkpoint/inventory.img): not a container checkpoint to annotate");
   CheckpointGpuRecord record;
   std::string stem = archive.filename().string();
   stem = stem.substr(0, stem.find(".tar"));
@@ -112,9 +126,10 @@ Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive) {
     if (!inventory) return inventory.error();
     record.record.node = std::move(inventory.value());
   }
-  auto written = annotate_checkpoint_archive(archive, archive, record, limits_);
+  auto written = annotate_checkpoint_archive(archive, archive, record, limits);
   if (!written) return written.error();
-  log::info("annotated kubelet archive " + archive.string() + " (container " + info->container_name + ", " +
+  log::info("annotated kubelet archive " + log::escaped(archive.string()) + " (container " +
+            log::escaped(info->container_name) + ", " +
             std::to_string(record.record.used_gpu_ids.size()) + " GPU(s))");
   return true;
 }

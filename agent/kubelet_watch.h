@@ -2,6 +2,7 @@
 // its checkpoint directory) get the same GPU annotations as the agent's own, in place (temp + rename).
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -15,8 +16,11 @@ namespace gpuckpt::agent {
 
 class KubeletArchiveWatcher {
  public:
+  // Each file gets a time budget of `base_budget` plus what reading it at 16 MiB/s takes (budget_for): past it,
+  // the file is quarantined like any other unusable archive.
   KubeletArchiveWatcher(std::filesystem::path dir, std::filesystem::path state_dir, ArchiveLimits limits,
-                        std::function<Result<NodeInventory>()> inventory, Metrics& metrics);
+                        std::function<Result<NodeInventory>()> inventory, Metrics& metrics,
+                        std::chrono::milliseconds base_budget = std::chrono::seconds(30));
 
   // One pass; an archive is annotated once its size and mtime were the same on two passes (kubelet finished
   // writing it). One that cannot be annotated is quarantined (see quarantine_path). Returns how many archives
@@ -29,6 +33,7 @@ class KubeletArchiveWatcher {
     std::filesystem::file_time_type mtime;
     bool operator==(const Seen&) const = default;
   };
+  std::chrono::milliseconds budget_for(std::uintmax_t archive_bytes) const;
   Result<bool> annotate(const std::filesystem::path& archive);
   std::filesystem::path quarantine_path(const std::filesystem::path& archive) const;
   bool is_quarantined(const std::filesystem::path& archive, const Seen& now) const;
@@ -39,6 +44,7 @@ class KubeletArchiveWatcher {
   ArchiveLimits limits_;
   std::function<Result<NodeInventory>()> inventory_;
   Metrics& metrics_;
+  std::chrono::milliseconds base_budget_;
   std::map<std::string, Seen> pending_;
   std::map<std::string, Seen> done_;
 };

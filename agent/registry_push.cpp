@@ -2,11 +2,14 @@
 
 #include <httplib.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "common/json_reader.h"
 #include "common/log.h"
@@ -17,7 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::size_t kMaxMetadataBytes = 1 << 20;   // index.json, a manifest, a registry's error body
+constexpr std::size_t kMaxMetadataBytes = 1 << 20;   // index.json, a manifest
 
 struct Repository {
   std::string host;   // host[:port]
@@ -65,28 +68,6 @@ struct Blob {
   std::uint64_t size = 0;
 };
 
-// The parameters of an authentication challenge: realm="...",service="...",scope="..." (quoted or bare values).
-std::map<std::string, std::string> challenge_params(std::string_view text) {
-  std::map<std::string, std::string> params;
-  std::size_t i = 0;
-  while (i < text.size()) {
-    while (i < text.size() && (text[i] == ' ' || text[i] == ',')) ++i;
-    const auto eq = text.find('=', i);
-    if (eq == std::string_view::npos) break;
-    std::string key(text.substr(i, eq - i));
-    std::string value;
-    i = eq + 1;
-    if (i < text.size() && text[i] == '"') {
-      for (++i; i < text.size() && text[i] != '"'; ++i) value += text[i] == '\\' && i + 1 < text.size() ? text[++i] : text[i];
-      ++i;
-    } else {
-      while (i < text.size() && text[i] != ',') value += text[i++];
-    }
-    params[key] = value;
-  }
-  return params;
-}
-
 std::string percent_encoded(std::string_view text) {
   std::string out;
   for (unsigned char c : text) {
@@ -109,31 +90,81 @@ bool is_sha256(const std::string& digest) {
   return true;
 }
 
-// The registry's error text (OCI distribution: {"errors": [{"code", "message"}]}), short.
 std::string registry_says(const httplib::Response& response) {
-  std::string what = "HTTP " + std::to_string(response.status);
-  JsonLimits limits;
-  limits.max_bytes = kMaxMetadataBytes;
-  limits.max_depth = 8;
-  if (auto body = parse_json(response.body, "the registry's answer", limits); body && body->is_object()) {
-    if (auto it = body->find("errors"); it != body->end() && it->is_array() && !it->empty() && (*it)[0].is_object()) {
-      const auto& e = (*it)[0];
-      if (e.contains("code") && e["code"].is_string()) what += " " + e["code"].get<std::string>();
-      if (e.contains("message") && e["message"].is_string()) what += ": " + e["message"].get<std::string>().substr(0, 200);
+  return registry_error_text(response.status, response.body, response.get_header_value("WWW-Authenticate"));
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Runs `call` (a request on `client`) and stops `client` if it is still running at `deadline`: httplib's timeouts
+// are per read, so an answer that trickles a byte every few seconds would otherwise hold the push for hours.
+// `expired` tells the caller why the request failed.
+template <typename Client, typename Call>
+auto with_deadline(Client& client, Clock::time_point deadline, bool& expired, Call&& call) {
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  std::thread guard([&] {
+    std::unique_lock lock(mutex);
+    if (finished.wait_until(lock, deadline, [&] { return done; })) return;
+    expired = true;
+    // stop() shuts the request's socket down, and it fails at once; one that came before the socket was open had
+    // nothing to shut, so it is repeated until the request returns.
+    do client.stop();
+    while (!finished.wait_for(lock, std::chrono::milliseconds(100), [&] { return done; }));
+  });
+  auto result = call();
+  {
+    std::lock_guard lock(mutex);
+    done = true;
+  }
+  finished.notify_one();
+  guard.join();
+  return result;
+}
+
+// One request to `who` (the registry or its token service) with its answer read as it streams, at most
+// kMaxRegistryAnswerBytes of it, and ended at `deadline`.
+Result<httplib::Response> bounded_send(httplib::Client& client, httplib::Request request, const std::string& who,
+                                       Clock::time_point deadline, const std::string& deadline_setting) {
+  std::string body;
+  bool too_large = false;
+  request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
+    if (body.size() + size > kMaxRegistryAnswerBytes) {
+      too_large = true;
+      return false;
     }
-  }
-  if (response.status == 401) {
-    const std::string challenge = response.get_header_value("WWW-Authenticate").substr(0, 200);
-    what += " (" + (challenge.empty() ? std::string("no challenge") : challenge) + ")";
-  }
-  return what;
+    body.append(data, size);
+    return true;
+  };
+  bool expired = false;
+  auto result = with_deadline(client, deadline, expired, [&] { return client.send(request); });
+  if (expired)
+    return make_error(who + " did not finish answering " + request.method + " " + request.path.substr(0, 120) +
+                      " in time (" + deadline_setting + "); stopped", ETIMEDOUT);
+  if (too_large)
+    return make_error(who + " answered " + request.method + " with more than " +
+                      std::to_string(kMaxRegistryAnswerBytes) + " bytes; refused", EFBIG);
+  if (!result) return make_error("cannot reach " + who + ": " + httplib::to_string(result.error()), EIO);
+  httplib::Response response = result.value();
+  response.body = std::move(body);
+  return response;
+}
+
+// The host[:port] of an http(s) URL; empty when it is none.
+std::string url_host(const std::string& url) {
+  const auto scheme_end = url.find("://");
+  if (scheme_end == std::string::npos) return {};
+  const auto path_at = url.find('/', scheme_end + 3);
+  return url.substr(scheme_end + 3, path_at == std::string::npos ? std::string::npos : path_at - scheme_end - 3);
 }
 
 class Pusher {
  public:
   Pusher(const RegistryOptions& options, Repository repository)
       : options_(options), repo_(std::move(repository)),
-        client_((options.plain_http ? "http://" : "https://") + repo_.host) {
+        client_((options.plain_http ? "http://" : "https://") + repo_.host),
+        push_deadline_(Clock::now() + options.push_timeout) {
     client_.set_connection_timeout(10);
     client_.set_read_timeout(static_cast<time_t>(options.timeout.count()));
     client_.set_write_timeout(static_cast<time_t>(options.timeout.count()));
@@ -141,13 +172,13 @@ class Pusher {
 
   Result<void> push_blob(const fs::path& file, const Blob& blob) {
     const std::string path = "/v2/" + repo_.name + "/blobs/" + blob.digest;
-    auto head = send([&] { return client_.Head(path.c_str(), headers_); });
+    auto head = send([&] { return request("HEAD", path); });
     if (!head) return head.error();
     if (head->status == 200) {
       log::info("registry: " + blob.digest + " is there already");
       return {};
     }
-    auto started = send([&] { return client_.Post(("/v2/" + repo_.name + "/blobs/uploads/").c_str(), headers_, "", ""); });
+    auto started = send([&] { return request("POST", "/v2/" + repo_.name + "/blobs/uploads/"); });
     if (!started) return started.error();
     if (started->status != 202)
       return make_error("starting the upload of " + blob.digest + " to " + repo_.host + " failed: " +
@@ -155,8 +186,9 @@ class Pusher {
     std::string location = started->get_header_value("Location");
     if (location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0) {
       const auto path_at = location.find('/', location.find("//") + 2);
-      if (location.substr(location.find("//") + 2, path_at - location.find("//") - 2) != repo_.host)
-        return make_error("the registry sent the upload to another host (" + location.substr(0, 120) + "); refused", EIO);
+      if (url_host(location) != repo_.host)
+        return make_error("the registry sent the upload to another host (" + log::escaped(location, 120) +
+                          "); refused", EIO);
       location = path_at == std::string::npos ? "/" : location.substr(path_at);
     }
     if (location.empty() || location.front() != '/') return make_error("the registry gave no upload location", EIO);
@@ -166,17 +198,19 @@ class Pusher {
     auto put = send([&] {
       in->clear();
       in->seekg(0);
-      return client_.Put(
-          location.c_str(), headers_, static_cast<std::size_t>(blob.size),
-          [in](std::size_t offset, std::size_t length, httplib::DataSink& sink) {
-            std::vector<char> buffer(std::min<std::size_t>(length, 1 << 20));
-            in->seekg(static_cast<std::streamoff>(offset));
-            in->read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-            const auto got = static_cast<std::size_t>(in->gcount());
-            if (got == 0) return false;
-            return sink.write(buffer.data(), got);
-          },
-          "application/octet-stream");
+      httplib::Request upload = request("PUT", location);
+      upload.set_header("Content-Type", "application/octet-stream");
+      // httplib's own Put(..., ContentProvider, ...) reads the whole answer; a request carries the same provider.
+      upload.content_length_ = static_cast<std::size_t>(blob.size);
+      upload.content_provider_ = [in](std::size_t offset, std::size_t length, httplib::DataSink& sink) {
+        std::vector<char> buffer(std::min<std::size_t>(length, 1 << 20));
+        in->seekg(static_cast<std::streamoff>(offset));
+        in->read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+        const auto got = static_cast<std::size_t>(in->gcount());
+        if (got == 0) return false;
+        return sink.write(buffer.data(), got);
+      };
+      return upload;
     });
     if (!put) return put.error();
     if (put->status != 201)
@@ -185,28 +219,47 @@ class Pusher {
     return {};
   }
 
+  // The digest the registry says it stored the manifest under (Docker-Content-Digest): the only proof of what it
+  // keeps, so an answer without one is a failure.
   Result<std::string> push_manifest(const std::string& manifest, const std::string& media_type, const std::string& tag) {
     auto put = send([&] {
-      return client_.Put(("/v2/" + repo_.name + "/manifests/" + tag).c_str(), headers_, manifest, media_type.c_str());
+      httplib::Request store = request("PUT", "/v2/" + repo_.name + "/manifests/" + tag);
+      store.set_header("Content-Type", media_type);
+      store.body = manifest;
+      return store;
     });
     if (!put) return put.error();
     if (put->status != 201)
       return make_error("storing the manifest " + repo_.host + "/" + repo_.name + ":" + tag + " failed: " +
                         registry_says(*put), EIO);
-    return put->get_header_value("Docker-Content-Digest");
+    const std::string digest = put->get_header_value("Docker-Content-Digest");
+    if (digest.empty())
+      return make_error("the registry " + repo_.host + " stored the manifest without naming its digest "
+                        "(no Docker-Content-Digest); cannot tell what it keeps, so the push counts as failed", EIO);
+    return digest;
   }
 
  private:
-  // One request; on a first 401 with a Basic challenge, again with the credentials.
-  template <typename Request>
-  Result<httplib::Response> send(Request&& request) {
-    auto once = [&]() -> Result<httplib::Response> {
-      auto result = request();
-      if (!result)
-        return make_error("cannot reach the registry " + repo_.host + ": " + httplib::to_string(result.error()), EIO);
-      return result.value();
-    };
-    auto response = once();
+  httplib::Request request(const std::string& method, const std::string& path) const {
+    httplib::Request r;
+    r.method = method;
+    r.path = path;
+    r.headers = headers_;
+    return r;
+  }
+
+  Clock::time_point request_deadline() const { return std::min(Clock::now() + options_.timeout, push_deadline_); }
+
+  Result<httplib::Response> exchange(httplib::Request r) {
+    return bounded_send(client_, std::move(r), "the registry " + repo_.host, request_deadline(),
+                        "image_registry.timeout_seconds per request, push_timeout_seconds per push");
+  }
+
+  // One request; on a first 401, again with what the challenge asks for (the request is made afresh by `make`, so
+  // that it carries the new Authorization header).
+  template <typename Make>
+  Result<httplib::Response> send(Make&& make) {
+    auto response = exchange(make());
     if (!response) return response.error();
     if (response->status == 401 && !authorized_) {
       const std::string challenge = response->get_header_value("WWW-Authenticate");
@@ -221,11 +274,11 @@ class Pusher {
         headers_.insert(httplib::make_basic_authentication_header(credentials->substr(0, colon),
                                                                   credentials->substr(colon + 1)));
       } else {
-        return make_error("the registry " + repo_.host + " wants '" + challenge.substr(0, 120) +
+        return make_error("the registry " + repo_.host + " wants '" + log::escaped(challenge, 120) +
                           "' authentication; gpuckpt knows Basic and Bearer (token)", EACCES);
       }
       authorized_ = true;
-      response = once();
+      response = exchange(make());
       if (!response) return response.error();
     }
     if (response->status == 401 || response->status == 403)
@@ -241,10 +294,15 @@ class Pusher {
     const auto realm = params.find("realm");
     if (realm == params.end()) return make_error("the registry " + repo_.host + "'s Bearer challenge names no realm", EIO);
     const std::string& url = realm->second;
+    const std::string shown = log::escaped(url, 120);
     const auto scheme_end = url.find("://");
     if (scheme_end == std::string::npos || (url.substr(0, scheme_end) != "http" && url.substr(0, scheme_end) != "https"))
-      return make_error("the registry " + repo_.host + "'s token realm '" + url.substr(0, 120) + "' is not an http(s) URL",
-                        EIO);
+      return make_error("the registry " + repo_.host + "'s token realm '" + shown + "' is not an http(s) URL", EIO);
+    const std::string realm_host = url_host(url);
+    if (!options_.token_realm_host.empty() && realm_host != options_.token_realm_host)
+      return make_error("the registry " + repo_.host + " names the token realm " + shown + ", whose host is not " +
+                        "image_registry.token_realm_host (" + options_.token_realm_host + "); no credentials sent",
+                        EACCES);
     const auto path_at = url.find('/', scheme_end + 3);
     httplib::Client token_client(url.substr(0, path_at));
     token_client.set_connection_timeout(10);
@@ -253,33 +311,24 @@ class Pusher {
     path += (path.find('?') == std::string::npos ? "?" : "&");
     if (auto service = params.find("service"); service != params.end()) path += "service=" + percent_encoded(service->second) + "&";
     path += "scope=" + percent_encoded("repository:" + repo_.name + ":pull,push");
-    httplib::Headers headers;
+    httplib::Request ask;
+    ask.method = "GET";
+    ask.path = path;
     if (!options_.credentials_file.empty()) {
       auto credentials = read_credentials();
       if (!credentials) return credentials.error();
       const auto colon = credentials->find(':');
-      headers.insert(httplib::make_basic_authentication_header(credentials->substr(0, colon), credentials->substr(colon + 1)));
+      ask.headers.insert(
+          httplib::make_basic_authentication_header(credentials->substr(0, colon), credentials->substr(colon + 1)));
     }
-    auto answer = token_client.Get(path.c_str(), headers);
-    if (!answer)
-      return make_error("cannot reach the token service " + url.substr(0, 120) + ": " + httplib::to_string(answer.error()), EIO);
+    const std::string who = "the token service " + shown;
+    auto answer = bounded_send(token_client, std::move(ask), who, request_deadline(),
+                               "image_registry.timeout_seconds per request, push_timeout_seconds per push");
+    if (!answer) return answer.error();
     if (answer->status != 200)
-      return make_error("the token service " + url.substr(0, 120) + " refused a push token for " + repo_.name + ": " +
-                        registry_says(answer.value()) +
+      return make_error(who + " refused a push token for " + repo_.name + ": " + registry_says(answer.value()) +
                         (options_.credentials_file.empty() ? " (no image_registry.credentials_file)" : ""), EACCES);
-    JsonLimits limits;
-    limits.max_bytes = kMaxMetadataBytes;
-    limits.max_depth = 8;
-    auto body = parse_json(answer->body, "the token service's answer", limits);
-    if (!body) return body.error();
-    for (const char* key : {"token", "access_token"})
-      if (body->is_object() && body->contains(key) && (*body)[key].is_string() && !(*body)[key].get<std::string>().empty()) {
-        const std::string token = (*body)[key].get<std::string>();
-        if (token.size() > 16384 || token.find_first_of("\r\n ") != std::string::npos)
-          return make_error("the token service's token is not a single token", EIO);
-        return token;
-      }
-    return make_error("the token service " + url.substr(0, 120) + " answered without a token", EIO);
+    return token_from_answer(answer->body, who);
   }
 
   Result<std::string> read_credentials() const {
@@ -299,6 +348,7 @@ class Pusher {
   const RegistryOptions& options_;
   Repository repo_;
   httplib::Client client_;
+  Clock::time_point push_deadline_;
   httplib::Headers headers_;
   bool authorized_ = false;
 };
@@ -313,6 +363,60 @@ Result<Blob> blob_of(const nlohmann::json& descriptor, const char* what) {
 }
 
 }  // namespace
+
+// The parameters of an authentication challenge: realm="...",service="...",scope="..." (quoted or bare values).
+std::map<std::string, std::string> challenge_params(std::string_view text) {
+  std::map<std::string, std::string> params;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == ',')) ++i;
+    const auto eq = text.find('=', i);
+    if (eq == std::string_view::npos) break;
+    std::string key(text.substr(i, eq - i));
+    std::string value;
+    i = eq + 1;
+    if (i < text.size() && text[i] == '"') {
+      for (++i; i < text.size() && text[i] != '"'; ++i) value += text[i] == '\\' && i + 1 < text.size() ? text[++i] : text[i];
+      ++i;
+    } else {
+      while (i < text.size() && text[i] != ',') value += text[i++];
+    }
+    params[key] = value;
+  }
+  return params;
+}
+
+Result<std::string> token_from_answer(std::string_view body, std::string_view service) {
+  JsonLimits limits;
+  limits.max_bytes = kMaxRegistryAnswerBytes;
+  limits.max_depth = 8;
+  auto json = parse_json(body, std::string(service) + "'s answer", limits);
+  if (!json) return json.error();
+  for (const char* key : {"token", "access_token"})
+    if (json->is_object() && json->contains(key) && (*json)[key].is_string() && !(*json)[key].get<std::string>().empty()) {
+      const std::string token = (*json)[key].get<std::string>();
+      if (token.size() > 16384 || token.find_first_of("\r\n ") != std::string::npos)
+        return make_error(std::string(service) + "'s token is not a single token", EIO);
+      return token;
+    }
+  return make_error(std::string(service) + " answered without a token", EIO);
+}
+
+std::string registry_error_text(int status, std::string_view body, std::string_view challenge) {
+  std::string what = "HTTP " + std::to_string(status);
+  JsonLimits limits;
+  limits.max_bytes = kMaxRegistryAnswerBytes;
+  limits.max_depth = 8;
+  if (auto json = parse_json(body, "the registry's answer", limits); json && json->is_object()) {
+    if (auto it = json->find("errors"); it != json->end() && it->is_array() && !it->empty() && (*it)[0].is_object()) {
+      const auto& e = (*it)[0];
+      if (e.contains("code") && e["code"].is_string()) what += " " + log::escaped(e["code"].get<std::string>(), 64);
+      if (e.contains("message") && e["message"].is_string()) what += ": " + log::escaped(e["message"].get<std::string>(), 200);
+    }
+  }
+  if (status == 401) what += " (" + (challenge.empty() ? std::string("no challenge") : log::escaped(challenge, 200)) + ")";
+  return what;
+}
 
 Result<void> check_repository(const std::string& repository) {
   auto split = split_repository(repository);
@@ -355,9 +459,10 @@ Result<std::string> push_checkpoint_image(const RegistryOptions& options, const 
   const std::string media_type = manifest->value("mediaType", std::string("application/vnd.oci.image.manifest.v1+json"));
   auto digest = pusher.push_manifest(*manifest_text, media_type, tag);
   if (!digest) return digest.error();
-  const std::string stored = digest->empty() ? manifest_blob->digest : digest.value();
+  const std::string stored = digest.value();
   if (stored != manifest_blob->digest)
-    return make_error("the registry stored the manifest as " + stored.substr(0, 80) + ", not " + manifest_blob->digest, EIO);
+    return make_error("the registry stored the manifest as " + log::escaped(stored, 80) + ", not " +
+                      manifest_blob->digest + "; the push counts as failed", EIO);
   return options.repository + ":" + tag + "@" + stored;
 }
 

@@ -54,6 +54,7 @@ int http_status(const Error& error) {
     case ENOENT: return 404;
     case EBUSY: case EEXIST: return 409;
     case EFBIG: return 413;
+    case EAGAIN: return 429;
     case EBADMSG: case EDOM: return 422;
     default: return 500;
   }
@@ -107,8 +108,25 @@ std::string AgentService::new_job_id(const char* prefix) {
   return std::string(prefix) + "-" + stamp + "-" + suffix;
 }
 
-std::string AgentService::add_job(const char* kind, nlohmann::json request) {
+Result<void> AgentService::job_room(const std::string& client) const {
+  if (running_ >= config_.max_queued_jobs)
+    return with_errno(make_error("the agent has " + std::to_string(running_) + " jobs queued or running, its limit "
+                                 "(limits.max_queued_jobs); retry once some have finished"), EAGAIN);
+  const auto it = unfinished_by_client_.find(client);
+  if (it != unfinished_by_client_.end() && it->second >= config_.max_queued_jobs_per_client)
+    return with_errno(make_error("this client has " + std::to_string(it->second) + " jobs queued or running, its "
+                                 "limit (limits.max_queued_jobs_per_client); retry once some have finished"), EAGAIN);
+  return {};
+}
+
+Result<void> AgentService::check_job_room(const std::string& client) const {
   std::lock_guard lock(mutex_);
+  return job_room(client);
+}
+
+Result<std::string> AgentService::add_job(const char* kind, nlohmann::json request, const std::string& client) {
+  std::lock_guard lock(mutex_);
+  if (auto room = job_room(client); !room) return room.error();   // again: others may have come meanwhile
   JobStatus job;
   const std::string k = kind;
   job.id = new_job_id(k == "checkpoint" ? "ck" : k == "image" ? "im" : "rs");
@@ -132,6 +150,8 @@ std::string AgentService::add_job(const char* kind, nlohmann::json request) {
   jobs_[job.id] = job;
   persist(job);
   ++running_;
+  job_clients_[job.id] = client;
+  ++unfinished_by_client_[client];
   return job.id;
 }
 
@@ -183,6 +203,10 @@ void AgentService::launch(const std::string& job_id, std::function<void()> work)
     std::lock_guard done(mutex_);
     --active_;
     --running_;
+    if (auto it = job_clients_.find(job_id); it != job_clients_.end()) {
+      if (--unfinished_by_client_[it->second] == 0) unfinished_by_client_.erase(it->second);
+      job_clients_.erase(it);
+    }
     slot_.notify_one();
     idle_.notify_all();
   }).detach();
@@ -244,7 +268,10 @@ Result<std::pair<fs::path, CheckpointInfo>> AgentService::checked_archive(std::s
                                                                           const char* purpose) const {
   auto archive = resolve_archive(name);
   if (!archive) return archive.error();
-  auto info = inspect_checkpoint_archive(archive.value(), config_.archive_limits);
+  // Read inside the request (its handler answers when this returns): held to the request's deadline.
+  ArchiveLimits limits = config_.archive_limits;
+  limits.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(config_.request_deadline_seconds);
+  auto info = inspect_checkpoint_archive(archive.value(), limits);
   if (!info) {
     const int code = info.error().errno_value == EFBIG ? EFBIG : EBADMSG;
     return with_errno(make_error("archive " + std::string(name) + " cannot " + purpose + ": " + info.error().message),
@@ -311,7 +338,9 @@ Result<nlohmann::json> AgentService::containers() const {
   return out;
 }
 
-Result<std::string> AgentService::start_checkpoint(const ContainerRef& ref, const std::string& image_tag) {
+Result<std::string> AgentService::start_checkpoint(const ContainerRef& ref, const std::string& image_tag,
+                                                   const std::string& client) {
+  if (auto room = check_job_room(client); !room) return room.error();
   if (!image_tag.empty() && !is_safe_id(image_tag))
     return make_error("'image' must be an image tag (letters, digits, '.', '_', '-'), got '" + image_tag + "'");
   if (!is_valid_container_name(ref.container))
@@ -327,7 +356,9 @@ Result<std::string> AgentService::start_checkpoint(const ContainerRef& ref, cons
                                  ", not running; only running containers can be checkpointed"), EBUSY);
   nlohmann::json request = {{"namespace", ref.namespace_name}, {"pod", ref.pod}, {"container", ref.container}};
   if (!image_tag.empty()) request["image"] = image_tag;
-  const std::string id = add_job("checkpoint", request);
+  auto added = add_job("checkpoint", request, client);
+  if (!added) return added.error();
+  const std::string id = added.value();
   log::info("job " + id + ": checkpoint of container " + container->name + " (" + container->id + ") accepted");
   launch(id, [this, id, ref, c = container.value(), image_tag] { run_checkpoint(id, ref, c, image_tag); });
   return id;
@@ -490,7 +521,8 @@ Result<std::string> AgentService::push_and_register(const std::string& job_id, c
   return pushed;
 }
 
-Result<std::string> AgentService::start_image(const ImageRequest& request) {
+Result<std::string> AgentService::start_image(const ImageRequest& request, const std::string& client) {
+  if (auto room = check_job_room(client); !room) return room.error();
   if (!request.tag.empty() && !is_safe_id(request.tag))
     return make_error("'image' must be an image tag (letters, digits, '.', '_', '-'), got '" + request.tag + "'");
   auto checked = checked_archive(request.archive, "become a checkpoint image");
@@ -498,7 +530,9 @@ Result<std::string> AgentService::start_image(const ImageRequest& request) {
   auto& [archive, info] = checked.value();
   nlohmann::json req = {{"archive", request.archive}};
   if (!request.tag.empty()) req["image"] = request.tag;
-  const std::string id = add_job("image", req);
+  auto added = add_job("image", req, client);
+  if (!added) return added.error();
+  const std::string id = added.value();
   std::string tag = request.tag;   // default: the job's id, lower case (as its layout's name)
   if (tag.empty())
     for (char c : id) tag += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -566,7 +600,8 @@ void AgentService::run_image(const std::string& job_id, fs::path archive, std::s
             (in_registry ? ", pushed as " + pushed->value() : std::string()) + " (" + std::to_string(total) + " s)");
 }
 
-Result<std::string> AgentService::start_restore(const RestoreRequest& request) {
+Result<std::string> AgentService::start_restore(const RestoreRequest& request, const std::string& client) {
+  if (auto room = check_job_room(client); !room) return room.error();
   if (!request.name.empty() && !is_valid_container_name(request.name))
     return make_error("'name' must be a container name (letters, digits, '_', '.', '-'), got '" + request.name + "'");
   auto checked = checked_archive(request.archive, "be restored");
@@ -586,7 +621,9 @@ Result<std::string> AgentService::start_restore(const RestoreRequest& request) {
   const std::string name = request.name;
   nlohmann::json req = {{"archive", request.archive}, {"name", name}};
   if (request.target_gpus) req["target_gpus"] = *request.target_gpus;
-  const std::string id = add_job("restore", req);
+  auto added = add_job("restore", req, client);
+  if (!added) return added.error();
+  const std::string id = added.value();
   log::info("job " + id + ": restore of " + archive.string() + " accepted (" +
             (plan ? std::to_string(plan->assignments.size()) + " GPU(s) matched" : std::string("no GPU state")) + ")");
   launch(id, [this, id, path = archive, checkpoint = std::move(info), plan, name, summary] {

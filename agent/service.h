@@ -59,15 +59,19 @@ class AgentService {
   AgentService(const AgentService&) = delete;
   AgentService& operator=(const AgentService&) = delete;
 
+  // Every start_* first takes a place among the unfinished jobs: at most limits.max_queued_jobs in all and
+  // limits.max_queued_jobs_per_client for one `client` (the API's caller identity, http_server.h); beyond, the
+  // error is EAGAIN (HTTP 429) before any work is done.
   // Validates synchronously (bad names, unknown container -> error), then runs in the background.
   // `image_tag` non-empty: also write the archive as an OCI image layout <checkpoints.dir>/<id>.oci tagged with it.
-  Result<std::string> start_checkpoint(const ContainerRef& ref, const std::string& image_tag = "");
+  Result<std::string> start_checkpoint(const ContainerRef& ref, const std::string& image_tag = "",
+                                       const std::string& client = "");
   // Validates the archive (path, format, integrity) and matches GPUs synchronously, then restores in the background.
-  Result<std::string> start_restore(const RestoreRequest& request);
+  Result<std::string> start_restore(const RestoreRequest& request, const std::string& client = "");
   // Validates the archive like a restore, then writes its checkpoint image and loads it into the runtime's image
   // store in the background (result.image.loaded_as: the name a pod uses). Fails when the runtime has no store
   // the agent can fill.
-  Result<std::string> start_image(const ImageRequest& request);
+  Result<std::string> start_image(const ImageRequest& request, const std::string& client = "");
   std::optional<JobStatus> job(const std::string& id) const;
   void wait_idle();
 
@@ -92,7 +96,9 @@ class AgentService {
  private:
   struct Job;
   std::string new_job_id(const char* prefix);
-  std::string add_job(const char* kind, nlohmann::json request);
+  Result<void> job_room(const std::string& client) const;   // with mutex_ held
+  Result<void> check_job_room(const std::string& client) const;
+  Result<std::string> add_job(const char* kind, nlohmann::json request, const std::string& client);
   void update(const std::string& id, const std::function<void(JobStatus&)>& change);
   void launch(const std::string& job_id, std::function<void()> work);
   void fail_unexpectedly(const std::string& job_id, const std::string& what);
@@ -124,7 +130,9 @@ class AgentService {
   std::condition_variable idle_;
   std::map<std::string, JobStatus> jobs_;
   std::map<std::string, std::shared_ptr<std::mutex>> container_locks_;
-  int running_ = 0;
+  int running_ = 0;                                         // unfinished jobs
+  std::map<std::string, std::string> job_clients_;          // unfinished job id -> its client
+  std::map<std::string, std::size_t> unfinished_by_client_;
   int active_ = 0;
   std::condition_variable slot_;
 };

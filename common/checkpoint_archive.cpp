@@ -24,7 +24,7 @@ namespace {
 constexpr std::size_t kMaxNameBytes = 4096;
 
 using ReaderPtr = std::unique_ptr<struct archive, int (*)(struct archive*)>;
-using WriterPtr = std::unique_ptr<struct archive, int (*)(struct archive*)>;
+using WriterPtr = std::unique_ptr<struct archive, int (*)(struct archive*)>;   // abandon_archive_writer
 
 Result<ReaderPtr> open_reader(const fs::path& path, const ArchiveLimits& limits) {
   std::error_code ec;
@@ -207,6 +207,29 @@ Result<std::string> read_data(struct archive* reader, const ArchiveEntry& entry,
   return data;
 }
 
+// Past the current entry's data. A compressed stream has to be decompressed to skip, which a small input can make
+// long: it is read block by block so that the deadline holds; an uncompressed one is skipped by seeking.
+Result<void> skip_data(struct archive* reader, const ArchiveEntry& entry, const fs::path& archive,
+                       const ArchiveLimits& limits) {
+  const auto truncated = [&] {
+    return make_error("checkpoint archive " + archive.string() + " is truncated in " + entry.name + ": " +
+                      archive_message(reader), EIO);
+  };
+  if (!limits.deadline || archive_filter_code(reader, 0) == ARCHIVE_FILTER_NONE) {
+    if (archive_read_data_skip(reader) < ARCHIVE_WARN) return truncated();
+    return {};
+  }
+  const void* block = nullptr;
+  std::size_t size = 0;
+  la_int64_t offset = 0;
+  for (;;) {
+    const int rc = archive_read_data_block(reader, &block, &size, &offset);
+    if (rc == ARCHIVE_EOF) return {};
+    if (rc < ARCHIVE_WARN) return truncated();
+    if (auto in_time = check_archive_deadline(limits, "reading " + archive.string()); !in_time) return in_time;
+  }
+}
+
 // One validated pass. `visit` returns true when it consumed the entry's data itself.
 using Visitor = std::function<Result<bool>(struct archive*, struct archive_entry*, const ArchiveEntry&)>;
 
@@ -215,6 +238,7 @@ Result<Totals> walk(const fs::path& path, const ArchiveLimits& limits, struct ar
   LinkGraph links;
   struct archive_entry* e = nullptr;
   for (;;) {
+    if (auto in_time = check_archive_deadline(limits, "reading " + path.string()); !in_time) return in_time.error();
     const int rc = archive_read_next_header(reader, &e);
     if (rc == ARCHIVE_EOF) break;
     if (rc < ARCHIVE_WARN)
@@ -225,9 +249,10 @@ Result<Totals> walk(const fs::path& path, const ArchiveLimits& limits, struct ar
     if (auto linked = links.add(entry.value()); !linked) return make_error(path.string() + ": " + linked.error().message);
     auto consumed = visit(reader, e, entry.value());
     if (!consumed) return consumed.error();
-    if (!consumed.value() && archive_read_data_skip(reader) < ARCHIVE_WARN)
-      return make_error("checkpoint archive " + path.string() + " is truncated in " + entry->name + ": " +
-                        archive_message(reader), EIO);
+    if (!consumed.value()) {
+      auto skipped = skip_data(reader, entry.value(), path, limits);
+      if (!skipped) return skipped.error();
+    }
   }
   if (totals.entries == 0) return make_error("checkpoint archive " + path.string() + " holds no entries");
   return totals;
@@ -240,14 +265,19 @@ Result<void> check_nested_tar(struct archive* outer, const ArchiveEntry& entry, 
                               const ArchiveLimits& limits) {
   struct Source {
     struct archive* outer;
+    const ArchiveLimits& limits;
     std::vector<char> buffer = std::vector<char>(1 << 16);
-  } source{outer};
+  } source{outer, limits};
   const std::string where = archive.string() + ": " + entry.name;
   ReaderPtr nested(archive_read_new(), archive_read_free);
   archive_read_support_filter_all(nested.get());
   archive_read_support_format_tar(nested.get());
-  const auto read_block = [](struct archive*, void* data, const void** block) -> la_ssize_t {
+  const auto read_block = [](struct archive* self, void* data, const void** block) -> la_ssize_t {
     auto* from = static_cast<Source*>(data);
+    if (from->limits.deadline && std::chrono::steady_clock::now() > *from->limits.deadline) {
+      archive_set_error(self, ETIMEDOUT, "the time budget for reading it ran out");
+      return -1;
+    }
     *block = from->buffer.data();
     return archive_read_data(from->outer, from->buffer.data(), from->buffer.size());
   };
@@ -293,6 +323,18 @@ std::string entry_string(const nlohmann::json& j, const char* key) {
 }
 
 }  // namespace
+
+int abandon_archive_writer(struct archive* writer) {
+  archive_write_fail(writer);   // marks it fatal: archive_write_free then skips the close that would pad
+  return archive_write_free(writer);
+}
+
+Result<void> check_archive_deadline(const ArchiveLimits& limits, const std::string& what) {
+  if (limits.deadline && std::chrono::steady_clock::now() > *limits.deadline)
+    return make_error(what + " ran past its time budget (the request's deadline or the watcher's per-file budget); "
+                      "stopped", ETIMEDOUT);
+  return {};
+}
 
 std::string archive_message(struct archive* a) {
   const char* text = archive_error_string(a);
@@ -426,6 +468,8 @@ Result<void> copy_edited(struct archive* reader, const fs::path& in, struct arch
                                              archive_message(r), EIO);
                          if (n == 0) break;
                          copied += static_cast<std::uint64_t>(n);
+                         if (auto in_time = check_archive_deadline(limits, "copying " + in.string()); !in_time)
+                           return in_time.error();
                          if (archive_write_data(writer, buffer.data(), static_cast<std::size_t>(n)) != n)
                            return make_error("writing " + target + ": " + archive_message(writer), EIO);
                        }
@@ -531,7 +575,7 @@ Result<std::uint64_t> copy_to_file(struct archive* reader, const fs::path& in, c
   TemporaryArchive file(out);
   auto fd = file.open();
   if (!fd) return fd.error();
-  WriterPtr writer(archive_write_new(), archive_write_free);
+  WriterPtr writer(archive_write_new(), abandon_archive_writer);
   auto copied = copy_edited(reader, in, writer.get(), file.temp().string(), edit, limits,
                             [&](struct archive* r) -> Result<void> {
                               auto filtered = add_output_filter(writer.get(), r, compression, in);
@@ -578,7 +622,7 @@ Result<void> send_archive(const fs::path& in, const ArchiveByteSink& write, cons
   StreamEnd output;
   output.sink = &write;
   output.name = "the stream of " + in.string();
-  WriterPtr writer(archive_write_new(), archive_write_free);
+  WriterPtr writer(archive_write_new(), abandon_archive_writer);
   auto copied = copy_edited(reader->get(), in, writer.get(), output.name, edit, limits,
                             [&](struct archive* r) -> Result<void> {
                               auto filtered = add_output_filter(writer.get(), r, OutputCompression::none, in);

@@ -7,6 +7,7 @@
 // paths, no ".."), links never point outside, only files/dirs/links, and sizes are bounded.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -34,6 +35,12 @@ inline constexpr const char* kAnnotationRecordEntry = "io.gpuckpt.record";   // 
 // never reach a std::string (found by fuzz/archive_fuzz).
 std::string archive_message(struct archive* a);
 
+// Frees a writer from archive_write_new() WITHOUT closing it: archive_write_free() closes first, and closing pads
+// an unfinished entry with zeros up to its declared size (a 1.2 KB input declaring a 4 GiB entry cost 13 s of
+// gzip when the rewrite stopped early). A writer that completed was closed by archive_write_close already, so
+// this is the deleter of every writer of a tar stream (not of archive_write_disk_new(), which it would abort).
+int abandon_archive_writer(struct archive* writer);
+
 struct ArchiveLimits {
   std::uint64_t max_archive_bytes = 64ULL << 30;   // the archive file itself
   std::uint64_t max_entry_bytes = 64ULL << 30;     // one entry, uncompressed
@@ -43,7 +50,14 @@ struct ArchiveLimits {
   // An archive inside the archive that gpuckpt unpacks (CRIU's /dev tmpfs image): its content, uncompressed.
   // Bytes bound the time too: a 4 MiB image of 4 GiB of zeros stops after this many bytes, not 53 s of CPU.
   std::uint64_t max_nested_bytes = 64ULL << 20;
+  // The time budget of whoever reads the archive (an API request's deadline, one kubelet-watcher file): a walk
+  // past it stops with ETIMEDOUT. Sizes bound the work an archive declares; this bounds what it costs to find
+  // out (decompressing a small zstd stream that expands a thousandfold, a sparse entry's holes).
+  std::optional<std::chrono::steady_clock::time_point> deadline;
 };
+
+// ETIMEDOUT naming `what` once limits.deadline has passed.
+Result<void> check_archive_deadline(const ArchiveLimits& limits, const std::string& what);
 
 struct ArchiveEntry {
   enum class Kind { File, Directory, Symlink, Hardlink };

@@ -146,7 +146,12 @@ Result<void> extract_into(const fs::path& archive, const fs::path& dir, const Ar
       log::warn(archive.string() + ": skipped " + name.value() + " (not a file, directory or link)");
       continue;
     }
-    total += static_cast<std::uint64_t>(archive_entry_size(e));
+    // Declared sizes are checked before the disk writer sees the entry (it would extend a short file to them).
+    const la_int64_t declared = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
+    if (declared < 0 || static_cast<std::uint64_t>(declared) > limits.max_entry_bytes)
+      return make_error(archive.string() + ": entry " + name.value() + " declares " + std::to_string(declared) +
+                        " bytes, over the per-entry limit of " + std::to_string(limits.max_entry_bytes), EFBIG);
+    total += static_cast<std::uint64_t>(declared);
     if (total > limits.max_total_bytes)
       return make_error(archive.string() + " expands beyond " + std::to_string(limits.max_total_bytes) + " bytes", EFBIG);
     archive_entry_set_pathname(e, (dir / name.value()).c_str());
@@ -176,7 +181,7 @@ Result<void> extract_into(const fs::path& archive, const fs::path& dir, const Ar
 
 Result<std::uint64_t> pack_tar(const std::vector<PackEntry>& entries, const fs::path& out,
                                std::vector<std::string>* whiteouts) {
-  Handle writer(archive_write_new(), archive_write_free);
+  Handle writer(archive_write_new(), abandon_archive_writer);
   archive_write_set_format_pax_restricted(writer.get());
   if (archive_write_open_filename(writer.get(), out.c_str()) != ARCHIVE_OK)
     return make_error("cannot create " + out.string() + ": " + archive_message(writer.get()), EIO);

@@ -28,7 +28,42 @@ const char* level_name(Level level) {
   return "?";
 }
 
+constexpr char kHex[] = "0123456789abcdef";
+
+void append_hex(std::string& out, unsigned char c) {
+  out += "\\x";
+  out += kHex[c >> 4];
+  out += kHex[c & 0xf];
+}
+
+// The message with control characters escaped (most lines have none and are returned as they are).
+std::string one_line(std::string_view message) {
+  std::string out;
+  out.reserve(message.size());
+  for (const char ch : message) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f)
+      append_hex(out, c);
+    else
+      out += ch;
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string escaped(std::string_view text, std::size_t max) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < max; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\')
+      out += static_cast<char>(c);
+    else
+      append_hex(out, c);
+  }
+  if (text.size() > max) out += "...";
+  return out;
+}
 
 void set_sink(Sink sink) {
   std::lock_guard lock(state().mutex);
@@ -57,12 +92,12 @@ void write(Level level, std::string_view message) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (static_cast<int>(level) > static_cast<int>(s.max_level)) return;
+  const std::string line = one_line(message);
   if (s.sink) {
-    s.sink(level, message);
+    s.sink(level, line);
     return;
   }
-  std::fprintf(stderr, "%s: %s: %.*s\n", s.component.c_str(), level_name(level),
-               static_cast<int>(message.size()), message.data());
+  std::fprintf(stderr, "%s: %s: %s\n", s.component.c_str(), level_name(level), line.c_str());
 }
 
 void param(std::string_view name, std::string_view value) {

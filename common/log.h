@@ -17,11 +17,18 @@ void set_level(Level max_level);          // lines above this level are dropped
 void set_component(std::string component);  // prefix, e.g. "gpuckpt-agent"
 Level level_from_string(std::string_view name, Level fallback);
 
+// Writes one line: control characters in `message` (a newline, a carriage return, an escape sequence) are
+// written as \xNN, so whatever a message carries can never start a line of its own.
 void write(Level level, std::string_view message);
 inline void error(std::string_view m) { write(Level::Error, m); }
 inline void warn(std::string_view m) { write(Level::Warn, m); }
 inline void info(std::string_view m) { write(Level::Info, m); }
 inline void debug(std::string_view m) { write(Level::Debug, m); }
+
+// A value from outside (a file name in a watched directory, an archive's container name, a container id a runtime
+// sent, a request path) as it may appear in a log line or an error message: bytes outside printable ASCII and the
+// backslash become \xNN, cut at `max` bytes ("..." marks the cut). The one escaping helper of every component.
+std::string escaped(std::string_view text, std::size_t max = 256);
 
 // Every tunable is logged exactly once as "param: NAME:VALUE" (the CRIU amdgpu plugin's habit).
 void param(std::string_view name, std::string_view value);

@@ -26,8 +26,8 @@ Result<std::optional<std::string>> renumber_device_nodes(std::string_view tmpfs_
   archive_read_support_format_tar(reader.get());
   if (archive_read_open_memory(reader.get(), tmpfs_image.data(), tmpfs_image.size()) != ARCHIVE_OK)
     return make_error(std::string("cannot read a /dev tmpfs image: ") + archive_message(reader.get()), EIO);
-  std::string out;   // before the writer: freeing the writer flushes into it, on every return path
-  Handle writer(archive_write_new(), archive_write_free);
+  std::string out;   // before the writer, which writes into it
+  Handle writer(archive_write_new(), abandon_archive_writer);   // an early return must not pad an entry
   archive_write_add_filter_gzip(writer.get());
   archive_write_set_format_pax_restricted(writer.get());
   archive_write_set_bytes_in_last_block(writer.get(), 1);   // tar/gzip must see no padding after the stream
@@ -68,6 +68,12 @@ Result<std::optional<std::string>> renumber_device_nodes(std::string_view tmpfs_
       ++renumbered;   // dropped: a node of the plan takes this name
       continue;
     }
+    // The declared size first: the writer is never asked for an entry the limit would not let through.
+    const la_int64_t declared = archive_entry_size_is_set(entry) ? archive_entry_size(entry) : 0;
+    if (declared < 0 || static_cast<std::uint64_t>(declared) > limits.max_nested_bytes - bytes)
+      return make_error("a /dev tmpfs image entry " + name.value() + " declares " + std::to_string(declared) +
+                        " bytes: it expands to more than " + std::to_string(limits.max_nested_bytes) +
+                        " bytes; refusing it", EFBIG);
     if (archive_write_header(writer.get(), entry) < ARCHIVE_WARN)
       return make_error(std::string("rewriting a /dev tmpfs image: ") + archive_message(writer.get()), EIO);
     for (;;) {

@@ -35,14 +35,14 @@ NriPlugin::NriPlugin(NriPluginOptions options, hook::InventoryReader inventory, 
 
 void NriPlugin::record(const api::Container& container, const hook::InventoryReader& inventory) {
   if (!is_safe_id(container.id())) {
-    log::warn("NRI container id '" + container.id().substr(0, 80) + "' is not a safe file name: not recorded");
+    log::warn("NRI container id '" + log::escaped(container.id(), 80) + "' is not a safe file name: not recorded");
     return;
   }
   // Whatever happens here, the container is created as the runtime asked: gpuckpt-nri only observes.
   auto recorded = hook::record_gpu_container(container.id(), "", static_cast<int>(container.pid()),
                                              container_spec(container), hook_options_, inventory, lookup_);
   if (!recorded)
-    log::warn("container " + container.id() + ": " + recorded.error().message);
+    log::warn("container " + log::escaped(container.id(), 80) + ": " + recorded.error().message);
   else if (recorded->gpu_container)
     log::info(recorded->message);
   else
@@ -53,7 +53,8 @@ Result<void> NriPlugin::adjust_for_restore(const api::Container& c, api::Contain
   const std::map<std::string, std::string> annotations(c.annotations().begin(), c.annotations().end());
   const std::string reference = container_image_reference(annotations);
   auto checkpoint = find_checkpoint_image(options_.state_dir, reference);
-  const std::string what = "restore of checkpoint image " + reference + " as container " + c.id();
+  const std::string what =
+      "restore of checkpoint image " + log::escaped(reference) + " as container " + log::escaped(c.id(), 80);
   if (!checkpoint) return make_error(what + " refused: " + checkpoint.error().message, EIO);
   if (!checkpoint.value() || checkpoint.value()->record.used_gpu_ids.empty()) return {};
   auto node = inventory_();
@@ -142,7 +143,7 @@ Result<std::string> NriPlugin::handle(std::string_view method, std::string_view 
     if (auto ok = parse(event); !ok) return ok.error();
     if (event.event() == api::REMOVE_CONTAINER && is_safe_id(event.container().id())) {
       auto removed = hook::remove_container_state(options_.state_dir, event.container().id());
-      if (!removed) log::warn("container " + event.container().id() + ": " + removed.error().message);
+      if (!removed) log::warn("container " + log::escaped(event.container().id(), 80) + ": " + removed.error().message);
     }
     return api::Empty().SerializeAsString();
   }

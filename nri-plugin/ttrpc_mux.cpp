@@ -49,6 +49,9 @@ Result<void> MuxDecoder::feed(std::string_view bytes) {
   while (pending_.size() - at >= kMuxHeader) {
     const std::uint32_t conn = get_u32(std::string_view(pending_).substr(at));
     const std::uint32_t length = get_u32(std::string_view(pending_).substr(at + 4));
+    if (conn != kPluginServiceConn && conn != kRuntimeServiceConn)
+      return make_error("NRI frame on connection " + std::to_string(conn) + ", which NRI does not have (1: plugin "
+                        "service, 2: runtime service)", EPROTO);
     if (length > kMaxMuxPayload)
       return make_error("NRI frame of " + std::to_string(length) + " bytes on connection " + std::to_string(conn) +
                         " exceeds the 16 MiB limit", EPROTO);

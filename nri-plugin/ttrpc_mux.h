@@ -33,8 +33,10 @@ struct TtrpcMessage {
 std::string encode_mux_frame(std::uint32_t conn, std::string_view payload);
 std::string encode_ttrpc(const TtrpcMessage& message);
 
-// Bytes from the socket in, (connection, ttrpc message) out, in order. A frame or message over the limits, or an
-// unknown message type, is an error: the caller drops the connection.
+// Bytes from the socket in, (connection, ttrpc message) out, in order. A frame or message over the limits, an
+// unknown message type, or a connection id NRI does not use (only 1 and 2 exist: the peer cannot make the decoder
+// keep a buffer per id it invents) is an error: the caller drops the connection. What the decoder holds is
+// bounded: one partial frame (16 MiB) and one partial message per connection (4 MiB each).
 class MuxDecoder {
  public:
   Result<void> feed(std::string_view bytes);

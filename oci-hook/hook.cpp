@@ -6,6 +6,7 @@
 
 #include "common/checkpoint_archive.h"
 #include "common/json_reader.h"
+#include "common/log.h"
 #include "oci-hook/container_store.h"
 #include "oci-hook/gpu_detect.h"
 
@@ -57,6 +58,13 @@ Result<RecordOutcome> record_gpu_container(const std::string& id, const std::str
     return outcome;
   }
   outcome.gpu_container = true;
+  // A spec may list any number of device nodes (20,000 made a 2.5 MB state file read at every restore); no node has
+  // this many GPU nodes, so the record keeps the first ones and the log says so.
+  if (use.devices.size() > kMaxRecordedDevices) {
+    log::warn("container " + log::escaped(id, 80) + " lists " + std::to_string(use.devices.size()) +
+              " GPU device nodes; recording the first " + std::to_string(kMaxRecordedDevices));
+    use.devices.resize(kMaxRecordedDevices);
+  }
   auto node = inventory();
   if (!node) return make_error("container " + id + " uses GPU devices but the node inventory failed: " +
                                node.error().message);

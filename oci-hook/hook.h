@@ -33,6 +33,9 @@ struct RecordOutcome {
   bool gpu_container = false;
   std::string message;
 };
+// The most GPU device nodes one container's record keeps (more are left out, with a warning).
+inline constexpr std::size_t kMaxRecordedDevices = 256;
+
 // The recording part of createRuntime for callers that hold the container's OCI spec themselves (gpuckpt-nri):
 // detection, inventory, <state_dir>/containers/<id>.json. `bundle` may be empty, `pid` 0.
 Result<RecordOutcome> record_gpu_container(const std::string& id, const std::string& bundle, int pid,

@@ -2,7 +2,9 @@
 // gpuckpt_hook_lib: arguments, bounded stdin, a hard time limit, and the fail-safe exit policy:
 //   createRuntime/poststop: always exit 0 (a bookkeeping failure must never stop a container), log why;
 //   precreate: pass the config through unchanged unless a restore plan exists and cannot be applied, in which
-//   case exit 1 with the reason (the runtime refuses the restore instead of restoring onto the wrong GPU).
+//   case exit 1 with the reason (the runtime refuses the restore instead of restoring onto the wrong GPU). The
+//   config on stdout is all or nothing: when the hook cannot finish it (the time limit, a failed write) it exits 1,
+//   since a runtime takes exit 0 as "this is the whole config" and would get truncated JSON.
 #include <signal.h>
 #include <unistd.h>
 
@@ -24,20 +26,25 @@
 namespace {
 
 constexpr std::size_t kMaxStdin = 16 << 20;
-const std::string* g_passthrough = nullptr;   // precreate input, written unchanged if the time limit strikes
-volatile sig_atomic_t g_refuse_on_timeout = 0;   // precreate of a config that names a restore plan
+volatile sig_atomic_t g_precreate = 0;   // stdout carries a config: the time limit fails the hook
 
 void on_timeout(int) {
   // Only async-signal-safe calls here: the state-dir log does not get this line.
-  if (g_refuse_on_timeout) {
-    static const char kRefused[] = "gpuckpt-oci-hook: error: time limit reached applying a restore plan; refused\n";
+  if (g_precreate) {
+    // Part of the config may be on stdout already: only a failure tells the runtime not to use it.
+    static const char kRefused[] = "gpuckpt-oci-hook: error: time limit reached before the config was written; "
+                                   "failing (raise --timeout-ms if the host is this slow)\n";
     (void)!::write(2, kRefused, sizeof kRefused - 1);
     ::_exit(1);
   }
   static const char kMessage[] = "gpuckpt-oci-hook: error: time limit reached; container continues unmodified\n";
   (void)!::write(2, kMessage, sizeof kMessage - 1);
-  if (g_passthrough) (void)!::write(1, g_passthrough->data(), g_passthrough->size());
   ::_exit(0);
+}
+
+// The whole of `data` on stdout, flushed; false when the runtime stopped reading.
+bool write_config(const std::string& data) {
+  return std::fwrite(data.data(), 1, data.size(), stdout) == data.size() && std::fflush(stdout) == 0;
 }
 
 bool looks_like_state(const std::string& input) {
@@ -64,13 +71,15 @@ std::string read_stdin(std::size_t limit, bool& complete) {
 }
 
 // Copies the rest of stdin to stdout without looking at it (precreate input too large to read: unchanged).
-void pass_rest_through() {
+// False when it could not: a read or write error.
+bool pass_rest_through() {
   char chunk[64 * 1024];
   for (;;) {
     const ssize_t n = ::read(0, chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    if (std::fwrite(chunk, 1, static_cast<std::size_t>(n), stdout) != static_cast<std::size_t>(n)) break;
+    if (n < 0) return false;
+    if (n == 0) return std::fflush(stdout) == 0;
+    if (std::fwrite(chunk, 1, static_cast<std::size_t>(n), stdout) != static_cast<std::size_t>(n)) return false;
   }
 }
 
@@ -126,6 +135,9 @@ int main(int argc, char** argv) {
     std::error_code ec;
     if (std::filesystem::is_directory(options.state_dir, ec)) log_to_state_dir(options.state_dir);
   }
+  // Before anything is read: a hook named for precreate that runs out of time fails (one without a stage argument
+  // learns its stage from the input below).
+  g_precreate = stage_name == "precreate";
   ::signal(SIGALRM, on_timeout);
   ::alarm(static_cast<unsigned>((options.timeout.count() + 999) / 1000));
   bool complete = true;
@@ -139,19 +151,18 @@ int main(int argc, char** argv) {
     log::error(stage.error().message);
     return usage();
   }
+  g_precreate = *stage == hook::Stage::Precreate;
   if (!complete) {
-    log::error("stdin larger than 16 MiB; ignoring this container (passed through unchanged)");
-    if (*stage == hook::Stage::Precreate) {
-      std::fwrite(input.data(), 1, input.size(), stdout);
-      pass_rest_through();
+    if (*stage != hook::Stage::Precreate) {
+      log::error("stdin larger than 16 MiB; ignoring this container");
+      return 0;
     }
-    return 0;
+    log::warn("stdin larger than 16 MiB; passing the config through unchanged");
+    if (write_config(input) && pass_rest_through()) return 0;
+    log::error("could not pass the whole config through (the runtime stopped reading?); failing");
+    return 1;
   }
-  if (*stage == hook::Stage::Precreate) {
-    g_passthrough = &input;
-    // A config that names a restore plan must not start unmodified when the time runs out: refuse instead.
-    if (input.find(kAnnotationRestorePlan) != std::string::npos) g_refuse_on_timeout = 1;
-  }
+  const bool names_plan = input.find(kAnnotationRestorePlan) != std::string::npos;
   try {
     const auto lookup = stat_device_numbers(options.host_root);
     switch (*stage) {
@@ -170,7 +181,10 @@ int main(int argc, char** argv) {
           log::error(outcome.error().message);
           return 1;
         }
-        std::fwrite(outcome->config.data(), 1, outcome->config.size(), stdout);
+        if (!write_config(outcome->config)) {
+          log::error("could not write the config to stdout (the runtime stopped reading?); failing");
+          return 1;
+        }
         if (outcome->modified) log::info(outcome->message);
         else log::debug(outcome->message);
         return 0;
@@ -183,12 +197,13 @@ int main(int argc, char** argv) {
       }
     }
   } catch (const std::exception& e) {
-    if (g_refuse_on_timeout) {
+    // Nothing is on stdout yet (the config is written last, in one piece).
+    if (*stage == hook::Stage::Precreate && names_plan) {
       log::error(std::string("internal error applying a restore plan: ") + e.what() + " (refused)");
       return 1;
     }
     log::error(std::string("internal error: ") + e.what() + " (container continues unmodified)");
-    if (g_passthrough) std::fwrite(input.data(), 1, input.size(), stdout);
+    if (*stage == hook::Stage::Precreate && !write_config(input)) return 1;
   }
   return 0;
 }

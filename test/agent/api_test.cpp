@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -683,4 +684,42 @@ TEST_CASE("a checkpoint whose runtime fails, or whose archive dir vanishes, fail
   f.runtime->containers["counter"].state = "running";
   const auto again = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"]);
   CHECK(again["state"] == "succeeded");
+}
+
+TEST_CASE("queued jobs are capped per client and in all; beyond, 429 before any work", "[unit]") {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  Fixture f({}, [](agent::AgentConfig& c) {
+    c.max_concurrent_jobs = 1;
+    c.max_queued_jobs = 3;
+    c.max_queued_jobs_per_client = 2;
+  });
+  f.runtime->checkpoint_fault = [released](const fs::path&, std::string&) -> Result<void> {
+    released.wait();   // the running job holds its slot until the test lets it go
+    return {};
+  };
+  const ContainerRef counter{"", "", "counter"};
+  CHECK(f.service->start_checkpoint(counter, "", "client-a").ok());
+  CHECK(f.service->start_checkpoint(counter, "", "client-a").ok());
+  auto third = f.service->start_checkpoint(counter, "", "client-a");
+  REQUIRE_FALSE(third.ok());
+  CHECK(third.error().errno_value == EAGAIN);
+  CHECK(third.error().message.find("limits.max_queued_jobs_per_client") != std::string::npos);
+  CHECK(f.service->start_checkpoint(counter, "", "client-b").ok());
+  auto over = f.service->start_checkpoint(counter, "", "client-c");
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.error().message.find("limits.max_queued_jobs)") != std::string::npos);
+  // Through the API: 429 with Retry-After, and no job record for it.
+  auto res = f.client().Post("/v1/checkpoints", R"({"container":"counter"})", "application/json");
+  REQUIRE(res);
+  CHECK(res->status == 429);
+  CHECK(res->get_header_value("Retry-After") == "10");
+  release.set_value();
+  f.service->wait_idle();
+  std::size_t records = 0;
+  for (const auto& e : fs::directory_iterator(f.tmp.path / "state" / "jobs")) records += e.path().extension() == ".json";
+  CHECK(records == 3);
+  // Finished jobs free their places.
+  CHECK(f.service->start_checkpoint({"", "", "plain"}, "", "client-a").ok());
+  f.service->wait_idle();
 }

@@ -53,13 +53,9 @@ struct TestEntry {
 
 enum class Compression { None, Gzip, Zstd };
 
-inline std::string build_tar(const std::vector<TestEntry>& entries, Compression compression) {
-  std::string out;
-  struct archive* a = archive_write_new();
-  if (compression == Compression::Gzip) archive_write_add_filter_gzip(a);
-  if (compression == Compression::Zstd) archive_write_add_filter_zstd(a);
-  archive_write_set_format_pax_restricted(a);
-  archive_write_set_bytes_in_last_block(a, 1);   // no zero padding after the compressed stream
+// Opens writer `a` into `out`, with no zero padding after the (compressed) stream.
+inline void open_in_memory(struct archive* a, std::string& out) {
+  archive_write_set_bytes_in_last_block(a, 1);
   archive_write_open(
       a, &out, nullptr,
       [](struct archive*, void* sink, const void* data, std::size_t size) -> la_ssize_t {
@@ -67,6 +63,15 @@ inline std::string build_tar(const std::vector<TestEntry>& entries, Compression 
         return static_cast<la_ssize_t>(size);
       },
       nullptr);
+}
+
+inline std::string build_tar(const std::vector<TestEntry>& entries, Compression compression) {
+  std::string out;
+  struct archive* a = archive_write_new();
+  if (compression == Compression::Gzip) archive_write_add_filter_gzip(a);
+  if (compression == Compression::Zstd) archive_write_add_filter_zstd(a);
+  archive_write_set_format_pax_restricted(a);
+  open_in_memory(a, out);
   for (const auto& e : entries) {
     struct archive_entry* entry = archive_entry_new();
     archive_entry_set_pathname(entry, e.name.c_str());

@@ -2,7 +2,13 @@
 // where the field is only descriptive); nothing crashes, and the kubelet watcher quarantines what it cannot use.
 #include <catch2/catch_test_macros.hpp>
 
+#include <archive.h>
+#include <archive_entry.h>
+
+#include <cstdio>
+
 #include "agent/kubelet_watch.h"
+#include "common/log.h"
 #include "common/checkpoint_archive.h"
 #include "common/json_reader.h"
 #include "common/restore_plan.h"
@@ -28,6 +34,47 @@ std::vector<test::TestEntry> with_entry(std::string name, std::string data) {
 }
 
 json podman_spec() { return json::parse(test::podman_checkpoint_entries()[1].data); }
+
+// An uncompressed tar of `entries` whose entry `name` declares `declared` bytes in its header while holding only
+// its real data, cut after that data: the input a rewrite meets half-way (a truncated upload, a forged header).
+std::string tar_declaring(const std::vector<test::TestEntry>& entries, const std::string& name, std::uint64_t declared) {
+  std::string tar = test::build_tar(entries, test::Compression::None);
+  for (std::size_t at = 0; at + 512 <= tar.size(); at += 512) {
+    if (tar.compare(at, name.size() + 1, std::string(name.c_str(), name.size() + 1)) != 0) continue;
+    const std::uint64_t real = std::stoull(tar.substr(at + 124, 11), nullptr, 8);
+    char field[13];
+    std::snprintf(field, sizeof field, "%011llo", static_cast<unsigned long long>(declared));
+    tar.replace(at + 124, 11, field, 11);
+    tar.replace(at + 148, 8, 8, ' ');
+    unsigned sum = 0;
+    for (std::size_t i = 0; i < 512; ++i) sum += static_cast<unsigned char>(tar[at + i]);
+    char checksum[8];
+    std::snprintf(checksum, sizeof checksum, "%06o", sum);
+    tar.replace(at + 148, 7, checksum, 7);
+    tar[at + 154] = '\0';
+    return tar.substr(0, at + 512 + ((real + 511) / 512) * 512);   // the data it has, then the end of input
+  }
+  FAIL("no entry " << name);
+  return {};
+}
+
+// `text` gzip'd (libarchive's raw format: the bytes themselves, compressed).
+std::string gzipped(const std::string& text) {
+  std::string out;
+  struct archive* a = archive_write_new();
+  archive_write_add_filter_gzip(a);
+  archive_write_set_format_raw(a);
+  test::open_in_memory(a, out);
+  struct archive_entry* e = archive_entry_new();
+  archive_entry_set_pathname(e, "raw");
+  archive_entry_set_filetype(e, AE_IFREG);
+  archive_write_header(a, e);
+  archive_write_data(a, text.data(), text.size());
+  archive_entry_free(e);
+  archive_write_close(a);
+  archive_write_free(a);
+  return out;
+}
 
 }  // namespace
 
@@ -203,4 +250,116 @@ TEST_CASE("rootfs-diff.tar is held to the outer limits and names", "[unit]") {
                            small_total);
   REQUIRE_FALSE(bomb.ok());
   CHECK(bomb.error().errno_value == EFBIG);
+}
+
+TEST_CASE("a /dev tmpfs image entry declaring more than the nested limit is refused before it is rewritten", "[unit]") {
+  // 1.2 KB declaring 4 GiB: the rewrite used to stop at the truncation and libarchive then padded the unfinished
+  // entry to 4 GiB of gzip'd zeros as the writer was freed (13-15 s). Now the declared size is checked first.
+  using E = test::TestEntry;
+  const std::string image = gzipped(tar_declaring({E::dir("."), E::chardev("./nvidia0", 1, 3), E("./big", "tiny")},
+                                                  "./big", 4ULL << 30));
+  CHECK(image.size() < 2048);
+  auto renumbered = renumber_device_nodes(image, {{"nvidia0", {"nvidia0", 195, 1}}}, ArchiveLimits{});
+  REQUIRE_FALSE(renumbered.ok());
+  CHECK(renumbered.error().errno_value == EFBIG);
+  CHECK(renumbered.error().message.find("entry big declares 4294967296 bytes") != std::string::npos);
+}
+
+TEST_CASE("a rewrite that stops early writes no padding for the unfinished entry", "[unit]") {
+  test::TempDir tmp;
+  auto entries = test::podman_checkpoint_entries();
+  entries.emplace_back("checkpoint/pages-2.img", std::string(4096, 'q'));
+  const auto archive = tmp.path / "truncated.tar";
+  test::write_file(archive, tar_declaring(entries, "checkpoint/pages-2.img", 256ULL << 20));
+  std::uint64_t sent = 0;
+  const ArchiveByteSink sink = [&](const char*, std::size_t size) -> Result<void> {
+    sent += size;
+    return {};
+  };
+  auto streamed = send_archive(archive, sink, ArchiveEdit{}, ArchiveLimits{});
+  REQUIRE_FALSE(streamed.ok());
+  CHECK(streamed.error().message.find("truncated in checkpoint/pages-2.img") != std::string::npos);
+  // Before: the freed writer padded the entry to its declared 256 MiB, all of it into the sink.
+  CHECK(sent < (1u << 20));
+  CHECK_FALSE(fs::exists(tmp.path / "out.tar"));
+  CHECK_FALSE(rewrite_archive(archive, tmp.path / "out.tar", ArchiveEdit{}, ArchiveLimits{}).ok());
+  CHECK_FALSE(fs::exists(tmp.path / "out.tar"));
+}
+
+TEST_CASE("a walk past its deadline stops with ETIMEDOUT, naming the budget", "[unit]") {
+  test::TempDir tmp;
+  const auto archive = test::make_archive(tmp.path / "a.tar.zst", test::podman_checkpoint_entries());
+  ArchiveLimits limits;
+  CHECK(inspect_checkpoint_archive(archive, limits).ok());
+  limits.deadline = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  auto late = inspect_checkpoint_archive(archive, limits);
+  REQUIRE_FALSE(late.ok());
+  CHECK(late.error().errno_value == ETIMEDOUT);
+  CHECK(late.error().message.find("time budget") != std::string::npos);
+  CHECK_FALSE(rewrite_archive(archive, tmp.path / "b.tar.zst", ArchiveEdit{}, limits).ok());
+}
+
+TEST_CASE("the kubelet watcher bounds each file's work and annotates only archives with CRIU images", "[unit]") {
+  test::TempDir tmp;
+  const auto dir = tmp.path / "kubelet";
+  const auto state_dir = tmp.path / "state";
+  auto inventory = [] { return Result<NodeInventory>(NodeInventory{}); };
+  SECTION("a file past its budget is quarantined, the next one is still looked at") {
+    test::make_archive(dir / "checkpoint-slow_ns-c-2026.tar", test::podman_checkpoint_entries(), test::Compression::None);
+    agent::Metrics metrics;
+    // A base budget already spent (the size-based part of a small file is a few milliseconds).
+    agent::KubeletArchiveWatcher watcher(dir, state_dir, ArchiveLimits{}, inventory, metrics, -std::chrono::seconds(60));
+    watcher.scan();
+    CHECK(watcher.scan() == 0);
+    auto reason = read_json_file(state_dir / "quarantine" / "checkpoint-slow_ns-c-2026.tar.json");
+    REQUIRE(reason.ok());
+    REQUIRE(reason.value().has_value());
+    CHECK(reason.value()->at("reason").get<std::string>().find("time budget") != std::string::npos);
+  }
+  SECTION("an archive without CRIU images is not annotated") {
+    auto entries = test::podman_checkpoint_entries();
+    std::erase_if(entries, [](const test::TestEntry& e) { return e.name == "checkpoint/inventory.img"; });
+    const auto archive = test::make_archive(dir / "checkpoint-nocriu_ns-c-2026.tar", entries, test::Compression::None);
+    const std::string before = test::read_file(archive);
+    agent::Metrics metrics;
+    agent::KubeletArchiveWatcher watcher(dir, state_dir, ArchiveLimits{}, inventory, metrics);
+    watcher.scan();
+    CHECK(watcher.scan() == 0);
+    CHECK(test::read_file(archive) == before);
+    auto reason = read_json_file(state_dir / "quarantine" / "checkpoint-nocriu_ns-c-2026.tar.json");
+    REQUIRE(reason.ok());
+    REQUIRE(reason.value().has_value());
+    CHECK(reason.value()->at("reason").get<std::string>().find("no CRIU images") != std::string::npos);
+  }
+}
+
+TEST_CASE("file names and container names from outside cannot forge log lines", "[unit]") {
+  test::TempDir tmp;
+  const auto dir = tmp.path / "kubelet";
+  auto entries = test::podman_checkpoint_entries();
+  json config = json::parse(entries[0].data);
+  config["name"] = "c\ngpuckpt-agent: error: forged by the container name";
+  entries[0].data = config.dump();
+  test::make_archive(dir / "checkpoint-a_ns-c-2026.tar", entries, test::Compression::None);
+  test::make_archive(dir / "checkpoint-b\ngpuckpt-agent: error: forged by the file name.tar",
+                     with_entry("spec.dump", "{"), test::Compression::None);
+  std::vector<std::string> lines;
+  log::set_sink([&](log::Level, std::string_view line) { lines.emplace_back(line); });
+  {
+    agent::Metrics metrics;
+    agent::KubeletArchiveWatcher watcher(dir, tmp.path / "state", ArchiveLimits{},
+                                         [] { return Result<NodeInventory>(NodeInventory{}); }, metrics);
+    watcher.scan();
+    watcher.scan();
+  }
+  log::set_sink(nullptr);
+  bool saw_name = false, saw_file = false;
+  for (const auto& line : lines) {
+    INFO(line);
+    CHECK(line.find('\n') == std::string::npos);
+    saw_name = saw_name || line.find("c\\x0agpuckpt-agent: error: forged by the container name") != std::string::npos;
+    saw_file = saw_file || line.find("b\\x0agpuckpt-agent: error: forged by the file name") != std::string::npos;
+  }
+  CHECK(saw_name);
+  CHECK(saw_file);
 }

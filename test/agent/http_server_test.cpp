@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "agent/http_server.h"
+#include "common/log.h"
 
 using namespace gpuckpt;
 using Clock = std::chrono::steady_clock;
@@ -67,6 +69,9 @@ struct Server {
   int port = 0;
   explicit Server(const agent::HttpLimits& limits) {
     http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+    http.Get("/whoami", [](const httplib::Request& req, httplib::Response& res) {
+      res.set_content(agent::client_identity(req), "text/plain");
+    });
     agent::harden_server(http, limits);
     port = http.bind_to_any_port("127.0.0.1");
     thread = std::thread([this] { http.listen_after_bind(); });
@@ -141,7 +146,65 @@ TEST_CASE("a connection that trickles its request is closed at the deadline", "[
 }
 
 TEST_CASE("client text in log lines is escaped and bounded", "[unit]") {
-  CHECK(agent::printable("/v1/x\nINFO forged line") == "/v1/x\\x0aINFO forged line");
-  CHECK(agent::printable("a\\b\x7f\xff") == "a\\x5cb\\x7f\\xff");
-  CHECK(agent::printable(std::string(300, 'p')).size() == 259);
+  CHECK(log::escaped("/v1/x\nINFO forged line") == "/v1/x\\x0aINFO forged line");
+  CHECK(log::escaped("a\\b\x7f\xff") == "a\\x5cb\\x7f\\xff");
+  CHECK(log::escaped(std::string(300, 'p')).size() == 259);
+}
+
+namespace {
+
+// Runs `request` on a fresh loopback connection from a child process that has become `uid` first; what the server
+// answered (empty when it closed the connection).
+std::string answer_as_user(int port, uid_t uid, const std::string& request) {
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {   // only plain system calls below: the parent has threads
+    ::close(out[0]);
+    if (::setgid(uid) != 0 || ::setuid(uid) != 0) ::_exit(2);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in server{};
+    server.sin_family = AF_INET;
+    server.sin_port = htons(static_cast<std::uint16_t>(port));
+    server.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&server), sizeof server) != 0) ::_exit(3);
+    timeval tv{3, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) < 0) ::_exit(4);
+    char buffer[4096];
+    for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) (void)!::write(out[1], buffer, n);
+    ::_exit(0);
+  }
+  ::close(out[1]);
+  std::string answer;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) answer.append(buffer, static_cast<std::size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return answer;
+}
+
+}  // namespace
+
+TEST_CASE("on loopback each local user has its own connection share: one process cannot lock out others", "[unit]") {
+  if (::geteuid() != 0) SKIP("needs root to connect as another user");
+  agent::HttpLimits limits;
+  limits.max_connections_per_client = 4;
+  Server server(limits);
+  // This user (root here) holds its whole share with idle connections, as the attacking process did.
+  std::vector<Socket> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(connect_to(server.port, "127.0.0.1", std::chrono::milliseconds(2000)));
+    send_text(held.back(), kPartial);
+  }
+  const Socket refused = connect_to(server.port, "127.0.0.1", std::chrono::milliseconds(2000));
+  send_text(refused, kHealthz);
+  CHECK(receive(refused).empty());   // its own fifth is still closed at accept
+  // Another local user on the same address is served (before: reset, since every local client was "127.0.0.1").
+  const std::string other = answer_as_user(server.port, 65534, "GET /whoami HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  INFO(other);
+  CHECK(other.rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(other.find("127.0.0.1 uid 65534") != std::string::npos);
 }

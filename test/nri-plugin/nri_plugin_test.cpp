@@ -339,3 +339,18 @@ TEST_CASE("Synchronize records the GPU containers that already run, reading the 
   CHECK(hook::read_container_state(tmp.path, "s2").value()->gpus.record.used_gpu_ids == std::vector<std::string>{"GPU-1"});
   CHECK_FALSE(hook::read_container_state(tmp.path, "plain").value());
 }
+
+TEST_CASE("NRI frames on connections NRI does not have are refused, so the peer cannot make buffers per id", "[unit]") {
+  // Before: 300 invented connection ids, each with a partial message, kept 300 buffers (316 MB with 1 MiB each).
+  MuxDecoder decoder;
+  const std::string partial = encode_ttrpc({1, MessageType::Request, 0, std::string(64, 'x')}).substr(0, 20);
+  REQUIRE(decoder.feed(encode_mux_frame(kPluginServiceConn, partial)).ok());
+  REQUIRE(decoder.feed(encode_mux_frame(kRuntimeServiceConn, partial)).ok());
+  for (std::uint32_t conn : {0u, 3u, 300u, 0xffffffffu}) {
+    MuxDecoder fresh;
+    auto fed = fresh.feed(encode_mux_frame(conn, partial));
+    REQUIRE_FALSE(fed.ok());
+    CHECK(fed.error().errno_value == EPROTO);
+    CHECK(fed.error().message.find("which NRI does not have") != std::string::npos);
+  }
+}

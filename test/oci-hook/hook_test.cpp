@@ -275,3 +275,22 @@ TEST_CASE("poststop forgets the container", "[unit]") {
   REQUIRE(hook::forget_container(json{{"id", "gone1"}}.dump(), options).ok());
   CHECK_FALSE(hook::read_container_state(options.state_dir, "gone1").value().has_value());
 }
+
+TEST_CASE("a container that lists 20,000 device nodes gets a bounded record", "[unit]") {
+  TempDir tmp;
+  hook::HookOptions options;
+  options.state_dir = tmp.path / "state";
+  json config = gpu_config();
+  auto& devices = config["linux"]["devices"];
+  for (int i = 0; i < 20000; ++i)
+    devices.push_back({{"path", "/dev/nvidia" + std::to_string(i)}, {"type", "c"}, {"major", 1}, {"minor", 3}});
+  auto outcome = hook::record_gpu_container("many", "", 0, config, options, [] { return Result<NodeInventory>(inventory()); },
+                                            fake_numbers);
+  REQUIRE(outcome.ok());
+  auto stored = hook::read_container_state(options.state_dir, "many");
+  REQUIRE(stored.ok());
+  REQUIRE(stored.value().has_value());
+  CHECK(stored.value()->gpus.devices.size() == hook::kMaxRecordedDevices);
+  CHECK(stored.value()->gpus.record.used_gpu_ids == std::vector<std::string>{"GPU-0", "GPU-1"});
+  CHECK(fs::file_size(options.state_dir / "containers" / "many.json") < (256u << 10));
+}
