@@ -150,12 +150,12 @@ import json, sys
 pods = [{"name": n, "namespace": "default", "containers": [{"name": "counter",
          "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": [sys.argv[2]]}]}]}
         for n in ("gpuckpt-restored-path", "gpuckpt-restored-image")]
-json.dump({"pod_resources": pods}, open(sys.argv[1], "w"))
+json.dump({"pods": pods}, open(sys.argv[1], "w"))
 PY
-"$PODRES" --socket "$TMP/pod-resources/kubelet.sock" --file "$TMP/pod-resources.json" > "$TMP/podres.log" 2>&1 &
+"$PODRES" "$TMP/pod-resources/kubelet.sock" "$TMP/pod-resources.json" > "$TMP/podres.log" 2>&1 &
 PODRES_PID=$!
-for _ in $(seq 50); do [ -S "$TMP/pod-resources/kubelet.sock" ] && break; sleep 0.1; done
-[ -S "$TMP/pod-resources/kubelet.sock" ] || fail "podresources-server did not start: $(cat "$TMP/podres.log")"
+for _ in $(seq 100); do grep -qx listening "$TMP/podres.log" && break; sleep 0.1; done
+grep -qx listening "$TMP/podres.log" || fail "podresources-server did not start: $(cat "$TMP/podres.log")"
 # gpuckpt-nri learns allocations from the kubelet's PodResources socket: restart it with ours
 kill "$NRI_PID" && wait "$NRI_PID" 2>/dev/null
 "$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --hook "$HOOK" \

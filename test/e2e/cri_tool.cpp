@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "agent/cri_client.h"
-#include "agent/grpc_unix.h"
+#include "rpc/grpc_unix.h"
 
 namespace v1 = runtime::v1;
 using gpuckpt::agent::CriClient;
@@ -48,11 +48,11 @@ std::pair<std::string, std::string> split(const std::string& s, char sep) {
 
 // PullImage and ImageStatus on the runtime's image service: the agent's client has no image calls (it needs none).
 int pull_image(const std::string& endpoint, const std::string& image) {
-  auto stub = v1::ImageService::NewStub(gpuckpt::agent::unix_socket_channel(endpoint));
+  auto stub = v1::ImageService::NewStub(gpuckpt::unix_socket_channel(endpoint));
   v1::PullImageRequest request;
   request.mutable_image()->set_image(image);
   v1::PullImageResponse response;
-  const auto status = gpuckpt::agent::call_unary(*stub, &v1::ImageService::Stub::PullImage, request, response,
+  const auto status = gpuckpt::call_unary(*stub, &v1::ImageService::Stub::PullImage, request, response,
                                                  std::chrono::seconds(60));
   if (!status.ok()) {
     std::fprintf(stderr, "cri-tool: CRI PullImage %s: %s\n", image.c_str(), status.error_message().c_str());
@@ -63,11 +63,11 @@ int pull_image(const std::string& endpoint, const std::string& image) {
 }
 
 int image_id(const std::string& endpoint, const std::string& image) {
-  auto stub = v1::ImageService::NewStub(gpuckpt::agent::unix_socket_channel(endpoint));
+  auto stub = v1::ImageService::NewStub(gpuckpt::unix_socket_channel(endpoint));
   v1::ImageStatusRequest request;
   request.mutable_image()->set_image(image);
   v1::ImageStatusResponse response;
-  const auto status = gpuckpt::agent::call_unary(*stub, &v1::ImageService::Stub::ImageStatus, request, response,
+  const auto status = gpuckpt::call_unary(*stub, &v1::ImageService::Stub::ImageStatus, request, response,
                                                  std::chrono::seconds(10));
   if (!status.ok()) {
     std::fprintf(stderr, "cri-tool: CRI ImageStatus %s: %s\n", image.c_str(), status.error_message().c_str());
