@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
     std::size_t i = 4;
     for (; i < args.size() && args[i] != "--"; ++i) {
       if (i + 1 >= args.size()) break;
-      const auto [key, value] = split(args[i + 1], args[i] == "--device" ? ':' : '=');
+      const auto [key, value] = split(args[i + 1], args[i] == "--device" || args[i] == "--mount" ? ':' : '=');
       if (args[i] == "--device") {
         auto* d = config.add_devices();
         d->set_host_path(key);
