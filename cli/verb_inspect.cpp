@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <vector>
 #include <span>
 #include <string>
@@ -51,6 +52,39 @@ std::string gib(std::uint64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1ULL << 30));
   return text;
+}
+
+// containerd >= 2.1 restores a CRI checkpoint only after pulling its base image by config.dump's rootfsImageRef
+// from that image's registry, even when the node has the image; a reference without a registry digest (an
+// image imported with `ctr images import` or `podman load`: the runtime recorded only its id) cannot be pulled.
+struct BaseImagePull {
+  std::string ref;
+  bool pullable = false;
+  std::string note;
+};
+
+std::optional<BaseImagePull> containerd_base_image_pull(const CheckpointInfo& info) {
+  if (info.engine != "containerd") return std::nullopt;
+  BaseImagePull pull{info.raw_image};
+  const auto at = pull.ref.find("@sha256:");
+  pull.pullable = at != std::string::npos && at > 0;
+  if (pull.pullable) {
+    // "host[:port]/repo@digest" names its registry; "repo@digest" and "user/repo@digest" are Docker Hub's
+    const auto slash = pull.ref.find('/');
+    std::string registry = slash < at ? pull.ref.substr(0, slash) : "";
+    if (registry.find_first_of(".:") == std::string::npos && registry != "localhost") registry = "docker.io";
+    pull.note = "containerd 2.x pulls " + pull.ref + " when it restores this checkpoint through CRI (even where the "
+                "image is local): the target node must reach " + registry + " with its pull credentials";
+  } else {
+    pull.note = "containerd 2.x restores this checkpoint through CRI only after pulling its base image by " +
+                std::string(pull.ref.empty() ? "(none recorded)" : "'" + pull.ref + "'") +
+                ", which names no registry digest (the image was imported, not pulled): CreateContainer will fail "
+                "with \"failed to pull checkpoint base image\". Push " +
+                (info.image.empty() ? std::string("the base image") : info.image) +
+                " to a registry the nodes can pull from, run the workload from that registry's image, and "
+                "checkpoint again (or restore with gpuckpt's agent, runtime.kind: containerd, which needs no pull)";
+  }
+  return pull;
 }
 
 }  // namespace
@@ -125,6 +159,7 @@ int run_inspect(std::span<char*> args) {
         verdict += "\n      " + r.source_id + " x " + r.candidate_id + ": " + r.property + " - " + r.detail;
     }
   }
+  const auto base_pull = containerd_base_image_pull(*info);
   if (json) {
     nlohmann::json out = {{"archive", archive},
                           {"container_name", info->container_name},
@@ -142,6 +177,11 @@ int run_inspect(std::span<char*> args) {
                           {"gpus", info->gpus ? to_json(*info->gpus) : nlohmann::json(nullptr)},
                           {"fits_this_node", fits},
                           {"match", match_json}};
+    if (base_pull)
+      out["containerd_base_image_pull"] = {{"ref", base_pull->ref}, {"pullable", base_pull->pullable},
+                                           {"note", base_pull->note}};
+    else
+      out["containerd_base_image_pull"] = nullptr;
     std::printf("%s\n", out.dump(2).c_str());
     return fits ? kExitOk : kExitNoMatch;
   }
@@ -175,6 +215,8 @@ int run_inspect(std::span<char*> args) {
     for (const auto& [name, value] : g.gpu_env) std::printf("  env        %s=%s\n", name.c_str(), value.c_str());
   }
   std::printf("this node:   %s\n", verdict.c_str());
+  if (base_pull)
+    std::printf("%s %s\n", base_pull->pullable ? "base image: " : "WARNING:    ", base_pull->note.c_str());
   return fits ? kExitOk : kExitNoMatch;
 }
 

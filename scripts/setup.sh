@@ -180,6 +180,38 @@ fi
 for b in containerd ctr containerd-shim-runc-v2; do ln -sf "$CONTAINERD_PREFIX/usr/bin/$b" "/usr/local/bin/$b"; done
 containerd --version >/dev/null || die "containerd does not run: $CONTAINERD_PREFIX/usr/bin/containerd"
 
+# --- containerd 2.1 from Debian sid, in its own private prefix (the e2e test containerd2_flow.sh) -------------
+# sid's containerd 2.1.9 (Go binaries, glibc >= 2.34) runs on Debian 12 with Debian 12's runc 1.1.5 (sid's runc
+# needs glibc 2.38). Pinned to 2.1.x: CRI restore in CreateContainer is what the test drives, and containerd
+# deprecates it from 2.3. GPUCKPT_CONTAINERD2_DEB=/path/containerd_2.1.*.deb installs that file instead of sid's.
+CONTAINERD2_PREFIX="$PREFIX/containerd2"
+containerd2_version() { "$CONTAINERD2_PREFIX/usr/bin/containerd" --version 2>/dev/null | awk '{sub(/^v/, "", $3); print $3}'; }
+if [[ "$(containerd2_version)" != 2.1.* ]]; then
+  sid="$PREFIX/sid-apt"
+  rm -rf "$sid/debs" "$CONTAINERD2_PREFIX.tmp"
+  mkdir -p "$sid/lists/partial" "$sid/cache/archives/partial" "$sid/debs"
+  if [ -n "${GPUCKPT_CONTAINERD2_DEB:-}" ]; then
+    [ -f "$GPUCKPT_CONTAINERD2_DEB" ] || die "GPUCKPT_CONTAINERD2_DEB=$GPUCKPT_CONTAINERD2_DEB: no such file"
+    cp "$GPUCKPT_CONTAINERD2_DEB" "$sid/debs/"
+  else
+    echo "deb ${GPUCKPT_DEBIAN_MIRROR:-http://deb.debian.org/debian} sid main" > "$sid/sources.list"
+    o=(-o Dir::Etc::sourcelist="$sid/sources.list" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$sid/lists"
+       -o Dir::State::status=/dev/null -o Dir::Cache="$sid/cache" -o APT::Get::List-Cleanup=0 -o Debug::NoLocking=1)
+    apt-get "${o[@]}" update -qq || die "cannot read sid's package list (containerd 2.1)"
+    candidate=$(apt-cache "${o[@]}" policy containerd | sed -n 's/^ *Candidate: *//p')
+    [[ "$candidate" == 2.1.* ]] || die "sid's containerd is '$candidate', not 2.1.x: download a containerd_2.1.*.deb" \
+      "(snapshot.debian.org) and run again with GPUCKPT_CONTAINERD2_DEB=/path/to/it"
+    log "installing sid's containerd $candidate into $CONTAINERD2_PREFIX"
+    (cd "$sid/debs" && apt-get "${o[@]}" download "containerd=$candidate" >/dev/null) || die "apt-get download containerd=$candidate from sid failed"
+  fi
+  dpkg -x "$sid"/debs/containerd_*.deb "$CONTAINERD2_PREFIX.tmp" || die "dpkg -x of $(ls "$sid"/debs) failed"
+  rm -rf "$CONTAINERD2_PREFIX"; mv "$CONTAINERD2_PREFIX.tmp" "$CONTAINERD2_PREFIX"
+  rm -rf "$sid/debs"
+  [[ "$(containerd2_version)" == 2.1.* ]] ||
+    die "$CONTAINERD2_PREFIX/usr/bin/containerd is '$(containerd2_version)', expected v2.1.x (or it does not run here)"
+fi
+log "containerd 2: $CONTAINERD2_PREFIX/usr/bin/containerd $(containerd2_version)"
+
 # --- a local busybox image (there is no image registry here) ------------------------------------------
 if ! podman image exists localhost/gpuckpt-busybox:latest 2>/dev/null; then
   log "building localhost/gpuckpt-busybox from busybox-static"

@@ -1,10 +1,15 @@
 # shellcheck shell=bash
-# Sourced by tests: a private containerd (1.7, installed by scripts/setup.sh) under one work directory, with
-# its own root, state, gRPC socket and NRI socket, so it never touches a system containerd.
+# Sourced by tests: a private containerd (1.7 or 2.x, installed by scripts/setup.sh) under one work directory,
+# with its own root, state, gRPC socket and NRI socket, so it never touches a system containerd.
+#   CTRD_BIN_DIR=DIR                  (before ctrd_start) the containerd, ctr and shim to run: default the
+#                                     directory of the `containerd` on PATH (1.7); setup.sh puts 2.1 in
+#                                     $GPUCKPT_PREFIX/containerd2/usr/bin. The config format follows the version.
 #   ctrd_start WORK [NRI_PLUGIN_DIR]  writes WORK/containerd.toml and starts containerd (runc, cgroupfs,
 #                                     restrict_oom_score_adj, NRI on, a local pause image). Sets CTRD_SOCK
-#                                     CTRD_PID CTRD_NRI_SOCK CTRD_LOG. Fails (after printing the log) if the
-#                                     socket does not answer within 20 s.
+#                                     CTRD_PID CTRD_NRI_SOCK CTRD_LOG CTRD_VERSION CTRD_ROOT. Fails (after
+#                                     printing the log) if the socket does not answer within 20 s. containerd,
+#                                     its shims, runc and CRIU inherit the caller's environment: CRIU_LIBS_DIR
+#                                     set there is where CRIU loads its plugins from.
 #   ctrd_import_image PODMAN_IMAGE    copies a podman image into containerd's k8s.io namespace
 #   ctrd_ctr ARGS...                  ctr against this containerd (namespace k8s.io)
 #   ctrd_stop                         stops containerd, its shims and their containers; unmounts; safe twice
@@ -12,13 +17,41 @@
 
 CTRD_PAUSE_IMAGE=localhost/gpuckpt-pause:latest
 
-ctrd_ctr() { ctr --address "$CTRD_SOCK" --namespace k8s.io "$@"; }
+ctrd_ctr() { "$CTRD_BIN_DIR/ctr" --address "$CTRD_SOCK" --namespace k8s.io "$@"; }
 
 ctrd_start() {
   local work=$1 nri_plugins=${2:-$1/nri-plugins} _
+  CTRD_BIN_DIR=${CTRD_BIN_DIR:-$(dirname "$(command -v containerd)")}
   CTRD_WORK=$work CTRD_SOCK=$work/containerd.sock CTRD_NRI_SOCK=$work/nri.sock CTRD_LOG=$work/containerd.log
+  # shellcheck disable=SC2034 # for the caller: where containerd keeps containers (CRI restore work dirs)
+  CTRD_ROOT=$work/root
+  CTRD_VERSION=$("$CTRD_BIN_DIR/containerd" --version | awk '{sub(/^v/, "", $3); print $3}')
   mkdir -p "$work/root" "$work/state" "$nri_plugins" "$work/nri-conf"
-  cat > "$work/containerd.toml" <<TOML
+  case "$CTRD_VERSION" in
+    1.*) ctrd_config_v2 "$work" "$nri_plugins" ;;
+    2.*) ctrd_config_v3 "$work" "$nri_plugins" ;;
+    *) echo "containerd-sandbox: $CTRD_BIN_DIR/containerd reports version '$CTRD_VERSION' (1.x or 2.x expected)" >&2
+       return 1 ;;
+  esac > "$work/containerd.toml"
+  # the shim is found on PATH: this containerd's own
+  PATH=$CTRD_BIN_DIR:$PATH "$CTRD_BIN_DIR/containerd" --config "$work/containerd.toml" > "$CTRD_LOG" 2>&1 &
+  CTRD_PID=$!
+  for _ in $(seq 200); do
+    "$CTRD_BIN_DIR/ctr" --address "$CTRD_SOCK" version >/dev/null 2>&1 && break
+    kill -0 "$CTRD_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! "$CTRD_BIN_DIR/ctr" --address "$CTRD_SOCK" version >/dev/null 2>&1; then
+    tail -n 30 "$CTRD_LOG" >&2
+    return 1
+  fi
+  ctrd_import_pause_image
+}
+
+# containerd 1.x: config version 2, CRI under io.containerd.grpc.v1.cri
+ctrd_config_v2() {
+  local work=$1 nri_plugins=$2
+  cat <<TOML
 version = 2
 root = "$work/root"
 state = "$work/state"
@@ -40,27 +73,72 @@ state = "$work/state"
     runtime_type = "io.containerd.runc.v2"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
       SystemdCgroup = false
+TOML
+  ctrd_config_nri "$work" "$nri_plugins"
+}
+
+# containerd 2.x: config version 3; CRI split into io.containerd.cri.v1.runtime (runtimes, CNI, security) and
+# io.containerd.cri.v1.images (pulls, the sandbox image as pinned_images.sandbox). CRI checkpoint/restore needs no
+# switch: runc runs CRIU (found on PATH) with the environment containerd has.
+ctrd_config_v3() {
+  local work=$1 nri_plugins=$2
+  cat <<TOML
+version = 3
+root = "$work/root"
+state = "$work/state"
+[grpc]
+  address = "$CTRD_SOCK"
+[ttrpc]
+  address = "$work/containerd.sock.ttrpc"
+[debug]
+  level = "info"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$CTRD_PAUSE_IMAGE"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$work/certs.d"
+[plugins.'io.containerd.cri.v1.runtime']
+  # root here lacks CAP_SYS_RESOURCE: never lower a container's oom_score_adj below containerd's own
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  disable_apparmor = true
+  enable_cdi = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    conf_dir = "$work/cni"
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+[plugins.'io.containerd.grpc.v1.cri']
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+TOML
+  ctrd_config_nri "$work" "$nri_plugins"
+}
+
+# NRI (same keys in both versions): enabled, on this containerd's own socket
+ctrd_config_nri() {
+  cat <<TOML
 [plugins."io.containerd.nri.v1.nri"]
   disable = false
   disable_connections = false
-  plugin_path = "$nri_plugins"
-  plugin_config_path = "$work/nri-conf"
+  plugin_path = "$2"
+  plugin_config_path = "$1/nri-conf"
   socket_path = "$CTRD_NRI_SOCK"
   plugin_registration_timeout = "5s"
   plugin_request_timeout = "5s"
 TOML
-  containerd --config "$work/containerd.toml" > "$CTRD_LOG" 2>&1 &
-  CTRD_PID=$!
-  for _ in $(seq 200); do
-    ctr --address "$CTRD_SOCK" version >/dev/null 2>&1 && break
-    kill -0 "$CTRD_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  if ! ctr --address "$CTRD_SOCK" version >/dev/null 2>&1; then
-    tail -n 30 "$CTRD_LOG" >&2
-    return 1
-  fi
-  ctrd_import_pause_image
+}
+
+# ctrd_registry_host HOST:PORT: pulls from this registry go over plain HTTP (a test registry on 127.0.0.1)
+ctrd_registry_host() {
+  mkdir -p "$CTRD_WORK/certs.d/$1"
+  printf 'server = "http://%s"\n[host."http://%s"]\n  capabilities = ["pull", "resolve", "push"]\n  skip_verify = true\n' \
+    "$1" "$1" > "$CTRD_WORK/certs.d/$1/hosts.toml"
 }
 
 ctrd_import_image() {

@@ -4,7 +4,13 @@
 //   cri-tool ENDPOINT version
 //   cri-tool ENDPOINT run-pod NAME                                   -> pod id
 //   cri-tool ENDPOINT create POD_NAME POD_ID NAME IMAGE [--device HOST:CONTAINER]... [--env K=V]...
-//            [--label K=V]... -- CMD...                            -> container id
+//            [--label K=V]... [--annotation K=V]... [--mount HOST:CONTAINER]... [--user-image IMAGE]
+//            [-- CMD...]                                            -> container id
+//            (--user-image: CRI user_specified_image, the pod's image as written when IMAGE is the id kubelet
+//            got from ImageStatus; without "-- CMD" the request has no command, as for a pod that names none)
+//   cri-tool ENDPOINT pull IMAGE                                     -> PullImage's image ref (as kubelet pulls)
+//   cri-tool ENDPOINT image-id IMAGE                                 -> the id ImageStatus gives (kubelet's
+//                                                                       ImageSpec.image for CreateContainer)
 //   cri-tool ENDPOINT start|stop|rm|pid ID
 //   cri-tool ENDPOINT stop-pod|rm-pod POD_ID
 //   cri-tool ENDPOINT checkpoint ID LOCATION                        (exit 3: the runtime lacks the call)
@@ -14,6 +20,7 @@
 #include <vector>
 
 #include "agent/cri_client.h"
+#include "rpc/grpc_unix.h"
 
 namespace v1 = runtime::v1;
 using gpuckpt::agent::CriClient;
@@ -37,6 +44,41 @@ v1::PodSandboxConfig pod_config(const std::string& name) {
 std::pair<std::string, std::string> split(const std::string& s, char sep) {
   const auto at = s.find(sep);
   return at == std::string::npos ? std::pair{s, std::string()} : std::pair{s.substr(0, at), s.substr(at + 1)};
+}
+
+// PullImage and ImageStatus on the runtime's image service: the agent's client has no image calls (it needs none).
+int pull_image(const std::string& endpoint, const std::string& image) {
+  auto stub = v1::ImageService::NewStub(gpuckpt::unix_socket_channel(endpoint));
+  v1::PullImageRequest request;
+  request.mutable_image()->set_image(image);
+  v1::PullImageResponse response;
+  const auto status = gpuckpt::call_unary(*stub, &v1::ImageService::Stub::PullImage, request, response,
+                                                 std::chrono::seconds(60));
+  if (!status.ok()) {
+    std::fprintf(stderr, "cri-tool: CRI PullImage %s: %s\n", image.c_str(), status.error_message().c_str());
+    return 1;
+  }
+  std::printf("%s\n", response.image_ref().c_str());
+  return 0;
+}
+
+int image_id(const std::string& endpoint, const std::string& image) {
+  auto stub = v1::ImageService::NewStub(gpuckpt::unix_socket_channel(endpoint));
+  v1::ImageStatusRequest request;
+  request.mutable_image()->set_image(image);
+  v1::ImageStatusResponse response;
+  const auto status = gpuckpt::call_unary(*stub, &v1::ImageService::Stub::ImageStatus, request, response,
+                                                 std::chrono::seconds(10));
+  if (!status.ok()) {
+    std::fprintf(stderr, "cri-tool: CRI ImageStatus %s: %s\n", image.c_str(), status.error_message().c_str());
+    return 1;
+  }
+  if (!response.has_image()) {
+    std::fprintf(stderr, "cri-tool: CRI ImageStatus %s: the runtime has no such image\n", image.c_str());
+    return 1;
+  }
+  std::printf("%s\n", response.image().id().c_str());
+  return 0;
 }
 
 int report(const gpuckpt::Error& e) {
@@ -85,7 +127,7 @@ int main(int argc, char** argv) {
     std::size_t i = 4;
     for (; i < args.size() && args[i] != "--"; ++i) {
       if (i + 1 >= args.size()) break;
-      const auto [key, value] = split(args[i + 1], args[i] == "--device" ? ':' : '=');
+      const auto [key, value] = split(args[i + 1], args[i] == "--device" || args[i] == "--mount" ? ':' : '=');
       if (args[i] == "--device") {
         auto* d = config.add_devices();
         d->set_host_path(key);
@@ -99,6 +141,15 @@ int main(int argc, char** argv) {
         (*config.mutable_labels())[key] = value;
       } else if (args[i] == "--annotation") {
         (*config.mutable_annotations())[key] = value;
+      } else if (args[i] == "--mount") {
+        auto* m = config.add_mounts();
+        m->set_host_path(key);
+        m->set_container_path(value);
+      } else if (args[i] == "--user-image") {
+        config.mutable_image()->set_user_specified_image(args[i + 1]);
+      } else {
+        std::fprintf(stderr, "cri-tool create: unknown option %s\n", args[i].c_str());
+        return 2;
       }
       ++i;
     }
@@ -124,6 +175,12 @@ int main(int argc, char** argv) {
     need(2);
     auto r = cri.checkpoint_container(args[0], args[1]);
     if (!r) return report(r.error());
+  } else if (command == "pull") {
+    need(1);
+    return pull_image(options.endpoint, args[0]);
+  } else if (command == "image-id") {
+    need(1);
+    return image_id(options.endpoint, args[0]);
   } else if (command == "list") {
     std::map<std::string, std::string> labels;
     for (const auto& a : args) labels.insert(split(a, '='));

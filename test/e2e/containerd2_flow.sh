@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# e2e: gpuckpt on containerd 2.1 (Debian sid's 2.1.9 in setup.sh's private prefix, started by this test under its
+# own root, state and sockets; runc 1.1.5, cgroupfs, CRIU 4.1 with gpuckpt's plugin dir in CRIU_LIBS_DIR,
+# gpuckpt-nri on containerd's NRI socket), driven with the CRI calls kubelet makes (cri-tool):
+#   0. the base image comes from a registry (Debian's docker-registry on 127.0.0.1): CRI PullImage, as kubelet;
+#      containerd 2.1 pulls it again by the checkpoint's rootfsImageRef at every restore;
+#   1. a GPU-looking container (/dev/null as /dev/nvidia0, NVIDIA_VISIBLE_DEVICES=0: GPU 0 of the simulated
+#      node) created through CRI is recorded by gpuckpt-nri;
+#   2. CRI CheckpointContainer into a kubelet-style directory (checkpoint-<pod>_<ns>-<container>-<time>.tar):
+#      containerd writes a plain tar, the agent's kubelet-dir watcher annotates it in place (still a plain tar),
+#      `gpuckpt inspect` sees containerd's archive, GPU 0 and the base image containerd will pull;
+#   3. restore as kubelet does, with the pod's allocation moved to GPU 1 (the device plugin's /dev/zero as
+#      /dev/nvidia1, NVIDIA_VISIBLE_DEVICES=1; a simulated kubelet PodResources server reports GPU 1 for it):
+#      (a) CreateContainer whose image is the archive path, (b) a checkpoint image (`gpuckpt image` loads the
+#      archive into containerd's store; CreateContainer with ImageStatus's id + user_specified_image), then
+#      StartContainer. In each restored container: GPU 1's node under its own name /dev/nvidia1 with GPU 1's
+#      numbers (1:5), no /dev/nvidia0, its device cgroup allows 1:5 and a process in it opens /dev/nvidia1, the
+#      counter continued from the checkpoint, and gpuckpt's hook put the restore plan (GPU 0 -> GPU 1) into the
+#      CRIU images directory containerd restored from (ctrd-restore/checkpoint) before CRIU ran.
+# Exit 0 pass, 77 skipped (no root, or setup.sh's containerd 2.1/CRIU/docker-registry/image absent), else fail.
+# Every wait is bounded; cleanup always runs.
+set -euo pipefail
+
+BUILD=${GPUCKPT_BUILD_DIR:?GPUCKPT_BUILD_DIR must point at the build directory}
+SRC=${GPUCKPT_SOURCE_DIR:?GPUCKPT_SOURCE_DIR must point at the source tree}
+. "$SRC/scripts/lib/node-sandbox.sh"
+. "$SRC/scripts/lib/containerd-sandbox.sh"
+CLI=$BUILD/cli/gpuckpt
+AGENT=$BUILD/agent/gpuckpt-agent
+CRI_TOOL=$BUILD/test/e2e/cri-tool
+NRI=$BUILD/nri-plugin/gpuckpt-nri
+HOOK=$BUILD/oci-hook/gpuckpt-oci-hook
+PODRES=$BUILD/test/podresources/podresources-server
+IMAGE=${GPUCKPT_TEST_IMAGE:-localhost/gpuckpt-busybox}
+CTRD_BIN_DIR=${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*" >&2; [ -n "${CTRD_LOG:-}" ] && tail -n 20 "$CTRD_LOG" >&2; exit 1; }
+step() { printf '\n== %s\n' "$*"; }
+
+[ "$(id -u)" = 0 ] || skip "needs root (containerd, runc, CRIU)"
+[ -x "$CTRD_BIN_DIR/containerd" ] || skip "containerd 2.1 not installed in $CTRD_BIN_DIR (scripts/setup.sh)"
+[[ "$("$CTRD_BIN_DIR/containerd" --version | awk '{sub(/^v/, "", $3); print $3}')" == 2.1.* ]] ||
+  fail "$CTRD_BIN_DIR/containerd is not 2.1.x: $("$CTRD_BIN_DIR/containerd" --version)"
+command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
+command -v docker-registry >/dev/null || skip "docker-registry not installed (scripts/setup.sh)"
+podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
+for b in "$CLI" "$AGENT" "$CRI_TOOL" "$NRI" "$HOOK" "$PODRES"; do [ -x "$b" ] || fail "$b not built"; done
+
+TMP=/tmp/gpuckpt-e2e-containerd2-$$-$(date +%s%N)
+mkdir -m 700 "$TMP"
+AGENT_PID='' NRI_PID='' REGISTRY_PID='' PODRES_PID=''
+cleanup() {
+  set +e
+  sandbox_stop_agent
+  for p in "$NRI_PID" "$PODRES_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  ctrd_stop
+  if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+
+cri() { "$CRI_TOOL" "$CTRD_SOCK" "$@"; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+count_of() {  # count_of PID: the counter's value (the file is rewritten 10 times a second: retry an empty read)
+  local n
+  for _ in $(seq 50); do
+    n=$(cat "/proc/$1/root/tmp/count" 2>/dev/null || true)
+    [ -n "$n" ] && { echo "$n"; return; }
+    sleep 0.02
+  done
+  fail "no counter value in process $1"
+}
+counts_past() {  # counts_past PID N: the counter passes N within 10 s
+  for _ in $(seq 100); do [ "$(count_of "$1")" -gt "$2" ] && return 0; sleep 0.1; done
+  return 1
+}
+# shellcheck disable=SC2016 # expanded by the container's shell; written then renamed: a read never sees it half-written
+COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
+
+sandbox_prepare "$TMP" "$BUILD" "$SRC" || fail "cannot prepare the simulated node in $TMP"
+KDIR=$TMP/kubelet/checkpoints
+mkdir -p "$KDIR"
+printf '127.0.0.1 localhost\n' > "$TMP/hosts"   # kubelet's /etc/hosts mount of every container
+sed -i "s#kubelet_dir: \"\"#kubelet_dir: $KDIR, watch_interval_seconds: 1#" "$TMP/agent.yaml"
+
+step "0. containerd 2.1, a registry on 127.0.0.1, the base image pulled through CRI"
+REG_PORT=$(free_port)
+REGISTRY=127.0.0.1:$REG_PORT
+printf 'version: 0.1\nlog: {level: error}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s, secret: gpuckpt-e2e}\n' \
+  "$TMP/registry" "$REGISTRY" > "$TMP/registry.yml"
+docker-registry serve "$TMP/registry.yml" > "$TMP/registry.log" 2>&1 &
+REGISTRY_PID=$!
+for _ in $(seq 100); do curl -sf "http://$REGISTRY/v2/" >/dev/null && break; sleep 0.1; done
+curl -sf "http://$REGISTRY/v2/" >/dev/null || fail "docker-registry did not start: $(cat "$TMP/registry.log")"
+BASE=$REGISTRY/gpuckpt-busybox:latest
+podman push -q --tls-verify=false "$IMAGE" "docker://$BASE" || fail "podman push $IMAGE to $BASE"
+mkdir -p "$TMP/criu-plugins"
+cp "$BUILD/criu-plugin/gpuckpt_plugin.so" "$TMP/criu-plugins/" || fail "criu-plugin/gpuckpt_plugin.so not built"
+export CRIU_LIBS_DIR=$TMP/criu-plugins   # containerd -> shim -> runc -> CRIU: CRIU loads gpuckpt's plugin from here
+ctrd_start "$TMP/containerd" || fail "containerd 2.1 did not start"
+ctrd_registry_host "$REGISTRY"
+BASE_REF=$(cri pull "$BASE") || fail "CRI PullImage $BASE"
+BASE_ID=$(cri image-id "$BASE") || fail "CRI ImageStatus $BASE"
+echo "ok: containerd $CTRD_VERSION on $CTRD_SOCK; $BASE pulled through CRI ($BASE_REF)"
+
+step "1. gpuckpt-nri registers; a GPU container created through CRI is recorded on GPU 0"
+"$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --hook "$HOOK" --once > "$TMP/nri.log" 2>&1 &
+NRI_PID=$!
+for _ in $(seq 100); do grep -q "registered with containerd" "$TMP/nri.log" && break; sleep 0.1; done
+grep -q "registered with containerd 2.1" "$TMP/nri.log" || fail "gpuckpt-nri did not register: $(cat "$TMP/nri.log")"
+sandbox_start_agent "$AGENT" || fail "agent did not start"
+POD=$(cri run-pod gpuckpt-src) || fail "RunPodSandbox"
+CID=$(cri create gpuckpt-src "$POD" counter "$BASE_ID" --user-image "$BASE" --device /dev/null:/dev/nvidia0 \
+  --env NVIDIA_VISIBLE_DEVICES=0 --mount "$TMP/hosts:/etc/hosts" -- sh -c "$COUNTER") 2>&1 ||
+  fail "CreateContainer: $CID"
+cri start "$CID" || fail "StartContainer"
+PID=$(cri pid "$CID")
+[ -f "$STATE/containers/$CID.json" ] || fail "gpuckpt-nri did not record $CID: $(tail -3 "$TMP/nri.log")"
+python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["gpus"]; assert g["record"]["used_gpu_ids"]==[sys.argv[2]], g' \
+  "$STATE/containers/$CID.json" "$GPU0" || fail "the NRI record does not name GPU 0"
+echo "ok: $CID recorded on $GPU0"
+
+step "2. CRI CheckpointContainer into the kubelet's checkpoint dir; the watcher annotates it"
+counts_past "$PID" 10 || fail "the source container does not count"
+ARCHIVE=$KDIR/checkpoint-gpuckpt-src_default-counter-$(date -u +%Y-%m-%dT%H:%M:%SZ).tar
+cri checkpoint "$CID" "$ARCHIVE" || fail "CRI CheckpointContainer"
+for _ in $(seq 100); do grep -q "annotated kubelet archive $ARCHIVE" "$TMP/agent.log" && break; sleep 0.1; done
+grep -q "annotated kubelet archive $ARCHIVE" "$TMP/agent.log" || fail "the watcher did not annotate it: $(tail -3 "$TMP/agent.log")"
+tar -tf "$ARCHIVE" > "$TMP/entries.txt" || fail "$ARCHIVE is not a plain tar after the watcher rewrote it"
+for e in config.dump spec.dump status.dump gpuckpt-gpus.json checkpoint/inventory.img; do
+  grep -qx "$e" "$TMP/entries.txt" || fail "the annotated archive lacks $e"
+done
+N1=$(tar -xOf "$ARCHIVE" rootfs-diff.tar | tar -xzOf - tmp/count)
+counts_past "$PID" "$N1" || fail "the checkpointed container stopped counting"
+"$CLI" inspect "$ARCHIVE" --host-root "$ROOT" --json > "$TMP/inspect.json" 2> "$TMP/inspect.err" || fail "gpuckpt inspect"
+python3 - "$TMP/inspect.json" "$GPU0" <<'PY' || fail "inspect does not see containerd's checkpoint"
+import json, sys
+i = json.load(open(sys.argv[1]))
+assert i["engine"] == "containerd", i["engine"]
+assert i["gpus"]["record"]["used_gpu_ids"] == [sys.argv[2]], i["gpus"]
+PY
+echo "ok: $(basename "$ARCHIVE"): plain tar, annotated (GPU 0), counter at $N1, source keeps running"
+cri stop "$CID" || fail "StopContainer (source)"
+cri stop-pod "$POD" || fail "StopPodSandbox (source)"
+
+step "3. the pod's allocation moved to GPU 1: the PodResources server reports it"
+mkdir -p "$TMP/pod-resources"
+python3 - "$TMP/pod-resources.json" "$GPU1" <<'PY'
+import json, sys
+pods = [{"name": n, "namespace": "default", "containers": [{"name": "counter",
+         "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": [sys.argv[2]]}]}]}
+        for n in ("gpuckpt-restored-path", "gpuckpt-restored-image")]
+json.dump({"pods": pods}, open(sys.argv[1], "w"))
+PY
+"$PODRES" "$TMP/pod-resources/kubelet.sock" "$TMP/pod-resources.json" > "$TMP/podres.log" 2>&1 &
+PODRES_PID=$!
+for _ in $(seq 100); do grep -qx listening "$TMP/podres.log" && break; sleep 0.1; done
+grep -qx listening "$TMP/podres.log" || fail "podresources-server did not start: $(cat "$TMP/podres.log")"
+# gpuckpt-nri learns allocations from the kubelet's PodResources socket: restart it with ours
+kill "$NRI_PID" && wait "$NRI_PID" 2>/dev/null
+"$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --hook "$HOOK" \
+  --pod-resources "$TMP/pod-resources/kubelet.sock" --once >> "$TMP/nri.log" 2>&1 &
+NRI_PID=$!
+for _ in $(seq 100); do [ "$(grep -c "registered with containerd" "$TMP/nri.log")" -ge 2 ] && break; sleep 0.1; done
+[ "$(grep -c "registered with containerd" "$TMP/nri.log")" -ge 2 ] || fail "gpuckpt-nri did not register again: $(tail -3 "$TMP/nri.log")"
+echo "ok: PodResources reports $GPU1 for the restore pods' container"
+
+# restored_check NAME RID: the assertions inside one restored container (see the header)
+restored_check() {
+  local name=$1 rid=$2 rpid dev nr plan_path
+  rpid=$(cri pid "$rid")
+  [ "$rpid" -gt 0 ] || fail "$name: no running process"
+  dev=$(stat -c '%t:%T' "/proc/$rpid/root/dev/nvidia1" 2>/dev/null) || fail "$name: no /dev/nvidia1 in the restored container"
+  [ "$dev" = 1:5 ] || fail "$name: /dev/nvidia1 is $dev, expected 1:5 (GPU 1's numbers on this node)"
+  [ ! -e "/proc/$rpid/root/dev/nvidia0" ] || fail "$name: /dev/nvidia0 (the source GPU's node) is in the restored container"
+  # cgroup v1 devices controller (this machine): the container's rules allow GPU 1's node
+  local cg
+  cg=$(sed -n 's/^[0-9]*:devices:\(.*\)/\1/p' "/proc/$rpid/cgroup")
+  if [ -n "$cg" ] && [ -f "/sys/fs/cgroup/devices$cg/devices.list" ]; then
+    grep -Eq '^(c 1:5|c \*:\*|a \*:\*) rw' "/sys/fs/cgroup/devices$cg/devices.list" ||
+      fail "$name: the device cgroup does not allow 1:5: $(tr '\n' ' ' < "/sys/fs/cgroup/devices$cg/devices.list")"
+  fi
+  ctrd_ctr tasks exec --exec-id "open-$RANDOM" "$rid" sh -c 'head -c 4 /dev/nvidia1 | wc -c' > "$TMP/open.txt" 2>&1 ||
+    fail "$name: opening /dev/nvidia1 in the restored container failed: $(cat "$TMP/open.txt")"
+  [ "$(tr -d ' \n' < "$TMP/open.txt")" = 4 ] || fail "$name: reading /dev/nvidia1 in the container: $(cat "$TMP/open.txt")"
+  nr=$(count_of "$rpid")
+  [ "$nr" -ge "$N1" ] || fail "$name: the restored counter started over ($nr) instead of continuing from $N1"
+  counts_past "$rpid" "$nr" || fail "$name: the restored counter does not count (at $nr)"
+  plan_path=$CTRD_ROOT/io.containerd.grpc.v1.cri/containers/$rid/ctrd-restore/checkpoint/gpuckpt-restore-plan.json
+  grep -q "restore plan rp-[0-9a-f]* placed in $plan_path" "$STATE/hook.log" ||
+    fail "$name: the hook did not place a restore plan in containerd's CRIU images dir ($plan_path): $(tail -3 "$STATE/hook.log" 2>/dev/null)"
+  local plan_id
+  plan_id=$(sed -n "s#.*restore plan \(rp-[0-9a-f]*\) placed in $plan_path.*#\1#p" "$STATE/hook.log" | tail -1)
+  python3 - "$STATE/restore-plans/$plan_id.json" "$GPU0" "$GPU1" <<'PY' || fail "$name: plan $plan_id"
+import json, sys
+plan = json.load(open(sys.argv[1]))
+assert [(a["source_id"], a["target_id"]) for a in plan["assignments"]] == [(sys.argv[2], sys.argv[3])], plan
+PY
+  echo "ok: $name: /dev/nvidia1 = 1:5 (GPU 1), no /dev/nvidia0, opened in the container, counter $N1 -> $nr, plan $plan_id ($GPU0 -> $GPU1) placed in ctrd-restore/checkpoint"
+}
+
+step "3a. restore from the archive path (RunPodSandbox + CreateContainer image=path + StartContainer)"
+POD_A=$(cri run-pod gpuckpt-restored-path) || fail "RunPodSandbox (restore a)"
+RID_A=$(cri create gpuckpt-restored-path "$POD_A" counter "$ARCHIVE" --device /dev/zero:/dev/nvidia1 \
+  --env NVIDIA_VISIBLE_DEVICES=1 --mount "$TMP/hosts:/etc/hosts" -- sh -c "$COUNTER" 2>&1) ||
+  fail "CreateContainer from $ARCHIVE: $RID_A"
+cri start "$RID_A" 2> "$TMP/start-a.err" || fail "StartContainer (restore a): $(cat "$TMP/start-a.err")"
+restored_check "restore from the archive path" "$RID_A"
+
+step "3b. restore from a checkpoint image loaded by the agent (gpuckpt image)"
+cp "$ARCHIVE" "$CK/"   # the archive as moved to the target node's agent
+sandbox_stop_agent
+sed -i '/^runtime:/d' "$TMP/agent.yaml"
+echo "runtime: {kind: cri, cri: {endpoint: unix://$CTRD_SOCK}}" >> "$TMP/agent.yaml"
+rm -f "$STATE/agent.port"
+sandbox_start_agent "$AGENT" || fail "agent did not start (runtime.kind cri)"
+"$CLI" image "$(basename "$ARCHIVE")" --tag gpuckpt-e2e-ctrd2 --agent "$URL" --token-file "$TOKEN_FILE" > "$TMP/image.txt" ||
+  fail "gpuckpt image: $(tail -3 "$TMP/agent.log")"
+CK_IMAGE=$(sed -n 's/^  image: *//p' "$TMP/image.txt")
+[ "$CK_IMAGE" = localhost/gpuckpt-checkpoint:gpuckpt-e2e-ctrd2 ] || fail "gpuckpt image printed: $(cat "$TMP/image.txt")"
+CK_ID=$(cri image-id "$CK_IMAGE") || fail "CRI ImageStatus $CK_IMAGE"
+POD_B=$(cri run-pod gpuckpt-restored-image) || fail "RunPodSandbox (restore b)"
+RID_B=$(cri create gpuckpt-restored-image "$POD_B" counter "$CK_ID" --user-image "$CK_IMAGE" --device /dev/zero:/dev/nvidia1 \
+  --env NVIDIA_VISIBLE_DEVICES=1 --mount "$TMP/hosts:/etc/hosts" -- sh -c "$COUNTER" 2>&1) ||
+  fail "CreateContainer from $CK_IMAGE: $RID_B"
+cri start "$RID_B" 2> "$TMP/start-b.err" || fail "StartContainer (restore b): $(cat "$TMP/start-b.err")"
+restored_check "restore from the checkpoint image" "$RID_B"
+echo PASS
