@@ -8,11 +8,15 @@
 # catatonit, zstd and busybox as Debian .debs (compressed as they are), and the stripped CLI, agent and OCI hook
 # (gpuckpt-bin.tar.xz) with the non-glibc libraries they link (lib-extra.tar.xz; device_node.sh installs only those
 # the system lacks). Both are xz-compressed: the carry, with the working tree, must stay under 64 MiB.
+# --cri adds what test/gpu/cri_gpu_test.sh installs into its private prefix: containerd 2.1.9 (containerd2.tar.xz:
+# containerd, containerd-shim-runc-v2 and ctr; GPUCKPT_CONTAINERD2_TAR, default /work/gpucarry/containerd2.tar.xz),
+# runc 1.1.5, docker-registry and busybox-static .debs, and cri-bin.tar.xz (the stripped CLI, agent, OCI hook,
+# gpuckpt-nri, cri-tool and podresources-server) with lib-extra.tar.xz for all of them.
 # The device tool carries from the session's own checkout: run this there (or copy .carry there).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-RUNTIME=0
-if [ "${1:-}" = --runtime ]; then RUNTIME=1; shift; fi
+RUNTIME=0 CRI=0
+case "${1:-}" in --runtime) RUNTIME=1; shift ;; --cri) CRI=1; shift ;; esac
 BUILD=${1:-$ROOT/build}
 CRIU_BUNDLE=${GPUCKPT_CRIU_BUNDLE:-/opt/gpuckpt/criu}
 CARRY=${GPUCKPT_CARRY_DIR:-$ROOT/.carry}
@@ -52,4 +56,24 @@ if [ "$RUNTIME" = 1 ]; then
   XZ_OPT=-9 tar -C "$bins" -cJf "$CARRY/gpuckpt-bin.tar.xz" .
   rm -rf "$extra" "$bins"
 fi
-du -sh "$CARRY"; ls "$CARRY" "$CARRY/lib"
+if [ "$CRI" = 1 ]; then
+  mkdir -p "$CARRY/debs"
+  cp "${GPUCKPT_CONTAINERD2_TAR:-/work/gpucarry/containerd2.tar.xz}" "$CARRY/containerd2.tar.xz"
+  for deb in runc_1.1.5+ds1-1+deb12u1_amd64.deb docker-registry_2.8.2+ds1-1_amd64.deb busybox-static_1%3a1.35.0-4+deb12u1+b1_amd64.deb; do
+    if [ -f "/var/cache/apt/archives/$deb" ]; then cp "/var/cache/apt/archives/$deb" "$CARRY/debs/"
+    else (cd "$CARRY/debs" && apt-get download "${deb%%_*}" >/dev/null) || { echo "cannot get $deb" >&2; exit 1; }
+    fi
+  done
+  extra=$(mktemp -d) bins=$(mktemp -d)
+  for b in cli/gpuckpt agent/gpuckpt-agent oci-hook/gpuckpt-oci-hook nri-plugin/gpuckpt-nri test/e2e/cri-tool \
+           test/podresources/podresources-server; do
+    strip --strip-debug -o "$bins/$(basename "$b")" "$BUILD/$b"
+    for lib in $(ldd "$BUILD/$b" | awk '/=> \//{print $3}'); do
+      case $(basename "$lib") in libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*) ;; *) cp -Ln "$lib" "$extra/" ;; esac
+    done
+  done
+  XZ_OPT=-9 tar -C "$extra" -cJf "$CARRY/lib-extra.tar.xz" .
+  XZ_OPT=-9 tar -C "$bins" -cJf "$CARRY/cri-bin.tar.xz" .
+  rm -rf "$extra" "$bins"
+fi
+du -sh "$CARRY"; ls -l "$CARRY" "$CARRY/lib"
