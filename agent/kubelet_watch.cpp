@@ -5,7 +5,7 @@
 #include "common/json_reader.h"
 #include "common/log.h"
 #include "common/restore_plan.h"
-#include "oci-hook/container_store.h"
+#include "common/container_store.h"
 
 namespace gpuckpt::agent {
 
@@ -79,7 +79,7 @@ bool KubeletArchiveWatcher::is_quarantined(const fs::path& archive, const Seen& 
 
 void KubeletArchiveWatcher::quarantine(const fs::path& archive, const Seen& now, const std::string& reason) {
   const nlohmann::json record = {{"archive", archive.string()}, {"size", now.size}, {"mtime", mtime_ticks(now.mtime)},
-                                 {"reason", reason}, {"quarantined_at", hook::utc_now_rfc3339()}};
+                                 {"reason", reason}, {"quarantined_at", utc_now_rfc3339()}};
   if (auto written = write_file_atomically(quarantine_path(archive), record.dump(2)); !written)
     log::warn("cannot quarantine " + archive.string() + ": " + written.error().message);
   else
@@ -98,9 +98,9 @@ Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive) {
   for (char& c : stem)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '-';
   record.checkpoint_id = ("kubelet-" + stem).substr(0, 128);
-  std::optional<hook::ContainerGpuState> state;
+  std::optional<ContainerGpuState> state;
   if (is_safe_id(info->container_id)) {
-    auto read = hook::read_container_state(state_dir_, info->container_id);
+    auto read = read_container_state(state_dir_, info->container_id);
     if (read && read.value()) state = *read.value();
   }
   if (state) {

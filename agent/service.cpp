@@ -16,7 +16,7 @@
 #include "common/matcher.h"
 #include "common/node_report.h"
 #include "common/properties_record.h"
-#include "oci-hook/container_store.h"
+#include "common/container_store.h"
 
 namespace gpuckpt::agent {
 
@@ -115,7 +115,7 @@ std::string AgentService::add_job(const char* kind, nlohmann::json request) {
   job.kind = kind;
   job.state = "queued";
   job.phase = "queued";
-  job.created_at = hook::utc_now_rfc3339();
+  job.created_at = utc_now_rfc3339();
   job.request = std::move(request);
   // Finished jobs are kept for GET; beyond kMaxJobs the oldest finished ones are forgotten.
   constexpr std::size_t kMaxJobs = 1000;
@@ -153,7 +153,7 @@ void AgentService::mark_failed(const std::string& job_id, const std::string& mes
   update(job_id, [&](JobStatus& j) {
     j.state = "failed";
     j.error = message;
-    j.finished_at = hook::utc_now_rfc3339();
+    j.finished_at = utc_now_rfc3339();
   });
 }
 
@@ -195,7 +195,7 @@ void AgentService::fail_unexpectedly(const std::string& job_id, const std::strin
   if (it == jobs_.end() || it->second.state == "succeeded" || it->second.state == "failed") return;
   it->second.state = "failed";
   it->second.error = "internal error in phase " + it->second.phase + ": " + what;
-  it->second.finished_at = hook::utc_now_rfc3339();
+  it->second.finished_at = utc_now_rfc3339();
   persist(it->second);
 }
 
@@ -291,7 +291,7 @@ nlohmann::json AgentService::runtime_report() const {
 Result<nlohmann::json> AgentService::containers() const {
   nlohmann::json out = nlohmann::json::array();
   auto running = deps_.runtime->list();
-  for (const auto& state : hook::list_container_states(config_.state_dir)) {
+  for (const auto& state : list_container_states(config_.state_dir)) {
     nlohmann::json c = {{"id", state.container_id},
                         {"recorded_at", state.recorded_at},
                         {"annotations", state.annotations},
@@ -359,7 +359,7 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
   CheckpointGpuRecord record;
   record.checkpoint_id = job_id;
   auto recorded = timed("reading-gpu-record", [&]() -> Result<void> {
-    auto state = hook::read_container_state(config_.state_dir, container.id);
+    auto state = read_container_state(config_.state_dir, container.id);
     if (!state) return state.error();
     if (state.value()) {
       record.record = state.value()->gpus.record;
@@ -428,7 +428,7 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
   update(job_id, [&](JobStatus& j) {
     j.state = "succeeded";
     j.phase = "done";
-    j.finished_at = hook::utc_now_rfc3339();
+    j.finished_at = utc_now_rfc3339();
     j.phase_seconds["total"] = total;
     j.result = {{"archive", final_path.string()},
                 {"archive_bytes", bytes.value()},
@@ -554,7 +554,7 @@ void AgentService::run_image(const std::string& job_id, fs::path archive, std::s
   update(job_id, [&](JobStatus& j) {
     j.state = "succeeded";
     j.phase = "done";
-    j.finished_at = hook::utc_now_rfc3339();
+    j.finished_at = utc_now_rfc3339();
     j.phase_seconds["writing-image"] = write_s;
     j.phase_seconds["loading-image"] = load_s;
     if (pushed) j.phase_seconds["pushing-image"] = seconds_since(t) - load_s;
@@ -652,7 +652,7 @@ void AgentService::run_restore(const std::string& job_id, const fs::path& archiv
   update(job_id, [&](JobStatus& j) {
     j.state = "succeeded";
     j.phase = "done";
-    j.finished_at = hook::utc_now_rfc3339();
+    j.finished_at = utc_now_rfc3339();
     j.phase_seconds["restoring"] = seconds_since(t);
     j.phase_seconds["total"] = total;
     j.result = info;

@@ -3,8 +3,8 @@
 #include "common/checkpoint_images.h"
 #include "common/log.h"
 #include "common/restore_plan.h"
-#include "oci-hook/gpu_detect.h"
-#include "oci-hook/container_store.h"
+#include "common/gpu_detect.h"
+#include "common/container_store.h"
 
 namespace gpuckpt::nri {
 
@@ -27,20 +27,17 @@ nlohmann::json container_spec(const api::Container& c) {
   return spec;
 }
 
-NriPlugin::NriPlugin(NriPluginOptions options, hook::InventoryReader inventory, DeviceNumberLookup lookup)
-    : options_(std::move(options)), inventory_(std::move(inventory)), lookup_(std::move(lookup)) {
-  hook_options_.state_dir = options_.state_dir;
-  hook_options_.host_root = options_.host_root;
-}
+NriPlugin::NriPlugin(NriPluginOptions options, InventoryReader inventory, DeviceNumberLookup lookup)
+    : options_(std::move(options)), inventory_(std::move(inventory)), lookup_(std::move(lookup)) {}
 
-void NriPlugin::record(const api::Container& container, const hook::InventoryReader& inventory) {
+void NriPlugin::record(const api::Container& container, const InventoryReader& inventory) {
   if (!is_safe_id(container.id())) {
     log::warn("NRI container id '" + container.id().substr(0, 80) + "' is not a safe file name: not recorded");
     return;
   }
   // Whatever happens here, the container is created as the runtime asked: gpuckpt-nri only observes.
-  auto recorded = hook::record_gpu_container(container.id(), "", static_cast<int>(container.pid()),
-                                             container_spec(container), hook_options_, inventory, lookup_);
+  auto recorded = record_gpu_container(container.id(), "", static_cast<int>(container.pid()),
+                                             container_spec(container), options_.state_dir, inventory, lookup_);
   if (!recorded)
     log::warn("container " + container.id() + ": " + recorded.error().message);
   else if (recorded->gpu_container)
@@ -59,9 +56,9 @@ Result<void> NriPlugin::adjust_for_restore(const api::Container& c, api::Contain
   auto node = inventory_();
   if (!node) return make_error(what + " refused: the node inventory failed: " + node.error().message, EIO);
   // The GPUs the runtime gave this container (device plugin, CDI) are the only targets; none: any GPU here.
-  hook::GpuUse use = hook::detect_gpu_use(container_spec(c));
+  GpuUse use = detect_gpu_use(container_spec(c));
   std::optional<std::vector<std::string>> allocated;
-  if (use.uses_gpu()) allocated = hook::resolve_gpus(use, node.value(), lookup_);
+  if (use.uses_gpu()) allocated = resolve_gpus(use, node.value(), lookup_);
   auto plan = plan_for_allocation(*checkpoint.value(), node.value(), allocated, options_.match_policy);
   if (!plan)
     return make_error(what + " refused: " + (allocated ? "none of the GPUs it was given" : "no GPU of this node") +
@@ -118,7 +115,7 @@ Result<std::string> NriPlugin::handle(std::string_view method, std::string_view 
     if (auto ok = parse(request); !ok) return ok.error();
     // One inventory read for all of them: registration has a deadline (containerd: 5 s).
     std::optional<Result<NodeInventory>> node;
-    const hook::InventoryReader once = [&] {
+    const InventoryReader once = [&] {
       if (!node) node = inventory_();
       return *node;
     };
@@ -141,7 +138,7 @@ Result<std::string> NriPlugin::handle(std::string_view method, std::string_view 
     api::StateChangeEvent event;
     if (auto ok = parse(event); !ok) return ok.error();
     if (event.event() == api::REMOVE_CONTAINER && is_safe_id(event.container().id())) {
-      auto removed = hook::remove_container_state(options_.state_dir, event.container().id());
+      auto removed = remove_container_state(options_.state_dir, event.container().id());
       if (!removed) log::warn("container " + event.container().id() + ": " + removed.error().message);
     }
     return api::Empty().SerializeAsString();

@@ -19,10 +19,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/gpu_container_record.h"
 #include "common/matcher.h"
 #include "common/result.h"
 #include "github.com/containerd/nri/pkg/api/api.pb.h"
-#include "oci-hook/hook.h"
 
 namespace gpuckpt::nri {
 
@@ -44,7 +44,7 @@ nlohmann::json container_spec(const api::Container& container);
 
 class NriPlugin {
  public:
-  NriPlugin(NriPluginOptions options, hook::InventoryReader inventory, DeviceNumberLookup lookup);
+  NriPlugin(NriPluginOptions options, InventoryReader inventory, DeviceNumberLookup lookup);
 
   // One request to the plugin service (`method` as ttrpc names it, e.g. "CreateContainer"); the response's
   // serialised protobuf, or an error for the runtime (unknown method, unreadable request).
@@ -52,12 +52,11 @@ class NriPlugin {
   bool shutdown_requested() const { return shutdown_; }
 
  private:
-  void record(const api::Container& container, const hook::InventoryReader& inventory);
+  void record(const api::Container& container, const InventoryReader& inventory);
   Result<void> adjust_for_restore(const api::Container& container, api::ContainerAdjustment& adjust);
 
   NriPluginOptions options_;
-  hook::HookOptions hook_options_;
-  hook::InventoryReader inventory_;
+  InventoryReader inventory_;
   DeviceNumberLookup lookup_;
   bool shutdown_ = false;
 };

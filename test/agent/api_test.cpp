@@ -16,7 +16,7 @@
 #include "agent/job_store.h"
 #include "agent/service.h"
 #include "common/checkpoint_images.h"
-#include "oci-hook/container_store.h"
+#include "common/container_store.h"
 #include "test/agent/archive_builder.h"
 #include "test/agent/registry_server.h"
 
@@ -150,13 +150,13 @@ struct Fixture {
     port = server.bind_to_any_port("127.0.0.1");
     thread = std::thread([this] { server.listen_after_bind(); });
     // What the OCI hook recorded when "counter" started: it uses GPU-0 through /dev/nvidia0.
-    hook::ContainerGpuState state;
+    ContainerGpuState state;
     state.container_id = "abc123";
     state.gpus.record.node = two_gpu_node();
     state.gpus.record.used_gpu_ids = {"GPU-0"};
     state.gpus.devices = {{"/dev/nvidia0", 1, 3, "GPU-0"}};
     state.gpus.gpu_env = {{"NVIDIA_VISIBLE_DEVICES", "0"}};
-    REQUIRE(hook::write_container_state(config.state_dir, state).ok());
+    REQUIRE(write_container_state(config.state_dir, state).ok());
   }
   ~Fixture() {
     server.stop();

@@ -1,7 +1,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include "agent/kubelet_watch.h"
-#include "oci-hook/container_store.h"
+#include "common/container_store.h"
 #include "test/agent/archive_builder.h"
 
 namespace fs = std::filesystem;
@@ -12,7 +12,7 @@ TEST_CASE("archives kubelet wrote are annotated once they are complete, and only
   const auto dir = tmp.path / "kubelet";
   const auto state_dir = tmp.path / "state";
   // The hook saw container abc123 (the id in the archive's config.dump) use GPU-0.
-  hook::ContainerGpuState state;
+  ContainerGpuState state;
   state.container_id = "abc123";
   GpuDevice gpu;
   gpu.id = "GPU-0";
@@ -20,7 +20,7 @@ TEST_CASE("archives kubelet wrote are annotated once they are complete, and only
   state.gpus.record.node.gpus = {gpu};
   state.gpus.record.used_gpu_ids = {"GPU-0"};
   state.gpus.devices = {{"/dev/nvidia0", 195, 0, "GPU-0"}};
-  REQUIRE(hook::write_container_state(state_dir, state).ok());
+  REQUIRE(write_container_state(state_dir, state).ok());
 
   const auto archive = dir / "checkpoint-trainer-0_ml-main-2026-11-22T00:00:00Z.tar";
   test::make_archive(archive, test::podman_checkpoint_entries(), test::Compression::None);

@@ -14,7 +14,7 @@
 #include "nri-plugin/ttrpc_mux.h"
 #include "common/checkpoint_images.h"
 #include "common/restore_plan.h"
-#include "oci-hook/container_store.h"
+#include "common/container_store.h"
 #include "test/common/gpu_builders.h"
 #include "test/temp_dir.h"
 #include "ttrpc/envelope.pb.h"
@@ -119,7 +119,7 @@ TEST_CASE("gpuckpt-nri records GPU containers like the hook, forgets removed one
   api::CreateContainerResponse created;
   REQUIRE(created.ParseFromString(plugin.handle("CreateContainer", create.SerializeAsString()).value()));
   CHECK(created.adjust().ByteSizeLong() == 0);   // observed, not changed
-  auto state = hook::read_container_state(tmp.path, "c1");
+  auto state = read_container_state(tmp.path, "c1");
   REQUIRE(state.ok());
   REQUIRE(state.value());
   CHECK(state.value()->gpus.record.used_gpu_ids == std::vector<std::string>{"GPU-1"});
@@ -129,7 +129,7 @@ TEST_CASE("gpuckpt-nri records GPU containers like the hook, forgets removed one
   api::CreateContainerRequest plain;
   plain.mutable_container()->set_id("c2");
   REQUIRE(plugin.handle("CreateContainer", plain.SerializeAsString()).ok());
-  CHECK_FALSE(hook::read_container_state(tmp.path, "c2").value());
+  CHECK_FALSE(read_container_state(tmp.path, "c2").value());
 
   api::CreateContainerRequest hostile;
   *hostile.mutable_container() = gpu_container("../../etc/passwd", 0);
@@ -140,7 +140,7 @@ TEST_CASE("gpuckpt-nri records GPU containers like the hook, forgets removed one
   removed.set_event(api::REMOVE_CONTAINER);
   removed.mutable_container()->set_id("c1");
   REQUIRE(plugin.handle("StateChange", removed.SerializeAsString()).ok());
-  CHECK_FALSE(hook::read_container_state(tmp.path, "c1").value());
+  CHECK_FALSE(read_container_state(tmp.path, "c1").value());
 
   CHECK(plugin.handle("CreateContainer", "\xff\xff not protobuf").error().errno_value == EPROTO);
   CHECK(plugin.handle("NoSuchMethod", "").error().errno_value == ENOSYS);
@@ -204,7 +204,7 @@ TEST_CASE("an NRI session registers, answers the runtime's calls and ends when t
   *create.mutable_container() = gpu_container("c9", 0);
   auto response = call(3, "CreateContainer", create.SerializeAsString());
   CHECK(response.status().code() == 0);
-  CHECK(hook::read_container_state(tmp.path, "c9").value());
+  CHECK(read_container_state(tmp.path, "c9").value());
   CHECK(call(5, "Bogus", "").status().code() == 12);   // UNIMPLEMENTED, and the session goes on
 
   ::close(fds[1]);
@@ -335,7 +335,7 @@ TEST_CASE("Synchronize records the GPU containers that already run, reading the 
   sync.add_containers()->set_id("plain");
   REQUIRE(plugin.handle("Synchronize", sync.SerializeAsString()).ok());
   CHECK(reads == 1);
-  CHECK(hook::read_container_state(tmp.path, "s1").value()->gpus.record.used_gpu_ids == std::vector<std::string>{"GPU-0"});
-  CHECK(hook::read_container_state(tmp.path, "s2").value()->gpus.record.used_gpu_ids == std::vector<std::string>{"GPU-1"});
-  CHECK_FALSE(hook::read_container_state(tmp.path, "plain").value());
+  CHECK(read_container_state(tmp.path, "s1").value()->gpus.record.used_gpu_ids == std::vector<std::string>{"GPU-0"});
+  CHECK(read_container_state(tmp.path, "s2").value()->gpus.record.used_gpu_ids == std::vector<std::string>{"GPU-1"});
+  CHECK_FALSE(read_container_state(tmp.path, "plain").value());
 }

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "oci-hook/container_store.h"
+#include "common/container_store.h"
 #include "oci-hook/hook.h"
 
 namespace fs = std::filesystem;
@@ -91,7 +91,7 @@ TEST_CASE("createRuntime records a GPU container with the node's GPU properties"
   REQUIRE(outcome.ok());
   CHECK(outcome->gpu_container);
   CHECK(inventory_reads == 1);
-  auto stored = hook::read_container_state(options.state_dir, "abc123");
+  auto stored = read_container_state(options.state_dir, "abc123");
   REQUIRE(stored.ok());
   REQUIRE(stored.value().has_value());
   const auto& record = *stored.value();
@@ -269,9 +269,9 @@ TEST_CASE("poststop forgets the container", "[unit]") {
   TempDir tmp;
   hook::HookOptions options;
   options.state_dir = tmp.path / "state";
-  hook::ContainerGpuState state;
+  ContainerGpuState state;
   state.container_id = "gone1";
-  REQUIRE(hook::write_container_state(options.state_dir, state).ok());
+  REQUIRE(write_container_state(options.state_dir, state).ok());
   REQUIRE(hook::forget_container(json{{"id", "gone1"}}.dump(), options).ok());
-  CHECK_FALSE(hook::read_container_state(options.state_dir, "gone1").value().has_value());
+  CHECK_FALSE(read_container_state(options.state_dir, "gone1").value().has_value());
 }
