@@ -5,6 +5,7 @@
 #include "common/json_reader.h"
 #include "common/log.h"
 #include "common/restore_plan.h"
+#include "common/checkpoint_images.h"
 #include "common/container_store.h"
 
 namespace gpuckpt::agent {
@@ -114,6 +115,9 @@ Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive) {
   }
   auto written = annotate_checkpoint_archive(archive, archive, record, limits_);
   if (!written) return written.error();
+  // gpuckpt-nri acts on a restore from this archive only through this entry, bound to the file as it is now.
+  if (auto registered = register_kubelet_archive(state_dir_, archive, record); !registered)
+    return make_error("annotated, but not registered for gpuckpt-nri: " + registered.error().message);
   log::info("annotated kubelet archive " + archive.string() + " (container " + info->container_name + ", " +
             std::to_string(record.record.used_gpu_ids.size()) + " GPU(s))");
   return true;

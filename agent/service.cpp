@@ -461,16 +461,17 @@ Result<CheckpointImage> AgentService::write_image(const std::string& job_id, con
 Result<std::string> AgentService::load_and_register(const std::string& job_id, const CheckpointImage& image,
                                                     const std::optional<CheckpointGpuRecord>& record) {
   auto loaded = deps_.runtime->load_image(image.layout, image.reference);
-  // gpuckpt-nri recognises a container created from this image as a restore of this checkpoint: under the tag,
-  // the name podman gives the pulled layout (localhost + the layout's path), and the runtime's name.
-  std::vector<std::string> references = {image.reference, "localhost" + image.layout.string() + ":" + image.reference};
-  if (loaded && !loaded->empty()) references.push_back(loaded.value());
-  if (record)
-    for (const std::string& reference : references) {
-      auto registered = register_checkpoint_image(config_.state_dir, reference, *record);
-      if (!registered) log::warn("job " + job_id + ": checkpoint image " + reference + " not registered for gpuckpt-nri: " +
-                                 registered.error().message);
-    }
+  // gpuckpt-nri acts on a restore of this checkpoint only through an index entry (common/checkpoint_images.h):
+  // under the name the runtime's store holds it by, once it holds it; where the agent cannot load into the store
+  // (CRI-O: ENOTSUP), under the name it tells the operator to copy it in as. Never under the tag alone: a tag
+  // "busybox" must not make docker.io/library/busybox:latest a checkpoint.
+  std::string name;
+  if (loaded && !loaded->empty()) name = loaded.value();
+  else if (!loaded && loaded.error().errno_value == ENOTSUP) name = checkpoint_image_name(image.reference);
+  if (record && !name.empty())
+    if (auto registered = register_checkpoint_image(config_.state_dir, name, image.manifest_digest, *record); !registered)
+      log::warn("job " + job_id + ": checkpoint image " + name + " not registered for gpuckpt-nri: " +
+                registered.error().message);
   return loaded;
 }
 
@@ -484,7 +485,8 @@ Result<std::string> AgentService::push_and_register(const std::string& job_id, c
   const std::string by_tag = config_.image_registry.repository + ":" + image.reference;
   if (record)
     for (const std::string& reference : {by_tag, pushed.value()})
-      if (auto registered = register_checkpoint_image(config_.state_dir, reference, *record); !registered)
+      if (auto registered = register_checkpoint_image(config_.state_dir, reference, image.manifest_digest, *record);
+          !registered)
         log::warn("job " + job_id + ": checkpoint image " + reference + " not registered for gpuckpt-nri: " +
                   registered.error().message);
   return pushed;
