@@ -7,7 +7,7 @@
 #include "common/json_reader.h"
 #include "common/log.h"
 #include "common/restore_plan.h"
-#include "oci-hook/container_store.h"
+#include "common/container_store.h"
 
 namespace gpuckpt::agent {
 
@@ -84,7 +84,7 @@ JobStatus recover_interrupted(JobStatus job, const fs::path& temp_dir) {
     }
   }
   const std::string cleaned = removed ? "; " + std::to_string(removed) + " temporary file(s) removed" : "";
-  job.finished_at = hook::utc_now_rfc3339();
+  job.finished_at = utc_now_rfc3339();
   // A checkpoint archive is renamed into place only once complete and synced (while the runtime may still be
   // finishing: phase checkpointing): if it is there, the job's work is done (only the bookkeeping was lost).
   const fs::path archive = temp_dir / (job.id + ".tar.zst");

@@ -5,7 +5,8 @@
 #include "common/json_reader.h"
 #include "common/log.h"
 #include "common/restore_plan.h"
-#include "oci-hook/container_store.h"
+#include "common/checkpoint_images.h"
+#include "common/container_store.h"
 
 namespace gpuckpt::agent {
 
@@ -86,7 +87,7 @@ bool KubeletArchiveWatcher::is_quarantined(const fs::path& archive, const Seen& 
 
 void KubeletArchiveWatcher::quarantine(const fs::path& archive, const Seen& now, const std::string& reason) {
   const nlohmann::json record = {{"archive", archive.string()}, {"size", now.size}, {"mtime", mtime_ticks(now.mtime)},
-                                 {"reason", reason}, {"quarantined_at", hook::utc_now_rfc3339()}};
+                                 {"reason", reason}, {"quarantined_at", utc_now_rfc3339()}};
   if (auto written = write_file_atomically(quarantine_path(archive), record.dump(2)); !written)
     log::warn("cannot quarantine " + log::escaped(archive.string()) + ": " + written.error().message);
   else
@@ -112,9 +113,9 @@ Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive) {
   for (char& c : stem)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '-';
   record.checkpoint_id = ("kubelet-" + stem).substr(0, 128);
-  std::optional<hook::ContainerGpuState> state;
+  std::optional<ContainerGpuState> state;
   if (is_safe_id(info->container_id)) {
-    auto read = hook::read_container_state(state_dir_, info->container_id);
+    auto read = read_container_state(state_dir_, info->container_id);
     if (read && read.value()) state = *read.value();
   }
   if (state) {
@@ -128,6 +129,9 @@ Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive) {
   }
   auto written = annotate_checkpoint_archive(archive, archive, record, limits);
   if (!written) return written.error();
+  // gpuckpt-nri acts on a restore from this archive only through this entry, bound to the file as it is now.
+  if (auto registered = register_kubelet_archive(state_dir_, archive, record); !registered)
+    return make_error("annotated, but not registered for gpuckpt-nri: " + registered.error().message);
   log::info("annotated kubelet archive " + log::escaped(archive.string()) + " (container " +
             log::escaped(info->container_name) + ", " +
             std::to_string(record.record.used_gpu_ids.size()) + " GPU(s))");

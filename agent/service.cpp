@@ -16,7 +16,7 @@
 #include "common/matcher.h"
 #include "common/node_report.h"
 #include "common/properties_record.h"
-#include "oci-hook/container_store.h"
+#include "common/container_store.h"
 
 namespace gpuckpt::agent {
 
@@ -133,7 +133,7 @@ Result<std::string> AgentService::add_job(const char* kind, nlohmann::json reque
   job.kind = kind;
   job.state = "queued";
   job.phase = "queued";
-  job.created_at = hook::utc_now_rfc3339();
+  job.created_at = utc_now_rfc3339();
   job.request = std::move(request);
   // Finished jobs are kept for GET; beyond kMaxJobs the oldest finished ones are forgotten.
   constexpr std::size_t kMaxJobs = 1000;
@@ -173,7 +173,7 @@ void AgentService::mark_failed(const std::string& job_id, const std::string& mes
   update(job_id, [&](JobStatus& j) {
     j.state = "failed";
     j.error = message;
-    j.finished_at = hook::utc_now_rfc3339();
+    j.finished_at = utc_now_rfc3339();
   });
 }
 
@@ -219,7 +219,7 @@ void AgentService::fail_unexpectedly(const std::string& job_id, const std::strin
   if (it == jobs_.end() || it->second.state == "succeeded" || it->second.state == "failed") return;
   it->second.state = "failed";
   it->second.error = "internal error in phase " + it->second.phase + ": " + what;
-  it->second.finished_at = hook::utc_now_rfc3339();
+  it->second.finished_at = utc_now_rfc3339();
   persist(it->second);
 }
 
@@ -318,7 +318,7 @@ nlohmann::json AgentService::runtime_report() const {
 Result<nlohmann::json> AgentService::containers() const {
   nlohmann::json out = nlohmann::json::array();
   auto running = deps_.runtime->list();
-  for (const auto& state : hook::list_container_states(config_.state_dir)) {
+  for (const auto& state : list_container_states(config_.state_dir)) {
     nlohmann::json c = {{"id", state.container_id},
                         {"recorded_at", state.recorded_at},
                         {"annotations", state.annotations},
@@ -390,7 +390,7 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
   CheckpointGpuRecord record;
   record.checkpoint_id = job_id;
   auto recorded = timed("reading-gpu-record", [&]() -> Result<void> {
-    auto state = hook::read_container_state(config_.state_dir, container.id);
+    auto state = read_container_state(config_.state_dir, container.id);
     if (!state) return state.error();
     if (state.value()) {
       record.record = state.value()->gpus.record;
@@ -459,7 +459,7 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
   update(job_id, [&](JobStatus& j) {
     j.state = "succeeded";
     j.phase = "done";
-    j.finished_at = hook::utc_now_rfc3339();
+    j.finished_at = utc_now_rfc3339();
     j.phase_seconds["total"] = total;
     j.result = {{"archive", final_path.string()},
                 {"archive_bytes", bytes.value()},
@@ -492,16 +492,17 @@ Result<CheckpointImage> AgentService::write_image(const std::string& job_id, con
 Result<std::string> AgentService::load_and_register(const std::string& job_id, const CheckpointImage& image,
                                                     const std::optional<CheckpointGpuRecord>& record) {
   auto loaded = deps_.runtime->load_image(image.layout, image.reference);
-  // gpuckpt-nri recognises a container created from this image as a restore of this checkpoint: under the tag,
-  // the name podman gives the pulled layout (localhost + the layout's path), and the runtime's name.
-  std::vector<std::string> references = {image.reference, "localhost" + image.layout.string() + ":" + image.reference};
-  if (loaded && !loaded->empty()) references.push_back(loaded.value());
-  if (record)
-    for (const std::string& reference : references) {
-      auto registered = register_checkpoint_image(config_.state_dir, reference, *record);
-      if (!registered) log::warn("job " + job_id + ": checkpoint image " + reference + " not registered for gpuckpt-nri: " +
-                                 registered.error().message);
-    }
+  // gpuckpt-nri acts on a restore of this checkpoint only through an index entry (common/checkpoint_images.h):
+  // under the name the runtime's store holds it by, once it holds it; where the agent cannot load into the store
+  // (CRI-O: ENOTSUP), under the name it tells the operator to copy it in as. Never under the tag alone: a tag
+  // "busybox" must not make docker.io/library/busybox:latest a checkpoint.
+  std::string name;
+  if (loaded && !loaded->empty()) name = loaded.value();
+  else if (!loaded && loaded.error().errno_value == ENOTSUP) name = checkpoint_image_name(image.reference);
+  if (record && !name.empty())
+    if (auto registered = register_checkpoint_image(config_.state_dir, name, image.manifest_digest, *record); !registered)
+      log::warn("job " + job_id + ": checkpoint image " + name + " not registered for gpuckpt-nri: " +
+                registered.error().message);
   return loaded;
 }
 
@@ -515,7 +516,8 @@ Result<std::string> AgentService::push_and_register(const std::string& job_id, c
   const std::string by_tag = config_.image_registry.repository + ":" + image.reference;
   if (record)
     for (const std::string& reference : {by_tag, pushed.value()})
-      if (auto registered = register_checkpoint_image(config_.state_dir, reference, *record); !registered)
+      if (auto registered = register_checkpoint_image(config_.state_dir, reference, image.manifest_digest, *record);
+          !registered)
         log::warn("job " + job_id + ": checkpoint image " + reference + " not registered for gpuckpt-nri: " +
                   registered.error().message);
   return pushed;
@@ -588,7 +590,7 @@ void AgentService::run_image(const std::string& job_id, fs::path archive, std::s
   update(job_id, [&](JobStatus& j) {
     j.state = "succeeded";
     j.phase = "done";
-    j.finished_at = hook::utc_now_rfc3339();
+    j.finished_at = utc_now_rfc3339();
     j.phase_seconds["writing-image"] = write_s;
     j.phase_seconds["loading-image"] = load_s;
     if (pushed) j.phase_seconds["pushing-image"] = seconds_since(t) - load_s;
@@ -689,7 +691,7 @@ void AgentService::run_restore(const std::string& job_id, const fs::path& archiv
   update(job_id, [&](JobStatus& j) {
     j.state = "succeeded";
     j.phase = "done";
-    j.finished_at = hook::utc_now_rfc3339();
+    j.finished_at = utc_now_rfc3339();
     j.phase_seconds["restoring"] = seconds_since(t);
     j.phase_seconds["total"] = total;
     j.result = info;

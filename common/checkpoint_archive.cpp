@@ -736,6 +736,15 @@ ArchiveEdit checkpoint_annotation(const CheckpointGpuRecord& record) {
     annotations[kAnnotationCheckpointId] = record.checkpoint_id;
     annotations[kAnnotationUsedGpus] = used;
     annotations[kAnnotationRecordEntry] = kRecordEntry;
+    // CRI-O restores a container with the annotations this JSON holds (the original container's), not with
+    // spec.dump's own: the checkpoint id goes in too, so gpuckpt-nri recognises the restore (restore_recognition.h).
+    if (auto crio = annotations.find("io.kubernetes.cri-o.Annotations"); crio != annotations.end() && crio->is_string()) {
+      auto carried = parse_json(crio->get<std::string>(), "spec.dump's io.kubernetes.cri-o.Annotations");
+      if (!carried) return carried.error();
+      if (!carried->is_object()) return make_error("spec.dump's io.kubernetes.cri-o.Annotations is not a JSON object");
+      (*carried)[kAnnotationCheckpointId] = record.checkpoint_id;
+      *crio = carried->dump();
+    }
     return spec.dump();
   };
   edit.add[kRecordEntry] = to_json(record).dump(2);

@@ -1,12 +1,56 @@
 #include "nri-plugin/nri_plugin.h"
 
+#include <algorithm>
+#include <ctime>
+#include <set>
+
 #include "common/checkpoint_images.h"
+#include "common/container_store.h"
+#include "common/gpu_detect.h"
 #include "common/log.h"
 #include "common/restore_plan.h"
-#include "oci-hook/gpu_detect.h"
-#include "oci-hook/container_store.h"
+#include "common/restore_recognition.h"
 
 namespace gpuckpt::nri {
+
+namespace {
+
+// The entry of the index the recognised restore is a restore of; std::nullopt when the agent made no such
+// checkpoint available on this node (a restore gpuckpt has no part in: left as the runtime made it). A restore
+// that names an entry but does not fit it (another checkpoint id, an archive changed since it was annotated) is an
+// error: the record would describe processes other than the ones being restored.
+Result<std::optional<CheckpointImageEntry>> registered_checkpoint(const std::filesystem::path& state_dir,
+                                                                  const RecognisedRestore& restore) {
+  using Found = std::optional<CheckpointImageEntry>;
+  if (restore.runtime == RestoringRuntime::CriO) {
+    auto entries = find_checkpoint_by_id(state_dir, restore.checkpoint_id);
+    if (!entries) return entries.error();
+    if (entries->empty()) return Found();
+    return Found(std::move(entries->front()));
+  }
+  auto entry = find_checkpoint_source(state_dir, restore.source);
+  if (!entry) return entry.error();
+  if (!entry.value()) return Found();
+  if (!restore.checkpoint_id.empty() && restore.checkpoint_id != entry.value()->record.checkpoint_id)
+    return make_error("it carries checkpoint id " + restore.checkpoint_id + ", but the agent registered " +
+                      restore.source + " for checkpoint " + entry.value()->record.checkpoint_id);
+  if (restore.source_is_archive) {
+    if (entry.value()->kind != CheckpointSourceKind::KubeletArchive)
+      return make_error(restore.source + " is registered as an image, not an archive");
+    auto now = archive_file_identity(restore.source);
+    if (!now) return now.error();
+    if (!(now.value() == entry.value()->archive))
+      return make_error("the archive " + restore.source + " changed after the agent annotated it (size, mtime or "
+                        "inode differ); let the agent annotate it again (remove and re-copy it) or restore another");
+  }
+  return entry;
+}
+
+std::string describe(const ContainerIdentity& who) {
+  return "pod " + who.pod_namespace + "/" + who.pod_name + " container " + who.container_name;
+}
+
+}  // namespace
 
 std::int32_t subscribed_events() {
   const auto bit = [](api::Event e) { return static_cast<std::int32_t>(1) << (static_cast<int>(e) - 1); };
@@ -27,63 +71,137 @@ nlohmann::json container_spec(const api::Container& c) {
   return spec;
 }
 
-NriPlugin::NriPlugin(NriPluginOptions options, hook::InventoryReader inventory, DeviceNumberLookup lookup)
-    : options_(std::move(options)), inventory_(std::move(inventory)), lookup_(std::move(lookup)) {
-  hook_options_.state_dir = options_.state_dir;
-  hook_options_.host_root = options_.host_root;
-}
+NriPlugin::NriPlugin(NriPluginOptions options, InventoryReader inventory, DeviceNumberLookup lookup)
+    : options_(std::move(options)), inventory_(std::move(inventory)), lookup_(std::move(lookup)) {}
 
-void NriPlugin::record(const api::Container& container, const hook::InventoryReader& inventory) {
+void NriPlugin::record(const api::Container& container, const InventoryReader& inventory) {
   if (!is_safe_id(container.id())) {
-    log::warn("NRI container id '" + log::escaped(container.id(), 80) + "' is not a safe file name: not recorded");
+    log::warn("NRI container id '" + container.id().substr(0, 80) + "' is not a safe file name: not recorded");
     return;
   }
-  // Whatever happens here, the container is created as the runtime asked: gpuckpt-nri only observes.
-  auto recorded = hook::record_gpu_container(container.id(), "", static_cast<int>(container.pid()),
-                                             container_spec(container), hook_options_, inventory, lookup_);
+  // Whatever happens here, the container is created as the runtime asked: recording only observes.
+  auto recorded = record_gpu_container(container.id(), "", static_cast<int>(container.pid()),
+                                       container_spec(container), options_.state_dir, inventory, lookup_);
   if (!recorded)
-    log::warn("container " + log::escaped(container.id(), 80) + ": " + recorded.error().message);
+    log::warn("container " + container.id() + ": " + recorded.error().message);
   else if (recorded->gpu_container)
     log::info(recorded->message);
   else
     log::debug(recorded->message);
 }
 
-Result<void> NriPlugin::adjust_for_restore(const api::Container& c, api::ContainerAdjustment& adjust) {
+void NriPlugin::forget(const api::Container& container) {
+  if (!is_safe_id(container.id())) return;
+  auto removed = remove_container_state(options_.state_dir, container.id());
+  if (!removed) log::warn("container " + container.id() + ": " + removed.error().message);
+}
+
+Result<std::vector<std::string>> NriPlugin::allocated_gpus_of(const api::CreateContainerRequest& request,
+                                                              const NodeInventory& node, const std::string& what) {
+  const ContainerIdentity who{request.pod().namespace_(), request.pod().name(), request.pod().uid(),
+                              request.container().name()};
+  if (options_.allocation) {
+    auto allocation = options_.allocation(who);
+    if (!allocation)
+      return make_error(what + " refused: the kubelet's device allocation of " + describe(who) +
+                            " cannot be read: " + allocation.error().message, EIO);
+    if (allocation.value()) {
+      const AllocatedGpus gpus = allocated_gpus(*allocation.value(), node);
+      for (const auto& unknown : gpus.unknown)
+        log::warn(what + ": the kubelet allocated device " + unknown + " to " + describe(who) +
+                  ", which names no GPU of this node's inventory; it is not a target");
+      if (gpus.gpu_ids.empty())
+        return make_error(what + " refused: the kubelet allocated no GPU of this node to " + describe(who) +
+                              (gpus.unknown.empty() ? std::string() : " (only devices it does not know)") +
+                              "; request the GPUs the checkpoint used (nvidia.com/gpu) in the pod", ENODEV);
+      return gpus.gpu_ids;
+    }
+  }
+  // The devices the runtime kept from the request (containerd keeps the device plugin's devices and env).
+  GpuUse use = detect_gpu_use(container_spec(request.container()));
+  if (use.uses_gpu()) {
+    auto ids = resolve_gpus(use, node, lookup_);
+    if (!ids.empty()) return ids;
+    return make_error(what + " refused: the GPU devices the runtime gave " + describe(who) +
+                          " name no GPU of this node's inventory", ENODEV);
+  }
+  return make_error(what + " refused: the GPUs " + describe(who) + " was given are unknown: " +
+                        (options_.allocation ? "the kubelet's PodResources API does not list the container"
+                                             : "gpuckpt-nri reads no PodResources API (--pod-resources-socket)") +
+                        ", and the runtime passed no GPU devices, NVIDIA_VISIBLE_DEVICES or CDI names (CRI-O "
+                        "drops them at restore); gpuckpt never restores onto GPUs a pod was not given", ENODEV);
+}
+
+Result<void> NriPlugin::adjust_for_restore(const api::CreateContainerRequest& request,
+                                           api::ContainerAdjustment& adjust) {
+  const api::Container& c = request.container();
   const std::map<std::string, std::string> annotations(c.annotations().begin(), c.annotations().end());
-  const std::string reference = container_image_reference(annotations);
-  auto checkpoint = find_checkpoint_image(options_.state_dir, reference);
-  const std::string what =
-      "restore of checkpoint image " + log::escaped(reference) + " as container " + log::escaped(c.id(), 80);
-  if (!checkpoint) return make_error(what + " refused: " + checkpoint.error().message, EIO);
-  if (!checkpoint.value() || checkpoint.value()->record.used_gpu_ids.empty()) return {};
+  const auto restore = recognise_restore(annotations);
+  if (!restore) return {};
+  const std::string what = std::string(runtime_name(restore->runtime)) + " restore" +
+                           (restore->source.empty() ? "" : " of " + restore->source.substr(0, 512)) +
+                           (restore->checkpoint_id.empty() ? "" : " (checkpoint " + restore->checkpoint_id.substr(0, 128) + ")");
+  if (!is_safe_id(c.id())) return make_error(what + " refused: its container id is not a safe file name", EINVAL);
+  const std::string as = what + " as container " + c.id();
+  auto checkpoint = registered_checkpoint(options_.state_dir, *restore);
+  if (!checkpoint) return make_error(as + " refused: " + checkpoint.error().message, EIO);
+  if (!checkpoint.value()) {
+    log::info(as + ": not a checkpoint the gpuckpt agent made available on this node; left as the runtime made it");
+    return {};
+  }
+  const CheckpointGpuRecord& record = checkpoint.value()->record;
+  if (record.record.used_gpu_ids.empty()) return {};
   auto node = inventory_();
-  if (!node) return make_error(what + " refused: the node inventory failed: " + node.error().message, EIO);
-  // The GPUs the runtime gave this container (device plugin, CDI) are the only targets; none: any GPU here.
-  hook::GpuUse use = hook::detect_gpu_use(container_spec(c));
-  std::optional<std::vector<std::string>> allocated;
-  if (use.uses_gpu()) allocated = hook::resolve_gpus(use, node.value(), lookup_);
-  auto plan = plan_for_allocation(*checkpoint.value(), node.value(), allocated, options_.match_policy);
-  if (!plan)
-    return make_error(what + " refused: " + (allocated ? "none of the GPUs it was given" : "no GPU of this node") +
-                          " can take it: " + plan.error().message, EDOM);
-  for (const auto& d : plan->devices) {
-    auto numbers = lookup_(d.host_path);
-    if (!numbers) return make_error(what + " refused: " + numbers.error().message, ENODEV);
+  if (!node) return make_error(as + " refused: the node inventory failed: " + node.error().message, EIO);
+  auto allocated = allocated_gpus_of(request, node.value(), as);
+  if (!allocated) return allocated.error();
+  auto plan = plan_for_allocation(record, node.value(), allocated.value(), options_.match_policy);
+  if (!plan) return make_error(as + " refused: none of the GPUs it was given can take it: " + plan.error().message, EDOM);
+  plan->container_id = c.id();
+  plan->expires_at = static_cast<std::int64_t>(std::time(nullptr)) + options_.plan_lifetime.count();
+
+  // Device nodes. Removals first, so a node a swap moves onto a path keeps it. (NRI 0.8-0.12 drop device removals
+  // when they merge plugins' adjustments, result.go adjustDevices: best effort until NRI passes them on.)
+  std::set<std::string> placed;
+  for (const auto& d : plan->devices) placed.insert(d.path_after_restore());
+  std::set<std::string> source_paths;
+  for (const auto& d : record.devices) source_paths.insert(d.container_path);
+  GpuUse had = detect_gpu_use(container_spec(c));
+  resolve_gpus(had, node.value(), lookup_);
+  const std::set<std::string> given(allocated->begin(), allocated->end());
+  for (const auto& d : c.linux().devices()) {
+    if (placed.count(d.path())) continue;
+    const auto held = std::find_if(had.devices.begin(), had.devices.end(),
+                                   [&](const ContainerGpuDevice& g) { return g.container_path == d.path(); });
+    const bool other_gpu = held != had.devices.end() && !held->gpu_id.empty() && !given.count(held->gpu_id);
+    if (source_paths.count(d.path()) || other_gpu) adjust.mutable_linux()->add_devices()->set_path("-" + d.path());
+  }
+  const auto add_device = [&](const std::string& path, const std::string& host_path) -> Result<void> {
+    auto numbers = lookup_(host_path);
+    if (!numbers) return make_error(as + " refused: " + numbers.error().message, ENODEV);
     auto* device = adjust.mutable_linux()->add_devices();
-    device->set_path(d.path_after_restore());
+    device->set_path(path);
     device->set_type("c");
     device->set_major(numbers->first);
     device->set_minor(numbers->second);
     device->mutable_file_mode()->set_value(0666);
-  }
-  for (const auto& [key, value] : plan->env) {
+    return {};
+  };
+  for (const auto& d : plan->devices)
+    if (auto added = add_device(d.path_after_restore(), d.host_path); !added) return added;
+  // The nodes every GPU process of the vendor needs (/dev/nvidiactl, /dev/nvidia-uvm): CRI-O's restore drops them
+  // with the rest; they belong to no one GPU.
+  for (const auto& d : record.devices)
+    if (d.gpu_id.empty() && is_gpu_device_path(d.container_path) && !placed.count(d.container_path))
+      if (auto added = add_device(d.container_path, d.container_path); !added) return added;
+  for (const auto& [key, original] : record.gpu_env) {
     auto* kv = adjust.add_env();
     kv->set_key(key);
-    kv->set_value(value);
+    const auto mapped = plan->env.find(key);
+    kv->set_value(mapped == plan->env.end() ? original : mapped->second);
   }
   auto written = write_restore_plan(options_.state_dir, plan.value());
-  if (!written) return make_error(what + " refused: " + written.error().message, EIO);
+  if (!written) return make_error(as + " refused: " + written.error().message, EIO);
   (*adjust.mutable_annotations())[kAnnotationRestorePlan] = plan->id;
   if (!options_.hook_path.empty()) {   // runtimes without hooks.d (containerd) get the hook that places the plan
     auto* hook = adjust.mutable_hooks()->add_create_runtime();
@@ -94,9 +212,9 @@ Result<void> NriPlugin::adjust_for_restore(const api::Container& c, api::Contain
   }
   std::string moved;
   for (const auto& a : plan->assignments) moved += (moved.empty() ? "" : ", ") + a.source_id + " -> " + a.target_id;
-  log::info(what + ": plan " + plan->id + " (" + moved + "), " + std::to_string(plan->devices.size()) +
-            " device node(s), " + std::to_string(plan->env.size()) + " env var(s)" +
-            (allocated ? " within the " + std::to_string(allocated->size()) + " GPU(s) it was given" : ""));
+  log::info(as + ": plan " + plan->id + " (" + moved + "), " + std::to_string(adjust.linux().devices_size()) +
+            " device change(s), " + std::to_string(adjust.env_size()) + " env var(s), within the " +
+            std::to_string(allocated->size()) + " GPU(s) it was given");
   return {};
 }
 
@@ -119,7 +237,7 @@ Result<std::string> NriPlugin::handle(std::string_view method, std::string_view 
     if (auto ok = parse(request); !ok) return ok.error();
     // One inventory read for all of them: registration has a deadline (containerd: 5 s).
     std::optional<Result<NodeInventory>> node;
-    const hook::InventoryReader once = [&] {
+    const InventoryReader once = [&] {
       if (!node) node = inventory_();
       return *node;
     };
@@ -131,20 +249,25 @@ Result<std::string> NriPlugin::handle(std::string_view method, std::string_view 
     if (auto ok = parse(request); !ok) return ok.error();
     record(request.container(), inventory_);
     api::CreateContainerResponse response;
-    auto adjusted = adjust_for_restore(request.container(), *response.mutable_adjust());
+    auto adjusted = adjust_for_restore(request, *response.mutable_adjust());
     if (!adjusted) {
       log::error(adjusted.error().message);
       return adjusted.error();
     }
     return response.SerializeAsString();
   }
+  if (method == "RemoveContainer") {
+    // NRI >= 0.9's RemoveContainerRequest {pod = 1, container = 2} has CreateContainerRequest's fields and wire
+    // form (the proto vendored here predates it); its response is empty, like Empty's.
+    api::CreateContainerRequest request;
+    if (auto ok = parse(request); !ok) return ok.error();
+    forget(request.container());
+    return api::Empty().SerializeAsString();
+  }
   if (method == "StateChange") {
     api::StateChangeEvent event;
     if (auto ok = parse(event); !ok) return ok.error();
-    if (event.event() == api::REMOVE_CONTAINER && is_safe_id(event.container().id())) {
-      auto removed = hook::remove_container_state(options_.state_dir, event.container().id());
-      if (!removed) log::warn("container " + log::escaped(event.container().id(), 80) + ": " + removed.error().message);
-    }
+    if (event.event() == api::REMOVE_CONTAINER) forget(event.container());
     return api::Empty().SerializeAsString();
   }
   if (method == "UpdateContainer") return api::UpdateContainerResponse().SerializeAsString();

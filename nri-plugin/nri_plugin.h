@@ -1,38 +1,52 @@
-// gpuckpt-nri's behaviour, over NRI's protobuf messages (no I/O but the state directory): the runtime's events
-// and requests in, responses out.
+// gpuckpt-nri's behaviour, over NRI's protobuf messages (no I/O but the state directory and the injected
+// readers): the runtime's events and requests in, responses out.
 //   Configure          subscribe to CreateContainer and RemoveContainer
 //   Synchronize        record the GPU containers that already exist
-//   CreateContainer    record the container's GPUs like the OCI hook (same library, same record in
-//                      <state_dir>/containers/<id>.json); a container the runtime restores from a checkpoint
-//                      image the agent registered (common/checkpoint_images.h) is adjusted to the restore plan
-//                      made for the GPUs the runtime gave it (its devices, NVIDIA_VISIBLE_DEVICES, CDI): the
-//                      checkpoint's device paths get those GPUs' nodes, the environment follows, the plan goes to
-//                      the state dir under a new id named by io.gpuckpt.restore-plan, and the OCI hook is added
-//                      (createRuntime) to place it for the CRIU plugin. A restore that cannot be planned is
-//                      refused (better no container than one on the wrong GPU); anything else is never blocked.
-//   StateChange        REMOVE_CONTAINER forgets the record
+//   CreateContainer    record the container's GPUs like the OCI hook (common/gpu_container_record.h). A container
+//                      the runtime restores (common/restore_recognition.h) from a checkpoint the agent made
+//                      available on this node (common/checkpoint_images.h) gets the GPUs its pod was given — the
+//                      kubelet's allocation (PodResources), else the devices the runtime kept from the request —
+//                      and nothing else: the checkpoint's device nodes under the target GPUs' own names with the
+//                      device-cgroup rules NRI adds with them, the source GPUs' nodes it had removed, the GPU
+//                      environment, a restore plan bound to this container with a short lifetime, the
+//                      io.gpuckpt.restore-plan annotation, and the OCI hook as createRuntime hook (runtimes
+//                      without hooks.d). A restore whose GPUs are unknown or cannot take the checkpoint is refused
+//                      with the reason; any other container is never blocked or changed.
+//   RemoveContainer    forget the record (StateChange REMOVE_CONTAINER too, for runtimes before NRI 0.9)
 #pragma once
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/device_allocation.h"
+#include "common/gpu_container_record.h"
 #include "common/matcher.h"
 #include "common/result.h"
 #include "github.com/containerd/nri/pkg/api/api.pb.h"
-#include "oci-hook/hook.h"
 
 namespace gpuckpt::nri {
 
 namespace api = ::nri::pkg::api::v1alpha1;
+
+// The kubelet's device allocation of one container (PodResources): std::nullopt when the kubelet does not list
+// the container, an error when it cannot be asked.
+using AllocationReader =
+    std::function<Result<std::optional<std::vector<DeviceAllocation>>>(const ContainerIdentity&)>;
 
 struct NriPluginOptions {
   std::filesystem::path state_dir = "/var/lib/gpuckpt";
   std::filesystem::path host_root = "/";
   MatchPolicy match_policy;
   std::string hook_path;   // gpuckpt-oci-hook on the host, added to restored containers; empty: not added
+  AllocationReader allocation;   // empty: no PodResources; only the devices the runtime kept count
+  std::chrono::seconds plan_lifetime{600};   // a plan unused this long after CreateContainer expires
 };
 
 // The events gpuckpt-nri subscribes to, as NRI's bit mask (bit N-1 for event N).
@@ -44,7 +58,7 @@ nlohmann::json container_spec(const api::Container& container);
 
 class NriPlugin {
  public:
-  NriPlugin(NriPluginOptions options, hook::InventoryReader inventory, DeviceNumberLookup lookup);
+  NriPlugin(NriPluginOptions options, InventoryReader inventory, DeviceNumberLookup lookup);
 
   // One request to the plugin service (`method` as ttrpc names it, e.g. "CreateContainer"); the response's
   // serialised protobuf, or an error for the runtime (unknown method, unreadable request).
@@ -52,12 +66,14 @@ class NriPlugin {
   bool shutdown_requested() const { return shutdown_; }
 
  private:
-  void record(const api::Container& container, const hook::InventoryReader& inventory);
-  Result<void> adjust_for_restore(const api::Container& container, api::ContainerAdjustment& adjust);
+  void record(const api::Container& container, const InventoryReader& inventory);
+  void forget(const api::Container& container);
+  Result<void> adjust_for_restore(const api::CreateContainerRequest& request, api::ContainerAdjustment& adjust);
+  Result<std::vector<std::string>> allocated_gpus_of(const api::CreateContainerRequest& request,
+                                                     const NodeInventory& node, const std::string& what);
 
   NriPluginOptions options_;
-  hook::HookOptions hook_options_;
-  hook::InventoryReader inventory_;
+  InventoryReader inventory_;
   DeviceNumberLookup lookup_;
   bool shutdown_ = false;
 };

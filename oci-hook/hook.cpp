@@ -6,9 +6,7 @@
 
 #include "common/checkpoint_archive.h"
 #include "common/json_reader.h"
-#include "common/log.h"
-#include "oci-hook/container_store.h"
-#include "oci-hook/gpu_detect.h"
+#include "common/container_store.h"
 
 namespace gpuckpt::hook {
 
@@ -48,46 +46,6 @@ Result<Stage> parse_stage(std::string_view name) {
   return make_error("unknown hook stage '" + std::string(name) + "' (expected precreate, createRuntime or poststop)");
 }
 
-Result<RecordOutcome> record_gpu_container(const std::string& id, const std::string& bundle, int pid,
-                                           const nlohmann::json& config, const HookOptions& options,
-                                           const InventoryReader& inventory, const DeviceNumberLookup& lookup) {
-  GpuUse use = detect_gpu_use(config);
-  RecordOutcome outcome;
-  if (!use.uses_gpu()) {
-    outcome.message = "container " + id + ": no GPU devices, nothing recorded";
-    return outcome;
-  }
-  outcome.gpu_container = true;
-  // A spec may list any number of device nodes (20,000 made a 2.5 MB state file read at every restore); no node has
-  // this many GPU nodes, so the record keeps the first ones and the log says so.
-  if (use.devices.size() > kMaxRecordedDevices) {
-    log::warn("container " + log::escaped(id, 80) + " lists " + std::to_string(use.devices.size()) +
-              " GPU device nodes; recording the first " + std::to_string(kMaxRecordedDevices));
-    use.devices.resize(kMaxRecordedDevices);
-  }
-  auto node = inventory();
-  if (!node) return make_error("container " + id + " uses GPU devices but the node inventory failed: " +
-                               node.error().message);
-  ContainerGpuState record;
-  record.container_id = id;
-  record.bundle = bundle;
-  record.pid = pid;
-  record.recorded_at = utc_now_rfc3339();
-  if (config.contains("annotations") && config["annotations"].is_object())
-    for (const auto& [key, value] : config["annotations"].items())
-      if (value.is_string() && (key.rfind("io.kubernetes.", 0) == 0 || key.rfind("io.gpuckpt.", 0) == 0))
-        record.annotations[key] = value.get<std::string>();
-  record.gpus.record.used_gpu_ids = resolve_gpus(use, node.value(), lookup);
-  record.gpus.record.node = std::move(node.value());
-  record.gpus.devices = use.devices;
-  record.gpus.gpu_env = use.gpu_env;
-  auto written = write_container_state(options.state_dir, record);
-  if (!written) return written.error();
-  outcome.message = "container " + id + ": recorded " + std::to_string(use.devices.size()) + " GPU device node(s), " +
-                    std::to_string(record.gpus.record.used_gpu_ids.size()) + " GPU(s) of this node";
-  return outcome;
-}
-
 Result<RecordOutcome> record_container(std::string_view state_json, const HookOptions& options,
                                        const InventoryReader& inventory, const DeviceNumberLookup& lookup) {
   auto state = parse_state(state_json);
@@ -104,7 +62,7 @@ Result<RecordOutcome> record_container(std::string_view state_json, const HookOp
   if (!read) return read.error();
   if (!read.value() || !read.value()->is_object()) return make_error(bundle + "/config.json is not a JSON object");
   const nlohmann::json& config = *read.value();
-  auto recorded = record_gpu_container(id, bundle, static_cast<int>(pid), config, options, inventory, lookup);
+  auto recorded = record_gpu_container(id, bundle, static_cast<int>(pid), config, options.state_dir, inventory, lookup);
   if (!recorded || !recorded->gpu_container) return recorded;
   RecordOutcome outcome = std::move(recorded.value());
   // A restored container: put the plan where the CRIU plugin looks (its images directory) before CRIU

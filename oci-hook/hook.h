@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 
+#include "common/gpu_container_record.h"
 #include "common/gpu_model.h"
 #include "common/restore_plan.h"
 #include "common/result.h"
@@ -26,21 +27,7 @@ struct HookOptions {
   std::chrono::milliseconds timeout{5000};
 };
 
-using InventoryReader = std::function<Result<NodeInventory>()>;
-
-// What happened, for the one log line each invocation writes.
-struct RecordOutcome {
-  bool gpu_container = false;
-  std::string message;
-};
-// The most GPU device nodes one container's record keeps (more are left out, with a warning).
-inline constexpr std::size_t kMaxRecordedDevices = 256;
-
-// The recording part of createRuntime for callers that hold the container's OCI spec themselves (gpuckpt-nri):
-// detection, inventory, <state_dir>/containers/<id>.json. `bundle` may be empty, `pid` 0.
-Result<RecordOutcome> record_gpu_container(const std::string& id, const std::string& bundle, int pid,
-                                           const nlohmann::json& spec, const HookOptions& options,
-                                           const InventoryReader& inventory, const DeviceNumberLookup& lookup);
+// createRuntime: records the container (common/gpu_container_record.h) and places an applied restore plan.
 Result<RecordOutcome> record_container(std::string_view state_json, const HookOptions& options,
                                        const InventoryReader& inventory, const DeviceNumberLookup& lookup);
 

@@ -17,7 +17,7 @@
 #include "agent/job_store.h"
 #include "agent/service.h"
 #include "common/checkpoint_images.h"
-#include "oci-hook/container_store.h"
+#include "common/container_store.h"
 #include "test/agent/archive_builder.h"
 #include "test/agent/registry_server.h"
 
@@ -75,11 +75,14 @@ class FakeRuntime final : public ContainerRuntime {
     containers[c.name].state = "exited";
     return {};
   }
-  // The runtime's image store: a layout loaded under "store/" + tag; has_store false: a runtime with none.
+  // The runtime's image store: a layout loaded under "store/" + tag; has_store false: a runtime with none;
+  // load_fails: the store refuses the image.
   bool has_store = true;
+  bool load_fails = false;
   std::vector<std::string> loaded;
   Result<std::string> load_image(const fs::path& layout, const std::string& tag) override {
     if (!has_store) return std::string();
+    if (load_fails) return make_error("fake store: import failed", EIO);
     if (!fs::is_regular_file(layout / "index.json")) return make_error("fake store: no layout at " + layout.string());
     std::lock_guard lock(mutex);
     loaded.push_back("store/" + tag);
@@ -151,13 +154,13 @@ struct Fixture {
     port = server.bind_to_any_port("127.0.0.1");
     thread = std::thread([this] { server.listen_after_bind(); });
     // What the OCI hook recorded when "counter" started: it uses GPU-0 through /dev/nvidia0.
-    hook::ContainerGpuState state;
+    ContainerGpuState state;
     state.container_id = "abc123";
     state.gpus.record.node = two_gpu_node();
     state.gpus.record.used_gpu_ids = {"GPU-0"};
     state.gpus.devices = {{"/dev/nvidia0", 1, 3, "GPU-0"}};
     state.gpus.gpu_env = {{"NVIDIA_VISIBLE_DEVICES", "0"}};
-    REQUIRE(hook::write_container_state(config.state_dir, state).ok());
+    REQUIRE(write_container_state(config.state_dir, state).ok());
   }
   ~Fixture() {
     server.stop();
@@ -486,10 +489,13 @@ TEST_CASE("an archive moved to this node becomes a checkpoint image in the runti
   // The store holds it: no second copy of the checkpoint is left beside the archive.
   CHECK(f.checkpoint_files() == std::vector<std::string>{archive});
   // gpuckpt-nri finds the checkpoint's GPU record under the store's name.
-  auto registered = find_checkpoint_image(f.tmp.path / "state", "store/moved-1");
+  auto registered = find_checkpoint_source(f.tmp.path / "state", "store/moved-1");
   REQUIRE(registered.ok());
   REQUIRE(registered->has_value());
-  CHECK(registered->value().record.used_gpu_ids == std::vector<std::string>{"GPU-0"});
+  CHECK(registered->value().record.record.used_gpu_ids == std::vector<std::string>{"GPU-0"});
+  CHECK(registered->value().manifest_digest == job["result"]["image"]["manifest_digest"]);
+  // Only under the store's name: the bare tag is nobody's image name here.
+  CHECK_FALSE(find_checkpoint_source(f.tmp.path / "state", "moved-1").value());
   // Without a tag, the job's id (lower case) is the tag; the job is listed under /v1/images only.
   const auto untagged = f.wait_job("/v1/images", f.post("/v1/images", json{{"archive", archive}}.dump(), 202)["id"]);
   std::string lower = untagged["id"];
@@ -559,10 +565,31 @@ TEST_CASE("with an image_registry, images go to the registry too; a node without
   CHECK_FALSE(im["result"]["image"].contains("loaded_as"));
   CHECK(im["result"]["image"]["load_error"].get<std::string>().find("no image store") != std::string::npos);
   CHECK(im["result"]["image"]["pushed_as"].get<std::string>().rfind(registry.host() + "/gpuckpt/ck:moved-2@sha256:", 0) == 0);
-  auto registered = find_checkpoint_image(f.tmp.path / "state", registry.host() + "/gpuckpt/ck:moved-2");
+  auto registered = find_checkpoint_source(f.tmp.path / "state", registry.host() + "/gpuckpt/ck:moved-2");
   REQUIRE(registered.ok());
   CHECK(registered->has_value());
   CHECK(f.checkpoint_files() == std::vector<std::string>{archive, agent::image_layout_name(ck["id"].get<std::string>())});
+}
+
+TEST_CASE("a token holder's tag never makes an ordinary image a checkpoint, and a failed load registers nothing",
+          "[unit]") {
+  Fixture f;
+  const auto ck = f.wait_job("/v1/checkpoints",
+                             f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"].get<std::string>());
+  REQUIRE(ck["state"] == "succeeded");
+  const std::string archive = fs::path(ck["result"]["archive"].get<std::string>()).filename();
+  const fs::path state = f.tmp.path / "state";
+  const auto busybox = f.wait_job("/v1/images", f.post("/v1/images", json{{"archive", archive}, {"image", "busybox"}}.dump(), 202)["id"]);
+  REQUIRE(busybox["state"] == "succeeded");
+  CHECK(find_checkpoint_source(state, "store/busybox").value());   // the name the store gave it
+  for (const char* ordinary : {"busybox", "docker.io/library/busybox:latest", "busybox:latest"})
+    CHECK_FALSE(find_checkpoint_source(state, ordinary).value());
+  // The store refuses the image: the job fails and the index is unchanged.
+  f.runtime->load_fails = true;
+  const auto failed = f.wait_job("/v1/images", f.post("/v1/images", json{{"archive", archive}, {"image", "nginx"}}.dump(), 202)["id"]);
+  CHECK(failed["state"] == "failed");
+  for (const char* name : {"store/nginx", "nginx", "docker.io/library/nginx:latest", "localhost/gpuckpt-checkpoint:nginx"})
+    CHECK_FALSE(find_checkpoint_source(state, name).value());
 }
 
 TEST_CASE("GET /v1/runtime says which runtime and whether restores are pods", "[unit]") {

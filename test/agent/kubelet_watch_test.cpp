@@ -1,7 +1,8 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include "agent/kubelet_watch.h"
-#include "oci-hook/container_store.h"
+#include "common/checkpoint_images.h"
+#include "common/container_store.h"
 #include "test/agent/archive_builder.h"
 
 namespace fs = std::filesystem;
@@ -12,7 +13,7 @@ TEST_CASE("archives kubelet wrote are annotated once they are complete, and only
   const auto dir = tmp.path / "kubelet";
   const auto state_dir = tmp.path / "state";
   // The hook saw container abc123 (the id in the archive's config.dump) use GPU-0.
-  hook::ContainerGpuState state;
+  ContainerGpuState state;
   state.container_id = "abc123";
   GpuDevice gpu;
   gpu.id = "GPU-0";
@@ -20,7 +21,7 @@ TEST_CASE("archives kubelet wrote are annotated once they are complete, and only
   state.gpus.record.node.gpus = {gpu};
   state.gpus.record.used_gpu_ids = {"GPU-0"};
   state.gpus.devices = {{"/dev/nvidia0", 195, 0, "GPU-0"}};
-  REQUIRE(hook::write_container_state(state_dir, state).ok());
+  REQUIRE(write_container_state(state_dir, state).ok());
 
   const auto archive = dir / "checkpoint-trainer-0_ml-main-2026-11-22T00:00:00Z.tar";
   test::make_archive(archive, test::podman_checkpoint_entries(), test::Compression::None);
@@ -39,6 +40,14 @@ TEST_CASE("archives kubelet wrote are annotated once they are complete, and only
   CHECK(info->gpus->record.used_gpu_ids == std::vector<std::string>{"GPU-0"});
   CHECK(info->gpus->checkpoint_id.rfind("kubelet-checkpoint-trainer-0_ml-main-", 0) == 0);
   CHECK(inventory_reads == 0);   // the hook's record was enough
+  // Registered for gpuckpt-nri under its path, bound to the annotated file.
+  auto entry = find_checkpoint_source(state_dir, archive.string());
+  REQUIRE(entry.ok());
+  REQUIRE(entry.value());
+  CHECK(entry.value()->kind == CheckpointSourceKind::KubeletArchive);
+  CHECK(entry.value()->record.checkpoint_id == info->gpus->checkpoint_id);
+  CHECK(entry.value()->archive == archive_file_identity(archive).value());
+  CHECK_FALSE(find_checkpoint_source(state_dir, (dir / "unrelated.tar").string()).value());
   CHECK(watcher.scan() == 0);    // never twice
   CHECK(watcher.scan() == 0);
   CHECK(metrics.render().find("gpuckpt_kubelet_archives_annotated_total 1") != std::string::npos);
@@ -49,4 +58,32 @@ TEST_CASE("archives kubelet wrote are annotated once they are complete, and only
   CHECK(watcher.scan() == 0);
   CHECK(watcher.scan() == 0);
   CHECK(fs::file_size(dir / "checkpoint-broken.tar") == 7);
+}
+
+TEST_CASE("a CRI-O archive's carried annotations get the checkpoint id, so CRI-O's restore carries it", "[unit]") {
+  test::TempDir tmp;
+  const auto dir = tmp.path / "kubelet";
+  auto entries = test::podman_checkpoint_entries();
+  for (auto& e : entries)
+    if (e.name == "spec.dump") {
+      auto spec = nlohmann::json::parse(e.data);
+      spec["annotations"] = {{"io.kubernetes.cri-o.ContainerID", "abc123"},
+                             {"io.kubernetes.cri-o.Annotations", R"({"io.kubernetes.container.hash":"a1b2"})"}};
+      e.data = spec.dump();
+    }
+  const auto archive = dir / "checkpoint-trainer-0_ml-main-2026-11-26T06:00:00Z.tar";
+  test::make_archive(archive, entries, test::Compression::None);
+  agent::Metrics metrics;
+  agent::KubeletArchiveWatcher watcher(dir, tmp.path / "state", ArchiveLimits{},
+                                       [] { return Result<NodeInventory>(NodeInventory{}); }, metrics);
+  CHECK(watcher.scan() == 0);
+  CHECK(watcher.scan() == 1);
+  auto spec_text = read_archive_entry(archive, "spec.dump", ArchiveLimits{});
+  REQUIRE(spec_text.ok());
+  REQUIRE(spec_text.value());
+  const auto spec = nlohmann::json::parse(*spec_text.value());
+  const auto carried = nlohmann::json::parse(spec["annotations"]["io.kubernetes.cri-o.Annotations"].get<std::string>());
+  CHECK(carried["io.kubernetes.container.hash"] == "a1b2");   // CRI-O's own stay
+  CHECK(carried["io.gpuckpt.checkpoint-id"] == spec["annotations"]["io.gpuckpt.checkpoint-id"]);
+  CHECK(carried["io.gpuckpt.checkpoint-id"].get<std::string>().rfind("kubelet-checkpoint-trainer-0_ml-main-", 0) == 0);
 }

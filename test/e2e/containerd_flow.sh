@@ -14,13 +14,19 @@
 #   4. restored with another allocation (target GPU 1): GPU 1's node is /dev/nvidia1, NVIDIA_VISIBLE_DEVICES=1,
 #      and the restore plan reached CRIU's images directory;
 #   5. an archive that containerd did not write is refused with a reason; nothing is left behind;
-#   6. the checkpoint's image, created through CRI on another allocation (the device plugin's GPU 1 at
-#      /dev/nvidia1): gpuckpt-nri adjusts the container at CreateContainer as for a CRI restore (containerd >= 2.1
-#      restores from such an image; 1.7 only creates it): GPU 1's node is /dev/nvidia1, NVIDIA_VISIBLE_DEVICES
-#      follows, a plan for GPU 0 -> GPU 1 is in the state dir under the id the container's annotation names, and
-#      the OCI hook that places it for CRIU is in the container's createRuntime hooks; 6b: with runtime.kind cri
-#      (as on containerd >= 2.0 nodes), `gpuckpt runtime` says restores are pods and `gpuckpt image` turns the
-#      archive into a checkpoint image in containerd's store (what `kubectl gpuckpt migrate` does on the target).
+#   6. gpuckpt-nri acts only on a restore, recognised by containerd 2.x's own marks (CRI annotations
+#      restored=true, checkpointImage=<the checkpoint image>; containerd 1.7 cannot restore through CRI, so this
+#      test sets those annotations on a CreateContainer as containerd 2.x does, and NRI shows them the same way in
+#      1.7 and 2.1.9) of a checkpoint image the agent registered: 6a an ordinary container of the loaded
+#      checkpoint image is left alone, the restore-shaped one gets the allocation (the device plugin's GPU 1 at
+#      /dev/nvidia1); 6b with runtime.kind cri (as on containerd >= 2.0 nodes), `gpuckpt runtime` says restores
+#      are pods, `gpuckpt image` turns the archive into a checkpoint image in containerd's store (what `kubectl
+#      gpuckpt migrate` does on the target), and a bare tag `busybox` makes no busybox container a restore; 6 the
+#      restore-shaped container on the base image: GPU 1's node is /dev/nvidia1, NVIDIA_VISIBLE_DEVICES follows, a
+#      plan for GPU 0 -> GPU 1 bound to the container is in the state dir under the id its annotation names, the
+#      OCI hook that places it for CRIU is in its createRuntime hooks; the marks naming an image the agent never
+#      registered change nothing; a restore without any GPU devices (and no PodResources) is refused, saying why.
+# containerd 2.1.9's own CRI restore is driven by test/e2e/containerd2_flow.sh.
 # Exit 0 pass, 77 skipped (no root/containerd/criu), anything else fails. Every wait is bounded; cleanup always runs.
 set -euo pipefail
 
@@ -83,6 +89,15 @@ dev = {d["path"]: (d["major"], d["minor"]) for d in spec["linux"]["devices"]}
 assert dev["/dev/nvidia1"] == (1, 5) and "/dev/nvidia0" not in dev, dev
 assert spec["annotations"]["io.gpuckpt.restore-plan"].startswith("rp-"), spec["annotations"]'
 }
+not_adjusted() {  # not_adjusted CID: the container is as the request made it (no plan, no hook from gpuckpt-nri)
+  ctrd_ctr containers info "$1" | python3 -c '
+import json, sys
+spec = json.load(sys.stdin)["Spec"]
+assert "io.gpuckpt.restore-plan" not in spec.get("annotations", {}), spec["annotations"]
+assert not spec.get("hooks", {}).get("createRuntime"), spec["hooks"]'
+}
+# The CRI annotations containerd 2.x sets on the container it restores from checkpoint image $1.
+restore_marks() { echo --annotation restored=true --annotation checkpointedAt=2026-11-26T06:00:00Z --annotation "checkpointImage=$1"; }
 counts_past() {  # counts_past PID N: the counter passes N within 10 s
   for _ in $(seq 100); do [ "$(count_of "$1")" -gt "$2" ] && return 0; sleep 0.1; done
   return 1
@@ -241,10 +256,15 @@ grep -qx "$LOADED" "$TMP/images.txt" || fail "containerd does not list $LOADED: 
 ctrd_ctr content get "$(sandbox_json_field "$r_ck" '["result"]["image"]["manifest_digest"]')" |
   python3 -c 'import json,sys; a=json.load(sys.stdin)["annotations"]; assert a["org.criu.checkpoint.container.name"] == "counter" and a["io.gpuckpt.used-gpus"], a' ||
   fail "the loaded manifest lacks the checkpoint annotations"
+PLAIN_CID=$(cri create gpuckpt-e2e "$POD" plain-of-image "$LOADED" --device /dev/zero:/dev/nvidia1 \
+  --env NVIDIA_VISIBLE_DEVICES=1 -- /bin/true) || fail "CreateContainer of the loaded checkpoint image: $(tail -2 "$TMP/nri.log")"
+not_adjusted "$PLAIN_CID" || fail "an ordinary container of the checkpoint image was treated as a restore"
+# shellcheck disable=SC2046 # restore_marks prints separate arguments
 LOADED_CID=$(cri create gpuckpt-e2e "$POD" from-image "$LOADED" --device /dev/zero:/dev/nvidia1 \
-  --env NVIDIA_VISIBLE_DEVICES=1 -- /bin/true) || fail "CreateContainer from the loaded checkpoint image: $(tail -2 "$TMP/nri.log")"
-adjusted_to_gpu1 "$LOADED_CID" || fail "the container created from the loaded image was not adjusted by gpuckpt-nri"
-echo "ok: $LOADED in containerd's store with org.criu.checkpoint.* and io.gpuckpt.*; created from it with GPU 1: /dev/nvidia1 -> 1:5, plan named"
+  --env NVIDIA_VISIBLE_DEVICES=1 $(restore_marks "$LOADED") -- /bin/true) ||
+  fail "CreateContainer of a restore from the loaded checkpoint image: $(tail -2 "$TMP/nri.log")"
+adjusted_to_gpu1 "$LOADED_CID" || fail "the restore from the loaded image was not adjusted by gpuckpt-nri"
+echo "ok: $LOADED in containerd's store with org.criu.checkpoint.* and io.gpuckpt.*; an ordinary container of it untouched, a restore of it with GPU 1: /dev/nvidia1 -> 1:5, plan named"
 
 step "6b. a moved archive becomes a checkpoint image on a CRI node (runtime.kind: cri, containerd's API on its CRI socket)"
 # What `kubectl gpuckpt migrate` asks of the target node's agent before it creates the pod (the archive stands for
@@ -259,31 +279,53 @@ MOVED=$(sed -n 's/^  image: *//p' "$TMP/image.txt")
 ctrd_ctr images ls -q > "$TMP/images.txt"
 grep -qx "$MOVED" "$TMP/images.txt" || fail "containerd does not list $MOVED: $(cat "$TMP/images.txt")"
 [ -z "$(find "$CK" -maxdepth 1 -name 'im-*.oci')" ] || fail "the loaded image's layout was left beside the archive"
+# shellcheck disable=SC2046
 MOVED_CID=$(cri create gpuckpt-e2e "$POD" from-moved "$MOVED" --device /dev/zero:/dev/nvidia1 \
-  --env NVIDIA_VISIBLE_DEVICES=1 -- /bin/true) || fail "CreateContainer from the moved image: $(tail -2 "$TMP/nri.log")"
+  --env NVIDIA_VISIBLE_DEVICES=1 $(restore_marks "$MOVED") -- /bin/true) ||
+  fail "CreateContainer from the moved image: $(tail -2 "$TMP/nri.log")"
 adjusted_to_gpu1 "$MOVED_CID" || fail "the container created from the moved image was not adjusted by gpuckpt-nri"
+# A token holder's bare tag: the image is registered as localhost/gpuckpt-checkpoint:busybox, never as busybox.
+"$CLI" image "$(basename "$ARCHIVE")" --tag busybox --agent "$URL" --token-file "$TOKEN_FILE" > "$TMP/image-busybox.txt" ||
+  fail "gpuckpt image --tag busybox: $(tail -3 "$TMP/agent.log")"
+ctrd_ctr images tag "$IMAGE:latest" docker.io/library/busybox:latest >/dev/null || fail "ctr images tag busybox"
+BUSY_CID=$(cri create gpuckpt-e2e "$POD" busybox docker.io/library/busybox:latest -- /bin/true) ||
+  fail "an ordinary busybox container was refused: $(tail -2 "$TMP/nri.log")"
+not_adjusted "$BUSY_CID" || fail "an ordinary busybox container was adjusted after a tag 'busybox' was loaded"
+ctrd_ctr containers info "$BUSY_CID" | python3 -c 'import json,sys; d=json.load(sys.stdin)["Spec"]["linux"].get("devices") or []; assert not [x for x in d if "nvidia" in x["path"]], d' ||
+  fail "the busybox container received a GPU device"
 echo "ok: gpuckpt runtime -> '$RT'; gpuckpt image -> $MOVED in containerd's store in $(sed -n 's/^  took: *//p' "$TMP/image.txt") ($(stat -c %s "$ARCHIVE") byte archive); created from it with GPU 1: adjusted"
 
-step "6. created from the checkpoint's image with another allocation: gpuckpt-nri adjusts it to the plan"
-# The agent registered its checkpoint image for gpuckpt-nri; containerd 1.7 cannot restore from it, so the
-# image name stands on the busybox image here: what is checked is the creation-time adjustment.
-ctrd_ctr images tag "$IMAGE:latest" docker.io/library/gpuckpt-e2e-ck:latest >/dev/null || fail "ctr images tag"
-ALLOC=$(cri create gpuckpt-e2e "$POD" restored-alloc gpuckpt-e2e-ck --device /dev/zero:/dev/nvidia1 \
-  --env NVIDIA_VISIBLE_DEVICES=1 -- sleep 600) || fail "CreateContainer refused: $(tail -2 "$TMP/nri.log")"
+step "6. a restore of the checkpoint image with another allocation: gpuckpt-nri adjusts it to the plan"
+# containerd 2.x's restore: the container runs on the checkpoint's base image, the CRI annotations name the
+# checkpoint image (containerd 1.7 cannot restore: the marks are set here as 2.x sets them).
+# shellcheck disable=SC2046
+ALLOC=$(cri create gpuckpt-e2e "$POD" restored-alloc "$IMAGE" --device /dev/zero:/dev/nvidia1 \
+  --env NVIDIA_VISIBLE_DEVICES=1 $(restore_marks "$LOADED") -- sleep 600) || fail "CreateContainer refused: $(tail -2 "$TMP/nri.log")"
 cri start "$ALLOC" || fail "StartContainer of the adjusted container"
 APID=$(cri pid "$ALLOC")
 DEV=$(stat -c '%t:%T' "/proc/$APID/root/dev/nvidia1") || fail "no /dev/nvidia1 in the adjusted container"
 [ "$DEV" = 1:5 ] || fail "/dev/nvidia1 in the adjusted container is $DEV, expected 1:5 (the allocated GPU 1)"
 tr '\0' '\n' < "/proc/$APID/environ" | grep -qx NVIDIA_VISIBLE_DEVICES=1 || fail "NVIDIA_VISIBLE_DEVICES not adjusted"
 ctrd_ctr containers info "$ALLOC" > "$TMP/alloc.json"
-python3 - "$TMP/alloc.json" "$STATE" "$GPU0" "$GPU1" "$BUILD/oci-hook/gpuckpt-oci-hook" <<'PY' || fail "plan/annotation/hook of the adjusted container"
+python3 - "$TMP/alloc.json" "$STATE" "$GPU0" "$GPU1" "$BUILD/oci-hook/gpuckpt-oci-hook" "$ALLOC" <<'PY' || fail "plan/annotation/hook of the adjusted container"
 import json, os, sys
 spec = json.load(open(sys.argv[1]))["Spec"]
 plan_id = spec["annotations"]["io.gpuckpt.restore-plan"]
 plan = json.load(open(os.path.join(sys.argv[2], "restore-plans", plan_id + ".json")))
 assert [(a["source_id"], a["target_id"]) for a in plan["assignments"]] == [(sys.argv[3], sys.argv[4])], plan
+assert plan["container_id"] == sys.argv[6], plan["container_id"]
+assert plan["expires_at"] > 0, plan
 assert any(h["path"] == sys.argv[5] for h in spec["hooks"]["createRuntime"]), spec["hooks"]
 PY
 grep -q "within the 1 GPU(s) it was given" "$TMP/nri.log" || fail "gpuckpt-nri did not plan within the allocation"
-echo "ok: /dev/nvidia1 = $DEV (GPU 1), NVIDIA_VISIBLE_DEVICES=1, plan $GPU0 -> $GPU1 named by the annotation, hook added"
+# shellcheck disable=SC2046
+UNREG=$(cri create gpuckpt-e2e "$POD" restored-unregistered "$IMAGE" --device /dev/zero:/dev/nvidia1 \
+  $(restore_marks docker.io/library/never-registered:1) -- /bin/true) || fail "a restore gpuckpt has no part in was refused"
+not_adjusted "$UNREG" || fail "a restore of an image the agent never registered was adjusted"
+# shellcheck disable=SC2046
+if cri create gpuckpt-e2e "$POD" restored-nogpu "$IMAGE" $(restore_marks "$LOADED") -- /bin/true > "$TMP/nogpu.txt" 2>&1; then
+  fail "a restore with no GPU allocation known was created"
+fi
+grep -q "the GPUs pod .* was given are unknown" "$TMP/nri.log" || fail "the refusal does not say what is missing: $(tail -2 "$TMP/nri.log")"
+echo "ok: /dev/nvidia1 = $DEV (GPU 1), NVIDIA_VISIBLE_DEVICES=1, plan $GPU0 -> $GPU1 bound to $ALLOC named by the annotation, hook added; an unregistered image untouched; no allocation: refused"
 echo PASS

@@ -9,7 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "oci-hook/container_store.h"
+#include "common/container_store.h"
+#include "common/gpu_container_record.h"
 #include "oci-hook/hook.h"
 
 namespace fs = std::filesystem;
@@ -91,7 +92,7 @@ TEST_CASE("createRuntime records a GPU container with the node's GPU properties"
   REQUIRE(outcome.ok());
   CHECK(outcome->gpu_container);
   CHECK(inventory_reads == 1);
-  auto stored = hook::read_container_state(options.state_dir, "abc123");
+  auto stored = read_container_state(options.state_dir, "abc123");
   REQUIRE(stored.ok());
   REQUIRE(stored.value().has_value());
   const auto& record = *stored.value();
@@ -269,11 +270,11 @@ TEST_CASE("poststop forgets the container", "[unit]") {
   TempDir tmp;
   hook::HookOptions options;
   options.state_dir = tmp.path / "state";
-  hook::ContainerGpuState state;
+  ContainerGpuState state;
   state.container_id = "gone1";
-  REQUIRE(hook::write_container_state(options.state_dir, state).ok());
+  REQUIRE(write_container_state(options.state_dir, state).ok());
   REQUIRE(hook::forget_container(json{{"id", "gone1"}}.dump(), options).ok());
-  CHECK_FALSE(hook::read_container_state(options.state_dir, "gone1").value().has_value());
+  CHECK_FALSE(read_container_state(options.state_dir, "gone1").value().has_value());
 }
 
 TEST_CASE("a container that lists 20,000 device nodes gets a bounded record", "[unit]") {
@@ -284,13 +285,13 @@ TEST_CASE("a container that lists 20,000 device nodes gets a bounded record", "[
   auto& devices = config["linux"]["devices"];
   for (int i = 0; i < 20000; ++i)
     devices.push_back({{"path", "/dev/nvidia" + std::to_string(i)}, {"type", "c"}, {"major", 1}, {"minor", 3}});
-  auto outcome = hook::record_gpu_container("many", "", 0, config, options, [] { return Result<NodeInventory>(inventory()); },
-                                            fake_numbers);
+  auto outcome = record_gpu_container("many", "", 0, config, options.state_dir,
+                                      [] { return Result<NodeInventory>(inventory()); }, fake_numbers);
   REQUIRE(outcome.ok());
-  auto stored = hook::read_container_state(options.state_dir, "many");
+  auto stored = read_container_state(options.state_dir, "many");
   REQUIRE(stored.ok());
   REQUIRE(stored.value().has_value());
-  CHECK(stored.value()->gpus.devices.size() == hook::kMaxRecordedDevices);
+  CHECK(stored.value()->gpus.devices.size() == kMaxRecordedDevices);
   CHECK(stored.value()->gpus.record.used_gpu_ids == std::vector<std::string>{"GPU-0", "GPU-1"});
   CHECK(fs::file_size(options.state_dir / "containers" / "many.json") < (256u << 10));
 }

@@ -12,7 +12,7 @@
 #include "common/gpu_model.h"
 #include "common/restore_plan.h"
 
-namespace gpuckpt::hook {
+namespace gpuckpt {
 
 struct GpuUse {
   std::vector<ContainerGpuDevice> devices;       // GPU device nodes in linux.devices or bind-mounted
@@ -30,4 +30,4 @@ GpuUse detect_gpu_use(const nlohmann::json& spec);
 // container path is one of them; NVIDIA_VISIBLE_DEVICES / CDI name GPUs by index (device minor), UUID or "all".
 std::vector<std::string> resolve_gpus(GpuUse& use, const NodeInventory& inventory, const DeviceNumberLookup& lookup);
 
-}  // namespace gpuckpt::hook
+}  // namespace gpuckpt

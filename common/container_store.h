@@ -1,5 +1,6 @@
-// What the OCI hook records about GPU containers in the agent's state directory, one JSON file per container:
-// <state_dir>/containers/<container-id>.json. The hook writes, the agent reads (GET /v1/containers, checkpoint).
+// What the OCI hook and gpuckpt-nri record about GPU containers in the agent's state directory, one JSON file
+// per container: <state_dir>/containers/<container-id>.json. The hook and gpuckpt-nri write it
+// (gpu_container_record.h), the agent reads it (GET /v1/containers, checkpoint).
 #pragma once
 
 #include <filesystem>
@@ -12,7 +13,7 @@
 #include "common/checkpoint_archive.h"
 #include "common/result.h"
 
-namespace gpuckpt::hook {
+namespace gpuckpt {
 
 struct ContainerGpuState {
   static constexpr int kVersion = 1;
@@ -38,4 +39,4 @@ Result<void> remove_container_state(const std::filesystem::path& state_dir, std:
 
 std::string utc_now_rfc3339();
 
-}  // namespace gpuckpt::hook
+}  // namespace gpuckpt

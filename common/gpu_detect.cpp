@@ -1,4 +1,4 @@
-#include "oci-hook/gpu_detect.h"
+#include "common/gpu_detect.h"
 
 #include <algorithm>
 #include <set>
@@ -6,7 +6,7 @@
 
 #include "common/json_reader.h"
 
-namespace gpuckpt::hook {
+namespace gpuckpt {
 
 namespace {
 
@@ -132,4 +132,4 @@ std::vector<std::string> resolve_gpus(GpuUse& use, const NodeInventory& inventor
   return ordered;
 }
 
-}  // namespace gpuckpt::hook
+}  // namespace gpuckpt

@@ -2,13 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "oci-hook/gpu_detect.h"
+#include "common/gpu_detect.h"
 
 using gpuckpt::GpuDevice;
 using gpuckpt::GpuVendor;
 using gpuckpt::NodeInventory;
-using gpuckpt::hook::detect_gpu_use;
-using gpuckpt::hook::resolve_gpus;
+using gpuckpt::detect_gpu_use;
+using gpuckpt::resolve_gpus;
 using nlohmann::json;
 
 namespace {

@@ -1,4 +1,4 @@
-#include "oci-hook/container_store.h"
+#include "common/container_store.h"
 
 #include <ctime>
 
@@ -6,7 +6,7 @@
 #include "common/log.h"
 #include "common/restore_plan.h"
 
-namespace gpuckpt::hook {
+namespace gpuckpt {
 
 namespace fs = std::filesystem;
 
@@ -88,4 +88,4 @@ Result<void> remove_container_state(const fs::path& state_dir, std::string_view 
   return {};
 }
 
-}  // namespace gpuckpt::hook
+}  // namespace gpuckpt
