@@ -296,10 +296,10 @@ TEST_CASE("createRuntime finds containerd's images directory through the restori
   // The hook's parent: containerd's shim ran `runc ... restore --image-path <images>` (go-runc's arguments).
   options.runtime_pid = 4242;
   std::string cmdline;
-  for (const std::string& arg : {"runc", "--root", "/run/containerd/runc/k8s.io", "--log", "/run/log.json",
+  for (const char* arg : {"runc", "--root", "/run/containerd/runc/k8s.io", "--log", "/run/log.json",
                                  "--log-format", "json", "restore", "--image-path", images.c_str(), "--work-path",
                                  "/var/lib/containerd/work", "--bundle", bundle.c_str(), "--detach", "c0ffee"})
-    cmdline += arg + '\0';
+    (cmdline += arg) += '\0';
   write(options.host_root / "proc/4242/cmdline", cmdline);
 
   SECTION("restoring: the plan lands where runc told CRIU to look") {
@@ -312,9 +312,9 @@ TEST_CASE("createRuntime finds containerd's images directory through the restori
   }
   SECTION("creating (runc create): no restore, the plan stays for the restore it was made for") {
     cmdline.clear();
-    for (const std::string& arg : {"runc", "--root", "/run/containerd/runc/k8s.io", "create", "--bundle",
+    for (const char* arg : {"runc", "--root", "/run/containerd/runc/k8s.io", "create", "--bundle",
                                    bundle.c_str(), "c0ffee"})
-      cmdline += arg + '\0';
+      (cmdline += arg) += '\0';
     write(options.host_root / "proc/4242/cmdline", cmdline);
     auto outcome = hook::create_runtime(state.dump(), options, two_gpus, fake_numbers);
     REQUIRE(outcome.restore.ok());
