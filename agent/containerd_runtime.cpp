@@ -326,7 +326,7 @@ class ContainerdRuntime final : public ContainerRuntime {
       undo_snapshot();
       return applied.error();
     }
-    auto plan = place_restore_plan(c.spec, root / "checkpoint");
+    auto plan = place_restore_plan(c.spec, root / "checkpoint", id);
     if (!plan) {
       undo_snapshot();
       return plan.error();
@@ -420,8 +420,9 @@ class ContainerdRuntime final : public ContainerRuntime {
   }
 
   // The CRIU plugin reads the GPU mapping from the images directory. The spec names the plan only by its id
-  // (io.gpuckpt.restore-plan, set by the agent's rewrite); the plan itself comes from the agent's state dir.
-  Result<void> place_restore_plan(const nlohmann::json& spec, const fs::path& images) {
+  // (io.gpuckpt.restore-plan, set by the agent's rewrite); the plan itself comes from the agent's state dir, is
+  // checked against its binding (container `id`, the spec's checkpoint id, expiry) and used up there.
+  Result<void> place_restore_plan(const nlohmann::json& spec, const fs::path& images, const std::string& id) {
     const auto annotations = spec.value("annotations", nlohmann::json::object());
     if (!annotations.is_object() || !annotations.contains(kAnnotationRestorePlan) ||
         !annotations[kAnnotationRestorePlan].is_string() || options_.state_dir.empty()) {
@@ -430,14 +431,24 @@ class ContainerdRuntime final : public ContainerRuntime {
         log::warn("removed a restore plan that came inside the archive");
       return {};
     }
-    const std::string id = annotations[kAnnotationRestorePlan].get<std::string>();
-    auto plan = read_restore_plan(options_.state_dir, id);
-    if (!plan) return make_error("restore plan " + id + " named in spec.dump: " + plan.error().message);
-    if (!plan.value()) return make_error("restore plan " + id + " named in spec.dump is not in " +
-                                         options_.state_dir.string() + ": restore through the agent's API", ENOENT);
+    const std::string plan_id = annotations[kAnnotationRestorePlan].get<std::string>();
+    auto plan = read_restore_plan(options_.state_dir, plan_id);
+    if (!plan) return make_error("restore plan " + plan_id + " named in spec.dump: " + plan.error().message);
+    if (!plan.value()) return make_error("restore plan " + plan_id + " named in spec.dump is not in " +
+                                         options_.state_dir.string() + " (plans are single use and expire): "
+                                         "restore through the agent's API", ENOENT);
+    const std::string checkpoint = annotations.contains(kAnnotationCheckpointId) &&
+                                           annotations[kAnnotationCheckpointId].is_string()
+                                       ? annotations[kAnnotationCheckpointId].get<std::string>()
+                                       : std::string();
+    if (auto bound = check_plan_binding(*plan.value(), PlanUser{id, checkpoint}, plan_clock_now()); !bound)
+      return bound.error();
+    auto claimed = remove_restore_plan(options_.state_dir, plan_id);
+    if (!claimed) return claimed.error();
+    if (!claimed.value()) return make_error("restore plan " + plan_id + " was used by another restore", EBUSY);
     auto copied = write_file_atomically(images / kPlanFileInImages, to_json(*plan.value()).dump(2));
     if (!copied) return copied.error();
-    log::info("restore plan " + id + " placed in " + (images / kPlanFileInImages).string());
+    log::info("restore plan " + plan_id + " placed in " + (images / kPlanFileInImages).string());
     return {};
   }
 

@@ -148,6 +148,9 @@ int main(int argc, char** argv) {
   // 6. background loops
   Stopper stopper;
   std::vector<std::thread> loops;
+  loops.emplace_back([&] {
+    while (stopper.wait(agent::AgentService::kPlanSweepIntervalSeconds)) service.sweep_restore_plans();
+  });
   if (!config.kubelet_checkpoint_dir.empty()) {
     loops.emplace_back([&] {
       agent::KubeletArchiveWatcher watcher(config.kubelet_checkpoint_dir, config.state_dir, config.archive_limits,

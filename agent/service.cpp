@@ -82,6 +82,14 @@ AgentService::AgentService(AgentConfig config, AgentDeps deps) : config_(std::mo
   }
   remove_stale_partials(config_.checkpoint_dir);
   if (!config_.kubelet_checkpoint_dir.empty()) remove_stale_partials(config_.kubelet_checkpoint_dir);
+  sweep_restore_plans();
+}
+
+void AgentService::sweep_restore_plans() {
+  const auto swept = gpuckpt::sweep_restore_plans(config_.state_dir, plan_clock_now(), kPlanSweepEntries);
+  if (swept.removed)
+    log::info("removed " + std::to_string(swept.removed) + " expired or unreadable restore plan(s) from " +
+              (config_.state_dir / "restore-plans").string());
 }
 
 void AgentService::persist(const JobStatus& job) {
@@ -634,10 +642,31 @@ Result<std::string> AgentService::start_restore(const RestoreRequest& request, c
   return id;
 }
 
+namespace {
+
+// The runtime reads the archive from the job's named pipe and names that in its errors; the user named the archive.
+std::string naming_archive(std::string message, const fs::path& pipe, const fs::path& archive) {
+  const std::string from = pipe.string();
+  for (auto at = message.find(from); at != std::string::npos; at = message.find(from, at + archive.string().size()))
+    message.replace(at, from.size(), archive.string());
+  return message;
+}
+
+}  // namespace
+
 void AgentService::run_restore(const std::string& job_id, const fs::path& archive, const CheckpointInfo& checkpoint,
                                std::optional<RestorePlan> plan, std::string name, nlohmann::json info) {
   const auto start = Clock::now();
+  // The plan is this job's alone: whatever happens, it leaves the state directory when the job ends (the hook
+  // removed it already where it placed it for CRIU).
+  auto drop_plan = [&] {
+    if (!plan) return false;
+    auto removed = remove_restore_plan(config_.state_dir, plan->id);
+    if (!removed) log::warn("job " + job_id + ": " + removed.error().message);
+    return removed && removed.value();
+  };
   auto fail = [&](const std::string& message) {
+    if (drop_plan()) log::info("job " + job_id + ": restore plan " + plan->id + " removed");
     log::error("job " + job_id + ": restore of " + archive.string() + " failed: " + message);
     mark_failed(job_id, message);
     metrics_.restore_done(false, seconds_since(start));
@@ -647,6 +676,12 @@ void AgentService::run_restore(const std::string& job_id, const fs::path& archiv
   if (plan) {
     phase("planning");
     const auto t = Clock::now();
+    // Bound to this checkpoint (the restored config carries io.gpuckpt.checkpoint-id) and, where the agent names
+    // the container itself (containerd: the name is its id), to that container; usable while the runtime may
+    // still be restoring.
+    plan->expires_at = plan_clock_now() + config_.runtime_timeout.count() + kPlanGraceSeconds;
+    if (config_.runtime_kind == "containerd" && !name.empty()) plan->container_id = name;
+    info["plan"] = to_json(*plan);
     auto written = write_restore_plan(config_.state_dir, *plan);
     if (!written) return fail(written.error().message);
     // podman does not run precreate hooks on restore, and CRIU restores /dev from its images: when the plan
@@ -682,8 +717,12 @@ void AgentService::run_restore(const std::string& job_id, const fs::path& archiv
   sender.finish();
   pipe.value().reset();
   if (!restored)
-    return fail(restored.error().message +
+    return fail(naming_archive(restored.error().message, pipe_path, archive) +
                 (stream_error ? " (streaming the archive to the runtime: " + stream_error->message + ")" : ""));
+  // Where the archive went as it was (nothing moved), the restored config names no plan and none was needed.
+  if (drop_plan() && edit)
+    log::warn("job " + job_id + ": restore plan " + plan->id + " was still in the state directory after the restore: "
+              "no OCI hook placed it for CRIU (is gpuckpt's hook in the runtime's hooks dir?); removed");
   const double total = seconds_since(start);
   info["container_id"] = restored->id;
   info["container_name"] = restored->name;

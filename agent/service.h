@@ -93,6 +93,13 @@ class AgentService {
 
   const AgentConfig& config() const { return config_; }
 
+  // Removes restore plans nobody may use any more (common/restore_plan.h): at start and periodically (main).
+  void sweep_restore_plans();
+  static constexpr int kPlanSweepIntervalSeconds = 60;
+  static constexpr std::size_t kPlanSweepEntries = 4096;   // per sweep: the directory holds pending restores only
+  // A plan outlives the runtime's restore call (runtime_timeout) by this much.
+  static constexpr std::int64_t kPlanGraceSeconds = 60;
+
  private:
   struct Job;
   std::string new_job_id(const char* prefix);

@@ -99,7 +99,12 @@ Result<std::optional<ArchiveEdit>> restore_edits(const CheckpointInfo& info, con
   nlohmann::json spec = info.spec;
   auto applied = apply_restore_plan(spec, plan, lookup);
   if (!applied) return make_error("spec.dump: " + applied.error().message);
-  if (applied.value() == 0 && plan.env.empty()) return std::optional<ArchiveEdit>{};
+  // Where nothing moves the archive goes as it is, unless its spec.dump names a plan: an earlier restore's, used
+  // up (the archive is a checkpoint of a restored container), which the hook would refuse. It names this one then.
+  const bool names_a_plan = info.spec.is_object() && info.spec.contains("annotations") &&
+                            info.spec["annotations"].is_object() &&
+                            info.spec["annotations"].contains(kAnnotationRestorePlan);
+  if (applied.value() == 0 && plan.env.empty() && !names_a_plan) return std::optional<ArchiveEdit>{};
   edit.replace["spec.dump"] = spec.dump();
   std::map<std::string, DeviceNodeTarget> nodes;
   for (const auto& d : plan.devices) {

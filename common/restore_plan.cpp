@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <random>
 #include <cstring>
+#include <ctime>
 #include <sstream>
 
 #include "common/host_root.h"
@@ -277,6 +278,8 @@ Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, co
   auto annotations = section(spec, "annotations", nlohmann::json::object(), "annotations");
   if (!annotations) return annotations.error();
   (**annotations)[kAnnotationRestorePlan] = plan.id;
+  // The plan is bound to its checkpoint: the config it rewrites says which (an archive may lack the annotation).
+  if (!plan.checkpoint_id.empty()) (**annotations)[kAnnotationCheckpointId] = plan.checkpoint_id;
   return changed;
 }
 
@@ -376,6 +379,70 @@ Result<std::optional<RestorePlan>> read_restore_plan(const fs::path& state_dir, 
   if (!plan) return plan.error();
   if (plan->id != plan_id) return make_error(path.string() + ": the plan inside has id '" + plan->id.substr(0, 64) + "'");
   return std::optional<RestorePlan>(std::move(plan.value()));
+}
+
+bool plan_expired(const RestorePlan& plan, std::int64_t now) { return plan.expires_at == 0 || now >= plan.expires_at; }
+
+std::int64_t plan_clock_now() { return static_cast<std::int64_t>(std::time(nullptr)); }
+
+Result<void> check_plan_binding(const RestorePlan& plan, const PlanUser& user, std::int64_t now) {
+  const std::string what = "restore plan " + plan.id + " (checkpoint " + plan.checkpoint_id.substr(0, 128) + ")";
+  if (plan.expires_at == 0)
+    return make_error(what + " has no expiry (made by a gpuckpt before plans were bound): refused; restore again "
+                      "through gpuckpt, which makes a fresh plan", ETIME);
+  if (now >= plan.expires_at)
+    return make_error(what + " expired " + std::to_string(now - plan.expires_at) + " s ago: refused; restore again "
+                      "through gpuckpt, which makes a fresh plan", ETIME);
+  if (!plan.container_id.empty()) {
+    if (!user.container_id)
+      return make_error(what + " is bound to container " + plan.container_id.substr(0, 128) +
+                        ", which this stage cannot see (precreate gets no container id): refused", EACCES);
+    if (*user.container_id != plan.container_id)
+      return make_error(what + " is bound to container " + plan.container_id.substr(0, 128) + ", not to " +
+                        user.container_id->substr(0, 128) + ": refused", EACCES);
+    return {};
+  }
+  if (user.checkpoint_id != plan.checkpoint_id)
+    return make_error(what + " is bound to its checkpoint, but the container's annotation " +
+                      std::string(kAnnotationCheckpointId) + " is '" + user.checkpoint_id.substr(0, 128) +
+                      "': refused", EACCES);
+  return {};
+}
+
+Result<bool> remove_restore_plan(const fs::path& state_dir, std::string_view plan_id) {
+  if (!is_restore_plan_id(plan_id))
+    return make_error("restore plan id '" + std::string(plan_id.substr(0, 64)) + "' is not one the agent makes");
+  const fs::path path = restore_plan_path(state_dir, plan_id);
+  if (::unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return false;
+    return make_error("cannot remove restore plan " + path.string() + ": " + std::strerror(errno), errno);
+  }
+  sync_parent_directory(path);
+  return true;
+}
+
+PlanSweep sweep_restore_plans(const fs::path& state_dir, std::int64_t now, std::size_t max_entries) {
+  constexpr std::int64_t kTempFileAge = 3600;   // no writer holds a temporary file this long
+  PlanSweep sweep;
+  std::error_code ec;
+  fs::directory_iterator it(state_dir / "restore-plans", ec);
+  for (; !ec && it != fs::directory_iterator() && sweep.examined < max_entries; it.increment(ec)) {
+    ++sweep.examined;
+    const fs::path path = it->path();
+    const std::string name = path.filename().string();
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) continue;
+    bool stale = false;
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0 &&
+        is_restore_plan_id(std::string_view(name).substr(0, name.size() - 5))) {
+      auto plan = read_restore_plan(state_dir, name.substr(0, name.size() - 5));
+      stale = !plan || !plan.value() || plan_expired(*plan.value(), now);
+    } else {
+      stale = name.rfind(".rp-", 0) == 0 && now - static_cast<std::int64_t>(st.st_mtime) > kTempFileAge;
+    }
+    if (stale && ::unlink(path.c_str()) == 0) ++sweep.removed;
+  }
+  return sweep;
 }
 
 Result<RestorePlan> plan_for_allocation(const CheckpointGpuRecord& checkpoint, const NodeInventory& node,

@@ -9,6 +9,11 @@
 // plan only through the annotation io.gpuckpt.restore-plan=<plan id>, which the hook checks with
 // is_restore_plan_id before it looks in the state directory. Device paths in a plan are canonical GPU device
 // nodes (is_gpu_device_path), whatever the record or the plan file says.
+//
+// A plan is a capability (docs/security.md): bound to one checkpoint and, where the writer knows it, one
+// container (check_plan_binding); it expires; it is used once: the hook removes it from the state directory as it
+// places it in CRIU's images directory (remove_restore_plan), the agent's job removes its plan whatever the
+// outcome, and what is left over (expired, unreadable) is swept (sweep_restore_plans).
 #pragma once
 
 #include <cstdint>
@@ -119,6 +124,22 @@ Result<std::optional<std::string>> renumber_device_nodes(std::string_view tmpfs_
 Result<std::optional<ArchiveEdit>> restore_edits(const CheckpointInfo& info, const RestorePlan& plan,
                                                  const DeviceNumberLookup& lookup, const ArchiveLimits& limits);
 
+// Who asks to use a plan: the container's runtime id (std::nullopt where the caller cannot see it: the precreate
+// stage gets only the config) and the checkpoint id its config carries (io.gpuckpt.checkpoint-id; empty: none).
+struct PlanUser {
+  std::optional<std::string> container_id;
+  std::string checkpoint_id;
+};
+
+// Whether `user` may use `plan` at `now` (unix seconds). Refused, with the plan's id and the reason: a plan with
+// no expiry (expires_at 0) or past it (ETIME); one bound to another container, or to a container `user` cannot
+// name (EACCES); one bound to its checkpoint alone whose checkpoint_id is not the user's (EACCES).
+Result<void> check_plan_binding(const RestorePlan& plan, const PlanUser& user, std::int64_t now);
+bool plan_expired(const RestorePlan& plan, std::int64_t now);
+
+// The current time as plans count it (unix seconds).
+std::int64_t plan_clock_now();
+
 // "rp-" and 32 random hex digits: unguessable, so a pod author cannot name another restore's plan.
 std::string new_restore_plan_id();
 bool is_restore_plan_id(std::string_view id);
@@ -128,6 +149,19 @@ bool is_restore_plan_id(std::string_view id);
 std::filesystem::path restore_plan_path(const std::filesystem::path& state_dir, std::string_view plan_id);
 Result<void> write_restore_plan(const std::filesystem::path& state_dir, const RestorePlan& plan);
 Result<std::optional<RestorePlan>> read_restore_plan(const std::filesystem::path& state_dir, std::string_view plan_id);
+
+// Removes plan `plan_id` from the state directory: true when this call removed it, false when it was not there.
+// Consuming a plan is this removal: of two users racing for one plan, exactly one sees true.
+Result<bool> remove_restore_plan(const std::filesystem::path& state_dir, std::string_view plan_id);
+
+// Removes from <state_dir>/restore-plans the plans nobody may use any more (expired, no expiry, unreadable) and
+// temporary files a crashed writer left (older than an hour), looking at no more than `max_entries` entries:
+// readers sweep a few per call, the agent all of them at start and periodically.
+struct PlanSweep {
+  std::size_t examined = 0;
+  std::size_t removed = 0;
+};
+PlanSweep sweep_restore_plans(const std::filesystem::path& state_dir, std::int64_t now, std::size_t max_entries);
 
 // The device nodes a plan may name: canonical absolute paths in the GPU families /dev/nvidia*,
 // /dev/nvidia-caps/*, /dev/kfd, /dev/dri/renderD*, /dev/dri/card* ("/dev/../etc/x", "/dev/nvidia0/.." are not).

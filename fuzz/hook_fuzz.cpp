@@ -1,6 +1,8 @@
 // The OCI hook's inputs: the precreate config on stdin, the OCI state on stdin, and the bundle's config.json
 // (which the container's author wrote). The first byte picks which; a restore plan waits in the state dir.
 // The hook's stdin bound and time limit are in its main (tested in test/oci-hook).
+#include <limits>
+
 #include "fuzz/fuzz_support.h"
 #include "oci-hook/hook.h"
 
@@ -11,7 +13,11 @@ namespace {
 hook::HookOptions options() {
   hook::HookOptions o;
   o.state_dir = fuzz::scratch() / "state";
-  static const bool planned = [&] { return write_restore_plan(o.state_dir, fuzz::fixed_plan()).ok(); }();
+  static const bool planned = [&] {
+    RestorePlan plan = fuzz::fixed_plan();
+    plan.expires_at = std::numeric_limits<std::int64_t>::max();   // usable by inputs that name ck-fuzz
+    return write_restore_plan(o.state_dir, plan).ok();
+  }();
   if (!planned) __builtin_trap();
   return o;
 }
@@ -34,11 +40,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::filesystem::create_directories(bundle / "checkpoint");
       const std::string state = R"({"ociVersion": "1.0.2", "id": "fuzzed", "status": "creating", "pid": 1, "bundle": ")" +
                                 bundle.string() + "\"}";
-      (void)hook::record_container(state, o, inventory, fuzz::fixed_numbers());
+      (void)hook::create_runtime(state, o, inventory, fuzz::fixed_numbers());
       break;
     }
     default:
-      // The state itself (not fed to record_container: its bundle path would let the fuzzer write anywhere).
+      // The state itself (not fed to create_runtime: its bundle path would let the fuzzer write anywhere).
       (void)hook::forget_container(text, o);
       break;
   }

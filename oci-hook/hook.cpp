@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/checkpoint_archive.h"
+#include "common/criu_images_dir.h"
+#include "common/host_root.h"
 #include "common/json_reader.h"
 #include "common/container_store.h"
 
@@ -46,48 +48,107 @@ Result<Stage> parse_stage(std::string_view name) {
   return make_error("unknown hook stage '" + std::string(name) + "' (expected precreate, createRuntime or poststop)");
 }
 
-Result<RecordOutcome> record_container(std::string_view state_json, const HookOptions& options,
-                                       const InventoryReader& inventory, const DeviceNumberLookup& lookup) {
+namespace {
+
+struct CreatedContainer {
+  std::string id;
+  std::string bundle;
+  int pid = 0;
+  nlohmann::json config;
+};
+
+Result<CreatedContainer> read_created_container(std::string_view state_json) {
   auto state = parse_state(state_json);
   if (!state) return state.error();
-  const std::string id = (*state)["id"].get<std::string>();
-  JsonFields fields("the OCI state of container " + id);
-  std::string bundle;
+  CreatedContainer c;
+  c.id = (*state)["id"].get<std::string>();
+  JsonFields fields("the OCI state of container " + c.id);
   std::int64_t pid = 0;
-  fields.get(*state, "", "bundle", bundle);
+  fields.get(*state, "", "bundle", c.bundle);
   fields.get_integer(*state, "", "pid", pid, 0, std::numeric_limits<int>::max());
   if (fields.failed()) return fields.error();
-  if (bundle.empty() || bundle.front() != '/') return make_error("container " + id + ": OCI state has no absolute bundle");
-  auto read = read_json_file(fs::path(bundle) / "config.json");
+  c.pid = static_cast<int>(pid);
+  if (c.bundle.empty() || c.bundle.front() != '/')
+    return make_error("container " + c.id + ": OCI state has no absolute bundle");
+  auto read = read_json_file(fs::path(c.bundle) / "config.json");
   if (!read) return read.error();
-  if (!read.value() || !read.value()->is_object()) return make_error(bundle + "/config.json is not a JSON object");
-  const nlohmann::json& config = *read.value();
-  auto recorded = record_gpu_container(id, bundle, static_cast<int>(pid), config, options.state_dir, inventory, lookup);
-  if (!recorded || !recorded->gpu_container) return recorded;
-  RecordOutcome outcome = std::move(recorded.value());
-  // A restored container: put the plan where the CRIU plugin looks (its images directory) before CRIU
-  // restores the processes (runc runs createRuntime hooks at CRIU's setup-namespaces notification). The plan
-  // comes only from the state directory; a plan file that came inside the archive is removed.
-  const fs::path images = fs::path(bundle) / "checkpoint";
-  std::error_code ec;
-  if (!fs::is_directory(fs::symlink_status(images, ec))) return outcome;
-  auto plan_id = named_plan_id(config);
-  if (!plan_id) return make_error("container " + id + ": " + plan_id.error().message);
-  std::optional<RestorePlan> plan;
-  if (!plan_id->empty()) {
-    auto read_plan = read_restore_plan(options.state_dir, plan_id.value());
-    if (!read_plan) return make_error("container " + id + ": " + read_plan.error().message);
-    plan = std::move(read_plan.value());
-  }
+  if (!read.value() || !read.value()->is_object()) return make_error(c.bundle + "/config.json is not a JSON object");
+  c.config = std::move(*read.value());
+  return c;
+}
+
+std::string checkpoint_annotation(const nlohmann::json& config) {
+  auto annotations = config.find("annotations");
+  if (annotations == config.end() || !annotations->is_object()) return {};
+  auto id = annotations->find(kAnnotationCheckpointId);
+  return id != annotations->end() && id->is_string() ? id->get<std::string>() : std::string();
+}
+
+// The plan `plan_id` if `user` may use it now. A plan nobody may use any more (expired, malformed) is removed.
+// std::nullopt: no such plan (used already, swept, or never made).
+Result<std::optional<RestorePlan>> usable_plan(const HookOptions& options, const std::string& plan_id,
+                                               const PlanUser& user) {
+  auto plan = read_restore_plan(options.state_dir, plan_id);
   if (!plan) {
-    if (fs::remove(images / kPlanFileInImages, ec))
-      outcome.message += "; removed a restore plan that came with the archive (only the agent makes plans)";
-    return outcome;
+    (void)remove_restore_plan(options.state_dir, plan_id);
+    return plan.error();
   }
-  auto copied = write_file_atomically(images / kPlanFileInImages, to_json(*plan).dump(2));
-  if (!copied) return copied.error();
-  outcome.message += "; restore plan " + plan->id + " placed in " + (images / kPlanFileInImages).string();
-  return outcome;
+  if (!plan.value()) return plan;
+  if (auto bound = check_plan_binding(*plan.value(), user, plan_clock_now()); !bound) {
+    if (bound.error().errno_value == ETIME) (void)remove_restore_plan(options.state_dir, plan_id);
+    return bound.error();
+  }
+  return plan;
+}
+
+constexpr std::size_t kSweepPerCall = 16;   // the hook sweeps a few stale plans per plan it handles
+
+// A restore's part of createRuntime: the plan the config names goes into CRIU's images directory, where the
+// plugin reads the GPU mapping, and leaves the state directory (single use). The plan comes only from the state
+// directory; a plan file that came inside the archive is removed. Not a restore: nothing to do.
+Result<std::string> place_restore_plan(const CreatedContainer& c, const HookOptions& options) {
+  auto plan_id = named_plan_id(c.config);
+  auto images = find_criu_images_dir(HostRoot(options.host_root), options.runtime_pid, c.bundle);
+  if (!images) {
+    if (!plan_id || !plan_id->empty())
+      return make_error("restore of container " + c.id + " refused: it names a restore plan, but " +
+                        images.error().message);
+    return "container " + c.id + ": " + images.error().message + "; no restore plan involved";
+  }
+  if (!images.value()) return std::string();
+  const fs::path placed = images.value()->path / kPlanFileInImages;
+  if (!plan_id) return make_error("restore of container " + c.id + " refused: " + plan_id.error().message);
+  std::error_code ec;
+  if (plan_id->empty())
+    return fs::remove(placed, ec) ? "container " + c.id + ": removed a restore plan that came with the archive "
+                                    "(only gpuckpt's agent and gpuckpt-nri make plans)"
+                                  : std::string();
+  const std::string what = "restore of container " + c.id + " with plan " + plan_id.value();
+  auto plan = usable_plan(options, plan_id.value(), PlanUser{c.id, checkpoint_annotation(c.config)});
+  if (!plan) return make_error(what + " refused: " + plan.error().message, plan.error().errno_value);
+  if (!plan.value())
+    return make_error(what + " refused: the plan is not in " + options.state_dir.string() + "/restore-plans: it "
+                      "was used already (plans are single use) or expired; restore again through gpuckpt", ENOENT);
+  auto claimed = remove_restore_plan(options.state_dir, plan_id.value());
+  if (!claimed) return make_error(what + " refused: " + claimed.error().message, claimed.error().errno_value);
+  if (!claimed.value())
+    return make_error(what + " refused: another container used the plan at the same moment", EBUSY);
+  if (auto copied = write_file_atomically(placed, to_json(*plan.value()).dump(2)); !copied)
+    return make_error(what + " refused: " + copied.error().message, copied.error().errno_value);
+  const auto swept = sweep_restore_plans(options.state_dir, plan_clock_now(), kSweepPerCall);
+  return "container " + c.id + ": restore plan " + plan_id.value() + " placed in " + placed.string() + " (" +
+         images.value()->found_by + ") and removed from the state directory" +
+         (swept.removed ? "; swept " + std::to_string(swept.removed) + " stale plan(s)" : "");
+}
+
+}  // namespace
+
+CreateRuntimeOutcome create_runtime(std::string_view state_json, const HookOptions& options,
+                                    const InventoryReader& inventory, const DeviceNumberLookup& lookup) {
+  auto c = read_created_container(state_json);
+  if (!c) return {c.error(), std::string()};
+  auto recorded = record_gpu_container(c->id, c->bundle, c->pid, c->config, options.state_dir, inventory, lookup);
+  return {std::move(recorded), place_restore_plan(c.value(), options)};
 }
 
 Result<PrecreateOutcome> precreate(std::string_view config_json, const HookOptions& options,
@@ -106,10 +167,15 @@ Result<PrecreateOutcome> precreate(std::string_view config_json, const HookOptio
     outcome.message = std::string("no ") + kAnnotationRestorePlan + " annotation; unchanged";
     return outcome;
   }
-  auto plan = read_restore_plan(options.state_dir, plan_id.value());
-  if (!plan) return make_error("restore with plan " + plan_id.value() + " refused: " + plan.error().message);
+  // Not consumed here: podman runs createRuntime next, which places the plan for CRIU and removes it.
+  auto plan = usable_plan(options, plan_id.value(), PlanUser{std::nullopt, checkpoint_annotation(config)});
+  if (!plan)
+    return make_error("restore with plan " + plan_id.value() + " refused: " + plan.error().message,
+                      plan.error().errno_value);
   if (!plan.value()) {
-    outcome.message = "restore plan " + plan_id.value() + " is not in " + options.state_dir.string() + "; unchanged";
+    // A used plan grants nothing again. The config of a restored container that is started again names it.
+    outcome.message = "restore plan " + plan_id.value() + " is not in " + options.state_dir.string() +
+                      " (used already or expired): nothing applied, unchanged";
     return outcome;
   }
   auto changed = apply_restore_plan(config, *plan.value(), lookup);

@@ -1,6 +1,7 @@
 // gpuckpt-oci-hook: installed through a hooks.d JSON file (oci-hook/gpuckpt-hook.json). Thin main over
 // gpuckpt_hook_lib: arguments, bounded stdin, a hard time limit, and the fail-safe exit policy:
-//   createRuntime/poststop: always exit 0 (a bookkeeping failure must never stop a container), log why;
+//   createRuntime/poststop: exit 0 whatever the bookkeeping does (its failure must never stop a container), log
+//   why; createRuntime of a restore whose restore plan is refused: exit 1 with the reason (no restore without it);
 //   precreate: pass the config through unchanged unless a restore plan exists and cannot be applied, in which
 //   case exit 1 with the reason (the runtime refuses the restore instead of restoring onto the wrong GPU). The
 //   config on stdout is all or nothing: when the hook cannot finish it (the time limit, a failed write) it exits 1,
@@ -131,6 +132,7 @@ int main(int argc, char** argv) {
     else return usage();
   }
   if (options.timeout.count() <= 0) options.timeout = std::chrono::milliseconds(5000);
+  options.runtime_pid = static_cast<int>(::getppid());
   {
     std::error_code ec;
     if (std::filesystem::is_directory(options.state_dir, ec)) log_to_state_dir(options.state_dir);
@@ -167,11 +169,17 @@ int main(int argc, char** argv) {
     const auto lookup = stat_device_numbers(options.host_root);
     switch (*stage) {
       case hook::Stage::CreateRuntime: {
-        auto outcome = hook::record_container(
+        auto outcome = hook::create_runtime(
             input, options, [&] { return read_inventory(HostRoot(options.host_root)); }, lookup);
-        if (!outcome) log::error(outcome.error().message + " (container starts unmodified)");
-        else if (outcome->gpu_container) log::info(outcome->message);
-        else log::debug(outcome->message);
+        if (!outcome.record) log::error(outcome.record.error().message + " (container starts unmodified)");
+        else if (outcome.record->gpu_container) log::info(outcome.record->message);
+        else log::debug(outcome.record->message);
+        if (!outcome.restore) {
+          ::alarm(0);
+          log::error(outcome.restore.error().message);
+          return 1;
+        }
+        if (!outcome.restore->empty()) log::info(outcome.restore.value());
         return 0;
       }
       case hook::Stage::Precreate: {

@@ -306,6 +306,7 @@ class CudaBackend final : public Backend {
   Result<void> plan_restore_pairs(int dir_fd) {
     auto mapping = choose_restore_mapping(dir_fd, restore_records_, restore_inventory_);
     if (!mapping) return mapping.error();
+    restore_mapping_ = *mapping;
     const auto node_gpus = cuda::nvidia_uuids(restore_inventory_);
     for (const auto& [from, to] : *mapping) log::info("cuda: GPU " + from + " -> " + to);
     pairs_by_pid_.clear();
@@ -550,10 +551,31 @@ class CudaBackend final : public Backend {
     return it != pairs_by_pid_.end() ? it->second : default_pairs_;
   }
 
+  // The pairs as they must be when the driver restores: a mapping placed after init decides them; with none,
+  // GPUs may only stay where they are (require_plan_for_moves).
+  Result<void> settle_mapping() {
+    if (mapping_from_file_) return {};
+    const bool placed = ::faccessat(criu::image_dir_fd(), cuda::kRestorePlanFileName, F_OK, 0) == 0 ||
+                        ::faccessat(criu::image_dir_fd(), cuda::kMappingFileName, F_OK, 0) == 0;
+    if (!placed) return cuda::require_plan_for_moves(restore_mapping_);
+    log::info("cuda: a GPU mapping was placed after init (the OCI hook's restore plan): it decides the pairs");
+    return plan_restore_pairs(criu::image_dir_fd());
+  }
+
   void restore_all(int first_pid) {
     restore_round_done_ = true;
     std::vector<int> candidates{first_pid};
     for (int child : cuda::descendants(first_pid)) candidates.push_back(child);
+    if (driver_ != nullptr) {
+      if (auto settled = settle_mapping(); !settled) {
+        for (int pid : candidates) {
+          log::error("cuda: killing restored pid " + std::to_string(pid) + ": " + settled.error().message);
+          restore_results_[pid] = -EIO;
+          ::kill(pid, SIGKILL);
+        }
+        return;
+      }
+    }
     // The staging memory first: the driver's restore reads it.
     for (const auto& [pid, result] : memory_.fill(candidates)) {
       restore_results_[pid] = result;
@@ -564,21 +586,6 @@ class CudaBackend final : public Backend {
       }
     }
     if (driver_ == nullptr) return;
-    if (!mapping_from_file_) {
-      const bool placed = ::faccessat(criu::image_dir_fd(), cuda::kRestorePlanFileName, F_OK, 0) == 0 ||
-                          ::faccessat(criu::image_dir_fd(), cuda::kMappingFileName, F_OK, 0) == 0;
-      if (placed) {
-        log::info("cuda: a GPU mapping was placed after init (the OCI hook's restore plan): it decides the pairs");
-        if (auto planned = plan_restore_pairs(criu::image_dir_fd()); !planned) {
-          for (int pid : candidates) {
-            log::error("cuda: killing restored pid " + std::to_string(pid) + ": " + planned.error().message);
-            restore_results_[pid] = -EIO;
-            ::kill(pid, SIGKILL);
-          }
-          return;
-        }
-      }
-    }
     // Only the restore thread id can be asked while the task is stopped: every other driver call is served by
     // that thread inside the task, so it would wait for a thread CRIU holds (restore_processes lets it run).
     std::vector<int> pids;
@@ -677,6 +684,7 @@ class CudaBackend final : public Backend {
   std::vector<cuda::UuidPair> default_pairs_;
   cuda::ProcessRecords restore_records_;
   NodeInventory restore_inventory_;
+  cuda::GpuMapping restore_mapping_;   // the mapping plan_restore_pairs last chose
   bool mapping_from_file_ = false;   // the mapping came from a mapping file or restore plan in the images dir
 };
 

@@ -211,4 +211,18 @@ Result<GpuMapping> choose_mapping(const GpuPropertiesRecord& source, const NodeI
   return mapping;
 }
 
+Result<void> require_plan_for_moves(const GpuMapping& unplanned) {
+  std::string moved;
+  for (const auto& [from, to] : unplanned)
+    if (from != to) moved += (moved.empty() ? "" : ", ") + from + " (this node's nearest match: " + to + ")";
+  if (moved.empty()) return {};
+  return make_error("the checkpoint's GPU " + moved + " is not on this node, and no gpuckpt restore plan reached "
+                    "CRIU's images directory (" + std::string(kRestorePlanFileName) + "), so nothing says which of "
+                    "the container's GPUs takes its place; the driver's restore was not attempted. Check that the "
+                    "restore went through gpuckpt: on Kubernetes gpuckpt-nri running and registered with the "
+                    "runtime, and gpuckpt's OCI hook installed for createRuntime (hooks.d, or gpuckpt-nri --hook); "
+                    "with the agent, its restore job's log. Without gpuckpt, give a mapping file " +
+                    std::string(kMappingFileName) + " (docs/cuda.md)", ENODEV);
+}
+
 }  // namespace gpuckpt::cuda

@@ -55,4 +55,10 @@ int nvidia_minor(const NodeInventory& inventory, const Uuid& uuid);
 // shared matcher's choice over the recorded properties and this node's inventory.
 Result<GpuMapping> choose_mapping(const GpuPropertiesRecord& source, const NodeInventory& node);
 
+// The last check before the driver's restore when neither a mapping file nor a restore plan reached CRIU's images
+// directory: GPUs may only stay where they are. An error (ENODEV) names every GPU of the checkpoint that
+// `unplanned` (choose_mapping's answer) would move, says that no gpuckpt restore plan reached the images directory,
+// and what to check; nothing is moved by guesswork onto GPUs the container may not have been given.
+Result<void> require_plan_for_moves(const GpuMapping& unplanned);
+
 }  // namespace gpuckpt::cuda

@@ -88,7 +88,19 @@ class FakeRuntime final : public ContainerRuntime {
     loaded.push_back("store/" + tag);
     return loaded.back();
   }
+  // A runtime that refuses the restore: its message names what it was given to read, as podman's does.
+  bool refuse_restores = false;
+  std::vector<bool> plan_present_at_restore;   // the job's plan was in the state dir while the runtime ran
+  fs::path state_dir;
   Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name) override {
+    {
+      std::lock_guard lock(mutex);
+      bool present = false;
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(state_dir / "restore-plans", ec)) present |= e.is_regular_file();
+      plan_present_at_restore.push_back(present);
+    }
+    if (refuse_restores) return make_error("Error: importing " + archive.string() + ": the runtime refused it");
     auto spec = read_archive_entry(archive, "spec.dump", ArchiveLimits{});
     if (!spec || !spec.value()) return make_error("fake restore: no spec.dump");
     auto entries = list_archive(archive, ArchiveLimits{});
@@ -138,6 +150,7 @@ struct Fixture {
     config.max_request_bytes = 4096;
     fs::create_directories(config.checkpoint_dir);
     if (configure) configure(config);
+    runtime->state_dir = config.state_dir;
     runtime->containers["counter"] = {"abc123", "counter", "running", 100};
     runtime->containers["plain"] = {"def456", "plain", "running", 101};
     agent::AgentDeps deps;
@@ -361,7 +374,8 @@ TEST_CASE("restore matches GPUs, rewrites the devices and restores", "[unit]") {
     CHECK(job["result"]["plan"]["assignments"][0]["target_id"] == "GPU-0");
     const std::string plan_id = job["result"]["plan"]["id"];
     CHECK(is_restore_plan_id(plan_id));
-    CHECK(fs::exists(restore_plan_path(f.tmp.path / "state", plan_id)));
+    CHECK(f.runtime->plan_present_at_restore == std::vector<bool>{true});
+    CHECK_FALSE(fs::exists(restore_plan_path(f.tmp.path / "state", plan_id)));   // the job ended: so did its plan
     CHECK_FALSE(fs::exists(restore_plan_path(f.tmp.path / "state", ck["id"].get<std::string>())));
   }
   SECTION("onto the GPU the scheduler assigned: devices and env follow on the way to the runtime, no copy") {
@@ -385,11 +399,53 @@ TEST_CASE("restore matches GPUs, rewrites the devices and restores", "[unit]") {
     auto stored = json::parse(*read_archive_entry(f.tmp.path / "checkpoints" / archive, "spec.dump", ArchiveLimits{}).value());
     CHECK(stored["linux"]["devices"][0]["minor"] == 3);
   }
+  SECTION("the plan is bound to the checkpoint, expires, and names it in the spec the runtime restores") {
+    const auto job = f.wait_job(
+        "/v1/restores", f.post("/v1/restores", json{{"archive", archive}, {"target_gpus", {"GPU-1"}}}.dump(), 202)["id"]);
+    REQUIRE(job["state"] == "succeeded");
+    const auto& plan = job["result"]["plan"];
+    CHECK(plan["checkpoint_id"] == ck["id"]);
+    CHECK(plan["container_id"] == "");   // podman names the restored container's id only once it exists
+    const auto expires_at = plan["expires_at"].get<std::int64_t>();
+    CHECK(expires_at > plan_clock_now());
+    CHECK(expires_at <= plan_clock_now() + f.service->config().runtime_timeout.count() + 60);
+    const auto& annotations = f.runtime->restored_specs.at(0)["annotations"];
+    CHECK(annotations["io.gpuckpt.restore-plan"] == plan["id"]);
+    CHECK(annotations["io.gpuckpt.checkpoint-id"] == ck["id"]);
+  }
+  SECTION("a restore the runtime refuses leaves no plan behind and names the archive, not the agent's pipe") {
+    f.runtime->refuse_restores = true;
+    const auto job = f.wait_job(
+        "/v1/restores", f.post("/v1/restores", json{{"archive", archive}, {"target_gpus", {"GPU-1"}}}.dump(), 202)["id"]);
+    INFO(job.dump());
+    REQUIRE(job["state"] == "failed");
+    CHECK(f.runtime->plan_present_at_restore == std::vector<bool>{true});
+    CHECK(fs::is_empty(f.tmp.path / "state" / "restore-plans"));
+    const std::string error = job["error"];
+    CHECK(error.find((f.tmp.path / "checkpoints" / archive).string()) != std::string::npos);
+    CHECK(error.find(".fifo") == std::string::npos);
+  }
   SECTION("onto a GPU this node does not have: 422 with the reason, nothing restored") {
     const auto err = f.post("/v1/restores", json{{"archive", archive}, {"target_gpus", {"GPU-9"}}}.dump(), 422);
     CHECK(err["error"]["message"].get<std::string>().find("no GPU") != std::string::npos);
     CHECK(f.runtime->restored.empty());
   }
+}
+
+TEST_CASE("the agent sweeps the plans nobody may use any more when it starts", "[unit]") {
+  RestorePlan expired, live;
+  for (auto* plan : {&expired, &live}) {
+    plan->id = new_restore_plan_id();
+    plan->checkpoint_id = "ck-1";
+  }
+  expired.expires_at = plan_clock_now() - 1;
+  live.expires_at = plan_clock_now() + 600;
+  Fixture f([&](const fs::path& root) {
+    REQUIRE(write_restore_plan(root / "state", expired).ok());
+    REQUIRE(write_restore_plan(root / "state", live).ok());
+  });
+  CHECK_FALSE(fs::exists(restore_plan_path(f.tmp.path / "state", expired.id)));
+  CHECK(fs::exists(restore_plan_path(f.tmp.path / "state", live.id)));
 }
 
 TEST_CASE("bad restore requests get clear 4xx and restore nothing", "[unit]") {

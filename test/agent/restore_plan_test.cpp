@@ -246,3 +246,97 @@ TEST_CASE("applied to a spec, a plan gives moved NVIDIA GPUs their own node name
     CHECK_FALSE(restore_plan_from_json(doc, "plan").ok());
   }
 }
+
+TEST_CASE("a plan's binding: one checkpoint, one container where named, until it expires", "[unit]") {
+  const std::int64_t now = 1'800'000'000;
+  RestorePlan plan;
+  plan.id = new_restore_plan_id();
+  plan.checkpoint_id = "ck-1";
+  plan.expires_at = now + 60;
+  struct Case {
+    std::string container_id;   // the plan's
+    std::int64_t expires_at;
+    PlanUser user;
+    int refused_with;           // 0: allowed
+  };
+  const Case cases[] = {
+      {"", now + 60, {"any-container", "ck-1"}, 0},
+      {"", now + 60, {std::nullopt, "ck-1"}, 0},            // precreate: the checkpoint decides
+      {"", now + 60, {"c1", "ck-2"}, EACCES},
+      {"", now + 60, {"c1", ""}, EACCES},
+      {"c1", now + 60, {"c1", "ck-other"}, 0},              // bound to the container: that decides
+      {"c1", now + 60, {"c2", "ck-1"}, EACCES},
+      {"c1", now + 60, {std::nullopt, "ck-1"}, EACCES},     // precreate cannot tell which container it is
+      {"", now, {"c1", "ck-1"}, ETIME},                     // expires_at is the first second it is refused
+      {"", now - 3600, {"c1", "ck-1"}, ETIME},
+      {"", 0, {"c1", "ck-1"}, ETIME},                       // made before plans were bound
+  };
+  for (const auto& c : cases) {
+    plan.container_id = c.container_id;
+    plan.expires_at = c.expires_at;
+    auto bound = check_plan_binding(plan, c.user, now);
+    INFO("plan container '" << c.container_id << "' expires " << c.expires_at << ", user "
+                            << c.user.container_id.value_or("(unknown)") << "/" << c.user.checkpoint_id);
+    if (c.refused_with == 0) {
+      CHECK(bound.ok());
+    } else {
+      REQUIRE_FALSE(bound.ok());
+      CHECK(bound.error().errno_value == c.refused_with);
+      CHECK(bound.error().message.find(plan.id) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("removing a plan is its one use: the second removal finds nothing", "[unit]") {
+  test::TempDir tmp;
+  RestorePlan plan;
+  plan.id = new_restore_plan_id();
+  plan.checkpoint_id = "ck-1";
+  REQUIRE(write_restore_plan(tmp.path, plan).ok());
+  CHECK(remove_restore_plan(tmp.path, plan.id).value());
+  CHECK_FALSE(remove_restore_plan(tmp.path, plan.id).value());
+  CHECK_FALSE(remove_restore_plan(tmp.path, "../../etc/passwd").ok());
+}
+
+TEST_CASE("sweeping removes expired, unbounded and unreadable plans and old temporary files, within its budget",
+          "[unit]") {
+  test::TempDir tmp;
+  const std::int64_t now = plan_clock_now();
+  auto stored = [&](std::int64_t expires_at) {
+    RestorePlan plan;
+    plan.id = new_restore_plan_id();
+    plan.checkpoint_id = "ck-1";
+    plan.expires_at = expires_at;
+    REQUIRE(write_restore_plan(tmp.path, plan).ok());
+    return restore_plan_path(tmp.path, plan.id);
+  };
+  const auto live = stored(now + 600);
+  const auto expired = stored(now - 1);
+  const auto unbounded = stored(0);
+  const fs::path dir = tmp.path / "restore-plans";
+  const auto unreadable = restore_plan_path(tmp.path, new_restore_plan_id());
+  test::write_file(unreadable, "{\"version\": 1,");
+  const auto old_temp = dir / ".rp-0.json.tmp-1-0";
+  const auto new_temp = dir / ".rp-1.json.tmp-1-1";
+  const auto other = dir / "README";
+  for (const auto& p : {old_temp, new_temp, other}) test::write_file(p, "x");
+  fs::last_write_time(old_temp, fs::file_time_type::clock::now() - std::chrono::hours(2));
+
+  SECTION("a budget bounds the work of one sweep") {
+    const auto swept = sweep_restore_plans(tmp.path, now, 2);
+    CHECK(swept.examined == 2);
+    CHECK(swept.removed <= 2);
+  }
+  SECTION("a whole sweep") {
+    const auto swept = sweep_restore_plans(tmp.path, now, 100);
+    CHECK(swept.examined == 7);
+    CHECK(swept.removed == 4);
+    CHECK(fs::exists(live));
+    CHECK(fs::exists(new_temp));   // a writer may hold it right now
+    CHECK(fs::exists(other));
+    for (const auto& gone : {expired, unbounded, unreadable, old_temp}) CHECK_FALSE(fs::exists(gone));
+  }
+  SECTION("no directory: nothing to do") {
+    CHECK(sweep_restore_plans(tmp.path / "none", now, 100).examined == 0);
+  }
+}

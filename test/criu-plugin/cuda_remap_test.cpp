@@ -188,6 +188,39 @@ TEST_CASE("without a mapping file: identity on the same node, the matcher elsewh
   }
 }
 
+TEST_CASE("with no plan or mapping by the driver's restore, GPUs only stay where they are", "[unit]") {
+  GpuPropertiesRecord record;
+  record.node.gpus = {h200(A, 0), h200(B, 1)};
+  record.used_gpu_ids = {A, B};
+  SECTION("same node: every GPU stays itself, nothing to refuse") {
+    auto mapping = choose_mapping(record, record.node);
+    REQUIRE(mapping);
+    CHECK(require_plan_for_moves(*mapping).ok());
+  }
+  SECTION("a node without the checkpoint's GPU: stopped, naming the GPU, the missing plan and what to check") {
+    NodeInventory other;
+    other.gpus = {h200(C, 0), h200(D, 1)};
+    auto chosen = choose_mapping(record, other);   // what init falls back to: the matcher's guess
+    REQUIRE(chosen);
+    CHECK_FALSE(require_plan_for_moves(*chosen).ok());
+    // A stays (this node has it), B would go to C: only B is named.
+    auto refused = require_plan_for_moves(GpuMapping{{A, A}, {B, C}});
+    REQUIRE_FALSE(refused.ok());
+    const std::string& message = refused.error().message;
+    INFO(message);
+    CHECK(refused.error().errno_value == ENODEV);
+    CHECK(message.find(B) != std::string::npos);
+    CHECK(message.find("GPU " + A) == std::string::npos);   // A stays: not named as moved
+    CHECK(message.find("no gpuckpt restore plan reached CRIU's images directory") != std::string::npos);
+    CHECK(message.find(kRestorePlanFileName) != std::string::npos);
+    CHECK(message.find("gpuckpt-nri") != std::string::npos);
+    CHECK(message.find("OCI hook") != std::string::npos);
+  }
+  SECTION("an empty mapping (no GPU recorded) has nothing to move") {
+    CHECK(require_plan_for_moves(GpuMapping{}).ok());
+  }
+}
+
 TEST_CASE("GPU records round-trip through the image directory", "[unit]") {
   const auto dir = std::filesystem::temp_directory_path() / ("gpuckpt-records-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);

@@ -5,7 +5,8 @@
 #      OCI checkpoint image that the agent loads into podman's store (loaded_as) and podman restores from;
 #   3. bad requests (wrong token, unknown container, traversal, truncated/malformed archive) get 4xx, change nothing;
 #   4. POST /v1/restores onto another (fixture) GPU: the workload continues, the target's node is /dev/nvidia1;
-#   5. the precreate stage applies a pending restore plan at creation, refuses one it cannot apply.
+#   5. the precreate stage applies a pending restore plan at creation, refuses one it cannot apply or that is bound to
+#      another checkpoint.
 # The node's GPUs come from a fixture host root (8x H100) whose /dev/nvidia0 and /dev/nvidia1 are made here as
 # /dev/null's and /dev/zero's numbers, so "moving GPU" is visible inside the container.
 # Exit 0 pass, 77 skipped (no root/podman/criu), anything else fails. Every wait is bounded; cleanup always runs.
@@ -191,14 +192,16 @@ python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['gpus']['r
 echo "ok: the hook recorded the restored container on $GPU1"
 grep -q "container $NEW_ID: .*restore plan rp-[0-9a-f]* placed in .*/checkpoint/gpuckpt-restore-plan.json" "$STATE/hook.log" ||
   fail "the hook did not place the restore plan in the CRIU images directory: $(tail -2 "$STATE/hook.log")"
-echo "ok: the hook placed the restore plan in the CRIU images directory before CRIU restored the processes"
+[ -z "$(ls -A "$STATE/restore-plans" 2>/dev/null)" ] || fail "a used restore plan was left: $(ls -A "$STATE/restore-plans")"
+echo "ok: the hook placed the restore plan in the CRIU images directory before CRIU restored the processes, and used it up"
 only_archive_and_image || fail "restore left files in $CK: $(ls -A "$CK")"
 
 step "5. precreate (podman run): the plan an annotation names by id rewrites the devices; one that cannot apply refuses"
 PLAN="rp-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 mkdir -p "$STATE/restore-plans"
 cat > "$STATE/restore-plans/$PLAN.json" <<JSON
-{"version": 1, "id": "$PLAN", "checkpoint_id": "ck-e2e-precreate", "assignments": [{"source_id": "$GPU0", "target_id": "$GPU1"}],
+{"version": 1, "id": "$PLAN", "checkpoint_id": "ck-e2e-precreate", "expires_at": $(( $(date +%s) + 600 )),
+ "assignments": [{"source_id": "$GPU0", "target_id": "$GPU1"}],
  "devices": [{"container_path": "/dev/nvidia0", "host_path": "/dev/nvidia1", "source_gpu_id": "$GPU0", "target_gpu_id": "$GPU1"}],
  "env": {"NVIDIA_VISIBLE_DEVICES": "1"}, "relaxations": []}
 JSON
@@ -208,6 +211,13 @@ OUT=$(podman --hooks-dir "$HOOKS" run --rm "${ULIMITS[@]}" "${PLAN_ANNOTATIONS[@
   sh -c 'stat -c %t:%T /dev/nvidia0; echo $NVIDIA_VISIBLE_DEVICES') || fail "podman run with a restore plan"
 [ "$(echo $OUT)" = "1:5 1" ] || fail "precreate did not apply the plan: $OUT"
 echo "ok: precreate applied the plan (/dev/nvidia0 -> 1:5, NVIDIA_VISIBLE_DEVICES=1)"
+if podman --hooks-dir "$HOOKS" run --rm "${ULIMITS[@]}" --annotation io.gpuckpt.checkpoint-id=ck-another \
+     --annotation "io.gpuckpt.restore-plan=$PLAN" --device /dev/null:/dev/nvidia0 "$IMAGE" true > "$TMP/other.txt" 2>&1; then
+  fail "a restore plan was applied to a container of another checkpoint"
+fi
+grep -q "restore with plan $PLAN refused: .*bound to its checkpoint" "$STATE/hook.log" ||
+  fail "no reason for the other checkpoint's container: $(tail -3 "$STATE/hook.log")"
+echo "ok: the plan is bound to its checkpoint: a container of another checkpoint naming it is refused"
 sed -i 's#"/dev/nvidia1"#"/dev/nvidia7"#' "$STATE/restore-plans/$PLAN.json"
 if podman --hooks-dir "$HOOKS" run --rm "${ULIMITS[@]}" "${PLAN_ANNOTATIONS[@]}" \
      --device /dev/null:/dev/nvidia0 "$IMAGE" true > "$TMP/refused.txt" 2>&1; then

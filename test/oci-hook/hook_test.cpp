@@ -43,12 +43,14 @@ json gpu_config() {
           {"linux", {{"devices", json::array({{{"path", "/dev/nvidia0"}, {"type", "c"}, {"major", 1}, {"minor", 3}}})}}}};
 }
 
-// A plan the agent stored for checkpoint `checkpoint_id` moving /dev/nvidia0 to `host_path`.
+// A plan the agent stored for checkpoint `checkpoint_id` moving /dev/nvidia0 to `host_path`, usable for ten
+// minutes by a container whose config carries that checkpoint id.
 RestorePlan stored_plan(const hook::HookOptions& options, const std::string& checkpoint_id,
                         const std::string& host_path = "/dev/nvidia1") {
   RestorePlan plan;
   plan.id = new_restore_plan_id();
   plan.checkpoint_id = checkpoint_id;
+  plan.expires_at = plan_clock_now() + 600;
   plan.assignments = {{"GPU-0", "GPU-1"}};
   plan.devices = {{"/dev/nvidia0", host_path, "GPU-0", host_path == "/dev/nvidia1" ? "GPU-1" : "GPU-9",
                    restored_device_path("/dev/nvidia0", host_path)}};
@@ -78,6 +80,34 @@ Result<std::pair<std::uint32_t, std::uint32_t>> fake_numbers(const std::string& 
   return make_error("no device " + path);
 }
 
+Result<NodeInventory> two_gpus() { return inventory(); }
+
+// A directory as CRIU leaves its images.
+void criu_images(const fs::path& dir) { write(dir / "inventory.img", "criu"); }
+
+// A restored container in podman's layout: its config (a GPU container from checkpoint `checkpoint_id`, naming
+// `plan_id` when given) and CRIU's images in <bundle>/checkpoint. Returns its OCI state.
+std::string restored_container(const fs::path& bundle, const std::string& id, const std::string& checkpoint_id,
+                               const std::string& plan_id) {
+  auto config = gpu_config();
+  config["annotations"]["io.gpuckpt.checkpoint-id"] = checkpoint_id;
+  if (!plan_id.empty()) config["annotations"]["io.gpuckpt.restore-plan"] = plan_id;
+  write(bundle / "config.json", config.dump());
+  criu_images(bundle / "checkpoint");
+  return json{{"ociVersion", "1.0.2"}, {"id", id}, {"status", "creating"}, {"bundle", bundle.string()}}.dump();
+}
+
+std::string precreate_config(const std::string& checkpoint_id, const std::string& plan_id) {
+  auto config = gpu_config();
+  config["annotations"]["io.gpuckpt.checkpoint-id"] = checkpoint_id;
+  config["annotations"]["io.gpuckpt.restore-plan"] = plan_id;
+  return config.dump();
+}
+
+bool in_state_dir(const hook::HookOptions& options, const RestorePlan& plan) {
+  return fs::exists(restore_plan_path(options.state_dir, plan.id));
+}
+
 }  // namespace
 
 TEST_CASE("createRuntime records a GPU container with the node's GPU properties", "[unit]") {
@@ -87,8 +117,8 @@ TEST_CASE("createRuntime records a GPU container with the node's GPU properties"
   write(tmp.path / "bundle/config.json", gpu_config().dump());
   const json state = {{"ociVersion", "1.0.2"}, {"id", "abc123"}, {"pid", 42}, {"bundle", (tmp.path / "bundle").string()}};
   int inventory_reads = 0;
-  auto outcome = hook::record_container(state.dump(), options, [&] { ++inventory_reads; return Result<NodeInventory>(inventory()); },
-                                        fake_numbers);
+  auto outcome = hook::create_runtime(state.dump(), options, [&] { ++inventory_reads; return Result<NodeInventory>(inventory()); },
+                                        fake_numbers).record;
   REQUIRE(outcome.ok());
   CHECK(outcome->gpu_container);
   CHECK(inventory_reads == 1);
@@ -115,8 +145,8 @@ TEST_CASE("createRuntime costs a non-GPU container no inventory read and no reco
   write(tmp.path / "bundle/config.json", config.dump());
   const json state = {{"id", "plain1"}, {"bundle", (tmp.path / "bundle").string()}};
   int inventory_reads = 0;
-  auto outcome = hook::record_container(state.dump(), options, [&] { ++inventory_reads; return Result<NodeInventory>(inventory()); },
-                                        fake_numbers);
+  auto outcome = hook::create_runtime(state.dump(), options, [&] { ++inventory_reads; return Result<NodeInventory>(inventory()); },
+                                        fake_numbers).record;
   REQUIRE(outcome.ok());
   CHECK_FALSE(outcome->gpu_container);
   CHECK(inventory_reads == 0);
@@ -128,35 +158,180 @@ TEST_CASE("createRuntime refuses hostile or broken state input", "[unit]") {
   hook::HookOptions options;
   options.state_dir = tmp.path / "state";
   auto inv = [] { return Result<NodeInventory>(inventory()); };
-  CHECK_FALSE(hook::record_container("not json", options, inv, fake_numbers).ok());
-  CHECK_FALSE(hook::record_container(json{{"id", "../../etc/x"}, {"bundle", "/tmp"}}.dump(), options, inv, fake_numbers).ok());
-  CHECK_FALSE(hook::record_container(json{{"id", "ok1"}, {"bundle", "relative"}}.dump(), options, inv, fake_numbers).ok());
-  CHECK_FALSE(hook::record_container(json{{"id", "ok1"}, {"bundle", (tmp.path / "none").string()}}.dump(), options, inv,
-                                     fake_numbers).ok());
+  auto recorded = [&](const std::string& state) { return hook::create_runtime(state, options, inv, fake_numbers).record.ok(); };
+  CHECK_FALSE(recorded("not json"));
+  CHECK_FALSE(recorded(json{{"id", "../../etc/x"}, {"bundle", "/tmp"}}.dump()));
+  CHECK_FALSE(recorded(json{{"id", "ok1"}, {"bundle", "relative"}}.dump()));
+  CHECK_FALSE(recorded(json{{"id", "ok1"}, {"bundle", (tmp.path / "none").string()}}.dump()));
   CHECK_FALSE(fs::exists(options.state_dir / "containers"));
 }
 
-TEST_CASE("createRuntime of a restored container places the plan in the CRIU images directory", "[unit]") {
+TEST_CASE("createRuntime of a restore places its plan for CRIU and uses it up: a second use is refused", "[unit]") {
   TempDir tmp;
   hook::HookOptions options;
   options.state_dir = tmp.path / "state";
-  RestorePlan plan;
-  plan.id = new_restore_plan_id();
-  plan.checkpoint_id = "ck-1";
-  plan.assignments = {{"GPU-0", "GPU-1"}};
-  REQUIRE(write_restore_plan(options.state_dir, plan).ok());
-  auto config = gpu_config();
-  config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-1";
-  config["annotations"]["io.gpuckpt.restore-plan"] = plan.id;
-  write(tmp.path / "bundle/config.json", config.dump());
-  fs::create_directories(tmp.path / "bundle/checkpoint");
-  const json state = {{"id", "restored1"}, {"bundle", (tmp.path / "bundle").string()}};
-  auto outcome = hook::record_container(state.dump(), options, [] { return Result<NodeInventory>(inventory()); }, fake_numbers);
-  REQUIRE(outcome.ok());
+  const auto plan = stored_plan(options, "ck-1");
+  const auto state = restored_container(tmp.path / "bundle", "restored1", "ck-1", plan.id);
+  auto outcome = hook::create_runtime(state, options, two_gpus, fake_numbers);
+  REQUIRE(outcome.record.ok());
+  REQUIRE(outcome.restore.ok());
+  CHECK(outcome.restore->find("placed in") != std::string::npos);
   std::ifstream in(tmp.path / "bundle/checkpoint" / kPlanFileInImages);
   REQUIRE(in);
   const auto placed = json::parse(in);
   CHECK(placed["assignments"][0]["target_id"] == "GPU-1");
+  CHECK_FALSE(in_state_dir(options, plan));
+
+  SECTION("another restore naming the used plan is refused and gets no plan in its images directory") {
+    const auto again = restored_container(tmp.path / "bundle2", "restored2", "ck-1", plan.id);
+    auto second = hook::create_runtime(again, options, two_gpus, fake_numbers);
+    REQUIRE_FALSE(second.restore.ok());
+    CHECK(second.restore.error().message.find("used already") != std::string::npos);
+    CHECK_FALSE(fs::exists(tmp.path / "bundle2/checkpoint" / kPlanFileInImages));
+  }
+  SECTION("precreate of a container naming the used plan grants it nothing") {
+    auto reused = hook::precreate(precreate_config("ck-1", plan.id), options, fake_numbers);
+    REQUIRE(reused.ok());
+    CHECK_FALSE(reused->modified);
+    CHECK(json::parse(reused->config)["linux"]["devices"][0]["path"] == "/dev/nvidia0");
+  }
+}
+
+TEST_CASE("precreate applies a plan without using it up: podman's createRuntime comes next and does", "[unit]") {
+  TempDir tmp;
+  hook::HookOptions options;
+  options.state_dir = tmp.path / "state";
+  const auto plan = stored_plan(options, "ck-1");
+  auto applied = hook::precreate(precreate_config("ck-1", plan.id), options, fake_numbers);
+  REQUIRE(applied.ok());
+  CHECK(applied->modified);
+  CHECK(in_state_dir(options, plan));
+  auto outcome = hook::create_runtime(restored_container(tmp.path / "bundle", "r1", "ck-1", plan.id), options,
+                                      two_gpus, fake_numbers);
+  REQUIRE(outcome.restore.ok());
+  CHECK(fs::exists(tmp.path / "bundle/checkpoint" / kPlanFileInImages));
+  CHECK_FALSE(in_state_dir(options, plan));
+}
+
+TEST_CASE("an expired plan, or one with no expiry, is refused by both stages and removed", "[unit]") {
+  TempDir tmp;
+  hook::HookOptions options;
+  options.state_dir = tmp.path / "state";
+  for (const std::int64_t expires_at : {plan_clock_now() - 1, std::int64_t{0}}) {
+    INFO("expires_at " << expires_at);
+    auto plan = stored_plan(options, "ck-1");
+    plan.expires_at = expires_at;
+    REQUIRE(write_restore_plan(options.state_dir, plan).ok());
+    auto refused = hook::precreate(precreate_config("ck-1", plan.id), options, fake_numbers);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message.find(expires_at ? "expired" : "no expiry") != std::string::npos);
+    CHECK_FALSE(in_state_dir(options, plan));
+
+    REQUIRE(write_restore_plan(options.state_dir, plan).ok());
+    auto outcome = hook::create_runtime(restored_container(tmp.path / "bundle", "r1", "ck-1", plan.id), options,
+                                        two_gpus, fake_numbers);
+    REQUIRE_FALSE(outcome.restore.ok());
+    CHECK(outcome.restore.error().message.find("refused") != std::string::npos);
+    CHECK_FALSE(fs::exists(tmp.path / "bundle/checkpoint" / kPlanFileInImages));
+    CHECK_FALSE(in_state_dir(options, plan));
+  }
+}
+
+TEST_CASE("a plan bound to one container is refused for another, and at precreate, which sees no container id",
+          "[unit]") {
+  TempDir tmp;
+  hook::HookOptions options;
+  options.state_dir = tmp.path / "state";
+  auto plan = stored_plan(options, "ck-1");
+  plan.container_id = "the-restore";
+  REQUIRE(write_restore_plan(options.state_dir, plan).ok());
+  auto thief = hook::create_runtime(restored_container(tmp.path / "bundle", "a-thief", "ck-1", plan.id), options,
+                                    two_gpus, fake_numbers);
+  REQUIRE_FALSE(thief.restore.ok());
+  CHECK(thief.restore.error().message.find("bound to container the-restore, not to a-thief") != std::string::npos);
+  CHECK_FALSE(fs::exists(tmp.path / "bundle/checkpoint" / kPlanFileInImages));
+  CHECK(in_state_dir(options, plan));   // still there for the container it was made for
+  auto at_precreate = hook::precreate(precreate_config("ck-1", plan.id), options, fake_numbers);
+  REQUIRE_FALSE(at_precreate.ok());
+  CHECK(at_precreate.error().message.find("cannot see") != std::string::npos);
+
+  auto owner = hook::create_runtime(restored_container(tmp.path / "bundle2", "the-restore", "ck-other", plan.id),
+                                    options, two_gpus, fake_numbers);
+  REQUIRE(owner.restore.ok());
+  CHECK(fs::exists(tmp.path / "bundle2/checkpoint" / kPlanFileInImages));
+}
+
+TEST_CASE("a plan bound to its checkpoint is refused for a config of another checkpoint", "[unit]") {
+  TempDir tmp;
+  hook::HookOptions options;
+  options.state_dir = tmp.path / "state";
+  const auto plan = stored_plan(options, "ck-1");
+  for (const std::string& other : {std::string("ck-2"), std::string()}) {
+    auto refused = hook::precreate(precreate_config(other, plan.id), options, fake_numbers);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message.find("bound to its checkpoint") != std::string::npos);
+    auto outcome = hook::create_runtime(restored_container(tmp.path / "bundle", "r1", other, plan.id), options,
+                                        two_gpus, fake_numbers);
+    REQUIRE_FALSE(outcome.restore.ok());
+    CHECK(outcome.restore.error().message.find("bound to its checkpoint") != std::string::npos);
+    CHECK_FALSE(fs::exists(tmp.path / "bundle/checkpoint" / kPlanFileInImages));
+  }
+  CHECK(in_state_dir(options, plan));
+}
+
+TEST_CASE("createRuntime finds containerd's images directory through the restoring runtime's --image-path",
+          "[unit]") {
+  TempDir tmp;
+  hook::HookOptions options;
+  options.state_dir = tmp.path / "state";
+  options.host_root = tmp.path / "host";
+  const std::string images = "/var/lib/containerd/io.containerd.grpc.v1.cri/containers/c0ffee/ctrd-restore/checkpoint";
+  criu_images(options.host_root / images.substr(1));
+  const auto plan = stored_plan(options, "ck-1");
+  auto config = gpu_config();
+  config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-1";
+  config["annotations"]["io.gpuckpt.restore-plan"] = plan.id;
+  const fs::path bundle = tmp.path / "run/containerd/io.containerd.runtime.v2.task/k8s.io/c0ffee";
+  write(bundle / "config.json", config.dump());
+  const json state = {{"id", "c0ffee"}, {"status", "creating"}, {"bundle", bundle.string()}};
+  // The hook's parent: containerd's shim ran `runc ... restore --image-path <images>` (go-runc's arguments).
+  options.runtime_pid = 4242;
+  std::string cmdline;
+  for (const char* arg : {"runc", "--root", "/run/containerd/runc/k8s.io", "--log", "/run/log.json",
+                                 "--log-format", "json", "restore", "--image-path", images.c_str(), "--work-path",
+                                 "/var/lib/containerd/work", "--bundle", bundle.c_str(), "--detach", "c0ffee"})
+    (cmdline += arg) += '\0';
+  write(options.host_root / "proc/4242/cmdline", cmdline);
+
+  SECTION("restoring: the plan lands where runc told CRIU to look") {
+    auto outcome = hook::create_runtime(state.dump(), options, two_gpus, fake_numbers);
+    REQUIRE(outcome.restore.ok());
+    INFO(outcome.restore.value());
+    CHECK(fs::exists(options.host_root / images.substr(1) / kPlanFileInImages));
+    CHECK_FALSE(fs::exists(bundle / "checkpoint"));
+    CHECK_FALSE(in_state_dir(options, plan));
+  }
+  SECTION("creating (runc create): no restore, the plan stays for the restore it was made for") {
+    cmdline.clear();
+    for (const char* arg : {"runc", "--root", "/run/containerd/runc/k8s.io", "create", "--bundle",
+                                   bundle.c_str(), "c0ffee"})
+      (cmdline += arg) += '\0';
+    write(options.host_root / "proc/4242/cmdline", cmdline);
+    auto outcome = hook::create_runtime(state.dump(), options, two_gpus, fake_numbers);
+    REQUIRE(outcome.restore.ok());
+    CHECK(outcome.restore->empty());
+    CHECK_FALSE(fs::exists(options.host_root / images.substr(1) / kPlanFileInImages));
+    CHECK(in_state_dir(options, plan));
+  }
+  SECTION("an images directory that is a symlink refuses the restore: the plan goes nowhere else") {
+    fs::rename(options.host_root / images.substr(1), tmp.path / "moved");
+    fs::create_directory_symlink(tmp.path / "moved", options.host_root / images.substr(1));
+    auto outcome = hook::create_runtime(state.dump(), options, two_gpus, fake_numbers);
+    REQUIRE_FALSE(outcome.restore.ok());
+    CHECK(outcome.restore.error().message.find("symlink") != std::string::npos);
+    CHECK_FALSE(fs::exists(tmp.path / "moved" / kPlanFileInImages));
+    CHECK(in_state_dir(options, plan));
+  }
 }
 
 TEST_CASE("createRuntime copies no file a container names: a plan annotation is an id in the state dir", "[unit]") {
@@ -164,7 +339,7 @@ TEST_CASE("createRuntime copies no file a container names: a plan annotation is 
   hook::HookOptions options;
   options.state_dir = tmp.path / "state";
   write(tmp.path / "secret", "root:$6$hash:19000:0:99999:7:::\n");
-  fs::create_directories(tmp.path / "bundle/checkpoint");
+  criu_images(tmp.path / "bundle/checkpoint");
   const json state = {{"id", "thief1"}, {"bundle", (tmp.path / "bundle").string()}};
   const auto placed = tmp.path / "bundle/checkpoint" / kPlanFileInImages;
   for (const std::string& named : {(tmp.path / "secret").string(), std::string("../../secret"),
@@ -172,9 +347,8 @@ TEST_CASE("createRuntime copies no file a container names: a plan annotation is 
     auto config = gpu_config();
     config["annotations"]["io.gpuckpt.restore-plan"] = named;
     write(tmp.path / "bundle/config.json", config.dump());
-    auto outcome = hook::record_container(state.dump(), options, [] { return Result<NodeInventory>(inventory()); },
-                                          fake_numbers);
-    CHECK_FALSE(outcome.ok());
+    auto outcome = hook::create_runtime(state.dump(), options, two_gpus, fake_numbers);
+    CHECK_FALSE(outcome.restore.ok());
     CHECK_FALSE(fs::exists(placed));
   }
   // A plan file that came inside the archive is removed: only the agent decides GPU mappings.
@@ -182,7 +356,7 @@ TEST_CASE("createRuntime copies no file a container names: a plan annotation is 
   auto config = gpu_config();
   config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-archive";
   write(tmp.path / "bundle/config.json", config.dump());
-  REQUIRE(hook::record_container(state.dump(), options, [] { return Result<NodeInventory>(inventory()); }, fake_numbers).ok());
+  REQUIRE(hook::create_runtime(state.dump(), options, two_gpus, fake_numbers).restore.ok());
   CHECK_FALSE(fs::exists(placed));
 }
 
@@ -225,6 +399,7 @@ TEST_CASE("precreate applies a pending restore plan and passes everything else t
     CHECK(outcome.error().message.find("devices[0]") != std::string::npos);
   }
   SECTION("a plan applied to a spec with wrongly typed devices refuses, naming the field") {
+    config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-6";
     config["annotations"]["io.gpuckpt.restore-plan"] = stored_plan(options, "ck-6").id;
     config["linux"]["devices"] = json::array({"not-an-object"});
     auto outcome = hook::precreate(config.dump(), options, fake_numbers);
@@ -235,7 +410,9 @@ TEST_CASE("precreate applies a pending restore plan and passes everything else t
     RestorePlan plan;
     plan.id = new_restore_plan_id();
     config["annotations"]["io.gpuckpt.restore-plan"] = plan.id;
+    config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-3";
     plan.checkpoint_id = "ck-3";
+    plan.expires_at = plan_clock_now() + 600;
     plan.assignments = {{"GPU-0", "GPU-1"}};
     plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1", "/dev/nvidia1"}};
     plan.env = {{"NVIDIA_VISIBLE_DEVICES", "1"}};
@@ -253,6 +430,7 @@ TEST_CASE("precreate applies a pending restore plan and passes everything else t
     CHECK(out["annotations"]["io.gpuckpt.restore-plan"] == plan.id);
   }
   SECTION("a plan whose target node is missing refuses the restore with the reason") {
+    config["annotations"]["io.gpuckpt.checkpoint-id"] = "ck-4";
     config["annotations"]["io.gpuckpt.restore-plan"] = stored_plan(options, "ck-4", "/dev/nvidia9").id;
     auto outcome = hook::precreate(config.dump(), options, fake_numbers);
     REQUIRE_FALSE(outcome.ok());
