@@ -4,7 +4,9 @@
 //   cri-tool ENDPOINT version
 //   cri-tool ENDPOINT run-pod NAME                                   -> pod id
 //   cri-tool ENDPOINT create POD_NAME POD_ID NAME IMAGE [--device HOST:CONTAINER]... [--env K=V]...
-//            [--label K=V]... -- CMD...                            -> container id
+//            [--label K=V]... [--annotation K=V]... [--mount HOST:CONTAINER]... -- CMD...
+//                                                                   -> container id (IMAGE may be a checkpoint
+//                                                                      archive: CRI-O and containerd restore it)
 //   cri-tool ENDPOINT start|stop|rm|pid ID
 //   cri-tool ENDPOINT stop-pod|rm-pod POD_ID
 //   cri-tool ENDPOINT checkpoint ID LOCATION                        (exit 3: the runtime lacks the call)
@@ -85,7 +87,7 @@ int main(int argc, char** argv) {
     std::size_t i = 4;
     for (; i < args.size() && args[i] != "--"; ++i) {
       if (i + 1 >= args.size()) break;
-      const auto [key, value] = split(args[i + 1], args[i] == "--device" ? ':' : '=');
+      const auto [key, value] = split(args[i + 1], args[i] == "--device" || args[i] == "--mount" ? ':' : '=');
       if (args[i] == "--device") {
         auto* d = config.add_devices();
         d->set_host_path(key);
@@ -99,6 +101,10 @@ int main(int argc, char** argv) {
         (*config.mutable_labels())[key] = value;
       } else if (args[i] == "--annotation") {
         (*config.mutable_annotations())[key] = value;
+      } else if (args[i] == "--mount") {   // a bind mount, as kubelet adds /etc/hosts
+        auto* m = config.add_mounts();
+        m->set_host_path(key);
+        m->set_container_path(value);
       }
       ++i;
     }
