@@ -16,6 +16,7 @@
 
 #include "common/checkpoint_archive.h"
 #include "common/container_runtime.h"   // run_command
+#include "common/oci_hooks_rules.h"
 
 namespace gpuckpt {
 
@@ -184,35 +185,16 @@ void check_hook(const NodeReportOptions& o, std::vector<NodeCheck>& out) {
     else out.push_back(pass("oci-hook", entry + " -> " + *path));
   }
 
-  // Which hooks.d directories the runtime reads. CRI-O: hooks_dir in crio.conf and its drop-ins (the last wins).
-  static const std::regex kHooksDir(R"(hooks_dir\s*=\s*\[([^\]]*)\])");
-  static const std::regex kQuoted(R"re("([^"]*)")re");
-  std::optional<std::vector<std::string>> crio_dirs;
-  std::vector<std::string> files = {"etc/crio/crio.conf"};
-  if (auto dropins = o.system.list_dir("etc/crio/crio.conf.d"))
-    for (const auto& name : *dropins)
-      if (name.ends_with(".conf")) files.push_back("etc/crio/crio.conf.d/" + name);
-  for (const auto& file : files) {
-    auto conf = o.system.read_file(file, 1 << 20);
-    if (!conf) continue;
-    for (std::sregex_iterator it(conf->begin(), conf->end(), kHooksDir), end; it != end; ++it) {
-      std::vector<std::string> dirs;
-      const std::string list = (*it)[1].str();
-      for (std::sregex_iterator q(list.begin(), list.end(), kQuoted); q != end; ++q) dirs.push_back((*q)[1].str());
-      crio_dirs = dirs;
-    }
-  }
-  const bool crio = o.system.exists("etc/crio");
-  if (crio) {
-    const std::vector<std::string> dirs = crio_dirs.value_or(
-        std::vector<std::string>{"/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d"});
+  // Which hooks.d directories the runtime reads.
+  const auto runtimes = node_hooks_runtimes(o.system);
+  const auto crio = std::find_if(runtimes.begin(), runtimes.end(), [](const HooksRuntime& r) { return r.name == "CRI-O"; });
+  if (crio != runtimes.end()) {
     std::string listed;
-    for (const auto& d : dirs) listed += (listed.empty() ? "" : ", ") + d;
-    const std::string source = crio_dirs ? "CRI-O's hooks_dir" : "CRI-O's default hooks_dir";
-    if (std::find(dirs.begin(), dirs.end(), o.hooks_dir) != dirs.end())
-      out.push_back(pass("runtime-hooks-dir", source + " includes " + o.hooks_dir));
+    for (const auto& d : crio->dirs) listed += (listed.empty() ? "" : ", ") + d;
+    if (std::find(crio->dirs.begin(), crio->dirs.end(), o.hooks_dir) != crio->dirs.end())
+      out.push_back(pass("runtime-hooks-dir", crio->dirs_source + " includes " + o.hooks_dir));
     else
-      out.push_back(fail("runtime-hooks-dir", source + " is [" + listed + "], without " + o.hooks_dir +
+      out.push_back(fail("runtime-hooks-dir", crio->dirs_source + " is [" + listed + "], without " + o.hooks_dir +
                                                   ": CRI-O never runs the hook",
                          "add " + o.hooks_dir + " to hooks_dir (a drop-in in /etc/crio/crio.conf.d/), or set the "
                          "chart's host.hooksDir to one of them"));
@@ -222,6 +204,59 @@ void check_hook(const NodeReportOptions& o, std::vector<NodeCheck>& out) {
   } else {
     out.push_back(warn("runtime-hooks-dir", "no CRI-O or containerd configuration visible here",
                        "run `gpuckpt doctor` on the node (the agent's pod does not see /etc)"));
+  }
+}
+
+// Every hooks.d entry each runtime on the node reads, judged by that runtime's rules: one it rejects stops it from
+// starting (CRI-O exits on gpuckpt's `precreate` entry, a podman extension), so a node that works today loses its
+// runtime at the next restart.
+void check_hooks_entries(const NodeReportOptions& o, std::vector<NodeCheck>& out) {
+  const auto runtimes = node_hooks_runtimes(o.system);
+  if (runtimes.empty()) {
+    out.push_back(pass("hooks-d-entries", "no runtime that reads hooks.d (CRI-O, podman) on this node"));
+    return;
+  }
+  std::vector<std::string> fatal, dropped;
+  std::size_t judged = 0;
+  for (const auto& runtime : runtimes) {
+    for (const auto& dir : runtime.dirs) {
+      auto names = o.system.list_dir(dir);
+      if (!names) continue;   // a missing directory is fine: the runtime skips (or creates) it
+      for (const auto& name : *names) {
+        if (!name.ends_with(".json")) continue;   // the runtime reads only *.json
+        const std::string entry = dir + "/" + name;
+        ++judged;
+        auto text = o.system.read_file(entry, 1 << 20);
+        auto rejection = text ? judge_hooks_entry(*text, runtime.extension_stages,
+                                                  [&](const std::string& path) { return o.system.exists(path); })
+                              : std::optional<HooksEntryRejection>(HooksEntryRejection{text.error().message, false});
+        if (!rejection) continue;
+        const std::string what = entry + " (" + runtime.name + ": " + rejection->reason + ")";
+        (rejection->missing_binary ? dropped : fatal).push_back(what);
+      }
+    }
+  }
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : "; ") + x;
+    return s;
+  };
+  std::string readers;
+  for (const auto& r : runtimes) readers += (readers.empty() ? "" : ", ") + r.name + " (" + r.evidence + ")";
+  if (!fatal.empty()) {
+    out.push_back(fail("hooks-d-entries",
+                       "a runtime on this node rejects " + join(fatal) +
+                           ": it refuses to start while the entry is there (CRI-O exits at start; an entry added "
+                           "while it runs is refused then, and stops it at its next restart)",
+                       "remove the entry (gpuckpt's precreate entry is for podman only: restart the gpuckpt pod on "
+                       "this node and its installer removes it where CRI-O runs; `rm " +
+                           o.hooks_dir + "/gpuckpt-hook-precreate.json` by hand), then restart the runtime"));
+  } else if (!dropped.empty()) {
+    out.push_back(warn("hooks-d-entries", "entries whose hook binary is missing, skipped by the runtime: " + join(dropped),
+                       "reinstall the hook they name, or remove the entries"));
+  } else {
+    out.push_back(pass("hooks-d-entries", std::to_string(judged) + " hooks.d entr" + (judged == 1 ? "y" : "ies") +
+                                              " accepted by " + readers));
   }
 }
 
@@ -390,6 +425,7 @@ std::vector<NodeCheck> check_node(const NodeReportOptions& options) {
   std::vector<NodeCheck> out;
   check_criu(options, out);
   check_hook(options, out);
+  check_hooks_entries(options, out);
   check_driver(options, out);
   check_kernel(options, out);
   check_thp(options, out);

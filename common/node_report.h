@@ -1,5 +1,6 @@
 // Whether GPU checkpoints can work on this node: CRIU and whether it loads gpuckpt's plugin, other GPU plugins beside
-// it, the OCI hook and whether the runtime reads its hooks.d, the GPU driver and its checkpoint API, kernel features,
+// it, the OCI hook and whether the runtime reads its hooks.d, hooks.d entries a runtime on the node would reject
+// (one stops it from starting), the GPU driver and its checkpoint API, kernel features,
 // the THP mode, SELinux, free space where archives go. Each check ends pass, warn or fail with the fix.
 // One implementation for `gpuckpt doctor` (on the node) and the agent's GET /v1/node (in its pod). gpuckpt reports
 // host settings; it never changes them.

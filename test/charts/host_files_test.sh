@@ -107,6 +107,29 @@ expect '[ ! -e "$PLUGIN" ] && [ ! -e "$HOOK" ] && [ ! -e "$JSON" ] && [ -f "$H/u
   "refuse leaves the node as it was"
 rm -f "$H/usr/lib/criu/"*_plugin.so "$H/etc/criu/runc.conf" "$H/usr/lib/criu/gpuckpt_plugin.env"
 
+# A node where CRI-O runs (seen on the node, not told by a value): no hooks.d entry with a stage CRI-O rejects is
+# installed (it exits at start on `precreate`), and one an older install left is removed; podman-only nodes keep it.
+PRECREATE="$HOOKS_D/gpuckpt-hook-precreate.json"
+run pod-f remove 2>/dev/null
+mkdir -p "$H/etc/crio"
+cp "$tmp/image/chart/gpuckpt-hook-precreate.json" "$PRECREATE"   # an older release's install
+run pod-f install 2> "$tmp/log"
+expect '[ ! -e "$PRECREATE" ] && [ -f "$JSON" ] && [ -f "$HOOKS_D/gpuckpt-hook-poststop.json" ]' \
+  "CRI-O node (/etc/crio): the precreate entry is not installed, createRuntime and poststop are"
+expect 'grep -q "CRI-O runs on this node (/etc/crio found): gpuckpt-hook-precreate.json (stage precreate) is not installed" "$tmp/log"' \
+  "it says why, naming what on the node showed CRI-O"
+expect 'grep -q "removed /usr/share/containers/oci/hooks.d/gpuckpt-hook-precreate.json left by an earlier install" "$tmp/log"' \
+  "the precreate entry an older install left is removed, and it says so"
+rm -rf "$H/etc/crio"
+mkdir -p "$H/run/crio" && : > "$H/run/crio/crio.sock"
+run pod-f install 2> "$tmp/log"
+expect '[ ! -e "$PRECREATE" ] && grep -q "(/run/crio/crio.sock found)" "$tmp/log"' "CRI-O's socket alone marks a CRI-O node"
+rm -rf "$H/run/crio"
+run pod-f install 2> "$tmp/log"
+expect 'cmp -s "$tmp/image/chart/gpuckpt-hook-precreate.json" "$PRECREATE" && ! grep -q "CRI-O runs" "$tmp/log"' \
+  "a node without CRI-O (podman) gets the precreate entry"
+run pod-f remove 2>/dev/null
+
 # failures name what is wrong
 if run pod-c install GPUCKPT_SRC_PLUGIN="$tmp/image/missing.so" 2> "$tmp/log"; then bad "missing plugin must fail"; else ok; fi
 expect 'grep -q "missing.so is missing in the image" "$tmp/log"' "missing source named"

@@ -119,7 +119,7 @@ TEST_CASE("a node where GPU checkpoints work passes every check", "[unit]") {
     CHECK(c.fix.empty());
   }
   const auto c = by_name(checks);
-  for (const char* name : {"criu", "criu-plugin", "other-gpu-plugins", "oci-hook", "runtime-hooks-dir", "gpu-driver",
+  for (const char* name : {"criu", "criu-plugin", "other-gpu-plugins", "oci-hook", "runtime-hooks-dir", "hooks-d-entries", "gpu-driver",
                            "kernel-checkpoint-restore", "kernel-userfaultfd", "kernel-soft-dirty", "thp", "selinux",
                            "archive-space"})
     CHECK(c.count(name) == 1);
@@ -128,7 +128,9 @@ TEST_CASE("a node where GPU checkpoints work passes every check", "[unit]") {
   CHECK(criu.probed[0] == t.root() / "usr/lib/criu/gpuckpt_plugin.so");   // the installed file, through the seam
   CHECK(has(c.at("gpu-driver").detail, "580.159.04"));
   CHECK(has(c.at("kernel-checkpoint-restore").detail, "/proc/config.gz"));
-  CHECK(has(c.at("runtime-hooks-dir").detail, "CRI-O's hooks_dir includes /usr/share/containers/oci/hooks.d"));
+  CHECK(has(c.at("runtime-hooks-dir").detail,
+            "CRI-O's hooks_dir (/etc/crio/crio.conf.d/10-hooks.conf) includes /usr/share/containers/oci/hooks.d"));
+  CHECK(has(c.at("hooks-d-entries").detail, "1 hooks.d entry accepted by CRI-O (/etc/crio)"));
   const auto json = to_json(checks);
   CHECK(json["status"] == "pass");
   CHECK(json["checks"].size() == checks.size());
@@ -219,4 +221,72 @@ TEST_CASE("from the agent's pod: no CRIU, no /etc; containerd and AMD nodes; GPU
   const auto missing = by_name(check_node(o));
   CHECK(missing.at("criu-plugin").status == CheckStatus::Fail);
   CHECK(has(missing.at("criu-plugin").fix, "install-host-files"));
+}
+
+namespace {
+
+// The chart's three entries as the installer of an older release wrote them on every node.
+void write_chart_entries(const Tree& t, const std::string& dir) {
+  const std::string hook = R"("hook":{"path":"/opt/gpuckpt/bin/gpuckpt-oci-hook","args":["gpuckpt-oci-hook","--state-dir","/var/lib/gpuckpt",)";
+  t.write(dir + "/gpuckpt-hook.json",
+          "{\"version\":\"1.0.0\"," + hook + R"("createRuntime"]},"when":{"always":true},"stages":["createRuntime"]})");
+  t.write(dir + "/gpuckpt-hook-poststop.json",
+          "{\"version\":\"1.0.0\"," + hook + R"("poststop"]},"when":{"always":true},"stages":["poststop"]})");
+  t.write(dir + "/gpuckpt-hook-precreate.json",
+          "{\"version\":\"1.0.0\"," + hook +
+              R"("precreate"]},"when":{"annotations":{"^io\\.gpuckpt\\.checkpoint-id$":".+"}},"stages":["precreate"]})");
+}
+
+}  // namespace
+
+TEST_CASE("hooks.d entries: the precreate entry fails on a CRI-O node with the fix, passes where only podman reads it",
+          "[unit]") {
+  Tree t;
+  healthy_node(t);
+  write_chart_entries(t, "usr/share/containers/oci/hooks.d");
+  FakeCriu criu;
+  auto c = by_name(check_node(options_for(t, &criu)));
+  CHECK(c.at("hooks-d-entries").status == CheckStatus::Fail);
+  CHECK(has(c.at("hooks-d-entries").detail,
+            "/usr/share/containers/oci/hooks.d/gpuckpt-hook-precreate.json (CRI-O: unknown stage \"precreate\")"));
+  CHECK(has(c.at("hooks-d-entries").detail, "CRI-O exits at start"));
+  CHECK(has(c.at("hooks-d-entries").fix, "rm /usr/share/containers/oci/hooks.d/gpuckpt-hook-precreate.json"));
+  CHECK_FALSE(has(c.at("hooks-d-entries").detail, "gpuckpt-hook.json"));   // the entries CRI-O accepts are not named
+
+  SECTION("podman only: it declares precreate") {
+    fs::remove_all(t.root() / "etc/crio");
+    t.write("usr/bin/podman", "");
+    c = by_name(check_node(options_for(t, &criu)));
+    CHECK(c.at("hooks-d-entries").status == CheckStatus::Pass);
+    CHECK(has(c.at("hooks-d-entries").detail, "3 hooks.d entries accepted by podman (/usr/bin/podman)"));
+  }
+  SECTION("CRI-O and podman on one node: CRI-O's rule decides for the directory they share") {
+    t.write("usr/bin/podman", "");
+    c = by_name(check_node(options_for(t, &criu)));
+    CHECK(c.at("hooks-d-entries").status == CheckStatus::Fail);
+  }
+  SECTION("a directory CRI-O does not read (its hooks_dir names others) is not CRI-O's concern") {
+    t.write("etc/crio/crio.conf.d/10-hooks.conf", "[crio.runtime]\nhooks_dir = [\"/etc/containers/oci/hooks.d\"]\n");
+    c = by_name(check_node(options_for(t, &criu)));
+    CHECK(c.at("hooks-d-entries").status == CheckStatus::Pass);
+    write_chart_entries(t, "etc/containers/oci/hooks.d");
+    c = by_name(check_node(options_for(t, &criu)));
+    CHECK(c.at("hooks-d-entries").status == CheckStatus::Fail);
+    CHECK(has(c.at("hooks-d-entries").detail, "/etc/containers/oci/hooks.d/gpuckpt-hook-precreate.json"));
+  }
+  SECTION("the precreate entry removed (what the installer does on a CRI-O node): pass") {
+    fs::remove(t.root() / "usr/share/containers/oci/hooks.d/gpuckpt-hook-precreate.json");
+    c = by_name(check_node(options_for(t, &criu)));
+    CHECK(c.at("hooks-d-entries").status == CheckStatus::Pass);
+    CHECK(has(c.at("hooks-d-entries").detail, "2 hooks.d entries accepted by CRI-O"));
+  }
+  SECTION("another product's entry whose binary is gone: the runtime only skips it, a warning") {
+    fs::remove(t.root() / "usr/share/containers/oci/hooks.d/gpuckpt-hook-precreate.json");
+    t.write("usr/share/containers/oci/hooks.d/other.json",
+            R"({"version":"1.0.0","hook":{"path":"/usr/libexec/other-hook"},"when":{"always":true},"stages":["prestart"]})");
+    t.write("usr/share/containers/oci/hooks.d/README", "not an entry: the runtime reads only *.json");
+    c = by_name(check_node(options_for(t, &criu)));
+    CHECK(c.at("hooks-d-entries").status == CheckStatus::Warn);
+    CHECK(has(c.at("hooks-d-entries").detail, "other.json (CRI-O: hook.path /usr/libexec/other-hook does not exist)"));
+  }
 }

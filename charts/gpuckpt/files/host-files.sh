@@ -30,6 +30,11 @@
 # half-written or unverified file, a running hook keeps its old binary, and a failed install leaves the node as it
 # was. The binary goes in before the JSON (CRI-O and podman reject an entry whose binary is missing) and the JSON
 # goes out before the binary. Only files this script names are ever removed.
+#
+# A hooks.d entry never takes a runtime down: CRI-O exits at start on an entry with a stage it does not know
+# (`precreate` is podman's extension, not CRI-O's). Whether CRI-O runs on this node is read from the node itself
+# (its config, socket or binary under GPUCKPT_HOST_MOUNT), not from a chart value: on such a node an entry with a
+# stage CRI-O rejects is not installed, and one an earlier install left there is removed.
 set -eu
 
 log() { printf 'gpuckpt host-files: %s\n' "$*" >&2; }
@@ -148,6 +153,30 @@ restore_other_gpu_plugins() {
   rm -f "$(disabled_list)"
 }
 
+# CRI-O's traces on the node. /var/run is usually an absolute symlink to /run: under the host mount it would point
+# into this container, so it is looked at only where it is a real directory.
+crio_evidence() {
+  for p in /etc/crio /run/crio/crio.sock /usr/bin/crio /usr/local/bin/crio /usr/sbin/crio; do
+    [ -e "$(host_path "$p")" ] && { printf '%s' "$p"; return 0; }
+  done
+  if [ ! -L "$(host_path /var/run)" ] && [ -e "$(host_path /var/run/crio/crio.sock)" ]; then
+    printf '%s' /var/run/crio/crio.sock; return 0
+  fi
+  return 1
+}
+
+# The stages a hooks.d entry asks for, space-separated (entries are one JSON object; "stages" holds plain names).
+entry_stages() { tr -d '\n' < "$1" | sed -n 's/.*"stages"[[:space:]]*:[[:space:]]*\[\([^]]*\)\].*/\1/p' | tr -d ' \t"' | tr ',' ' '; }
+
+# The stages CRI-O accepts: the OCI runtime-spec hooks, and no extension stage (CRI-O passes none to containers'
+# hooks library: internal/lib/container_server.go, hooks.New(ctx, dirs, []string{})).
+crio_rejected_stage() {
+  for stage in $(entry_stages "$1"); do
+    case "$stage" in prestart|createRuntime|createContainer|startContainer|poststart|poststop) ;; *) printf '%s' "$stage"; return 0 ;; esac
+  done
+  return 1
+}
+
 ours() { head -1 "$1" 2>/dev/null | grep -qxF "$config_marker"; }
 
 install_criu_configs() {
@@ -214,7 +243,18 @@ cmd_install() {
   commit "$staged_hook" "$hook_dest"
   commit "$staged_plugin" "$plugin_dest"
   install_plugin_settings
-  for entry in "$@"; do put "$entry" "$(host_path "$GPUCKPT_HOOKS_DIR")/$(basename "$entry")" 0644; done
+  crio=$(crio_evidence) || crio=""
+  for entry in "$@"; do
+    dest="$(host_path "$GPUCKPT_HOOKS_DIR")/$(basename "$entry")"
+    if [ -n "$crio" ] && rejected=$(crio_rejected_stage "$entry"); then
+      log "CRI-O runs on this node ($crio found): $(basename "$entry") (stage $rejected) is not installed, because CRI-O" \
+          "exits at start on a hooks.d stage it does not know (podman on this node restores without it; gpuckpt-nri" \
+          "does that work for CRI-O)"
+      if [ -e "$dest" ]; then rm -f "$dest" && log "removed $GPUCKPT_HOOKS_DIR/$(basename "$entry") left by an earlier install"; fi
+      continue
+    fi
+    put "$entry" "$dest" 0644
+  done
   install_criu_configs
   tmp="$(owner_file).tmp.$$"
   printf '%s\n' "$GPUCKPT_OWNER" > "$tmp" && mv -f "$tmp" "$(owner_file)"

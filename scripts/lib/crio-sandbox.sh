@@ -1,0 +1,96 @@
+# shellcheck shell=bash
+# Sourced by tests: a private CRI-O (built from source: docs/kubernetes.md "CRI-O for real"; CRI-O is no Debian
+# package) under one work directory, with its own root, runroot, CRI socket, NRI socket and config dir, so it never
+# touches a system CRI-O or podman's storage.
+#   crio_start WORK HOOKS_DIR   writes WORK/crio.conf (runc, cgroupfs, no infra container, NRI on its own socket,
+#                               CRIU support, hooks_dir = HOOKS_DIR) and starts `crio`. Sets CRIO_SOCK CRIO_PID
+#                               CRIO_NRI_SOCK CRIO_LOG. Returns 1 if crio exits or the socket does not answer
+#                               within 30 s (the log says why).
+#   crio_import_image IMAGE     copies a podman image into CRI-O's storage
+#   crio_stop                   stops CRI-O, the conmon monitors and containers it started; unmounts; safe twice
+# Environment: CRIO (the crio binary; default `crio` on PATH), PINNS (default: beside crio), CONMON, RUNC.
+
+crio_start() {
+  local work=$1 hooks_dir=$2 crio=${CRIO:-crio}
+  local pinns=${PINNS:-$(dirname "$(command -v "$crio")")/pinns}
+  CRIO_WORK=$work CRIO_SOCK=$work/crio.sock CRIO_NRI_SOCK=$work/nri.sock CRIO_LOG=$work/crio.log
+  mkdir -p "$work/root" "$work/runroot" "$work/conf.d" "$work/nri-plugins" "$work/nri-conf" "$work/cni" "$work/logs"
+  cat > "$work/crio.conf" <<TOML
+[crio]
+root = "$work/root"
+runroot = "$work/runroot"
+storage_driver = "overlay"
+log_dir = "$work/logs"
+version_file = "$work/version"
+version_file_persist = "$work/version-persist"
+clean_shutdown_file = "$work/clean.shutdown"
+[crio.api]
+listen = "$CRIO_SOCK"
+stream_address = "127.0.0.1"
+stream_port = "0"
+[crio.runtime]
+default_runtime = "runc"
+cgroup_manager = "cgroupfs"
+conmon_cgroup = "pod"
+# an infra container fails here: its oom_score_adj needs CAP_SYS_RESOURCE
+drop_infra_ctr = true
+hooks_dir = ["$hooks_dir"]
+container_exits_dir = "$work/exits"
+container_attach_socket_dir = "$work/attach"
+namespaces_dir = "$work/ns"
+pinns_path = "$pinns"
+enable_criu_support = true
+[crio.runtime.runtimes.runc]
+runtime_path = "${RUNC:-/usr/sbin/runc}"
+runtime_root = "$work/runc"
+monitor_path = "${CONMON:-/usr/bin/conmon}"
+[crio.network]
+network_dir = "$work/cni"
+[crio.nri]
+enable_nri = true
+nri_listen = "$CRIO_NRI_SOCK"
+nri_plugin_dir = "$work/nri-plugins"
+nri_plugin_config_dir = "$work/nri-conf"
+TOML
+  "$crio" --config "$work/crio.conf" --config-dir "$work/conf.d" > "$CRIO_LOG" 2>&1 &
+  CRIO_PID=$!
+  for _ in $(seq 300); do
+    [ -S "$CRIO_SOCK" ] && break
+    kill -0 "$CRIO_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ ! -S "$CRIO_SOCK" ] || ! kill -0 "$CRIO_PID" 2>/dev/null; then
+    wait "$CRIO_PID" 2>/dev/null
+    CRIO_PID=''
+    return 1
+  fi
+}
+
+crio_import_image() {
+  podman save -q "$1" | podman --root "$CRIO_WORK/root" --runroot "$CRIO_WORK/runroot" --storage-driver overlay \
+    load -q >/dev/null
+}
+
+crio_stop() {
+  [ -n "${CRIO_WORK:-}" ] || return 0
+  local p m
+  if [ -n "${CRIO_PID:-}" ] && kill -0 "$CRIO_PID" 2>/dev/null; then
+    kill "$CRIO_PID" 2>/dev/null
+    for _ in $(seq 100); do kill -0 "$CRIO_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$CRIO_PID" 2>/dev/null
+    wait "$CRIO_PID" 2>/dev/null
+  fi
+  # containers and their conmon monitors outlive CRI-O: those whose runc state is ours go
+  for p in $(runc --root "$CRIO_WORK/runc" list -q 2>/dev/null); do
+    runc --root "$CRIO_WORK/runc" kill "$p" KILL 2>/dev/null
+    runc --root "$CRIO_WORK/runc" delete -f "$p" 2>/dev/null
+  done
+  for p in $(pgrep -x conmon); do
+    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- "$CRIO_WORK/" && kill -9 "$p" 2>/dev/null
+  done
+  while read -r _ m _; do
+    case "$m" in "$CRIO_WORK"/*) umount -l "$m" 2>/dev/null ;; esac
+  done < <(sort -r -k2 /proc/self/mounts)
+  CRIO_PID='' CRIO_WORK=''
+  return 0
+}
