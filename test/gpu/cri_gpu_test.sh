@@ -117,8 +117,8 @@ CRI_TOOL=$P/bin/cri-tool PODRES=$P/bin/podresources-server
 for b in "$CLI" "$AGENT" "$HOOK" "$NRI" "$CRI_TOOL" "$PODRES"; do
   [ -x "$P/libexec/$(basename "$b")" ] || skip_all "$(basename "$b") not in $CARRY/cri-bin.tar.xz"
 done
-"$CLI" --help >/dev/null 2>&1 || "$CLI" version >/dev/null 2>&1 ||
-  echo "note: gpuckpt does not run: $(ldd "$P/libexec/gpuckpt" 2>&1 | grep 'not found' | tr '\n' ' ')"
+missing=$(for b in "$P"/libexec/*; do LD_LIBRARY_PATH=$P/lib ldd "$b" | awk '/not found/{print $1}'; done | sort -u | tr '\n' ' ')
+[ -z "$missing" ] || skip_all "libraries neither on this system nor in the carry's lib-extra.tar.xz: $missing"
 echo "installed: containerd $("$CTRD_BIN_DIR/containerd" --version | awk '{print $3}'), $(runc --version | head -1),"\
   "$(criu --version | head -1), $(docker-registry --version 2>&1 | head -1)"
 

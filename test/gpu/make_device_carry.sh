@@ -69,7 +69,9 @@ if [ "$CRI" = 1 ]; then
            test/podresources/podresources-server; do
     strip --strip-debug -o "$bins/$(basename "$b")" "$BUILD/$b"
     for lib in $(ldd "$BUILD/$b" | awk '/=> \//{print $3}'); do
-      case $(basename "$lib") in libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*) ;; *) cp -Ln "$lib" "$extra/" ;; esac
+      # libxml2 (libarchive's) and its ICU: Ubuntu 24.04 has libxml2.so.2 (with its own ICU 74); ICU 72's 33 MB
+      # would push the carry past the device tool's 64 MiB
+      case $(basename "$lib") in libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*|libxml2.so.*|libicu*) ;; *) cp -Ln "$lib" "$extra/" ;; esac
     done
   done
   XZ_OPT=-9 tar -C "$extra" -cJf "$CARRY/lib-extra.tar.xz" .
