@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "common/log.h"
 #include "nri-plugin/nri_plugin.h"
 #include "nri-plugin/nri_session.h"
+#include "podresources/pod_resources.h"
 
 using namespace gpuckpt;   // (gpuckpt::nri is spelled out: NRI's own protobuf package is ::nri)
 
@@ -21,7 +23,10 @@ namespace {
 int usage() {
   std::fprintf(stderr,
                "usage: gpuckpt-nri [--socket PATH] [--state-dir DIR] [--host-root DIR] [--idx NN] [--hook PATH] [--once]\n"
-               "                   [--log-level L]   (defaults: /var/run/nri/nri.sock, /var/lib/gpuckpt, /, 50)\n");
+               "                   [--pod-resources-socket PATH] [--log-level L]\n"
+               "  defaults: /var/run/nri/nri.sock, /var/lib/gpuckpt, /, 50; the kubelet's PodResources socket is\n"
+               "  HOST_ROOT/var/lib/kubelet/pod-resources/kubelet.sock ('' turns it off: only the devices the runtime\n"
+               "  keeps from the request count, and a CRI-O restore, which keeps none, is refused)\n");
   return 2;
 }
 
@@ -33,6 +38,7 @@ int main(int argc, char** argv) {
   gpuckpt::nri::NriPluginOptions options;
   gpuckpt::nri::SessionOptions session;
   bool once = false;
+  std::optional<std::string> pod_resources_socket;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -41,6 +47,7 @@ int main(int argc, char** argv) {
     else if (arg == "--host-root" && has_value) options.host_root = argv[++i];
     else if (arg == "--idx" && has_value) session.plugin_idx = argv[++i];
     else if (arg == "--hook" && has_value) options.hook_path = argv[++i];
+    else if (arg == "--pod-resources-socket" && has_value) pod_resources_socket = argv[++i];
     else if (arg == "--log-level" && has_value) log::set_level(log::level_from_string(argv[++i], log::Level::Info));
     else if (arg == "--once") once = true;
     else return usage();
@@ -51,6 +58,12 @@ int main(int argc, char** argv) {
   log::param("host_root", options.host_root.string());
   log::param("plugin", session.plugin_idx + "-" + session.plugin_name);
   log::param("hook", options.hook_path);
+  PodResourcesOptions pod_resources;
+  pod_resources.socket = pod_resources_socket.value_or(
+      (options.host_root / "var/lib/kubelet/pod-resources/kubelet.sock").lexically_normal().string());
+  log::param("pod_resources_socket", pod_resources.socket);
+  if (!pod_resources.socket.empty())
+    options.allocation = [pod_resources](const ContainerIdentity& who) { return container_allocation(pod_resources, who); };
   options.match_policy = MatchPolicy::from_env();
   options.match_policy.log_params();
   ::signal(SIGPIPE, SIG_IGN);

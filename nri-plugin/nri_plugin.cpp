@@ -47,7 +47,8 @@ Result<std::optional<CheckpointImageEntry>> registered_checkpoint(const std::fil
 }
 
 std::string describe(const ContainerIdentity& who) {
-  return "pod " + who.pod_namespace + "/" + who.pod_name + " container " + who.container_name;
+  return "pod " + log::escaped(who.pod_namespace, 128) + "/" + log::escaped(who.pod_name, 256) + " container " +
+         log::escaped(who.container_name, 256);
 }
 
 }  // namespace
@@ -76,7 +77,7 @@ NriPlugin::NriPlugin(NriPluginOptions options, InventoryReader inventory, Device
 
 void NriPlugin::record(const api::Container& container, const InventoryReader& inventory) {
   if (!is_safe_id(container.id())) {
-    log::warn("NRI container id '" + container.id().substr(0, 80) + "' is not a safe file name: not recorded");
+    log::warn("NRI container id '" + log::escaped(container.id(), 80) + "' is not a safe file name: not recorded");
     return;
   }
   // Whatever happens here, the container is created as the runtime asked: recording only observes.
@@ -108,7 +109,7 @@ Result<std::vector<std::string>> NriPlugin::allocated_gpus_of(const api::CreateC
     if (allocation.value()) {
       const AllocatedGpus gpus = allocated_gpus(*allocation.value(), node);
       for (const auto& unknown : gpus.unknown)
-        log::warn(what + ": the kubelet allocated device " + unknown + " to " + describe(who) +
+        log::warn(what + ": the kubelet allocated device " + log::escaped(unknown, 256) + " to " + describe(who) +
                   ", which names no GPU of this node's inventory; it is not a target");
       if (gpus.gpu_ids.empty())
         return make_error(what + " refused: the kubelet allocated no GPU of this node to " + describe(who) +
@@ -139,8 +140,8 @@ Result<void> NriPlugin::adjust_for_restore(const api::CreateContainerRequest& re
   const auto restore = recognise_restore(annotations);
   if (!restore) return {};
   const std::string what = std::string(runtime_name(restore->runtime)) + " restore" +
-                           (restore->source.empty() ? "" : " of " + restore->source.substr(0, 512)) +
-                           (restore->checkpoint_id.empty() ? "" : " (checkpoint " + restore->checkpoint_id.substr(0, 128) + ")");
+                           (restore->source.empty() ? "" : " of " + log::escaped(restore->source, 512)) +
+                           (restore->checkpoint_id.empty() ? "" : " (checkpoint " + log::escaped(restore->checkpoint_id, 128) + ")");
   if (!is_safe_id(c.id())) return make_error(what + " refused: its container id is not a safe file name", EINVAL);
   const std::string as = what + " as container " + c.id();
   auto checkpoint = registered_checkpoint(options_.state_dir, *restore);

@@ -159,7 +159,7 @@ grep -qx listening "$TMP/podres.log" || fail "podresources-server did not start:
 # gpuckpt-nri learns allocations from the kubelet's PodResources socket: restart it with ours
 kill "$NRI_PID" && wait "$NRI_PID" 2>/dev/null
 "$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --hook "$HOOK" \
-  --pod-resources "$TMP/pod-resources/kubelet.sock" --once >> "$TMP/nri.log" 2>&1 &
+  --pod-resources-socket "$TMP/pod-resources/kubelet.sock" --once >> "$TMP/nri.log" 2>&1 &
 NRI_PID=$!
 for _ in $(seq 100); do [ "$(grep -c "registered with containerd" "$TMP/nri.log")" -ge 2 ] && break; sleep 0.1; done
 [ "$(grep -c "registered with containerd" "$TMP/nri.log")" -ge 2 ] || fail "gpuckpt-nri did not register again: $(tail -3 "$TMP/nri.log")"

@@ -109,7 +109,9 @@ ctrd_import_image "$IMAGE" || fail "cannot import $IMAGE into containerd"
 echo "ok: containerd $(containerd --version | awk '{print $3}') on $CTRD_SOCK"
 
 step "0. gpuckpt-nri records GPU containers created through CRI"
-"$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --hook "$BUILD/oci-hook/gpuckpt-oci-hook" \
+# No kubelet here: no PodResources socket; the restore allocation is the devices the request carries (containerd
+# keeps them).
+"$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --hook "$BUILD/oci-hook/gpuckpt-oci-hook" --pod-resources-socket '' \
   --once > "$TMP/nri.log" 2>&1 &
 NRI_PID=$!
 for _ in $(seq 100); do grep -q "registered with containerd" "$TMP/nri.log" && break; sleep 0.1; done

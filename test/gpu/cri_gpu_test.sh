@@ -213,7 +213,7 @@ PODRES_PID=$!
 for _ in $(seq 100); do grep -qx listening "$WORK/podres.log" && break; sleep 0.1; done
 grep -qx listening "$WORK/podres.log" || { show "$WORK/podres.log"; skip_all "podresources-server did not start"; }
 "$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root / --hook "$HOOK" \
-  --pod-resources "$WORK/pod-resources/kubelet.sock" --once > "$WORK/nri.log" 2>&1 &
+  --pod-resources-socket "$WORK/pod-resources/kubelet.sock" --once > "$WORK/nri.log" 2>&1 &
 NRI_PID=$!
 for _ in $(seq 100); do grep -q "registered with containerd" "$WORK/nri.log" && break; sleep 0.1; done
 grep -q "registered with containerd" "$WORK/nri.log" || { show "$WORK/nri.log"; skip_all "gpuckpt-nri did not register"; }
