@@ -81,7 +81,7 @@ echo "hooks.d: $(cd "$HOOKS_D" && echo *)"
 if [ -e "$HOOKS_D/gpuckpt-hook-precreate.json" ] || [ ! -f "$HOOKS_D/gpuckpt-hook.json" ]; then fail "installed entries"; fi
 crio_start "$TMP/crio" "$HOOKS_D" || fail "CRI-O did not start on the installed hooks.d: $(grep -m3 -E 'fatal|error' "$CRIO_LOG")"
 echo "ok: $(cri version)"
-crio_import_image "$IMAGE" && crio_import_image localhost/gpuckpt-pause:latest || fail "image import"
+{ crio_import_image "$IMAGE" && crio_import_image localhost/gpuckpt-pause:latest; } || fail "image import"
 POD=$(cri run-pod gpuckpt-crio-hooks) || fail "RunPodSandbox"
 CID=$(cri create gpuckpt-crio-hooks "$POD" plain "$IMAGE" --mount /etc/hosts:/etc/hosts -- sleep 600) || fail "CreateContainer"
 cri start "$CID" || fail "StartContainer"
