@@ -6,7 +6,8 @@
 #                               CRIU support, hooks_dir = HOOKS_DIR) and starts `crio`. Sets CRIO_SOCK CRIO_PID
 #                               CRIO_NRI_SOCK CRIO_LOG. Returns 1 if crio exits or the socket does not answer
 #                               within 30 s (the log says why).
-#   crio_import_image IMAGE     copies a podman image into CRI-O's storage
+#   crio_import_image IMAGE     copies a podman image into CRI-O's storage (before RunPodSandbox: the pause
+#                               image localhost/gpuckpt-pause:latest, which scripts/lib/containerd-sandbox.sh makes)
 #   crio_stop                   stops CRI-O, the conmon monitors and containers it started; unmounts; safe twice
 # Environment: CRIO (the crio binary; default `crio` on PATH), PINNS (default: beside crio), CONMON, RUNC.
 
@@ -44,6 +45,9 @@ enable_criu_support = true
 runtime_path = "${RUNC:-/usr/sbin/runc}"
 runtime_root = "$work/runc"
 monitor_path = "${CONMON:-/usr/bin/conmon}"
+[crio.image]
+# pulled (or found) at RunPodSandbox even when no infra container runs: the local busybox-based one
+pause_image = "${CRIO_PAUSE_IMAGE:-localhost/gpuckpt-pause:latest}"
 [crio.network]
 network_dir = "$work/cni"
 [crio.nri]
@@ -60,7 +64,7 @@ TOML
     sleep 0.1
   done
   if [ ! -S "$CRIO_SOCK" ] || ! kill -0 "$CRIO_PID" 2>/dev/null; then
-    wait "$CRIO_PID" 2>/dev/null
+    wait "$CRIO_PID" 2>/dev/null || true
     CRIO_PID=''
     return 1
   fi
@@ -75,21 +79,21 @@ crio_stop() {
   [ -n "${CRIO_WORK:-}" ] || return 0
   local p m
   if [ -n "${CRIO_PID:-}" ] && kill -0 "$CRIO_PID" 2>/dev/null; then
-    kill "$CRIO_PID" 2>/dev/null
+    kill "$CRIO_PID" 2>/dev/null || true
     for _ in $(seq 100); do kill -0 "$CRIO_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$CRIO_PID" 2>/dev/null
-    wait "$CRIO_PID" 2>/dev/null
+    kill -9 "$CRIO_PID" 2>/dev/null || true
+    wait "$CRIO_PID" 2>/dev/null || true   # its exit status is not the caller's to judge (callers may run set -e)
   fi
   # containers and their conmon monitors outlive CRI-O: those whose runc state is ours go
   for p in $(runc --root "$CRIO_WORK/runc" list -q 2>/dev/null); do
-    runc --root "$CRIO_WORK/runc" kill "$p" KILL 2>/dev/null
-    runc --root "$CRIO_WORK/runc" delete -f "$p" 2>/dev/null
+    runc --root "$CRIO_WORK/runc" kill "$p" KILL 2>/dev/null || true
+    runc --root "$CRIO_WORK/runc" delete -f "$p" 2>/dev/null || true
   done
   for p in $(pgrep -x conmon); do
-    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- "$CRIO_WORK/" && kill -9 "$p" 2>/dev/null
+    if tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- "$CRIO_WORK/"; then kill -9 "$p" 2>/dev/null || true; fi
   done
   while read -r _ m _; do
-    case "$m" in "$CRIO_WORK"/*) umount -l "$m" 2>/dev/null ;; esac
+    case "$m" in "$CRIO_WORK"/*) umount -l "$m" 2>/dev/null || true ;; esac
   done < <(sort -r -k2 /proc/self/mounts)
   CRIO_PID='' CRIO_WORK=''
   return 0

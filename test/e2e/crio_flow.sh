@@ -11,15 +11,15 @@
 #      the agent writes it (spec.dump annotations and CRI-O's io.kubernetes.cri-o.Annotations), restored through
 #      CreateContainer with the archive as image and another allocation: what NRI received is saved to
 #      CRIO_CAPTURE_DIR (default WORK/capture; test/fixtures/crio/ holds the captured one) and its shape asserted.
-# Environment: CRIO (crio binary; else `crio` on PATH), GPUCKPT_BUILD_DIR, GPUCKPT_SOURCE_DIR, KEEP=1 keeps WORK.
+# Environment: CRIO (crio binary; else `crio` on PATH), CRI_TOOL (default: the built cri-tool), GPUCKPT_BUILD_DIR,
+# GPUCKPT_SOURCE_DIR, KEEP=1 keeps WORK.
 # Exit 0 pass, 77 skipped (no root / crio / criu / image), anything else fails. Cleanup always runs.
 set -euo pipefail
 
 BUILD=${GPUCKPT_BUILD_DIR:?GPUCKPT_BUILD_DIR must point at the build directory}
 SRC=${GPUCKPT_SOURCE_DIR:?GPUCKPT_SOURCE_DIR must point at the source tree}
-. "$SRC/scripts/lib/node-sandbox.sh"
 . "$SRC/scripts/lib/crio-sandbox.sh"
-CRI_TOOL=$BUILD/test/e2e/cri-tool
+CRI_TOOL=${CRI_TOOL:-$BUILD/test/e2e/cri-tool}   # any client with cri-tool's command line
 NRI=$BUILD/nri-plugin/gpuckpt-nri
 NRI_DUMP=$BUILD/test/e2e/nri-dump
 HOOK=$BUILD/oci-hook/gpuckpt-oci-hook
@@ -27,7 +27,7 @@ IMAGE=${GPUCKPT_TEST_IMAGE:-localhost/gpuckpt-busybox}
 CRIO=${CRIO:-crio}
 
 skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*" >&2; [ -n "${CRIO_LOG:-}" ] && [ -f "$CRIO_LOG" ] && tail -n 15 "$CRIO_LOG" >&2; exit 1; }
+fail() { echo "FAIL: $*" >&2; [ -n "${CRIO_LOG:-}" ] && [ -f "$CRIO_LOG" ] && tail -n 15 "$CRIO_LOG" | cut -c1-300 >&2; exit 1; }
 step() { printf '\n== %s\n' "$*"; }
 
 [ "$(id -u)" = 0 ] || skip "needs root (CRI-O, runc, CRIU)"
@@ -35,9 +35,10 @@ command -v "$CRIO" >/dev/null || skip "no CRI-O here (CRIO=$CRIO): it is built f
 command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
 command -v helm >/dev/null || skip "helm not installed (scripts/setup.sh)"
 podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
+podman image exists localhost/gpuckpt-pause:latest || skip "pause image missing (test/e2e/containerd_flow.sh makes it)"
 for b in "$CRI_TOOL" "$NRI" "$NRI_DUMP" "$HOOK"; do [ -x "$b" ] || fail "$b not built"; done
 
-TMP=/tmp/gpuckpt-e2e-crio-$$-$(date +%s%N)
+TMP=/tmp/gck-crio-$$   # short: podman (the image import) refuses a runroot path over 50 characters
 mkdir -m 711 "$TMP"
 PIDS=()
 cleanup() {
@@ -48,7 +49,7 @@ cleanup() {
 }
 trap cleanup EXIT
 cri() { "$CRI_TOOL" "unix://$CRIO_SOCK" "$@"; }
-echo "CRI-O: $("$CRIO" --version 2>/dev/null | awk '/^Version:/ {print $2} /^GitCommit:/ {print $2}' | tr '\n' ' ')"
+echo "CRI-O: $("$CRIO" --version 2>/dev/null | head -1)"
 
 # The host the installer writes into: CRI-O runs on it (/etc/crio). Paths in the entries are node paths; here the
 # node's root is $HOST, so the install dir the entries name is linked to where the installer put the binary.
@@ -80,13 +81,13 @@ echo "hooks.d: $(cd "$HOOKS_D" && echo *)"
 if [ -e "$HOOKS_D/gpuckpt-hook-precreate.json" ] || [ ! -f "$HOOKS_D/gpuckpt-hook.json" ]; then fail "installed entries"; fi
 crio_start "$TMP/crio" "$HOOKS_D" || fail "CRI-O did not start on the installed hooks.d: $(grep -m3 -E 'fatal|error' "$CRIO_LOG")"
 echo "ok: $(cri version)"
-crio_import_image "$IMAGE" || fail "image import"
+{ crio_import_image "$IMAGE" && crio_import_image localhost/gpuckpt-pause:latest; } || fail "image import"
 POD=$(cri run-pod gpuckpt-crio-hooks) || fail "RunPodSandbox"
 CID=$(cri create gpuckpt-crio-hooks "$POD" plain "$IMAGE" --mount /etc/hosts:/etc/hosts -- sleep 600) || fail "CreateContainer"
 cri start "$CID" || fail "StartContainer"
 cri list | grep -q "^$CID plain CONTAINER_RUNNING" || fail "the container does not run: $(cri list)"
 echo "ok: container $CID runs with gpuckpt's createRuntime and poststop entries in CRI-O's hooks.d"
-cri stop "$CID"; cri rm "$CID"; cri stop-pod "$POD"; cri rm-pod "$POD"
+{ cri stop "$CID" && cri rm "$CID" && cri stop-pod "$POD" && cri rm-pod "$POD"; } || fail "removing step 1's pod"
 crio_stop
 
 step "2. the precreate entry an older install left: CRI-O refuses to start; the installer removes it"
@@ -101,12 +102,23 @@ crio_start "$TMP/crio" "$HOOKS_D" || fail "CRI-O did not start after the reinsta
 echo "ok: reinstalled on the CRI-O node, CRI-O starts again"
 
 step "3. a CRI-O restore as NRI sees it (checkpoint through CRI, restore = CreateContainer from the archive)"
-sandbox_prepare "$TMP/node" "$BUILD" "$SRC" || fail "simulated node"
+# gpuckpt-nri's node: the 8x H100 fixture, /dev/nvidia0 and /dev/nvidia1 with /dev/null's and /dev/zero's numbers
+ROOT=$TMP/node-root STATE=$TMP/node-state
+cp -a "$SRC/test/fixtures/nvidia-h100-8gpu" "$ROOT" && mkdir -p "$ROOT/dev" "$STATE"
+mknod "$ROOT/dev/nvidia0" c 1 3 && mknod "$ROOT/dev/nvidia1" c 1 5
 CAPTURE=${CRIO_CAPTURE_DIR:-$TMP/capture}
-"$NRI_DUMP" --socket "$CRIO_NRI_SOCK" --out "$CAPTURE" --idx 90 2> "$TMP/nri-dump.log" & PIDS+=($!)
+# CRI-O's NRI socket can refuse connections for a moment after its CRI socket answers: gpuckpt-nri retries by
+# itself, nri-dump is started again until it registers.
 "$NRI" --socket "$CRIO_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --hook "$HOOK" --log-level debug \
-  --once > "$TMP/nri.log" 2>&1 & PIDS+=($!)
-for _ in $(seq 100); do grep -q registered "$TMP/nri-dump.log" && grep -q "registered" "$TMP/nri.log" && break; sleep 0.1; done
+  > "$TMP/nri.log" 2>&1 & PIDS+=($!)
+for _ in $(seq 20); do
+  "$NRI_DUMP" --socket "$CRIO_NRI_SOCK" --out "$CAPTURE" --idx 90 2> "$TMP/nri-dump.log" & dump=$!
+  sleep 0.5
+  if grep -q registered "$TMP/nri-dump.log"; then PIDS+=("$dump"); break; fi
+  kill "$dump" 2>/dev/null || true
+done
+grep -q registered "$TMP/nri-dump.log" || fail "nri-dump did not register: $(cat "$TMP/nri-dump.log")"
+for _ in $(seq 100); do grep -q "registered" "$TMP/nri.log" && break; sleep 0.1; done
 grep -q registered "$TMP/nri.log" || fail "gpuckpt-nri did not register: $(cat "$TMP/nri.log")"
 POD=$(cri run-pod gpuckpt-crio-src) || fail "RunPodSandbox"
 # shellcheck disable=SC2016 # expanded by the container's shell
@@ -134,7 +146,7 @@ json.dump(spec, open(sys.argv[1], "w"))
 PY
 CK2=$TMP/kubelet/checkpoints/annotated.tar
 tar -cf "$CK2" -C "$TMP/ck" .
-cri stop "$CID"; cri rm "$CID"
+{ cri stop "$CID" && cri rm "$CID"; } || fail "removing the checkpointed container"
 POD2=$(cri run-pod gpuckpt-crio-dst) || fail "RunPodSandbox (target)"
 RID=$(cri create gpuckpt-crio-dst "$POD2" counter "$CK2" --device /dev/zero:/dev/nvidia1 --env NVIDIA_VISIBLE_DEVICES=1 \
   --mount /etc/hosts:/etc/hosts -- sh -c "$COUNTER") || fail "CreateContainer from the checkpoint archive"
