@@ -108,7 +108,7 @@ constexpr std::size_t kSweepPerCall = 16;   // the hook sweeps a few stale plans
 // directory; a plan file that came inside the archive is removed. Not a restore: nothing to do.
 Result<std::string> place_restore_plan(const CreatedContainer& c, const HookOptions& options) {
   auto plan_id = named_plan_id(c.config);
-  auto images = find_criu_images_dir(HostRoot(options.host_root), options.runtime_pid, c.bundle);
+  auto images = find_criu_images_dir(HostRoot(options.process_root), options.runtime_pid, c.bundle);
   if (!images) {
     if (!plan_id || !plan_id->empty())
       return make_error("restore of container " + c.id + " refused: it names a restore plan, but " +

@@ -31,6 +31,10 @@ struct HookOptions {
   // The process that runs the hook (its parent): in a restore, runc or crun, whose command line names CRIU's
   // images directory. 0: unknown (podman's <bundle>/checkpoint is assumed).
   int runtime_pid = 0;
+  // Where the runtime's /proc and its --image-path are seen: the hook's own root, whatever host_root says (the
+  // runtime pid is one of the hook's PID namespace, and the runtime runs in the hook's mount namespace; host_root
+  // is where the GPU inventory is read, a fixture tree in tests). Tests point it at a fake tree.
+  std::filesystem::path process_root = "/";
 };
 
 // createRuntime. `record`: the bookkeeping, whose failure is logged while the container starts. `restore`: what

@@ -296,6 +296,7 @@ TEST_CASE("createRuntime finds containerd's images directory through the restori
   const json state = {{"id", "c0ffee"}, {"status", "creating"}, {"bundle", bundle.string()}};
   // The hook's parent: containerd's shim ran `runc ... restore --image-path <images>` (go-runc's arguments).
   options.runtime_pid = 4242;
+  options.process_root = options.host_root;
   std::string cmdline;
   for (const char* arg : {"runc", "--root", "/run/containerd/runc/k8s.io", "--log", "/run/log.json",
                                  "--log-format", "json", "restore", "--image-path", images.c_str(), "--work-path",
