@@ -24,7 +24,6 @@ namespace {
 constexpr std::size_t kMaxNameBytes = 4096;
 
 using ReaderPtr = std::unique_ptr<struct archive, int (*)(struct archive*)>;
-using WriterPtr = std::unique_ptr<struct archive, int (*)(struct archive*)>;   // abandon_archive_writer
 
 Result<ReaderPtr> open_reader(const fs::path& path, const ArchiveLimits& limits) {
   std::error_code ec;
@@ -324,9 +323,20 @@ std::string entry_string(const nlohmann::json& j, const char* key) {
 
 }  // namespace
 
-int abandon_archive_writer(struct archive* writer) {
-  archive_write_fail(writer);   // marks it fatal: archive_write_free then skips the close that would pad
-  return archive_write_free(writer);
+ArchiveWriter::ArchiveWriter() : archive_(archive_write_new()) {}
+
+ArchiveWriter::~ArchiveWriter() {
+  if (!closed_) {
+    archive_write_fail(archive_);    // fatal: the close below skips finishing the open entry (the padding)
+    archive_write_close(archive_);   // but still ends the format, the filters and the output
+  }
+  archive_write_free(archive_);
+}
+
+int ArchiveWriter::close() {
+  if (closed_) return ARCHIVE_OK;
+  closed_ = true;
+  return archive_write_close(archive_);
 }
 
 Result<void> check_archive_deadline(const ArchiveLimits& limits, const std::string& what) {
@@ -417,9 +427,10 @@ Result<void> add_output_filter(struct archive* writer, struct archive* reader, O
 // The one pass behind rewrite_archive, receive_archive and send_archive: every entry `reader` yields, validated
 // by walk(), goes to `writer` with `edit` applied. `open_writer` runs once the input's compression is known (at
 // the first entry). `target` names the output in messages.
-Result<void> copy_edited(struct archive* reader, const fs::path& in, struct archive* writer, const std::string& target,
+Result<void> copy_edited(struct archive* reader, const fs::path& in, ArchiveWriter& output, const std::string& target,
                          const ArchiveEdit& edit, const ArchiveLimits& limits,
                          const std::function<Result<void>(struct archive*)>& open_writer) {
+  struct archive* writer = output.get();
   bool writer_open = false;
   std::set<std::string> edited;
   std::vector<char> buffer(1 << 20);
@@ -490,7 +501,7 @@ Result<void> copy_edited(struct archive* reader, const fs::path& in, struct arch
     auto written = write_blob(e.get(), data);
     if (!written) return written.error();
   }
-  if (archive_write_close(writer) != ARCHIVE_OK)
+  if (output.close() != ARCHIVE_OK)
     return make_error("finishing " + target + ": " + archive_message(writer), EIO);
   return {};
 }
@@ -575,8 +586,8 @@ Result<std::uint64_t> copy_to_file(struct archive* reader, const fs::path& in, c
   TemporaryArchive file(out);
   auto fd = file.open();
   if (!fd) return fd.error();
-  WriterPtr writer(archive_write_new(), abandon_archive_writer);
-  auto copied = copy_edited(reader, in, writer.get(), file.temp().string(), edit, limits,
+  ArchiveWriter writer;
+  auto copied = copy_edited(reader, in, writer, file.temp().string(), edit, limits,
                             [&](struct archive* r) -> Result<void> {
                               auto filtered = add_output_filter(writer.get(), r, compression, in);
                               if (!filtered) return filtered;
@@ -622,8 +633,8 @@ Result<void> send_archive(const fs::path& in, const ArchiveByteSink& write, cons
   StreamEnd output;
   output.sink = &write;
   output.name = "the stream of " + in.string();
-  WriterPtr writer(archive_write_new(), abandon_archive_writer);
-  auto copied = copy_edited(reader->get(), in, writer.get(), output.name, edit, limits,
+  ArchiveWriter writer;
+  auto copied = copy_edited(reader->get(), in, writer, output.name, edit, limits,
                             [&](struct archive* r) -> Result<void> {
                               auto filtered = add_output_filter(writer.get(), r, OutputCompression::none, in);
                               if (!filtered) return filtered;

@@ -35,11 +35,24 @@ inline constexpr const char* kAnnotationRecordEntry = "io.gpuckpt.record";   // 
 // never reach a std::string (found by fuzz/archive_fuzz).
 std::string archive_message(struct archive* a);
 
-// Frees a writer from archive_write_new() WITHOUT closing it: archive_write_free() closes first, and closing pads
-// an unfinished entry with zeros up to its declared size (a 1.2 KB input declaring a 4 GiB entry cost 13 s of
-// gzip when the rewrite stopped early). A writer that completed was closed by archive_write_close already, so
-// this is the deleter of every writer of a tar stream (not of archive_write_disk_new(), which it would abort).
-int abandon_archive_writer(struct archive* writer);
+// A libarchive writer of a tar stream (archive_write_new) that never pads. libarchive's close fills an unfinished
+// entry with zeros up to its declared size (a 1.2 KB input declaring a 4 GiB entry cost 13 s of gzip when a
+// rewrite stopped early). close() finishes a complete archive; a writer destroyed without close() is abandoned:
+// marked failed first, so that closing it skips the unfinished entry yet still ends the filters and the output
+// (freeing it alone would leak zlib's state and the output buffer: found by fuzz/archive_walk_fuzz).
+class ArchiveWriter {
+ public:
+  ArchiveWriter();
+  ~ArchiveWriter();
+  ArchiveWriter(const ArchiveWriter&) = delete;
+  ArchiveWriter& operator=(const ArchiveWriter&) = delete;
+  struct archive* get() const { return archive_; }
+  int close();   // archive_write_close, once
+
+ private:
+  struct archive* archive_;
+  bool closed_ = false;
+};
 
 struct ArchiveLimits {
   std::uint64_t max_archive_bytes = 64ULL << 30;   // the archive file itself

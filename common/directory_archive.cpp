@@ -181,7 +181,7 @@ Result<void> extract_into(const fs::path& archive, const fs::path& dir, const Ar
 
 Result<std::uint64_t> pack_tar(const std::vector<PackEntry>& entries, const fs::path& out,
                                std::vector<std::string>* whiteouts) {
-  Handle writer(archive_write_new(), abandon_archive_writer);
+  ArchiveWriter writer;
   archive_write_set_format_pax_restricted(writer.get());
   if (archive_write_open_filename(writer.get(), out.c_str()) != ARCHIVE_OK)
     return make_error("cannot create " + out.string() + ": " + archive_message(writer.get()), EIO);
@@ -216,7 +216,7 @@ Result<std::uint64_t> pack_tar(const std::vector<PackEntry>& entries, const fs::
             static_cast<la_ssize_t>(entry.content.size()))
       return make_error("cannot write " + entry.name + " into " + out.string() + ": " + archive_message(writer.get()), EIO);
   }
-  if (archive_write_close(writer.get()) != ARCHIVE_OK)
+  if (writer.close() != ARCHIVE_OK)
     return make_error("cannot finish " + out.string() + ": " + archive_message(writer.get()), EIO);
   std::error_code ec;
   const auto size = fs::file_size(out, ec);

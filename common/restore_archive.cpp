@@ -27,7 +27,7 @@ Result<std::optional<std::string>> renumber_device_nodes(std::string_view tmpfs_
   if (archive_read_open_memory(reader.get(), tmpfs_image.data(), tmpfs_image.size()) != ARCHIVE_OK)
     return make_error(std::string("cannot read a /dev tmpfs image: ") + archive_message(reader.get()), EIO);
   std::string out;   // before the writer, which writes into it
-  Handle writer(archive_write_new(), abandon_archive_writer);   // an early return must not pad an entry
+  ArchiveWriter writer;   // an early return must not pad an entry
   archive_write_add_filter_gzip(writer.get());
   archive_write_set_format_pax_restricted(writer.get());
   archive_write_set_bytes_in_last_block(writer.get(), 1);   // tar/gzip must see no padding after the stream
@@ -87,7 +87,7 @@ Result<std::optional<std::string>> renumber_device_nodes(std::string_view tmpfs_
       archive_write_data(writer.get(), buffer.data(), static_cast<std::size_t>(n));
     }
   }
-  if (archive_write_close(writer.get()) != ARCHIVE_OK)
+  if (writer.close() != ARCHIVE_OK)
     return make_error(std::string("rewriting a /dev tmpfs image: ") + archive_message(writer.get()), EIO);
   if (renumbered == 0) return std::optional<std::string>{};
   return std::optional<std::string>(std::move(out));
