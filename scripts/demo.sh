@@ -11,6 +11,7 @@
 # gets GPU-looking device aliases, so the whole GPU path (record, annotate, match, move the device) runs for real.
 set -euo pipefail
 . "$(dirname "$0")/lib/node-sandbox.sh"
+. "$(dirname "$0")/lib/criu-probe.sh"
 
 BUILD=$(cd "${1:?usage: scripts/demo.sh BUILD_DIR}" && pwd)
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,6 +21,7 @@ NAME=gpuckpt-demo-$$
 ULIMITS=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
 
 die() { printf '\ndemo FAILED: %s\n' "$*" >&2; exit 1; }
+criu_dump_works || die "$CRIU_PROBE_REASON. Nothing of gpuckpt can checkpoint on this machine: run the demo on another machine (or CPU type), or a CRIU that dumps here."
 now() { date +%s%N; }
 T_START=$(now)
 T_STEP=$T_START

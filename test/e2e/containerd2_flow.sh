@@ -43,6 +43,8 @@ step() { printf '\n== %s\n' "$*"; }
 [[ "$("$CTRD_BIN_DIR/containerd" --version | awk '{sub(/^v/, "", $3); print $3}')" == 2.1.* ]] ||
   fail "$CTRD_BIN_DIR/containerd is not 2.1.x: $("$CTRD_BIN_DIR/containerd" --version)"
 command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
+. "$SRC/scripts/lib/criu-probe.sh"
+criu_dump_works || skip "$CRIU_PROBE_REASON"
 command -v docker-registry >/dev/null || skip "docker-registry not installed (scripts/setup.sh)"
 podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
 for b in "$CLI" "$AGENT" "$CRI_TOOL" "$NRI" "$HOOK" "$PODRES"; do [ -x "$b" ] || fail "$b not built"; done

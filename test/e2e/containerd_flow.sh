@@ -47,6 +47,8 @@ step() { printf '\n== %s\n' "$*"; }
 [ "$(id -u)" = 0 ] || skip "needs root (containerd, runc, CRIU)"
 command -v containerd >/dev/null || skip "containerd not installed (scripts/setup.sh)"
 command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
+. "$SRC/scripts/lib/criu-probe.sh"
+criu_dump_works || skip "$CRIU_PROBE_REASON"
 podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
 for b in "$CLI" "$AGENT" "$CRI_TOOL" "$NRI"; do [ -x "$b" ] || fail "$b not built"; done
 

@@ -33,6 +33,8 @@ step() { printf '\n== %s\n' "$*"; }
 [ "$(id -u)" = 0 ] || skip "needs root (CRI-O, runc, CRIU)"
 command -v "$CRIO" >/dev/null || skip "no CRI-O here (CRIO=$CRIO): it is built from source, see docs/kubernetes.md"
 command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
+. "$SRC/scripts/lib/criu-probe.sh"
+criu_dump_works || skip "$CRIU_PROBE_REASON"
 command -v helm >/dev/null || skip "helm not installed (scripts/setup.sh)"
 podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
 podman image exists localhost/gpuckpt-pause:latest || skip "pause image missing (test/e2e/containerd_flow.sh makes it)"

@@ -23,6 +23,8 @@ step() { printf '\n== %s\n' "$*"; }
 [ "$(id -u)" = 0 ] || skip "needs root (podman checkpoint, tmpfs mounts)"
 command -v podman >/dev/null || skip "podman not installed (scripts/setup.sh)"
 command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
+. "$SRC/scripts/lib/criu-probe.sh"
+criu_dump_works || skip "$CRIU_PROBE_REASON"
 podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
 [ -x "$AGENT" ] || fail "$AGENT not built"
 
