@@ -65,7 +65,8 @@ struct BaseImagePull {
 
 std::optional<BaseImagePull> containerd_base_image_pull(const CheckpointInfo& info) {
   if (info.engine != "containerd") return std::nullopt;
-  BaseImagePull pull{info.raw_image};
+  BaseImagePull pull;
+  pull.ref = info.raw_image;
   const auto at = pull.ref.find("@sha256:");
   pull.pullable = at != std::string::npos && at > 0;
   if (pull.pullable) {
