@@ -209,8 +209,10 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     return make_error(source + ": listen.port " + std::to_string(c.listen_port) + " is not a port (0-65535; 0 = any)");
   if (!c.image_registry.repository.empty())
     if (auto repo = check_repository(c.image_registry.repository); !repo) return make_error(source + ": " + repo.error().message);
-  if (c.image_registry.timeout.count() <= 0 || c.image_registry.push_timeout.count() <= 0)
-    return make_error(source + ": image_registry.timeout_seconds and push_timeout_seconds must be positive");
+  if (c.image_registry.timeout.count() <= 0)
+    return make_error(source + ": image_registry.timeout_seconds must be positive");
+  if (c.image_registry.push_timeout.count() <= 0)
+    return make_error(source + ": image_registry.push_timeout_seconds must be positive");
   if (c.runtime_kind == "crictl")
     return make_error(source + ": runtime.kind 'crictl' is gone: the agent speaks CRI itself now; set runtime.kind: cri "
                       "and runtime.cri.endpoint (or runtime.kind: containerd on containerd 1.7)");

@@ -443,11 +443,13 @@ def test_full_config_shape():
             "config.limits.max_request_bytes=4096", "config.limits.max_concurrent_jobs=2",
             "config.limits.max_connections=64", "config.limits.max_connections_per_client=8",
             "config.limits.request_deadline_seconds=20",
+            "config.limits.max_queued_jobs=32", "config.limits.max_queued_jobs_per_client=4",
             "config.gpu_memory.image=false", "config.gpu_memory.threads=8", "config.gpu_memory.compression=zstd:3",
             "config.gpu_memory.sparse=false",
             "config.image_registry.repository=registry.example:5000/ml/checkpoints",
             "config.image_registry.credentials_file=/etc/gpuckpt/registry/credentials",
-            "config.image_registry.plain_http=true", "config.image_registry.timeout_seconds=900"]
+            "config.image_registry.plain_http=true", "config.image_registry.timeout_seconds=900",
+            "config.image_registry.push_timeout_seconds=3600", "config.image_registry.token_realm_host=auth.registry.example"]
     sets += [f"config.match_policy.{k}=false" for k in EXAMPLE["match_policy"]]
     objs = case("full-config", sets)
     spec, cfg, *_ = common_checks(objs, "full-config")
@@ -462,7 +464,8 @@ def test_full_config_shape():
     check(cfg["gpu_memory"] == {"image": False, "threads": 8, "compression": "zstd:3", "sparse": False},
           "[full-config] gpu_memory reaches the agent's config")
     check(cfg["image_registry"] == {"repository": "registry.example:5000/ml/checkpoints", "plain_http": True,
-                                    "credentials_file": "/etc/gpuckpt/registry/credentials", "timeout_seconds": 900},
+                                    "credentials_file": "/etc/gpuckpt/registry/credentials", "timeout_seconds": 900,
+                                    "push_timeout_seconds": 3600, "token_realm_host": "auth.registry.example"},
           f"[full-config] image_registry reaches the agent's config: {cfg.get('image_registry')}")
     settings = cm_data(objs).get("gpuckpt_plugin.env", "")
     check([l for l in settings.splitlines() if not l.startswith("#")] ==

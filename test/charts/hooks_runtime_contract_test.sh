@@ -83,6 +83,10 @@ run_installer() {  # run_installer HOST_ROOT
 crio=$tmp/crio-node
 mkdir -p "$crio/etc/crio/crio.conf.d" "$crio/usr/share/containers/oci/hooks.d" "$crio/usr/bin"
 : > "$crio/usr/bin/podman"   # podman beside CRI-O: the directory they share follows CRI-O's rule
+# what an older install left: its hook binary and its precreate entry (a missing binary only makes a runtime
+# skip the entry; the stage is what stops CRI-O)
+mkdir -p "$crio/opt/gpuckpt/bin" && printf '#!/bin/sh\n' > "$crio/opt/gpuckpt/bin/gpuckpt-oci-hook" &&
+  chmod 755 "$crio/opt/gpuckpt/bin/gpuckpt-oci-hook"
 cp "$tmp/default/gpuckpt-hook-precreate.json" "$crio/usr/share/containers/oci/hooks.d/"
 v=$(verdict "$crio")
 expect '[ "${v%% *}" = fail ] && [[ "$v" == *"rm /usr/share/containers/oci/hooks.d/gpuckpt-hook-precreate.json"* ]]' \

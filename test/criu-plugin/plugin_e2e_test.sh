@@ -16,6 +16,7 @@ fail() { echo "FAILED: $*"; for f in "$WORK"/*.log "$WORK"/img/*.log; do [ -f "$
 command -v "$CRIU" >/dev/null || skip "no criu on PATH (scripts/setup.sh installs one)"
 command -v python3 >/dev/null || skip "no python3 for the counting workload"
 "$CRIU" check >/dev/null 2>&1 || skip "'criu check' fails on this kernel"
+# shellcheck disable=SC1091 # the repository's shell library
 . "$(dirname "$0")/../../scripts/lib/criu-probe.sh"
 criu_dump_works "$CRIU" || skip "$CRIU_PROBE_REASON"
 [ -f "$PLUGIN" ] || { echo "FAILED: $PLUGIN not built"; exit 1; }

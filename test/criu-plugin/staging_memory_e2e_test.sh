@@ -34,6 +34,7 @@ fail() {
 [ "$(id -u)" = 0 ] || skip "CRIU needs root"
 command -v "$CRIU" >/dev/null || skip "no criu on PATH (scripts/setup.sh installs one)"
 "$CRIU" check >/dev/null 2>&1 || skip "'criu check' fails on this kernel"
+# shellcheck disable=SC1091 # the repository's shell library
 . "$(dirname "$0")/../../scripts/lib/criu-probe.sh"
 criu_dump_works "$CRIU" || skip "$CRIU_PROBE_REASON"
 for f in "$PLUGIN" "$HELPER" "$GPUCKPT"; do [ -x "$f" ] || [ -f "$f" ] || { echo "FAILED: $f not built"; exit 1; }; done

@@ -14,6 +14,7 @@ BUILD=${GPUCKPT_BUILD_DIR:?set GPUCKPT_BUILD_DIR to the CMake build directory}
 PREFIX=${GPUCKPT_PREFIX:-/opt/gpuckpt}
 # shellcheck disable=SC1091 # a test helper beside this file
 . "$(dirname "$0")/lib.sh" || { echo "FAIL: $(dirname "$0")/lib.sh missing"; exit 1; }
+# shellcheck disable=SC1091 # the repository's shell library
 . "$(dirname "$0")/../../scripts/lib/criu-probe.sh"
 criu_dump_works || { echo "SKIP: $CRIU_PROBE_REASON"; exit 77; }
 HOOK=$BUILD/oci-hook/gpuckpt-oci-hook
