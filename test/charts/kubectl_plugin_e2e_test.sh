@@ -14,10 +14,13 @@ export GPUCKPT_CLI="$BUILD/cli/gpuckpt" KUBECTL="$SRC/test/charts/fake-cluster/k
 AGENT="$BUILD/agent/gpuckpt-agent" HOOK="$BUILD/oci-hook/gpuckpt-oci-hook"
 IMAGE=${GPUCKPT_DEMO_IMAGE:-localhost/gpuckpt-busybox}
 skip() { echo "SKIP: $*"; exit 77; }
+# shellcheck disable=SC1091 # the repository's shell library
+. "$SRC/scripts/lib/criu-probe.sh"
 [ "$(id -u)" = 0 ] || skip "needs root (podman checkpoint/restore)"
 for b in "$GPUCKPT_CLI" "$AGENT" "$HOOK"; do [ -x "$b" ] || skip "$b not built"; done
 for t in podman criu python3 sha256sum; do command -v "$t" >/dev/null || skip "$t missing (scripts/setup.sh)"; done
 podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh)"
+criu_dump_works || skip "$CRIU_PROBE_REASON"
 
 tmp=$(mktemp -d /tmp/gpuckpt-kp-e2e.XXXXXX)
 NAME=gpuckpt-kp-$$

@@ -47,6 +47,8 @@ skip() { echo "SKIPPED: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root"
 command -v podman >/dev/null || skip "no podman"
 command -v criu >/dev/null || skip "no criu"
+. "$SRC/scripts/lib/criu-probe.sh"
+criu_dump_works || skip "$CRIU_PROBE_REASON"
 pick() { command -v "$1" 2>/dev/null || echo "$2"; }
 CLI=$(pick gpuckpt "$BUILD/cli/gpuckpt")
 AGENT_BIN=$(pick gpuckpt-agent "$BUILD/agent/gpuckpt-agent")
