@@ -159,7 +159,7 @@ PODRES_PID=$!
 for _ in $(seq 100); do grep -qx listening "$TMP/podres.log" && break; sleep 0.1; done
 grep -qx listening "$TMP/podres.log" || fail "podresources-server did not start: $(cat "$TMP/podres.log")"
 # gpuckpt-nri learns allocations from the kubelet's PodResources socket: restart it with ours
-kill "$NRI_PID" && wait "$NRI_PID" 2>/dev/null
+kill "$NRI_PID"; wait "$NRI_PID" 2>/dev/null || true   # its status after SIGTERM is not ours to judge
 "$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --hook "$HOOK" \
   --pod-resources-socket "$TMP/pod-resources/kubelet.sock" --once >> "$TMP/nri.log" 2>&1 &
 NRI_PID=$!

@@ -122,7 +122,7 @@ echo "ok: $(grep -o 'NRI: registered with .*' "$TMP/nri.log")"
 POD=$(cri run-pod gpuckpt-e2e) || fail "RunPodSandbox"
 # shellcheck disable=SC2016 # expanded by the container's shell; written then renamed: a read (or the rootfs diff) never sees it half-written
 COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
-CID=$(cri create gpuckpt-e2e "$POD" counter "$IMAGE" --device /dev/null:/dev/nvidia0 --device /dev/zero:/dev/kfd \
+CID=$(cri create gpuckpt-e2e "$POD" counter "$IMAGE" --device /dev/null:/dev/nvidia0 \
   --env NVIDIA_VISIBLE_DEVICES=0 -- sh -c "$COUNTER") || fail "CreateContainer"
 cri start "$CID" || fail "StartContainer"
 PLAIN=$(cri create gpuckpt-e2e "$POD" plain "$IMAGE" -- sleep 600) || fail "CreateContainer (plain)"
