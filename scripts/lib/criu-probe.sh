@@ -4,15 +4,16 @@
 #                            the last lines of its log). One dump of a sleeping process with --leave-running,
 #                            bounded by 20 s; the answer is cached per boot, CPU model and CRIU binary.
 # Why: CRIU 4.1.1 hangs in its parasite's cure (dump.log ends at "Waiting for PID to trap ... new_sp=...") on
-# some virtual CPUs (seen 2026-11-26 on an "Oxide Virtual Turin-like Processor", AMD family 26, kernel 6.18):
-# every dump on such a machine hangs until it is killed, whatever runtime drives CRIU. A test that checkpoints
-# cannot say anything about gpuckpt there; it reports SKIPPED with this reason instead of hanging.
+# some virtual CPUs (seen 2026-11-26 on an "Oxide Virtual Turin-like Processor", AMD family 26, kernel 6.18;
+# sid's CRIU 4.2.1 dumps there, so scripts/setup.sh installs it where 4.1.1 fails this probe): every dump on such
+# a machine hangs until it is killed, whatever runtime drives CRIU. A test that checkpoints cannot say anything
+# about gpuckpt there; it reports SKIPPED with this reason instead of hanging.
 criu_dump_works() {
   local criu=${1:-criu} cpu boot key cache dir pid rc
   command -v "$criu" >/dev/null 2>&1 || { CRIU_PROBE_REASON="no criu on PATH"; return 1; }
   cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
   boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)
-  key=$(printf '%s|%s|%s' "$boot" "$cpu" "$(readlink -f "$(command -v "$criu")")" | sha256sum | cut -c1-16)
+  key=$(printf '%s|%s|%s' "$boot" "$cpu" "$(sha256sum < "$(command -v "$criu")")" | sha256sum | cut -c1-16)
   cache=/tmp/gpuckpt-criu-probe-$key
   if [ -f "$cache" ]; then
     CRIU_PROBE_REASON=$(tail -n +2 "$cache")
