@@ -5,7 +5,7 @@
 #                            bounded by 20 s; the answer is cached per boot, CPU model and CRIU binary.
 # Why: CRIU 4.1.1 hangs in its parasite's cure (dump.log ends at "Waiting for PID to trap ... new_sp=...") on
 # some virtual CPUs (seen 2026-11-26 on an "Oxide Virtual Turin-like Processor", AMD family 26, kernel 6.18;
-# sid's CRIU 4.2.1 dumps there, so scripts/setup.sh installs it where 4.1.1 fails this probe): every dump on such
+# sid's CRIU 4.2.1 dumps there; docs/kubernetes.md): every dump on such
 # a machine hangs until it is killed, whatever runtime drives CRIU. A test that checkpoints cannot say anything
 # about gpuckpt there; it reports SKIPPED with this reason instead of hanging.
 criu_dump_works() {
