@@ -48,11 +48,11 @@ ctrd_start() {
   ctrd_import_pause_image
 }
 
-# containerd 1.x: config version 2, CRI under io.containerd.grpc.v1.cri
-ctrd_config_v2() {
-  local work=$1 nri_plugins=$2
+# The top-level keys both config versions share (before any table): VERSION WORK
+ctrd_config_head() {
+  local work=$2
   cat <<TOML
-version = 2
+version = $1
 root = "$work/root"
 state = "$work/state"
 [grpc]
@@ -61,6 +61,14 @@ state = "$work/state"
   address = "$work/containerd.sock.ttrpc"
 [debug]
   level = "info"
+TOML
+}
+
+# containerd 1.x: config version 2, CRI under io.containerd.grpc.v1.cri
+ctrd_config_v2() {
+  local work=$1 nri_plugins=$2
+  ctrd_config_head 2 "$work"
+  cat <<TOML
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$CTRD_PAUSE_IMAGE"
   # root here lacks CAP_SYS_RESOURCE: never lower a container's oom_score_adj below containerd's own
@@ -82,16 +90,8 @@ TOML
 # switch: runc runs CRIU (found on PATH) with the environment containerd has.
 ctrd_config_v3() {
   local work=$1 nri_plugins=$2
+  ctrd_config_head 3 "$work"
   cat <<TOML
-version = 3
-root = "$work/root"
-state = "$work/state"
-[grpc]
-  address = "$CTRD_SOCK"
-[ttrpc]
-  address = "$work/containerd.sock.ttrpc"
-[debug]
-  level = "info"
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
