@@ -62,7 +62,6 @@ cleanup() {
 trap cleanup EXIT
 
 cri() { "$CRI_TOOL" "$CTRD_SOCK" "$@"; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 count_of() {  # count_of PID: the counter's value (the file is rewritten 10 times a second: retry an empty read)
   local n
   for _ in $(seq 50); do
@@ -86,14 +85,7 @@ printf '127.0.0.1 localhost\n' > "$TMP/hosts"   # kubelet's /etc/hosts mount of 
 sed -i "s#kubelet_dir: \"\"#kubelet_dir: $KDIR, watch_interval_seconds: 1#" "$TMP/agent.yaml"
 
 step "0. containerd 2.1, a registry on 127.0.0.1, the base image pulled through CRI"
-REG_PORT=$(free_port)
-REGISTRY=127.0.0.1:$REG_PORT
-printf 'version: 0.1\nlog: {level: error}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s, secret: gpuckpt-e2e}\n' \
-  "$TMP/registry" "$REGISTRY" > "$TMP/registry.yml"
-docker-registry serve "$TMP/registry.yml" > "$TMP/registry.log" 2>&1 &
-REGISTRY_PID=$!
-for _ in $(seq 100); do curl -sf "http://$REGISTRY/v2/" >/dev/null && break; sleep 0.1; done
-curl -sf "http://$REGISTRY/v2/" >/dev/null || fail "docker-registry did not start: $(cat "$TMP/registry.log")"
+ctrd_start_registry "$TMP/registry" || fail "docker-registry did not start"
 BASE=$REGISTRY/gpuckpt-busybox:latest
 podman push -q --tls-verify=false "$IMAGE" "docker://$BASE" || fail "podman push $IMAGE to $BASE"
 mkdir -p "$TMP/criu-plugins"

@@ -49,7 +49,7 @@ AGENT_PID='' NRI_PID='' REGISTRY_PID='' PODRES_PID=''
 save_logs() {
   [ -n "$LOGS" ] || return 0
   mkdir -p "$LOGS"
-  for f in containerd/containerd.log nri.log agent.log state/hook.log podres.log registry.log install.log; do
+  for f in containerd/containerd.log nri.log agent.log state/hook.log podres.log registry/registry.log install.log; do
     [ -f "$WORK/$f" ] && cp "$WORK/$f" "$LOGS/"
   done
   cp -r "$WORK"/out-* "$LOGS/" 2>/dev/null
@@ -165,14 +165,7 @@ make_rootfs() { # DIR [with-counter]
   cp -L /lib64/ld-linux-x86-64.so.2 "$root/usr/lib64/"
 }
 
-REG_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-REGISTRY=127.0.0.1:$REG_PORT
-printf 'version: 0.1\nlog: {level: error}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s, secret: gpuckpt-gpu}\n' \
-  "$WORK/registry" "$REGISTRY" > "$WORK/registry.yml"
-docker-registry serve "$WORK/registry.yml" > "$WORK/registry.log" 2>&1 &
-REGISTRY_PID=$!
-for _ in $(seq 100); do curl -sf "http://$REGISTRY/v2/" >/dev/null && break; sleep 0.1; done
-curl -sf "http://$REGISTRY/v2/" >/dev/null || { cat "$WORK/registry.log"; skip_all "docker-registry did not start"; }
+ctrd_start_registry "$WORK/registry" || skip_all "docker-registry did not start"
 BASE=$REGISTRY/gpuckpt-gpu-counter:latest
 CTRD_PAUSE_IMAGE=$REGISTRY/gpuckpt-pause:latest
 make_rootfs "$WORK/rootfs-counter" with-counter
