@@ -7,7 +7,6 @@
 set -euo pipefail
 
 PREFIX=${GPUCKPT_PREFIX:-/opt/gpuckpt}
-TRIXIE_DIR="$PREFIX/trixie-apt"
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
@@ -116,17 +115,20 @@ criu_version_ok() { # $1 = criu binary
   [ -n "$v" ] && [ "${v%% *}" -ge 4 ] && "$1" check >/dev/null 2>&1
 }
 
-fetch_trixie() { # unpack trixie packages (and their library deps) into $PREFIX/$1
-  local dest="$PREFIX/$1"; shift
-  mkdir -p "$TRIXIE_DIR/lists/partial" "$TRIXIE_DIR/cache/archives/partial" "$TRIXIE_DIR/debs" "$dest"
-  echo 'deb http://deb.debian.org/debian trixie main' > "$TRIXIE_DIR/sources.list"
-  local o=(-o Dir::Etc::sourcelist="$TRIXIE_DIR/sources.list" -o Dir::Etc::sourceparts=- \
-           -o Dir::State::Lists="$TRIXIE_DIR/lists" -o Dir::State::status=/dev/null \
-           -o Dir::Cache="$TRIXIE_DIR/cache" -o APT::Get::List-Cleanup=0 -o Debug::NoLocking=1)
-  apt-get "${o[@]}" update -qq || die "cannot read trixie's package list"
-  (cd "$TRIXIE_DIR/debs" && apt-get "${o[@]}" download "$@" >/dev/null) || die "apt-get download $* from trixie failed"
-  for deb in "$TRIXIE_DIR"/debs/*.deb; do dpkg -x "$deb" "$dest"; done
+fetch_debian() { # $1 = suite (trixie, sid); unpack its packages (and their library deps) into $PREFIX/$2
+  local suite=$1 dest="$PREFIX/$2" dir="$PREFIX/$1-apt"; shift 2
+  rm -rf "$dir/debs"
+  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/debs" "$dest"
+  echo "deb ${GPUCKPT_DEBIAN_MIRROR:-http://deb.debian.org/debian} $suite main" > "$dir/sources.list"
+  local o=(-o Dir::Etc::sourcelist="$dir/sources.list" -o Dir::Etc::sourceparts=- \
+           -o Dir::State::Lists="$dir/lists" -o Dir::State::status=/dev/null \
+           -o Dir::Cache="$dir/cache" -o APT::Get::List-Cleanup=0 -o Debug::NoLocking=1)
+  apt-get "${o[@]}" update -qq || die "cannot read $suite's package list"
+  (cd "$dir/debs" && apt-get "${o[@]}" download "$@" >/dev/null) || die "apt-get download $* from $suite failed"
+  for deb in "$dir"/debs/*.deb; do dpkg -x "$deb" "$dest"; done
+  rm -rf "$dir/debs"
 }
+fetch_trixie() { fetch_debian trixie "$@"; }
 
 write_trixie_wrapper() { # $1 = wrapper path, $2 = unpacked trixie root, $3 = program inside it
   local multiarch loader
@@ -137,31 +139,47 @@ write_trixie_wrapper() { # $1 = wrapper path, $2 = unpacked trixie root, $3 = pr
   [ -e "$loader" ] || die "no dynamic loader for $3 in $2 ($loader)"
   cat > "$1" <<WRAP
 #!/bin/sh
-# gpuckpt setup: trixie's $3 with trixie's own loader and libraries (this system's glibc is older)
+# gpuckpt setup: $3 unpacked from a newer Debian, with its own loader and libraries (this system's glibc is older)
 exec $loader --library-path $2/usr/lib/$multiarch:$2/lib/$multiarch $2/$3 "\$@"
 WRAP
   chmod 755 "$1"
 }
 
+CRIU_LIBS=(libc6 libbsd0 libffi8 libgmp10 libgnutls30t64 libhogweed6t64 libidn2-0 libjansson4 libmd0 libmnl0
+  libnettle8t64 libnftables1 libnftnl11 libnl-3-200 libp11-kit0 libprotobuf-c1 libtasn1-6 libunistring5 libuuid1
+  libxtables12)
 CRIU_BIN=""
 for c in "$(command -v criu || true)" /usr/sbin/criu /usr/local/sbin/criu; do
   [ -n "$c" ] && [ -x "$c" ] && criu_version_ok "$c" && { CRIU_BIN=$c; break; }
 done
 if [ -z "$CRIU_BIN" ]; then
   log "no working CRIU >= 4.0 here: installing trixie's criu 4.1.1 into $PREFIX/criu"
-  rm -rf "$TRIXIE_DIR/debs"
-  fetch_trixie criu criu libc6 libbsd0 libffi8 libgmp10 libgnutls30t64 libhogweed6t64 libidn2-0 libjansson4 \
-    libmd0 libmnl0 libnet1 libnettle8t64 libnftables1 libnftnl11 libnl-3-200 libp11-kit0 libprotobuf-c1 \
-    libtasn1-6 libunistring5 libuuid1 libxtables12 libcriu-dev
+  fetch_trixie criu criu libnet1 libcriu-dev "${CRIU_LIBS[@]}"
   write_trixie_wrapper /usr/local/sbin/criu "$PREFIX/criu" usr/sbin/criu
   criu_version_ok /usr/local/sbin/criu || die "installed CRIU bundle does not pass 'criu check': see '/usr/local/sbin/criu check'"
+  CRIU_BIN=/usr/local/sbin/criu
+fi
+# `criu check` passing does not mean CRIU can dump: trixie's 4.1.1 hangs in its parasite's cure on some virtual
+# CPUs (AMD EPYC / Turin-like guests on kernel 6.18: scripts/lib/criu-probe.sh). Where it cannot dump a sleeping
+# process, sid's CRIU (4.2.x) takes its place; criu-plugin.h stays trixie's 4.1 header (the plugin adapts to the
+# running CRIU's hook count).
+# shellcheck source=lib/criu-probe.sh
+. "$(dirname "$0")/lib/criu-probe.sh"
+if ! criu_dump_works "$CRIU_BIN"; then
+  log "$CRIU_PROBE_REASON"
+  log "installing sid's criu into $PREFIX/criu-sid instead"
+  rm -rf "$PREFIX/criu-sid"
+  fetch_debian sid criu-sid criu libcompel1 libnet9 libedit2 "${CRIU_LIBS[@]}"
+  write_trixie_wrapper /usr/local/sbin/criu.sid "$PREFIX/criu-sid" usr/sbin/criu
+  criu_version_ok /usr/local/sbin/criu.sid || die "sid's CRIU does not pass 'criu check' either: see '/usr/local/sbin/criu.sid check'"
+  criu_dump_works /usr/local/sbin/criu.sid || die "sid's CRIU cannot dump here either: $CRIU_PROBE_REASON"
+  mv /usr/local/sbin/criu.sid /usr/local/sbin/criu
   CRIU_BIN=/usr/local/sbin/criu
 fi
 log "CRIU: $CRIU_BIN ($("$CRIU_BIN" --version | head -1))"
 
 # checkpointctl (inspects checkpoint archives): optional, from trixie the same way (it needs trixie's glibc).
 if ! command -v checkpointctl >/dev/null 2>&1 || ! checkpointctl --help >/dev/null 2>&1; then
-  rm -rf "$TRIXIE_DIR/debs"
   if (fetch_trixie checkpointctl checkpointctl libc6) >/dev/null 2>&1; then
     write_trixie_wrapper /usr/local/bin/checkpointctl "$PREFIX/checkpointctl" usr/bin/checkpointctl
   else
@@ -174,7 +192,6 @@ fi
 CONTAINERD_PREFIX="$PREFIX/containerd"
 if [ ! -x "$CONTAINERD_PREFIX/usr/bin/containerd" ]; then
   log "installing trixie's containerd into $CONTAINERD_PREFIX"
-  rm -rf "$TRIXIE_DIR/debs"
   fetch_trixie containerd containerd
 fi
 for b in containerd ctr containerd-shim-runc-v2; do ln -sf "$CONTAINERD_PREFIX/usr/bin/$b" "/usr/local/bin/$b"; done

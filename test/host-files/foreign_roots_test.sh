@@ -7,16 +7,14 @@
 #   - CRIU passes `criu check`, then dumps and restores a CPU-only counting process with the plugin in its
 #     plugin directory: CRIU loads the plugin, the plugin declines (no GPU), the process counts on.
 # CRIU: the root's own package where it has one (trixie); bullseye's 3.16 predates the plugin ABI gpuckpt needs,
-# so there the trixie CRIU bundle from scripts/setup.sh ($GPUCKPT_PREFIX/criu, own loader) is bind-mounted in.
+# so there the CRIU bundle scripts/setup.sh installed (own loader) is bind-mounted in. A CRIU that hangs on this
+# machine's CPU without the plugin too (trixie's 4.1.1 on some virtual AMD CPUs) skips the dump and restore checks.
 # Each root is used through an overlay, so the cached root stays pristine. Exit 0 pass, 77 skipped, else fail.
 set -uo pipefail
 BUILD=${GPUCKPT_BUILD_DIR:?set GPUCKPT_BUILD_DIR to the CMake build directory}
 PREFIX=${GPUCKPT_PREFIX:-/opt/gpuckpt}
 # shellcheck disable=SC1091 # a test helper beside this file
 . "$(dirname "$0")/lib.sh" || { echo "FAIL: $(dirname "$0")/lib.sh missing"; exit 1; }
-# shellcheck disable=SC1091 # the repository's shell library
-. "$(dirname "$0")/../../scripts/lib/criu-probe.sh"
-criu_dump_works || { echo "SKIP: $CRIU_PROBE_REASON"; exit 77; }
 HOOK=$BUILD/oci-hook/gpuckpt-oci-hook
 PLUGIN=$BUILD/criu-plugin/gpuckpt_plugin.so
 DISTS=${GPUCKPT_FOREIGN_DISTS:-bullseye trixie}
@@ -84,15 +82,29 @@ in_root() {
     rename("/tmp/count.tmp", "/tmp/count"); select(undef, undef, undef, 0.05); }' </dev/null >/dev/null 2>&1 &
   local pid=$!
   for _ in $(seq 100); do [ -s "$root/tmp/count" ] && break; sleep 0.05; done
-  $c "$criu" dump -t "$pid" -D /tmp/img --libdir /usr/lib/gpuckpt-test -v4 -o dump.log >/dev/null 2>&1; rc=$?
+  timeout 60 $c "$criu" dump -t "$pid" -D /tmp/img --libdir /usr/lib/gpuckpt-test -v4 -o dump.log >/dev/null 2>&1; rc=$?
+  local control=""
+  if [ $rc = 124 ]; then
+    # Did the plugin make CRIU hang, or does this CRIU hang on this CPU whatever it loads (scripts/lib/criu-probe.sh)?
+    # The same dump of the same process with an empty plugin directory decides.
+    mkdir -p "$root/tmp/img-control" "$root/usr/lib/gpuckpt-empty"
+    timeout 30 $c "$criu" dump -t "$pid" -D /tmp/img-control --libdir /usr/lib/gpuckpt-empty --leave-running -v4 -o dump.log >/dev/null 2>&1
+    control=$?
+  fi
   [ $rc = 0 ] || kill -9 "$pid" 2>/dev/null   # a failed dump leaves it running
   wait "$pid" 2>/dev/null
   local at_dump; at_dump=$(cat "$root/tmp/count" 2>/dev/null)
+  if [ "$control" = 124 ]; then
+    echo "SKIP $dist: criu dump: this root's CRIU hangs on this machine without the plugin too (CPU '$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)'; dump.log ends: $(tail -1 "$root/tmp/img-control/dump.log" 2>/dev/null))"
+    echo "SKIP $dist: criu restore: nothing was dumped"
+    umount -R "$root" 2>/dev/null || umount -lR "$root" 2>/dev/null
+    return
+  fi
   if [ $rc = 0 ] && grep -q 'Plugin "gpuckpt"' "$root/tmp/img/dump.log" && grep -q 'gpuckpt: plugin loaded for dump' "$root/tmp/img/dump.log"; then
     echo "PASS $dist: criu dump with the plugin loaded (count $at_dump)"
-  else echo "FAIL $dist: criu dump (rc $rc):"; grep -E 'Error|gpuckpt|Plugin' "$root/tmp/img/dump.log" 2>/dev/null | tail -8 | sed 's/^/    /'; fi
+  else echo "FAIL $dist: criu dump (rc $rc$([ -n "$control" ] && echo ", hung with the plugin; without it rc $control")):"; grep -E 'Error|gpuckpt|Plugin' "$root/tmp/img/dump.log" 2>/dev/null | tail -8 | sed 's/^/    /'; fi
   for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-  $c "$criu" restore -D /tmp/img --libdir /usr/lib/gpuckpt-test -d --pidfile /tmp/restored.pid -v4 -o restore.log >/dev/null 2>&1; rc=$?
+  timeout 60 $c "$criu" restore -D /tmp/img --libdir /usr/lib/gpuckpt-test -d --pidfile /tmp/restored.pid -v4 -o restore.log >/dev/null 2>&1; rc=$?
   local restored; restored=$(cat "$root/tmp/restored.pid" 2>/dev/null)
   sleep 0.5
   local after; after=$(cat "$root/tmp/count" 2>/dev/null)
@@ -107,7 +119,7 @@ if [ "${1:-}" = --in-root ]; then
   shift; in_root "$@"; exit 0
 fi
 
-pass=0 fail=0
+pass=0 fail=0 skipped=0
 for dist in $DISTS; do
   base=$(root_base "$dist")
   if [ ! -x "$base/usr/bin/perl" ]; then
@@ -116,9 +128,9 @@ for dist in $DISTS; do
   mkdir -p "$WORK/$dist"
   unshare --mount --propagation private bash "$0" --in-root "$dist" "$base" "$WORK/$dist" > "$WORK/$dist.out" 2>&1
   cat "$WORK/$dist.out"
-  p=$(grep -c '^PASS' "$WORK/$dist.out"); f=$(grep -c '^FAIL' "$WORK/$dist.out")
-  [ "$p" -ge 8 ] || { echo "FAIL $dist: only $p of 8 checks ran"; f=$((f + 1)); }
-  pass=$((pass + p)); fail=$((fail + f))
+  p=$(grep -c '^PASS' "$WORK/$dist.out"); f=$(grep -c '^FAIL' "$WORK/$dist.out"); s=$(grep -c '^SKIP' "$WORK/$dist.out")
+  [ $((p + s)) -ge 8 ] || { echo "FAIL $dist: only $((p + s)) of 8 checks ran"; f=$((f + 1)); }
+  pass=$((pass + p)); fail=$((fail + f)); skipped=$((skipped + s))
 done
-echo "$pass passed, $fail failed"
+echo "$pass passed, $fail failed, $skipped skipped"
 [ "$fail" = 0 ]

@@ -14,13 +14,15 @@ mount_root() {
   printf '%s' "$w/root"
 }
 
-# bundle_criu ROOT: the trixie CRIU bundle from scripts/setup.sh (own loader and libraries) at the same path in
-# ROOT, with its wrapper as /usr/local/sbin/criu; for roots whose own CRIU is too old or absent.
+# bundle_criu ROOT: the CRIU bundle scripts/setup.sh installed (own loader and libraries; trixie's, or sid's where
+# trixie's cannot dump here) at the same path in ROOT, with its wrapper as /usr/local/sbin/criu; for roots whose own
+# CRIU is too old or absent.
 bundle_criu() {
-  local root=$1 prefix=${GPUCKPT_PREFIX:-/opt/gpuckpt}
-  [ -x "$prefix/criu/usr/sbin/criu" ] || return 1
-  mkdir -p "$root$prefix/criu" "$root/usr/local/sbin"
-  mount --bind "$prefix/criu" "$root$prefix/criu"
+  local root=$1 prefix=${GPUCKPT_PREFIX:-/opt/gpuckpt} bundle
+  bundle=$(grep -o "$prefix/criu[^/ ]*" /usr/local/sbin/criu 2>/dev/null | head -1)
+  [ -n "$bundle" ] && [ -x "$bundle/usr/sbin/criu" ] || return 1
+  mkdir -p "$root$bundle" "$root/usr/local/sbin"
+  mount --bind "$bundle" "$root$bundle"
   cp /usr/local/sbin/criu "$root/usr/local/sbin/criu"
 }
 
