@@ -82,13 +82,13 @@ in_root() {
     rename("/tmp/count.tmp", "/tmp/count"); select(undef, undef, undef, 0.05); }' </dev/null >/dev/null 2>&1 &
   local pid=$!
   for _ in $(seq 100); do [ -s "$root/tmp/count" ] && break; sleep 0.05; done
-  timeout 60 $c "$criu" dump -t "$pid" -D /tmp/img --libdir /usr/lib/gpuckpt-test -v4 -o dump.log >/dev/null 2>&1; rc=$?
+  timeout 30 $c "$criu" dump -t "$pid" -D /tmp/img --libdir /usr/lib/gpuckpt-test -v4 -o dump.log >/dev/null 2>&1; rc=$?
   local control=""
   if [ $rc = 124 ]; then
     # Did the plugin make CRIU hang, or does this CRIU hang on this CPU whatever it loads (scripts/lib/criu-probe.sh)?
     # The same dump of the same process with an empty plugin directory decides.
     mkdir -p "$root/tmp/img-control" "$root/usr/lib/gpuckpt-empty"
-    timeout 30 $c "$criu" dump -t "$pid" -D /tmp/img-control --libdir /usr/lib/gpuckpt-empty --leave-running -v4 -o dump.log >/dev/null 2>&1
+    timeout 20 $c "$criu" dump -t "$pid" -D /tmp/img-control --libdir /usr/lib/gpuckpt-empty --leave-running -v4 -o dump.log >/dev/null 2>&1
     control=$?
   fi
   [ $rc = 0 ] || kill -9 "$pid" 2>/dev/null   # a failed dump leaves it running

@@ -104,7 +104,7 @@ expect '[ $rc = 0 ] && grep -q "no criu on this node.s PATH" "$WORK/log" && [ -f
 # With a CRIU (the trixie bundle): verified under the node's glibc 2.31 hook run.
 bundle_criu "$B" || bad "no CRIU bundle at ${GPUCKPT_PREFIX:-/opt/gpuckpt}/criu (scripts/setup.sh)"
 install_into "$B" pod-e; rc=$?
-expect '[ $rc = 0 ] && grep -q "verified: the OCI hook runs" "$WORK/log" && grep -q "verified: /usr/local/sbin/criu 4.1.1 loads" "$WORK/log"' \
+expect '[ $rc = 0 ] && grep -q "verified: the OCI hook runs" "$WORK/log" && grep -q "verified: /usr/local/sbin/criu [0-9.]* loads" "$WORK/log"' \
   "bullseye with a CRIU: hook and plugin verified: $(cat "$WORK/log")"
 
 umount -R "$T" 2>/dev/null || umount -lR "$T"
