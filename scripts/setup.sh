@@ -148,33 +148,37 @@ WRAP
 CRIU_LIBS=(libc6 libbsd0 libffi8 libgmp10 libgnutls30t64 libhogweed6t64 libidn2-0 libjansson4 libmd0 libmnl0
   libnettle8t64 libnftables1 libnftnl11 libnl-3-200 libp11-kit0 libprotobuf-c1 libtasn1-6 libunistring5 libuuid1
   libxtables12)
-CRIU_BIN=""
-for c in "$(command -v criu || true)" /usr/sbin/criu /usr/local/sbin/criu; do
-  [ -n "$c" ] && [ -x "$c" ] && criu_version_ok "$c" && { CRIU_BIN=$c; break; }
-done
-if [ -z "$CRIU_BIN" ]; then
-  log "no working CRIU >= 4.0 here: installing trixie's criu 4.1.1 into $PREFIX/criu"
-  fetch_trixie criu criu libnet1 libcriu-dev "${CRIU_LIBS[@]}"
-  write_trixie_wrapper /usr/local/sbin/criu "$PREFIX/criu" usr/sbin/criu
-  criu_version_ok /usr/local/sbin/criu || die "installed CRIU bundle does not pass 'criu check': see '/usr/local/sbin/criu check'"
-  CRIU_BIN=/usr/local/sbin/criu
-fi
-# `criu check` passing does not mean CRIU can dump: trixie's 4.1.1 hangs in its parasite's cure on some virtual
-# CPUs (AMD EPYC / Turin-like guests on kernel 6.18: scripts/lib/criu-probe.sh). Where it cannot dump a sleeping
-# process, sid's CRIU (4.2.x) takes its place; criu-plugin.h stays trixie's 4.1 header (the plugin adapts to the
-# running CRIU's hook count).
+# Two CRIU bundles, each unpacked with its own loader and libraries (both need a newer glibc than Debian 12's) and
+# run through a wrapper: trixie's 4.1.1 (the CRIU the project targets)
+# and sid's 4.2.x. The plugin e2e test runs inside both (different hook tables). `criu` on PATH is the first that
+# passes `criu check` AND dumps a sleeping process (scripts/lib/criu-probe.sh): a distro CRIU >= 4.0, else trixie's,
+# else sid's — `criu check` passing does not mean CRIU can dump: trixie's 4.1.1 hangs in its parasite's cure on some
+# virtual CPUs (AMD EPYC / Turin-like guests, kernel 6.18), where sid's 4.2.1 dumps.
+install_criu_bundle() { # SUITE DIR WRAPPER EXTRA-PACKAGES...
+  local suite=$1 dir=$2 wrapper=$3; shift 3
+  [ -x "$wrapper" ] && criu_version_ok "$wrapper" && return 0
+  log "installing $suite's criu into $PREFIX/$dir (wrapper $wrapper)"
+  rm -rf "${PREFIX:?}/$dir"
+  fetch_debian "$suite" "$dir" criu "$@" "${CRIU_LIBS[@]}"
+  write_trixie_wrapper "$wrapper" "$PREFIX/$dir" usr/sbin/criu
+  criu_version_ok "$wrapper" || die "$suite's CRIU bundle does not pass 'criu check': see '$wrapper check'"
+}
+install_criu_bundle trixie criu /usr/local/sbin/criu-trixie libnet1
+install_criu_bundle sid criu-sid /usr/local/sbin/criu-sid libcompel1 libnet9 libedit2
 # shellcheck source=lib/criu-probe.sh
 . "$(dirname "$0")/lib/criu-probe.sh"
-if ! criu_dump_works "$CRIU_BIN"; then
-  log "$CRIU_PROBE_REASON"
-  log "installing sid's criu into $PREFIX/criu-sid instead"
-  rm -rf "$PREFIX/criu-sid"
-  fetch_debian sid criu-sid criu libcompel1 libnet9 libedit2 "${CRIU_LIBS[@]}"
-  write_trixie_wrapper /usr/local/sbin/criu.sid "$PREFIX/criu-sid" usr/sbin/criu
-  criu_version_ok /usr/local/sbin/criu.sid || die "sid's CRIU does not pass 'criu check' either: see '/usr/local/sbin/criu.sid check'"
-  criu_dump_works /usr/local/sbin/criu.sid || die "sid's CRIU cannot dump here either: $CRIU_PROBE_REASON"
-  mv /usr/local/sbin/criu.sid /usr/local/sbin/criu
-  CRIU_BIN=/usr/local/sbin/criu
+CRIU_BIN=""
+for c in /usr/sbin/criu /usr/local/sbin/criu-trixie /usr/local/sbin/criu-sid; do
+  [ -x "$c" ] && criu_version_ok "$c" || continue
+  if criu_dump_works "$c"; then CRIU_BIN=$c; break; fi
+  log "not using $c: $CRIU_PROBE_REASON"
+done
+[ -n "$CRIU_BIN" ] || die "no CRIU here can dump a process (system, trixie's, sid's): see the reasons above"
+if [ "$CRIU_BIN" = /usr/sbin/criu ]; then
+  # the distro's own: a wrapper of an earlier run must not shadow it
+  grep -qs '^# gpuckpt setup:' /usr/local/sbin/criu && rm -f /usr/local/sbin/criu
+else
+  cp "$CRIU_BIN" /usr/local/sbin/criu.new && mv /usr/local/sbin/criu.new /usr/local/sbin/criu
 fi
 log "CRIU: $CRIU_BIN ($("$CRIU_BIN" --version | head -1))"
 
