@@ -24,6 +24,9 @@ class Backend {
   virtual int pause_devices(int /*pid*/) { return -ENOTSUP; }
   virtual int checkpoint_devices(int /*pid*/) { return -ENOTSUP; }
   virtual int resume_devices_late(int /*pid*/) { return -ENOTSUP; }
+  // criu-dev's DUMP_DEVICES_LATE: every task's memory is dumped (older CRIU: fini(kStageDump, ...) is the last
+  // call before the tasks run again).
+  virtual int dump_devices_late(int /*pid*/) { return -ENOTSUP; }
   virtual int dump_ext_file(int /*fd*/, int /*id*/) { return -ENOTSUP; }
   virtual int restore_ext_file(int /*id*/, bool* /*retry_needed*/) { return -ENOTSUP; }
   virtual int handle_device_vma(int /*fd*/, const struct stat* /*st*/) { return -ENOTSUP; }

@@ -6,10 +6,14 @@
 //  - Hooks are called through desc.hooks[i] for i < max_hooks; a hook returns -ENOTSUP for what it does not
 //    own so CRIU offers the call to the next plugin.
 //  - Hook counts: 3.17: 10 (up to RESUME_DEVICES_LATE), 4.0 and 4.1.1: 12 (up to CHECKPOINT_DEVICES; 4.1.1
-//    verified by loading probe plugins), 4.2.1: 13 (POST_FORKING; verified from its binary and header), the
-//    plugin API 0.3.0 header: 17 (RESTORE_INIT, DUMP_DEVICES_LATE, UPDATE_INETSK, DUMP_FINISH).
-//  - RESTORE_EXT_FILE takes (int id) up to and including 4.2.1, and (int id, bool *retry_needed) in the 17-hook
-//    header.
+//    verified by loading probe plugins), 4.2 / 4.2.1: 13 (POST_FORKING; verified from the v4.2 tag's header and
+//    4.2.1's binary), criu-dev: 14 (RESTORE_INIT, 2025-02) then 15 (DUMP_DEVICES_LATE(int pid), 2025-10, run after
+//    every task's memory is dumped), later API headers more (UPDATE_INETSK, DUMP_FINISH).
+//  - RESTORE_EXT_FILE takes (int id) in every release up to and including 4.2.1, and (int id, bool *retry_needed)
+//    on criu-dev since 2025-02 (files-ext: "Allow plugin files to retry", the commit right before RESTORE_INIT):
+//    criu-dev does NOT initialise retry_needed, so a one-argument entry there leaves CRIU reading garbage. A
+//    14-or-more-hook CRIU is criu-dev (or a later release) and gets the two-argument entry; a criu-dev build of
+//    exactly that one commit (13 hooks with retry) cannot be told from 4.2 and is not supported.
 #pragma once
 
 #include <sys/stat.h>
@@ -39,13 +43,15 @@ enum Hook : unsigned {
   kPauseDevices = 10,
   kCheckpointDevices = 11,
   kPostForking = 12,
-  kHookSlots = 13,   // the hooks gpuckpt knows; the descriptor's array has exactly this many slots
+  kRestoreInit = 13,
+  kDumpDevicesLate = 14,
+  kHookSlots = 15,   // the hooks gpuckpt knows; the descriptor's array has exactly this many slots
 };
 
 // The hooks gpuckpt's device work needs: a CRIU with fewer hooks cannot checkpoint GPUs.
 inline constexpr unsigned kMinimumHostHooks = kCheckpointDevices + 1;   // 12: CRIU 4.0
-// The first hook count known to come with RESTORE_EXT_FILE(int id, bool *retry_needed).
-inline constexpr unsigned kHooksWithRestoreRetry = 17;
+// The first hook count known to come with RESTORE_EXT_FILE(int id, bool *retry_needed) (criu-dev's RESTORE_INIT).
+inline constexpr unsigned kHooksWithRestoreRetry = kRestoreInit + 1;
 
 enum Stage : int { kStageDump = 0, kStagePreDump = 1, kStageRestore = 2 };
 
@@ -76,7 +82,7 @@ using RestoreExtFileV2Fn = int (*)(int id, bool* retry_needed);   // later CRIU
 using HandleDeviceVmaFn = int (*)(int fd, const struct stat* st);
 using UpdateVmaMapFn = int (*)(const char* path, std::uint64_t addr, std::uint64_t old_pgoff,
                                std::uint64_t* new_pgoff, int* plugin_fd);
-using PidHookFn = int (*)(int pid);   // RESUME_DEVICES_LATE, PAUSE_DEVICES, CHECKPOINT_DEVICES
+using PidHookFn = int (*)(int pid);   // RESUME_DEVICES_LATE, PAUSE_DEVICES, CHECKPOINT_DEVICES, DUMP_DEVICES_LATE
 using PostForkingFn = int (*)();
 
 // Functions a CRIU binary exports (it links with --export-dynamic); looked up with dlsym, never linked.

@@ -78,9 +78,9 @@ HostAbi detect_host_abi(const SymbolLookup& lookup) {
   } else {
     abi.evidence = "not loaded by CRIU (no CRIU symbols in this process)";
   }
-  // The retry_needed argument is not in 4.2.1 (13 hooks, verified from its criu-plugin.h) but is in the header
-  // that has 17 hooks (plugin API 0.3.0). Without that proof we use the one-argument form: CRIU calling it with
-  // an extra argument is harmless, the reverse would read a stray register as a pointer.
+  // The retry_needed argument is not in 4.2.1 (13 hooks, verified from its criu-plugin.h) but is on criu-dev
+  // from RESTORE_INIT (14 hooks) on (criu_abi.h). Below that we use the one-argument form: the two-argument
+  // one called with one argument would read a stray register as a pointer.
   abi.restore_ext_file_has_retry = abi.hook_count >= kHooksWithRestoreRetry;
   return abi;
 }
@@ -198,7 +198,7 @@ const char* hook_name(unsigned hook) {
   static constexpr const char* kNames[kHookSlots] = {
       "DUMP_UNIX_SK", "RESTORE_UNIX_SK", "DUMP_EXT_FILE", "RESTORE_EXT_FILE", "DUMP_EXT_MOUNT",
       "RESTORE_EXT_MOUNT", "DUMP_EXT_LINK", "HANDLE_DEVICE_VMA", "UPDATE_VMA_MAP", "RESUME_DEVICES_LATE",
-      "PAUSE_DEVICES", "CHECKPOINT_DEVICES", "POST_FORKING"};
+      "PAUSE_DEVICES", "CHECKPOINT_DEVICES", "POST_FORKING", "RESTORE_INIT", "DUMP_DEVICES_LATE"};
   return hook < kHookSlots ? kNames[hook] : "?";
 }
 

@@ -120,6 +120,9 @@ int hook_pause_devices(int pid) {
 int hook_checkpoint_devices(int pid) {
   return offer("CHECKPOINT_DEVICES", [&](Backend& b) { return b.checkpoint_devices(pid); });
 }
+int hook_dump_devices_late(int pid) {
+  return offer("DUMP_DEVICES_LATE", [&](Backend& b) { return b.dump_devices_late(pid); });
+}
 int hook_post_forking() {
   if (g_disabled) return 0;
   int result = 0;
@@ -156,6 +159,7 @@ criu::PluginDesc make_descriptor(const criu::HostAbi& host) {
   set(criu::kPauseDevices, reinterpret_cast<void*>(&hook_pause_devices));
   set(criu::kCheckpointDevices, reinterpret_cast<void*>(&hook_checkpoint_devices));
   set(criu::kPostForking, reinterpret_cast<void*>(&hook_post_forking));
+  set(criu::kDumpDevicesLate, reinterpret_cast<void*>(&hook_dump_devices_late));
   return desc;
 }
 

@@ -1,5 +1,9 @@
 // Hook entry points of the AMD backend. Checkpoint (in the CRIU process): DUMP_EXT_FILE on the target's
-// /dev/kfd fd runs PROCESS_INFO -> CHECKPOINT, drains BO contents per GPU, writes the metadata and UNPAUSEs.
+// /dev/kfd fd runs PROCESS_INFO -> CHECKPOINT, drains BO contents per GPU and writes the metadata; the queues stay
+// paused (on a kept duplicate of that fd) until CRIU has dumped the process's memory — DUMP_DEVICES_LATE where CRIU
+// has it, else fini(DUMP), which every CRIU calls after the pages are written and before the tasks run or die —
+// and are UNPAUSEd there whether the dump succeeded or not. Userptr BOs and the AQL queues' ring buffers live in
+// process memory: a GPU running while CRIU copies it would leave an image inconsistent with the saved VRAM.
 // Restore: RESTORE_EXT_FILE (in the restored process) opens KFD and render nodes above the process's fds, maps
 // GPUs with the shared matcher, runs RESTORE and refills BOs (here, or in the main CRIU process's POST_FORKING
 // worker); UPDATE_VMA_MAP fixes mmap offsets; RESUME_DEVICES_LATE (main process) stops the worker and RESUMEs.
@@ -137,7 +141,16 @@ class AmdBackend final : public plugin::Backend {
     return 0;
   }
 
-  void fini(int /*stage*/, int /*ret*/) override {
+  int dump_devices_late(int /*pid*/) override {
+    if (!enabled_ || paused_.empty()) return -ENOTSUP;
+    auto unpaused = unpause_all("DUMP_DEVICES_LATE: CRIU has dumped the memory");
+    return unpaused ? 0 : fail("DUMP_DEVICES_LATE", unpaused.error());
+  }
+
+  void fini(int /*stage*/, int ret) override {
+    if (!paused_.empty()) {
+      (void)unpause_all(ret == 0 ? "end of the dump: CRIU has dumped the memory" : "the dump failed");
+    }
     if (server_) {
       if (server_->started()) (void)server_->stop();
       server_.reset();
@@ -148,6 +161,7 @@ class AmdBackend final : public plugin::Backend {
     kfd_targets_.clear();
     seized_pids_.clear();
     shared_dmabufs_.clear();
+    retries_.clear();
     enabled_ = false;
   }
 
@@ -186,12 +200,29 @@ class AmdBackend final : public plugin::Backend {
     if (kfd) return restore_kfd(*images, uid, *kfd);
     if (kfd.error().errno_value != ENOENT) return fail("restore of " + kfd_image_name(uid), kfd.error());
     auto render = images->read_framed(render_image_name(uid));
-    if (render) return restore_render(*images, uid, *render, retry_needed);
+    if (render) {
+      return bounded_retry(render_image_name(uid), restore_render(*images, uid, *render, retry_needed), retry_needed);
+    }
     if (render.error().errno_value != ENOENT) return fail("restore of " + render_image_name(uid), render.error());
     auto dmabuf = images->read_framed(dmabuf_image_name(uid));
-    if (dmabuf) return restore_dmabuf(uid, *dmabuf, retry_needed);
+    if (dmabuf) {
+      return bounded_retry(dmabuf_image_name(uid), restore_dmabuf(uid, *dmabuf, retry_needed), retry_needed);
+    }
     if (dmabuf.error().errno_value != ENOENT) return fail("restore of " + dmabuf_image_name(uid), dmabuf.error());
     return -ENOTSUP;
+  }
+
+  // CRIU asks again for a file whose hook asked for a retry, with no limit of its own: an image that waits for a
+  // KFD image this process never restores (its BO or GPU choice belongs to another process) would spin forever.
+  static constexpr unsigned kMaxRetries = 1000;
+  int bounded_retry(const std::string& name, int result, bool* retry_needed) {
+    if (!retry_needed || !*retry_needed) return result;
+    if (++retries_[name] <= kMaxRetries) return result;
+    *retry_needed = false;
+    return fail("restore of " + name,
+                make_error("still waiting after " + std::to_string(kMaxRetries) + " tries for the KFD image it "
+                           "depends on, which this process does not restore (a render node or dma-buf shared with "
+                           "another process's GPU state cannot be restored; docs/amd.md)", ENOTSUP));
   }
 
   int update_vma_map(const char* path, std::uint64_t addr, std::uint64_t old_pgoff, std::uint64_t* new_pgoff,
@@ -374,13 +405,40 @@ class AmdBackend final : public plugin::Backend {
               std::to_string(args.num_bos) + " BOs, " + std::to_string(args.num_objects) + " objects, " +
               std::to_string(args.priv_data_size) + " bytes of private data");
     Result<void> dumped = checkpoint_paused(fd, id, *images, args);
-    kfd_ioctl_criu_args unpause{};
-    auto unpaused = kfd_criu_op(device_, fd, unpause, KFD_CRIU_OP_UNPAUSE);
-    if (!dumped) return fail("checkpoint of process " + std::to_string(args.pid), dumped.error());
-    if (!unpaused) return fail("checkpoint of process " + std::to_string(args.pid), unpaused.error());
+    // CRIU closes `fd` after this hook: the queues are unpaused later through a duplicate of it.
+    const int kept = dumped ? device_.dup_above(fd, 0) : -1;
+    if (!dumped || kept < 0) {
+      kfd_ioctl_criu_args unpause{};
+      auto unpaused = kfd_criu_op(device_, fd, unpause, KFD_CRIU_OP_UNPAUSE);
+      if (!dumped) return fail("checkpoint of process " + std::to_string(args.pid), dumped.error());
+      if (!unpaused) return fail("checkpoint of process " + std::to_string(args.pid), unpaused.error());
+      return fail("checkpoint of process " + std::to_string(args.pid),
+                  make_error("cannot keep its /dev/kfd fd to hold the GPU paused until its memory is dumped", -kept));
+    }
+    paused_.push_back(PausedProcess{OwnedFd(&device_, kept), args.pid});
     note_in_inventory();
-    log::info("amd: process " + std::to_string(args.pid) + " checkpointed (image " + kfd_image_name(id) + ")");
+    log::info("amd: process " + std::to_string(args.pid) + " checkpointed (image " + kfd_image_name(id) +
+              "); its GPU queues stay paused until CRIU has dumped its memory");
     return 0;
+  }
+
+  // UNPAUSE every process dump_kfd left paused; `when` names the point for the log. The first failure is returned
+  // after all were tried: a process left with evicted queues must be named.
+  Result<void> unpause_all(const char* when) {
+    Result<void> result;
+    for (auto& p : paused_) {
+      kfd_ioctl_criu_args unpause{};
+      auto unpaused = kfd_criu_op(device_, p.kfd.get(), unpause, KFD_CRIU_OP_UNPAUSE);
+      if (unpaused) {
+        log::info("amd: process " + std::to_string(p.pid) + ": GPU queues unpaused (" + when + ")");
+      } else {
+        log::error("amd: process " + std::to_string(p.pid) + ": UNPAUSE failed (" + when + "): " +
+                   unpaused.error().message + "; its GPU queues stay evicted until it is restarted");
+        if (result) result = unpaused;
+      }
+    }
+    paused_.clear();
+    return result;
   }
 
   Result<void> checkpoint_paused(int fd, std::uint32_t id, const ImageDir& images, kfd_ioctl_criu_args& info) {
@@ -812,6 +870,12 @@ class AmdBackend final : public plugin::Backend {
   KfdVersion kfd_version_;
   std::optional<NodeInventory> node_;
   std::vector<int> seized_pids_;   // PAUSE_DEVICES, host pids
+  struct PausedProcess {
+    OwnedFd kfd;         // a duplicate of the /dev/kfd fd CRIU handed DUMP_EXT_FILE
+    std::uint32_t pid;   // KFD's pid of the process, for the log
+  };
+  std::vector<PausedProcess> paused_;   // checkpointed, queues paused until the memory is dumped
+  std::map<std::string, unsigned> retries_;   // RESTORE_EXT_FILE retries asked for, by image name
 
   // Restored-process side (RESTORE_EXT_FILE, UPDATE_VMA_MAP).
   int fd_floor_ = -1;

@@ -510,4 +510,74 @@ TEST_CASE("Files that are not KFD or AMD render nodes are declined", "[unit]") {
   ::close(fd);
 }
 
+// Userptr BOs and the AQL queues live in process memory, which CRIU dumps after DUMP_EXT_FILE: a GPU running again
+// before that would make the image inconsistent with the VRAM saved before it.
+TEST_CASE("The GPU stays paused until CRIU has dumped the process's memory, and never stays paused after", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node node(tmp.path() / "host", make_gpus(2));
+  Images images(tmp.path() / "images");
+  const App app = start_app(node, 430, 8192, 4096);
+  auto backend = make_backend(node, images, config_with(1 << 20, false));
+  REQUIRE(backend->init(criu::kStageDump) == 0);
+  struct stat st {};
+  node.kfd->fstat(app.kfd_fd, &st);
+  REQUIRE(backend->handle_device_vma(app.kfd_fd, &st) == 0);
+  REQUIRE(backend->dump_ext_file(app.kfd_fd, kKfdImageId) == 0);
+  // CRIU now dumps the memory (and closes the fd it handed the hook; the backend kept its own).
+  CHECK(node.kfd->process(430).queues_paused);
+
+  SECTION("a CRIU with DUMP_DEVICES_LATE: unpaused there") {
+    CHECK(backend->dump_devices_late(kCriuPid) == 0);
+    CHECK_FALSE(node.kfd->process(430).queues_paused);
+    CHECK(logs.contains("GPU queues unpaused (DUMP_DEVICES_LATE"));
+    backend->fini(criu::kStageDump, 0);   // nothing left to unpause: UNPAUSE twice would be EINVAL
+    CHECK_FALSE(logs.contains("UNPAUSE failed"));
+  }
+  SECTION("an older CRIU: unpaused at the end of the dump, before the tasks run again") {
+    backend->fini(criu::kStageDump, 0);
+    CHECK_FALSE(node.kfd->process(430).queues_paused);
+    CHECK(logs.contains("GPU queues unpaused (end of the dump"));
+  }
+  SECTION("a dump that fails after DUMP_EXT_FILE: unpaused all the same") {
+    backend->fini(criu::kStageDump, -1);
+    CHECK_FALSE(node.kfd->process(430).queues_paused);
+    CHECK(logs.contains("GPU queues unpaused (the dump failed)"));
+  }
+}
+
+TEST_CASE("DUMP_DEVICES_LATE with nothing paused is not the AMD backend's", "[unit]") {
+  TempDir tmp;
+  Node node(tmp.path() / "host", make_gpus(1));
+  Images images(tmp.path() / "images");
+  auto backend = make_backend(node, images, config_with(1 << 20, false));
+  REQUIRE(backend->init(criu::kStageDump) == 0);
+  CHECK(backend->dump_devices_late(kCriuPid) == -ENOTSUP);
+}
+
+TEST_CASE("A render-node image whose KFD image this process never restores stops retrying, with the reason",
+          "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node source(tmp.path() / "source", {SimGpu{0x1111, 128}});
+  Images images(tmp.path() / "images");
+  const App app = start_app(source, 440, 8192, 4096);
+  REQUIRE(dump_app(source, images, app, config_with(1 << 20, false)) == 0);
+
+  Node target(tmp.path() / "target", {SimGpu{0x7777, 140}});
+  auto backend = make_backend(target, images, config_with(1 << 20, false));
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  target.kfd->set_calling_pid(440);
+  // CRIU retries for as long as the hook asks; the KFD image is in another process and never comes.
+  bool retry = true;
+  int result = 0;
+  int tries = 0;
+  for (; tries < 5000 && retry; ++tries) result = backend->restore_ext_file(render_image_id(0), &retry);
+  CHECK_FALSE(retry);
+  CHECK(result == -ENOTSUP);
+  CHECK(tries > 1);
+  CHECK(tries <= 1001);
+  CHECK(logs.contains("still waiting after 1000 tries for the KFD image it depends on"));
+}
+
 }  // namespace gpuckpt::amd::test

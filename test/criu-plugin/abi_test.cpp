@@ -43,7 +43,7 @@ TEST_CASE("the plugin descriptor has CRIU's layout", "[unit]") {
   CHECK(offsetof(criu::PluginDesc, version) == 24);
   CHECK(offsetof(criu::PluginDesc, max_hooks) == 28);
   CHECK(offsetof(criu::PluginDesc, hooks) == 32);
-  CHECK(sizeof(criu::PluginDesc) == 32 + 8 * 13);
+  CHECK(sizeof(criu::PluginDesc) == 32 + 8 * 15);
   CHECK(criu::kPluginVersion == 0x200);   // 0.2.0: what CRIU 3.17 - 4.2 accept
   CHECK(criu::kPauseDevices == 10);
   CHECK(criu::kCheckpointDevices == 11);
@@ -67,10 +67,15 @@ TEST_CASE("the host CRIU's hook count comes from the size of cr_plugin_ctl", "[u
     CHECK(abi.max_hooks() == 13);
     CHECK_FALSE(abi.restore_ext_file_has_retry);
   }
-  SECTION("the 17-hook plugin API 0.3.0: announce only the 13 we know, RESTORE_EXT_FILE with retry_needed") {
+  SECTION("criu-dev with RESTORE_INIT: 14 hooks, RESTORE_EXT_FILE with retry_needed (criu-dev leaves it unset)") {
+    HostAbi abi = criu::detect_host_abi(table({{"cr_plugin_ctl", ctl_size(14)}}));
+    CHECK(abi.max_hooks() == 14);
+    CHECK(abi.restore_ext_file_has_retry);
+  }
+  SECTION("a 17-hook plugin API: announce only the 15 we know, RESTORE_EXT_FILE with retry_needed") {
     HostAbi abi = criu::detect_host_abi(table({{"cr_plugin_ctl", ctl_size(17)}}));
     CHECK(abi.hook_count == 17);
-    CHECK(abi.max_hooks() == 13);
+    CHECK(abi.max_hooks() == 15);
     CHECK(abi.restore_ext_file_has_retry);
   }
   SECTION("CRIU 3.17: 10 hooks, too old, nothing announced") {
@@ -135,12 +140,24 @@ TEST_CASE("the hook table follows the host", "[unit]") {
     CHECK(d13.hooks[criu::kRestoreExtFile] == d12.hooks[criu::kRestoreExtFile]);
     CHECK(d13.hooks[criu::kPauseDevices] == d12.hooks[criu::kPauseDevices]);
   }
-  SECTION("17 hooks: the two-argument RESTORE_EXT_FILE entry") {
+  SECTION("14 hooks (criu-dev): the two-argument RESTORE_EXT_FILE entry, no DUMP_DEVICES_LATE slot yet") {
     criu::PluginDesc d13 = plugin::make_descriptor(on(13));
+    criu::PluginDesc d14 = plugin::make_descriptor(on(14));
+    CHECK(d14.max_hooks == 14);
+    CHECK(d14.hooks[criu::kRestoreExtFile] != nullptr);
+    CHECK(d14.hooks[criu::kRestoreExtFile] != d13.hooks[criu::kRestoreExtFile]);
+    CHECK(d14.hooks[criu::kRestoreInit] == nullptr);
+  }
+  SECTION("15 and more hooks: DUMP_DEVICES_LATE registered, nothing beyond the slots gpuckpt knows") {
+    criu::PluginDesc d13 = plugin::make_descriptor(on(13));
+    criu::PluginDesc d15 = plugin::make_descriptor(on(15));
     criu::PluginDesc d17 = plugin::make_descriptor(on(17));
-    CHECK(d17.max_hooks == 13);
-    CHECK(d17.hooks[criu::kRestoreExtFile] != nullptr);
-    CHECK(d17.hooks[criu::kRestoreExtFile] != d13.hooks[criu::kRestoreExtFile]);
+    CHECK(d13.hooks[criu::kDumpDevicesLate] == nullptr);
+    CHECK(d15.max_hooks == 15);
+    CHECK(d15.hooks[criu::kDumpDevicesLate] != nullptr);
+    CHECK(d17.max_hooks == 15);
+    CHECK(d17.hooks[criu::kDumpDevicesLate] == d15.hooks[criu::kDumpDevicesLate]);
+    CHECK(std::string(criu::hook_name(criu::kDumpDevicesLate)) == "DUMP_DEVICES_LATE");
   }
   SECTION("too old: no hooks at all, so CRIU loads the plugin and never calls it") {
     criu::PluginDesc d = plugin::make_descriptor(on(10));
