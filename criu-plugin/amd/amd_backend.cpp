@@ -10,6 +10,7 @@
 #include "criu-plugin/amd/amd_backend.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -162,6 +163,7 @@ class AmdBackend final : public plugin::Backend {
     seized_pids_.clear();
     shared_dmabufs_.clear();
     retries_.clear();
+    visible_node_.reset();
     enabled_ = false;
   }
 
@@ -271,7 +273,7 @@ class AmdBackend final : public plugin::Backend {
       worker_result_ = done;
       log::info("amd: parallel restore worker stopped after " + std::to_string(server_->jobs_done()) + " job(s)");
     }
-    if (!worker_result_) return fail("parallel BO restore", worker_result_.error());
+    if (!worker_result_) return stop_unresumable(pid, "the parallel BO content restore", worker_result_.error());
     const int raw = device_.open(kKfdPath, O_RDWR);
     if (raw < 0) {
       log::info(std::string("amd: cannot open /dev/kfd to resume pid ") + std::to_string(pid) + ": " +
@@ -288,10 +290,24 @@ class AmdBackend final : public plugin::Backend {
         log::debug("amd: pid " + std::to_string(pid) + " has no KFD process; not ours");
         return -ENOTSUP;
       }
-      return fail("resume of pid " + std::to_string(pid), resumed.error());
+      return stop_unresumable(pid, "KFD RESUME", resumed.error());
     }
     log::info("amd: pid " + std::to_string(pid) + " resumed on its GPUs");
     return 0;
+  }
+
+  // CRIU runs RESUME_DEVICES_LATE after the tasks run again and only logs a hook's error: a process whose queues
+  // could not be resumed, or whose BO contents were not restored, would go on without its GPU work (evicted
+  // queues or garbage memory, no error of its own). It is stopped instead, so the restore fails where the runtime
+  // and the user see it (the container exits on SIGKILL).
+  int stop_unresumable(int pid, const std::string& what, const Error& error) {
+    const std::string reason = what + " of restored pid " + std::to_string(pid) + " failed: " + error.message;
+    const int killed = deps_.kill_task ? deps_.kill_task(pid, SIGKILL) : ::kill(pid, SIGKILL);
+    log::error("amd: " + reason + "; its GPU queues stay evicted, so the process was " +
+               (killed == 0 ? std::string("stopped (SIGKILL) rather than left running without its GPU work")
+                            : std::string("to be stopped, but kill failed: ") + std::strerror(errno)) +
+               ". The restore failed: see this log, then restore again");
+    return -(error.errno_value > 0 ? error.errno_value : EIO);
   }
 
  private:
@@ -330,6 +346,24 @@ class AmdBackend final : public plugin::Backend {
       node_ = std::move(*node);
     }
     return &*node_;
+  }
+
+  // The GPUs of this node the calling (restored) process may open, as its device cgroup allows: the GPUs KFD gives
+  // the process, so the only ones a restore may choose and the count RESTORE demands.
+  Result<const NodeInventory*> visible_node() {
+    if (!visible_node_) {
+      auto node = cached_node();
+      if (!node) return node.error();
+      NodeInventory visible = **node;
+      std::erase_if(visible.gpus, [&](const GpuDevice& gpu) {
+        const int fd = device_.open(render_path(gpu.render_minor).c_str(), O_RDWR);
+        if (fd < 0) return true;
+        device_.close(fd);
+        return false;
+      });
+      visible_node_ = std::move(visible);
+    }
+    return &*visible_node_;
   }
 
   std::optional<ImageDir> image_dir() {
@@ -631,11 +665,28 @@ class AmdBackend final : public plugin::Backend {
     return *fd;
   }
 
+  // KFD restores a process only onto as many GPUs as it had (RESTORE: num_devices must equal the process's device
+  // count, which is every GPU of the topology its device cgroup lets it open). Checked here, naming both counts,
+  // rather than as an EINVAL from RESTORE.
+  Result<void> check_visible_gpu_count(int image_gpus) {
+    auto node = visible_node();
+    if (!node) return node.error();
+    const auto& visible = (*node)->gpus;
+    if (static_cast<int>(visible.size()) == image_gpus) return {};
+    std::string list;
+    for (const auto& gpu : visible) list += (list.empty() ? "renderD" : ", renderD") + std::to_string(gpu.render_minor);
+    return make_error("this process sees " + std::to_string(visible.size()) + " AMD GPU(s) (" +
+                          (list.empty() ? std::string("none") : list) + ") and the checkpoint had " +
+                          std::to_string(image_gpus) + "; KFD restores a process only onto as many GPUs as it had. "
+                          "Give the container exactly " + std::to_string(image_gpus) + " AMD GPU(s)",
+                      ENODEV);
+  }
+
   Result<std::map<std::string, GpuTarget>> plan_for(const std::string& record_bytes, const std::string& source) {
     if (auto it = plan_cache_.find(record_bytes); it != plan_cache_.end()) return it->second;
     auto record = record_from_protobuf(record_bytes, source);
     if (!record) return record.error();
-    auto node = cached_node();
+    auto node = visible_node();
     if (!node) return node.error();
     auto plan = plan_restore(*record, **node);
     if (!plan) return plan.error();
@@ -652,6 +703,9 @@ class AmdBackend final : public plugin::Backend {
     if (image.version() != kImageVersion) {
       return fail("restore", make_error("image " + name + " has format version " + std::to_string(image.version()) +
                                          ", this plugin reads version " + std::to_string(kImageVersion)));
+    }
+    if (auto visible = check_visible_gpu_count(image.devices_size()); !visible) {
+      return fail("restore of " + name, visible.error());
     }
     raise_fd_floor(image.highest_fd());
     auto kfd_fd = open_above(kKfdPath);
@@ -869,6 +923,7 @@ class AmdBackend final : public plugin::Backend {
   dev_t kfd_rdev_ = 0;
   KfdVersion kfd_version_;
   std::optional<NodeInventory> node_;
+  std::optional<NodeInventory> visible_node_;   // node_'s GPUs the restored process may open
   std::vector<int> seized_pids_;   // PAUSE_DEVICES, host pids
   struct PausedProcess {
     OwnedFd kfd;         // a duplicate of the /dev/kfd fd CRIU handed DUMP_EXT_FILE

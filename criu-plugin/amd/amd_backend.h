@@ -22,6 +22,8 @@ struct AmdBackendDeps {
   std::function<int()> image_dir_fd;               // CRIU's criu_get_image_dir(); -1 = unknown
   std::function<Result<void>()> add_to_inventory;  // names the plugin in CRIU's inventory image
   std::optional<AmdConfig> config;                 // unset: read from the environment in init()
+  // Stops a restored task whose GPU work cannot resume (kill(2) by default).
+  std::function<int(int pid, int signal)> kill_task;
 };
 
 std::unique_ptr<plugin::Backend> make_amd_backend(AmdBackendDeps deps);

@@ -40,11 +40,16 @@ Result<std::map<std::string, GpuTarget>> plan_restore(const GpuPropertiesRecord&
   request.source = &source;
   request.target = &target;
   request.policy = MatchPolicy::from_env();
+  if (!request.policy.check_model) {
+    // KFD's queue and memory state belong to one device_id: no setting turns another model into a restore.
+    log::warn("amd: GPUCKPT_MODEL_CHECK=0 is ignored for AMD GPUs: KFD restores only onto the same device_id");
+    request.policy.check_model = true;
+  }
   auto outcome = match_gpus(request);
   if (auto* failure = std::get_if<MatchFailure>(&outcome)) {
     return make_error("no GPU assignment for the checkpoint's AMD GPUs: " + describe(*failure) +
-                          ". Restore on a node with matching GPUs, or relax a check with "
-                          "GPUCKPT_<MODEL|MEMORY|FIRMWARE|LINK>_CHECK=0",
+                          ". Restore on a node with matching GPUs, or relax a check (not the model) with "
+                          "GPUCKPT_<MEMORY|FIRMWARE|LINK>_CHECK=0",
                       ENODEV);
   }
   const auto& plan = std::get<MatchPlan>(outcome);

@@ -1,4 +1,5 @@
 // The AMD backend's hook functions, driven in CRIU's order against the simulated KFD/DRM device.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -307,8 +308,11 @@ TEST_CASE("A truncated image fails the restore with a message naming it", "[unit
 
   const RestoreOutcome out = s.restore(0);
   if (parallel) {
-    // The restored process handed the work over; the main process reports the failure before resuming.
+    // The restored process handed the work over; the main process reports the failure and, since CRIU only logs
+    // RESUME_DEVICES_LATE's errors, stops the task that would run with unrestored GPU memory.
     CHECK(out.resume < 0);
+    REQUIRE_FALSE(kills_requested().empty());
+    CHECK(kills_requested().back() == std::pair{700, SIGKILL});
   } else {
     CHECK(out.kfd_fd < 0);
   }
@@ -578,6 +582,94 @@ TEST_CASE("A render-node image whose KFD image this process never restores stops
   CHECK(tries > 1);
   CHECK(tries <= 1001);
   CHECK(logs.contains("still waiting after 1000 tries for the KFD image it depends on"));
+}
+
+TEST_CASE("A restore onto more GPUs than the checkpoint had stops before KFD RESTORE, naming both counts", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node source(tmp.path() / "source", {SimGpu{0x1111, 128}});
+  Images images(tmp.path() / "images");
+  const App app = start_app(source, 450, 8192, 4096);
+  REQUIRE(dump_app(source, images, app, config_with(1 << 20, false)) == 0);
+
+  Node target(tmp.path() / "target", {SimGpu{0x7777, 140}, SimGpu{0x8888, 141}});
+  auto backend = make_backend(target, images, config_with(1 << 20, false));
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  target.kfd->set_calling_pid(450);
+  bool retry = false;
+  CHECK(backend->restore_ext_file(kKfdImageId, &retry) == -ENODEV);
+  CHECK(logs.contains("this process sees 2 AMD GPU(s) (renderD140, renderD141) and the checkpoint had 1"));
+  CHECK_FALSE(target.kfd->has_process(450));   // /dev/kfd was never opened: nothing of KFD was touched
+}
+
+TEST_CASE("A process given one GPU of two by its device cgroup is restored onto that GPU", "[unit]") {
+  TempDir tmp;
+  Node source(tmp.path() / "source", {SimGpu{0x1111, 128}});
+  Images images(tmp.path() / "images");
+  const App app = start_app(source, 460, 8192, 4096);
+  REQUIRE(dump_app(source, images, app, config_with(1 << 20, false)) == 0);
+  source.kfd->kill(460);
+
+  Node target(tmp.path() / "target", {SimGpu{0x7777, 140}, SimGpu{0x8888, 141}});
+  target.kfd->set_visible_gpus(460, {0x8888});
+  auto backend = make_backend(target, images, config_with(1 << 20, false));
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  target.kfd->set_calling_pid(460);
+  bool retry = false;
+  const int kfd_fd = backend->restore_ext_file(kKfdImageId, &retry);
+  REQUIRE(kfd_fd >= 0);
+  const int render = backend->restore_ext_file(render_image_id(0), &retry);
+  REQUIRE(render >= 0);
+  struct stat st {};
+  target.kfd->fstat(render, &st);
+  CHECK(minor(st.st_rdev) == 141);
+  CHECK(target.kfd->process(460).restored);
+  for (int fd : {render, kfd_fd}) ::close(fd);
+}
+
+TEST_CASE("GPUCKPT_MODEL_CHECK=0 does not let an AMD restore land on another device_id", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node source(tmp.path() / "source", {SimGpu{0x1111, 128}});
+  Images images(tmp.path() / "images");
+  const App app = start_app(source, 470, 8192, 4096);
+  REQUIRE(dump_app(source, images, app, config_with(1 << 20, false)) == 0);
+
+  Node target(tmp.path() / "target", {SimGpu{0x7777, 140}});
+  fs::remove_all(target.host_root);
+  sim::write_kfd_host_tree(target.host_root, target.gpus, sim::HostTreeOptions{.device_id = 0x74a1});   // MI300X
+  ::setenv("GPUCKPT_MODEL_CHECK", "0", 1);
+  auto backend = make_backend(target, images, config_with(1 << 20, false));
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  target.kfd->set_calling_pid(470);
+  bool retry = false;
+  const int result = backend->restore_ext_file(kKfdImageId, &retry);
+  ::unsetenv("GPUCKPT_MODEL_CHECK");
+  CHECK(result == -ENODEV);
+  CHECK(logs.contains("GPUCKPT_MODEL_CHECK=0 is ignored for AMD GPUs"));
+  CHECK(logs.contains("no GPU assignment for the checkpoint's AMD GPUs"));
+}
+
+TEST_CASE("A RESUME that fails stops the restored task instead of leaving it running without its GPU", "[unit]") {
+  Scenario s(make_gpus(1), 480, 8192, 4096, config_with(1 << 20, false));
+  REQUIRE(s.dumped == 0);
+  kills_requested().clear();
+  auto backend = make_backend(s.node, s.images, s.config);
+  s.node.kfd->set_calling_pid(kCriuPid);
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  s.node.kfd->set_calling_pid(480);
+  bool retry = false;
+  const int kfd_fd = backend->restore_ext_file(kKfdImageId, &retry);
+  REQUIRE(kfd_fd >= 0);
+  s.node.kfd->set_calling_pid(kCriuPid);
+  s.node.kfd->fail_next_resume(ENOMEM);
+  CHECK(backend->resume_devices_late(480) == -ENOMEM);
+  REQUIRE(kills_requested().size() == 1);
+  CHECK(kills_requested()[0] == std::pair{480, SIGKILL});
+  CHECK(s.logs.contains("KFD RESUME of restored pid 480 failed"));
+  CHECK(s.logs.contains("stopped (SIGKILL)"));
+  backend->fini(criu::kStageRestore, 0);
+  ::close(kfd_fd);
 }
 
 }  // namespace gpuckpt::amd::test

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <linux/kfd_ioctl.h>
@@ -168,9 +169,19 @@ class Images {
   int fd_ = -1;
 };
 
+// The tasks the backend asked to stop (pid, signal), in order: tests never signal a real process.
+inline std::vector<std::pair<int, int>>& kills_requested() {
+  static std::vector<std::pair<int, int>> kills;
+  return kills;
+}
+
 inline std::unique_ptr<plugin::Backend> make_backend(Node& node, const Images& images, const AmdConfig& config,
                                                      int* inventory_calls = nullptr) {
   AmdBackendDeps deps;
+  deps.kill_task = [](int pid, int signal) {
+    kills_requested().emplace_back(pid, signal);
+    return 0;
+  };
   deps.device = node.kfd;
   deps.host = HostRoot(node.host_root);
   const int fd = images.fd();

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace gpuckpt::amd::sim {
 namespace {
@@ -282,7 +283,13 @@ int SimKfd::open(const char* path, int /*flags*/) {
   const std::string prefix = "/dev/dri/renderD";
   if (p.rfind(prefix, 0) == 0) {
     const int minor = std::atoi(p.c_str() + prefix.size());
-    if (!gpu_by_minor(minor)) return -ENOENT;
+    const SimGpu* gpu = gpu_by_minor(minor);
+    if (!gpu) return -ENOENT;
+    // The device cgroup: a render node of a GPU the process was not given cannot be opened.
+    if (auto vis = visible_.find(calling_pid_);
+        vis != visible_.end() && std::find(vis->second.begin(), vis->second.end(), gpu->gpu_id) == vis->second.end()) {
+      return -EPERM;
+    }
     return new_file(SimFile{Kind::Render, calling_pid_, minor, 0, 0}, "sim-render");
   }
   return -ENOENT;
@@ -529,6 +536,7 @@ int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
 int SimKfd::resume(kfd_ioctl_criu_args& args) {
   SimProcess* p = find_process(static_cast<int>(args.pid));
   if (!p) return -ESRCH;
+  if (resume_error_ != 0) return -std::exchange(resume_error_, 0);
   p->running = true;
   p->queues_paused = false;
   return 0;

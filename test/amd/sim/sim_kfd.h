@@ -78,8 +78,11 @@ class SimKfd final : public AmdDevice {
 
   // Which process makes the next calls (CRIU's own pid, or the restored process during RESTORE_EXT_FILE).
   void set_calling_pid(int pid) { calling_pid_ = pid; }
-  // GPUs a process will see when it opens /dev/kfd (its device cgroup); default: all.
+  // GPUs a process is given (its device cgroup): the ones it sees when it opens /dev/kfd and whose render nodes it
+  // may open (others: EPERM); default: all.
   void set_visible_gpus(int pid, std::vector<std::uint32_t> gpu_ids);
+  // The next RESUME fails with -errno (as amdgpu_amdkfd_criu_resume can: ENOMEM, EINVAL, ...).
+  void fail_next_resume(int errno_value) { resume_error_ = errno_value; }
 
   // What an application does through libhsakmt, run as `pid`.
   int app_open_kfd(int pid);
@@ -151,6 +154,7 @@ class SimKfd final : public AmdDevice {
   std::vector<SimGpu> gpus_;
   std::uint32_t kfd_major_;
   std::uint32_t kfd_minor_;
+  int resume_error_ = 0;
   std::atomic<int> calling_pid_{1};
   mutable std::mutex mutex_;
   std::map<ino_t, SimFile> files_;
