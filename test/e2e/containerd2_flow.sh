@@ -116,6 +116,7 @@ DUMP_PID=$!
 NRI_PID=$!
 for _ in $(seq 100); do grep -q "registered with containerd" "$TMP/nri.log" && break; sleep 0.1; done
 grep -q "registered with containerd 2.1" "$TMP/nri.log" || fail "gpuckpt-nri did not register: $(cat "$TMP/nri.log")"
+for _ in $(seq 100); do grep -q registered "$TMP/nri-dump.log" && break; sleep 0.1; done
 grep -q registered "$TMP/nri-dump.log" || fail "nri-dump did not register: $(cat "$TMP/nri-dump.log")"
 sandbox_start_agent "$AGENT" || fail "agent did not start"
 POD=$(cri run-pod gpuckpt-src) || fail "RunPodSandbox"
