@@ -22,6 +22,8 @@
 #      gpuckpt's createRuntime hook; the hook put the plan into the CRIU images directory containerd restored
 #      from (ctrd-restore/checkpoint) before CRIU ran. (The restored processes' /dev is CRIU's image of the
 #      source's; gpuckpt's CRIU plugin replaces GPU nodes there only for CUDA processes: test/gpu/ covers those.)
+#      (c) a restore from the archive path whose request has no user_specified_image: containerd marks it with an
+#      empty checkpointImage, gpuckpt-nri leaves it as containerd made it and says why.
 #   4. a plain container of the same base image in a pod PodResources also gives GPU 1 gets nothing from gpuckpt.
 # nri-dump (test-only NRI plugin) saves what containerd sends NRI plugins at each CreateContainer under
 # CTRD_CAPTURE_DIR (default WORK/capture; test/fixtures/containerd2/ holds a captured set).
@@ -257,6 +259,15 @@ RID_B=$(cri create gpuckpt-restored-image "$POD_B" counter "$CK_ID" --user-image
   fail "CreateContainer from $CK_IMAGE: $RID_B"
 cri start "$RID_B" 2> "$TMP/start-b.err" || fail "StartContainer (restore b): $(cat "$TMP/start-b.err")"
 restored_check "restore from the checkpoint image" "$RID_B"
+
+step "3c. a restore whose request names no user_specified_image: nothing names the checkpoint, gpuckpt-nri says so"
+POD_C=$(cri run-pod gpuckpt-restored-unnamed) || fail "RunPodSandbox (restore c)"
+RID_C=$(cri create gpuckpt-restored-unnamed "$POD_C" counter "$ARCHIVE" --mount "$TMP/hosts:/etc/hosts" \
+  -- sh -c "$COUNTER" 2>&1) || fail "CreateContainer from $ARCHIVE without user_specified_image: $RID_C"
+grep -q "containerd restore as container $RID_C left as containerd made it: .*no user_specified_image" "$TMP/nri.log" ||
+  fail "gpuckpt-nri did not say why it left $RID_C alone: $(grep -v ' param: ' "$TMP/nri.log" | tail -3)"
+cri rm "$RID_C" >/dev/null 2>&1 || true
+echo "ok: $RID_C: gpuckpt-nri left it as containerd made it and said why (no checkpointImage)"
 
 step "4. a plain container of the same base image, in a pod the kubelet gave GPU 1, is left as containerd made it"
 POD_P=$(cri run-pod gpuckpt-plain) || fail "RunPodSandbox (plain)"
