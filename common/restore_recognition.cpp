@@ -29,7 +29,8 @@ bool is_containerd_restore_without_source(const std::map<std::string, std::strin
 
 std::string restored_container_name(const RecognisedRestore& restore, const std::string& reported_name,
                                     const std::map<std::string, std::string>& labels) {
-  if (restore.runtime != RestoringRuntime::Containerd) return reported_name;
+  // Only in place of that placeholder: a name containerd reports correctly is the container's, whatever a label says
+  if (restore.runtime != RestoringRuntime::Containerd || reported_name != "containerd") return reported_name;
   const std::string labelled = value_of(labels, "io.kubernetes.container.name");
   return labelled.empty() ? reported_name : labelled;
 }

@@ -45,8 +45,8 @@ bool is_containerd_restore_without_source(const std::map<std::string, std::strin
 // The name of the pod's container a recognised restore is created as, for the kubelet's PodResources. containerd
 // (2.1.9 measured; the same code through 2.3) names every container it restores "containerd": NRI's container
 // name and io.kubernetes.cri.container-name are the CRI plugin's own name. The kubelet's label
-// io.kubernetes.container.name, which containerd takes from the create request, names the pod's container.
-// CRI-O keeps the name: `reported_name` (NRI's) is kept for it, and for a containerd restore without that label.
+// io.kubernetes.container.name, which containerd takes from the create request, names the pod's container: it
+// stands in for a containerd restore reported as "containerd", and only there. Otherwise `reported_name` (NRI's).
 std::string restored_container_name(const RecognisedRestore& restore, const std::string& reported_name,
                                     const std::map<std::string, std::string>& labels);
 

@@ -85,6 +85,8 @@ TEST_CASE("only a containerd restore is looked up by the kubelet's container lab
   containerd.runtime = RestoringRuntime::Containerd;
   CHECK(restored_container_name(containerd, "containerd", labels) == "trainer");
   CHECK(restored_container_name(containerd, "containerd", {}) == "containerd");   // no label: NRI's name stands
+  // a containerd that names its restores correctly: the name is the container's, a label does not change it
+  CHECK(restored_container_name(containerd, "worker", labels) == "worker");
   RecognisedRestore crio;
   crio.runtime = RestoringRuntime::CriO;
   CHECK(restored_container_name(crio, "trainer-x", labels) == "trainer-x");
