@@ -165,11 +165,11 @@ install_criu_bundle() { # SUITE DIR WRAPPER EXTRA-PACKAGES...
 }
 install_criu_bundle trixie criu /usr/local/sbin/criu-trixie libnet1
 install_criu_bundle sid criu-sid /usr/local/sbin/criu-sid libcompel1 libnet9 libedit2
-# shellcheck source=lib/criu-probe.sh
+# shellcheck source=scripts/lib/criu-probe.sh
 . "$(dirname "$0")/lib/criu-probe.sh"
 CRIU_BIN=""
 for c in /usr/sbin/criu /usr/local/sbin/criu-trixie /usr/local/sbin/criu-sid; do
-  [ -x "$c" ] && criu_version_ok "$c" || continue
+  if [ ! -x "$c" ] || ! criu_version_ok "$c"; then continue; fi
   if criu_dump_works "$c"; then CRIU_BIN=$c; break; fi
   log "not using $c: $CRIU_PROBE_REASON"
 done

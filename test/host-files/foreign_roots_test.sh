@@ -82,13 +82,13 @@ in_root() {
     rename("/tmp/count.tmp", "/tmp/count"); select(undef, undef, undef, 0.05); }' </dev/null >/dev/null 2>&1 &
   local pid=$!
   for _ in $(seq 100); do [ -s "$root/tmp/count" ] && break; sleep 0.05; done
-  timeout 30 $c "$criu" dump -t "$pid" -D /tmp/img --libdir /usr/lib/gpuckpt-test -v4 -o dump.log >/dev/null 2>&1; rc=$?
+  timeout 30 chroot "$root" "$criu" dump -t "$pid" -D /tmp/img --libdir /usr/lib/gpuckpt-test -v4 -o dump.log >/dev/null 2>&1; rc=$?
   local control=""
   if [ $rc = 124 ]; then
     # Did the plugin make CRIU hang, or does this CRIU hang on this CPU whatever it loads (scripts/lib/criu-probe.sh)?
     # The same dump of the same process with an empty plugin directory decides.
     mkdir -p "$root/tmp/img-control" "$root/usr/lib/gpuckpt-empty"
-    timeout 20 $c "$criu" dump -t "$pid" -D /tmp/img-control --libdir /usr/lib/gpuckpt-empty --leave-running -v4 -o dump.log >/dev/null 2>&1
+    timeout 20 chroot "$root" "$criu" dump -t "$pid" -D /tmp/img-control --libdir /usr/lib/gpuckpt-empty --leave-running -v4 -o dump.log >/dev/null 2>&1
     control=$?
   fi
   [ $rc = 0 ] || kill -9 "$pid" 2>/dev/null   # a failed dump leaves it running
@@ -104,7 +104,7 @@ in_root() {
     echo "PASS $dist: criu dump with the plugin loaded (count $at_dump)"
   else echo "FAIL $dist: criu dump (rc $rc$([ -n "$control" ] && echo ", hung with the plugin; without it rc $control")):"; grep -E 'Error|gpuckpt|Plugin' "$root/tmp/img/dump.log" 2>/dev/null | tail -8 | sed 's/^/    /'; fi
   for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-  timeout 60 $c "$criu" restore -D /tmp/img --libdir /usr/lib/gpuckpt-test -d --pidfile /tmp/restored.pid -v4 -o restore.log >/dev/null 2>&1; rc=$?
+  timeout 60 chroot "$root" "$criu" restore -D /tmp/img --libdir /usr/lib/gpuckpt-test -d --pidfile /tmp/restored.pid -v4 -o restore.log >/dev/null 2>&1; rc=$?
   local restored; restored=$(cat "$root/tmp/restored.pid" 2>/dev/null)
   sleep 0.5
   local after; after=$(cat "$root/tmp/count" 2>/dev/null)
