@@ -242,6 +242,11 @@ class CudaBackend final : public Backend {
               fixed(seconds_since(start) * 1000) + " ms");
     if (!shared.any()) return 0;
     const std::string what = cuda::describe(shared);
+    if (!shared.between_processes()) {
+      log::warn("cuda: " + what + ": no other process on this node shares it, so the checkpoint goes on; the "
+                "communicator's network connections to other nodes are not restored by gpuckpt");
+      return 0;
+    }
     const std::string needs = "driver >= " + std::to_string(cuda::kSharedStateDriverMajor) + " with all of the "
                               "job's processes started in one `cuda-checkpoint --launch-job` job";
     if (cuda::driver_restores_shared_state(driver)) {

@@ -180,8 +180,8 @@ std::string describe(const SharedState& state) {
   std::vector<int> all = pids;
   all.insert(all.end(), state.outside_peers.begin(), state.outside_peers.end());
   std::string text = all.size() > 1 ? "NCCL/CUDA IPC between processes " + join_pids(all)
-                                    : "NCCL communicator of process " + join_pids(all) + " (its peers are not visible "
-                                      "from here: another node, or another network namespace)";
+                                    : "NCCL communicator of process " + join_pids(all) + " (no other process in its network "
+                                      "namespace has one: its other ranks are in the same process or on other nodes)";
   if (!state.outside_peers.empty())
     text += " (" + join_pids(state.outside_peers) + (state.outside_peers.size() > 1 ? " are" : " is") +
             " not part of this dump)";

@@ -36,6 +36,9 @@ struct SharedState {
   // in: a pod's) that hold NCCL sockets too: a job's ranks this dump leaves out, e.g. another container of the pod.
   std::vector<int> outside_peers;
   bool any() const { return !by_pid.empty(); }
+  // Two processes of this node or more: what the driver cannot restore. One alone holds a communicator whose
+  // other ranks are in the same process (no IPC) or on other nodes (the network, not the GPU driver).
+  bool between_processes() const { return by_pid.size() + outside_peers.size() >= 2; }
 };
 
 // Looks at `pids` through `proc` (the procfs mount; a fixture tree in tests): their fds, their network

@@ -75,6 +75,7 @@ TEST_CASE("two NCCL ranks (P2P over cuMem): each holds its NCCL socket; both are
   CHECK(state.by_pid.at(641).nccl_sockets == std::vector<std::string>{"@tmp/nccl-socket-0-1e5819654a190a1f"});
   CHECK(state.by_pid.at(642).nccl_sockets == std::vector<std::string>{"@tmp/nccl-socket-1-9f6b565475da797c"});
   CHECK(state.outside_peers.empty());
+  CHECK(state.between_processes());
   const std::string text = describe(state);
   CHECK(text.rfind("NCCL/CUDA IPC between processes 641 and 642", 0) == 0);
   CHECK(text.find("pid 641: NCCL socket @tmp/nccl-socket-0-1e5819654a190a1f") != std::string::npos);
@@ -93,10 +94,12 @@ TEST_CASE("one rank dumped alone (another container of the pod): its peer in the
   const SharedState state = find_shared_state({700}, proc.root.string());
   REQUIRE(state.by_pid.size() == 1);
   CHECK(state.outside_peers == std::vector<int>{800});
+  CHECK(state.between_processes());
   CHECK(describe(state).rfind("NCCL/CUDA IPC between processes 700 and 800 (800 is not part of this dump)", 0) == 0);
 }
 
-TEST_CASE("legacy CUDA IPC (NCCL_CUMEM_ENABLE=0): the /dev/shm/nccl-* mapping is evidence too", "[unit]") {
+TEST_CASE("legacy CUDA IPC (NCCL_CUMEM_ENABLE=0): the /dev/shm/nccl-* mapping is evidence too; one process alone "
+          "shares nothing with another", "[unit]") {
   FakeProc proc;
   proc.process(643, "4026531840", {"/dev/nvidia0", "/dev/shm/nccl-38Jos9 (deleted)"},
                {"7f1000000000-7f1000400000 rw-s 00000000 00:19 51 /dev/shm/nccl-38Jos9 (deleted)"});
@@ -106,7 +109,8 @@ TEST_CASE("legacy CUDA IPC (NCCL_CUMEM_ENABLE=0): the /dev/shm/nccl-* mapping is
   REQUIRE(state.by_pid.count(643) == 1);
   CHECK(state.by_pid.at(643).nccl_sockets.empty());
   CHECK(state.by_pid.at(643).nccl_segments == std::vector<std::string>{"/dev/shm/nccl-38Jos9 (deleted)"});
-  CHECK(describe(state).find("its peers are not visible from here") != std::string::npos);
+  CHECK_FALSE(state.between_processes());
+  CHECK(describe(state).find("no other process in its network namespace has one") != std::string::npos);
 }
 
 TEST_CASE("a single-GPU CUDA process with unrelated sockets and shared memory is not refused", "[unit]") {
