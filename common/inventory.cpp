@@ -304,17 +304,6 @@ std::map<std::string, std::string> colon_fields(const std::string& text) {
   return fields;
 }
 
-std::string nvidia_driver_version(const HostRoot& host) {
-  // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (...)"
-  auto line = host.read_line("proc/driver/nvidia/version");
-  if (!line) return "";
-  std::istringstream in(*line);
-  std::string word;
-  while (in >> word)
-    if (std::isdigit(static_cast<unsigned char>(word[0])) && word.find('.') != std::string::npos) return word;
-  return "";
-}
-
 // PCIe link speed as sysfs prints it ("32.0 GT/s PCIe") -> MT/s
 std::uint64_t link_speed_mts(const std::string& text) {
   try {
@@ -485,6 +474,17 @@ void read_drm(const HostRoot& host, NodeInventory& inv, std::size_t hidden_kfd_n
 }
 
 }  // namespace
+
+std::string nvidia_driver_version(const HostRoot& host) {
+  // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (...)"
+  auto line = host.read_line("proc/driver/nvidia/version");
+  if (!line) return "";
+  std::istringstream in(*line);
+  std::string word;
+  while (in >> word)
+    if (std::isdigit(static_cast<unsigned char>(word[0])) && word.find('.') != std::string::npos) return word;
+  return "";
+}
 
 std::string gfx_name(std::uint64_t version) {
   if (version == 0) return "";

@@ -23,6 +23,9 @@ struct InventoryOptions {
 // KFD nodes hidden from this container by its device cgroup are left out (see docs/formats.md).
 Result<NodeInventory> read_inventory(const HostRoot& host, const InventoryOptions& options = {});
 
+// The NVIDIA kernel module's version from proc/driver/nvidia/version ("580.159.04"); "" when there is none.
+std::string nvidia_driver_version(const HostRoot& host);
+
 // gfx_target_version as KFD prints it (decimal, e.g. 90010) -> "gfx90a"; "" for 0.
 std::string gfx_name(std::uint64_t gfx_target_version);
 

@@ -1,5 +1,6 @@
 // The CUDA backend: checkpoint and restore of CUDA processes through the driver's process checkpoint API, from
-// inside CRIU. Dump: PAUSE_DEVICES locks each CUDA process, CHECKPOINT_DEVICES moves the GPU state of all of
+// inside CRIU. Dump: PAUSE_DEVICES refuses CUDA state shared between processes that the driver cannot restore
+// and locks every CUDA process of the tree at once, CHECKPOINT_DEVICES moves the GPU state of all of
 // them into host memory (in parallel) so CRIU dumps it as plain memory; fini puts every process back when the
 // dump failed or runs with --leave-running. Restore: RESUME_DEVICES_LATE moves the state back onto this node's
 // GPUs (remapped when needed) and unlocks, again for all processes in parallel. GPU memory takes gpuckpt's own
@@ -33,10 +34,12 @@
 #include "criu-plugin/cuda/device_nodes.h"
 #include "criu-plugin/cuda/driver_host.h"
 #include "criu-plugin/cuda/gpu_memory_path.h"
+#include "criu-plugin/cuda/lock_all.h"
 #include "criu-plugin/cuda/process_info.h"
 #include "criu-plugin/cuda/record_files.h"
 #include "criu-plugin/cuda/remap.h"
 #include "criu-plugin/cuda/restore_thread.h"
+#include "criu-plugin/cuda/shared_state.h"
 #include "criu-plugin/plugin.h"
 
 namespace gpuckpt::plugin {
@@ -115,8 +118,17 @@ class CudaBackend final : public Backend {
     enabled_ = false;
   }
 
+  // CRIU calls this for the root first, before it seizes anything, then for each child just before seizing it.
+  // The first call therefore pauses the whole tree: every CUDA process in it is checked for state the driver
+  // cannot restore, then locked at the same time as the others (lock_all.h says why); later calls find their
+  // process done. A process that starts using CUDA after the first call is paused alone at its own call.
   int pause_devices(int pid) override {
     if (!enabled_ || stage_ != criu::kStageDump) return -ENOTSUP;
+    if (!tree_paused_) {
+      tree_paused_ = true;
+      if (int rc = pause_tree(pid); rc != 0) return rc;
+    }
+    if (std::any_of(tracked_.begin(), tracked_.end(), [&](const Tracked& t) { return t.pid == pid; })) return 0;
     const cuda::NvidiaFiles files = cuda::nvidia_files(pid);
     if (!files.any && memory_.test_switch_names(pid)) {
       if (auto added = criu::add_to_inventory(kPluginName); !added) {
@@ -134,70 +146,8 @@ class CudaBackend final : public Backend {
       log::debug("cuda: pid " + std::to_string(pid) + " has no NVIDIA device open; not ours");
       return -ENOTSUP;
     }
-    if (auto host = ensure_dump_host(); !host) {
-      log::error("cuda: pid " + std::to_string(pid) + " uses the GPU but " + host.error().message);
-      return -EIO;
-    }
-    int tid = -1;
-    int rc = driver_->get_restore_thread_id(pid, &tid);
-    if (rc != cuda::kCudaSuccess) {
-      // The cuInit() race: the process has the device open but the driver's checkpoint support is not up yet.
-      const long wait_ms = init_wait_ms_;
-      auto start = Clock::now();
-      while (rc != cuda::kCudaSuccess && seconds_since(start) * 1000 < static_cast<double>(wait_ms)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        rc = driver_->get_restore_thread_id(pid, &tid);
-      }
-      if (rc != cuda::kCudaSuccess) {
-        log::error("cuda: pid " + std::to_string(pid) + " has NVIDIA devices open but the driver does not know it "
-                   "as a CUDA process after " + std::to_string(wait_ms) + " ms (" + driver_->describe(rc) +
-                   "): it is probably still inside cuInit(). Retry the checkpoint once it has started "
-                   "(GPUCKPT_CUDA_INIT_WAIT_MS sets the wait)");
-        return -EAGAIN;
-      }
-    }
-    ProcessState state = ProcessState::Failed;
-    rc = driver_->get_state(pid, &state);
-    if (rc != cuda::kCudaSuccess) {
-      log::error("cuda: cannot read the CUDA state of pid " + std::to_string(pid) + ": " + driver_->describe(rc));
-      return -EIO;
-    }
-    if (state == ProcessState::Failed) {
-      log::error("cuda: pid " + std::to_string(pid) + " is in the driver's FAILED checkpoint state; it cannot be "
-                 "checkpointed (an earlier checkpoint or restore of it broke)");
-      return -EIO;
-    }
-    if (auto added = criu::add_to_inventory(kPluginName); !added) {
-      log::error("cuda: " + added.error().message);
-      return -EIO;
-    }
-    Tracked entry;
-    entry.pid = pid;
-    entry.initial = state;
-    host_->track(pid, state);
-    if (state == ProcessState::Running) {
-      unsigned timeout_ms = criu::remaining_alarm_ms();
-      if (timeout_ms == 0) timeout_ms = default_lock_timeout_ms_;
-      auto start = Clock::now();
-      rc = driver_->lock(pid, timeout_ms);
-      if (rc != cuda::kCudaSuccess) {
-        log::error("cuda: locking pid " + std::to_string(pid) + " failed after " + fixed(seconds_since(start)) +
-                   " s (timeout " + std::to_string(timeout_ms) + " ms): " + driver_->describe(rc) +
-                   ". Its CUDA work did not drain in time; raise criu --timeout or retry");
-        if (criu::alarm_timed_out()) log::error("cuda: CRIU's --timeout expired while locking");
-        (void)driver_->unlock(pid);   // a lock that timed out may still hold part of the process
-        return -EIO;
-      }
-      entry.locked_by_us = true;
-      log::info("cuda: locked pid " + std::to_string(pid) + " in " + fixed(seconds_since(start)) + " s");
-    } else {
-      log::info("cuda: pid " + std::to_string(pid) + " is already " + cuda::to_string(state) +
-                "; it is dumped as it is and left so");
-    }
-    if (state != ProcessState::Checkpointed) memory_.before_checkpoint(pid);
-    tracked_.push_back(entry);
-    record_gpus(pid, files);
-    return 0;
+    log::info("cuda: pid " + std::to_string(pid) + " uses the GPU but was not when the dump began; paused alone");
+    return pause_processes({pid});
   }
 
   int checkpoint_devices(int pid) override {
@@ -222,6 +172,164 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Every CUDA process of the tree under `root` (root included), paused at once.
+  int pause_tree(int root) {
+    std::vector<int> cuda_pids;
+    for (int pid : with_descendants(root))
+      if (cuda::nvidia_files(pid).any) cuda_pids.push_back(pid);
+    if (cuda_pids.empty()) return 0;
+    log::info("cuda: " + std::to_string(cuda_pids.size()) + " CUDA process(es) in the tree of pid " +
+              std::to_string(root) + "; pausing them together");
+    return pause_processes(cuda_pids);
+  }
+
+  static std::vector<int> with_descendants(int root) {
+    std::vector<int> pids{root};
+    for (int child : cuda::descendants(root)) pids.push_back(child);
+    return pids;
+  }
+
+  // Refuses what the driver cannot restore, then locks every running one of `pids` at once; all or nothing.
+  int pause_processes(const std::vector<int>& pids) {
+    if (int refused = refuse_shared_state(pids); refused != 0) return refused;
+    if (auto host = ensure_dump_host(); !host) {
+      log::error("cuda: pid " + std::to_string(pids.front()) + " uses the GPU but " + host.error().message);
+      return -EIO;
+    }
+    std::vector<Tracked> entries;
+    for (int pid : pids) {
+      auto state = lockable_state(pid);
+      if (!state) {
+        log::error("cuda: " + state.error().message);
+        return -state.error().errno_value;
+      }
+      Tracked entry;
+      entry.pid = pid;
+      entry.initial = *state;
+      entries.push_back(entry);
+    }
+    if (auto added = criu::add_to_inventory(kPluginName); !added) {
+      log::error("cuda: " + added.error().message);
+      return -EIO;
+    }
+    std::vector<int> running;
+    for (const auto& entry : entries) {
+      host_->track(entry.pid, entry.initial);   // before the lock: the guardian must know what it may find locked
+      if (entry.initial == ProcessState::Running) {
+        running.push_back(entry.pid);
+      } else {
+        log::info("cuda: pid " + std::to_string(entry.pid) + " is already " + cuda::to_string(entry.initial) +
+                  "; it is dumped as it is and left so");
+      }
+    }
+    if (!running.empty() && !lock_together(running)) return -EIO;
+    for (auto& entry : entries) {
+      entry.locked_by_us = entry.initial == ProcessState::Running;
+      if (entry.initial != ProcessState::Checkpointed) memory_.before_checkpoint(entry.pid);
+      tracked_.push_back(entry);
+      record_gpus(entry.pid, cuda::nvidia_files(entry.pid));
+    }
+    return 0;
+  }
+
+  // CUDA state shared between processes, on a driver that cannot restore it: refused before any driver call,
+  // so the job never stops. Returns 0 (go on) or -ECANCELED.
+  int refuse_shared_state(const std::vector<int>& pids) {
+    const auto start = Clock::now();
+    const cuda::SharedState shared = cuda::find_shared_state(pids);
+    const std::string driver = nvidia_driver_version(HostRoot("/"));
+    log::info("timing: cuda shared-state check of " + std::to_string(pids.size()) + " process(es): " +
+              fixed(seconds_since(start) * 1000) + " ms");
+    if (!shared.any()) return 0;
+    const std::string what = cuda::describe(shared);
+    if (!shared.between_processes()) {
+      log::warn("cuda: " + what + ": no other process on this node shares it, so the checkpoint goes on; the "
+                "communicator's network connections to other nodes are not restored by gpuckpt");
+      return 0;
+    }
+    const std::string needs = "driver >= " + std::to_string(cuda::kSharedStateDriverMajor) + " with all of the "
+                              "job's processes started in one `cuda-checkpoint --launch-job` job";
+    if (cuda::driver_restores_shared_state(driver)) {
+      std::vector<int> outside_job;
+      for (const auto& [pid, evidence] : shared.by_pid)
+        if (!cuda::in_checkpoint_job(pid)) outside_job.push_back(pid);
+      if (outside_job.empty()) {
+        log::info("cuda: " + what + "; NVIDIA driver " + driver + " restores it: every such process is in a "
+                  "cuda-checkpoint job");
+      } else {
+        log::warn("cuda: " + what + ". NVIDIA driver " + driver + " restores CUDA state shared between processes "
+                  "only for processes started in one `cuda-checkpoint --launch-job` job, and pid " +
+                  std::to_string(outside_job.front()) + " has no CUDA_CHECKPOINT_JOB_FILE: its restore may fail");
+      }
+      return 0;
+    }
+    log::error("cuda: refusing to checkpoint: " + what + ". NVIDIA driver " +
+               (driver.empty() ? std::string("(version unknown)") : driver) + " cannot restore CUDA state shared "
+               "between processes: its restore fails with CUDA_ERROR_NOT_SUPPORTED and would leave the job "
+               "paused. That needs " + needs + ". Nothing was locked; the job keeps running. Upgrade the node's "
+               "driver, or checkpoint the job with its framework's own checkpointing");
+    return -ECANCELED;
+  }
+
+  // The process's checkpoint state once the driver knows it as a CUDA process; an error that says why not.
+  Result<ProcessState> lockable_state(int pid) {
+    int tid = -1;
+    int rc = driver_->get_restore_thread_id(pid, &tid);
+    if (rc != cuda::kCudaSuccess) {
+      // The cuInit() race: the process has the device open but the driver's checkpoint support is not up yet.
+      const auto start = Clock::now();
+      while (rc != cuda::kCudaSuccess && seconds_since(start) * 1000 < static_cast<double>(init_wait_ms_)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        rc = driver_->get_restore_thread_id(pid, &tid);
+      }
+      if (rc != cuda::kCudaSuccess)
+        return make_error("pid " + std::to_string(pid) + " has NVIDIA devices open but the driver does not know it "
+                          "as a CUDA process after " + std::to_string(init_wait_ms_) + " ms (" + driver_->describe(rc) +
+                          "): it is probably still inside cuInit(). Retry the checkpoint once it has started "
+                          "(GPUCKPT_CUDA_INIT_WAIT_MS sets the wait)", EAGAIN);
+    }
+    ProcessState state = ProcessState::Failed;
+    rc = driver_->get_state(pid, &state);
+    if (rc != cuda::kCudaSuccess)
+      return make_error("cannot read the CUDA state of pid " + std::to_string(pid) + ": " + driver_->describe(rc), EIO);
+    if (state == ProcessState::Failed)
+      return make_error("pid " + std::to_string(pid) + " is in the driver's FAILED checkpoint state; it cannot be "
+                        "checkpointed (an earlier checkpoint or restore of it broke)", EIO);
+    return state;
+  }
+
+  // Locks `pids` at once with CRIU's remaining --timeout; on any failure every one is unlocked again.
+  bool lock_together(const std::vector<int>& pids) {
+    unsigned timeout_ms = criu::remaining_alarm_ms();
+    if (timeout_ms == 0) timeout_ms = default_lock_timeout_ms_;
+    const auto start = Clock::now();
+    const cuda::LockAllOutcome outcome = cuda::lock_all(
+        pids, [&](int pid) { return driver_->lock(pid, timeout_ms); }, [&](int pid) { return driver_->unlock(pid); });
+    const std::string took = fixed(seconds_since(start));
+    if (outcome.all_locked) {
+      for (const auto& attempt : outcome.attempts)
+        log::info("cuda: locked pid " + std::to_string(attempt.pid) + " in " + fixed(attempt.seconds) + " s");
+      log::info("timing: cuda lock of " + std::to_string(pids.size()) + " process(es) at once: " + took + " s");
+      return true;
+    }
+    for (const auto& attempt : outcome.attempts) {
+      if (attempt.result != cuda::kCudaSuccess) {
+        log::error("cuda: locking pid " + std::to_string(attempt.pid) + " failed after " + fixed(attempt.seconds) +
+                   " s (timeout " + std::to_string(timeout_ms) + " ms): " + driver_->describe(attempt.result) +
+                   ". Its submitted CUDA work did not finish in time. A kernel that runs longer than that needs a "
+                   "longer criu --timeout; one that waits for a process outside this dump (a collective whose peer "
+                   "is elsewhere) never finishes while that peer runs on, so a retry will not help");
+        (void)driver_->unlock(attempt.pid);   // a lock that timed out may still hold part of the process
+      } else if (attempt.rolled_back) {
+        log::info("cuda: pid " + std::to_string(attempt.pid) + " was locked; unlocked again: " +
+                  (attempt.unlock_result == cuda::kCudaSuccess ? std::string("ok")
+                                                               : driver_->describe(attempt.unlock_result)));
+      }
+    }
+    if (criu::alarm_timed_out()) log::error("cuda: CRIU's --timeout expired while locking");
+    return false;
+  }
+
   int init_dump() {
     HostRoot host("/");
     memory_.configure(criu::image_dir_fd());
@@ -679,6 +787,7 @@ class CudaBackend final : public Backend {
   cuda::GpuMemoryPath memory_;
   bool checkpoint_round_done_ = false;
   bool restore_round_done_ = false;
+  bool tree_paused_ = false;   // the first PAUSE_DEVICES paused every CUDA process of the tree
   std::map<int, int> restore_results_;
   std::map<int, std::vector<cuda::UuidPair>> pairs_by_pid_;
   std::vector<cuda::UuidPair> default_pairs_;
