@@ -110,7 +110,7 @@ crio_stop() {
     runc --root "$CRIO_WORK/runc" delete -f "$p" 2>/dev/null || true
   done
   for p in $(pgrep -x conmon); do
-    if tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- "$CRIO_WORK/"; then kill -9 "$p" 2>/dev/null || true; fi
+    if tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" | grep -q -- "$CRIO_WORK/"; then kill -9 "$p" 2>/dev/null || true; fi
   done
   while read -r _ m _; do
     case "$m" in "$CRIO_WORK"/*) umount -l "$m" 2>/dev/null || true ;; esac
