@@ -35,4 +35,19 @@ struct RecognisedRestore {
 // std::nullopt: not a restore (an ordinary container, whatever its image).
 std::optional<RecognisedRestore> recognise_restore(const std::map<std::string, std::string>& annotations);
 
+// containerd (2.1.9 measured; the same code through 2.3) writes the request's user_specified_image into
+// "checkpointImage", not its image: a restore requested without one (the kubelet always sends the pod's image
+// there; crictl and other CRI clients may not) is marked "restored" with an empty "checkpointImage", and nothing
+// NRI sees says what it restores. recognise_restore does not recognise it; this says that it is one, so
+// gpuckpt-nri can say why it leaves it as containerd made it.
+bool is_containerd_restore_without_source(const std::map<std::string, std::string>& annotations);
+
+// The name of the pod's container a recognised restore is created as, for the kubelet's PodResources. containerd
+// (2.1.9 measured; the same code through 2.3) names every container it restores "containerd": NRI's container
+// name and io.kubernetes.cri.container-name are the CRI plugin's own name. The kubelet's label
+// io.kubernetes.container.name, which containerd takes from the create request, names the pod's container: it
+// stands in for a containerd restore reported as "containerd", and only there. Otherwise `reported_name` (NRI's).
+std::string restored_container_name(const RecognisedRestore& restore, const std::string& reported_name,
+                                    const std::map<std::string, std::string>& labels);
+
 }  // namespace gpuckpt

@@ -98,9 +98,9 @@ void NriPlugin::forget(const api::Container& container) {
 }
 
 Result<std::vector<std::string>> NriPlugin::allocated_gpus_of(const api::CreateContainerRequest& request,
+                                                              const std::string& container_name,
                                                               const NodeInventory& node, const std::string& what) {
-  const ContainerIdentity who{request.pod().namespace_(), request.pod().name(), request.pod().uid(),
-                              request.container().name()};
+  const ContainerIdentity who{request.pod().namespace_(), request.pod().name(), request.pod().uid(), container_name};
   if (options_.allocation) {
     auto allocation = options_.allocation(who);
     if (!allocation)
@@ -138,7 +138,14 @@ Result<void> NriPlugin::adjust_for_restore(const api::CreateContainerRequest& re
   const api::Container& c = request.container();
   const std::map<std::string, std::string> annotations(c.annotations().begin(), c.annotations().end());
   const auto restore = recognise_restore(annotations);
-  if (!restore) return {};
+  if (!restore) {
+    if (is_containerd_restore_without_source(annotations))
+      log::warn("containerd restore as container " + log::escaped(c.id(), 80) + " left as containerd made it: its "
+                "CreateContainer request named no user_specified_image, so containerd recorded no checkpointImage and "
+                "nothing says which checkpoint it restores (the kubelet always sends the pod's image there; other CRI "
+                "clients must set it to the checkpoint image or archive path for gpuckpt to move its GPUs)");
+    return {};
+  }
   const std::string what = std::string(runtime_name(restore->runtime)) + " restore" +
                            (restore->source.empty() ? "" : " of " + log::escaped(restore->source, 512)) +
                            (restore->checkpoint_id.empty() ? "" : " (checkpoint " + log::escaped(restore->checkpoint_id, 128) + ")");
@@ -154,7 +161,8 @@ Result<void> NriPlugin::adjust_for_restore(const api::CreateContainerRequest& re
   if (record.record.used_gpu_ids.empty()) return {};
   auto node = inventory_();
   if (!node) return make_error(as + " refused: the node inventory failed: " + node.error().message, EIO);
-  auto allocated = allocated_gpus_of(request, node.value(), as);
+  const std::map<std::string, std::string> labels(c.labels().begin(), c.labels().end());
+  auto allocated = allocated_gpus_of(request, restored_container_name(*restore, c.name(), labels), node.value(), as);
   if (!allocated) return allocated.error();
   auto plan = plan_for_allocation(record, node.value(), allocated.value(), options_.match_policy);
   if (!plan) return make_error(as + " refused: none of the GPUs it was given can take it: " + plan.error().message, EDOM);

@@ -71,8 +71,10 @@ class NriPlugin {
   void record(const api::Container& container, const InventoryReader& inventory);
   void forget(const api::Container& container);
   Result<void> adjust_for_restore(const api::CreateContainerRequest& request, api::ContainerAdjustment& adjust);
+  // `container_name`: the pod's container (restored_container_name), which NRI's name may not be.
   Result<std::vector<std::string>> allocated_gpus_of(const api::CreateContainerRequest& request,
-                                                     const NodeInventory& node, const std::string& what);
+                                                     const std::string& container_name, const NodeInventory& node,
+                                                     const std::string& what);
 
   NriPluginOptions options_;
   InventoryReader inventory_;

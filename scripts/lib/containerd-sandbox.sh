@@ -12,7 +12,8 @@
 #                                     set there is where CRIU loads its plugins from.
 #   ctrd_import_image PODMAN_IMAGE    copies a podman image into containerd's k8s.io namespace
 #   ctrd_ctr ARGS...                  ctr against this containerd (namespace k8s.io)
-#   ctrd_stop                         stops containerd, its shims and their containers; unmounts; safe twice
+#   ctrd_stop                         stops containerd, its shims (1.7's and 2.x's pod shims) and their containers;
+#                                     unmounts; safe twice
 # The pause image is localhost/gpuckpt-pause:latest, made from the local busybox image (no registry here).
 
 CTRD_PAUSE_IMAGE=localhost/gpuckpt-pause:latest
@@ -162,6 +163,19 @@ ctrd_import_pause_image() {
   ctrd_import_image "$CTRD_PAUSE_IMAGE"
 }
 
+# The shims this containerd started: their command line names its socket (-address SOCK). containerd 2.x runs one
+# shim per pod that serves the sandbox and its containers and outlives their tasks, with no shim.pid left in the
+# state dir once they are deleted.
+ctrd_shim_pids() {
+  local p argv
+  for p in /proc/[0-9]*; do
+    mapfile -d '' -t argv 2>/dev/null < "$p/cmdline" || continue
+    [[ "${argv[0]:-}" == */containerd-shim-* ]] || continue
+    printf '%s\n' "${argv[@]}" | grep -qxF -- "$CTRD_SOCK" && echo "${p#/proc/}"
+  done
+  return 0
+}
+
 ctrd_stop() {
   [ -n "${CTRD_SOCK:-}" ] || return 0
   local id m
@@ -173,10 +187,14 @@ ctrd_stop() {
     kill "$CTRD_PID" 2>/dev/null
     wait "$CTRD_PID" 2>/dev/null
   fi
-  # shims of this containerd that outlived it: their pid files are in our state dir
+  # shims of this containerd that outlived it: their pid files are in our state dir (1.7), or they name its socket
   for m in "$CTRD_WORK"/state/io.containerd.runtime.v2.task/*/*/shim.pid; do
     [ -f "$m" ] && kill -9 "$(cat "$m")" 2>/dev/null
   done
+  # (re-read before each signal: only processes that are this containerd's shims now)
+  for id in $(ctrd_shim_pids); do kill "$id" 2>/dev/null; done   # on SIGTERM a shim removes its /run/containerd/s socket
+  for _ in $(seq 20); do [ -z "$(ctrd_shim_pids)" ] && break; sleep 0.1; done
+  for id in $(ctrd_shim_pids); do kill -9 "$id" 2>/dev/null; done
   while read -r _ m _; do
     case "$m" in "$CTRD_WORK"/*) umount -l "$m" 2>/dev/null ;; esac
   done < <(sort -r -k2 /proc/self/mounts)

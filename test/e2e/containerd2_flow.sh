@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # e2e: gpuckpt on containerd 2.1 (Debian sid's 2.1.9 in setup.sh's private prefix, started by this test under its
-# own root, state and sockets; runc 1.1.5, cgroupfs, CRIU 4.1 with gpuckpt's plugin dir in CRIU_LIBS_DIR,
-# gpuckpt-nri on containerd's NRI socket), driven with the CRI calls kubelet makes (cri-tool):
+# own root, state and sockets; runc 1.1.5, cgroupfs, the `criu` on PATH (setup.sh: trixie's 4.1.1, or sid's 4.2.1
+# where that cannot dump) with gpuckpt's plugin dir in CRIU_LIBS_DIR, gpuckpt-nri on containerd's NRI socket),
+# driven with the CRI calls kubelet makes (cri-tool):
 #   0. the base image comes from a registry (Debian's docker-registry on 127.0.0.1): CRI PullImage, as kubelet;
 #      containerd 2.1 pulls it again by the checkpoint's rootfsImageRef at every restore;
 #   1. a GPU-looking container (/dev/null as /dev/nvidia0, NVIDIA_VISIBLE_DEVICES=0: GPU 0 of the simulated
@@ -9,14 +10,23 @@
 #   2. CRI CheckpointContainer into a kubelet-style directory (checkpoint-<pod>_<ns>-<container>-<time>.tar):
 #      containerd writes a plain tar, the agent's kubelet-dir watcher annotates it in place (still a plain tar),
 #      `gpuckpt inspect` sees containerd's archive, GPU 0 and the base image containerd will pull;
-#   3. restore as kubelet does, with the pod's allocation moved to GPU 1 (the device plugin's /dev/zero as
-#      /dev/nvidia1, NVIDIA_VISIBLE_DEVICES=1; a simulated kubelet PodResources server reports GPU 1 for it):
-#      (a) CreateContainer whose image is the archive path, (b) a checkpoint image (`gpuckpt image` loads the
-#      archive into containerd's store; CreateContainer with ImageStatus's id + user_specified_image), then
-#      StartContainer. In each restored container: GPU 1's node under its own name /dev/nvidia1 with GPU 1's
-#      numbers (1:5), no /dev/nvidia0, its device cgroup allows 1:5 and a process in it opens /dev/nvidia1, the
-#      counter continued from the checkpoint, and gpuckpt's hook put the restore plan (GPU 0 -> GPU 1) into the
-#      CRIU images directory containerd restored from (ctrd-restore/checkpoint) before CRIU ran.
+#   3. restore as kubelet does, with the pod's allocation moved to GPU 1 (a simulated kubelet PodResources server
+#      reports GPU 1 for the restore pods' container "counter"): (a) CreateContainer whose image and
+#      user_specified_image are the archive path, no devices or env in the request (GPU 1 from PodResources
+#      alone), (b) a checkpoint image (`gpuckpt image` loads the archive into containerd's store; CreateContainer
+#      with ImageStatus's id + user_specified_image, and the device plugin's /dev/zero as /dev/nvidia1,
+#      NVIDIA_VISIBLE_DEVICES=1), then StartContainer. For each restored container: the counter continued from
+#      the checkpoint; gpuckpt-nri recognised the restore and planned GPU 0 -> GPU 1; the spec containerd gave runc
+#      has GPU 1's node under its own name /dev/nvidia1 with GPU 1's numbers (1:5), no /dev/nvidia0, a cgroup rule
+#      allowing 1:5 (and the device cgroup allows it), NVIDIA_VISIBLE_DEVICES=1, the plan's annotation and
+#      gpuckpt's createRuntime hook; the hook put the plan into the CRIU images directory containerd restored
+#      from (ctrd-restore/checkpoint) before CRIU ran. (The restored processes' /dev is CRIU's image of the
+#      source's; gpuckpt's CRIU plugin replaces GPU nodes there only for CUDA processes: test/gpu/ covers those.)
+#      (c) a restore from the archive path whose request has no user_specified_image: containerd marks it with an
+#      empty checkpointImage, gpuckpt-nri leaves it as containerd made it and says why.
+#   4. a plain container of the same base image in a pod PodResources also gives GPU 1 gets nothing from gpuckpt.
+# nri-dump (test-only NRI plugin) saves what containerd sends NRI plugins at each CreateContainer under
+# CTRD_CAPTURE_DIR (default WORK/capture; test/fixtures/containerd2/ holds a captured set).
 # Exit 0 pass, 77 skipped (no root, or setup.sh's containerd 2.1/CRIU/docker-registry/image absent), else fail.
 # Every wait is bounded; cleanup always runs.
 set -euo pipefail
@@ -31,6 +41,7 @@ CRI_TOOL=$BUILD/test/e2e/cri-tool
 NRI=$BUILD/nri-plugin/gpuckpt-nri
 HOOK=$BUILD/oci-hook/gpuckpt-oci-hook
 PODRES=$BUILD/test/podresources/podresources-server
+NRI_DUMP=$BUILD/test/e2e/nri-dump
 IMAGE=${GPUCKPT_TEST_IMAGE:-localhost/gpuckpt-busybox}
 CTRD_BIN_DIR=${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin
 
@@ -47,15 +58,15 @@ command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
 criu_dump_works || skip "$CRIU_PROBE_REASON"
 command -v docker-registry >/dev/null || skip "docker-registry not installed (scripts/setup.sh)"
 podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
-for b in "$CLI" "$AGENT" "$CRI_TOOL" "$NRI" "$HOOK" "$PODRES"; do [ -x "$b" ] || fail "$b not built"; done
+for b in "$CLI" "$AGENT" "$CRI_TOOL" "$NRI" "$HOOK" "$PODRES" "$NRI_DUMP"; do [ -x "$b" ] || fail "$b not built"; done
 
 TMP=/tmp/gpuckpt-e2e-containerd2-$$-$(date +%s%N)
 mkdir -m 700 "$TMP"
-AGENT_PID='' NRI_PID='' REGISTRY_PID='' PODRES_PID=''
+AGENT_PID='' NRI_PID='' REGISTRY_PID='' PODRES_PID='' DUMP_PID=''
 cleanup() {
   set +e
   sandbox_stop_agent
-  for p in "$NRI_PID" "$PODRES_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  for p in "$NRI_PID" "$DUMP_PID" "$PODRES_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   ctrd_stop
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
 }
@@ -98,10 +109,17 @@ BASE_ID=$(cri image-id "$BASE") || fail "CRI ImageStatus $BASE"
 echo "ok: containerd $CTRD_VERSION on $CTRD_SOCK; $BASE pulled through CRI ($BASE_REF)"
 
 step "1. gpuckpt-nri registers; a GPU container created through CRI is recorded on GPU 0"
+# nri-dump (test-only NRI plugin) saves what containerd tells NRI plugins at each CreateContainer; its index (10)
+# is before gpuckpt-nri's (50), so it sees the container before any plugin's adjustment
+CAPTURE=${CTRD_CAPTURE_DIR:-$TMP/capture}
+"$NRI_DUMP" --socket "$CTRD_NRI_SOCK" --out "$CAPTURE" --idx 10 2> "$TMP/nri-dump.log" &
+DUMP_PID=$!
 "$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --hook "$HOOK" --once > "$TMP/nri.log" 2>&1 &
 NRI_PID=$!
 for _ in $(seq 100); do grep -q "registered with containerd" "$TMP/nri.log" && break; sleep 0.1; done
 grep -q "registered with containerd 2.1" "$TMP/nri.log" || fail "gpuckpt-nri did not register: $(cat "$TMP/nri.log")"
+for _ in $(seq 100); do grep -q registered "$TMP/nri-dump.log" && break; sleep 0.1; done
+grep -q registered "$TMP/nri-dump.log" || fail "nri-dump did not register: $(cat "$TMP/nri-dump.log")"
 sandbox_start_agent "$AGENT" || fail "agent did not start"
 POD=$(cri run-pod gpuckpt-src) || fail "RunPodSandbox"
 CID=$(cri create gpuckpt-src "$POD" counter "$BASE_ID" --user-image "$BASE" --device /dev/null:/dev/nvidia0 \
@@ -143,7 +161,7 @@ python3 - "$TMP/pod-resources.json" "$GPU1" <<'PY'
 import json, sys
 pods = [{"name": n, "namespace": "default", "containers": [{"name": "counter",
          "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": [sys.argv[2]]}]}]}
-        for n in ("gpuckpt-restored-path", "gpuckpt-restored-image")]
+        for n in ("gpuckpt-restored-path", "gpuckpt-restored-image", "gpuckpt-plain")]
 json.dump({"pods": pods}, open(sys.argv[1], "w"))
 PY
 "$PODRES" "$TMP/pod-resources/kubelet.sock" "$TMP/pod-resources.json" > "$TMP/podres.log" 2>&1 &
@@ -157,47 +175,67 @@ kill "$NRI_PID"; wait "$NRI_PID" 2>/dev/null || true   # its status after SIGTER
 NRI_PID=$!
 for _ in $(seq 100); do [ "$(grep -c "registered with containerd" "$TMP/nri.log")" -ge 2 ] && break; sleep 0.1; done
 [ "$(grep -c "registered with containerd" "$TMP/nri.log")" -ge 2 ] || fail "gpuckpt-nri did not register again: $(tail -3 "$TMP/nri.log")"
-echo "ok: PodResources reports $GPU1 for the restore pods' container"
+echo "ok: PodResources reports $GPU1 for the container 'counter' of the restore pods and of a plain pod"
 
-# restored_check NAME RID: the assertions inside one restored container (see the header)
+# bundle_spec ID: the OCI spec containerd gave runc for the container (NRI's adjustments applied)
+bundle_spec() {
+  local spec=$CTRD_WORK/state/io.containerd.runtime.v2.task/k8s.io/$1/config.json
+  [ -f "$spec" ] || fail "no bundle spec $spec"
+  echo "$spec"
+}
+
+# restored_check NAME RID: what gpuckpt-nri and its hook did to one restored container (see the header). The
+# restored processes' /dev is the tmpfs CRIU restored from its images (the source's /dev/nvidia0); gpuckpt's CRIU
+# plugin replaces GPU nodes there only for CUDA processes, which a CPU-only node has none of: what the container is
+# allowed is its spec and its device cgroup.
 restored_check() {
-  local name=$1 rid=$2 rpid dev nr plan_path
+  local name=$1 rid=$2 rpid nr spec plan_path plan_id
   rpid=$(cri pid "$rid")
   [ "$rpid" -gt 0 ] || fail "$name: no running process"
-  dev=$(stat -c '%t:%T' "/proc/$rpid/root/dev/nvidia1" 2>/dev/null) || fail "$name: no /dev/nvidia1 in the restored container"
-  [ "$dev" = 1:5 ] || fail "$name: /dev/nvidia1 is $dev, expected 1:5 (GPU 1's numbers on this node)"
-  [ ! -e "/proc/$rpid/root/dev/nvidia0" ] || fail "$name: /dev/nvidia0 (the source GPU's node) is in the restored container"
-  # cgroup v1 devices controller (this machine): the container's rules allow GPU 1's node
-  local cg
-  cg=$(sed -n 's/^[0-9]*:devices:\(.*\)/\1/p' "/proc/$rpid/cgroup")
-  if [ -n "$cg" ] && [ -f "/sys/fs/cgroup/devices$cg/devices.list" ]; then
-    grep -Eq '^(c 1:5|c \*:\*|a \*:\*) rw' "/sys/fs/cgroup/devices$cg/devices.list" ||
-      fail "$name: the device cgroup does not allow 1:5: $(tr '\n' ' ' < "/sys/fs/cgroup/devices$cg/devices.list")"
-  fi
-  ctrd_ctr tasks exec --exec-id "open-$RANDOM" "$rid" sh -c 'head -c 4 /dev/nvidia1 | wc -c' > "$TMP/open.txt" 2>&1 ||
-    fail "$name: opening /dev/nvidia1 in the restored container failed: $(cat "$TMP/open.txt")"
-  [ "$(tr -d ' \n' < "$TMP/open.txt")" = 4 ] || fail "$name: reading /dev/nvidia1 in the container: $(cat "$TMP/open.txt")"
   nr=$(count_of "$rpid")
   [ "$nr" -ge "$N1" ] || fail "$name: the restored counter started over ($nr) instead of continuing from $N1"
   counts_past "$rpid" "$nr" || fail "$name: the restored counter does not count (at $nr)"
   plan_path=$CTRD_ROOT/io.containerd.grpc.v1.cri/containers/$rid/ctrd-restore/checkpoint/gpuckpt-restore-plan.json
   grep -q "restore plan rp-[0-9a-f]* placed in $plan_path" "$STATE/hook.log" ||
     fail "$name: the hook did not place a restore plan in containerd's CRIU images dir ($plan_path): $(tail -3 "$STATE/hook.log" 2>/dev/null)"
-  local plan_id
   plan_id=$(sed -n "s#.*restore plan \(rp-[0-9a-f]*\) placed in $plan_path.*#\1#p" "$STATE/hook.log" | tail -1)
-  python3 - "$STATE/restore-plans/$plan_id.json" "$GPU0" "$GPU1" <<'PY' || fail "$name: plan $plan_id"
+  # the plan is single use: the hook moved it out of the state dir, containerd deletes ctrd-restore once the
+  # container runs; what it held is in gpuckpt-nri's log
+  grep -qF "as container $rid: plan $plan_id ($GPU0 -> $GPU1)," "$TMP/nri.log" ||
+    fail "$name: gpuckpt-nri did not plan $plan_id as $GPU0 -> $GPU1: $(grep -v ' param: ' "$TMP/nri.log" | tail -3)"
+  spec=$(bundle_spec "$rid")
+  python3 - "$spec" "$plan_id" "$HOOK" <<'PY' || fail "$name: the spec containerd gave runc ($spec)"
 import json, sys
-plan = json.load(open(sys.argv[1]))
-assert [(a["source_id"], a["target_id"]) for a in plan["assignments"]] == [(sys.argv[2], sys.argv[3])], plan
+spec_file, plan_id, hook = sys.argv[1:]
+spec = json.load(open(spec_file))
+devices = {d["path"]: (d["type"], d["major"], d["minor"]) for d in spec["linux"].get("devices", [])}
+assert devices.get("/dev/nvidia1") == ("c", 1, 5), f"GPU 1's node is not /dev/nvidia1 c 1:5: {devices}"
+assert "/dev/nvidia0" not in devices, f"the source GPU's node is in the spec: {devices}"
+rules = spec["linux"]["resources"].get("devices", [])
+assert any(r.get("allow") and r.get("type") == "c" and r.get("major") == 1 and r.get("minor") == 5 and
+           "r" in r.get("access", "") and "w" in r.get("access", "") for r in rules), f"no cgroup rule allows c 1:5 rw: {rules}"
+visible = [e.split("=", 1)[1] for e in spec["process"]["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
+assert visible and set(visible) == {"1"}, f"NVIDIA_VISIBLE_DEVICES: {visible}"
+assert spec["annotations"].get("io.gpuckpt.restore-plan") == plan_id, spec["annotations"]
+assert any(h["path"] == hook for h in spec.get("hooks", {}).get("createRuntime", [])), spec.get("hooks")
 PY
-  echo "ok: $name: /dev/nvidia1 = 1:5 (GPU 1), no /dev/nvidia0, opened in the container, counter $N1 -> $nr, plan $plan_id ($GPU0 -> $GPU1) placed in ctrd-restore/checkpoint"
+  # cgroup v1 devices controller (where there is one): what runc applied from that spec
+  local cg
+  cg=$(sed -n 's/^[0-9]*:devices:\(.*\)/\1/p' "/proc/$rpid/cgroup")
+  if [ -n "$cg" ] && [ -f "/sys/fs/cgroup/devices$cg/devices.list" ]; then
+    grep -Eq '^(c 1:5|c \*:\*|a \*:\*) rw' "/sys/fs/cgroup/devices$cg/devices.list" ||
+      fail "$name: the device cgroup does not allow 1:5: $(tr '\n' ' ' < "/sys/fs/cgroup/devices$cg/devices.list")"
+  fi
+  echo "ok: $name: counter $N1 -> $nr; spec: /dev/nvidia1 c 1:5 (GPU 1), no /dev/nvidia0, cgroup rule c 1:5 rw, NVIDIA_VISIBLE_DEVICES=1; plan $plan_id ($GPU0 -> $GPU1) placed in ctrd-restore/checkpoint"
 }
 
 step "3a. restore from the archive path (RunPodSandbox + CreateContainer image=path + StartContainer)"
+# As kubelet sends it: image and user_specified_image are the pod's image, here the archive's path (containerd
+# records user_specified_image as the restore's checkpointImage). No devices or env in the request: the GPU comes
+# from the kubelet's allocation alone (PodResources), as where a runtime drops the request's devices.
 POD_A=$(cri run-pod gpuckpt-restored-path) || fail "RunPodSandbox (restore a)"
-RID_A=$(cri create gpuckpt-restored-path "$POD_A" counter "$ARCHIVE" --device /dev/zero:/dev/nvidia1 \
-  --env NVIDIA_VISIBLE_DEVICES=1 --mount "$TMP/hosts:/etc/hosts" -- sh -c "$COUNTER" 2>&1) ||
-  fail "CreateContainer from $ARCHIVE: $RID_A"
+RID_A=$(cri create gpuckpt-restored-path "$POD_A" counter "$ARCHIVE" --user-image "$ARCHIVE" \
+  --mount "$TMP/hosts:/etc/hosts" -- sh -c "$COUNTER" 2>&1) || fail "CreateContainer from $ARCHIVE: $RID_A"
 cri start "$RID_A" 2> "$TMP/start-a.err" || fail "StartContainer (restore a): $(cat "$TMP/start-a.err")"
 restored_check "restore from the archive path" "$RID_A"
 
@@ -213,10 +251,37 @@ sandbox_start_agent "$AGENT" || fail "agent did not start (runtime.kind cri)"
 CK_IMAGE=$(sed -n 's/^  image: *//p' "$TMP/image.txt")
 [ "$CK_IMAGE" = localhost/gpuckpt-checkpoint:gpuckpt-e2e-ctrd2 ] || fail "gpuckpt image printed: $(cat "$TMP/image.txt")"
 CK_ID=$(cri image-id "$CK_IMAGE") || fail "CRI ImageStatus $CK_IMAGE"
+# As kubelet sends it: image = ImageStatus's id, user_specified_image = the pod's image; the device plugin's
+# device and env for GPU 1
 POD_B=$(cri run-pod gpuckpt-restored-image) || fail "RunPodSandbox (restore b)"
 RID_B=$(cri create gpuckpt-restored-image "$POD_B" counter "$CK_ID" --user-image "$CK_IMAGE" --device /dev/zero:/dev/nvidia1 \
   --env NVIDIA_VISIBLE_DEVICES=1 --mount "$TMP/hosts:/etc/hosts" -- sh -c "$COUNTER" 2>&1) ||
   fail "CreateContainer from $CK_IMAGE: $RID_B"
 cri start "$RID_B" 2> "$TMP/start-b.err" || fail "StartContainer (restore b): $(cat "$TMP/start-b.err")"
 restored_check "restore from the checkpoint image" "$RID_B"
+
+step "3c. a restore whose request names no user_specified_image: nothing names the checkpoint, gpuckpt-nri says so"
+POD_C=$(cri run-pod gpuckpt-restored-unnamed) || fail "RunPodSandbox (restore c)"
+RID_C=$(cri create gpuckpt-restored-unnamed "$POD_C" counter "$ARCHIVE" --mount "$TMP/hosts:/etc/hosts" \
+  -- sh -c "$COUNTER" 2>&1) || fail "CreateContainer from $ARCHIVE without user_specified_image: $RID_C"
+grep -q "containerd restore as container $RID_C left as containerd made it: .*no user_specified_image" "$TMP/nri.log" ||
+  fail "gpuckpt-nri did not say why it left $RID_C alone: $(grep -v ' param: ' "$TMP/nri.log" | tail -3)"
+cri rm "$RID_C" >/dev/null 2>&1 || true
+echo "ok: $RID_C: gpuckpt-nri left it as containerd made it and said why (no checkpointImage)"
+
+step "4. a plain container of the same base image, in a pod the kubelet gave GPU 1, is left as containerd made it"
+POD_P=$(cri run-pod gpuckpt-plain) || fail "RunPodSandbox (plain)"
+RID_P=$(cri create gpuckpt-plain "$POD_P" counter "$BASE_ID" --user-image "$BASE" --mount "$TMP/hosts:/etc/hosts" \
+  -- sh -c "$COUNTER" 2>&1) || fail "CreateContainer (plain): $RID_P"
+cri start "$RID_P" || fail "StartContainer (plain)"
+python3 - "$(bundle_spec "$RID_P")" <<'PY' || fail "gpuckpt-nri changed a container that is no restore"
+import json, sys
+spec = json.load(open(sys.argv[1]))
+assert not [d for d in spec["linux"].get("devices", []) if d["path"].startswith("/dev/nvidia")], spec["linux"]["devices"]
+assert not [e for e in spec["process"]["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")], spec["process"]["env"]
+assert not [k for k in spec.get("annotations", {}) if k.startswith("io.gpuckpt.")], spec["annotations"]
+assert not spec.get("hooks", {}).get("createRuntime"), spec["hooks"]
+PY
+! grep -q "as container $RID_P" "$TMP/nri.log" || fail "gpuckpt-nri took the plain container for a restore: $(grep "$RID_P" "$TMP/nri.log")"
+echo "ok: plain container $RID_P: no GPU node, env, gpuckpt annotation or hook"
 echo PASS

@@ -1,0 +1,151 @@
+// gpuckpt-nri on the CreateContainer requests containerd 2.1.9 really sends (test/fixtures/containerd2/, the
+// bytes nri-dump saved in test/e2e/containerd2_flow.sh): a restore of a registered archive or checkpoint image
+// gets the GPU the kubelet allocated to the pod's container (which containerd names "containerd"); a plain
+// container of the base image and a restore that names no checkpoint get nothing.
+#include <catch2/catch_test_macros.hpp>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint_images.h"
+#include "common/restore_plan.h"
+#include "nri-plugin/nri_plugin.h"
+#include "test/common/gpu_builders.h"
+#include "test/temp_dir.h"
+
+using namespace gpuckpt;
+using namespace gpuckpt::nri;
+namespace fs = std::filesystem;
+
+namespace {
+
+api::CreateContainerRequest captured(const std::string& file) {
+  std::ifstream in(std::string(GPUCKPT_TEST_FIXTURES) + "/containerd2/" + file, std::ios::binary);
+  REQUIRE(in);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  api::CreateContainerRequest request;
+  REQUIRE(request.ParseFromString(bytes));
+  return request;
+}
+
+NodeInventory two_gpus() {
+  NodeInventory inv;
+  inv.hostname = "node-a";
+  for (int i = 0; i < 2; ++i) {
+    GpuDevice g = test::nvidia_gpu("GPU-" + std::to_string(i), "NVIDIA H200", 141);
+    g.device_minor = i;
+    g.device_paths = {"/dev/nvidia" + std::to_string(i)};
+    inv.gpus.push_back(g);
+  }
+  return inv;
+}
+
+Result<std::pair<std::uint32_t, std::uint32_t>> numbers(const std::string& path) {
+  if (path == "/dev/nvidia0") return std::make_pair(195u, 0u);
+  if (path == "/dev/nvidia1") return std::make_pair(195u, 1u);
+  return make_error("no device " + path);
+}
+
+// The checkpoint the e2e test made: its container used GPU-0 as /dev/nvidia0, NVIDIA_VISIBLE_DEVICES=0.
+CheckpointGpuRecord checkpoint_on_gpu0(const std::string& id) {
+  CheckpointGpuRecord record;
+  record.checkpoint_id = id;
+  record.record.node = two_gpus();
+  record.record.used_gpu_ids = {"GPU-0"};
+  record.devices = {{"/dev/nvidia0", 195, 0, "GPU-0"}};
+  record.gpu_env = {{"NVIDIA_VISIBLE_DEVICES", "0"}};
+  return record;
+}
+
+// The kubelet's PodResources: GPU-1 for the container "counter" of every pod (as the e2e test's server), and
+// who was asked.
+NriPlugin plugin_with_kubelet(const fs::path& state, std::vector<ContainerIdentity>& asked) {
+  NriPluginOptions options;
+  options.state_dir = state;
+  options.hook_path = "/opt/gpuckpt/bin/gpuckpt-oci-hook";
+  options.allocation = [&asked](const ContainerIdentity& who) -> Result<std::optional<std::vector<DeviceAllocation>>> {
+    asked.push_back(who);
+    if (who.container_name != "counter") return std::optional<std::vector<DeviceAllocation>>();
+    return std::optional<std::vector<DeviceAllocation>>(std::vector<DeviceAllocation>{{"nvidia.com/gpu", {"GPU-1"}}});
+  };
+  return NriPlugin(options, [] { return Result<NodeInventory>(two_gpus()); }, numbers);
+}
+
+api::ContainerAdjustment adjusted(NriPlugin& plugin, const api::CreateContainerRequest& request) {
+  auto answer = plugin.handle("CreateContainer", request.SerializeAsString());
+  INFO((answer ? std::string() : answer.error().message));
+  REQUIRE(answer.ok());
+  api::CreateContainerResponse response;
+  REQUIRE(response.ParseFromString(answer.value()));
+  return response.adjust();
+}
+
+std::vector<std::string> added_devices(const api::ContainerAdjustment& adjust) {
+  std::vector<std::string> out;
+  for (const auto& d : adjust.linux().devices())
+    out.push_back(d.path() + " " + std::to_string(d.major()) + ":" + std::to_string(d.minor()));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("containerd 2.1.9's restore from a registered kubelet archive gets the pod's GPU from PodResources",
+          "[unit]") {
+  test::TempDir tmp;
+  const fs::path archive = tmp.path / "checkpoint-gpuckpt-src_default-counter-2026-11-26T10:12:17Z.tar";
+  std::ofstream(archive) << "the archive the agent annotated";
+  REQUIRE(register_kubelet_archive(tmp.path, archive, checkpoint_on_gpu0("kubelet-ck")).ok());
+  // The captured request, with its archive path moved into this test's directory
+  auto request = captured("create-restore-archive-v2.1.9.pb");
+  REQUIRE(request.container().annotations().at("restored") == "true");
+  (*request.mutable_container()->mutable_annotations())["checkpointImage"] = archive.string();
+  REQUIRE(request.container().linux().devices_size() == 0);   // the request named no device: PodResources alone
+  std::vector<ContainerIdentity> asked;
+  auto plugin = plugin_with_kubelet(tmp.path, asked);
+  const auto adjust = adjusted(plugin, request);
+  // The kubelet was asked for the pod's container "counter", not for containerd's name for it
+  REQUIRE(asked.size() == 1);
+  CHECK(asked[0].pod_namespace == "default");
+  CHECK(asked[0].pod_name == "gpuckpt-restored-path");
+  CHECK(asked[0].container_name == "counter");
+  CHECK(added_devices(adjust) == std::vector<std::string>{"/dev/nvidia1 195:1"});
+  REQUIRE(adjust.env_size() == 1);
+  CHECK(adjust.env(0).key() == "NVIDIA_VISIBLE_DEVICES");
+  CHECK(adjust.env(0).value() == "1");
+  const auto plan = read_restore_plan(tmp.path, adjust.annotations().at(kAnnotationRestorePlan));
+  REQUIRE(plan.ok());
+  REQUIRE(plan.value());
+  CHECK(plan.value()->checkpoint_id == "kubelet-ck");
+  CHECK(plan.value()->container_id == request.container().id());
+  REQUIRE(plan.value()->assignments.size() == 1);
+  CHECK(plan.value()->assignments[0].source_id == "GPU-0");
+  CHECK(plan.value()->assignments[0].target_id == "GPU-1");
+  REQUIRE(adjust.hooks().create_runtime_size() == 1);
+}
+
+TEST_CASE("containerd 2.1.9's restore from a registered checkpoint image is adjusted; its own shapes that are no "
+          "gpuckpt restore are not", "[unit]") {
+  test::TempDir tmp;
+  REQUIRE(register_checkpoint_image(tmp.path, "localhost/gpuckpt-checkpoint:gpuckpt-e2e-ctrd2", "",
+                                    checkpoint_on_gpu0("image-ck")).ok());
+  const auto plain = captured("create-plain-v2.1.9.pb");
+  // Even the plain container's own image registered as a checkpoint does not make it a restore
+  REQUIRE(register_checkpoint_image(tmp.path, plain.container().annotations().at("io.kubernetes.cri.image-name"), "",
+                                    checkpoint_on_gpu0("base-ck")).ok());
+  std::vector<ContainerIdentity> asked;
+  auto plugin = plugin_with_kubelet(tmp.path, asked);
+  const auto adjust = adjusted(plugin, captured("create-restore-image-v2.1.9.pb"));
+  CHECK(read_restore_plan(tmp.path, adjust.annotations().at(kAnnotationRestorePlan)).value()->checkpoint_id == "image-ck");
+  CHECK(added_devices(adjust) == std::vector<std::string>{"/dev/nvidia1 195:1"});
+  REQUIRE(asked.size() == 1);
+  CHECK(asked[0].container_name == "counter");
+
+  asked.clear();
+  CHECK(adjusted(plugin, plain).ByteSizeLong() == 0);
+  // containerd marks a restore whose request had no user_specified_image with an empty checkpointImage: nothing
+  // names the checkpoint, so it is left as containerd made it (the kubelet is not even asked)
+  CHECK(adjusted(plugin, captured("create-restore-archive-no-user-image-v2.1.9.pb")).ByteSizeLong() == 0);
+  CHECK(asked.empty());
+}
