@@ -212,7 +212,14 @@ Result<void> NriPlugin::adjust_for_restore(const api::CreateContainerRequest& re
   auto written = write_restore_plan(options_.state_dir, plan.value());
   if (!written) return make_error(as + " refused: " + written.error().message, EIO);
   (*adjust.mutable_annotations())[kAnnotationRestorePlan] = plan->id;
-  if (!options_.hook_path.empty()) {   // runtimes without hooks.d (containerd) get the hook that places the plan
+  // Runtimes without hooks.d (containerd) get the hook that places the plan. One that ran it from hooks.d (CRI-O)
+  // shows it among the container's createRuntime hooks already: a second run would find the plan used by the
+  // first and fail the restore.
+  const auto& runs = c.hooks().create_runtime();
+  const bool runtime_runs_hook = std::any_of(runs.begin(), runs.end(), [&](const api::Hook& h) {
+    return h.path() == options_.hook_path;
+  });
+  if (!options_.hook_path.empty() && !runtime_runs_hook) {
     auto* hook = adjust.mutable_hooks()->add_create_runtime();
     hook->set_path(options_.hook_path);
     for (const std::string& arg : {options_.hook_path, std::string("--state-dir"), options_.state_dir.string(),

@@ -9,9 +9,10 @@
 //                      and nothing else: the checkpoint's device nodes under the target GPUs' own names with the
 //                      device-cgroup rules NRI adds with them, the source GPUs' nodes it had removed, the GPU
 //                      environment, a restore plan bound to this container with a short lifetime, the
-//                      io.gpuckpt.restore-plan annotation, and the OCI hook as createRuntime hook (runtimes
-//                      without hooks.d). A restore whose GPUs are unknown or cannot take the checkpoint is refused
-//                      with the reason; any other container is never blocked or changed.
+//                      io.gpuckpt.restore-plan annotation, and the OCI hook as createRuntime hook unless the
+//                      runtime runs it already (CRI-O from hooks.d; containerd has none). A restore whose GPUs
+//                      are unknown or cannot take the checkpoint is refused with the reason; any other container
+//                      is never blocked or changed.
 //   RemoveContainer    forget the record (StateChange REMOVE_CONTAINER too, for runtimes before NRI 0.9)
 #pragma once
 
@@ -44,7 +45,8 @@ struct NriPluginOptions {
   std::filesystem::path state_dir = "/var/lib/gpuckpt";
   std::filesystem::path host_root = "/";
   MatchPolicy match_policy;
-  std::string hook_path;   // gpuckpt-oci-hook on the host, added to restored containers; empty: not added
+  std::string hook_path;   // gpuckpt-oci-hook on the host, added to restored containers that do not
+                           // have it already; empty: not added
   AllocationReader allocation;   // empty: no PodResources; only the devices the runtime kept count
   std::chrono::seconds plan_lifetime{600};   // a plan unused this long after CreateContainer expires
 };

@@ -4,8 +4,8 @@
 # touches a system CRI-O or podman's storage.
 #   crio_start WORK HOOKS_DIR   writes WORK/crio.conf (runc, cgroupfs, no infra container, NRI on its own socket,
 #                               CRIU support, hooks_dir = HOOKS_DIR) and starts `crio`. Sets CRIO_SOCK CRIO_PID
-#                               CRIO_NRI_SOCK CRIO_LOG. Returns 1 if crio exits or the socket does not answer
-#                               within 30 s (the log says why).
+#                               CRIO_NRI_SOCK CRIO_LOG. Returns 1 if crio exits or does not report ready
+#                               (sd_notify) within 30 s (the log says why).
 #   crio_import_image IMAGE     copies a podman image into CRI-O's storage (before RunPodSandbox: the pause
 #                               image localhost/gpuckpt-pause:latest, which scripts/lib/containerd-sandbox.sh makes)
 #   crio_stop                   stops CRI-O, the conmon monitors and containers it started; unmounts; safe twice
@@ -56,14 +56,34 @@ nri_listen = "$CRIO_NRI_SOCK"
 nri_plugin_dir = "$work/nri-plugins"
 nri_plugin_config_dir = "$work/nri-conf"
 TOML
-  "$crio" --config "$work/crio.conf" --config-dir "$work/conf.d" > "$CRIO_LOG" 2>&1 &
+  # CRI-O listens on its CRI socket before it loads hooks.d (where a bad entry makes it exit): it is up when it
+  # tells systemd READY=1 (sd_notify, after its server is set up), which a datagram socket here receives.
+  rm -f "$CRIO_SOCK" "$CRIO_NRI_SOCK" "$work/notify.sock" "$work/ready"
+  python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+s.settimeout(30)
+try:
+    while b"READY=1" not in s.recv(4096):
+        pass
+    open(sys.argv[2], "w").close()
+except OSError:
+    pass
+' "$work/notify.sock" "$work/ready" &
+  local notify=$!
+  for _ in $(seq 50); do [ -S "$work/notify.sock" ] && break; sleep 0.1; done
+  NOTIFY_SOCKET=$work/notify.sock "$crio" --config "$work/crio.conf" --config-dir "$work/conf.d" > "$CRIO_LOG" 2>&1 &
   CRIO_PID=$!
   for _ in $(seq 300); do
-    [ -S "$CRIO_SOCK" ] && break
+    [ -e "$work/ready" ] && break
     kill -0 "$CRIO_PID" 2>/dev/null || break
     sleep 0.1
   done
-  if [ ! -S "$CRIO_SOCK" ] || ! kill -0 "$CRIO_PID" 2>/dev/null; then
+  kill "$notify" 2>/dev/null || true
+  wait "$notify" 2>/dev/null || true
+  if [ ! -e "$work/ready" ] || ! kill -0 "$CRIO_PID" 2>/dev/null; then
+    kill "$CRIO_PID" 2>/dev/null || true
     wait "$CRIO_PID" 2>/dev/null || true
     CRIO_PID=''
     return 1
@@ -90,7 +110,7 @@ crio_stop() {
     runc --root "$CRIO_WORK/runc" delete -f "$p" 2>/dev/null || true
   done
   for p in $(pgrep -x conmon); do
-    if tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- "$CRIO_WORK/"; then kill -9 "$p" 2>/dev/null || true; fi
+    if tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" | grep -q -- "$CRIO_WORK/"; then kill -9 "$p" 2>/dev/null || true; fi
   done
   while read -r _ m _; do
     case "$m" in "$CRIO_WORK"/*) umount -l "$m" 2>/dev/null || true ;; esac
