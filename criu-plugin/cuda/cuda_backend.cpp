@@ -32,7 +32,9 @@
 #include "criu-plugin/cuda/cuda_driver.h"
 #include "criu-plugin/cuda/device_nodes.h"
 #include "criu-plugin/cuda/driver_host.h"
+#include "criu-plugin/cuda/frozen_cgroup.h"
 #include "criu-plugin/cuda/gpu_memory_path.h"
+#include "criu-plugin/cuda/lock_budget.h"
 #include "criu-plugin/cuda/process_info.h"
 #include "criu-plugin/cuda/record_files.h"
 #include "criu-plugin/cuda/remap.h"
@@ -138,63 +140,36 @@ class CudaBackend final : public Backend {
       log::error("cuda: pid " + std::to_string(pid) + " uses the GPU but " + host.error().message);
       return -EIO;
     }
-    int tid = -1;
-    int rc = driver_->get_restore_thread_id(pid, &tid);
-    if (rc != cuda::kCudaSuccess) {
-      // The cuInit() race: the process has the device open but the driver's checkpoint support is not up yet.
-      const long wait_ms = init_wait_ms_;
-      auto start = Clock::now();
-      while (rc != cuda::kCudaSuccess && seconds_since(start) * 1000 < static_cast<double>(wait_ms)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        rc = driver_->get_restore_thread_id(pid, &tid);
-      }
-      if (rc != cuda::kCudaSuccess) {
-        log::error("cuda: pid " + std::to_string(pid) + " has NVIDIA devices open but the driver does not know it "
-                   "as a CUDA process after " + std::to_string(wait_ms) + " ms (" + driver_->describe(rc) +
-                   "): it is probably still inside cuInit(). Retry the checkpoint once it has started "
-                   "(GPUCKPT_CUDA_INIT_WAIT_MS sets the wait)");
-        return -EAGAIN;
-      }
-    }
-    ProcessState state = ProcessState::Failed;
-    rc = driver_->get_state(pid, &state);
-    if (rc != cuda::kCudaSuccess) {
-      log::error("cuda: cannot read the CUDA state of pid " + std::to_string(pid) + ": " + driver_->describe(rc));
+    // Everything below ends, with the plugin's own message, a margin before CRIU's alarm (lock_budget.h).
+    const auto start = Clock::now();
+    const cuda::LockBudget budget = cuda::lock_budget(criu::remaining_alarm_ms(), default_lock_timeout_ms_);
+    const auto lock_deadline = start + std::chrono::milliseconds(budget.lock_ms);
+    host_->answer_by(start + std::chrono::milliseconds(budget.answer_ms));
+    struct ClearDeadline {
+      cuda::DriverHost& host;
+      ~ClearDeadline() { host.answer_by(std::nullopt); }
+    } clear_deadline{*host_};
+    // The driver's calls need the process running; its container runtime may have frozen it (frozen_cgroup.h).
+    auto thaw = cuda::TemporaryThaw::begin(pid, std::min(std::chrono::milliseconds(1000), until(lock_deadline)));
+    if (!thaw) {
+      log::error("cuda: pid " + std::to_string(pid) + " is frozen and the driver's lock needs it running: " +
+                 thaw.error().message);
       return -EIO;
     }
-    if (state == ProcessState::Failed) {
-      log::error("cuda: pid " + std::to_string(pid) + " is in the driver's FAILED checkpoint state; it cannot be "
-                 "checkpointed (an earlier checkpoint or restore of it broke)");
-      return -EIO;
-    }
-    if (auto added = criu::add_to_inventory(kPluginName); !added) {
-      log::error("cuda: " + added.error().message);
-      return -EIO;
-    }
+    if (thaw->thawed_any())
+      log::info("cuda: pid " + std::to_string(pid) + " is frozen (containerd pauses a container before it has it "
+                "checkpointed; CRIU 4.1 thaws it only after this hook): thawed " + thaw->describe() +
+                " for the driver's lock, frozen again after it");
     Tracked entry;
-    entry.pid = pid;
-    entry.initial = state;
-    host_->track(pid, state);
-    if (state == ProcessState::Running) {
-      unsigned timeout_ms = criu::remaining_alarm_ms();
-      if (timeout_ms == 0) timeout_ms = default_lock_timeout_ms_;
-      auto start = Clock::now();
-      rc = driver_->lock(pid, timeout_ms);
-      if (rc != cuda::kCudaSuccess) {
-        log::error("cuda: locking pid " + std::to_string(pid) + " failed after " + fixed(seconds_since(start)) +
-                   " s (timeout " + std::to_string(timeout_ms) + " ms): " + driver_->describe(rc) +
-                   ". Its CUDA work did not drain in time; raise criu --timeout or retry");
-        if (criu::alarm_timed_out()) log::error("cuda: CRIU's --timeout expired while locking");
-        (void)driver_->unlock(pid);   // a lock that timed out may still hold part of the process
-        return -EIO;
-      }
-      entry.locked_by_us = true;
-      log::info("cuda: locked pid " + std::to_string(pid) + " in " + fixed(seconds_since(start)) + " s");
-    } else {
-      log::info("cuda: pid " + std::to_string(pid) + " is already " + cuda::to_string(state) +
-                "; it is dumped as it is and left so");
+    const int rc = lock_process(pid, lock_deadline, entry);
+    if (auto refrozen = thaw->refreeze(); !refrozen) {
+      log::error("cuda: pid " + std::to_string(pid) + ": " + refrozen.error().message + ". The dump stops rather "
+                 "than go on with a container its runtime froze running");
+      if (entry.locked_by_us) release_lock(pid);
+      return -EIO;
     }
-    if (state != ProcessState::Checkpointed) memory_.before_checkpoint(pid);
+    if (rc != 0) return rc;
+    if (entry.initial != ProcessState::Checkpointed) memory_.before_checkpoint(pid);
     tracked_.push_back(entry);
     record_gpus(pid, files);
     return 0;
@@ -649,6 +624,80 @@ class CudaBackend final : public Backend {
                 std::to_string(pids.size()) + " process(es) to their state before the dump");
       (void)restore_processes(pids, initial, false);
     }
+  }
+
+  static std::chrono::milliseconds until(Clock::time_point deadline) {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()));
+  }
+
+  // PAUSE_DEVICES' driver calls for `pid`, running: finds it a CUDA process, reads its state and locks it when it
+  // runs, all before `lock_deadline`. Fills `entry`; 0 or -errno with the reason logged.
+  int lock_process(int pid, Clock::time_point lock_deadline, Tracked& entry) {
+    int tid = -1;
+    int rc = driver_->get_restore_thread_id(pid, &tid);
+    if (rc != cuda::kCudaSuccess && rc != cuda::kNoAnswer) {
+      // The cuInit() race: the process has the device open but the driver's checkpoint support is not up yet.
+      const auto wait_until = std::min(Clock::now() + std::chrono::milliseconds(init_wait_ms_), lock_deadline);
+      while (rc != cuda::kCudaSuccess && rc != cuda::kNoAnswer && Clock::now() < wait_until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        rc = driver_->get_restore_thread_id(pid, &tid);
+      }
+      if (rc != cuda::kCudaSuccess && rc != cuda::kNoAnswer) {
+        log::error("cuda: pid " + std::to_string(pid) + " has NVIDIA devices open but the driver does not know it "
+                   "as a CUDA process after " + std::to_string(init_wait_ms_) + " ms (" + driver_->describe(rc) +
+                   "): it is probably still inside cuInit(). Retry the checkpoint once it has started "
+                   "(GPUCKPT_CUDA_INIT_WAIT_MS sets the wait)");
+        return -EAGAIN;
+      }
+    }
+    ProcessState state = ProcessState::Failed;
+    if (rc == cuda::kCudaSuccess) rc = driver_->get_state(pid, &state);
+    if (rc != cuda::kCudaSuccess) {
+      log::error("cuda: cannot read the CUDA state of pid " + std::to_string(pid) + ": " + driver_->describe(rc) +
+                 (rc == cuda::kNoAnswer ? ". The driver waits for a thread of the process that does not run (is "
+                                          "the process stopped or frozen by something other than its runtime?)"
+                                        : ""));
+      return -EIO;
+    }
+    if (state == ProcessState::Failed) {
+      log::error("cuda: pid " + std::to_string(pid) + " is in the driver's FAILED checkpoint state; it cannot be "
+                 "checkpointed (an earlier checkpoint or restore of it broke)");
+      return -EIO;
+    }
+    if (auto added = criu::add_to_inventory(kPluginName); !added) {
+      log::error("cuda: " + added.error().message);
+      return -EIO;
+    }
+    entry.pid = pid;
+    entry.initial = state;
+    host_->track(pid, state);
+    if (state != ProcessState::Running) {
+      log::info("cuda: pid " + std::to_string(pid) + " is already " + cuda::to_string(state) +
+                "; it is dumped as it is and left so");
+      return 0;
+    }
+    const auto timeout = until(lock_deadline);
+    const auto start = Clock::now();
+    rc = driver_->lock(pid, static_cast<unsigned>(timeout.count()));
+    if (rc != cuda::kCudaSuccess) {
+      log::error("cuda: locking pid " + std::to_string(pid) + " failed after " + fixed(seconds_since(start)) +
+                 " s (timeout " + std::to_string(timeout.count()) + " ms, " + std::to_string(criu::remaining_alarm_ms()) +
+                 " ms before CRIU's --timeout): " + driver_->describe(rc) + ". Its CUDA work did not drain in "
+                 "time; raise criu --timeout (the runtime's CRIU config, e.g. /etc/criu/runc.conf) or retry");
+      // A lock that timed out may still hold part of the process. One the driver has not answered is the host's
+      // to release when the driver grants it.
+      if (rc != cuda::kNoAnswer) release_lock(pid);
+      return -EIO;
+    }
+    entry.locked_by_us = true;
+    log::info("cuda: locked pid " + std::to_string(pid) + " in " + fixed(seconds_since(start)) + " s");
+    return 0;
+  }
+
+  void release_lock(int pid) {
+    if (const int rc = driver_->unlock(pid); rc != cuda::kCudaSuccess)
+      log::warn("cuda: unlocking pid " + std::to_string(pid) + " after the failed lock: " + driver_->describe(rc));
   }
 
   // The driver host for this dump, forked at the first CUDA process: before any driver call, and only on dumps

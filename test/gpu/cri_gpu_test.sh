@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 20 item 7 on the GPU machine: a CUDA counter container checkpointed through CRI CheckpointContainer and
-# restored through CRI CreateContainer + StartContainer, on containerd 2.1.9 + runc 1.1.5 + CRIU 4.1.1 with
+# restored through CRI CreateContainer + StartContainer, on containerd 2.1.9 + runc 1.1.5 + the carry's CRIU with
 # gpuckpt's CRIU plugin (CRIU_LIBS_DIR), gpuckpt-nri on containerd's NRI socket (it records GPU containers and
 # injects the OCI hook as a createRuntime hook), the agent (kubelet-dir watcher; `gpuckpt image`) and a simulated
 # kubelet PodResources server. The machine has no container runtime and no network: everything comes from the
@@ -10,6 +10,8 @@
 #
 # Cases (CRI_GPU_CASES picks; default both), each restored twice: from the archive path (CreateContainer image =
 # the kubelet-style archive) and from the checkpoint image the agent loads (`gpuckpt image`):
+# The checkpoint: containerd pauses (freezes) the container before runc checkpoints it; the plugin thaws it for
+# the driver's lock where CRIU has not (CRIU 4.1) and the source must run on afterwards.
 #   moved    (2 GPUs) the pod had GPU 1; the restore pods are given GPU 0 (PodResources and the container's
 #            devices): the restored process runs on GPU 0 (nvidia-smi --query-compute-apps), its container has
 #            /dev/nvidia0 and no /dev/nvidia1, the hook put the restore plan (GPU 1 -> GPU 0) into containerd's CRIU
@@ -265,7 +267,7 @@ plan = json.load(open(sys.argv[1]))
 assert [(a["source_id"], a["target_id"]) for a in plan["assignments"]] == [(sys.argv[2], sys.argv[3])], plan
 PY
   fi
-  record "$case-$from" PASS "GPU $SRC_GPU -> $DST: checkpoint ${TCK}s, archive ${MB} MB, restore (StartContainer) ${trs}s; nvidia-smi: on GPU $DST; /dev: $nodes; continued from the checkpoint (past $N_CK) at $first .. $(last_iter "$out/count.txt"), bit-identical${plan_id:+; plan $plan_id placed in ctrd-restore/checkpoint}"
+  record "$case-$from" PASS "GPU $SRC_GPU -> $DST: checkpoint ${TCK}s (${THAW:-the plugin thawed nothing}; the source ran on), archive ${MB} MB, restore (StartContainer) ${trs}s; nvidia-smi: on GPU $DST; /dev: $nodes; continued from the checkpoint (past $N_CK) at $first .. $(last_iter "$out/count.txt"), bit-identical${plan_id:+; plan $plan_id placed in ctrd-restore/checkpoint}"
 }
 check_counter() { # CASE FILE: FILE equals an uninterrupted run up to its last iteration
   counter_reference "$MIB" "$(last_iter "$2")" "$2.ref"
@@ -291,8 +293,16 @@ run_case() { # CASE SRC_GPU DST_GPU
   # the iteration before the checkpoint: a restored counter that continues starts past it (a restart: at 1)
   N_CK=$(last_iter "$out/count.txt")
   timed TCK cri checkpoint "$cid" "$archive" || { show "$CTRD_LOG"; fail_both "CRI CheckpointContainer"; return; }
-  # the source keeps running after a CRI checkpoint (kubelet's semantics): stopped here; the restores write their
-  # own files (each restore pod mounts its own /out)
+  # CRIU's dump log is in the archive (containerd makes its checkpoint dir CRIU's work dir): kept with the logs
+  tar -xOf "$archive" dump.log > "$out/dump.log" 2>/dev/null
+  THAW=$(grep -o "thawed .* for the driver's lock" "$out/dump.log" | head -1)
+  # The source runs on after a CRI checkpoint (kubelet's semantics): containerd froze it for the checkpoint and
+  # the plugin thawed and froze it again for the driver's lock; neither frozen nor locked may remain.
+  local at
+  at=$(last_iter "$out/count.txt")
+  wait_iter "$out/count.txt" $((at + 20)) 60 ||
+    { fail_both "the source did not run on after the checkpoint (stuck at iteration $(last_iter "$out/count.txt"))"; return; }
+  # stopped here; the restores write their own files (each restore pod mounts its own /out)
   cri stop "$cid" >/dev/null; cri stop-pod "$pod" >/dev/null
   for _ in $(seq 100); do grep -q "annotated kubelet archive $archive" "$WORK/agent.log" && break; sleep 0.1; done
   grep -q "annotated kubelet archive $archive" "$WORK/agent.log" || { show "$WORK/agent.log"; fail_both "the agent's watcher did not annotate $archive"; return; }
