@@ -11,10 +11,13 @@
 # Cases (CRI_GPU_CASES picks; default both), each restored twice: from the archive path (CreateContainer image =
 # the kubelet-style archive) and from the checkpoint image the agent loads (`gpuckpt image`):
 # The checkpoint: containerd pauses (freezes) the container before runc checkpoints it; the plugin thaws it for
-# the driver's lock where CRIU has not (CRIU 4.1) and the source must run on afterwards.
+# the driver's lock where CRIU has not (CRIU 4.1) and the source must run on afterwards. The restore: runc < 1.2
+# on cgroup v2 (Debian 12's 1.1.5) does not give CRIU the new container's cgroup, so CRIU puts the restored process
+# into a copy of the source's cgroup, without the new container's device filter: the device-cgroup assertion
+# then fails with that reason unless /etc/criu/runc.conf has manage-cgroups=ignore (docs/kubernetes.md).
 #   moved    (2 GPUs) the pod had GPU 1; the restore pods are given GPU 0 (PodResources and the container's
 #            devices): the restored process runs on GPU 0 (nvidia-smi --query-compute-apps), its container has
-#            /dev/nvidia0 and no /dev/nvidia1, the hook put the restore plan (GPU 1 -> GPU 0) into containerd's CRIU
+#            the host's /dev/nvidia0 and its device cgroup lets it open no other GPU node, the hook put the restore plan (GPU 1 -> GPU 0) into containerd's CRIU
 #            images dir, and the counter continues from the checkpoint bit-identically to an uninterrupted run
 #   unmoved  the pod had GPU 0 and the restore pods get GPU 0: same checks, on GPU 0
 # Each case prints "== CASE-FROM: PASS|FAIL|SKIP reason" with checkpoint/restore seconds and the archive's MB.
@@ -144,6 +147,17 @@ timed() { # VAR cmd...: runs cmd, stores its wall time in seconds in VAR
   return $rc
 }
 cri() { "$CRI_TOOL" "$CTRD_SOCK" "$@"; }
+gpu_nodes() { local f; for f in "${1:-}/dev"/nvidia[0-9]*; do [ -c "$f" ] && printf '%s ' "${f##*/}"; done; }
+# The host's GPU nodes a process in PID's cgroup may open: what the container's device cgroup allows (a GPU node
+# in a container's /dev alone grants nothing, and libcuda, root in the container, may make more)
+usable_gpus() { # PID
+  local cg n
+  cg=$(awk -F: '$1 == "0" && $2 == "" {print $3}' "/proc/$1/cgroup")
+  [ -n "$cg" ] || { echo "?"; return; }
+  for n in $(gpu_nodes); do
+    ( echo "$BASHPID" > "/sys/fs/cgroup$cg/cgroup.procs" && : < "/dev/$n" ) 2>/dev/null && printf '%s ' "$n"
+  done
+}
 show() { for f in "$@"; do [ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done; return 0; }
 
 # ---- the images: the counter's (busybox + gpu_counter + its libraries; the driver's files are bound in) and
@@ -237,7 +251,7 @@ COUNTER=(-- /bin/gpu_counter "$MIB" /out/count.txt --sleep-ms 20)
 
 # restore_from CASE FROM IMAGE [--user-image REF]: sets RESTORE_OK (0/1) and records the result
 restore_from() {
-  local case=$1 from=$2 image=$3 pod rid rpid out=$WORK/out-$1-$2 trs first after nodes plan_path plan_id args
+  local case=$1 from=$2 image=$3 pod rid rpid out=$WORK/out-$1-$2 trs first after nodes usable rdev rcg plan_path plan_id args
   shift 3
   mkdir -p "$out"
   pod=$(cri run-pod "gpuckpt-cri-$case-$from") || { record "$case-$from" FAIL "RunPodSandbox"; return; }
@@ -250,24 +264,36 @@ restore_from() {
   wait_iter "$out/count.txt" $((N_CK + 30)) 120 ||
     { record "$case-$from" FAIL "the restored counter does not run (last iteration: $(last_iter "$out/count.txt"))"; return; }
   after=$(gpu_of_pid "$rpid")
+  echo "$case-$from: restored pid $rpid; nvidia-smi compute apps: $(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | tr '\n' ' ')"
   first=$(head -n 1 "$out/count.txt" | cut -d' ' -f1)
-  nodes=$(find "/proc/$rpid/root/dev" -maxdepth 1 -name 'nvidia[0-9]*' -printf '%f ')
+  nodes=$(gpu_nodes "/proc/$rpid/root") usable=$(usable_gpus "$rpid")
+  rdev=$(stat -c %t:%T "/proc/$rpid/root/dev/nvidia$DST" 2>/dev/null)
+  rcg=$(awk -F: '$1 == "0" {print $3}' "/proc/$rpid/cgroup")
+  find "$WORK/containerd" -path "*$rid*" -name restore.log -exec cp {} "$out/restore.log" \; 2>/dev/null
   cri stop "$rid" >/dev/null; cri stop-pod "$pod" >/dev/null
   [ "$after" = "$U_DST" ] || { record "$case-$from" FAIL "restored onto ${after:-no GPU}, not GPU $DST ($U_DST); container's GPU nodes: $nodes"; return; }
-  [ "$nodes" = "nvidia$DST " ] || { record "$case-$from" FAIL "the restored container's GPU nodes are '$nodes', expected nvidia$DST only"; return; }
+  [ "$rdev" = "$(stat -c %t:%T "/dev/nvidia$DST")" ] ||
+    { record "$case-$from" FAIL "the restored container's /dev/nvidia$DST is '${rdev:-absent}', not the host's $(stat -c %t:%T "/dev/nvidia$DST")"; return; }
+  if [ "$SRC_USABLE" = "nvidia$SRC_GPU " ]; then
+    [ "$usable" = "nvidia$DST " ] ||
+      { record "$case-$from" FAIL "the restored container's device cgroup lets it open the host's '$usable', expected nvidia$DST only; the restored process is in cgroup $rcg (runc < 1.2 on cgroup v2 does not tell CRIU the new container's cgroup, runc 3438ef30b: CRIU then restores into a copy of the source's, without its device filter; manage-cgroups=ignore in /etc/criu/runc.conf keeps it in the new one)"; return; }
+  else
+    DEVCG="device cgroup not enforced on this machine: the source could open '$SRC_USABLE', the restored '$usable'"
+  fi
   [ "$first" -gt "$N_CK" ] || { record "$case-$from" FAIL "the restored counter started at $first, not after $N_CK (reached before the checkpoint)"; return; }
   check_counter "$case-$from" "$out/count.txt" || return
   if [ "$SRC_GPU" != "$DST" ]; then
     plan_path=$CTRD_ROOT/io.containerd.grpc.v1.cri/containers/$rid/ctrd-restore/checkpoint/gpuckpt-restore-plan.json
     plan_id=$(sed -n "s#.*restore plan \(rp-[0-9a-f]*\) placed in $plan_path.*#\1#p" "$STATE/hook.log" | tail -1)
     [ -n "$plan_id" ] || { show "$STATE/hook.log"; record "$case-$from" FAIL "the hook placed no restore plan in $plan_path"; return; }
-    python3 - "$STATE/restore-plans/$plan_id.json" "$U_SRC" "$U_DST" <<'PY' || { record "$case-$from" FAIL "restore plan $plan_id is not GPU $SRC_GPU -> $DST"; return; }
-import json, sys
-plan = json.load(open(sys.argv[1]))
-assert [(a["source_id"], a["target_id"]) for a in plan["assignments"]] == [(sys.argv[2], sys.argv[3])], plan
-PY
+    # plans are single use: the hook removes the plan from the state dir once placed; gpuckpt-nri names its GPUs
+    grep -qF "plan $plan_id ($U_SRC -> $U_DST)" "$WORK/nri.log" ||
+      { record "$case-$from" FAIL "restore plan $plan_id is not GPU $SRC_GPU -> $DST: $(grep -F "$plan_id" "$WORK/nri.log")"; return; }
+    # and the CRIU plugin restored by it (CRIU's restore log from containerd's CRIU work dir)
+    grep -q "GPU mapping from the restore plan" "$out/restore.log" && grep -qF "cuda: GPU $U_SRC -> $U_DST" "$out/restore.log" ||
+      { record "$case-$from" FAIL "the CRIU plugin did not restore by plan $plan_id ($out/restore.log)"; return; }
   fi
-  record "$case-$from" PASS "GPU $SRC_GPU -> $DST: checkpoint ${TCK}s (${THAW:-the plugin thawed nothing}; the source ran on), archive ${MB} MB, restore (StartContainer) ${trs}s; nvidia-smi: on GPU $DST; /dev: $nodes; continued from the checkpoint (past $N_CK) at $first .. $(last_iter "$out/count.txt"), bit-identical${plan_id:+; plan $plan_id placed in ctrd-restore/checkpoint}"
+  record "$case-$from" PASS "GPU $SRC_GPU -> $DST: checkpoint ${TCK}s (${THAW:-the plugin thawed nothing}; the source ran on), archive ${MB} MB, restore (StartContainer) ${trs}s; nvidia-smi: on GPU $DST; /dev: $nodes(the source's: $SRC_NODES); ${DEVCG:-its device cgroup opens only $usable}; continued from the checkpoint (past $N_CK) at $first .. $(last_iter "$out/count.txt"), bit-identical${plan_id:+; plan $plan_id placed in ctrd-restore/checkpoint}"
 }
 check_counter() { # CASE FILE: FILE equals an uninterrupted run up to its last iteration
   counter_reference "$MIB" "$(last_iter "$2")" "$2.ref"
@@ -288,6 +314,8 @@ run_case() { # CASE SRC_GPU DST_GPU
   wait_iter "$out/count.txt" 30 120 || { show "$CTRD_LOG"; fail_both "the source counter does not run"; return; }
   [ -f "$STATE/containers/$cid.json" ] || { show "$WORK/nri.log"; fail_both "gpuckpt-nri did not record $cid"; return; }
   before=$(gpu_of_pid "$pid")
+  SRC_NODES=$(gpu_nodes "/proc/$pid/root") SRC_USABLE=$(usable_gpus "$pid") DEVCG=''
+  echo "source on GPU $SRC_GPU: /dev has $SRC_NODES; its device cgroup lets it open the host's $SRC_USABLE"
   [ "$before" = "$U_SRC" ] || { fail_both "the source runs on ${before:-no GPU}, not GPU $SRC_GPU"; return; }
   archive=$KDIR/checkpoint-gpuckpt-cri-$case-src_default-counter-$(date -u +%Y-%m-%dT%H:%M:%SZ).tar
   # the iteration before the checkpoint: a restored counter that continues starts past it (a restart: at 1)
