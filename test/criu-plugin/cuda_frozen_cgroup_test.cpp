@@ -11,6 +11,7 @@
 
 #include "criu-plugin/cuda/frozen_cgroup.h"
 
+using namespace gpuckpt;
 using namespace gpuckpt::cuda;
 namespace fs = std::filesystem;
 
@@ -29,6 +30,9 @@ struct FakeHost {
   void control(const fs::path& relative, const std::string& file, const std::string& value) {
     fs::create_directories(cgroup / relative);
     std::ofstream(cgroup / relative / file) << value << "\n";
+  }
+  Result<TemporaryThaw> thaw(int pid, int settle_ms) const {
+    return TemporaryThaw::begin(pid, std::chrono::milliseconds(settle_ms), proc.string(), cgroup.string());
   }
   std::string read(const fs::path& relative, const std::string& file) const {
     std::string value;
@@ -96,7 +100,7 @@ TEST_CASE("cgroup v2: the container's frozen cgroup is thawed for the lock and o
   host.control("k8s.io/ctr", "cgroup.freeze", "1");   // runc pause
   host.control("k8s.io/ctr", "cgroup.events", "populated 1\nfrozen 0");
   {
-    auto thaw = TemporaryThaw::begin(4200, std::chrono::milliseconds(100), host.proc.string(), host.cgroup.string());
+    auto thaw = host.thaw(4200, 100);
     REQUIRE(thaw);
     CHECK(thaw->thawed_any());
     CHECK(thaw->describe() == (host.cgroup / "k8s.io/ctr").string() + " (cgroup v2)");
@@ -117,7 +121,7 @@ TEST_CASE("a thaw that is not ended explicitly freezes again when it goes out of
   host.control("k8s.io/ctr", "cgroup.freeze", "1");
   host.control("k8s.io/ctr", "cgroup.events", "frozen 0");
   {
-    auto thaw = TemporaryThaw::begin(4201, std::chrono::milliseconds(100), host.proc.string(), host.cgroup.string());
+    auto thaw = host.thaw(4201, 100);
     REQUIRE(thaw);
     CHECK(host.read("k8s.io/ctr", "cgroup.freeze") == "0");
   }
@@ -129,7 +133,7 @@ TEST_CASE("a running process is not touched", "[unit]") {
   host.process(4202, "0::/k8s.io/ctr\n");
   host.control("k8s.io/ctr", "cgroup.freeze", "0");
   host.control("k8s.io/ctr", "cgroup.events", "frozen 0");
-  auto thaw = TemporaryThaw::begin(4202, std::chrono::milliseconds(100), host.proc.string(), host.cgroup.string());
+  auto thaw = host.thaw(4202, 100);
   REQUIRE(thaw);
   CHECK_FALSE(thaw->thawed_any());
   REQUIRE(thaw->refreeze());
@@ -141,7 +145,7 @@ TEST_CASE("a process that stays frozen after the thaw is an error, and its cgrou
   host.process(4203, "0::/k8s.io/ctr\n");
   host.control("k8s.io/ctr", "cgroup.freeze", "1");
   host.control("k8s.io/ctr", "cgroup.events", "frozen 1");   // the kernel keeps it frozen
-  auto thaw = TemporaryThaw::begin(4203, std::chrono::milliseconds(20), host.proc.string(), host.cgroup.string());
+  auto thaw = host.thaw(4203, 20);
   REQUIRE_FALSE(thaw);
   CHECK(thaw.error().message.find("pid 4203 stays frozen 20 ms after " + (host.cgroup / "k8s.io/ctr").string()) !=
         std::string::npos);
@@ -155,7 +159,7 @@ TEST_CASE("a control that cannot be written fails the thaw and freezes again wha
   host.control("pod/ctr", "cgroup.events", "frozen 0");
   host.control("elsewhere", "freeze-state", "1");
   fs::create_symlink(host.cgroup / "elsewhere/freeze-state", host.cgroup / "pod/cgroup.freeze");   // O_NOFOLLOW
-  auto thaw = TemporaryThaw::begin(4204, std::chrono::milliseconds(100), host.proc.string(), host.cgroup.string());
+  auto thaw = host.thaw(4204, 100);
   REQUIRE_FALSE(thaw);
   CHECK(thaw.error().message.find("cannot thaw " + (host.cgroup / "pod").string() + " (cgroup v2), which holds pid "
                                   "4204 frozen") != std::string::npos);
@@ -168,7 +172,7 @@ TEST_CASE("cgroup v1: the freezer cgroup is THAWED for the lock and FROZEN again
   host.process(4205, "4:freezer:/kubepods/pod1/ctr\n2:cpu,cpuacct:/kubepods/pod1/ctr\n");
   host.control("freezer/kubepods/pod1/ctr", "freezer.state", "FROZEN");
   {
-    auto thaw = TemporaryThaw::begin(4205, std::chrono::milliseconds(100), host.proc.string(), host.cgroup.string());
+    auto thaw = host.thaw(4205, 100);
     REQUIRE(thaw);
     CHECK(thaw->describe() == (host.cgroup / "freezer/kubepods/pod1/ctr").string() + " (cgroup v1 freezer)");
     CHECK(host.read("freezer/kubepods/pod1/ctr", "freezer.state") == "THAWED");
@@ -180,7 +184,7 @@ TEST_CASE("a cgroup outside this cgroup namespace is an error for the thaw, neve
   FakeHost host;
   host.process(4206, "0::/../../escape\n");
   host.control("escape", "cgroup.freeze", "1");
-  auto thaw = TemporaryThaw::begin(4206, std::chrono::milliseconds(20), host.proc.string(), host.cgroup.string());
+  auto thaw = host.thaw(4206, 20);
   REQUIRE_FALSE(thaw);
   CHECK(thaw.error().message.find("lies outside this cgroup namespace") != std::string::npos);
   CHECK(host.read("escape", "cgroup.freeze") == "1");
