@@ -8,23 +8,27 @@
 # are pushed to a docker-registry on 127.0.0.1 (containerd 2.1 pulls the base image by rootfsImageRef at restore).
 # test/e2e/containerd2_flow.sh is the same flow with simulated GPUs; this one adds the CUDA facts.
 #
-# Cases (CRI_GPU_CASES picks; default both), each restored twice: from the archive path (CreateContainer image =
-# the kubelet-style archive) and from the checkpoint image the agent loads (`gpuckpt image`):
 # The checkpoint: containerd pauses (freezes) the container before runc checkpoints it; the plugin thaws it for
 # the driver's lock where CRIU has not (CRIU 4.1) and the source must run on afterwards. The restore: runc < 1.2
 # on cgroup v2 (Debian 12's 1.1.5) does not give CRIU the new container's cgroup, so CRIU puts the restored process
 # into a copy of the source's cgroup, without the new container's device filter: the device-cgroup assertion
 # then fails with that reason unless /etc/criu/runc.conf has manage-cgroups=ignore (docs/kubernetes.md).
+#
+# Cases (CRI_GPU_CASES picks; default both), each restored twice: from the archive path (CreateContainer image =
+# the kubelet-style archive) and from the checkpoint image the agent loads (`gpuckpt image`):
 #   moved    (2 GPUs) the pod had GPU 1; the restore pods are given GPU 0 (PodResources and the container's
 #            devices): the restored process runs on GPU 0 (nvidia-smi --query-compute-apps), its container has
-#            the host's /dev/nvidia0 and its device cgroup lets it open no other GPU node, the hook put the restore plan (GPU 1 -> GPU 0) into containerd's CRIU
-#            images dir, and the counter continues from the checkpoint bit-identically to an uninterrupted run
+#            the host's /dev/nvidia0 and its device cgroup lets it open no other GPU node, gpuckpt-nri planned
+#            GPU 1 -> GPU 0, the hook put the plan into containerd's CRIU images dir and the CRIU plugin restored
+#            by it, and the counter continues from the checkpoint bit-identically to an uninterrupted run
 #   unmoved  the pod had GPU 0 and the restore pods get GPU 0: same checks, on GPU 0
 # Each case prints "== CASE-FROM: PASS|FAIL|SKIP reason" with checkpoint/restore seconds and the archive's MB.
 #   bash test/gpu/cri_gpu_test.sh CARRY_DIR
 #   CRI_GPU_TEST_OUT  copy logs here (containerd, gpuckpt-nri, agent, hook, podres, registry, CRIU dump/restore
 #                     logs, the counters' outputs)
 #   COUNTER_MIB       GPU memory of the counter (default 512)
+#   CRI_GPU_CRIU_CONF lines for /etc/criu/runc.conf during the run, the file put back after it (runc < 1.2 on
+#                     cgroup v2: manage-cgroups=ignore)
 # Exit 0 all ran passed, 1 a failure, 77 nothing passed (no root, no GPU, no carry).
 set -uo pipefail
 
@@ -69,10 +73,17 @@ cleanup() {
   sandbox_stop_agent
   for p in "$NRI_PID" "$PODRES_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   ctrd_stop
+  if [ -n "${CRI_GPU_CRIU_CONF:-}" ]; then
+    if [ -f "$WORK/runc.conf.orig" ]; then cp -p "$WORK/runc.conf.orig" /etc/criu/runc.conf; else rm -f /etc/criu/runc.conf; fi
+  fi
   rm -rf /tmp/gpuckpt-cri-*-logs
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+if [ -n "${CRI_GPU_CRIU_CONF:-}" ]; then
+  [ -f /etc/criu/runc.conf ] && cp -p /etc/criu/runc.conf "$WORK/runc.conf.orig"
+  mkdir -p /etc/criu && printf '%s\n' "$CRI_GPU_CRIU_CONF" > /etc/criu/runc.conf
+fi
 
 # ---- install from the carry into $P: nothing outside $WORK is written ------------------------------------------
 # Binaries that link libraries this system lacks get wrappers (the hook runs with the spec's empty environment).
