@@ -442,7 +442,7 @@ void check_restore_cgroup(const NodeReportOptions& o, std::vector<NodeCheck>& ou
                      "runc " + *version + " on cgroup v2 does not give CRIU the restored container's cgroup: CRIU "
                      "restores the process into a copy of the checkpointed container's cgroup, outside the new "
                      "container's device filter (it can open GPUs its pod was not given) and limits",
-                     "add the line manage-cgroups=ignore to /etc/criu/runc.conf (the chart's criuConfig), or install "
+                     "add the line manage-cgroups=ignore to /etc/criu/runc.conf (the chart: criuConfig.extraOptions), or install "
                      "runc >= 1.2"));
 }
 
