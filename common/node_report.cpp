@@ -42,6 +42,16 @@ std::string gib(std::uint64_t bytes) {
   return text;
 }
 
+// The version `PROGRAM --version` prints: the first group of `pattern`.
+Result<std::string> version_of(const std::string& program, const std::regex& pattern) {
+  auto run = run_command({program, "--version"}, std::chrono::seconds(10));
+  if (!run) return run.error();
+  if (run->exit_code != 0) return make_error("'" + program + " --version' failed: " + run->err.substr(0, 300));
+  std::smatch m;
+  if (!std::regex_search(run->out, m, pattern)) return make_error("'" + program + " --version' printed no version");
+  return m[1].str();
+}
+
 // --- CRIU ---------------------------------------------------------------------------------------------------------
 
 class CommandCriuProbe final : public CriuProbe {
@@ -49,13 +59,8 @@ class CommandCriuProbe final : public CriuProbe {
   explicit CommandCriuProbe(std::string criu) : criu_(std::move(criu)) {}
 
   Result<std::string> version() const override {
-    auto run = run_command({criu_, "--version"}, std::chrono::seconds(10));
-    if (!run) return run.error();
-    if (run->exit_code != 0) return make_error("'" + criu_ + " --version' failed: " + run->err.substr(0, 300));
-    std::smatch m;
     static const std::regex kVersion(R"(Version:\s*([0-9][0-9.]*))");
-    if (!std::regex_search(run->out, m, kVersion)) return make_error("'" + criu_ + " --version' printed no version");
-    return m[1].str();
+    return version_of(criu_, kVersion);
   }
 
   Result<void> loads_plugin(const fs::path& plugin) const override {
@@ -461,13 +466,8 @@ std::unique_ptr<CriuProbe> make_criu_probe(std::string criu) { return std::make_
 
 RuncVersion runc_version_of(std::string runc) {
   return [runc = std::move(runc)]() -> Result<std::string> {
-    auto run = run_command({runc, "--version"}, std::chrono::seconds(10));
-    if (!run) return run.error();
-    if (run->exit_code != 0) return make_error("'" + runc + " --version' failed: " + run->err.substr(0, 300));
-    std::smatch m;
     static const std::regex kVersion(R"(runc version\s+([0-9][0-9.]*))");
-    if (!std::regex_search(run->out, m, kVersion)) return make_error("'" + runc + " --version' printed no version");
-    return m[1].str();
+    return version_of(runc, kVersion);
   };
 }
 
