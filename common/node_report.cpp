@@ -13,6 +13,7 @@
 #include <optional>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "common/checkpoint_archive.h"
 #include "common/container_runtime.h"   // run_command
@@ -41,6 +42,16 @@ std::string gib(std::uint64_t bytes) {
   return text;
 }
 
+// The version `PROGRAM --version` prints: the first group of `pattern`.
+Result<std::string> version_of(const std::string& program, const std::regex& pattern) {
+  auto run = run_command({program, "--version"}, std::chrono::seconds(10));
+  if (!run) return run.error();
+  if (run->exit_code != 0) return make_error("'" + program + " --version' failed: " + run->err.substr(0, 300));
+  std::smatch m;
+  if (!std::regex_search(run->out, m, pattern)) return make_error("'" + program + " --version' printed no version");
+  return m[1].str();
+}
+
 // --- CRIU ---------------------------------------------------------------------------------------------------------
 
 class CommandCriuProbe final : public CriuProbe {
@@ -48,13 +59,8 @@ class CommandCriuProbe final : public CriuProbe {
   explicit CommandCriuProbe(std::string criu) : criu_(std::move(criu)) {}
 
   Result<std::string> version() const override {
-    auto run = run_command({criu_, "--version"}, std::chrono::seconds(10));
-    if (!run) return run.error();
-    if (run->exit_code != 0) return make_error("'" + criu_ + " --version' failed: " + run->err.substr(0, 300));
-    std::smatch m;
     static const std::regex kVersion(R"(Version:\s*([0-9][0-9.]*))");
-    if (!std::regex_search(run->out, m, kVersion)) return make_error("'" + criu_ + " --version' printed no version");
-    return m[1].str();
+    return version_of(criu_, kVersion);
   }
 
   Result<void> loads_plugin(const fs::path& plugin) const override {
@@ -408,6 +414,43 @@ void check_space(const NodeReportOptions& o, std::vector<NodeCheck>& out) {
   else out.push_back(pass("archive-space", detail));
 }
 
+// --- where a restored container's process lands ---------------------------------------------------------------
+
+// runc before 1.2.0 gives CRIU no cgroup root on cgroup v2 (runc 3438ef30b gives it): CRIU then restores the process
+// into a recreated copy of the checkpointed container's cgroup, outside the new container's device filter and
+// limits (measured with containerd 2.1.9 + runc 1.1.5 on 2x H100: docs/kubernetes.md). manage-cgroups=ignore in
+// runc's CRIU config keeps it in the cgroup runc put CRIU in, the new container's.
+void check_restore_cgroup(const NodeReportOptions& o, std::vector<NodeCheck>& out) {
+  if (!o.runc_version || !o.system.exists("sys/fs/cgroup/cgroup.controllers")) return;   // v1 or hybrid: runc maps
+  const auto version = o.runc_version();
+  if (!version) {
+    out.push_back(pass("restore-cgroup", "no runc here (" + version.error().message + ")"));
+    return;
+  }
+  int major = 0, minor = 0;
+  if (std::sscanf(version->c_str(), "%d.%d", &major, &minor) == 2 && (major > 1 || (major == 1 && minor >= 2))) {
+    out.push_back(pass("restore-cgroup", "runc " + *version + " gives CRIU the restored container's cgroup"));
+    return;
+  }
+  static const std::regex kIgnore(R"(^\s*-{0,2}manage-cgroups(\s*=\s*|\s+)ignore\s*$)");
+  const auto conf = o.system.read_file("etc/criu/runc.conf", 1 << 20);
+  if (conf) {
+    std::istringstream lines(*conf);
+    for (std::string line; std::getline(lines, line);)
+      if (std::regex_match(line, kIgnore)) {
+        out.push_back(pass("restore-cgroup", "runc " + *version + " on cgroup v2 with manage-cgroups=ignore in "
+                                             "/etc/criu/runc.conf: a restored process stays in its container's cgroup"));
+        return;
+      }
+  }
+  out.push_back(fail("restore-cgroup",
+                     "runc " + *version + " on cgroup v2 does not give CRIU the restored container's cgroup: CRIU "
+                     "restores the process into a copy of the checkpointed container's cgroup, outside the new "
+                     "container's device filter (it can open GPUs its pod was not given) and limits",
+                     "add the line manage-cgroups=ignore to /etc/criu/runc.conf (the chart: criuConfig.extraOptions), or install "
+                     "runc >= 1.2"));
+}
+
 }  // namespace
 
 const char* to_string(CheckStatus status) {
@@ -421,6 +464,13 @@ const char* to_string(CheckStatus status) {
 
 std::unique_ptr<CriuProbe> make_criu_probe(std::string criu) { return std::make_unique<CommandCriuProbe>(std::move(criu)); }
 
+RuncVersion runc_version_of(std::string runc) {
+  return [runc = std::move(runc)]() -> Result<std::string> {
+    static const std::regex kVersion(R"(runc version\s+([0-9][0-9.]*))");
+    return version_of(runc, kVersion);
+  };
+}
+
 std::vector<NodeCheck> check_node(const NodeReportOptions& options) {
   std::vector<NodeCheck> out;
   check_criu(options, out);
@@ -431,6 +481,7 @@ std::vector<NodeCheck> check_node(const NodeReportOptions& options) {
   check_thp(options, out);
   check_selinux(options, out);
   check_space(options, out);
+  check_restore_cgroup(options, out);
   return out;
 }
 

@@ -33,8 +33,10 @@
 #include "criu-plugin/cuda/cuda_driver.h"
 #include "criu-plugin/cuda/device_nodes.h"
 #include "criu-plugin/cuda/driver_host.h"
+#include "criu-plugin/cuda/frozen_cgroup.h"
 #include "criu-plugin/cuda/gpu_memory_path.h"
 #include "criu-plugin/cuda/lock_all.h"
+#include "criu-plugin/cuda/lock_budget.h"
 #include "criu-plugin/cuda/process_info.h"
 #include "criu-plugin/cuda/record_files.h"
 #include "criu-plugin/cuda/remap.h"
@@ -190,12 +192,51 @@ class CudaBackend final : public Backend {
   }
 
   // Refuses what the driver cannot restore, then locks every running one of `pids` at once; all or nothing.
+  // Every driver call below ends, with the plugin's own message, a margin before CRIU's alarm (lock_budget.h), and
+  // runs with the processes thawed where their runtime froze them (frozen_cgroup.h), frozen again afterwards.
   int pause_processes(const std::vector<int>& pids) {
     if (int refused = refuse_shared_state(pids); refused != 0) return refused;
     if (auto host = ensure_dump_host(); !host) {
       log::error("cuda: pid " + std::to_string(pids.front()) + " uses the GPU but " + host.error().message);
       return -EIO;
     }
+    const auto start = Clock::now();
+    const cuda::LockBudget budget = cuda::lock_budget(criu::remaining_alarm_ms(), default_lock_timeout_ms_);
+    const auto lock_deadline = start + std::chrono::milliseconds(budget.lock_ms);
+    host_->answer_by(start + std::chrono::milliseconds(budget.answer_ms));
+    struct ClearDeadline {
+      cuda::DriverHost& host;
+      ~ClearDeadline() { host.answer_by(std::nullopt); }
+    } clear_deadline{*host_};
+    std::vector<cuda::TemporaryThaw> thaws;
+    for (int pid : pids) {
+      auto thaw = cuda::TemporaryThaw::begin(pid, std::min(std::chrono::milliseconds(1000), until(lock_deadline)));
+      if (!thaw) {
+        log::error("cuda: pid " + std::to_string(pid) + " is frozen and the driver's lock needs it running: " +
+                   thaw.error().message);
+        return -EIO;   // the thaws already made are undone as `thaws` goes
+      }
+      if (thaw->thawed_any())
+        log::info("cuda: pid " + std::to_string(pid) + " is frozen (containerd pauses a container before it has it "
+                  "checkpointed; CRIU 4.1 thaws it only after this hook): thawed " + thaw->describe() +
+                  " for the driver's lock, frozen again after it");
+      thaws.push_back(std::move(*thaw));
+    }
+    const int rc = lock_thawed(pids, lock_deadline);
+    for (auto it = thaws.rbegin(); it != thaws.rend(); ++it) {
+      if (auto refrozen = it->refreeze(); !refrozen) {
+        log::error("cuda: " + refrozen.error().message + ". The dump stops rather than go on with a container its "
+                   "runtime froze running");
+        for (const auto& t : tracked_) {
+          if (t.locked_by_us && std::find(pids.begin(), pids.end(), t.pid) != pids.end()) release_lock(t.pid);
+        }
+        return -EIO;
+      }
+    }
+    return rc;
+  }
+
+  int lock_thawed(const std::vector<int>& pids, Clock::time_point lock_deadline) {
     std::vector<Tracked> entries;
     for (int pid : pids) {
       auto state = lockable_state(pid);
@@ -222,7 +263,7 @@ class CudaBackend final : public Backend {
                   "; it is dumped as it is and left so");
       }
     }
-    if (!running.empty() && !lock_together(running)) return -EIO;
+    if (!running.empty() && !lock_together(running, lock_deadline)) return -EIO;
     for (auto& entry : entries) {
       entry.locked_by_us = entry.initial == ProcessState::Running;
       if (entry.initial != ProcessState::Checkpointed) memory_.before_checkpoint(entry.pid);
@@ -275,10 +316,15 @@ class CudaBackend final : public Backend {
   Result<ProcessState> lockable_state(int pid) {
     int tid = -1;
     int rc = driver_->get_restore_thread_id(pid, &tid);
+    if (rc == cuda::kNoAnswer)
+      return make_error("the driver did not answer for pid " + std::to_string(pid) + " in time: it waits for a "
+                        "thread of the process that does not run (is the process stopped or frozen by something "
+                        "other than its runtime?)", EIO);
     if (rc != cuda::kCudaSuccess) {
       // The cuInit() race: the process has the device open but the driver's checkpoint support is not up yet.
       const auto start = Clock::now();
-      while (rc != cuda::kCudaSuccess && seconds_since(start) * 1000 < static_cast<double>(init_wait_ms_)) {
+      while (rc != cuda::kCudaSuccess && rc != cuda::kNoAnswer &&
+             seconds_since(start) * 1000 < static_cast<double>(init_wait_ms_)) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         rc = driver_->get_restore_thread_id(pid, &tid);
       }
@@ -298,10 +344,9 @@ class CudaBackend final : public Backend {
     return state;
   }
 
-  // Locks `pids` at once with CRIU's remaining --timeout; on any failure every one is unlocked again.
-  bool lock_together(const std::vector<int>& pids) {
-    unsigned timeout_ms = criu::remaining_alarm_ms();
-    if (timeout_ms == 0) timeout_ms = default_lock_timeout_ms_;
+  // Locks `pids` at once, each lock ending by `lock_deadline`; on any failure every one is unlocked again.
+  bool lock_together(const std::vector<int>& pids, Clock::time_point lock_deadline) {
+    const auto timeout_ms = static_cast<unsigned>(until(lock_deadline).count());
     const auto start = Clock::now();
     const cuda::LockAllOutcome outcome = cuda::lock_all(
         pids, [&](int pid) { return driver_->lock(pid, timeout_ms); }, [&](int pid) { return driver_->unlock(pid); });
@@ -319,7 +364,9 @@ class CudaBackend final : public Backend {
                    ". Its submitted CUDA work did not finish in time. A kernel that runs longer than that needs a "
                    "longer criu --timeout; one that waits for a process outside this dump (a collective whose peer "
                    "is elsewhere) never finishes while that peer runs on, so a retry will not help");
-        (void)driver_->unlock(attempt.pid);   // a lock that timed out may still hold part of the process
+        // A lock that timed out may still hold part of the process. One the driver has not answered is the
+        // host's to release when the driver grants it.
+        if (attempt.result != cuda::kNoAnswer) (void)driver_->unlock(attempt.pid);
       } else if (attempt.rolled_back) {
         log::info("cuda: pid " + std::to_string(attempt.pid) + " was locked; unlocked again: " +
                   (attempt.unlock_result == cuda::kCudaSuccess ? std::string("ok")
@@ -757,6 +804,16 @@ class CudaBackend final : public Backend {
                 std::to_string(pids.size()) + " process(es) to their state before the dump");
       (void)restore_processes(pids, initial, false);
     }
+  }
+
+  static std::chrono::milliseconds until(Clock::time_point deadline) {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()));
+  }
+
+  void release_lock(int pid) {
+    if (const int rc = driver_->unlock(pid); rc != cuda::kCudaSuccess)
+      log::warn("cuda: unlocking pid " + std::to_string(pid) + " after the failed lock: " + driver_->describe(rc));
   }
 
   // The driver host for this dump, forked at the first CUDA process: before any driver call, and only on dumps

@@ -81,8 +81,9 @@ bool send_all(int fd, const void* data, std::size_t size, int pass_fd = -1) {
   }
 }
 
-// Receives one message of exactly `size` bytes (and the fd passed with it, if `passed_fd`); false at EOF/error.
-bool receive(int fd, void* data, std::size_t size, int* passed_fd = nullptr) {
+// Receives one message of exactly `size` bytes (and the fd passed with it, if `passed_fd`); false at EOF/error
+// (and, with MSG_DONTWAIT in `flags`, when none is there).
+bool receive(int fd, void* data, std::size_t size, int* passed_fd = nullptr, int flags = 0) {
   iovec iov{data, size};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -91,7 +92,7 @@ bool receive(int fd, void* data, std::size_t size, int* passed_fd = nullptr) {
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
   ssize_t n;
-  do n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+  do n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | flags);
   while (n < 0 && errno == EINTR);
   if (passed_fd != nullptr) {
     *passed_fd = -1;
@@ -259,10 +260,17 @@ void guard(Driver& driver, const std::map<int, ProcessState>& tracked, const std
       });
       continue;
     } else if (reply_fd >= 0) {
-      calls.emplace_back([&driver, request, reply_fd] {
+      calls.emplace_back([&driver, request, reply_fd, log_fd] {
         Reply reply = serve(driver, request);
-        (void)send_all(reply_fd, &reply, sizeof reply);
+        const bool delivered = send_all(reply_fd, &reply, sizeof reply);
         ::close(reply_fd);
+        // The caller gave up waiting (its deadline passed) and shut its end: a lock granted now would hold
+        // the process with nobody left to release it.
+        if (!delivered && request.op == Op::Lock && reply.result == kCudaSuccess) {
+          const int rc = driver.unlock(request.pid);
+          dprintf(log_fd, "pid %d: the driver granted the lock after its caller had given up; unlock: %s\n",
+                  request.pid, rc == kCudaSuccess ? "ok" : driver.describe(rc).c_str());
+        }
       });
       continue;
     }
@@ -279,6 +287,11 @@ void guard(Driver& driver, const std::map<int, ProcessState>& tracked, const std
 class RemoteDriver final : public Driver {
  public:
   explicit RemoteDriver(int control_fd) : control_fd_(control_fd) {}
+
+  void answer_by(std::optional<std::chrono::steady_clock::time_point> deadline) {
+    std::lock_guard lock(deadline_mutex_);
+    deadline_ = deadline;
+  }
 
   int lock(int pid, unsigned timeout_ms) override { return call(Op::Lock, pid, timeout_ms).result; }
   int checkpoint(int pid) override { return call(Op::Checkpoint, pid).result; }
@@ -299,6 +312,8 @@ class RemoteDriver final : public Driver {
   }
   std::string describe(int cuda_result) override {
     if (cuda_result == kHostLost) return "the gpuckpt driver host process is gone (" + std::to_string(kHostLost) + ")";
+    if (cuda_result == kNoAnswer)
+      return "no answer from the driver before the deadline; the call was abandoned (" + std::to_string(kNoAnswer) + ")";
     std::lock_guard lock(names_mutex_);
     auto it = names_.find(cuda_result);
     return it != names_.end() ? it->second : "CUresult (" + std::to_string(cuda_result) + ")";
@@ -344,13 +359,41 @@ class RemoteDriver final : public Driver {
     request.pair_count = static_cast<std::uint32_t>(pairs.size());
     std::copy(pairs.begin(), pairs.end(), request.pairs);
     const int channel = send_call(request);
-    if (channel < 0 || !receive(channel, &reply, sizeof reply)) reply.result = kHostLost;
+    if (channel < 0) {
+      reply.result = kHostLost;
+    } else if (!answered_in_time(channel)) {
+      // Shut first, then look once more: an answer sent before the shutdown is read here; one sent after it
+      // fails in the host, which then knows its caller is gone.
+      ::shutdown(channel, SHUT_RDWR);
+      if (!receive(channel, &reply, sizeof reply, nullptr, MSG_DONTWAIT)) reply.result = kNoAnswer;
+    } else if (!receive(channel, &reply, sizeof reply)) {
+      reply.result = kHostLost;
+    }
     if (channel >= 0) ::close(channel);
-    if (reply.result != kHostLost) {
+    if (reply.result != kHostLost && reply.result != kNoAnswer) {
       std::lock_guard lock(names_mutex_);
       names_[reply.result] = std::string(reply.text, strnlen(reply.text, sizeof reply.text));
     }
     return reply;
+  }
+
+  // Whether `channel` has the answer (or the host's end closed) before the deadline, if one is set.
+  bool answered_in_time(int channel) {
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    {
+      std::lock_guard lock(deadline_mutex_);
+      deadline = deadline_;
+    }
+    if (!deadline) return true;
+    for (;;) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd ready{channel, POLLIN, 0};
+      const int polled = ::poll(&ready, 1, static_cast<int>(std::min<long long>(left.count(), 1 << 30)));
+      if (polled > 0) return true;
+      if (polled == 0) return false;
+      if (errno != EINTR) return true;   // let the blocking receive report what is wrong with the channel
+    }
   }
 
   // Sends `request` with one end of a socket pair made for its answer; returns the other end (-1: not sent).
@@ -370,6 +413,8 @@ class RemoteDriver final : public Driver {
   }
 
   int control_fd_;
+  std::mutex deadline_mutex_;
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
   std::mutex send_mutex_;
   std::mutex names_mutex_;
   std::map<int, std::string> names_;
@@ -455,6 +500,10 @@ DriverHost::~DriverHost() {
 }
 
 Driver& DriverHost::driver() { return *remote_; }
+
+void DriverHost::answer_by(std::optional<std::chrono::steady_clock::time_point> deadline) {
+  static_cast<RemoteDriver&>(*remote_).answer_by(deadline);
+}
 
 Result<NodeInventory> DriverHost::inventory() { return static_cast<RemoteDriver&>(*remote_).inventory(); }
 

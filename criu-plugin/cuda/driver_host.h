@@ -11,10 +11,14 @@
 // restores and unlocks every tracked process that still lives and writes what it did to gpuckpt-guardian.log in
 // the image directory. A process whose GPU memory gpuckpt had written to an image (and dropped from the task) is
 // filled back from that image first; if that fails, it is left checkpointed rather than restored with wrong data.
+// A caller may set a deadline for the host's answers (answer_by): a call still unanswered then returns kNoAnswer
+// and is abandoned, and a lock the driver grants after its caller gave up is released by the host at once.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "common/gpu_model.h"
 #include "common/result.h"
@@ -24,6 +28,9 @@ namespace gpuckpt::cuda {
 
 // The CUresult a call returns when the host is gone (CUDA_ERROR_UNKNOWN); describe() says so.
 inline constexpr int kHostLost = 999;
+// What a call returns when the host did not answer before the deadline set with answer_by() (no CUresult has
+// this number); describe() says so.
+inline constexpr int kNoAnswer = 1000;
 
 class DriverHost {
  public:
@@ -49,6 +56,9 @@ class DriverHost {
   // The driver, as seen from CRIU: every call is carried out by the host. Safe to call from several threads at
   // once; the calls then run in parallel in the host.
   Driver& driver();
+
+  // Calls made from now on wait for the host's answer until `deadline` at most (nullopt: as long as it takes).
+  void answer_by(std::optional<std::chrono::steady_clock::time_point> deadline);
 
   // This node's GPUs, read in the host (NVML is one of the driver's libraries).
   Result<NodeInventory> inventory();

@@ -290,3 +290,50 @@ TEST_CASE("hooks.d entries: the precreate entry fails on a CRI-O node with the f
     CHECK(has(c.at("hooks-d-entries").detail, "other.json (CRI-O: hook.path /usr/libexec/other-hook does not exist)"));
   }
 }
+
+TEST_CASE("restore-cgroup: runc before 1.2 on cgroup v2 fails unless runc's CRIU config keeps restores in the "
+          "container's cgroup", "[unit]") {
+  struct Row {
+    const char* name;
+    bool cgroup_v2;
+    const char* runc;        // "" : no runc
+    const char* runc_conf;   // nullptr: no /etc/criu/runc.conf
+    CheckStatus expected;    // Pass with no line at all when !cgroup_v2
+    const char* detail_part;
+  };
+  const Row rows[] = {
+      {"Debian 12's runc on cgroup v2", true, "1.1.5", nullptr, CheckStatus::Fail, "runc 1.1.5 on cgroup v2 does not give CRIU"},
+      {"the chart's libdir alone", true, "1.1.15", "libdir /usr/lib/criu\n", CheckStatus::Fail, "outside the new container's device filter"},
+      {"manage-cgroups=ignore", true, "1.1.5", "libdir /usr/lib/criu\nmanage-cgroups=ignore\n", CheckStatus::Pass, "with manage-cgroups=ignore"},
+      {"manage-cgroups ignore", true, "1.1.5", "  manage-cgroups ignore\n", CheckStatus::Pass, "with manage-cgroups=ignore"},
+      {"another mode", true, "1.1.5", "manage-cgroups=soft\n", CheckStatus::Fail, "runc 1.1.5"},
+      {"runc 1.2", true, "1.2.0", nullptr, CheckStatus::Pass, "runc 1.2.0 gives CRIU the restored container's cgroup"},
+      {"runc 1.10", true, "1.10.1", nullptr, CheckStatus::Pass, "gives CRIU"},
+      {"no runc (crun)", true, "", nullptr, CheckStatus::Pass, "no runc here"},
+      {"cgroup v1 or hybrid", false, "1.1.5", nullptr, CheckStatus::Pass, nullptr},
+  };
+  for (const Row& row : rows) {
+    INFO(row.name);
+    Tree t;
+    healthy_node(t);
+    if (row.cgroup_v2) t.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory pids\n");
+    if (row.runc_conf) t.write("etc/criu/runc.conf", row.runc_conf);
+    FakeCriu criu;
+    auto o = options_for(t, &criu);
+    const std::string runc = row.runc;
+    o.runc_version = [runc]() -> Result<std::string> {
+      if (runc.empty()) return make_error("runc: not found in PATH");
+      return runc;
+    };
+    const auto c = by_name(check_node(o));
+    if (!row.detail_part) {
+      CHECK(c.count("restore-cgroup") == 0);
+      continue;
+    }
+    REQUIRE(c.count("restore-cgroup") == 1);
+    const NodeCheck& check = c.at("restore-cgroup");
+    CHECK(check.status == row.expected);
+    CHECK(has(check.detail, row.detail_part));
+    if (row.expected == CheckStatus::Fail) CHECK(has(check.fix, "manage-cgroups=ignore to /etc/criu/runc.conf"));
+  }
+}

@@ -2,7 +2,8 @@
 // even when the driver leaves threads behind as libcuda does; calls run in parallel; a host that dies fails calls
 // instead of hanging them; and as guardian, when CRIU's end of the socket closes without done() (CRIU was
 // killed), it restores and unlocks every tracked process that still lives and logs it; after done() it does
-// nothing.
+// nothing. A call its caller stops waiting for (answer_by) comes back as kNoAnswer by the deadline, and a lock
+// the driver grants after that is released by the host.
 #include <catch2/catch_test_macros.hpp>
 
 #include <dirent.h>
@@ -34,8 +35,16 @@ namespace {
 // the same moment (so a test can tell parallel calls from serialised ones without timing them).
 class FakeDriver final : public Driver {
  public:
-  explicit FakeDriver(ProcessState state, int company = 1) : initial_(state), company_(company) {}
-  int lock(int pid, unsigned) override { return step(pid, ProcessState::Running, ProcessState::Locked); }
+  // `lock_answer_delay`: the lock takes effect at once, its answer comes that much later (a driver that keeps
+  // its caller waiting).
+  explicit FakeDriver(ProcessState state, int company = 1,
+                      std::chrono::milliseconds lock_answer_delay = std::chrono::milliseconds(0))
+      : initial_(state), company_(company), lock_answer_delay_(lock_answer_delay) {}
+  int lock(int pid, unsigned) override {
+    const int rc = step(pid, ProcessState::Running, ProcessState::Locked);
+    std::this_thread::sleep_for(lock_answer_delay_);
+    return rc;
+  }
   int checkpoint(int pid) override {
     if (company_ > 1 && !meet()) return 2;   // CUDA_ERROR_OUT_OF_MEMORY: any distinguishable failure
     return step(pid, ProcessState::Locked, ProcessState::Checkpointed);
@@ -77,6 +86,7 @@ class FakeDriver final : public Driver {
   }
   ProcessState initial_;
   int company_;
+  std::chrono::milliseconds lock_answer_delay_;
   std::mutex mutex_;
   std::condition_variable cv_;
   int arrived_ = 0;
@@ -84,8 +94,11 @@ class FakeDriver final : public Driver {
   std::map<int, ProcessState> states_;
 };
 
-DriverHost::DriverFactory fake(ProcessState state, int company = 1) {
-  return [state, company]() -> Result<std::unique_ptr<Driver>> { return std::unique_ptr<Driver>(new FakeDriver(state, company)); };
+DriverHost::DriverFactory fake(ProcessState state, int company = 1,
+                               std::chrono::milliseconds lock_answer_delay = std::chrono::milliseconds(0)) {
+  return [state, company, lock_answer_delay]() -> Result<std::unique_ptr<Driver>> {
+    return std::unique_ptr<Driver>(new FakeDriver(state, company, lock_answer_delay));
+  };
 }
 
 int thread_count() {
@@ -274,4 +287,37 @@ TEST_CASE("an inventory the host cannot read fails with its reason", "[unit]") {
   auto node = (*host)->inventory();
   REQUIRE_FALSE(node);
   CHECK(node.error().message.find("information line 3 is truncated") != std::string::npos);
+}
+
+TEST_CASE("a lock answered after the caller's deadline comes back as no answer and the host releases it",
+          "[unit]") {
+  Scratch s;
+  using std::chrono::milliseconds;
+  auto host = DriverHost::start(fake(ProcessState::Running, 1, milliseconds(600)), DriverHost::Mode::Restore, s.fd);
+  REQUIRE(host);
+  Driver& driver = (*host)->driver();
+  const int pid = 4300;
+  (*host)->answer_by(std::chrono::steady_clock::now() + milliseconds(50));
+  const int rc = driver.lock(pid, 1000);
+  CHECK(rc == kNoAnswer);
+  CHECK(driver.describe(rc).find("no answer from the driver before the deadline") != std::string::npos);
+  (*host)->answer_by(std::nullopt);
+  ProcessState state = ProcessState::Failed;
+  REQUIRE(driver.get_state(pid, &state) == kCudaSuccess);
+  CHECK(state == ProcessState::Locked);   // the driver did lock it; only its answer is late
+  for (int i = 0; i < 100 && state != ProcessState::Running; ++i) {
+    std::this_thread::sleep_for(milliseconds(50));
+    REQUIRE(driver.get_state(pid, &state) == kCudaSuccess);
+  }
+  CHECK(state == ProcessState::Running);
+  std::ifstream in(s.dir / "gpuckpt-guardian.log");
+  std::stringstream log;
+  log << in.rdbuf();
+  CHECK(log.str().find("pid 4300: the driver granted the lock after its caller had given up; unlock: ok") !=
+        std::string::npos);
+  // An answer inside the deadline is the driver's own.
+  (*host)->answer_by(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  CHECK(driver.lock(pid, 1000) == kCudaSuccess);
+  REQUIRE(driver.get_state(pid, &state) == kCudaSuccess);
+  CHECK(state == ProcessState::Locked);
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 20 item 7 on the GPU machine: a CUDA counter container checkpointed through CRI CheckpointContainer and
-# restored through CRI CreateContainer + StartContainer, on containerd 2.1.9 + runc 1.1.5 + CRIU 4.1.1 with
+# restored through CRI CreateContainer + StartContainer, on containerd 2.1.9 + runc 1.1.5 + the carry's CRIU with
 # gpuckpt's CRIU plugin (CRIU_LIBS_DIR), gpuckpt-nri on containerd's NRI socket (it records GPU containers and
 # injects the OCI hook as a createRuntime hook), the agent (kubelet-dir watcher; `gpuckpt image`) and a simulated
 # kubelet PodResources server. The machine has no container runtime and no network: everything comes from the
@@ -8,18 +8,27 @@
 # are pushed to a docker-registry on 127.0.0.1 (containerd 2.1 pulls the base image by rootfsImageRef at restore).
 # test/e2e/containerd2_flow.sh is the same flow with simulated GPUs; this one adds the CUDA facts.
 #
+# The checkpoint: containerd pauses (freezes) the container before runc checkpoints it; the plugin thaws it for
+# the driver's lock where CRIU has not (CRIU 4.1) and the source must run on afterwards. The restore: runc < 1.2
+# on cgroup v2 (Debian 12's 1.1.5) does not give CRIU the new container's cgroup, so CRIU puts the restored process
+# into a copy of the source's cgroup, without the new container's device filter: the device-cgroup assertion
+# then fails with that reason unless /etc/criu/runc.conf has manage-cgroups=ignore (docs/kubernetes.md).
+#
 # Cases (CRI_GPU_CASES picks; default both), each restored twice: from the archive path (CreateContainer image =
 # the kubelet-style archive) and from the checkpoint image the agent loads (`gpuckpt image`):
 #   moved    (2 GPUs) the pod had GPU 1; the restore pods are given GPU 0 (PodResources and the container's
 #            devices): the restored process runs on GPU 0 (nvidia-smi --query-compute-apps), its container has
-#            /dev/nvidia0 and no /dev/nvidia1, the hook put the restore plan (GPU 1 -> GPU 0) into containerd's CRIU
-#            images dir, and the counter continues from the checkpoint bit-identically to an uninterrupted run
+#            the host's /dev/nvidia0 and its device cgroup lets it open no other GPU node, gpuckpt-nri planned
+#            GPU 1 -> GPU 0, the hook put the plan into containerd's CRIU images dir and the CRIU plugin restored
+#            by it, and the counter continues from the checkpoint bit-identically to an uninterrupted run
 #   unmoved  the pod had GPU 0 and the restore pods get GPU 0: same checks, on GPU 0
 # Each case prints "== CASE-FROM: PASS|FAIL|SKIP reason" with checkpoint/restore seconds and the archive's MB.
 #   bash test/gpu/cri_gpu_test.sh CARRY_DIR
 #   CRI_GPU_TEST_OUT  copy logs here (containerd, gpuckpt-nri, agent, hook, podres, registry, CRIU dump/restore
 #                     logs, the counters' outputs)
 #   COUNTER_MIB       GPU memory of the counter (default 512)
+#   CRI_GPU_CRIU_CONF lines for /etc/criu/runc.conf during the run, the file put back after it (runc < 1.2 on
+#                     cgroup v2: manage-cgroups=ignore)
 # Exit 0 all ran passed, 1 a failure, 77 nothing passed (no root, no GPU, no carry).
 set -uo pipefail
 
@@ -64,10 +73,17 @@ cleanup() {
   sandbox_stop_agent
   for p in "$NRI_PID" "$PODRES_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   ctrd_stop
+  if [ -n "${CRI_GPU_CRIU_CONF:-}" ]; then
+    if [ -f "$WORK/runc.conf.orig" ]; then cp -p "$WORK/runc.conf.orig" /etc/criu/runc.conf; else rm -f /etc/criu/runc.conf; fi
+  fi
   rm -rf /tmp/gpuckpt-cri-*-logs
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+if [ -n "${CRI_GPU_CRIU_CONF:-}" ]; then
+  [ -f /etc/criu/runc.conf ] && cp -p /etc/criu/runc.conf "$WORK/runc.conf.orig"
+  mkdir -p /etc/criu && printf '%s\n' "$CRI_GPU_CRIU_CONF" > /etc/criu/runc.conf
+fi
 
 # ---- install from the carry into $P: nothing outside $WORK is written ------------------------------------------
 # Binaries that link libraries this system lacks get wrappers (the hook runs with the spec's empty environment).
@@ -142,6 +158,17 @@ timed() { # VAR cmd...: runs cmd, stores its wall time in seconds in VAR
   return $rc
 }
 cri() { "$CRI_TOOL" "$CTRD_SOCK" "$@"; }
+gpu_nodes() { local f; for f in "${1:-}/dev"/nvidia[0-9]*; do [ -c "$f" ] && printf '%s ' "${f##*/}"; done; }
+# The host's GPU nodes a process in PID's cgroup may open: what the container's device cgroup allows (a GPU node
+# in a container's /dev alone grants nothing, and libcuda, root in the container, may make more)
+usable_gpus() { # PID
+  local cg n
+  cg=$(awk -F: '$1 == "0" && $2 == "" {print $3}' "/proc/$1/cgroup")
+  [ -n "$cg" ] || { echo "?"; return; }
+  for n in $(gpu_nodes); do
+    ( echo "$BASHPID" > "/sys/fs/cgroup$cg/cgroup.procs" && : < "/dev/$n" ) 2>/dev/null && printf '%s ' "$n"
+  done
+}
 show() { for f in "$@"; do [ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done; return 0; }
 
 # ---- the images: the counter's (busybox + gpu_counter + its libraries; the driver's files are bound in) and
@@ -235,7 +262,7 @@ COUNTER=(-- /bin/gpu_counter "$MIB" /out/count.txt --sleep-ms 20)
 
 # restore_from CASE FROM IMAGE [--user-image REF]: sets RESTORE_OK (0/1) and records the result
 restore_from() {
-  local case=$1 from=$2 image=$3 pod rid rpid out=$WORK/out-$1-$2 trs first after nodes plan_path plan_id args
+  local case=$1 from=$2 image=$3 pod rid rpid out=$WORK/out-$1-$2 trs first after nodes usable rdev rcg plan_path plan_id args
   shift 3
   mkdir -p "$out"
   pod=$(cri run-pod "gpuckpt-cri-$case-$from") || { record "$case-$from" FAIL "RunPodSandbox"; return; }
@@ -248,24 +275,36 @@ restore_from() {
   wait_iter "$out/count.txt" $((N_CK + 30)) 120 ||
     { record "$case-$from" FAIL "the restored counter does not run (last iteration: $(last_iter "$out/count.txt"))"; return; }
   after=$(gpu_of_pid "$rpid")
+  echo "$case-$from: restored pid $rpid; nvidia-smi compute apps: $(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | tr '\n' ' ')"
   first=$(head -n 1 "$out/count.txt" | cut -d' ' -f1)
-  nodes=$(find "/proc/$rpid/root/dev" -maxdepth 1 -name 'nvidia[0-9]*' -printf '%f ')
+  nodes=$(gpu_nodes "/proc/$rpid/root") usable=$(usable_gpus "$rpid")
+  rdev=$(stat -c %t:%T "/proc/$rpid/root/dev/nvidia$DST" 2>/dev/null)
+  rcg=$(awk -F: '$1 == "0" {print $3}' "/proc/$rpid/cgroup")
+  find "$WORK/containerd" -path "*$rid*" -name restore.log -exec cp {} "$out/restore.log" \; 2>/dev/null
   cri stop "$rid" >/dev/null; cri stop-pod "$pod" >/dev/null
   [ "$after" = "$U_DST" ] || { record "$case-$from" FAIL "restored onto ${after:-no GPU}, not GPU $DST ($U_DST); container's GPU nodes: $nodes"; return; }
-  [ "$nodes" = "nvidia$DST " ] || { record "$case-$from" FAIL "the restored container's GPU nodes are '$nodes', expected nvidia$DST only"; return; }
+  [ "$rdev" = "$(stat -c %t:%T "/dev/nvidia$DST")" ] ||
+    { record "$case-$from" FAIL "the restored container's /dev/nvidia$DST is '${rdev:-absent}', not the host's $(stat -c %t:%T "/dev/nvidia$DST")"; return; }
+  if [ "$SRC_USABLE" = "nvidia$SRC_GPU " ]; then
+    [ "$usable" = "nvidia$DST " ] ||
+      { record "$case-$from" FAIL "the restored container's device cgroup lets it open the host's '$usable', expected nvidia$DST only; the restored process is in cgroup $rcg (runc < 1.2 on cgroup v2 does not tell CRIU the new container's cgroup, runc 3438ef30b: CRIU then restores into a copy of the source's, without its device filter; manage-cgroups=ignore in /etc/criu/runc.conf keeps it in the new one)"; return; }
+  else
+    DEVCG="device cgroup not enforced on this machine: the source could open '$SRC_USABLE', the restored '$usable'"
+  fi
   [ "$first" -gt "$N_CK" ] || { record "$case-$from" FAIL "the restored counter started at $first, not after $N_CK (reached before the checkpoint)"; return; }
   check_counter "$case-$from" "$out/count.txt" || return
   if [ "$SRC_GPU" != "$DST" ]; then
     plan_path=$CTRD_ROOT/io.containerd.grpc.v1.cri/containers/$rid/ctrd-restore/checkpoint/gpuckpt-restore-plan.json
     plan_id=$(sed -n "s#.*restore plan \(rp-[0-9a-f]*\) placed in $plan_path.*#\1#p" "$STATE/hook.log" | tail -1)
     [ -n "$plan_id" ] || { show "$STATE/hook.log"; record "$case-$from" FAIL "the hook placed no restore plan in $plan_path"; return; }
-    python3 - "$STATE/restore-plans/$plan_id.json" "$U_SRC" "$U_DST" <<'PY' || { record "$case-$from" FAIL "restore plan $plan_id is not GPU $SRC_GPU -> $DST"; return; }
-import json, sys
-plan = json.load(open(sys.argv[1]))
-assert [(a["source_id"], a["target_id"]) for a in plan["assignments"]] == [(sys.argv[2], sys.argv[3])], plan
-PY
+    # plans are single use: the hook removes the plan from the state dir once placed; gpuckpt-nri names its GPUs
+    grep -qF "plan $plan_id ($U_SRC -> $U_DST)" "$WORK/nri.log" ||
+      { record "$case-$from" FAIL "restore plan $plan_id is not GPU $SRC_GPU -> $DST: $(grep -F "$plan_id" "$WORK/nri.log")"; return; }
+    # and the CRIU plugin restored by it (CRIU's restore log from containerd's CRIU work dir)
+    grep -q "GPU mapping from the restore plan" "$out/restore.log" && grep -qF "cuda: GPU $U_SRC -> $U_DST" "$out/restore.log" ||
+      { record "$case-$from" FAIL "the CRIU plugin did not restore by plan $plan_id ($out/restore.log)"; return; }
   fi
-  record "$case-$from" PASS "GPU $SRC_GPU -> $DST: checkpoint ${TCK}s, archive ${MB} MB, restore (StartContainer) ${trs}s; nvidia-smi: on GPU $DST; /dev: $nodes; continued from the checkpoint (past $N_CK) at $first .. $(last_iter "$out/count.txt"), bit-identical${plan_id:+; plan $plan_id placed in ctrd-restore/checkpoint}"
+  record "$case-$from" PASS "GPU $SRC_GPU -> $DST: checkpoint ${TCK}s (${THAW:-the plugin thawed nothing}; the source ran on), archive ${MB} MB, restore (StartContainer) ${trs}s; nvidia-smi: on GPU $DST; /dev: $nodes(the source's: $SRC_NODES); ${DEVCG:-its device cgroup opens only $usable}; continued from the checkpoint (past $N_CK) at $first .. $(last_iter "$out/count.txt"), bit-identical${plan_id:+; plan $plan_id placed in ctrd-restore/checkpoint}"
 }
 check_counter() { # CASE FILE: FILE equals an uninterrupted run up to its last iteration
   counter_reference "$MIB" "$(last_iter "$2")" "$2.ref"
@@ -286,13 +325,23 @@ run_case() { # CASE SRC_GPU DST_GPU
   wait_iter "$out/count.txt" 30 120 || { show "$CTRD_LOG"; fail_both "the source counter does not run"; return; }
   [ -f "$STATE/containers/$cid.json" ] || { show "$WORK/nri.log"; fail_both "gpuckpt-nri did not record $cid"; return; }
   before=$(gpu_of_pid "$pid")
+  SRC_NODES=$(gpu_nodes "/proc/$pid/root") SRC_USABLE=$(usable_gpus "$pid") DEVCG=''
+  echo "source on GPU $SRC_GPU: /dev has $SRC_NODES; its device cgroup lets it open the host's $SRC_USABLE"
   [ "$before" = "$U_SRC" ] || { fail_both "the source runs on ${before:-no GPU}, not GPU $SRC_GPU"; return; }
   archive=$KDIR/checkpoint-gpuckpt-cri-$case-src_default-counter-$(date -u +%Y-%m-%dT%H:%M:%SZ).tar
   # the iteration before the checkpoint: a restored counter that continues starts past it (a restart: at 1)
   N_CK=$(last_iter "$out/count.txt")
   timed TCK cri checkpoint "$cid" "$archive" || { show "$CTRD_LOG"; fail_both "CRI CheckpointContainer"; return; }
-  # the source keeps running after a CRI checkpoint (kubelet's semantics): stopped here; the restores write their
-  # own files (each restore pod mounts its own /out)
+  # CRIU's dump log is in the archive (containerd makes its checkpoint dir CRIU's work dir): kept with the logs
+  tar -xOf "$archive" dump.log > "$out/dump.log" 2>/dev/null
+  THAW=$(grep -o "thawed .* for the driver's lock" "$out/dump.log" | head -1)
+  # The source runs on after a CRI checkpoint (kubelet's semantics): containerd froze it for the checkpoint and
+  # the plugin thawed and froze it again for the driver's lock; neither frozen nor locked may remain.
+  local at
+  at=$(last_iter "$out/count.txt")
+  wait_iter "$out/count.txt" $((at + 20)) 60 ||
+    { fail_both "the source did not run on after the checkpoint (stuck at iteration $(last_iter "$out/count.txt"))"; return; }
+  # stopped here; the restores write their own files (each restore pod mounts its own /out)
   cri stop "$cid" >/dev/null; cri stop-pod "$pod" >/dev/null
   for _ in $(seq 100); do grep -q "annotated kubelet archive $archive" "$WORK/agent.log" && break; sleep 0.1; done
   grep -q "annotated kubelet archive $archive" "$WORK/agent.log" || { show "$WORK/agent.log"; fail_both "the agent's watcher did not annotate $archive"; return; }
