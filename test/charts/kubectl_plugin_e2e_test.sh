@@ -4,7 +4,7 @@
 # (own host tree with GPU device nodes, hooks.d, state and checkpoint dirs, token, gpuckpt-agent with the podman
 # runtime), a counting container with GPU device aliases started on node-a through node-a's OCI hook, then the
 # plugin (through fake-cluster/kubectl, whose "agent pods" run commands against the node's directories and agent)
-# checkpoints it on node-a, streams the archive to node-b, matches its GPUs there and restores it. The restored
+# checkpoints it on node-a, matches its GPU record on node-b, streams the archive there and restores it. The restored
 # container must continue counting.
 set -euo pipefail
 SRC=${GPUCKPT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -87,7 +87,8 @@ cat "$tmp/err"
 if [ "$rc" = 0 ]; then ok; else bad "migrate exits 0 (got $rc)"; fi
 grep -q '^\[5/5\] restoring on node-b' "$tmp/err" && ok || bad "progress reached the restore step"
 grep -q 'sha256 .* verified' "$tmp/err" && ok || bad "the archive copy was verified"
-grep -q 'this node: *yes: ' "$tmp/err" && ok || bad "node-b's GPUs matched the checkpoint (real inspect)"
+grep -Eq '^ +GPU-[0-9a-f-]+ +GPU-[0-9a-f-]+ ' "$tmp/err" && ok || bad "node-b's GPUs matched the checkpoint's record (real match)"
+[ "$(grep -o -- '-- gpuckpt match\|-- cat' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ')" = "-- gpuckpt match -- cat " ] && ok || bad "the match ran before the copy"
 a_archive=$(find "$FAKE_CLUSTER/nodes/node-a/fs/var/lib/gpuckpt/checkpoints" -name '*.tar*' | head -1)
 b_archive="$FAKE_CLUSTER/nodes/node-b/fs/var/lib/gpuckpt/checkpoints/$(basename "${a_archive:-none}")"
 [ -n "$a_archive" ] && cmp -s "$a_archive" "$b_archive" && ok || bad "the archive arrived on node-b intact"
