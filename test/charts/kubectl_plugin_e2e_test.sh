@@ -99,6 +99,17 @@ last=$(tar -xOf "$a_archive" ctr.log 2>/dev/null | tail -1 | awk '{print $NF}' |
 for _ in $(seq 50); do now=$(podman exec "$NAME-migrated" cat /tmp/count 2>/dev/null || echo 0); [ "$now" -gt "${last:-0}" ] && break; sleep 0.1; done
 [ -n "$last" ] && [ "$now" -gt "$last" ] && ok || bad "it continued counting (last before checkpoint ${last:-?}, now ${now:-?})"
 grep -q "\"$NAME-migrated\"\|$NAME-migrated" "$FAKE_CLUSTER/nodes/node-b/agent.log" 2>/dev/null || true
+# kubectl gpuckpt jobs: the source agent's checkpoint job (GET /v1/checkpoints through gpuckpt jobs in its pod)
+"$PLUGIN" jobs node-a > "$tmp/jobs" 2>&1 && grep -Eq '^ck-[0-9TZ]+-[0-9a-f]+ +checkpoint +succeeded ' "$tmp/jobs" &&
+  ok || bad "kubectl gpuckpt jobs lists node-a's checkpoint job: $(cat "$tmp/jobs")"
+"$PLUGIN" jobs node-a --state failed > "$tmp/jobs" 2>&1 && ! grep -q '^ck-' "$tmp/jobs" && ok || bad "--state failed filters it out"
+# the agents' logs: every line timestamped with its level; job polls (GET) at debug, the requests that change
+# something at info
+alog="$FAKE_CLUSTER/nodes/node-a/agent.log"
+[ -s "$alog" ] && ! grep -Evq '^20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z gpuckpt-agent: (error|warn|info|debug): ' "$alog" &&
+  ok || bad "every agent log line starts with its UTC time, component and level: $(grep -Ev '^20[0-9]{2}-' "$alog" | head -2)"
+grep -q 'gpuckpt-agent: info: POST /v1/checkpoints -> 202' "$alog" && ! grep -q 'GET /v1/checkpoints/' "$alog" &&
+  ok || bad "POST logged at info, the job polls not at info: $(grep -c 'GET /v1/' "$alog") GET lines"
 echo "migrate took ${secs}s (checkpoint, copy, match, restore through two agents)"
 if [ "$fail" != 0 ]; then for n in node-a node-b; do echo "--- agent $n"; tail -20 "$FAKE_CLUSTER/nodes/$n/agent.log"; done; fi
 echo "$pass passed, $fail failed"

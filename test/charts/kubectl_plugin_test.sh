@@ -281,7 +281,8 @@ expect 'grep -Eq "^gpu-a .* yes$" "$tmp/out" && grep -Eq "^gpu-b .* yes$" "$tmp/
 expect 'grep -Eq "^gpu-c .* no \(GPUs differ\)$" "$tmp/out"' "the H100 node says no"
 expect 'grep -Eq "^gpu-d .* unknown \(agent Pending\)$" "$tmp/out"' "a pending agent is unknown, not no"
 expect 'grep -q "matching its GPU record on every node" "$tmp/err"' "says it matches the record"
-expect '[ "$(grep -c -- "-- gpuckpt match --source - --host-root /host" "$FAKE_CLUSTER/calls.log")" = 3 ]' "only the record travels: one match per running agent"
+expect '[ "$(grep -c -- "-- gpuckpt match --source - --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token" "$FAKE_CLUSTER/calls.log")" = 3 ]' \
+  "only the record travels: one match per running agent, judged by that agent"
 # a checkpoint without GPU state restores anywhere
 cp "$tmp/template-nvidia-h200-nogpu.tar" "$FAKE_CLUSTER/nodes/gpu-a/fs/var/lib/gpuckpt/checkpoints/plain.tar"
 run nodes gpu-a:/var/lib/gpuckpt/checkpoints/plain.tar && ok || bad "nodes on a GPU-less checkpoint: $(cat "$tmp/err")"
@@ -290,6 +291,43 @@ printf 'not a tar' > "$FAKE_CLUSTER/nodes/gpu-a/fs/var/lib/gpuckpt/checkpoints/j
 run nodes gpu-a:/var/lib/gpuckpt/checkpoints/junk.tar && bad "a junk archive must fail" || ok
 expect 'grep -q "cannot inspect /var/lib/gpuckpt/checkpoints/junk.tar on gpu-a" "$tmp/err"' "a junk archive is named"
 expect '[ "$(grep -c "gpuckpt restore\|gpuckpt checkpoint" <<< "$(tail -n 12 "$FAKE_CLUSTER/calls.log")")" = 0 ]' "nodes changes nothing"
+
+# ---- one matcher: the target's agent judges, with its own view of the node (NVML), not a host-root guess --------
+# An 8x H100 NVLink node: the agent reads NVML (the fixture's recorded snapshot), so its checkpoints' records carry
+# the NVLink links. `gpuckpt match --host-root /host` in the pod reads no NVML and rejects such a record even on
+# its own node; the agent's judgement (POST /v1/match) takes it.
+F="$FIXTURES/nvidia-h100-8gpu" nv="$tmp/tpl-nvlink"
+mkdir -p "$nv/checkpoint"
+"$GPUCKPT_CLI" gpus --json --host-root "$F" --nvml-snapshot "$F/nvml-snapshot.json" > "$nv/node.json"
+python3 - "$nv" <<'PY2'
+import json, os, sys
+d = sys.argv[1]
+rec = json.load(open(f"{d}/node.json"))
+a, b = rec["node"]["gpus"][:2]
+assert any(l.get("peer_id") == b["id"] or b["id"] in json.dumps(l) for l in a["links"]), "the fixture's GPUs 0 and 1 are NVLinked"
+rec["used_gpu_ids"] = [a["id"], b["id"]]
+json.dump(rec, open(f"{d}/record.json", "w"))
+json.dump({"version": 1, "checkpoint_id": "ckpt-nv", "record": rec,
+           "devices": [{"container_path": g["device_paths"][0], "major": 195, "minor": i, "gpu_id": g["id"]} for i, g in enumerate((a, b))],
+           "gpu_env": {"NVIDIA_VISIBLE_DEVICES": "0,1"}}, open(f"{d}/gpuckpt-gpus.json", "w"))
+json.dump({"id": "c0ffee", "name": "nv", "rootfsImageName": "localhost/train:latest", "createdTime": "2026-11-21T00:00:00Z"}, open(f"{d}/config.dump", "w"))
+json.dump({"ociVersion": "1.0.0"}, open(f"{d}/spec.dump", "w"))
+open(f"{d}/checkpoint/pages-1.img", "wb").write(os.urandom(1000))
+os.remove(f"{d}/node.json")
+PY2
+rc=0; "$GPUCKPT_CLI" match --source "$nv/record.json" --host-root "$F" > "$tmp/blind" 2>&1 || rc=$?
+expect '[ "$rc" = 3 ] && grep -q " links " "$tmp/blind"' "control: without NVML the NVLink record fails its own node on links (rc $rc)"
+rm "$nv/record.json"
+new_cluster
+tar -C "$nv" -cf "$FAKE_CLUSTER/nodes/gpu-c/template.tar" .
+d="$FAKE_CLUSTER/nodes/gpu-f"; mkdir -p "$d/fs"; echo nvidia-h100-8gpu > "$d/gpu"; ln -s "$F" "$d/hostroot"
+echo "gpu-f gpuckpt-fffff Running" >> "$FAKE_CLUSTER/agents.tsv"
+echo "ml nv gpu-c main -" >> "$FAKE_CLUSTER/pods.tsv"
+run migrate nv --to gpu-f && ok || bad "an NVLink checkpoint migrates to an identical NVLink node: $(cat "$tmp/err")"
+expect '[ "$(cat "$FAKE_CLUSTER/nodes/gpu-f/restored" 2>/dev/null)" = "$(archives gpu-c)" ]' "restored on gpu-f"
+run nodes "gpu-c:$(archives gpu-c)" && ok || bad "nodes on the NVLink checkpoint: $(cat "$tmp/err")"
+expect 'grep -Eq "^gpu-c .* yes$" "$tmp/out" && grep -Eq "^gpu-f .* yes$" "$tmp/out" && grep -Eq "^gpu-b .* no \(GPUs differ\)$" "$tmp/out"' \
+  "the NVLink checkpoint matches its own node and its twin, not the H200 node"
 
 # ---- dry run --------------------------------------------------------------------------------------------------
 new_cluster
@@ -364,6 +402,8 @@ usage_case "--agent-namespace needs a namespace" --agent-namespace
 usage_case "--stable 'x' is not a number of seconds" migrate train --to gpu-b --stable x
 usage_case "--stable 300s must be shorter than --wait 300s" migrate train --to gpu-b --stable 300
 usage_case "--force-owned only goes with --delete-source" migrate train --to gpu-b --force-owned
+usage_case "jobs needs a NODE" jobs
+usage_case "unknown option '--frob' for jobs" jobs gpu-a --frob
 run --help && grep -q "kubectl gpuckpt migrate POD --to NODE" "$tmp/out" && ok || bad "--help prints usage on stdout"
 run version && grep -q "^kubectl gpuckpt [0-9]" "$tmp/out" && ok || bad "version"
 
