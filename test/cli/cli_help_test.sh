@@ -68,5 +68,12 @@ rc=0; "$CLI" runtime --agent http://127.0.0.1:1 --token-file "$tmp/token" 2> "$t
 [ "$rc" = 1 ] && grep -q "cannot reach the agent at http://127.0.0.1:1: could not connect (nothing listens there" "$tmp/err" && ok ||
   bad "an unreachable agent's reason is given in full (rc $rc: $(cat "$tmp/err"))"
 
+# no agent named: the local runtime is used, and said so even with --quiet (the container does not exist: the
+# verb fails after saying it)
+rc=0; env -u GPUCKPT_AGENT "$CLI" checkpoint gpuckpt-no-such-container-$$ --quiet --state-dir "$tmp/state" \
+  --checkpoint-dir "$tmp/state/c" > /dev/null 2> "$tmp/err" || rc=$?
+[ "$rc" != 0 ] && grep -q "via the local runtime (podman on this host): no --agent given and GPUCKPT_AGENT is not set" "$tmp/err" &&
+  ok || bad "a missing --agent is said, not silent (rc $rc: $(cat "$tmp/err"))"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
