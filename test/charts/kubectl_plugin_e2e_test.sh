@@ -103,13 +103,22 @@ grep -q "\"$NAME-migrated\"\|$NAME-migrated" "$FAKE_CLUSTER/nodes/node-b/agent.l
 "$PLUGIN" jobs node-a > "$tmp/jobs" 2>&1 && grep -Eq '^ck-[0-9TZ]+-[0-9a-f]+ +checkpoint +succeeded ' "$tmp/jobs" &&
   ok || bad "kubectl gpuckpt jobs lists node-a's checkpoint job: $(cat "$tmp/jobs")"
 "$PLUGIN" jobs node-a --state failed > "$tmp/jobs" 2>&1 && ! grep -q '^ck-' "$tmp/jobs" && ok || bad "--state failed filters it out"
+# gpuckpt job ID --follow against node-a's agent: the checkpoint job, to its end
+a_url=$(cat "$FAKE_CLUSTER/nodes/node-a/agent.url") a_token="$FAKE_CLUSTER/nodes/node-a/fs/etc/gpuckpt/auth/token"
+job_id=$(awk '/^ck-/ {print $1; exit}' <(GPUCKPT_AGENT=$a_url GPUCKPT_TOKEN_FILE=$a_token "$GPUCKPT_CLI" jobs --kind checkpoint) || true)
+rc=0; "$GPUCKPT_CLI" job "${job_id:-none}" --follow --agent "$a_url" --token-file "$a_token" > "$tmp/job" 2>&1 || rc=$?
+[ "$rc" = 0 ] && grep -q "^$job_id checkpoint succeeded (phase done)" "$tmp/job" && grep -q "archive: .*$job_id" "$tmp/job" &&
+  ok || bad "gpuckpt job --follow reports the finished checkpoint job (rc $rc: $(cat "$tmp/job"))"
+rc=0; "$GPUCKPT_CLI" job ck-20000101T000000Z-00000000 --agent "$a_url" --token-file "$a_token" > "$tmp/job" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "no checkpoint job 'ck-20000101T000000Z-00000000'" "$tmp/job" && ok || bad "an unknown job id is named (rc $rc: $(cat "$tmp/job"))"
 # the agents' logs: every line timestamped with its level; job polls (GET) at debug, the requests that change
 # something at info
 alog="$FAKE_CLUSTER/nodes/node-a/agent.log"
 [ -s "$alog" ] && ! grep -Evq '^20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z gpuckpt-agent: (error|warn|info|debug): ' "$alog" &&
   ok || bad "every agent log line starts with its UTC time, component and level: $(grep -Ev '^20[0-9]{2}-' "$alog" | head -2)"
-grep -q 'gpuckpt-agent: info: POST /v1/checkpoints -> 202' "$alog" && ! grep -q 'GET /v1/checkpoints/' "$alog" &&
-  ok || bad "POST logged at info, the job polls not at info: $(grep -c 'GET /v1/' "$alog") GET lines"
+grep -q 'gpuckpt-agent: info: POST /v1/checkpoints -> 202' "$alog" && ! grep -Eq 'info: GET /v1/[^ ]* -> 2[0-9]{2} ' "$alog" &&
+  grep -q "info: GET /v1/checkpoints/ck-20000101T000000Z-00000000 -> 404" "$alog" &&
+  ok || bad "POST and refusals logged at info, the successful job polls not: $(grep 'GET /v1/' "$alog" | head -3)"
 echo "migrate took ${secs}s (checkpoint, copy, match, restore through two agents)"
 if [ "$fail" != 0 ]; then for n in node-a node-b; do echo "--- agent $n"; tail -20 "$FAKE_CLUSTER/nodes/$n/agent.log"; done; fi
 echo "$pass passed, $fail failed"
