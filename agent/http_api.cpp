@@ -3,6 +3,7 @@
 #include "agent/http_server.h"
 #include "agent/requests.h"
 #include "common/log.h"
+#include "common/properties_record.h"
 
 namespace gpuckpt::agent {
 
@@ -15,6 +16,17 @@ void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
 
 void send_error(httplib::Response& res, int status, const std::string& message) {
   send_json(res, status, {{"error", {{"code", status}, {"message", message}}}});
+}
+
+// A job in a list: what it is, how it went, what it was asked (the request is small: names and paths).
+nlohmann::json job_summary(const JobStatus& job) {
+  nlohmann::json out = {{"id", job.id},           {"kind", job.kind},
+                        {"state", job.state},     {"phase", job.phase},
+                        {"created_at", job.created_at}, {"finished_at", job.finished_at},
+                        {"request", job.request}};
+  if (!job.error.empty()) out["error"] = job.error;
+  if (job.result.is_object() && job.result.contains("archive")) out["archive"] = job.result["archive"];
+  return out;
 }
 
 const char* reason_for(int status) {
@@ -57,9 +69,12 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
     return httplib::Server::HandlerResponse::Unhandled;
   });
 
+  // Reads that succeed (a client polling its job, a scraper) at debug; changes and refusals at info.
   server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    log::info(log::escaped(req.method, 16) + " " + log::escaped(req.path) + " -> " + std::to_string(res.status) + " (" +
-              req.remote_addr + ")");
+    const std::string line = log::escaped(req.method, 16) + " " + log::escaped(req.path) + " -> " +
+                             std::to_string(res.status) + " (" + req.remote_addr + ")";
+    if (req.method == "GET" && res.status < 300) log::debug(line);
+    else log::info(line);
   });
 
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -102,6 +117,14 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
     auto gpus = service.gpus();
     if (!gpus) return fail(res, gpus.error());
     send_json(res, 200, gpus.value());
+  });
+
+  server.Post("/v1/match", [&service, fail](const httplib::Request& req, httplib::Response& res) {
+    auto record = read_record(req.body, "the request body");
+    if (!record) return fail(res, make_error(record.error().message, EINVAL));
+    auto verdict = service.match(record.value());
+    if (!verdict) return fail(res, verdict.error());
+    send_json(res, 200, verdict.value());
   });
 
   server.Get("/v1/node", [&service](const httplib::Request&, httplib::Response& res) {
@@ -153,6 +176,34 @@ void install_routes(httplib::Server& server, AgentService& service, std::string 
       send_json(res, 200, to_json(*job));
     };
   };
+  // Lists: newest first, ?state= one of the job states, ?limit= 1..kMaxListedJobs (default kDefaultListedJobs).
+  auto list_jobs = [&service, fail](const char* kind) {
+    return [&service, fail, kind](const httplib::Request& req, httplib::Response& res) {
+      const std::string state = req.get_param_value("state");
+      if (!state.empty() && state != "queued" && state != "running" && state != "succeeded" && state != "failed")
+        return fail(res, make_error("'state' must be queued, running, succeeded or failed, got '" +
+                                    log::escaped(state, 32) + "'"));
+      std::size_t limit = kDefaultListedJobs;
+      if (req.has_param("limit")) {
+        const std::string text = req.get_param_value("limit");
+        const bool digits = !text.empty() && text.size() <= 4 &&
+                            text.find_first_not_of("0123456789") == std::string::npos;
+        limit = digits ? std::stoul(text) : 0;
+        if (limit < 1 || limit > kMaxListedJobs)
+          return fail(res, make_error("'limit' must be a number from 1 to " + std::to_string(kMaxListedJobs) +
+                                      ", got '" + log::escaped(text, 32) + "'"));
+      }
+      auto jobs = service.list_jobs(kind, state, limit + 1);
+      const bool truncated = jobs.size() > limit;
+      if (truncated) jobs.pop_back();
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& job : jobs) list.push_back(job_summary(job));
+      send_json(res, 200, {{"jobs", std::move(list)}, {"truncated", truncated}});
+    };
+  };
+  server.Get("/v1/checkpoints", list_jobs("checkpoint"));
+  server.Get("/v1/restores", list_jobs("restore"));
+  server.Get("/v1/images", list_jobs("image"));
   server.Get(R"(/v1/checkpoints/([A-Za-z0-9._-]{1,128}))", get_job("checkpoint"));
   server.Get(R"(/v1/restores/([A-Za-z0-9._-]{1,128}))", get_job("restore"));
   server.Get(R"(/v1/images/([A-Za-z0-9._-]{1,128}))", get_job("image"));

@@ -1,6 +1,7 @@
 // The agent's HTTP API (docs/api.md) on cpp-httplib: routes, bearer-token auth on every /v1 call, JSON errors.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include <httplib.h>
@@ -8,6 +9,11 @@
 #include "agent/service.h"
 
 namespace gpuckpt::agent {
+
+// GET /v1/checkpoints|restores|images answer this many jobs unless ?limit= says otherwise, and never more than
+// kMaxListedJobs (the agent keeps up to 1000 finished jobs).
+inline constexpr std::size_t kDefaultListedJobs = 50;
+inline constexpr std::size_t kMaxListedJobs = 500;
 
 // Constant-time comparison: the time taken does not depend on where the strings differ.
 bool token_matches(std::string_view presented, std::string_view expected);

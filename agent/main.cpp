@@ -70,6 +70,7 @@ class Stopper {
 
 int main(int argc, char** argv) {
   log::set_component("gpuckpt-agent");
+  log::set_timestamps(true);
   fs::path config_path = "/etc/gpuckpt/agent.yaml";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];

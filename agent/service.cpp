@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <random>
@@ -295,6 +296,34 @@ Result<nlohmann::json> AgentService::gpus() const {
   auto inventory = deps_.inventory();
   if (!inventory) return inventory.error();
   return to_json(inventory.value());
+}
+
+Result<nlohmann::json> AgentService::match(const GpuPropertiesRecord& record) const {
+  auto inventory = deps_.inventory();
+  if (!inventory) return inventory.error();
+  MatchRequest request;
+  request.source = &record;
+  request.target = &inventory.value();
+  request.policy = config_.match_policy;
+  const auto outcome = match_gpus(request);
+  if (const auto* plan = std::get_if<MatchPlan>(&outcome)) return to_json(*plan, record, inventory.value());
+  return to_json(std::get<MatchFailure>(outcome));
+}
+
+std::vector<JobStatus> AgentService::list_jobs(const std::string& kind, const std::string& state,
+                                               std::size_t limit) const {
+  std::vector<JobStatus> out;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, job] : jobs_)
+      if (job.kind == kind && (state.empty() || job.state == state)) out.push_back(job);
+  }
+  // Ids start with the kind's prefix and the UTC second they were made: created_at then id orders them.
+  std::sort(out.begin(), out.end(), [](const JobStatus& a, const JobStatus& b) {
+    return a.created_at != b.created_at ? a.created_at > b.created_at : a.id > b.id;
+  });
+  if (out.size() > limit) out.resize(limit);
+  return out;
 }
 
 nlohmann::json AgentService::node_report() const {

@@ -76,6 +76,12 @@ class AgentService {
   void wait_idle();
 
   Result<nlohmann::json> gpus() const;
+  // POST /v1/match: whether this node's GPUs can take a checkpoint whose GPU properties record is `record`, judged
+  // as a restore judges it (this agent's inventory, NVML included, and its match_policy): common/properties_record's
+  // match JSON, "matched" true or false.
+  Result<nlohmann::json> match(const GpuPropertiesRecord& record) const;
+  // GET /v1/checkpoints|restores|images: the jobs of `kind` (`state` "" for any), newest first, at most `limit`.
+  std::vector<JobStatus> list_jobs(const std::string& kind, const std::string& state, std::size_t limit) const;
   // GET /v1/node: common/node_report.h's checks as this agent sees the node (CRIU only when it runs on the host).
   nlohmann::json node_report() const;
   // GET /v1/runtime: the runtime's kind, name and version, and how a restore comes about there.

@@ -78,6 +78,25 @@ void set_up(httplib::Client& client, const std::string& token) {
   client.set_read_timeout(60);
 }
 
+// Why a call got no answer, in full: httplib's error names alone ("Connection") say nothing a user can act on.
+std::string unreachable(const std::string& url, httplib::Error error) {
+  std::string why;
+  switch (error) {
+    case httplib::Error::Connection:
+      why = "could not connect (nothing listens there, the connection was refused, or the host is unreachable)";
+      break;
+    case httplib::Error::ConnectionTimeout: why = "the connection timed out (5 s): a firewall, or the wrong address"; break;
+    case httplib::Error::Read: why = "the connection broke while reading the answer (the agent stopped or restarted?)"; break;
+    case httplib::Error::Write: why = "the connection broke while sending the request"; break;
+    case httplib::Error::SSLConnection:
+    case httplib::Error::SSLServerVerification:
+      why = "TLS failed (the agent serves plain HTTP: use http://)";
+      break;
+    default: why = httplib::to_string(error); break;
+  }
+  return "cannot reach the agent at " + url + ": " + why + "; check --agent (or GPUCKPT_AGENT) and that the agent runs";
+}
+
 std::string collection_of(const std::string& kind) {
   return kind == "checkpoint" ? "/v1/checkpoints" : kind == "image" ? "/v1/images" : "/v1/restores";
 }
@@ -96,7 +115,7 @@ JobOutcome run_remote(const NodeTarget& target, const std::string& kind, const n
     Api api;
     auto result = method == "POST" ? client.Post(path.c_str(), payload, "application/json") : client.Get(path.c_str());
     if (!result) {
-      api.transport_error = "cannot reach the agent at " + target.agent_url + ": " + httplib::to_string(result.error());
+      api.transport_error = unreachable(target.agent_url, result.error());
       return api;
     }
     api.status = result->status;
@@ -235,31 +254,48 @@ bool NodeTarget::consume(std::span<char*> args, std::size_t& i) {
   return false;
 }
 
-Result<nlohmann::json> agent_get(const NodeTarget& target, const std::string& path) {
+namespace {
+
+// One call that answers 200 with JSON; `payload` empty: GET, else POST of that JSON.
+Result<nlohmann::json> agent_call(const NodeTarget& target, const std::string& path, const std::string& payload) {
   if (target.agent_url.empty()) return make_error("name the agent (--agent URL --token-file FILE, or GPUCKPT_AGENT)");
   const std::string token = read_token(target.token_file);
   if (token.empty()) return make_error(token_problem(target));
   httplib::Client client(target.agent_url);
   set_up(client, token);
-  auto result = client.Get(path.c_str());
+  const std::string method = payload.empty() ? "GET" : "POST";
+  auto result = payload.empty() ? client.Get(path.c_str()) : client.Post(path.c_str(), payload, "application/json");
   if (!result)
-    return make_error("cannot reach the agent at " + target.agent_url + ": " + httplib::to_string(result.error()), EIO);
+    return make_error(unreachable(target.agent_url, result.error()), EIO);
   auto body = nlohmann::json::parse(result->body, nullptr, false);
   if (result->status != 200) {
-    std::string message = "agent answered " + std::to_string(result->status) + " to GET " + path;
+    std::string message = "agent answered " + std::to_string(result->status) + " to " + method + " " + path;
     if (body.is_object() && body.contains("error") && body["error"].is_object())
       message = body["error"].value("message", message);
     return make_error(message, EIO);
   }
-  if (body.is_discarded()) return make_error("the agent's answer to GET " + path + " is not JSON", EIO);
+  if (body.is_discarded()) return make_error("the agent's answer to " + method + " " + path + " is not JSON", EIO);
   return body;
+}
+
+}  // namespace
+
+Result<nlohmann::json> agent_get(const NodeTarget& target, const std::string& path) {
+  return agent_call(target, path, "");
+}
+
+Result<nlohmann::json> agent_post(const NodeTarget& target, const std::string& path, const nlohmann::json& body) {
+  return agent_call(target, path, body.dump());
 }
 
 JobOutcome run_node_job(const NodeTarget& target, const std::string& kind, const std::string& subject,
                         const nlohmann::json& body) {
-  if (!target.quiet)
-    std::fprintf(stderr, "gpuckpt %s: %s via %s\n", kind.c_str(), subject.c_str(),
-                 target.agent_url.empty() ? "the local runtime (podman)" : target.agent_url.c_str());
+  // Always said when no agent is named (even with --quiet): a missing --agent must not pass for a remote call.
+  if (target.agent_url.empty())
+    std::fprintf(stderr, "gpuckpt %s: %s via the local runtime (podman on this host): no --agent given and "
+                 "GPUCKPT_AGENT is not set\n", kind.c_str(), subject.c_str());
+  else if (!target.quiet)
+    std::fprintf(stderr, "gpuckpt %s: %s via %s\n", kind.c_str(), subject.c_str(), target.agent_url.c_str());
   JobOutcome outcome = target.agent_url.empty() ? run_local(target, kind, body) : run_remote(target, kind, body);
   if (outcome.exit_code != 0) std::fprintf(stderr, "gpuckpt %s: %s\n", kind.c_str(), outcome.message.c_str());
   return outcome;

@@ -46,7 +46,9 @@ struct JobOutcome {
 JobOutcome run_node_job(const NodeTarget& target, const std::string& kind, const std::string& subject,
                         const nlohmann::json& body);
 
-// GET `path` from the agent (remote only): its JSON answer, or why not.
+// GET `path` from the agent, or POST `body` to it (remote only): its JSON answer (HTTP 200), or why not
+// (errno EIO: the agent could not be reached or refused the call).
 Result<nlohmann::json> agent_get(const NodeTarget& target, const std::string& path);
+Result<nlohmann::json> agent_post(const NodeTarget& target, const std::string& path, const nlohmann::json& body);
 
 }  // namespace gpuckpt::cli

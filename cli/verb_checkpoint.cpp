@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/cli_args.h"
+#include "cli/verb_help.h"
 #include "cli/node_client.h"
 
 namespace gpuckpt::cli {
@@ -19,8 +20,7 @@ int run_checkpoint(std::span<char*> args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string arg = args[i];
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: %s\n", usage.c_str());
-      return kExitOk;
+      return print_help("checkpoint");
     } else if (arg == "--json") {
       json = true;
     } else if (arg == "--namespace" || arg == "--pod" || arg == "--image") {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/cli_args.h"
+#include "cli/verb_help.h"
 #include "common/inventory.h"
 #include "common/node_report.h"
 
@@ -32,7 +33,7 @@ int run_doctor(std::span<char*> args) {
     };
     bool ok = true;
     if (arg == "--json") json = true;
-    else if (arg == "--help" || arg == "-h") return std::printf("usage: %s\n", kUsage), kExitOk;
+    else if (arg == "--help" || arg == "-h") return print_help("doctor");
     else if (arg == "--host-root") ok = value(host_root);
     else if (arg == "--criu") ok = value(criu);
     else if (arg == "--no-criu") no_criu = true;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/cli_args.h"
+#include "cli/verb_help.h"
 #include "common/inventory.h"
 #include "common/properties_record.h"
 
@@ -18,7 +19,7 @@ int run_gpus(std::span<char*> args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string arg = args[i];
     if (arg == "--json") json = true;
-    else if (arg == "--help" || arg == "-h") return std::printf("usage: %s\n", kUsage), kExitOk;
+    else if (arg == "--help" || arg == "-h") return print_help("gpus");
     else if (!opts.consume(args, i)) return usage_error("gpus", "unknown argument '" + arg + "'", kUsage);
   }
   if (!opts.problem.empty()) return usage_error("gpus", opts.problem, kUsage);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/cli_args.h"
+#include "cli/verb_help.h"
 #include "cli/node_client.h"
 
 namespace gpuckpt::cli {
@@ -21,8 +22,7 @@ int run_image(std::span<char*> args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string arg = args[i];
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: %s\n", usage.c_str());
-      return kExitOk;
+      return print_help("image");
     } else if (arg == "--json") {
       json = true;
     } else if (arg == "--tag") {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cli/cli_args.h"
+#include "cli/verb_help.h"
 #include "common/checkpoint_archive.h"
 #include "common/gpu_image.h"
 #include "common/matcher.h"
@@ -97,8 +98,7 @@ int run_inspect(std::span<char*> args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string arg = args[i];
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: %s\n", kUsage);
-      return kExitOk;
+      return print_help("inspect");
     } else if (arg == "--json") {
       json = true;
     } else if (opts.consume(args, i)) {
@@ -119,9 +119,18 @@ int run_inspect(std::span<char*> args) {
       if (gpu_image::vpid_from_file_name(e.path().filename().string()) > 0) names.push_back(e.path().filename());
     std::sort(names.begin(), names.end());
     if (names.empty()) {
-      std::printf("%s holds no GPU memory image (%s<PID>%s)\n", archive.c_str(), gpu_image::kFilePrefix,
-                  gpu_image::kFileSuffix);
-      return kExitOk;
+      // A CRIU image directory of processes that used no GPU is a fine answer; any other directory is a wrong input.
+      if (std::filesystem::exists(target / "inventory.img", ec)) {
+        std::printf("%s is a CRIU image directory with no GPU memory image (%s<PID>%s): its processes held no GPU "
+                    "memory\n", archive.c_str(), gpu_image::kFilePrefix, gpu_image::kFileSuffix);
+        return kExitOk;
+      }
+      std::fprintf(stderr,
+                   "gpuckpt inspect: %s is a directory, neither a CRIU image directory (no inventory.img) nor one "
+                   "holding GPU memory images (%s<PID>%s); name a checkpoint archive (.tar, .tar.zst, .tar.gz), a GPU "
+                   "memory image, or a CRIU image directory\n",
+                   archive.c_str(), gpu_image::kFilePrefix, gpu_image::kFileSuffix);
+      return kExitBadInput;
     }
     return inspect_gpu_images(target, names);
   }
@@ -129,7 +138,12 @@ int run_inspect(std::span<char*> args) {
     return inspect_gpu_images(target.has_parent_path() ? target.parent_path() : ".", {target.filename().string()});
   auto info = inspect_checkpoint_archive(archive, ArchiveLimits{});
   if (!info) {
-    std::fprintf(stderr, "gpuckpt inspect: %s\n", info.error().message.c_str());
+    const std::string& why = info.error().message;
+    if (why.find(archive) != std::string::npos)
+      std::fprintf(stderr, "gpuckpt inspect: %s\n", why.c_str());
+    else
+      std::fprintf(stderr, "gpuckpt inspect: %s is not a checkpoint archive gpuckpt can read: %s\n", archive.c_str(),
+                   why.c_str());
     return kExitBadInput;
   }
   // Can this node take it?

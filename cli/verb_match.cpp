@@ -1,5 +1,8 @@
 // gpuckpt match --source FILE [--host-root DIR] [--assigned ID,ID] [--nvml-snapshot FILE] [--json]
-// Exit 0 + the mapping, 3 + every rejection when nothing fits, 2 on bad input.
+// gpuckpt match --source FILE --agent URL --token-file FILE [--json]
+// Exit 0 + the mapping, 3 + every rejection when nothing fits, 2 on bad input, 1 when the agent cannot be asked.
+// With --agent the node's agent judges (POST /v1/match): its inventory, NVML included, and its match_policy, the
+// same judgement its restore makes; without, this process reads the host root (NVML only where it is "/").
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -8,6 +11,8 @@
 #include <string>
 
 #include "cli/cli_args.h"
+#include "cli/verb_help.h"
+#include "cli/node_client.h"
 #include "common/matcher.h"
 #include "common/properties_record.h"
 
@@ -16,7 +21,8 @@ namespace gpuckpt::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "gpuckpt match --source FILE|- (JSON or protobuf record) [--host-root DIR] [--assigned ID,ID...] [--nvml-snapshot FILE] [--json]";
+    "gpuckpt match --source FILE|- (JSON or protobuf record) [--host-root DIR] [--assigned ID,ID...] [--nvml-snapshot FILE] [--json]\n"
+    "       gpuckpt match --source FILE|- --agent URL --token-file FILE [--json]   (the agent's node judges)";
 
 std::vector<std::string> split_ids(const std::string& list) {
   std::vector<std::string> ids;
@@ -27,12 +33,49 @@ std::vector<std::string> split_ids(const std::string& list) {
   return ids;
 }
 
-std::string render(int minor) { return minor >= 0 ? "renderD" + std::to_string(minor) : "-"; }
+std::string render(const nlohmann::json& gpu) {
+  const int minor = gpu.value("render_minor", -1);
+  return minor >= 0 ? "renderD" + std::to_string(minor) : "-";
+}
+
+// The verdict (common/properties_record's match JSON, local or the agent's), as a table or JSON; the exit code.
+int print_verdict(const nlohmann::json& verdict, bool json) {
+  const bool matched = verdict.value("matched", false);
+  if (json) {
+    std::printf("%s\n", verdict.dump(2).c_str());
+    return matched ? kExitOk : kExitNoMatch;
+  }
+  if (matched) {
+    std::printf("%-44s %-44s %-10s %-10s %s\n", "SOURCE", "TARGET", "SRC-RENDER", "DST-RENDER", "DEVICES");
+    for (const auto& m : verdict.value("mappings", nlohmann::json::array())) {
+      std::string paths;
+      for (const auto& p : m["target"].value("device_paths", nlohmann::json::array()))
+        paths += (paths.empty() ? "" : ",") + p.get<std::string>();
+      std::printf("%-44s %-44s %-10s %-10s %s\n", m["source"].value("id", "").c_str(), m["target"].value("id", "").c_str(),
+                  render(m["source"]).c_str(), render(m["target"]).c_str(), paths.c_str());
+    }
+    for (const auto& r : verdict.value("relaxations", nlohmann::json::array()))
+      std::printf("relaxed: %s\n", r.get<std::string>().c_str());
+    return kExitOk;
+  }
+  std::printf("no match: %s\n", verdict.value("summary", "").c_str());
+  std::string current;
+  for (const auto& r : verdict.value("rejections", nlohmann::json::array())) {
+    const std::string source = r.value("source_id", "");
+    if (source != current) std::printf("source %s:\n", (current = source).c_str());
+    std::printf("  %-44s %-11s %s\n", r.value("candidate_id", "").c_str(), r.value("property", "").c_str(),
+                r.value("detail", "").c_str());
+  }
+  return kExitNoMatch;
+}
 
 }  // namespace
 
 int run_match(std::span<char*> args) {
   InventoryArgs opts;
+  NodeTarget agent;
+  agent.agent_url.clear();   // only --agent asks an agent: GPUCKPT_AGENT alone keeps match on this host
+  bool host_flags = false;
   std::string source_path;
   std::optional<std::vector<std::string>> assigned;
   bool json = false;
@@ -41,8 +84,7 @@ int run_match(std::span<char*> args) {
     if (arg == "--json") {
       json = true;
     } else if (arg == "--help" || arg == "-h") {
-      std::printf("usage: %s\n", kUsage);
-      return kExitOk;
+      return print_help("match");
     } else if (arg == "--source" || arg == "--assigned") {
       if (i + 1 >= args.size()) return usage_error("match", arg + " needs a value", kUsage);
       const std::string value = args[++i];
@@ -52,11 +94,19 @@ int run_match(std::span<char*> args) {
       source_path = arg.substr(9);
     } else if (arg.rfind("--assigned=", 0) == 0) {
       assigned = split_ids(arg.substr(11));
-    } else if (!opts.consume(args, i)) {
+    } else if (arg.rfind("--agent", 0) == 0 || arg.rfind("--token-file", 0) == 0) {
+      if (!agent.consume(args, i)) return usage_error("match", "unknown argument '" + arg + "'", kUsage);
+      if (!agent.problem.empty()) return usage_error("match", agent.problem, kUsage);
+    } else if (opts.consume(args, i)) {
+      host_flags = true;
+    } else {
       return usage_error("match", "unknown or incomplete argument '" + arg + "'", kUsage);
     }
   }
   if (!opts.problem.empty()) return usage_error("match", opts.problem, kUsage);
+  if (!agent.agent_url.empty() && (host_flags || assigned))
+    return usage_error("match", "--agent judges on the agent's node: --host-root, --nvml-snapshot and --assigned do not apply",
+                       kUsage);
   if (source_path.empty()) return usage_error("match", "--source FILE is required", kUsage);
   if (assigned && assigned->empty()) return usage_error("match", "--assigned needs at least one GPU id", kUsage);
 
@@ -81,6 +131,15 @@ int run_match(std::span<char*> args) {
     std::fprintf(stderr, "gpuckpt match: %s\n", record.error().message.c_str());
     return kExitBadInput;
   }
+  if (!agent.agent_url.empty()) {
+    init_cli_logging("match");
+    auto verdict = agent_post(agent, "/v1/match", to_json(*record));
+    if (!verdict) {
+      std::fprintf(stderr, "gpuckpt match: %s\n", verdict.error().message.c_str());
+      return verdict.error().errno_value == EIO ? 1 : kExitBadInput;
+    }
+    return print_verdict(verdict.value(), json);
+  }
   auto inventory = opts.read("match");
   if (!inventory) return kExitBadInput;
   if (assigned) {
@@ -97,35 +156,8 @@ int run_match(std::span<char*> args) {
 
   MatchRequest request{&*record, &*inventory, assigned, MatchPolicy::from_env()};
   const auto result = match_gpus(request);
-  if (const auto* plan = std::get_if<MatchPlan>(&result)) {
-    if (json) {
-      std::printf("%s\n", to_json(*plan, *record, *inventory).dump(2).c_str());
-      return kExitOk;
-    }
-    std::printf("%-44s %-44s %-10s %-10s %s\n", "SOURCE", "TARGET", "SRC-RENDER", "DST-RENDER", "DEVICES");
-    for (const auto& a : plan->assignments) {
-      const GpuDevice* from = find_gpu(record->node, a.source_id);
-      const GpuDevice* to = find_gpu(*inventory, a.target_id);
-      std::string paths;
-      for (const auto& p : to->device_paths) paths += (paths.empty() ? "" : ",") + p;
-      std::printf("%-44s %-44s %-10s %-10s %s\n", a.source_id.c_str(), a.target_id.c_str(),
-                  render(from->render_minor).c_str(), render(to->render_minor).c_str(), paths.c_str());
-    }
-    for (const auto& r : plan->relaxations) std::printf("relaxed: %s\n", r.c_str());
-    return kExitOk;
-  }
-  const auto& failure = std::get<MatchFailure>(result);
-  if (json) {
-    std::printf("%s\n", to_json(failure).dump(2).c_str());
-  } else {
-    std::printf("no match: %s\n", failure.summary.c_str());
-    std::string current;
-    for (const auto& r : failure.rejections) {
-      if (r.source_id != current) std::printf("source %s:\n", (current = r.source_id).c_str());
-      std::printf("  %-44s %-11s %s\n", r.candidate_id.c_str(), r.property.c_str(), r.detail.c_str());
-    }
-  }
-  return kExitNoMatch;
+  if (const auto* plan = std::get_if<MatchPlan>(&result)) return print_verdict(to_json(*plan, *record, *inventory), json);
+  return print_verdict(to_json(std::get<MatchFailure>(result)), json);
 }
 
 }  // namespace gpuckpt::cli

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/cli_args.h"
+#include "cli/verb_help.h"
 #include "cli/target_pod.h"
 #include "common/json_reader.h"
 
@@ -19,7 +20,7 @@ int run_target_pod(std::span<char*> args) {
   TargetPodOptions options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string arg = args[i];
-    if (arg == "--help" || arg == "-h") return std::printf("usage: %s\n", kUsage), kExitOk;
+    if (arg == "--help" || arg == "-h") return print_help("target-pod");
     std::string* value = arg == "--node" ? &options.node : arg == "--container" ? &options.container
                        : arg == "--image" ? &options.image : arg == "--name" ? &options.name
                        : arg == "--pull" ? &options.pull : nullptr;

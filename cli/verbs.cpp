@@ -13,6 +13,8 @@ int run_doctor(std::span<char*> args);
 int run_image(std::span<char*> args);
 int run_runtime(std::span<char*> args);
 int run_target_pod(std::span<char*> args);
+int run_jobs(std::span<char*> args);
+int run_job(std::span<char*> args);
 
 std::span<const Verb> verbs() {
   static const Verb table[] = {
@@ -25,6 +27,8 @@ std::span<const Verb> verbs() {
       {"image", "turn a checkpoint archive into a checkpoint image in the node's image store (agent or local podman)", run_image},
       {"runtime", "the container runtime behind an agent, and whether restores there are pods", run_runtime},
       {"target-pod", "the pod that restores a source pod's container from its checkpoint image on a node (JSON in, JSON out)", run_target_pod},
+      {"jobs", "list an agent's checkpoint, restore and image jobs, newest first", run_jobs},
+      {"job", "show one job of an agent; --follow: until it ends (exit 1: it failed)", run_job},
       {"doctor", "check whether GPU checkpoints work on this node: pass/warn/fail with the fix (exit 1: a failure)", run_doctor},
   };
   return table;

@@ -349,8 +349,10 @@ Result<void> check_archive_deadline(const ArchiveLimits& limits, const std::stri
 std::string archive_message(struct archive* a) {
   const char* text = archive_error_string(a);
   std::string message = text ? text : "unknown libarchive error";
-  // libarchive's own texts ("Write error") leave out the cause that a user can act on (a full disk).
-  if (const int err = archive_errno(a); err > 0 && message.find(std::strerror(err)) == std::string::npos)
+  // libarchive's own texts ("Write error") leave out the cause that a user can act on (a full disk). EILSEQ is
+  // libarchive's code for "not an archive format it knows" (ARCHIVE_ERRNO_FILE_FORMAT), not a system error: its
+  // strerror ("Invalid or incomplete multibyte or wide character") would only mislead.
+  if (const int err = archive_errno(a); err > 0 && err != EILSEQ && message.find(std::strerror(err)) == std::string::npos)
     message += std::string(" (") + std::strerror(err) + ")";
   return message;
 }

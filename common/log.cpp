@@ -1,6 +1,9 @@
 #include "common/log.h"
 
+#include <sys/time.h>
+
 #include <cstdio>
+#include <ctime>
 #include <mutex>
 
 namespace gpuckpt::log {
@@ -11,6 +14,7 @@ struct State {
   Sink sink;
   Level max_level = Level::Info;
   std::string component = "gpuckpt";
+  bool timestamps = false;
 };
 
 State& state() {
@@ -26,6 +30,18 @@ const char* level_name(Level level) {
     case Level::Debug: return "debug";
   }
   return "?";
+}
+
+// "2026-11-26T10:27:20.123Z "
+std::string utc_stamp() {
+  timeval now{};
+  gettimeofday(&now, nullptr);
+  std::tm tm{};
+  gmtime_r(&now.tv_sec, &tm);
+  char text[40];
+  const std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(text + n, sizeof text - n, ".%03dZ ", static_cast<int>(now.tv_usec / 1000));
+  return text;
 }
 
 constexpr char kHex[] = "0123456789abcdef";
@@ -75,6 +91,11 @@ void set_level(Level max_level) {
   state().max_level = max_level;
 }
 
+void set_timestamps(bool on) {
+  std::lock_guard lock(state().mutex);
+  state().timestamps = on;
+}
+
 void set_component(std::string component) {
   std::lock_guard lock(state().mutex);
   state().component = std::move(component);
@@ -97,7 +118,8 @@ void write(Level level, std::string_view message) {
     s.sink(level, line);
     return;
   }
-  std::fprintf(stderr, "%s: %s: %s\n", s.component.c_str(), level_name(level), line.c_str());
+  std::fprintf(stderr, "%s%s: %s: %s\n", s.timestamps ? utc_stamp().c_str() : "", s.component.c_str(), level_name(level),
+               line.c_str());
 }
 
 void param(std::string_view name, std::string_view value) {

@@ -15,6 +15,9 @@ using Sink = std::function<void(Level, std::string_view line)>;
 void set_sink(Sink sink);                 // nullptr restores the stderr sink
 void set_level(Level max_level);          // lines above this level are dropped
 void set_component(std::string component);  // prefix, e.g. "gpuckpt-agent"
+// The stderr sink starts each line with its UTC time, "2026-11-26T10:27:20.123Z " (a long-running daemon's lines
+// must say when; CRIU's log and the hook's own file carry their own).
+void set_timestamps(bool on);
 Level level_from_string(std::string_view name, Level fallback);
 
 // Writes one line: control characters in `message` (a newline, a carriage return, an escape sequence) are

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -18,6 +19,9 @@
 #include "agent/service.h"
 #include "common/checkpoint_images.h"
 #include "common/container_store.h"
+#include "common/inventory.h"
+#include "common/matcher.h"
+#include "common/properties_record.h"
 #include "test/agent/archive_builder.h"
 #include "test/agent/registry_server.h"
 
@@ -141,7 +145,8 @@ struct Fixture {
   int port = 0;
 
   explicit Fixture(std::function<void(const fs::path&)> before_start = {},
-                   std::function<void(agent::AgentConfig&)> configure = {}) {
+                   std::function<void(agent::AgentConfig&)> configure = {},
+                   std::function<Result<NodeInventory>()> inventory = {}) {
     if (before_start) before_start(tmp.path);
     agent::AgentConfig config;
     config.state_dir = tmp.path / "state";
@@ -155,7 +160,7 @@ struct Fixture {
     runtime->containers["plain"] = {"def456", "plain", "running", 101};
     agent::AgentDeps deps;
     deps.runtime = runtime;
-    deps.inventory = [] { return Result<NodeInventory>(two_gpu_node()); };
+    deps.inventory = inventory ? inventory : [] { return Result<NodeInventory>(two_gpu_node()); };
     deps.device_numbers = [](const std::string& p) -> Result<std::pair<std::uint32_t, std::uint32_t>> {
       // As in the e2e test: the nodes the archive's aliases point at (/dev/null, /dev/zero).
       if (p == "/dev/nvidia0") return std::make_pair(1u, 3u);
@@ -250,6 +255,102 @@ TEST_CASE("GET /v1/gpus and /v1/containers", "[unit]") {
   CHECK(list[0]["id"] == "abc123");
   CHECK(list[0]["name"] == "counter");
   CHECK(list[0]["used_gpu_ids"][0] == "GPU-0");
+}
+
+TEST_CASE("POST /v1/match judges a GPU record with the agent's inventory and policy, behind the token", "[unit]") {
+  Fixture f;
+  GpuPropertiesRecord record;
+  record.node = two_gpu_node();
+  record.used_gpu_ids = {"GPU-1"};
+  auto yes = f.post("/v1/match", to_json(record).dump(), 200);
+  CHECK(yes["matched"] == true);
+  REQUIRE(yes["mappings"].size() == 1);
+  CHECK(yes["mappings"][0]["source"]["id"] == "GPU-1");
+  CHECK(yes["mappings"][0]["target"]["device_paths"][0].get<std::string>().rfind("/dev/nvidia", 0) == 0);
+
+  record.node.gpus[1].name = "NVIDIA B200";   // a model this node does not have
+  auto no = f.post("/v1/match", to_json(record).dump(), 200);
+  CHECK(no["matched"] == false);
+  CHECK_FALSE(no["rejections"].empty());
+  CHECK(no["rejections"][0]["property"] == "model");
+
+  auto bad = f.post("/v1/match", R"({"not": "a record"})", 400);
+  CHECK(bad["error"]["message"].get<std::string>().find("request body") != std::string::npos);
+  auto anon = f.client("").Post("/v1/match", to_json(record).dump(), "application/json");
+  REQUIRE(anon);
+  CHECK(anon->status == 401);
+}
+
+TEST_CASE("an 8x H100 NVLink record matches its own node through the agent, which reads NVML (issue 23)", "[unit]") {
+  // The agent reads the node with NVML (here its recorded snapshot): NVLink links are in its inventory and so in
+  // the records of checkpoints it takes. Reading the same host root without NVML (what `gpuckpt match --host-root`
+  // does in a pod) loses the links, and the record no longer matches its own node.
+  const fs::path root = fs::path(GPUCKPT_TEST_FIXTURES) / "nvidia-h100-8gpu";
+  InventoryOptions with_nvml;
+  with_nvml.nvml_snapshot = root / "nvml-snapshot.json";
+  auto node = read_inventory(HostRoot(root.string()), with_nvml);
+  REQUIRE(node.ok());
+  REQUIRE(node->gpus.size() == 8);
+  REQUIRE_FALSE(node->gpus[0].links.empty());
+  GpuPropertiesRecord record;
+  record.node = node.value();
+  record.used_gpu_ids = {node->gpus[0].id, node->gpus[1].id};
+
+  InventoryOptions without_nvml;
+  without_nvml.use_nvml = false;
+  auto blind = read_inventory(HostRoot(root.string()), without_nvml);
+  REQUIRE(blind.ok());
+  MatchRequest request{&record, &blind.value(), std::nullopt, MatchPolicy{}};
+  REQUIRE(std::holds_alternative<MatchFailure>(match_gpus(request)));   // the plugin's old host-root guess
+
+  Fixture f({}, [](agent::AgentConfig& c) { c.max_request_bytes = 65536; },
+            [root, with_nvml] { return read_inventory(HostRoot(root.string()), with_nvml); });
+  auto verdict = f.post("/v1/match", to_json(record).dump(), 200);
+  CHECK(verdict["matched"] == true);
+  CHECK(verdict["mappings"].size() == 2);
+}
+
+TEST_CASE("GET /v1/checkpoints lists jobs newest first, filtered and bounded, behind the token", "[unit]") {
+  Fixture f;
+  const auto first = f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"].get<std::string>();
+  f.service->wait_idle();
+  f.post("/v1/checkpoints", R"({"container":"no-such-container-yet"})", 404);   // refused: no job
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));   // created_at has whole seconds: a later one
+  const auto third = f.post("/v1/checkpoints", R"({"container":"plain"})", 202)["id"].get<std::string>();
+  f.service->wait_idle();
+  auto get = [&](const std::string& path, int status) {
+    auto res = f.client().Get(path.c_str());
+    REQUIRE(res);
+    INFO(path << ": " << res->body);
+    CHECK(res->status == status);
+    return json::parse(res->body);
+  };
+  auto all = get("/v1/checkpoints", 200);
+  REQUIRE(all["jobs"].size() == 2);
+  CHECK(all["truncated"] == false);
+  // newest first; each with what it was about, its state and times
+  CHECK(all["jobs"][0]["id"] == third);
+  CHECK(all["jobs"][1]["id"] == first);
+  CHECK(all["jobs"][1]["kind"] == "checkpoint");
+  CHECK(all["jobs"][1]["state"] == "succeeded");
+  CHECK(all["jobs"][1]["request"]["container"] == "counter");
+  CHECK_FALSE(all["jobs"][1]["created_at"].get<std::string>().empty());
+  CHECK_FALSE(all["jobs"][1]["finished_at"].get<std::string>().empty());
+  CHECK(all["jobs"][1]["archive"].get<std::string>().find(".tar") != std::string::npos);
+  CHECK_FALSE(all["jobs"][1].contains("result"));   // a summary: the full job is GET /v1/checkpoints/{id}
+
+  auto one_job = get("/v1/checkpoints?limit=1", 200);
+  CHECK(one_job["jobs"].size() == 1);
+  CHECK(one_job["truncated"] == true);
+  CHECK(get("/v1/checkpoints?state=failed", 200)["jobs"].size() == (all["jobs"][0]["state"] == "failed" ? 1u : 0u));
+  CHECK(get("/v1/restores", 200)["jobs"].empty());
+  CHECK(get("/v1/images", 200)["jobs"].empty());
+  CHECK(get("/v1/checkpoints?limit=0", 400)["error"]["message"].get<std::string>().find("'limit'") != std::string::npos);
+  CHECK(get("/v1/checkpoints?limit=501", 400)["error"]["message"].get<std::string>().find("1 to 500") != std::string::npos);
+  CHECK(get("/v1/checkpoints?state=done", 400)["error"]["message"].get<std::string>().find("'state'") != std::string::npos);
+  auto anon = f.client("").Get("/v1/checkpoints");
+  REQUIRE(anon);
+  CHECK(anon->status == 401);
 }
 
 TEST_CASE("GET /v1/node reports the node checks (common/node_report) behind the token", "[unit]") {

@@ -514,8 +514,70 @@ def test_nri():
     check(rw == {cfg["state_dir"], "/var/run/nri"}, f"[nri] writes only the state dir and the NRI socket dir: {sorted(rw)}")
     check(nri["securityContext"]["capabilities"]["drop"] == ["ALL"] and not nri["securityContext"].get("privileged"),
           "[nri] no capabilities, not privileged")
-    off = case("nri-off", [])
-    check(container(pod_spec(off), "nri") is None, "[nri] off by default (NRI is off in the runtimes by default)")
+    # nri.enabled=auto (the default): on where the runtime has NRI on by default (runtime.kind cri: containerd >= 2.0,
+    # CRI-O), off for containerd 1.7 (runtime.kind containerd: NRI off by default), kubelet and podman.
+    for name, sets, want in (("nri-auto-cri", [], True),
+                             ("nri-auto-containerd2", ["runtime.criSocket=/run/containerd/containerd.sock"], True),
+                             ("nri-auto-containerd17", ["runtime.kind=containerd", "runtime.criSocket=/run/containerd/containerd.sock"], False),
+                             ("nri-auto-podman", ["runtime.kind=podman"], False),
+                             ("nri-off", ["nri.enabled=false"], False),
+                             ("nri-on-containerd17", ["runtime.kind=containerd", "nri.enabled=true"], True)):
+        got = container(pod_spec(case(name, sets)), "nri") is not None
+        check(got == want, f"[{name}] gpuckpt-nri {'runs' if want else 'does not run'} ({' '.join(sets) or 'defaults'})")
+    proc = helm("template", "t", CHART, "--set", "nri.enabled=maybe", expect_ok=False)
+    check(proc.returncode != 0 and "true, false, \"auto\"" in proc.stderr, f"[nri] nri.enabled is true, false or auto: {proc.stderr[-300:]}")
+    notes = render_notes(["runtime.kind=containerd"])
+    check("gpuckpt-nri is off" in notes and "Enable NRI in containerd and set nri.enabled=true" in notes,
+          f"[nri] NOTES say what to do where NRI is off on containerd: {notes[:600]}")
+    check("one\nrelease per pool" in notes or "one release per pool" in notes.replace("\n", " "), "[nri] NOTES point mixed pools to one release per pool")
+
+
+def test_termination_grace():
+    """The pod's grace covers an in-flight job: the agent waits for its jobs at SIGTERM, each bounded by the runtime
+    timeout."""
+    for name, sets, want in (("grace-default", [], 660),
+                             ("grace-follows-timeout", ["config.checkpoints.runtime_timeout_seconds=100"], 160),
+                             ("grace-given", ["terminationGracePeriodSeconds=900"], 900)):
+        got = pod_spec(case(name, sets))["terminationGracePeriodSeconds"]
+        check(got == want, f"[{name}] terminationGracePeriodSeconds {want} (got {got})")
+
+
+def render_notes(sets):
+    """NOTES.txt as `helm install` prints it (helm template does not render NOTES): a copy of the chart renders it
+    into a ConfigMap through tpl."""
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = os.path.join(tmp, "gpuckpt")
+        subprocess.run(["cp", "-r", CHART, chart], check=True)
+        os.rename(os.path.join(chart, "templates", "NOTES.txt"), os.path.join(chart, "notes.txt"))
+        with open(os.path.join(chart, "templates", "notes-rendered.yaml"), "w") as f:
+            f.write('apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n')
+        args = ["template", "t", chart, "--namespace", NS, "--show-only", "templates/notes-rendered.yaml"]
+        for s in sets:
+            args += ["--set", s]
+        return yaml.safe_load(helm(*args).stdout)["data"]["notes"]
+
+
+def test_mixed_pools():
+    """A cluster with a containerd 2.x pool and a CRI-O pool: one release per pool (one criSocket each), each
+    pinned to its pool by nodeSelector; the two releases' objects do not collide."""
+    pools = {"gpuckpt-ctrd": ("/run/containerd/containerd.sock", "containerd"),
+             "gpuckpt-crio": ("/run/crio/crio.sock", "crio")}
+    rendered = {}
+    for release, (socket, pool) in pools.items():
+        args = ["template", release, CHART, "--namespace", NS, "--set", f"runtime.criSocket={socket}",
+                "--set", f"nodeSelector.gpuckpt\\.io/runtime-pool={pool}"]
+        objs = [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
+        ALL_OBJECTS.extend(objs)
+        rendered[release] = objs
+        spec, (cfg, _) = pod_spec(objs), agent_config(objs)
+        check(spec.get("nodeSelector") == {"gpuckpt.io/runtime-pool": pool}, f"[{release}] pinned to its pool: {spec.get('nodeSelector')}")
+        check(cfg["runtime"]["kind"] == "cri" and socket in json.dumps(cfg["runtime"]), f"[{release}] its own socket: {cfg['runtime']}")
+        check(container(spec, "nri") is not None, f"[{release}] gpuckpt-nri runs (auto, runtime.kind cri)")
+        labels = one(objs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+        check(labels.get("app.kubernetes.io/name") == "gpuckpt" and labels.get("app.kubernetes.io/component") == "agent",
+              f"[{release}] kubectl gpuckpt's default agent selector finds its pods: {labels}")
+    names = [{(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objs} for objs in rendered.values()]
+    check(not names[0] & names[1], f"[mixed pools] the two releases share no object name: {sorted(names[0] & names[1])}")
 
 
 def test_installer_off():
@@ -546,6 +608,8 @@ def test_node_selector_instead_of_affinity():
 
 
 BAD = [
+    ("grace-shorter-than-runtime-timeout", ["terminationGracePeriodSeconds=30"],
+     "terminationGracePeriodSeconds=30 is shorter than the agent's runtime timeout (config.checkpoints.runtime_timeout_seconds=600)"),
     ("servicemonitor-without-crd", ["metrics.serviceMonitor.enabled=true"],
      "no monitoring.coreos.com/v1 ServiceMonitor CRD. Install prometheus-operator's CRDs first, or with `helm template` pass --api-versions"),
     ("servicemonitor-without-service", ["metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.skipCrdCheck=true", "service.enabled=false"],
@@ -694,7 +758,7 @@ def main():
         dump = sys.argv[sys.argv.index("--dump-objects") + 1]
     print(f"agent config check: {AGENT if os.access(AGENT, os.X_OK) else 'skipped, ' + AGENT + ' not built'}")
     for t in [test_defaults, test_labels_through_api, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_priority_quota, test_monitoring,
-              test_existing_secret, test_registry_credentials_secret, test_full_config_shape, test_custom_paths, test_containerd_runtime, test_nri, test_installer_off,
+              test_existing_secret, test_registry_credentials_secret, test_full_config_shape, test_custom_paths, test_containerd_runtime, test_nri, test_mixed_pools, test_termination_grace, test_installer_off,
               test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
               test_gpu_node_label_sets, test_security_modes,
               test_bad_combinations, test_token_kept_on_upgrade_template, test_notes_name_doctor, test_docs_name_real_values]:

@@ -4,7 +4,7 @@
 # (own host tree with GPU device nodes, hooks.d, state and checkpoint dirs, token, gpuckpt-agent with the podman
 # runtime), a counting container with GPU device aliases started on node-a through node-a's OCI hook, then the
 # plugin (through fake-cluster/kubectl, whose "agent pods" run commands against the node's directories and agent)
-# checkpoints it on node-a, streams the archive to node-b, matches its GPUs there and restores it. The restored
+# checkpoints it on node-a, matches its GPU record on node-b, streams the archive there and restores it. The restored
 # container must continue counting.
 set -euo pipefail
 SRC=${GPUCKPT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -87,7 +87,8 @@ cat "$tmp/err"
 if [ "$rc" = 0 ]; then ok; else bad "migrate exits 0 (got $rc)"; fi
 grep -q '^\[5/5\] restoring on node-b' "$tmp/err" && ok || bad "progress reached the restore step"
 grep -q 'sha256 .* verified' "$tmp/err" && ok || bad "the archive copy was verified"
-grep -q 'this node: *yes: ' "$tmp/err" && ok || bad "node-b's GPUs matched the checkpoint (real inspect)"
+grep -Eq '^ +GPU-[0-9a-f-]+ +GPU-[0-9a-f-]+ ' "$tmp/err" && ok || bad "node-b's GPUs matched the checkpoint's record (real match)"
+[ "$(grep -o -- '-- gpuckpt match\|-- cat' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ')" = "-- gpuckpt match -- cat " ] && ok || bad "the match ran before the copy"
 a_archive=$(find "$FAKE_CLUSTER/nodes/node-a/fs/var/lib/gpuckpt/checkpoints" -name '*.tar*' | head -1)
 b_archive="$FAKE_CLUSTER/nodes/node-b/fs/var/lib/gpuckpt/checkpoints/$(basename "${a_archive:-none}")"
 [ -n "$a_archive" ] && cmp -s "$a_archive" "$b_archive" && ok || bad "the archive arrived on node-b intact"
@@ -98,6 +99,26 @@ last=$(tar -xOf "$a_archive" ctr.log 2>/dev/null | tail -1 | awk '{print $NF}' |
 for _ in $(seq 50); do now=$(podman exec "$NAME-migrated" cat /tmp/count 2>/dev/null || echo 0); [ "$now" -gt "${last:-0}" ] && break; sleep 0.1; done
 [ -n "$last" ] && [ "$now" -gt "$last" ] && ok || bad "it continued counting (last before checkpoint ${last:-?}, now ${now:-?})"
 grep -q "\"$NAME-migrated\"\|$NAME-migrated" "$FAKE_CLUSTER/nodes/node-b/agent.log" 2>/dev/null || true
+# kubectl gpuckpt jobs: the source agent's checkpoint job (GET /v1/checkpoints through gpuckpt jobs in its pod)
+"$PLUGIN" jobs node-a > "$tmp/jobs" 2>&1 && grep -Eq '^ck-[0-9TZ]+-[0-9a-f]+ +checkpoint +succeeded ' "$tmp/jobs" &&
+  ok || bad "kubectl gpuckpt jobs lists node-a's checkpoint job: $(cat "$tmp/jobs")"
+"$PLUGIN" jobs node-a --state failed > "$tmp/jobs" 2>&1 && ! grep -q '^ck-' "$tmp/jobs" && ok || bad "--state failed filters it out"
+# gpuckpt job ID --follow against node-a's agent: the checkpoint job, to its end
+a_url=$(cat "$FAKE_CLUSTER/nodes/node-a/agent.url") a_token="$FAKE_CLUSTER/nodes/node-a/fs/etc/gpuckpt/auth/token"
+job_id=$(awk '/^ck-/ {print $1; exit}' <(GPUCKPT_AGENT=$a_url GPUCKPT_TOKEN_FILE=$a_token "$GPUCKPT_CLI" jobs --kind checkpoint) || true)
+rc=0; "$GPUCKPT_CLI" job "${job_id:-none}" --follow --agent "$a_url" --token-file "$a_token" > "$tmp/job" 2>&1 || rc=$?
+[ "$rc" = 0 ] && grep -q "^$job_id checkpoint succeeded (phase done)" "$tmp/job" && grep -q "archive: .*$job_id" "$tmp/job" &&
+  ok || bad "gpuckpt job --follow reports the finished checkpoint job (rc $rc: $(cat "$tmp/job"))"
+rc=0; "$GPUCKPT_CLI" job ck-20000101T000000Z-00000000 --agent "$a_url" --token-file "$a_token" > "$tmp/job" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "no checkpoint job 'ck-20000101T000000Z-00000000'" "$tmp/job" && ok || bad "an unknown job id is named (rc $rc: $(cat "$tmp/job"))"
+# the agents' logs: every line timestamped with its level; job polls (GET) at debug, the requests that change
+# something at info
+alog="$FAKE_CLUSTER/nodes/node-a/agent.log"
+[ -s "$alog" ] && ! grep -Evq '^20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z gpuckpt-agent: (error|warn|info|debug): ' "$alog" &&
+  ok || bad "every agent log line starts with its UTC time, component and level: $(grep -Ev '^20[0-9]{2}-' "$alog" | head -2)"
+grep -q 'gpuckpt-agent: info: POST /v1/checkpoints -> 202' "$alog" && ! grep -Eq 'info: GET /v1/[^ ]* -> 2[0-9]{2} ' "$alog" &&
+  grep -q "info: GET /v1/checkpoints/ck-20000101T000000Z-00000000 -> 404" "$alog" &&
+  ok || bad "POST and refusals logged at info, the successful job polls not: $(grep 'GET /v1/' "$alog" | head -3)"
 echo "migrate took ${secs}s (checkpoint, copy, match, restore through two agents)"
 if [ "$fail" != 0 ]; then for n in node-a node-b; do echo "--- agent $n"; tail -20 "$FAKE_CLUSTER/nodes/$n/agent.log"; done; fi
 echo "$pass passed, $fail failed"

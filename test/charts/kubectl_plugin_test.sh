@@ -25,7 +25,7 @@ new_cluster() {
   rm -rf "$FAKE_CLUSTER"; mkdir -p "$FAKE_CLUSTER"
   echo ml > "$FAKE_CLUSTER/namespace"
   printf '%s\n' "ml train gpu-a main -" "ml multi gpu-a main,sidecar -" "ml annotated gpu-a main,sidecar sidecar" \
-    "ml cpu-job gpu-a main -" > "$FAKE_CLUSTER/pods.tsv"
+    "ml cpu-job gpu-a main -" "ml solo gpu-a main,sidecar main" > "$FAKE_CLUSTER/pods.tsv"
   printf '%s\n' "gpu-a gpuckpt-aaaaa Running" "gpu-b gpuckpt-bbbbb Running" "gpu-c gpuckpt-ccccc Running" \
     "gpu-d gpuckpt-ddddd Pending" > "$FAKE_CLUSTER/agents.tsv"
   # node:fixture host tree (gpu-b: two H200s, so an H200 checkpoint fits; gpu-c: H100s, it does not)
@@ -49,6 +49,10 @@ new_cluster() {
                   {"name": "sidecar", "image": "busybox:1.36"}]},
  "status": {"phase": "Running", "podIP": "10.1.2.3", "hostIP": "192.168.0.10"}}
 JSON
+  # solo: the same pod without an owner; train's ReplicaSet belongs to a Deployment
+  python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); m=p["metadata"]; m["name"]="solo"; del m["ownerReferences"], m["generateName"]; json.dump(p, open(sys.argv[2], "w"))' \
+    "$FAKE_CLUSTER/pods/ml/train.json" "$FAKE_CLUSTER/pods/ml/solo.json"
+  mkdir -p "$FAKE_CLUSTER/owners/ml/replicaset" && echo "Deployment/train" > "$FAKE_CLUSTER/owners/ml/replicaset/train-7d9f8c"
   : > "$FAKE_CLUSTER/calls.log"
 }
 run() { "$PLUGIN" "$@" > "$tmp/out" 2> "$tmp/err"; }
@@ -113,15 +117,22 @@ expect '[ "$(cat "$FAKE_CLUSTER/nodes/gpu-b/restored")" = "$src" ]' "restored on
 expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-a/restored" ]' "nothing restored on the source"
 expect 'grep -q "^\[5/5\] restoring on gpu-b" "$tmp/err" && grep -q "sha256 .* verified" "$tmp/err"' "progress with the verified copy"
 expect 'grep -q "the source pod ml/train stays on gpu-a" "$tmp/err"' "says the source pod is still there"
-order=$(grep -o -- '-- gpuckpt [a-z-]*' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
-expect '[ "$order" = "-- gpuckpt runtime -- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt restore " ]' "runtime, checkpoint, then match (inspect), then restore ($order)"
+order=$(grep -o -- '-- gpuckpt [a-z-]*\|-- cat' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
+expect '[ "$order" = "-- gpuckpt runtime -- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt match -- cat -- gpuckpt restore " ]' \
+  "runtime, checkpoint, the record read on the source, matched on the target, then the copy, then restore ($order)"
+expect 'grep -q "gpuckpt-aaaaa -c agent -- gpuckpt inspect /var/lib/gpuckpt/checkpoints/.* --json" "$FAKE_CLUSTER/calls.log" && grep -q "gpuckpt-bbbbb -c agent -- gpuckpt match --source -" "$FAKE_CLUSTER/calls.log"' \
+  "the record comes from the source node, the match runs on the target"
+expect 'grep -q "WARNING: ml/train is owned by Deployment/train (through ReplicaSet/train-7d9f8c)" "$tmp/err"' "an owned pod's owner is named, up to its Deployment"
 expect '[ ! -d "$FAKE_CLUSTER/created" ] && grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv"' "a podman node gets no pod; the source stays"
-expect 'grep -q "this node: *yes: GPU-a2ce77ac-c70f-b672-0aa0-f871c0787910 -> GPU-" "$tmp/err"' "the real matcher's verdict for gpu-b is shown"
+expect 'grep -Eq "^ +GPU-a2ce77ac-c70f-b672-0aa0-f871c0787910 +GPU-" "$tmp/err"' "the real matcher's mapping for gpu-b is shown"
 
 new_cluster
 rc=0; run migrate train --to gpu-c || rc=$?
 expect '[ "$rc" = 3 ]' "migrate onto non-matching GPUs exits 3 (got $rc)"
-expect 'grep -q "node gpu-c has no GPUs matching the checkpoint" "$tmp/err" && grep -q "this node: *no: " "$tmp/err"' "says why, with the real inspect verdict"
+expect 'grep -q "node gpu-c has no GPUs matching the checkpoint" "$tmp/err" && grep -q "no match: " "$tmp/err"' "says why, with the real matcher's verdict"
+expect 'grep -q "nothing was copied; the archive stays on gpu-a at /var/lib/gpuckpt/checkpoints/" "$tmp/err"' "says nothing was copied and where the archive is"
+expect '[ -z "$(archives gpu-c)" ] && ! grep -q -- "-- cat" "$FAKE_CLUSTER/calls.log"' "matching happens before the copy: nothing reached gpu-c ($(archives gpu-c))"
+expect '[ -n "$(archives gpu-a)" ]' "the source archive stays"
 expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-c/restored" ]' "no restore attempted on a non-matching node"
 
 new_cluster
@@ -174,11 +185,18 @@ PY
 expect '[ -z "$problems" ]' "the created pod: $problems"
 expect 'grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv" && grep -q "the source pod ml/train stays on gpu-a" "$tmp/err"' "the source pod is left alone by default"
 order=$(grep -o -- '-- gpuckpt [a-z-]*\|^create -f -' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
-expect '[ "$order" = "-- gpuckpt runtime -- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt image -- gpuckpt target-pod create -f - " ]' \
+expect '[ "$order" = "-- gpuckpt runtime -- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt match -- gpuckpt image -- gpuckpt target-pod create -f - " ]' \
   "runtime, checkpoint, match, load the image, make the pod, create it ($order)"
 expect 'grep -q "^\[6/6\] creating the pod on gpu-b" "$tmp/err" && grep -q "restored on gpu-b as pod ml/train-migrated" "$tmp/err"' "progress names the pod"
+before=$(archives gpu-b)
 run migrate train --to gpu-b && bad "a second migration onto a taken name must fail" || ok
 expect 'grep -q "AlreadyExists" "$tmp/err" && grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv"' "a taken name fails, the source stays"
+expect '[ -n "$before" ] && [ "$(archives gpu-b)" = "$before" ] && grep -q "already on the target with the same sha256" "$tmp/err"' \
+  "an archive of the same name and bytes on the target is used, not copied, and not removed on failure ($(archives gpu-b | tr '\n' ' '))"
+echo "other bytes" > "$FAKE_CLUSTER/nodes/gpu-b/fs$before"
+rc=0; run migrate train --to gpu-b --name train-2 || rc=$?
+expect '[ "$rc" = 1 ] && grep -q "is a different file of the same name: not replaced" "$tmp/err" && [ "$(cat "$FAKE_CLUSTER/nodes/gpu-b/fs$before")" = "other bytes" ]' \
+  "a different file of the archive's name on the target is neither replaced nor removed (rc $rc)"
 
 # a node whose store the agent cannot fill (CRI-O) with an image_registry: the pod pulls the pushed image
 new_cluster; cri_node
@@ -188,23 +206,50 @@ expect '[ "$(python3 -c "import json,sys; c=json.load(open(sys.argv[1]))[\"spec\
   "a pushed image is pulled (IfNotPresent) by its registry name"
 
 new_cluster; cri_node
-run migrate train --to gpu-b --name train-b --delete-source && ok || bad "migrate --name --delete-source: $(cat "$tmp/err")"
-expect '[ -f "$FAKE_CLUSTER/created/ml/train-b.json" ] && ! grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv"' "pod train-b created and the source deleted"
-order=$(grep -o '^create -f -\|^delete pod -n ml train' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
-expect '[ "$order" = "create -f - delete pod -n ml train " ]' "the source is deleted only after the target was created ($order)"
+run migrate solo --to gpu-b --name solo-b --delete-source --stable 2 && ok || bad "migrate --name --delete-source: $(cat "$tmp/err")"
+expect '[ -f "$FAKE_CLUSTER/created/ml/solo-b.json" ] && ! grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv"' "pod solo-b created and the source deleted"
+order=$(grep -o '^create -f -\|^get pod -n ml solo-b -o jsonpath={.status.phase}{range\|^delete pod -n ml solo' "$FAKE_CLUSTER/calls.log" | uniq | tr '\n' ' ' || true)
+expect '[ "$order" = "create -f - get pod -n ml solo-b -o jsonpath={.status.phase}{range delete pod -n ml solo " ]' "the source is deleted only after the target was seen ready ($order)"
+looks=$(grep -c '^get pod -n ml solo-b -o jsonpath={.status.phase}{range' "$FAKE_CLUSTER/calls.log" || true)
+expect '[ "$looks" -ge 3 ]' "readiness is watched over the --stable window, not seen once ($looks looks)"
+expect '! grep -q WARNING "$tmp/err"' "a pod without an owner gets no owner warning"
 
 new_cluster; cri_node
-rc=0; FAKE_CREATED_PHASE=Failed run migrate train --to gpu-b --delete-source || rc=$?
-expect '[ "$rc" = 1 ] && grep -q "pod ml/train-migrated is Failed" "$tmp/err"' "a target pod that fails stops the migration (rc $rc)"
-expect 'grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv" && ! grep -q "^delete" "$FAKE_CLUSTER/calls.log"' "a failed target never deletes the source"
+rc=0; run migrate train --to gpu-b --delete-source || rc=$?
+expect '[ "$rc" = 2 ] && grep -q "pod ml/train is owned by Deployment/train (through ReplicaSet/train-7d9f8c), which recreates it" "$tmp/err"' "--delete-source refuses an owned pod, naming the owner (rc $rc)"
+expect 'grep -q -- "--force-owned" "$tmp/err" && ! grep -q "^exec" "$FAKE_CLUSTER/calls.log" && [ -z "$(archives gpu-a)$(archives gpu-b)" ]' "nothing was done; --force-owned is named"
+run migrate train --to gpu-b --delete-source --force-owned --stable 1 && ok || bad "--force-owned deletes an owned source: $(cat "$tmp/err")"
+expect '! grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv" && grep -q "its owner Deployment/train (through ReplicaSet/train-7d9f8c) will create a new one" "$tmp/err"' "the owned source is deleted, with the owner's consequence said"
 
 new_cluster; cri_node
-rc=0; FAKE_IMAGE_FAILS="the CRI runtime is cri-o 1.31" run migrate train --to gpu-b --delete-source || rc=$?
+rc=0; FAKE_CREATED_CRASHLOOP=1 run migrate solo --to gpu-b --delete-source --wait 5 --stable 2 || rc=$?
+expect '[ "$rc" = 1 ] && grep -q "container main of pod ml/solo-migrated was not ready for 2s in a row within 5s (phase .Running., ready .true., restarts [0-9]*)" "$tmp/err"' \
+  "a crash-looping target (Running, ready at each look, restarting) is never taken as ready (rc $rc)"
+expect 'grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv" && ! grep -q "^delete" "$FAKE_CLUSTER/calls.log"' "a crash-looping target never deletes the source"
+expect '[ -z "$(archives gpu-b)" ] && [ -n "$(archives gpu-a)" ]' "its copy is removed from the target, the source archive stays"
+
+new_cluster; cri_node
+rc=0; FAKE_CREATED_READY=false run migrate solo --to gpu-b --delete-source --wait 3 --stable 1 || rc=$?
+expect '[ "$rc" = 1 ] && grep -q "ready .false." "$tmp/err" && grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv"' "a Running pod that is never ready keeps the source (rc $rc)"
+
+new_cluster; cri_node
+rc=0; FAKE_CREATED_PHASE=Failed run migrate solo --to gpu-b --delete-source || rc=$?
+expect '[ "$rc" = 1 ] && grep -q "pod ml/solo-migrated is Failed" "$tmp/err"' "a target pod that fails stops the migration (rc $rc)"
+expect 'grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv" && ! grep -q "^delete" "$FAKE_CLUSTER/calls.log"' "a failed target never deletes the source"
+
+new_cluster; cri_node
+rc=0; FAKE_IMAGE_FAILS="the CRI runtime is cri-o 1.31" run migrate solo --to gpu-b --delete-source || rc=$?
 expect '[ "$rc" = 1 ] && grep -q "loading /var/lib/gpuckpt/checkpoints/.* into gpu-b.s image store failed" "$tmp/err" && grep -q "cri-o 1.31" "$tmp/err"' "an image that cannot be loaded fails clearly (rc $rc)"
-expect '[ ! -d "$FAKE_CLUSTER/created" ] && grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv"' "no pod created, the source stays"
+expect '[ ! -d "$FAKE_CLUSTER/created" ] && grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv"' "no pod created, the source stays"
+expect '[ -z "$(archives gpu-b)" ] && [ -n "$(archives gpu-a)" ]' "the copy on gpu-b is removed, the archive on gpu-a stays"
+
+# a node whose agent restores containers: Kubernetes cannot report the restored container's readiness
+new_cluster
+rc=0; run migrate solo --to gpu-b --delete-source || rc=$?
+expect '[ "$rc" = 2 ] && grep -q "restores containers, not pods" "$tmp/err" && [ -z "$(archives gpu-a)" ]' "--delete-source onto a container-restoring node is refused before anything (rc $rc)"
 
 new_cluster; cri_node
-run --dry-run migrate train --to gpu-b --delete-source && ok || bad "dry-run migrate to a CRI node: $(cat "$tmp/err")"
+run --dry-run migrate train --to gpu-b --delete-source --force-owned && ok || bad "dry-run migrate to a CRI node: $(cat "$tmp/err")"
 expect '[ ! -d "$FAKE_CLUSTER/created" ] && grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv" && [ -z "$(archives gpu-b)" ]' "dry run creates and deletes nothing"
 expect 'grep -q "^+ .*gpuckpt-bbbbb -c agent -- gpuckpt image --agent .* /var/lib/gpuckpt/checkpoints/ARCHIVE.tar$" "$tmp/err" && grep -q "^+ .*kubectl create -f - <<EOF" "$tmp/err" && grep -q "^+ .*kubectl delete pod -n ml train" "$tmp/err"' \
   "the plan: load the image, create the pod, delete the source"
@@ -217,7 +262,7 @@ run restore "$arch" --node gpu-b --name train-restored && ok || bad "restore NOD
 expect 'grep -q "as train-restored" "$tmp/err" && grep -q -- "-- gpuckpt restore --agent .* --name train-restored$" "$FAKE_CLUSTER/calls.log"' "--name reaches gpuckpt restore"
 expect '[ "$(cat "$FAKE_CLUSTER/nodes/gpu-b/restored")" = "${arch#gpu-a:}" ]' "restored on gpu-b"
 run restore "$arch" --node gpu-a && ok || bad "restore on the archive's own node"
-expect 'grep -q "archive is already on gpu-a" "$tmp/err" && [ "$(cat "$FAKE_CLUSTER/nodes/gpu-a/restored")" = "${arch#gpu-a:}" ]' "no copy when the archive is local to the node"
+expect 'grep -q "the archive is already there" "$tmp/err" && [ "$(cat "$FAKE_CLUSTER/nodes/gpu-a/restored")" = "${arch#gpu-a:}" ]' "no copy when the archive is local to the node"
 cp "$FAKE_CLUSTER/nodes/gpu-a/fs${arch#gpu-a:}" "$tmp/local-ckpt.tar"
 run restore "$tmp/local-ckpt.tar" --node gpu-d && bad "restore via a Pending agent must fail" || ok
 expect 'grep -q "no running gpuckpt agent on node gpu-d" "$tmp/err"' "only running agents are used"
@@ -230,12 +275,14 @@ expect 'grep -qx /var/lib/gpuckpt/checkpoints/local-ckpt.tar "$FAKE_CLUSTER/node
 run nodes && ok || bad "nodes lists agents"
 expect 'grep -Eq "^gpu-a +gpuckpt-aaaaa +Running +gpu-count=1 gpu-model=H200$" "$tmp/out"' "gpu-a shown with its gpuckpt.io labels"
 expect 'grep -Eq "^gpu-b .*\(no gpuckpt.io labels yet\)" "$tmp/out" && grep -Eq "^gpu-d +gpuckpt-ddddd +Pending" "$tmp/out"' "unlabelled and pending agents shown"
+: > "$FAKE_CLUSTER/calls.log"
 run nodes "$arch" && ok || bad "nodes ARCHIVE: $(cat "$tmp/err")"
 expect 'grep -Eq "^gpu-a .* yes$" "$tmp/out" && grep -Eq "^gpu-b .* yes$" "$tmp/out"' "nodes with H200s say yes (the real matcher)"
 expect 'grep -Eq "^gpu-c .* no \(GPUs differ\)$" "$tmp/out"' "the H100 node says no"
 expect 'grep -Eq "^gpu-d .* unknown \(agent Pending\)$" "$tmp/out"' "a pending agent is unknown, not no"
 expect 'grep -q "matching its GPU record on every node" "$tmp/err"' "says it matches the record"
-expect '[ "$(grep -c -- "-- gpuckpt match --source - --host-root /host" "$FAKE_CLUSTER/calls.log")" = 3 ]' "only the record travels: one match per running agent"
+expect '[ "$(grep -c -- "-- gpuckpt match --source - --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token" "$FAKE_CLUSTER/calls.log")" = 3 ]' \
+  "only the record travels: one match per running agent, judged by that agent"
 # a checkpoint without GPU state restores anywhere
 cp "$tmp/template-nvidia-h200-nogpu.tar" "$FAKE_CLUSTER/nodes/gpu-a/fs/var/lib/gpuckpt/checkpoints/plain.tar"
 run nodes gpu-a:/var/lib/gpuckpt/checkpoints/plain.tar && ok || bad "nodes on a GPU-less checkpoint: $(cat "$tmp/err")"
@@ -245,6 +292,43 @@ run nodes gpu-a:/var/lib/gpuckpt/checkpoints/junk.tar && bad "a junk archive mus
 expect 'grep -q "cannot inspect /var/lib/gpuckpt/checkpoints/junk.tar on gpu-a" "$tmp/err"' "a junk archive is named"
 expect '[ "$(grep -c "gpuckpt restore\|gpuckpt checkpoint" <<< "$(tail -n 12 "$FAKE_CLUSTER/calls.log")")" = 0 ]' "nodes changes nothing"
 
+# ---- one matcher: the target's agent judges, with its own view of the node (NVML), not a host-root guess --------
+# An 8x H100 NVLink node: the agent reads NVML (the fixture's recorded snapshot), so its checkpoints' records carry
+# the NVLink links. `gpuckpt match --host-root /host` in the pod reads no NVML and rejects such a record even on
+# its own node; the agent's judgement (POST /v1/match) takes it.
+F="$FIXTURES/nvidia-h100-8gpu" nv="$tmp/tpl-nvlink"
+mkdir -p "$nv/checkpoint"
+"$GPUCKPT_CLI" gpus --json --host-root "$F" --nvml-snapshot "$F/nvml-snapshot.json" > "$nv/node.json"
+python3 - "$nv" <<'PY2'
+import json, os, sys
+d = sys.argv[1]
+rec = json.load(open(f"{d}/node.json"))
+a, b = rec["node"]["gpus"][:2]
+assert any(l.get("peer_id") == b["id"] or b["id"] in json.dumps(l) for l in a["links"]), "the fixture's GPUs 0 and 1 are NVLinked"
+rec["used_gpu_ids"] = [a["id"], b["id"]]
+json.dump(rec, open(f"{d}/record.json", "w"))
+json.dump({"version": 1, "checkpoint_id": "ckpt-nv", "record": rec,
+           "devices": [{"container_path": g["device_paths"][0], "major": 195, "minor": i, "gpu_id": g["id"]} for i, g in enumerate((a, b))],
+           "gpu_env": {"NVIDIA_VISIBLE_DEVICES": "0,1"}}, open(f"{d}/gpuckpt-gpus.json", "w"))
+json.dump({"id": "c0ffee", "name": "nv", "rootfsImageName": "localhost/train:latest", "createdTime": "2026-11-21T00:00:00Z"}, open(f"{d}/config.dump", "w"))
+json.dump({"ociVersion": "1.0.0"}, open(f"{d}/spec.dump", "w"))
+open(f"{d}/checkpoint/pages-1.img", "wb").write(os.urandom(1000))
+os.remove(f"{d}/node.json")
+PY2
+rc=0; "$GPUCKPT_CLI" match --source "$nv/record.json" --host-root "$F" > "$tmp/blind" 2>&1 || rc=$?
+expect '[ "$rc" = 3 ] && grep -q " links " "$tmp/blind"' "control: without NVML the NVLink record fails its own node on links (rc $rc)"
+rm "$nv/record.json"
+new_cluster
+tar -C "$nv" -cf "$FAKE_CLUSTER/nodes/gpu-c/template.tar" .
+d="$FAKE_CLUSTER/nodes/gpu-f"; mkdir -p "$d/fs"; echo nvidia-h100-8gpu > "$d/gpu"; ln -s "$F" "$d/hostroot"
+echo "gpu-f gpuckpt-fffff Running" >> "$FAKE_CLUSTER/agents.tsv"
+echo "ml nv gpu-c main -" >> "$FAKE_CLUSTER/pods.tsv"
+run migrate nv --to gpu-f && ok || bad "an NVLink checkpoint migrates to an identical NVLink node: $(cat "$tmp/err")"
+expect '[ "$(cat "$FAKE_CLUSTER/nodes/gpu-f/restored" 2>/dev/null)" = "$(archives gpu-c)" ]' "restored on gpu-f"
+run nodes "gpu-c:$(archives gpu-c)" && ok || bad "nodes on the NVLink checkpoint: $(cat "$tmp/err")"
+expect 'grep -Eq "^gpu-c .* yes$" "$tmp/out" && grep -Eq "^gpu-f .* yes$" "$tmp/out" && grep -Eq "^gpu-b .* no \(GPUs differ\)$" "$tmp/out"' \
+  "the NVLink checkpoint matches its own node and its twin, not the H200 node"
+
 # ---- dry run --------------------------------------------------------------------------------------------------
 new_cluster
 run --dry-run migrate train --to gpu-b && ok || bad "dry-run migrate: $(cat "$tmp/err")"
@@ -252,10 +336,10 @@ expect '[ -z "$(archives gpu-a)$(archives gpu-b)" ]' "dry run writes no archive"
 expect '[ -z "$(grep "^exec" "$FAKE_CLUSTER/calls.log" | grep -v -- "-- gpuckpt runtime ")" ]' "dry run execs nothing in the cluster but the runtime lookup"
 plan=$(grep '^+ ' "$tmp/err")
 steps=$(grep -o -- '-- gpuckpt [a-z]*\|-- cat' <<< "$plan" | tr '\n' ' ' || true)
-expect '[ "$steps" = "-- gpuckpt checkpoint -- cat -- gpuckpt inspect -- gpuckpt restore " ]' "plan in order: checkpoint, copy, match, restore ($steps)"
+expect '[ "$steps" = "-- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt match -- cat -- gpuckpt restore " ]' "plan in order: checkpoint, match, copy, restore ($steps)"
 expect 'grep -q "gpuckpt-aaaaa -c agent -- gpuckpt checkpoint --agent http://127.0.0.1:7469" <<< "$plan"' "plan: checkpoint on the source agent"
 expect 'grep -q "gpuckpt-aaaaa -c agent -- cat /var/lib/gpuckpt/checkpoints/ARCHIVE.tar | .*exec -i -n gpuckpt-system gpuckpt-bbbbb -c agent -- sh -c" <<< "$plan"' "plan: stream the archive to the target agent"
-expect 'grep -q "gpuckpt-bbbbb -c agent -- gpuckpt inspect" <<< "$plan" && grep -q "gpuckpt-bbbbb -c agent -- gpuckpt restore" <<< "$plan"' "plan: match and restore on the target"
+expect 'grep -q "gpuckpt-bbbbb -c agent -- gpuckpt match" <<< "$plan" && grep -q "gpuckpt-bbbbb -c agent -- gpuckpt restore" <<< "$plan"' "plan: match and restore on the target"
 run --dry-run --agent-namespace gpu-sys --agent-port 8000 --token-file /t checkpoint train -n ml || true
 expect 'grep -q "no gpuckpt agent\|no running gpuckpt agent on node gpu-a (namespace gpu-sys" "$tmp/err"' "--agent-namespace is used for the agent lookup"
 
@@ -315,6 +399,11 @@ usage_case "-c needs a container name" checkpoint train -c
 usage_case "--to needs a node name" migrate train --to
 usage_case "--wait 'soon' is not a positive number of seconds" migrate train --to gpu-b --wait soon
 usage_case "--agent-namespace needs a namespace" --agent-namespace
+usage_case "--stable 'x' is not a number of seconds" migrate train --to gpu-b --stable x
+usage_case "--stable 300s must be shorter than --wait 300s" migrate train --to gpu-b --stable 300
+usage_case "--force-owned only goes with --delete-source" migrate train --to gpu-b --force-owned
+usage_case "jobs needs a NODE" jobs
+usage_case "unknown option '--frob' for jobs" jobs gpu-a --frob
 run --help && grep -q "kubectl gpuckpt migrate POD --to NODE" "$tmp/out" && ok || bad "--help prints usage on stdout"
 run version && grep -q "^kubectl gpuckpt [0-9]" "$tmp/out" && ok || bad "version"
 

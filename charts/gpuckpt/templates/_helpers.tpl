@@ -65,6 +65,26 @@ app.kubernetes.io/part-of: gpuckpt
 {{- end -}}
 
 {{/* Where the pod sees the API token, the kubelet CA and the scripts. */}}
+{{/* "true" when gpuckpt-nri runs: nri.enabled true, or auto with runtime.kind cri (containerd >= 2.0 and CRI-O have
+NRI on by default; containerd has no hooks.d, so only NRI records its GPU containers). */}}
+{{- define "gpuckpt.nriEnabled" -}}
+{{- $e := .Values.nri.enabled -}}
+{{- if eq (toString $e) "auto" -}}{{ eq .Values.runtime.kind "cri" }}{{- else -}}{{ $e }}{{- end -}}
+{{- end -}}
+
+{{/* The agent's runtime timeout (config.checkpoints.runtime_timeout_seconds, else the agent's default 600) and the
+pod's termination grace: given, else that timeout + 60 s, so an in-flight job ends before the kubelet kills it. */}}
+{{- define "gpuckpt.runtimeTimeout" -}}
+{{- .Values.config.checkpoints.runtime_timeout_seconds | default 600 | int -}}
+{{- end -}}
+{{- define "gpuckpt.terminationGrace" -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
+{{- add (include "gpuckpt.runtimeTimeout" . | int) 60 -}}
+{{- else -}}
+{{- .Values.terminationGracePeriodSeconds | int -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "gpuckpt.tokenDir" -}}/etc/gpuckpt/auth{{- end -}}
 {{- define "gpuckpt.registryDir" -}}/etc/gpuckpt/registry{{- end -}}
 {{- define "gpuckpt.kubeletCaPath" -}}/etc/gpuckpt/kubelet-ca/ca.crt{{- end -}}

@@ -1,0 +1,131 @@
+// `gpuckpt VERB --help`: every verb's flags with their defaults, and an example. One table, so that the help of all
+// verbs reads alike and test/cli/cli_help_test.sh can hold each verb's help against the flags its usage names.
+#include "cli/verb_help.h"
+
+#include <cstdio>
+
+namespace gpuckpt::cli {
+
+namespace {
+
+constexpr const char* kAgentFlags =
+    "  --agent URL           the node's gpuckpt agent (default: $GPUCKPT_AGENT)\n"
+    "  --token-file FILE     the agent's API token (default: $GPUCKPT_TOKEN_FILE)\n";
+
+constexpr const char* kTargetFlags =
+    "  --agent URL           the node's gpuckpt agent (default: $GPUCKPT_AGENT; neither: the local runtime, podman,\n"
+    "                        on this host, which the verb says on stderr)\n"
+    "  --token-file FILE     the agent's API token (default: $GPUCKPT_TOKEN_FILE)\n"
+    "  --timeout SECONDS     give up following the job after this long (default 900)\n"
+    "  --quiet, -q           no progress lines\n"
+    " local runtime only:\n"
+    "  --state-dir DIR       the hook's records and restore plans (default /var/lib/gpuckpt)\n"
+    "  --checkpoint-dir DIR  where archives are written and read (default /var/lib/gpuckpt/checkpoints)\n"
+    "  --hooks-dir DIR       hooks.d passed to podman (default: podman's own)\n"
+    "  --host-root DIR       where the host's /sys, /proc, /dev are (default /)\n";
+
+constexpr const char* kHostFlags =
+    "  --host-root DIR       where the node's /sys, /proc, /dev are (default /; NVML is read only with /)\n"
+    "  --nvml-snapshot FILE  replay a recorded NVML snapshot instead of the driver library (default: none)\n";
+
+struct Help {
+  const char* verb;
+  const char* usage;
+  const char* flags;
+  const char* shared;   // kAgentFlags, kTargetFlags, kHostFlags or nullptr
+  const char* example;
+};
+
+constexpr Help kHelp[] = {
+    {"version", "gpuckpt version | gpuckpt --version",
+     "  --version, -V         (as gpuckpt's first argument) the same as the verb\n", nullptr, "gpuckpt --version"},
+    {"gpus", "gpuckpt gpus [--host-root DIR] [--nvml-snapshot FILE] [--json]",
+     "  --json                the GPU properties record (docs/formats.md) instead of a table\n", kHostFlags,
+     "gpuckpt gpus --json > node.json"},
+    {"match",
+     "gpuckpt match --source FILE|- [--assigned ID,ID...] [--host-root DIR] [--nvml-snapshot FILE] [--json]\n"
+     "       gpuckpt match --source FILE|- --agent URL --token-file FILE [--json]",
+     "  --source FILE|-       a GPU properties record (JSON or protobuf; - reads stdin) (required)\n"
+     "  --assigned ID,ID      only these GPUs of this node may be used (default: any)\n"
+     "  --agent URL           let that node's agent judge (POST /v1/match: its NVML view and match_policy);\n"
+     "                        not with --host-root/--nvml-snapshot/--assigned (default: judge here)\n"
+     "  --token-file FILE     the agent's API token (default: $GPUCKPT_TOKEN_FILE)\n"
+     "  --json                the mapping or the rejections as JSON\n",
+     kHostFlags, "gpuckpt match --source node-a.json --host-root /host   # exit 3: no GPU of this node fits"},
+    {"checkpoint", "gpuckpt checkpoint CONTAINER [--namespace NS] [--pod POD] [--image TAG] [target flags] [--json]",
+     "  CONTAINER             the container's name (with --pod: its name in the pod)\n"
+     "  --namespace NS        the pod's namespace (default: none)\n"
+     "  --pod POD             the pod the container is in (default: none, a bare container)\n"
+     "  --image TAG           also write the archive as an OCI checkpoint image tagged TAG (default: no image)\n"
+     "  --json                the finished job as JSON\n",
+     kTargetFlags,
+     "gpuckpt checkpoint main --namespace ml --pod train --agent http://127.0.0.1:7469 --token-file "
+     "/etc/gpuckpt/auth/token"},
+    {"restore", "gpuckpt restore ARCHIVE [--name NAME] [--target-gpus ID,ID] [target flags] [--json]",
+     "  ARCHIVE               an archive in the agent's checkpoint directory\n"
+     "  --name NAME           the restored container's name (default: the runtime's choice)\n"
+     "  --target-gpus ID,ID   restore onto these GPUs (default: the matcher chooses)\n"
+     "  --json                the finished job as JSON\n",
+     kTargetFlags, "gpuckpt restore /var/lib/gpuckpt/checkpoints/ck-20261122T001228Z-61ef843a.tar.zst --name train-2"},
+    {"inspect", "gpuckpt inspect ARCHIVE|GPU-MEMORY-IMAGE|IMAGE-DIR [--host-root DIR] [--nvml-snapshot FILE] [--json]",
+     "  ARCHIVE               a checkpoint archive (.tar, .tar.zst, .tar.gz), a GPU memory image\n"
+     "                        (gpuckpt-gpumem-PID.img) or a CRIU image directory; anything else: exit 2\n"
+     "  --json                what it holds and this node's verdict as JSON\n",
+     kHostFlags, "gpuckpt inspect ck-20261122T001228Z-61ef843a.tar.zst   # exit 3: this node cannot take it"},
+    {"image", "gpuckpt image ARCHIVE [--tag TAG] [target flags] [--json]",
+     "  ARCHIVE               an archive in the agent's checkpoint directory\n"
+     "  --tag TAG             the image's tag (default: the archive's name without .tar*)\n"
+     "  --json                the finished job as JSON\n",
+     kTargetFlags, "gpuckpt image /var/lib/gpuckpt/checkpoints/moved.tar.zst --agent http://127.0.0.1:7469"},
+    {"runtime", "gpuckpt runtime --agent URL --token-file FILE [--json]",
+     "  --json                GET /v1/runtime as it is (default: KIND NAME VERSION RESTORES on one line)\n", kAgentFlags,
+     "gpuckpt runtime --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token"},
+    {"target-pod",
+     "gpuckpt target-pod --node NODE --container NAME --image REF [--name NAME] [--pull Never|IfNotPresent] < POD_JSON",
+     "  --node NODE           the node the new pod runs on (required)\n"
+     "  --container NAME      the container restored from the checkpoint image (required)\n"
+     "  --image REF           the checkpoint image (required)\n"
+     "  --name NAME           the new pod's name (default: SOURCE-migrated)\n"
+     "  --pull POLICY         the container's imagePullPolicy (default Never)\n",
+     nullptr, "kubectl get pod train -o json | gpuckpt target-pod --node gpu-b --container main --image IMAGE"},
+    {"jobs",
+     "gpuckpt jobs [--kind checkpoint|restore|image|all] [--state queued|running|succeeded|failed] [--limit N] [--json] "
+     "--agent URL --token-file FILE",
+     "  --kind KIND           which jobs (default all)\n"
+     "  --state STATE         only jobs in this state (default: any)\n"
+     "  --limit N             at most N of each kind, newest first (default 50, at most 500)\n"
+     "  --json                the list as JSON\n",
+     kAgentFlags, "gpuckpt jobs --state failed --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token"},
+    {"job", "gpuckpt job ID [--follow] [--json] --agent URL --token-file FILE",
+     "  ID                    a job id as 'gpuckpt jobs' lists it (ck-..., rs-..., im-...)\n"
+     "  --follow, -f          print its phases until it ends; exit 0 succeeded, 1 failed (default: show it now)\n"
+     "  --json                the job as JSON\n",
+     kAgentFlags, "gpuckpt job ck-20261122T001228Z-61ef843a --follow --agent http://127.0.0.1:7469"},
+    {"doctor",
+     "gpuckpt doctor [--host-root DIR] [--criu PATH | --no-criu] [--plugin-dir DIR] [--hooks-dir DIR] [--archive-dir DIR] "
+     "[--json]",
+     "  --host-root DIR       where the node's /sys, /proc, /dev are (default /)\n"
+     "  --criu PATH           the CRIU to check (default criu on PATH)\n"
+     "  --no-criu             skip the CRIU checks (in a pod without the node's CRIU)\n"
+     "  --plugin-dir DIR      CRIU's plugin directory (default /usr/lib/criu)\n"
+     "  --hooks-dir DIR       the runtime's hooks.d (default /usr/share/containers/oci/hooks.d)\n"
+     "  --archive-dir DIR     where archives go, for the free-space check (default /var/lib/gpuckpt/checkpoints)\n"
+     "  --json                the report as JSON; exit 1 when a check fails\n",
+     nullptr, "gpuckpt doctor --json"},
+};
+
+}  // namespace
+
+int print_help(std::string_view verb) {
+  for (const auto& h : kHelp) {
+    if (verb != h.verb) continue;
+    std::printf("usage: %s\n\nflags:\n%s%s", h.usage, h.flags, h.shared ? h.shared : "");
+    std::printf("  --help, -h            this help\n\nexample:\n  %s\n\n", h.example);
+    std::printf("exit codes: 0 ok, 1 failure, 2 bad input or refused request, 3 no GPU match\n");
+    return 0;
+  }
+  std::printf("gpuckpt %.*s: no help written for this verb\n", static_cast<int>(verb.size()), verb.data());
+  return 1;
+}
+
+}  // namespace gpuckpt::cli
