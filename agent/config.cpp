@@ -172,6 +172,7 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     s.get("threads", c.gpu_memory.threads);
     s.get("compression", c.gpu_memory.compression);
     s.get("sparse", c.gpu_memory.sparse);
+    s.get("store", c.gpu_memory.store);
     keep(s);
   }
   {
@@ -244,6 +245,12 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     if (auto parsed = gpu_image::parse_compression(*c.gpu_memory.compression, "gpu_memory.compression"); !parsed)
       return make_error(source + ": " + parsed.error().message);
   }
+  if (c.gpu_memory.store) {
+    if (auto parsed = gpu_image::parse_store(*c.gpu_memory.store, "gpu_memory.store"); !parsed)
+      return make_error(source + ": " + parsed.error().message);
+    if (c.gpu_memory.store->size() > 64)   // the plugin's settings file holds values of at most 64 characters
+      return make_error(source + ": gpu_memory.store is longer than 64 characters; mount the store at a shorter path");
+  }
   const auto level = log::level_from_string(c.log_level, static_cast<log::Level>(0));
   if (static_cast<int>(level) == 0)
     return make_error(source + ": log_level '" + c.log_level + "' is not one of error, warn, info, debug");
@@ -313,6 +320,7 @@ std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMem
   if (c.threads) env.emplace_back("GPUCKPT_IMAGE_THREADS", std::to_string(*c.threads));
   if (c.compression) env.emplace_back("GPUCKPT_IMAGE_COMPRESSION", *c.compression);
   if (c.sparse) env.emplace_back("GPUCKPT_IMAGE_SPARSE", *c.sparse ? "1" : "0");
+  if (c.store) env.emplace_back("GPUCKPT_GPU_STORE", *c.store);
   return env;
 }
 

@@ -37,13 +37,14 @@ struct NodeLabelsConfig {
 
 // How the CRIU plugin moves GPU memory (docs/cuda.md "GPU memory images"). The agent exports these to the
 // environment of the runtime commands it runs (podman -> runc -> CRIU -> plugin) as GPUCKPT_CUDA_MEMORY_IMAGE,
-// GPUCKPT_IMAGE_THREADS, GPUCKPT_IMAGE_COMPRESSION and GPUCKPT_IMAGE_SPARSE. Unset keys leave the plugin's
-// defaults.
+// GPUCKPT_IMAGE_THREADS, GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE and GPUCKPT_GPU_STORE. Unset keys leave
+// the plugin's defaults.
 struct GpuMemoryConfig {
   std::optional<bool> image;               // gpuckpt writes GPU memory itself (else CRIU's page dump)
   std::optional<int> threads;              // 0: from the CPU count
   std::optional<std::string> compression;  // off | auto | zstd | zstd:LEVEL
   std::optional<bool> sparse;              // all-zero chunks are not stored
+  std::optional<std::string> store;        // inline | node | /absolute/path (a shared volume): GPUCKPT_GPU_STORE
 };
 // NAME=VALUE pairs for the plugin's environment, in a fixed order.
 std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMemoryConfig& c);

@@ -1,11 +1,14 @@
 // gpuckpt inspect ARCHIVE [--host-root DIR] [--nvml-snapshot FILE] [--json]
 // What a checkpoint archive holds, which GPUs it needs, and whether this node can take it (exit 3: it cannot).
-// Given a GPU memory image (gpuckpt-gpumem-PID.img) or a CRIU image directory holding some, it reads and checks
-// every chunk of each and says what they hold.
+// Given a GPU memory image (gpuckpt-gpumem-PID.img), a manifest of a store-backed one
+// (gpuckpt-gpumem-PID.manifest.json, its chunks checked in GPUCKPT_GPU_STORE or the node's store) or a CRIU image
+// directory holding some, it reads and checks every chunk of each and says what they hold.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -16,7 +19,9 @@
 #include "cli/cli_args.h"
 #include "cli/verb_help.h"
 #include "common/checkpoint_archive.h"
+#include "common/chunk_store.h"
 #include "common/gpu_image.h"
+#include "common/gpu_manifest.h"
 #include "common/matcher.h"
 #include "common/properties_record.h"
 
@@ -27,7 +32,51 @@ namespace {
 constexpr const char* kUsage =
     "gpuckpt inspect ARCHIVE|GPU-MEMORY-IMAGE|IMAGE-DIR [--host-root DIR] [--nvml-snapshot FILE] [--json]";
 
-// GPU memory images: every chunk read, checked and decompressed. Exit 0 when all are sound.
+// The store a manifest's chunks are checked in: GPUCKPT_GPU_STORE as the plugin reads it, else the node's.
+std::string store_to_check() {
+  const char* env = std::getenv("GPUCKPT_GPU_STORE");
+  if (env != nullptr && *env != '\0') {
+    auto parsed = gpu_image::parse_store(env, "GPUCKPT_GPU_STORE");
+    if (parsed && !parsed->empty()) return *parsed;
+  }
+  return chunk_store::kNodeStoreDir;
+}
+
+// A manifest: its summary, then every chunk read from the store, decompressed and hashed.
+int inspect_manifest(int dir_fd, const std::string& name) {
+  auto manifest = gpu_image::read_manifest(dir_fd, name);
+  if (!manifest) {
+    std::fprintf(stderr, "gpuckpt inspect: %s\n", manifest.error().message.c_str());
+    return kExitBadInput;
+  }
+  const auto summary = gpu_image::summarize_manifest(*manifest);
+  std::printf("%s", gpu_image::format_manifest_summary(name, summary).c_str());
+  const std::string store_dir = store_to_check();
+  auto opened = chunk_store::Store::open(store_dir, false);
+  if (!opened) {
+    std::fprintf(stderr, "gpuckpt inspect: %s: chunks not checked: %s\n", name.c_str(), opened.error().message.c_str());
+    return kExitBadInput;
+  }
+  std::shared_ptr<const chunk_store::Store> store(std::move(*opened));
+  if (auto complete = gpu_image::check_chunks(*manifest, *store, name); !complete) {
+    std::fprintf(stderr, "gpuckpt inspect: %s\n", complete.error().message.c_str());
+    return kExitBadInput;
+  }
+  gpu_image::StoreReader reader(std::move(*manifest), store, name);
+  gpu_image::ChunkCodec codec(gpu_image::kMaxChunkSize);
+  std::vector<std::byte> record, out;
+  for (std::size_t i = 0; i < reader.entries().size(); ++i) {
+    out.resize(reader.entries()[i].raw_size);
+    if (auto ok = reader.read_chunk(i, codec, record, out); !ok) {
+      std::fprintf(stderr, "gpuckpt inspect: %s\n", ok.error().message.c_str());
+      return kExitBadInput;
+    }
+  }
+  std::printf("  every chunk checked in %s: ok\n", store_dir.c_str());
+  return kExitOk;
+}
+
+// GPU memory images and manifests: every chunk read, checked and decompressed. Exit 0 when all are sound.
 int inspect_gpu_images(const std::filesystem::path& dir, const std::vector<std::string>& names) {
   int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) {
@@ -36,6 +85,10 @@ int inspect_gpu_images(const std::filesystem::path& dir, const std::vector<std::
   }
   int rc = kExitOk;
   for (const auto& name : names) {
+    if (gpu_image::vpid_from_manifest_name(name) > 0) {
+      if (int manifest_rc = inspect_manifest(dir_fd, name); manifest_rc != kExitOk) rc = manifest_rc;
+      continue;
+    }
     auto summary = gpu_image::summarize(dir_fd, name, true);
     if (!summary) {
       std::fprintf(stderr, "gpuckpt inspect: %s\n", summary.error().message.c_str());
@@ -89,6 +142,54 @@ std::optional<BaseImagePull> containerd_base_image_pull(const CheckpointInfo& in
   return pull;
 }
 
+// What the archive holds of the GPU memory: inline images, or manifests naming chunks in a store.
+struct GpuMemoryInArchive {
+  std::vector<std::pair<std::string, gpu_image::ManifestSummary>> manifests;
+  std::vector<std::string> problems;   // manifests that do not parse
+};
+
+GpuMemoryInArchive gpu_memory_in(const CheckpointInfo& info) {
+  GpuMemoryInArchive out;
+  for (const auto& [name, text] : info.gpu_manifests) {
+    auto manifest = gpu_image::parse_manifest(text, name);
+    if (manifest) out.manifests.emplace_back(name, gpu_image::summarize_manifest(std::move(*manifest)));
+    else out.problems.push_back(manifest.error().message);
+  }
+  return out;
+}
+
+std::string gpu_memory_line(const CheckpointInfo& info) {
+  char buf[256];
+  std::string line;
+  if (info.gpu_image_files > 0) {
+    std::snprintf(buf, sizeof buf, "inline: %zu image(s), %.1f MiB in this archive", info.gpu_image_files,
+                  static_cast<double>(info.gpu_image_bytes) / (1 << 20));
+    line = buf;
+  }
+  const auto found = gpu_memory_in(info);
+  for (const auto& [name, s] : found.manifests) {
+    std::snprintf(buf, sizeof buf, "store-backed: %s, checkpoint %s: %zu chunks, %.1f MiB of memory, %.1f MiB stored "
+                  "in the chunk store %s", name.c_str(), s.manifest.checkpoint.c_str(), s.manifest.entries.size(),
+                  static_cast<double>(s.memory_bytes) / (1 << 20), static_cast<double>(s.stored_bytes) / (1 << 20),
+                  s.manifest.store.c_str());
+    line += (line.empty() ? "" : "\n             ") + std::string(buf);
+  }
+  for (const auto& problem : found.problems) line += (line.empty() ? "" : "\n             ") + ("UNREADABLE: " + problem);
+  return line.empty() ? "none of gpuckpt's (no GPU memory image or manifest)" : line;
+}
+
+nlohmann::json gpu_memory_json(const CheckpointInfo& info) {
+  nlohmann::json manifests = nlohmann::json::array();
+  const auto found = gpu_memory_in(info);
+  for (const auto& [name, s] : found.manifests)
+    manifests.push_back({{"name", name}, {"checkpoint", s.manifest.checkpoint}, {"store", s.manifest.store},
+                         {"vpid", s.manifest.header.vpid}, {"chunks", s.manifest.entries.size()},
+                         {"zero_chunks", s.zero_chunks}, {"memory_bytes", s.memory_bytes},
+                         {"stored_bytes", s.stored_bytes}});
+  return {{"inline_images", info.gpu_image_files}, {"inline_bytes", info.gpu_image_bytes},
+          {"manifests", std::move(manifests)}, {"unreadable_manifests", found.problems}};
+}
+
 }  // namespace
 
 int run_inspect(std::span<char*> args) {
@@ -115,26 +216,30 @@ int run_inspect(std::span<char*> args) {
   std::error_code ec;
   if (std::filesystem::is_directory(target, ec)) {
     std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(target, ec))
-      if (gpu_image::vpid_from_file_name(e.path().filename().string()) > 0) names.push_back(e.path().filename());
+    for (const auto& e : std::filesystem::directory_iterator(target, ec)) {
+      const std::string name = e.path().filename().string();
+      if (gpu_image::vpid_from_file_name(name) > 0 || gpu_image::vpid_from_manifest_name(name) > 0)
+        names.push_back(name);
+    }
     std::sort(names.begin(), names.end());
     if (names.empty()) {
       // A CRIU image directory of processes that used no GPU is a fine answer; any other directory is a wrong input.
       if (std::filesystem::exists(target / "inventory.img", ec)) {
-        std::printf("%s is a CRIU image directory with no GPU memory image (%s<PID>%s): its processes held no GPU "
-                    "memory\n", archive.c_str(), gpu_image::kFilePrefix, gpu_image::kFileSuffix);
+        std::printf("%s is a CRIU image directory with no GPU memory image (%s<PID>%s) or manifest (%s<PID>%s): its "
+                    "processes held no GPU memory\n", archive.c_str(), gpu_image::kFilePrefix, gpu_image::kFileSuffix,
+                    gpu_image::kFilePrefix, gpu_image::kManifestSuffix);
         return kExitOk;
       }
       std::fprintf(stderr,
                    "gpuckpt inspect: %s is a directory, neither a CRIU image directory (no inventory.img) nor one "
                    "holding GPU memory images (%s<PID>%s); name a checkpoint archive (.tar, .tar.zst, .tar.gz), a GPU "
-                   "memory image, or a CRIU image directory\n",
+                   "memory image or manifest, or a CRIU image directory\n",
                    archive.c_str(), gpu_image::kFilePrefix, gpu_image::kFileSuffix);
       return kExitBadInput;
     }
     return inspect_gpu_images(target, names);
   }
-  if (gpu_image::looks_like_image(archive))
+  if (gpu_image::looks_like_image(archive) || gpu_image::vpid_from_manifest_name(target.filename().string()) > 0)
     return inspect_gpu_images(target.has_parent_path() ? target.parent_path() : ".", {target.filename().string()});
   auto info = inspect_checkpoint_archive(archive, ArchiveLimits{});
   if (!info) {
@@ -190,6 +295,7 @@ int run_inspect(std::span<char*> args) {
                           {"spec_devices", info->spec_devices},
                           {"annotations", info->spec.value("annotations", nlohmann::json::object())},
                           {"gpus", info->gpus ? to_json(*info->gpus) : nlohmann::json(nullptr)},
+                          {"gpu_memory", gpu_memory_json(*info)},
                           {"fits_this_node", fits},
                           {"match", match_json}};
     if (base_pull)
@@ -211,6 +317,7 @@ int run_inspect(std::span<char*> args) {
   std::string devices;
   for (const auto& d : info->spec_devices) devices += (devices.empty() ? "" : " ") + d;
   std::printf("devices:     %s\n", devices.empty() ? "-" : devices.c_str());
+  std::printf("GPU memory:  %s\n", gpu_memory_line(*info).c_str());
   if (!info->gpus) {
     std::printf("gpuckpt:     not annotated (checkpointed without gpuckpt; no GPU record)\n");
   } else {

@@ -20,3 +20,15 @@ find_path(GPUCKPT_XXHASH_INCLUDE xxhash.h REQUIRED)
 add_library(gpuckpt_zstd_static STATIC IMPORTED)
 set_target_properties(gpuckpt_zstd_static PROPERTIES IMPORTED_LOCATION ${GPUCKPT_ZSTD_STATIC}
   INTERFACE_INCLUDE_DIRECTORIES "${GPUCKPT_ZSTD_INCLUDE};${GPUCKPT_XXHASH_INCLUDE}")
+# Chunk store digests (common/chunk_store.cpp): SHA-256 from OpenSSL's libcrypto (libssl-dev). The host files
+# (the plugin, the hook: gpuckpt_host_binary sets GPUCKPT_STATIC_CRYPTO) link Debian's PIC libcrypto.a, of which the
+# SHA-256 code pulls in a few KiB needing nothing but glibc; every other binary links libcrypto.so, which
+# cpp-httplib and gRPC load anyway (one copy of OpenSSL per process). gpuckpt_crypto picks per linked target.
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+find_library(GPUCKPT_CRYPTO_STATIC NAMES libcrypto.a REQUIRED)
+add_library(gpuckpt_crypto_static STATIC IMPORTED)
+set_target_properties(gpuckpt_crypto_static PROPERTIES IMPORTED_LOCATION ${GPUCKPT_CRYPTO_STATIC}
+  INTERFACE_INCLUDE_DIRECTORIES "${OPENSSL_INCLUDE_DIR}")
+add_library(gpuckpt_crypto INTERFACE)
+target_link_libraries(gpuckpt_crypto INTERFACE
+  "$<IF:$<BOOL:$<TARGET_PROPERTY:GPUCKPT_STATIC_CRYPTO>>,gpuckpt_crypto_static,OpenSSL::Crypto>")

@@ -39,6 +39,7 @@ find_program(GPUCKPT_OBJCOPY NAMES objcopy REQUIRED)
 
 function(gpuckpt_host_binary target)
   target_link_options(${target} PRIVATE -static-libstdc++ -static-libgcc)
+  set_target_properties(${target} PROPERTIES GPUCKPT_STATIC_CRYPTO ON)   # gpuckpt_crypto: libcrypto.a (Dependencies.cmake)
   if(GPUCKPT_HOST_SYSROOT_USED)
     # --sysroot alone still lets gcc take crt*.o and libc.so from its own (host) library directories first.
     set(_lib "${GPUCKPT_HOST_SYSROOT}/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}")

@@ -5,12 +5,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <set>
 #include <system_error>
 
+#include "common/gpu_image.h"
+#include "common/gpu_manifest.h"
 #include "common/json_reader.h"
 #include "common/properties_record.h"
 #include "common/restore_plan.h"
@@ -413,7 +416,15 @@ Result<void> add_output_filter(struct archive* writer, struct archive* reader, O
   if (compression == OutputCompression::zstd) code = ARCHIVE_FILTER_ZSTD;
   if (compression == OutputCompression::same_as_input) code = archive_filter_code(reader, 0);
   switch (code) {
-    case ARCHIVE_FILTER_ZSTD: archive_write_add_filter_zstd(writer); break;
+    case ARCHIVE_FILTER_ZSTD:
+      archive_write_add_filter_zstd(writer);
+      // Fast and on several cores: the GPU memory in an archive is compressed already (the plugin's images) or not
+      // there at all (a chunk store); what is left, CPU pages, shrinks nearly as well at level 1. Options a
+      // libarchive without them does not know are ignored (ARCHIVE_WARN).
+      (void)archive_write_set_filter_option(writer, "zstd", "compression-level", "1");
+      (void)archive_write_set_filter_option(writer, "zstd", "threads",
+                                            std::to_string(std::clamp(::sysconf(_SC_NPROCESSORS_ONLN), 1L, 8L)).c_str());
+      break;
     case ARCHIVE_FILTER_GZIP: archive_write_add_filter_gzip(writer); break;
     case ARCHIVE_FILTER_NONE: break;
     default:
@@ -655,7 +666,7 @@ Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const
   if (!reader) return reader.error();
   std::map<std::string, std::string> metadata;
   CheckpointInfo info;
-  std::size_t dev_tmpfs_bytes = 0;
+  std::size_t dev_tmpfs_bytes = 0;   // and GPU memory manifests: kept in memory, bounded together
   auto totals = walk(archive, limits, reader->get(),
                      [&](struct archive* r, struct archive_entry*, const ArchiveEntry& e) -> Result<bool> {
                        if (e.name == "checkpoint/inventory.img") info.has_criu_images = true;
@@ -665,6 +676,21 @@ Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const
                          dev_tmpfs_bytes += image->size();
                          info.dev_tmpfs_images[e.name] = std::move(image.value());
                          return true;
+                       }
+                       if (e.kind == ArchiveEntry::Kind::File && e.name.starts_with("checkpoint/")) {
+                         const std::string base = e.name.substr(11);
+                         if (gpu_image::vpid_from_manifest_name(base) > 0) {
+                           auto manifest = read_data(r, e, limits.max_metadata_bytes - dev_tmpfs_bytes, archive);
+                           if (!manifest) return manifest.error();
+                           dev_tmpfs_bytes += manifest->size();
+                           info.gpu_manifests[base] = std::move(manifest.value());
+                           return true;
+                         }
+                         if (base.starts_with(gpu_image::kFilePrefix)) {   // a main file or one of its shards
+                           info.gpu_image_files += gpu_image::vpid_from_file_name(base) > 0 ? 1 : 0;
+                           info.gpu_image_bytes += e.size;
+                           return false;
+                         }
                        }
                        if (e.name == "rootfs-diff.tar" && e.kind == ArchiveEntry::Kind::File) {
                          auto checked = check_nested_tar(r, e, archive, limits);

@@ -162,6 +162,11 @@ struct CheckpointInfo {
   // CRIU's images of the container's /dev tmpfs (checkpoint/tmpfs-dev-*.tar.gz.img) by entry name: a restore
   // plan renumbers the device nodes in them (restore_edits), so inspect keeps them (max_metadata_bytes in all).
   std::map<std::string, std::string> dev_tmpfs_images;
+  // gpuckpt's GPU memory in CRIU's images: inline image files (their count and bytes in the archive), or the
+  // manifests of a store-backed checkpoint (gpu_manifest.h) by file name, their content (max_metadata_bytes in all).
+  std::size_t gpu_image_files = 0;
+  std::uint64_t gpu_image_bytes = 0;
+  std::map<std::string, std::string> gpu_manifests;
 };
 
 Result<CheckpointInfo> inspect_checkpoint_archive(const std::filesystem::path& archive, const ArchiveLimits& limits);

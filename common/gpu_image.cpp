@@ -14,7 +14,9 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
+#include "common/chunk_store.h"
 #include "common/log.h"
 
 namespace gpuckpt::gpu_image {
@@ -23,7 +25,6 @@ namespace {
 constexpr char kFileMagic[8] = {'G', 'P', 'U', 'C', 'K', 'M', 'E', 'M'};
 constexpr char kFooterMagic[8] = {'G', 'P', 'U', 'C', 'K', 'E', 'N', 'D'};
 constexpr char kRecordMagic[4] = {'G', 'C', 'H', 'K'};
-constexpr std::uint32_t kMaxRegions = 4096;
 
 // Little-endian field access on byte buffers (the format is little-endian; so is every host gpuckpt runs on).
 template <class T>
@@ -67,15 +68,6 @@ Result<void> read_all(int fd, std::byte* data, std::size_t size, std::uint64_t o
   return {};
 }
 
-std::uint64_t chunks_in(const Region& r, std::uint32_t chunk_size) {
-  return (r.length + chunk_size - 1) / chunk_size;
-}
-
-std::uint32_t raw_size_of(const Region& r, std::uint64_t chunk, std::uint32_t chunk_size) {
-  const std::uint64_t at = chunk * chunk_size;
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(chunk_size, r.length - at));
-}
-
 void encode_entry(std::byte* p, const ChunkEntry& e) {
   put<std::uint32_t>(p, 0, e.region);
   put<std::uint8_t>(p, 4, static_cast<std::uint8_t>(e.encoding));
@@ -111,6 +103,15 @@ Result<long> parse_long(std::string_view text, std::string_view name, long low, 
 
 }  // namespace
 
+std::uint64_t chunks_in(const Region& r, std::uint32_t chunk_size) {
+  return (r.length + chunk_size - 1) / chunk_size;
+}
+
+std::uint32_t raw_size_of(const Region& r, std::uint64_t chunk, std::uint32_t chunk_size) {
+  const std::uint64_t at = chunk * chunk_size;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(chunk_size, r.length - at));
+}
+
 const char* to_string(Encoding e) {
   switch (e) {
     case Encoding::Raw: return "raw";
@@ -144,6 +145,18 @@ std::string to_string(const Compression& c) {
   return "?";
 }
 
+Result<std::string> parse_store(std::string_view text, std::string_view name) {
+  if (text == "inline") return std::string();
+  if (text == "node") return std::string(chunk_store::kNodeStoreDir);
+  const std::filesystem::path path(text);
+  if (text.empty() || !path.is_absolute() || path.lexically_normal() != path || text.size() > 4096)
+    return make_error(std::string(name) + "='" + std::string(text.substr(0, 64)) + "' is not inline, node or an "
+                      "absolute directory path without . or .. parts (a shared volume mounted on every node)");
+  std::string normal = path.string();
+  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  return normal;
+}
+
 Result<Settings> settings_from_env(const PluginSettings& node) {
   Settings s;
   auto value = [&node](const char* name) { return node.get(name); };
@@ -163,6 +176,11 @@ Result<Settings> settings_from_env(const PluginSettings& node) {
     if (!on) return on.error();
     s.sparse = *on == 1;
   }
+  if (auto v = value("GPUCKPT_GPU_STORE"); !v.empty()) {
+    auto store = parse_store(v, "GPUCKPT_GPU_STORE");
+    if (!store) return store.error();
+    s.store = *store;
+  }
   return s;
 }
 
@@ -170,6 +188,7 @@ void log_settings(const Settings& s) {
   log::param("GPUCKPT_IMAGE_THREADS", std::to_string(s.threads));
   log::param("GPUCKPT_IMAGE_COMPRESSION", to_string(s.compression));
   log::param("GPUCKPT_IMAGE_SPARSE", s.sparse ? "1" : "0");
+  log::param("GPUCKPT_GPU_STORE", s.store.empty() ? "inline" : s.store);
 }
 
 // --- decisions ------------------------------------------------------------------------------------------------------
@@ -352,20 +371,26 @@ Result<void> ChunkCodec::decode(std::span<const std::byte> record, const ChunkEn
       get<std::uint8_t>(h, 24) != static_cast<std::uint8_t>(entry.encoding) ||
       get<std::uint64_t>(h, 32) != entry.checksum)
     return make_error("the chunk's header does not match the index", EIO);
-  std::span<const std::byte> payload = record.subspan(kRecordHeaderSize);
-  if (entry.encoding == Encoding::Raw) {
+  if (auto ok = decode_payload(record.subspan(kRecordHeaderSize), entry.encoding, out); !ok) return ok;
+  if (checksum(out) != entry.checksum) return make_error("checksum mismatch: the stored data is corrupt", EIO);
+  return {};
+}
+
+std::span<const std::byte> ChunkCodec::payload() const { return {contexts_->payload, contexts_->payload_size}; }
+
+Result<void> ChunkCodec::decode_payload(std::span<const std::byte> payload, Encoding encoding, std::span<std::byte> out) {
+  if (encoding == Encoding::Raw) {
     if (payload.size() != out.size()) return make_error("raw chunk has the wrong size", EIO);
     std::memcpy(out.data(), payload.data(), payload.size());
-  } else if (entry.encoding == Encoding::Zstd) {
+  } else if (encoding == Encoding::Zstd) {
     if (contexts_->dctx == nullptr) contexts_->dctx = ZSTD_createDCtx();
     if (contexts_->dctx == nullptr) return make_error("out of memory for a zstd context", ENOMEM);
     std::size_t n = ZSTD_decompressDCtx(contexts_->dctx, out.data(), out.size(), payload.data(), payload.size());
     if (ZSTD_isError(n)) return make_error(std::string("zstd cannot decompress it: ") + ZSTD_getErrorName(n), EIO);
     if (n != out.size()) return make_error("it decompresses to the wrong size", EIO);
   } else {
-    return make_error("unknown encoding " + std::to_string(static_cast<int>(entry.encoding)), EIO);
+    return make_error("unknown encoding " + std::to_string(static_cast<int>(encoding)), EIO);
   }
-  if (checksum(out) != entry.checksum) return make_error("checksum mismatch: the stored data is corrupt", EIO);
   return {};
 }
 
@@ -564,7 +589,7 @@ Result<std::unique_ptr<ImageReader>> ImageReader::open(int dir_fd, const std::st
   for (std::uint32_t i = 0; i < region_count; ++i, p += kRegionEntrySize) {
     Region region{get<std::uint64_t>(p, 0), get<std::uint64_t>(p, 8)};
     // Beyond 128 TiB no process maps anything (x86-64 user space), and the chunk count below must not wrap.
-    if (region.length == 0 || region.length > (1ull << 47) || region.start + region.length < region.start)
+    if (region.length == 0 || region.length > kMaxRegionLength || region.start + region.length < region.start)
       return make_error(name + ": region " + std::to_string(i) + " is invalid", EIO);
     expected_entries += chunks_in(region, chunk_size);
     r->regions_.push_back(region);
@@ -614,9 +639,15 @@ ImageReader::~ImageReader() {
   for (int fd : fds_) ::close(fd);
 }
 
-void ImageReader::prefetch(std::uint16_t shard, std::uint64_t offset, std::uint64_t length) const {
-  if (shard < fds_.size())
-    (void)::posix_fadvise(fds_[shard], static_cast<off_t>(offset), static_cast<off_t>(length), POSIX_FADV_WILLNEED);
+void ImageReader::prefetch(std::size_t first, std::size_t last) const {
+  if (first >= entries_.size() || last >= entries_.size()) return;
+  const ChunkEntry& a = entries_[first];
+  const ChunkEntry& b = entries_[last];
+  if (a.encoding == Encoding::Zero || b.encoding == Encoding::Zero || a.shard != b.shard || b.offset < a.offset ||
+      a.shard >= fds_.size())
+    return;
+  const std::uint64_t length = b.offset + kRecordHeaderSize + b.stored_size - a.offset;
+  (void)::posix_fadvise(fds_[a.shard], static_cast<off_t>(a.offset), static_cast<off_t>(length), POSIX_FADV_WILLNEED);
 }
 
 Result<void> ImageReader::read_chunk(std::size_t i, ChunkCodec& codec, std::vector<std::byte>& record_buffer,

@@ -50,6 +50,12 @@ struct Region {
   std::uint64_t length = 0;
 };
 
+// Regions are cut into chunks of the image's chunk size; the last one of a region may be shorter.
+std::uint64_t chunks_in(const Region& r, std::uint32_t chunk_size);
+std::uint32_t raw_size_of(const Region& r, std::uint64_t chunk, std::uint32_t chunk_size);
+inline constexpr std::uint32_t kMaxRegions = 4096;
+inline constexpr std::uint64_t kMaxRegionLength = 1ull << 47;   // x86-64 user space: nothing maps beyond 128 TiB
+
 struct ChunkEntry {
   std::uint32_t region = 0;
   std::uint64_t chunk = 0;          // index within the region
@@ -81,13 +87,20 @@ struct Settings {
   unsigned threads = 0;          // 0: chosen from the CPU count (default_threads)
   Compression compression;
   bool sparse = true;            // all-zero chunks are not stored
+  // GPUCKPT_GPU_STORE: where GPU memory goes. Empty: inline, an image file in CRIU's image directory (the archive
+  // is self-contained). Else the chunk store's directory (chunk_store.h): chunks there, a manifest in the image
+  // directory, so the runtime's archive holds CPU state only.
+  std::string store;
 };
 
 unsigned default_threads(unsigned cpus);
 Result<Compression> parse_compression(std::string_view text, std::string_view name);   // off | auto | zstd[:N]
 std::string to_string(const Compression& c);
-// Reads GPUCKPT_IMAGE_THREADS, GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE from the environment, else the
-// node's settings file (common/plugin_settings.h); a bad value is an error naming it.
+// inline -> ""; node -> the node-local store (chunk_store::kNodeStoreDir); an absolute path (a shared volume's
+// mount, the same on every node) -> that path. Anything else is an error naming `name`.
+Result<std::string> parse_store(std::string_view text, std::string_view name);
+// Reads GPUCKPT_IMAGE_THREADS, GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE, GPUCKPT_GPU_STORE from the
+// environment, else the node's settings file (common/plugin_settings.h); a bad value is an error naming it.
 Result<Settings> settings_from_env(const PluginSettings& node = plugin_settings());
 void log_settings(const Settings& s);   // once each as param: NAME:VALUE
 
@@ -123,9 +136,14 @@ class ChunkCodec {
   // Writes the record at `offset` of `fd` (header and payload in one call).
   Result<void> write_record(int fd, std::uint64_t offset, const std::string& file) const;
 
+  // The payload of the last encode() (the compressed bytes, or `raw` itself), for writers with their own framing.
+  std::span<const std::byte> payload() const;
+
   // Checks `record` (header + payload, as read from the file) against `entry` and decodes it into `out`
   // (entry.raw_size bytes). The error says what is wrong; the caller adds the file and chunk.
   Result<void> decode(std::span<const std::byte> record, const ChunkEntry& entry, std::span<std::byte> out);
+  // Decodes a bare payload of `encoding` (Raw or Zstd) into `out` (exactly out.size() bytes); no checksum.
+  Result<void> decode_payload(std::span<const std::byte> payload, Encoding encoding, std::span<std::byte> out);
 
  private:
   struct Contexts;
@@ -183,26 +201,42 @@ class ImageWriter {
   bool finished_ = false;
 };
 
+// --- what a process's memory is read back from ------------------------------------------------------------------
+// An image file (ImageReader: inline, in CRIU's image directory) or a manifest over a chunk store
+// (gpu_manifest.h: StoreReader). entries() lists every chunk of every region in order; entry.shard names the data
+// stream a chunk belongs to (a file read front to back by one thread), entry.offset orders chunks within it.
+class MemorySource {
+ public:
+  virtual ~MemorySource() = default;
+  virtual const ImageHeader& header() const = 0;
+  virtual const std::vector<Region>& regions() const = 0;
+  virtual const std::vector<ChunkEntry>& entries() const = 0;
+  virtual const std::string& name() const = 0;
+  // Reads, checks and decodes entry `i` into `out` (entries()[i].raw_size bytes). Zero chunks are zero-filled.
+  // Errors name the file and the chunk. Thread-safe.
+  virtual Result<void> read_chunk(std::size_t i, ChunkCodec& codec, std::vector<std::byte>& record_buffer,
+                                  std::span<std::byte> out) const = 0;
+  // Starts reading entries first..last (one stream, in its order) into the page cache (asynchronous; a hint).
+  virtual void prefetch(std::size_t first, std::size_t last) const = 0;
+};
+
 // --- a file being read ----------------------------------------------------------------------------------------------
 // Opens and validates header, footer and index (every chunk of every region listed exactly once, every record
 // inside the file); read_chunk() is thread-safe.
-class ImageReader {
+class ImageReader final : public MemorySource {
  public:
   static Result<std::unique_ptr<ImageReader>> open(int dir_fd, const std::string& name);
-  ~ImageReader();
+  ~ImageReader() override;
 
-  const ImageHeader& header() const { return header_; }
-  const std::vector<Region>& regions() const { return regions_; }
-  const std::vector<ChunkEntry>& entries() const { return entries_; }
-  const std::string& name() const { return name_; }
+  const ImageHeader& header() const override { return header_; }
+  const std::vector<Region>& regions() const override { return regions_; }
+  const std::vector<ChunkEntry>& entries() const override { return entries_; }
+  const std::string& name() const override { return name_; }
   std::uint64_t file_size() const { return file_size_; }   // of all its files
 
-  // Reads, checks and decodes entry `i` into `out` (entries()[i].raw_size bytes). Zero chunks are zero-filled.
-  // Errors name the file and the chunk.
   Result<void> read_chunk(std::size_t i, ChunkCodec& codec, std::vector<std::byte>& record_buffer,
-                          std::span<std::byte> out) const;
-  // Starts reading [offset, offset + length) of data file `shard` into the page cache (asynchronous; a hint).
-  void prefetch(std::uint16_t shard, std::uint64_t offset, std::uint64_t length) const;
+                          std::span<std::byte> out) const override;
+  void prefetch(std::size_t first, std::size_t last) const override;
 
  private:
   ImageReader() = default;

@@ -1,8 +1,8 @@
 // The CRIU plugin's settings (GPU memory: GPUCKPT_CUDA_MEMORY_IMAGE, GPUCKPT_IMAGE_THREADS,
-// GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE): from the process environment, else from the node's settings
-// file gpuckpt_plugin.env beside the plugin. When containerd or CRI-O start runc -> CRIU, the environment is the
-// runtime's, not the agent's: only the file reaches the plugin there. The chart's installer writes it from the
-// agent's gpu_memory values next to gpuckpt_plugin.so (CRIU loads only *.so from that directory).
+// GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE, GPUCKPT_GPU_STORE): from the process environment, else from the
+// node's settings file gpuckpt_plugin.env beside the plugin. When containerd or CRI-O start runc -> CRIU, the
+// environment is the runtime's, not the agent's: only the file reaches the plugin there. The chart's installer
+// writes it from the agent's gpu_memory values next to gpuckpt_plugin.so (CRIU loads only *.so from that directory).
 //
 // The file: NAME=VALUE lines, '#' comments, blank lines; only the names above, each at most once, values of at
 // most 64 printable characters; at most 16 KiB and 256 lines; a regular file (not followed through a symlink).

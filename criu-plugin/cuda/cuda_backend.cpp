@@ -411,6 +411,10 @@ class CudaBackend final : public Backend {
       return -1;
     }
     memory_.configure(dir_fd);
+    if (auto complete = memory_.check_store(); !complete) {
+      log::error("cuda: " + complete.error().message);
+      return -1;
+    }
     if (records->by_pid.empty()) {
       if (memory_.has_images()) {
         // Only the test switch writes GPU memory images without a CUDA process record.

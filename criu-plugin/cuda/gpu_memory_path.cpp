@@ -1,5 +1,7 @@
 #include "criu-plugin/cuda/gpu_memory_path.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,6 +9,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common/chunk_store.h"
+#include "common/gpu_manifest.h"
 #include "common/log.h"
 #include "criu-plugin/criu_host.h"
 
@@ -103,7 +107,7 @@ void GpuMemoryPath::stage(const std::vector<int>& pids, const std::function<void
   const auto start = Clock::now();
   auto written = write_memory_images(jobs, dir_fd_, settings_);
   const double write_s = std::chrono::duration<double>(Clock::now() - start).count();
-  std::uint64_t memory = 0, stored = 0;
+  std::uint64_t memory = 0, stored = 0, written_bytes = 0;
   std::size_t ok_count = 0;
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     if (!written[i]) {
@@ -115,13 +119,17 @@ void GpuMemoryPath::stage(const std::vector<int>& pids, const std::function<void
     ++ok_count;
     memory += written[i]->memory_bytes;
     stored += written[i]->stored_bytes;
-    log::info("cuda: " + pid_text(jobs[i].pid) + ": wrote " + gpu_image::file_name(jobs[i].vpid) + ": " +
-              describe(*written[i]));
+    written_bytes += written[i]->written_bytes;
+    log::info("cuda: " + pid_text(jobs[i].pid) + ": wrote " +
+              (settings_.store.empty() ? gpu_image::file_name(jobs[i].vpid)
+                                       : gpu_image::manifest_name(jobs[i].vpid) + " (chunks in " + settings_.store + ")") +
+              ": " + describe(*written[i]));
   }
   log::info("cuda: wrote the staging memory of " + std::to_string(ok_count) + " process(es) with " +
             std::to_string(settings_.threads) + " thread(s), durable");
   log::info("timing: gpu memory image write: " + fixed(write_s) + " s, " + rate(memory, write_s) + " of memory, " +
-            fixed(static_cast<double>(stored) / (1 << 20), 0) + " MiB stored");
+            fixed(static_cast<double>(stored) / (1 << 20), 0) + " MiB stored, " +
+            fixed(static_cast<double>(written_bytes) / (1 << 20), 0) + " MiB written");
 
   const auto drop_start = Clock::now();
   for (std::size_t i = 0; i < jobs.size(); ++i) {
@@ -165,6 +173,32 @@ std::set<int> GpuMemoryPath::refill(const std::string& why) {
   return failed;
 }
 
+Result<void> GpuMemoryPath::check_store() const {
+  const std::string store_dir = gpu_image::restore_store_dir(settings_);
+  std::shared_ptr<const chunk_store::Store> store;
+  for (int vpid : image_vpids_) {
+    const std::string name = gpu_image::manifest_name(vpid);
+    struct stat st {};
+    if (::fstatat(dir_fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;   // an inline image
+    auto manifest = gpu_image::read_manifest(dir_fd_, name);
+    if (!manifest) return manifest.error();
+    if (!store) {
+      auto opened = chunk_store::Store::open(store_dir, false);
+      if (!opened)
+        return make_error("checkpoint " + manifest->checkpoint + " (" + name + ") keeps its GPU memory in a chunk store "
+                          "(written to " + manifest->store + "), and this node's cannot be used: " +
+                          opened.error().message, opened.error().errno_value);
+      store = std::move(*opened);
+    }
+    const auto start = Clock::now();
+    if (auto ok = gpu_image::check_chunks(*manifest, *store, name); !ok) return ok;
+    log::info("cuda: checkpoint " + manifest->checkpoint + ": " + name + ": all " +
+              std::to_string(manifest->entries.size()) + " chunks present in " + store_dir + " (" +
+              fixed(std::chrono::duration<double>(Clock::now() - start).count()) + " s)");
+  }
+  return {};
+}
+
 std::map<int, int> GpuMemoryPath::fill(const std::vector<int>& candidates) {
   std::map<int, int> results;
   if (image_vpids_.empty()) return results;
@@ -200,7 +234,7 @@ std::map<int, int> GpuMemoryPath::fill(const std::vector<int>& candidates) {
     results[jobs[i].pid] = 0;
     ++ok_count;
     memory += filled[i]->memory_bytes;
-    log::info("cuda: " + pid_text(jobs[i].pid) + ": filled from " + gpu_image::file_name(jobs[i].vpid) + ": " +
+    log::info("cuda: " + pid_text(jobs[i].pid) + ": filled (namespace pid " + std::to_string(jobs[i].vpid) + "): " +
               describe(*filled[i]));
   }
   log::info("cuda: filled the staging memory of " + std::to_string(ok_count) + " process(es) with " +

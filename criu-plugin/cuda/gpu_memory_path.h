@@ -22,7 +22,7 @@ namespace gpuckpt::cuda {
 
 class GpuMemoryPath {
  public:
-  // Reads GPUCKPT_CUDA_MEMORY_IMAGE, GPUCKPT_IMAGE_{THREADS,COMPRESSION,SPARSE} and the test switch
+  // Reads GPUCKPT_CUDA_MEMORY_IMAGE, GPUCKPT_IMAGE_{THREADS,COMPRESSION,SPARSE}, GPUCKPT_GPU_STORE and the test switch
   // GPUCKPT_TEST_STAGING_VMA; logs each once. A bad value is logged and its default used: a typo must not
   // break every dump on the node.
   void configure(int dir_fd);
@@ -44,6 +44,9 @@ class GpuMemoryPath {
 
   // --- restore ---
   bool has_images() const { return !image_vpids_.empty(); }
+  // Every manifest's chunks are in the store (existence and size): checked at the plugin's init, before CRIU
+  // touches any process, so a missing chunk fails the restore while the checkpoint and the node are untouched.
+  Result<void> check_store() const;
   // Fills every process among `candidates` that has an image, before the driver's restore. Per pid: 0 or -errno.
   std::map<int, int> fill(const std::vector<int>& candidates);
 

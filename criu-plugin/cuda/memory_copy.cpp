@@ -15,6 +15,8 @@
 #include <system_error>
 #include <thread>
 
+#include "common/chunk_store.h"
+#include "common/gpu_manifest.h"
 #include "criu-plugin/cuda/staging_memory.h"
 
 namespace gpuckpt::cuda {
@@ -95,7 +97,7 @@ struct ProcessSlot {
   std::mutex mutex;
   std::optional<Error> error;
   std::atomic<bool> failed{false};
-  std::atomic<std::uint64_t> stored{0}, zero{0}, chunks{0};
+  std::atomic<std::uint64_t> stored{0}, zero{0}, chunks{0}, reused{0}, written{0};
   void fail(Error e) {
     std::lock_guard lock(mutex);
     if (!error) error = std::move(e);
@@ -133,6 +135,8 @@ std::vector<Result<CopyStats>> collect(const std::vector<ProcessMemory>& process
     s.stored_bytes = slots[p]->stored;
     s.zero_chunks = slots[p]->zero;
     s.chunks = slots[p]->chunks;
+    s.reused_chunks = slots[p]->reused;
+    s.written_bytes = slots[p]->written;
     s.seconds = seconds;
     out.emplace_back(s);
   }
@@ -150,7 +154,7 @@ struct Stream {
 constexpr std::size_t kReadAhead = 8;          // chunks: the file range asked for ahead of the reader (16 MiB)
 constexpr std::size_t kZeroRun = 64;           // zero chunks per stream (128 MiB of pages to touch)
 
-std::vector<Stream> read_streams(std::size_t process, const gi::ImageReader& reader, bool zero_is_touch) {
+std::vector<Stream> read_streams(std::size_t process, const gi::MemorySource& reader, bool zero_is_touch) {
   const auto& entries = reader.entries();
   std::vector<Stream> by_file(reader.header().shards == 0 ? 1 : reader.header().shards);
   std::vector<Stream> zero_runs;
@@ -178,16 +182,11 @@ std::vector<Stream> read_streams(std::size_t process, const gi::ImageReader& rea
   return streams;
 }
 
-// Asks the kernel to start reading the file range of the next kReadAhead chunks of a stream from `from` on, so
-// the disk stays busy while this thread checks, decompresses and copies the current ones.
-void prefetch(const gi::ImageReader& reader, const std::vector<Item>& items, std::size_t from) {
+// Asks the kernel to start reading the next kReadAhead chunks of a stream from `from` on, so the disk stays busy
+// while this thread checks, decompresses and copies the current ones.
+void prefetch(const gi::MemorySource& reader, const std::vector<Item>& items, std::size_t from) {
   if (from >= items.size()) return;
-  const auto& entries = reader.entries();
-  const std::size_t last = std::min(items.size(), from + kReadAhead) - 1;
-  const gi::ChunkEntry& a = entries[items[from].chunk];
-  const gi::ChunkEntry& b = entries[items[last].chunk];
-  if (a.encoding == gi::Encoding::Zero || b.encoding == gi::Encoding::Zero || b.offset < a.offset) return;
-  reader.prefetch(a.shard, a.offset, b.offset + b.stored_size + gi::kRecordHeaderSize - a.offset);
+  reader.prefetch(items[from].chunk, items[std::min(items.size(), from + kReadAhead) - 1].chunk);
 }
 
 }  // namespace
@@ -197,6 +196,15 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
   const auto start = Clock::now();
   std::vector<std::unique_ptr<ProcessSlot>> slots;
   std::vector<std::unique_ptr<gi::ImageWriter>> writers(processes.size());
+  std::vector<std::unique_ptr<gi::StoreWriter>> store_writers(processes.size());
+  std::shared_ptr<chunk_store::Store> store;
+  std::optional<Error> store_error;
+  if (!settings.store.empty()) {
+    auto opened = chunk_store::Store::open(settings.store, true);
+    if (opened) store = std::move(*opened);
+    else store_error = opened.error();
+  }
+  const std::string checkpoint = gi::new_checkpoint_id();
   std::vector<Item> items;
   for (std::size_t p = 0; p < processes.size(); ++p) {
     slots.push_back(std::make_unique<ProcessSlot>());
@@ -205,16 +213,30 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
     header.dump_pid = processes[p].pid;
     std::uint64_t chunks = 0;
     for (const auto& r : processes[p].regions) chunks += (r.length + header.chunk_size - 1) / header.chunk_size;
-    // A data file per worker: the kernel serialises writes to one file.
-    header.shards = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(chunks, 1, std::max(1u, settings.threads)));
-    auto writer = gi::ImageWriter::create(dir_fd, header, processes[p].regions);
-    if (!writer) {
-      slots[p]->fail(writer.error());
+    if (store_error) {
+      slots[p]->fail(*store_error);
       continue;
     }
-    writers[p] = std::move(*writer);
+    if (store) {
+      auto writer = gi::StoreWriter::create(store, header, processes[p].regions, checkpoint);
+      if (!writer) {
+        slots[p]->fail(writer.error());
+        continue;
+      }
+      store_writers[p] = std::move(*writer);
+    } else {
+      // A data file per worker: the kernel serialises writes to one file.
+      header.shards = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(chunks, 1, std::max(1u, settings.threads)));
+      auto writer = gi::ImageWriter::create(dir_fd, header, processes[p].regions);
+      if (!writer) {
+        slots[p]->fail(writer.error());
+        continue;
+      }
+      writers[p] = std::move(*writer);
+    }
     for (std::uint32_t r = 0; r < processes[p].regions.size(); ++r)
-      for (std::uint64_t c = 0; c < writers[p]->chunk_count(r); ++c) items.push_back({p, r, c});
+      for (std::uint64_t c = 0; c < gi::chunks_in(processes[p].regions[r], header.chunk_size); ++c)
+        items.push_back({p, r, c});
   }
   std::atomic<std::size_t> next{0};
   run_pool(pool_size(settings, items.size()), [&](unsigned worker) {
@@ -233,6 +255,20 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
         slot.fail(ok.error());
         continue;
       }
+      if (store_writers[item.process]) {
+        auto stored = store_writers[item.process]->add(item.region, item.chunk, {buffer.data(), size}, codec,
+                                                       settings, history);
+        if (!stored) {
+          slot.fail(stored.error());
+          continue;
+        }
+        slot.stored += stored->stored_bytes;
+        slot.written += stored->written_bytes;
+        slot.zero += stored->zero ? 1 : 0;
+        slot.reused += stored->reused ? 1 : 0;
+        ++slot.chunks;
+        continue;
+      }
       gi::ChunkEntry entry;
       entry.region = item.region;
       entry.chunk = item.chunk;
@@ -242,6 +278,7 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
         continue;
       }
       slot.stored += entry.stored_size;
+      slot.written += entry.encoding == gi::Encoding::Zero ? 0 : gi::kRecordHeaderSize + entry.stored_size;
       slot.zero += entry.encoding == gi::Encoding::Zero ? 1 : 0;
       ++slot.chunks;
     }
@@ -250,8 +287,12 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
   std::atomic<std::size_t> next_file{0};
   run_pool(pool_size(settings, processes.size()), [&](unsigned) {
     for (std::size_t p = next_file++; p < processes.size(); p = next_file++) {
-      if (slots[p]->failed || !writers[p]) continue;
-      if (auto ok = writers[p]->finish(); !ok) slots[p]->fail(ok.error());
+      if (slots[p]->failed) continue;
+      if (store_writers[p]) {
+        if (auto ok = store_writers[p]->finish(dir_fd); !ok) slots[p]->fail(ok.error());
+      } else if (writers[p]) {
+        if (auto ok = writers[p]->finish(); !ok) slots[p]->fail(ok.error());
+      }
     }
   });
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -262,11 +303,12 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
                                                 const gi::Settings& settings, bool memory_is_zero_or_intact) {
   const auto start = Clock::now();
   std::vector<std::unique_ptr<ProcessSlot>> slots;
-  std::vector<std::unique_ptr<gi::ImageReader>> readers(processes.size());
+  std::vector<std::unique_ptr<gi::MemorySource>> readers(processes.size());
   std::vector<Stream> streams;
+  const std::string store_dir = gi::restore_store_dir(settings);
   for (std::size_t p = 0; p < processes.size(); ++p) {
     slots.push_back(std::make_unique<ProcessSlot>());
-    auto reader = gi::ImageReader::open(dir_fd, gi::file_name(processes[p].vpid));
+    auto reader = gi::open_memory_source(dir_fd, processes[p].vpid, store_dir);
     if (!reader) {
       slots[p]->fail(reader.error());
       continue;
@@ -293,7 +335,7 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
     for (std::size_t s = next++; s < streams.size(); s = next++) {
       const Stream& stream = streams[s];
       ProcessSlot& slot = *slots[stream.process];
-      const gi::ImageReader& reader = *readers[stream.process];
+      const gi::MemorySource& reader = *readers[stream.process];
       for (std::size_t k = 0; k < stream.items.size() && !slot.failed; ++k) {
         const Item& item = stream.items[k];
         if (k % kReadAhead == 0) prefetch(reader, stream.items, k + kReadAhead);
@@ -342,25 +384,28 @@ std::vector<int> image_vpids(int dir_fd) {
   ::rewinddir(dir);
   while (dirent* e = ::readdir(dir)) {
     int vpid = gi::vpid_from_file_name(e->d_name);
+    if (vpid <= 0) vpid = gi::vpid_from_manifest_name(e->d_name);
     if (vpid > 0) vpids.push_back(vpid);
   }
   ::closedir(dir);
   std::sort(vpids.begin(), vpids.end());
+  vpids.erase(std::unique(vpids.begin(), vpids.end()), vpids.end());
   return vpids;
 }
 
-Result<std::vector<gi::Region>> image_regions(int dir_fd, int vpid) {
-  auto reader = gi::ImageReader::open(dir_fd, gi::file_name(vpid));
+Result<std::vector<gi::Region>> image_regions(int dir_fd, int vpid, const gi::Settings& settings) {
+  auto reader = gi::open_memory_source(dir_fd, vpid, gi::restore_store_dir(settings));
   if (!reader) return reader.error();
   return (*reader)->regions();
 }
 
 std::string describe(const CopyStats& s) {
-  char buf[160];
+  char buf[256];
   const double gib = static_cast<double>(s.memory_bytes) / (1ull << 30);
-  std::snprintf(buf, sizeof buf, "%.2f GiB in %llu chunks (%llu zero), %.2f GiB stored", gib,
-                static_cast<unsigned long long>(s.chunks), static_cast<unsigned long long>(s.zero_chunks),
-                static_cast<double>(s.stored_bytes) / (1ull << 30));
+  std::snprintf(buf, sizeof buf, "%.2f GiB in %llu chunks (%llu zero, %llu already stored), %.2f GiB stored, "
+                "%.2f GiB written", gib, static_cast<unsigned long long>(s.chunks),
+                static_cast<unsigned long long>(s.zero_chunks), static_cast<unsigned long long>(s.reused_chunks),
+                static_cast<double>(s.stored_bytes) / (1ull << 30), static_cast<double>(s.written_bytes) / (1ull << 30));
   return buf;
 }
 

@@ -24,15 +24,19 @@ struct CopyStats {
   std::uint64_t stored_bytes = 0;   // payload bytes in the file (dump) or read from it (fill)
   std::uint64_t zero_chunks = 0;
   std::uint64_t chunks = 0;
+  std::uint64_t reused_chunks = 0;   // dump into a chunk store: chunks it held already (nothing written)
+  std::uint64_t written_bytes = 0;   // dump: bytes written (image files, or new chunk files in the store)
   double seconds = 0;               // wall time of the whole batch
 };
 
 // Writes one image per process into `dir_fd` and makes every file durable (fsync of each file and of the
-// directory) before returning. One result per process, in order.
+// directory) before returning. With a chunk store (settings.store), the chunks go into the store (only those it
+// does not hold yet) and a manifest per process into `dir_fd`. One result per process, in order.
 std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemory>& processes, int dir_fd,
                                                    const gpu_image::Settings& settings);
 
-// Puts each process's memory back from its image (file by its vpid). When `memory_is_zero_or_intact` (memory
+// Puts each process's memory back from its image (file by its vpid), or from the chunk store its manifest names
+// chunks in (the store: settings.store, else the node-local one). When `memory_is_zero_or_intact` (memory
 // freshly mapped by the restore, or dropped/untouched since the dump), zero chunks are not copied, only their
 // pages touched (allocated by the pool rather than later by the driver's single thread).
 // Every region must lie in a writable private mapping of the process. One result per process, in order; a
@@ -41,11 +45,11 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
                                                 const gpu_image::Settings& settings,
                                                 bool memory_is_zero_or_intact = true);
 
-// Which processes the image directory holds images for (the vpids), sorted.
+// Which processes the image directory holds images or manifests for (the vpids), sorted, each once.
 std::vector<int> image_vpids(int dir_fd);
 
-// The regions of a process's image, for the restore side (from the file's index).
-Result<std::vector<gpu_image::Region>> image_regions(int dir_fd, int vpid);
+// The regions of a process's image or manifest, for the restore side.
+Result<std::vector<gpu_image::Region>> image_regions(int dir_fd, int vpid, const gpu_image::Settings& settings);
 
 std::string describe(const CopyStats& s);
 

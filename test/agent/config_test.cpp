@@ -84,12 +84,16 @@ TEST_CASE("gpu_memory settings become the plugin's environment; bad values name 
   auto none = parse_config("gpu_memory: {threads: null}", "test.yaml");
   REQUIRE(none.ok());
   CHECK(gpuckpt::agent::plugin_environment(none->gpu_memory).empty());   // the plugin's defaults apply
-  auto c = parse_config("gpu_memory: {image: false, threads: 8, compression: 'zstd:3', sparse: false}", "test.yaml");
+  auto c = parse_config("gpu_memory: {image: false, threads: 8, compression: 'zstd:3', sparse: false, store: node}",
+                        "test.yaml");
   REQUIRE(c.ok());
   using Env = std::vector<std::pair<std::string, std::string>>;
   CHECK(gpuckpt::agent::plugin_environment(c->gpu_memory) ==
         Env{{"GPUCKPT_CUDA_MEMORY_IMAGE", "0"}, {"GPUCKPT_IMAGE_THREADS", "8"},
-            {"GPUCKPT_IMAGE_COMPRESSION", "zstd:3"}, {"GPUCKPT_IMAGE_SPARSE", "0"}});
+            {"GPUCKPT_IMAGE_COMPRESSION", "zstd:3"}, {"GPUCKPT_IMAGE_SPARSE", "0"}, {"GPUCKPT_GPU_STORE", "node"}});
+  auto store = parse_config("gpu_memory: {store: 'nfs/chunks'}", "test.yaml");
+  REQUIRE_FALSE(store.ok());
+  CHECK(store.error().message.find("test.yaml: gpu_memory.store='nfs/chunks'") == 0);
   auto bad = parse_config("gpu_memory: {compression: gzip}", "test.yaml");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("test.yaml: gpu_memory.compression='gzip'") == 0);
@@ -98,7 +102,7 @@ TEST_CASE("gpu_memory settings become the plugin's environment; bad values name 
   CHECK(threads.error().message.find("gpu_memory.threads 1000") != std::string::npos);
   auto example = load_config(std::string(GPUCKPT_SOURCE_DIR) + "/agent/config.example.yaml");
   REQUIRE(example.ok());
-  CHECK(gpuckpt::agent::plugin_environment(example->gpu_memory).size() == 4);
+  CHECK(gpuckpt::agent::plugin_environment(example->gpu_memory).size() == 5);
 }
 
 TEST_CASE("image_registry: read when set, a malformed repository or timeout names the key", "[unit]") {

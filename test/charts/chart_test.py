@@ -445,7 +445,7 @@ def test_full_config_shape():
             "config.limits.request_deadline_seconds=20",
             "config.limits.max_queued_jobs=32", "config.limits.max_queued_jobs_per_client=4",
             "config.gpu_memory.image=false", "config.gpu_memory.threads=8", "config.gpu_memory.compression=zstd:3",
-            "config.gpu_memory.sparse=false",
+            "config.gpu_memory.sparse=false", "config.gpu_memory.store=/mnt/gpuckpt-store",
             "config.image_registry.repository=registry.example:5000/ml/checkpoints",
             "config.image_registry.credentials_file=/etc/gpuckpt/registry/credentials",
             "config.image_registry.plain_http=true", "config.image_registry.timeout_seconds=900",
@@ -461,7 +461,8 @@ def test_full_config_shape():
     check(not missing, f"[full-config] every agent config key can be set from the chart; missing: {sorted(missing)}")
     check(cfg["match_policy"]["check_firmware"] is False, "[full-config] false survives (only null is dropped)")
     check(cfg["checkpoints"]["max_archive_bytes"] == 1000000000, "[full-config] large integers stay integers")
-    check(cfg["gpu_memory"] == {"image": False, "threads": 8, "compression": "zstd:3", "sparse": False},
+    check(cfg["gpu_memory"] == {"image": False, "threads": 8, "compression": "zstd:3", "sparse": False,
+                                "store": "/mnt/gpuckpt-store"},
           "[full-config] gpu_memory reaches the agent's config")
     check(cfg["image_registry"] == {"repository": "registry.example:5000/ml/checkpoints", "plain_http": True,
                                     "credentials_file": "/etc/gpuckpt/registry/credentials", "timeout_seconds": 900,
@@ -469,7 +470,8 @@ def test_full_config_shape():
           f"[full-config] image_registry reaches the agent's config: {cfg.get('image_registry')}")
     settings = cm_data(objs).get("gpuckpt_plugin.env", "")
     check([l for l in settings.splitlines() if not l.startswith("#")] ==
-          ["GPUCKPT_CUDA_MEMORY_IMAGE=0", "GPUCKPT_IMAGE_THREADS=8", "GPUCKPT_IMAGE_COMPRESSION=zstd:3", "GPUCKPT_IMAGE_SPARSE=0"],
+          ["GPUCKPT_CUDA_MEMORY_IMAGE=0", "GPUCKPT_IMAGE_THREADS=8", "GPUCKPT_IMAGE_COMPRESSION=zstd:3", "GPUCKPT_IMAGE_SPARSE=0",
+           "GPUCKPT_GPU_STORE=/mnt/gpuckpt-store"],
           f"[full-config] gpu_memory reaches the plugin's settings file the installer writes: {settings!r}")
 
 

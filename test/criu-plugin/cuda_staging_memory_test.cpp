@@ -19,6 +19,9 @@
 #include <map>
 #include <string>
 
+#include "common/chunk_store.h"
+#include "common/gpu_manifest.h"
+#include "criu-plugin/cuda/gpu_memory_path.h"
 #include "criu-plugin/cuda/memory_copy.h"
 #include "criu-plugin/cuda/staging_memory.h"
 #include "test/temp_dir.h"
@@ -195,7 +198,7 @@ TEST_CASE("memory copy: write images of process memory, drop it, fill it back bi
   CHECK(written[0]->zero_chunks >= 3);   // the zero stretches hold whole chunks
   if (settings.compression.mode == gi::CompressionMode::Auto) CHECK(written[0]->stored_bytes < a.size * 3 / 4);
   CHECK(image_vpids(dir.fd) == std::vector<int>{101, 102});
-  auto regions = image_regions(dir.fd, 101);
+  auto regions = image_regions(dir.fd, 101, settings);
   REQUIRE(regions);
   CHECK(regions->at(0).start == a.region().start);
 
@@ -261,4 +264,99 @@ TEST_CASE("memory copy: a region the process does not map fails before any write
   auto filled = fill_from_images({{pid, 301, {}}}, dir.fd, settings);
   REQUIRE_FALSE(filled[0]);
   CHECK(filled[0].error().message.find("no private writable mapping") != std::string::npos);
+}
+
+TEST_CASE("memory copy: into a chunk store, the archive keeps a manifest; unchanged memory writes nothing", "[unit]") {
+  TempDir images("gpuckpt-staging-test"), second("gpuckpt-staging-test"), store("gpuckpt-store-test");
+  Mapping a(21u << 20), b(6u << 20);
+  fill_pattern(a, 11);
+  fill_pattern(b, 12);
+  std::vector<std::byte> a_copy(a.data, a.data + a.size), b_copy(b.data, b.data + b.size);
+  const int pid = ::getpid();
+  std::vector<ProcessMemory> processes{{pid, 401, {a.region()}}, {pid, 402, {b.region()}}};
+  gi::Settings settings;
+  settings.threads = GENERATE(1u, 4u);
+  settings.store = (store.path / "chunks").string();
+
+  auto written = write_memory_images(processes, images.fd, settings);
+  REQUIRE(written[0]);
+  REQUIRE(written[1]);
+  CHECK(written[0]->chunks == 11);
+  CHECK(written[0]->written_bytes > 0);
+  // Only manifests in the image directory: the GPU memory is in the store.
+  std::vector<std::string> in_images;
+  for (const auto& e : fs::directory_iterator(images.path)) in_images.push_back(e.path().filename());
+  std::sort(in_images.begin(), in_images.end());
+  CHECK(in_images == std::vector<std::string>{gi::manifest_name(401), gi::manifest_name(402)});
+  CHECK(image_vpids(images.fd) == std::vector<int>{401, 402});
+  auto manifest = gi::read_manifest(images.fd, gi::manifest_name(401));
+  REQUIRE(manifest);
+  CHECK(manifest->store == settings.store);
+
+  // A second checkpoint of the same memory (weights unchanged): every chunk reused, nothing written, one checkpoint
+  // id shared by both processes and different from the first's.
+  auto again = write_memory_images(processes, second.fd, settings);
+  REQUIRE(again[0]);
+  REQUIRE(again[1]);
+  CHECK(again[0]->written_bytes == 0);
+  CHECK(again[1]->written_bytes == 0);
+  CHECK(again[0]->reused_chunks == again[0]->chunks - again[0]->zero_chunks);
+  auto manifest_again = gi::read_manifest(second.fd, gi::manifest_name(401));
+  REQUIRE(manifest_again);
+  CHECK(manifest_again->checkpoint != manifest->checkpoint);
+  CHECK(manifest_again->checkpoint == gi::read_manifest(second.fd, gi::manifest_name(402))->checkpoint);
+
+  REQUIRE(::madvise(a.data, a.size, MADV_DONTNEED) == 0);
+  REQUIRE(::madvise(b.data, b.size, MADV_DONTNEED) == 0);
+  auto filled = fill_from_images(processes, images.fd, settings);
+  REQUIRE(filled[0]);
+  REQUIRE(filled[1]);
+  CHECK(std::memcmp(a.data, a_copy.data(), a.size) == 0);
+  CHECK(std::memcmp(b.data, b_copy.data(), b.size) == 0);
+}
+
+TEST_CASE("memory copy: the restore's first check stops at a missing chunk, naming checkpoint, chunk and path", "[unit]") {
+  TempDir images("gpuckpt-staging-test"), store("gpuckpt-store-test");
+  Mapping a(8u << 20);
+  fill_pattern(a, 13);
+  const int pid = ::getpid();
+  gi::Settings settings;
+  settings.threads = 2;
+  settings.store = store.path.string();
+  REQUIRE(write_memory_images({{pid, 501, {a.region()}}}, images.fd, settings)[0]);
+  auto manifest = gi::read_manifest(images.fd, gi::manifest_name(501));
+  REQUIRE(manifest);
+
+  // What the plugin runs at its restore init (before CRIU restores any process), configured as on a node.
+  ::setenv("GPUCKPT_GPU_STORE", settings.store.c_str(), 1);
+  GpuMemoryPath path;
+  path.configure(images.fd);
+  REQUIRE(path.has_images());
+  REQUIRE(path.check_store());
+
+  const std::size_t first_stored = static_cast<std::size_t>(
+      std::find_if(manifest->entries.begin(), manifest->entries.end(),
+                   [](const gi::ChunkEntry& e) { return e.encoding != gi::Encoding::Zero; }) - manifest->entries.begin());
+  const auto missing = store.path / "sha256" / manifest->digests[first_stored].hex().substr(0, 2) /
+                       manifest->digests[first_stored].hex();
+  REQUIRE(fs::remove(missing));
+  auto checked = path.check_store();
+  REQUIRE_FALSE(checked);
+  CHECK(checked.error().message.find("checkpoint " + manifest->checkpoint) != std::string::npos);
+  CHECK(checked.error().message.find(manifest->digests[first_stored].hex()) != std::string::npos);
+  CHECK(checked.error().message.find(missing.string()) != std::string::npos);
+
+  // Another node whose store is elsewhere: the check names the store it looked in.
+  ::setenv("GPUCKPT_GPU_STORE", (store.path / "not-mounted").c_str(), 1);
+  GpuMemoryPath elsewhere;
+  elsewhere.configure(images.fd);
+  auto unmounted = elsewhere.check_store();
+  REQUIRE_FALSE(unmounted);
+  CHECK(unmounted.error().message.find((store.path / "not-mounted").string()) != std::string::npos);
+  ::unsetenv("GPUCKPT_GPU_STORE");
+
+  // The fill fails that process too, naming the chunk (if the check were skipped).
+  auto filled = fill_from_images({{pid, 501, {}}}, images.fd, settings);
+  REQUIRE_FALSE(filled[0]);
+  CHECK(filled[0].error().message.find(manifest->digests[first_stored].hex()) != std::string::npos);
 }

@@ -14,6 +14,9 @@
 #   6. an image that matches no restored process fails the restore (its memory would be missing);
 #   7. the node's settings file beside the plugin (gpuckpt_plugin.env) sets the path when the environment does not,
 #      the environment overrides it, and a file with a typo is logged and ignored (the dump runs with the defaults).
+#   8. GPUCKPT_GPU_STORE: the memory goes into a chunk store, CRIU's images keep a manifest; a missing chunk stops
+#      the restore at the plugin's init (before CRIU forks anything), naming checkpoint, digest and path; with the
+#      chunk back it restores bit-identical; a second dump of the same memory writes no chunk.
 # Exit 0 pass, 77 skipped (no root / no working CRIU), anything else fails.
 set -uo pipefail
 
@@ -187,4 +190,39 @@ grep -q "line 2: unknown setting 'GPUCKPT_IMAGE_THREDS'.*the file is ignored, th
 [ "$(checksum_now d "$PID")" = "$SUM" ] || fail "the process's memory changed across the settings-file dumps"
 rm -f "$WORK/lib/gpuckpt_plugin.env"
 echo "ok 7: the settings file beside the plugin turns the path off, the environment overrides it, a typo is logged and ignored"
+# --- 8. a chunk store instead of images ------------------------------------------------------------------------
+start_process e
+export GPUCKPT_GPU_STORE=$WORK/store/chunks
+dump "$WORK/stored" "$PID" || fail "criu dump into the chunk store failed"
+gone "$PID" || fail "pid $PID did not go away"
+MANIFEST=$WORK/stored/gpuckpt-gpumem-$PID.manifest.json
+[ -f "$MANIFEST" ] || fail "no manifest in CRIU's images"
+ls "$WORK/stored"/gpuckpt-gpumem-*.img* >/dev/null 2>&1 && fail "image files were written beside the manifest"
+[ "$(stat -c %a "$GPUCKPT_GPU_STORE")" = 700 ] || fail "the store is not root-only"
+CHUNKS=$(find "$GPUCKPT_GPU_STORE/sha256" -type f | wc -l)
+[ "$CHUNKS" -gt 0 ] && [ -z "$(find "$GPUCKPT_GPU_STORE/sha256" -type f ! -perm 600)" ] || fail "no chunks, or chunks not 0600"
+[ "$(du -cb "$WORK"/stored/* | tail -1 | cut -f1)" -lt $((SIZE_MIB * MIB / 4)) ] || fail "CRIU's images still carry the memory"
+INSPECT=$("$GPUCKPT" inspect "$WORK/stored") || fail "gpuckpt inspect of the store-backed images: $INSPECT"
+echo "$INSPECT" | grep -q "every chunk checked in $GPUCKPT_GPU_STORE: ok" || fail "inspect did not check the store: $INSPECT"
+# A missing chunk: the restore stops at the plugin's init, before CRIU restores any process.
+VICTIM=$(find "$GPUCKPT_GPU_STORE/sha256" -type f | head -1)
+mv "$VICTIM" "$WORK/victim"
+restore "$WORK/stored" && fail "the restore with a missing chunk succeeded"
+LOG=$WORK/stored-restore.log
+grep -q "checkpoint [0-9a-f]\{32\}.*chunk $(basename "$VICTIM").*expected at $VICTIM: missing" "$LOG" ||
+  fail "the restore error does not name checkpoint, chunk and path"
+grep -q "Forking task" "$LOG" && fail "CRIU forked a task before the missing chunk stopped it"
+kill -0 "$PID" 2>/dev/null && fail "a process was left running"
+mv "$WORK/victim" "$VICTIM"
+restore "$WORK/stored" || fail "criu restore from the chunk store failed"
+grep -q "gpuckpt: cuda: checkpoint [0-9a-f]*: gpuckpt-gpumem-$PID.manifest.json: all [0-9]* chunks present" "$WORK/stored-restore.log" ||
+  fail "the restore did not check the store first"
+[ "$(checksum_now e "$RPID")" = "$SUM" ] || fail "the memory restored from the chunk store is not bit-identical"
+# The same memory again: nothing new in the store.
+dump "$WORK/stored-again" "$RPID" || fail "the second dump into the chunk store failed"
+grep -q "timing: gpu memory image write: .* 0 MiB written" "$WORK/stored-again-dump.log" ||
+  fail "the second dump of unchanged memory wrote chunks: $(grep 'timing: gpu memory image write' "$WORK/stored-again-dump.log")"
+[ "$(find "$GPUCKPT_GPU_STORE/sha256" -type f | wc -l)" = "$CHUNKS" ] || fail "the store grew on the second dump"
+unset GPUCKPT_GPU_STORE
+echo "ok 8: chunk store: $CHUNKS chunks, a manifest in CRIU's images; a missing chunk stopped the restore before any fork; restored bit-identical; a second dump wrote nothing"
 echo "PASS"

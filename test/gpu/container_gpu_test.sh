@@ -485,6 +485,58 @@ json.dump(entry, open(sys.argv[1], "w"))' "$dir/$record_file" || { record wrong_
   record wrong_gpu PASS "refused before CRIU ran: $(grep -iE 'model|10de:' "$WORK/wrong.rst.log" | head -1 | cut -c1-160)"
 }
 
+# CRIU's own time in the log of a runtime's checkpoint/restore: its last "(seconds)" stamp.
+criu_seconds() { awk -F'[()]' '/^\([ 0-9.]+\)/ {t=$2} END {printf "%.2f", t + 0}' "$1" 2>/dev/null; }
+log_of() { echo "$(podman inspect -f '{{.StaticDir}}' "$1" 2>/dev/null)/$2"; }
+# MiB the plugin wrote for the GPU memory (its "timing: gpu memory image write" line in a dump.log).
+written_mib() { grep -o '[0-9]* MiB written' "$1" | tail -1 | cut -d' ' -f1; }
+
+# Benchmark (#21): GPU memory inline in podman's archive vs in the node's chunk store (only a manifest in the
+# archive): podman checkpoint --export / restore --import beside CRIU's own time in the same run (dump.log,
+# restore.log), STORE_BENCH_MIB (4096) of random GPU memory. Then bf16 content (weights: 1/16 of it evolves) into the
+# store, checkpointed a second time after its restore: what the second checkpoint writes. Rows into
+# $STORE_BENCH_TSV when set. Each restore is checked bit for bit against an uninterrupted run.
+case_store_bench() {
+  gpu_ready store_bench || return
+  local mib=${STORE_BENCH_MIB:-4096} settings=$PLUGIN_DIR/gpuckpt_plugin.env
+  local tsv=${STORE_BENCH_TSV:-$WORK/store_bench.tsv} saved=$WORK/plugin.env.saved run mode content tag name out a tck trs at
+  [ -f "$settings" ] && cp "$settings" "$saved"
+  printf 'run\tmib\tcontent\tpodman_checkpoint_s\tcriu_dump_s\tpodman_restore_s\tcriu_restore_s\tarchive_mib\tgpu_written_mib\n' > "$tsv"
+  for run in inline:random node:random node:bf16; do
+    mode=${run%%:*} content=${run#*:} tag=sb-${mode}-${content}
+    name=$PREFIX-$tag out=$WORK/out/$tag.txt a=$WORK/$tag.tar
+    { [ -f "$saved" ] && grep -v '^GPUCKPT_GPU_STORE=' "$saved"; echo "GPUCKPT_GPU_STORE=$mode"; } > "$settings"
+    run_counter "$name" "$out" "${CDI_GPU[@]}" -- "$mib" "/out/$tag.txt" --content "$content" || { show "$WORK/$name.err"; record store_bench FAIL "podman run ($run)"; break; }
+    wait_ctr "$name" "$out" 20 300 || { record store_bench FAIL "workload did not start ($run)"; break; }
+    timed tck pm container checkpoint --export "$a" "$name" > "$WORK/$tag.ckpt.log" 2>&1 || { show "$WORK/$tag.ckpt.log"; criu_log "$name"; record store_bench FAIL "checkpoint ($run)"; break; }
+    cp "$(log_of "$name" dump.log)" "$WORK/$tag.dump.log" 2>/dev/null
+    at=$(last_iter "$out")
+    if [ "$mode" = node ]; then
+      [ "$(entries "$a" 'gpuckpt-gpumem-.*manifest.json')" -gt 0 ] && [ "$(entries "$a" 'gpuckpt-gpumem-.*img')" = 0 ] ||
+        { record store_bench FAIL "the store-backed archive holds GPU memory images, or no manifest ($run)"; break; }
+    fi
+    pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
+    timed trs pm container restore --import "$a" > "$WORK/$tag.rst.log" 2>&1 || { show "$WORK/$tag.rst.log"; criu_log "$name"; record store_bench FAIL "restore ($run)"; break; }
+    cp "$(log_of "$name" restore.log)" "$WORK/$tag.restore.log" 2>/dev/null
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$run" "$mib" "$content" "$tck" "$(criu_seconds "$WORK/$tag.dump.log")" "$trs" \
+      "$(criu_seconds "$WORK/$tag.restore.log")" "$(( $(stat -c %s "$a") >> 20 ))" "$(written_mib "$WORK/$tag.dump.log")" >> "$tsv"
+    wait_ctr "$name" "$out" $((at + 10)) 300 || { record store_bench FAIL "no progress after restore ($run)"; break; }
+    if [ "$run" = node:bf16 ]; then   # the weights did not change since the first checkpoint; 1/16 of it did
+      timed tck pm container checkpoint --export "$a.2" "$name" > "$WORK/$tag.again.ckpt.log" 2>&1 || { show "$WORK/$tag.again.ckpt.log"; record store_bench FAIL "second checkpoint"; break; }
+      cp "$(log_of "$name" dump.log)" "$WORK/$tag.again.dump.log" 2>/dev/null
+      printf '%s\t%s\t%s\t%s\t%s\t-\t-\t%s\t%s\n' "$run:second" "$mib" "$content" "$tck" "$(criu_seconds "$WORK/$tag.again.dump.log")" \
+        "$(( $(stat -c %s "$a.2") >> 20 ))" "$(written_mib "$WORK/$tag.again.dump.log")" >> "$tsv"
+    fi
+    pm rm -f -t 0 "$name" >/dev/null 2>&1
+    check_counter store_bench "$out" "$mib" --content "$content" || break
+    rm -f "$a" "$a.2"
+  done
+  if [ -f "$saved" ]; then cp "$saved" "$settings"; else rm -f "$settings"; fi
+  cat "$tsv"
+  printf '%s\n' "${RESULTS[@]}" | grep -q '^store_bench FAIL' ||
+    record store_bench PASS "$(awk -F'\t' 'NR>1 {printf "%s: ckpt %ss (criu %ss) rst %ss (criu %ss) archive %s MiB, GPU written %s MiB; ", $1, $4, $5, $6, $7, $8, $9}' "$tsv")"
+}
+
 if [ "$HAVE_GPU" = 1 ]; then
   echo "GPU node: $(nvidia-smi -L | head -1); driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1); $(criu --version | head -1); podman $(podman --version | awk '{print $3}')"
 fi

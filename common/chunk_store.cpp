@@ -1,0 +1,297 @@
+#include "common/chunk_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+// The low-level SHA-256 calls: one context on the stack, no provider machinery (the one-shot EVP calls load
+// OpenSSL's configuration, which has no place inside CRIU).
+#define OPENSSL_API_COMPAT 10101
+#include <openssl/sha.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+namespace gpuckpt::chunk_store {
+namespace {
+
+constexpr char kChunkMagic[8] = {'G', 'P', 'U', 'C', 'K', 'C', 'H', 'K'};
+constexpr const char* kHexDigits = "0123456789abcdef";
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+template <class T>
+void put_le(std::byte* base, std::size_t at, T value) {
+  std::memcpy(base + at, &value, sizeof value);
+}
+template <class T>
+T get_le(const std::byte* base, std::size_t at) {
+  T value;
+  std::memcpy(&value, base + at, sizeof value);
+  return value;
+}
+
+Result<void> read_exact(int fd, std::byte* data, std::size_t size, std::uint64_t offset, const std::string& name) {
+  while (size > 0) {
+    const ssize_t n = ::pread(fd, data, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return make_error("reading " + name + ": " + errno_text(errno), errno);
+    if (n == 0) return make_error(name + " ends early: it is truncated", EIO);
+    data += n;
+    size -= static_cast<std::size_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return {};
+}
+
+Result<void> write_exact(int fd, iovec* iov, int count, const std::string& name) {
+  int first = 0;
+  while (first < count) {
+    const ssize_t n = ::writev(fd, iov + first, count - first);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      return make_error("writing " + name + ": " + errno_text(err), err);
+    }
+    for (auto done = static_cast<std::size_t>(n); done > 0 && first < count;) {
+      const std::size_t step = std::min(done, iov[first].iov_len);
+      iov[first].iov_base = static_cast<std::byte*>(iov[first].iov_base) + step;
+      iov[first].iov_len -= step;
+      done -= step;
+      if (iov[first].iov_len == 0) ++first;
+    }
+  }
+  return {};
+}
+
+Result<int> open_or_make_dir(int parent_fd, const char* name, const std::string& shown) {
+  if (::mkdirat(parent_fd, name, 0700) != 0 && errno != EEXIST)
+    return make_error("cannot create the chunk store directory " + shown + ": " + errno_text(errno), errno);
+  const int fd = ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return make_error("cannot open the chunk store directory " + shown + ": " + errno_text(errno), errno);
+  return fd;
+}
+
+}  // namespace
+
+std::string Digest::hex() const {
+  std::string out(kDigestHexChars, '0');
+  for (std::size_t i = 0; i < kDigestBytes; ++i) {
+    out[2 * i] = kHexDigits[bytes[i] >> 4];
+    out[2 * i + 1] = kHexDigits[bytes[i] & 0xf];
+  }
+  return out;
+}
+
+Digest sha256(std::span<const std::byte> data) {
+  Digest d;
+  SHA256_CTX context;
+  SHA256_Init(&context);
+  SHA256_Update(&context, data.data(), data.size());
+  SHA256_Final(d.bytes.data(), &context);
+  return d;
+}
+
+Result<Digest> parse_digest(std::string_view hex, std::string_view what) {
+  auto refuse = [&] {
+    // The value is untrusted: show its length, never the value itself beyond a short prefix.
+    std::string shown;
+    for (char c : hex.substr(0, 16)) shown += (c >= 0x20 && c < 0x7f) ? c : '?';
+    return make_error(std::string(what) + " is not a SHA-256 digest (" + std::to_string(kDigestHexChars) +
+                      " lowercase hex digits): '" + shown + (hex.size() > 16 ? "...'" : "'") + ", " +
+                      std::to_string(hex.size()) + " characters", EINVAL);
+  };
+  if (hex.size() != kDigestHexChars) return refuse();
+  Digest d;
+  for (std::size_t i = 0; i < kDigestHexChars; ++i) {
+    const char c = hex[i];
+    int v;
+    if (c >= '0' && c <= '9') v = c - '0';
+    else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
+    else return refuse();
+    d.bytes[i / 2] = static_cast<std::uint8_t>(i % 2 == 0 ? v << 4 : d.bytes[i / 2] | v);
+  }
+  return d;
+}
+
+std::array<std::byte, kChunkHeaderSize> encode_header(const ChunkHeader& h) {
+  std::array<std::byte, kChunkHeaderSize> out{};
+  std::memcpy(out.data(), kChunkMagic, sizeof kChunkMagic);
+  put_le<std::uint32_t>(out.data(), 8, kChunkVersion);
+  put_le<std::uint8_t>(out.data(), 12, h.encoding);
+  put_le<std::uint32_t>(out.data(), 16, h.raw_size);
+  put_le<std::uint32_t>(out.data(), 20, h.stored_size);
+  put_le<std::uint64_t>(out.data(), 24, XXH3_64bits(out.data(), 24));
+  return out;
+}
+
+Result<ChunkHeader> decode_header(std::span<const std::byte> bytes) {
+  if (bytes.size() < kChunkHeaderSize) return make_error("shorter than a chunk header", EIO);
+  if (std::memcmp(bytes.data(), kChunkMagic, sizeof kChunkMagic) != 0) return make_error("not a gpuckpt chunk", EIO);
+  if (get_le<std::uint64_t>(bytes.data(), 24) != XXH3_64bits(bytes.data(), 24))
+    return make_error("its header is corrupt", EIO);
+  const auto version = get_le<std::uint32_t>(bytes.data(), 8);
+  if (version > kChunkVersion)
+    return make_error("chunk format version " + std::to_string(version) + " is newer than this gpuckpt reads (" +
+                      std::to_string(kChunkVersion) + ")", EIO);
+  ChunkHeader h;
+  h.encoding = get_le<std::uint8_t>(bytes.data(), 12);
+  h.raw_size = get_le<std::uint32_t>(bytes.data(), 16);
+  h.stored_size = get_le<std::uint32_t>(bytes.data(), 20);
+  return h;
+}
+
+Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& root, bool create) {
+  if (!root.is_absolute() || root.lexically_normal() != root)
+    return make_error("the chunk store path '" + root.string() + "' must be an absolute path without . or .. parts");
+  if (create) {
+    std::error_code ec;
+    // Parents as well (the shared volume's mount point exists; a node's state dir may not yet).
+    std::filesystem::path made;
+    for (const auto& part : root) {
+      made /= part;
+      if (::mkdir(made.c_str(), 0700) != 0 && errno != EEXIST)
+        return make_error("cannot create the chunk store " + root.string() + " (at " + made.string() + "): " +
+                          errno_text(errno) + ". Make the directory, or set GPUCKPT_GPU_STORE to a writable one",
+                          errno);
+    }
+  }
+  std::unique_ptr<Store> store(new Store());
+  store->root_ = root;
+  store->root_fd_ = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (store->root_fd_ < 0)
+    return make_error("cannot open the chunk store " + root.string() + ": " + errno_text(errno) +
+                      (errno == ENOENT ? ". Mount the store there (a shared volume) or set GPUCKPT_GPU_STORE to where "
+                                         "it is" : ""), errno);
+  if (create) {
+    auto hash_fd = open_or_make_dir(store->root_fd_, kHashName, (root / kHashName).string());
+    if (!hash_fd) return hash_fd.error();
+    store->hash_fd_ = *hash_fd;
+  } else {
+    store->hash_fd_ = ::openat(store->root_fd_, kHashName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (store->hash_fd_ < 0)
+      return make_error("the chunk store " + root.string() + " holds no chunks (" + (root / kHashName).string() + ": " +
+                        errno_text(errno) + ")", errno);
+  }
+  return store;
+}
+
+Store::~Store() {
+  if (hash_fd_ >= 0) ::close(hash_fd_);
+  if (root_fd_ >= 0) ::close(root_fd_);
+}
+
+std::string Store::relative_path(const Digest& d) const {
+  const std::string hex = d.hex();
+  return std::string(kHashName) + "/" + hex.substr(0, 2) + "/" + hex;
+}
+
+Result<ChunkHeader> Store::stat(const Digest& d) const {
+  const std::string hex = d.hex();
+  const std::string inside = hex.substr(0, 2) + "/" + hex;
+  const int fd = ::openat(hash_fd_, inside.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return make_error(path_of(d).string() + ": " + errno_text(errno), errno);
+  struct stat st {};
+  std::byte bytes[kChunkHeaderSize];
+  Result<ChunkHeader> header = make_error("", EIO);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    header = make_error(path_of(d).string() + " is not a regular file", EIO);
+  } else if (auto ok = read_exact(fd, bytes, sizeof bytes, 0, path_of(d).string()); !ok) {
+    header = ok.error();
+  } else {
+    header = decode_header(bytes);
+    if (!header) header = make_error(path_of(d).string() + ": " + header.error().message, EIO);
+    else if (static_cast<std::uint64_t>(st.st_size) != kChunkHeaderSize + header->stored_size)
+      header = make_error(path_of(d).string() + " has " + std::to_string(st.st_size) + " bytes, its header says " +
+                          std::to_string(kChunkHeaderSize + header->stored_size), EIO);
+  }
+  ::close(fd);
+  return header;
+}
+
+Result<int> Store::fanout_dir(const Digest& d) {
+  const std::string name = d.hex().substr(0, 2);
+  auto fd = open_or_make_dir(hash_fd_, name.c_str(), (root_ / kHashName / name).string());
+  if (fd) {
+    std::lock_guard lock(mutex_);
+    unsynced_dirs_.insert(name);
+  }
+  return fd;
+}
+
+Result<void> Store::put(const Digest& d, const ChunkHeader& header, std::span<const std::byte> payload) {
+  static std::atomic<std::uint64_t> sequence{0};
+  // Unique among the writers of every node sharing the store: a random token per process and a sequence.
+  static const std::uint64_t token = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  if (payload.size() != header.stored_size) return make_error("internal: chunk payload size mismatch", EINVAL);
+  auto dir_fd = fanout_dir(d);
+  if (!dir_fd) return dir_fd.error();
+  const std::string hex = d.hex();
+  const std::string temp = "." + hex + "." + std::to_string(token) + "." + std::to_string(sequence++) + ".partial";
+  const std::string shown = (root_ / kHashName / hex.substr(0, 2) / temp).string();
+  Result<void> result;
+  const int fd = ::openat(*dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    result = make_error("creating " + shown + ": " + errno_text(errno), errno);
+  } else {
+    auto bytes = encode_header(header);
+    iovec iov[2] = {{bytes.data(), bytes.size()}, {const_cast<std::byte*>(payload.data()), payload.size()}};
+    result = write_exact(fd, iov, 2, shown);
+    if (result && ::fsync(fd) != 0) result = make_error("fsync of " + shown + ": " + errno_text(errno), errno);
+    ::close(fd);
+    if (result && ::renameat(*dir_fd, temp.c_str(), *dir_fd, hex.c_str()) != 0)
+      result = make_error("renaming " + shown + " to its digest: " + errno_text(errno), errno);
+    if (!result) (void)::unlinkat(*dir_fd, temp.c_str(), 0);
+  }
+  ::close(*dir_fd);
+  return result;
+}
+
+Result<void> Store::sync() {
+  std::set<std::string> dirs;
+  {
+    std::lock_guard lock(mutex_);
+    dirs.swap(unsynced_dirs_);
+  }
+  for (const auto& name : dirs) {
+    const int fd = ::openat(hash_fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || (::fsync(fd) != 0 && errno != EINVAL)) {
+      const int err = errno;
+      if (fd >= 0) ::close(fd);
+      return make_error("fsync of " + (root_ / kHashName / name).string() + ": " + errno_text(err), err);
+    }
+    ::close(fd);
+  }
+  if ((::fsync(hash_fd_) != 0 && errno != EINVAL) || (::fsync(root_fd_) != 0 && errno != EINVAL))
+    return make_error("fsync of the chunk store " + root_.string() + ": " + errno_text(errno), errno);
+  return {};
+}
+
+Result<void> Store::read(const Digest& d, std::uint64_t expected_size, std::vector<std::byte>& out) const {
+  const std::string hex = d.hex();
+  const std::string inside = hex.substr(0, 2) + "/" + hex;
+  const std::string shown = path_of(d).string();
+  const int fd = ::openat(hash_fd_, inside.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return make_error("cannot open " + shown + ": " + errno_text(errno), errno);
+  struct stat st {};
+  Result<void> result;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    result = make_error(shown + " is not a regular file", EIO);
+  } else if (static_cast<std::uint64_t>(st.st_size) != expected_size) {
+    result = make_error(shown + " has " + std::to_string(st.st_size) + " bytes, the manifest says " +
+                        std::to_string(expected_size), EIO);
+  } else {
+    out.resize(expected_size);
+    result = read_exact(fd, out.data(), out.size(), 0, shown);
+  }
+  ::close(fd);
+  return result;
+}
+
+}  // namespace gpuckpt::chunk_store

@@ -1,0 +1,128 @@
+// Store-backed GPU memory images (docs/formats.md "GPU memory manifest"): the chunks of a process's GPU memory go
+// into a content-addressed chunk store (chunk_store.h) and only a manifest stays in CRIU's image directory, so the
+// runtime's archive (podman export, kubelet's CRI archive) carries CPU state only. Per process one manifest,
+// gpuckpt-gpumem-<vpid>.manifest.json:
+//
+//   {"format": "gpuckpt-gpu-memory-manifest", "version": 1, "checkpoint": "<32 hex>", "hash": "sha256",
+//    "store": "/var/lib/gpuckpt/chunks", "vpid": 7, "dump_pid": 4242, "chunk_size": 2097152,
+//    "regions": [[start, length], ...],
+//    "chunks": [["zstd", raw_size, stored_size, "<sha256 hex>"], ["zero", raw_size], ["raw", ...], ...]}
+//
+// "chunks" lists every chunk of every region in order (the position gives region and chunk). A chunk's digest is
+// the SHA-256 of its raw bytes: its name in the store and its checksum, checked on every read. On restore the
+// manifest comes from an archive, so it is untrusted: parse_manifest checks every field and bound (digests
+// exactly 64 lowercase hex digits before they form a path, sizes matching the regions, counts bounded).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/chunk_store.h"
+#include "common/gpu_image.h"
+#include "common/result.h"
+
+namespace gpuckpt::gpu_image {
+
+inline constexpr const char* kManifestFormat = "gpuckpt-gpu-memory-manifest";
+inline constexpr int kManifestVersion = 1;
+inline constexpr const char* kManifestSuffix = ".manifest.json";
+inline constexpr std::uint64_t kMaxManifestChunks = 1u << 20;      // 2 TiB of memory in 2 MiB chunks
+inline constexpr std::size_t kMaxManifestBytes = 128u << 20;
+inline constexpr std::uint32_t kStoreStreams = 64;                 // restore work units (entry.shard)
+
+struct Manifest {
+  std::string checkpoint;                     // one id per dump, shared by its processes: 32 lowercase hex
+  std::string store;                          // the store the dump wrote to (a restore reads its own setting)
+  ImageHeader header;                         // vpid, dump_pid, chunk_size
+  std::vector<Region> regions;
+  std::vector<ChunkEntry> entries;            // every chunk in order; encoding, raw and stored sizes
+  std::vector<chunk_store::Digest> digests;   // parallel to entries (all zero bytes for zero chunks)
+};
+
+std::string manifest_name(int vpid);                   // gpuckpt-gpumem-<vpid>.manifest.json
+int vpid_from_manifest_name(std::string_view name);   // or -1
+std::string new_checkpoint_id();                       // 128 random bits, hex
+
+std::string serialize_manifest(const Manifest& m);
+// Every field checked; the error names `source` and the field.
+Result<Manifest> parse_manifest(std::string_view text, std::string_view source);
+// Atomic: a temporary file, fsync'ed, renamed, then the directory fsync'ed.
+Result<void> write_manifest(int dir_fd, const Manifest& m);
+Result<Manifest> read_manifest(int dir_fd, const std::string& name);
+
+// Existence and size of every chunk the manifest names (no data is read): what the restore checks before CRIU
+// touches any process. The error names the checkpoint, the first bad chunk (digest and the path where it was
+// expected), how many are missing, and what to do.
+Result<void> check_chunks(const Manifest& m, const chunk_store::Store& store, const std::string& manifest);
+
+// --- writing ---------------------------------------------------------------------------------------------------------
+struct StoredChunk {
+  bool zero = false;     // all zero: nothing stored
+  bool reused = false;   // the store had it: nothing written
+  std::uint64_t stored_bytes = 0;    // payload bytes of its chunk file
+  std::uint64_t written_bytes = 0;   // bytes this dump wrote for it (0 when reused)
+};
+
+// One process's chunks into the store; its manifest when finished. add() is thread-safe for different chunks.
+class StoreWriter {
+ public:
+  static Result<std::unique_ptr<StoreWriter>> create(std::shared_ptr<chunk_store::Store> store,
+                                                     const ImageHeader& header, std::vector<Region> regions,
+                                                     std::string checkpoint);
+  std::uint64_t chunk_count(std::uint32_t region) const;
+  // Chunk `chunk` of region `region` (its raw bytes): zero, already in the store, or compressed and put there.
+  Result<StoredChunk> add(std::uint32_t region, std::uint64_t chunk, std::span<const std::byte> raw, ChunkCodec& codec,
+                          const Settings& settings, CompressionHistory& history);
+  // Every chunk added: the store's new names made durable, then the manifest written into `dir_fd`.
+  Result<void> finish(int dir_fd);
+  const std::string& name() const { return name_; }
+
+ private:
+  StoreWriter() = default;
+  std::shared_ptr<chunk_store::Store> store_;
+  Manifest manifest_;
+  std::string name_;
+  std::vector<std::size_t> first_entry_;
+  std::vector<std::uint8_t> present_;
+};
+
+// --- reading ---------------------------------------------------------------------------------------------------------
+class StoreReader final : public MemorySource {
+ public:
+  StoreReader(Manifest manifest, std::shared_ptr<const chunk_store::Store> store, std::string name);
+  const ImageHeader& header() const override { return manifest_.header; }
+  const std::vector<Region>& regions() const override { return manifest_.regions; }
+  const std::vector<ChunkEntry>& entries() const override { return manifest_.entries; }
+  const std::string& name() const override { return name_; }
+  const Manifest& manifest() const { return manifest_; }
+  // Reads the chunk file, checks its header against the manifest, decodes it and checks its SHA-256.
+  Result<void> read_chunk(std::size_t i, ChunkCodec& codec, std::vector<std::byte>& record_buffer,
+                          std::span<std::byte> out) const override;
+  // Each chunk is a file of its own, read whole by one call: nothing to gain from a hint.
+  void prefetch(std::size_t, std::size_t) const override {}
+
+ private:
+  Manifest manifest_;
+  std::shared_ptr<const chunk_store::Store> store_;
+  std::string name_;
+};
+
+// The store a restore reads from: the configured one, else the node-local store.
+std::string restore_store_dir(const Settings& settings);
+// A process's memory in `dir_fd`: its manifest (over the store at `store_dir`) when there is one, else its image
+// file. An error with errno ENOENT when there is neither.
+Result<std::unique_ptr<MemorySource>> open_memory_source(int dir_fd, int vpid, const std::string& store_dir);
+
+// What `gpuckpt inspect` prints for a manifest; with a store, every chunk is checked there (read and hashed).
+struct ManifestSummary {
+  Manifest manifest;
+  std::uint64_t zero_chunks = 0, raw_chunks = 0, zstd_chunks = 0;
+  std::uint64_t memory_bytes = 0, stored_bytes = 0;
+};
+ManifestSummary summarize_manifest(Manifest m);
+std::string format_manifest_summary(const std::string& name, const ManifestSummary& s);
+
+}  // namespace gpuckpt::gpu_image
