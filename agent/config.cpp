@@ -198,6 +198,9 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     s.get("max_connections", c.max_connections);
     s.get("max_connections_per_client", c.max_connections_per_client);
     s.get("request_deadline_seconds", c.request_deadline_seconds);
+    long job_timeout = c.job_timeout.count();
+    s.get("job_timeout_seconds", job_timeout);
+    c.job_timeout = std::chrono::seconds(job_timeout);
     keep(s);
   }
   keep(top);
@@ -238,6 +241,7 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     return make_error(source + ": limits.max_connections must be >= 2, max_connections_per_client and "
                       "request_deadline_seconds >= 1");
   if (c.runtime_timeout.count() < 1) return make_error(source + ": checkpoints.runtime_timeout_seconds must be >= 1");
+  if (c.job_timeout.count() < 1) return make_error(source + ": limits.job_timeout_seconds must be >= 1");
   if (c.gpu_memory.threads && (*c.gpu_memory.threads < 0 || *c.gpu_memory.threads > 256))
     return make_error(source + ": gpu_memory.threads " + std::to_string(*c.gpu_memory.threads) +
                       " is not 0 (from the CPU count) to 256");
@@ -303,6 +307,7 @@ void log_config(const AgentConfig& c) {
   log::param("limits.max_connections", std::to_string(c.max_connections));
   log::param("limits.max_connections_per_client", std::to_string(c.max_connections_per_client));
   log::param("limits.request_deadline_seconds", std::to_string(c.request_deadline_seconds));
+  log::param("limits.job_timeout_seconds", std::to_string(c.job_timeout.count()));
   for (const auto& [name, value] : plugin_environment(c.gpu_memory)) log::param("gpu_memory: " + name, value);
   if (!c.image_registry.repository.empty()) {
     log::param("image_registry.repository", c.image_registry.repository);

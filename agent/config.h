@@ -88,6 +88,8 @@ struct AgentConfig {
   std::size_t max_connections = 256;             // served at once; more wait (agent/http_server.h)
   std::size_t max_connections_per_client = 32;   // open connections one remote address may hold
   int request_deadline_seconds = 30;             // a connection open longer is closed
+  // An accepted job's whole time, queue included: then whatever it runs is cut short (agent/service.h).
+  std::chrono::seconds job_timeout{7200};
   GpuMemoryConfig gpu_memory;
   RegistryOptions image_registry;   // checkpoint images are also pushed there when repository is set
 };

@@ -160,7 +160,8 @@ Result<ContainerdTask> ContainerdClient::task(const std::string& id) {
 }
 
 Result<void> ContainerdClient::checkpoint_task(const std::string& id, const std::string& image_dir,
-                                               const std::string& work_dir, bool leave_running) {
+                                               const std::string& work_dir, bool leave_running,
+                                               JobDeadline deadline) {
   runc::CheckpointOptions options;
   options.set_exit(!leave_running);
   options.set_image_path(image_dir);
@@ -173,7 +174,7 @@ Result<void> ContainerdClient::checkpoint_task(const std::string& id, const std:
   tasks::CheckpointTaskResponse response;
   log::info("containerd task checkpoint " + id + " -> " + image_dir + (leave_running ? " (leave running)" : ""));
   const auto status = namespaced(options_, *stubs_->tasks, &TasksStub::Checkpoint,
-                                 request, response, options_.checkpoint_timeout);
+                                 request, response, time_left(deadline, options_.checkpoint_timeout));
   if (!status.ok()) return failure(status, "task checkpoint of " + id, options_.checkpoint_timeout);
   return {};
 }
@@ -257,7 +258,7 @@ Result<void> ContainerdClient::delete_container(const std::string& id) {
 
 Result<std::uint32_t> ContainerdClient::restore_task(const std::string& id, const std::vector<ContainerdMount>& rootfs,
                                                      const std::string& image_dir, const std::string& work_dir,
-                                                     const std::string& log_path) {
+                                                     const std::string& log_path, JobDeadline deadline) {
   tasks::CreateTaskRequest request;
   request.set_container_id(id);
   for (const auto& m : rootfs) {
@@ -278,17 +279,17 @@ Result<std::uint32_t> ContainerdClient::restore_task(const std::string& id, cons
   tasks::CreateTaskResponse response;
   log::info("containerd task restore " + id + " <- " + image_dir);
   const auto status = namespaced(options_, *stubs_->tasks, &TasksStub::Create,
-                                 request, response, options_.checkpoint_timeout);
+                                 request, response, time_left(deadline, options_.checkpoint_timeout));
   if (!status.ok()) return failure(status, "task restore of " + id, options_.checkpoint_timeout);
   return response.pid();
 }
 
-Result<void> ContainerdClient::start_task(const std::string& id) {
+Result<void> ContainerdClient::start_task(const std::string& id, JobDeadline deadline) {
   tasks::StartRequest request;
   request.set_container_id(id);
   tasks::StartResponse response;
   const auto status = namespaced(options_, *stubs_->tasks, &TasksStub::Start,
-                                 request, response, options_.call_timeout);
+                                 request, response, time_left(deadline, options_.call_timeout));
   if (!status.ok()) return failure(status, "task start " + id, options_.call_timeout);
   return {};
 }

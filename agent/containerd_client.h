@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/container_runtime.h"
 #include "common/result.h"
 
 namespace grpc {
@@ -64,9 +65,10 @@ class ContainerdClient {
   // ENOENT when the container has no task.
   Result<ContainerdTask> task(const std::string& id);
   // runc checkpoint through the shim: CRIU images written to `image_dir` (not into the content store);
-  // `leave_running` keeps the task running, as kubelet's checkpoint does.
+  // `leave_running` keeps the task running, as kubelet's checkpoint does. Ends by `deadline` (the agent job's) if
+  // that comes before checkpoint_timeout, as do restore_task and start_task.
   Result<void> checkpoint_task(const std::string& id, const std::string& image_dir, const std::string& work_dir,
-                               bool leave_running);
+                               bool leave_running, JobDeadline deadline);
   Result<std::string> snapshot_parent(const std::string& snapshotter, const std::string& key);
   Result<std::vector<ContainerdMount>> snapshot_mounts(const std::string& snapshotter, const std::string& key);
   Result<std::vector<ContainerdMount>> prepare_snapshot(const std::string& snapshotter, const std::string& key,
@@ -77,8 +79,8 @@ class ContainerdClient {
   // A task restored from CRIU images in `image_dir` (runc restore); stdout/stderr go to `log_path`.
   Result<std::uint32_t> restore_task(const std::string& id, const std::vector<ContainerdMount>& rootfs,
                                      const std::string& image_dir, const std::string& work_dir,
-                                     const std::string& log_path);
-  Result<void> start_task(const std::string& id);
+                                     const std::string& log_path, JobDeadline deadline);
+  Result<void> start_task(const std::string& id, JobDeadline deadline);
   Result<void> kill_task(const std::string& id, int signal);
   Result<void> delete_task(const std::string& id);
 

@@ -38,8 +38,9 @@ std::string suffix() {
 
 class Importer {
  public:
-  explicit Importer(const ContainerdOptions& options)
+  Importer(const ContainerdOptions& options, JobDeadline deadline)
       : options_(options),
+        deadline_(deadline),
         channel_(unix_socket_channel(options.address)),
         content_(content::Content::NewStub(channel_)),
         diff_(diff::Diff::NewStub(channel_)),
@@ -70,6 +71,9 @@ class Importer {
     if (!lease_.empty()) context.AddMetadata("containerd-lease", lease_);
     return (stub.*method)(&context, request, &response);
   }
+
+  // A call's own limit, cut short by the job's deadline.
+  milliseconds left(milliseconds limit) const { return time_left(deadline_, limit); }
 
   Error failure(const grpc::Status& status, const std::string& what) const {
     return grpc_error(status, "containerd image import: " + what, options_.address, options_.checkpoint_timeout,
@@ -132,7 +136,7 @@ class Importer {
     std::strftime(expire, sizeof expire, "%Y-%m-%dT%H:%M:%SZ", &tm);
     (*request.mutable_labels())["containerd.io/gc.expire"] = expire;
     leases::CreateResponse response;
-    const auto status = call(*leases_, &leases::Leases::Stub::Create, request, response, options_.call_timeout);
+    const auto status = call(*leases_, &leases::Leases::Stub::Create, request, response, left(options_.call_timeout));
     if (!status.ok()) return failure(status, "lease");
     lease_ = request.id();
     return {};
@@ -141,7 +145,7 @@ class Importer {
   // One blob into the content store: written in 1 MiB pieces and committed under its digest with `labels`.
   Result<void> write_blob(const fs::path& file, const Blob& blob, const std::map<std::string, std::string>& labels) {
     grpc::ClientContext context;
-    set_deadline(context, options_.checkpoint_timeout);
+    set_deadline(context, left(options_.checkpoint_timeout));
     context.AddMetadata("containerd-namespace", options_.namespace_name);
     context.AddMetadata("containerd-lease", lease_);
     auto stream = content_->Write(&context);
@@ -194,7 +198,7 @@ class Importer {
     request.mutable_info()->mutable_labels()->insert(labels.begin(), labels.end());
     for (const auto& [key, value] : labels) request.mutable_update_mask()->add_paths("labels." + key);
     content::UpdateResponse response;
-    const auto status = call(*content_, &content::Content::Stub::Update, request, response, options_.call_timeout);
+    const auto status = call(*content_, &content::Content::Stub::Update, request, response, left(options_.call_timeout));
     if (!status.ok()) return failure(status, "content labels of " + blob.digest);
     return {};
   }
@@ -205,13 +209,13 @@ class Importer {
     stat.set_snapshotter(snapshotter);
     stat.set_key(diff_id_);
     snapshots::StatSnapshotResponse info;
-    if (call(*snapshots_, &snapshots::Snapshots::Stub::Stat, stat, info, options_.call_timeout).ok()) return {};
+    if (call(*snapshots_, &snapshots::Snapshots::Stub::Stat, stat, info, left(options_.call_timeout)).ok()) return {};
     const std::string key = "gpuckpt-extract-" + suffix();
     snapshots::PrepareSnapshotRequest prepare;
     prepare.set_snapshotter(snapshotter);
     prepare.set_key(key);
     snapshots::PrepareSnapshotResponse prepared;
-    auto status = call(*snapshots_, &snapshots::Snapshots::Stub::Prepare, prepare, prepared, options_.call_timeout);
+    auto status = call(*snapshots_, &snapshots::Snapshots::Stub::Prepare, prepare, prepared, left(options_.call_timeout));
     if (!status.ok()) return failure(status, "snapshot prepare");
     diff::ApplyRequest apply;
     apply.mutable_diff()->set_media_type(layer_.media_type);
@@ -219,14 +223,14 @@ class Importer {
     apply.mutable_diff()->set_size(layer_.size);
     *apply.mutable_mounts() = prepared.mounts();
     diff::ApplyResponse applied;
-    status = call(*diff_, &diff::Diff::Stub::Apply, apply, applied, options_.checkpoint_timeout);
+    status = call(*diff_, &diff::Diff::Stub::Apply, apply, applied, left(options_.checkpoint_timeout));
     if (status.ok()) {
       snapshots::CommitSnapshotRequest commit;
       commit.set_snapshotter(snapshotter);
       commit.set_name(diff_id_);
       commit.set_key(key);
       google::protobuf::Empty none;
-      status = call(*snapshots_, &snapshots::Snapshots::Stub::Commit, commit, none, options_.call_timeout);
+      status = call(*snapshots_, &snapshots::Snapshots::Stub::Commit, commit, none, left(options_.call_timeout));
       if (status.ok()) return {};
     }
     snapshots::RemoveSnapshotRequest remove;
@@ -253,14 +257,14 @@ class Importer {
     images::DeleteImageRequest drop;
     drop.set_name(name);
     google::protobuf::Empty none;
-    (void)call(*images_, &images::Images::Stub::Delete, drop, none, options_.call_timeout);
+    (void)call(*images_, &images::Images::Stub::Delete, drop, none, left(options_.call_timeout));
     images::CreateImageRequest create;
     create.mutable_image()->set_name(name);
     create.mutable_image()->mutable_target()->set_media_type(manifest_.media_type);
     create.mutable_image()->mutable_target()->set_digest(manifest_.digest);
     create.mutable_image()->mutable_target()->set_size(manifest_.size);
     images::CreateImageResponse created;
-    const auto status = call(*images_, &images::Images::Stub::Create, create, created, options_.call_timeout);
+    const auto status = call(*images_, &images::Images::Stub::Create, create, created, left(options_.call_timeout));
     if (!status.ok()) return failure(status, "image " + name);
     log::info("checkpoint image " + name + " loaded into containerd (" + manifest_.digest + ", namespace " +
               options_.namespace_name + ")");
@@ -268,6 +272,7 @@ class Importer {
   }
 
   const ContainerdOptions& options_;
+  JobDeadline deadline_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<content::Content::Stub> content_;
   std::unique_ptr<diff::Diff::Stub> diff_;
@@ -282,8 +287,8 @@ class Importer {
 }  // namespace
 
 Result<void> import_checkpoint_image(const ContainerdOptions& options, const fs::path& layout, const std::string& name,
-                                     const std::string& snapshotter) {
-  return Importer(options).run(layout, name, snapshotter);
+                                     JobDeadline deadline, const std::string& snapshotter) {
+  return Importer(options, deadline).run(layout, name, snapshotter);
 }
 
 }  // namespace gpuckpt::agent

@@ -9,13 +9,16 @@
 #include <string>
 
 #include "agent/containerd_client.h"
+#include "common/container_runtime.h"
 #include "common/result.h"
 
 namespace gpuckpt::agent {
 
 // Imports `layout` as image `name` ("localhost/gpuckpt-checkpoint:ck-1"), unpacked for `snapshotter`. An image of
-// that name is replaced.
+// that name is replaced. Every call ends by `deadline` (the agent job's), except the lease's removal and the
+// removal of a half-made snapshot, which clean up after a call that ran out of time.
 Result<void> import_checkpoint_image(const ContainerdOptions& options, const std::filesystem::path& layout,
-                                     const std::string& name, const std::string& snapshotter = "overlayfs");
+                                     const std::string& name, JobDeadline deadline,
+                                     const std::string& snapshotter = "overlayfs");
 
 }  // namespace gpuckpt::agent

@@ -171,7 +171,7 @@ class ContainerdRuntime final : public ContainerRuntime {
     return out;
   }
 
-  Result<void> checkpoint(const RuntimeContainer& target, const fs::path& archive) override {
+  Result<void> checkpoint(const RuntimeContainer& target, const fs::path& archive, JobDeadline deadline) override {
     auto container = containerd_.container(target.id);
     if (!container) return container.error();
     const fs::path work = archive.parent_path() / (archive.filename().string() + ".work");
@@ -180,19 +180,19 @@ class ContainerdRuntime final : public ContainerRuntime {
     if (!fs::create_directories(work / "criu-work", ec) || ec)
       return make_error("cannot create " + work.string() + ": " + ec.message(), EIO);
     fs::permissions(work, fs::perms::owner_all, fs::perm_options::replace, ec);
-    auto result = checkpoint_into(container.value(), target, work, archive);
+    auto result = checkpoint_into(container.value(), target, work, archive, deadline);
     fs::remove_all(work, ec);
     return result;
   }
 
-  Result<std::string> load_image(const fs::path& layout, const std::string& tag) override {
+  Result<std::string> load_image(const fs::path& layout, const std::string& tag, JobDeadline deadline) override {
     const std::string name = checkpoint_image_name(tag);
-    auto imported = import_checkpoint_image(options_.containerd, layout, name);
+    auto imported = import_checkpoint_image(options_.containerd, layout, name, deadline);
     if (!imported) return imported.error();
     return name;
   }
 
-  Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name) override {
+  Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name, JobDeadline deadline) override {
     if (!new_name.empty() && !is_valid_container_name(new_name))
       return make_error("container name '" + new_name + "' is not valid");
     remove_stale_work_dirs(archive.parent_path());
@@ -202,7 +202,7 @@ class ContainerdRuntime final : public ContainerRuntime {
     if (!fs::create_directories(work / "criu-work", ec) || ec)
       return make_error("cannot create " + work.string() + ": " + ec.message(), EIO);
     fs::permissions(work, fs::perms::owner_all, fs::perm_options::replace, ec);
-    auto restored = restore_from(archive, work, new_name);
+    auto restored = restore_from(archive, work, new_name, deadline);
     fs::remove_all(work, ec);
     return restored;
   }
@@ -226,7 +226,7 @@ class ContainerdRuntime final : public ContainerRuntime {
   }
 
   Result<void> checkpoint_into(const ContainerdContainer& c, const RuntimeContainer& target, const fs::path& work,
-                               const fs::path& archive) {
+                               const fs::path& archive, JobDeadline deadline) {
     const auto started = std::chrono::steady_clock::now();
     // The rootfs diff is read before CRIU runs so the snapshot cannot go away under us, and after: files the
     // processes write while being dumped are theirs to restore from memory, not from the diff.
@@ -243,7 +243,7 @@ class ContainerdRuntime final : public ContainerRuntime {
       section["snapshotParent"] = parent.value();
     }
     auto dumped = containerd_.checkpoint_task(c.id, (work / "checkpoint").string(), (work / "criu-work").string(),
-                                              /*leave_running=*/true);
+                                              /*leave_running=*/true, deadline);
     if (!dumped) return dumped.error();
     if (!c.snapshotter.empty() && !c.snapshot_key.empty()) {
       auto mounts = containerd_.snapshot_mounts(c.snapshotter, c.snapshot_key);
@@ -276,8 +276,11 @@ class ContainerdRuntime final : public ContainerRuntime {
     return {};
   }
 
-  Result<RuntimeContainer> restore_from(const fs::path& archive, const fs::path& work, const std::string& new_name) {
-    auto extracted = extract_archive(archive, work / "archive", options_.limits);
+  Result<RuntimeContainer> restore_from(const fs::path& archive, const fs::path& work, const std::string& new_name,
+                                        JobDeadline deadline) {
+    ArchiveLimits limits = options_.limits;
+    limits.deadline = deadline;
+    auto extracted = extract_archive(archive, work / "archive", limits);
     if (!extracted) return extracted.error();
     const fs::path root = work / "archive";
     auto config = read_json_file(root / "config.dump");
@@ -342,12 +345,12 @@ class ContainerdRuntime final : public ContainerRuntime {
       undo_snapshot();
     };
     auto task = containerd_.restore_task(id, mounts.value(), (root / "checkpoint").string(),
-                                         (work / "criu-work").string(), "");
+                                         (work / "criu-work").string(), "", deadline);
     if (!task) {
       undo_container();
       return task.error();
     }
-    auto started = containerd_.start_task(id);   // the shim runs `runc restore` here
+    auto started = containerd_.start_task(id, deadline);   // the shim runs `runc restore` here
     if (!started) {
       const std::string criu_errors = error_lines(work / "criu-work" / "restore.log");
       undo_container();

@@ -1,5 +1,7 @@
 #include "agent/cri_client.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "agent/grpc_unix.h"
@@ -79,18 +81,20 @@ Result<int> CriClient::container_pid(const std::string& id) {
   return info["pid"].get<int>();
 }
 
-Result<void> CriClient::checkpoint_container(const std::string& id, const std::string& location) {
+Result<void> CriClient::checkpoint_container(const std::string& id, const std::string& location,
+                                             milliseconds timeout) {
   grpc::ClientContext context;
-  // The runtime gets the same limit in the request, and the transport a little more, so the runtime's own
-  // timeout message (which says which phase it was in) arrives before ours.
-  set_deadline(context, options_.checkpoint_timeout + std::chrono::seconds(2));
+  // The runtime gets the same limit in the request (whole seconds, at least 1), and the transport a little more,
+  // so the runtime's own timeout message (which says which phase it was in) arrives before ours.
+  const auto runtime_seconds = std::max<long long>(1, std::chrono::ceil<std::chrono::seconds>(timeout).count());
+  set_deadline(context, timeout + std::chrono::seconds(2));
   v1::CheckpointContainerRequest request;
   request.set_container_id(id);
   request.set_location(location);
-  request.set_timeout(options_.checkpoint_timeout.count());
+  request.set_timeout(runtime_seconds);
   v1::CheckpointContainerResponse response;
-  log::info("CRI CheckpointContainer " + id + " -> " + location + " (timeout " +
-            std::to_string(options_.checkpoint_timeout.count()) + " s)");
+  log::info("CRI CheckpointContainer " + id + " -> " + location + " (timeout " + std::to_string(runtime_seconds) +
+            " s)");
   const auto status = stub_->CheckpointContainer(&context, request, &response);
   if (status.ok()) return {};
   if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {

@@ -46,8 +46,10 @@ class CriClient {
   // The container's init pid, from the runtime's verbose status (0 when the runtime does not say).
   Result<int> container_pid(const std::string& id);
   // Writes the checkpoint archive to `location` (a path on the node). A runtime without the call (containerd
-  // before 2.0 answers UNIMPLEMENTED) gets an error naming its version and what to do instead.
-  Result<void> checkpoint_container(const std::string& id, const std::string& location);
+  // before 2.0 answers UNIMPLEMENTED) gets an error naming its version and what to do instead. `timeout`: at most
+  // checkpoint_timeout (less where the agent's job has less left).
+  Result<void> checkpoint_container(const std::string& id, const std::string& location,
+                                    std::chrono::milliseconds timeout);
 
   Result<std::string> run_pod_sandbox(const runtime::v1::PodSandboxConfig& config);
   Result<std::string> create_container(const std::string& pod_id, const runtime::v1::ContainerConfig& config,

@@ -51,13 +51,16 @@ class CriRuntime final : public ContainerRuntime {
     return out;
   }
 
-  Result<void> checkpoint(const RuntimeContainer& container, const fs::path& archive) override {
-    return cri_.checkpoint_container(container.id, archive.string());
+  Result<void> checkpoint(const RuntimeContainer& container, const fs::path& archive, JobDeadline deadline) override {
+    const auto timeout = time_left(deadline, cri_.options().checkpoint_timeout);
+    if (timeout.count() == 0)
+      return make_error("CRI CheckpointContainer " + container.id + " not called: the job has no time left", ETIMEDOUT);
+    return cri_.checkpoint_container(container.id, archive.string(), timeout);
   }
 
   // containerd serves its own API on the socket it serves CRI on: the image goes into its k8s.io namespace, the one
   // CRI's containers come from. CRI-O keeps images in containers/storage, which offers no API to load into.
-  Result<std::string> load_image(const fs::path& layout, const std::string& tag) override {
+  Result<std::string> load_image(const fs::path& layout, const std::string& tag, JobDeadline deadline) override {
     auto version = cri_.version();
     if (!version) return version.error();
     if (version->runtime_name != "containerd")
@@ -71,12 +74,12 @@ class CriRuntime final : public ContainerRuntime {
     containerd.call_timeout = cri_.options().call_timeout;
     containerd.checkpoint_timeout = cri_.options().checkpoint_timeout;
     const std::string name = checkpoint_image_name(tag);
-    auto imported = import_checkpoint_image(containerd, layout, name);
+    auto imported = import_checkpoint_image(containerd, layout, name, deadline);
     if (!imported) return imported.error();
     return name;
   }
 
-  Result<RuntimeContainer> restore(const fs::path& archive, const std::string&) override {
+  Result<RuntimeContainer> restore(const fs::path& archive, const std::string&, JobDeadline) override {
     return make_error("the CRI runtime cannot restore " + archive.string() +
                       " by itself: CRI restores a checkpoint when kubelet creates a pod whose container image is a "
                       "checkpoint image (docs/kubernetes.md); use runtime.kind containerd or podman for local restores",

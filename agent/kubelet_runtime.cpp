@@ -59,16 +59,18 @@ class KubeletRuntime final : public ContainerRuntime {
     return out;
   }
 
-  Result<void> checkpoint(const RuntimeContainer& container, const fs::path& archive) override {
+  Result<void> checkpoint(const RuntimeContainer& container, const fs::path& archive, JobDeadline deadline) override {
     // Containers this runtime finds are named namespace/pod/container.
     const auto first = container.name.find('/');
     const auto second = container.name.find('/', first + 1);
     if (first == std::string::npos || second == std::string::npos)
       return make_error("kubelet checkpoint needs namespace/pod/container, got " + container.name);
-    auto client = make_client();
+    const auto timeout = std::chrono::ceil<std::chrono::seconds>(time_left(deadline, options_.timeout));
+    if (timeout.count() == 0)
+      return make_error("kubelet checkpoint of " + container.name + " not asked: the job has no time left", ETIMEDOUT);
+    auto client = make_client(timeout);
     if (!client) return client.error();
-    const std::string path = prefix_ + "/checkpoint/" + container.name + "?timeout=" +
-                             std::to_string(options_.timeout.count());
+    const std::string path = prefix_ + "/checkpoint/" + container.name + "?timeout=" + std::to_string(timeout.count());
     log::info("POST " + base_ + path);
     auto result = (*client)->Post(path.c_str());
     if (!result) return make_error("kubelet checkpoint: " + httplib::to_string(result.error()), EIO);
@@ -89,14 +91,14 @@ class KubeletRuntime final : public ContainerRuntime {
     return {};
   }
 
-  Result<RuntimeContainer> restore(const fs::path& archive, const std::string&) override {
+  Result<RuntimeContainer> restore(const fs::path& archive, const std::string&, JobDeadline) override {
     return make_error("kubelet has no restore call: restore " + archive.string() +
                       " by creating a pod whose container image is the archive (CRI-O), see docs/node-flow.md",
                       ENOTSUP);
   }
 
  private:
-  Result<std::unique_ptr<httplib::Client>> make_client() const {
+  Result<std::unique_ptr<httplib::Client>> make_client(std::chrono::seconds read_timeout) const {
     std::ifstream in(options_.kubelet.token_file);
     std::string token;
     std::getline(in, token);
@@ -107,12 +109,12 @@ class KubeletRuntime final : public ContainerRuntime {
     client->enable_server_certificate_verification(options_.verify_tls);
     client->set_bearer_token_auth(token.c_str());
     client->set_connection_timeout(10);
-    client->set_read_timeout(static_cast<time_t>(options_.timeout.count()));
+    client->set_read_timeout(static_cast<time_t>(read_timeout.count()));
     return client;
   }
 
   Result<nlohmann::json> get_pods() const {
-    auto client = make_client();
+    auto client = make_client(options_.timeout);
     if (!client) return client.error();
     auto result = (*client)->Get((prefix_ + "/pods").c_str());
     if (!result) return make_error("kubelet GET /pods: " + httplib::to_string(result.error()), EIO);

@@ -193,24 +193,32 @@ std::optional<JobStatus> AgentService::job(const std::string& id) const {
   return it->second;
 }
 
-void AgentService::launch(const std::string& job_id, std::function<void()> work) {
+void AgentService::launch(const std::string& job_id, std::function<void(JobDeadline)> work) {
+  const JobDeadline deadline = Clock::now() + config_.job_timeout;
   // Detached: a finished job leaves nothing behind; wait_idle() (and the destructor) wait on running_.
-  std::thread([this, job_id, work = std::move(work)] {
+  std::thread([this, job_id, deadline, work = std::move(work)] {
+    bool has_slot = false;
     {
       std::unique_lock slot_lock(mutex_);
-      slot_.wait(slot_lock, [&] { return active_ < config_.max_concurrent_jobs; });
-      ++active_;
+      has_slot = slot_.wait_until(slot_lock, deadline, [&] { return active_ < config_.max_concurrent_jobs; });
+      if (has_slot) ++active_;
+    }
+    if (!has_slot) {
+      const std::string message = with_time_budget(deadline, "queued", "every one of limits.max_concurrent_jobs (" +
+                                                   std::to_string(config_.max_concurrent_jobs) + ") was busy");
+      log::error("job " + job_id + ": " + message);
+      mark_failed(job_id, message);
     }
     // Whatever a job meets (a bug, bad_alloc), it fails that job and never the agent.
     try {
-      work();
+      if (has_slot) work(deadline);
     } catch (const std::exception& e) {
       fail_unexpectedly(job_id, e.what());
     } catch (...) {
       fail_unexpectedly(job_id, "unknown exception");
     }
     std::lock_guard done(mutex_);
-    --active_;
+    if (has_slot) --active_;
     --running_;
     if (auto it = job_clients_.find(job_id); it != job_clients_.end()) {
       if (--unfinished_by_client_[it->second] == 0) unfinished_by_client_.erase(it->second);
@@ -219,6 +227,19 @@ void AgentService::launch(const std::string& job_id, std::function<void()> work)
     slot_.notify_one();
     idle_.notify_all();
   }).detach();
+}
+
+ArchiveLimits AgentService::job_limits(JobDeadline deadline) const {
+  ArchiveLimits limits = config_.archive_limits;
+  limits.deadline = deadline;
+  return limits;
+}
+
+std::string AgentService::with_time_budget(JobDeadline deadline, const std::string& phase,
+                                           const std::string& message) const {
+  if (Clock::now() < deadline) return message;
+  return "the job ran out of time: limits.job_timeout_seconds (" + std::to_string(config_.job_timeout.count()) +
+         " s) passed while " + phase + " (" + message + ")";
 }
 
 void AgentService::fail_unexpectedly(const std::string& job_id, const std::string& what) {
@@ -232,10 +253,10 @@ void AgentService::fail_unexpectedly(const std::string& job_id, const std::strin
   persist(it->second);
 }
 
-std::shared_ptr<std::mutex> AgentService::container_lock(const std::string& container_id) {
+std::shared_ptr<std::timed_mutex> AgentService::container_lock(const std::string& container_id) {
   std::lock_guard lock(mutex_);
   auto& slot = container_locks_[container_id];
-  if (!slot) slot = std::make_shared<std::mutex>();
+  if (!slot) slot = std::make_shared<std::timed_mutex>();
   return slot;
 }
 
@@ -397,24 +418,33 @@ Result<std::string> AgentService::start_checkpoint(const ContainerRef& ref, cons
   if (!added) return added.error();
   const std::string id = added.value();
   log::info("job " + id + ": checkpoint of container " + container->name + " (" + container->id + ") accepted");
-  launch(id, [this, id, ref, c = container.value(), image_tag] { run_checkpoint(id, ref, c, image_tag); });
+  launch(id, [this, id, ref, c = container.value(), image_tag](JobDeadline deadline) {
+    run_checkpoint(id, ref, c, image_tag, deadline);
+  });
   return id;
 }
 
 void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef& ref,
-                                  const RuntimeContainer& container, const std::string& image_tag) {
+                                  const RuntimeContainer& container, const std::string& image_tag,
+                                  JobDeadline deadline) {
   const auto start = Clock::now();
-  auto lock_holder = container_lock(container.id);
-  std::lock_guard serial(*lock_holder);
-  auto fail = [&](const std::string& message) {
+  const char* phase = "waiting for another checkpoint of the container";
+  const char* late_phase = nullptr;   // the step during which the deadline passed
+  auto fail = [&](const std::string& problem) {
+    const std::string message = with_time_budget(deadline, late_phase ? late_phase : phase, problem);
     log::error("job " + job_id + ": checkpoint of " + container.name + " failed: " + message);
     mark_failed(job_id, message);
     metrics_.checkpoint_done(false, seconds_since(start), 0);
   };
+  auto lock_holder = container_lock(container.id);
+  std::unique_lock serial(*lock_holder, std::defer_lock);
+  if (!serial.try_lock_until(deadline)) return fail("that checkpoint still runs");
   auto timed = [&](const char* name, auto&& step) {
+    phase = name;
     mark_phase(job_id, name);
     const auto t = Clock::now();
     auto result = step();
+    if (Clock::now() >= deadline && late_phase == nullptr) late_phase = name;
     const double s = seconds_since(t);
     update(job_id, [&](JobStatus& j) { j.phase_seconds[name] = s; });
     return result;
@@ -454,7 +484,7 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
   PipeWorker receiver(*pipe.value(), [&] {
     auto read = [&](char* buffer, std::size_t size) { return pipe.value()->receive(buffer, size); };
     bytes = receive_archive(read, "the runtime's export " + pipe_path.string(), final_path,
-                            checkpoint_annotation(record), config_.archive_limits);
+                            checkpoint_annotation(record), job_limits(deadline));
     // A refused or unwritable archive: the runtime still writes until it is done (podman holds the pipe open for
     // reading as well, so it would never see EPIPE): take the rest so that it can finish.
     std::vector<char> rest(1 << 16);
@@ -463,7 +493,7 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
       if (!got || got.value() == 0) break;
     }
   });
-  auto dumped = timed("checkpointing", [&] { return deps_.runtime->checkpoint(container, pipe_path); });
+  auto dumped = timed("checkpointing", [&] { return deps_.runtime->checkpoint(container, pipe_path, deadline); });
   timed("annotating", [&] {   // what is left once the runtime exited: the last block, fsync, rename
     receiver.finish();
     return 0;
@@ -479,17 +509,17 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
   std::optional<CheckpointImage> image;
   std::string loaded_as, load_error, pushed_as, push_error;
   if (!image_tag.empty()) {
-    auto written = timed("writing-image", [&] { return write_image(job_id, final_path, image_tag); });
+    auto written = timed("writing-image", [&] { return write_image(job_id, final_path, image_tag, deadline); });
     if (!written) return fail("the archive " + final_path.string() + " is complete, but its OCI image failed: " +
                               written.error().message);
     image = written.value();
-    auto loaded = timed("loading-image", [&] { return load_and_register(job_id, *image, record); });
+    auto loaded = timed("loading-image", [&] { return load_and_register(job_id, *image, record, deadline); });
     if (loaded) loaded_as = loaded.value();
-    else load_error = loaded.error().message;
+    else load_error = with_time_budget(deadline, "loading-image", loaded.error().message);
     if (!config_.image_registry.repository.empty()) {
-      auto pushed = timed("pushing-image", [&] { return push_and_register(job_id, *image, record); });
+      auto pushed = timed("pushing-image", [&] { return push_and_register(job_id, *image, record, deadline); });
       if (pushed) pushed_as = pushed.value();
-      else push_error = pushed.error().message;
+      else push_error = with_time_budget(deadline, "pushing-image", pushed.error().message);
     }
   }
   const double total = seconds_since(start);
@@ -521,14 +551,15 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
 }
 
 Result<CheckpointImage> AgentService::write_image(const std::string& job_id, const fs::path& archive,
-                                                  const std::string& tag) {
+                                                  const std::string& tag, JobDeadline deadline) {
   return write_checkpoint_image(archive, config_.checkpoint_dir / image_layout_name(job_id), tag,
-                                config_.archive_limits);
+                                job_limits(deadline));
 }
 
 Result<std::string> AgentService::load_and_register(const std::string& job_id, const CheckpointImage& image,
-                                                    const std::optional<CheckpointGpuRecord>& record) {
-  auto loaded = deps_.runtime->load_image(image.layout, image.reference);
+                                                    const std::optional<CheckpointGpuRecord>& record,
+                                                    JobDeadline deadline) {
+  auto loaded = deps_.runtime->load_image(image.layout, image.reference, deadline);
   // gpuckpt-nri acts on a restore of this checkpoint only through an index entry (common/checkpoint_images.h):
   // under the name the runtime's store holds it by, once it holds it; where the agent cannot load into the store
   // (CRI-O: ENOTSUP), under the name it tells the operator to copy it in as. Never under the tag alone: a tag
@@ -544,8 +575,16 @@ Result<std::string> AgentService::load_and_register(const std::string& job_id, c
 }
 
 Result<std::string> AgentService::push_and_register(const std::string& job_id, const CheckpointImage& image,
-                                                    const std::optional<CheckpointGpuRecord>& record) {
-  auto pushed = push_checkpoint_image(config_.image_registry, image.layout, image.reference);
+                                                    const std::optional<CheckpointGpuRecord>& record,
+                                                    JobDeadline deadline) {
+  // The push's own deadline, and each request's, end by the job's.
+  RegistryOptions registry = config_.image_registry;
+  registry.push_timeout = std::chrono::ceil<std::chrono::seconds>(time_left(deadline, registry.push_timeout));
+  registry.timeout = std::min(registry.timeout, registry.push_timeout);
+  if (registry.push_timeout.count() == 0)
+    return with_errno(make_error("the push to " + registry.repository + " was not started: the job has no time left"),
+                      ETIMEDOUT);
+  auto pushed = push_checkpoint_image(registry, image.layout, image.reference);
   if (!pushed) return pushed;
   log::info("job " + job_id + ": checkpoint image pushed as " + pushed.value());
   // A node that pulls it names it REPOSITORY:TAG (or with the digest): gpuckpt-nri there finds the record if
@@ -577,28 +616,31 @@ Result<std::string> AgentService::start_image(const ImageRequest& request, const
     for (char c : id) tag += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   nlohmann::json summary = archive_summary(archive, info);
   log::info("job " + id + ": checkpoint image of " + archive.string() + " accepted (tag " + tag + ")");
-  launch(id, [this, id, path = archive, tag, gpus = info.gpus, summary] {
-    run_image(id, path, tag, gpus, summary);
+  launch(id, [this, id, path = archive, tag, gpus = info.gpus, summary](JobDeadline deadline) {
+    run_image(id, path, tag, gpus, summary, deadline);
   });
   return id;
 }
 
 void AgentService::run_image(const std::string& job_id, fs::path archive, std::string tag,
-                             std::optional<CheckpointGpuRecord> record, nlohmann::json info) {
+                             std::optional<CheckpointGpuRecord> record, nlohmann::json info, JobDeadline deadline) {
   const auto start = Clock::now();
   auto fail = [&](const std::string& message) {
     log::error("job " + job_id + ": checkpoint image of " + archive.string() + " failed: " + message);
     mark_failed(job_id, message);
   };
   mark_phase(job_id, "writing-image");
-  auto image = write_image(job_id, archive, tag);
-  if (!image) return fail("writing the checkpoint image failed: " + image.error().message);
+  auto image = write_image(job_id, archive, tag, deadline);
+  if (!image)
+    return fail(with_time_budget(deadline, "writing-image",
+                                 "writing the checkpoint image failed: " + image.error().message));
   const double write_s = seconds_since(start);
   mark_phase(job_id, "loading-image");
   const auto t = Clock::now();
-  auto loaded = load_and_register(job_id, *image, record);
+  auto loaded = load_and_register(job_id, *image, record, deadline);
   const std::string load_error =
-      !loaded ? "loading the checkpoint image into the runtime's store failed: " + loaded.error().message
+      !loaded ? with_time_budget(deadline, "loading-image", "loading the checkpoint image into the runtime's store "
+                                                            "failed: " + loaded.error().message)
       : loaded->empty() ? "runtime.kind " + config_.runtime_kind + " gives the agent no image store to load into "
                           "(runtime.kind cri on containerd, containerd and podman do)"
                         : std::string();
@@ -606,12 +648,14 @@ void AgentService::run_image(const std::string& job_id, fs::path archive, std::s
   std::optional<Result<std::string>> pushed;
   if (!config_.image_registry.repository.empty()) {
     mark_phase(job_id, "pushing-image");
-    pushed = push_and_register(job_id, *image, record);
+    pushed = push_and_register(job_id, *image, record, deadline);
   }
   const bool in_registry = pushed && pushed->ok();
-  const std::string push_error = pushed && !pushed->ok() ? "pushing it to " + config_.image_registry.repository +
-                                                               " failed: " + pushed->error().message
-                                                         : std::string();
+  const std::string push_error =
+      pushed && !pushed->ok() ? with_time_budget(deadline, "pushing-image", "pushing it to " +
+                                                 config_.image_registry.repository + " failed: " +
+                                                 pushed->error().message)
+                              : std::string();
   if (!load_error.empty() && !in_registry)
     return fail(load_error + (push_error.empty() ? std::string(" and no image_registry is configured") : "; " + push_error) +
                 " (the image layout " + image->layout.string() + " is kept: load or push it by hand, or remove it)");
@@ -665,8 +709,8 @@ Result<std::string> AgentService::start_restore(const RestoreRequest& request, c
   const std::string id = added.value();
   log::info("job " + id + ": restore of " + archive.string() + " accepted (" +
             (plan ? std::to_string(plan->assignments.size()) + " GPU(s) matched" : std::string("no GPU state")) + ")");
-  launch(id, [this, id, path = archive, checkpoint = std::move(info), plan, name, summary] {
-    run_restore(id, path, checkpoint, plan, name, summary);
+  launch(id, [this, id, path = archive, checkpoint = std::move(info), plan, name, summary](JobDeadline deadline) {
+    run_restore(id, path, checkpoint, plan, name, summary, deadline);
   });
   return id;
 }
@@ -684,8 +728,10 @@ std::string naming_archive(std::string message, const fs::path& pipe, const fs::
 }  // namespace
 
 void AgentService::run_restore(const std::string& job_id, const fs::path& archive, const CheckpointInfo& checkpoint,
-                               std::optional<RestorePlan> plan, std::string name, nlohmann::json info) {
+                               std::optional<RestorePlan> plan, std::string name, nlohmann::json info,
+                               JobDeadline deadline) {
   const auto start = Clock::now();
+  const char* phase_now = "queued";
   // The plan is this job's alone: whatever happens, it leaves the state directory when the job ends (the hook
   // removed it already where it placed it for CRIU).
   auto drop_plan = [&] {
@@ -694,13 +740,17 @@ void AgentService::run_restore(const std::string& job_id, const fs::path& archiv
     if (!removed) log::warn("job " + job_id + ": " + removed.error().message);
     return removed && removed.value();
   };
-  auto fail = [&](const std::string& message) {
+  auto fail = [&](const std::string& problem) {
+    const std::string message = with_time_budget(deadline, phase_now, problem);
     if (drop_plan()) log::info("job " + job_id + ": restore plan " + plan->id + " removed");
     log::error("job " + job_id + ": restore of " + archive.string() + " failed: " + message);
     mark_failed(job_id, message);
     metrics_.restore_done(false, seconds_since(start));
   };
-  auto phase = [&](const char* p) { mark_phase(job_id, p); };
+  auto phase = [&](const char* p) {
+    phase_now = p;
+    mark_phase(job_id, p);
+  };
   std::optional<ArchiveEdit> edit;
   if (plan) {
     phase("planning");
@@ -708,14 +758,15 @@ void AgentService::run_restore(const std::string& job_id, const fs::path& archiv
     // Bound to this checkpoint (the restored config carries io.gpuckpt.checkpoint-id) and, where the agent names
     // the container itself (containerd: the name is its id), to that container; usable while the runtime may
     // still be restoring.
-    plan->expires_at = plan_clock_now() + config_.runtime_timeout.count() + kPlanGraceSeconds;
+    plan->expires_at = plan_clock_now() + kPlanGraceSeconds +
+                       std::chrono::ceil<std::chrono::seconds>(time_left(deadline, config_.runtime_timeout)).count();
     if (config_.runtime_kind == "containerd" && !name.empty()) plan->container_id = name;
     info["plan"] = to_json(*plan);
     auto written = write_restore_plan(config_.state_dir, *plan);
     if (!written) return fail(written.error().message);
     // podman does not run precreate hooks on restore, and CRIU restores /dev from its images: when the plan
     // moves devices, spec.dump and the saved /dev nodes change on their way to the runtime (below).
-    auto edits = restore_edits(checkpoint, *plan, deps_.device_numbers, config_.archive_limits);
+    auto edits = restore_edits(checkpoint, *plan, deps_.device_numbers, job_limits(deadline));
     if (!edits) return fail("restore refused: " + archive.string() + ": " + edits.error().message);
     edit = std::move(edits.value());
     update(job_id, [&](JobStatus& j) { j.phase_seconds["planning"] = seconds_since(t); });
@@ -736,13 +787,13 @@ void AgentService::run_restore(const std::string& job_id, const fs::path& archiv
       if (!opened || !opened.value()) return;
       auto sent = send_archive(
           archive, [&](const char* data, std::size_t size) { return pipe.value()->send(data, size); },
-          edit ? *edit : unchanged, config_.archive_limits);
+          edit ? *edit : unchanged, job_limits(deadline));
       pipe.value()->end_stream();
       // EPIPE: the runtime read what it needed and closed its end (a tar reader stops at the end marker).
       if (!sent && sent.error().errno_value != EPIPE && !stream_error) stream_error = sent.error();
     }
   });
-  auto restored = deps_.runtime->restore(pipe_path, name);
+  auto restored = deps_.runtime->restore(pipe_path, name, deadline);
   sender.finish();
   pipe.value().reset();
   if (!restored)

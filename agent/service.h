@@ -62,6 +62,11 @@ class AgentService {
   // Every start_* first takes a place among the unfinished jobs: at most limits.max_queued_jobs in all and
   // limits.max_queued_jobs_per_client for one `client` (the API's caller identity, http_server.h); beyond, the
   // error is EAGAIN (HTTP 429) before any work is done.
+  // An accepted job has limits.job_timeout_seconds from its acceptance, its wait for a slot included. Everything
+  // it runs ends by then: the runtime's calls (container_runtime.h JobDeadline: a command killed with its process
+  // group, a gRPC call cancelled), every archive walk (ArchiveLimits::deadline), the registry push. What it leaves
+  // is cleaned up as after any failure (pipes, temporary archives, half-written layouts, its restore plan; an
+  // archive is only ever renamed into place complete) and the job fails naming the setting and the phase.
   // Validates synchronously (bad names, unknown container -> error), then runs in the background.
   // `image_tag` non-empty: also write the archive as an OCI image layout <checkpoints.dir>/<id>.oci tagged with it.
   Result<std::string> start_checkpoint(const ContainerRef& ref, const std::string& image_tag = "",
@@ -107,34 +112,37 @@ class AgentService {
   static constexpr std::int64_t kPlanGraceSeconds = 60;
 
  private:
-  struct Job;
   std::string new_job_id(const char* prefix);
   Result<void> job_room(const std::string& client) const;   // with mutex_ held
   Result<void> check_job_room(const std::string& client) const;
   Result<std::string> add_job(const char* kind, nlohmann::json request, const std::string& client);
   void update(const std::string& id, const std::function<void(JobStatus&)>& change);
-  void launch(const std::string& job_id, std::function<void()> work);
+  void launch(const std::string& job_id, std::function<void(JobDeadline)> work);
+  // config_.archive_limits, ending at `deadline`.
+  ArchiveLimits job_limits(JobDeadline deadline) const;
+  // A failure's message, saying first that the job's time ran out in `phase` when it has.
+  std::string with_time_budget(JobDeadline deadline, const std::string& phase, const std::string& message) const;
   void fail_unexpectedly(const std::string& job_id, const std::string& what);
   void persist(const JobStatus& job);   // with mutex_ held
   void mark_phase(const std::string& job_id, const char* phase);
   void mark_failed(const std::string& job_id, const std::string& message);
   // Writes `archive`'s checkpoint image as <checkpoints.dir>/<job id, lower case>.oci tagged `tag`.
   Result<CheckpointImage> write_image(const std::string& job_id, const std::filesystem::path& archive,
-                                      const std::string& tag);
+                                      const std::string& tag, JobDeadline deadline);
   // Loads `image` into the runtime's store and registers its names for gpuckpt-nri with `record` (when given).
   // The store's name, or "" when the runtime has no store the agent fills.
   Result<std::string> load_and_register(const std::string& job_id, const CheckpointImage& image,
-                                        const std::optional<CheckpointGpuRecord>& record);
+                                        const std::optional<CheckpointGpuRecord>& record, JobDeadline deadline);
   // Pushes `image` to image_registry and registers its names there; "REPOSITORY:TAG@sha256:...".
   Result<std::string> push_and_register(const std::string& job_id, const CheckpointImage& image,
-                                        const std::optional<CheckpointGpuRecord>& record);
-  std::shared_ptr<std::mutex> container_lock(const std::string& container_id);
+                                        const std::optional<CheckpointGpuRecord>& record, JobDeadline deadline);
+  std::shared_ptr<std::timed_mutex> container_lock(const std::string& container_id);
   void run_checkpoint(const std::string& job_id, const ContainerRef& ref, const RuntimeContainer& container,
-                      const std::string& image_tag);
+                      const std::string& image_tag, JobDeadline deadline);
   void run_restore(const std::string& job_id, const std::filesystem::path& archive, const CheckpointInfo& checkpoint,
-                   std::optional<RestorePlan> plan, std::string name, nlohmann::json info);
+                   std::optional<RestorePlan> plan, std::string name, nlohmann::json info, JobDeadline deadline);
   void run_image(const std::string& job_id, std::filesystem::path archive, std::string tag,
-                 std::optional<CheckpointGpuRecord> record, nlohmann::json info);
+                 std::optional<CheckpointGpuRecord> record, nlohmann::json info, JobDeadline deadline);
 
   AgentConfig config_;
   AgentDeps deps_;
@@ -142,7 +150,7 @@ class AgentService {
   mutable std::mutex mutex_;
   std::condition_variable idle_;
   std::map<std::string, JobStatus> jobs_;
-  std::map<std::string, std::shared_ptr<std::mutex>> container_locks_;
+  std::map<std::string, std::shared_ptr<std::timed_mutex>> container_locks_;
   int running_ = 0;                                         // unfinished jobs
   std::map<std::string, std::string> job_clients_;          // unfinished job id -> its client
   std::map<std::string, std::size_t> unfinished_by_client_;

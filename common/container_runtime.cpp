@@ -93,6 +93,13 @@ Result<CommandResult> run_command(const std::vector<std::string>& argv, std::chr
   return result;
 }
 
+std::chrono::milliseconds time_left(JobDeadline deadline, std::chrono::milliseconds limit) {
+  const auto now = Clock::now();
+  if (deadline <= now) return std::chrono::milliseconds(0);
+  if (deadline - now >= limit) return limit;
+  return std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+}
+
 bool is_valid_container_name(std::string_view name) {
   if (name.empty() || name.size() > 253 || !std::isalnum(static_cast<unsigned char>(name.front()))) return false;
   for (char c : name)
@@ -172,14 +179,16 @@ class PodmanRuntime final : public ContainerRuntime {
     return out;
   }
 
-  Result<void> checkpoint(const RuntimeContainer& container, const fs::path& archive) override {
+  Result<void> checkpoint(const RuntimeContainer& container, const fs::path& archive, JobDeadline deadline) override {
     // Uncompressed: the agent compresses the archive as it stores it, once.
+    const auto timeout = time_left(deadline, options_.timeout);
+    if (timeout.count() == 0) return no_time_left("checkpoint of " + container.name);
     auto r = podman({"container", "checkpoint", "--compress", "none", "--export", archive.string(), container.id},
-                    options_.timeout);
+                    timeout);
     if (!r) return r.error();
-    if (r->timed_out)
-      return make_error("podman checkpoint of " + container.name + " timed out after " +
-                        std::to_string(options_.timeout.count()) + " s" + put_back(container), ETIMEDOUT);
+    if (r->timed_out)   // putting the container back is not cut short: a stopped workload must run again
+      return make_error("podman checkpoint of " + container.name + " timed out after " + seconds(timeout) +
+                        put_back(container), ETIMEDOUT);
     if (r->exit_code != 0)
       return make_error("podman checkpoint of " + container.name + " failed: " + last_line(r->err) +
                         put_back(container), EIO);
@@ -190,26 +199,31 @@ class PodmanRuntime final : public ContainerRuntime {
   // (localhost/<path>:latest, see lower_case_path_to); the image is then tagged with the name pods and `podman
   // container restore` use, and the path's name dropped, so the layout can be removed. Bounded by the runtime
   // timeout (a GPU checkpoint is big).
-  Result<std::string> load_image(const fs::path& layout, const std::string& tag) override {
+  Result<std::string> load_image(const fs::path& layout, const std::string& tag, JobDeadline deadline) override {
     const std::string name = checkpoint_image_name(tag);
+    const auto timeout = time_left(deadline, options_.timeout);
+    if (timeout.count() == 0) return no_time_left("pull of the checkpoint image " + layout.string());
     auto path = lower_case_path_to(layout);
     if (!path) return path.error();
-    auto pulled = podman({"pull", "-q", "oci:" + path->string() + ":" + tag}, options_.timeout);
-    auto loaded = name_pulled(pulled, layout, path.value(), name);
+    auto pulled = podman({"pull", "-q", "oci:" + path->string() + ":" + tag}, timeout);
+    auto loaded = name_pulled(pulled, layout, path.value(), name, timeout);
     std::error_code ec;
     fs::remove_all(path->parent_path(), ec);   // the link, not what it points at
     return loaded;
   }
 
-  Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name) override {
+  Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name, JobDeadline deadline) override {
     std::vector<std::string> args = {"container", "restore", "--import", archive.string()};
     if (!new_name.empty()) {
       if (!is_valid_container_name(new_name)) return make_error("container name '" + new_name + "' is not valid");
       args.insert(args.end(), {"--name", new_name});
     }
-    auto r = podman(args, options_.timeout);
+    const auto timeout = time_left(deadline, options_.timeout);
+    if (timeout.count() == 0) return no_time_left("restore of " + archive.string());
+    auto r = podman(args, timeout);
     if (!r) return r.error();
-    if (r->timed_out) return make_error("podman restore of " + archive.string() + " timed out", ETIMEDOUT);
+    if (r->timed_out)
+      return make_error("podman restore of " + archive.string() + " timed out after " + seconds(timeout), ETIMEDOUT);
     if (r->exit_code != 0)
       return make_error("podman restore of " + archive.string() + " failed: " + last_line(r->err), EIO);
     ContainerRef ref;
@@ -254,11 +268,11 @@ class PodmanRuntime final : public ContainerRuntime {
 
  private:
   Result<std::string> name_pulled(const Result<CommandResult>& pulled, const fs::path& layout, const fs::path& path,
-                                  const std::string& name) {
+                                  const std::string& name, std::chrono::milliseconds timeout) {
     if (!pulled) return pulled.error();
     if (pulled->timed_out)
       return make_error("podman pull of the checkpoint image " + layout.string() + " timed out after " +
-                        std::to_string(options_.timeout.count()) + " s (runtime timeout)", ETIMEDOUT);
+                        seconds(timeout), ETIMEDOUT);
     const std::string id = last_line(pulled->out);
     if (pulled->exit_code != 0 || id.empty())
       return make_error("podman pull of the checkpoint image " + layout.string() + " failed: " + last_line(pulled->err),
@@ -271,6 +285,13 @@ class PodmanRuntime final : public ContainerRuntime {
     if (!untagged || untagged->exit_code != 0)
       log::warn("checkpoint image " + name + ": the name podman gave the pulled layout stays (untag failed)");
     return name;
+  }
+
+  static std::string seconds(std::chrono::milliseconds timeout) {
+    return std::to_string((timeout.count() + 999) / 1000) + " s";
+  }
+  static Error no_time_left(const std::string& what) {
+    return make_error("podman " + what + " not started: the job has no time left", ETIMEDOUT);
   }
 
   // The init process exists and is neither seized by CRIU ("t (tracing stop)") nor a zombie.

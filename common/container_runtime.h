@@ -24,6 +24,14 @@ struct CommandResult {
 Result<CommandResult> run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                                   std::size_t max_output = 1 << 20);
 
+// When the agent's job that makes a runtime call must be over (its limits.job_timeout_seconds): every call of
+// ContainerRuntime below ends by then, its own time limit cut short (a child process is killed with its process
+// group, a gRPC call cancelled), and one that has no time left is not made (ETIMEDOUT). kNoDeadline: no job's.
+using JobDeadline = std::chrono::steady_clock::time_point;
+inline constexpr JobDeadline kNoDeadline = JobDeadline::max();
+// The time a call may take: `limit`, or less where `deadline` comes first; zero once it has passed.
+std::chrono::milliseconds time_left(JobDeadline deadline, std::chrono::milliseconds limit);
+
 // Kubernetes-style address of a container; `pod`/`namespace` may be empty for a plain podman container.
 struct ContainerRef {
   std::string namespace_name;
@@ -47,7 +55,8 @@ class ContainerRuntime {
   // Checkpoints a running container into an archive written to `archive`, opened for writing by its path and
   // never replaced: the agent passes a named pipe it reads from (archive_pipe.h) and stores what arrives.
   // Uncompressed is best: the agent compresses as it stores.
-  virtual Result<void> checkpoint(const RuntimeContainer& container, const std::filesystem::path& archive) = 0;
+  virtual Result<void> checkpoint(const RuntimeContainer& container, const std::filesystem::path& archive,
+                                  JobDeadline deadline) = 0;
   // The agent could not keep the archive of a checkpoint the runtime finished (a full disk): puts the container
   // back as it was before `checkpoint`, where the checkpoint stopped it. Returns what happened, for the job's
   // error; empty for runtimes whose checkpoint leaves the container running.
@@ -57,13 +66,16 @@ class ContainerRuntime {
   }
   // Restores the archive read from `archive` as a new container, named `name` when not empty. The agent passes a
   // named pipe that yields the whole (uncompressed) archive each time it is opened.
-  virtual Result<RuntimeContainer> restore(const std::filesystem::path& archive, const std::string& name) = 0;
+  virtual Result<RuntimeContainer> restore(const std::filesystem::path& archive, const std::string& name,
+                                           JobDeadline deadline) = 0;
   // Loads a checkpoint image (OCI image layout whose reference is `tag`) into the runtime's own image store so the
   // runtime can create a container from it; returns the name it has there (checkpoint_image_name(tag)), or an
   // empty string for runtimes whose store gpuckpt does not fill.
-  virtual Result<std::string> load_image(const std::filesystem::path& layout, const std::string& tag) {
+  virtual Result<std::string> load_image(const std::filesystem::path& layout, const std::string& tag,
+                                         JobDeadline deadline) {
     (void)layout;
     (void)tag;
+    (void)deadline;
     return std::string();
   }
 };

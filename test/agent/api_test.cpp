@@ -60,7 +60,7 @@ class FakeRuntime final : public ContainerRuntime {
     for (const auto& [n, c] : containers) out.push_back(c);
     return out;
   }
-  Result<void> checkpoint(const RuntimeContainer& c, const fs::path& archive) override {
+  Result<void> checkpoint(const RuntimeContainer& c, const fs::path& archive, JobDeadline) override {
     std::string bytes;
     {
       std::lock_guard lock(mutex);
@@ -84,7 +84,7 @@ class FakeRuntime final : public ContainerRuntime {
   bool has_store = true;
   bool load_fails = false;
   std::vector<std::string> loaded;
-  Result<std::string> load_image(const fs::path& layout, const std::string& tag) override {
+  Result<std::string> load_image(const fs::path& layout, const std::string& tag, JobDeadline) override {
     if (!has_store) return std::string();
     if (load_fails) return make_error("fake store: import failed", EIO);
     if (!fs::is_regular_file(layout / "index.json")) return make_error("fake store: no layout at " + layout.string());
@@ -96,7 +96,7 @@ class FakeRuntime final : public ContainerRuntime {
   bool refuse_restores = false;
   std::vector<bool> plan_present_at_restore;   // the job's plan was in the state dir while the runtime ran
   fs::path state_dir;
-  Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name) override {
+  Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name, JobDeadline) override {
     {
       std::lock_guard lock(mutex);
       bool present = false;
@@ -906,4 +906,37 @@ TEST_CASE("queued jobs are capped per client and in all; beyond, 429 before any 
   // Finished jobs free their places.
   CHECK(f.service->start_checkpoint({"", "", "plain"}, "", "client-a").ok());
   f.service->wait_idle();
+}
+
+TEST_CASE("a job's budget counts from its acceptance: in the queue, and in the archive it receives", "[unit]") {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  Fixture f({}, [](agent::AgentConfig& c) {
+    c.max_concurrent_jobs = 1;
+    c.job_timeout = std::chrono::seconds(1);
+  });
+  f.runtime->checkpoint_fault = [released](const fs::path&, std::string&) -> Result<void> {
+    released.wait();   // a runtime that ignores the deadline it was given, holding the only slot
+    return {};
+  };
+  auto running = f.service->start_checkpoint({"", "", "counter"});
+  auto queued = f.service->start_checkpoint({"", "", "plain"});
+  REQUIRE(running.ok());
+  REQUIRE(queued.ok());
+  // The queued job fails by itself once its second has passed, while the first still holds the slot.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (f.service->job(queued.value())->state != "failed" && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(f.service->job(queued.value())->error ==
+        "the job ran out of time: limits.job_timeout_seconds (1 s) passed while queued (every one of "
+        "limits.max_concurrent_jobs (1) was busy)");
+  CHECK(f.service->job(running.value())->state == "running");
+  release.set_value();
+  f.service->wait_idle();
+  // The first one's archive arrived after its deadline: the receiving walk stopped, and nothing partial is left.
+  const auto first = f.service->job(running.value());
+  INFO(first->error);
+  CHECK(first->state == "failed");
+  CHECK(first->error.find("the job ran out of time: limits.job_timeout_seconds (1 s) passed while checkpointing") == 0);
+  CHECK(f.checkpoint_files().empty());
 }

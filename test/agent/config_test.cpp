@@ -18,6 +18,7 @@ TEST_CASE("the shipped example configuration parses and equals the defaults", "[
   CHECK(example->runtime_kind == defaults->runtime_kind);
   CHECK(example->archive_limits.max_archive_bytes == defaults->archive_limits.max_archive_bytes);
   CHECK(example->max_request_bytes == defaults->max_request_bytes);
+  CHECK(example->job_timeout == defaults->job_timeout);
   CHECK(example->node_labels.enabled == false);
   CHECK(example->cri.endpoint == defaults->cri.endpoint);
   CHECK(example->cri.call_timeout_seconds == defaults->cri.call_timeout_seconds);
@@ -49,7 +50,7 @@ listen: {address: 0.0.0.0, port: 9000}
 state_dir: /srv/state
 checkpoints: {dir: /srv/ck, max_archive_bytes: 1024, watch_interval_seconds: null}
 match_policy: {check_firmware: false}
-limits: {max_request_bytes: 100}
+limits: {max_request_bytes: 100, job_timeout_seconds: 900}
 )", "test.yaml");
   REQUIRE(c.ok());
   CHECK(c->listen_address == "0.0.0.0");
@@ -61,6 +62,7 @@ limits: {max_request_bytes: 100}
   CHECK_FALSE(c->match_policy.check_firmware);
   CHECK(c->match_policy.check_model);
   CHECK(c->max_request_bytes == 100);
+  CHECK(c->job_timeout == std::chrono::seconds(900));
 }
 
 TEST_CASE("configuration mistakes are errors naming the key", "[unit]") {
@@ -77,6 +79,9 @@ TEST_CASE("configuration mistakes are errors naming the key", "[unit]") {
   CHECK_FALSE(parse_config("version: 2", "a").ok());
   CHECK_FALSE(parse_config("[1, 2]", "a").ok());
   CHECK_FALSE(parse_config("listen: [1]", "a").ok());
+  auto no_budget = parse_config("limits: {job_timeout_seconds: 0}", "a");
+  REQUIRE_FALSE(no_budget.ok());
+  CHECK(no_budget.error().message.find("limits.job_timeout_seconds") != std::string::npos);
   CHECK_FALSE(load_config("/nonexistent/agent.yaml").ok());
 }
 

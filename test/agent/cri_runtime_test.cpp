@@ -115,12 +115,12 @@ TEST_CASE("the CRI adapter finds by pod labels, prefers running, reads the pid a
   CHECK_FALSE(runtime->find({"", "", "bad/name"}).ok());
   CHECK(runtime->list()->size() == 2);
 
-  REQUIRE(runtime->checkpoint(found.value(), cri.tmp.path / "out.tar").ok());
+  REQUIRE(runtime->checkpoint(found.value(), cri.tmp.path / "out.tar", kNoDeadline).ok());
   CHECK(cri.service.seen_location == (cri.tmp.path / "out.tar").string());
   CHECK(cri.service.seen_timeout == 900);   // the runtime is told the deadline, not left at its default
   CHECK(fs::exists(cri.tmp.path / "out.tar"));
 
-  auto restore = runtime->restore(cri.tmp.path / "out.tar", "");
+  auto restore = runtime->restore(cri.tmp.path / "out.tar", "", kNoDeadline);
   REQUIRE_FALSE(restore.ok());
   CHECK(restore.error().message.find("checkpoint image") != std::string::npos);
 }
@@ -135,7 +135,8 @@ TEST_CASE("the CRI client reports the runtime's version and explains a missing C
   auto version = client.version();
   REQUIRE(version.ok());
   CHECK(version->describe() == "containerd 1.7.24");
-  auto refused = client.checkpoint_container("c-main", (cri.tmp.path / "x.tar").string());
+  auto refused = client.checkpoint_container("c-main", (cri.tmp.path / "x.tar").string(),
+                                             client.options().checkpoint_timeout);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().errno_value == ENOTSUP);
   const auto& text = refused.error().message;
@@ -151,10 +152,23 @@ TEST_CASE("a CRI checkpoint slower than the configured deadline fails with the s
   options.endpoint = cri.endpoint;
   options.checkpoint_timeout = std::chrono::seconds(1);   // +2 s transport margin: 3 s < 4 s
   CriClient client(options);
-  auto late = client.checkpoint_container("c-main", (cri.tmp.path / "x.tar").string());
+  auto late = client.checkpoint_container("c-main", (cri.tmp.path / "x.tar").string(),
+                                          client.options().checkpoint_timeout);
   REQUIRE_FALSE(late.ok());
   CHECK(late.error().errno_value == ETIMEDOUT);
   CHECK(late.error().message.find("checkpoints.runtime_timeout_seconds") != std::string::npos);
+
+  // The agent's job has less time left than checkpoint_timeout: the call ends with the job (1 s + 2 s < 4 s).
+  options.checkpoint_timeout = std::chrono::seconds(600);
+  auto runtime = make_cri_runtime(options);
+  const RuntimeContainer target{"c-main", "main", "running", 0};
+  auto cut_short = runtime->checkpoint(target, cri.tmp.path / "y.tar",
+                                       std::chrono::steady_clock::now() + std::chrono::seconds(1));
+  REQUIRE_FALSE(cut_short.ok());
+  CHECK(cut_short.error().errno_value == ETIMEDOUT);
+  auto none_left = runtime->checkpoint(target, cri.tmp.path / "y.tar", std::chrono::steady_clock::now());
+  REQUIRE_FALSE(none_left.ok());
+  CHECK(none_left.error().message.find("no time left") != std::string::npos);
 }
 
 TEST_CASE("nothing listening on the CRI socket is a clear error", "[unit]") {

@@ -149,6 +149,14 @@ TEST_CASE("client text in log lines is escaped and bounded", "[unit]") {
   CHECK(log::escaped("/v1/x\nINFO forged line") == "/v1/x\\x0aINFO forged line");
   CHECK(log::escaped("a\\b\x7f\xff") == "a\\x5cb\\x7f\\xff");
   CHECK(log::escaped(std::string(300, 'p')).size() == 259);
+  // Whatever a message carries unescaped (an NRI container id, a runtime's error text), log::write starts no line
+  // of its own: every control character leaves as \xNN.
+  std::vector<std::string> lines;
+  log::set_sink([&](log::Level, std::string_view line) { lines.emplace_back(line); });
+  log::warn("NRI container id 'abc\ngpuckpt-nri: error: forged\r\x1b[2K' is not a safe file name");
+  log::set_sink(nullptr);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0] == "NRI container id 'abc\\x0agpuckpt-nri: error: forged\\x0d\\x1b[2K' is not a safe file name");
 }
 
 namespace {

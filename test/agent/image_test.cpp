@@ -141,7 +141,7 @@ TEST_CASE("podman loads a checkpoint image under the gpuckpt name; a broken layo
   PodmanOptions options;
   options.timeout = std::chrono::seconds(60);
   auto podman = make_podman_runtime(options);
-  auto loaded = podman->load_image(image->layout, tag);
+  auto loaded = podman->load_image(image->layout, tag, kNoDeadline);
   INFO((loaded.ok() ? std::string() : loaded.error().message));
   REQUIRE(loaded.ok());
   CHECK(loaded.value() == "localhost/gpuckpt-checkpoint:" + tag);
@@ -154,7 +154,7 @@ TEST_CASE("podman loads a checkpoint image under the gpuckpt name; a broken layo
   const std::string layer = json::parse(test::read_file(broken->layout / "blobs" / "sha256" /
                                              broken->manifest_digest.substr(7)))["layers"][0]["digest"];
   fs::remove(broken->layout / "blobs" / "sha256" / layer.substr(7));
-  auto refused = podman->load_image(broken->layout, tag);
+  auto refused = podman->load_image(broken->layout, tag, kNoDeadline);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().message.find("podman pull of the checkpoint image " + broken->layout.string() + " failed") == 0);
   CHECK(std::system(("podman image exists localhost/gpuckpt-checkpoint:" + tag).c_str()) != 0);
@@ -166,7 +166,7 @@ TEST_CASE("podman loads a checkpoint image under the gpuckpt name; a broken layo
   slow.podman = hanging.string();
   slow.timeout = std::chrono::seconds(1);
   const auto t0 = std::chrono::steady_clock::now();
-  auto hung = make_podman_runtime(slow)->load_image(image->layout, tag);
+  auto hung = make_podman_runtime(slow)->load_image(image->layout, tag, kNoDeadline);
   REQUIRE_FALSE(hung.ok());
   CHECK(hung.error().message.find("timed out after 1 s") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));

@@ -80,10 +80,10 @@ TEST_CASE("the kubelet runtime finds containers through /pods and checkpoints th
   CHECK_FALSE(runtime->find({"", "", "main"}).ok());
   CHECK(runtime->list()->size() == 2);
 
-  REQUIRE(runtime->checkpoint(found.value(), tmp.path / "copy.tar").ok());
+  REQUIRE(runtime->checkpoint(found.value(), tmp.path / "copy.tar", kNoDeadline).ok());
   CHECK(kubelet.seen_checkpoint == "ml/trainer-0/main");
   CHECK(inspect_checkpoint_archive(tmp.path / "copy.tar", ArchiveLimits{})->container_name == "counter");
-  auto restore = runtime->restore(tmp.path / "copy.tar", "");
+  auto restore = runtime->restore(tmp.path / "copy.tar", "", kNoDeadline);
   REQUIRE_FALSE(restore.ok());
   CHECK(restore.error().message.find("kubelet has no restore") != std::string::npos);
 }

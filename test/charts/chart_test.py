@@ -442,7 +442,7 @@ def test_full_config_shape():
             "config.checkpoints.max_entry_bytes=1000000000", "config.checkpoints.runtime_timeout_seconds=30",
             "config.limits.max_request_bytes=4096", "config.limits.max_concurrent_jobs=2",
             "config.limits.max_connections=64", "config.limits.max_connections_per_client=8",
-            "config.limits.request_deadline_seconds=20",
+            "config.limits.request_deadline_seconds=20", "config.limits.job_timeout_seconds=900",
             "config.limits.max_queued_jobs=32", "config.limits.max_queued_jobs_per_client=4",
             "config.gpu_memory.image=false", "config.gpu_memory.threads=8", "config.gpu_memory.compression=zstd:3",
             "config.gpu_memory.sparse=false", "config.gpu_memory.store=/mnt/gpuckpt-store",

@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
     std::printf("%d\n", pid.value());
   } else if (command == "checkpoint") {
     need(2);
-    auto r = cri.checkpoint_container(args[0], args[1]);
+    auto r = cri.checkpoint_container(args[0], args[1], cri.options().checkpoint_timeout);
     if (!r) return report(r.error());
   } else if (command == "pull") {
     need(1);

@@ -1,0 +1,149 @@
+// An accepted job's time budget (limits.job_timeout_seconds) against the podman runtime the agent really runs,
+// with a script standing in for podman: it answers `container inspect` and hangs in checkpoint, restore and pull
+// with a child of its own, as a podman stuck in CRIU would. The runtime's own limit (runtime_timeout, 600 s) is
+// far away: only the job's budget can end these jobs, and what it must leave behind is checked.
+#include <catch2/catch_test_macros.hpp>
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "agent/service.h"
+#include "test/agent/archive_builder.h"
+
+namespace fs = std::filesystem;
+using namespace gpuckpt;
+using nlohmann::json;
+
+namespace {
+
+// A process that is gone (or a zombie nobody reaped yet): nothing of it runs.
+bool is_gone(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("State:", 0) == 0) return line.find('Z') != std::string::npos;
+  return true;
+}
+
+pid_t read_pid(const fs::path& file) {
+  std::ifstream in(file);
+  pid_t pid = 0;
+  in >> pid;
+  return pid;
+}
+
+struct HangingPodman {
+  test::TempDir tmp;
+  fs::path script = tmp.path / "podman";
+  std::unique_ptr<agent::AgentService> service;
+
+  HangingPodman() {
+    // Each hanging call records its own pid and its child's, then waits on the child.
+    test::write_file(script, "#!/bin/sh\n"
+                             "case \"$1 $2\" in\n"
+                             "  'container inspect')\n"
+                             "    echo '[{\"Id\":\"abc123\",\"Name\":\"counter\",\"State\":{\"Status\":\"running\","
+                             "\"Pid\":1}}]' ;;\n"
+                             "  'container checkpoint'|'container restore'|'pull -q')\n"
+                             "    sleep 300 &\n"
+                             "    echo $! > " + (tmp.path / "child.pid").string() + "\n"
+                             "    echo $$ > " + (tmp.path / "podman.pid").string() + "\n"
+                             "    wait ;;\n"
+                             "  *) exit 1 ;;\n"
+                             "esac\n");
+    fs::permissions(script, fs::perms::owner_all);
+    agent::AgentConfig config;
+    config.state_dir = tmp.path / "state";
+    config.checkpoint_dir = tmp.path / "checkpoints";
+    config.kubelet_checkpoint_dir.clear();
+    config.runtime_timeout = std::chrono::seconds(600);
+    config.job_timeout = std::chrono::seconds(2);
+    fs::create_directories(config.checkpoint_dir);
+    PodmanOptions podman;
+    podman.podman = script.string();
+    podman.timeout = config.runtime_timeout;
+    agent::AgentDeps deps;
+    deps.runtime = make_podman_runtime(podman);
+    deps.inventory = [] { return Result<NodeInventory>(NodeInventory{}); };
+    deps.device_numbers = [](const std::string& p) -> Result<std::pair<std::uint32_t, std::uint32_t>> {
+      return make_error("no " + p);
+    };
+    service = std::make_unique<agent::AgentService>(config, deps);
+  }
+
+  // Waits for the job; checks that podman and its child were killed and that the job names the budget and phase.
+  json finished(const std::string& id, const std::string& phase) {
+    const auto accepted = std::chrono::steady_clock::now();
+    service->wait_idle();
+    // Far below the runtime's own 600 s and the child's 300 s: the job's 2 s ended it.
+    CHECK(std::chrono::steady_clock::now() - accepted < std::chrono::seconds(120));
+    auto job = service->job(id);
+    REQUIRE(job);
+    INFO(job->error);
+    CHECK(job->state == "failed");
+    CHECK(job->error.find("the job ran out of time: limits.job_timeout_seconds (2 s) passed while " + phase) == 0);
+    CHECK(job->error.find("timed out") != std::string::npos);
+    const pid_t podman = read_pid(tmp.path / "podman.pid"), child = read_pid(tmp.path / "child.pid");
+    REQUIRE(podman > 0);
+    REQUIRE(child > 0);
+    CHECK(is_gone(podman));
+    CHECK(is_gone(child));
+    return to_json(*job);
+  }
+
+  std::vector<std::string> checkpoint_files() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(tmp.path / "checkpoints")) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a checkpoint job that outlives its budget is stopped: podman killed, no pipe, no partial archive",
+          "[unit]") {
+  HangingPodman p;
+  // An archive of an earlier job in the same directory stays as it was.
+  const fs::path earlier = test::make_archive(p.tmp.path / "checkpoints" / "earlier.tar.zst",
+                                              test::podman_checkpoint_entries());
+  const std::string before = test::read_file(earlier);
+  auto id = p.service->start_checkpoint({"", "", "counter"});
+  REQUIRE(id.ok());
+  p.finished(id.value(), "checkpointing");
+  CHECK(p.checkpoint_files() == std::vector<std::string>{"earlier.tar.zst"});
+  CHECK(test::read_file(earlier) == before);
+}
+
+TEST_CASE("a restore job that outlives its budget is stopped; its archive is untouched", "[unit]") {
+  HangingPodman p;
+  const fs::path archive = test::make_archive(p.tmp.path / "checkpoints" / "ck.tar.zst",
+                                              test::podman_checkpoint_entries());
+  const std::string before = test::read_file(archive);
+  auto id = p.service->start_restore({"ck.tar.zst", "restored", std::nullopt});
+  INFO((id.ok() ? std::string() : id.error().message));
+  REQUIRE(id.ok());
+  p.finished(id.value(), "restoring");
+  CHECK(p.checkpoint_files() == std::vector<std::string>{"ck.tar.zst"});   // the pipe is gone
+  CHECK(test::read_file(archive) == before);
+}
+
+TEST_CASE("an image job that outlives its budget is stopped while podman pulls; no private link dir is left",
+          "[unit]") {
+  HangingPodman p;
+  test::make_archive(p.tmp.path / "checkpoints" / "ck.tar.zst", test::podman_checkpoint_entries());
+  auto id = p.service->start_image({"ck.tar.zst", "budget"});
+  REQUIRE(id.ok());
+  const json job = p.finished(id.value(), "loading-image");
+  // No registry: the complete layout stays for the operator, as after any failed load, and the error says so.
+  CHECK(job["error"].get<std::string>().find("is kept") != std::string::npos);
+  // podman pulled through /tmp/gpuckpt-load-<random>/layout, a link to the layout: removed with podman killed.
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/tmp", ec))
+    if (e.path().filename().string().rfind("gpuckpt-load-", 0) == 0)
+      CHECK(fs::read_symlink(e.path() / "layout", ec).string().rfind(p.tmp.path.string(), 0) != 0);
+}
