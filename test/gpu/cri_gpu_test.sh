@@ -346,7 +346,7 @@ run_case() { # CASE SRC_GPU DST_GPU
   for _ in $(seq 100); do grep -q "annotated kubelet archive $archive" "$WORK/agent.log" && break; sleep 0.1; done
   grep -q "annotated kubelet archive $archive" "$WORK/agent.log" || { show "$WORK/agent.log"; fail_both "the agent's watcher did not annotate $archive"; return; }
   MB=$(du -m "$archive" | cut -f1)
-  restore_from "$case" path "$archive"
+  restore_from "$case" path "$archive" --user-image "$archive"   # as the kubelet sends a pod's image
   cp "$archive" "$CK/"
   "$CLI" image "$(basename "$archive")" --tag "gpuckpt-cri-$case" --agent "$URL" --token-file "$TOKEN_FILE" > "$WORK/image.txt" 2>&1 ||
     { show "$WORK/image.txt" "$WORK/agent.log"; record "$case-image" FAIL "gpuckpt image"; return; }
