@@ -210,8 +210,12 @@ case_cpu_only() {
   before=$(tar -xOf "$a" rootfs-diff.tar 2>/dev/null | tar -xO --wildcards '*tmp/count' 2>/dev/null)
   pm rm -f -t 0 "$name" >/dev/null
   pm container restore --import "$a" > "$WORK/cpu.rst.log" 2>&1 || { show "$WORK/cpu.rst.log"; record cpu_only FAIL "restore with the plugin installed"; return; }
-  sleep 1
-  after=$(pm exec "$name" cat /tmp/count)
+  # Bounded wait for the restored counter to move (a loaded machine can take seconds to schedule it and podman exec).
+  for _ in $(seq 50); do
+    after=$(pm exec "$name" cat /tmp/count 2>/dev/null)
+    [ -n "$after" ] && [ "$after" -gt "${before:-0}" ] && break
+    sleep 0.2
+  done
   [ -n "$after" ] && [ "$after" -gt "${before:-0}" ] || { record cpu_only FAIL "counter did not continue (${before:-?} -> ${after:-?})"; return; }
   if [ "$(entries "$a" 'checkpoint/gpuckpt')" -gt 0 ]; then record cpu_only FAIL "gpuckpt wrote GPU files for a CPU-only container"; return; fi
   record cpu_only PASS "CRIU loaded gpuckpt from $PLUGIN_DIR; a CPU-only container checkpointed and restored by podman, counter ${before:-?} -> $after, no GPU files"
