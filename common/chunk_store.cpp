@@ -18,6 +18,8 @@
 #include <cstring>
 #include <random>
 
+#include "common/byte_io.h"
+
 namespace gpuckpt::chunk_store {
 namespace {
 
@@ -26,29 +28,9 @@ constexpr const char* kHexDigits = "0123456789abcdef";
 
 std::string errno_text(int err) { return std::strerror(err); }
 
-template <class T>
-void put_le(std::byte* base, std::size_t at, T value) {
-  std::memcpy(base + at, &value, sizeof value);
-}
-template <class T>
-T get_le(const std::byte* base, std::size_t at) {
-  T value;
-  std::memcpy(&value, base + at, sizeof value);
-  return value;
-}
-
-Result<void> read_exact(int fd, std::byte* data, std::size_t size, std::uint64_t offset, const std::string& name) {
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, data, size, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return make_error("reading " + name + ": " + errno_text(errno), errno);
-    if (n == 0) return make_error(name + " ends early: it is truncated", EIO);
-    data += n;
-    size -= static_cast<std::size_t>(n);
-    offset += static_cast<std::uint64_t>(n);
-  }
-  return {};
-}
+using byte_io::get_le;
+using byte_io::put_le;
+using byte_io::read_all;
 
 Result<void> write_exact(int fd, iovec* iov, int count, const std::string& name) {
   int first = 0;
@@ -202,7 +184,7 @@ Result<ChunkHeader> Store::stat(const Digest& d) const {
   Result<ChunkHeader> header = make_error("", EIO);
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     header = make_error(path_of(d).string() + " is not a regular file", EIO);
-  } else if (auto ok = read_exact(fd, bytes, sizeof bytes, 0, path_of(d).string()); !ok) {
+  } else if (auto ok = read_all(fd, bytes, sizeof bytes, 0, path_of(d).string()); !ok) {
     header = ok.error();
   } else {
     header = decode_header(bytes);
@@ -288,7 +270,7 @@ Result<void> Store::read(const Digest& d, std::uint64_t expected_size, std::vect
                         std::to_string(expected_size), EIO);
   } else {
     out.resize(expected_size);
-    result = read_exact(fd, out.data(), out.size(), 0, shown);
+    result = read_all(fd, out.data(), out.size(), 0, shown);
   }
   ::close(fd);
   return result;

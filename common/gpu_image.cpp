@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/byte_io.h"
 #include "common/chunk_store.h"
 #include "common/log.h"
 
@@ -26,17 +27,9 @@ constexpr char kFileMagic[8] = {'G', 'P', 'U', 'C', 'K', 'M', 'E', 'M'};
 constexpr char kFooterMagic[8] = {'G', 'P', 'U', 'C', 'K', 'E', 'N', 'D'};
 constexpr char kRecordMagic[4] = {'G', 'C', 'H', 'K'};
 
-// Little-endian field access on byte buffers (the format is little-endian; so is every host gpuckpt runs on).
-template <class T>
-void put(std::byte* base, std::size_t at, T value) {
-  std::memcpy(base + at, &value, sizeof value);
-}
-template <class T>
-T get(const std::byte* base, std::size_t at) {
-  T value;
-  std::memcpy(&value, base + at, sizeof value);
-  return value;
-}
+using byte_io::get_le;
+using byte_io::put_le;
+using byte_io::read_all;
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -55,40 +48,27 @@ Result<void> write_all(int fd, const std::byte* data, std::size_t size, std::uin
   return {};
 }
 
-Result<void> read_all(int fd, std::byte* data, std::size_t size, std::uint64_t offset, const std::string& name) {
-  while (size > 0) {
-    ssize_t n = ::pread(fd, data, size, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return make_error("reading " + name + ": " + errno_text(errno), errno);
-    if (n == 0) return make_error(name + " ends early: it is truncated", EIO);
-    data += n;
-    size -= static_cast<std::size_t>(n);
-    offset += static_cast<std::uint64_t>(n);
-  }
-  return {};
-}
-
 void encode_entry(std::byte* p, const ChunkEntry& e) {
-  put<std::uint32_t>(p, 0, e.region);
-  put<std::uint8_t>(p, 4, static_cast<std::uint8_t>(e.encoding));
-  put<std::uint16_t>(p, 6, e.shard);
-  put<std::uint64_t>(p, 8, e.chunk);
-  put<std::uint32_t>(p, 16, e.raw_size);
-  put<std::uint32_t>(p, 20, e.stored_size);
-  put<std::uint64_t>(p, 24, e.offset);
-  put<std::uint64_t>(p, 32, e.checksum);
+  put_le<std::uint32_t>(p, 0, e.region);
+  put_le<std::uint8_t>(p, 4, static_cast<std::uint8_t>(e.encoding));
+  put_le<std::uint16_t>(p, 6, e.shard);
+  put_le<std::uint64_t>(p, 8, e.chunk);
+  put_le<std::uint32_t>(p, 16, e.raw_size);
+  put_le<std::uint32_t>(p, 20, e.stored_size);
+  put_le<std::uint64_t>(p, 24, e.offset);
+  put_le<std::uint64_t>(p, 32, e.checksum);
 }
 
 ChunkEntry decode_entry(const std::byte* p) {
   ChunkEntry e;
-  e.region = get<std::uint32_t>(p, 0);
-  e.encoding = static_cast<Encoding>(get<std::uint8_t>(p, 4));
-  e.shard = get<std::uint16_t>(p, 6);
-  e.chunk = get<std::uint64_t>(p, 8);
-  e.raw_size = get<std::uint32_t>(p, 16);
-  e.stored_size = get<std::uint32_t>(p, 20);
-  e.offset = get<std::uint64_t>(p, 24);
-  e.checksum = get<std::uint64_t>(p, 32);
+  e.region = get_le<std::uint32_t>(p, 0);
+  e.encoding = static_cast<Encoding>(get_le<std::uint8_t>(p, 4));
+  e.shard = get_le<std::uint16_t>(p, 6);
+  e.chunk = get_le<std::uint64_t>(p, 8);
+  e.raw_size = get_le<std::uint32_t>(p, 16);
+  e.stored_size = get_le<std::uint32_t>(p, 20);
+  e.offset = get_le<std::uint64_t>(p, 24);
+  e.checksum = get_le<std::uint64_t>(p, 32);
   return e;
 }
 
@@ -324,13 +304,13 @@ void ChunkCodec::encode(std::span<const std::byte> raw, const Settings& settings
   std::byte* h = contexts_->header.data();
   std::memset(h, 0, kRecordHeaderSize);
   std::memcpy(h, kRecordMagic, 4);
-  put<std::uint32_t>(h, 4, entry.region);
-  put<std::uint64_t>(h, 8, entry.chunk);
-  put<std::uint32_t>(h, 16, entry.raw_size);
-  put<std::uint32_t>(h, 20, entry.stored_size);
-  put<std::uint8_t>(h, 24, static_cast<std::uint8_t>(entry.encoding));
-  put<std::uint64_t>(h, 32, entry.checksum);
-  put<std::uint64_t>(h, 40, XXH3_64bits(h, 40));
+  put_le<std::uint32_t>(h, 4, entry.region);
+  put_le<std::uint64_t>(h, 8, entry.chunk);
+  put_le<std::uint32_t>(h, 16, entry.raw_size);
+  put_le<std::uint32_t>(h, 20, entry.stored_size);
+  put_le<std::uint8_t>(h, 24, static_cast<std::uint8_t>(entry.encoding));
+  put_le<std::uint64_t>(h, 32, entry.checksum);
+  put_le<std::uint64_t>(h, 40, XXH3_64bits(h, 40));
   record_size_ = kRecordHeaderSize + contexts_->payload_size;
 }
 
@@ -365,11 +345,11 @@ Result<void> ChunkCodec::decode(std::span<const std::byte> record, const ChunkEn
     return make_error("record size does not match the index", EIO);
   const std::byte* h = record.data();
   if (std::memcmp(h, kRecordMagic, 4) != 0) return make_error("no chunk record at the offset the index gives", EIO);
-  if (get<std::uint64_t>(h, 40) != XXH3_64bits(h, 40)) return make_error("the chunk's header is corrupt", EIO);
-  if (get<std::uint32_t>(h, 4) != entry.region || get<std::uint64_t>(h, 8) != entry.chunk ||
-      get<std::uint32_t>(h, 16) != entry.raw_size || get<std::uint32_t>(h, 20) != entry.stored_size ||
-      get<std::uint8_t>(h, 24) != static_cast<std::uint8_t>(entry.encoding) ||
-      get<std::uint64_t>(h, 32) != entry.checksum)
+  if (get_le<std::uint64_t>(h, 40) != XXH3_64bits(h, 40)) return make_error("the chunk's header is corrupt", EIO);
+  if (get_le<std::uint32_t>(h, 4) != entry.region || get_le<std::uint64_t>(h, 8) != entry.chunk ||
+      get_le<std::uint32_t>(h, 16) != entry.raw_size || get_le<std::uint32_t>(h, 20) != entry.stored_size ||
+      get_le<std::uint8_t>(h, 24) != static_cast<std::uint8_t>(entry.encoding) ||
+      get_le<std::uint64_t>(h, 32) != entry.checksum)
     return make_error("the chunk's header does not match the index", EIO);
   if (auto ok = decode_payload(record.subspan(kRecordHeaderSize), entry.encoding, out); !ok) return ok;
   if (checksum(out) != entry.checksum) return make_error("checksum mismatch: the stored data is corrupt", EIO);
@@ -435,13 +415,13 @@ Result<std::unique_ptr<ImageWriter>> ImageWriter::create(int dir_fd, const Image
   }
   std::byte h[kFileHeaderSize] = {};
   std::memcpy(h, kFileMagic, 8);
-  put<std::uint32_t>(h, 8, header.version);
-  put<std::uint32_t>(h, 12, static_cast<std::uint32_t>(kFileHeaderSize));
-  put<std::uint32_t>(h, 16, header.chunk_size);
-  put<std::int32_t>(h, 20, header.vpid);
-  put<std::int32_t>(h, 24, header.dump_pid);
-  put<std::uint32_t>(h, 28, header.shards);
-  put<std::uint64_t>(h, 56, XXH3_64bits(h, 56));
+  put_le<std::uint32_t>(h, 8, header.version);
+  put_le<std::uint32_t>(h, 12, static_cast<std::uint32_t>(kFileHeaderSize));
+  put_le<std::uint32_t>(h, 16, header.chunk_size);
+  put_le<std::int32_t>(h, 20, header.vpid);
+  put_le<std::int32_t>(h, 24, header.dump_pid);
+  put_le<std::uint32_t>(h, 28, header.shards);
+  put_le<std::uint64_t>(h, 56, XXH3_64bits(h, 56));
   if (auto ok = write_all(w->shards_[0]->fd, h, sizeof h, 0, w->shards_[0]->temp_name); !ok) return ok.error();
   return w;
 }
@@ -488,8 +468,8 @@ Result<void> ImageWriter::finish() {
   std::vector<std::byte> index(regions_.size() * kRegionEntrySize + entries_.size() * kIndexEntrySize);
   std::byte* p = index.data();
   for (const Region& r : regions_) {
-    put<std::uint64_t>(p, 0, r.start);
-    put<std::uint64_t>(p, 8, r.length);
+    put_le<std::uint64_t>(p, 0, r.start);
+    put_le<std::uint64_t>(p, 8, r.length);
     p += kRegionEntrySize;
   }
   for (const ChunkEntry& e : entries_) {
@@ -500,11 +480,11 @@ Result<void> ImageWriter::finish() {
   const std::uint64_t index_offset = main.next_offset.fetch_add(index.size() + kFooterSize);
   std::byte f[kFooterSize] = {};
   std::memcpy(f, kFooterMagic, 8);
-  put<std::uint64_t>(f, 8, index_offset);
-  put<std::uint32_t>(f, 16, static_cast<std::uint32_t>(regions_.size()));
-  put<std::uint64_t>(f, 24, entries_.size());
-  put<std::uint64_t>(f, 32, XXH3_64bits(index.data(), index.size()));
-  put<std::uint64_t>(f, 40, XXH3_64bits(f, 40));
+  put_le<std::uint64_t>(f, 8, index_offset);
+  put_le<std::uint32_t>(f, 16, static_cast<std::uint32_t>(regions_.size()));
+  put_le<std::uint64_t>(f, 24, entries_.size());
+  put_le<std::uint64_t>(f, 32, XXH3_64bits(index.data(), index.size()));
+  put_le<std::uint64_t>(f, 40, XXH3_64bits(f, 40));
   if (auto ok = write_all(main.fd, index.data(), index.size(), index_offset, main.temp_name); !ok) return ok;
   if (auto ok = write_all(main.fd, f, sizeof f, index_offset + index.size(), main.temp_name); !ok) return ok;
   for (const auto& shard : shards_)
@@ -538,16 +518,16 @@ Result<std::unique_ptr<ImageReader>> ImageReader::open(int dir_fd, const std::st
   std::byte h[kFileHeaderSize];
   if (auto ok = read_all(main_fd, h, sizeof h, 0, name); !ok) return ok.error();
   if (std::memcmp(h, kFileMagic, 8) != 0) return make_error(name + " is not a gpuckpt GPU memory image", EIO);
-  if (get<std::uint64_t>(h, 56) != XXH3_64bits(h, 56)) return make_error(name + ": the file header is corrupt", EIO);
-  r->header_.version = get<std::uint32_t>(h, 8);
+  if (get_le<std::uint64_t>(h, 56) != XXH3_64bits(h, 56)) return make_error(name + ": the file header is corrupt", EIO);
+  r->header_.version = get_le<std::uint32_t>(h, 8);
   if (r->header_.version > kVersion)
     return make_error(name + " is GPU image version " + std::to_string(r->header_.version) + "; this gpuckpt reads up "
                       "to " + std::to_string(kVersion) + ". Restore with the gpuckpt that made the checkpoint, or newer",
                       EIO);
-  r->header_.chunk_size = get<std::uint32_t>(h, 16);
-  r->header_.vpid = get<std::int32_t>(h, 20);
-  r->header_.dump_pid = get<std::int32_t>(h, 24);
-  r->header_.shards = std::max<std::uint32_t>(1, get<std::uint32_t>(h, 28));   // 0 in the first images: one file
+  r->header_.chunk_size = get_le<std::uint32_t>(h, 16);
+  r->header_.vpid = get_le<std::int32_t>(h, 20);
+  r->header_.dump_pid = get_le<std::int32_t>(h, 24);
+  r->header_.shards = std::max<std::uint32_t>(1, get_le<std::uint32_t>(h, 28));   // 0 in the first images: one file
   const std::uint32_t chunk_size = r->header_.chunk_size;
   if (chunk_size == 0 || chunk_size > kMaxChunkSize) return make_error(name + ": bad chunk size in the header", EIO);
   if (r->header_.shards > kMaxShards) return make_error(name + ": bad shard count in the header", EIO);
@@ -569,12 +549,12 @@ Result<std::unique_ptr<ImageReader>> ImageReader::open(int dir_fd, const std::st
 
   std::byte f[kFooterSize];
   if (auto ok = read_all(main_fd, f, sizeof f, main_size - kFooterSize, name); !ok) return ok.error();
-  if (std::memcmp(f, kFooterMagic, 8) != 0 || get<std::uint64_t>(f, 40) != XXH3_64bits(f, 40))
+  if (std::memcmp(f, kFooterMagic, 8) != 0 || get_le<std::uint64_t>(f, 40) != XXH3_64bits(f, 40))
     return make_error("the GPU memory image " + name + " is truncated or incomplete (no valid footer): the dump that "
                       "wrote it did not finish", EIO);
-  const std::uint64_t index_offset = get<std::uint64_t>(f, 8);
-  const std::uint32_t region_count = get<std::uint32_t>(f, 16);
-  const std::uint64_t entry_count = get<std::uint64_t>(f, 24);
+  const std::uint64_t index_offset = get_le<std::uint64_t>(f, 8);
+  const std::uint32_t region_count = get_le<std::uint32_t>(f, 16);
+  const std::uint64_t entry_count = get_le<std::uint64_t>(f, 24);
   const std::uint64_t index_end = main_size - kFooterSize;
   if (region_count == 0 || region_count > kMaxRegions || index_offset < kFileHeaderSize || index_offset > index_end ||
       entry_count > (index_end - index_offset) / kIndexEntrySize ||
@@ -582,12 +562,12 @@ Result<std::unique_ptr<ImageReader>> ImageReader::open(int dir_fd, const std::st
     return make_error(name + ": the footer does not describe an index inside the file", EIO);
   std::vector<std::byte> index(index_end - index_offset);
   if (auto ok = read_all(main_fd, index.data(), index.size(), index_offset, name); !ok) return ok.error();
-  if (XXH3_64bits(index.data(), index.size()) != get<std::uint64_t>(f, 32))
+  if (XXH3_64bits(index.data(), index.size()) != get_le<std::uint64_t>(f, 32))
     return make_error(name + ": the chunk index is corrupt (checksum mismatch)", EIO);
   const std::byte* p = index.data();
   std::uint64_t expected_entries = 0;
   for (std::uint32_t i = 0; i < region_count; ++i, p += kRegionEntrySize) {
-    Region region{get<std::uint64_t>(p, 0), get<std::uint64_t>(p, 8)};
+    Region region{get_le<std::uint64_t>(p, 0), get_le<std::uint64_t>(p, 8)};
     // Beyond 128 TiB no process maps anything (x86-64 user space), and the chunk count below must not wrap.
     if (region.length == 0 || region.length > kMaxRegionLength || region.start + region.length < region.start)
       return make_error(name + ": region " + std::to_string(i) + " is invalid", EIO);
