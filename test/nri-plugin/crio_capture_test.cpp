@@ -3,8 +3,6 @@
 // CRI-O: these bytes are the contract that catches a regression in how gpuckpt-nri reads a CRI-O restore.
 #include <catch2/catch_test_macros.hpp>
 
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +11,7 @@
 #include "common/restore_recognition.h"
 #include "nri-plugin/nri_plugin.h"
 #include "test/common/gpu_builders.h"
+#include "test/nri-plugin/nri_node_fixture.h"
 #include "test/temp_dir.h"
 
 using namespace gpuckpt;
@@ -20,6 +19,8 @@ using namespace gpuckpt::nri;
 namespace fs = std::filesystem;
 
 namespace {
+
+NodeInventory two_gpus() { return test_fixture::two_nvidia_gpus("NVIDIA H100 80GB HBM3", 80); }
 
 // What crio_flow.sh step 3 did: pod default/gpuckpt-crio-src's container "counter" ran on GPU 0 (/dev/nvidia0,
 // NVIDIA_VISIBLE_DEVICES=0), was checkpointed through CRI into the kubelet's dir, where the agent annotated the
@@ -29,41 +30,8 @@ constexpr const char* kRestoreCapture = "create-container-restore-v1.36.3.pb";
 constexpr const char* kOrdinaryCapture = "create-container-v1.36.3.pb";
 constexpr const char* kCheckpointId = "kubelet-checkpoint-gpuckpt-crio-src_default-counter-2026-11-26T10-45-02Z";
 
-std::string capture_bytes(const std::string& name) {
-  std::ifstream in(fs::path(GPUCKPT_TEST_FIXTURES) / "crio" / name, std::ios::binary);
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
-
-api::CreateContainerRequest capture(const std::string& name) {
-  api::CreateContainerRequest request;
-  const std::string bytes = capture_bytes(name);
-  REQUIRE_FALSE(bytes.empty());
-  REQUIRE(request.ParseFromString(bytes));
-  return request;
-}
-
 std::map<std::string, std::string> annotations_of(const api::Container& c) {
   return {c.annotations().begin(), c.annotations().end()};
-}
-
-NodeInventory two_gpus() {
-  NodeInventory inv;
-  inv.hostname = "node-a";
-  for (int i = 0; i < 2; ++i) {
-    GpuDevice g = test::nvidia_gpu("GPU-" + std::to_string(i), "NVIDIA H100 80GB HBM3", 80);
-    g.device_minor = i;
-    g.device_paths = {"/dev/nvidia" + std::to_string(i)};
-    inv.gpus.push_back(g);
-  }
-  return inv;
-}
-
-Result<std::pair<std::uint32_t, std::uint32_t>> numbers(const std::string& path) {
-  if (path == "/dev/nvidia0") return std::make_pair(195u, 0u);
-  if (path == "/dev/nvidia1") return std::make_pair(195u, 1u);
-  return make_error("no device " + path);
 }
 
 // The agent's record of the checkpoint, as its kubelet-dir watcher registered it: GPU 0 through /dev/nvidia0.
@@ -92,7 +60,7 @@ NriPlugin plugin_with(const fs::path& state, AllocationReader allocation, const 
   options.state_dir = state;
   options.hook_path = hook_path;
   options.allocation = std::move(allocation);
-  return NriPlugin(options, [] { return Result<NodeInventory>(two_gpus()); }, numbers);
+  return NriPlugin(options, [] { return Result<NodeInventory>(two_gpus()); }, test_fixture::gpu_device_numbers);
 }
 
 api::ContainerAdjustment adjusted(NriPlugin& plugin, const std::string& payload) {
@@ -114,7 +82,7 @@ std::vector<std::string> create_runtime_hooks(const api::Container& c) {
 }  // namespace
 
 TEST_CASE("CRI-O 1.36.3's captured restore: devices and env dropped, the checkpoint id carried, recognised", "[unit]") {
-  const auto request = capture(kRestoreCapture);
+  const auto request = test_fixture::captured_request("crio", kRestoreCapture);
   const api::Container& c = request.container();
   // The request asked for /dev/nvidia1 and NVIDIA_VISIBLE_DEVICES=1; CRI-O's restore passed neither on.
   for (const auto& d : c.linux().devices()) CHECK(d.path().rfind("/dev/nvidia", 0) != 0);
@@ -136,14 +104,14 @@ TEST_CASE("CRI-O 1.36.3's captured restore: devices and env dropped, the checkpo
   CHECK(restore->runtime == RestoringRuntime::CriO);
   CHECK(restore->checkpoint_id == kCheckpointId);
   CHECK(restore->source.empty());   // CRI-O does not say what it restores from
-  CHECK_FALSE(recognise_restore(annotations_of(capture(kOrdinaryCapture).container())));
+  CHECK_FALSE(recognise_restore(annotations_of(test_fixture::captured_request("crio", kOrdinaryCapture).container())));
 }
 
 TEST_CASE("gpuckpt-nri gives CRI-O's captured restore the kubelet's GPU, and nothing to what it must not touch",
           "[unit]") {
   test::TempDir tmp;
-  const auto restore_bytes = capture_bytes(kRestoreCapture);
-  const auto request = capture(kRestoreCapture);
+  const auto restore_bytes = test_fixture::capture_bytes("crio", kRestoreCapture);
+  const auto request = test_fixture::captured_request("crio", kRestoreCapture);
   const auto hooks_d = create_runtime_hooks(request.container());
   REQUIRE(hooks_d.size() == 1);   // CRI-O added gpuckpt's hooks.d entry before NRI saw the container
   CHECK(fs::path(hooks_d[0]).filename().string() == "gpuckpt-oci-hook");
@@ -188,7 +156,7 @@ TEST_CASE("gpuckpt-nri gives CRI-O's captured restore the kubelet's GPU, and not
   CHECK(with_hook.hooks().create_runtime(0).path() == "/opt/gpuckpt/bin/gpuckpt-oci-hook");
 
   // The ordinary container CRI-O created (GPU 0 in its request) is recorded, never adjusted.
-  CHECK(adjusted(plugin, capture_bytes(kOrdinaryCapture)).ByteSizeLong() == 0);
+  CHECK(adjusted(plugin, test_fixture::capture_bytes("crio", kOrdinaryCapture)).ByteSizeLong() == 0);
   // The same restore on a node where the agent registered no such checkpoint: not gpuckpt's, left alone.
   test::TempDir other;
   auto unregistered = plugin_with(other.path, kubelet_gives_restore_pod_gpu1(asked), hooks_d[0]);

@@ -4,8 +4,6 @@
 // container of the base image and a restore that names no checkpoint get nothing.
 #include <catch2/catch_test_macros.hpp>
 
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -13,6 +11,7 @@
 #include "common/restore_plan.h"
 #include "nri-plugin/nri_plugin.h"
 #include "test/common/gpu_builders.h"
+#include "test/nri-plugin/nri_node_fixture.h"
 #include "test/temp_dir.h"
 
 using namespace gpuckpt;
@@ -21,32 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-api::CreateContainerRequest captured(const std::string& file) {
-  std::ifstream in(std::string(GPUCKPT_TEST_FIXTURES) + "/containerd2/" + file, std::ios::binary);
-  REQUIRE(in);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  api::CreateContainerRequest request;
-  REQUIRE(request.ParseFromString(bytes));
-  return request;
-}
-
-NodeInventory two_gpus() {
-  NodeInventory inv;
-  inv.hostname = "node-a";
-  for (int i = 0; i < 2; ++i) {
-    GpuDevice g = test::nvidia_gpu("GPU-" + std::to_string(i), "NVIDIA H200", 141);
-    g.device_minor = i;
-    g.device_paths = {"/dev/nvidia" + std::to_string(i)};
-    inv.gpus.push_back(g);
-  }
-  return inv;
-}
-
-Result<std::pair<std::uint32_t, std::uint32_t>> numbers(const std::string& path) {
-  if (path == "/dev/nvidia0") return std::make_pair(195u, 0u);
-  if (path == "/dev/nvidia1") return std::make_pair(195u, 1u);
-  return make_error("no device " + path);
-}
+NodeInventory two_gpus() { return test_fixture::two_nvidia_gpus("NVIDIA H200", 141); }
 
 // The checkpoint the e2e test made: its container used GPU-0 as /dev/nvidia0, NVIDIA_VISIBLE_DEVICES=0.
 CheckpointGpuRecord checkpoint_on_gpu0(const std::string& id) {
@@ -70,7 +44,7 @@ NriPlugin plugin_with_kubelet(const fs::path& state, std::vector<ContainerIdenti
     if (who.container_name != "counter") return std::optional<std::vector<DeviceAllocation>>();
     return std::optional<std::vector<DeviceAllocation>>(std::vector<DeviceAllocation>{{"nvidia.com/gpu", {"GPU-1"}}});
   };
-  return NriPlugin(options, [] { return Result<NodeInventory>(two_gpus()); }, numbers);
+  return NriPlugin(options, [] { return Result<NodeInventory>(two_gpus()); }, test_fixture::gpu_device_numbers);
 }
 
 api::ContainerAdjustment adjusted(NriPlugin& plugin, const api::CreateContainerRequest& request) {
@@ -98,7 +72,7 @@ TEST_CASE("containerd 2.1.9's restore from a registered kubelet archive gets the
   std::ofstream(archive) << "the archive the agent annotated";
   REQUIRE(register_kubelet_archive(tmp.path, archive, checkpoint_on_gpu0("kubelet-ck")).ok());
   // The captured request, with its archive path moved into this test's directory
-  auto request = captured("create-restore-archive-v2.1.9.pb");
+  auto request = test_fixture::captured_request("containerd2", "create-restore-archive-v2.1.9.pb");
   REQUIRE(request.container().annotations().at("restored") == "true");
   (*request.mutable_container()->mutable_annotations())["checkpointImage"] = archive.string();
   REQUIRE(request.container().linux().devices_size() == 0);   // the request named no device: PodResources alone
@@ -130,13 +104,13 @@ TEST_CASE("containerd 2.1.9's restore from a registered checkpoint image is adju
   test::TempDir tmp;
   REQUIRE(register_checkpoint_image(tmp.path, "localhost/gpuckpt-checkpoint:gpuckpt-e2e-ctrd2", "",
                                     checkpoint_on_gpu0("image-ck")).ok());
-  const auto plain = captured("create-plain-v2.1.9.pb");
+  const auto plain = test_fixture::captured_request("containerd2", "create-plain-v2.1.9.pb");
   // Even the plain container's own image registered as a checkpoint does not make it a restore
   REQUIRE(register_checkpoint_image(tmp.path, plain.container().annotations().at("io.kubernetes.cri.image-name"), "",
                                     checkpoint_on_gpu0("base-ck")).ok());
   std::vector<ContainerIdentity> asked;
   auto plugin = plugin_with_kubelet(tmp.path, asked);
-  const auto adjust = adjusted(plugin, captured("create-restore-image-v2.1.9.pb"));
+  const auto adjust = adjusted(plugin, test_fixture::captured_request("containerd2", "create-restore-image-v2.1.9.pb"));
   CHECK(read_restore_plan(tmp.path, adjust.annotations().at(kAnnotationRestorePlan)).value()->checkpoint_id == "image-ck");
   CHECK(added_devices(adjust) == std::vector<std::string>{"/dev/nvidia1 195:1"});
   REQUIRE(asked.size() == 1);
@@ -146,6 +120,7 @@ TEST_CASE("containerd 2.1.9's restore from a registered checkpoint image is adju
   CHECK(adjusted(plugin, plain).ByteSizeLong() == 0);
   // containerd marks a restore whose request had no user_specified_image with an empty checkpointImage: nothing
   // names the checkpoint, so it is left as containerd made it (the kubelet is not even asked)
-  CHECK(adjusted(plugin, captured("create-restore-archive-no-user-image-v2.1.9.pb")).ByteSizeLong() == 0);
+  const auto no_user_image = test_fixture::captured_request("containerd2", "create-restore-archive-no-user-image-v2.1.9.pb");
+  CHECK(adjusted(plugin, no_user_image).ByteSizeLong() == 0);
   CHECK(asked.empty());
 }

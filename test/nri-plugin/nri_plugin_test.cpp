@@ -18,6 +18,7 @@
 #include "common/restore_plan.h"
 #include "common/container_store.h"
 #include "test/common/gpu_builders.h"
+#include "test/nri-plugin/nri_node_fixture.h"
 #include "test/temp_dir.h"
 #include "ttrpc/envelope.pb.h"
 
@@ -27,27 +28,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-NodeInventory two_gpus() {
-  NodeInventory inv;
-  inv.hostname = "node-a";
-  for (int i = 0; i < 2; ++i) {
-    GpuDevice g = test::nvidia_gpu("GPU-" + std::to_string(i), "NVIDIA H200", 141);
-    g.device_minor = i;
-    g.device_paths = {"/dev/nvidia" + std::to_string(i)};
-    inv.gpus.push_back(g);
-  }
-  return inv;
-}
+NodeInventory two_gpus() { return test_fixture::two_nvidia_gpus("NVIDIA H200", 141); }
 
 void write_file(const fs::path& path, const std::string& data) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
 }
 
 Result<std::pair<std::uint32_t, std::uint32_t>> numbers(const std::string& path) {
-  if (path == "/dev/nvidia0") return std::make_pair(195u, 0u);
-  if (path == "/dev/nvidia1") return std::make_pair(195u, 1u);
   if (path == "/dev/nvidiactl") return std::make_pair(195u, 255u);
-  return make_error("no device " + path);
+  return test_fixture::gpu_device_numbers(path);
 }
 
 api::Container gpu_container(const std::string& id, int minor) {
