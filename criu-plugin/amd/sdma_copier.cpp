@@ -214,13 +214,10 @@ class LibdrmSdmaCopier final : public BoCopier {
 
 }  // namespace
 
-std::unique_ptr<BoCopier> make_libdrm_sdma_copier(int render_fd, std::size_t buffer_size) {
+Result<std::unique_ptr<BoCopier>> make_libdrm_sdma_copier(int render_fd, std::size_t buffer_size) {
   auto copier = std::make_unique<LibdrmSdmaCopier>();
-  if (auto r = copier->init(render_fd, buffer_size); !r) {
-    log::info("amd: " + r.error().message + "; using the CPU copy path");
-    return nullptr;
-  }
-  return copier;
+  if (auto r = copier->init(render_fd, buffer_size); !r) return r.error();
+  return std::unique_ptr<BoCopier>(std::move(copier));
 }
 
 }  // namespace gpuckpt::amd

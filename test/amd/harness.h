@@ -204,6 +204,7 @@ inline int dump_app(Node& node, const Images& images, const App& app, const AmdC
                     int* inventory_calls = nullptr, int host_pid = 0) {
   auto backend = make_backend(node, images, config, inventory_calls);
   node.kfd->set_calling_pid(kCriuPid);
+  node.kfd->seize(app.pid, kCriuPid);
   if (int r = backend->init(criu::kStageDump)) return r;
   if (host_pid > 0 && backend->pause_devices(host_pid) != -ENOTSUP) return -EINVAL;
   struct stat st {};
