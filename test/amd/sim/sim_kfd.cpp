@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -195,7 +196,9 @@ SimBo SimKfd::make_bo(std::uint32_t user_gpu_id, std::uint64_t va, std::uint64_t
     next_mmap_offset_ += (size + 0xfff) & ~0xfffull;
   }
   if (flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)) {
-    bo.mem_fd = ::memfd_create("sim-bo", MFD_CLOEXEC);
+    char name[64];
+    std::snprintf(name, sizeof name, "sim-bo:%x:%llx", flags, static_cast<unsigned long long>(size));
+    bo.mem_fd = ::memfd_create(name, MFD_CLOEXEC);
     if (bo.mem_fd < 0 || ::ftruncate(bo.mem_fd, static_cast<off_t>(size)) != 0) {
       throw std::runtime_error("sim: cannot create BO memory");
     }
@@ -210,6 +213,20 @@ int SimKfd::export_dmabuf(int pid, const SimBo& bo) {
   ::fstat(fd, &st);
   files_[st.st_ino] = SimFile{Kind::Dmabuf, pid, -1, pid, bo.va};
   return fd;
+}
+
+bool SimKfd::parse_bo_name(int fd, std::uint32_t* flags, std::uint64_t* size) {
+  char link[128];
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
+  if (n <= 0) return false;
+  link[n] = '\0';
+  unsigned long long bytes = 0;
+  unsigned int bo_flags = 0;
+  if (std::sscanf(link, "/memfd:sim-bo:%x:%llx", &bo_flags, &bytes) != 2) return false;
+  *flags = bo_flags;
+  *size = bytes;
+  return true;
 }
 
 // ---- application side -------------------------------------------------------------------------------------
@@ -637,27 +654,23 @@ int SimKfd::resume(kfd_ioctl_criu_args& args) {
   return 0;
 }
 
+// A dma-buf carries its BO into any process it reaches (SCM_RIGHTS, fork), as the kernel's does: the BO's memory
+// is the dma-buf's file itself and its flags and size are in the file's name, so a process whose simulation never
+// saw the BO (the main CRIU process, sent the fds by the restored child) reaches it all the same.
 int SimKfd::dmabuf_target(int fd, std::uint64_t offset, std::size_t count, int* mem_fd, bool* cpu_access) {
-  std::lock_guard lock(mutex_);
-  const SimFile* f = lookup(fd);
-  if (!f || f->kind != Kind::Dmabuf) return -EINVAL;
-  SimProcess* p = find_process(f->bo_pid);
-  if (!p) return -EINVAL;
-  for (const auto& bo : p->bos) {
-    if (bo.va == f->bo_va && bo.mem_fd >= 0) {
-      if (offset + count > bo.size) return -EINVAL;
-      *mem_fd = bo.mem_fd;
-      *cpu_access = !(bo.flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM) || (bo.flags & KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC);
-      return 0;
-    }
-  }
-  return -EINVAL;
+  std::uint32_t flags = 0;
+  std::uint64_t size = 0;
+  if (!parse_bo_name(fd, &flags, &size)) return -EINVAL;
+  if (offset + count > size) return -EINVAL;
+  *mem_fd = fd;
+  *cpu_access = !(flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM) || (flags & KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC);
+  return 0;
 }
 
 int SimKfd::dmabuf_inode(int fd, std::uint64_t* inode) {
-  std::lock_guard lock(mutex_);
-  const SimFile* f = lookup(fd);
-  if (!f || f->kind != Kind::Dmabuf) return -ENOTSUP;
+  std::uint32_t flags = 0;
+  std::uint64_t size = 0;
+  if (!parse_bo_name(fd, &flags, &size)) return -ENOTSUP;
   struct stat st {};
   ::fstat(fd, &st);
   *inode = st.st_ino;

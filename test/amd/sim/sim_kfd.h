@@ -22,8 +22,10 @@
 //  - the CPU may map (bo_read/bo_write) only CPU-accessible BOs: a VRAM BO allocated without
 //    KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC is NO_CPU_ACCESS in amdgpu, whose mmap is refused (-EPERM);
 //  - an SDMA engine per GPU copies any BO (turned off to model a node without libdrm_amdgpu).
-// File descriptors are real (memfd), so fd numbers, dup, SCM_RIGHTS passing and pread/pwrite of BO memory
-// behave as on a real system; the simulation recognises its files by inode.
+// File descriptors are real (memfd), so fd numbers, dup, SCM_RIGHTS passing, fork and pread/pwrite of BO memory
+// behave as on a real system; the simulation recognises its files by inode, and a dma-buf by its file alone (so
+// one sent to another process works there). KFD process state lives in the simulating process: after fork(2),
+// a child's RESTORE is not seen by the parent's simulation (its RESUME answers ESRCH).
 #pragma once
 
 #include <linux/kfd_ioctl.h>
@@ -179,6 +181,7 @@ class SimKfd final : public AmdDevice {
   int restore(SimProcess& p, kfd_ioctl_criu_args& args);
   int resume(kfd_ioctl_criu_args& args);
   int dmabuf_target(int fd, std::uint64_t offset, std::size_t count, int* mem_fd, bool* cpu_access);
+  static bool parse_bo_name(int fd, std::uint32_t* flags, std::uint64_t* size);
   int injected_failure(std::uint32_t op);   // mutex held
   void count_transfer(std::size_t count);
   friend class SimSdmaCopier;
