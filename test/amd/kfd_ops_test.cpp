@@ -156,4 +156,30 @@ TEST_CASE("Userptr and MMIO-remap BOs: no contents copied, userptr keeps its CPU
   ::close(kfd_fd);
 }
 
+TEST_CASE("SVM ranges travel in KFD's private data and take effect at RESUME", "[unit]") {
+  TempDir tmp;
+  LogCapture logs;
+  Node node(tmp.path() / "host", make_gpus(1));
+  Images images(tmp.path() / "images");
+  const App app = start_app(node, 2200, 8192, 4096);
+  // Preferred location GPU 0x1000 (type 1), prefetch (type 2): attribute type << 32 | value.
+  const sim::SimSvmRange range{0x7c0000000000ull, 64ull << 20, {1ull << 32 | 0x1000, 2ull << 32 | 0x1000}};
+  node.kfd->app_set_svm_range(2200, range);
+  REQUIRE(dump_app(node, images, app, config_with(1 << 20, false)) == 0);
+  node.kfd->kill(2200);
+  auto backend = make_backend(node, images, config_with(1 << 20, false));
+  REQUIRE(backend->init(criu::kStageRestore) == 0);
+  node.kfd->set_calling_pid(2200);
+  bool retry = false;
+  const int kfd_fd = backend->restore_ext_file(kKfdImageId, &retry);
+  REQUIRE(kfd_fd >= 0);
+  CHECK(node.kfd->process(2200).svm_ranges.empty());   // kept aside until RESUME, as KFD does
+  node.kfd->set_calling_pid(kCriuPid);
+  REQUIRE(backend->resume_devices_late(2200) == 0);
+  const auto restored = node.kfd->process(2200).svm_ranges;
+  REQUIRE(restored.size() == 1);
+  CHECK(restored[0] == range);
+  ::close(kfd_fd);
+}
+
 }  // namespace gpuckpt::amd::test

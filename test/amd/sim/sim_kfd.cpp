@@ -27,6 +27,8 @@ constexpr std::uint64_t kQueuePriv = 24;     // object_type 0, gpu_id, queue id,
 constexpr std::uint64_t kEventPriv = 8;      // object_type 1, event id
 constexpr std::uint32_t kObjectQueue = 0;
 constexpr std::uint32_t kObjectEvent = 1;
+constexpr std::uint32_t kObjectSvmRange = 2;
+constexpr std::uint64_t kSvmPrivHeader = 24;   // object_type 2, attribute count, start, size; then 8 per attribute
 constexpr std::uint32_t kInvalidFd = 0xffffffffu;
 constexpr std::uint64_t kMmapTypeDoorbell = 0x3ull << 62;   // kfd_priv.h KFD_MMAP_TYPE_*
 constexpr std::uint64_t kMmapTypeMmio = 0x0ull << 62;
@@ -322,6 +324,11 @@ void SimKfd::app_create_queue(int pid, std::uint32_t gpu_id) {
   find_process(pid)->queues.push_back(gpu_id);
 }
 
+void SimKfd::app_set_svm_range(int pid, const SimSvmRange& range) {
+  std::lock_guard lock(mutex_);
+  find_process(pid)->svm_ranges.push_back(range);
+}
+
 void SimKfd::app_create_events(int pid, std::uint32_t count) {
   std::lock_guard lock(mutex_);
   find_process(pid)->events += count;
@@ -478,9 +485,15 @@ int SimKfd::criu_op(const SimFile& file, kfd_ioctl_criu_args& args) {
   return -EINVAL;
 }
 
+std::uint64_t SimKfd::svm_priv_size(const SimProcess& p) {
+  std::uint64_t size = 0;
+  for (const auto& range : p.svm_ranges) size += kSvmPrivHeader + 8 * range.attrs.size();
+  return size;
+}
+
 std::uint64_t SimKfd::priv_size(const SimProcess& p) const {
   return kProcessPriv + kDevicePriv * p.pdds.size() + kBoPriv * p.bos.size() + kQueuePriv * p.queues.size() +
-         kEventPriv * p.events;
+         kEventPriv * p.events + svm_priv_size(p);
 }
 
 int SimKfd::process_info(SimProcess& p, kfd_ioctl_criu_args& args) {
@@ -489,7 +502,7 @@ int SimKfd::process_info(SimProcess& p, kfd_ioctl_criu_args& args) {
   args.pid = static_cast<std::uint32_t>(p.pid);
   args.num_devices = static_cast<std::uint32_t>(p.pdds.size());
   args.num_bos = static_cast<std::uint32_t>(p.bos.size());
-  args.num_objects = static_cast<std::uint32_t>(p.queues.size()) + p.events;
+  args.num_objects = static_cast<std::uint32_t>(p.queues.size() + p.svm_ranges.size()) + p.events;
   args.priv_data_size = priv_size(p);
   return 0;
 }
@@ -500,7 +513,7 @@ int SimKfd::checkpoint(SimProcess& p, kfd_ioctl_criu_args& args) {
   if (p.pdds.empty()) return -ENODEV;
   if (!p.queues_paused) return -EINVAL;   // PROCESS_INFO must come first
   if (args.num_devices != p.pdds.size() || args.num_bos != p.bos.size() ||
-      args.num_objects != p.queues.size() + p.events || args.priv_data_size != priv_size(p)) {
+      args.num_objects != p.queues.size() + p.events + p.svm_ranges.size() || args.priv_data_size != priv_size(p)) {
     return -EINVAL;
   }
   auto* devices = reinterpret_cast<kfd_criu_device_bucket*>(args.devices);
@@ -524,6 +537,13 @@ int SimKfd::checkpoint(SimProcess& p, kfd_ioctl_criu_args& args) {
   for (std::uint32_t e = 0; e < p.events; ++e) {
     put<std::uint32_t>(priv, off, kObjectEvent);
     put<std::uint32_t>(priv, off, e);
+  }
+  for (const auto& range : p.svm_ranges) {
+    put<std::uint32_t>(priv, off, kObjectSvmRange);
+    put<std::uint32_t>(priv, off, static_cast<std::uint32_t>(range.attrs.size()));
+    put<std::uint64_t>(priv, off, range.start);
+    put<std::uint64_t>(priv, off, range.size);
+    for (auto attr : range.attrs) put<std::uint64_t>(priv, off, attr);
   }
   off = bo_priv;
   // BOs last, as the kernel does: installing dmabuf fds is the one step that cannot be undone.
@@ -617,6 +637,7 @@ int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
 
   std::vector<std::uint32_t> queues;
   std::uint32_t events = 0;
+  std::vector<SimSvmRange> svm;
   for (std::uint32_t i = 0; i < args.num_objects; ++i) {
     if (off + 4 > max) return -EINVAL;
     std::uint64_t peek = off;
@@ -630,6 +651,16 @@ int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
       if (off + kEventPriv > max) return -EINVAL;
       off += kEventPriv;
       ++events;
+    } else if (type == kObjectSvmRange) {
+      if (off + kSvmPrivHeader > max) return -EINVAL;
+      off += 4;
+      const std::uint32_t nattr = get<std::uint32_t>(priv, off);
+      SimSvmRange range;
+      range.start = get<std::uint64_t>(priv, off);
+      range.size = get<std::uint64_t>(priv, off);
+      if (off + 8ull * nattr > max) return -EINVAL;
+      for (std::uint32_t a = 0; a < nattr; ++a) range.attrs.push_back(get<std::uint64_t>(priv, off));
+      svm.push_back(std::move(range));
     } else {
       return -EINVAL;
     }
@@ -641,6 +672,7 @@ int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
   for (auto& bo : new_bos) p.bos.push_back(bo);
   p.queues = std::move(queues);
   p.events = events;
+  p.svm_pending = std::move(svm);
   p.restored = true;
   p.running = false;
   return 0;
@@ -649,6 +681,8 @@ int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
 int SimKfd::resume(kfd_ioctl_criu_args& args) {
   SimProcess* p = find_process(static_cast<int>(args.pid));
   if (!p) return -ESRCH;
+  for (auto& range : p->svm_pending) p->svm_ranges.push_back(std::move(range));
+  p->svm_pending.clear();
   p->running = true;
   p->queues_paused = false;
   return 0;

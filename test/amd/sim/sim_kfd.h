@@ -16,6 +16,8 @@
 //    BOs" do, unless told otherwise; a doorbell BO must be one doorbell slice, an MMIO-remap BO one page; the
 //    private data must be consumed exactly; new BOs get new mmap offsets (restored_offset) and new dmabuf fds;
 //    the queues stay evicted until RESUME;
+//  - SVM ranges are objects of the private data (type 2: start, size, attributes); RESTORE keeps them aside and
+//    RESUME applies them, as kfd_criu_restore_svm / kfd_criu_resume_svm do; their pages are process memory;
 //  - RESUME finds the process by pid (-ESRCH when there is none);
 //  - any CRIU op can be made to fail once with a chosen errno (ENOMEM, EBUSY, EIO, ... as the kernel's can);
 //  - ioctls other than CRIU_OP only from the process that opened the fd (-EBADF otherwise);
@@ -65,12 +67,22 @@ struct SimPdd {
   bool vm_bound = false;      // a render node's VM was given to KFD (by use, or by RESTORE)
 };
 
+// An SVM range (AMDKFD_IOC_SVM SET_ATTR): its pages are process memory; KFD keeps only its attributes.
+struct SimSvmRange {
+  std::uint64_t start = 0;
+  std::uint64_t size = 0;
+  std::vector<std::uint64_t> attrs;   // kfd_ioctl_svm_attribute {type, value} packed as type << 32 | value
+  bool operator==(const SimSvmRange&) const = default;
+};
+
 struct SimProcess {
   int pid = 0;
   std::vector<SimPdd> pdds;
   std::vector<SimBo> bos;
   std::vector<std::uint32_t> queues;   // user gpu_id of each queue
   std::uint32_t events = 0;
+  std::vector<SimSvmRange> svm_ranges;       // in effect
+  std::vector<SimSvmRange> svm_pending;      // RESTOREd, applied at RESUME (kfd_criu_resume_svm)
   std::uint32_t xnack = 0;
   bool queues_paused = false;          // PROCESS_INFO .. UNPAUSE
   bool restored = false;               // RESTORE done
@@ -123,6 +135,7 @@ class SimKfd final : public AmdDevice {
   int app_share_dmabuf(int owner_pid, std::uint64_t va, int holder_pid);
   void app_create_queue(int pid, std::uint32_t gpu_id);
   void app_create_events(int pid, std::uint32_t count);
+  void app_set_svm_range(int pid, const SimSvmRange& range);
   // PROCESS_INFO then CHECKPOINT on `kfd_fd` as the current caller, which seizes the fd's process first as CRIU
   // does; the queues stay paused.
   SimCheckpoint checkpoint_for_test(int kfd_fd);
@@ -174,6 +187,7 @@ class SimKfd final : public AmdDevice {
                 std::uint32_t idr_handle, std::uint64_t user_addr);
   int export_dmabuf(int pid, const SimBo& bo);
   std::uint64_t priv_size(const SimProcess& p) const;
+  static std::uint64_t svm_priv_size(const SimProcess& p);
 
   int criu_op(const SimFile& file, kfd_ioctl_criu_args& args);
   int process_info(SimProcess& p, kfd_ioctl_criu_args& args);
