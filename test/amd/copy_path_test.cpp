@@ -75,8 +75,9 @@ TEST_CASE("Without SDMA, CPU-accessible BOs take the CPU path with a warning nam
   REQUIRE(dump_app(node, images, app, config) == 0);
   CHECK(node.kfd->sdma_bytes_moved() == 0);
   CHECK(node.kfd->bo_bytes_moved() == total_bytes(app));
-  CHECK(logs.contains("amd: GPU 0x1000: SDMA unavailable (SDMA: libdrm_amdgpu.so.1 not loadable); its 2 BO(s), "
-                      "all CPU-accessible, move through the CPU path (dmabuf mmap)"));
+  CHECK(logs.contains_at(log::Level::Warn,
+                         "amd: GPU 0x1000: SDMA unavailable (SDMA: libdrm_amdgpu.so.1 not loadable); its 2 BO(s), "
+                         "all CPU-accessible, move through the CPU path (dmabuf mmap)"));
   node.kfd->kill(1510);
   const RestoreOutcome out = restore_app(node, images, 1510, 0, config);
   REQUIRE(out.kfd_fd >= 0);

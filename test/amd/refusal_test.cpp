@@ -60,8 +60,9 @@ TEST_CASE("A render-node mapping of a GEM BO that is not a KFD BO refuses the du
                          {maps_line(0x7f1000000000ull, vram.size, vram.mmap_offset, "/dev/dri/renderD128"),
                           maps_line(0x7f2000000000ull, 0x200000, 0x7a0000000ull, "/dev/dri/renderD128")});
     CHECK(dump_kfd_fd(node, images, app) == -ECANCELED);
-    CHECK(logs.contains("process 1200: its mapping of /dev/dri/renderD128 at 0x7f2000000000-0x7f2000200000 "
-                        "(mmap offset 0x7a0000000) is a GEM buffer object that is not a KFD BO"));
+    CHECK(logs.contains_at(log::Level::Error,
+                           "process 1200: its mapping of /dev/dri/renderD128 at 0x7f2000000000-0x7f2000200000 "
+                           "(mmap offset 0x7a0000000) is a GEM buffer object that is not a KFD BO"));
     CHECK(node.kfd->bo_bytes_moved() == 0);
     CHECK_FALSE(has_content_file(images.dir()));
     CHECK_FALSE(fs::exists(images.dir() / "gpuckpt-amd-kfd-7.img"));
