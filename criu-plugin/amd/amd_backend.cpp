@@ -28,6 +28,7 @@
 #include "common/properties_record.h"
 #include "criu-plugin/amd/amd_topology.h"
 #include "criu-plugin/amd/bo_io.h"
+#include "criu-plugin/amd/hex_text.h"
 #include "criu-plugin/amd/hsakmt_shm.h"
 #include "criu-plugin/amd/image_dir.h"
 #include "criu-plugin/amd/kfd_uapi.h"
@@ -39,12 +40,6 @@ namespace {
 
 constexpr std::uint32_t kImageVersion = 1;
 constexpr const char* kKfdPath = "/dev/kfd";
-
-std::string hex(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 std::string render_path(int minor) { return "/dev/dri/renderD" + std::to_string(minor); }
 

@@ -1,12 +1,12 @@
 #include "criu-plugin/amd/bo_io.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <thread>
 
 #include "common/log.h"
+#include "criu-plugin/amd/hex_text.h"
 
 namespace gpuckpt::amd {
 namespace {
@@ -30,12 +30,6 @@ Result<Buffer> allocate(std::uint64_t size, const GpuTransfer& gpu) {
                       ENOMEM);
   }
   return Buffer(static_cast<char*>(p));
-}
-
-std::string hex(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
 }
 
 // SDMA where the GPU gives an engine; else the CPU path, which the kernel allows only for BOs it lets the CPU map.

@@ -208,13 +208,10 @@ SimBo SimKfd::make_bo(std::uint32_t user_gpu_id, std::uint64_t va, std::uint64_t
   return bo;
 }
 
-int SimKfd::export_dmabuf(int pid, const SimBo& bo) {
+// A dma-buf of a BO is its memory file: every export shares its inode, as the BO's cached dma-buf does.
+int SimKfd::export_dmabuf(const SimBo& bo) {
   const int fd = ::fcntl(bo.mem_fd, F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) return -errno;
-  struct stat st {};
-  ::fstat(fd, &st);
-  files_[st.st_ino] = SimFile{Kind::Dmabuf, pid, -1, pid, bo.va};
-  return fd;
+  return fd < 0 ? -errno : fd;
 }
 
 bool SimKfd::parse_bo_name(int fd, std::uint32_t* flags, std::uint64_t* size) {
@@ -298,7 +295,7 @@ int SimKfd::app_export_dmabuf(int pid, std::uint64_t va) {
   SimProcess* p = find_process(pid);
   for (const auto& bo : p->bos) {
     if (bo.va == va && bo.mem_fd >= 0) {
-      const int fd = export_dmabuf(pid, bo);
+      const int fd = export_dmabuf(bo);
       app_dmabufs_[pid].push_back(fd);
       return fd;
     }
@@ -311,7 +308,7 @@ int SimKfd::app_share_dmabuf(int owner_pid, std::uint64_t va, int holder_pid) {
   SimProcess* p = find_process(owner_pid);
   for (const auto& bo : p->bos) {
     if (bo.va == va && bo.mem_fd >= 0) {
-      const int fd = export_dmabuf(owner_pid, bo);
+      const int fd = export_dmabuf(bo);
       app_dmabufs_[holder_pid].push_back(fd);
       return fd;
     }
@@ -385,7 +382,7 @@ int SimKfd::open(const char* path, int /*flags*/) {
   if (p == "/dev/kfd") {
     if (gpus_.empty()) return -ENOENT;
     process_for_open(calling_pid_);
-    return new_file(SimFile{Kind::Kfd, calling_pid_, -1, 0, 0}, "sim-kfd");
+    return new_file(SimFile{Kind::Kfd, calling_pid_, -1}, "sim-kfd");
   }
   const std::string prefix = "/dev/dri/renderD";
   if (p.rfind(prefix, 0) == 0) {
@@ -397,7 +394,7 @@ int SimKfd::open(const char* path, int /*flags*/) {
         vis != visible_.end() && std::find(vis->second.begin(), vis->second.end(), gpu->gpu_id) == vis->second.end()) {
       return -EPERM;
     }
-    return new_file(SimFile{Kind::Render, calling_pid_, minor, 0, 0}, "sim-render");
+    return new_file(SimFile{Kind::Render, calling_pid_, minor}, "sim-render");
   }
   return -ENOENT;
 }
@@ -557,7 +554,7 @@ int SimKfd::checkpoint(SimProcess& p, kfd_ioctl_criu_args& args) {
     b.alloc_flags = bo.flags;
     b.dmabuf_fd = kInvalidFd;
     if (bo.mem_fd >= 0) {
-      const int fd = export_dmabuf(p.pid, bo);
+      const int fd = export_dmabuf(bo);
       if (fd < 0) return fd;
       b.dmabuf_fd = static_cast<std::uint32_t>(fd);
     }
@@ -628,7 +625,7 @@ int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
     b.restored_offset = bo.mmap_offset;
     b.dmabuf_fd = kInvalidFd;
     if (bo.mem_fd >= 0) {
-      const int fd = export_dmabuf(p.pid, bo);
+      const int fd = export_dmabuf(bo);
       if (fd < 0) return fd;
       b.dmabuf_fd = static_cast<std::uint32_t>(fd);
     }

@@ -25,9 +25,9 @@
 //    KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC is NO_CPU_ACCESS in amdgpu, whose mmap is refused (-EPERM);
 //  - an SDMA engine per GPU copies any BO (turned off to model a node without libdrm_amdgpu).
 // File descriptors are real (memfd), so fd numbers, dup, SCM_RIGHTS passing, fork and pread/pwrite of BO memory
-// behave as on a real system; the simulation recognises its files by inode, and a dma-buf by its file alone (so
-// one sent to another process works there). KFD process state lives in the simulating process: after fork(2),
-// a child's RESTORE is not seen by the parent's simulation (its RESUME answers ESRCH).
+// behave as on a real system; the simulation recognises /dev/kfd and render-node files by inode, and a dma-buf
+// by its file alone (so one sent to another process works there). KFD process state lives in the simulating
+// process: after fork(2), a child's RESTORE is not seen by the parent's simulation (its RESUME answers ESRCH).
 #pragma once
 
 #include <linux/kfd_ioctl.h>
@@ -168,13 +168,11 @@ class SimKfd final : public AmdDevice {
   static constexpr unsigned kKfdMajorNumber = 511;   // /dev/kfd's char major is dynamic; this one is ours
 
  private:
-  enum class Kind { Kfd, Render, Dmabuf };
+  enum class Kind { Kfd, Render };
   struct SimFile {
     Kind kind;
     int owner_pid = 0;
     int render_minor = -1;
-    int bo_pid = 0;            // Dmabuf: which process's BO (by va)
-    std::uint64_t bo_va = 0;
   };
 
   int new_file(const SimFile& file, const char* name);
@@ -185,7 +183,7 @@ class SimKfd final : public AmdDevice {
   const SimGpu* gpu_by_minor(int minor) const;
   SimBo make_bo(std::uint32_t user_gpu_id, std::uint64_t va, std::uint64_t size, std::uint32_t flags,
                 std::uint32_t idr_handle, std::uint64_t user_addr);
-  int export_dmabuf(int pid, const SimBo& bo);
+  static int export_dmabuf(const SimBo& bo);
   std::uint64_t priv_size(const SimProcess& p) const;
   static std::uint64_t svm_priv_size(const SimProcess& p);
 
