@@ -529,7 +529,8 @@ class AmdBackend final : public plugin::Backend {
     for (auto inode : held_inodes) ++held[inode];
     std::vector<std::uint64_t> bo_inodes(bos.size(), 0);
     for (std::size_t i = 0; i < bos.size(); ++i) {
-      if (bos[i].dmabuf_fd != kKfdInvalidFd) (void)device_.dmabuf_inode(static_cast<int>(bos[i].dmabuf_fd), &bo_inodes[i]);
+      if (bos[i].dmabuf_fd == kKfdInvalidFd) continue;
+      (void)device_.dmabuf_inode(static_cast<int>(bos[i].dmabuf_fd), &bo_inodes[i]);
     }
     // Before any content moves: the queues have been paused only for PROCESS_INFO and CHECKPOINT so far.
     if (auto ok = check_restorable(info.pid, host_pid, bos, bo_inodes, held_inodes); !ok) return ok;

@@ -67,25 +67,29 @@ class SimSdmaCopier final : public BoCopier {
   Result<void> read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) override {
     int mem = -1;
     bool cpu_access = false;
-    if (int err = kfd_.dmabuf_target(dmabuf_fd, offset, count, &mem, &cpu_access)) return make_error("SDMA", -err);
-    if (::pread(mem, dst, count, static_cast<off_t>(offset)) != static_cast<ssize_t>(count)) return make_error("SDMA", EIO);
-    kfd_.count_transfer(count);
-    kfd_.sdma_bytes_ += count;
+    if (int err = kfd_.dmabuf_target(dmabuf_fd, offset, count, &mem, &cpu_access)) return failed("read", -err);
+    if (::pread(mem, dst, count, static_cast<off_t>(offset)) != static_cast<ssize_t>(count)) return failed("read", EIO);
+    moved(count);
     return {};
   }
   Result<void> write(int dmabuf_fd, std::uint64_t offset, const void* src, std::size_t count) override {
     int mem = -1;
     bool cpu_access = false;
-    if (int err = kfd_.dmabuf_target(dmabuf_fd, offset, count, &mem, &cpu_access)) return make_error("SDMA", -err);
-    if (::pwrite(mem, src, count, static_cast<off_t>(offset)) != static_cast<ssize_t>(count)) {
-      return make_error("SDMA", EIO);
-    }
-    kfd_.count_transfer(count);
-    kfd_.sdma_bytes_ += count;
+    if (int err = kfd_.dmabuf_target(dmabuf_fd, offset, count, &mem, &cpu_access)) return failed("write", -err);
+    if (::pwrite(mem, src, count, static_cast<off_t>(offset)) != static_cast<ssize_t>(count)) return failed("write", EIO);
+    moved(count);
     return {};
   }
 
  private:
+  static Error failed(const char* what, int err) {
+    return make_error(std::string("simulated SDMA ") + what + " failed: " + std::strerror(err), err);
+  }
+  void moved(std::size_t count) {
+    kfd_.count_transfer(count);
+    kfd_.sdma_bytes_ += count;
+  }
+
   SimKfd& kfd_;
 };
 
