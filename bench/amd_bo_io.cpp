@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   std::uint64_t va = 0x10000000000ull;
   for (const auto& g : sim_gpus) {
     for (std::size_t b = 0; b < bos_per_gpu; ++b, va += bo_size) {
-      kfd.app_alloc_bo(pid, g.gpu_id, va, bo_size, KFD_IOC_ALLOC_MEM_FLAGS_VRAM);
+      kfd.app_alloc_bo(pid, g.gpu_id, va, bo_size, KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC);
       kfd.app_fill_bo(pid, va, static_cast<std::uint32_t>(va >> 20));
     }
   }

@@ -28,6 +28,7 @@
 #include "common/properties_record.h"
 #include "criu-plugin/amd/amd_topology.h"
 #include "criu-plugin/amd/bo_io.h"
+#include "criu-plugin/amd/hex_text.h"
 #include "criu-plugin/amd/hsakmt_shm.h"
 #include "criu-plugin/amd/image_dir.h"
 #include "criu-plugin/amd/kfd_uapi.h"
@@ -39,12 +40,6 @@ namespace {
 
 constexpr std::uint32_t kImageVersion = 1;
 constexpr const char* kKfdPath = "/dev/kfd";
-
-std::string hex(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 std::string render_path(int minor) { return "/dev/dri/renderD" + std::to_string(minor); }
 
@@ -481,7 +476,9 @@ class AmdBackend final : public plugin::Backend {
     std::string priv(static_cast<std::size_t>(info.priv_data_size), '\0');
     kfd_ioctl_criu_args args = info;
     args.devices = reinterpret_cast<std::uintptr_t>(devices.data());
-    args.bos = reinterpret_cast<std::uintptr_t>(bos.data());
+    // KFD refuses a null BO array even when the process has no BOs (criu_checkpoint: EINVAL).
+    kfd_criu_bo_bucket no_bos{};
+    args.bos = reinterpret_cast<std::uintptr_t>(bos.empty() ? &no_bos : bos.data());
     args.priv_data = reinterpret_cast<std::uintptr_t>(priv.data());
     if (auto r = kfd_criu_op(device_, fd, args, KFD_CRIU_OP_CHECKPOINT); !r) return r;
 
@@ -525,17 +522,22 @@ class AmdBackend final : public plugin::Backend {
       }
       transfers.push_back(std::move(t));
     }
+    const std::string host_pid = host_pid_for(info.pid);
+    std::vector<std::uint64_t> held_inodes;   // one per dmabuf fd the process holds
+    (void)device_.process_dmabuf_inodes(host_pid, &held_inodes);
     std::map<std::uint64_t, std::uint32_t> held;   // dmabuf inode -> fds the process holds on it
-    {
-      std::vector<std::uint64_t> inodes;
-      if (device_.process_dmabuf_inodes(host_pid_for(info.pid), &inodes) == 0) {
-        for (auto inode : inodes) ++held[inode];
-      }
+    for (auto inode : held_inodes) ++held[inode];
+    std::vector<std::uint64_t> bo_inodes(bos.size(), 0);
+    for (std::size_t i = 0; i < bos.size(); ++i) {
+      if (bos[i].dmabuf_fd == kKfdInvalidFd) continue;
+      (void)device_.dmabuf_inode(static_cast<int>(bos[i].dmabuf_fd), &bo_inodes[i]);
     }
-    for (const auto& b : bos) {
+    // Before any content moves: the queues have been paused only for PROCESS_INFO and CHECKPOINT so far.
+    if (auto ok = check_restorable(info.pid, host_pid, bos, bo_inodes, held_inodes); !ok) return ok;
+    for (std::size_t i = 0; i < bos.size(); ++i) {
+      const auto& b = bos[i];
       auto* bo = image.add_bos();
-      std::uint64_t inode = 0;
-      if (b.dmabuf_fd != kKfdInvalidFd && device_.dmabuf_inode(static_cast<int>(b.dmabuf_fd), &inode) == 0) {
+      if (const std::uint64_t inode = bo_inodes[i]) {
         bo->set_dmabuf_inode(inode);
         if (auto it = held.find(inode); it != held.end()) bo->set_process_dmabuf_fds(it->second);
       }
@@ -555,7 +557,7 @@ class AmdBackend final : public plugin::Backend {
         return make_error("BO at " + hex(b.addr) + " belongs to gpu_id " + hex(b.gpu_id) +
                           " that is not among the process's devices", EIO);
       }
-      it->bos.push_back(BoTransfer{static_cast<int>(b.dmabuf_fd), b.size});
+      it->bos.push_back(BoTransfer{static_cast<int>(b.dmabuf_fd), b.size, b.addr, bo_cpu_accessible(b.alloc_flags)});
     }
     for (const auto& t : transfers) {
       auto* file = image.add_content_files();
@@ -568,7 +570,7 @@ class AmdBackend final : public plugin::Backend {
     const HsakmtSharedMem shm = probe_hsakmt_shared_mem(deps_.host);
     image.set_shared_mem_size(shm.size);
     image.set_shared_mem_magic(shm.magic);
-    image.set_highest_fd(highest_fd(deps_.host, host_pid_for(info.pid)));
+    image.set_highest_fd(highest_fd(deps_.host, host_pid));
     image.set_node_record(to_protobuf(make_record(**node, used)));
 
     auto moved = dump_contents(device_, images, transfers, transfer_options());
@@ -576,6 +578,72 @@ class AmdBackend final : public plugin::Backend {
     log::info("amd: " + std::to_string(moved->bytes) + " bytes of BO contents from " +
               std::to_string(transfers.size()) + " GPU(s) in " + std::to_string(moved->passes) + " passes");
     return images.write_framed(kfd_image_name(id), image.SerializeAsString());
+  }
+
+  // What KFD's CHECKPOINT does not carry would be missing after a restore with no error of its own, so a process
+  // that has any of it is refused here, naming the process, the buffer and why:
+  //  - a dma-buf fd that is not the dma-buf of one of its KFD BOs (imported from another process or device, or
+  //    exported from a GEM BO of a render node);
+  //  - a dma-buf of one of its KFD BOs that another process holds an fd on (a restore would give the two
+  //    processes separate memory);
+  //  - a CPU mapping of a render node at an offset that is no KFD BO's: a GEM BO allocated through the render node
+  //    (libdrm, Mesa) or imported into it, which UPDATE_VMA_MAP could not map again.
+  Result<void> check_restorable(std::uint32_t kfd_pid, const std::string& host_pid,
+                                const std::vector<kfd_criu_bo_bucket>& bos, const std::vector<std::uint64_t>& bo_inodes,
+                                const std::vector<std::uint64_t>& held_inodes) {
+    const std::string who = "process " + std::to_string(kfd_pid) +
+                            (host_pid != std::to_string(kfd_pid) ? " (host pid " + host_pid + ")" : std::string());
+    const auto bo_text = [](const kfd_criu_bo_bucket& b) {
+      return std::string(b.alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM ? "VRAM" : "GTT") + " BO at " + hex(b.addr) +
+             " (" + std::to_string(b.size) + " bytes, gpu_id " + hex(b.gpu_id) + ")";
+    };
+    for (auto inode : held_inodes) {
+      if (std::find(bo_inodes.begin(), bo_inodes.end(), inode) != bo_inodes.end()) continue;
+      return make_error(who + " holds a dma-buf fd (inode " + std::to_string(inode) + ") that is not the dma-buf of "
+                        "any of its KFD buffer objects: imported from another process or device, or exported from a "
+                        "render-node GEM BO. Only dma-bufs of the process's own KFD BOs are restored; it would come "
+                        "back without this buffer. Close the fd before checkpointing", ECANCELED);
+    }
+    std::vector<std::uint64_t> exported;
+    for (auto inode : bo_inodes) {
+      if (inode) exported.push_back(inode);
+    }
+    std::vector<AmdDevice::DmabufHolder> holders;
+    if (!exported.empty()) {
+      if (int err = device_.dmabuf_holders(exported, host_pid, &holders); err < 0) {
+        return make_error(who + ": cannot tell whether other processes share its GPU buffers (reading /proc: " +
+                          std::strerror(-err) + ")", -err);
+      }
+    }
+    for (const auto& holder : holders) {
+      const auto at = std::find(bo_inodes.begin(), bo_inodes.end(), holder.inode);
+      return make_error(who + ": its " + bo_text(bos[static_cast<std::size_t>(at - bo_inodes.begin())]) +
+                        " is shared as a dma-buf with process " + holder.pid + ", which holds an fd on it; a restore "
+                        "would give the two processes separate copies, so dma-bufs shared between processes are "
+                        "refused. Checkpoint a tree in which no other process holds its GPU buffers", ECANCELED);
+    }
+    auto maps = deps_.host.read_file("proc/" + host_pid + "/maps");
+    if (!maps) return {};   // no /proc view of the process (its memory is dumped by CRIU all the same)
+    std::size_t line_start = 0;
+    while (line_start < maps->size()) {
+      std::size_t line_end = maps->find('\n', line_start);
+      if (line_end == std::string::npos) line_end = maps->size();
+      const std::string line = maps->substr(line_start, line_end - line_start);
+      line_start = line_end + 1;
+      const auto path_at = line.find(" /dev/dri/renderD");
+      if (path_at == std::string::npos) continue;
+      unsigned long long start = 0, end = 0, offset = 0;
+      if (std::sscanf(line.c_str(), "%llx-%llx %*s %llx", &start, &end, &offset) != 3) continue;
+      const bool kfd_bo = std::any_of(bos.begin(), bos.end(), [&](const kfd_criu_bo_bucket& b) {
+        return offset >= b.offset && offset < b.offset + b.size;
+      });
+      if (kfd_bo) continue;
+      return make_error(who + ": its mapping of " + line.substr(path_at + 1) + " at " + hex(start) + "-" + hex(end) +
+                        " (mmap offset " + hex(offset) + ") is a GEM buffer object that is not a KFD BO (allocated "
+                        "or imported through the render node: libdrm, Mesa, VA-API). The backend saves only KFD BOs; "
+                        "the process would come back without it", ECANCELED);
+    }
+    return {};
   }
 
   int dump_render(const struct stat& st, std::uint32_t id) {
@@ -744,13 +812,23 @@ class AmdBackend final : public plugin::Backend {
     std::string priv = image.priv_data();
     kfd_ioctl_criu_args args{};
     args.devices = reinterpret_cast<std::uintptr_t>(devices.data());
-    args.bos = reinterpret_cast<std::uintptr_t>(bos.data());
+    kfd_criu_bo_bucket no_bos{};
+    args.bos = reinterpret_cast<std::uintptr_t>(bos.empty() ? &no_bos : bos.data());
     args.priv_data = reinterpret_cast<std::uintptr_t>(priv.data());
     args.priv_data_size = priv.size();
     args.num_devices = static_cast<std::uint32_t>(devices.size());
     args.num_bos = static_cast<std::uint32_t>(bos.size());
     args.num_objects = image.num_objects();
     if (auto r = kfd_criu_op(device_, kfd.get(), args, KFD_CRIU_OP_RESTORE); !r) {
+      if (bos.empty() && r.error().errno_value == EINVAL) {
+        // criu_restore refused num_bos == 0 until the kernel's fix ("Allow restore of processes with no BOs").
+        return fail("restore of " + name,
+                    make_error(r.error().message + ": the checkpointed process had no GPU buffer objects, and this "
+                               "node's KFD refuses RESTORE without any (older kernels reject num_bos == 0); restore "
+                               "on a node whose amdkfd accepts it, or checkpoint the process once it has allocated "
+                               "GPU memory",
+                               EINVAL));
+      }
       return fail("restore of " + name,
                   make_error(r.error().message + " (the process must be fresh, and see it as many GPUs as it had at "
                              "checkpoint: " + std::to_string(devices.size()) + ")",
@@ -797,7 +875,7 @@ class AmdBackend final : public plugin::Backend {
       }
       auto it = std::find_if(transfers.begin(), transfers.end(), [&](const GpuTransfer& t) { return t.gpu_id == b.gpu_id; });
       if (it == transfers.end()) return fail("restore of " + name, make_error("BO on unknown gpu_id " + hex(b.gpu_id)));
-      it->bos.push_back(BoTransfer{static_cast<int>(b.dmabuf_fd), b.size});
+      it->bos.push_back(BoTransfer{static_cast<int>(b.dmabuf_fd), b.size, b.addr, bo_cpu_accessible(b.alloc_flags)});
     }
     for (const auto& file : image.content_files()) {
       auto it = std::find_if(transfers.begin(), transfers.end(), [&](const GpuTransfer& t) { return t.gpu_id == file.gpu_id(); });

@@ -43,14 +43,23 @@ class AmdDevice {
   virtual int dmabuf_inode(int fd, std::uint64_t* inode) = 0;
   // The inodes of the dmabuf fds a process holds (one entry per fd), read from /proc/<host_pid>/fd.
   virtual int process_dmabuf_inodes(const std::string& host_pid, std::vector<std::uint64_t>* inodes) = 0;
+  // Every other process of the host (not the caller, not `except_pid`) holding an fd on one of the dma-bufs
+  // `inodes`: one entry per (process, dma-buf), read from /proc/*/fd.
+  struct DmabufHolder {
+    std::string pid;
+    std::uint64_t inode = 0;
+  };
+  virtual int dmabuf_holders(const std::vector<std::uint64_t>& inodes, const std::string& except_pid,
+                             std::vector<DmabufHolder>* holders) = 0;
 
-  // CPU access to BO memory through the BO's dmabuf fd (the CPU fallback of the copy path).
+  // CPU access to BO memory through the BO's dmabuf fd (the CPU fallback of the copy path). The kernel refuses
+  // (-EPERM) to map a VRAM BO allocated without CPU access (no KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC) or a userptr BO.
   virtual int bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) = 0;
   virtual int bo_write(int dmabuf_fd, std::uint64_t offset, const void* src, std::size_t count) = 0;
 
-  // An SDMA copy engine on the GPU behind `render_fd` with a staging buffer of `buffer_size` bytes, or
-  // nullptr where the device has none (then the CPU path is used).
-  virtual std::unique_ptr<BoCopier> make_sdma_copier(int render_fd, std::size_t buffer_size) = 0;
+  // An SDMA copy engine on the GPU behind `render_fd` with a staging buffer of `buffer_size` bytes, or the
+  // reason there is none (no libdrm_amdgpu, not an amdgpu node, ...); the caller decides on the CPU path.
+  virtual Result<std::unique_ptr<BoCopier>> make_sdma_copier(int render_fd, std::size_t buffer_size) = 0;
 };
 
 std::unique_ptr<AmdDevice> make_system_amd_device();

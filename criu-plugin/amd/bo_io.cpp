@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "criu-plugin/amd/hex_text.h"
 
 namespace gpuckpt::amd {
 namespace {
@@ -31,20 +32,42 @@ Result<Buffer> allocate(std::uint64_t size, const GpuTransfer& gpu) {
   return Buffer(static_cast<char*>(p));
 }
 
-std::unique_ptr<BoCopier> copier_for(AmdDevice& device, const GpuTransfer& gpu, std::uint64_t buffer_size,
-                                     const TransferOptions& options) {
-  if (options.use_sdma && gpu.render_fd >= 0) {
-    if (auto sdma = device.make_sdma_copier(gpu.render_fd, static_cast<std::size_t>(buffer_size))) return sdma;
+// SDMA where the GPU gives an engine; else the CPU path, which the kernel allows only for BOs it lets the CPU map.
+Result<std::unique_ptr<BoCopier>> copier_for(AmdDevice& device, const GpuTransfer& gpu, std::uint64_t buffer_size,
+                                             const TransferOptions& options) {
+  if (gpu.bos.empty()) return make_cpu_copier(device);
+  std::string why_not_sdma;
+  if (!options.use_sdma) {
+    why_not_sdma = "GPUCKPT_AMD_SDMA=0";
+  } else if (gpu.render_fd < 0) {
+    why_not_sdma = "the GPU's render node is not open";
+  } else {
+    auto sdma = device.make_sdma_copier(gpu.render_fd, static_cast<std::size_t>(buffer_size));
+    if (sdma) {
+      log::info("amd: GPU " + hex(gpu.gpu_id) + ": BO contents move through SDMA");
+      return std::move(*sdma);
+    }
+    why_not_sdma = sdma.error().message;
   }
+  for (const auto& bo : gpu.bos) {
+    if (bo.cpu_access) continue;
+    return make_error("GPU " + hex(gpu.gpu_id) + ": the VRAM BO at " + hex(bo.addr) + " (" + std::to_string(bo.size) +
+                          " bytes) has no CPU access (allocated without KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC), so the "
+                          "kernel refuses to map it (EPERM) and only SDMA can copy it, but SDMA is unavailable: " +
+                          why_not_sdma + ". Nothing was copied; make SDMA available (libdrm_amdgpu on the node, "
+                          "GPUCKPT_AMD_SDMA=1)",
+                      EPERM);
+  }
+  log::warn("amd: GPU " + hex(gpu.gpu_id) + ": SDMA unavailable (" + why_not_sdma + "); its " +
+            std::to_string(gpu.bos.size()) + " BO(s), all CPU-accessible, move through the CPU path (dmabuf mmap)");
   return make_cpu_copier(device);
 }
 
-Result<TransferStats> dump_gpu(AmdDevice& device, const ImageDir& images, const GpuTransfer& gpu,
+Result<TransferStats> dump_gpu(BoCopier& copier, const ImageDir& images, const GpuTransfer& gpu,
                                const TransferOptions& options) {
   const std::uint64_t buffer_size = buffer_size_for(gpu, options.max_buffer_size);
   auto buffer = allocate(buffer_size, gpu);
   if (!buffer) return buffer.error();
-  auto copier = copier_for(device, gpu, buffer_size, options);
   auto file = images.create(gpu.file_name);
   if (!file) return file.error();
   TransferStats stats;
@@ -52,7 +75,7 @@ Result<TransferStats> dump_gpu(AmdDevice& device, const ImageDir& images, const 
   for (const auto& bo : gpu.bos) {
     for (std::uint64_t offset = 0; offset < bo.size;) {
       const auto n = static_cast<std::size_t>(std::min(buffer_size, bo.size - offset));
-      if (auto r = copier->read(bo.dmabuf_fd, offset, buffer->get(), n); !r) return r.error();
+      if (auto r = copier.read(bo.dmabuf_fd, offset, buffer->get(), n); !r) return r.error();
       if (auto r = file->write_all(buffer->get(), n); !r) return r.error();
       offset += n;
       stats.bytes += n;
@@ -61,11 +84,11 @@ Result<TransferStats> dump_gpu(AmdDevice& device, const ImageDir& images, const 
   }
   if (auto r = file->close(); !r) return r.error();
   log::debug("amd: GPU " + std::to_string(gpu.gpu_id) + ": " + std::to_string(stats.bytes) + " bytes in " +
-             std::to_string(stats.passes) + " passes through " + copier->name());
+             std::to_string(stats.passes) + " passes through " + copier.name());
   return stats;
 }
 
-Result<TransferStats> restore_gpu(AmdDevice& device, const ImageDir& images, const GpuTransfer& gpu,
+Result<TransferStats> restore_gpu(BoCopier& copier, const ImageDir& images, const GpuTransfer& gpu,
                                   const TransferOptions& options) {
   auto file = images.open(gpu.file_name);
   if (!file) return file.error();
@@ -79,13 +102,12 @@ Result<TransferStats> restore_gpu(AmdDevice& device, const ImageDir& images, con
   const std::uint64_t buffer_size = buffer_size_for(gpu, options.max_buffer_size);
   auto buffer = allocate(buffer_size, gpu);
   if (!buffer) return buffer.error();
-  auto copier = copier_for(device, gpu, buffer_size, options);
   TransferStats stats;
   for (const auto& bo : gpu.bos) {
     for (std::uint64_t offset = 0; offset < bo.size;) {
       const auto n = static_cast<std::size_t>(std::min(buffer_size, bo.size - offset));
       if (auto r = file->read_exact(buffer->get(), n); !r) return r.error();
-      if (auto r = copier->write(bo.dmabuf_fd, offset, buffer->get(), n); !r) return r.error();
+      if (auto r = copier.write(bo.dmabuf_fd, offset, buffer->get(), n); !r) return r.error();
       offset += n;
       stats.bytes += n;
       ++stats.passes;
@@ -94,20 +116,27 @@ Result<TransferStats> restore_gpu(AmdDevice& device, const ImageDir& images, con
   return stats;
 }
 
-using GpuFn = Result<TransferStats> (*)(AmdDevice&, const ImageDir&, const GpuTransfer&, const TransferOptions&);
+using GpuFn = Result<TransferStats> (*)(BoCopier&, const ImageDir&, const GpuTransfer&, const TransferOptions&);
 
 Result<TransferStats> run_all(GpuFn fn, AmdDevice& device, const ImageDir& images,
                               const std::vector<GpuTransfer>& gpus, const TransferOptions& options) {
+  // Every GPU's path is settled before any GPU moves a byte: a refusal leaves nothing half copied.
+  std::vector<std::unique_ptr<BoCopier>> copiers;
+  for (const auto& gpu : gpus) {
+    auto copier = copier_for(device, gpu, buffer_size_for(gpu, options.max_buffer_size), options);
+    if (!copier) return copier.error();
+    copiers.push_back(std::move(*copier));
+  }
   std::vector<Result<TransferStats>> results(gpus.size(), TransferStats{});
   if (options.thread_per_gpu && gpus.size() > 1) {
     std::vector<std::thread> threads;
     threads.reserve(gpus.size());
     for (std::size_t i = 0; i < gpus.size(); ++i) {
-      threads.emplace_back([&, i] { results[i] = fn(device, images, gpus[i], options); });
+      threads.emplace_back([&, i] { results[i] = fn(*copiers[i], images, gpus[i], options); });
     }
     for (auto& t : threads) t.join();
   } else {
-    for (std::size_t i = 0; i < gpus.size(); ++i) results[i] = fn(device, images, gpus[i], options);
+    for (std::size_t i = 0; i < gpus.size(); ++i) results[i] = fn(*copiers[i], images, gpus[i], options);
   }
   TransferStats total;
   for (std::size_t i = 0; i < gpus.size(); ++i) {

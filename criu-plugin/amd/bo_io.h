@@ -1,6 +1,9 @@
 // Moving buffer-object contents between GPUs and image files: one content file per GPU (8-byte size header,
 // then the BOs' bytes in metadata order), one thread per GPU, each through a staging buffer bounded by
 // max_buffer_size so a BO larger than the buffer (or than RAM) moves in several passes.
+// The copy path is chosen per GPU before any byte moves: SDMA where the device gives an engine; otherwise the
+// CPU path (dmabuf mmap), logged as a warning with the reason, and only when every BO of that GPU is one the
+// kernel lets the CPU map — a VRAM BO without CPU access fails the whole transfer up front, naming it.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +19,8 @@ namespace gpuckpt::amd {
 struct BoTransfer {
   int dmabuf_fd = -1;
   std::uint64_t size = 0;
+  std::uint64_t addr = 0;        // GPU VA, for messages
+  bool cpu_access = true;        // the kernel lets the CPU mmap it (kfd_uapi.h bo_cpu_accessible)
 };
 
 struct GpuTransfer {

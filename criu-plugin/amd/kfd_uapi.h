@@ -3,6 +3,7 @@
 
 #include <linux/kfd_ioctl.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -21,6 +22,12 @@ inline constexpr std::uint32_t kBoContentFlags = KFD_IOC_ALLOC_MEM_FLAGS_VRAM | 
 inline constexpr std::uint32_t kBoMappedFlags = KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT |
                                                 KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL |
                                                 KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP;
+// Whether the kernel lets the CPU mmap a BO's dma-buf: amdgpu allocates a KFD VRAM BO without
+// KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC as AMDGPU_GEM_CREATE_NO_CPU_ACCESS, and refuses to mmap it (EPERM); GTT BOs
+// are always CPU-accessible. Only VRAM and GTT BOs have contents to copy.
+inline constexpr bool bo_cpu_accessible(std::uint32_t alloc_flags) {
+  return !(alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM) || (alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC) != 0;
+}
 inline constexpr unsigned kDrmMajor = 226;
 inline constexpr unsigned kFirstRenderMinor = 128;
 
@@ -50,11 +57,26 @@ inline const char* criu_op_name(std::uint32_t op) {
   return "unknown";
 }
 
-// AMDKFD_IOC_CRIU_OP; the error names the operation and the kernel's errno.
+// What KFD's permission checks on AMDKFD_IOC_CRIU_OP (kfd_chardev.c, kfd_ioctl) mean for the operator.
+inline std::string criu_op_refusal(int err) {
+  if (err == EACCES) {
+    return " (KFD allows CRIU operations only to a caller with CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN: run CRIU "
+           "with one of them)";
+  }
+  if (err == EBADF) {
+    return " (KFD takes CRIU operations on another process's /dev/kfd only from that process's ptrace parent: "
+           "the CRIU that seized it)";
+  }
+  return "";
+}
+
+// AMDKFD_IOC_CRIU_OP; the error names the operation, the kernel's errno and, for a refusal, what it requires.
 inline Result<void> kfd_criu_op(AmdDevice& device, int fd, kfd_ioctl_criu_args& args, std::uint32_t op) {
   args.op = op;
   if (int err = device.ioctl(fd, AMDKFD_IOC_CRIU_OP, &args); err < 0) {
-    return make_error(std::string("KFD CRIU ") + criu_op_name(op) + " failed: " + std::strerror(-err), -err);
+    return make_error(std::string("KFD CRIU ") + criu_op_name(op) + " failed: " + std::strerror(-err) +
+                          criu_op_refusal(-err),
+                      -err);
   }
   return {};
 }

@@ -133,6 +133,8 @@ Result<void> send_restore_job(int channel_fd, const RestoreJob& job) {
     std::vector<int> fds;
     for (std::size_t i = first; i < first + count; ++i) {
       put64(msg, all[i]->size);
+      put64(msg, all[i]->addr);
+      put32(msg, all[i]->cpu_access ? 1u : 0u);
       fds.push_back(all[i]->dmabuf_fd);
     }
     if (auto r = send_message(channel_fd, msg, fds.data(), fds.size()); !r) return r;
@@ -227,7 +229,11 @@ void ParallelRestoreServer::run(AmdDevice& device, ImageDir images, TransferOpti
       }
       for (std::uint32_t i = 0; i < count; ++i) {
         BoTransfer* bo = slots[expected_bos++];
+        std::uint32_t cpu_access = 0;
         in.get64(&bo->size);
+        in.get64(&bo->addr);
+        in.get32(&cpu_access);
+        bo->cpu_access = cpu_access != 0;
         bo->dmabuf_fd = msg->fds[i];
       }
     } else if (type == kMsgEnd) {

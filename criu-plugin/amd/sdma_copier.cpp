@@ -1,6 +1,5 @@
-// SDMA linear copies between a BO (imported from its dmabuf fd) and a GTT staging buffer the CPU can map.
-// Packet layout (SDMA_OP_COPY / SDMA_SUBOP_COPY_LINEAR, 7 dwords) as documented in the amdgpu SDMA headers:
-// header, byte count (minus one on family AI and later), parameters, src lo/hi, dst lo/hi.
+// SDMA linear copies between a BO (imported from its dmabuf fd) and a GTT staging buffer the CPU can map; the
+// command buffers come from sdma_packets.h.
 #include "criu-plugin/amd/sdma_copier.h"
 
 #include <amdgpu.h>
@@ -14,15 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "common/log.h"
+#include "criu-plugin/amd/sdma_packets.h"
 
 namespace gpuckpt::amd {
 namespace {
 
-constexpr std::uint32_t kSdmaOpCopy = 1;
-constexpr std::uint32_t kSdmaSubopCopyLinear = 0;
-constexpr std::uint64_t kSdmaMaxLinearCopy = 1ull << 21;   // bytes one packet may move
-constexpr std::uint32_t kPacketDwords = 7;
 constexpr std::uint64_t kFenceTimeoutNs = 10ull * 1000 * 1000 * 1000;
 
 // libdrm_amdgpu is opened at run time: the one plugin .so also loads on nodes without it (NVIDIA nodes).
@@ -88,8 +83,7 @@ class LibdrmSdmaCopier final : public BoCopier {
     if (int r = drm_.amdgpu_query_gpu_info(dev_, &info)) return drm_error("gpu info query", r);
     count_minus_one_ = info.family_id >= AMDGPU_FAMILY_AI;
     if (auto r = alloc_mapped(buffer_size, AMDGPU_GEM_DOMAIN_GTT, &staging_); !r) return r;
-    const std::uint64_t packets = (buffer_size + kSdmaMaxLinearCopy - 1) / kSdmaMaxLinearCopy;
-    const std::uint64_t ib_bytes = std::max<std::uint64_t>(4096, packets * kPacketDwords * 4);
+    const std::uint64_t ib_bytes = std::max<std::uint64_t>(4096, sdma_linear_copy_ib_dwords(buffer_size) * 4);
     if (auto r = alloc_mapped(ib_bytes, AMDGPU_GEM_DOMAIN_GTT, &ib_); !r) return r;
     if (int r = drm_.amdgpu_cs_ctx_create(dev_, &ctx_)) return drm_error("context create", r);
     return {};
@@ -165,20 +159,9 @@ class LibdrmSdmaCopier final : public BoCopier {
   }
 
   Result<void> copy(std::uint64_t src, std::uint64_t dst, std::uint64_t count, amdgpu_bo_handle target) {
-    auto* ib = static_cast<std::uint32_t*>(ib_.cpu);
-    std::uint32_t dwords = 0;
-    for (std::uint64_t done = 0; done < count;) {
-      const std::uint64_t n = std::min(kSdmaMaxLinearCopy, count - done);
-      const std::uint64_t s = src + done, d = dst + done;
-      ib[dwords++] = kSdmaOpCopy | (kSdmaSubopCopyLinear << 8);
-      ib[dwords++] = static_cast<std::uint32_t>(count_minus_one_ ? n - 1 : n);
-      ib[dwords++] = 0;
-      ib[dwords++] = static_cast<std::uint32_t>(s);
-      ib[dwords++] = static_cast<std::uint32_t>(s >> 32);
-      ib[dwords++] = static_cast<std::uint32_t>(d);
-      ib[dwords++] = static_cast<std::uint32_t>(d >> 32);
-      done += n;
-    }
+    const std::vector<std::uint32_t> packets = sdma_linear_copy_ib(src, dst, count, count_minus_one_);
+    std::memcpy(ib_.cpu, packets.data(), packets.size() * sizeof(std::uint32_t));
+    const auto dwords = static_cast<std::uint32_t>(packets.size());
     amdgpu_bo_handle resources[3] = {target, staging_.bo, ib_.bo};
     amdgpu_bo_list_handle list = nullptr;
     if (int r = drm_.amdgpu_bo_list_create(dev_, 3, resources, nullptr, &list)) return drm_error("BO list", r);
@@ -214,13 +197,10 @@ class LibdrmSdmaCopier final : public BoCopier {
 
 }  // namespace
 
-std::unique_ptr<BoCopier> make_libdrm_sdma_copier(int render_fd, std::size_t buffer_size) {
+Result<std::unique_ptr<BoCopier>> make_libdrm_sdma_copier(int render_fd, std::size_t buffer_size) {
   auto copier = std::make_unique<LibdrmSdmaCopier>();
-  if (auto r = copier->init(render_fd, buffer_size); !r) {
-    log::info("amd: " + r.error().message + "; using the CPU copy path");
-    return nullptr;
-  }
-  return copier;
+  if (auto r = copier->init(render_fd, buffer_size); !r) return r.error();
+  return std::unique_ptr<BoCopier>(std::move(copier));
 }
 
 }  // namespace gpuckpt::amd

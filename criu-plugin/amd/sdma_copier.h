@@ -9,8 +9,8 @@
 
 namespace gpuckpt::amd {
 
-// nullptr when libdrm_amdgpu cannot initialise the device behind `render_fd` (not an amdgpu render node,
-// no permission, ...); the caller then uses the CPU path.
-std::unique_ptr<BoCopier> make_libdrm_sdma_copier(int render_fd, std::size_t buffer_size);
+// The reason when libdrm_amdgpu cannot initialise the device behind `render_fd` (not loadable, not an amdgpu
+// render node, no permission, ...); the caller decides whether the CPU path may be used instead.
+Result<std::unique_ptr<BoCopier>> make_libdrm_sdma_copier(int render_fd, std::size_t buffer_size);
 
 }  // namespace gpuckpt::amd

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -75,6 +76,26 @@ class SystemAmdDevice final : public AmdDevice {
     ::closedir(d);
     return 0;
   }
+  int dmabuf_holders(const std::vector<std::uint64_t>& inodes, const std::string& except_pid,
+                     std::vector<DmabufHolder>* holders) override {
+    const std::string self = std::to_string(::getpid());
+    DIR* proc = ::opendir("/proc");
+    if (!proc) return -errno;
+    while (const dirent* p = ::readdir(proc)) {
+      const std::string pid = p->d_name;
+      if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (pid == self || pid == except_pid) continue;
+      std::vector<std::uint64_t> held;
+      if (process_dmabuf_inodes(pid, &held) < 0) continue;   // gone, or not ours to read
+      std::sort(held.begin(), held.end());
+      held.erase(std::unique(held.begin(), held.end()), held.end());
+      for (auto inode : held) {
+        if (std::find(inodes.begin(), inodes.end(), inode) != inodes.end()) holders->push_back({pid, inode});
+      }
+    }
+    ::closedir(proc);
+    return 0;
+  }
   int bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) override {
     void* base;
     std::size_t length, skew;
@@ -91,7 +112,7 @@ class SystemAmdDevice final : public AmdDevice {
     ::munmap(base, length);
     return 0;
   }
-  std::unique_ptr<BoCopier> make_sdma_copier(int render_fd, std::size_t buffer_size) override {
+  Result<std::unique_ptr<BoCopier>> make_sdma_copier(int render_fd, std::size_t buffer_size) override {
     return make_libdrm_sdma_copier(render_fd, buffer_size);
   }
 };

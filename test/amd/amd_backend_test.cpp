@@ -456,6 +456,7 @@ TEST_CASE("dmabuf fds the process held on its own BOs come back as dmabufs of th
   const int shared[3] = {node.kfd->app_export_dmabuf(1100, vram.va), node.kfd->app_export_dmabuf(1100, vram.va),
                          node.kfd->app_export_dmabuf(1100, gtt.va)};
   const AmdConfig config = config_with(1 << 20, false);
+  node.kfd->seize(1100, kCriuPid);
   {
     auto backend = make_backend(node, images, config);
     REQUIRE(backend->init(criu::kStageDump) == 0);
@@ -489,9 +490,15 @@ TEST_CASE("dmabuf fds the process held on its own BOs come back as dmabufs of th
   std::vector<std::uint8_t> bytes(gtt.size);
   REQUIRE(node.kfd->bo_read(restored[2], 0, bytes.data(), bytes.size()) == 0);
   CHECK(bytes == app.contents.at(gtt.va));
+  // VRAM without CPU access: the kernel refuses the CPU's mmap, SDMA reads it.
   bytes.resize(vram.size);
-  REQUIRE(node.kfd->bo_read(restored[1], 0, bytes.data(), bytes.size()) == 0);
+  CHECK(node.kfd->bo_read(restored[1], 0, bytes.data(), bytes.size()) == -EPERM);
+  const int render = node.kfd->open("/dev/dri/renderD128", O_RDWR);
+  auto sdma = node.kfd->make_sdma_copier(render, 1 << 20);
+  REQUIRE(sdma.ok());
+  REQUIRE((*sdma)->read(restored[1], 0, bytes.data(), bytes.size()).ok());
   CHECK(bytes == app.contents.at(vram.va));
+  ::close(render);
   node.kfd->set_calling_pid(kCriuPid);
   CHECK(backend->resume_devices_late(1100) == 0);
   for (int fd : restored) ::close(fd);
@@ -522,6 +529,7 @@ TEST_CASE("The GPU stays paused until CRIU has dumped the process's memory, and 
   Node node(tmp.path() / "host", make_gpus(2));
   Images images(tmp.path() / "images");
   const App app = start_app(node, 430, 8192, 4096);
+  node.kfd->seize(430, kCriuPid);
   auto backend = make_backend(node, images, config_with(1 << 20, false));
   REQUIRE(backend->init(criu::kStageDump) == 0);
   struct stat st {};
@@ -662,7 +670,7 @@ TEST_CASE("A RESUME that fails stops the restored task instead of leaving it run
   const int kfd_fd = backend->restore_ext_file(kKfdImageId, &retry);
   REQUIRE(kfd_fd >= 0);
   s.node.kfd->set_calling_pid(kCriuPid);
-  s.node.kfd->fail_next_resume(ENOMEM);
+  s.node.kfd->fail_next(KFD_CRIU_OP_RESUME, ENOMEM);
   CHECK(backend->resume_devices_late(480) == -ENOMEM);
   REQUIRE(kills_requested().size() == 1);
   CHECK(kills_requested()[0] == std::pair{480, SIGKILL});

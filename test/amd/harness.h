@@ -57,9 +57,10 @@ class LogCapture {
  public:
   LogCapture() {
     log::set_level(log::Level::Debug);
-    log::set_sink([this](log::Level, std::string_view line) {
+    log::set_sink([this](log::Level level, std::string_view line) {
       std::lock_guard lock(mutex_);
       lines_.emplace_back(line);
+      levels_.push_back(level);
     });
   }
   ~LogCapture() {
@@ -73,6 +74,14 @@ class LogCapture {
     }
     return false;
   }
+  // Whether a line logged at `level` contains `needle`.
+  bool contains_at(log::Level level, const std::string& needle) const {
+    std::lock_guard lock(mutex_);
+    for (std::size_t i = 0; i < lines_.size(); ++i) {
+      if (levels_[i] == level && lines_[i].find(needle) != std::string::npos) return true;
+    }
+    return false;
+  }
   std::string all() const {
     std::lock_guard lock(mutex_);
     std::string out;
@@ -83,6 +92,7 @@ class LogCapture {
  private:
   mutable std::mutex mutex_;
   std::vector<std::string> lines_;
+  std::vector<log::Level> levels_;
 };
 
 // One node: its host tree and its KFD.
@@ -204,6 +214,7 @@ inline int dump_app(Node& node, const Images& images, const App& app, const AmdC
                     int* inventory_calls = nullptr, int host_pid = 0) {
   auto backend = make_backend(node, images, config, inventory_calls);
   node.kfd->set_calling_pid(kCriuPid);
+  node.kfd->seize(app.pid, kCriuPid);
   if (int r = backend->init(criu::kStageDump)) return r;
   if (host_pid > 0 && backend->pause_devices(host_pid) != -ENOTSUP) return -EINVAL;
   struct stat st {};

@@ -18,6 +18,7 @@ TEST_CASE("Simulated KFD: CHECKPOINT needs PROCESS_INFO first and matching count
   Node node(tmp.path() / "host", make_gpus(2));
   const App app = start_app(node, 50, 8192, 4096);
   SimKfd& kfd = *node.kfd;
+  kfd.seize(50, kCriuPid);
   std::vector<kfd_criu_device_bucket> devs(2);
   std::vector<kfd_criu_bo_bucket> bos(6);
   std::string priv(4096, '\0');
@@ -114,9 +115,11 @@ TEST_CASE("Simulated KFD: RESTORE checks devices, render nodes and private data"
   kfd_ioctl_criu_args resume{};
   resume.pid = 70;
   kfd.set_calling_pid(kCriuPid);
-  REQUIRE(criu(kfd, fresh, resume, KFD_CRIU_OP_RESUME) == 0);
+  CHECK(criu(kfd, fresh, resume, KFD_CRIU_OP_RESUME) == -EBADF);   // CRIU is not the restored process's tracer
+  const int own = kfd.open("/dev/kfd", O_RDWR);                     // CRIU resumes through a KFD fd of its own
+  REQUIRE(criu(kfd, own, resume, KFD_CRIU_OP_RESUME) == 0);
   CHECK(kfd.process(70).running);
-  for (int fd : {fresh, r0, r1}) ::close(fd);
+  for (int fd : {fresh, r0, r1, own}) ::close(fd);
 }
 
 }  // namespace gpuckpt::amd::test

@@ -43,9 +43,11 @@ TEST_CASE("System device: only dma-bufs are taken for dmabufs; SDMA declines wit
   CHECK(device->process_dmabuf_inodes("self", &inodes) == 0);
   CHECK(inodes.empty());
   // /dev/null is no amdgpu render node: libdrm_amdgpu (if present) fails to initialise, and the backend gets
-  // nullptr, meaning "use the CPU path".
+  // the reason, which the copy-path policy names when it falls back to the CPU.
   const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  CHECK(device->make_sdma_copier(null_fd, 1 << 20) == nullptr);
+  auto sdma = device->make_sdma_copier(null_fd, 1 << 20);
+  REQUIRE_FALSE(sdma.ok());
+  CHECK(sdma.error().message.rfind("SDMA: ", 0) == 0);
   ::close(null_fd);
   ::close(fd);
 }

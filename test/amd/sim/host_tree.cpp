@@ -87,4 +87,11 @@ void write_proc_fds(const fs::path& root, const std::string& pid, const std::vec
   for (int fd : fds) fs::create_symlink("/dev/null", dir / std::to_string(fd));
 }
 
+void write_proc_maps(const fs::path& root, const std::string& pid, const std::vector<std::string>& lines) {
+  std::string text;
+  for (const auto& line : lines) text += line + "\n";
+  fs::create_directories(root / "proc" / pid);
+  write(root / "proc" / pid / "maps", text);
+}
+
 }  // namespace gpuckpt::amd::sim

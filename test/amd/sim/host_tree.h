@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "test/amd/sim/sim_kfd.h"
@@ -21,5 +22,7 @@ void write_kfd_host_tree(const std::filesystem::path& root, const std::vector<Si
                          const HostTreeOptions& options = {});
 // proc/<pid>/fd/<n> entries (symlinks to /dev/null) for the fd-numbering rule.
 void write_proc_fds(const std::filesystem::path& root, const std::string& pid, const std::vector<int>& fds);
+// proc/<pid>/maps as the kernel prints it; `lines` are its lines without the trailing newline.
+void write_proc_maps(const std::filesystem::path& root, const std::string& pid, const std::vector<std::string>& lines);
 
 }  // namespace gpuckpt::amd::sim

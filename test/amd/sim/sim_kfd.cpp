@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -26,8 +27,12 @@ constexpr std::uint64_t kQueuePriv = 24;     // object_type 0, gpu_id, queue id,
 constexpr std::uint64_t kEventPriv = 8;      // object_type 1, event id
 constexpr std::uint32_t kObjectQueue = 0;
 constexpr std::uint32_t kObjectEvent = 1;
+constexpr std::uint32_t kObjectSvmRange = 2;
+constexpr std::uint64_t kSvmPrivHeader = 24;   // object_type 2, attribute count, start, size; then 8 per attribute
 constexpr std::uint32_t kInvalidFd = 0xffffffffu;
-constexpr std::uint64_t kMmapTypeDoorbell = 0x3ull << 62;
+constexpr std::uint64_t kMmapTypeDoorbell = 0x3ull << 62;   // kfd_priv.h KFD_MMAP_TYPE_*
+constexpr std::uint64_t kMmapTypeMmio = 0x0ull << 62;
+constexpr std::uint64_t kPageSize = 4096;
 
 template <class T>
 void put(std::uint8_t* base, std::uint64_t& offset, T value) {
@@ -54,12 +59,75 @@ std::uint8_t pattern_byte(std::uint32_t seed, std::uint64_t i) {
 SimKfd::SimKfd(std::vector<SimGpu> gpus, std::uint32_t kfd_major, std::uint32_t kfd_minor)
     : gpus_(std::move(gpus)), kfd_major_(kfd_major), kfd_minor_(kfd_minor) {}
 
+// The SDMA engine: copies between a BO and host memory whatever the BO's CPU access, as the GPU's DMA engine does.
+class SimSdmaCopier final : public BoCopier {
+ public:
+  explicit SimSdmaCopier(SimKfd& kfd) : kfd_(kfd) {}
+  const char* name() const override { return "sdma"; }
+  Result<void> read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) override {
+    int mem = -1;
+    bool cpu_access = false;
+    if (int err = kfd_.dmabuf_target(dmabuf_fd, offset, count, &mem, &cpu_access)) return failed("read", -err);
+    if (::pread(mem, dst, count, static_cast<off_t>(offset)) != static_cast<ssize_t>(count)) return failed("read", EIO);
+    moved(count);
+    return {};
+  }
+  Result<void> write(int dmabuf_fd, std::uint64_t offset, const void* src, std::size_t count) override {
+    int mem = -1;
+    bool cpu_access = false;
+    if (int err = kfd_.dmabuf_target(dmabuf_fd, offset, count, &mem, &cpu_access)) return failed("write", -err);
+    if (::pwrite(mem, src, count, static_cast<off_t>(offset)) != static_cast<ssize_t>(count)) return failed("write", EIO);
+    moved(count);
+    return {};
+  }
+
+ private:
+  static Error failed(const char* what, int err) {
+    return make_error(std::string("simulated SDMA ") + what + " failed: " + std::strerror(err), err);
+  }
+  void moved(std::size_t count) {
+    kfd_.count_transfer(count);
+    kfd_.sdma_bytes_ += count;
+  }
+
+  SimKfd& kfd_;
+};
+
 SimKfd::~SimKfd() {
   for (auto& [pid, p] : processes_) {
     for (auto& bo : p.bos) {
       if (bo.mem_fd >= 0) ::close(bo.mem_fd);
     }
   }
+}
+
+void SimKfd::fail_next(std::uint32_t op, int errno_value) {
+  std::lock_guard lock(mutex_);
+  fail_next_[op] = errno_value;
+}
+
+void SimKfd::seize(int pid, int tracer) {
+  std::lock_guard lock(mutex_);
+  tracer_[pid] = tracer;
+}
+
+void SimKfd::set_capable(int pid, bool capable) {
+  std::lock_guard lock(mutex_);
+  capable_[pid] = capable;
+}
+
+void SimKfd::set_sdma_available(bool available, std::string reason) {
+  std::lock_guard lock(mutex_);
+  sdma_available_ = available;
+  sdma_missing_reason_ = std::move(reason);
+}
+
+int SimKfd::injected_failure(std::uint32_t op) {
+  auto it = fail_next_.find(op);
+  if (it == fail_next_.end()) return 0;
+  const int err = it->second;
+  fail_next_.erase(it);
+  return -err;
 }
 
 void SimKfd::set_visible_gpus(int pid, std::vector<std::uint32_t> gpu_ids) {
@@ -117,8 +185,9 @@ SimProcess& SimKfd::process_for_open(int pid) {
 }
 
 SimBo SimKfd::make_bo(std::uint32_t user_gpu_id, std::uint64_t va, std::uint64_t size, std::uint32_t flags,
-                      std::uint32_t idr_handle) {
+                      std::uint32_t idr_handle, std::uint64_t user_addr) {
   SimBo bo;
+  bo.user_addr = (flags & KFD_IOC_ALLOC_MEM_FLAGS_USERPTR) ? user_addr : 0;
   bo.va = va;
   bo.size = size;
   bo.flags = flags;
@@ -126,12 +195,16 @@ SimBo SimKfd::make_bo(std::uint32_t user_gpu_id, std::uint64_t va, std::uint64_t
   bo.idr_handle = idr_handle;
   if (flags & KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL) {
     bo.mmap_offset = kMmapTypeDoorbell | (static_cast<std::uint64_t>(user_gpu_id) << 46);
+  } else if (flags & KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP) {
+    bo.mmap_offset = kMmapTypeMmio | (static_cast<std::uint64_t>(user_gpu_id) << 46);
   } else {
     bo.mmap_offset = next_mmap_offset_;
     next_mmap_offset_ += (size + 0xfff) & ~0xfffull;
   }
   if (flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)) {
-    bo.mem_fd = ::memfd_create("sim-bo", MFD_CLOEXEC);
+    char name[64];
+    std::snprintf(name, sizeof name, "sim-bo:%x:%llx", flags, static_cast<unsigned long long>(size));
+    bo.mem_fd = ::memfd_create(name, MFD_CLOEXEC);
     if (bo.mem_fd < 0 || ::ftruncate(bo.mem_fd, static_cast<off_t>(size)) != 0) {
       throw std::runtime_error("sim: cannot create BO memory");
     }
@@ -139,13 +212,24 @@ SimBo SimKfd::make_bo(std::uint32_t user_gpu_id, std::uint64_t va, std::uint64_t
   return bo;
 }
 
-int SimKfd::export_dmabuf(int pid, const SimBo& bo) {
+// A dma-buf of a BO is its memory file: every export shares its inode, as the BO's cached dma-buf does.
+int SimKfd::export_dmabuf(const SimBo& bo) {
   const int fd = ::fcntl(bo.mem_fd, F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) return -errno;
-  struct stat st {};
-  ::fstat(fd, &st);
-  files_[st.st_ino] = SimFile{Kind::Dmabuf, pid, -1, pid, bo.va};
-  return fd;
+  return fd < 0 ? -errno : fd;
+}
+
+bool SimKfd::parse_bo_name(int fd, std::uint32_t* flags, std::uint64_t* size) {
+  char link[128];
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
+  if (n <= 0) return false;
+  link[n] = '\0';
+  unsigned long long bytes = 0;
+  unsigned int bo_flags = 0;
+  if (std::sscanf(link, "/memfd:sim-bo:%x:%llx", &bo_flags, &bytes) != 2) return false;
+  *flags = bo_flags;
+  *size = bytes;
+  return true;
 }
 
 // ---- application side -------------------------------------------------------------------------------------
@@ -174,13 +258,14 @@ int SimKfd::app_open_render(int pid, int render_minor) {
   return fd;
 }
 
-void SimKfd::app_alloc_bo(int pid, std::uint32_t gpu_id, std::uint64_t va, std::uint64_t size, std::uint32_t flags) {
+void SimKfd::app_alloc_bo(int pid, std::uint32_t gpu_id, std::uint64_t va, std::uint64_t size, std::uint32_t flags,
+                          std::uint64_t user_addr) {
   std::lock_guard lock(mutex_);
   SimProcess* p = find_process(pid);
   if (!p) throw std::logic_error("sim: process has not opened /dev/kfd");
   const bool known = std::any_of(p->pdds.begin(), p->pdds.end(), [&](const SimPdd& d) { return d.user_gpu_id == gpu_id; });
   if (!known) throw std::logic_error("sim: BO on a GPU the process does not see");
-  p->bos.push_back(make_bo(gpu_id, va, size, flags, static_cast<std::uint32_t>(p->bos.size() + 1)));
+  p->bos.push_back(make_bo(gpu_id, va, size, flags, static_cast<std::uint32_t>(p->bos.size() + 1), user_addr));
 }
 
 void SimKfd::app_fill_bo(int pid, std::uint64_t va, std::uint32_t seed) {
@@ -214,8 +299,21 @@ int SimKfd::app_export_dmabuf(int pid, std::uint64_t va) {
   SimProcess* p = find_process(pid);
   for (const auto& bo : p->bos) {
     if (bo.va == va && bo.mem_fd >= 0) {
-      const int fd = export_dmabuf(pid, bo);
+      const int fd = export_dmabuf(bo);
       app_dmabufs_[pid].push_back(fd);
+      return fd;
+    }
+  }
+  throw std::logic_error("sim: no VRAM/GTT BO at that VA");
+}
+
+int SimKfd::app_share_dmabuf(int owner_pid, std::uint64_t va, int holder_pid) {
+  std::lock_guard lock(mutex_);
+  SimProcess* p = find_process(owner_pid);
+  for (const auto& bo : p->bos) {
+    if (bo.va == va && bo.mem_fd >= 0) {
+      const int fd = export_dmabuf(bo);
+      app_dmabufs_[holder_pid].push_back(fd);
       return fd;
     }
   }
@@ -227,12 +325,21 @@ void SimKfd::app_create_queue(int pid, std::uint32_t gpu_id) {
   find_process(pid)->queues.push_back(gpu_id);
 }
 
+void SimKfd::app_set_svm_range(int pid, const SimSvmRange& range) {
+  std::lock_guard lock(mutex_);
+  find_process(pid)->svm_ranges.push_back(range);
+}
+
 void SimKfd::app_create_events(int pid, std::uint32_t count) {
   std::lock_guard lock(mutex_);
   find_process(pid)->events += count;
 }
 
 SimCheckpoint SimKfd::checkpoint_for_test(int kfd_fd) {
+  {
+    std::lock_guard lock(mutex_);
+    if (const SimFile* f = lookup(kfd_fd)) tracer_[f->owner_pid] = calling_pid_;   // CRIU seizes first
+  }
   SimCheckpoint c;
   c.args.op = KFD_CRIU_OP_PROCESS_INFO;
   if ((c.result = ioctl(kfd_fd, AMDKFD_IOC_CRIU_OP, &c.args)) != 0) return c;
@@ -255,6 +362,7 @@ void SimKfd::kill(int pid) {
     }
     processes_.erase(pid);
   }
+  tracer_.erase(pid);
   for (int fd : app_dmabufs_[pid]) ::close(fd);
   app_dmabufs_.erase(pid);
 }
@@ -278,7 +386,7 @@ int SimKfd::open(const char* path, int /*flags*/) {
   if (p == "/dev/kfd") {
     if (gpus_.empty()) return -ENOENT;
     process_for_open(calling_pid_);
-    return new_file(SimFile{Kind::Kfd, calling_pid_, -1, 0, 0}, "sim-kfd");
+    return new_file(SimFile{Kind::Kfd, calling_pid_, -1}, "sim-kfd");
   }
   const std::string prefix = "/dev/dri/renderD";
   if (p.rfind(prefix, 0) == 0) {
@@ -290,7 +398,7 @@ int SimKfd::open(const char* path, int /*flags*/) {
         vis != visible_.end() && std::find(vis->second.begin(), vis->second.end(), gpu->gpu_id) == vis->second.end()) {
       return -EPERM;
     }
-    return new_file(SimFile{Kind::Render, calling_pid_, minor, 0, 0}, "sim-render");
+    return new_file(SimFile{Kind::Render, calling_pid_, minor}, "sim-render");
   }
   return -ENOENT;
 }
@@ -347,7 +455,15 @@ int SimKfd::ioctl(int fd, unsigned long request, void* arg) {
   }
   if (request == AMDKFD_IOC_CRIU_OP) {
     if (kfd_major_ != 1 || kfd_minor_ < 7) return -ENOTTY;   // no CRIU ioctls before 1.7
-    return criu_op(*f, *static_cast<kfd_ioctl_criu_args*>(arg));
+    // kfd_ioctl: another process's fd only for its ptrace parent, then the capability check.
+    if (f->owner_pid != calling_pid_) {
+      auto tracer = tracer_.find(f->owner_pid);
+      if (tracer == tracer_.end() || tracer->second != calling_pid_) return -EBADF;
+    }
+    if (auto cap = capable_.find(calling_pid_); cap != capable_.end() && !cap->second) return -EACCES;
+    auto& args = *static_cast<kfd_ioctl_criu_args*>(arg);
+    if (int err = injected_failure(args.op)) return err;
+    return criu_op(*f, args);
   }
   return -ENOTTY;
 }
@@ -370,9 +486,15 @@ int SimKfd::criu_op(const SimFile& file, kfd_ioctl_criu_args& args) {
   return -EINVAL;
 }
 
+std::uint64_t SimKfd::svm_priv_size(const SimProcess& p) {
+  std::uint64_t size = 0;
+  for (const auto& range : p.svm_ranges) size += kSvmPrivHeader + 8 * range.attrs.size();
+  return size;
+}
+
 std::uint64_t SimKfd::priv_size(const SimProcess& p) const {
   return kProcessPriv + kDevicePriv * p.pdds.size() + kBoPriv * p.bos.size() + kQueuePriv * p.queues.size() +
-         kEventPriv * p.events;
+         kEventPriv * p.events + svm_priv_size(p);
 }
 
 int SimKfd::process_info(SimProcess& p, kfd_ioctl_criu_args& args) {
@@ -381,17 +503,18 @@ int SimKfd::process_info(SimProcess& p, kfd_ioctl_criu_args& args) {
   args.pid = static_cast<std::uint32_t>(p.pid);
   args.num_devices = static_cast<std::uint32_t>(p.pdds.size());
   args.num_bos = static_cast<std::uint32_t>(p.bos.size());
-  args.num_objects = static_cast<std::uint32_t>(p.queues.size()) + p.events;
+  args.num_objects = static_cast<std::uint32_t>(p.queues.size() + p.svm_ranges.size()) + p.events;
   args.priv_data_size = priv_size(p);
   return 0;
 }
 
 int SimKfd::checkpoint(SimProcess& p, kfd_ioctl_criu_args& args) {
+  // criu_checkpoint refuses null arrays even when a count is 0.
   if (!args.devices || !args.bos || !args.priv_data) return -EINVAL;
   if (p.pdds.empty()) return -ENODEV;
   if (!p.queues_paused) return -EINVAL;   // PROCESS_INFO must come first
   if (args.num_devices != p.pdds.size() || args.num_bos != p.bos.size() ||
-      args.num_objects != p.queues.size() + p.events || args.priv_data_size != priv_size(p)) {
+      args.num_objects != p.queues.size() + p.events + p.svm_ranges.size() || args.priv_data_size != priv_size(p)) {
     return -EINVAL;
   }
   auto* devices = reinterpret_cast<kfd_criu_device_bucket*>(args.devices);
@@ -416,6 +539,13 @@ int SimKfd::checkpoint(SimProcess& p, kfd_ioctl_criu_args& args) {
     put<std::uint32_t>(priv, off, kObjectEvent);
     put<std::uint32_t>(priv, off, e);
   }
+  for (const auto& range : p.svm_ranges) {
+    put<std::uint32_t>(priv, off, kObjectSvmRange);
+    put<std::uint32_t>(priv, off, static_cast<std::uint32_t>(range.attrs.size()));
+    put<std::uint64_t>(priv, off, range.start);
+    put<std::uint64_t>(priv, off, range.size);
+    for (auto attr : range.attrs) put<std::uint64_t>(priv, off, attr);
+  }
   off = bo_priv;
   // BOs last, as the kernel does: installing dmabuf fds is the one step that cannot be undone.
   for (std::size_t i = 0; i < p.bos.size(); ++i) {
@@ -428,21 +558,21 @@ int SimKfd::checkpoint(SimProcess& p, kfd_ioctl_criu_args& args) {
     b.alloc_flags = bo.flags;
     b.dmabuf_fd = kInvalidFd;
     if (bo.mem_fd >= 0) {
-      const int fd = export_dmabuf(p.pid, bo);
+      const int fd = export_dmabuf(bo);
       if (fd < 0) return fd;
       b.dmabuf_fd = static_cast<std::uint32_t>(fd);
     }
     bos[i] = b;
     put<std::uint32_t>(priv, off, bo.idr_handle);
     put<std::uint32_t>(priv, off, 0);
-    put<std::uint64_t>(priv, off, 0);
+    put<std::uint64_t>(priv, off, bo.user_addr);
   }
   return 0;
 }
 
 int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
   if ((args.num_bos > 0 && !args.bos) || !args.devices || !args.priv_data || !args.priv_data_size ||
-      !args.num_devices) {
+      !args.num_devices || (args.num_bos == 0 && !restore_accepts_no_bos_)) {
     return -EINVAL;
   }
   const bool fresh = p.bos.empty() && !p.restored &&
@@ -481,21 +611,25 @@ int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
   for (std::uint32_t i = 0; i < args.num_bos; ++i) {
     kfd_criu_bo_bucket& b = bos[i];
     const std::uint32_t idr = get<std::uint32_t>(priv, off);
-    off += 12;
+    off += 4;
+    const std::uint64_t user_addr = get<std::uint64_t>(priv, off);
     auto pdd = std::find_if(pdds.begin(), pdds.end(), [&](const SimPdd& x) { return x.user_gpu_id == b.gpu_id; });
     if (pdd == pdds.end()) {
       for (auto& bo : new_bos) ::close(bo.mem_fd);
       return -ENODEV;
     }
     if ((b.alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL) && b.size != doorbell_size()) return -EINVAL;
-    SimBo bo = make_bo(b.gpu_id, b.addr, b.size, b.alloc_flags, idr);
+    if ((b.alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP) && b.size != kPageSize) return -EINVAL;
+    SimBo bo = make_bo(b.gpu_id, b.addr, b.size, b.alloc_flags, idr, user_addr);
     if (b.alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL) {
       bo.mmap_offset = kMmapTypeDoorbell | (static_cast<std::uint64_t>(pdd->actual_gpu_id) << 46);
+    } else if (b.alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP) {
+      bo.mmap_offset = kMmapTypeMmio | (static_cast<std::uint64_t>(pdd->actual_gpu_id) << 46);
     }
     b.restored_offset = bo.mmap_offset;
     b.dmabuf_fd = kInvalidFd;
     if (bo.mem_fd >= 0) {
-      const int fd = export_dmabuf(p.pid, bo);
+      const int fd = export_dmabuf(bo);
       if (fd < 0) return fd;
       b.dmabuf_fd = static_cast<std::uint32_t>(fd);
     }
@@ -504,6 +638,7 @@ int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
 
   std::vector<std::uint32_t> queues;
   std::uint32_t events = 0;
+  std::vector<SimSvmRange> svm;
   for (std::uint32_t i = 0; i < args.num_objects; ++i) {
     if (off + 4 > max) return -EINVAL;
     std::uint64_t peek = off;
@@ -517,6 +652,16 @@ int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
       if (off + kEventPriv > max) return -EINVAL;
       off += kEventPriv;
       ++events;
+    } else if (type == kObjectSvmRange) {
+      if (off + kSvmPrivHeader > max) return -EINVAL;
+      off += 4;
+      const std::uint32_t nattr = get<std::uint32_t>(priv, off);
+      SimSvmRange range;
+      range.start = get<std::uint64_t>(priv, off);
+      range.size = get<std::uint64_t>(priv, off);
+      if (off + 8ull * nattr > max) return -EINVAL;
+      for (std::uint32_t a = 0; a < nattr; ++a) range.attrs.push_back(get<std::uint64_t>(priv, off));
+      svm.push_back(std::move(range));
     } else {
       return -EINVAL;
     }
@@ -528,6 +673,7 @@ int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
   for (auto& bo : new_bos) p.bos.push_back(bo);
   p.queues = std::move(queues);
   p.events = events;
+  p.svm_pending = std::move(svm);
   p.restored = true;
   p.running = false;
   return 0;
@@ -536,32 +682,30 @@ int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
 int SimKfd::resume(kfd_ioctl_criu_args& args) {
   SimProcess* p = find_process(static_cast<int>(args.pid));
   if (!p) return -ESRCH;
-  if (resume_error_ != 0) return -std::exchange(resume_error_, 0);
+  for (auto& range : p->svm_pending) p->svm_ranges.push_back(std::move(range));
+  p->svm_pending.clear();
   p->running = true;
   p->queues_paused = false;
   return 0;
 }
 
-int SimKfd::dmabuf_target(int fd, std::uint64_t offset, std::size_t count, int* mem_fd) {
-  std::lock_guard lock(mutex_);
-  const SimFile* f = lookup(fd);
-  if (!f || f->kind != Kind::Dmabuf) return -EINVAL;
-  SimProcess* p = find_process(f->bo_pid);
-  if (!p) return -EINVAL;
-  for (const auto& bo : p->bos) {
-    if (bo.va == f->bo_va && bo.mem_fd >= 0) {
-      if (offset + count > bo.size) return -EINVAL;
-      *mem_fd = bo.mem_fd;
-      return 0;
-    }
-  }
-  return -EINVAL;
+// A dma-buf carries its BO into any process it reaches (SCM_RIGHTS, fork), as the kernel's does: the BO's memory
+// is the dma-buf's file itself and its flags and size are in the file's name, so a process whose simulation never
+// saw the BO (the main CRIU process, sent the fds by the restored child) reaches it all the same.
+int SimKfd::dmabuf_target(int fd, std::uint64_t offset, std::size_t count, int* mem_fd, bool* cpu_access) {
+  std::uint32_t flags = 0;
+  std::uint64_t size = 0;
+  if (!parse_bo_name(fd, &flags, &size)) return -EINVAL;
+  if (offset + count > size) return -EINVAL;
+  *mem_fd = fd;
+  *cpu_access = !(flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM) || (flags & KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC);
+  return 0;
 }
 
 int SimKfd::dmabuf_inode(int fd, std::uint64_t* inode) {
-  std::lock_guard lock(mutex_);
-  const SimFile* f = lookup(fd);
-  if (!f || f->kind != Kind::Dmabuf) return -ENOTSUP;
+  std::uint32_t flags = 0;
+  std::uint64_t size = 0;
+  if (!parse_bo_name(fd, &flags, &size)) return -ENOTSUP;
   struct stat st {};
   ::fstat(fd, &st);
   *inode = st.st_ino;
@@ -588,7 +732,9 @@ void SimKfd::count_transfer(std::size_t count) {
 
 int SimKfd::bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) {
   int mem = -1;
-  if (int err = dmabuf_target(dmabuf_fd, offset, count, &mem)) return err;
+  bool cpu_access = false;
+  if (int err = dmabuf_target(dmabuf_fd, offset, count, &mem, &cpu_access)) return err;
+  if (!cpu_access) return -EPERM;   // amdgpu_gem_object_mmap: NO_CPU_ACCESS
   if (::pread(mem, dst, count, static_cast<off_t>(offset)) != static_cast<ssize_t>(count)) return -EIO;
   count_transfer(count);
   return 0;
@@ -596,14 +742,38 @@ int SimKfd::bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t 
 
 int SimKfd::bo_write(int dmabuf_fd, std::uint64_t offset, const void* src, std::size_t count) {
   int mem = -1;
-  if (int err = dmabuf_target(dmabuf_fd, offset, count, &mem)) return err;
+  bool cpu_access = false;
+  if (int err = dmabuf_target(dmabuf_fd, offset, count, &mem, &cpu_access)) return err;
+  if (!cpu_access) return -EPERM;
   if (::pwrite(mem, src, count, static_cast<off_t>(offset)) != static_cast<ssize_t>(count)) return -EIO;
   count_transfer(count);
   return 0;
 }
 
-std::unique_ptr<BoCopier> SimKfd::make_sdma_copier(int /*render_fd*/, std::size_t /*buffer_size*/) {
-  return nullptr;   // the simulation has no SDMA engine: the backend takes the CPU path
+Result<std::unique_ptr<BoCopier>> SimKfd::make_sdma_copier(int render_fd, std::size_t /*buffer_size*/) {
+  std::lock_guard lock(mutex_);
+  const SimFile* f = lookup(render_fd);
+  if (!f || f->kind != Kind::Render) return make_error("SDMA: not an amdgpu render node", ENODEV);
+  if (!sdma_available_) return make_error("SDMA: " + sdma_missing_reason_, ENOSYS);
+  return std::unique_ptr<BoCopier>(std::make_unique<SimSdmaCopier>(*this));
+}
+
+int SimKfd::dmabuf_holders(const std::vector<std::uint64_t>& inodes, const std::string& except_pid,
+                           std::vector<DmabufHolder>* holders) {
+  std::lock_guard lock(mutex_);
+  for (const auto& [pid, fds] : app_dmabufs_) {
+    if (std::to_string(pid) == except_pid || pid == calling_pid_) continue;
+    std::vector<std::uint64_t> seen;
+    for (int fd : fds) {
+      struct stat st {};
+      if (::fstat(fd, &st) != 0 || std::find(seen.begin(), seen.end(), st.st_ino) != seen.end()) continue;
+      seen.push_back(st.st_ino);
+      if (std::find(inodes.begin(), inodes.end(), st.st_ino) != inodes.end()) {
+        holders->push_back({std::to_string(pid), st.st_ino});
+      }
+    }
+  }
+  return 0;
 }
 
 }  // namespace gpuckpt::amd::sim

@@ -1,18 +1,33 @@
 // The one fake of the AMD hardware seam: a simulated KFD/DRM device that keeps the kernel's CRIU protocol
 // (drivers/gpu/drm/amd/amdkfd/kfd_chardev.c, criu_* functions) as documented in linux/kfd_ioctl.h:
 //  - a process opening /dev/kfd gets one process-device (pdd) per GPU it can see;
+//  - CRIU_OP on another process's /dev/kfd fd only from that process's ptrace parent (-EBADF otherwise), and
+//    only from a caller with CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN (-EACCES), checked in that order;
 //  - PROCESS_INFO evicts ("pauses") the queues and reports devices, BOs, objects and the private-data size;
-//  - CHECKPOINT is refused (-EINVAL) unless the process is paused and every count and size matches;
-//    it installs a dmabuf fd in the caller for every VRAM/GTT BO;
+//    a failing PROCESS_INFO leaves the queues running;
+//  - CHECKPOINT is refused (-EINVAL) unless the process is paused, every count and size matches and no array is
+//    null (even with no BOs); it installs a dmabuf fd in the caller for every VRAM/GTT BO; userptr BOs keep their
+//    CPU address in the private data (their pages are the process's memory, which CRIU dumps), doorbell and
+//    MMIO-remap BOs have no contents and mmap offsets that name their type and GPU;
 //  - UNPAUSE is refused unless paused;
 //  - RESTORE acts on the calling process, which must be fresh (no BOs, no VM bound to a render node), must see
 //    as many GPUs as the image lists, and must pass, per device, an existing actual gpu_id and an fd of that
-//    GPU's render node; the private data must be consumed exactly; new BOs get new mmap offsets
-//    (restored_offset) and new dmabuf fds; the queues stay evicted until RESUME;
+//    GPU's render node; num_bos == 0 is refused (-EINVAL) as kernels before "Allow restore of processes with no
+//    BOs" do, unless told otherwise; a doorbell BO must be one doorbell slice, an MMIO-remap BO one page; the
+//    private data must be consumed exactly; new BOs get new mmap offsets (restored_offset) and new dmabuf fds;
+//    the queues stay evicted until RESUME;
+//  - SVM ranges are objects of the private data (type 2: start, size, attributes); RESTORE keeps them aside and
+//    RESUME applies them, as kfd_criu_restore_svm / kfd_criu_resume_svm do; their pages are process memory;
 //  - RESUME finds the process by pid (-ESRCH when there is none);
-//  - ioctls other than CRIU_OP only from the process that opened the fd (-EBADF otherwise).
-// File descriptors are real (memfd), so fd numbers, dup, SCM_RIGHTS passing and pread/pwrite of BO memory
-// behave as on a real system; the simulation recognises its files by inode.
+//  - any CRIU op can be made to fail once with a chosen errno (ENOMEM, EBUSY, EIO, ... as the kernel's can);
+//  - ioctls other than CRIU_OP only from the process that opened the fd (-EBADF otherwise);
+//  - the CPU may map (bo_read/bo_write) only CPU-accessible BOs: a VRAM BO allocated without
+//    KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC is NO_CPU_ACCESS in amdgpu, whose mmap is refused (-EPERM);
+//  - an SDMA engine per GPU copies any BO (turned off to model a node without libdrm_amdgpu).
+// File descriptors are real (memfd), so fd numbers, dup, SCM_RIGHTS passing, fork and pread/pwrite of BO memory
+// behave as on a real system; the simulation recognises /dev/kfd and render-node files by inode, and a dma-buf
+// by its file alone (so one sent to another process works there). KFD process state lives in the simulating
+// process: after fork(2), a child's RESTORE is not seen by the parent's simulation (its RESUME answers ESRCH).
 #pragma once
 
 #include <linux/kfd_ioctl.h>
@@ -21,6 +36,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -41,6 +57,7 @@ struct SimBo {
   std::uint32_t user_gpu_id = 0;
   std::uint64_t mmap_offset = 0;
   std::uint32_t idr_handle = 0;
+  std::uint64_t user_addr = 0;   // USERPTR: the CPU address of its pages
   int mem_fd = -1;            // the BO's memory (VRAM/GTT only)
 };
 
@@ -50,12 +67,22 @@ struct SimPdd {
   bool vm_bound = false;      // a render node's VM was given to KFD (by use, or by RESTORE)
 };
 
+// An SVM range (AMDKFD_IOC_SVM SET_ATTR): its pages are process memory; KFD keeps only its attributes.
+struct SimSvmRange {
+  std::uint64_t start = 0;
+  std::uint64_t size = 0;
+  std::vector<std::uint64_t> attrs;   // kfd_ioctl_svm_attribute {type, value} packed as type << 32 | value
+  bool operator==(const SimSvmRange&) const = default;
+};
+
 struct SimProcess {
   int pid = 0;
   std::vector<SimPdd> pdds;
   std::vector<SimBo> bos;
   std::vector<std::uint32_t> queues;   // user gpu_id of each queue
   std::uint32_t events = 0;
+  std::vector<SimSvmRange> svm_ranges;       // in effect
+  std::vector<SimSvmRange> svm_pending;      // RESTOREd, applied at RESUME (kfd_criu_resume_svm)
   std::uint32_t xnack = 0;
   bool queues_paused = false;          // PROCESS_INFO .. UNPAUSE
   bool restored = false;               // RESTORE done
@@ -81,21 +108,36 @@ class SimKfd final : public AmdDevice {
   // GPUs a process is given (its device cgroup): the ones it sees when it opens /dev/kfd and whose render nodes it
   // may open (others: EPERM); default: all.
   void set_visible_gpus(int pid, std::vector<std::uint32_t> gpu_ids);
-  // The next RESUME fails with -errno (as amdgpu_amdkfd_criu_resume can: ENOMEM, EINVAL, ...).
-  void fail_next_resume(int errno_value) { resume_error_ = errno_value; }
+  // The next CRIU `op` (KFD_CRIU_OP_*) fails with -errno, after the permission checks, as the kernel's can
+  // (ENOMEM from VRAM exhaustion at RESTORE, EBUSY/ENOMEM evicting queues, EIO, ...).
+  void fail_next(std::uint32_t op, int errno_value);
+  // CRIU seizes `pid` (becomes its ptrace parent): CRIU ops on its /dev/kfd fds are then allowed to `tracer`.
+  void seize(int pid, int tracer);
+  // Whether `pid` has CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN (default: yes).
+  void set_capable(int pid, bool capable);
+  // Kernels with "Allow restore of processes with no BOs" accept RESTORE with num_bos == 0.
+  void set_restore_accepts_no_bos(bool accepts) { restore_accepts_no_bos_ = accepts; }
+  // Whether the GPUs have a usable SDMA engine (libdrm_amdgpu present); `reason` is what make_sdma_copier says.
+  void set_sdma_available(bool available, std::string reason = "libdrm_amdgpu.so.1 not loadable");
 
   // What an application does through libhsakmt, run as `pid`.
   int app_open_kfd(int pid);
   int app_open_render(int pid, int render_minor);
-  void app_alloc_bo(int pid, std::uint32_t gpu_id, std::uint64_t va, std::uint64_t size, std::uint32_t flags);
+  // `user_addr`: the CPU address a USERPTR BO's pages live at.
+  void app_alloc_bo(int pid, std::uint32_t gpu_id, std::uint64_t va, std::uint64_t size, std::uint32_t flags,
+                    std::uint64_t user_addr = 0);
   void app_fill_bo(int pid, std::uint64_t va, std::uint32_t seed);
   std::vector<std::uint8_t> app_read_bo(int pid, std::uint64_t va);
   // Export a BO as a dma-buf fd the process keeps (hsaKmtExportDMABufHandle / PRIME): a BO has one dma-buf,
   // so every export of it shares one inode.
   int app_export_dmabuf(int pid, std::uint64_t va);
+  // Another process gets an fd on that dma-buf (passed over a socket, or imported to a device through it).
+  int app_share_dmabuf(int owner_pid, std::uint64_t va, int holder_pid);
   void app_create_queue(int pid, std::uint32_t gpu_id);
   void app_create_events(int pid, std::uint32_t count);
-  // PROCESS_INFO then CHECKPOINT on `kfd_fd` as the current caller; the queues stay paused.
+  void app_set_svm_range(int pid, const SimSvmRange& range);
+  // PROCESS_INFO then CHECKPOINT on `kfd_fd` as the current caller, which seizes the fd's process first as CRIU
+  // does; the queues stay paused.
   SimCheckpoint checkpoint_for_test(int kfd_fd);
   // The process exits (CRIU kills it after the dump): its KFD state is gone.
   void kill(int pid);
@@ -105,6 +147,7 @@ class SimKfd final : public AmdDevice {
   SimProcess process(int pid) const;
   std::size_t largest_bo_transfer() const { return largest_transfer_; }
   std::uint64_t bo_bytes_moved() const { return bytes_moved_; }
+  std::uint64_t sdma_bytes_moved() const { return sdma_bytes_; }
   static std::uint64_t doorbell_size() { return 8192; }
 
   // AmdDevice
@@ -116,20 +159,20 @@ class SimKfd final : public AmdDevice {
   int dup_above(int fd, int min_fd) override;
   int dmabuf_inode(int fd, std::uint64_t* inode) override;
   int process_dmabuf_inodes(const std::string& host_pid, std::vector<std::uint64_t>* inodes) override;
+  int dmabuf_holders(const std::vector<std::uint64_t>& inodes, const std::string& except_pid,
+                     std::vector<DmabufHolder>* holders) override;
   int bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) override;
   int bo_write(int dmabuf_fd, std::uint64_t offset, const void* src, std::size_t count) override;
-  std::unique_ptr<BoCopier> make_sdma_copier(int render_fd, std::size_t buffer_size) override;
+  Result<std::unique_ptr<BoCopier>> make_sdma_copier(int render_fd, std::size_t buffer_size) override;
 
   static constexpr unsigned kKfdMajorNumber = 511;   // /dev/kfd's char major is dynamic; this one is ours
 
  private:
-  enum class Kind { Kfd, Render, Dmabuf };
+  enum class Kind { Kfd, Render };
   struct SimFile {
     Kind kind;
     int owner_pid = 0;
     int render_minor = -1;
-    int bo_pid = 0;            // Dmabuf: which process's BO (by va)
-    std::uint64_t bo_va = 0;
   };
 
   int new_file(const SimFile& file, const char* name);
@@ -139,22 +182,31 @@ class SimKfd final : public AmdDevice {
   const SimGpu* gpu_by_id(std::uint32_t gpu_id) const;
   const SimGpu* gpu_by_minor(int minor) const;
   SimBo make_bo(std::uint32_t user_gpu_id, std::uint64_t va, std::uint64_t size, std::uint32_t flags,
-                std::uint32_t idr_handle);
-  int export_dmabuf(int pid, const SimBo& bo);
+                std::uint32_t idr_handle, std::uint64_t user_addr);
+  static int export_dmabuf(const SimBo& bo);
   std::uint64_t priv_size(const SimProcess& p) const;
+  static std::uint64_t svm_priv_size(const SimProcess& p);
 
   int criu_op(const SimFile& file, kfd_ioctl_criu_args& args);
   int process_info(SimProcess& p, kfd_ioctl_criu_args& args);
   int checkpoint(SimProcess& p, kfd_ioctl_criu_args& args);
   int restore(SimProcess& p, kfd_ioctl_criu_args& args);
   int resume(kfd_ioctl_criu_args& args);
-  int dmabuf_target(int fd, std::uint64_t offset, std::size_t count, int* mem_fd);
+  int dmabuf_target(int fd, std::uint64_t offset, std::size_t count, int* mem_fd, bool* cpu_access);
+  static bool parse_bo_name(int fd, std::uint32_t* flags, std::uint64_t* size);
+  int injected_failure(std::uint32_t op);   // mutex held
   void count_transfer(std::size_t count);
+  friend class SimSdmaCopier;
 
   std::vector<SimGpu> gpus_;
   std::uint32_t kfd_major_;
   std::uint32_t kfd_minor_;
-  int resume_error_ = 0;
+  std::map<std::uint32_t, int> fail_next_;      // op -> errno
+  std::map<int, int> tracer_;                    // pid -> its ptrace parent
+  std::map<int, bool> capable_;
+  bool restore_accepts_no_bos_ = false;
+  bool sdma_available_ = true;
+  std::string sdma_missing_reason_;
   std::atomic<int> calling_pid_{1};
   mutable std::mutex mutex_;
   std::map<ino_t, SimFile> files_;
@@ -164,6 +216,7 @@ class SimKfd final : public AmdDevice {
   std::uint64_t next_mmap_offset_ = 0x100000000ull;
   std::atomic<std::size_t> largest_transfer_{0};
   std::atomic<std::uint64_t> bytes_moved_{0};
+  std::atomic<std::uint64_t> sdma_bytes_{0};
 };
 
 }  // namespace gpuckpt::amd::sim
