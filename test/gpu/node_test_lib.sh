@@ -198,3 +198,33 @@ PY
   (cd "$dir" && tar -c . | zstd -q -f -o "$dst") || return 1
   rm -rf "$dir"
 }
+
+# ---- pods and host-python containers ------------------------------------------------------------------------
+# NVLink multicast stays off in every GPU container (the GPU machines' rule: a program that uses it can put the
+# host's GPUs out of service); containers start with their own environment, so it is passed explicitly.
+GPU_SAFE_ENV=(-e NCCL_NVLS_ENABLE=0 -e TORCH_SYMM_MEM_DISABLE_MULTICAST=1 -e NVSHMEM_DISABLE_NVLS=1)
+# python_image: PY_IMAGE, busybox with merged-/usr links, so the host's /usr (python, its libraries) can be bound in;
+# and PAUSE_IMAGE, the same sleeping for ever (a pod's infra container where no pause image is at hand).
+PY_IMAGE=localhost/$PREFIX-py
+PAUSE_IMAGE=localhost/$PREFIX-pause
+python_image() {
+  podman image exists "$PY_IMAGE" && podman image exists "$PAUSE_IMAGE" && return 0
+  command -v busybox >/dev/null || return 1
+  local root; root=$(mktemp -d "$WORK/image.XXXXXX")
+  mkdir -p "$root"/{bin,tmp,proc,sys,dev,etc,usr,opt,srv}
+  cp "$(readlink -f "$(command -v busybox)")" "$root/bin/busybox" && ln -s busybox "$root/bin/sh" && ln -s busybox "$root/bin/sleep"
+  ln -s usr/lib "$root/lib"; ln -s usr/lib64 "$root/lib64"
+  echo 'root:x:0:0:root:/:/bin/sh' > "$root/etc/passwd"
+  tar -C "$root" -c . | podman import -q - "$PY_IMAGE" >/dev/null &&
+    tar -C "$root" -c . | podman import -q --change 'CMD ["/bin/sleep", "2147483647"]' - "$PAUSE_IMAGE" >/dev/null
+  local rc=$?
+  rm -rf "$root"
+  return $rc
+}
+# new_pod NAME: a started pod with its own network namespace (loopback only: no CNI here), shared by its
+# containers with IPC and UTS, as a Kubernetes pod's sandbox. Its infra container: POD_INFRA_IMAGE, else
+# python_image's PAUSE_IMAGE (podman's own would be built from catatonit, which a node may lack).
+new_pod() {
+  pm pod create --name "$1" --network none --infra-image "${POD_INFRA_IMAGE:-$PAUSE_IMAGE}" >/dev/null &&
+    pm pod start "$1" >/dev/null
+}
