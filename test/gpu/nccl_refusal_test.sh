@@ -55,17 +55,6 @@ both_advance() { # FROM0 FROM1: both ranks' counters pass where they were within
 both_running() { for p in $RANKS; do [ "$(timeout 10 "$WORK/cuckpt" state "$p")" = 0 ] || return 1; done; }
 
 echo "driver $DRIVER; criu $("$CRIU" --version | head -1); $("$PYTHON" -c 'import torch; print("torch", torch.__version__, "nccl", ".".join(map(str, torch.cuda.nccl.version())))')"
-setsid "$PYTHON" "$HERE/nccl_ranks.py" "$WORK/iters" >"$WORK/job.log" 2>&1 & JOB=$!
-deadline=$((SECONDS + 90))
-until [ "$(iter 0)" -ge 100 ] && [ "$(iter 1)" -ge 100 ]; do
-  [ $SECONDS -lt $deadline ] || { tail -20 "$WORK/job.log"; echo "FAILED: the NCCL job did not start"; exit 1; }
-  sleep 0.5
-done
-RANKS=$(cat /proc/$JOB/task/*/children | tr " " "\n" | grep . | sort -n | tr "\n" " ")
-set -- $RANKS
-RANK0=$1 RANK1=$2
-echo "job: launcher $JOB, ranks $RANK0 $RANK1"
-
 # refused CASE EXPECT_PEERS TARGET [criu args]: criu dump must fail, say why, lock nothing; the job runs on.
 refused() {
   local name=$1 peers=$2 target=$3 img=$WORK/$1.img; shift 3
@@ -90,6 +79,18 @@ refused() {
 
 CASES=${NCCL_TESTS:-tree leave_running one_rank pod}
 wanted() { [[ " $CASES " == *" $1 "* ]]; }
+if wanted tree || wanted leave_running || wanted one_rank; then
+  setsid "$PYTHON" "$HERE/nccl_ranks.py" "$WORK/iters" >"$WORK/job.log" 2>&1 & JOB=$!
+  deadline=$((SECONDS + 90))
+  until [ "$(iter 0)" -ge 100 ] && [ "$(iter 1)" -ge 100 ]; do
+    [ $SECONDS -lt $deadline ] || { tail -20 "$WORK/job.log"; echo "FAILED: the NCCL job did not start"; exit 1; }
+    sleep 0.5
+  done
+  RANKS=$(cat /proc/$JOB/task/*/children | tr " " "\n" | grep . | sort -n | tr "\n" " ")
+  set -- $RANKS
+  RANK0=$1 RANK1=$2
+  echo "job: launcher $JOB, ranks $RANK0 $RANK1"
+fi
 wanted tree && refused tree "NCCL/CUDA IPC between processes $RANK0 and $RANK1" "$JOB"
 wanted leave_running && refused leave_running "NCCL/CUDA IPC between processes $RANK0 and $RANK1" "$JOB" --leave-running
 wanted one_rank && refused one_rank "NCCL/CUDA IPC between processes $RANK1 and $RANK0 ($RANK0 is not part of this dump)" "$RANK1" --leave-running
