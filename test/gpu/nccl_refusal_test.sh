@@ -5,7 +5,8 @@
 #   tree           criu dump of the whole job (the launcher's tree)
 #   leave_running  the same with --leave-running
 #   one_rank       criu dump --leave-running of rank 1 alone (as another container of the pod would be)
-#   pod            the ranks in two containers of one pod (shared network and IPC namespaces, both GPUs each),
+#   pod            the ranks in two containers of one pod (shared network and IPC namespaces and /dev/shm, both
+#                  GPUs each),
 #                  `gpuckpt checkpoint` of each container through the agent: refused, the CLI's message names the
 #                  NCCL peer in the other container and the driver needed, both containers keep running (needs the
 #                  node made by device_node.sh: podman, the installed hook and plugin, the CDI spec)
@@ -103,9 +104,11 @@ case_pod() {
   host_python_mounts "$PYTHON" && python_image || { record pod FAIL "cannot make the python image"; return; }
   local pod=$PREFIX-nccl r rank_pid=() a0 a1 msg
   ITERS=$WORK/pod-iters; mkdir -p "$ITERS"; chmod 777 "$ITERS"
-  new_pod "$pod" || { record pod FAIL "podman pod create"; return; }
+  new_sandbox "$pod" || { record pod FAIL "cannot make the pod's namespaces"; return; }
+  local sandbox; read -ra sandbox <<< "$(sandbox_args "$pod")"
+  mkdir -p "$WORK/pod-shm"   # the pod's /dev/shm, shared as a pod's is
   for r in 0 1; do
-    pm run -d --name "$pod-rank$r" --pod "$pod" --device nvidia.com/gpu=0 --device nvidia.com/gpu=1 "${GPU_SAFE_ENV[@]}" \
+    pm run -d --name "$pod-rank$r" "${sandbox[@]}" -v "$WORK/pod-shm:/dev/shm" --device nvidia.com/gpu=0 --device nvidia.com/gpu=1 "${GPU_SAFE_ENV[@]}" \
       "${HOST_PY_MOUNTS[@]}" -v "$HERE:/srv:ro" -v "$ITERS:/iters" -e HOME=/tmp -e MASTER_ADDR=127.0.0.1 \
       -e MASTER_PORT=29533 -e RANK=$r -e WORLD_SIZE=2 -e LOCAL_RANK=$r \
       "$PY_IMAGE" "$PYTHON" /srv/nccl_ranks.py /iters --rank $r --world 2 > "$WORK/pod-rank$r.run" 2>&1 \

@@ -31,7 +31,7 @@ cleanup() {
   [ -n "$NODE_CLEANUP" ] && "$NODE_CLEANUP"
   [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
   for c in $(podman ps -a --format '{{.Names}}' | grep "^$PREFIX"); do podman rm -f -t 0 "$c" >/dev/null 2>&1; done
-  for p in $(podman pod ls --format '{{.Name}}' | grep "^$PREFIX"); do podman pod rm -f "$p" >/dev/null 2>&1; done
+  remove_sandboxes "$PREFIX"
   for i in $(podman images --format '{{.Repository}}' | grep "$PREFIX"); do podman rmi -f "$i" >/dev/null 2>&1; done
   for f in "${INSTALLED[@]}"; do if [ -d "$f" ]; then rmdir "$f"; else rm -f "$f"; fi; done
   [ -n "${KEEP_OUT:-}" ] || rm -rf "$WORK"
@@ -203,28 +203,51 @@ PY
 # NVLink multicast stays off in every GPU container (the GPU machines' rule: a program that uses it can put the
 # host's GPUs out of service); containers start with their own environment, so it is passed explicitly.
 GPU_SAFE_ENV=(-e NCCL_NVLS_ENABLE=0 -e TORCH_SYMM_MEM_DISABLE_MULTICAST=1 -e NVSHMEM_DISABLE_NVLS=1)
-# python_image: PY_IMAGE, busybox with merged-/usr links, so the host's /usr (python, its libraries) can be bound in;
-# and PAUSE_IMAGE, the same sleeping for ever (a pod's infra container where no pause image is at hand).
+# python_image: PY_IMAGE, busybox with merged-/usr links, so the host's /usr (python, its libraries) can be bound in.
 PY_IMAGE=localhost/$PREFIX-py
-PAUSE_IMAGE=localhost/$PREFIX-pause
 python_image() {
-  podman image exists "$PY_IMAGE" && podman image exists "$PAUSE_IMAGE" && return 0
+  podman image exists "$PY_IMAGE" && return 0
   command -v busybox >/dev/null || return 1
   local root; root=$(mktemp -d "$WORK/image.XXXXXX")
   mkdir -p "$root"/{bin,tmp,proc,sys,dev,etc,usr,opt,srv}
-  cp "$(readlink -f "$(command -v busybox)")" "$root/bin/busybox" && ln -s busybox "$root/bin/sh" && ln -s busybox "$root/bin/sleep"
+  cp "$(readlink -f "$(command -v busybox)")" "$root/bin/busybox" && ln -s busybox "$root/bin/sh"
   ln -s usr/lib "$root/lib"; ln -s usr/lib64 "$root/lib64"
   echo 'root:x:0:0:root:/:/bin/sh' > "$root/etc/passwd"
-  tar -C "$root" -c . | podman import -q - "$PY_IMAGE" >/dev/null &&
-    tar -C "$root" -c . | podman import -q --change 'CMD ["/bin/sleep", "2147483647"]' - "$PAUSE_IMAGE" >/dev/null
+  tar -C "$root" -c . | podman import -q - "$PY_IMAGE" >/dev/null
   local rc=$?
   rm -rf "$root"
   return $rc
 }
-# new_pod NAME: a started pod with its own network namespace (loopback only: no CNI here), shared by its
-# containers with IPC and UTS, as a Kubernetes pod's sandbox. Its infra container: POD_INFRA_IMAGE, else
-# python_image's PAUSE_IMAGE (podman's own would be built from catatonit, which a node may lack).
-new_pod() {
-  pm pod create --name "$1" --network none --infra-image "${POD_INFRA_IMAGE:-$PAUSE_IMAGE}" >/dev/null &&
-    pm pod start "$1" >/dev/null
+# A pod's sandbox, as a Kubernetes node makes it: a network namespace (what CNI configures: loopback only here) and an
+# IPC namespace, persisted at $SANDBOX_DIR/NAME.net and .ipc, that the pod's containers join by path (podman
+# --network ns:PATH --ipc ns:PATH, as runc joins the pause container's namespaces under CRI). Checkpoints of such a
+# container leave the namespaces to their owner, as for a pod's container (CRIU: external). Not podman's own pods:
+# their infra container does not start on the GPU machine (runc: "error reopening /dev/null inside container:
+# operation not permitted"), and podman refuses to export containers that join another container's namespaces.
+SANDBOX_DIR=/run/gpuckpt-test-sandboxes
+new_sandbox() {
+  mkdir -p "$SANDBOX_DIR"
+  # unshare persists a namespace by bind mount, which needs a mount with private propagation
+  mountpoint -q "$SANDBOX_DIR" || { mount --bind "$SANDBOX_DIR" "$SANDBOX_DIR" && mount --make-private "$SANDBOX_DIR"; } || return 1
+  touch "$SANDBOX_DIR/$1.net" "$SANDBOX_DIR/$1.ipc" &&
+    unshare --net="$SANDBOX_DIR/$1.net" --ipc="$SANDBOX_DIR/$1.ipc" true &&
+    nsenter --net="$SANDBOX_DIR/$1.net" busybox ip link set lo up
+}
+sandbox_args() { echo "--network ns:$SANDBOX_DIR/$1.net --ipc ns:$SANDBOX_DIR/$1.ipc"; }
+remove_sandboxes() { # PREFIX: this run's sandboxes
+  local f
+  for f in "$SANDBOX_DIR/$1"*.net "$SANDBOX_DIR/$1"*.ipc; do
+    [ -e "$f" ] || continue
+    umount "$f" 2>/dev/null; rm -f "$f"
+  done
+}
+# into_sandbox SRC DST OLD NEW: SRC's archive with its containers' sandbox OLD replaced by NEW (spec.dump and
+# config.dump name the namespaces' paths): what a runtime does restoring a checkpoint into a new pod.
+into_sandbox() {
+  local dir; dir=$(mktemp -d "$WORK/sandbox.XXXXXX")
+  tar -C "$dir" -xf "$1" || return 1
+  sed -i "s#$SANDBOX_DIR/$3\.#$SANDBOX_DIR/$4.#g" "$dir/spec.dump" "$dir/config.dump" || return 1
+  grep -q "$SANDBOX_DIR/$4\.net" "$dir/spec.dump" || { echo "no sandbox $3 in $1"; return 1; }
+  (cd "$dir" && tar -c . | zstd -q -f -o "$2") || return 1
+  rm -rf "$dir"
 }

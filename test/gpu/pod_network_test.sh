@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU containers in pods, as on Kubernetes: each pod has its own network namespace (its infra container's, as the
-# pause container's on a kubelet node), the workload container joins it, and a restore goes into a NEW pod. The
+# GPU containers in pods, as on Kubernetes: each pod has its own network and IPC namespaces (its sandbox, made as CNI
+# makes it: node_test_lib.sh new_sandbox), the workload container joins them, and a restore goes into a NEW pod. The
 # workload is an inference server over HTTP/1.1 on the GPU (test/gpu/inference_server.py: a Llama-shaped model,
 # seeded random weights, greedy decoding whose KV cache stays on the GPU between requests); clients run in the pod's
 # network namespace (nsenter), one of them holding its connection open across each checkpoint. Every answer is
@@ -22,8 +22,7 @@
 #   two_at_once      one archive restored twice at the same time into two new pods: both run, each in its own
 #                    network namespace, both continue the stream exactly
 # Without a GPU (or POD_MODEL=cpu-hash) the server's "model" is a SHA-256 chain: the network and CRIU path only.
-# Needs root, podman (pods: an infra image, POD_INFRA_IMAGE or podman's own), criu, the node's gpuckpt (see
-# node_test_lib.sh). Exit 77 when nothing passed.
+# Needs root, podman, criu, busybox, unshare/nsenter, the node's gpuckpt (see node_test_lib.sh). Exit 77 when nothing passed.
 #   POD_TEST_OUT  keep logs and archives here     PYTHON  the host python (default: /opt/torch/.venv/bin/python3,
 #   else python3); in the containers it is bound read-only with its packages
 set -uo pipefail
@@ -59,12 +58,12 @@ CRIU_CONF=$WORK/criu-pod.conf
 criu_options() { { [ -f /etc/criu/runc.conf ] && grep -v -E '^(tcp-|network-lock)' /etc/criu/runc.conf; printf '%s\n' "$@"; } > "$CRIU_CONF"; }
 criu_options "network-lock skip"
 
-pod_id() { podman pod inspect -f '{{.Id}}' "$1"; }
 netns_of() { readlink "/proc/$(ctr_pid "$1")/ns/net"; }
 serve() { # NAME POD GPU-INDEX|-: the server in POD
   local gpu=("${GPU_SAFE_ENV[@]}")
   [ "$3" != - ] && gpu+=(--device "nvidia.com/gpu=$3")
-  pm run -d --name "$1" --pod "$2" "${gpu[@]}" "${HOST_PY_MOUNTS[@]}" -v "$SRC/test/gpu:/srv:ro" -e HOME=/tmp \
+  local sandbox; read -ra sandbox <<< "$(sandbox_args "$2")"
+  pm run -d --name "$1" "${sandbox[@]}" "${gpu[@]}" "${HOST_PY_MOUNTS[@]}" -v "$SRC/test/gpu:/srv:ro" -e HOME=/tmp \
     --annotation "org.criu.config=$CRIU_CONF" "$PY_IMAGE" "$PY" /srv/inference_server.py --model "$MODEL" \
     > "$WORK/$1.run" 2>&1 || { show "$WORK/$1.run"; return 1; }
 }
@@ -96,14 +95,14 @@ matches_reference() {
 # ---- the uninterrupted run ----------------------------------------------------------------------------------
 reference() {
   [ -s "$WORK/reference.txt" ] && return 0
-  new_pod "$PREFIX-ref" && serve "$PREFIX-ref-srv" "$PREFIX-ref" "$GPU0" || return 1
+  new_sandbox "$PREFIX-ref" && serve "$PREFIX-ref-srv" "$PREFIX-ref" "$GPU0" || return 1
   client "$PREFIX-ref-srv" "$WORK/reference.txt" "$REF_REQUESTS" || { pm logs "$PREFIX-ref-srv" 2>&1 | tail -5; return 1; }
-  pm pod rm -f "$PREFIX-ref" >/dev/null 2>&1
+  pm rm -f -t 0 "$PREFIX-ref-srv" >/dev/null 2>&1
   echo "reference: $(wc -l < "$WORK/reference.txt") answers of $N tokens ($MODEL); first: $(head -1 "$WORK/reference.txt")"
 }
 # A server in a new pod with a client holding its connection after REQUESTS answers: NAME POD GPU TAG OUT
 started_with_connection() {
-  new_pod "$2" && serve "$1" "$2" "$3" || return 1
+  new_sandbox "$2" && serve "$1" "$2" "$3" || return 1
   rm -f "$5"
   hold "$1" "$5" 3 "$4" || { pm logs "$1" 2>&1 | tail -5; return 1; }
 }
@@ -157,7 +156,7 @@ case_leave_running() {
   local tcp; tcp=$(entries "$a" 'checkpoint/tcp-stream-')
   [ "$tcp" -ge 1 ] || { record leave_running FAIL "no TCP stream image in the archive"; return; }
   record leave_running PASS "tcp-established, --leave-running ${tck}s ($tcp TCP stream image(s)); the open connection answered on, $(wc -l < "$out") answers equal the uninterrupted run"
-  pm pod rm -f "$PREFIX-p-live" >/dev/null 2>&1
+  pm rm -f -t 0 "$name" >/dev/null 2>&1
 }
 
 # checkpoint_stopping NAME TAG: checkpoint through the agent (the container stops) with tcp-close; sets ARCHIVE, TCK,
@@ -169,10 +168,11 @@ checkpoint_stopping() {
   timed FATE_S fate "$2" > "$WORK/$2.fate.txt"; FATE=$(cat "$WORK/$2.fate.txt")
   pm rm -f -t 0 "$1" >/dev/null 2>&1; wait_gone "$1"
 }
-restore_into() { # ARCHIVE POD NAME: a runtime's restore into a new pod
-  new_pod "$2" || return 1
-  pm container restore --import "$1" --pod "$(pod_id "$2")" --name "$3" > "$WORK/$3.rst.log" 2>&1 \
-    || { show "$WORK/$3.rst.log"; criu_log "$3"; return 1; }
+restore_into() { # ARCHIVE OLD-POD NEW-POD NAME: a runtime's restore into a new pod
+  new_sandbox "$3" && into_sandbox "$1" "$WORK/$4-$3.tar.zst" "$2" "$3" || return 1
+  pm container restore --import "$WORK/$4-$3.tar.zst" --name "$4" > "$WORK/$4.rst.log" 2>&1 \
+    || { show "$WORK/$4.rst.log"; criu_log "$4"; return 1; }
+  rm -f "$WORK/$4-$3.tar.zst"
 }
 
 case_restore_same() {
@@ -184,7 +184,7 @@ case_restore_same() {
   checkpoint_stopping "$name" same || { record restore_same FAIL "gpuckpt checkpoint"; return; }
   case $FATE in answered|timeout|"no answer"*) record restore_same FAIL "the open connection after a stopping checkpoint: $FATE (${FATE_S}s): it must end"; return ;; esac
   SAME_ARCHIVE=$ARCHIVE SAME_STEP=$(last_iter "$out")
-  timed trs restore_into "$ARCHIVE" "$PREFIX-p-same2" "$name" || { record restore_same FAIL "podman restore --pod"; return; }
+  timed trs restore_into "$ARCHIVE" "$PREFIX-p-same" "$PREFIX-p-same2" "$name" || { record restore_same FAIL "podman restore into a new pod"; return; }
   ns1=$(netns_of "$name")
   [ "$ns0" != "$ns1" ] || { record restore_same FAIL "restored in the old network namespace $ns0"; return; }
   client "$name" "$out" 4 || { pm logs "$name" 2>&1 | tail -5; record restore_same FAIL "no answer from the restored server"; return; }
@@ -201,13 +201,13 @@ case_other_gpu() {
   start_agent || { record other_gpu FAIL "agent did not start"; return; }
   local name=$PREFIX-moved out=$WORK/moved.txt u0 u1 before after b=$WORK/moved-gpu0.tar.zst trs
   u0=$(gpu_uuid 0); u1=$(gpu_uuid 1)
-  new_pod "$PREFIX-p-moved" && serve "$name" "$PREFIX-p-moved" 1 || { record other_gpu FAIL "server on GPU 1"; return; }
+  new_sandbox "$PREFIX-p-moved" && serve "$name" "$PREFIX-p-moved" 1 || { record other_gpu FAIL "server on GPU 1"; return; }
   hold "$name" "$out" 3 moved || { record other_gpu FAIL "client did not start"; return; }
   before=$(gpu_of_pid "$(ctr_pid "$name")")
   [ "$before" = "$u1" ] || { record other_gpu FAIL "the server runs on ${before:-no GPU}, not GPU 1"; return; }
   checkpoint_stopping "$name" moved || { record other_gpu FAIL "gpuckpt checkpoint"; return; }
   retarget_archive "$ARCHIVE" "$b" 1 0 "$u1" "$u0" || { record other_gpu FAIL "cannot give the archive GPU 0"; return; }
-  timed trs restore_into "$b" "$PREFIX-p-moved2" "$name" || { record other_gpu FAIL "podman restore --pod onto GPU 0"; return; }
+  timed trs restore_into "$b" "$PREFIX-p-moved" "$PREFIX-p-moved2" "$name" || { record other_gpu FAIL "podman restore into a new pod onto GPU 0"; return; }
   client "$name" "$out" 4 || { record other_gpu FAIL "no answer from the restored server"; return; }
   after=$(gpu_of_pid "$(ctr_pid "$name")")
   [ "$after" = "$u0" ] || { record other_gpu FAIL "restored onto ${after:-no GPU}, not GPU 0"; return; }
@@ -219,7 +219,7 @@ case_two_at_once() {
   reference || { record two_at_once FAIL "the uninterrupted run"; return; }
   [ -f "${SAME_ARCHIVE:-}" ] || { record two_at_once SKIP "needs restore_same's archive"; return; }
   local i pids=() ns=() rc=0 t0=$EPOCHREALTIME took first=$((SAME_STEP + N))
-  for i in 1 2; do restore_into "$SAME_ARCHIVE" "$PREFIX-p-twin$i" "$PREFIX-twin$i" & pids+=($!); done
+  for i in 1 2; do restore_into "$SAME_ARCHIVE" "$PREFIX-p-same" "$PREFIX-p-twin$i" "$PREFIX-twin$i" & pids+=($!); done
   for i in "${pids[@]}"; do wait "$i" || rc=1; done
   took=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.2f", b - a}')
   [ "$rc" = 0 ] || { record two_at_once FAIL "a restore failed"; return; }

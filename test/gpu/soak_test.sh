@@ -4,7 +4,7 @@
 #               memory): `gpuckpt checkpoint`, container removed, `gpuckpt restore`, progress, archive removed. One
 #               line per cycle: the agent's RSS, open fds and threads, the GPU's memory used with the container
 #               removed and after its restore, and what is left: restore plans, the agent's temporary files in the
-#               checkpoint directory, job records, the hook's container records, gpuckpt files in /tmp. Fails when
+#               checkpoint directory, job records, the hook's container records, /tmp/gpuckpt-load-*. Fails when
 #               the agent's RSS grows by more than SOAK_RSS_SLACK_KB (16384) after the warm-up (5 cycles), its fds or
 #               threads grow at all, the GPU's memory does not return to where it was before the container started
 #               (within 64 MiB), or anything is left but one job record a job. The counter is checked bit for bit
@@ -57,7 +57,7 @@ case_soak() {
   local tsv=${SOAK_TSV:-$WORK/soak.tsv}
   base_mem=$(gpu_mem 0)
   base_jobs=$(count "$STATE/jobs" -name '*.json') base_recs=$(count "$STATE/containers" -name '*.json')
-  base_tmpfiles=$(count /tmp -maxdepth 1 -name '*gpuckpt*')
+  base_tmpfiles=$(count /tmp -maxdepth 1 -name 'gpuckpt-load-*')
   workload "$name" "$out" 0 || { show "$WORK/$name.err"; record soak FAIL "podman run"; return; }
   wait_ctr "$name" "$out" 10 120 || { record soak FAIL "workload did not start"; return; }
   printf 'cycle\tckpt_s\trestore_s\tagent_rss_kb\tagent_fds\tagent_threads\tgpu_mib_removed\tgpu_mib_running\tplans\tagent_tmp\tjob_records\tctr_records\ttmp_files\n' | tee "$tsv"
@@ -74,13 +74,16 @@ case_soak() {
     rss=$(agent_stat VmRSS) thr=$(agent_stat Threads) fds=$(count "/proc/$AGENT_PID/fd" -mindepth 1)
     plans=$(count "$STATE/restore-plans" -name '*.json') tmp=$(count "$WORK/ck" -maxdepth 1 -name '.*' -mindepth 1)
     jobs=$(count "$STATE/jobs" -name '*.json') recs=$(count "$STATE/containers" -name '*.json')
-    tmpfiles=$(count /tmp -maxdepth 1 -name '*gpuckpt*')
+    tmpfiles=$(count /tmp -maxdepth 1 -name 'gpuckpt-load-*')
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$i" "$tck" "$trs" "$rss" "$fds" "$thr" "$mem_free" "$mem_run" \
       "$plans" "$tmp" "$((jobs - base_jobs))" "$((recs - base_recs))" "$((tmpfiles - base_tmpfiles))" | tee -a "$tsv"
     if [ "$i" = 5 ] || { [ "$CYCLES" -lt 5 ] && [ "$i" = 1 ]; }; then base_rss=$rss base_fds=$fds base_thr=$thr; fi
     if [ "$GPU_MODE" = 1 ] && [ $((mem_free - base_mem)) -gt "$worst_mem" ]; then worst_mem=$((mem_free - base_mem)); fi
   done
   pm rm -f -t 0 "$name" >/dev/null 2>&1
+  # what the agent's descriptors are, by target (a growing count shows which kind leaks)
+  echo "agent's open fds by target after cycle $i:"
+  find "/proc/$AGENT_PID/fd" -mindepth 1 -printf '%l\n' 2>/dev/null | sed 's/[0-9]\{3,\}/N/g' | sort | uniq -c | sort -rn | head -8
   [ -z "$fail" ] || { record soak FAIL "$fail"; return; }
   workload_correct soak "$out" || return
   local why=()
@@ -92,7 +95,7 @@ case_soak() {
   [ "$tmp" = 0 ] || why+=("$tmp temporary file(s) left in $WORK/ck")
   [ $((jobs - base_jobs)) = $((2 * CYCLES)) ] || why+=("$((jobs - base_jobs)) job records for $((2 * CYCLES)) jobs")
   [ $((recs - base_recs)) -le 1 ] || why+=("$((recs - base_recs)) container records for one container")
-  [ $((tmpfiles - base_tmpfiles)) -le 0 ] || why+=("$((tmpfiles - base_tmpfiles)) gpuckpt file(s) left in /tmp")
+  [ $((tmpfiles - base_tmpfiles)) -le 0 ] || why+=("$((tmpfiles - base_tmpfiles)) /tmp/gpuckpt-load-* left")
   [ ${#why[@]} = 0 ] || { record soak FAIL "$(IFS=';'; echo "${why[*]}")"; return; }
   record soak PASS "$CYCLES cycles through the agent; agent RSS ${base_rss} -> ${rss} kB (cycle 5 -> $CYCLES), fds $base_fds -> $fds, threads $base_thr -> $thr; GPU memory with the container removed at most ${worst_mem} MiB over the ${base_mem} MiB before; no plan, temp file or extra record left; last cycle ckpt ${tck}s restore ${trs}s; $(last_iter "$out") iterations $([ "$GPU_MODE" = 1 ] && echo bit-identical || echo consecutive)"
 }
