@@ -40,6 +40,7 @@ NODE_CLEANUP=stop_clients
 PY=${PYTHON:-}
 [ -n "$PY" ] || { [ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3; }
 [ -n "$PY" ] || PY=$(command -v python3)
+PY=$("$PY" -c 'import sys; print(sys.executable)') || skip "no python"   # the interpreter, not a wrapper (pyenv's shim)
 MODEL=${POD_MODEL:-}
 if [ -z "$MODEL" ]; then
   MODEL="cpu-hash"
