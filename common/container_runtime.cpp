@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/checkpoint_image.h"
+#include "common/criu_log.h"
 #include "common/log.h"
 
 extern char** environ;
@@ -189,9 +190,15 @@ class PodmanRuntime final : public ContainerRuntime {
     if (r->timed_out)   // putting the container back is not cut short: a stopped workload must run again
       return make_error("podman checkpoint of " + container.name + " timed out after " + seconds(timeout) +
                         put_back(container), ETIMEDOUT);
-    if (r->exit_code != 0)
+    if (r->exit_code != 0) {
+      // podman's error names runc and "exit status 1"; why CRIU failed (a refused GPU job, an open TCP
+      // connection) is in CRIU's log in the container's directory.
+      const fs::path dir = static_dir(container);
+      const std::string criu = dir.empty() ? "" : criu_log_reasons(dir / "dump.log");
       return make_error("podman checkpoint of " + container.name + " failed: " + last_line(r->err) +
-                        put_back(container), EIO);
+                            (criu.empty() ? "" : "; CRIU said: " + criu) + put_back(container),
+                        EIO);
+    }
     return {};
   }
 
@@ -313,6 +320,14 @@ class PodmanRuntime final : public ContainerRuntime {
     for (const auto& a : argv) line += " " + a;
     log::debug(line);
     return run_command(argv, timeout);
+  }
+
+  // podman's directory of a container's own files (userdata: CRIU's dump.log and restore.log are there); empty
+  // when podman does not say.
+  fs::path static_dir(const RuntimeContainer& container) {
+    auto r = podman({"container", "inspect", "--format", "{{.StaticDir}}", container.id}, std::chrono::seconds(30));
+    if (!r || r->exit_code != 0) return {};
+    return fs::path(last_line(r->out));
   }
 
   static RuntimeContainer from_inspect(const nlohmann::json& c) {

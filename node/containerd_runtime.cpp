@@ -8,11 +8,11 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <random>
 
 #include "node/containerd_image_import.h"
 #include "common/checkpoint_image.h"
+#include "common/criu_log.h"
 #include "common/directory_archive.h"
 #include "common/json_reader.h"
 #include "common/log.h"
@@ -96,19 +96,6 @@ void remove_stale_work_dirs(const fs::path& dir) {
     if (fs::remove_all(entry.path(), rm) > 0)
       log::info("removed " + entry.path().string() + ", left by an interrupted restore");
   }
-}
-
-// The last few "Error" lines of a CRIU log (the work directory goes away with the failed restore).
-std::string error_lines(const fs::path& log) {
-  std::ifstream in(log);
-  std::vector<std::string> errors;
-  std::string line;
-  for (std::size_t read = 0; std::getline(in, line) && read < (8u << 20); read += line.size() + 1)
-    if (line.find("Error") != std::string::npos) errors.push_back(line.substr(0, 300));
-  std::string out;
-  for (std::size_t i = errors.size() > 4 ? errors.size() - 4 : 0; i < errors.size(); ++i)
-    out += (out.empty() ? "" : " | ") + errors[i];
-  return out;
 }
 
 // Under `root` without following any symlink in between: the paths come from an archive.
@@ -352,7 +339,7 @@ class ContainerdRuntime final : public ContainerRuntime {
     }
     auto started = containerd_.start_task(id, deadline);   // the shim runs `runc restore` here
     if (!started) {
-      const std::string criu_errors = error_lines(work / "criu-work" / "restore.log");
+      const std::string criu_errors = criu_log_reasons(work / "criu-work" / "restore.log");   // gone with the restore
       undo_container();
       return make_error(started.error().message + (criu_errors.empty() ? "" : "; CRIU said: " + criu_errors),
                         started.error().errno_value);

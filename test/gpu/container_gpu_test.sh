@@ -38,129 +38,14 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 . "$SRC/test/gpu/gpu_test_lib.sh"
 CASES=${CONTAINER_TESTS:-cpu_only cdi_spec agent transparent torch two_procs leave_running kill_mid_dump other_gpu image_restore wrong_gpu}
 MIB=${COUNTER_MIB:-1024}
-BUILD=${GPUCKPT_BUILD_DIR:-$SRC/build}
-PLUGIN_DIR=/usr/lib/criu   # CRIU's compiled-in default: what runc's CRIU loads with no --libdir
-STATE=/var/lib/gpuckpt     # the installed hook's state dir (oci-hook/gpuckpt-hook*.json)
 PREFIX=gpuckpt-ctest-$$
-
-skip() { echo "SKIPPED: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root"
-command -v podman >/dev/null || skip "no podman"
-command -v criu >/dev/null || skip "no criu"
-. "$SRC/scripts/lib/criu-probe.sh"
-criu_dump_works || skip "$CRIU_PROBE_REASON"
-pick() { command -v "$1" 2>/dev/null || echo "$2"; }
-CLI=$(pick gpuckpt "$BUILD/cli/gpuckpt")
-AGENT_BIN=$(pick gpuckpt-agent "$BUILD/agent/gpuckpt-agent")
-[ -x "$CLI" ] && [ -x "$AGENT_BIN" ] || skip "gpuckpt and gpuckpt-agent are neither installed nor built in $BUILD"
-
-WORK=${CONTAINER_TEST_OUT:-$(mktemp -d /tmp/gpuckpt-ctest.XXXXXX)}
-mkdir -p "$WORK/out" "$WORK/ck"
-chmod 777 "$WORK/out"
-AGENT_PID=
-INSTALLED=()   # files this run put on the host, removed at the end
-HOOK_ARGS=()   # --hooks-dir when the hook is not installed on this host
-cleanup() {
-  set +e
-  [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
-  for c in $(podman ps -a --format '{{.Names}}' | grep "^$PREFIX"); do podman rm -f -t 0 "$c" >/dev/null 2>&1; done
-  for i in $(podman images --format '{{.Repository}}' | grep "$PREFIX"); do podman rmi -f "$i" >/dev/null 2>&1; done
-  for f in "${INSTALLED[@]}"; do if [ -d "$f" ]; then rmdir "$f"; else rm -f "$f"; fi; done
-  [ -n "${CONTAINER_TEST_OUT:-}" ] || rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-# The node's gpuckpt: installed (device_node.sh, the chart) or, for the CPU cases, the build's for this run only.
-if [ ! -f "$PLUGIN_DIR/gpuckpt_plugin.so" ]; then
-  [ -f "$BUILD/criu-plugin/gpuckpt_plugin.so" ] || skip "gpuckpt_plugin.so is neither in $PLUGIN_DIR nor built"
-  [ -d "$PLUGIN_DIR" ] || { mkdir -p "$PLUGIN_DIR" && INSTALLED+=("$PLUGIN_DIR"); }
-  cp "$BUILD/criu-plugin/gpuckpt_plugin.so" "$PLUGIN_DIR/gpuckpt_plugin.so" && INSTALLED=("$PLUGIN_DIR/gpuckpt_plugin.so" "${INSTALLED[@]}")
-fi
-if ! ls /etc/containers/oci/hooks.d/gpuckpt-hook.json >/dev/null 2>&1 &&
-   ! ls /usr/share/containers/oci/hooks.d/gpuckpt-hook.json >/dev/null 2>&1; then
-  mkdir -p "$WORK/hooks.d"
-  STATE=$WORK/state
-  for f in "$SRC"/oci-hook/gpuckpt-hook*.json; do
-    sed -e "s#/usr/local/bin/gpuckpt-oci-hook#$BUILD/oci-hook/gpuckpt-oci-hook#" \
-        -e "s#\"/var/lib/gpuckpt\"#\"$STATE\"#" "$f" > "$WORK/hooks.d/$(basename "$f")"
-  done
-  HOOK_ARGS=(--hooks-dir "$WORK/hooks.d")
-fi
-pm() { podman "${HOOK_ARGS[@]}" "$@"; }
-# The base image: busybox with merged-/usr links (device_node.sh builds it; setup.sh's busybox image elsewhere).
-BASE=localhost/gpuckpt-base
-podman image exists "$BASE" || BASE=localhost/gpuckpt-busybox
-podman image exists "$BASE" || skip "no base image (localhost/gpuckpt-base or localhost/gpuckpt-busybox)"
-
-# ---- the agent, as the chart configures it: the installed hook's state dir, podman, this node's GPUs ------
-start_agent() {
-  [ -n "$AGENT_PID" ] && return 0
-  head -c 32 /dev/urandom | base64 > "$WORK/token"; chmod 600 "$WORK/token"
-  mkdir -p "$STATE"
-  rm -f "$STATE/agent.port"
-  cat > "$WORK/agent.yaml" <<YAML
-listen: {address: 127.0.0.1, port: 0}
-auth: {token_file: $WORK/token}
-state_dir: $STATE
-checkpoints: {dir: $WORK/ck, kubelet_dir: "", runtime_timeout_seconds: 300}
-runtime: {kind: podman, podman_path: $(command -v podman)}
-host_root: /
-hooks_dir: ${HOOK_ARGS[1]:-/etc/containers/oci/hooks.d}
-criu_plugin_dir: $PLUGIN_DIR
-YAML
-  "$AGENT_BIN" --config "$WORK/agent.yaml" > "$WORK/agent.log" 2>&1 &
-  AGENT_PID=$!
-  for _ in $(seq 100); do [ -s "$STATE/agent.port" ] && break; sleep 0.1; done
-  [ -s "$STATE/agent.port" ] || { cat "$WORK/agent.log"; return 1; }
-  AGENT_URL=http://127.0.0.1:$(cat "$STATE/agent.port")
-}
-gk() { "$CLI" "$@" --agent "$AGENT_URL" --token-file "$WORK/token"; }
-timed() { # VAR cmd...: runs cmd, stores its wall time in seconds in VAR
-  local var=$1 t0=$EPOCHREALTIME rc; shift
-  "$@"; rc=$?
-  printf -v "$var" '%s' "$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.2f", b - a}')"
-  return $rc
-}
-
-# ---- GPU preconditions and the workload image ---------------------------------------------------------------
-HAVE_GPU=0 NGPU=0
-if [ -e /dev/nvidia0 ] && command -v nvidia-smi >/dev/null && command -v nvcc >/dev/null; then
-  HAVE_GPU=1; NGPU=$(nvidia-smi -L | grep -c '^GPU ')
-fi
+KEEP_OUT=${CONTAINER_TEST_OUT:-}
+. "$SRC/test/gpu/node_test_lib.sh"
 gpu_ready() { # CASE: SKIPs the case unless this is a GPU node with the counter image built
   [ "$HAVE_GPU" = 1 ] || { record "$1" SKIP "no NVIDIA GPU with nvcc here"; return 1; }
   [ -f /etc/cdi/nvidia.json ] || [ -f /etc/cdi/nvidia.yaml ] || { record "$1" SKIP "no CDI spec for the GPUs (test/gpu/make_cdi_spec.py)"; return 1; }
   build_counter_image || { record "$1" FAIL "cannot build the CUDA counter image"; return 1; }
 }
-# The host's libcuda.so.1 and the mount holding it (the driver root: /usr/local/nvidia on the device machine).
-driver_libcuda() { ldconfig -p | awk '/libcuda\.so\.1 .*x86-64/{print $NF; exit}'; }
-driver_root() { findmnt -n -o TARGET --target "$(dirname "$(driver_libcuda)")"; }
-COUNTER_IMAGE=localhost/$PREFIX-counter
-build_counter_image() {
-  podman image exists "$COUNTER_IMAGE" && return 0
-  local root=$WORK/counter-root lib
-  rm -rf "$root"
-  mkdir -p "$root"/{bin,tmp,proc,sys,dev,etc,out,usr/lib64,usr/lib/x86_64-linux-gnu}
-  nvcc -O2 -o "$WORK/gpu_counter" "$SRC/test/gpu/gpu_counter.cu" || return 1
-  cp "$WORK/gpu_counter" "$root/bin/gpu_counter"
-  cp "$(readlink -f "$(command -v busybox)")" "$root/bin/busybox"
-  for app in sh cat ls sleep env tail stat; do ln -sf busybox "$root/bin/$app"; done
-  ln -s usr/lib "$root/lib"; ln -s usr/lib64 "$root/lib64"
-  # The counter's libraries and the driver's (libcuda itself comes from the CDI spec or the bound driver root).
-  local libcuda; libcuda=$(driver_libcuda)
-  for lib in $(ldd "$WORK/gpu_counter" ${libcuda:+"$libcuda"} | awk '/=> \// && $1 !~ /^libcuda/ {print $3}' | sort -u); do
-    cp -Ln "$lib" "$root/usr/lib/x86_64-linux-gnu/"
-  done
-  cp -L /lib64/ld-linux-x86-64.so.2 "$root/usr/lib64/"
-  echo 'root:x:0:0:root:/:/bin/sh' > "$root/etc/passwd"
-  tar -C "$root" -c . | podman import -q - "$COUNTER_IMAGE" >/dev/null
-}
-check_counter() { # CASE FILE MIB [args]: FILE equals an uninterrupted run up to its last iteration
-  counter_reference "$3" "$(last_iter "$2")" "$2.ref" "${@:4}"
-  same_as_reference "$2" "$2.ref" || { record "$1" FAIL "state differs from the uninterrupted run"; return 1; }
-}
-# The ways a container gets the GPU: CDI (Kubernetes with the NVIDIA toolkit's CDI mode) and the older one.
-CDI_GPU=(--device nvidia.com/gpu=0)
 legacy_gpu() {
   local args=(--device /dev/nvidia0 --device /dev/nvidiactl --device /dev/nvidia-uvm -e NVIDIA_VISIBLE_DEVICES=0)
   [ -e /dev/nvidia-uvm-tools ] && args+=(--device /dev/nvidia-uvm-tools)
@@ -168,35 +53,6 @@ legacy_gpu() {
   args+=(-v "$root:$root:ro" -e "LD_LIBRARY_PATH=$libdir")
   echo "${args[@]}"
 }
-run_counter() { # NAME OUTFILE GPU-ARGS... -- counter args
-  local name=$1 out=$2; shift 2
-  local gpu=()
-  while [ $# -gt 0 ] && [ "$1" != -- ]; do gpu+=("$1"); shift; done
-  shift
-  pm run -d --name "$name" "${gpu[@]}" -v "$WORK/out:/out" "$COUNTER_IMAGE" \
-    /bin/gpu_counter "$@" --sleep-ms 20 >/dev/null 2>"$WORK/$name.err"
-}
-wait_ctr() { # NAME FILE N TIMEOUT_S: like wait_iter, but gives up at once when the container is not running
-  local deadline=$((SECONDS + $4)) it
-  while [ $SECONDS -lt $deadline ]; do
-    it=$(last_iter "$2"); [ -n "$it" ] && [ "$it" -ge "$3" ] && return 0
-    [ "$(podman inspect -f '{{.State.Running}}' "$1" 2>/dev/null)" = true ] || { echo "container $1 is not running:"; pm logs "$1" 2>&1 | tail -5; return 1; }
-    sleep 0.2
-  done
-  return 1
-}
-criu_log() { # NAME: CRIU's errors from the runtime's last checkpoint/restore of container NAME
-  local dir; dir=$(podman inspect -f '{{.StaticDir}}' "$1" 2>/dev/null) || return 0
-  for f in "$dir/dump.log" "$dir/restore.log"; do
-    [ -f "$f" ] && { echo "--- $f"; grep -E "Error|gpuckpt" "$f" | tail -n 40; }
-  done
-  return 0
-}
-# Entries of ARCHIVE matching PATTERN, counted. (Not `tar -tf | grep -q` under pipefail: grep -q quits at the
-# first match and tar, still listing a GiB archive, dies of SIGPIPE, failing the pipeline.)
-entries() { tar -tf "$1" 2>/dev/null | grep -c -- "$2"; }
-show() { for f in "$@"; do [ -f "$f" ] && { echo "--- $f"; tail -n 25 "$f"; }; done; }
-wait_gone() { for _ in $(seq 100); do pm container exists "$1" || return 0; sleep 0.1; done; return 1; }
 
 # ---- cases --------------------------------------------------------------------------------------------------
 case_cpu_only() {
@@ -294,16 +150,9 @@ case_torch() {
   local py; py=$(command -v python3)
   "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null || { record torch SKIP "no host torch with CUDA"; return; }
   start_agent || { record torch FAIL "agent did not start"; return; }
-  local name=$PREFIX-torch out=$WORK/out/torch.txt at archive tck trs venv mounts=()
-  # python and torch from the host, read-only: /usr without what is mounted below it, the driver root on its own
-  # (CDI's file mounts land inside it), and the virtualenv torch lives in.
-  venv=$("$py" -c 'import sys; print(sys.prefix)')
-  # shellcheck disable=SC2054  # "ro,bind" is one podman volume option list
-  mounts=(-v /usr:/usr:ro,bind -v /etc/ld.so.cache:/etc/ld.so.cache:ro)
-  local root; root=$(driver_root)
-  [ "$root" != / ] && [ "$root" != /usr ] && mounts+=(-v "$root:$root:ro")
-  case "$venv" in /usr|/usr/*) ;; *) mounts+=(-v "$venv:$venv:ro") ;; esac
-  pm run -d --name "$name" "${CDI_GPU[@]}" "${mounts[@]}" -v "$WORK/out:/out" -v "$SRC/test/gpu:/work:ro" -e HOME=/tmp \
+  local name=$PREFIX-torch out=$WORK/out/torch.txt at archive tck trs
+  host_python_mounts "$py" || { record torch FAIL "cannot ask $py for its prefix"; return; }
+  pm run -d --name "$name" "${CDI_GPU[@]}" "${HOST_PY_MOUNTS[@]}" -v "$WORK/out:/out" -v "$SRC/test/gpu:/work:ro" -e HOME=/tmp \
     "$BASE" "$py" /work/torch_train.py /out/torch.txt > "$WORK/torch.run" 2>&1 || { show "$WORK/torch.run"; record torch FAIL "podman run"; return; }
   wait_ctr "$name" "$out" 30 180 || { pm logs "$name" 2>&1 | tail; record torch FAIL "training did not start"; return; }
   timed tck gk checkpoint "$name" > "$WORK/torch.ckpt.log" 2>&1 || { show "$WORK/torch.ckpt.log"; criu_log "$name"; record torch FAIL "gpuckpt checkpoint"; return; }
@@ -388,10 +237,6 @@ case_kill_mid_dump() {
   record kill_mid_dump PASS "CRIU (pid $cpid) killed mid-dump; the container's workload went on $at -> $(last_iter "$out"), unlocked, bit-identical; guardian: ${guardian:-no log}"
 }
 
-# The GPU (UUID) a host process runs on, as the driver reports it.
-gpu_of_pid() { nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', *' -v p="$1" '$1 == p {print $2; exit}'; }
-ctr_pid() { podman inspect -f '{{.State.Pid}}' "$1" 2>/dev/null; }
-gpu_uuid() { nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$1"; }
 case_other_gpu() {
   gpu_ready other_gpu || return
   [ "$NGPU" -ge 2 ] || { record other_gpu SKIP "needs 2 GPUs"; return; }
@@ -419,29 +264,14 @@ case_other_gpu() {
 case_image_restore() {
   gpu_ready image_restore || return
   [ "$NGPU" -ge 2 ] || { record image_restore SKIP "needs 2 GPUs"; return; }
-  local name=$PREFIX-image out=$WORK/out/image.txt a=$WORK/image.tar.zst b=$WORK/image-gpu0.tar.zst dir=$WORK/image-archive at u0 u1 after
+  local name=$PREFIX-image out=$WORK/out/image.txt a=$WORK/image.tar.zst b=$WORK/image-gpu0.tar.zst at u0 u1 after
   u0=$(gpu_uuid 0); u1=$(gpu_uuid 1)
   run_counter "$name" "$out" --device nvidia.com/gpu=1 -- "$MIB" /out/image.txt || { record image_restore FAIL "podman run (CDI GPU 1)"; return; }
   wait_ctr "$name" "$out" 30 120 || { record image_restore FAIL "workload did not start"; return; }
   pm container checkpoint --export "$a" "$name" > "$WORK/image.ckpt.log" 2>&1 || { show "$WORK/image.ckpt.log"; criu_log "$name"; record image_restore FAIL "podman container checkpoint"; return; }
   at=$(last_iter "$out")
   pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
-  # The restore a runtime makes from a checkpoint image for a pod given GPU 0: the spec has the allocation (as
-  # the device plugin / CDI and gpuckpt-nri give it), the GPU mapping is where the plugin reads it, and CRIU's
-  # /dev image is the checkpoint's.
-  rm -rf "$dir"; mkdir -p "$dir"
-  tar -C "$dir" -xf "$a" || { record image_restore FAIL "cannot unpack $a"; return; }
-  python3 - "$dir/spec.dump" <<'PY' || { record image_restore FAIL "cannot give the spec GPU 0"; return; }
-import json, sys
-spec = json.load(open(sys.argv[1]))
-for d in spec["linux"]["devices"]:
-    if d["path"] == "/dev/nvidia1":
-        d["path"], d["minor"] = "/dev/nvidia0", 0
-spec["linux"].setdefault("resources", {}).setdefault("devices", []).append({"allow": True, "type": "c", "major": 195, "minor": 0, "access": "rwm"})
-json.dump(spec, open(sys.argv[1], "w"))
-PY
-  printf '{"version":1,"pairs":[{"source_uuid":"%s","target_uuid":"%s"}]}\n' "$u1" "$u0" > "$dir/checkpoint/gpuckpt-gpu-map.json"
-  (cd "$dir" && tar -c . | zstd -q -o "$b") || { record image_restore FAIL "cannot repack"; return; }
+  retarget_archive "$a" "$b" 1 0 "$u1" "$u0" || { record image_restore FAIL "cannot give the archive GPU 0"; return; }
   pm container restore --keep --import "$b" > "$WORK/image.rst.log" 2>&1 || { show "$WORK/image.rst.log"; criu_log "$name"; record image_restore FAIL "podman container restore"; return; }
   wait_ctr "$name" "$out" $((at + 30)) 120 || { criu_log "$name"; record image_restore FAIL "no progress after restore (at $(last_iter "$out"))"; return; }
   after=$(gpu_of_pid "$(ctr_pid "$name")")

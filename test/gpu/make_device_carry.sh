@@ -18,15 +18,16 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 RUNTIME=0 CRI=0
 case "${1:-}" in --runtime) RUNTIME=1; shift ;; --cri) CRI=1; shift ;; esac
 BUILD=${1:-$ROOT/build}
-CRIU_BUNDLE=${GPUCKPT_CRIU_BUNDLE:-/opt/gpuckpt/criu}
+CRIU_BUNDLE=${GPUCKPT_CRIU_BUNDLE:-/opt/gpuckpt/criu}   # /opt/gpuckpt/criu-sid: CRIU 4.2.1
 CARRY=${GPUCKPT_CARRY_DIR:-$ROOT/.carry}
 rm -rf "$CARRY"
 mkdir -p "$CARRY/bin" "$CARRY/lib"
 tar -C "$(dirname "$CRIU_BUNDLE")" -czf "$CARRY/criu.tar.gz" "$(basename "$CRIU_BUNDLE")"
-cat > "$CARRY/bin/criu" <<'WRAP'
-#!/bin/sh
-# CRIU 4.1.1 from Debian trixie with its own loader and libraries (see shared/ENVIRONMENT.md).
-D=${GPUCKPT_CRIU_ROOT:-/opt/gpuckpt/criu}
+# The wrapper unpacks the bundle under /opt/gpuckpt by the bundle's own name (criu: trixie's 4.1.1; criu-sid: sid's
+# 4.2.1, which also has `network-lock skip`).
+{ printf '#!/bin/sh\n# CRIU from Debian (%s) with its own loader and libraries (see shared/ENVIRONMENT.md).\n' "$(basename "$CRIU_BUNDLE")"
+  printf 'D=${GPUCKPT_CRIU_ROOT:-/opt/gpuckpt/%s}\n' "$(basename "$CRIU_BUNDLE")"; } > "$CARRY/bin/criu"
+cat >> "$CARRY/bin/criu" <<'WRAP'
 if [ ! -x "$D/usr/sbin/criu" ]; then
   mkdir -p "$(dirname "$D")" && tar -C "$(dirname "$D")" -xzf "$(dirname "$0")/../criu.tar.gz" || exit 1
 fi
