@@ -6,6 +6,7 @@
 #include <cctype>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #include "common/log.h"
@@ -46,11 +47,9 @@ struct nvmlPciInfo_t {
 class DriverNvml final : public NvmlSource {
  public:
   Result<NvmlSnapshot> snapshot() const override {
-    void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return make_error(std::string("NVML not available: ") + ::dlerror(), ENOENT);
-    auto result = read(lib);
-    ::dlclose(lib);
-    return result;
+    auto lib = initialised_library();
+    if (!lib) return lib.error();
+    return read(*lib);
   }
 
  private:
@@ -59,10 +58,28 @@ class DriverNvml final : public NvmlSource {
     return reinterpret_cast<Fn>(::dlsym(lib, name));
   }
 
-  static Result<NvmlSnapshot> read(void* lib) {
+  // One NVML session per process: loaded and initialised at the first snapshot, never shut down. The agent reads
+  // the inventory for every job, and with nvmlInit/nvmlShutdown around each read its open descriptors grew by one
+  // per GPU checkpoint/restore cycle on driver 580 (test/gpu/soak_test.sh); NVML is thread-safe once initialised.
+  // A failed load or init is retried at the next snapshot (a driver loaded after the agent started).
+  static Result<void*> initialised_library() {
+    static std::mutex mutex;
+    static void* lib = nullptr;
+    static bool initialised = false;
+    std::lock_guard lock(mutex);
+    if (!lib) lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return make_error(std::string("NVML not available: ") + ::dlerror(), ENOENT);
+    if (initialised) return lib;
     auto init = sym<nvmlReturn_t (*)()>(lib, "nvmlInit_v2");
-    auto shutdown = sym<nvmlReturn_t (*)()>(lib, "nvmlShutdown");
     auto error_string = sym<const char* (*)(nvmlReturn_t)>(lib, "nvmlErrorString");
+    if (!init) return make_error("libnvidia-ml.so.1 lacks nvmlInit_v2 (driver too old?)", ENOSYS);
+    if (nvmlReturn_t rc = init(); rc != NVML_SUCCESS)
+      return make_error(std::string("nvmlInit failed: ") + (error_string ? error_string(rc) : std::to_string(rc)), EIO);
+    initialised = true;
+    return lib;
+  }
+
+  static Result<NvmlSnapshot> read(void* lib) {
     auto driver_version = sym<nvmlReturn_t (*)(char*, unsigned)>(lib, "nvmlSystemGetDriverVersion");
     auto cuda_version = sym<nvmlReturn_t (*)(int*)>(lib, "nvmlSystemGetCudaDriverVersion_v2");
     auto count = sym<nvmlReturn_t (*)(unsigned*)>(lib, "nvmlDeviceGetCount_v2");
@@ -79,11 +96,9 @@ class DriverNvml final : public NvmlSource {
     auto link_state = sym<nvmlReturn_t (*)(nvmlDevice_t, unsigned, int*)>(lib, "nvmlDeviceGetNvLinkState");
     auto link_remote = sym<nvmlReturn_t (*)(nvmlDevice_t, unsigned, nvmlPciInfo_t*)>(lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
     auto p2p = sym<nvmlReturn_t (*)(nvmlDevice_t, nvmlDevice_t, int, int*)>(lib, "nvmlDeviceGetP2PStatus");
-    if (!init || !shutdown || !count || !by_index || !name || !uuid || !memory || !pci)
+    if (!count || !by_index || !name || !uuid || !memory || !pci)
       return make_error("libnvidia-ml.so.1 lacks the NVML entry points gpuckpt needs (driver too old?)", ENOSYS);
 
-    if (nvmlReturn_t rc = init(); rc != NVML_SUCCESS)
-      return make_error(std::string("nvmlInit failed: ") + (error_string ? error_string(rc) : std::to_string(rc)), EIO);
     NvmlSnapshot snap;
     char text[128] = {};
     if (driver_version && driver_version(text, sizeof text) == NVML_SUCCESS) snap.driver_version = text;
@@ -149,7 +164,6 @@ class DriverNvml final : public NvmlSource {
         }
       }
     }
-    shutdown();
     return snap;
   }
 };
