@@ -785,6 +785,8 @@ ArchiveEdit checkpoint_annotation(const CheckpointGpuRecord& record) {
     if (auto crio = annotations.find("io.kubernetes.cri-o.Annotations"); crio != annotations.end() && crio->is_string()) {
       auto carried = parse_json(crio->get<std::string>(), "spec.dump's io.kubernetes.cri-o.Annotations");
       if (!carried) return carried.error();
+      // "null" where the CreateContainer request had no annotations (CRI-O marshals a nil map)
+      if (carried->is_null()) *carried = nlohmann::json::object();
       if (!carried->is_object()) return make_error("spec.dump's io.kubernetes.cri-o.Annotations is not a JSON object");
       (*carried)[kAnnotationCheckpointId] = record.checkpoint_id;
       *crio = carried->dump();

@@ -217,8 +217,8 @@ class CudaBackend final : public Backend {
         return -EIO;   // the thaws already made are undone as `thaws` goes
       }
       if (thaw->thawed_any())
-        log::info("cuda: pid " + std::to_string(pid) + " is frozen (containerd pauses a container before it has it "
-                  "checkpointed; CRIU 4.1 thaws it only after this hook): thawed " + thaw->describe() +
+        log::info("cuda: pid " + std::to_string(pid) + " is frozen (containerd and CRI-O pause a container before "
+                  "they have it checkpointed; CRIU 4.1 thaws it only after this hook): thawed " + thaw->describe() +
                   " for the driver's lock, frozen again after it");
       thaws.push_back(std::move(*thaw));
     }

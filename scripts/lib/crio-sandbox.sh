@@ -9,7 +9,8 @@
 #   crio_import_image IMAGE     copies a podman image into CRI-O's storage (before RunPodSandbox: the pause
 #                               image localhost/gpuckpt-pause:latest, which scripts/lib/containerd-sandbox.sh makes)
 #   crio_stop                   stops CRI-O, the conmon monitors and containers it started; unmounts; safe twice
-# Environment: CRIO (the crio binary; default `crio` on PATH), PINNS (default: beside crio), CONMON, RUNC.
+# Environment: CRIO (the crio binary; default `crio` on PATH), PINNS (default: beside crio), CONMON, RUNC,
+# CRIO_PAUSE_IMAGE. Drop-ins the caller puts in WORK/conf.d before crio_start apply over crio.conf.
 
 crio_start() {
   local work=$1 hooks_dir=$2 crio=${CRIO:-crio}
@@ -45,6 +46,9 @@ enable_criu_support = true
 runtime_path = "${RUNC:-/usr/sbin/runc}"
 runtime_root = "$work/runc"
 monitor_path = "${CONMON:-/usr/bin/conmon}"
+# conmon gets only this environment and hands it to the runc it starts (restores): runc finds criu on the caller's
+# PATH, as CRI-O itself does for checkpoints
+monitor_env = ["PATH=$PATH"]
 [crio.image]
 # pulled (or found) at RunPodSandbox even when no infra container runs: the local busybox-based one
 pause_image = "${CRIO_PAUSE_IMAGE:-localhost/gpuckpt-pause:latest}"

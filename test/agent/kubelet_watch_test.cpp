@@ -60,15 +60,17 @@ TEST_CASE("archives kubelet wrote are annotated once they are complete, and only
   CHECK(fs::file_size(dir / "checkpoint-broken.tar") == 7);
 }
 
-TEST_CASE("a CRI-O archive's carried annotations get the checkpoint id, so CRI-O's restore carries it", "[unit]") {
+namespace {
+// A kubelet-dir CRI-O archive whose spec.dump carries CARRIED as io.kubernetes.cri-o.Annotations, annotated by the
+// watcher: returns spec.dump's annotations afterwards
+nlohmann::json annotate_crio_archive(const std::string& carried) {
   test::TempDir tmp;
   const auto dir = tmp.path / "kubelet";
   auto entries = test::podman_checkpoint_entries();
   for (auto& e : entries)
     if (e.name == "spec.dump") {
       auto spec = nlohmann::json::parse(e.data);
-      spec["annotations"] = {{"io.kubernetes.cri-o.ContainerID", "abc123"},
-                             {"io.kubernetes.cri-o.Annotations", R"({"io.kubernetes.container.hash":"a1b2"})"}};
+      spec["annotations"] = {{"io.kubernetes.cri-o.ContainerID", "abc123"}, {"io.kubernetes.cri-o.Annotations", carried}};
       e.data = spec.dump();
     }
   const auto archive = dir / "checkpoint-trainer-0_ml-main-2026-11-26T06:00:00Z.tar";
@@ -81,9 +83,23 @@ TEST_CASE("a CRI-O archive's carried annotations get the checkpoint id, so CRI-O
   auto spec_text = read_archive_entry(archive, "spec.dump", ArchiveLimits{});
   REQUIRE(spec_text.ok());
   REQUIRE(spec_text.value());
-  const auto spec = nlohmann::json::parse(*spec_text.value());
-  const auto carried = nlohmann::json::parse(spec["annotations"]["io.kubernetes.cri-o.Annotations"].get<std::string>());
+  return nlohmann::json::parse(*spec_text.value())["annotations"];
+}
+}  // namespace
+
+TEST_CASE("a CRI-O archive's carried annotations get the checkpoint id, so CRI-O's restore carries it", "[unit]") {
+  const auto annotations = annotate_crio_archive(R"({"io.kubernetes.container.hash":"a1b2"})");
+  const auto carried = nlohmann::json::parse(annotations["io.kubernetes.cri-o.Annotations"].get<std::string>());
   CHECK(carried["io.kubernetes.container.hash"] == "a1b2");   // CRI-O's own stay
-  CHECK(carried["io.gpuckpt.checkpoint-id"] == spec["annotations"]["io.gpuckpt.checkpoint-id"]);
+  CHECK(carried["io.gpuckpt.checkpoint-id"] == annotations["io.gpuckpt.checkpoint-id"]);
   CHECK(carried["io.gpuckpt.checkpoint-id"].get<std::string>().rfind("kubelet-checkpoint-trainer-0_ml-main-", 0) == 0);
+}
+
+TEST_CASE("a CRI-O archive of a container created without annotations (carried \"null\") gets the checkpoint id", "[unit]") {
+  // what CRI-O 1.36.3 wrote for a CreateContainer with no annotations (GPU machine, test/gpu/crio_gpu_test.sh)
+  const auto annotations = annotate_crio_archive("null");
+  const auto carried = nlohmann::json::parse(annotations["io.kubernetes.cri-o.Annotations"].get<std::string>());
+  REQUIRE(carried.is_object());
+  CHECK(carried.size() == 1);
+  CHECK(carried["io.gpuckpt.checkpoint-id"] == annotations["io.gpuckpt.checkpoint-id"]);
 }

@@ -12,11 +12,16 @@
 # containerd, containerd-shim-runc-v2 and ctr; GPUCKPT_CONTAINERD2_TAR, default /work/gpucarry/containerd2.tar.xz),
 # runc 1.1.5, docker-registry and busybox-static .debs, and cri-bin.tar.xz (the stripped CLI, agent, OCI hook,
 # gpuckpt-nri, cri-tool and podresources-server) with lib-extra.tar.xz for all of them.
+# --crio adds what test/gpu/crio_gpu_test.sh installs (no containerd): crio.tar.xz (the stripped crio and pinns
+# built from source; GPUCKPT_CRIO_BIN_DIR, default /work/crio-src/bin), the same runc, docker-registry and busybox
+# .debs plus conmon and the libraries crio and conmon link (glib, seccomp, sqlite: linked only where the machine
+# lacks them), cri-bin.tar.xz and lib-extra.tar.xz; and src/, the test scripts it runs with what they source
+# (bash CARRY/src/test/gpu/crio_gpu_test.sh CARRY), so the carry runs where the checkout is older.
 # The device tool carries from the session's own checkout: run this there (or copy .carry there).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-RUNTIME=0 CRI=0
-case "${1:-}" in --runtime) RUNTIME=1; shift ;; --cri) CRI=1; shift ;; esac
+RUNTIME=0 CRI=0 CRIO=0
+case "${1:-}" in --runtime) RUNTIME=1; shift ;; --cri) CRI=1; shift ;; --crio) CRIO=1; shift ;; esac
 BUILD=${1:-$ROOT/build}
 CRIU_BUNDLE=${GPUCKPT_CRIU_BUNDLE:-/opt/gpuckpt/criu}   # /opt/gpuckpt/criu-sid: CRIU 4.2.1
 CARRY=${GPUCKPT_CARRY_DIR:-$ROOT/.carry}
@@ -57,10 +62,11 @@ if [ "$RUNTIME" = 1 ]; then
   XZ_OPT=-9 tar -C "$bins" -cJf "$CARRY/gpuckpt-bin.tar.xz" .
   rm -rf "$extra" "$bins"
 fi
-if [ "$CRI" = 1 ]; then
+# cri_carry DEB...: the .debs (from apt's cache or downloaded), cri-bin.tar.xz and lib-extra.tar.xz of the CRI tests
+cri_carry() {
+  local deb extra bins b lib
   mkdir -p "$CARRY/debs"
-  cp "${GPUCKPT_CONTAINERD2_TAR:-/work/gpucarry/containerd2.tar.xz}" "$CARRY/containerd2.tar.xz"
-  for deb in runc_1.1.5+ds1-1+deb12u1_amd64.deb docker-registry_2.8.2+ds1-1_amd64.deb busybox-static_1%3a1.35.0-4+deb12u1+b1_amd64.deb; do
+  for deb in runc_1.1.5+ds1-1+deb12u1_amd64.deb docker-registry_2.8.2+ds1-1_amd64.deb busybox-static_1%3a1.35.0-4+deb12u1+b1_amd64.deb "$@"; do
     if [ -f "/var/cache/apt/archives/$deb" ]; then cp "/var/cache/apt/archives/$deb" "$CARRY/debs/"
     else (cd "$CARRY/debs" && apt-get download "${deb%%_*}" >/dev/null) || { echo "cannot get $deb" >&2; exit 1; }
     fi
@@ -78,5 +84,25 @@ if [ "$CRI" = 1 ]; then
   XZ_OPT=-9 tar -C "$extra" -cJf "$CARRY/lib-extra.tar.xz" .
   XZ_OPT=-9 tar -C "$bins" -cJf "$CARRY/cri-bin.tar.xz" .
   rm -rf "$extra" "$bins"
+}
+if [ "$CRI" = 1 ]; then
+  cp "${GPUCKPT_CONTAINERD2_TAR:-/work/gpucarry/containerd2.tar.xz}" "$CARRY/containerd2.tar.xz"
+  cri_carry
+fi
+if [ "$CRIO" = 1 ]; then
+  cri_carry conmon_2.1.6+ds1-1_amd64.deb libglib2.0-0_2.74.6-2+deb12u9_amd64.deb libseccomp2_2.5.4-1+deb12u1_amd64.deb \
+    libsqlite3-0_3.40.1-2+deb12u2_amd64.deb
+  crio_bin=${GPUCKPT_CRIO_BIN_DIR:-/work/crio-src/bin}
+  bins=$(mktemp -d)
+  strip -o "$bins/crio" "$crio_bin/crio"
+  cp "$crio_bin/pinns" "$bins/"
+  XZ_OPT='-9 -T2' tar -C "$bins" -cJf "$CARRY/crio.tar.xz" crio pinns
+  rm -rf "$bins"
+  for f in test/gpu/crio_gpu_test.sh test/gpu/cri_gpu_test.sh test/gpu/cri_gpu_lib.sh test/gpu/gpu_test_lib.sh \
+           test/gpu/device_runtime.sh test/gpu/gpu_counter.cu test/gpu/push_oci_image.py scripts/lib/crio-sandbox.sh \
+           scripts/lib/containerd-sandbox.sh scripts/lib/node-sandbox.sh oci-hook/gpuckpt-hook.json \
+           oci-hook/gpuckpt-hook-poststop.json; do
+    mkdir -p "$CARRY/src/$(dirname "$f")" && cp "$ROOT/$f" "$CARRY/src/$f"
+  done
 fi
 du -sh "$CARRY"; ls -l "$CARRY" "$CARRY/lib"
