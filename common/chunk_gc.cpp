@@ -11,7 +11,6 @@
 #include <cstring>
 #include <ctime>
 
-#include "common/gpu_manifest.h"
 
 namespace gpuckpt::chunk_gc {
 namespace {
@@ -107,25 +106,70 @@ bool Collection::keep(const cs::Digest& d, const struct ::timespec& mtime) const
   return refcounts_.contains(d) || !before(mtime, cutoff_);
 }
 
+Result<gpu_image::Manifest> read_reference(const cs::Store& store, const std::string& name) {
+  const std::string shown = (store.root() / cs::kRefsDir / name).string();
+  auto text = store.read_ref(name, gpu_image::kMaxManifestBytes);
+  if (!text) return text.error();
+  auto manifest = gpu_image::parse_manifest(*text, shown);
+  if (!manifest) return make_error(manifest.error().message, EIO);
+  return manifest;
+}
+
+namespace {
+
+// The distinct stored chunks a manifest names, with their stored sizes.
+std::map<cs::Digest, std::uint64_t> stored_chunks(const gpu_image::Manifest& m) {
+  std::map<cs::Digest, std::uint64_t> out;
+  for (std::size_t i = 0; i < m.entries.size(); ++i)
+    if (m.entries[i].encoding != gpu_image::Encoding::Zero)
+      out.emplace(m.digests[i], cs::kChunkHeaderSize + m.entries[i].stored_size);
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<ReferenceSummary>> summarize_references(const cs::Store& store) {
+  auto names = store.list_refs();
+  if (!names) return names.error();
+  std::vector<ReferenceSummary> out;
+  std::vector<std::map<cs::Digest, std::uint64_t>> chunks;
+  std::map<cs::Digest, std::uint32_t> counts;
+  for (const std::string& name : *names) {
+    auto manifest = read_reference(store, name);
+    if (!manifest && manifest.error().errno_value == ENOENT) continue;
+    if (!manifest) return manifest.error();
+    ReferenceSummary s;
+    s.name = name;
+    s.checkpoint = manifest->checkpoint;
+    s.vpid = manifest->header.vpid;
+    chunks.push_back(stored_chunks(*manifest));
+    for (const auto& [digest, bytes] : chunks.back()) {
+      ++counts[digest];
+      s.stored_bytes += bytes;
+    }
+    s.chunks = chunks.back().size();
+    out.push_back(std::move(s));
+  }
+  for (std::size_t r = 0; r < out.size(); ++r)
+    for (const auto& [digest, bytes] : chunks[r])
+      if (counts[digest] == 1) out[r].exclusive_bytes += bytes;
+  return out;
+}
+
 Result<void> Collection::mark() {
   auto names = store_.list_refs();
   if (!names) return names.error();
   for (const std::string& name : *names) {
-    const std::string shown = (store_.root() / cs::kRefsDir / name).string();
-    auto text = store_.read_ref(name, gpu_image::kMaxManifestBytes);
-    if (!text && text.error().errno_value == ENOENT) continue;   // removed since the listing: nothing to hold
-    Result<gpu_image::Manifest> manifest = text ? gpu_image::parse_manifest(*text, shown) : text.error();
+    auto manifest = read_reference(store_, name);
+    if (!manifest && manifest.error().errno_value == ENOENT) continue;   // removed since the listing: holds nothing
     if (!manifest)
       return make_error("garbage collection of " + store_.root().string() + " stopped, nothing removed: the reference " +
-                        shown + " cannot be read (" + manifest.error().message + "), so which chunks it holds is "
-                        "unknown. If its checkpoint is gone, remove it: gpuckpt store unref " + name.substr(0, 32),
-                        EIO);
-    std::set<cs::Digest> named;
-    for (std::size_t i = 0; i < manifest->entries.size(); ++i)
-      if (manifest->entries[i].encoding != gpu_image::Encoding::Zero) named.insert(manifest->digests[i]);
-    for (const cs::Digest& d : named) {
-      ++refcounts_[d];
-      first_ref_.try_emplace(d, name);
+                        (store_.root() / cs::kRefsDir / name).string() + " cannot be read (" +
+                        manifest.error().message + "), so which chunks it holds is unknown. If its checkpoint is "
+                        "gone, remove it: gpuckpt store unref " + name.substr(0, 32), EIO);
+    for (const auto& [digest, bytes] : stored_chunks(*manifest)) {
+      ++refcounts_[digest];
+      first_ref_.try_emplace(digest, name);
     }
     ++report_.refs;
   }

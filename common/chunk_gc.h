@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/chunk_store.h"
+#include "common/gpu_manifest.h"
 #include "common/result.h"
 
 namespace gpuckpt::chunk_gc {
@@ -105,6 +106,21 @@ class Collection {
   std::map<chunk_store::Digest, std::string> first_ref_;
   Report report_;
 };
+
+// A reference read and checked (parse_manifest: it may come from a shared volume another node writes); an error
+// with errno ENOENT when it was removed since it was listed.
+Result<gpu_image::Manifest> read_reference(const chunk_store::Store& store, const std::string& name);
+
+// What each reference holds, for `gpuckpt store refs`: `exclusive_bytes` is what removing it alone would free.
+struct ReferenceSummary {
+  std::string name;
+  std::string checkpoint;
+  int vpid = 0;
+  std::size_t chunks = 0;               // distinct stored chunks
+  std::uint64_t stored_bytes = 0;
+  std::uint64_t exclusive_bytes = 0;    // of chunks no other reference names
+};
+Result<std::vector<ReferenceSummary>> summarize_references(const chunk_store::Store& store);
 
 // Every phase in order.
 Result<Report> collect(chunk_store::Store& store, Options options);
