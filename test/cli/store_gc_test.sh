@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2015 # ok/bad always return 0
+# shellcheck disable=SC2015,SC2086 # ok/bad always return 0; the bad-input cases are word lists
 # `gpuckpt store gc|refs|unref` on a hand-made chunk store (issue 21): a dry run lists and keeps the unreferenced
 # chunk, --delete removes it and keeps the referenced one, unref drops a checkpoint's references so the next gc frees
 # its chunks, a reference naming a chunk the store lacks makes gc exit 1 naming it, bad flags exit 2.
@@ -47,7 +47,6 @@ rc=0; "$CLI" store gc --store "$store" > "$tmp/out" || rc=$?
 
 # Bad input: exit 2, the input named.
 for args in "gc --grace 5" "gc --grace x" "unref nothex" "prune" ""; do
-  # shellcheck disable=SC2086 # the words are the arguments
   rc=0; "$CLI" store $args --store "$store" > /dev/null 2> "$tmp/err" || rc=$?
   [ "$rc" = 2 ] && grep -q "usage: gpuckpt store" "$tmp/err" && ok || bad "store $args: exit 2 with the usage (rc $rc)"
 done
