@@ -14,7 +14,7 @@ namespace gpuckpt::agent {
 
 namespace {
 
-retention::Policy policy_of(const RetentionConfig& c) {
+retention::Policy policy_of(const node::RetentionConfig& c) {
   retention::Policy p;
   p.keep_count = c.keep_count;
   if (c.max_age_hours) p.max_age = std::chrono::hours(*c.max_age_hours);
@@ -25,7 +25,7 @@ retention::Policy policy_of(const RetentionConfig& c) {
 
 // The store the plugin writes to under this config: a path, else the node's (a store made under an earlier
 // setting still needs collecting after a switch to inline).
-std::string store_dir_of(const GpuMemoryConfig& c) {
+std::string store_dir_of(const node::GpuMemoryConfig& c) {
   if (c.store) {
     auto parsed = gpu_image::parse_store(*c.store, "gpu_memory.store");
     if (parsed && !parsed->empty()) return *parsed;
@@ -35,7 +35,7 @@ std::string store_dir_of(const GpuMemoryConfig& c) {
 
 }  // namespace
 
-void maintain_storage(const AgentConfig& config) {
+void maintain_storage(const node::AgentConfig& config) {
   std::unique_ptr<chunk_store::Store> store;
   const std::string store_dir = store_dir_of(config.gpu_memory);
   if (auto opened = chunk_store::Store::open(store_dir, false); opened) store = std::move(*opened);
