@@ -15,6 +15,7 @@
 #include "agent/http_server.h"
 #include "agent/kubelet_watch.h"
 #include "agent/node_labels.h"
+#include "agent/storage_maintenance.h"
 #include "node/runtimes.h"
 #include "node/service.h"
 #include "common/inventory.h"
@@ -169,6 +170,18 @@ int main(int argc, char** argv) {
       } while (stopper.wait(config.watch_interval_seconds));
     });
   }
+  loops.emplace_back([&] {
+    while (stopper.wait(config.retention.interval_seconds)) {
+      // Deleting files on the node: whatever goes wrong in one pass, the agent stays up and the next pass tries again.
+      try {
+        agent::maintain_storage(config);
+      } catch (const std::exception& e) {
+        log::error(std::string("storage upkeep: internal error: ") + e.what());
+      } catch (...) {
+        log::error("storage upkeep: internal error");
+      }
+    }
+  });
   if (config.node_labels.enabled) {
     std::string node = config.node_labels.node_name;
     if (node.empty() && std::getenv("NODE_NAME")) node = std::getenv("NODE_NAME");

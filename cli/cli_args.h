@@ -7,6 +7,8 @@
 #include <span>
 #include <string>
 
+#include "common/chunk_store.h"
+#include "common/gpu_image.h"
 #include "common/inventory.h"
 #include "common/log.h"
 
@@ -26,6 +28,17 @@ inline void init_cli_logging(const char* verb) {
   log::set_component(std::string("gpuckpt ") + verb);
   const char* level = std::getenv("GPUCKPT_LOG_LEVEL");
   log::set_level(log::level_from_string(level ? level : "", log::Level::Warn));
+}
+
+// The chunk store the verbs that read or keep store-backed checkpoints use without --store: GPUCKPT_GPU_STORE as the
+// plugin reads it when it names a directory, else the node's store.
+inline std::string configured_store_dir() {
+  const char* env = std::getenv("GPUCKPT_GPU_STORE");
+  if (env != nullptr && *env != '\0') {
+    auto parsed = gpu_image::parse_store(env, "GPUCKPT_GPU_STORE");
+    if (parsed && !parsed->empty()) return *parsed;
+  }
+  return chunk_store::kNodeStoreDir;
 }
 
 struct InventoryArgs {

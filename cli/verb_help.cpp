@@ -75,6 +75,16 @@ constexpr Help kHelp[] = {
      "  --timeout SECONDS     stop reading the archive after this long, exit 2 (default 600)\n"
      "  --json                what it holds and this node's verdict as JSON\n",
      kHostFlags, "gpuckpt inspect ck-20261122T001228Z-61ef843a.tar.zst   # exit 3: this node cannot take it"},
+    {"store", "gpuckpt store gc|refs|unref CHECKPOINT [--store DIR] [--grace SECONDS] [--delete] [--json]",
+     "  gc                    chunks no kept checkpoint references: listed with their bytes (a dry run); exit 1\n"
+     "                        when a reference names a chunk the store lacks\n"
+     "  refs                  the references (one per process of a kept checkpoint) and the bytes each holds alone\n"
+     "  unref CHECKPOINT      drop checkpoint CHECKPOINT's references (its archive is deleted); gc then frees them\n"
+     "  --store DIR           the chunk store (default: $GPUCKPT_GPU_STORE when a path, else /var/lib/gpuckpt/chunks)\n"
+     "  --grace SECONDS       keep unreferenced chunks written or reused this recently (default 3600, at least 60)\n"
+     "  --delete              remove the garbage (default: only list it)\n"
+     "  --json                the report as JSON\n",
+     nullptr, "gpuckpt store gc --delete --store /mnt/gpuckpt-chunks"},
     {"image", "gpuckpt image ARCHIVE [--tag TAG] [target flags] [--json]",
      "  ARCHIVE               an archive in the agent's checkpoint directory\n"
      "  --tag TAG             the image's tag (default: the archive's name without .tar*)\n"

@@ -40,16 +40,6 @@ constexpr const char* kUsage =
 // in minutes; the message says to raise it.
 constexpr long kDefaultInspectSeconds = 600;
 
-// The store a manifest's chunks are checked in: GPUCKPT_GPU_STORE as the plugin reads it, else the node's.
-std::string store_to_check() {
-  const char* env = std::getenv("GPUCKPT_GPU_STORE");
-  if (env != nullptr && *env != '\0') {
-    auto parsed = gpu_image::parse_store(env, "GPUCKPT_GPU_STORE");
-    if (parsed && !parsed->empty()) return *parsed;
-  }
-  return chunk_store::kNodeStoreDir;
-}
-
 // A manifest: its summary, then every chunk read from the store, decompressed and hashed.
 int inspect_manifest(int dir_fd, const std::string& name) {
   auto manifest = gpu_image::read_manifest(dir_fd, name);
@@ -59,7 +49,7 @@ int inspect_manifest(int dir_fd, const std::string& name) {
   }
   const auto summary = gpu_image::summarize_manifest(*manifest);
   std::printf("%s", gpu_image::format_manifest_summary(name, summary).c_str());
-  const std::string store_dir = store_to_check();
+  const std::string store_dir = configured_store_dir();
   auto opened = chunk_store::Store::open(store_dir, false);
   if (!opened) {
     std::fprintf(stderr, "gpuckpt inspect: %s: chunks not checked: %s\n", name.c_str(), opened.error().message.c_str());

@@ -14,6 +14,7 @@ int run_image(std::span<char*> args);
 int run_runtime(std::span<char*> args);
 int run_target_pod(std::span<char*> args);
 int run_jobs(std::span<char*> args);
+int run_store(std::span<char*> args);
 int run_job(std::span<char*> args);
 
 std::span<const Verb> verbs() {
@@ -29,6 +30,7 @@ std::span<const Verb> verbs() {
       {"target-pod", "the pod that restores a source pod's container from its checkpoint image on a node (JSON in, JSON out)", run_target_pod},
       {"jobs", "list an agent's checkpoint, restore and image jobs, newest first", run_jobs},
       {"job", "show one job of an agent; --follow: until it ends (exit 1: it failed)", run_job},
+      {"store", "the chunk store of store-backed checkpoints: gc (dry run unless --delete), refs, unref", run_store},
       {"doctor", "check whether GPU checkpoints work on this node: pass/warn/fail with the fix (exit 1: a failure)", run_doctor},
   };
   return table;

@@ -1,5 +1,6 @@
 #include "common/chunk_store.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -13,6 +14,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -52,6 +54,12 @@ Result<void> write_exact(int fd, iovec* iov, int count, const std::string& name)
   return {};
 }
 
+bool is_lower_hex(std::string_view text) {
+  for (char c : text)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
 Result<int> open_or_make_dir(int parent_fd, const char* name, const std::string& shown) {
   if (::mkdirat(parent_fd, name, 0700) != 0 && errno != EEXIST)
     return make_error("cannot create the chunk store directory " + shown + ": " + errno_text(errno), errno);
@@ -61,6 +69,20 @@ Result<int> open_or_make_dir(int parent_fd, const char* name, const std::string&
 }
 
 }  // namespace
+
+std::string ref_name(std::string_view checkpoint, int vpid) {
+  return std::string(checkpoint) + "-" + std::to_string(vpid) + ".json";
+}
+
+bool is_ref_name(std::string_view name) {
+  constexpr std::string_view suffix = ".json";
+  if (name.size() < 32 + 2 + suffix.size() || name.size() > 32 + 1 + 7 + suffix.size() || !name.ends_with(suffix) ||
+      name[32] != '-' || !is_lower_hex(name.substr(0, 32)))
+    return false;
+  const auto digits = name.substr(33, name.size() - 33 - suffix.size());
+  return !digits.empty() && digits[0] != '0' &&
+         digits.find_first_not_of("0123456789") == std::string_view::npos;
+}
 
 std::string Digest::hex() const {
   std::string out(kDigestHexChars, '0');
@@ -177,7 +199,8 @@ std::string Store::relative_path(const Digest& d) const {
 Result<ChunkHeader> Store::stat(const Digest& d) const {
   const std::string hex = d.hex();
   const std::string inside = hex.substr(0, 2) + "/" + hex;
-  const int fd = ::openat(hash_fd_, inside.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = ::openat(hash_fd_, inside.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT && rescue(d)) fd = ::openat(hash_fd_, inside.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return make_error(path_of(d).string() + ": " + errno_text(errno), errno);
   struct stat st {};
   std::byte bytes[kChunkHeaderSize];
@@ -259,7 +282,8 @@ Result<void> Store::read(const Digest& d, std::uint64_t expected_size, std::vect
   const std::string hex = d.hex();
   const std::string inside = hex.substr(0, 2) + "/" + hex;
   const std::string shown = path_of(d).string();
-  const int fd = ::openat(hash_fd_, inside.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = ::openat(hash_fd_, inside.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT && rescue(d)) fd = ::openat(hash_fd_, inside.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return make_error("cannot open " + shown + ": " + errno_text(errno), errno);
   struct stat st {};
   Result<void> result;
@@ -274,6 +298,124 @@ Result<void> Store::read(const Digest& d, std::uint64_t expected_size, std::vect
   }
   ::close(fd);
   return result;
+}
+
+bool Store::rescue(const Digest& d) const {
+  const int trash_fd = ::openat(root_fd_, kTrashDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (trash_fd < 0) return false;
+  const std::string hex = d.hex();
+  const std::string fanout = hex.substr(0, 2);
+  bool moved = false;
+  const int dir_fd = ::openat(hash_fd_, fanout.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    moved = ::renameat2(trash_fd, hex.c_str(), dir_fd, hex.c_str(), RENAME_NOREPLACE) == 0;
+    ::close(dir_fd);
+  }
+  ::close(trash_fd);
+  return moved;
+}
+
+Result<void> Store::touch(const Digest& d) const {
+  const std::string hex = d.hex();
+  const std::string inside = hex.substr(0, 2) + "/" + hex;
+  if (::utimensat(hash_fd_, inside.c_str(), nullptr, AT_SYMLINK_NOFOLLOW) == 0) return {};
+  if (errno == ENOENT && rescue(d) && ::utimensat(hash_fd_, inside.c_str(), nullptr, AT_SYMLINK_NOFOLLOW) == 0)
+    return {};
+  return make_error("cannot mark " + path_of(d).string() + " as in use: " + errno_text(errno), errno);
+}
+
+Result<int> Store::open_refs_dir() const {
+  return open_or_make_dir(root_fd_, kRefsDir, (root_ / kRefsDir).string());
+}
+
+Result<int> Store::open_trash_dir() const {
+  return open_or_make_dir(root_fd_, kTrashDir, (root_ / kTrashDir).string());
+}
+
+Result<void> Store::put_ref(const std::string& name, std::string_view text) {
+  if (!is_ref_name(name)) return make_error("internal: '" + name + "' is not a reference name", EINVAL);
+  auto dir_fd = open_refs_dir();
+  if (!dir_fd) return dir_fd.error();
+  static std::atomic<std::uint64_t> sequence{0};
+  const std::string temp = "." + name + "." + std::to_string(::getpid()) + "." + std::to_string(sequence++) + ".partial";
+  const std::string shown = (root_ / kRefsDir / name).string();
+  Result<void> result;
+  const int fd = ::openat(*dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    result = make_error("creating the chunk store reference " + shown + ": " + errno_text(errno), errno);
+  } else {
+    iovec iov[1] = {{const_cast<char*>(text.data()), text.size()}};
+    result = write_exact(fd, iov, 1, shown);
+    if (result && ::fsync(fd) != 0) result = make_error("fsync of " + shown + ": " + errno_text(errno), errno);
+    ::close(fd);
+    if (result && ::renameat(*dir_fd, temp.c_str(), *dir_fd, name.c_str()) != 0)
+      result = make_error("renaming the chunk store reference " + shown + " into place: " + errno_text(errno), errno);
+    if (!result) (void)::unlinkat(*dir_fd, temp.c_str(), 0);
+    else if (::fsync(*dir_fd) != 0 && errno != EINVAL)
+      result = make_error("fsync of " + (root_ / kRefsDir).string() + ": " + errno_text(errno), errno);
+  }
+  ::close(*dir_fd);
+  return result;
+}
+
+Result<bool> Store::remove_ref(const std::string& name) {
+  if (!is_ref_name(name))
+    return make_error("'" + name + "' is not a chunk store reference name (<checkpoint>-<pid>.json)", EINVAL);
+  auto dir_fd = open_refs_dir();
+  if (!dir_fd) return dir_fd.error();
+  Result<bool> removed = true;
+  if (::unlinkat(*dir_fd, name.c_str(), 0) != 0) {
+    removed = errno == ENOENT ? Result<bool>(false)
+                              : make_error("removing " + (root_ / kRefsDir / name).string() + ": " + errno_text(errno),
+                                           errno);
+  } else if (::fsync(*dir_fd) != 0 && errno != EINVAL) {
+    removed = make_error("fsync of " + (root_ / kRefsDir).string() + ": " + errno_text(errno), errno);
+  }
+  ::close(*dir_fd);
+  return removed;
+}
+
+Result<std::vector<std::string>> Store::list_refs() const {
+  const int fd = ::openat(root_fd_, kRefsDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::vector<std::string>{};
+    return make_error("cannot open " + (root_ / kRefsDir).string() + ": " + errno_text(errno), errno);
+  }
+  DIR* dir = ::fdopendir(fd);
+  if (dir == nullptr) {
+    ::close(fd);
+    return make_error("cannot read " + (root_ / kRefsDir).string() + ": " + errno_text(errno), errno);
+  }
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(dir))
+    if (is_ref_name(e->d_name)) names.emplace_back(e->d_name);
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Result<std::string> Store::read_ref(const std::string& name, std::size_t max_bytes) const {
+  const std::string shown = (root_ / kRefsDir / name).string();
+  if (!is_ref_name(name)) return make_error("internal: '" + name + "' is not a reference name", EINVAL);
+  const int dir_fd = ::openat(root_fd_, kRefsDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir_fd < 0) return make_error("cannot open " + shown + ": " + errno_text(errno), errno);
+  const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const int open_errno = errno;
+  ::close(dir_fd);
+  if (fd < 0) return make_error("cannot open " + shown + ": " + errno_text(open_errno), open_errno);
+  struct stat st {};
+  Result<std::string> text = std::string();
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    text = make_error(shown + " is not a regular file", EIO);
+  } else if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+    text = make_error(shown + " is larger than " + std::to_string(max_bytes) + " bytes", EIO);
+  } else {
+    text->resize(static_cast<std::size_t>(st.st_size));
+    if (auto ok = read_all(fd, reinterpret_cast<std::byte*>(text->data()), text->size(), 0, shown); !ok)
+      text = ok.error();
+  }
+  ::close(fd);
+  return text;
 }
 
 }  // namespace gpuckpt::chunk_store

@@ -5,6 +5,13 @@
 // another node restores without copying.
 //
 //   <root>/sha256/<first two hex digits>/<64 hex digits>      one chunk: header (32 bytes) | payload
+//   <root>/refs/<checkpoint>-<vpid>.json                        a reference: the manifest of a kept checkpoint
+//   <root>/trash/<64 hex digits>                                a chunk garbage collection is deleting (chunk_gc.h)
+//
+// A chunk is kept while a reference names it (refs live in the store, so every node sharing it sees them) or while
+// it is young: written or reused (its mtime touched) within the collector's grace period, which covers a dump
+// whose manifest is not referenced yet. A chunk found in trash/ is still whole: any reader or writer that misses
+// it at its name moves it back (rescue), so a collection killed mid-way loses nothing.
 //
 // A chunk file is written under a temporary name beside its final one, fsync'ed and renamed: a file with a
 // digest's name is complete. Digests are the only thing that ever forms a path here, and only after
@@ -45,6 +52,13 @@ Digest sha256(std::span<const std::byte> data);
 // Exactly 64 lowercase hex digits, else an error naming `what` (a manifest field, a file name).
 Result<Digest> parse_digest(std::string_view hex, std::string_view what);
 
+// A reference's name: <checkpoint id (32 lowercase hex)>-<vpid>.json. Names read from the store are checked with
+// is_ref_name before they are opened.
+std::string ref_name(std::string_view checkpoint, int vpid);
+bool is_ref_name(std::string_view name);
+inline constexpr const char* kRefsDir = "refs";
+inline constexpr const char* kTrashDir = "trash";
+
 // --- a chunk file's header -----------------------------------------------------------------------------------------
 inline constexpr std::size_t kChunkHeaderSize = 32;
 inline constexpr std::uint32_t kChunkVersion = 1;
@@ -71,8 +85,12 @@ class Store {
   std::filesystem::path path_of(const Digest& d) const { return root_ / relative_path(d); }
 
   // The header of the chunk `d` when a complete file is there (its size matches its header); nullopt-like error
-  // with errno ENOENT when there is none, another errno when the file is there but unusable.
+  // with errno ENOENT when there is none, another errno when the file is there but unusable. A chunk a collection
+  // had moved to trash/ is moved back first.
   Result<ChunkHeader> stat(const Digest& d) const;
+  // Marks the chunk as used now (its mtime), so a collection running at the same time keeps it; ENOENT when it is
+  // gone (then the caller writes it again).
+  Result<void> touch(const Digest& d) const;
   // Writes the chunk (header + payload) under a temporary name, fsyncs it and renames it to its digest's name.
   // Thread-safe; files are 0600. The caller decides whether it is present first (stat).
   Result<void> put(const Digest& d, const ChunkHeader& header, std::span<const std::byte> payload);
@@ -81,9 +99,27 @@ class Store {
   // The whole chunk file (header + payload) into `out`; `expected_size` is what the manifest says it holds.
   Result<void> read(const Digest& d, std::uint64_t expected_size, std::vector<std::byte>& out) const;
 
+  // --- references: one file per kept checkpoint's process, the manifest naming its chunks -------------------------
+  // `name` is a reference name (ref_name); the file is written atomically (temporary name, fsync, rename, fsync).
+  Result<void> put_ref(const std::string& name, std::string_view text);
+  // Removing a reference that is not there is not an error (false).
+  Result<bool> remove_ref(const std::string& name);
+  // The names of every reference, sorted; entries that are not reference names are left out.
+  Result<std::vector<std::string>> list_refs() const;
+  // A reference's text, at most `max_bytes`.
+  Result<std::string> read_ref(const std::string& name, std::size_t max_bytes) const;
+
+  int root_fd() const { return root_fd_; }
+  int hash_fd() const { return hash_fd_; }
+  // <root>/refs and <root>/trash, made when absent.
+  Result<int> open_refs_dir() const;
+  Result<int> open_trash_dir() const;
+
  private:
   Store() = default;
   Result<int> fanout_dir(const Digest& d);   // <root>/sha256/ab, created on first use
+  // Moves trash/<hex> back to sha256/ab/<hex> unless a chunk is there already: true when it did.
+  bool rescue(const Digest& d) const;
   std::filesystem::path root_;
   int root_fd_ = -1;
   int hash_fd_ = -1;   // <root>/sha256

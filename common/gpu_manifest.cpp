@@ -344,8 +344,9 @@ Result<StoredChunk> StoreWriter::add(std::uint32_t region, std::uint64_t chunk, 
   }
   const cs::Digest digest = cs::sha256(raw);
   manifest_.digests[i] = digest;
-  if (auto present = store_->stat(digest); present && present->raw_size == raw.size()) {
-    // The same bytes are in the store already (an earlier checkpoint, another process): nothing to write.
+  if (auto present = store_->stat(digest); present && present->raw_size == raw.size() && store_->touch(digest)) {
+    // The same bytes are in the store already (an earlier checkpoint, another process): nothing to write. Touched,
+    // so a garbage collection running now keeps it (chunk_gc.h).
     e.encoding = static_cast<Encoding>(present->encoding);
     e.stored_size = present->stored_size;
     present_[i] = 1;
@@ -380,8 +381,22 @@ Result<void> StoreWriter::finish(int dir_fd) {
       e.offset = ordinal++;
     }
   }
-  // The chunks' names durable before the manifest that needs them exists.
+  // Every chunk touched once more: one a collection removed while this dump ran (it was older than the collector's
+  // grace period) fails the dump here rather than leaving a manifest that names a missing chunk.
+  std::set<cs::Digest> touched;
+  for (std::size_t i = 0; i < manifest_.entries.size(); ++i) {
+    if (manifest_.entries[i].encoding == Encoding::Zero || !touched.insert(manifest_.digests[i]).second) continue;
+    if (auto ok = store_->touch(manifest_.digests[i]); !ok)
+      return make_error("checkpoint " + manifest_.checkpoint + " (" + name_ + "): chunk " + manifest_.digests[i].hex() +
+                        " left the chunk store " + store_->root().string() + " while the dump ran (a garbage "
+                        "collection with a grace period shorter than the dump?): " + ok.error().message +
+                        ". Checkpoint again", ok.error().errno_value);
+  }
+  // The chunks' names durable before the reference and the manifest that need them exist; the reference (in the
+  // store, seen by every node sharing it) before the manifest, so no manifest names chunks nothing holds.
   if (auto ok = store_->sync(); !ok) return ok;
+  const std::string text = serialize_manifest(manifest_);
+  if (auto ok = store_->put_ref(cs::ref_name(manifest_.checkpoint, manifest_.header.vpid), text); !ok) return ok;
   return write_manifest(dir_fd, manifest_);
 }
 

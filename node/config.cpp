@@ -176,6 +176,16 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     keep(s);
   }
   {
+    Section s = top.child("retention");
+    s.get("keep_count", c.retention.keep_count);
+    s.get("max_age_hours", c.retention.max_age_hours);
+    s.get("max_bytes", c.retention.max_bytes);
+    s.get("include_newest", c.retention.include_newest);
+    s.get("interval_seconds", c.retention.interval_seconds);
+    s.get("gc_grace_seconds", c.retention.gc_grace_seconds);
+    keep(s);
+  }
+  {
     Section s = top.child("image_registry");
     long timeout = c.image_registry.timeout.count();
     long push_timeout = c.image_registry.push_timeout.count();
@@ -255,6 +265,11 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     if (c.gpu_memory.store->size() > 64)   // the plugin's settings file holds values of at most 64 characters
       return make_error(source + ": gpu_memory.store is longer than 64 characters; mount the store at a shorter path");
   }
+  if ((c.retention.keep_count && *c.retention.keep_count < 0) ||
+      (c.retention.max_age_hours && *c.retention.max_age_hours < 1) || c.retention.interval_seconds < 60 ||
+      c.retention.gc_grace_seconds < 60)
+    return make_error(source + ": retention: keep_count must be >= 0, max_age_hours >= 1, interval_seconds and "
+                      "gc_grace_seconds >= 60 (a shorter grace period may remove chunks of a dump still running)");
   const auto level = log::level_from_string(c.log_level, static_cast<log::Level>(0));
   if (static_cast<int>(level) == 0)
     return make_error(source + ": log_level '" + c.log_level + "' is not one of error, warn, info, debug");
@@ -309,6 +324,13 @@ void log_config(const AgentConfig& c) {
   log::param("limits.request_deadline_seconds", std::to_string(c.request_deadline_seconds));
   log::param("limits.job_timeout_seconds", std::to_string(c.job_timeout.count()));
   for (const auto& [name, value] : plugin_environment(c.gpu_memory)) log::param("gpu_memory: " + name, value);
+  auto optional_text = [](const auto& v) { return v ? std::to_string(*v) : std::string("unset"); };
+  log::param("retention.keep_count", optional_text(c.retention.keep_count));
+  log::param("retention.max_age_hours", optional_text(c.retention.max_age_hours));
+  log::param("retention.max_bytes", optional_text(c.retention.max_bytes));
+  log::param("retention.include_newest", c.retention.include_newest ? "1" : "0");
+  log::param("retention.interval_seconds", std::to_string(c.retention.interval_seconds));
+  log::param("retention.gc_grace_seconds", std::to_string(c.retention.gc_grace_seconds));
   if (!c.image_registry.repository.empty()) {
     log::param("image_registry.repository", c.image_registry.repository);
     log::param("image_registry.plain_http", c.image_registry.plain_http ? "1" : "0");

@@ -49,6 +49,18 @@ struct GpuMemoryConfig {
 // NAME=VALUE pairs for the plugin's environment, in a fixed order.
 std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMemoryConfig& c);
 
+// What the agent keeps (issues 21, 23), every interval_seconds: archive retention per container in
+// checkpoints.dir (nothing is deleted while no limit is set), then a garbage collection of the chunk store
+// (gpu_memory.store when a path, else the node's), which frees the chunks no kept checkpoint references.
+struct RetentionConfig {
+  std::optional<int> keep_count;                  // archives per container, newest first
+  std::optional<std::int64_t> max_age_hours;
+  std::optional<std::uint64_t> max_bytes;         // per container
+  bool include_newest = false;                    // the newest archive of a container may go too
+  int interval_seconds = 3600;
+  int gc_grace_seconds = 3600;                    // chunk_gc.h: unreferenced chunks younger than this stay
+};
+
 struct CriRuntimeConfig {
   std::string endpoint = "unix:///run/containerd/containerd.sock";   // CRI-O: unix:///run/crio/crio.sock
   int call_timeout_seconds = 30;                                    // every CRI call but CheckpointContainer
@@ -91,6 +103,7 @@ struct AgentConfig {
   // An accepted job's whole time, queue included: then whatever it runs is cut short (node/service.h).
   std::chrono::seconds job_timeout{7200};
   GpuMemoryConfig gpu_memory;
+  RetentionConfig retention;
   RegistryOptions image_registry;   // checkpoint images are also pushed there when repository is set
 };
 

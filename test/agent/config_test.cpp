@@ -85,6 +85,31 @@ TEST_CASE("configuration mistakes are errors naming the key", "[unit]") {
   CHECK_FALSE(load_config("/nonexistent/agent.yaml").ok());
 }
 
+TEST_CASE("retention: limits unset by default; parsed; bad values name the section", "[unit]") {
+  auto none = parse_config("version: 1", "test.yaml");
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->retention.keep_count);
+  CHECK_FALSE(none->retention.max_age_hours);
+  CHECK_FALSE(none->retention.max_bytes);
+  CHECK(none->retention.gc_grace_seconds == 3600);
+  auto c = parse_config("retention: {keep_count: 2, max_age_hours: 48, max_bytes: 107374182400, include_newest: true, "
+                        "interval_seconds: 600, gc_grace_seconds: 7200}", "test.yaml");
+  REQUIRE(c.ok());
+  CHECK(*c->retention.keep_count == 2);
+  CHECK(*c->retention.max_age_hours == 48);
+  CHECK(*c->retention.max_bytes == 107374182400ULL);
+  CHECK(c->retention.include_newest);
+  CHECK(c->retention.interval_seconds == 600);
+  CHECK(c->retention.gc_grace_seconds == 7200);
+  for (const char* bad : {"retention: {keep_count: -1}", "retention: {gc_grace_seconds: 5}", "retention: {max_age_hours: 0}"}) {
+    auto refused = parse_config(bad, "test.yaml");
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message.find("test.yaml: retention:") == 0);
+  }
+  auto unknown = parse_config("retention: {keep: 2}", "test.yaml");
+  REQUIRE_FALSE(unknown.ok());
+}
+
 TEST_CASE("gpu_memory settings become the plugin's environment; bad values name the key", "[unit]") {
   auto none = parse_config("gpu_memory: {threads: null}", "test.yaml");
   REQUIRE(none.ok());

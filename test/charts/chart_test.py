@@ -446,6 +446,9 @@ def test_full_config_shape():
             "config.limits.max_queued_jobs=32", "config.limits.max_queued_jobs_per_client=4",
             "config.gpu_memory.image=false", "config.gpu_memory.threads=8", "config.gpu_memory.compression=zstd:3",
             "config.gpu_memory.sparse=false", "config.gpu_memory.store=/mnt/gpuckpt-store",
+            "config.retention.keep_count=3", "config.retention.max_age_hours=168",
+            "config.retention.max_bytes=107374182400", "config.retention.include_newest=true",
+            "config.retention.interval_seconds=600", "config.retention.gc_grace_seconds=7200",
             "config.image_registry.repository=registry.example:5000/ml/checkpoints",
             "config.image_registry.credentials_file=/etc/gpuckpt/registry/credentials",
             "config.image_registry.plain_http=true", "config.image_registry.timeout_seconds=900",
@@ -464,6 +467,9 @@ def test_full_config_shape():
     check(cfg["gpu_memory"] == {"image": False, "threads": 8, "compression": "zstd:3", "sparse": False,
                                 "store": "/mnt/gpuckpt-store"},
           "[full-config] gpu_memory reaches the agent's config")
+    check(cfg["retention"] == {"keep_count": 3, "max_age_hours": 168, "max_bytes": 107374182400,
+                               "include_newest": True, "interval_seconds": 600, "gc_grace_seconds": 7200},
+          f"[full-config] retention reaches the agent's config: {cfg.get('retention')}")
     check(cfg["image_registry"] == {"repository": "registry.example:5000/ml/checkpoints", "plain_http": True,
                                     "credentials_file": "/etc/gpuckpt/registry/credentials", "timeout_seconds": 900,
                                     "push_timeout_seconds": 3600, "token_realm_host": "auth.registry.example"},

@@ -155,7 +155,11 @@ TEST_CASE("GPU memory manifest: written by the store writer, read back, chunks d
     CHECK(stored->zero == (c == 1));
   }
   REQUIRE((*writer)->finish(images.fd));
-  CHECK(files_under(store_dir.path) == 3);   // random, repetitive, the half chunk; no zero chunk
+  CHECK(files_under(store_dir.path / "sha256") == 3);   // random, repetitive, the half chunk; no zero chunk
+  // The store holds a reference for the kept checkpoint: the manifest itself, so collection keeps its chunks.
+  const std::string ref = cs::ref_name("0123456789abcdef0123456789abcdef", 31);
+  CHECK(fs::is_regular_file(store_dir.path / "refs" / ref));
+  CHECK(*store->list_refs() == std::vector<std::string>{ref});
   CHECK(written < (3u << 20));               // the repetitive chunk is compressed
 
   auto manifest = gi::read_manifest(images.fd, gi::manifest_name(31));
@@ -194,7 +198,7 @@ TEST_CASE("GPU memory manifest: written by the store writer, read back, chunks d
   }
   CHECK(written_again == 0);
   CHECK(reused == 3);
-  CHECK(files_under(store_dir.path) == 3);
+  CHECK(files_under(store_dir.path / "sha256") == 3);
 }
 
 TEST_CASE("GPU memory manifest: a missing or corrupt chunk is named with its checkpoint and path", "[unit]") {

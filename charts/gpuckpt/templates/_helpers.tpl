@@ -151,6 +151,7 @@ by the render-config init container (the agent reads literal values).
     "method" (ternary "api" "nfd_feature_file" (eq $v.nodeLabels.method "api"))
     "feature_file" (ternary nil (printf "%s/gpuckpt" $v.nodeLabels.featureDir) (eq $v.nodeLabels.method "api")))
   "gpu_memory" (deepCopy $v.config.gpu_memory)
+  "retention" (deepCopy $v.config.retention)
   "image_registry" $registry
   "limits" (deepCopy $v.config.limits)
 -}}
