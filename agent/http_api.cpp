@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <memory>
 
-#include "agent/archive_transfer.h"
 #include "agent/http_server.h"
-#include "agent/requests.h"
+#include "node/archive_transfer.h"
+#include "node/requests.h"
 #include "common/log.h"
 #include "common/properties_record.h"
 
 namespace gpuckpt::agent {
+
+// The HTTP API serves node/'s jobs.
+using namespace gpuckpt::node;
 
 namespace {
 
@@ -59,8 +62,8 @@ bool token_matches(std::string_view presented, std::string_view expected) {
   return diff == 0 && !expected.empty();
 }
 
-void install_routes(httplib::Server& server, AgentService& service, std::string token) {
-  // cpp-httplib has one body limit for every route: the transfer chunks' (agent/archive_transfer.h). Every other
+void install_routes(httplib::Server& server, JobService& service, std::string token) {
+  // cpp-httplib has one body limit for every route: the transfer chunks' (node/archive_transfer.h). Every other
   // request is held to limits.max_request_bytes before its body is read (below).
   server.set_payload_max_length(std::max(service.config().max_request_bytes, kMaxChunkBytes));
 

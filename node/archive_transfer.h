@@ -41,7 +41,7 @@
 #include "common/container_runtime.h"
 #include "common/result.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 inline constexpr std::size_t kMaxChunkBytes = 16U << 20;     // one PUT's body
 inline constexpr std::size_t kDefaultChunkBytes = 8U << 20;  // what a sender puts in one PUT
@@ -96,4 +96,4 @@ struct PushOptions {
 Result<nlohmann::json> push_archive(const std::filesystem::path& archive, const PushOptions& options,
                                     const std::function<void(std::uint64_t)>& progress);
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

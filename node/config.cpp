@@ -1,4 +1,4 @@
-#include "agent/config.h"
+#include "node/config.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -7,10 +7,10 @@
 #include <sstream>
 
 #include "common/gpu_image.h"
-#include "agent/archive_transfer.h"
+#include "node/archive_transfer.h"
 #include "common/log.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace {
 
@@ -340,4 +340,4 @@ std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMem
   return env;
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

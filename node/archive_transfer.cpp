@@ -1,4 +1,4 @@
-#include "agent/archive_transfer.h"
+#include "node/archive_transfer.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 
 #include "common/log.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace fs = std::filesystem;
 
@@ -511,4 +511,4 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
                         {"already_present", body.value("already_present", false)}};
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

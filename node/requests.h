@@ -11,7 +11,7 @@
 #include "common/container_runtime.h"
 #include "common/result.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 struct CheckpointRequest {
   ContainerRef ref;
@@ -43,4 +43,4 @@ Result<ImageRequest> parse_image_request(std::string_view body);
 // POST /v1/transfers: {"archive", "to"}
 Result<TransferRequest> parse_transfer_request(std::string_view body);
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

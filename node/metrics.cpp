@@ -1,8 +1,8 @@
-#include "agent/metrics.h"
+#include "node/metrics.h"
 
 #include <sstream>
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 void Metrics::checkpoint_done(bool ok, double seconds, std::uint64_t bytes) {
   std::lock_guard lock(mutex_);
@@ -109,4 +109,4 @@ std::string Metrics::render() const {
   return o.str();
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node
