@@ -199,7 +199,7 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
     send_json(res, 202, to_json(*service.job(id.value())));
   });
 
-  // The receiving end of a transfer (agent/archive_transfer.h).
+  // The receiving end of a transfer (node/archive_transfer.h).
   auto incoming = std::make_shared<IncomingArchives>(service.config().checkpoint_dir,
                                                      service.config().archive_limits.max_archive_bytes);
   constexpr const char* kIncomingName = R"(/v1/incoming/([A-Za-z0-9._-]{1,200}))";

@@ -60,7 +60,7 @@ struct ContainerdRuntimeConfig {
   int call_timeout_seconds = 30;           // every call but task checkpoint/restore (runtime_timeout)
 };
 
-// Pushing archives to other agents (agent/archive_transfer.h): the only networks a push may go to. Private
+// Pushing archives to other agents (node/archive_transfer.h): the only networks a push may go to. Private
 // ranges by default: pods and nodes of a cluster, never a host on the internet.
 struct TransferConfig {
   std::vector<std::string> peer_networks = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"};

@@ -31,7 +31,7 @@ struct ImageRequest {
 
 struct TransferRequest {
   std::string archive;   // as RestoreRequest::archive
-  std::string to;        // the target agent: http://A.B.C.D:PORT (agent/archive_transfer.h)
+  std::string to;        // the target agent: http://A.B.C.D:PORT (node/archive_transfer.h)
 };
 
 // POST /v1/checkpoints: {"namespace", "pod", "container", "image"}

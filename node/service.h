@@ -80,7 +80,7 @@ class JobService {
   // store in the background (result.image.loaded_as: the name a pod uses). Fails when the runtime has no store
   // the agent can fill.
   Result<std::string> start_image(const ImageRequest& request, const std::string& client = "");
-  // Pushes an archive of the checkpoint directories to the agent at request.to (agent/archive_transfer.h) in the
+  // Pushes an archive of the checkpoint directories to the agent at request.to (node/archive_transfer.h) in the
   // background: validated synchronously (the archive exists there, `to` is inside transfer.peer_networks).
   Result<std::string> start_transfer(const TransferRequest& request, const std::string& client = "");
   std::optional<JobStatus> job(const std::string& id) const;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2015,SC2016,SC2034 # ok/bad always return 0; checks are eval'ed strings (using the variables)
-# Archive transfers between two real gpuckpt-agent processes on loopback (agent/archive_transfer.h): node A pushes
+# Archive transfers between two real gpuckpt-agent processes on loopback (node/archive_transfer.h): node A pushes
 # an archive to node B's agent. A clean push lands byte-identical; a stream dropped in the middle (a proxy between
 # the agents cuts the first connection) resumes from the offset B already holds; a corrupted byte fails B's digest
 # check and leaves nothing of the archive on B; B refuses pushes without the token or with a wrong one, names it
