@@ -1,6 +1,10 @@
 #include "agent/http_api.h"
 
+#include <algorithm>
+#include <memory>
+
 #include "agent/http_server.h"
+#include "node/archive_transfer.h"
 #include "node/requests.h"
 #include "common/log.h"
 #include "common/properties_record.h"
@@ -32,6 +36,10 @@ nlohmann::json job_summary(const JobStatus& job) {
   return out;
 }
 
+bool is_incoming_chunk(const httplib::Request& req) {
+  return req.method == "PUT" && req.path.rfind("/v1/incoming/", 0) == 0;
+}
+
 const char* reason_for(int status) {
   switch (status) {
     case 401: return "auth";
@@ -55,18 +63,33 @@ bool token_matches(std::string_view presented, std::string_view expected) {
 }
 
 void install_routes(httplib::Server& server, JobService& service, std::string token) {
-  server.set_payload_max_length(service.config().max_request_bytes);
+  // cpp-httplib has one body limit for every route: the transfer chunks' (node/archive_transfer.h). Every other
+  // request is held to limits.max_request_bytes before its body is read (below).
+  server.set_payload_max_length(std::max(service.config().max_request_bytes, kMaxChunkBytes));
 
   server.set_pre_routing_handler([&service, token](const httplib::Request& req, httplib::Response& res) {
-    if (req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    const auto header = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    if (header.rfind(prefix, 0) != 0 || !token_matches(std::string_view(header).substr(prefix.size()), token)) {
-      log::warn("refused " + log::escaped(req.method, 16) + " " + log::escaped(req.path) + " from " + req.remote_addr +
-                ": missing or wrong bearer token");
-      service.metrics().request_rejected("auth");
-      res.set_header("WWW-Authenticate", "Bearer");
-      send_error(res, 401, "missing or wrong bearer token (send 'Authorization: Bearer <token>' with the agent's token)");
+    // Before any body is read: the token (for /v1), then the body's size, announced with a Content-Length.
+    if (req.path.rfind("/v1/", 0) == 0) {
+      const auto header = req.get_header_value("Authorization");
+      const std::string prefix = "Bearer ";
+      if (header.rfind(prefix, 0) != 0 || !token_matches(std::string_view(header).substr(prefix.size()), token)) {
+        log::warn("refused " + log::escaped(req.method, 16) + " " + log::escaped(req.path) + " from " + req.remote_addr +
+                  ": missing or wrong bearer token");
+        service.metrics().request_rejected("auth");
+        res.set_header("WWW-Authenticate", "Bearer");
+        send_error(res, 401, "missing or wrong bearer token (send 'Authorization: Bearer <token>' with the agent's token)");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    const std::size_t limit = is_incoming_chunk(req) ? kMaxChunkBytes : service.config().max_request_bytes;
+    const auto length = req.get_header_value("Content-Length");
+    const bool chunked = req.has_header("Transfer-Encoding");
+    const bool too_long = !length.empty() && (length.size() > 19 || length.find_first_not_of("0123456789") != std::string::npos ||
+                                              std::stoull(length) > limit);
+    if (chunked || too_long) {
+      service.metrics().request_rejected("validation");
+      send_error(res, chunked ? 411 : 413, chunked ? "send the body with a Content-Length" :
+                 "request body too large (at most " + std::to_string(limit) + " bytes here)");
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -167,6 +190,41 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
     send_json(res, 202, to_json(*service.job(id.value())));
   });
 
+  server.Post("/v1/transfers", [&service, fail](const httplib::Request& req, httplib::Response& res) {
+    auto request = parse_transfer_request(req.body);
+    if (!request) return fail(res, request.error());
+    auto id = service.start_transfer(request.value(), client_identity(req));
+    if (!id) return fail(res, id.error());
+    res.set_header("Location", "/v1/transfers/" + id.value());
+    send_json(res, 202, to_json(*service.job(id.value())));
+  });
+
+  // The receiving end of a transfer (node/archive_transfer.h).
+  auto incoming = std::make_shared<IncomingArchives>(service.config().checkpoint_dir,
+                                                     service.config().archive_limits.max_archive_bytes);
+  constexpr const char* kIncomingName = R"(/v1/incoming/([A-Za-z0-9._-]{1,200}))";
+  server.Get(kIncomingName, [incoming, fail](const httplib::Request& req, httplib::Response& res) {
+    auto state = incoming->state(req.matches[1]);
+    if (!state) return fail(res, state.error());
+    send_json(res, 200, state.value());
+  });
+  server.Put(kIncomingName, [incoming, fail](const httplib::Request& req, httplib::Response& res,
+                                             const httplib::ContentReader& content_reader) {
+    auto received = incoming->receive(req.matches[1], req.get_param_value("offset"), req.get_param_value("total"),
+                                      [&](const std::function<bool(const char*, std::size_t)>& sink) {
+                                        return content_reader([&](const char* data, std::size_t length) {
+                                          return sink(data, length);
+                                        });
+                                      });
+    if (!received) return fail(res, received.error());
+    send_json(res, 200, received.value());
+  });
+  server.Post(std::string(kIncomingName) + "/commit", [incoming, fail](const httplib::Request& req, httplib::Response& res) {
+    auto committed = incoming->commit(req.matches[1], nlohmann::json::parse(req.body, nullptr, false));
+    if (!committed) return fail(res, committed.error());
+    send_json(res, 200, committed.value());
+  });
+
   server.Get("/v1/runtime", [&service](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, service.runtime_report());
   });
@@ -207,9 +265,11 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
   server.Get("/v1/checkpoints", list_jobs("checkpoint"));
   server.Get("/v1/restores", list_jobs("restore"));
   server.Get("/v1/images", list_jobs("image"));
+  server.Get("/v1/transfers", list_jobs("transfer"));
   server.Get(R"(/v1/checkpoints/([A-Za-z0-9._-]{1,128}))", get_job("checkpoint"));
   server.Get(R"(/v1/restores/([A-Za-z0-9._-]{1,128}))", get_job("restore"));
   server.Get(R"(/v1/images/([A-Za-z0-9._-]{1,128}))", get_job("image"));
+  server.Get(R"(/v1/transfers/([A-Za-z0-9._-]{1,128}))", get_job("transfer"));
 }
 
 }  // namespace gpuckpt::agent

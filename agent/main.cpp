@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
   const HostRoot host(config.host_root);
   deps.inventory = [host] { return read_inventory(host); };
   deps.device_numbers = stat_device_numbers(config.host_root);
+  deps.peer_token = token.value();   // every agent of a release shares the token: it is also what a push presents
 
   // Signals are taken by one thread (sigwait), never by the workers.
   sigset_t signals;

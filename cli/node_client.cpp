@@ -97,10 +97,6 @@ std::string unreachable(const std::string& url, httplib::Error error) {
   return "cannot reach the agent at " + url + ": " + why + "; check --agent (or GPUCKPT_AGENT) and that the agent runs";
 }
 
-std::string collection_of(const std::string& kind) {
-  return kind == "checkpoint" ? "/v1/checkpoints" : kind == "image" ? "/v1/images" : "/v1/restores";
-}
-
 JobOutcome run_remote(const NodeTarget& target, const std::string& kind, const nlohmann::json& body) {
   JobOutcome out;
   const std::string token = read_token(target.token_file);
@@ -122,7 +118,7 @@ JobOutcome run_remote(const NodeTarget& target, const std::string& kind, const n
     api.body = nlohmann::json::parse(result->body, nullptr, false);
     return api;
   };
-  const std::string collection = collection_of(kind);
+  const std::string collection = job_collection(kind);
   Api started = call("POST", collection, body.dump());
   if (!started.transport_error.empty()) {
     out.exit_code = 1;
@@ -210,6 +206,13 @@ JobOutcome run_local(const NodeTarget& target, const std::string& kind, const nl
 }
 
 }  // namespace
+
+std::string job_collection(const std::string& kind) {
+  return kind == "checkpoint" ? "/v1/checkpoints"
+         : kind == "image"    ? "/v1/images"
+         : kind == "transfer" ? "/v1/transfers"
+                              : "/v1/restores";
+}
 
 NodeTarget::NodeTarget() {
   if (const char* agent = std::getenv("GPUCKPT_AGENT")) agent_url = agent;

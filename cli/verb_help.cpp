@@ -90,6 +90,14 @@ constexpr Help kHelp[] = {
      "  --tag TAG             the image's tag (default: the archive's name without .tar*)\n"
      "  --json                the finished job as JSON\n",
      kTargetFlags, "gpuckpt image /var/lib/gpuckpt/checkpoints/moved.tar.zst --agent http://127.0.0.1:7469"},
+    {"transfer", "gpuckpt transfer ARCHIVE --to URL --agent URL --token-file FILE [--timeout SECONDS] [--json]",
+     "  ARCHIVE               an archive in the sending agent's checkpoint directory\n"
+     "  --to URL              the receiving agent, http://A.B.C.D:PORT (inside the sender's transfer.peer_networks)\n"
+     "  --timeout SECONDS     give up following the job after this long (default 900)\n"
+     "  --json                the finished job as JSON\n",
+     kAgentFlags,
+     "gpuckpt transfer /var/lib/gpuckpt/checkpoints/ck-20261122T001228Z-61ef843a.tar.zst --to http://10.1.2.3:7469 "
+     "--agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token"},
     {"runtime", "gpuckpt runtime --agent URL --token-file FILE [--json]",
      "  --json                GET /v1/runtime as it is (default: KIND NAME VERSION RESTORES on one line)\n", kAgentFlags,
      "gpuckpt runtime --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token"},
@@ -102,7 +110,7 @@ constexpr Help kHelp[] = {
      "  --pull POLICY         the container's imagePullPolicy (default Never)\n",
      nullptr, "kubectl get pod train -o json | gpuckpt target-pod --node gpu-b --container main --image IMAGE"},
     {"jobs",
-     "gpuckpt jobs [--kind checkpoint|restore|image|all] [--state queued|running|succeeded|failed] [--limit N] [--json] "
+     "gpuckpt jobs [--kind checkpoint|restore|image|transfer|all] [--state queued|running|succeeded|failed] [--limit N] [--json] "
      "--agent URL --token-file FILE",
      "  --kind KIND           which jobs (default all)\n"
      "  --state STATE         only jobs in this state (default: any)\n"
@@ -110,7 +118,7 @@ constexpr Help kHelp[] = {
      "  --json                the list as JSON\n",
      kAgentFlags, "gpuckpt jobs --state failed --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token"},
     {"job", "gpuckpt job ID [--follow] [--json] --agent URL --token-file FILE",
-     "  ID                    a job id as 'gpuckpt jobs' lists it (ck-..., rs-..., im-...)\n"
+     "  ID                    a job id as 'gpuckpt jobs' lists it (ck-..., rs-..., im-..., tr-...)\n"
      "  --follow, -f          print its phases until it ends; exit 0 succeeded, 1 failed (default: show it now)\n"
      "  --json                the job as JSON\n",
      kAgentFlags, "gpuckpt job ck-20261122T001228Z-61ef843a --follow --agent http://127.0.0.1:7469"},

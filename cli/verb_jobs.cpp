@@ -1,4 +1,4 @@
-// gpuckpt jobs [--kind checkpoint|restore|image|all] [--state STATE] [--limit N] [--json] --agent URL --token-file FILE
+// gpuckpt jobs [--kind checkpoint|restore|image|transfer|all] [--state STATE] [--limit N] [--json] --agent URL --token-file FILE
 // gpuckpt job ID [--follow] [--json] --agent URL --token-file FILE
 // An agent's jobs (GET /v1/checkpoints|restores|images, newest first) and one job, followed to its end with --follow.
 #include <algorithm>
@@ -19,19 +19,16 @@ namespace gpuckpt::cli {
 namespace {
 
 constexpr const char* kJobsUsage =
-    "gpuckpt jobs [--kind checkpoint|restore|image|all] [--state queued|running|succeeded|failed] [--limit N] [--json] "
+    "gpuckpt jobs [--kind checkpoint|restore|image|transfer|all] [--state queued|running|succeeded|failed] [--limit N] [--json] "
     "--agent URL --token-file FILE";
 constexpr const char* kJobUsage = "gpuckpt job ID [--follow] [--json] --agent URL --token-file FILE";
 
-std::string collection_of(const std::string& kind) {
-  return kind == "checkpoint" ? "/v1/checkpoints" : kind == "image" ? "/v1/images" : "/v1/restores";
-}
-
-// Job ids start with their kind's prefix (the agent's new_job_id): ck-, rs-, im-.
+// Job ids start with their kind's prefix (the agent's new_job_id): ck-, rs-, im-, tr-.
 std::string kind_of_id(const std::string& id) {
   if (id.rfind("ck-", 0) == 0) return "checkpoint";
   if (id.rfind("rs-", 0) == 0) return "restore";
   if (id.rfind("im-", 0) == 0) return "image";
+  if (id.rfind("tr-", 0) == 0) return "transfer";
   return "";
 }
 
@@ -85,17 +82,17 @@ int run_jobs(std::span<char*> args) {
       return usage_error("jobs", "unexpected argument '" + arg + "'", kJobsUsage);
     }
   }
-  if (kind != "all" && kind != "checkpoint" && kind != "restore" && kind != "image")
-    return usage_error("jobs", "--kind must be checkpoint, restore, image or all, got '" + kind + "'", kJobsUsage);
+  if (kind != "all" && kind != "checkpoint" && kind != "restore" && kind != "image" && kind != "transfer")
+    return usage_error("jobs", "--kind must be checkpoint, restore, image, transfer or all, got '" + kind + "'", kJobsUsage);
   init_cli_logging("jobs");
   std::string query;
   if (!state.empty()) query += "state=" + state;
   if (!limit.empty()) query += std::string(query.empty() ? "" : "&") + "limit=" + limit;
   nlohmann::json all = nlohmann::json::array();
   bool truncated = false;
-  for (const std::string k : {"checkpoint", "restore", "image"}) {
+  for (const std::string k : {"checkpoint", "restore", "image", "transfer"}) {
     if (kind != "all" && kind != k) continue;
-    auto page = agent_get(target, collection_of(k) + (query.empty() ? "" : "?" + query));
+    auto page = agent_get(target, job_collection(k) + (query.empty() ? "" : "?" + query));
     if (!page) return fail_with("jobs", page.error());
     for (const auto& job : page->value("jobs", nlohmann::json::array())) all.push_back(job);
     truncated = truncated || page->value("truncated", false);
@@ -143,10 +140,10 @@ int run_job(std::span<char*> args) {
   if (id.empty()) return usage_error("job", "name the job (an id from 'gpuckpt jobs')", kJobUsage);
   const std::string kind = kind_of_id(id);
   if (!safe_id(id) || kind.empty())
-    return usage_error("job", "'" + id + "' is not a job id (ck-..., rs-... or im-..., as 'gpuckpt jobs' lists them)",
+    return usage_error("job", "'" + id + "' is not a job id (ck-..., rs-..., im-... or tr-..., as 'gpuckpt jobs' lists them)",
                        kJobUsage);
   init_cli_logging("job");
-  const std::string path = collection_of(kind) + "/" + id;
+  const std::string path = job_collection(kind) + "/" + id;
   std::string last_phase;
   const auto start = std::chrono::steady_clock::now();
   for (;;) {

@@ -11,6 +11,7 @@ int run_restore(std::span<char*> args);
 int run_inspect(std::span<char*> args);
 int run_doctor(std::span<char*> args);
 int run_image(std::span<char*> args);
+int run_transfer(std::span<char*> args);
 int run_runtime(std::span<char*> args);
 int run_target_pod(std::span<char*> args);
 int run_jobs(std::span<char*> args);
@@ -26,6 +27,7 @@ std::span<const Verb> verbs() {
       {"restore", "restore a checkpoint archive onto this node's matching GPUs (agent or local runtime)", run_restore},
       {"inspect", "show what a checkpoint archive holds and whether this node can take it (exit 3: no)", run_inspect},
       {"image", "turn a checkpoint archive into a checkpoint image in the node's image store (agent or local podman)", run_image},
+      {"transfer", "have an agent push a checkpoint archive straight to another node's agent (resumable, checksummed)", run_transfer},
       {"runtime", "the container runtime behind an agent, and whether restores there are pods", run_runtime},
       {"target-pod", "the pod that restores a source pod's container from its checkpoint image on a node (JSON in, JSON out)", run_target_pod},
       {"jobs", "list an agent's checkpoint, restore and image jobs, newest first", run_jobs},

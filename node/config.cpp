@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/gpu_image.h"
+#include "node/archive_transfer.h"
 #include "common/log.h"
 
 namespace gpuckpt::node {
@@ -213,6 +214,11 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     c.job_timeout = std::chrono::seconds(job_timeout);
     keep(s);
   }
+  {
+    Section s = top.child("transfer");
+    s.get("peer_networks", c.transfer.peer_networks);
+    keep(s);
+  }
   keep(top);
   if (!error.empty()) return make_error(error);
   c.state_dir = state_dir;
@@ -223,6 +229,8 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     return make_error(source + ": listen.port " + std::to_string(c.listen_port) + " is not a port (0-65535; 0 = any)");
   if (!c.image_registry.repository.empty())
     if (auto repo = check_repository(c.image_registry.repository); !repo) return make_error(source + ": " + repo.error().message);
+  for (const auto& network : c.transfer.peer_networks)
+    if (auto checked = check_network(network); !checked) return make_error(source + ": " + checked.error().message);
   if (c.image_registry.timeout.count() <= 0)
     return make_error(source + ": image_registry.timeout_seconds must be positive");
   if (c.image_registry.push_timeout.count() <= 0)
@@ -323,6 +331,9 @@ void log_config(const AgentConfig& c) {
   log::param("limits.max_connections_per_client", std::to_string(c.max_connections_per_client));
   log::param("limits.request_deadline_seconds", std::to_string(c.request_deadline_seconds));
   log::param("limits.job_timeout_seconds", std::to_string(c.job_timeout.count()));
+  std::string networks;
+  for (const auto& network : c.transfer.peer_networks) networks += (networks.empty() ? "" : ",") + network;
+  log::param("transfer.peer_networks", networks.empty() ? "(none: pushes refused)" : networks);
   for (const auto& [name, value] : plugin_environment(c.gpu_memory)) log::param("gpu_memory: " + name, value);
   auto optional_text = [](const auto& v) { return v ? std::to_string(*v) : std::string("unset"); };
   log::param("retention.keep_count", optional_text(c.retention.keep_count));

@@ -72,6 +72,12 @@ struct ContainerdRuntimeConfig {
   int call_timeout_seconds = 30;           // every call but task checkpoint/restore (runtime_timeout)
 };
 
+// Pushing archives to other agents (node/archive_transfer.h): the only networks a push may go to. Private
+// ranges by default: pods and nodes of a cluster, never a host on the internet.
+struct TransferConfig {
+  std::vector<std::string> peer_networks = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"};
+};
+
 struct AgentConfig {
   std::string listen_address = "127.0.0.1";
   int listen_port = 7469;
@@ -105,6 +111,7 @@ struct AgentConfig {
   GpuMemoryConfig gpu_memory;
   RetentionConfig retention;
   RegistryOptions image_registry;   // checkpoint images are also pushed there when repository is set
+  TransferConfig transfer;
 };
 
 // `source` names the input in errors ("/etc/gpuckpt/agent.yaml"). Unknown keys and wrong types are errors.

@@ -78,4 +78,14 @@ Result<ImageRequest> parse_image_request(std::string_view text) {
   return request;
 }
 
+Result<TransferRequest> parse_transfer_request(std::string_view text) {
+  auto body = parse_body(text, {"archive", "to"});
+  if (!body) return body.error();
+  TransferRequest request;
+  request.archive = string_field(*body, "archive");
+  request.to = string_field(*body, "to");
+  if (request.archive.empty() || request.to.empty()) return make_error("a transfer needs 'archive' and 'to'");
+  return request;
+}
+
 }  // namespace gpuckpt::node

@@ -29,11 +29,18 @@ struct ImageRequest {
   std::string tag;       // the image's tag; empty: the job's id
 };
 
+struct TransferRequest {
+  std::string archive;   // as RestoreRequest::archive
+  std::string to;        // the target agent: http://A.B.C.D:PORT (node/archive_transfer.h)
+};
+
 // POST /v1/checkpoints: {"namespace", "pod", "container", "image"}
 Result<CheckpointRequest> parse_checkpoint_request(std::string_view body);
 // POST /v1/restores: {"archive", "name", "target_gpus"}
 Result<RestoreRequest> parse_restore_request(std::string_view body);
 // POST /v1/images: {"archive", "image"}
 Result<ImageRequest> parse_image_request(std::string_view body);
+// POST /v1/transfers: {"archive", "to"}
+Result<TransferRequest> parse_transfer_request(std::string_view body);
 
 }  // namespace gpuckpt::node

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <random>
 
+#include "node/archive_transfer.h"
 #include "node/job_store.h"
 #include "node/registry_push.h"
 #include "common/archive_pipe.h"
@@ -138,7 +139,7 @@ Result<std::string> JobService::add_job(const char* kind, nlohmann::json request
   if (auto room = job_room(client); !room) return room.error();   // again: others may have come meanwhile
   JobStatus job;
   const std::string k = kind;
-  job.id = new_job_id(k == "checkpoint" ? "ck" : k == "image" ? "im" : "rs");
+  job.id = new_job_id(k == "checkpoint" ? "ck" : k == "image" ? "im" : k == "transfer" ? "tr" : "rs");
   job.kind = kind;
   job.state = "queued";
   job.phase = "queued";
@@ -681,6 +682,55 @@ void JobService::run_image(const std::string& job_id, fs::path archive, std::str
   log::info("job " + job_id + ": checkpoint image of " + archive.string() + " is " +
             (load_error.empty() ? "loaded as " + loaded.value() : std::string("not in the node's store")) +
             (in_registry ? ", pushed as " + pushed->value() : std::string()) + " (" + std::to_string(total) + " s)");
+}
+
+Result<std::string> JobService::start_transfer(const TransferRequest& request, const std::string& client) {
+  if (auto room = check_job_room(client); !room) return room.error();
+  if (deps_.peer_token.empty()) return make_error("this agent has no token to present to other agents", EIO);
+  if (auto peer = check_peer_url(request.to, config_.transfer.peer_networks); !peer) return peer.error();
+  auto archive = resolve_archive(request.archive);
+  if (!archive) return archive.error();
+  if (!is_transfer_name(archive->filename().string()))
+    return make_error("'" + archive->filename().string() + "' is not an archive name another agent accepts (.tar, "
+                      ".tar.gz or .tar.zst)");
+  auto added = add_job("transfer", {{"archive", archive->string()}, {"to", request.to}}, client);
+  if (!added) return added.error();
+  const std::string id = added.value();
+  log::info("job " + id + ": transfer of " + archive->string() + " to " + request.to + " accepted");
+  launch(id, [this, id, path = archive.value(), to = request.to](JobDeadline deadline) {
+    run_transfer(id, path, to, deadline);
+  });
+  return id;
+}
+
+void JobService::run_transfer(const std::string& job_id, const fs::path& archive, const std::string& to,
+                                JobDeadline deadline) {
+  const auto start = Clock::now();
+  mark_phase(job_id, "sending");
+  PushOptions options;
+  options.url = to;
+  options.token = deps_.peer_token;
+  options.deadline = deadline;
+  auto pushed = push_archive(archive, options, [&](std::uint64_t held) {
+    update(job_id, [&](JobStatus& j) { j.result["target_bytes"] = held; });
+  });
+  if (!pushed) {
+    const std::string message = with_time_budget(deadline, "sending", "sending " + archive.string() + " to " + to +
+                                                 " failed: " + pushed.error().message);
+    log::error("job " + job_id + ": " + message);
+    return mark_failed(job_id, message);
+  }
+  const double total = seconds_since(start);
+  update(job_id, [&](JobStatus& j) {
+    j.state = "succeeded";
+    j.phase = "done";
+    j.finished_at = utc_now_rfc3339();
+    j.phase_seconds["sending"] = total;
+    j.phase_seconds["total"] = total;
+    j.result = pushed.value();
+  });
+  log::info("job " + job_id + ": sent " + archive.string() + " to " + to + " as " + pushed->value("archive", "") + " (" +
+            std::to_string(pushed->value("sent_bytes", 0ULL)) + " bytes sent, " + std::to_string(total) + " s)");
 }
 
 Result<std::string> JobService::start_restore(const RestoreRequest& request, const std::string& client) {

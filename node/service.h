@@ -34,7 +34,7 @@ int http_status(const Error& error);
 
 struct JobStatus {
   std::string id;
-  std::string kind;     // "checkpoint" | "restore" | "image"
+  std::string kind;     // "checkpoint" | "restore" | "image" | "transfer"
   std::string state;    // "queued" | "running" | "succeeded" | "failed"
   std::string phase;    // the step running now or last: "checkpointing", "annotating", "restoring", ...
   std::string error;
@@ -50,6 +50,9 @@ struct JobServiceDeps {
   std::shared_ptr<ContainerRuntime> runtime;
   std::function<Result<NodeInventory>()> inventory;
   DeviceNumberLookup device_numbers;
+  // The bearer token this agent presents to other agents when it pushes an archive (the release's shared API
+  // token); empty: transfers are refused.
+  std::string peer_token;
 };
 
 class JobService {
@@ -77,6 +80,9 @@ class JobService {
   // store in the background (result.image.loaded_as: the name a pod uses). Fails when the runtime has no store
   // the agent can fill.
   Result<std::string> start_image(const ImageRequest& request, const std::string& client = "");
+  // Pushes an archive of the checkpoint directories to the agent at request.to (node/archive_transfer.h) in the
+  // background: validated synchronously (the archive exists there, `to` is inside transfer.peer_networks).
+  Result<std::string> start_transfer(const TransferRequest& request, const std::string& client = "");
   std::optional<JobStatus> job(const std::string& id) const;
   void wait_idle();
 
@@ -141,6 +147,8 @@ class JobService {
                       const std::string& image_tag, JobDeadline deadline);
   void run_restore(const std::string& job_id, const std::filesystem::path& archive, const CheckpointInfo& checkpoint,
                    std::optional<RestorePlan> plan, std::string name, nlohmann::json info, JobDeadline deadline);
+  void run_transfer(const std::string& job_id, const std::filesystem::path& archive, const std::string& to,
+                    JobDeadline deadline);
   void run_image(const std::string& job_id, std::filesystem::path archive, std::string tag,
                  std::optional<CheckpointGpuRecord> record, nlohmann::json info, JobDeadline deadline);
 

@@ -4,7 +4,8 @@
 # (own host tree with GPU device nodes, hooks.d, state and checkpoint dirs, token, gpuckpt-agent with the podman
 # runtime), a counting container with GPU device aliases started on node-a through node-a's OCI hook, then the
 # plugin (through fake-cluster/kubectl, whose "agent pods" run commands against the node's directories and agent)
-# checkpoints it on node-a, matches its GPU record on node-b, streams the archive there and restores it. The restored
+# checkpoints it on node-a, matches its GPU record on node-b, has node-a's agent push the archive to node-b's agent
+# and restores it there. The restored
 # container must continue counting.
 set -euo pipefail
 SRC=${GPUCKPT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -58,6 +59,7 @@ checkpoints: {dir: $fs/var/lib/gpuckpt/checkpoints, kubelet_dir: ""}
 runtime: {kind: podman}
 host_root: $d/hostroot
 hooks_dir: $d/hooks.d
+transfer: {peer_networks: [127.0.0.0/8]}
 YAML
   "$AGENT" --config "$d/agent.yaml" > "$d/agent.log" 2>&1 &
   pids+=($!)
@@ -86,13 +88,15 @@ secs=$((SECONDS - t0))
 cat "$tmp/err"
 if [ "$rc" = 0 ]; then ok; else bad "migrate exits 0 (got $rc)"; fi
 grep -q '^\[5/5\] restoring on node-b' "$tmp/err" && ok || bad "progress reached the restore step"
-grep -q 'sha256 .* verified' "$tmp/err" && ok || bad "the archive copy was verified"
+grep -q 'pushed agent to agent .*sha256 .* verified by the target' "$tmp/err" && ok || bad "the archive went agent to agent, verified"
 grep -Eq '^ +GPU-[0-9a-f-]+ +GPU-[0-9a-f-]+ ' "$tmp/err" && ok || bad "node-b's GPUs matched the checkpoint's record (real match)"
-[ "$(grep -o -- '-- gpuckpt match\|-- cat' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ')" = "-- gpuckpt match -- cat " ] && ok || bad "the match ran before the copy"
+[ "$(grep -o -- '-- gpuckpt match\|-- gpuckpt transfer\|-- cat' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ')" = "-- gpuckpt match -- gpuckpt transfer " ] && ok || bad "the match ran before the copy, which went agent to agent"
+grep -q "job tr-.*: sent " "$FAKE_CLUSTER/nodes/node-a/agent.log" && grep -q "transfer: received " "$FAKE_CLUSTER/nodes/node-b/agent.log" &&
+  ok || bad "node-a's agent sent the archive, node-b's received it"
 a_archive=$(find "$FAKE_CLUSTER/nodes/node-a/fs/var/lib/gpuckpt/checkpoints" -name '*.tar*' | head -1)
 b_archive="$FAKE_CLUSTER/nodes/node-b/fs/var/lib/gpuckpt/checkpoints/$(basename "${a_archive:-none}")"
 [ -n "$a_archive" ] && cmp -s "$a_archive" "$b_archive" && ok || bad "the archive arrived on node-b intact"
-[ -z "$(find "$FAKE_CLUSTER/nodes/node-b/fs" -name '.*.partial')" ] && ok || bad "no partial archive left on node-b"
+[ -z "$(find "$FAKE_CLUSTER/nodes/node-b/fs" -name '.*.incoming')" ] && ok || bad "no partial archive left on node-b"
 state=$(podman inspect -f '{{.State.Status}}' "$NAME-migrated" 2>/dev/null || echo missing)
 [ "$state" = running ] && ok || bad "the migrated container runs (state $state)"
 last=$(tar -xOf "$a_archive" ctr.log 2>/dev/null | tail -1 | awk '{print $NF}' || echo 0)

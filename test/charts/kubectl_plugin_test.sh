@@ -2,7 +2,7 @@
 # kubectl-gpuckpt against a fake cluster (fake-cluster/kubectl; in the "agent pods", the real gpuckpt CLI reads
 # each node's GPUs from a fixture host tree, only checkpoint/restore - which need a live agent - are stand-ins):
 # checkpoint, migrate, restore and nodes run their real flows (archives move between the fake nodes'
-# directories through kubectl exec streams, GPU matching is the real matcher on real archive records),
+# directories agent to agent, never through kubectl exec; GPU matching is the real matcher on real archive records),
 # --dry-run prints the plan without effects, bad arguments fail with exit 2 and a message naming them.
 # shellcheck disable=SC2016,SC2015,SC2034 # checks are eval'ed strings; ok/bad always return 0
 set -euo pipefail
@@ -118,8 +118,16 @@ expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-a/restored" ]' "nothing restored on the 
 expect 'grep -q "^\[5/5\] restoring on gpu-b" "$tmp/err" && grep -q "sha256 .* verified" "$tmp/err"' "progress with the verified copy"
 expect 'grep -q "the source pod ml/train stays on gpu-a" "$tmp/err"' "says the source pod is still there"
 order=$(grep -o -- '-- gpuckpt [a-z-]*\|-- cat' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
-expect '[ "$order" = "-- gpuckpt runtime -- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt match -- cat -- gpuckpt restore " ]' \
+expect '[ "$order" = "-- gpuckpt runtime -- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt match -- gpuckpt transfer -- gpuckpt restore " ]' \
   "runtime, checkpoint, the record read on the source, matched on the target, then the copy, then restore ($order)"
+expect 'grep -qx -- "exec -n gpuckpt-system gpuckpt-aaaaa -c agent -- gpuckpt transfer --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token $src --to http://10.244.2.2:7469" "$FAKE_CLUSTER/calls.log"' \
+  "the source node's agent pushes the archive to the target agent's pod IP"
+# No archive bytes through the API server: everything that went through kubectl exec, in and out, is far less than
+# the archive (400 kB of random pages), and no exec read or wrote the archive.
+size=$(stat -c %s "$FAKE_CLUSTER/nodes/gpu-a/fs$src")
+through=$(awk '{n += $1 + $2} END {print n + 0}' "$FAKE_CLUSTER/exec-bytes.log")
+expect '[ "$size" -gt 400000 ] && [ "$through" -lt $((size / 8)) ]' "kubectl exec carried $through bytes of a $size-byte archive"
+expect '! grep -Eq -- "-- (cat|sh -c)" "$FAKE_CLUSTER/calls.log"' "no exec streams a file"
 expect 'grep -q "gpuckpt-aaaaa -c agent -- gpuckpt inspect /var/lib/gpuckpt/checkpoints/.* --json" "$FAKE_CLUSTER/calls.log" && grep -q "gpuckpt-bbbbb -c agent -- gpuckpt match --source -" "$FAKE_CLUSTER/calls.log"' \
   "the record comes from the source node, the match runs on the target"
 expect 'grep -q "WARNING: ml/train is owned by Deployment/train (through ReplicaSet/train-7d9f8c)" "$tmp/err"' "an owned pod's owner is named, up to its Deployment"
@@ -131,14 +139,14 @@ rc=0; run migrate train --to gpu-c || rc=$?
 expect '[ "$rc" = 3 ]' "migrate onto non-matching GPUs exits 3 (got $rc)"
 expect 'grep -q "node gpu-c has no GPUs matching the checkpoint" "$tmp/err" && grep -q "no match: " "$tmp/err"' "says why, with the real matcher's verdict"
 expect 'grep -q "nothing was copied; the archive stays on gpu-a at /var/lib/gpuckpt/checkpoints/" "$tmp/err"' "says nothing was copied and where the archive is"
-expect '[ -z "$(archives gpu-c)" ] && ! grep -q -- "-- cat" "$FAKE_CLUSTER/calls.log"' "matching happens before the copy: nothing reached gpu-c ($(archives gpu-c))"
+expect '[ -z "$(archives gpu-c)" ] && ! grep -q -- "-- gpuckpt transfer" "$FAKE_CLUSTER/calls.log"' "matching happens before the copy: nothing reached gpu-c ($(archives gpu-c))"
 expect '[ -n "$(archives gpu-a)" ]' "the source archive stays"
 expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-c/restored" ]' "no restore attempted on a non-matching node"
 
 new_cluster
 rc=0; FAKE_CORRUPT=1 run migrate train --to gpu-b || rc=$?
 expect '[ "$rc" = 1 ]' "a corrupted transfer fails the migration"
-expect 'grep -q "checksum mismatch" "$tmp/err" && grep -q "nothing was left under the final name" "$tmp/err"' "says the checksum did not match"
+expect 'grep -q "was discarded, nothing of it is kept: its SHA-256 is" "$tmp/err" && grep -q "the target keeps nothing of it" "$tmp/err"' "says the checksum did not match"
 expect '[ -z "$(archives gpu-b)" ]' "no archive, partial or final, left on the target ($(archives gpu-b))"
 
 new_cluster
@@ -185,7 +193,7 @@ PY
 expect '[ -z "$problems" ]' "the created pod: $problems"
 expect 'grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv" && grep -q "the source pod ml/train stays on gpu-a" "$tmp/err"' "the source pod is left alone by default"
 order=$(grep -o -- '-- gpuckpt [a-z-]*\|^create -f -' "$FAKE_CLUSTER/calls.log" | tr '\n' ' ' || true)
-expect '[ "$order" = "-- gpuckpt runtime -- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt match -- gpuckpt image -- gpuckpt target-pod create -f - " ]' \
+expect '[ "$order" = "-- gpuckpt runtime -- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt match -- gpuckpt transfer -- gpuckpt image -- gpuckpt target-pod create -f - " ]' \
   "runtime, checkpoint, match, load the image, make the pod, create it ($order)"
 expect 'grep -q "^\[6/6\] creating the pod on gpu-b" "$tmp/err" && grep -q "restored on gpu-b as pod ml/train-migrated" "$tmp/err"' "progress names the pod"
 before=$(archives gpu-b)
@@ -195,7 +203,7 @@ expect '[ -n "$before" ] && [ "$(archives gpu-b)" = "$before" ] && grep -q "alre
   "an archive of the same name and bytes on the target is used, not copied, and not removed on failure ($(archives gpu-b | tr '\n' ' '))"
 echo "other bytes" > "$FAKE_CLUSTER/nodes/gpu-b/fs$before"
 rc=0; run migrate train --to gpu-b --name train-2 || rc=$?
-expect '[ "$rc" = 1 ] && grep -q "is a different file of the same name: not replaced" "$tmp/err" && [ "$(cat "$FAKE_CLUSTER/nodes/gpu-b/fs$before")" = "other bytes" ]' \
+expect '[ "$rc" = 1 ] && grep -q "already has a different archive named .*: not replaced" "$tmp/err" && [ "$(cat "$FAKE_CLUSTER/nodes/gpu-b/fs$before")" = "other bytes" ]' \
   "a different file of the archive's name on the target is neither replaced nor removed (rc $rc)"
 
 # a node whose store the agent cannot fill (CRI-O) with an image_registry: the pod pulls the pushed image
@@ -336,9 +344,9 @@ expect '[ -z "$(archives gpu-a)$(archives gpu-b)" ]' "dry run writes no archive"
 expect '[ -z "$(grep "^exec" "$FAKE_CLUSTER/calls.log" | grep -v -- "-- gpuckpt runtime ")" ]' "dry run execs nothing in the cluster but the runtime lookup"
 plan=$(grep '^+ ' "$tmp/err")
 steps=$(grep -o -- '-- gpuckpt [a-z]*\|-- cat' <<< "$plan" | tr '\n' ' ' || true)
-expect '[ "$steps" = "-- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt match -- cat -- gpuckpt restore " ]' "plan in order: checkpoint, match, copy, restore ($steps)"
+expect '[ "$steps" = "-- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt match -- gpuckpt transfer -- gpuckpt restore " ]' "plan in order: checkpoint, match, copy, restore ($steps)"
 expect 'grep -q "gpuckpt-aaaaa -c agent -- gpuckpt checkpoint --agent http://127.0.0.1:7469" <<< "$plan"' "plan: checkpoint on the source agent"
-expect 'grep -q "gpuckpt-aaaaa -c agent -- cat /var/lib/gpuckpt/checkpoints/ARCHIVE.tar | .*exec -i -n gpuckpt-system gpuckpt-bbbbb -c agent -- sh -c" <<< "$plan"' "plan: stream the archive to the target agent"
+expect 'grep -q "gpuckpt-aaaaa -c agent -- gpuckpt transfer --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token /var/lib/gpuckpt/checkpoints/ARCHIVE.tar --to http://10.244.2.2:7469" <<< "$plan"' "plan: the source agent pushes the archive to the target agent"
 expect 'grep -q "gpuckpt-bbbbb -c agent -- gpuckpt match" <<< "$plan" && grep -q "gpuckpt-bbbbb -c agent -- gpuckpt restore" <<< "$plan"' "plan: match and restore on the target"
 run --dry-run --agent-namespace gpu-sys --agent-port 8000 --token-file /t checkpoint train -n ml || true
 expect 'grep -q "no gpuckpt agent\|no running gpuckpt agent on node gpu-a (namespace gpu-sys" "$tmp/err"' "--agent-namespace is used for the agent lookup"

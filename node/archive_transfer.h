@@ -1,0 +1,99 @@
+// Moving a checkpoint archive from one node's agent to another's, without the API server in the data path
+// (docs/api.md "Archive transfers", docs/security.md).
+//
+// The source agent pushes; the target agent receives. Why push and not pull: the source holds the archive and its
+// digest, and pushing needs no endpoint that hands out archive bytes. A pull would need `GET` of an archive from
+// the source, which would let every token holder read any checkpoint of the node (process memory, secrets) with one
+// request; a push only ever sends an archive to another agent, and the receiving side is one more authenticated
+// /v1 endpoint under the limits every request has. Each chunk is one bounded request (the server's connection
+// deadline stays as it is for every client), so a multi-GiB archive needs no long-lived connection.
+//
+// The protocol (every call with the agents' shared bearer token):
+//   GET  /v1/incoming/NAME                     {"name", "received_bytes", "present"}
+//   PUT  /v1/incoming/NAME?offset=O&total=T    body: the archive's bytes from O on; written as they arrive, so a
+//                                              dropped connection leaves what came and the next PUT resumes there
+//   POST /v1/incoming/NAME/commit              {"size": T, "sha256": HEX}: the whole received file's SHA-256 must be
+//                                              HEX, else it is deleted (nothing usable is left behind); then it is
+//                                              renamed into place, never over an existing file
+//
+// The receiver treats the sender as hostile (any token holder can push): NAME is a plain archive file name that the
+// receiver places itself (`<checkpoints.dir>/.NAME.incoming` while it arrives, `<checkpoints.dir>/NAME` once
+// verified; no paths, no dot files, no replacing), T is at most checkpoints.max_archive_bytes and no byte beyond T is
+// written, a chunk is at most kMaxChunkBytes, at most kMaxIncoming transfers are partial at once (one idle for an
+// hour is removed when room is needed), and one NAME takes one PUT at a time. A verified file is still an untrusted
+// archive: every restore or image job validates it whole before use (AgentService::checked_archive).
+// The sender only pushes to an address inside transfer.peer_networks (private ranges by default): a token holder
+// can make an agent send a checkpoint to another agent, not to a host of their choice on the internet.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/container_runtime.h"
+#include "common/result.h"
+
+namespace gpuckpt::node {
+
+inline constexpr std::size_t kMaxChunkBytes = 16U << 20;     // one PUT's body
+inline constexpr std::size_t kDefaultChunkBytes = 8U << 20;  // what a sender puts in one PUT
+inline constexpr std::size_t kMaxIncoming = 8;                // partial transfers kept at once
+
+// A name the receiver accepts: [A-Za-z0-9][A-Za-z0-9._-]*, at most 200 characters, ending in .tar, .tar.gz or
+// .tar.zst (what checkpoint archives are called).
+bool is_transfer_name(std::string_view name);
+
+// The receiving end. Errors carry the errno kinds of agent/service.h's http_status (EINVAL 400, EBUSY 409,
+// EFBIG 413, EBADMSG 422, EAGAIN 429).
+class IncomingArchives {
+ public:
+  IncomingArchives(std::filesystem::path dir, std::uint64_t max_archive_bytes);
+
+  Result<nlohmann::json> state(const std::string& name);
+  // `read_body` feeds the request body to the callback it is given, chunk by chunk (cpp-httplib's ContentReader);
+  // it returns false when the connection broke. Answers the state after the bytes that came were written.
+  using BodyReader = std::function<bool(const std::function<bool(const char*, std::size_t)>&)>;
+  Result<nlohmann::json> receive(const std::string& name, std::string_view offset, std::string_view total,
+                                 const BodyReader& read_body);
+  Result<nlohmann::json> commit(const std::string& name, const nlohmann::json& body);
+
+ private:
+  struct Partial;
+  std::filesystem::path partial_path(const std::string& name) const;
+  Result<void> make_room();   // with mutex_ held
+
+  std::filesystem::path dir_;
+  std::uint64_t max_archive_bytes_;
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Partial>> partials_;
+};
+
+// "http://A.B.C.D:PORT" with A.B.C.D inside one of `networks` ("10.0.0.0/8"), else an error naming the setting.
+Result<void> check_peer_url(const std::string& url, const std::vector<std::string>& networks);
+// A network of transfer.peer_networks: "A.B.C.D/N".
+Result<void> check_network(const std::string& cidr);
+
+struct PushOptions {
+  std::string url;             // the target agent, checked by check_peer_url
+  std::string token;           // the agents' shared bearer token
+  std::size_t chunk_bytes = kDefaultChunkBytes;
+  int max_attempts = 6;        // consecutive failed PUTs without progress before the push gives up
+  JobDeadline deadline = JobDeadline::max();
+};
+
+// Sends `archive` to the agent at options.url as its file name: hashes it, asks how much the target already holds,
+// PUTs the rest chunk by chunk (resuming from the target's offset after a broken connection), then commits with the
+// whole archive's SHA-256. `progress` gets the bytes the target holds after each chunk. The result:
+// {"archive": the path on the target, "size", "sha256", "sent_bytes", "resumed": [offsets], "already_present"}.
+Result<nlohmann::json> push_archive(const std::filesystem::path& archive, const PushOptions& options,
+                                    const std::function<void(std::uint64_t)>& progress);
+
+}  // namespace gpuckpt::node

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2015,SC2016,SC2034 # ok/bad always return 0; checks are eval'ed strings (using the variables)
+# Archive transfers between two real gpuckpt-agent processes on loopback (node/archive_transfer.h): node A pushes
+# an archive to node B's agent. A clean push lands byte-identical; a stream dropped in the middle (a proxy between
+# the agents cuts the first connection) resumes from the offset B already holds; a corrupted byte fails B's digest
+# check and leaves nothing of the archive on B; B refuses pushes without the token or with a wrong one, names it
+# does not accept, more than the declared total and totals over its max_archive_bytes; A refuses to push outside
+# its transfer.peer_networks.
+set -euo pipefail
+SRC=${GPUCKPT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+BUILD=$(cd "${GPUCKPT_BUILD_DIR:-$SRC/build}" 2>/dev/null && pwd) || { echo "SKIP: no build directory"; exit 77; }
+AGENT="$BUILD/agent/gpuckpt-agent" CLI="$BUILD/cli/gpuckpt" PROXY="$SRC/test/agent/flaky_proxy.py"
+[ -x "$AGENT" ] && [ -x "$CLI" ] || { echo "SKIP: gpuckpt-agent or gpuckpt not built"; exit 77; }
+for t in curl python3 sha256sum; do command -v "$t" >/dev/null || { echo "SKIP: $t missing"; exit 77; }; done
+
+tmp=$(mktemp -d /tmp/gpuckpt-transfer.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+expect() { if eval "$1"; then ok; else bad "$2"; fi; }
+
+token=$(head -c 32 /dev/urandom | base64 | tr -d '/+=')
+start_agent() { # NAME [EXTRA YAML]
+  local d="$tmp/$1"
+  mkdir -p "$d/state/checkpoints"
+  printf '%s\n' "$token" > "$d/token" && chmod 600 "$d/token"
+  cat > "$d/agent.yaml" <<YAML
+listen: {address: 127.0.0.1, port: 0}
+auth: {token_file: $d/token}
+state_dir: $d/state
+checkpoints: {dir: $d/state/checkpoints, kubelet_dir: "", max_archive_bytes: 67108864}
+runtime: {kind: podman}
+host_root: $d
+hooks_dir: $d/hooks.d
+${2:-}
+YAML
+  "$AGENT" --config "$d/agent.yaml" > "$d/agent.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do [ -s "$d/state/agent.port" ] && break; sleep 0.1; done
+  [ -s "$d/state/agent.port" ] || { cat "$d/agent.log"; echo "FAIL: agent $1 did not start"; exit 1; }
+  echo "http://127.0.0.1:$(cat "$d/state/agent.port")" > "$d/url"
+}
+start_agent a "transfer: {peer_networks: [127.0.0.0/8]}"
+start_agent b
+A=$(cat "$tmp/a/url") B=$(cat "$tmp/b/url")
+B_PORT=${B##*:}
+A_DIR="$tmp/a/state/checkpoints" B_DIR="$tmp/b/state/checkpoints"
+
+# An archive of 20 MiB: three chunks of the sender's 8 MiB.
+archive="$A_DIR/ck-transfer-test.tar.zst"
+head -c $((20 * 1024 * 1024 + 12345)) /dev/urandom > "$archive"
+size=$(stat -c %s "$archive") sum=$(sha256sum "$archive" | cut -d' ' -f1)
+
+proxy() { # MODE AT: a proxy in front of B, its URL in $PROXY_URL
+  rm -f "$tmp/proxy.port"
+  python3 "$PROXY" "$1" "$2" "$B_PORT" "$tmp/proxy.port" > "$tmp/proxy.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 50); do [ -s "$tmp/proxy.port" ] && break; sleep 0.1; done
+  PROXY_URL="http://127.0.0.1:$(cat "$tmp/proxy.port")"
+}
+transfer() { # TO [ARCHIVE]: the CLI's transfer through agent A; output in $tmp/out, $tmp/err
+  "$CLI" transfer "${2:-$archive}" --to "$1" --agent "$A" --token-file "$tmp/a/token" --json --timeout 120 > "$tmp/out" 2> "$tmp/err"
+}
+field() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$tmp/out" "$1"; }
+curl_b() { curl -s -o "$tmp/body" -w '%{http_code}' "$@"; }
+
+# ---- a clean push ---------------------------------------------------------------------------------------------
+transfer "$B" && ok || bad "a clean push succeeds: $(cat "$tmp/err")"
+expect '[ "$(sha256sum "$B_DIR/ck-transfer-test.tar.zst" | cut -d" " -f1)" = "$sum" ]' "B holds the same bytes"
+expect '[ "$(field "j[\"result\"][\"sent_bytes\"]")" = "$size" ] && [ "$(field "j[\"result\"][\"sha256\"]")" = "$sum" ]' \
+  "the job reports every byte sent and the digest ($(head -c 600 "$tmp/out"))"
+expect '[ "$(field "j[\"result\"][\"archive\"]")" = "$B_DIR/ck-transfer-test.tar.zst" ]' "the job names the path on B"
+expect '[ -z "$(find "$B_DIR" -name ".*.incoming")" ]' "no partial file left on B"
+# Again: B already has these bytes under that name: nothing sent, success.
+transfer "$B" && ok || bad "a repeated push succeeds: $(cat "$tmp/err")"
+expect '[ "$(field "j[\"result\"][\"already_present\"]")" = True ] && [ "$(field "j[\"result\"][\"sent_bytes\"]")" = 0 ]' \
+  "a repeated push sends nothing"
+# A different archive of the same name on B is never replaced.
+cp "$archive" "$tmp/keep" && printf 'x' >> "$archive"
+rc=0; transfer "$B" || rc=$?
+expect '[ "$rc" != 0 ] && grep -q "a different archive named ck-transfer-test.tar.zst" "$tmp/err"' "a different file of that name is refused (rc $rc): $(cat "$tmp/err")"
+expect '[ "$(sha256sum "$B_DIR/ck-transfer-test.tar.zst" | cut -d" " -f1)" = "$sum" ]' "B's archive is unchanged"
+mv "$tmp/keep" "$archive"
+rm -f "$B_DIR/ck-transfer-test.tar.zst"
+
+# ---- a stream dropped in the middle resumes -------------------------------------------------------------------
+proxy drop $((12 * 1024 * 1024))
+transfer "$PROXY_URL" && ok || bad "a push through a dropped stream succeeds: $(cat "$tmp/err")"
+expect '[ "$(sha256sum "$B_DIR/ck-transfer-test.tar.zst" 2>/dev/null | cut -d" " -f1)" = "$sum" ]' "the resumed archive is byte-identical"
+resumed=$(field 'j["result"]["resumed"]' 2>/dev/null || echo "?")
+first=$(field 'j["result"]["resumed"][0]' 2>/dev/null || echo 0)
+# The cut came inside the second chunk: B kept the first chunk and part of the second, and the push resumed there.
+expect '[ "$first" -gt $((8 * 1024 * 1024)) ] && [ "$first" -lt $((16 * 1024 * 1024)) ] && [ "$((first % (8 * 1024 * 1024)))" != 0 ]' \
+  "resumed from the offset B held inside the second chunk (resumed $resumed)"
+expect '[ "$(field "j[\"result\"][\"sent_bytes\"]")" -lt "$((size + 8 * 1024 * 1024))" ]' "not resent from the start"
+expect 'grep -q "resuming" "$tmp/a/agent.log"' "agent A logged the resume"
+rm -f "$B_DIR/ck-transfer-test.tar.zst"
+
+# ---- a corrupted byte fails the digest, nothing usable is left --------------------------------------------------
+proxy flip $((3 * 1024 * 1024))
+rc=0; transfer "$PROXY_URL" || rc=$?
+expect '[ "$rc" = 1 ] && grep -q "was discarded, nothing of it is kept: its SHA-256 is" "$tmp/err"' "a corrupted byte fails the push (rc $rc): $(cat "$tmp/err")"
+expect '[ -z "$(ls -A "$B_DIR")" ]' "nothing of the archive on B ($(find "$B_DIR" -mindepth 1 | tr '\n' ' '))"
+# and a clean push afterwards works
+transfer "$B" && [ "$(sha256sum "$B_DIR/ck-transfer-test.tar.zst" | cut -d" " -f1)" = "$sum" ] && ok || bad "a clean push after a corrupted one: $(cat "$tmp/err")"
+rm -f "$B_DIR/ck-transfer-test.tar.zst"
+
+# ---- hostile pushers --------------------------------------------------------------------------------------------
+n="$B/v1/incoming/ck-x.tar.zst"
+expect '[ "$(curl_b -X PUT --data-binary @"$archive" "$n?offset=0&total=$size")" = 401 ]' "a push without token is refused"
+expect '[ "$(curl_b -X PUT -H "Authorization: Bearer wrong-token-000000" --data-binary "abc" "$n?offset=0&total=3")" = 401 ]' "a push with a wrong token is refused"
+expect '[ "$(curl_b -X POST -H "Authorization: Bearer wrong-token-000000" -H "Content-Type: application/json" -d "{\"size\":3,\"sha256\":\"$sum\"}" "$n/commit")" = 401 ]' "a commit with a wrong token is refused"
+expect '[ -z "$(ls -A "$B_DIR")" ]' "nothing was written by refused pushes"
+auth=(-H "Authorization: Bearer $token")
+expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary "abc" "$B/v1/incoming/..%2F..%2Fetc%2Fpasswd.tar?offset=0&total=3")" -ge 400 ]' "a path as name is refused"
+expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary "abc" "$B/v1/incoming/.hidden.tar?offset=0&total=3")" = 400 ]' "a dot file name is refused"
+expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary "abc" "$B/v1/incoming/notes.txt?offset=0&total=3")" = 400 ]' "a name that is no archive name is refused"
+expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary "abc" "$n?offset=0&total=$((1 << 30))")" = 413 ] && grep -q max_archive_bytes "$tmp/body"' "a total over max_archive_bytes is refused"
+expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary "abcdef" "$n?offset=0&total=3")" = 413 ]' "bytes beyond the declared total are refused"
+expect '[ "$(stat -c %s "$B_DIR/.ck-x.tar.zst.incoming")" = 0 ]' "and none of them was kept"
+expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary "abc" "$n?offset=7&total=10")" = 409 ] && grep -q "holds 0 bytes" "$tmp/body"' "a PUT at another offset than B holds is refused"
+expect '[ "$(curl_b -X POST "${auth[@]}" -H "Content-Type: application/json" -d "{\"size\":0,\"sha256\":\"$sum\"}" "$n/commit")" = 422 ] && [ ! -e "$B_DIR/ck-x.tar.zst" ] && [ ! -e "$B_DIR/.ck-x.tar.zst.incoming" ]' \
+  "a commit whose digest does not match removes the partial file"
+big=$(head -c $((17 * 1024 * 1024)) /dev/zero | tr '\0' 'a' > "$tmp/big"; echo "$tmp/big")
+code=$(curl_b -X PUT "${auth[@]}" --data-binary @"$big" "$n?offset=0&total=$((20 * 1024 * 1024))" || true)
+expect '[ "$code" = 413 ] && [ ! -s "$B_DIR/.ck-x.tar.zst.incoming" ]' "a chunk over 16 MiB is refused before any of it is written (answer $code)"
+rm -f "$B_DIR/.ck-x.tar.zst.incoming"
+expect '[ "$(curl_b -X POST "${auth[@]}" -H "Content-Type: application/json" --data-binary @"$big" "$B/v1/restores")" = 413 ]' "other routes keep limits.max_request_bytes"
+for i in $(seq 1 8); do curl_b -X PUT "${auth[@]}" --data-binary "a" "$B/v1/incoming/ck-$i.tar?offset=0&total=5" > /dev/null; done
+expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary "a" "$B/v1/incoming/ck-9.tar?offset=0&total=5")" = 429 ]' "at most 8 partial transfers at once"
+rm -f "$B_DIR"/.ck-*.incoming
+
+# ---- the sender only pushes inside transfer.peer_networks ------------------------------------------------------
+rc=0; transfer "http://8.8.8.8:7469" || rc=$?
+expect '[ "$rc" = 2 ] && grep -q "outside transfer.peer_networks" "$tmp/err"' "a push outside peer_networks is refused (rc $rc): $(cat "$tmp/err")"
+rc=0; transfer "http://attacker.example:7469" || rc=$?
+expect '[ "$rc" = 2 ] && grep -q "must be http://A.B.C.D:PORT" "$tmp/err"' "a host name is refused (rc $rc)"
+rc=0; transfer "$B" "$tmp/a/token" || rc=$?
+expect '[ "$rc" = 2 ]' "a file outside the checkpoint directory is refused (rc $rc): $(cat "$tmp/err")"
+
+echo "archive transfer: $pass passed, $fail failed"
+((fail == 0))
