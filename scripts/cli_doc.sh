@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016 # the backticks are Markdown, not command substitution
 # Writes the verb reference of docs/cli.md (everything after its "<!-- verbs: generated" marker) from the built
 # CLI's own help, so that the doc names every verb and flag the binary has.
 #
