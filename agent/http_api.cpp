@@ -1,11 +1,14 @@
 #include "agent/http_api.h"
 
 #include "agent/http_server.h"
-#include "agent/requests.h"
+#include "node/requests.h"
 #include "common/log.h"
 #include "common/properties_record.h"
 
 namespace gpuckpt::agent {
+
+// The HTTP API serves node/'s jobs.
+using namespace gpuckpt::node;
 
 namespace {
 
@@ -51,7 +54,7 @@ bool token_matches(std::string_view presented, std::string_view expected) {
   return diff == 0 && !expected.empty();
 }
 
-void install_routes(httplib::Server& server, AgentService& service, std::string token) {
+void install_routes(httplib::Server& server, JobService& service, std::string token) {
   server.set_payload_max_length(service.config().max_request_bytes);
 
   server.set_pre_routing_handler([&service, token](const httplib::Request& req, httplib::Response& res) {

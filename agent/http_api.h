@@ -6,7 +6,7 @@
 
 #include <httplib.h>
 
-#include "agent/service.h"
+#include "node/service.h"
 
 namespace gpuckpt::agent {
 
@@ -19,6 +19,6 @@ inline constexpr std::size_t kMaxListedJobs = 500;
 bool token_matches(std::string_view presented, std::string_view expected);
 
 // Registers every route on `server`; `token` is the bearer token /v1 calls must present.
-void install_routes(httplib::Server& server, AgentService& service, std::string token);
+void install_routes(httplib::Server& server, node::JobService& service, std::string token);
 
 }  // namespace gpuckpt::agent

@@ -10,6 +10,8 @@
 
 namespace gpuckpt::agent {
 
+using namespace gpuckpt::node;
+
 namespace fs = std::filesystem;
 
 KubeletArchiveWatcher::KubeletArchiveWatcher(fs::path dir, fs::path state_dir, ArchiveLimits limits,

@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "agent/metrics.h"
+#include "node/metrics.h"
 #include "common/checkpoint_archive.h"
 #include "common/result.h"
 
@@ -19,7 +19,7 @@ class KubeletArchiveWatcher {
   // Each file gets a time budget of `base_budget` plus what reading it at 16 MiB/s takes (budget_for): past it,
   // the file is quarantined like any other unusable archive.
   KubeletArchiveWatcher(std::filesystem::path dir, std::filesystem::path state_dir, ArchiveLimits limits,
-                        std::function<Result<NodeInventory>()> inventory, Metrics& metrics,
+                        std::function<Result<NodeInventory>()> inventory, node::Metrics& metrics,
                         std::chrono::milliseconds base_budget = std::chrono::seconds(30));
 
   // One pass; an archive is annotated once its size and mtime were the same on two passes (kubelet finished
@@ -43,7 +43,7 @@ class KubeletArchiveWatcher {
   std::filesystem::path state_dir_;
   ArchiveLimits limits_;
   std::function<Result<NodeInventory>()> inventory_;
-  Metrics& metrics_;
+  node::Metrics& metrics_;
   std::chrono::milliseconds base_budget_;
   std::map<std::string, Seen> pending_;
   std::map<std::string, Seen> done_;

@@ -10,13 +10,13 @@
 #include <fstream>
 #include <thread>
 
-#include "agent/config.h"
+#include "node/config.h"
 #include "agent/http_api.h"
 #include "agent/http_server.h"
 #include "agent/kubelet_watch.h"
 #include "agent/node_labels.h"
-#include "agent/runtimes.h"
-#include "agent/service.h"
+#include "node/runtimes.h"
+#include "node/service.h"
 #include "common/inventory.h"
 #include "common/log.h"
 #include "common/restore_plan.h"
@@ -79,16 +79,16 @@ int main(int argc, char** argv) {
   }
 
   // 1. configuration
-  auto loaded = agent::load_config(config_path);
+  auto loaded = node::load_config(config_path);
   if (!loaded) {
     log::error(loaded.error().message);
     return 2;
   }
-  agent::AgentConfig config = loaded.value();
+  node::AgentConfig config = loaded.value();
   log::set_level(log::level_from_string(config.log_level, log::Level::Info));
-  agent::log_config(config);
+  node::log_config(config);
   // The runtime commands the agent runs inherit these, down to CRIU and the plugin.
-  for (const auto& [name, value] : agent::plugin_environment(config.gpu_memory)) ::setenv(name.c_str(), value.c_str(), 1);
+  for (const auto& [name, value] : node::plugin_environment(config.gpu_memory)) ::setenv(name.c_str(), value.c_str(), 1);
 
   // 2. token
   auto token = read_token(config.token_file);
@@ -109,8 +109,8 @@ int main(int argc, char** argv) {
   }
 
   // 4. runtime
-  agent::AgentDeps deps;
-  auto runtime = agent::make_configured_runtime(config);
+  node::JobServiceDeps deps;
+  auto runtime = node::make_configured_runtime(config);
   deps.runtime = std::move(runtime.runtime);
   const HostRoot host(config.host_root);
   deps.inventory = [host] { return read_inventory(host); };
@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  agent::AgentService service(config, deps);
+  node::JobService service(config, deps);
   service.metrics().set_runtime(config.runtime_kind, runtime.name, runtime.version);
   httplib::Server server;
   agent::install_routes(server, service, token.value());
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
   Stopper stopper;
   std::vector<std::thread> loops;
   loops.emplace_back([&] {
-    while (stopper.wait(agent::AgentService::kPlanSweepIntervalSeconds)) service.sweep_restore_plans();
+    while (stopper.wait(node::JobService::kPlanSweepIntervalSeconds)) service.sweep_restore_plans();
   });
   if (!config.kubelet_checkpoint_dir.empty()) {
     loops.emplace_back([&] {

@@ -19,6 +19,8 @@
 
 namespace gpuckpt::agent {
 
+using namespace gpuckpt::node;
+
 namespace {
 
 std::uint64_t fnv1a(std::string_view text) {

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "agent/config.h"
+#include "node/config.h"
 #include "common/gpu_model.h"
 #include "common/result.h"
 
@@ -33,7 +33,7 @@ std::string nfd_feature_file(const std::map<std::string, std::optional<std::stri
                              std::chrono::system_clock::time_point now, int interval_seconds);
 
 // Publishes by config.method: PATCH through the API server, or the feature file written atomically (temp + rename).
-Result<void> publish_node_labels(const NodeLabelsConfig& config, const std::string& node_name,
+Result<void> publish_node_labels(const node::NodeLabelsConfig& config, const std::string& node_name,
                                  const std::map<std::string, std::optional<std::string>>& labels);
 
 }  // namespace gpuckpt::agent

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <thread>
 
-#include "agent/service.h"
+#include "node/service.h"
 #include "common/container_runtime.h"
 #include "common/inventory.h"
 
@@ -167,7 +167,7 @@ JobOutcome run_remote(const NodeTarget& target, const std::string& kind, const n
 }
 
 JobOutcome run_local(const NodeTarget& target, const std::string& kind, const nlohmann::json& body) {
-  agent::AgentConfig config;
+  node::AgentConfig config;
   config.state_dir = target.state_dir;
   config.checkpoint_dir = target.checkpoint_dir;
   config.kubelet_checkpoint_dir.clear();
@@ -182,12 +182,12 @@ JobOutcome run_local(const NodeTarget& target, const std::string& kind, const nl
     config.runtime_timeout = std::min(config.runtime_timeout, *target.timeout);
   }
   podman.timeout = config.runtime_timeout;
-  agent::AgentDeps deps;
+  node::JobServiceDeps deps;
   deps.runtime = make_podman_runtime(podman);
   const HostRoot host(target.host_root);
   deps.inventory = [host] { return read_inventory(host); };
   deps.device_numbers = stat_device_numbers(target.host_root);
-  agent::AgentService service(config, deps);
+  node::JobService service(config, deps);
   Result<std::string> id = make_error("unknown job kind " + kind);
   if (kind == "checkpoint") {
     ContainerRef ref;
@@ -196,13 +196,13 @@ JobOutcome run_local(const NodeTarget& target, const std::string& kind, const nl
     ref.container = body.value("container", "");
     id = service.start_checkpoint(ref, body.value("image", ""));
   } else if (kind == "restore") {
-    agent::RestoreRequest request;
+    node::RestoreRequest request;
     request.archive = body.value("archive", "");
     request.name = body.value("name", "");
     if (body.contains("target_gpus")) request.target_gpus = body["target_gpus"].get<std::vector<std::string>>();
     id = service.start_restore(request);
   } else if (kind == "image") {
-    agent::ImageRequest request;
+    node::ImageRequest request;
     request.archive = body.value("archive", "");
     request.tag = body.value("image", "");
     id = service.start_image(request);
@@ -210,13 +210,13 @@ JobOutcome run_local(const NodeTarget& target, const std::string& kind, const nl
   JobOutcome out;
   if (!id) {
     out.message = id.error().message;
-    out.exit_code = exit_for_status(agent::http_status(id.error()), out.message);
+    out.exit_code = exit_for_status(node::http_status(id.error()), out.message);
     return out;
   }
   Follower follow(target.quiet);
   for (;;) {
     auto job = service.job(id.value());
-    const auto json = agent::to_json(*job);
+    const auto json = node::to_json(*job);
     follow.show(json);
     if (finished(json)) return outcome_of(json);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

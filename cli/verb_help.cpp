@@ -71,9 +71,12 @@ constexpr Help kHelp[] = {
      "  --target-gpus ID,ID   restore onto these GPUs (default: the matcher chooses)\n"
      "  --json                the finished job as JSON\n",
      kTargetFlags, "gpuckpt restore /var/lib/gpuckpt/checkpoints/ck-20261122T001228Z-61ef843a.tar.zst --name train-2"},
-    {"inspect", "gpuckpt inspect ARCHIVE|GPU-MEMORY-IMAGE|IMAGE-DIR [--host-root DIR] [--nvml-snapshot FILE] [--json]",
+    {"inspect",
+     "gpuckpt inspect ARCHIVE|GPU-MEMORY-IMAGE|IMAGE-DIR [--timeout SECONDS] [--host-root DIR] [--nvml-snapshot FILE] "
+     "[--json]",
      "  ARCHIVE               a checkpoint archive (.tar, .tar.zst, .tar.gz), a GPU memory image\n"
      "                        (gpuckpt-gpumem-PID.img) or a CRIU image directory; anything else: exit 2\n"
+     "  --timeout SECONDS     stop reading the archive after this long, exit 2 (default 600)\n"
      "  --json                what it holds and this node's verdict as JSON\n",
      kHostFlags, "gpuckpt inspect ck-20261122T001228Z-61ef843a.tar.zst   # exit 3: this node cannot take it"},
     {"image", "gpuckpt image ARCHIVE [--tag TAG] [target flags] [--json]",

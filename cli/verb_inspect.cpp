@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <cstdio>
@@ -30,7 +32,13 @@ namespace gpuckpt::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "gpuckpt inspect ARCHIVE|GPU-MEMORY-IMAGE|IMAGE-DIR [--host-root DIR] [--nvml-snapshot FILE] [--json]";
+    "gpuckpt inspect ARCHIVE|GPU-MEMORY-IMAGE|IMAGE-DIR [--timeout SECONDS] [--host-root DIR] [--nvml-snapshot FILE] "
+    "[--json]";
+
+// How long reading one archive may take (decompression and the walk of its entries) unless --timeout says: an
+// archive from elsewhere is untrusted, and a few KB can declare work for hours. A real archive of tens of GB reads
+// in minutes; the message says to raise it.
+constexpr long kDefaultInspectSeconds = 600;
 
 // The store a manifest's chunks are checked in: GPUCKPT_GPU_STORE as the plugin reads it, else the node's.
 std::string store_to_check() {
@@ -196,12 +204,18 @@ int run_inspect(std::span<char*> args) {
   InventoryArgs opts;
   std::string archive;
   bool json = false;
+  long timeout_seconds = kDefaultInspectSeconds;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string arg = args[i];
     if (arg == "--help" || arg == "-h") {
       return print_help("inspect");
     } else if (arg == "--json") {
       json = true;
+    } else if (arg == "--timeout") {
+      char* end = nullptr;
+      timeout_seconds = i + 1 < args.size() ? std::strtol(args[++i], &end, 10) : 0;
+      if (end == nullptr || *end != '\0' || timeout_seconds <= 0)
+        return usage_error("inspect", "--timeout needs a positive number of seconds", kUsage);
     } else if (opts.consume(args, i)) {
       if (!opts.problem.empty()) return usage_error("inspect", opts.problem, kUsage);
     } else if (arg.empty() || arg[0] == '-' || !archive.empty()) {
@@ -241,10 +255,15 @@ int run_inspect(std::span<char*> args) {
   }
   if (gpu_image::looks_like_image(archive) || gpu_image::vpid_from_manifest_name(target.filename().string()) > 0)
     return inspect_gpu_images(target.has_parent_path() ? target.parent_path() : ".", {target.filename().string()});
-  auto info = inspect_checkpoint_archive(archive, ArchiveLimits{});
+  ArchiveLimits limits;
+  limits.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
+  auto info = inspect_checkpoint_archive(archive, limits);
   if (!info) {
     const std::string& why = info.error().message;
-    if (why.find(archive) != std::string::npos)
+    if (info.error().errno_value == ETIMEDOUT)
+      std::fprintf(stderr, "gpuckpt inspect: reading %s took longer than %ld s and was stopped (%s); if it is a "
+                   "large archive you trust, raise --timeout\n", archive.c_str(), timeout_seconds, why.c_str());
+    else if (why.find(archive) != std::string::npos)
       std::fprintf(stderr, "gpuckpt inspect: %s\n", why.c_str());
     else
       std::fprintf(stderr, "gpuckpt inspect: %s is not a checkpoint archive gpuckpt can read: %s\n", archive.c_str(),

@@ -30,7 +30,7 @@ namespace gpuckpt::chunk_store {
 inline constexpr std::size_t kDigestBytes = 32;
 inline constexpr std::size_t kDigestHexChars = 2 * kDigestBytes;
 inline constexpr const char* kHashName = "sha256";
-// The node-local store: under the agent's state dir (agent/config.h state_dir), root-only.
+// The node-local store: under the agent's state dir (node/config.h state_dir), root-only.
 inline constexpr const char* kNodeStoreDir = "/var/lib/gpuckpt/chunks";
 
 struct Digest {

@@ -1,5 +1,5 @@
 // The agent's HTTP API end to end in-process: a real httplib server on 127.0.0.1 (port chosen by the kernel)
-// over AgentService with the one fake runtime (below), fixture inventory, archives built by the test.
+// over JobService with the one fake runtime (below), fixture inventory, archives built by the test.
 #include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 
@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "agent/http_api.h"
-#include "agent/job_store.h"
-#include "agent/service.h"
+#include "node/job_store.h"
+#include "node/service.h"
 #include "common/checkpoint_images.h"
 #include "common/container_store.h"
 #include "common/inventory.h"
@@ -142,16 +142,16 @@ NodeInventory two_gpu_node() {
 struct Fixture {
   test::TempDir tmp;
   std::shared_ptr<FakeRuntime> runtime = std::make_shared<FakeRuntime>();
-  std::unique_ptr<agent::AgentService> service;
+  std::unique_ptr<node::JobService> service;
   httplib::Server server;
   std::thread thread;
   int port = 0;
 
   explicit Fixture(std::function<void(const fs::path&)> before_start = {},
-                   std::function<void(agent::AgentConfig&)> configure = {},
+                   std::function<void(node::AgentConfig&)> configure = {},
                    std::function<Result<NodeInventory>()> inventory = {}) {
     if (before_start) before_start(tmp.path);
-    agent::AgentConfig config;
+    node::AgentConfig config;
     config.state_dir = tmp.path / "state";
     config.checkpoint_dir = tmp.path / "checkpoints";
     config.kubelet_checkpoint_dir = tmp.path / "kubelet";
@@ -161,7 +161,7 @@ struct Fixture {
     runtime->state_dir = config.state_dir;
     runtime->containers["counter"] = {"abc123", "counter", "running", 100};
     runtime->containers["plain"] = {"def456", "plain", "running", 101};
-    agent::AgentDeps deps;
+    node::JobServiceDeps deps;
     deps.runtime = runtime;
     deps.inventory = inventory ? inventory : [] { return Result<NodeInventory>(two_gpu_node()); };
     deps.device_numbers = [](const std::string& p) -> Result<std::pair<std::uint32_t, std::uint32_t>> {
@@ -170,7 +170,7 @@ struct Fixture {
       if (p == "/dev/nvidia1") return std::make_pair(1u, 5u);
       return make_error("no " + p);
     };
-    service = std::make_unique<agent::AgentService>(config, deps);
+    service = std::make_unique<node::JobService>(config, deps);
     agent::install_routes(server, *service, kToken);
     port = server.bind_to_any_port("127.0.0.1");
     thread = std::thread([this] { server.listen_after_bind(); });
@@ -306,7 +306,7 @@ TEST_CASE("an 8x H100 NVLink record matches its own node through the agent, whic
   MatchRequest request{&record, &blind.value(), std::nullopt, MatchPolicy{}};
   REQUIRE(std::holds_alternative<MatchFailure>(match_gpus(request)));   // the plugin's old host-root guess
 
-  Fixture f({}, [](agent::AgentConfig& c) { c.max_request_bytes = 65536; },
+  Fixture f({}, [](node::AgentConfig& c) { c.max_request_bytes = 65536; },
             [root, with_nvml] { return read_inventory(HostRoot(root.string()), with_nvml); });
   auto verdict = f.post("/v1/match", to_json(record).dump(), 200);
   CHECK(verdict["matched"] == true);
@@ -823,13 +823,13 @@ TEST_CASE("image requests: paths and tags from the request are not trusted; no s
   CHECK(job["state"] == "failed");
   CHECK(job["error"].get<std::string>().find("no image store to load into") != std::string::npos);
   CHECK(job["error"].get<std::string>().find("is kept") != std::string::npos);
-  CHECK(fs::is_directory(f.tmp.path / "checkpoints" / agent::image_layout_name(job["id"].get<std::string>())));
+  CHECK(fs::is_directory(f.tmp.path / "checkpoints" / node::image_layout_name(job["id"].get<std::string>())));
 }
 
 TEST_CASE("with an image_registry, images go to the registry too; a node without a store uses it alone", "[e2e]") {
   test::RegistryServer registry;
   if (!registry.ready()) SKIP("docker-registry is not installed or did not start (scripts/setup.sh installs it)");
-  Fixture f({}, [&](agent::AgentConfig& config) {
+  Fixture f({}, [&](node::AgentConfig& config) {
     config.image_registry.repository = registry.host() + "/gpuckpt/ck";
     config.image_registry.plain_http = true;
   });
@@ -854,7 +854,7 @@ TEST_CASE("with an image_registry, images go to the registry too; a node without
   auto registered = find_checkpoint_source(f.tmp.path / "state", registry.host() + "/gpuckpt/ck:moved-2");
   REQUIRE(registered.ok());
   CHECK(registered->has_value());
-  CHECK(f.checkpoint_files() == std::vector<std::string>{archive, agent::image_layout_name(ck["id"].get<std::string>())});
+  CHECK(f.checkpoint_files() == std::vector<std::string>{archive, node::image_layout_name(ck["id"].get<std::string>())});
 }
 
 TEST_CASE("a token holder's tag never makes an ordinary image a checkpoint, and a failed load registers nothing",
@@ -899,13 +899,13 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
   Fixture f([&](const fs::path& root) {
     // What a killed agent leaves: job records in the state dir, its temporary files in the checkpoint dir.
     auto record = [&](const std::string& id, const char* kind, const char* state, const char* phase) {
-      agent::JobStatus job;
+      node::JobStatus job;
       job.id = id;
       job.kind = kind;
       job.state = state;
       job.phase = phase;
       job.created_at = "2026-11-23T12:00:00Z";
-      REQUIRE(agent::save_job(root / "state", job).ok());
+      REQUIRE(node::save_job(root / "state", job).ok());
     };
     record(interrupted, "checkpoint", "running", "checkpointing");
     record(restoring, "restore", "running", "restoring");
@@ -957,7 +957,7 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
         std::vector<std::string>{annotated + ".tar.zst", imaging + ".tar.zst", streamed + ".tar.zst", "kept.tar.zst"});
   // The closed records were saved: a second restart sees the same outcome.
   bool found = false;
-  for (const auto& job : agent::load_jobs(f.tmp.path / "state"))
+  for (const auto& job : node::load_jobs(f.tmp.path / "state"))
     if (job.id == interrupted) found = job.state == "failed";
   CHECK(found);
 }
@@ -1002,7 +1002,7 @@ TEST_CASE("a checkpoint whose runtime fails, or whose archive dir vanishes, fail
 TEST_CASE("queued jobs are capped per client and in all; beyond, 429 before any work", "[unit]") {
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  Fixture f({}, [](agent::AgentConfig& c) {
+  Fixture f({}, [](node::AgentConfig& c) {
     c.max_concurrent_jobs = 1;
     c.max_queued_jobs = 3;
     c.max_queued_jobs_per_client = 2;
@@ -1040,7 +1040,7 @@ TEST_CASE("queued jobs are capped per client and in all; beyond, 429 before any 
 TEST_CASE("a job's budget counts from its acceptance: in the queue, and in the archive it receives", "[unit]") {
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  Fixture f({}, [](agent::AgentConfig& c) {
+  Fixture f({}, [](node::AgentConfig& c) {
     c.max_concurrent_jobs = 1;
     c.job_timeout = std::chrono::seconds(1);
   });

@@ -1,9 +1,9 @@
 #include <catch2/catch_test_macros.hpp>
 
-#include "agent/config.h"
+#include "node/config.h"
 
-using gpuckpt::agent::load_config;
-using gpuckpt::agent::parse_config;
+using gpuckpt::node::load_config;
+using gpuckpt::node::parse_config;
 
 TEST_CASE("the shipped example configuration parses and equals the defaults", "[unit]") {
   auto example = load_config(std::string(GPUCKPT_SOURCE_DIR) + "/agent/config.example.yaml");
@@ -88,12 +88,12 @@ TEST_CASE("configuration mistakes are errors naming the key", "[unit]") {
 TEST_CASE("gpu_memory settings become the plugin's environment; bad values name the key", "[unit]") {
   auto none = parse_config("gpu_memory: {threads: null}", "test.yaml");
   REQUIRE(none.ok());
-  CHECK(gpuckpt::agent::plugin_environment(none->gpu_memory).empty());   // the plugin's defaults apply
+  CHECK(gpuckpt::node::plugin_environment(none->gpu_memory).empty());   // the plugin's defaults apply
   auto c = parse_config("gpu_memory: {image: false, threads: 8, compression: 'zstd:3', sparse: false, store: node}",
                         "test.yaml");
   REQUIRE(c.ok());
   using Env = std::vector<std::pair<std::string, std::string>>;
-  CHECK(gpuckpt::agent::plugin_environment(c->gpu_memory) ==
+  CHECK(gpuckpt::node::plugin_environment(c->gpu_memory) ==
         Env{{"GPUCKPT_CUDA_MEMORY_IMAGE", "0"}, {"GPUCKPT_IMAGE_THREADS", "8"},
             {"GPUCKPT_IMAGE_COMPRESSION", "zstd:3"}, {"GPUCKPT_IMAGE_SPARSE", "0"}, {"GPUCKPT_GPU_STORE", "node"}});
   auto store = parse_config("gpu_memory: {store: 'nfs/chunks'}", "test.yaml");
@@ -107,7 +107,7 @@ TEST_CASE("gpu_memory settings become the plugin's environment; bad values name 
   CHECK(threads.error().message.find("gpu_memory.threads 1000") != std::string::npos);
   auto example = load_config(std::string(GPUCKPT_SOURCE_DIR) + "/agent/config.example.yaml");
   REQUIRE(example.ok());
-  CHECK(gpuckpt::agent::plugin_environment(example->gpu_memory).size() == 5);
+  CHECK(gpuckpt::node::plugin_environment(example->gpu_memory).size() == 5);
 }
 
 TEST_CASE("image_registry: read when set, a malformed repository or timeout names the key", "[unit]") {

@@ -10,14 +10,14 @@
 #include <fstream>
 #include <thread>
 
-#include "agent/cri_client.h"
-#include "agent/cri_runtime.h"
-#include "agent/metrics.h"
+#include "node/cri_client.h"
+#include "node/cri_runtime.h"
+#include "node/metrics.h"
 #include "test/agent/archive_builder.h"
 
 namespace v1 = runtime::v1;
 using namespace gpuckpt;
-using namespace gpuckpt::agent;
+using namespace gpuckpt::node;
 namespace fs = std::filesystem;
 
 namespace {

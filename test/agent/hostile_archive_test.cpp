@@ -142,7 +142,7 @@ TEST_CASE("the kubelet watcher quarantines an archive it cannot use and does not
   int inventory_reads = 0;
   auto inventory = [&] { ++inventory_reads; return Result<NodeInventory>(NodeInventory{}); };
   {
-    agent::Metrics metrics;
+    node::Metrics metrics;
     agent::KubeletArchiveWatcher watcher(dir, state_dir, ArchiveLimits{}, inventory, metrics);
     CHECK(watcher.scan() == 0);
     CHECK(watcher.scan() == 1);   // the good one; the bad one is quarantined, the watcher goes on
@@ -155,7 +155,7 @@ TEST_CASE("the kubelet watcher quarantines an archive it cannot use and does not
   CHECK(reason.value()->at("reason").get<std::string>().find("nested deeper") != std::string::npos);
   CHECK(fs::exists(bomb));   // kubelet's file stays where kubelet put it
   {
-    agent::Metrics metrics;   // the agent restarted
+    node::Metrics metrics;   // the agent restarted
     agent::KubeletArchiveWatcher watcher(dir, state_dir, ArchiveLimits{}, inventory, metrics);
     CHECK(watcher.scan() == 0);
     CHECK(watcher.scan() == 0);
@@ -163,7 +163,7 @@ TEST_CASE("the kubelet watcher quarantines an archive it cannot use and does not
   }
   // Once it changes, it is looked at again.
   test::make_archive(bomb, test::podman_checkpoint_entries(), test::Compression::None);
-  agent::Metrics metrics;
+  node::Metrics metrics;
   agent::KubeletArchiveWatcher watcher(dir, state_dir, ArchiveLimits{}, inventory, metrics);
   watcher.scan();
   CHECK(watcher.scan() == 1);
@@ -306,7 +306,7 @@ TEST_CASE("the kubelet watcher bounds each file's work and annotates only archiv
   auto inventory = [] { return Result<NodeInventory>(NodeInventory{}); };
   SECTION("a file past its budget is quarantined, the next one is still looked at") {
     test::make_archive(dir / "checkpoint-slow_ns-c-2026.tar", test::podman_checkpoint_entries(), test::Compression::None);
-    agent::Metrics metrics;
+    node::Metrics metrics;
     // A base budget already spent (the size-based part of a small file is a few milliseconds).
     agent::KubeletArchiveWatcher watcher(dir, state_dir, ArchiveLimits{}, inventory, metrics, -std::chrono::seconds(60));
     watcher.scan();
@@ -321,7 +321,7 @@ TEST_CASE("the kubelet watcher bounds each file's work and annotates only archiv
     std::erase_if(entries, [](const test::TestEntry& e) { return e.name == "checkpoint/inventory.img"; });
     const auto archive = test::make_archive(dir / "checkpoint-nocriu_ns-c-2026.tar", entries, test::Compression::None);
     const std::string before = test::read_file(archive);
-    agent::Metrics metrics;
+    node::Metrics metrics;
     agent::KubeletArchiveWatcher watcher(dir, state_dir, ArchiveLimits{}, inventory, metrics);
     watcher.scan();
     CHECK(watcher.scan() == 0);
@@ -346,7 +346,7 @@ TEST_CASE("file names and container names from outside cannot forge log lines", 
   std::vector<std::string> lines;
   log::set_sink([&](log::Level, std::string_view line) { lines.emplace_back(line); });
   {
-    agent::Metrics metrics;
+    node::Metrics metrics;
     agent::KubeletArchiveWatcher watcher(dir, tmp.path / "state", ArchiveLimits{},
                                          [] { return Result<NodeInventory>(NodeInventory{}); }, metrics);
     watcher.scan();

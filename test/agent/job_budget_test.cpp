@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "agent/service.h"
+#include "node/service.h"
 #include "test/agent/archive_builder.h"
 
 namespace fs = std::filesystem;
@@ -39,7 +39,7 @@ pid_t read_pid(const fs::path& file) {
 struct HangingPodman {
   test::TempDir tmp;
   fs::path script = tmp.path / "podman";
-  std::unique_ptr<agent::AgentService> service;
+  std::unique_ptr<node::JobService> service;
 
   HangingPodman() {
     // Each hanging call records its own pid and its child's, then waits on the child.
@@ -56,7 +56,7 @@ struct HangingPodman {
                              "  *) exit 1 ;;\n"
                              "esac\n");
     fs::permissions(script, fs::perms::owner_all);
-    agent::AgentConfig config;
+    node::AgentConfig config;
     config.state_dir = tmp.path / "state";
     config.checkpoint_dir = tmp.path / "checkpoints";
     config.kubelet_checkpoint_dir.clear();
@@ -66,13 +66,13 @@ struct HangingPodman {
     PodmanOptions podman;
     podman.podman = script.string();
     podman.timeout = config.runtime_timeout;
-    agent::AgentDeps deps;
+    node::JobServiceDeps deps;
     deps.runtime = make_podman_runtime(podman);
     deps.inventory = [] { return Result<NodeInventory>(NodeInventory{}); };
     deps.device_numbers = [](const std::string& p) -> Result<std::pair<std::uint32_t, std::uint32_t>> {
       return make_error("no " + p);
     };
-    service = std::make_unique<agent::AgentService>(config, deps);
+    service = std::make_unique<node::JobService>(config, deps);
   }
 
   // Waits for the job; checks that podman and its child were killed and that the job names the budget and phase.

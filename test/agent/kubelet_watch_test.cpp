@@ -27,7 +27,7 @@ TEST_CASE("archives kubelet wrote are annotated once they are complete, and only
   test::make_archive(archive, test::podman_checkpoint_entries(), test::Compression::None);
   test::make_archive(dir / "unrelated.tar", test::podman_checkpoint_entries(), test::Compression::None);
   int inventory_reads = 0;
-  agent::Metrics metrics;
+  node::Metrics metrics;
   agent::KubeletArchiveWatcher watcher(dir, state_dir, ArchiveLimits{},
                                        [&] { ++inventory_reads; return Result<NodeInventory>(NodeInventory{}); }, metrics);
 
@@ -73,7 +73,7 @@ TEST_CASE("a CRI-O archive's carried annotations get the checkpoint id, so CRI-O
     }
   const auto archive = dir / "checkpoint-trainer-0_ml-main-2026-11-26T06:00:00Z.tar";
   test::make_archive(archive, entries, test::Compression::None);
-  agent::Metrics metrics;
+  node::Metrics metrics;
   agent::KubeletArchiveWatcher watcher(dir, tmp.path / "state", ArchiveLimits{},
                                        [] { return Result<NodeInventory>(NodeInventory{}); }, metrics);
   CHECK(watcher.scan() == 0);

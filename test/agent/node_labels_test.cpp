@@ -97,7 +97,7 @@ TEST_CASE("labels are published with a merge PATCH on the node, with the service
   });
   const int port = api.bind_to_any_port("127.0.0.1");
   std::thread server([&] { api.listen_after_bind(); });
-  agent::NodeLabelsConfig config;
+  node::NodeLabelsConfig config;
   config.api_server = "http://127.0.0.1:" + std::to_string(port);
   config.token_file = (tmp.path / "token").string();
   NodeInventory inv;
@@ -142,7 +142,7 @@ TEST_CASE("labels go into an NFD feature file with an expiry, atomically, readab
   CHECK(empty.find("gpuckpt.io/gpu-count=0") != std::string::npos);
 
   test::TempDir tmp;
-  agent::NodeLabelsConfig config;
+  node::NodeLabelsConfig config;
   config.method = "nfd_feature_file";
   config.feature_file = (tmp.path / "features.d" / "gpuckpt").string();
   config.api_server = "http://127.0.0.1:1";   // never called

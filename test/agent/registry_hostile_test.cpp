@@ -9,7 +9,7 @@
 #include <chrono>
 #include <thread>
 
-#include "agent/registry_push.h"
+#include "node/registry_push.h"
 #include "common/checkpoint_image.h"
 #include "test/agent/archive_builder.h"
 
@@ -54,7 +54,7 @@ struct HostileRegistry {
 
 struct Pushable {
   CheckpointImage image;
-  agent::RegistryOptions options;
+  node::RegistryOptions options;
 };
 
 Pushable pushable(const fs::path& dir, int port) {
@@ -78,15 +78,15 @@ TEST_CASE("a registry's manifest answer must name the manifest's own digest, or 
   registry.start();
   auto p = pushable(tmp.path, registry.port);
   registry.manifest_digest = "";   // before: reported as pushed
-  auto silent = agent::push_checkpoint_image(p.options, p.image.layout, "ck-1");
+  auto silent = node::push_checkpoint_image(p.options, p.image.layout, "ck-1");
   REQUIRE_FALSE(silent.ok());
   CHECK(silent.error().message.find("no Docker-Content-Digest") != std::string::npos);
   registry.manifest_digest = "sha256:" + std::string(64, 'a');
-  auto other = agent::push_checkpoint_image(p.options, p.image.layout, "ck-1");
+  auto other = node::push_checkpoint_image(p.options, p.image.layout, "ck-1");
   REQUIRE_FALSE(other.ok());
   CHECK(other.error().message.find("stored the manifest as sha256:aaaa") != std::string::npos);
   registry.manifest_digest = p.image.manifest_digest;
-  auto right = agent::push_checkpoint_image(p.options, p.image.layout, "ck-1");
+  auto right = node::push_checkpoint_image(p.options, p.image.layout, "ck-1");
   INFO((right.ok() ? std::string() : right.error().message));
   CHECK(right.ok());
 }
@@ -108,7 +108,7 @@ TEST_CASE("a registry answer larger than 1 MiB is refused as it streams in", "[u
   });
   registry.start();
   auto p = pushable(tmp.path, registry.port);
-  auto pushed = agent::push_checkpoint_image(p.options, p.image.layout, "ck-1");
+  auto pushed = node::push_checkpoint_image(p.options, p.image.layout, "ck-1");
   REQUIRE_FALSE(pushed.ok());
   CHECK(pushed.error().errno_value == EFBIG);
   CHECK(pushed.error().message.find("more than 1048576 bytes") != std::string::npos);
@@ -131,14 +131,14 @@ TEST_CASE("an answer that trickles is stopped at the request's deadline", "[unit
   registry.start();
   auto p = pushable(tmp.path, registry.port);
   p.options.timeout = std::chrono::seconds(2);
-  auto pushed = agent::push_checkpoint_image(p.options, p.image.layout, "ck-1");
+  auto pushed = node::push_checkpoint_image(p.options, p.image.layout, "ck-1");
   REQUIRE_FALSE(pushed.ok());
   CHECK(pushed.error().errno_value == ETIMEDOUT);
   CHECK(pushed.error().message.find("in time (image_registry.timeout_seconds") != std::string::npos);
   // The whole push has a deadline of its own, whatever each request's is.
   p.options.timeout = std::chrono::seconds(60);
   p.options.push_timeout = std::chrono::seconds(1);
-  auto whole = agent::push_checkpoint_image(p.options, p.image.layout, "ck-1");
+  auto whole = node::push_checkpoint_image(p.options, p.image.layout, "ck-1");
   REQUIRE_FALSE(whole.ok());
   CHECK(whole.error().errno_value == ETIMEDOUT);
 }
@@ -159,26 +159,26 @@ TEST_CASE("token_realm_host pins where credentials may go", "[unit]") {
   registry.start();
   auto p = pushable(tmp.path, registry.port);
   p.options.token_realm_host = "auth.example:443";
-  auto pinned = agent::push_checkpoint_image(p.options, p.image.layout, "ck-1");
+  auto pinned = node::push_checkpoint_image(p.options, p.image.layout, "ck-1");
   REQUIRE_FALSE(pinned.ok());
   CHECK(pinned.error().message.find("image_registry.token_realm_host (auth.example:443)") != std::string::npos);
   CHECK(token_asks == 0);
   p.options.token_realm_host = "127.0.0.1:" + std::to_string(registry.port);
-  auto allowed = agent::push_checkpoint_image(p.options, p.image.layout, "ck-1");
+  auto allowed = node::push_checkpoint_image(p.options, p.image.layout, "ck-1");
   CHECK_FALSE(allowed.ok());   // the registry keeps refusing; what matters is that the realm was asked
   CHECK(token_asks == 1);
 }
 
 TEST_CASE("registry answer parsers refuse what is not a token or a challenge", "[unit]") {
-  CHECK(agent::token_from_answer(R"({"token":"abc"})", "ts").value() == "abc");
-  CHECK(agent::token_from_answer(R"({"access_token":"abc"})", "ts").value() == "abc");
-  CHECK_FALSE(agent::token_from_answer(R"({"token":"a\nb"})", "ts").ok());
-  CHECK_FALSE(agent::token_from_answer(R"({"token":7})", "ts").ok());
-  CHECK_FALSE(agent::token_from_answer(std::string(50, '['), "ts").ok());
-  const auto params = agent::challenge_params(R"(realm="https://a/t",service=reg,scope="x\"y")");
+  CHECK(node::token_from_answer(R"({"token":"abc"})", "ts").value() == "abc");
+  CHECK(node::token_from_answer(R"({"access_token":"abc"})", "ts").value() == "abc");
+  CHECK_FALSE(node::token_from_answer(R"({"token":"a\nb"})", "ts").ok());
+  CHECK_FALSE(node::token_from_answer(R"({"token":7})", "ts").ok());
+  CHECK_FALSE(node::token_from_answer(std::string(50, '['), "ts").ok());
+  const auto params = node::challenge_params(R"(realm="https://a/t",service=reg,scope="x\"y")");
   CHECK(params.at("realm") == "https://a/t");
   CHECK(params.at("service") == "reg");
   CHECK(params.at("scope") == "x\"y");
-  const std::string text = agent::registry_error_text(400, R"({"errors":[{"code":"X","message":"a\nforged"}]})", "");
+  const std::string text = node::registry_error_text(400, R"({"errors":[{"code":"X","message":"a\nforged"}]})", "");
   CHECK(text == "HTTP 400 X: a\\x0aforged");
 }

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/registry_push.h"
+#include "node/registry_push.h"
 #include "common/checkpoint_image.h"
 #include "test/agent/archive_builder.h"
 #include "test/agent/registry_server.h"
@@ -21,7 +21,7 @@ namespace {
 // A checkpoint image of a test archive in `dir`, and push options for `repository` on `registry` (plain http).
 struct Pushable {
   CheckpointImage image;
-  agent::RegistryOptions options;
+  node::RegistryOptions options;
 };
 Pushable pushable(const fs::path& dir, const test::RegistryServer& registry, const std::string& repository,
                   const std::string& tag) {
@@ -42,7 +42,7 @@ TEST_CASE("a checkpoint image pushed to a registry is stored byte for byte under
   test::TempDir tmp;
   auto [image, options] = pushable(tmp.path, registry, "gpuckpt/checkpoints", "ck-1");
   const fs::path archive = tmp.path / "ck.tar";
-  auto pushed = agent::push_checkpoint_image(options, image.layout, "ck-1");
+  auto pushed = node::push_checkpoint_image(options, image.layout, "ck-1");
   INFO((pushed.ok() ? std::string() : pushed.error().message));
   REQUIRE(pushed.ok());
   CHECK(pushed.value() == options.repository + ":ck-1@" + image.manifest_digest);
@@ -61,7 +61,7 @@ TEST_CASE("a checkpoint image pushed to a registry is stored byte for byte under
   CHECK(blob->body == test::read_file(archive));   // the layer is the archive, unchanged
 
   // Again, under another tag: every blob is there already, only the manifest is stored.
-  auto again = agent::push_checkpoint_image(options, image.layout, "ck-1-again");
+  auto again = node::push_checkpoint_image(options, image.layout, "ck-1-again");
   REQUIRE(again.ok());
   CHECK(again.value().find(":ck-1-again@" + image.manifest_digest) != std::string::npos);
 
@@ -79,28 +79,28 @@ TEST_CASE("registry credentials: sent when asked, a refusal names the setting; b
   if (!registry.ready()) SKIP("docker-registry is not installed or did not start (scripts/setup.sh installs it)");
   test::TempDir tmp;
   auto [image, options] = pushable(tmp.path, registry, "ml/ck", "ck-2");
-  auto anonymous = agent::push_checkpoint_image(options, image.layout, "ck-2");
+  auto anonymous = node::push_checkpoint_image(options, image.layout, "ck-2");
   REQUIRE_FALSE(anonymous.ok());
   CHECK(anonymous.error().message.find("asks for credentials: set image_registry.credentials_file") != std::string::npos);
   test::write_file(tmp.path / "wrong", "gpuckpt:not-it\n");
   options.credentials_file = (tmp.path / "wrong").string();
-  auto wrong = agent::push_checkpoint_image(options, image.layout, "ck-2");
+  auto wrong = node::push_checkpoint_image(options, image.layout, "ck-2");
   REQUIRE_FALSE(wrong.ok());
   CHECK(wrong.error().message.find("refused ml/ck: HTTP 401") != std::string::npos);
   test::write_file(tmp.path / "right", "gpuckpt:s3cret-pass\n");
   options.credentials_file = (tmp.path / "right").string();
-  auto right = agent::push_checkpoint_image(options, image.layout, "ck-2");
+  auto right = node::push_checkpoint_image(options, image.layout, "ck-2");
   INFO((right.ok() ? std::string() : right.error().message));
   CHECK(right.ok());
 
   options.repository = "127.0.0.1:" + std::to_string(test::RegistryServer::free_port()) + "/ml/ck";
   options.credentials_file.clear();
-  auto nobody = agent::push_checkpoint_image(options, image.layout, "ck-2");
+  auto nobody = node::push_checkpoint_image(options, image.layout, "ck-2");
   REQUIRE_FALSE(nobody.ok());
   CHECK(nobody.error().message.find("cannot reach the registry") != std::string::npos);
   for (const char* bad : {"no-path", "/ml/ck", "host/ML/ck", "host/ml//ck", "host/ml/ck/", "ho st/ml"})
-    CHECK_FALSE(agent::check_repository(bad).ok());
-  CHECK(agent::check_repository("registry.example:5000/ml/check-points_1").ok());
+    CHECK_FALSE(node::check_repository(bad).ok());
+  CHECK(node::check_repository("registry.example:5000/ml/check-points_1").ok());
 }
 
 TEST_CASE("token authentication: a push token from the realm the registry names, with the credentials", "[e2e]") {
@@ -108,13 +108,13 @@ TEST_CASE("token authentication: a push token from the realm the registry names,
   if (!registry.ready()) SKIP("docker-registry, python3 or openssl is missing, or the registry did not start");
   test::TempDir tmp;
   auto [image, options] = pushable(tmp.path, registry, "ml/tokened", "ck-3");
-  auto anonymous = agent::push_checkpoint_image(options, image.layout, "ck-3");
+  auto anonymous = node::push_checkpoint_image(options, image.layout, "ck-3");
   REQUIRE_FALSE(anonymous.ok());
   CHECK(anonymous.error().message.find("refused a push token for ml/tokened: HTTP 401 UNAUTHORIZED") != std::string::npos);
   CHECK(anonymous.error().message.find("no image_registry.credentials_file") != std::string::npos);
   test::write_file(tmp.path / "right", "gpuckpt:t0ken-pass\n");
   options.credentials_file = (tmp.path / "right").string();
-  auto pushed = agent::push_checkpoint_image(options, image.layout, "ck-3");
+  auto pushed = node::push_checkpoint_image(options, image.layout, "ck-3");
   INFO((pushed.ok() ? std::string() : pushed.error().message));
   REQUIRE(pushed.ok());
   CHECK(pushed.value() == options.repository + ":ck-3@" + image.manifest_digest);

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <thread>
 
-#include "agent/kubelet_runtime.h"
+#include "node/kubelet_runtime.h"
 #include "test/agent/archive_builder.h"
 
 namespace fs = std::filesystem;
@@ -58,12 +58,12 @@ TEST_CASE("the kubelet runtime finds containers through /pods and checkpoints th
   fs::create_directories(tmp.path / "kubelet");
   FakeKubelet kubelet(tmp.path / "kubelet");
   test::write_file(tmp.path / "token", "sa-token\n");
-  agent::KubeletRuntimeOptions options;
+  node::KubeletRuntimeOptions options;
   options.kubelet.url = "http://127.0.0.1:" + std::to_string(kubelet.port) + "/api/v1/nodes/n1/proxy/";
   options.kubelet.token_file = (tmp.path / "token").string();
   options.kubelet.ca_file.clear();
   options.checkpoint_dir = tmp.path / "kubelet";
-  auto runtime = agent::make_kubelet_runtime(options);
+  auto runtime = node::make_kubelet_runtime(options);
 
   auto found = runtime->find({"ml", "trainer-0", "main"});
   REQUIRE(found.ok());

@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "agent/cri_client.h"
+#include "node/cri_client.h"
 #include "rpc/grpc_unix.h"
 
 namespace v1 = runtime::v1;
-using gpuckpt::agent::CriClient;
-using gpuckpt::agent::CriOptions;
+using gpuckpt::node::CriClient;
+using gpuckpt::node::CriOptions;
 
 namespace {
 

@@ -5,11 +5,11 @@
 
 #include <memory>
 
-#include "agent/cri_client.h"
+#include "node/cri_client.h"
 #include "common/container_runtime.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 std::unique_ptr<ContainerRuntime> make_cri_runtime(CriOptions options);
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -1,11 +1,11 @@
-#include "agent/runtimes.h"
+#include "node/runtimes.h"
 
-#include "agent/containerd_runtime.h"
-#include "agent/cri_runtime.h"
-#include "agent/kubelet_runtime.h"
+#include "node/containerd_runtime.h"
+#include "node/cri_runtime.h"
+#include "node/kubelet_runtime.h"
 #include "common/log.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace fs = std::filesystem;
 
@@ -61,4 +61,4 @@ ConfiguredRuntime make_configured_runtime(const AgentConfig& config) {
   return {make_kubelet_runtime(kubelet), "kubelet", ""};
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -9,10 +9,10 @@
 #include <memory>
 #include <string>
 
-#include "agent/config.h"
+#include "node/config.h"
 #include "common/container_runtime.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 struct KubeletRuntimeOptions {
   KubeletConfig kubelet;
@@ -23,4 +23,4 @@ struct KubeletRuntimeOptions {
 
 std::unique_ptr<ContainerRuntime> make_kubelet_runtime(KubeletRuntimeOptions options);
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

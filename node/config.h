@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
-#include "agent/registry_push.h"
+#include "node/registry_push.h"
 #include "common/checkpoint_archive.h"
 #include "common/matcher.h"
 #include "common/result.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 struct KubeletConfig {
   std::string url = "https://127.0.0.1:10250";
@@ -88,7 +88,7 @@ struct AgentConfig {
   std::size_t max_connections = 256;             // served at once; more wait (agent/http_server.h)
   std::size_t max_connections_per_client = 32;   // open connections one remote address may hold
   int request_deadline_seconds = 30;             // a connection open longer is closed
-  // An accepted job's whole time, queue included: then whatever it runs is cut short (agent/service.h).
+  // An accepted job's whole time, queue included: then whatever it runs is cut short (node/service.h).
   std::chrono::seconds job_timeout{7200};
   GpuMemoryConfig gpu_memory;
   RegistryOptions image_registry;   // checkpoint images are also pushed there when repository is set
@@ -101,4 +101,4 @@ Result<AgentConfig> load_config(const std::filesystem::path& path);
 // Logs every setting once as "param: NAME:VALUE".
 void log_config(const AgentConfig& config);
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -1,4 +1,4 @@
-#include "agent/registry_push.h"
+#include "node/registry_push.h"
 
 #include <httplib.h>
 
@@ -14,7 +14,7 @@
 #include "common/json_reader.h"
 #include "common/log.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace fs = std::filesystem;
 
@@ -466,4 +466,4 @@ Result<std::string> push_checkpoint_image(const RegistryOptions& options, const 
   return options.repository + ":" + tag + "@" + stored;
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

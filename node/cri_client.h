@@ -12,7 +12,7 @@
 #include "common/result.h"
 #include "k8s.io/cri-api/pkg/apis/runtime/v1/api.grpc.pb.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 struct CriOptions {
   std::string endpoint = "unix:///run/containerd/containerd.sock";
@@ -67,4 +67,4 @@ class CriClient {
   std::unique_ptr<runtime::v1::RuntimeService::Stub> stub_;
 };
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

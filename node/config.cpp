@@ -1,4 +1,4 @@
-#include "agent/config.h"
+#include "node/config.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -9,7 +9,7 @@
 #include "common/gpu_image.h"
 #include "common/log.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace {
 
@@ -329,4 +329,4 @@ std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMem
   return env;
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

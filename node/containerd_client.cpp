@@ -1,9 +1,9 @@
-#include "agent/containerd_client.h"
+#include "node/containerd_client.h"
 
 #include <csignal>
 #include <ctime>
 
-#include "agent/grpc_unix.h"
+#include "node/grpc_unix.h"
 #include "common/json_reader.h"
 #include "common/log.h"
 #include "github.com/containerd/containerd/api/services/containers/v1/containers.grpc.pb.h"
@@ -12,7 +12,7 @@
 #include "github.com/containerd/containerd/api/services/version/v1/version.grpc.pb.h"
 #include "github.com/containerd/containerd/runtime/v2/runc/options/oci.pb.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace containers = containerd::services::containers::v1;
 namespace snapshots = containerd::services::snapshots::v1;
@@ -316,4 +316,4 @@ Result<void> ContainerdClient::delete_task(const std::string& id) {
   return {};
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -1,4 +1,4 @@
-#include "agent/service.h"
+#include "node/service.h"
 
 #include <unistd.h>
 
@@ -7,8 +7,8 @@
 #include <chrono>
 #include <random>
 
-#include "agent/job_store.h"
-#include "agent/registry_push.h"
+#include "node/job_store.h"
+#include "node/registry_push.h"
 #include "common/archive_pipe.h"
 #include "common/checkpoint_archive.h"
 #include "common/checkpoint_image.h"
@@ -19,7 +19,7 @@
 #include "common/properties_record.h"
 #include "common/container_store.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -70,7 +70,7 @@ nlohmann::json to_json(const JobStatus& job) {
   return j;
 }
 
-AgentService::AgentService(AgentConfig config, AgentDeps deps) : config_(std::move(config)), deps_(std::move(deps)) {
+JobService::JobService(AgentConfig config, JobServiceDeps deps) : config_(std::move(config)), deps_(std::move(deps)) {
   // Jobs of an earlier run: finished ones stay visible, interrupted ones are closed and their files removed.
   for (auto& job : load_jobs(config_.state_dir)) {
     if (job.state == "queued" || job.state == "running") {
@@ -86,26 +86,26 @@ AgentService::AgentService(AgentConfig config, AgentDeps deps) : config_(std::mo
   sweep_restore_plans();
 }
 
-void AgentService::sweep_restore_plans() {
+void JobService::sweep_restore_plans() {
   const auto swept = gpuckpt::sweep_restore_plans(config_.state_dir, plan_clock_now(), kPlanSweepEntries);
   if (swept.removed)
     log::info("removed " + std::to_string(swept.removed) + " expired or unreadable restore plan(s) from " +
               (config_.state_dir / "restore-plans").string());
 }
 
-void AgentService::persist(const JobStatus& job) {
+void JobService::persist(const JobStatus& job) {
   if (auto saved = save_job(config_.state_dir, job); !saved)
     log::warn("job " + job.id + ": cannot save its record: " + saved.error().message);
 }
 
-AgentService::~AgentService() { wait_idle(); }
+JobService::~JobService() { wait_idle(); }
 
-void AgentService::wait_idle() {
+void JobService::wait_idle() {
   std::unique_lock lock(mutex_);
   idle_.wait(lock, [&] { return running_ == 0; });
 }
 
-std::string AgentService::new_job_id(const char* prefix) {
+std::string JobService::new_job_id(const char* prefix) {
   static std::mt19937_64 rng{std::random_device{}()};
   const auto now = std::time(nullptr);
   std::tm tm{};
@@ -117,7 +117,7 @@ std::string AgentService::new_job_id(const char* prefix) {
   return std::string(prefix) + "-" + stamp + "-" + suffix;
 }
 
-Result<void> AgentService::job_room(const std::string& client) const {
+Result<void> JobService::job_room(const std::string& client) const {
   if (running_ >= config_.max_queued_jobs)
     return with_errno(make_error("the agent has " + std::to_string(running_) + " jobs queued or running, its limit "
                                  "(limits.max_queued_jobs); retry once some have finished"), EAGAIN);
@@ -128,12 +128,12 @@ Result<void> AgentService::job_room(const std::string& client) const {
   return {};
 }
 
-Result<void> AgentService::check_job_room(const std::string& client) const {
+Result<void> JobService::check_job_room(const std::string& client) const {
   std::lock_guard lock(mutex_);
   return job_room(client);
 }
 
-Result<std::string> AgentService::add_job(const char* kind, nlohmann::json request, const std::string& client) {
+Result<std::string> JobService::add_job(const char* kind, nlohmann::json request, const std::string& client) {
   std::lock_guard lock(mutex_);
   if (auto room = job_room(client); !room) return room.error();   // again: others may have come meanwhile
   JobStatus job;
@@ -165,21 +165,21 @@ Result<std::string> AgentService::add_job(const char* kind, nlohmann::json reque
   return job.id;
 }
 
-void AgentService::update(const std::string& id, const std::function<void(JobStatus&)>& change) {
+void JobService::update(const std::string& id, const std::function<void(JobStatus&)>& change) {
   std::lock_guard lock(mutex_);
   auto& job = jobs_.at(id);
   change(job);
   persist(job);
 }
 
-void AgentService::mark_phase(const std::string& job_id, const char* phase) {
+void JobService::mark_phase(const std::string& job_id, const char* phase) {
   update(job_id, [&](JobStatus& j) {
     j.state = "running";
     j.phase = phase;
   });
 }
 
-void AgentService::mark_failed(const std::string& job_id, const std::string& message) {
+void JobService::mark_failed(const std::string& job_id, const std::string& message) {
   update(job_id, [&](JobStatus& j) {
     j.state = "failed";
     j.error = message;
@@ -187,18 +187,18 @@ void AgentService::mark_failed(const std::string& job_id, const std::string& mes
   });
 }
 
-std::string AgentService::metrics_text() const {
+std::string JobService::metrics_text() const {
   return metrics_.render(archive_dir_usage(config_.checkpoint_dir));
 }
 
-std::optional<JobStatus> AgentService::job(const std::string& id) const {
+std::optional<JobStatus> JobService::job(const std::string& id) const {
   std::lock_guard lock(mutex_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return std::nullopt;
   return it->second;
 }
 
-void AgentService::launch(const std::string& job_id, std::function<void(JobDeadline)> work) {
+void JobService::launch(const std::string& job_id, std::function<void(JobDeadline)> work) {
   const auto accepted = Clock::now();
   const JobDeadline deadline = accepted + config_.job_timeout;
   // Detached: a finished job leaves nothing behind; wait_idle() (and the destructor) wait on running_.
@@ -240,20 +240,20 @@ void AgentService::launch(const std::string& job_id, std::function<void(JobDeadl
   }).detach();
 }
 
-ArchiveLimits AgentService::job_limits(JobDeadline deadline) const {
+ArchiveLimits JobService::job_limits(JobDeadline deadline) const {
   ArchiveLimits limits = config_.archive_limits;
   limits.deadline = deadline;
   return limits;
 }
 
-std::string AgentService::with_time_budget(JobDeadline deadline, const std::string& phase,
+std::string JobService::with_time_budget(JobDeadline deadline, const std::string& phase,
                                            const std::string& message) const {
   if (Clock::now() < deadline) return message;
   return "the job ran out of time: limits.job_timeout_seconds (" + std::to_string(config_.job_timeout.count()) +
          " s) passed while " + phase + " (" + message + ")";
 }
 
-void AgentService::fail_unexpectedly(const std::string& job_id, const std::string& what) {
+void JobService::fail_unexpectedly(const std::string& job_id, const std::string& what) {
   log::error("job " + job_id + ": internal error: " + what);
   std::lock_guard lock(mutex_);
   auto it = jobs_.find(job_id);
@@ -264,14 +264,14 @@ void AgentService::fail_unexpectedly(const std::string& job_id, const std::strin
   persist(it->second);
 }
 
-std::shared_ptr<std::timed_mutex> AgentService::container_lock(const std::string& container_id) {
+std::shared_ptr<std::timed_mutex> JobService::container_lock(const std::string& container_id) {
   std::lock_guard lock(mutex_);
   auto& slot = container_locks_[container_id];
   if (!slot) slot = std::make_shared<std::timed_mutex>();
   return slot;
 }
 
-Result<fs::path> AgentService::resolve_archive(std::string_view name) const {
+Result<fs::path> JobService::resolve_archive(std::string_view name) const {
   if (name.empty()) return make_error("'archive' is empty: name an archive in " + config_.checkpoint_dir.string());
   if (name.size() > 4096 || name.find('\0') != std::string_view::npos)
     return make_error("'archive' is not a valid path");
@@ -305,7 +305,7 @@ Result<fs::path> AgentService::resolve_archive(std::string_view name) const {
   return candidate;
 }
 
-Result<std::pair<fs::path, CheckpointInfo>> AgentService::checked_archive(std::string_view name,
+Result<std::pair<fs::path, CheckpointInfo>> JobService::checked_archive(std::string_view name,
                                                                           const char* purpose) const {
   auto archive = resolve_archive(name);
   if (!archive) return archive.error();
@@ -324,13 +324,13 @@ Result<std::pair<fs::path, CheckpointInfo>> AgentService::checked_archive(std::s
   return std::make_pair(std::move(archive.value()), std::move(info.value()));
 }
 
-Result<nlohmann::json> AgentService::gpus() const {
+Result<nlohmann::json> JobService::gpus() const {
   auto inventory = deps_.inventory();
   if (!inventory) return inventory.error();
   return to_json(inventory.value());
 }
 
-Result<nlohmann::json> AgentService::match(const GpuPropertiesRecord& record) const {
+Result<nlohmann::json> JobService::match(const GpuPropertiesRecord& record) const {
   auto inventory = deps_.inventory();
   if (!inventory) return inventory.error();
   MatchRequest request;
@@ -342,7 +342,7 @@ Result<nlohmann::json> AgentService::match(const GpuPropertiesRecord& record) co
   return to_json(std::get<MatchFailure>(outcome));
 }
 
-std::vector<JobStatus> AgentService::list_jobs(const std::string& kind, const std::string& state,
+std::vector<JobStatus> JobService::list_jobs(const std::string& kind, const std::string& state,
                                                std::size_t limit) const {
   std::vector<JobStatus> out;
   {
@@ -358,7 +358,7 @@ std::vector<JobStatus> AgentService::list_jobs(const std::string& kind, const st
   return out;
 }
 
-nlohmann::json AgentService::node_report() const {
+nlohmann::json JobService::node_report() const {
   NodeReportOptions options;
   options.system = HostRoot(config_.host_root);
   options.files = HostRoot("/");   // the chart mounts these directories at their own paths
@@ -375,7 +375,7 @@ nlohmann::json AgentService::node_report() const {
   return to_json(check_node(options));
 }
 
-nlohmann::json AgentService::runtime_report() const {
+nlohmann::json JobService::runtime_report() const {
   const RuntimeInfo runtime = metrics_.runtime();
   // podman and containerd (1.7's task API) restore a container themselves; on CRI nodes kubelet creates the
   // restored container, from a checkpoint image in the node's store (POST /v1/images).
@@ -384,7 +384,7 @@ nlohmann::json AgentService::runtime_report() const {
           {"restores", restores_itself ? "container" : "pod"}};
 }
 
-Result<nlohmann::json> AgentService::containers() const {
+Result<nlohmann::json> JobService::containers() const {
   nlohmann::json out = nlohmann::json::array();
   auto running = deps_.runtime->list();
   for (const auto& state : list_container_states(config_.state_dir)) {
@@ -407,7 +407,7 @@ Result<nlohmann::json> AgentService::containers() const {
   return out;
 }
 
-Result<std::string> AgentService::start_checkpoint(const ContainerRef& ref, const std::string& image_tag,
+Result<std::string> JobService::start_checkpoint(const ContainerRef& ref, const std::string& image_tag,
                                                    const std::string& client) {
   if (auto room = check_job_room(client); !room) return room.error();
   if (!image_tag.empty() && !is_safe_id(image_tag))
@@ -435,7 +435,7 @@ Result<std::string> AgentService::start_checkpoint(const ContainerRef& ref, cons
   return id;
 }
 
-void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef& ref,
+void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& ref,
                                   const RuntimeContainer& container, const std::string& image_tag,
                                   JobDeadline deadline) {
   const auto start = Clock::now();
@@ -560,13 +560,13 @@ void AgentService::run_checkpoint(const std::string& job_id, const ContainerRef&
             " GPU(s), " + std::to_string(total) + " s)");
 }
 
-Result<CheckpointImage> AgentService::write_image(const std::string& job_id, const fs::path& archive,
+Result<CheckpointImage> JobService::write_image(const std::string& job_id, const fs::path& archive,
                                                   const std::string& tag, JobDeadline deadline) {
   return write_checkpoint_image(archive, config_.checkpoint_dir / image_layout_name(job_id), tag,
                                 job_limits(deadline));
 }
 
-Result<std::string> AgentService::load_and_register(const std::string& job_id, const CheckpointImage& image,
+Result<std::string> JobService::load_and_register(const std::string& job_id, const CheckpointImage& image,
                                                     const std::optional<CheckpointGpuRecord>& record,
                                                     JobDeadline deadline) {
   auto loaded = deps_.runtime->load_image(image.layout, image.reference, deadline);
@@ -584,7 +584,7 @@ Result<std::string> AgentService::load_and_register(const std::string& job_id, c
   return loaded;
 }
 
-Result<std::string> AgentService::push_and_register(const std::string& job_id, const CheckpointImage& image,
+Result<std::string> JobService::push_and_register(const std::string& job_id, const CheckpointImage& image,
                                                     const std::optional<CheckpointGpuRecord>& record,
                                                     JobDeadline deadline) {
   // The push's own deadline, and each request's, end by the job's.
@@ -609,7 +609,7 @@ Result<std::string> AgentService::push_and_register(const std::string& job_id, c
   return pushed;
 }
 
-Result<std::string> AgentService::start_image(const ImageRequest& request, const std::string& client) {
+Result<std::string> JobService::start_image(const ImageRequest& request, const std::string& client) {
   if (auto room = check_job_room(client); !room) return room.error();
   if (!request.tag.empty() && !is_safe_id(request.tag))
     return make_error("'image' must be an image tag (letters, digits, '.', '_', '-'), got '" + request.tag + "'");
@@ -632,7 +632,7 @@ Result<std::string> AgentService::start_image(const ImageRequest& request, const
   return id;
 }
 
-void AgentService::run_image(const std::string& job_id, fs::path archive, std::string tag,
+void JobService::run_image(const std::string& job_id, fs::path archive, std::string tag,
                              std::optional<CheckpointGpuRecord> record, nlohmann::json info, JobDeadline deadline) {
   const auto start = Clock::now();
   auto fail = [&](const std::string& message) {
@@ -693,7 +693,7 @@ void AgentService::run_image(const std::string& job_id, fs::path archive, std::s
             (in_registry ? ", pushed as " + pushed->value() : std::string()) + " (" + std::to_string(total) + " s)");
 }
 
-Result<std::string> AgentService::start_restore(const RestoreRequest& request, const std::string& client) {
+Result<std::string> JobService::start_restore(const RestoreRequest& request, const std::string& client) {
   if (auto room = check_job_room(client); !room) return room.error();
   if (!request.name.empty() && !is_valid_container_name(request.name))
     return make_error("'name' must be a container name (letters, digits, '_', '.', '-'), got '" + request.name + "'");
@@ -737,7 +737,7 @@ std::string naming_archive(std::string message, const fs::path& pipe, const fs::
 
 }  // namespace
 
-void AgentService::run_restore(const std::string& job_id, const fs::path& archive, const CheckpointInfo& checkpoint,
+void JobService::run_restore(const std::string& job_id, const fs::path& archive, const CheckpointInfo& checkpoint,
                                std::optional<RestorePlan> plan, std::string name, nlohmann::json info,
                                JobDeadline deadline) {
   const auto start = Clock::now();
@@ -828,4 +828,4 @@ void AgentService::run_restore(const std::string& job_id, const fs::path& archiv
             ", " + std::to_string(total) + " s)");
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -1,4 +1,4 @@
-#include "agent/job_store.h"
+#include "node/job_store.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include "common/restore_plan.h"
 #include "common/container_store.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace fs = std::filesystem;
 
@@ -133,4 +133,4 @@ void remove_stale_partials(const fs::path& dir) {
   }
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -1,4 +1,4 @@
-#include "agent/requests.h"
+#include "node/requests.h"
 
 #include <set>
 
@@ -6,7 +6,7 @@
 
 #include "common/json_reader.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace {
 
@@ -78,4 +78,4 @@ Result<ImageRequest> parse_image_request(std::string_view text) {
   return request;
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

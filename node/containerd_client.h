@@ -19,7 +19,7 @@ namespace grpc {
 class Status;
 }
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 struct ContainerdOptions {
   std::string address = "/run/containerd/containerd.sock";
@@ -91,4 +91,4 @@ class ContainerdClient {
   std::unique_ptr<Stubs> stubs_;
 };
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -5,10 +5,10 @@
 
 #include <memory>
 
-#include "agent/config.h"
+#include "node/config.h"
 #include "common/container_runtime.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 struct ConfiguredRuntime {
   std::unique_ptr<ContainerRuntime> runtime;
@@ -18,4 +18,4 @@ struct ConfiguredRuntime {
 
 ConfiguredRuntime make_configured_runtime(const AgentConfig& config);
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -1,6 +1,6 @@
-#include "agent/grpc_unix.h"
+#include "node/grpc_unix.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 Error grpc_error(const grpc::Status& status, const std::string& what, const std::string& endpoint,
                  std::chrono::milliseconds timeout, const std::string& timeout_setting) {
@@ -12,4 +12,4 @@ Error grpc_error(const grpc::Status& status, const std::string& what, const std:
            " (GPU memory is part of a checkpoint: large GPUs take minutes)"});
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

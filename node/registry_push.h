@@ -18,7 +18,7 @@
 
 #include "common/result.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 struct RegistryOptions {
   std::string repository;          // HOST[:PORT]/PATH, e.g. registry.example:5000/ml/checkpoints; empty: no push
@@ -47,4 +47,4 @@ Result<void> check_repository(const std::string& repository);
 Result<std::string> push_checkpoint_image(const RegistryOptions& options, const std::filesystem::path& layout,
                                           const std::string& tag);
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <string>
 
-#include "agent/containerd_client.h"
+#include "node/containerd_client.h"
 #include "common/container_runtime.h"
 #include "common/result.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 // Imports `layout` as image `name` ("localhost/gpuckpt-checkpoint:ck-1"), unpacked for `snapshotter`. An image of
 // that name is replaced. Every call ends by `deadline` (the agent job's), except the lease's removal and the
@@ -21,4 +21,4 @@ Result<void> import_checkpoint_image(const ContainerdOptions& options, const std
                                      const std::string& name, JobDeadline deadline,
                                      const std::string& snapshotter = "overlayfs");
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -1,4 +1,4 @@
-#include "agent/kubelet_runtime.h"
+#include "node/kubelet_runtime.h"
 
 #include <httplib.h>
 
@@ -8,7 +8,7 @@
 
 #include "common/log.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace fs = std::filesystem;
 
@@ -147,4 +147,4 @@ std::unique_ptr<ContainerRuntime> make_kubelet_runtime(KubeletRuntimeOptions opt
   return std::make_unique<KubeletRuntime>(std::move(options));
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -7,11 +7,11 @@
 
 #include "rpc/grpc_unix.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 // "WHAT failed: <message> (<code name>)", and for UNAVAILABLE that nothing answers on `endpoint` (is the runtime
 // running, is its socket mounted into the agent), for DEADLINE_EXCEEDED the `timeout` and the setting to raise.
 Error grpc_error(const grpc::Status& status, const std::string& what, const std::string& endpoint,
                  std::chrono::milliseconds timeout, const std::string& timeout_setting);
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -1,10 +1,10 @@
-#include "agent/metrics.h"
+#include "node/metrics.h"
 
 #include <sys/statvfs.h>
 
 #include <sstream>
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace fs = std::filesystem;
 
@@ -188,4 +188,4 @@ std::string Metrics::render(const std::optional<ArchiveDirUsage>& archive_dir) c
   return o.str();
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -1,10 +1,10 @@
-#include "agent/cri_runtime.h"
+#include "node/cri_runtime.h"
 
-#include "agent/containerd_image_import.h"
-#include "agent/grpc_unix.h"
+#include "node/containerd_image_import.h"
+#include "node/grpc_unix.h"
 #include "common/checkpoint_image.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace fs = std::filesystem;
 
@@ -106,4 +106,4 @@ std::unique_ptr<ContainerRuntime> make_cri_runtime(CriOptions options) {
   return std::make_unique<CriRuntime>(std::move(options));
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

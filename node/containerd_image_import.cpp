@@ -1,10 +1,10 @@
-#include "agent/containerd_image_import.h"
+#include "node/containerd_image_import.h"
 
 #include <ctime>
 #include <fstream>
 #include <random>
 
-#include "agent/grpc_unix.h"
+#include "node/grpc_unix.h"
 #include "common/json_reader.h"
 #include "common/log.h"
 #include "github.com/containerd/containerd/api/services/content/v1/content.grpc.pb.h"
@@ -13,7 +13,7 @@
 #include "github.com/containerd/containerd/api/services/leases/v1/leases.grpc.pb.h"
 #include "github.com/containerd/containerd/api/services/snapshots/v1/snapshots.grpc.pb.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace fs = std::filesystem;
 namespace content = containerd::services::content::v1;
@@ -291,4 +291,4 @@ Result<void> import_checkpoint_image(const ContainerdOptions& options, const fs:
   return Importer(options, deadline).run(layout, name, snapshotter);
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -15,9 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/config.h"
-#include "agent/metrics.h"
-#include "agent/requests.h"
+#include "node/config.h"
+#include "node/metrics.h"
+#include "node/requests.h"
 #include "common/checkpoint_archive.h"
 #include "common/checkpoint_image.h"
 #include "common/container_runtime.h"
@@ -25,7 +25,7 @@
 #include "common/restore_plan.h"
 #include "common/result.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 // Error kinds travel in Error::errno_value; http_status() maps them (docs/api.md lists them).
 //   EINVAL 400 bad input · EACCES 403 path outside the allowed dirs · ENOENT 404 · EBUSY 409 conflict ·
@@ -46,18 +46,18 @@ struct JobStatus {
 };
 nlohmann::json to_json(const JobStatus& job);
 
-struct AgentDeps {
+struct JobServiceDeps {
   std::shared_ptr<ContainerRuntime> runtime;
   std::function<Result<NodeInventory>()> inventory;
   DeviceNumberLookup device_numbers;
 };
 
-class AgentService {
+class JobService {
  public:
-  AgentService(AgentConfig config, AgentDeps deps);
-  ~AgentService();   // waits for running jobs
-  AgentService(const AgentService&) = delete;
-  AgentService& operator=(const AgentService&) = delete;
+  JobService(AgentConfig config, JobServiceDeps deps);
+  ~JobService();   // waits for running jobs
+  JobService(const JobService&) = delete;
+  JobService& operator=(const JobService&) = delete;
 
   // Every start_* first takes a place among the unfinished jobs: at most limits.max_queued_jobs in all and
   // limits.max_queued_jobs_per_client for one `client` (the API's caller identity, http_server.h); beyond, the
@@ -146,7 +146,7 @@ class AgentService {
                  std::optional<CheckpointGpuRecord> record, nlohmann::json info, JobDeadline deadline);
 
   AgentConfig config_;
-  AgentDeps deps_;
+  JobServiceDeps deps_;
   Metrics metrics_;
   mutable std::mutex mutex_;
   std::condition_variable idle_;
@@ -159,4 +159,4 @@ class AgentService {
   std::condition_variable slot_;
 };
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -1,14 +1,14 @@
-#include "agent/cri_client.h"
+#include "node/cri_client.h"
 
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
 
-#include "agent/grpc_unix.h"
+#include "node/grpc_unix.h"
 #include "common/json_reader.h"
 #include "common/log.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace v1 = runtime::v1;
 using Stub = v1::RuntimeService::Stub;
@@ -183,4 +183,4 @@ Result<void> CriClient::remove_pod_sandbox(const std::string& id) {
   return {};
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

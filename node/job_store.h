@@ -10,10 +10,10 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/service.h"
+#include "node/service.h"
 #include "common/result.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 // The OCI image layout a job writes in the checkpoint directory: <job id, lower case>.oci (podman names a pulled
 // oci: layout after its path, and image names cannot have capitals).
@@ -32,4 +32,4 @@ JobStatus recover_interrupted(JobStatus job, const std::filesystem::path& temp_d
 // Files in `dir` a rewrite left behind when its process died (".<name>.partial-<pid>-<n>", pid not ours).
 void remove_stale_partials(const std::filesystem::path& dir);
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

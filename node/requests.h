@@ -11,7 +11,7 @@
 #include "common/container_runtime.h"
 #include "common/result.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 struct CheckpointRequest {
   ContainerRef ref;
@@ -36,4 +36,4 @@ Result<RestoreRequest> parse_restore_request(std::string_view body);
 // POST /v1/images: {"archive", "image"}
 Result<ImageRequest> parse_image_request(std::string_view body);
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -14,11 +14,11 @@
 #include <filesystem>
 #include <memory>
 
-#include "agent/containerd_client.h"
+#include "node/containerd_client.h"
 #include "common/checkpoint_archive.h"
 #include "common/container_runtime.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 inline constexpr const char* kLabelContainerName = "io.gpuckpt.container-name";   // restored containers' name
 inline constexpr const char* kLabelRestoredFrom = "io.gpuckpt.restored-from";    // the checkpoint's container id
@@ -31,4 +31,4 @@ struct ContainerdRuntimeOptions {
 
 std::unique_ptr<ContainerRuntime> make_containerd_runtime(ContainerdRuntimeOptions options);
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

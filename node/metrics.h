@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 struct RuntimeInfo {
   std::string kind, name, version;
@@ -65,4 +65,4 @@ class Metrics {
   std::uint64_t rejected_auth_ = 0, rejected_validation_ = 0, rejected_not_found_ = 0, rejected_conflict_ = 0;
 };
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

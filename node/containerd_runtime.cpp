@@ -1,4 +1,4 @@
-#include "agent/containerd_runtime.h"
+#include "node/containerd_runtime.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,14 +11,14 @@
 #include <fstream>
 #include <random>
 
-#include "agent/containerd_image_import.h"
+#include "node/containerd_image_import.h"
 #include "common/checkpoint_image.h"
 #include "common/directory_archive.h"
 #include "common/json_reader.h"
 #include "common/log.h"
 #include "common/restore_plan.h"
 
-namespace gpuckpt::agent {
+namespace gpuckpt::node {
 
 namespace fs = std::filesystem;
 
@@ -465,4 +465,4 @@ std::unique_ptr<ContainerRuntime> make_containerd_runtime(ContainerdRuntimeOptio
   return std::make_unique<ContainerdRuntime>(std::move(options));
 }
 
-}  // namespace gpuckpt::agent
+}  // namespace gpuckpt::node

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# gpuckpt inspect stops reading an archive at --timeout: a 2 MB tar.zst whose one entry declares 60 GiB of zeros
+# (zstd RLE blocks: 4 bytes for each 128 KiB) would keep it decompressing for minutes. It exits 2 after about
+# --timeout seconds, names the archive and says how to give a trusted large archive longer.
+set -euo pipefail
+BUILD=${GPUCKPT_BUILD_DIR:?GPUCKPT_BUILD_DIR must point at the build directory}
+CLI=$BUILD/cli/gpuckpt
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+python3 - "$TMP/slow.tar.zst" <<'PY'
+import struct, sys, tarfile
+size = 60 << 30                     # under the 64 GiB entry limit: only time can stop the walk
+info = tarfile.TarInfo("checkpoint/pages-1.img"); info.size = size
+header = info.tobuf(format=tarfile.GNU_FORMAT)
+block = 128 << 10
+with open(sys.argv[1], "wb") as out:
+    out.write(b"\x28\xb5\x2f\xfd")   # zstd frame magic
+    out.write(bytes([0x00, 7 << 3]))  # no content size, not single-segment; window 2^17
+    out.write(struct.pack("<I", len(header) << 3)[:3] + header)                 # raw block: the tar header
+    rle = struct.pack("<I", (block << 3) | (1 << 1))[:3] + b"\x00"             # RLE block: 128 KiB of zeros
+    out.write(rle * (size // block - 1))
+    out.write(struct.pack("<I", (block << 3) | (1 << 1) | 1)[:3] + b"\x00")    # the last block
+PY
+
+start=$(date +%s)
+rc=0
+timeout 300 "$CLI" inspect --timeout 2 "$TMP/slow.tar.zst" > "$TMP/out.txt" 2> "$TMP/err.txt" || rc=$?
+elapsed=$(( $(date +%s) - start ))
+[ "$rc" = 2 ] || fail "inspect --timeout 2 exited $rc after ${elapsed}s, expected 2: $(cat "$TMP/err.txt")"
+grep -q "reading $TMP/slow.tar.zst took longer than 2 s and was stopped" "$TMP/err.txt" \
+  || fail "no timeout message naming the archive: $(cat "$TMP/err.txt")"
+grep -q "raise --timeout" "$TMP/err.txt" || fail "the message does not say what to do: $(cat "$TMP/err.txt")"
+echo "inspect stopped a 60 GiB-declaring archive after ${elapsed}s (--timeout 2)"
+
+"$CLI" inspect --timeout 0 "$TMP/slow.tar.zst" > /dev/null 2> "$TMP/err.txt" && fail "--timeout 0 was accepted"
+grep -q -- "--timeout needs a positive number of seconds" "$TMP/err.txt" || fail "bad --timeout: $(cat "$TMP/err.txt")"
+echo PASS
