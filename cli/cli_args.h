@@ -23,6 +23,12 @@ inline int usage_error(const char* verb, const std::string& problem, const char*
   return kExitBadInput;
 }
 
+// A flag's old spelling still works, with a warning on stderr naming the one to use (docs/cli.md "Deprecated").
+inline void warn_deprecated(const char* verb, const std::string& old_flag, const char* new_flag) {
+  std::fprintf(stderr, "gpuckpt %s: warning: %s is deprecated, use %s (the same meaning)\n", verb, old_flag.c_str(),
+               new_flag);
+}
+
 // CLI logging: warnings and errors by default (relaxations are warnings), GPUCKPT_LOG_LEVEL=info|debug for more.
 inline void init_cli_logging(const char* verb) {
   log::set_component(std::string("gpuckpt ") + verb);

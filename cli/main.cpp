@@ -1,5 +1,6 @@
-// The `gpuckpt` entry: the verb table's dispatch, `--version`, and under `--json` a JSON error object on stdout
-// when a verb fails having printed nothing there (its text still reaches stderr as it is written).
+// The `gpuckpt` entry: the verb table's dispatch, `--version`, `-o json|yaml|wide` for every verb, and under
+// `--json` / `-o json|yaml` an error object on stdout when a verb fails having printed nothing there (its text still
+// reaches stderr as it is written).
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,10 +9,14 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_args.h"
+#include "cli/output_format.h"
 #include "cli/output_tee.h"
+#include "cli/verb_help.h"
 #include "cli/verbs.h"
 
 namespace {
@@ -32,6 +37,41 @@ std::string error_line(const std::string& text, std::string_view verb) {
   return last;
 }
 
+// Takes -o/--output FORMAT (also -oFORMAT, --output=FORMAT) out of `args`: the format, text when absent; "" in
+// `problem` when it is fine.
+gpuckpt::cli::OutputFormat take_output_flag(std::vector<char*>& args, std::string& problem) {
+  using gpuckpt::cli::OutputFormat;
+  OutputFormat format = OutputFormat::text;
+  for (std::size_t i = 0; i < args.size();) {
+    const std::string_view arg = args[i];
+    std::string value;
+    std::size_t taken = 1;
+    if (arg == "-o" || arg == "--output") {
+      if (i + 1 >= args.size()) {
+        problem = std::string(arg) + " needs a format: json, yaml or wide";
+        return format;
+      }
+      value = args[i + 1];
+      taken = 2;
+    } else if (arg.rfind("--output=", 0) == 0) {
+      value = arg.substr(9);
+    } else if (arg.rfind("-o", 0) == 0 && arg.size() > 2 && arg[2] != '-') {
+      value = arg.substr(arg[2] == '=' ? 3 : 2);
+    } else {
+      ++i;
+      continue;
+    }
+    const auto parsed = gpuckpt::cli::parse_output_format(value);
+    if (!parsed) {
+      problem = "-o must be json, yaml or wide, got '" + value + "'";
+      return format;
+    }
+    format = *parsed;
+    args.erase(args.begin() + static_cast<std::ptrdiff_t>(i), args.begin() + static_cast<std::ptrdiff_t>(i + taken));
+  }
+  return format;
+}
+
 int run_verb(const gpuckpt::cli::Verb& verb, std::span<char*> args) {
   try {
     return verb.run(args);
@@ -50,27 +90,53 @@ int main(int argc, char** argv) {
     for (const auto& v : verbs())
       std::printf("  %-12.*s %.*s\n", static_cast<int>(v.name.size()), v.name.data(),
                   static_cast<int>(v.summary.size()), v.summary.data());
-    std::printf("\nenvironment: GPUCKPT_AGENT (agent URL, for --agent), GPUCKPT_TOKEN_FILE (for --token-file),\n"
+    std::printf("\noutput: -o json|yaml (verbs with structured output; failures too, as an error object), -o wide\n"
+                "(more columns: gpus, jobs); --json is -o json.\n"
+                "environment: GPUCKPT_AGENT (agent URL, for --agent), GPUCKPT_TOKEN_FILE (for --token-file),\n"
                 "GPUCKPT_LOG_LEVEL (error|warn|info|debug).\n"
-                "exit codes: 0 ok, 1 failure, 2 bad input or refused request, 3 no GPU match.\n");
+                "exit codes: 0 ok, 1 failure, 2 bad input or refused request, 3 no GPU match.\n"
+                "reference: docs/cli.md\n");
     return argc < 2 ? 2 : 0;
   }
   std::string_view name = argv[1];
   if (name == "--version" || name == "-V") name = "version";
-  const std::span<char*> args(argv + 2, static_cast<std::size_t>(argc - 2));
+  std::vector<char*> args(argv + 2, argv + argc);
   for (const auto& v : verbs()) {
     if (v.name != name) continue;
+    using gpuckpt::cli::OutputFormat;
+    const std::string verb(v.name);
+    std::string problem;
+    const OutputFormat format = take_output_flag(args, problem);
+    if (problem.empty() && (format == OutputFormat::json || format == OutputFormat::yaml) &&
+        !gpuckpt::cli::offers_json(verb))
+      problem = "-o json and -o yaml are for verbs with structured output; " + verb + " has none";
+    if (problem.empty() && format == OutputFormat::wide && !gpuckpt::cli::offers_wide(verb))
+      problem = "-o wide is for verbs that print a table with more columns to show (gpus, jobs); " + verb + " has none";
+    if (!problem.empty()) {
+      std::fprintf(stderr, "gpuckpt %s: %s (see 'gpuckpt %s --help')\n", verb.c_str(), problem.c_str(), verb.c_str());
+      return gpuckpt::cli::kExitBadInput;
+    }
+    gpuckpt::cli::set_output_format(format);
+    static char json_flag[] = "--json";
     bool json = false;
     for (char* a : args) json = json || !std::strcmp(a, "--json");
+    if (!json && (format == OutputFormat::json || format == OutputFormat::yaml)) {
+      args.push_back(json_flag);
+      json = true;
+    }
     if (!json) return run_verb(v, args);
-    gpuckpt::cli::OutputTee out(STDOUT_FILENO, stdout, 0);
+    const bool yaml = format == OutputFormat::yaml;
+    gpuckpt::cli::OutputTee out(STDOUT_FILENO, stdout, yaml ? 64u << 20 : 0, !yaml);
     gpuckpt::cli::OutputTee err(STDERR_FILENO, stderr, 64 * 1024);
     const int rc = run_verb(v, args);
     out.finish();
     err.finish();
     if (rc != 0 && out.written() == 0) {
       const nlohmann::json error = {{"error", {{"verb", v.name}, {"exit_code", rc}, {"message", error_line(err.kept(), v.name)}}}};
-      std::printf("%s\n", error.dump(2).c_str());
+      std::printf("%s", yaml ? gpuckpt::cli::to_yaml(error).c_str() : (error.dump(2) + "\n").c_str());
+    } else if (yaml) {
+      const auto document = nlohmann::json::parse(out.kept(), nullptr, false);
+      std::printf("%s", document.is_discarded() ? out.kept().c_str() : gpuckpt::cli::to_yaml(document).c_str());
     }
     return rc;
   }

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -136,18 +137,25 @@ JobOutcome run_remote(const NodeTarget& target, const std::string& kind, const n
   const std::string id = started.body.value("id", "");
   Follower follow(target.quiet);
   follow.show(started.body);
-  const auto deadline = Clock::now() + target.timeout;
+  // Without --timeout the CLI follows the job to its end: the agent ends every job within its own budget
+  // (limits.job_timeout_seconds). It gives up only when the agent stays unreachable.
+  const auto deadline = target.timeout ? Clock::now() + *target.timeout : Clock::time_point::max();
+  constexpr auto kUnreachableLimit = std::chrono::seconds(60);
+  auto last_answer = Clock::now();
   nlohmann::json job = started.body;
   while (!finished(job)) {
-    if (Clock::now() > deadline) {
+    if (Clock::now() > deadline || Clock::now() - last_answer > kUnreachableLimit) {
       out.exit_code = 1;
-      out.message = "job " + id + " did not finish within " + std::to_string(target.timeout.count()) +
-                    " s; it may still be running (GET " + collection + "/" + id + ")";
+      out.message = "job " + id + (Clock::now() > deadline
+                                       ? " did not finish within --timeout " + std::to_string(target.timeout->count()) + " s"
+                                       : " could not be followed: the agent did not answer for 60 s") +
+                    "; it may still be running (gpuckpt job " + id + " --follow)";
       return out;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     Api polled = call("GET", collection + "/" + id, "");
     if (!polled.transport_error.empty() || polled.status != 200) continue;
+    last_answer = Clock::now();
     job = polled.body;
     follow.show(job);
   }
@@ -163,7 +171,13 @@ JobOutcome run_local(const NodeTarget& target, const std::string& kind, const nl
   config.host_root = target.host_root;
   PodmanOptions podman;
   podman.hooks_dir = target.hooks_dir;
-  podman.timeout = std::chrono::duration_cast<std::chrono::seconds>(target.timeout);
+  // The agent's own defaults (limits.job_timeout_seconds, checkpoints.runtime_timeout_seconds), --timeout bounding
+  // both when given.
+  if (target.timeout) {
+    config.job_timeout = *target.timeout;
+    config.runtime_timeout = std::min(config.runtime_timeout, *target.timeout);
+  }
+  podman.timeout = config.runtime_timeout;
   node::JobServiceDeps deps;
   deps.runtime = make_podman_runtime(podman);
   const HostRoot host(target.host_root);
@@ -221,6 +235,7 @@ NodeTarget::NodeTarget() {
 
 bool NodeTarget::consume(std::span<char*> args, std::size_t& i) {
   const std::string arg = args[i];
+  if (agent_only && arg.rfind("--agent", 0) != 0 && arg.rfind("--token-file", 0) != 0) return false;
   if (arg == "--quiet" || arg == "-q") {
     quiet = true;
     return true;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -21,9 +22,14 @@ struct NodeTarget {
   std::string checkpoint_dir = "/var/lib/gpuckpt/checkpoints";
   std::string hooks_dir;
   std::string host_root = "/";
-  std::chrono::seconds timeout{900};
+  // --timeout: how long the CLI follows the job (and, local, the job's budget); none: until the job ends, which
+  // the agent bounds by limits.job_timeout_seconds (docs/cli.md "Timeouts").
+  std::optional<std::chrono::seconds> timeout;
   bool quiet = false;        // no progress lines
   std::string problem;
+  // Verbs that only ask an agent (jobs, job, runtime): consume() takes --agent and --token-file alone, so that
+  // nothing is accepted that would do nothing.
+  bool agent_only = false;
 
   NodeTarget();   // reads GPUCKPT_AGENT, GPUCKPT_TOKEN_FILE
   // Takes one of our flags (and its value) at args[i]; false when args[i] is not ours.

@@ -7,8 +7,8 @@
 
 namespace gpuckpt::cli {
 
-OutputTee::OutputTee(int fd, std::FILE* stream, std::size_t keep_bytes)
-    : fd_(fd), stream_(stream), keep_bytes_(keep_bytes) {
+OutputTee::OutputTee(int fd, std::FILE* stream, std::size_t keep_bytes, bool pass_on)
+    : fd_(fd), stream_(stream), keep_bytes_(keep_bytes), pass_on_(pass_on) {
   int ends[2];
   if (::pipe2(ends, O_CLOEXEC) != 0) return;
   std::fflush(stream_);
@@ -27,7 +27,7 @@ OutputTee::OutputTee(int fd, std::FILE* stream, std::size_t keep_bytes)
     for (;;) {
       const ssize_t n = ::read(read_end_, buffer, sizeof buffer);
       if (n <= 0) break;
-      for (ssize_t done = 0; done < n;) {
+      for (ssize_t done = 0; pass_on_ && done < n;) {
         const ssize_t w = ::write(saved_, buffer + done, static_cast<std::size_t>(n - done));
         if (w <= 0) break;
         done += w;

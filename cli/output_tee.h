@@ -1,6 +1,6 @@
 // Tees one of the process's output descriptors (stdout, stderr) through a pipe: what a verb writes still reaches
 // the terminal as it is written, and is also kept (up to a cap) and counted, so `--json` can turn a failure that
-// printed only text into a JSON error object (main.cpp).
+// printed only text into a JSON error object, and -o yaml can rewrite the JSON a verb printed (main.cpp).
 #pragma once
 
 #include <cstddef>
@@ -14,8 +14,9 @@ namespace gpuckpt::cli {
 class OutputTee {
  public:
   // `stream` is the stdio stream on `fd` (flushed before the swap and at finish). Does nothing when the pipe
-  // cannot be made: then kept() is empty and written() 0.
-  OutputTee(int fd, std::FILE* stream, std::size_t keep_bytes);
+  // cannot be made: then kept() is empty and written() 0. `pass_on` false: kept only, for the caller to write in
+  // another form (-o yaml).
+  OutputTee(int fd, std::FILE* stream, std::size_t keep_bytes, bool pass_on = true);
   ~OutputTee();
   OutputTee(const OutputTee&) = delete;
   OutputTee& operator=(const OutputTee&) = delete;
@@ -29,6 +30,7 @@ class OutputTee {
   int fd_;
   std::FILE* stream_;
   std::size_t keep_bytes_;
+  bool pass_on_;
   int saved_ = -1;
   int read_end_ = -1;
   std::thread pump_;

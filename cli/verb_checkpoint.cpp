@@ -12,7 +12,7 @@
 namespace gpuckpt::cli {
 
 int run_checkpoint(std::span<char*> args) {
-  const std::string usage = std::string("gpuckpt checkpoint [--namespace NS] [--pod POD] [--image TAG] CONTAINER ") + kTargetFlags +
+  const std::string usage = std::string("gpuckpt checkpoint [--namespace NS] [--pod POD] [--tag TAG] CONTAINER ") + kTargetFlags +
                             " [--json]";
   NodeTarget target;
   nlohmann::json body = nlohmann::json::object();
@@ -23,9 +23,11 @@ int run_checkpoint(std::span<char*> args) {
       return print_help("checkpoint");
     } else if (arg == "--json") {
       json = true;
-    } else if (arg == "--namespace" || arg == "--pod" || arg == "--image") {
+    } else if (arg == "--namespace" || arg == "--pod" || arg == "--tag" || arg == "--image") {
       if (i + 1 >= args.size()) return usage_error("checkpoint", arg + " needs a value", usage.c_str());
-      body[arg.substr(2)] = args[++i];
+      if (arg == "--image") warn_deprecated("checkpoint", arg, "--tag");
+      // The API's field for the checkpoint image's tag is "image" (docs/api.md).
+      body[arg == "--tag" || arg == "--image" ? "image" : arg.substr(2)] = args[++i];
     } else if (target.consume(args, i)) {
       if (!target.problem.empty()) return usage_error("checkpoint", target.problem, usage.c_str());
     } else if (arg.empty() || arg[0] == '-' || body.contains("container")) {

@@ -16,7 +16,8 @@ constexpr const char* kTargetFlags =
     "  --agent URL           the node's gpuckpt agent (default: $GPUCKPT_AGENT; neither: the local runtime, podman,\n"
     "                        on this host, which the verb says on stderr)\n"
     "  --token-file FILE     the agent's API token (default: $GPUCKPT_TOKEN_FILE)\n"
-    "  --timeout SECONDS     give up following the job after this long (default 900)\n"
+    "  --timeout SECONDS     stop following the job after this long; it goes on at the agent (default: follow it\n"
+    "                        to its end, which the agent bounds by limits.job_timeout_seconds, 7200)\n"
     "  --quiet, -q           no progress lines\n"
     " local runtime only:\n"
     "  --state-dir DIR       the hook's records and restore plans (default /var/lib/gpuckpt)\n"
@@ -34,6 +35,7 @@ struct Help {
   const char* flags;
   const char* shared;   // kAgentFlags, kTargetFlags, kHostFlags or nullptr
   const char* example;
+  bool wide = false;    // -o wide shows more columns
 };
 
 constexpr Help kHelp[] = {
@@ -41,22 +43,24 @@ constexpr Help kHelp[] = {
      "  --version, -V         (as gpuckpt's first argument) the same as the verb\n", nullptr, "gpuckpt --version"},
     {"gpus", "gpuckpt gpus [--host-root DIR] [--nvml-snapshot FILE] [--json]",
      "  --json                the GPU properties record (docs/formats.md) instead of a table\n", kHostFlags,
-     "gpuckpt gpus --json > node.json"},
+     "gpuckpt gpus -o yaml", true},
     {"match",
-     "gpuckpt match --source FILE|- [--assigned ID,ID...] [--host-root DIR] [--nvml-snapshot FILE] [--json]\n"
+     "gpuckpt match --source FILE|- [--target-gpus ID,ID...] [--host-root DIR] [--nvml-snapshot FILE] [--json]\n"
      "       gpuckpt match --source FILE|- --agent URL --token-file FILE [--json]",
      "  --source FILE|-       a GPU properties record (JSON or protobuf; - reads stdin) (required)\n"
-     "  --assigned ID,ID      only these GPUs of this node may be used (default: any)\n"
+     "  --target-gpus ID,ID   only these GPUs of this node may be used, as restore --target-gpus (default: any;\n"
+     "                        --assigned: the old spelling, deprecated)\n"
      "  --agent URL           let that node's agent judge (POST /v1/match: its NVML view and match_policy);\n"
-     "                        not with --host-root/--nvml-snapshot/--assigned (default: judge here)\n"
+     "                        not with --host-root/--nvml-snapshot/--target-gpus (default: judge here)\n"
      "  --token-file FILE     the agent's API token (default: $GPUCKPT_TOKEN_FILE)\n"
      "  --json                the mapping or the rejections as JSON\n",
      kHostFlags, "gpuckpt match --source node-a.json --host-root /host   # exit 3: no GPU of this node fits"},
-    {"checkpoint", "gpuckpt checkpoint CONTAINER [--namespace NS] [--pod POD] [--image TAG] [target flags] [--json]",
+    {"checkpoint", "gpuckpt checkpoint CONTAINER [--namespace NS] [--pod POD] [--tag TAG] [target flags] [--json]",
      "  CONTAINER             the container's name (with --pod: its name in the pod)\n"
      "  --namespace NS        the pod's namespace (default: none)\n"
      "  --pod POD             the pod the container is in (default: none, a bare container)\n"
-     "  --image TAG           also write the archive as an OCI checkpoint image tagged TAG (default: no image)\n"
+     "  --tag TAG             also write the archive as an OCI checkpoint image tagged TAG, as image --tag\n"
+     "                        (default: no image; --image: the old spelling, deprecated)\n"
      "  --json                the finished job as JSON\n",
      kTargetFlags,
      "gpuckpt checkpoint main --namespace ml --pod train --agent http://127.0.0.1:7469 --token-file "
@@ -116,18 +120,21 @@ constexpr Help kHelp[] = {
      "  --state STATE         only jobs in this state (default: any)\n"
      "  --limit N             at most N of each kind, newest first (default 50, at most 500)\n"
      "  --json                the list as JSON\n",
-     kAgentFlags, "gpuckpt jobs --state failed --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token"},
+     kAgentFlags, "gpuckpt jobs --state failed -o wide --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token",
+     true},
     {"job", "gpuckpt job ID [--follow] [--json] --agent URL --token-file FILE",
      "  ID                    a job id as 'gpuckpt jobs' lists it (ck-..., rs-..., im-..., tr-...)\n"
      "  --follow, -f          print its phases until it ends; exit 0 succeeded, 1 failed (default: show it now)\n"
      "  --json                the job as JSON\n",
      kAgentFlags, "gpuckpt job ck-20261122T001228Z-61ef843a --follow --agent http://127.0.0.1:7469"},
     {"doctor",
-     "gpuckpt doctor [--host-root DIR] [--criu PATH | --no-criu] [--plugin-dir DIR] [--hooks-dir DIR] [--archive-dir DIR] "
+     "gpuckpt doctor [--host-root DIR] [--criu PATH | --no-criu] [--runc PATH] [--plugin-dir DIR] [--hooks-dir DIR] "
+     "[--archive-dir DIR] "
      "[--json]",
      "  --host-root DIR       where the node's /sys, /proc, /dev are (default /)\n"
      "  --criu PATH           the CRIU to check (default criu on PATH)\n"
      "  --no-criu             skip the CRIU checks (in a pod without the node's CRIU)\n"
+     "  --runc PATH           the runc whose version decides where a restore lands on cgroup v2 (default runc on PATH)\n"
      "  --plugin-dir DIR      CRIU's plugin directory (default /usr/lib/criu)\n"
      "  --hooks-dir DIR       the runtime's hooks.d (default /usr/share/containers/oci/hooks.d)\n"
      "  --archive-dir DIR     where archives go, for the free-space check (default /var/lib/gpuckpt/checkpoints)\n"
@@ -135,12 +142,32 @@ constexpr Help kHelp[] = {
      nullptr, "gpuckpt doctor --json"},
 };
 
+const Help* help_of(std::string_view verb) {
+  for (const auto& h : kHelp)
+    if (verb == h.verb) return &h;
+  return nullptr;
+}
+
 }  // namespace
+
+bool offers_json(std::string_view verb) {
+  const Help* h = help_of(verb);
+  return h != nullptr && std::string_view(h->usage).find("--json") != std::string_view::npos;
+}
+
+bool offers_wide(std::string_view verb) {
+  const Help* h = help_of(verb);
+  return h != nullptr && h->wide;
+}
 
 int print_help(std::string_view verb) {
   for (const auto& h : kHelp) {
     if (verb != h.verb) continue;
     std::printf("usage: %s\n\nflags:\n%s%s", h.usage, h.flags, h.shared ? h.shared : "");
+    if (offers_json(verb))
+      std::printf("  -o, --output FORMAT   json (the same as --json), yaml (that document as YAML)%s; a failure\n"
+                  "                        prints an error object in that form (default: text)\n",
+                  h.wide ? ", wide (more columns)" : "");
     std::printf("  --help, -h            this help\n\nexample:\n  %s\n\n", h.example);
     std::printf("exit codes: 0 ok, 1 failure, 2 bad input or refused request, 3 no GPU match\n");
     return 0;

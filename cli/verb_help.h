@@ -8,4 +8,8 @@ namespace gpuckpt::cli {
 // Prints VERB's usage, flags with defaults, an example and the exit codes on stdout; 0.
 int print_help(std::string_view verb);
 
+// Whether VERB prints structured output (--json, so -o json|yaml), and a table -o wide widens.
+bool offers_json(std::string_view verb);
+bool offers_wide(std::string_view verb);
+
 }  // namespace gpuckpt::cli

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/cli_args.h"
+#include "cli/output_format.h"
 #include "cli/verb_help.h"
 #include "cli/node_client.h"
 
@@ -60,6 +61,7 @@ int fail_with(const char* verb, const Error& error) {
 
 int run_jobs(std::span<char*> args) {
   NodeTarget target;
+  target.agent_only = true;
   std::string kind = "all", state, limit;
   bool json = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -104,14 +106,26 @@ int run_jobs(std::span<char*> args) {
     std::printf("%s\n", nlohmann::json{{"jobs", all}, {"truncated", truncated}}.dump(2).c_str());
     return kExitOk;
   }
-  std::printf("%-32s %-10s %-9s %-20s %-20s %s\n", "ID", "KIND", "STATE", "CREATED", "FINISHED", "SUBJECT / ERROR");
+  // -o wide: the phase it is in (or ended in) and the seconds it took, from GET .../ID's phase_seconds.
+  const bool wide = output_format() == OutputFormat::wide;
+  std::printf("%-32s %-10s %-9s %-20s %-20s ", "ID", "KIND", "STATE", "CREATED", "FINISHED");
+  if (wide) std::printf("%-20s %-9s ", "PHASE", "SECONDS");
+  std::printf("%s\n", "SUBJECT / ERROR");
   for (const auto& job : all) {
     std::string finished = job.value("finished_at", "");
     std::string about = subject_of(job);
     if (job.contains("error")) about += (about.empty() ? "" : ": ") + job.value("error", "");
-    std::printf("%-32s %-10s %-9s %-20s %-20s %s\n", job.value("id", "").c_str(), job.value("kind", "").c_str(),
+    std::printf("%-32s %-10s %-9s %-20s %-20s ", job.value("id", "").c_str(), job.value("kind", "").c_str(),
                 job.value("state", "").c_str(), job.value("created_at", "").c_str(),
-                finished.empty() ? "-" : finished.c_str(), about.c_str());
+                finished.empty() ? "-" : finished.c_str());
+    if (wide) {
+      const auto seconds = job.value("phase_seconds", nlohmann::json::object());
+      char took[32] = "-";
+      if (seconds.is_object() && seconds.contains("total") && seconds["total"].is_number())
+        std::snprintf(took, sizeof took, "%.2f", seconds["total"].get<double>());
+      std::printf("%-20s %-9s ", job.value("phase", "-").c_str(), took);
+    }
+    std::printf("%s\n", about.c_str());
   }
   if (truncated) std::fprintf(stderr, "gpuckpt jobs: more jobs than --limit; raise it or filter with --state\n");
   return kExitOk;
@@ -119,6 +133,7 @@ int run_jobs(std::span<char*> args) {
 
 int run_job(std::span<char*> args) {
   NodeTarget target;
+  target.agent_only = true;
   std::string id;
   bool follow = false, json = false;
   for (std::size_t i = 0; i < args.size(); ++i) {

@@ -1,4 +1,4 @@
-// gpuckpt match --source FILE [--host-root DIR] [--assigned ID,ID] [--nvml-snapshot FILE] [--json]
+// gpuckpt match --source FILE [--host-root DIR] [--target-gpus ID,ID] [--nvml-snapshot FILE] [--json]
 // gpuckpt match --source FILE --agent URL --token-file FILE [--json]
 // Exit 0 + the mapping, 3 + every rejection when nothing fits, 2 on bad input, 1 when the agent cannot be asked.
 // With --agent the node's agent judges (POST /v1/match): its inventory, NVML included, and its match_policy, the
@@ -21,7 +21,7 @@ namespace gpuckpt::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "gpuckpt match --source FILE|- (JSON or protobuf record) [--host-root DIR] [--assigned ID,ID...] [--nvml-snapshot FILE] [--json]\n"
+    "gpuckpt match --source FILE|- (JSON or protobuf record) [--host-root DIR] [--target-gpus ID,ID...] [--nvml-snapshot FILE] [--json]\n"
     "       gpuckpt match --source FILE|- --agent URL --token-file FILE [--json]   (the agent's node judges)";
 
 std::vector<std::string> split_ids(const std::string& list) {
@@ -85,14 +85,18 @@ int run_match(std::span<char*> args) {
       json = true;
     } else if (arg == "--help" || arg == "-h") {
       return print_help("match");
-    } else if (arg == "--source" || arg == "--assigned") {
+    } else if (arg == "--source" || arg == "--target-gpus" || arg == "--assigned") {
       if (i + 1 >= args.size()) return usage_error("match", arg + " needs a value", kUsage);
       const std::string value = args[++i];
+      if (arg == "--assigned") warn_deprecated("match", arg, "--target-gpus");
       if (arg == "--source") source_path = value;
       else assigned = split_ids(value);
     } else if (arg.rfind("--source=", 0) == 0) {
       source_path = arg.substr(9);
+    } else if (arg.rfind("--target-gpus=", 0) == 0) {
+      assigned = split_ids(arg.substr(14));
     } else if (arg.rfind("--assigned=", 0) == 0) {
+      warn_deprecated("match", "--assigned", "--target-gpus");
       assigned = split_ids(arg.substr(11));
     } else if (arg.rfind("--agent", 0) == 0 || arg.rfind("--token-file", 0) == 0) {
       if (!agent.consume(args, i)) return usage_error("match", "unknown argument '" + arg + "'", kUsage);
@@ -105,10 +109,10 @@ int run_match(std::span<char*> args) {
   }
   if (!opts.problem.empty()) return usage_error("match", opts.problem, kUsage);
   if (!agent.agent_url.empty() && (host_flags || assigned))
-    return usage_error("match", "--agent judges on the agent's node: --host-root, --nvml-snapshot and --assigned do not apply",
+    return usage_error("match", "--agent judges on the agent's node: --host-root, --nvml-snapshot and --target-gpus do not apply",
                        kUsage);
   if (source_path.empty()) return usage_error("match", "--source FILE is required", kUsage);
-  if (assigned && assigned->empty()) return usage_error("match", "--assigned needs at least one GPU id", kUsage);
+  if (assigned && assigned->empty()) return usage_error("match", "--target-gpus needs at least one GPU id", kUsage);
 
   std::string text;
   if (source_path == "-") {
@@ -147,7 +151,7 @@ int run_match(std::span<char*> args) {
       if (!find_gpu(*inventory, id)) {
         std::string known;
         for (const auto& gpu : inventory->gpus) known += " " + gpu.id;
-        std::fprintf(stderr, "gpuckpt match: --assigned names GPU '%s', which %s does not have (GPUs:%s)\n", id.c_str(),
+        std::fprintf(stderr, "gpuckpt match: --target-gpus names GPU '%s', which %s does not have (GPUs:%s)\n", id.c_str(),
                      opts.host_root.c_str(), known.empty() ? " none" : known.c_str());
         return kExitBadInput;
       }

@@ -15,6 +15,7 @@ namespace gpuckpt::cli {
 int run_runtime(std::span<char*> args) {
   const std::string usage = "gpuckpt runtime --agent URL --token-file FILE [--json]";
   NodeTarget target;
+  target.agent_only = true;
   bool json = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string arg = args[i];

@@ -43,10 +43,9 @@ int plugin_init(int stage) noexcept {
   return Dispatcher::guarded("init", "plugin", [&]() -> int {
     route_log_to_criu();
     const criu::HostAbi& abi = criu::host_abi();
-    log::info(std::string("plugin loaded for ") + stage_name(stage) + "; host CRIU has " +
-              std::to_string(abi.hook_count) + " plugin hooks (" + abi.evidence + "), announcing " +
-              std::to_string(abi.max_hooks()));
     g_disabled = true;
+    // The version check comes before anything says "loaded": the installer and the tests take "plugin loaded for"
+    // as proof that this CRIU can use gpuckpt, and a too-old CRIU must never pass for one.
     if (!abi.supported()) {
       log::error("this CRIU is too old for GPU checkpointing: it has " + std::to_string(abi.hook_count) +
                  " plugin hooks (" + abi.evidence + "), gpuckpt needs " + std::to_string(criu::kMinimumHostHooks) +
@@ -54,6 +53,9 @@ int plugin_init(int stage) noexcept {
                  "to checkpoint GPU workloads");
       return 0;
     }
+    log::info(std::string("plugin loaded for ") + stage_name(stage) + "; host CRIU has " +
+              std::to_string(abi.hook_count) + " plugin hooks (" + abi.evidence + "), announcing " +
+              std::to_string(abi.max_hooks()));
     if (stage == criu::kStageRestore && !criu::take_from_inventory(kPluginName)) {
       log::info("the image inventory does not list gpuckpt: the checkpoint used no GPU, plugin inactive");
       return 0;

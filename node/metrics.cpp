@@ -1,22 +1,95 @@
 #include "node/metrics.h"
 
+#include <sys/statvfs.h>
+
 #include <sstream>
 
 namespace gpuckpt::node {
 
-void Metrics::checkpoint_done(bool ok, double seconds, std::uint64_t bytes) {
-  std::lock_guard lock(mutex_);
-  (ok ? checkpoints_ok_ : checkpoints_failed_)++;
-  if (ok) {
-    checkpoint_seconds_ += seconds;
-    checkpoint_bytes_ += bytes;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The kinds every scrape shows, observed or not: a rate over a series that appears only after the first job
+// misses that job.
+constexpr const char* kJobKinds[] = {"checkpoint", "restore", "image"};
+
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string label_value(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
   }
+  return out;
 }
 
-void Metrics::restore_done(bool ok, double seconds) {
+// `labels` without braces ("kind=\"restore\""), so that "le" can join them.
+void render_histogram(std::ostringstream& o, const std::string& name, const std::string& labels,
+                      const DurationHistogram& h) {
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < DurationHistogram::kBounds.size(); ++i) {
+    cumulative += h.buckets[i];
+    o << name << "_bucket{" << labels << ",le=\"" << DurationHistogram::kBounds[i] << "\"} " << cumulative << "\n";
+  }
+  o << name << "_bucket{" << labels << ",le=\"+Inf\"} " << h.count << "\n"
+    << name << "_sum{" << labels << "} " << h.sum << "\n"
+    << name << "_count{" << labels << "} " << h.count << "\n";
+}
+
+}  // namespace
+
+void DurationHistogram::observe(double seconds) {
+  ++count;
+  sum += seconds;
+  for (std::size_t i = 0; i < kBounds.size(); ++i)
+    if (seconds <= kBounds[i]) {
+      ++buckets[i];
+      return;
+    }
+}
+
+std::optional<ArchiveDirUsage> archive_dir_usage(const fs::path& dir) {
+  struct statvfs fs_stat {};
+  if (::statvfs(dir.c_str(), &fs_stat) != 0) return std::nullopt;
+  ArchiveDirUsage usage;
+  usage.free_bytes = static_cast<std::uint64_t>(fs_stat.f_bavail) * fs_stat.f_frsize;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
+  if (ec) return std::nullopt;
+  // Files vanish while jobs finish and retention runs: what cannot be read any more is simply not counted.
+  for (const fs::recursive_directory_iterator end; it != end; it.increment(ec)) {
+    if (ec) break;
+    if (it->symlink_status(ec).type() != fs::file_type::regular) continue;
+    const auto size = it->file_size(ec);
+    if (!ec) usage.bytes += size;
+  }
+  return usage;
+}
+
+void Metrics::job_accepted(const std::string& kind) {
   std::lock_guard lock(mutex_);
-  (ok ? restores_ok_ : restores_failed_)++;
-  if (ok) restore_seconds_ += seconds;
+  ++kinds_[kind].in_flight;
+}
+
+void Metrics::job_finished(const std::string& kind, bool ok, double seconds,
+                           const std::map<std::string, double>& phase_seconds) {
+  std::lock_guard lock(mutex_);
+  auto& k = kinds_[kind];
+  if (k.in_flight > 0) --k.in_flight;
+  (ok ? k.succeeded : k.failed)++;
+  (ok ? k.success_seconds : k.failure_seconds).observe(seconds);
+  for (const auto& [phase, s] : phase_seconds)
+    if (phase != "total") k.phase_seconds[phase].observe(s);
+}
+
+void Metrics::checkpoint_written(std::uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  checkpoint_bytes_ += bytes;
 }
 
 void Metrics::request_rejected(const std::string& reason) {
@@ -49,52 +122,58 @@ RuntimeInfo Metrics::runtime() const {
   return {runtime_kind_, runtime_name_, runtime_version_};
 }
 
-namespace {
-
-// A Prometheus label value: backslash, double quote and newline escaped.
-std::string label_value(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string Metrics::render() const {
+std::string Metrics::render(const std::optional<ArchiveDirUsage>& archive_dir) const {
   std::lock_guard lock(mutex_);
+  static const KindCounts none;
+  auto kind = [&](const char* name) -> const KindCounts& {
+    auto it = kinds_.find(name);
+    return it == kinds_.end() ? none : it->second;
+  };
   std::ostringstream o;
   if (!runtime_kind_.empty())
     o << "# HELP gpuckpt_runtime_info The container runtime the agent talks to, as it introduced itself.\n"
       << "# TYPE gpuckpt_runtime_info gauge\n"
       << "gpuckpt_runtime_info{kind=\"" << label_value(runtime_kind_) << "\",name=\"" << label_value(runtime_name_)
       << "\",version=\"" << label_value(runtime_version_) << "\"} 1\n";
-  o << "# HELP gpuckpt_checkpoints_total Checkpoint jobs finished, by result.\n"
-    << "# TYPE gpuckpt_checkpoints_total counter\n"
-    << "gpuckpt_checkpoints_total{result=\"success\"} " << checkpoints_ok_ << "\n"
-    << "gpuckpt_checkpoints_total{result=\"failure\"} " << checkpoints_failed_ << "\n"
-    << "# HELP gpuckpt_restores_total Restore jobs finished, by result.\n"
-    << "# TYPE gpuckpt_restores_total counter\n"
-    << "gpuckpt_restores_total{result=\"success\"} " << restores_ok_ << "\n"
-    << "gpuckpt_restores_total{result=\"failure\"} " << restores_failed_ << "\n"
-    << "# HELP gpuckpt_checkpoint_duration_seconds Time of successful checkpoint jobs.\n"
-    << "# TYPE gpuckpt_checkpoint_duration_seconds summary\n"
-    << "gpuckpt_checkpoint_duration_seconds_sum " << checkpoint_seconds_ << "\n"
-    << "gpuckpt_checkpoint_duration_seconds_count " << checkpoints_ok_ << "\n"
-    << "# HELP gpuckpt_restore_duration_seconds Time of successful restore jobs.\n"
-    << "# TYPE gpuckpt_restore_duration_seconds summary\n"
-    << "gpuckpt_restore_duration_seconds_sum " << restore_seconds_ << "\n"
-    << "gpuckpt_restore_duration_seconds_count " << restores_ok_ << "\n"
-    << "# HELP gpuckpt_checkpoint_bytes_total Bytes of checkpoint archives written.\n"
+  struct JobCounter {
+    const char *kind, *name, *help;
+  };
+  for (const auto& [k, name, help] : {JobCounter{"checkpoint", "gpuckpt_checkpoints_total", "Checkpoint jobs"},
+                                      JobCounter{"restore", "gpuckpt_restores_total", "Restore jobs"},
+                                      JobCounter{"image", "gpuckpt_images_total", "Checkpoint image jobs"}})
+    o << "# HELP " << name << " " << help << " finished, by result.\n"
+      << "# TYPE " << name << " counter\n"
+      << name << "{result=\"success\"} " << kind(k).succeeded << "\n"
+      << name << "{result=\"failure\"} " << kind(k).failed << "\n";
+  o << "# HELP gpuckpt_jobs_in_flight Jobs accepted and not finished (queued for a slot or running), by kind.\n"
+    << "# TYPE gpuckpt_jobs_in_flight gauge\n";
+  for (const char* k : kJobKinds) o << "gpuckpt_jobs_in_flight{kind=\"" << k << "\"} " << kind(k).in_flight << "\n";
+  o << "# HELP gpuckpt_job_duration_seconds Time of finished jobs from acceptance to end, by kind and result.\n"
+    << "# TYPE gpuckpt_job_duration_seconds histogram\n";
+  for (const char* k : kJobKinds) {
+    render_histogram(o, "gpuckpt_job_duration_seconds", std::string("kind=\"") + k + "\",result=\"success\"",
+                     kind(k).success_seconds);
+    render_histogram(o, "gpuckpt_job_duration_seconds", std::string("kind=\"") + k + "\",result=\"failure\"",
+                     kind(k).failure_seconds);
+  }
+  o << "# HELP gpuckpt_job_phase_duration_seconds Time of each step of a job (GET /v1/<kind>s/ID phase_seconds), "
+       "by kind and phase.\n"
+    << "# TYPE gpuckpt_job_phase_duration_seconds histogram\n";
+  for (const char* k : kJobKinds)
+    for (const auto& [phase, h] : kind(k).phase_seconds)
+      render_histogram(o, "gpuckpt_job_phase_duration_seconds",
+                       std::string("kind=\"") + k + "\",phase=\"" + label_value(phase) + "\"", h);
+  o << "# HELP gpuckpt_checkpoint_bytes_total Bytes of checkpoint archives written.\n"
     << "# TYPE gpuckpt_checkpoint_bytes_total counter\n"
-    << "gpuckpt_checkpoint_bytes_total " << checkpoint_bytes_ << "\n"
-    << "# HELP gpuckpt_kubelet_archives_annotated_total kubelet-written archives the agent annotated.\n"
+    << "gpuckpt_checkpoint_bytes_total " << checkpoint_bytes_ << "\n";
+  if (archive_dir)
+    o << "# HELP gpuckpt_archive_dir_bytes Bytes of the files in the archive directory (checkpoints.dir).\n"
+      << "# TYPE gpuckpt_archive_dir_bytes gauge\n"
+      << "gpuckpt_archive_dir_bytes " << archive_dir->bytes << "\n"
+      << "# HELP gpuckpt_archive_dir_free_bytes Bytes the archive directory's filesystem has free for the agent.\n"
+      << "# TYPE gpuckpt_archive_dir_free_bytes gauge\n"
+      << "gpuckpt_archive_dir_free_bytes " << archive_dir->free_bytes << "\n";
+  o << "# HELP gpuckpt_kubelet_archives_annotated_total kubelet-written archives the agent annotated.\n"
     << "# TYPE gpuckpt_kubelet_archives_annotated_total counter\n"
     << "gpuckpt_kubelet_archives_annotated_total " << kubelet_annotated_ << "\n"
     << "# HELP gpuckpt_kubelet_archives_quarantined_total kubelet-written archives the agent could not use.\n"

@@ -1,8 +1,12 @@
 // Prometheus text exposition of what the agent did (GET /metrics).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <filesystem>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace gpuckpt::node {
@@ -11,22 +15,51 @@ struct RuntimeInfo {
   std::string kind, name, version;
 };
 
+// The archive directory at scrape time: what its files take and what its filesystem has left for more.
+struct ArchiveDirUsage {
+  std::uint64_t bytes = 0;        // regular files under the directory, subdirectories (image layouts) included
+  std::uint64_t free_bytes = 0;   // statvfs f_bavail * f_frsize: what an unprivileged writer may still use
+};
+// Walks `dir` without following symlinks; nullopt when it cannot be read (the gauges are left out then).
+std::optional<ArchiveDirUsage> archive_dir_usage(const std::filesystem::path& dir);
+
+// Counts and sum of observations in fixed upper bounds (seconds), as Prometheus histograms expose them.
+struct DurationHistogram {
+  // Jobs take from under a second (a small restore) to tens of minutes (a large GPU checkpoint pushed to a
+  // registry, bounded by limits.job_timeout_seconds); phases start at a tenth of a second.
+  static constexpr std::array<double, 14> kBounds = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800};
+  std::array<std::uint64_t, kBounds.size()> buckets{};   // not cumulative; render() sums them
+  std::uint64_t count = 0;
+  double sum = 0;
+  void observe(double seconds);
+};
+
 class Metrics {
  public:
-  void checkpoint_done(bool ok, double seconds, std::uint64_t bytes);
-  void restore_done(bool ok, double seconds);
+  // A job of `kind` ("checkpoint", "restore", "image") was accepted: it is in flight until job_finished.
+  void job_accepted(const std::string& kind);
+  // It ended: `seconds` from acceptance (the wait for a slot included), `phase_seconds` its steps ("total" is
+  // left out: that is `seconds`).
+  void job_finished(const std::string& kind, bool ok, double seconds,
+                    const std::map<std::string, double>& phase_seconds);
+  void checkpoint_written(std::uint64_t bytes);
   void request_rejected(const std::string& reason);   // "auth", "validation", "not_found", "conflict"
   void kubelet_archive_annotated();
   void kubelet_archive_quarantined();
   // The runtime the agent talks to, as it introduced itself (gpuckpt_runtime_info); empty version: unknown.
   void set_runtime(const std::string& kind, const std::string& name, const std::string& version);
   RuntimeInfo runtime() const;
-  std::string render() const;
+  // `archive_dir`: the archive directory's gauges, left out when nullopt.
+  std::string render(const std::optional<ArchiveDirUsage>& archive_dir = std::nullopt) const;
 
  private:
+  struct KindCounts {
+    std::uint64_t in_flight = 0, succeeded = 0, failed = 0;
+    DurationHistogram success_seconds, failure_seconds;
+    std::map<std::string, DurationHistogram> phase_seconds;
+  };
   mutable std::mutex mutex_;
-  std::uint64_t checkpoints_ok_ = 0, checkpoints_failed_ = 0, restores_ok_ = 0, restores_failed_ = 0;
-  double checkpoint_seconds_ = 0, restore_seconds_ = 0;
+  std::map<std::string, KindCounts> kinds_;
   std::uint64_t checkpoint_bytes_ = 0, kubelet_annotated_ = 0, kubelet_quarantined_ = 0;
   std::string runtime_kind_, runtime_name_, runtime_version_;
   std::uint64_t rejected_auth_ = 0, rejected_validation_ = 0, rejected_not_found_ = 0, rejected_conflict_ = 0;

@@ -159,6 +159,7 @@ Result<std::string> JobService::add_job(const char* kind, nlohmann::json request
   }
   jobs_[job.id] = job;
   persist(job);
+  metrics_.job_accepted(job.kind);
   ++running_;
   job_clients_[job.id] = client;
   ++unfinished_by_client_[client];
@@ -187,6 +188,10 @@ void JobService::mark_failed(const std::string& job_id, const std::string& messa
   });
 }
 
+std::string JobService::metrics_text() const {
+  return metrics_.render(archive_dir_usage(config_.checkpoint_dir));
+}
+
 std::optional<JobStatus> JobService::job(const std::string& id) const {
   std::lock_guard lock(mutex_);
   auto it = jobs_.find(id);
@@ -195,15 +200,18 @@ std::optional<JobStatus> JobService::job(const std::string& id) const {
 }
 
 void JobService::launch(const std::string& job_id, std::function<void(JobDeadline)> work) {
-  const JobDeadline deadline = Clock::now() + config_.job_timeout;
+  const auto accepted = Clock::now();
+  const JobDeadline deadline = accepted + config_.job_timeout;
   // Detached: a finished job leaves nothing behind; wait_idle() (and the destructor) wait on running_.
-  std::thread([this, job_id, deadline, work = std::move(work)] {
+  std::thread([this, job_id, accepted, deadline, work = std::move(work)] {
     bool has_slot = false;
     {
       std::unique_lock slot_lock(mutex_);
       has_slot = slot_.wait_until(slot_lock, deadline, [&] { return active_ < config_.max_concurrent_jobs; });
       if (has_slot) ++active_;
     }
+    const double queued_s = seconds_since(accepted);
+    update(job_id, [&](JobStatus& j) { j.phase_seconds["queued"] = queued_s; });
     if (!has_slot) {
       const std::string message = with_time_budget(deadline, "queued", "every one of limits.max_concurrent_jobs (" +
                                                    std::to_string(config_.max_concurrent_jobs) + ") was busy");
@@ -219,6 +227,9 @@ void JobService::launch(const std::string& job_id, std::function<void(JobDeadlin
       fail_unexpectedly(job_id, "unknown exception");
     }
     std::lock_guard done(mutex_);
+    const JobStatus& finished = jobs_.at(job_id);
+    metrics_.job_finished(finished.kind, finished.state == "succeeded", seconds_since(accepted),
+                          finished.phase_seconds);
     if (has_slot) --active_;
     --running_;
     if (auto it = job_clients_.find(job_id); it != job_clients_.end()) {
@@ -435,7 +446,6 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
     const std::string message = with_time_budget(deadline, late_phase ? late_phase : phase, problem);
     log::error("job " + job_id + ": checkpoint of " + container.name + " failed: " + message);
     mark_failed(job_id, message);
-    metrics_.checkpoint_done(false, seconds_since(start), 0);
   };
   auto lock_holder = container_lock(container.id);
   std::unique_lock serial(*lock_holder, std::defer_lock);
@@ -545,7 +555,7 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
     if (image && !pushed_as.empty()) j.result["image"]["pushed_as"] = pushed_as;
     if (image && !push_error.empty()) j.result["image"]["push_error"] = push_error;
   });
-  metrics_.checkpoint_done(true, total, bytes.value());
+  metrics_.checkpoint_written(bytes.value());
   log::info("job " + job_id + ": checkpoint of " + container.name + " written to " + final_path.string() + " (" +
             std::to_string(bytes.value()) + " bytes, " + std::to_string(record.record.used_gpu_ids.size()) +
             " GPU(s), " + std::to_string(total) + " s)");
@@ -795,7 +805,6 @@ void JobService::run_restore(const std::string& job_id, const fs::path& archive,
     if (drop_plan()) log::info("job " + job_id + ": restore plan " + plan->id + " removed");
     log::error("job " + job_id + ": restore of " + archive.string() + " failed: " + message);
     mark_failed(job_id, message);
-    metrics_.restore_done(false, seconds_since(start));
   };
   auto phase = [&](const char* p) {
     phase_now = p;
@@ -865,7 +874,6 @@ void JobService::run_restore(const std::string& job_id, const fs::path& archive,
     j.phase_seconds["total"] = total;
     j.result = info;
   });
-  metrics_.restore_done(true, total);
   log::info("job " + job_id + ": restored " + archive.string() + " as " + restored->name + " (" + restored->id +
             ", " + std::to_string(total) + " s)");
 }

@@ -98,7 +98,8 @@ class JobService {
   // GET /v1/runtime: the runtime's kind, name and version, and how a restore comes about there.
   nlohmann::json runtime_report() const;
   Result<nlohmann::json> containers() const;
-  std::string metrics_text() const { return metrics_.render(); }
+  // GET /metrics: the job and API counters, and the archive directory's use and free space as they are now.
+  std::string metrics_text() const;
   Metrics& metrics() { return metrics_; }
 
   // An archive the API may name: inside checkpoints.dir (or kubelet_dir), no "..", no symlinks, a regular file.

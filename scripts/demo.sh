@@ -107,7 +107,7 @@ MOVED=$(podman exec "$NAME-restored" stat -c '%t:%T' /dev/nvidia1 2>/dev/null) |
 echo "   the GPU moved: /dev/nvidia0 (1:3, GPU 0) became /dev/nvidia1 ($MOVED, GPU 1) inside;" \
      "$(podman exec "$NAME-restored" env | grep NVIDIA_VISIBLE_DEVICES)"
 echo "   agent metrics:"
-curl -sf "$URL/metrics" | grep -E '^gpuckpt_(checkpoints|restores)_total\{result="success"\}|_duration_seconds_sum' | sed 's/^/     /'
+curl -sf "$URL/metrics" | grep -E '^gpuckpt_(checkpoints|restores)_total\{result="success"\}|^gpuckpt_job_duration_seconds_sum\{kind="(checkpoint|restore)",result="success"\}' | sed 's/^/     /'
 
 step "Clean up"
 echo "   removing the containers, stopping the agent, deleting $WORK (KEEP=1 keeps it, with the archive)"

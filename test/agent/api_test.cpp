@@ -1,10 +1,12 @@
 // The agent's HTTP API end to end in-process: a real httplib server on 127.0.0.1 (port chosen by the kernel)
 // over JobService with the one fake runtime (below), fixture inventory, archives built by the test.
+#include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 
 #include <httplib.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -12,6 +14,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "agent/http_api.h"
@@ -415,6 +418,132 @@ TEST_CASE("a checkpoint through the API produces an annotated archive", "[unit]"
   // A second request for the now exited container is a conflict.
   f.post("/v1/checkpoints", R"({"container":"counter"})", 409);
   CHECK(f.service->metrics_text().find("gpuckpt_checkpoints_total{result=\"success\"} 1") != std::string::npos);
+}
+
+namespace {
+
+// GET /metrics from the agent's HTTP API, parsed: series (name with its labels, as exposed) -> value.
+std::map<std::string, double> scrape(Fixture& f) {
+  auto res = f.client("").Get("/metrics");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  std::map<std::string, double> series;
+  std::istringstream lines(res->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto space = line.rfind(' ');
+    series[line.substr(0, space)] = std::stod(line.substr(space + 1));
+  }
+  return series;
+}
+
+// The buckets of one histogram series (`labels` without braces) in exposition order, +Inf last.
+std::vector<double> buckets(const std::map<std::string, double>& series, const std::string& name,
+                            const std::string& labels) {
+  std::vector<double> out;
+  for (const char* le : {"0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "120", "300", "600", "1200", "1800",
+                         "+Inf"})
+    out.push_back(series.at(name + "_bucket{" + labels + ",le=\"" + le + "\"}"));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("GET /metrics: job duration and phase histograms, in-flight jobs, archive dir bytes and free space",
+          "[unit]") {
+  Fixture f;
+  const std::string ck_ok = "kind=\"checkpoint\",result=\"success\"";
+  auto before = scrape(f);
+  for (const char* kind : {"checkpoint", "restore", "image"}) {   // every kind from the start, at zero
+    CHECK(before.at(std::string("gpuckpt_jobs_in_flight{kind=\"") + kind + "\"}") == 0);
+    CHECK(before.at(std::string("gpuckpt_job_duration_seconds_count{kind=\"") + kind + "\",result=\"failure\"}") == 0);
+  }
+  CHECK(before.at("gpuckpt_archive_dir_bytes") == 0);
+  CHECK(before.at("gpuckpt_archive_dir_free_bytes") > 0);
+
+  // A checkpoint held mid-way by its runtime is in flight, and not yet in any histogram.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<void> reached;
+  f.runtime->checkpoint_fault = [released, &reached](const fs::path&, std::string&) -> Result<void> {
+    reached.set_value();
+    released.wait();
+    return {};
+  };
+  const std::string id = f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"];
+  reached.get_future().wait();
+  auto during = scrape(f);
+  CHECK(during.at("gpuckpt_jobs_in_flight{kind=\"checkpoint\"}") == 1);
+  CHECK(during.at("gpuckpt_job_duration_seconds_count{" + ck_ok + "}") == 0);
+  release.set_value();
+  const auto job = f.wait_job("/v1/checkpoints", id);
+  REQUIRE(job["state"] == "succeeded");
+
+  auto after = scrape(f);
+  CHECK(after.at("gpuckpt_jobs_in_flight{kind=\"checkpoint\"}") == 0);
+  CHECK(after.at("gpuckpt_checkpoints_total{result=\"success\"}") == 1);
+  const auto b = buckets(after, "gpuckpt_job_duration_seconds", ck_ok);
+  CHECK(std::is_sorted(b.begin(), b.end()));   // cumulative
+  CHECK(b.back() == 1);
+  CHECK(after.at("gpuckpt_job_duration_seconds_count{" + ck_ok + "}") == 1);
+  // The job took at least as long as its steps, and its sum says so.
+  const double total = after.at("gpuckpt_job_duration_seconds_sum{" + ck_ok + "}");
+  CHECK(total >= job["phase_seconds"]["checkpointing"].get<double>());
+  for (const char* phase : {"queued", "reading-gpu-record", "checkpointing", "annotating"}) {
+    INFO(phase);
+    const std::string labels = std::string("kind=\"checkpoint\",phase=\"") + phase + "\"";
+    CHECK(after.at("gpuckpt_job_phase_duration_seconds_count{" + labels + "}") == 1);
+    CHECK(after.at("gpuckpt_job_phase_duration_seconds_sum{" + labels + "}") ==
+          Catch::Approx(job["phase_seconds"][phase].get<double>()).margin(1e-4));
+    CHECK(buckets(after, "gpuckpt_job_phase_duration_seconds", labels).back() == 1);
+  }
+  CHECK(after.count("gpuckpt_job_phase_duration_seconds_count{kind=\"checkpoint\",phase=\"total\"}") == 0);
+  // The archive directory now holds the archive, and only that.
+  const auto archive_bytes = fs::file_size(job["result"]["archive"].get<std::string>());
+  CHECK(after.at("gpuckpt_archive_dir_bytes") == static_cast<double>(archive_bytes));
+  CHECK(after.at("gpuckpt_checkpoint_bytes_total") == static_cast<double>(archive_bytes));
+
+  // A refused restore lands among the failures of its kind.
+  f.runtime->refuse_restores = true;
+  const std::string archive = fs::path(job["result"]["archive"].get<std::string>()).filename();
+  const auto rs = f.wait_job("/v1/restores", f.post("/v1/restores", json{{"archive", archive}}.dump(), 202)["id"]);
+  CHECK(rs["state"] == "failed");
+  auto failed = scrape(f);
+  CHECK(failed.at("gpuckpt_job_duration_seconds_count{kind=\"restore\",result=\"failure\"}") == 1);
+  CHECK(failed.at("gpuckpt_job_duration_seconds_count{kind=\"restore\",result=\"success\"}") == 0);
+  CHECK(failed.at("gpuckpt_restores_total{result=\"failure\"}") == 1);
+  CHECK(failed.at("gpuckpt_jobs_in_flight{kind=\"restore\"}") == 0);
+  CHECK(failed.at("gpuckpt_job_phase_duration_seconds_count{kind=\"restore\",phase=\"planning\"}") == 1);
+}
+
+TEST_CASE("every metric family and job phase the agent exposes is in docs/api.md (issue 23)", "[unit]") {
+  Fixture f;
+  f.service->metrics().set_runtime("podman", "podman", "5.4.2");
+  const std::string id = f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"];
+  REQUIRE(f.wait_job("/v1/checkpoints", id)["state"] == "succeeded");
+  std::ifstream doc_file(std::string(GPUCKPT_SOURCE_DIR) + "/docs/api.md");
+  const std::string doc((std::istreambuf_iterator<char>(doc_file)), std::istreambuf_iterator<char>());
+  REQUIRE_FALSE(doc.empty());
+  const std::string metrics_section = doc.substr(doc.find("## `GET /metrics`"));
+  auto res = f.client("").Get("/metrics");
+  REQUIRE(res);
+  std::istringstream lines(res->body);
+  std::size_t families = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      const std::string family = line.substr(7, line.find(' ', 7) - 7);
+      INFO(family);
+      ++families;
+      CHECK((metrics_section.find("`" + family + "`") != std::string::npos ||
+             metrics_section.find("`" + family + "{") != std::string::npos));
+    }
+    if (const auto at = line.find("phase=\""); at != std::string::npos && line[0] != '#') {
+      const std::string phase = line.substr(at + 7, line.find('"', at + 7) - at - 7);
+      INFO(phase);
+      CHECK(metrics_section.find("`" + phase + "`") != std::string::npos);
+    }
+  }
+  CHECK(families >= 12);
 }
 
 TEST_CASE("concurrent checkpoints of one container run one after the other", "[unit]") {

@@ -285,7 +285,7 @@ def test_defaults():
     spec, cfg, cm, agent, tols, hook = common_checks(objs, "defaults")
     installer_checks(objs, "defaults", spec, cfg, hook)
     kinds = sorted(o["kind"] for o in objs)
-    check(kinds == sorted(["ServiceAccount", "Secret", "ConfigMap", "Service", "DaemonSet"]),
+    check(kinds == sorted(["ServiceAccount", "Secret", "ConfigMap", "Service", "DaemonSet", "NetworkPolicy"]),
           f"[defaults] objects {kinds}")
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     keys = [t["matchExpressions"][0]["key"] for t in terms]
@@ -319,6 +319,32 @@ def test_defaults():
     check(svc["spec"]["selector"] == one(objs, "DaemonSet")["spec"]["selector"]["matchLabels"], "[defaults] Service selects the agent pods")
     check(svc["spec"]["ports"][0]["targetPort"] == "http", "[defaults] Service targets the http port")
     check(one(objs, "ServiceAccount").get("automountServiceAccountToken") is False, "[defaults] SA itself does not automount")
+
+
+def test_network_policy():
+    """The agent's port admits the agents of the release and networkPolicy.from alone (issue 23): no other pod of
+    the cluster reaches /v1 or /metrics; kubectl gpuckpt works from inside the agent's pod (loopback)."""
+    objs = case("netpol-defaults")
+    ds = one(objs, "DaemonSet")
+    pol = one(objs, "NetworkPolicy")["spec"]
+    check(pol["podSelector"]["matchLabels"] == ds["spec"]["selector"]["matchLabels"], "[netpol] selects the agent pods")
+    check(pol["policyTypes"] == ["Ingress"], f"[netpol] governs ingress: {pol['policyTypes']}")
+    check(len(pol["ingress"]) == 1, f"[netpol] one ingress rule: {pol['ingress']}")
+    rule = pol["ingress"][0]
+    check(rule["ports"] == [{"port": 7469, "protocol": "TCP"}], f"[netpol] only the agent's port: {rule['ports']}")
+    check(rule["from"] == [{"podSelector": {"matchLabels": ds["spec"]["selector"]["matchLabels"]}}],
+          f"[netpol] only this release's agents by default: {rule['from']}")
+    prom = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    objs = case("netpol-from", ["agent.port=9000", "json:networkPolicy.from=" + json.dumps([prom])])
+    rule = one(objs, "NetworkPolicy")["spec"]["ingress"][0]
+    check(rule["ports"] == [{"port": 9000, "protocol": "TCP"}], f"[netpol-from] follows agent.port: {rule['ports']}")
+    check(rule["from"][1:] == [prom], f"[netpol-from] admits the peers given: {rule['from']}")
+    objs = case("netpol-off", ["networkPolicy.enabled=false"])
+    check(not by_kind(objs, "NetworkPolicy"), "[netpol-off] no NetworkPolicy")
+    notes = render_notes([])
+    for what in ("cuda_plugin.so / amdgpu_plugin.so", "/etc/criu/runc.conf, /etc/criu/crun.conf", "gpuckpt-hook.json",
+                 "features.d/gpuckpt", "root on the node", "A NetworkPolicy admits"):
+        check(what in notes, f"[notes] what gpuckpt changes on a node names {what!r}")
 
 
 def test_no_api():
@@ -765,7 +791,7 @@ def main():
     if "--dump-objects" in sys.argv:
         dump = sys.argv[sys.argv.index("--dump-objects") + 1]
     print(f"agent config check: {AGENT if os.access(AGENT, os.X_OK) else 'skipped, ' + AGENT + ' not built'}")
-    for t in [test_defaults, test_labels_through_api, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_priority_quota, test_monitoring,
+    for t in [test_defaults, test_network_policy, test_labels_through_api, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_priority_quota, test_monitoring,
               test_existing_secret, test_registry_credentials_secret, test_full_config_shape, test_custom_paths, test_containerd_runtime, test_nri, test_mixed_pools, test_termination_grace, test_installer_off,
               test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
               test_gpu_node_label_sets, test_security_modes,

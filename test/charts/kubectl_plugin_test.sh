@@ -109,7 +109,7 @@ expect 'grep -q "pod other/ghost not found" "$tmp/err"' "missing pod named with 
 
 # ---- migrate --------------------------------------------------------------------------------------------------
 new_cluster
-run migrate train --to gpu-b && ok || bad "migrate to a matching node succeeds: $(cat "$tmp/err")"
+run migrate train --node gpu-b && ok || bad "migrate to a matching node succeeds: $(cat "$tmp/err")"
 src=$(archives gpu-a); dst=$(archives gpu-b)
 expect '[ -n "$src" ] && [ "$src" = "$(grep -v restored <<< "$dst")" ]' "archive moved to the same path on gpu-b ($dst)"
 expect 'cmp -s "$FAKE_CLUSTER/nodes/gpu-a/fs$src" "$FAKE_CLUSTER/nodes/gpu-b/fs$src"' "the bytes arrived intact"
@@ -136,6 +136,7 @@ expect 'grep -Eq "^ +GPU-a2ce77ac-c70f-b672-0aa0-f871c0787910 +GPU-" "$tmp/err"'
 
 new_cluster
 rc=0; run migrate train --to gpu-c || rc=$?
+expect 'grep -q "warning: --to is deprecated, use --node" "$tmp/err"' "the old spelling --to still works, with a warning"
 expect '[ "$rc" = 3 ]' "migrate onto non-matching GPUs exits 3 (got $rc)"
 expect 'grep -q "node gpu-c has no GPUs matching the checkpoint" "$tmp/err" && grep -q "no match: " "$tmp/err"' "says why, with the real matcher's verdict"
 expect 'grep -q "nothing was copied; the archive stays on gpu-a at /var/lib/gpuckpt/checkpoints/" "$tmp/err"' "says nothing was copied and where the archive is"
@@ -399,7 +400,7 @@ usage_case "restore needs an ARCHIVE" restore --node gpu-b
 usage_case "neither NODE:/PATH nor an existing local file" restore no-such-file --node gpu-b
 usage_case "must not contain '..'" restore gpu-a:/var/lib/gpuckpt/../../etc/passwd --node gpu-b
 usage_case "must be a plain file name" restore 'gpu-a:/var/lib/gpuckpt/checkpoints/a;b' --node gpu-b
-usage_case "migrate needs --to NODE" migrate train
+usage_case "migrate needs --node NODE" migrate train
 usage_case "is not a port number" --agent-port abc nodes
 usage_case "must be an absolute path" --archive-dir rel nodes
 usage_case "nodes takes at most one ARCHIVE" nodes a:/x b:/y
@@ -412,7 +413,7 @@ usage_case "--stable 300s must be shorter than --wait 300s" migrate train --to g
 usage_case "--force-owned only goes with --delete-source" migrate train --to gpu-b --force-owned
 usage_case "jobs needs a NODE" jobs
 usage_case "unknown option '--frob' for jobs" jobs gpu-a --frob
-run --help && grep -q "kubectl gpuckpt migrate POD --to NODE" "$tmp/out" && ok || bad "--help prints usage on stdout"
+run --help && grep -q "kubectl gpuckpt migrate POD --node NODE" "$tmp/out" && ok || bad "--help prints usage on stdout"
 run version && grep -q "^kubectl gpuckpt [0-9]" "$tmp/out" && ok || bad "version"
 
 echo "$pass passed, $fail failed"

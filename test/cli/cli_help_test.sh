@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2015,SC2013 # ok/bad always return 0; flags are single words
 # The CLI's conventions (issue 23): every verb's --help names each flag of its usage line with a default or meaning,
-# an example and the exit codes; --version; under --json a failure prints a JSON error object on stdout; bad inputs
+# and every flag the verb accepts (probed: each flag any verb's source names, given to each verb before --help);
+# an example and the exit codes, the same as docs/cli.md's and each one observed; -o json|yaml|wide; deprecated
+# spellings warn; docs/cli.md holds every verb's help as it is; --version; under --json a failure prints a JSON error object on stdout; bad inputs
 # to inspect (a directory that is no image directory, a file that is no archive) fail with exit 2 naming the input;
 # an unreachable agent's reason is given in full.
 set -euo pipefail
@@ -30,6 +32,77 @@ for verb in $verbs; do
   done
   ok
 done
+
+# Every flag a verb accepts is in its help. A probe "VERB FLAG --help --help" exits 0 with the help when VERB takes
+# FLAG (alone or with a value: the first --help is then its value) and does nothing else; 2 when VERB refuses FLAG.
+# Probed: each flag named in the verb's source file and in the shared parsers it uses, unless its help describes it.
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+flags_in() { cat "$@" | grep -oE '"(--[a-z][a-z-]*[a-z]|-[a-zA-Z])[="]' | tr -d '"=' | sort -u | grep -vxE -- '--help|-h|-o|--output' || true; }
+probed=0
+for verb in $verbs; do
+  "$CLI" "$verb" --help > "$tmp/help" 2>&1
+  file="$SRC/cli/verb_${verb//-/_}.cpp"
+  [ -f "$file" ] || file="$SRC/cli/verb_${verb//-/_}s.cpp"   # job: verb_jobs.cpp
+  sources=("$SRC"/cli/*.cpp "$SRC"/cli/*.h)
+  if [ -f "$file" ]; then
+    sources=("$file")
+    grep -q "NodeTarget" "$file" && sources+=("$SRC/cli/node_client.cpp")
+    grep -q "InventoryArgs" "$file" && sources+=("$SRC/cli/cli_args.h")
+  fi
+  for flag in $(flags_in "${sources[@]}"); do
+    cut -c1-24 "$tmp/help" | grep -E -- "^  -" | grep -Eq -- "^ .*[ ]$flag([ ,]|$)" && continue   # described
+    grep -qF -- "$flag: the old spelling, deprecated" "$tmp/help" && continue
+    probed=$((probed + 1))
+    rc=0; "$CLI" "$verb" "$flag" --help --help > "$tmp/probe" 2>&1 < /dev/null || rc=$?
+    [ "$rc" = 0 ] && grep -q "^usage: gpuckpt" "$tmp/probe" && bad "$verb accepts $flag but its --help does not describe it"
+  done
+  # and refuses what it does not know, with exit 2
+  rc=0; "$CLI" "$verb" --no-such-flag-$$ < /dev/null > /dev/null 2>&1 || rc=$?
+  [ "$rc" = 2 ] || bad "$verb --no-such-flag exits 2 (got $rc)"
+done
+[ "$probed" -ge 5 ] && ok || bad "the probe tried the flags the help leaves out ($probed)"
+
+# The exit codes: the same in the help and docs/cli.md, and each one seen.
+codes=$("$CLI" --help | sed -n 's/^exit codes: //p')
+grep -qF -- "$codes" "$SRC/docs/cli.md" && ok || bad "docs/cli.md states the exit codes as the help does ($codes)"
+for code in 0 1 2 3; do
+  grep -Eq -- "^\| $code \|" "$SRC/docs/cli.md" || bad "docs/cli.md's exit code table has $code"
+done
+H200="$(dirname "$0")/../fixtures/nvidia-h200"
+"$CLI" gpus --json --host-root "$H200" > "$tmp/h200.json" && ok || bad "exit 0: gpus"
+rc=0; "$CLI" match --source "$tmp/h200.json" --host-root "$(dirname "$0")/../fixtures/nvidia-h100-8gpu" > /dev/null 2>&1 || rc=$?
+[ "$rc" = 3 ] && ok || bad "exit 3: an H200 record on an H100 node (got $rc)"
+
+# docs/cli.md holds each verb's help as the binary prints it (scripts/cli_doc.sh writes that part).
+"$SRC/scripts/cli_doc.sh" --check "$CLI" > "$tmp/doc-check" 2>&1 && ok ||
+  bad "docs/cli.md is out of date with the CLI's help: run scripts/cli_doc.sh ($(head -5 "$tmp/doc-check"))"
+
+# -o json|yaml: the verb's JSON, or that document as YAML; failures as an error object in that form; -o wide: more
+# columns; a format a verb has no use for is refused.
+"$CLI" gpus -o json --host-root "$H200" | cmp -s - "$tmp/h200.json" && ok || bad "gpus -o json is gpus --json"
+"$CLI" gpus -o yaml --host-root "$H200" > "$tmp/h200.yaml" &&
+  python3 -c 'import json,sys,yaml; assert yaml.safe_load(open(sys.argv[1])) == json.load(open(sys.argv[2]))' "$tmp/h200.yaml" "$tmp/h200.json" &&
+  ok || bad "gpus -o yaml is the same document as YAML"
+rc=0; "$CLI" inspect "$tmp/no-such.tar" -o yaml > "$tmp/out" 2>/dev/null || rc=$?
+[ "$rc" = 2 ] && python3 -c 'import sys,yaml; e=yaml.safe_load(open(sys.argv[1]))["error"]; assert e["exit_code"] == 2 and e["verb"] == "inspect", e' "$tmp/out" &&
+  ok || bad "a failure under -o yaml is a YAML error object (rc $rc: $(cat "$tmp/out"))"
+rc=0; "$CLI" inspect "$tmp/no-such.tar" --output=json > "$tmp/out" 2>/dev/null || rc=$?
+[ "$rc" = 2 ] && python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["error"]["verb"] == "inspect"' "$tmp/out" &&
+  ok || bad "a failure under --output=json is a JSON error object (rc $rc)"
+"$CLI" gpus -o wide --host-root "$H200" | head -1 | grep -q "DRIVER" && "$CLI" gpus -o wide --host-root "$H200" | grep -q "580.159.04" &&
+  ! "$CLI" gpus --host-root "$H200" | grep -q "580.159.04" && ok || bad "gpus -o wide adds the driver column"
+rc=0; "$CLI" version -o json > /dev/null 2> "$tmp/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "version has none" "$tmp/err" && ok || bad "-o json on a verb without structured output exits 2 (rc $rc)"
+rc=0; "$CLI" inspect x -o wide > /dev/null 2> "$tmp/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "inspect has none" "$tmp/err" && ok || bad "-o wide on a verb without a table exits 2 (rc $rc)"
+rc=0; "$CLI" gpus -o toml > /dev/null 2> "$tmp/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "got 'toml'" "$tmp/err" && ok || bad "-o toml exits 2 naming it (rc $rc)"
+
+# One name per concept: the old spellings still work and warn (checkpoint --image -> --tag; match --assigned ->
+# --target-gpus is in cli_inventory_test).
+rc=0; env -u GPUCKPT_AGENT "$CLI" checkpoint gpuckpt-no-such-container-$$ --image t:1 --quiet --state-dir "$tmp/state" \
+  --checkpoint-dir "$tmp/state/c" > /dev/null 2> "$tmp/err" || rc=$?
+grep -q -- "--image is deprecated, use --tag" "$tmp/err" && ok || bad "checkpoint --image warns (rc $rc: $(cat "$tmp/err"))"
 
 "$CLI" --version | grep -Eq '^gpuckpt [0-9]' && ok || bad "gpuckpt --version prints the version"
 "$CLI" version --help | grep -q "usage: gpuckpt version" && ok || bad "gpuckpt version --help"

@@ -1,5 +1,5 @@
 // The CLI contract scripts rely on, checked by running the built `gpuckpt` on the fixture trees:
-// `gpus [--host-root DIR] [--json]` and `match --source FILE [--host-root DIR] [--assigned ...] [--json]` with
+// `gpus [--host-root DIR] [--json]` and `match --source FILE [--host-root DIR] [--target-gpus ...] [--json]` with
 // exit 0 (mapping), 3 (no match, reasons) and 2 (bad input, message naming the input).
 #include <catch2/catch_test_macros.hpp>
 
@@ -188,7 +188,7 @@ TEST_CASE("gpuckpt match honours the scheduler's GPUs and keeps hives within the
   const fs::path source = record_of("amd-mi250x", {4, 5});
   const json record = json::parse(slurp(source));
   const auto id = [&](int i) { return record["node"]["gpus"][i]["id"].get<std::string>(); };
-  Run r = run_cli("match --json --source " + source.string() + " " + root_args("amd-mi250x") + " --assigned " +
+  Run r = run_cli("match --json --source " + source.string() + " " + root_args("amd-mi250x") + " --target-gpus " +
                   id(7) + "," + id(1) + "," + id(2) + "," + id(3));
   REQUIRE(r.rc == 0);
   const json plan = json::parse(r.out);
@@ -196,15 +196,17 @@ TEST_CASE("gpuckpt match honours the scheduler's GPUs and keeps hives within the
   CHECK(plan["mappings"][1]["target"]["id"] == id(2));
 
   // Only GPUs of different hives assigned: exit 3, the hive named for every candidate
-  r = run_cli("match --source " + source.string() + " " + root_args("amd-mi250x") + " --assigned " + id(0) + "," + id(7));
+  r = run_cli("match --source " + source.string() + " " + root_args("amd-mi250x") + " --target-gpus " + id(0) + "," + id(7));
   CHECK(r.rc == 3);
   CHECK(contains(r.out, "links"));
   CHECK(contains(r.out, "not-allowed"));
   CHECK(contains(r.out, "XGMI hive"));
 
+  // The old spelling still works, and says which one to use.
   r = run_cli("match --source " + source.string() + " " + root_args("amd-mi250x") + " --assigned kfd-1,kfd-2");
   CHECK(r.rc == 2);
   CHECK(contains(r.err, "'kfd-1'"));
+  CHECK(contains(r.err, "--assigned is deprecated, use --target-gpus"));
 }
 
 TEST_CASE("gpuckpt match on another model exits 3 and names the property for every candidate", "[unit]") {

@@ -117,6 +117,10 @@ verify_plugin() {
   if [ ! -f "$probe_log" ]; then
     fail_install "the host's CRIU ($criu) did not run: $(on_host "$criu" --version 2>&1 | head -3 | tr '\n' ' ')."
   fi
+  # The plugin checks the CRIU version before it says "loaded" (criu-plugin/plugin.cpp); a too-old CRIU is named.
+  if grep -q 'gpuckpt: this CRIU is too old' "$probe_log"; then
+    fail_install "the host's CRIU ($criu, $(on_host "$criu" --version 2>/dev/null | sed -n 's/^Version: *//p')) is too old for gpuckpt: $(grep -o 'this CRIU is too old.*' "$probe_log" | head -1) (docs/deploy.md: installing CRIU >= 4.0)."
+  fi
   if ! grep -q 'gpuckpt: plugin loaded for dump' "$probe_log"; then
     # The probe's own expected failures (no such process) are not the reason.
     why=$(grep -E 'Error|plugin|gpuckpt' "$probe_log" | grep -vE 'RLIMIT|infect\.c|Dumping FAILED|No such process' | tail -5 | tr '\n' ' ')
