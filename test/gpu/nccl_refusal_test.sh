@@ -27,6 +27,9 @@ command -v nvidia-smi >/dev/null && [ -e /dev/nvidia0 ] || skip "no NVIDIA GPU h
 [ "$(nvidia-smi -L | grep -c '^GPU ')" -ge 2 ] || skip "needs two GPUs"
 command -v "$CRIU" >/dev/null || skip "no criu (set CRIU=)"
 "$PYTHON" -c "import torch.distributed" 2>/dev/null || skip "no torch in $PYTHON"
+# The interpreter itself (a virtualenv's bin/python3, not /usr/bin/python3 that `python3` on PATH may lead to): the pod
+# case runs it inside containers that see the host's /usr and the venv, and only the venv's has torch.
+PYTHON=$("$PYTHON" -c 'import sys; print(sys.executable)')
 [ -f "$LIBDIR/gpuckpt_plugin.so" ] || { echo "FAILED: no gpuckpt_plugin.so in $LIBDIR"; exit 1; }
 [ "$(id -u)" = 0 ] || skip "CRIU needs root"
 DRIVER=$(sed -n 's/.*Kernel Module.*  \([0-9][0-9.]*\)  .*/\1/p' /proc/driver/nvidia/version | head -1)
