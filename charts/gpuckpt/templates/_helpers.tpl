@@ -152,6 +152,7 @@ by the render-config init container (the agent reads literal values).
     "feature_file" (ternary nil (printf "%s/gpuckpt" $v.nodeLabels.featureDir) (eq $v.nodeLabels.method "api")))
   "gpu_memory" (deepCopy $v.config.gpu_memory)
   "retention" (deepCopy $v.config.retention)
+  "transfer" (deepCopy $v.config.transfer)
   "image_registry" $registry
   "limits" (deepCopy $v.config.limits)
 -}}
