@@ -432,6 +432,17 @@ void check_restore_cgroup(const NodeReportOptions& o, std::vector<NodeCheck>& ou
     out.push_back(pass("restore-cgroup", "runc " + *version + " gives CRIU the restored container's cgroup"));
     return;
   }
+  // Under CRI-O (conmon starts runc) manage-cgroups=ignore was not enough: CRI-O 1.36.3 + runc 1.1.5 on 2x H100
+  // restored the CUDA process into the caller's cgroup, able to open both GPUs (docs/kubernetes.md, stop 7).
+  const auto runtimes = node_hooks_runtimes(o.system);
+  if (std::any_of(runtimes.begin(), runtimes.end(), [](const HooksRuntime& r) { return r.name == "CRI-O"; })) {
+    out.push_back(fail("restore-cgroup",
+                       "runc " + *version + " on cgroup v2 under CRI-O: a restored process was seen outside the new "
+                       "container's cgroup and device filter (it could open GPUs its pod was not given), "
+                       "manage-cgroups=ignore in /etc/criu/runc.conf or not",
+                       "install runc >= 1.2 on this node before restoring GPU containers here"));
+    return;
+  }
   static const std::regex kIgnore(R"(^\s*-{0,2}manage-cgroups(\s*=\s*|\s+)ignore\s*$)");
   const auto conf = o.system.read_file("etc/criu/runc.conf", 1 << 20);
   if (conf) {

@@ -300,6 +300,7 @@ TEST_CASE("restore-cgroup: runc before 1.2 on cgroup v2 fails unless runc's CRIU
     const char* runc_conf;   // nullptr: no /etc/criu/runc.conf
     CheckStatus expected;    // Pass with no line at all when !cgroup_v2
     const char* detail_part;
+    bool crio = false;
   };
   const Row rows[] = {
       {"Debian 12's runc on cgroup v2", true, "1.1.5", nullptr, CheckStatus::Fail, "runc 1.1.5 on cgroup v2 does not give CRIU"},
@@ -311,6 +312,9 @@ TEST_CASE("restore-cgroup: runc before 1.2 on cgroup v2 fails unless runc's CRIU
       {"runc 1.10", true, "1.10.1", nullptr, CheckStatus::Pass, "gives CRIU"},
       {"no runc (crun)", true, "", nullptr, CheckStatus::Pass, "no runc here"},
       {"cgroup v1 or hybrid", false, "1.1.5", nullptr, CheckStatus::Pass, nullptr},
+      {"CRI-O with manage-cgroups=ignore", true, "1.1.5", "manage-cgroups=ignore\n", CheckStatus::Fail,
+       "under CRI-O: a restored process was seen outside", true},
+      {"CRI-O with runc 1.2", true, "1.2.0", nullptr, CheckStatus::Pass, "gives CRIU", true},
   };
   for (const Row& row : rows) {
     INFO(row.name);
@@ -318,6 +322,7 @@ TEST_CASE("restore-cgroup: runc before 1.2 on cgroup v2 fails unless runc's CRIU
     healthy_node(t);
     if (row.cgroup_v2) t.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory pids\n");
     if (row.runc_conf) t.write("etc/criu/runc.conf", row.runc_conf);
+    if (row.crio) t.write("etc/crio/crio.conf", "[crio.runtime]\n");
     FakeCriu criu;
     auto o = options_for(t, &criu);
     const std::string runc = row.runc;
@@ -334,6 +339,7 @@ TEST_CASE("restore-cgroup: runc before 1.2 on cgroup v2 fails unless runc's CRIU
     const NodeCheck& check = c.at("restore-cgroup");
     CHECK(check.status == row.expected);
     CHECK(has(check.detail, row.detail_part));
-    if (row.expected == CheckStatus::Fail) CHECK(has(check.fix, "manage-cgroups=ignore to /etc/criu/runc.conf"));
+    if (row.expected == CheckStatus::Fail)
+      CHECK(has(check.fix, row.crio ? "install runc >= 1.2" : "manage-cgroups=ignore to /etc/criu/runc.conf"));
   }
 }
