@@ -97,7 +97,8 @@ constexpr Help kHelp[] = {
     {"transfer", "gpuckpt transfer ARCHIVE --to URL --agent URL --token-file FILE [--timeout SECONDS] [--json]",
      "  ARCHIVE               an archive in the sending agent's checkpoint directory\n"
      "  --to URL              the receiving agent, http://A.B.C.D:PORT (inside the sender's transfer.peer_networks)\n"
-     "  --timeout SECONDS     give up following the job after this long (default 900)\n"
+     "  --timeout SECONDS     stop following the job after this long; it goes on at the agent (default: follow it\n"
+     "                        until it ends)\n"
      "  --json                the finished job as JSON\n",
      kAgentFlags,
      "gpuckpt transfer /var/lib/gpuckpt/checkpoints/ck-20261122T001228Z-61ef843a.tar.zst --to http://10.1.2.3:7469 "
