@@ -40,6 +40,9 @@ mkdir -p "$FAKE_CLUSTER"
 echo ml > "$FAKE_CLUSTER/namespace"
 printf '%s\n' "ml counter node-a $NAME -" > "$FAKE_CLUSTER/pods.tsv"
 printf '%s\n' "node-a agent-a Running" "node-b agent-b Running" > "$FAKE_CLUSTER/agents.tsv"
+# One API token for the release's agents, as the chart mounts one Secret on every node: a transfer push presents
+# the sending agent's token to the receiving one.
+release_token=$(head -c 32 /dev/urandom | base64)
 for n in node-a node-b; do
   d="$FAKE_CLUSTER/nodes/$n" fs="$FAKE_CLUSTER/nodes/$n/fs"
   mkdir -p "$fs/var/lib/gpuckpt/checkpoints" "$fs/etc/gpuckpt/auth" "$d/hooks.d"
@@ -50,7 +53,7 @@ for n in node-a node-b; do
     sed -e "s#/usr/local/bin/gpuckpt-oci-hook#$HOOK#" \
         -e "s#\"/var/lib/gpuckpt\"#\"$fs/var/lib/gpuckpt\", \"--host-root\", \"$d/hostroot\"#" "$f" > "$d/hooks.d/$(basename "$f")"
   done
-  head -c 32 /dev/urandom | base64 > "$fs/etc/gpuckpt/auth/token" && chmod 600 "$fs/etc/gpuckpt/auth/token"
+  echo "$release_token" > "$fs/etc/gpuckpt/auth/token" && chmod 600 "$fs/etc/gpuckpt/auth/token"
   cat > "$d/agent.yaml" <<YAML
 listen: {address: 127.0.0.1, port: 0}
 auth: {token_file: $fs/etc/gpuckpt/auth/token}
