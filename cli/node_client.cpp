@@ -235,7 +235,9 @@ NodeTarget::NodeTarget() {
 
 bool NodeTarget::consume(std::span<char*> args, std::size_t& i) {
   const std::string arg = args[i];
-  if (agent_only && arg.rfind("--agent", 0) != 0 && arg.rfind("--token-file", 0) != 0) return false;
+  if (agent_only && arg.rfind("--agent", 0) != 0 && arg.rfind("--token-file", 0) != 0 &&
+      !(follows_job && arg.rfind("--timeout", 0) == 0))
+    return false;
   if (arg == "--quiet" || arg == "-q") {
     quiet = true;
     return true;

@@ -27,9 +27,10 @@ struct NodeTarget {
   std::optional<std::chrono::seconds> timeout;
   bool quiet = false;        // no progress lines
   std::string problem;
-  // Verbs that only ask an agent (jobs, job, runtime): consume() takes --agent and --token-file alone, so that
-  // nothing is accepted that would do nothing.
+  // Verbs that only ask an agent (jobs, job, runtime, transfer): consume() takes --agent and --token-file alone, so
+  // that nothing is accepted that would do nothing; with follows_job (transfer) also --timeout.
   bool agent_only = false;
+  bool follows_job = false;
 
   NodeTarget();   // reads GPUCKPT_AGENT, GPUCKPT_TOKEN_FILE
   // Takes one of our flags (and its value) at args[i]; false when args[i] is not ours.

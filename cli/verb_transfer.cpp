@@ -2,9 +2,7 @@
 // Has the agent push a checkpoint archive of its node straight to another node's agent (POST /v1/transfers:
 // streamed in chunks, resumed after a broken connection, checked with the whole archive's SHA-256 at the end).
 // Prints "  archive:  PATH" (where the target agent put it) and what was sent.
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <span>
 #include <string>
 
@@ -18,6 +16,7 @@ int run_transfer(std::span<char*> args) {
   const std::string usage = "gpuckpt transfer ARCHIVE --to URL --agent URL --token-file FILE [--timeout SECONDS] [--json]";
   NodeTarget target;
   target.agent_only = true;   // agent to agent: the local runtime's flags mean nothing here
+  target.follows_job = true;
   nlohmann::json body = nlohmann::json::object();
   bool json = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -29,10 +28,6 @@ int run_transfer(std::span<char*> args) {
     } else if (arg == "--to") {
       if (i + 1 >= args.size()) return usage_error("transfer", "--to needs the target agent's URL", usage.c_str());
       body["to"] = args[++i];
-    } else if (arg == "--timeout") {
-      const long seconds = i + 1 < args.size() ? std::atol(args[++i]) : 0;
-      if (seconds <= 0) return usage_error("transfer", "--timeout needs a positive number of seconds", usage.c_str());
-      target.timeout = std::chrono::seconds(seconds);
     } else if (target.consume(args, i)) {
       if (!target.problem.empty()) return usage_error("transfer", target.problem, usage.c_str());
     } else if (arg.empty() || arg[0] == '-' || body.contains("archive")) {
