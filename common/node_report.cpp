@@ -418,8 +418,9 @@ void check_space(const NodeReportOptions& o, std::vector<NodeCheck>& out) {
 
 // runc before 1.2.0 gives CRIU no cgroup root on cgroup v2 (runc 3438ef30b gives it): CRIU then restores the process
 // into a recreated copy of the checkpointed container's cgroup, outside the new container's device filter and
-// limits (measured with containerd 2.1.9 + runc 1.1.5 on 2x H100: docs/kubernetes.md). manage-cgroups=ignore in
-// runc's CRIU config keeps it in the cgroup runc put CRIU in, the new container's.
+// limits (measured with containerd 2.1.9 and CRI-O 1.36.3, each with runc 1.1.5, on 2x H100: docs/kubernetes.md).
+// manage-cgroups=ignore in runc's CRIU config keeps it in the cgroup runc put CRIU in, the new container's (both
+// runtimes, measured the same way).
 void check_restore_cgroup(const NodeReportOptions& o, std::vector<NodeCheck>& out) {
   if (!o.runc_version || !o.system.exists("sys/fs/cgroup/cgroup.controllers")) return;   // v1 or hybrid: runc maps
   const auto version = o.runc_version();
@@ -430,17 +431,6 @@ void check_restore_cgroup(const NodeReportOptions& o, std::vector<NodeCheck>& ou
   int major = 0, minor = 0;
   if (std::sscanf(version->c_str(), "%d.%d", &major, &minor) == 2 && (major > 1 || (major == 1 && minor >= 2))) {
     out.push_back(pass("restore-cgroup", "runc " + *version + " gives CRIU the restored container's cgroup"));
-    return;
-  }
-  // Under CRI-O (conmon starts runc) manage-cgroups=ignore was not enough: CRI-O 1.36.3 + runc 1.1.5 on 2x H100
-  // restored the CUDA process into the caller's cgroup, able to open both GPUs (docs/kubernetes.md, stop 7).
-  const auto runtimes = node_hooks_runtimes(o.system);
-  if (std::any_of(runtimes.begin(), runtimes.end(), [](const HooksRuntime& r) { return r.name == "CRI-O"; })) {
-    out.push_back(fail("restore-cgroup",
-                       "runc " + *version + " on cgroup v2 under CRI-O: a restored process was seen outside the new "
-                       "container's cgroup and device filter (it could open GPUs its pod was not given), "
-                       "manage-cgroups=ignore in /etc/criu/runc.conf or not",
-                       "install runc >= 1.2 on this node before restoring GPU containers here"));
     return;
   }
   static const std::regex kIgnore(R"(^\s*-{0,2}manage-cgroups(\s*=\s*|\s+)ignore\s*$)");
@@ -458,8 +448,8 @@ void check_restore_cgroup(const NodeReportOptions& o, std::vector<NodeCheck>& ou
                      "runc " + *version + " on cgroup v2 does not give CRIU the restored container's cgroup: CRIU "
                      "restores the process into a copy of the checkpointed container's cgroup, outside the new "
                      "container's device filter (it can open GPUs its pod was not given) and limits",
-                     "add the line manage-cgroups=ignore to /etc/criu/runc.conf (the chart: criuConfig.extraOptions), or install "
-                     "runc >= 1.2"));
+                     "add the line manage-cgroups=ignore to /etc/criu/runc.conf (gpuckpt's chart adds it on such nodes when "
+                     "the file is its own), or install runc >= 1.2"));
 }
 
 }  // namespace

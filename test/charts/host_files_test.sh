@@ -107,6 +107,17 @@ expect '[ ! -e "$PLUGIN" ] && [ ! -e "$HOOK" ] && [ ! -e "$JSON" ] && [ -f "$H/u
   "refuse leaves the node as it was"
 rm -f "$H/usr/lib/criu/"*_plugin.so "$H/etc/criu/runc.conf" "$H/usr/lib/criu/gpuckpt_plugin.env"
 
+# cgroup v2 with a runc that is older than 1.2 or does not answer (none runs in this fake root): runc.conf gets
+# `manage-cgroups ignore`, so that a restore stays in its new container's cgroup; crun.conf is shipped unchanged.
+mkdir -p "$H/sys/fs/cgroup" && : > "$H/sys/fs/cgroup/cgroup.controllers"
+run pod-g install 2> "$tmp/log"
+expect 'cmp -s <(head -2 "$H/etc/criu/runc.conf") "$tmp/image/chart/criu-runtime.conf" && [ "$(tail -1 "$H/etc/criu/runc.conf")" = "manage-cgroups ignore" ] && cmp -s "$H/etc/criu/crun.conf" "$tmp/image/chart/criu-runtime.conf"' \
+  "cgroup v2, runc not known to be >= 1.2: runc.conf keeps restores in the new container's cgroup, crun.conf as shipped"
+expect 'grep -q "runc.conf: manage-cgroups ignore (cgroup v2 and the host.s runc did not say its version" "$tmp/log"' \
+  "the installer says why it added the line"
+run pod-g remove 2>/dev/null
+rm -rf "$H/sys"
+
 # A node where CRI-O runs (seen on the node, not told by a value): no hooks.d entry with a stage CRI-O rejects is
 # installed (it exits at start on `precreate`), and one an older install left is removed; podman-only nodes keep it.
 PRECREATE="$HOOKS_D/gpuckpt-hook-precreate.json"

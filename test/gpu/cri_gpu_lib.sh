@@ -52,6 +52,10 @@ p = sys.argv[1]; s = json.load(open(p))
 if s.get("process", {}).pop("rlimits", None) is not None:
     json.dump(s, open(p + ".tmp", "w")); os.replace(p + ".tmp", p)' "\$bundle/config.json"
 fi
+# what each runtime asked of runc, from which cgroup, for which container cgroup (the logs: runc-calls.log)
+{ echo "runc \$*"; echo "  own cgroup: \$(tr '\\n' ' ' < /proc/self/cgroup)"
+  [ -n "\$bundle" ] && echo "  spec: \$(grep -o '"cgroupsPath": *"[^"]*"' "\$bundle/config.json" 2>/dev/null)"
+} >> $WORK/runc-calls.log 2>&1
 LD_LIBRARY_PATH=$P/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec $P/root/usr/sbin/runc "\$@"
 WRAP
   # CRIU: the carried bundle, unpacked under $P (runc finds `criu` on PATH)
@@ -234,7 +238,7 @@ restore_from() {
   wait_iter "$out/count.txt" $((N_CK + 30)) 120 ||
     { record "$case-$from" FAIL "the restored counter does not run (last iteration: $(last_iter "$out/count.txt"))"; return; }
   after=$(gpu_of_pid "$rpid")
-  echo "$case-$from: restored pid $rpid; nvidia-smi compute apps: $(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | tr '\n' ' ')"
+  echo "$case-$from: restored pid $rpid in cgroup $(awk -F: '$1 == "0" {print $3}' "/proc/$rpid/cgroup"); nvidia-smi compute apps: $(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | tr '\n' ' ')"
   first=$(head -n 1 "$out/count.txt" | cut -d' ' -f1)
   nodes=$(gpu_nodes "/proc/$rpid/root") usable=$(usable_gpus "$rpid")
   rdev=$(stat -c %t:%T "/proc/$rpid/root/dev/nvidia$DST" 2>/dev/null)
@@ -244,9 +248,14 @@ restore_from() {
   [ "$after" = "$U_DST" ] || { record "$case-$from" FAIL "restored onto ${after:-no GPU}, not GPU $DST ($U_DST); container's GPU nodes: $nodes"; return; }
   [ "$rdev" = "$(stat -c %t:%T "/dev/nvidia$DST")" ] ||
     { record "$case-$from" FAIL "the restored container's /dev/nvidia$DST is '${rdev:-absent}', not the host's $(stat -c %t:%T "/dev/nvidia$DST")"; return; }
+  # the new container's cgroup (both runtimes name it by the container's ID), never the source's or the caller's
+  case "$rcg" in
+    *"$rid"*) ;;
+    *) record "$case-$from" FAIL "the restored process is in cgroup $rcg, not the new container $rid's (runc < 1.2 on cgroup v2 does not tell CRIU the new container's cgroup, runc 3438ef30b: CRIU then restores into the source's, with the source's device filter and limits; manage-cgroups=ignore in /etc/criu/runc.conf keeps it in the new one)"; return ;;
+  esac
   if [ "$SRC_USABLE" = "nvidia$SRC_GPU " ]; then
     [ "$usable" = "nvidia$DST " ] ||
-      { record "$case-$from" FAIL "the restored container's device cgroup lets it open the host's '$usable', expected nvidia$DST only; the restored process is in cgroup $rcg (runc < 1.2 on cgroup v2 does not tell CRIU the new container's cgroup, runc 3438ef30b: CRIU then restores into a copy of the source's, without its device filter; manage-cgroups=ignore in /etc/criu/runc.conf keeps it in the new one)"; return; }
+      { record "$case-$from" FAIL "the restored container's device cgroup ($rcg) lets it open the host's '$usable', expected nvidia$DST only"; return; }
   else
     DEVCG="device cgroup not enforced on this machine: the source could open '$SRC_USABLE', the restored '$usable'"
   fi

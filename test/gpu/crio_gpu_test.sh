@@ -12,8 +12,8 @@
 # gpuckpt's CRIU plugin: conmon starts runc (restore) with only CRI-O's monitor_env, so CRIU_LIBS_DIR does not reach
 # CRIU. As on a real node, /etc/criu/runc.conf (which runc hands CRIU) names the plugin's dir with `libdir`, the way
 # the chart writes it; the file is put back after the run. CRI-O deletes CRIU's restore.log after a successful
-# restore: the test's criu wrapper copies it first, for the check that the plugin restored by the plan. CRI-O pulls
-# images with /etc/containers/policy.json, which a CRI-O node has (containers-common); where it is absent the test
+# restore: the test's criu wrapper keeps it through a hard link, for the check that the plugin restored by the plan.
+# CRI-O pulls images with /etc/containers/policy.json, which a CRI-O node has (containers-common); where it is absent the test
 # writes an accept-anything one for the run and removes it after.
 #
 # Cases (CRI_GPU_CASES picks; default both), each restored from the archive path:
@@ -61,7 +61,7 @@ AGENT_PID='' NRI_PID='' REGISTRY_PID='' PODRES_PID='' POLICY_WRITTEN=''
 save_logs() {
   [ -n "$LOGS" ] || return 0
   mkdir -p "$LOGS"
-  for f in crio/crio.log nri.log agent.log state/hook.log podres.log registry/registry.log install.log; do
+  for f in crio/crio.log nri.log agent.log state/hook.log podres.log registry/registry.log install.log runc-calls.log; do
     [ -f "$WORK/$f" ] && cp "$WORK/$f" "$LOGS/"
   done
   cp -r "$WORK"/out-* "$WORK/criu-logs" "$LOGS/" 2>/dev/null
@@ -90,17 +90,21 @@ install_crio() {
   mkdir -p "$P/crio" "$WORK/criu-logs" && tar -C "$P/crio" -xJf "$CARRY/crio.tar.xz" && cri_gpu_install || return 1
   cri_gpu_wrap "$P/crio/crio"
   cri_gpu_wrap "$P/root/usr/bin/conmon"
-  # CRI-O deletes CRIU's restore.log (in the container's bundle) once runc restore returned: keep a copy as CRIU
-  # exits. Not exec: the copy runs after CRIU.
+  # CRI-O deletes CRIU's restore.log (in the container's bundle, created by CRI-O before it starts conmon) once runc
+  # restore returned: a hard link to it, made before CRIU opens it (O_TRUNC keeps the inode), keeps what CRIU
+  # writes. exec, never a child: runc moves the process it started (this one) into the new container's cgroup, and
+  # a child forked before that move would stay behind with the whole restored tree (stop 7's CRI-O "outside the
+  # device cgroup" result was this wrapper's doing). calls.log: each call, and its cgroup a second in (after runc's
+  # move), read by a process that is not CRIU's child (CRIU fails a restore on a child's exit it did not expect).
   cat > "$P/bin/criu" <<WRAP
 #!/bin/sh
-GPUCKPT_CRIU_ROOT=$P/criu "$CARRY/bin/criu" "\$@"
-rc=\$?
 for f in $CRIO_DIR/runroot/overlay-containers/*/userdata/restore.log; do
   [ -f "\$f" ] || continue
-  id=\${f%/userdata/restore.log}; cp "\$f" "$WORK/criu-logs/\${id##*/}-restore.log"
+  id=\${f%/userdata/restore.log}; ln -f "\$f" "$WORK/criu-logs/\${id##*/}-restore.log"
 done
-exit \$rc
+echo "criu \$* (pid \$\$, parent \$(tr '\\0' ' ' < /proc/\$PPID/cmdline | cut -c1-200))" >> $WORK/criu-logs/calls.log
+( ( sleep 1; echo "  criu \$\$'s cgroup 1 s in: \$(cat /proc/\$\$/cgroup 2>&1 | tr '\\n' ' ')" >> $WORK/criu-logs/calls.log ) & )
+GPUCKPT_CRIU_ROOT=$P/criu exec "$CARRY/bin/criu" "\$@"
 WRAP
   chmod 755 "$P/bin/criu"
 }

@@ -183,17 +183,41 @@ crio_rejected_stage() {
 
 ours() { head -1 "$1" 2>/dev/null | grep -qxF "$config_marker"; }
 
+# Why runc on this node needs `manage-cgroups ignore` in runc.conf, or nothing. runc before 1.2 on cgroup v2 gives
+# CRIU no cgroup root (runc 3438ef30b does): CRIU then restores a process into the checkpointed container's cgroup,
+# with that container's device filter and limits, not the new container's (a GPU restore could then open GPUs its
+# pod was not given: measured with containerd 2.1.9 and CRI-O 1.36.3 on 2x H100, docs/kubernetes.md). With the line
+# CRIU leaves it where runc put CRIU: the new container's cgroup. A runc that does not answer on cgroup v2 gets it
+# too (the safe side); cgroup v1 and runc >= 1.2 do not need it.
+runc_cgroup_reason() {
+  [ -e "$(host_path /sys/fs/cgroup/cgroup.controllers)" ] || return 0
+  version=$(on_host runc --version 2>/dev/null | sed -n 's/^runc version \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -1) || version=
+  case "$version" in
+    '') echo "cgroup v2 and the host's runc did not say its version" ;;
+    0.*|1.0|1.0.*|1.1|1.1.*) echo "runc $version on cgroup v2" ;;
+  esac
+}
+
 install_criu_configs() {
   [ -n "${GPUCKPT_CRIU_CONFIG_DIR:-}" ] || return 0
   need GPUCKPT_CRIU_CONFIG_SRC
   head -1 "$GPUCKPT_CRIU_CONFIG_SRC" | grep -qxF "$config_marker" || die "$GPUCKPT_CRIU_CONFIG_SRC does not start with '$config_marker'"
+  runc_reason=$(runc_cgroup_reason)
   for name in ${GPUCKPT_CRIU_CONFIG_NAMES:-runc.conf crun.conf}; do
     dest="$(host_path "$GPUCKPT_CRIU_CONFIG_DIR")/$name"
     if [ -e "$dest" ] && ! ours "$dest"; then
       log "WARNING: $GPUCKPT_CRIU_CONFIG_DIR/$name exists and is not gpuckpt's: left as it is. Add gpuckpt's options to it yourself (docs/deploy.md#criu-configuration), or remove it to let gpuckpt manage it."
       continue
     fi
-    put "$GPUCKPT_CRIU_CONFIG_SRC" "$dest" 0644
+    if [ "$name" = runc.conf ] && [ -n "$runc_reason" ]; then
+      s=$(stage "$GPUCKPT_CRIU_CONFIG_SRC" "$dest" 0644)
+      printf '# Added by the installer (%s): keeps a restored process in its new container'"'"'s cgroup.\nmanage-cgroups ignore\n' \
+        "$runc_reason" >> "$s" || { rm -f "$s"; die "cannot write $s on the host"; }
+      commit "$s" "$dest"
+      log "$GPUCKPT_CRIU_CONFIG_DIR/runc.conf: manage-cgroups ignore ($runc_reason: restores would otherwise land in the checkpointed container's cgroup)"
+    else
+      put "$GPUCKPT_CRIU_CONFIG_SRC" "$dest" 0644
+    fi
   done
 }
 
