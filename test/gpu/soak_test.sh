@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Soak and concurrency through the agent (started as the other container tests start it, node_test_lib.sh):
 #   soak        SOAK_CYCLES (50; 20 without a GPU, CI's case) checkpoint/restore cycles of one GPU container (the
-#               CUDA counter, SOAK_MIB MiB of GPU memory): `gpuckpt checkpoint`, container removed, `gpuckpt restore`, progress, archive removed. One
-#               line per cycle: the agent's RSS, open fds and threads, the GPU's memory used with the container
+#               CUDA counter, SOAK_MIB MiB of GPU memory): `gpuckpt checkpoint`, container removed, `gpuckpt
+#               restore`, progress, archive removed. One line per cycle: the agent's RSS, open fds and threads, the GPU's memory used with the container
 #               removed and after its restore, and what is left: restore plans, the agent's temporary files in the
 #               checkpoint directory, job records, the hook's container records, /tmp/gpuckpt-load-*. Fails when
 #               the agent's RSS grows by more than SOAK_RSS_SLACK_KB (16384) after the warm-up (5 cycles), its fds or
