@@ -3,6 +3,8 @@
 # Environment: CRIU (default `criu`), CRIU_HOOKS (the hook count that CRIU has, asserted when given).
 # Checks from CRIU's own logs that the plugin was loaded with the hook count this CRIU takes and declined
 # cleanly (no GPU here), and that the restored process went on counting from where it was.
+# A CRIU older than 4.2 on a machine without hardware breakpoints runs with its FI_NO_BREAKPOINTS switch (the
+# dump would hang otherwise; scripts/lib/criu-probe.sh says why).
 # Exit 0 pass, 77 skipped (no root / no working CRIU), anything else fails.
 set -uo pipefail
 
@@ -19,7 +21,13 @@ command -v python3 >/dev/null || skip "no python3 for the counting workload"
 "$CRIU" check >/dev/null 2>&1 || skip "'criu check' fails on this kernel"
 # shellcheck disable=SC1091 # the repository's shell library
 . "$(dirname "$0")/../../scripts/lib/criu-probe.sh"
-criu_dump_works "$CRIU" || skip "$CRIU_PROBE_REASON"
+if ! criu_dump_works "$CRIU"; then
+  # CRIU < 4.2 on a machine without hardware breakpoints: its own no-breakpoint path (dump and restore), so the
+  # plugin is still tested inside this CRIU's hook table. Runtimes cannot pass this on (scripts/lib/criu-probe.sh).
+  [ "$CRIU_PROBE_NO_BREAKPOINTS" = 1 ] || skip "$CRIU_PROBE_REASON"
+  export CRIU_FAULT=$CRIU_FAULT_NO_BREAKPOINTS
+  echo "NOTE: $CRIU runs with CRIU_FAULT=$CRIU_FAULT (FI_NO_BREAKPOINTS): hardware breakpoints do not work here"
+fi
 [ -f "$PLUGIN" ] || { echo "FAILED: $PLUGIN not built"; exit 1; }
 # A sanitizer build's plugin needs its runtime loaded first, which CRIU (not instrumented) does not do.
 ldd "$PLUGIN" 2>/dev/null | grep -qE 'lib(asan|ubsan)' && skip "plugin built with sanitizers cannot load into CRIU"
