@@ -78,7 +78,7 @@ gone "$COUNTER_PID" || fail "the dumped process $COUNTER_PID did not go away"
 AT_DUMP=$(cat "$WORK/count")
 mv "$WORK/img/dump.log" "$WORK/dump.log"
 
-HOOKS=${CRIU_HOOKS:-1[23]}   # CRIU_HOOKS: the hook count this CRIU has (4.1: 12, 4.2: 13); else either
+HOOKS=${CRIU_HOOKS:-1[2-5]}   # CRIU_HOOKS: the hook count this CRIU has (4.1: 12, 4.2: 13, criu-dev: 15); else any
 grep -q "Plugin \"gpuckpt\" (version 512 hooks $HOOKS)" "$WORK/dump.log" \
   || fail "CRIU did not load gpuckpt as a 0.2.0 plugin with $HOOKS hooks: $(grep 'Plugin "gpuckpt"' "$WORK/dump.log")"
 grep -q "gpuckpt: plugin loaded for dump; host CRIU has $HOOKS plugin hooks (cr_plugin_ctl is" "$WORK/dump.log" \
@@ -86,6 +86,17 @@ grep -q "gpuckpt: plugin loaded for dump; host CRIU has $HOOKS plugin hooks (cr_
 grep -q 'gpuckpt: cuda: no NVIDIA GPU on this node' "$WORK/dump.log" || fail "the CUDA backend did not decline"
 grep -q 'gpuckpt: amd: ' "$WORK/dump.log" || fail "the AMD backend was not offered the dump"
 grep -E 'Error|gpuckpt: .*(error|failed)' "$WORK/dump.log" | grep -v 'rlimit' && fail "errors in the dump log"
+# CRIU logs every hook it calls ("plugin: `NAME' hook N -> ADDRESS", -v4): the hooks this CRIU has reach the
+# plugin, and none beyond them. PAUSE_DEVICES 10, CHECKPOINT_DEVICES 11 (4.0 on), DUMP_DEVICES_LATE 14 (criu-dev's
+# 15 hooks: called after every task's memory is dumped, where the AMD backend unpauses the GPU).
+called() { grep -q "plugin: \`gpuckpt' hook $2 -> " "$WORK/$1"; }
+called dump.log 10 || fail "CRIU did not call gpuckpt's PAUSE_DEVICES (hook 10)"
+called dump.log 11 || fail "CRIU did not call gpuckpt's CHECKPOINT_DEVICES (hook 11)"
+if [ -n "${CRIU_HOOKS:-}" ] && [ "$CRIU_HOOKS" -ge 15 ]; then
+  called dump.log 14 || fail "this CRIU has DUMP_DEVICES_LATE ($CRIU_HOOKS hooks) but did not call gpuckpt's (hook 14)"
+elif [ -n "${CRIU_HOOKS:-}" ]; then
+  called dump.log 14 && fail "a CRIU with $CRIU_HOOKS hooks called hook 14 of gpuckpt"
+fi
 
 "$CRIU" restore -D "$WORK/img" -o restore.log -v4 -d --libdir "$WORK/lib" --pidfile "$WORK/restored.pid" \
   || fail "criu restore failed"
@@ -95,6 +106,10 @@ grep -q 'gpuckpt: plugin loaded for restore' "$WORK/restore.log" || fail "the pl
 grep -q 'gpuckpt: the image inventory does not list gpuckpt: the checkpoint used no GPU, plugin inactive' \
   "$WORK/restore.log" || fail "the plugin did not decline the GPU-less image"
 grep -q 'Restore finished successfully' "$WORK/restore.log" || fail "CRIU did not finish the restore"
+called restore.log 9 || fail "CRIU did not call gpuckpt's RESUME_DEVICES_LATE (hook 9)"
+if [ -n "${CRIU_HOOKS:-}" ] && [ "$CRIU_HOOKS" -ge 13 ]; then
+  called restore.log 12 || fail "this CRIU has POST_FORKING ($CRIU_HOOKS hooks) but did not call gpuckpt's (hook 12)"
+fi
 
 # It continues from where it was: the count resumes at the dumped value and grows.
 sleep 1
