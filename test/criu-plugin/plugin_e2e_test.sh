@@ -16,7 +16,7 @@ skip() { echo "SKIPPED: $*"; exit 77; }
 fail() { echo "FAILED: $*"; for f in "$WORK"/*.log "$WORK"/img/*.log; do [ -f "$f" ] && { echo "--- $f (gpuckpt/errors)"; grep -E "gpuckpt|Error|rror " "$f" | tail -40; }; done; exit 1; }
 
 [ "$(id -u)" = 0 ] || skip "CRIU needs root"
-command -v "$CRIU" >/dev/null || skip "no criu on PATH (scripts/setup.sh installs one)"
+command -v "$CRIU" >/dev/null || skip "no CRIU at '$CRIU' (scripts/setup.sh installs criu, criu-trixie and criu-sid; scripts/build-criu-dev.sh criu-dev)"
 command -v python3 >/dev/null || skip "no python3 for the counting workload"
 "$CRIU" check >/dev/null 2>&1 || skip "'criu check' fails on this kernel"
 # shellcheck disable=SC1091 # the repository's shell library
