@@ -102,6 +102,16 @@ TEST_CASE("the host CRIU's hook count comes from the size of cr_plugin_ctl", "[u
     HostAbi abi = criu::detect_host_abi(table({{"cr_plugin_ctl", 100}, {"check_and_remove_inventory_plugin", 0}}));
     CHECK(abi.hook_count == 12);
   }
+  SECTION("CRIU's fdstore is usable at init(RESTORE) from 13 hooks (4.2) on, where CRIU exports it") {
+    const auto with_store = [](unsigned hooks) {
+      return criu::detect_host_abi(
+          table({{"cr_plugin_ctl", ctl_size(hooks)}, {"fdstore_add", 0}, {"fdstore_get", 0}}));
+    };
+    CHECK_FALSE(with_store(12).fd_store_at_init);   // 4.0 / 4.1: plugins' init runs before fdstore_init
+    CHECK(with_store(13).fd_store_at_init);
+    CHECK(with_store(15).fd_store_at_init);
+    CHECK_FALSE(criu::detect_host_abi(table({{"cr_plugin_ctl", ctl_size(15)}, {"fdstore_add", 0}})).fd_store_at_init);
+  }
   SECTION("not inside CRIU") {
     HostAbi abi = criu::detect_host_abi(table({}));
     CHECK(abi.hook_count == 0);
