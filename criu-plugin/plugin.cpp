@@ -55,7 +55,7 @@ int plugin_init(int stage) noexcept {
     }
     log::info(std::string("plugin loaded for ") + stage_name(stage) + "; host CRIU has " +
               std::to_string(abi.hook_count) + " plugin hooks (" + abi.evidence + "), announcing " +
-              std::to_string(abi.max_hooks()) + "; CRIU's fdstore usable from init: " +
+              std::to_string(abi.max_hooks()) + "; CRIU's fdstore usable from init(RESTORE): " +
               (abi.fd_store_at_init ? "yes" : "no"));
     if (stage == criu::kStageRestore && !criu::take_from_inventory(kPluginName)) {
       log::info("the image inventory does not list gpuckpt: the checkpoint used no GPU, plugin inactive");

@@ -110,8 +110,8 @@ called restore.log 9 || fail "CRIU did not call gpuckpt's RESUME_DEVICES_LATE (h
 # CRIU 4.2 and later set up their fdstore before the plugins' init (the AMD parallel restore socket goes there).
 if [ -n "${CRIU_HOOKS:-}" ]; then
   [ "$CRIU_HOOKS" -ge 13 ] && STORE=yes || STORE=no
-  grep -q "gpuckpt: plugin loaded for restore; .*; CRIU's fdstore usable from init: $STORE" "$WORK/restore.log" \
-    || fail "the plugin did not find CRIU's fdstore usable from init = $STORE with $CRIU_HOOKS hooks"
+  grep -q "gpuckpt: plugin loaded for restore; .*; CRIU's fdstore usable from init(RESTORE): $STORE" "$WORK/restore.log" \
+    || fail "the plugin did not find CRIU's fdstore usable from init(RESTORE) = $STORE with $CRIU_HOOKS hooks"
 fi
 if [ -n "${CRIU_HOOKS:-}" ] && [ "$CRIU_HOOKS" -ge 13 ]; then
   called restore.log 12 || fail "this CRIU has POST_FORKING ($CRIU_HOOKS hooks) but did not call gpuckpt's (hook 12)"
