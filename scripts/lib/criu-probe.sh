@@ -13,8 +13,10 @@
 # probes this at start (commit 1eaa870cc, "kerndat: check that hardware breakpoints work", PR #2660) and then
 # steps to the sigreturn with PTRACE_SYSCALL instead; CRIU 4.1.x and older hang in every dump, whatever runtime
 # drives them. Their fault-injection switch FI_NO_BREAKPOINTS (CRIU_FAULT=130, same number in 4.0 - criu-dev)
-# takes the same no-breakpoint path in dump and restore: a test that runs such a CRIU itself may set it; a runtime
-# (runc, podman, containerd, CRI-O) does not pass it on, so for them this CRIU stays unusable here.
+# takes the same no-breakpoint path in dump and restore: a test that runs such a CRIU itself may set it. Runtimes
+# (runc, podman, containerd, CRI-O) start CRIU with their own environment, so it would have to be set for each
+# runtime process; gpuckpt does not do that on nodes (a fault-injection switch is no production setting): such a
+# machine needs CRIU >= 4.2.
 CRIU_FAULT_NO_BREAKPOINTS=130
 criu_dump_works() {
   local criu=${1:-criu} cpu boot key cache
