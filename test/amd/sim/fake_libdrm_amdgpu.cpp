@@ -234,7 +234,8 @@ int amdgpu_bo_list_destroy(amdgpu_bo_list_handle handle) {
   return 0;
 }
 
-int amdgpu_cs_submit(amdgpu_context_handle, uint64_t, struct amdgpu_cs_request* ibs_request, uint32_t number_of_requests) {
+int amdgpu_cs_submit(amdgpu_context_handle, uint64_t, struct amdgpu_cs_request* ibs_request,
+                     uint32_t number_of_requests) {
   Engine& e = engine();
   std::lock_guard lock(e.mutex);
   for (uint32_t r = 0; r < number_of_requests; ++r) {
