@@ -192,22 +192,23 @@ Result<void> drop_pages_in_task(int pid, const std::vector<MemoryRange>& ranges)
   return result;
 }
 
-Result<int> fd_store_add(int fd) {
-  const Services& s = services();
-  if (!s.abi.fd_store_at_init || s.fdstore_add == nullptr)
+namespace {
+// fdstore_add (fd in, id out) and fdstore_get (id in, fd out) have one shape: an int in, a non-negative int out.
+Result<int> call_fd_store(FdStoreAddFn fn, int arg, const std::string& what) {
+  if (!services().abi.fd_store_at_init || fn == nullptr)
     return make_error("this CRIU has no fdstore usable by plugins (CRIU 4.2 or later has one)", ENOTSUP);
-  const int id = s.fdstore_add(fd);
-  if (id < 0) return make_error("CRIU's fdstore_add failed for fd " + std::to_string(fd) + " (see CRIU's log)", EIO);
-  return id;
+  const int out = fn(arg);
+  if (out < 0) return make_error("CRIU's " + what + " failed (see CRIU's log)", EIO);
+  return out;
+}
+}  // namespace
+
+Result<int> fd_store_add(int fd) {
+  return call_fd_store(services().fdstore_add, fd, "fdstore_add of fd " + std::to_string(fd));
 }
 
 Result<int> fd_store_get(int id) {
-  const Services& s = services();
-  if (!s.abi.fd_store_at_init || s.fdstore_get == nullptr)
-    return make_error("this CRIU has no fdstore usable by plugins (CRIU 4.2 or later has one)", ENOTSUP);
-  const int fd = s.fdstore_get(id);
-  if (fd < 0) return make_error("CRIU's fdstore_get failed for id " + std::to_string(id) + " (see CRIU's log)", EIO);
-  return fd;
+  return call_fd_store(services().fdstore_get, id, "fdstore_get of id " + std::to_string(id));
 }
 
 bool set_interrupt_only_mode() {
