@@ -104,6 +104,9 @@ int hook_restore_ext_file_v1(int id) {
   return offer("RESTORE_EXT_FILE", [&](Backend& b) { return b.restore_ext_file(id, nullptr); });
 }
 int hook_restore_ext_file_v2(int id, bool* retry_needed) {
+  // criu-dev leaves *retry_needed uninitialised and reads it whenever a plugin returns an fd: "no retry" unless
+  // a backend asks for one, whatever backend answers.
+  if (retry_needed != nullptr) *retry_needed = false;
   return offer("RESTORE_EXT_FILE", [&](Backend& b) { return b.restore_ext_file(id, retry_needed); });
 }
 int hook_handle_device_vma(int fd, const struct stat* st) {
