@@ -52,6 +52,11 @@ enum Hook : unsigned {
 inline constexpr unsigned kMinimumHostHooks = kCheckpointDevices + 1;   // 12: CRIU 4.0
 // The first hook count known to come with RESTORE_EXT_FILE(int id, bool *retry_needed) (criu-dev's RESTORE_INIT).
 inline constexpr unsigned kHooksWithRestoreRetry = kRestoreInit + 1;
+// CRIU's fdstore (fdstore_add / fdstore_get, exported) is set up before the plugins' init(RESTORE) from 4.2 on:
+// POST_FORKING (13 hooks) came with the commit that moved cr_plugin_init after fdstore_init (CRIU 497109eb4,
+// 2024-11, first released in 4.2). In 4.0 / 4.1 the plugins' init runs first, and fdstore_add would use the
+// store before it exists.
+inline constexpr unsigned kHooksWithFdStoreAtInit = kPostForking + 1;
 
 enum Stage : int { kStageDump = 0, kStagePreDump = 1, kStageRestore = 2 };
 
@@ -99,6 +104,11 @@ using CompelPrepareFn = CompelCtl* (*)(int pid);
 using CompelSyscallFn = int (*)(CompelCtl* ctl, int nr, long* ret, unsigned long arg1, unsigned long arg2,
                                 unsigned long arg3, unsigned long arg4, unsigned long arg5, unsigned long arg6);
 using CompelCureFn = int (*)(CompelCtl* ctl);
+// CRIU's fdstore: fdstore_add(fd) keeps a reference to fd's file and returns its id; fdstore_get(id) returns a
+// new fd of that file in the calling process (the store is a socket every restored process inherits as a
+// CRIU service fd).
+using FdStoreAddFn = int (*)(int fd);
+using FdStoreGetFn = int (*)(int id);
 
 }  // extern "C"
 

@@ -25,6 +25,8 @@ struct Services {
   CompelPrepareFn compel_prepare = nullptr;
   CompelSyscallFn compel_syscall = nullptr;
   CompelCureFn compel_cure = nullptr;
+  FdStoreAddFn fdstore_add = nullptr;
+  FdStoreGetFn fdstore_get = nullptr;
   const int* final_state = nullptr;   // &opts.final_state (first member of struct cr_options)
   std::mutex inventory_mutex;
   std::set<std::string> added_to_inventory;
@@ -82,6 +84,7 @@ HostAbi detect_host_abi(const SymbolLookup& lookup) {
   // from RESTORE_INIT (14 hooks) on (criu_abi.h). Below that we use the one-argument form: the two-argument
   // one called with one argument would read a stray register as a pointer.
   abi.restore_ext_file_has_retry = abi.hook_count >= kHooksWithRestoreRetry;
+  abi.fd_store_at_init = abi.hook_count >= kHooksWithFdStoreAtInit && lookup("fdstore_add") && lookup("fdstore_get");
   return abi;
 }
 
@@ -98,6 +101,8 @@ void bind_host(const SymbolLookup& lookup) {
   s.compel_prepare = function<CompelPrepareFn>(lookup, "compel_prepare");
   s.compel_syscall = function<CompelSyscallFn>(lookup, "compel_syscall");
   s.compel_cure = function<CompelCureFn>(lookup, "compel_cure");
+  s.fdstore_add = function<FdStoreAddFn>(lookup, "fdstore_add");
+  s.fdstore_get = function<FdStoreGetFn>(lookup, "fdstore_get");
   auto opts = lookup("opts");
   s.final_state = opts ? static_cast<const int*>(opts->address) : nullptr;
 }
@@ -185,6 +190,25 @@ Result<void> drop_pages_in_task(int pid, const std::vector<MemoryRange>& ranges)
   if (s.compel_cure(ctl) != 0 && result)
     result = make_error("compel could not release pid " + std::to_string(pid) + " after the syscall", EIO);
   return result;
+}
+
+namespace {
+// fdstore_add (fd in, id out) and fdstore_get (id in, fd out) have one shape: an int in, a non-negative int out.
+Result<int> call_fd_store(FdStoreAddFn fn, int arg, const std::string& what) {
+  if (!services().abi.fd_store_at_init || fn == nullptr)
+    return make_error("this CRIU has no fdstore usable by plugins (CRIU 4.2 or later has one)", ENOTSUP);
+  const int out = fn(arg);
+  if (out < 0) return make_error("CRIU's " + what + " failed (see CRIU's log)", EIO);
+  return out;
+}
+}  // namespace
+
+Result<int> fd_store_add(int fd) {
+  return call_fd_store(services().fdstore_add, fd, "fdstore_add of fd " + std::to_string(fd));
+}
+
+Result<int> fd_store_get(int id) {
+  return call_fd_store(services().fdstore_get, id, "fdstore_get of id " + std::to_string(id));
 }
 
 bool set_interrupt_only_mode() {

@@ -27,6 +27,7 @@ SymbolLookup process_symbols();
 struct HostAbi {
   unsigned hook_count = 0;   // CRIU's CR_PLUGIN_HOOK__MAX; 0 = not running inside CRIU
   bool restore_ext_file_has_retry = false;
+  bool fd_store_at_init = false;   // CRIU's fdstore exists when the plugin's init(RESTORE) runs (criu_abi.h)
   std::string evidence;      // how hook_count was found, for the log
 
   bool supported() const { return hook_count >= kMinimumHostHooks; }
@@ -72,6 +73,13 @@ struct MemoryRange {
 };
 bool can_drop_pages_in_task();
 Result<void> drop_pages_in_task(int pid, const std::vector<MemoryRange>& ranges);
+
+// CRIU's fdstore (criu_abi.h), for fds the main CRIU process hands to the restored processes: CRIU keeps them
+// across its own fd handling in those processes, which closes or reuses every fd number that is not its own.
+// Usable from the plugin's init(RESTORE) on where host_abi().fd_store_at_init; fd_store_get's fd belongs to the
+// caller. Both fail with ENOTSUP where the store is not usable.
+Result<int> fd_store_add(int fd);
+Result<int> fd_store_get(int id);
 
 // Ask compel to seize tasks with PTRACE_INTERRUPT only (no cgroup freezer), so a plugin can let one thread of
 // a frozen task run. Returns false when this CRIU has no such mode.

@@ -55,7 +55,8 @@ int plugin_init(int stage) noexcept {
     }
     log::info(std::string("plugin loaded for ") + stage_name(stage) + "; host CRIU has " +
               std::to_string(abi.hook_count) + " plugin hooks (" + abi.evidence + "), announcing " +
-              std::to_string(abi.max_hooks()));
+              std::to_string(abi.max_hooks()) + "; CRIU's fdstore usable from init(RESTORE): " +
+              (abi.fd_store_at_init ? "yes" : "no"));
     if (stage == criu::kStageRestore && !criu::take_from_inventory(kPluginName)) {
       log::info("the image inventory does not list gpuckpt: the checkpoint used no GPU, plugin inactive");
       return 0;
@@ -103,6 +104,9 @@ int hook_restore_ext_file_v1(int id) {
   return offer("RESTORE_EXT_FILE", [&](Backend& b) { return b.restore_ext_file(id, nullptr); });
 }
 int hook_restore_ext_file_v2(int id, bool* retry_needed) {
+  // criu-dev leaves *retry_needed uninitialised and reads it whenever a plugin returns an fd: "no retry" unless
+  // a backend asks for one, whatever backend answers.
+  if (retry_needed != nullptr) *retry_needed = false;
   return offer("RESTORE_EXT_FILE", [&](Backend& b) { return b.restore_ext_file(id, retry_needed); });
 }
 int hook_handle_device_vma(int fd, const struct stat* st) {

@@ -152,8 +152,9 @@ CRIU_LIBS=(libc6 libbsd0 libffi8 libgmp10 libgnutls30t64 libhogweed6t64 libidn2-
 # run through a wrapper: trixie's 4.1.1 (the CRIU the project targets)
 # and sid's 4.2.x. The plugin e2e test runs inside both (different hook tables). `criu` on PATH is the first that
 # passes `criu check` AND dumps a sleeping process (scripts/lib/criu-probe.sh): a distro CRIU >= 4.0, else trixie's,
-# else sid's — `criu check` passing does not mean CRIU can dump: trixie's 4.1.1 hangs in its parasite's cure on some
-# virtual CPUs (AMD EPYC / Turin-like guests, kernel 6.18), where sid's 4.2.1 dumps.
+# else sid's — `criu check` passing does not mean CRIU can dump: trixie's 4.1.1 hangs in every dump on virtual
+# machines that do not deliver hardware breakpoints (seen on AMD EPYC guests, kernel 6.18); 4.2 detects that and
+# does without them (CRIU commit 1eaa870cc; scripts/lib/criu-probe.sh).
 install_criu_bundle() { # SUITE DIR WRAPPER EXTRA-PACKAGES...
   local suite=$1 dir=$2 wrapper=$3; shift 3
   [ -x "$wrapper" ] && criu_version_ok "$wrapper" && return 0

@@ -699,9 +699,12 @@ class AmdBackend final : public plugin::Backend {
       }
     }
     if (parallel) {
-      auto server = ParallelRestoreServer::create();
+      auto server = ParallelRestoreServer::create(deps_.fd_store ? &*deps_.fd_store : nullptr);
       if (server) {
         server_ = std::move(*server);
+        log::info(server_->in_fd_store()
+                      ? "amd: parallel restore socket kept in CRIU's fdstore for the restored processes"
+                      : "amd: parallel restore socket inherited by the restored processes (no fdstore in this CRIU)");
       } else {
         log::warn("amd: " + server.error().message + "; BO contents restore in-process");
       }

@@ -12,6 +12,7 @@
 #include "common/result.h"
 #include "criu-plugin/amd/amd_device.h"
 #include "criu-plugin/amd/config.h"
+#include "criu-plugin/amd/parallel_restore.h"
 #include "criu-plugin/backend.h"
 
 namespace gpuckpt::amd {
@@ -24,6 +25,9 @@ struct AmdBackendDeps {
   std::optional<AmdConfig> config;                 // unset: read from the environment in init()
   // Stops a restored task whose GPU work cannot resume (kill(2) by default).
   std::function<int(int pid, int signal)> kill_task;
+  // CRIU's fdstore where the host has one at init(RESTORE) (4.2 on): carries the parallel restore socket into
+  // the restored processes. Unset: they use the inherited fd (criu-plugin/amd/parallel_restore.h).
+  std::optional<FdStore> fd_store;
 };
 
 std::unique_ptr<plugin::Backend> make_amd_backend(AmdBackendDeps deps);

@@ -12,6 +12,7 @@ std::unique_ptr<Backend> make_amd_backend() {
   deps.host = HostRoot("/");
   deps.image_dir_fd = [] { return criu::image_dir_fd(); };
   deps.add_to_inventory = [] { return criu::add_to_inventory(kPluginName); };
+  if (criu::host_abi().fd_store_at_init) deps.fd_store = amd::FdStore{criu::fd_store_add, criu::fd_store_get};
   return amd::make_amd_backend(std::move(deps));
 }
 

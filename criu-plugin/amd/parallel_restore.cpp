@@ -146,24 +146,55 @@ Result<void> send_restore_job(int channel_fd, const RestoreJob& job) {
 
 }  // namespace
 
-Result<void> ParallelRestoreServer::send_job(const RestoreJob& job) const {
-  struct stat st {};
-  if (::fstat(send_fd_, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino != send_inode_) {
-    return make_error("the parallel restore socket (fd " + std::to_string(send_fd_) +
-                          ") did not survive into the restored process",
-                      EBADF);
+Result<int> ParallelRestoreServer::sender_here(bool* owned) const {
+  *owned = false;
+  if (store_id_ < 0) return send_fd_;
+  auto fd = store_.get(store_id_);
+  if (!fd) {
+    return make_error("the parallel restore socket could not be taken from CRIU's fdstore (id " +
+                          std::to_string(store_id_) + "): " + fd.error().message,
+                      fd.error().errno_value);
   }
-  return send_restore_job(send_fd_, job);
+  *owned = true;
+  return *fd;
 }
 
-Result<std::unique_ptr<ParallelRestoreServer>> ParallelRestoreServer::create() {
+Result<void> ParallelRestoreServer::send_job(const RestoreJob& job) const {
+  bool owned = false;
+  auto fd = sender_here(&owned);
+  if (!fd) return fd.error();
+  struct stat st {};
+  Result<void> sent;
+  if (::fstat(*fd, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino != send_inode_) {
+    sent = make_error("the parallel restore socket (fd " + std::to_string(*fd) +
+                          (owned ? ", from CRIU's fdstore" : ", inherited") +
+                          ") did not survive into the restored process",
+                      EBADF);
+  } else {
+    sent = send_restore_job(*fd, job);
+  }
+  if (owned) ::close(*fd);
+  return sent;
+}
+
+Result<std::unique_ptr<ParallelRestoreServer>> ParallelRestoreServer::create(const FdStore* store) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) < 0) {
     return make_error(std::string("parallel restore: socketpair failed: ") + std::strerror(errno), errno);
   }
   struct stat st {};
   ::fstat(fds[1], &st);
-  return std::unique_ptr<ParallelRestoreServer>(new ParallelRestoreServer(fds[0], fds[1], st.st_ino));
+  std::unique_ptr<ParallelRestoreServer> server(new ParallelRestoreServer(fds[0], fds[1], st.st_ino));
+  if (store != nullptr && store->add && store->get) {
+    if (auto id = store->add(fds[1]); id) {
+      server->store_ = *store;
+      server->store_id_ = *id;
+    } else {
+      log::warn("amd: the parallel restore socket could not be put in CRIU's fdstore (" + id.error().message +
+                "): restored processes use the inherited fd, which CRIU may close first");
+    }
+  }
+  return server;
 }
 
 ParallelRestoreServer::~ParallelRestoreServer() {

@@ -1,5 +1,6 @@
-// The SDMA copy path through libdrm_amdgpu (system device only). NOT RUN ON AMD HARDWARE: it is compiled and
-// kept honest (every libdrm error is reported), but no test exercises it; see docs/amd.md.
+// The SDMA copy path through libdrm_amdgpu (system device only). NOT RUN ON AMD HARDWARE: every libdrm error is
+// reported, and test/amd/sdma_copier_test.cpp runs it against a libdrm_amdgpu stand-in whose engine executes the
+// packets (test/amd/sim/fake_libdrm_amdgpu.cpp); see docs/amd.md.
 #pragma once
 
 #include <cstddef>

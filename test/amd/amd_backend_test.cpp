@@ -160,6 +160,13 @@ TEST_CASE("Restore onto renumbered GPUs remaps gpu_ids, render minors and mmap o
       target.kfd->fstat(plugin_fd, &st);
       CHECK(major(st.st_rdev) == 226);
       CHECK((minor(st.st_rdev) == 130 || minor(st.st_rdev) == 131));
+      // The mapping must be made through the DRM file the BOs were restored in: another open of the same node
+      // is refused the offset (DRM grants mmap offsets per open file).
+      CHECK(target.kfd->app_mmap_allowed(400, plugin_fd, new_offset));
+      const int other_open = target.kfd->app_open_render(400, static_cast<int>(minor(st.st_rdev)));
+      REQUIRE(other_open >= 0);
+      CHECK_FALSE(target.kfd->app_mmap_allowed(400, other_open, new_offset));
+      target.kfd->close(other_open);
       ::close(plugin_fd);
     }
   }

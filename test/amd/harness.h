@@ -186,8 +186,10 @@ inline std::vector<std::pair<int, int>>& kills_requested() {
 }
 
 inline std::unique_ptr<plugin::Backend> make_backend(Node& node, const Images& images, const AmdConfig& config,
-                                                     int* inventory_calls = nullptr) {
+                                                     int* inventory_calls = nullptr,
+                                                     std::optional<FdStore> fd_store = std::nullopt) {
   AmdBackendDeps deps;
+  deps.fd_store = std::move(fd_store);
   deps.kill_task = [](int pid, int signal) {
     kills_requested().emplace_back(pid, signal);
     return 0;

@@ -102,6 +102,16 @@ TEST_CASE("the host CRIU's hook count comes from the size of cr_plugin_ctl", "[u
     HostAbi abi = criu::detect_host_abi(table({{"cr_plugin_ctl", 100}, {"check_and_remove_inventory_plugin", 0}}));
     CHECK(abi.hook_count == 12);
   }
+  SECTION("CRIU's fdstore is usable at init(RESTORE) from 13 hooks (4.2) on, where CRIU exports it") {
+    const auto with_store = [](unsigned hooks) {
+      return criu::detect_host_abi(
+          table({{"cr_plugin_ctl", ctl_size(hooks)}, {"fdstore_add", 0}, {"fdstore_get", 0}}));
+    };
+    CHECK_FALSE(with_store(12).fd_store_at_init);   // 4.0 / 4.1: plugins' init runs before fdstore_init
+    CHECK(with_store(13).fd_store_at_init);
+    CHECK(with_store(15).fd_store_at_init);
+    CHECK_FALSE(criu::detect_host_abi(table({{"cr_plugin_ctl", ctl_size(15)}, {"fdstore_add", 0}})).fd_store_at_init);
+  }
   SECTION("not inside CRIU") {
     HostAbi abi = criu::detect_host_abi(table({}));
     CHECK(abi.hook_count == 0);
@@ -150,6 +160,11 @@ TEST_CASE("the hook table follows the host", "[unit]") {
     CHECK(d14.hooks[criu::kRestoreExtFile] != nullptr);
     CHECK(d14.hooks[criu::kRestoreExtFile] != d13.hooks[criu::kRestoreExtFile]);
     CHECK(d14.hooks[criu::kRestoreInit] == nullptr);
+    // criu-dev does not initialise the flag: the entry point clears it before any backend runs.
+    bool retry_needed = true;
+    auto restore_ext_file = reinterpret_cast<criu::RestoreExtFileV2Fn>(d14.hooks[criu::kRestoreExtFile]);
+    CHECK(restore_ext_file(7, &retry_needed) == -ENOTSUP);   // not initialised by CRIU here: every hook declines
+    CHECK_FALSE(retry_needed);
   }
   SECTION("15 and more hooks: DUMP_DEVICES_LATE registered, nothing beyond the slots gpuckpt knows") {
     criu::PluginDesc d13 = plugin::make_descriptor(on(13));

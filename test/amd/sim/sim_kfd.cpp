@@ -252,7 +252,11 @@ int SimKfd::app_open_render(int pid, int render_minor) {
   if (SimProcess* p = find_process(pid)) {
     for (auto& pdd : p->pdds) {
       const SimGpu* g = gpu_by_id(pdd.actual_gpu_id);
-      if (g && g->render_minor == render_minor) pdd.vm_bound = true;
+      if (g && g->render_minor == render_minor) {
+        pdd.vm_bound = true;
+        struct stat st {};
+        if (pdd.drm_file == 0 && fd >= 0 && ::fstat(fd, &st) == 0) pdd.drm_file = st.st_ino;
+      }
     }
   }
   return fd;
@@ -365,6 +369,25 @@ void SimKfd::kill(int pid) {
   tracer_.erase(pid);
   for (int fd : app_dmabufs_[pid]) ::close(fd);
   app_dmabufs_.erase(pid);
+}
+
+bool SimKfd::app_mmap_allowed(int pid, int fd, std::uint64_t offset) const {
+  std::lock_guard lock(mutex_);
+  const SimFile* file = lookup(fd);
+  struct stat st {};
+  if (file == nullptr || file->kind != Kind::Render || ::fstat(fd, &st) != 0) return false;
+  auto it = processes_.find(pid);
+  if (it == processes_.end()) return false;
+  const SimProcess& p = it->second;
+  for (const SimBo& bo : p.bos) {
+    if (bo.mmap_offset != offset) continue;
+    for (const SimPdd& pdd : p.pdds) {
+      const SimGpu* gpu = gpu_by_id(pdd.actual_gpu_id);
+      if (pdd.user_gpu_id == bo.user_gpu_id && gpu && gpu->render_minor == file->render_minor)
+        return pdd.drm_file == st.st_ino;
+    }
+  }
+  return false;
 }
 
 bool SimKfd::has_process(int pid) const {
@@ -600,8 +623,11 @@ int SimKfd::restore(SimProcess& p, kfd_ioctl_criu_args& args) {
     if (!drm || drm->kind != Kind::Render) return -EINVAL;
     if (drm->render_minor != gpu->render_minor) return -EINVAL;   // a VM from another GPU's render node
     if (pdd->vm_bound) return -EINVAL;
+    struct stat st {};
+    if (::fstat(static_cast<int>(d.drm_fd), &st) != 0) return -EBADF;
     pdd->user_gpu_id = d.user_gpu_id;
     pdd->vm_bound = true;
+    pdd->drm_file = st.st_ino;
   }
   off += kDevicePriv * args.num_devices;
 

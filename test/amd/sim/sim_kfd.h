@@ -23,7 +23,9 @@
 //  - ioctls other than CRIU_OP only from the process that opened the fd (-EBADF otherwise);
 //  - the CPU may map (bo_read/bo_write) only CPU-accessible BOs: a VRAM BO allocated without
 //    KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC is NO_CPU_ACCESS in amdgpu, whose mmap is refused (-EPERM);
-//  - an SDMA engine per GPU copies any BO (turned off to model a node without libdrm_amdgpu).
+//  - an SDMA engine per GPU copies any BO (turned off to model a node without libdrm_amdgpu);
+//  - a BO's mmap offset is granted to one open render-node file, the one whose VM holds the BO (DRM's
+//    per-file drm_vma_node_allow): another open of the same node may not map it (-EACCES in the kernel).
 // File descriptors are real (memfd), so fd numbers, dup, SCM_RIGHTS passing, fork and pread/pwrite of BO memory
 // behave as on a real system; the simulation recognises /dev/kfd and render-node files by inode, and a dma-buf
 // by its file alone (so one sent to another process works there). KFD process state lives in the simulating
@@ -65,6 +67,7 @@ struct SimPdd {
   std::uint32_t actual_gpu_id = 0;
   std::uint32_t user_gpu_id = 0;
   bool vm_bound = false;      // a render node's VM was given to KFD (by use, or by RESTORE)
+  ino_t drm_file = 0;         // the open render-node file whose VM it is: KFD BOs are GEM objects of that file
 };
 
 // An SVM range (AMDKFD_IOC_SVM SET_ATTR): its pages are process memory; KFD keeps only its attributes.
@@ -139,6 +142,8 @@ class SimKfd final : public AmdDevice {
   // PROCESS_INFO then CHECKPOINT on `kfd_fd` as the current caller, which seizes the fd's process first as CRIU
   // does; the queues stay paused.
   SimCheckpoint checkpoint_for_test(int kfd_fd);
+  // Whether `pid` may mmap its BO at mmap offset `offset` through render-node fd `fd` (see the rules above).
+  bool app_mmap_allowed(int pid, int fd, std::uint64_t offset) const;
   // The process exits (CRIU kills it after the dump): its KFD state is gone.
   void kill(int pid);
 
