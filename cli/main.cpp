@@ -121,7 +121,9 @@ int main(int argc, char** argv) {
     std::printf("\noutput: -o json|yaml (verbs with structured output; failures too, as an error object), -o wide\n"
                 "(more columns: gpus, jobs); --json is -o json.\n"
                 "environment: GPUCKPT_AGENT (agent URL, for --agent), GPUCKPT_TOKEN_FILE (for --token-file),\n"
-                "GPUCKPT_LOG_LEVEL (error|warn|info|debug).\n"
+                "GPUCKPT_LOG_LEVEL (error|warn|info|debug), GPUCKPT_GPU_STORE (the chunk store of store and inspect),\n"
+                "GPUCKPT_MODEL_CHECK, GPUCKPT_MEMORY_CHECK, GPUCKPT_FIRMWARE_CHECK, GPUCKPT_LINK_CHECK,\n"
+                "GPUCKPT_NUMA_CHECK (0: relax that GPU check where match and inspect judge here).\n"
                 "exit codes: 0 ok, 1 failure, 2 bad input or refused request, 3 no GPU match.\n"
                 "reference: docs/cli.md\n");
     return argc < 2 ? 2 : 0;

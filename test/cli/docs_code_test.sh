@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2015 # ok/bad always return 0
+# Docs and help that restate the code are held against it (issue 23):
+# - the kubectl plugin's "What a restore is on a node" lines name the runtime kinds `gpuckpt runtime --help` lists
+#   (node/runtime_kinds.h, the table the agent's GET /v1/runtime answers from), each with the same restore unit;
+# - every GPUCKPT_* variable the CLI reads (getenv in cli/, and MatchPolicy::from_env's in common/matcher.cpp where a
+#   cli/ verb calls it) is in `gpuckpt --help`'s environment lines and in docs/cli.md's Environment table.
+set -euo pipefail
+BUILD=$(cd "${GPUCKPT_BUILD_DIR:-$(dirname "$0")/../../build}" 2>/dev/null && pwd) || { echo "SKIP: no build directory"; exit 77; }
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+CLI="$BUILD/cli/gpuckpt"
+[ -x "$CLI" ] || { echo "SKIP: $CLI not built"; exit 77; }
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# ---- runtime kinds: "KIND UNIT" lines, sorted, from each side ----------------------------------------------------
+agent_kinds=$("$CLI" runtime --help | awk '/^runtime kinds/ {on = 1; next} on && /^  [a-z]+ +(container|pod) / {print $1, $2} on && /^$/ {on = 0}' | sort)
+[ "$(wc -l <<< "$agent_kinds")" -ge 4 ] && ok || bad "gpuckpt runtime --help lists the runtime kinds ($agent_kinds)"
+plugin_kinds=$(bash "$SRC/kubectl-plugin/kubectl-gpuckpt" --help |
+  sed -n 's/^  \(container\|pod\) (\([a-z, ]*\)):.*/\1 \2/p' |
+  while read -r unit kinds; do for k in ${kinds//,/ }; do echo "$k $unit"; done; done | sort)
+[ -n "$plugin_kinds" ] && ok || bad "kubectl gpuckpt --help has its 'container (KIND, ...)' / 'pod (KIND, ...)' lines"
+[ "$plugin_kinds" = "$agent_kinds" ] && ok ||
+  bad "kubectl gpuckpt --help and gpuckpt runtime --help disagree on what a restore is per runtime kind: $(diff <(echo "$plugin_kinds") <(echo "$agent_kinds") | grep '^[<>]' | tr '\n' ' ')"
+# the plugin decides by asking the agent, never by a runtime name of its own
+grep -q 'restores_as "$agent"' "$SRC/kubectl-plugin/kubectl-gpuckpt" && grep -q 'restores_as "$dst_agent"' "$SRC/kubectl-plugin/kubectl-gpuckpt" &&
+  ok || bad "kubectl gpuckpt restore and migrate ask the target's agent (restores_as) what a restore is there"
+
+# ---- environment variables ---------------------------------------------------------------------------------------
+read_by_cli=$(cat "$SRC"/cli/*.cpp "$SRC"/cli/*.h | grep -oE 'getenv\("GPUCKPT_[A-Z0-9_]+"\)' | grep -oE 'GPUCKPT_[A-Z0-9_]+' || true)
+if grep -q 'MatchPolicy::from_env' "$SRC"/cli/*.cpp; then
+  read_by_cli+=$'\n'$(grep -oE 'env_flag\("GPUCKPT_[A-Z0-9_]+"' "$SRC/common/matcher.cpp" | grep -oE 'GPUCKPT_[A-Z0-9_]+')
+fi
+read_by_cli=$(sort -u <<< "$read_by_cli" | sed '/^$/d')
+[ "$(wc -l <<< "$read_by_cli")" -ge 8 ] && ok || bad "found the variables the CLI reads ($read_by_cli)"
+help_env=$("$CLI" --help | sed -n '/^environment:/,/^exit codes:/p')
+doc_env=$(sed -n '/^## Environment/,/^## /p' "$SRC/docs/cli.md")
+for name in $read_by_cli; do
+  grep -qw -- "$name" <<< "$help_env" && ok || bad "gpuckpt --help's environment lines name $name (the CLI reads it)"
+  grep -E '^\| ' <<< "$doc_env" | grep -q -- "\`$name\`" && ok || bad "docs/cli.md's Environment table names \`$name\` (the CLI reads it)"
+done
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
