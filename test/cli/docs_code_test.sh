@@ -2,7 +2,8 @@
 # shellcheck disable=SC2015 # ok/bad always return 0
 # Docs and help that restate the code are held against it (issue 23):
 # - the kubectl plugin's "What a restore is on a node" lines name the runtime kinds `gpuckpt runtime --help` lists
-#   (node/runtime_kinds.h, the table the agent's GET /v1/runtime answers from), each with the same restore unit;
+#   (node/runtime_kinds.h, the table the agent's GET /v1/runtime answers from), each with the same restore unit, and
+#   the chart's schema offers exactly those kinds;
 # - every GPUCKPT_* variable the CLI reads (getenv in cli/, and MatchPolicy::from_env's in common/matcher.cpp where a
 #   cli/ verb calls it) is in `gpuckpt --help`'s environment lines and in docs/cli.md's Environment table.
 set -euo pipefail
@@ -23,6 +24,11 @@ plugin_kinds=$(bash "$SRC/kubectl-plugin/kubectl-gpuckpt" --help |
 [ -n "$plugin_kinds" ] && ok || bad "kubectl gpuckpt --help has its 'container (KIND, ...)' / 'pod (KIND, ...)' lines"
 [ "$plugin_kinds" = "$agent_kinds" ] && ok ||
   bad "kubectl gpuckpt --help and gpuckpt runtime --help disagree on what a restore is per runtime kind: $(diff <(echo "$plugin_kinds") <(echo "$agent_kinds") | grep '^[<>]' | tr '\n' ' ')"
+# the chart offers exactly the kinds the agent knows (values.schema.json's runtime.kind)
+chart_kinds=$(python3 -c 'import json,sys; print("\n".join(sorted(json.load(open(sys.argv[1]))["properties"]["runtime"]["properties"]["kind"]["enum"])))' \
+  "$SRC/charts/gpuckpt/values.schema.json")
+[ "$chart_kinds" = "$(cut -d' ' -f1 <<< "$agent_kinds" | sort)" ] && ok ||
+  bad "the chart's runtime.kind enum ($(echo $chart_kinds)) is the agent's kinds ($(cut -d' ' -f1 <<< "$agent_kinds" | tr '\n' ' '))"
 # the plugin decides by asking the agent, never by a runtime name of its own
 grep -q 'restores_as "$agent"' "$SRC/kubectl-plugin/kubectl-gpuckpt" && grep -q 'restores_as "$dst_agent"' "$SRC/kubectl-plugin/kubectl-gpuckpt" &&
   ok || bad "kubectl gpuckpt restore and migrate ask the target's agent (restores_as) what a restore is there"
