@@ -5,7 +5,8 @@
 #   (node/runtime_kinds.h, the table the agent's GET /v1/runtime answers from), each with the same restore unit, and
 #   the chart's schema offers exactly those kinds;
 # - every GPUCKPT_* variable the CLI reads (getenv in cli/, and MatchPolicy::from_env's in common/matcher.cpp where a
-#   cli/ verb calls it) is in `gpuckpt --help`'s environment lines and in docs/cli.md's Environment table.
+#   cli/ verb calls it) is in `gpuckpt --help`'s environment lines and in docs/cli.md's Environment table;
+# - every repository path the README, the plugin's README, the chart's NOTES and docs/ name in backticks exists.
 set -euo pipefail
 BUILD=$(cd "${GPUCKPT_BUILD_DIR:-$(dirname "$0")/../../build}" 2>/dev/null && pwd) || { echo "SKIP: no build directory"; exit 77; }
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -46,6 +47,27 @@ for name in $read_by_cli; do
   grep -qw -- "$name" <<< "$help_env" && ok || bad "gpuckpt --help's environment lines name $name (the CLI reads it)"
   grep -E '^\| ' <<< "$doc_env" | grep -q -- "\`$name\`" && ok || bad "docs/cli.md's Environment table names \`$name\` (the CLI reads it)"
 done
+
+# ---- paths: every file of the repository a doc names in backticks is there ----------------------------------------
+missing=$(cd "$SRC" && python3 - README.md kubectl-plugin/README.md charts/gpuckpt/templates/NOTES.txt docs/*.md <<'PY'
+import glob, os, re, sys
+tops = ("agent/", "bench/", "charts/", "cli/", "cmake/", "common/", "criu-plugin/", "docs/", "fuzz/", "kubectl-plugin/",
+        "manifests/", "node/", "nri-plugin/", "oci-hook/", "podresources/", "proto/", "rpc/", "scripts/", "test/")
+for doc in sys.argv[1:]:
+    for number, line in enumerate(open(doc), 1):
+        for token in re.findall(r"`([A-Za-z0-9_./<>*-]+)`", line):
+            path = token.split(":")[0].rstrip(".")
+            if not path.startswith(tops):
+                continue
+            if any(c in path for c in "<>*"):   # a pattern: something must match it
+                found = glob.glob(re.sub(r"<[^>]*>", "*", path))
+            else:                                # a file, a directory, or a module named without its extension
+                found = [p for p in (path, path + ".h", path + ".cpp") if os.path.exists(p)]
+            if not found:
+                print(f"{doc}:{number}: {token}")
+PY
+)
+[ -z "$missing" ] && ok || bad "docs name repository paths that do not exist: $(tr '\n' ' ' <<< "$missing")"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
