@@ -5,7 +5,8 @@
 #   (node/runtime_kinds.h, the table the agent's GET /v1/runtime answers from), each with the same restore unit, and
 #   the chart's schema offers exactly those kinds;
 # - every GPUCKPT_* variable the CLI reads (getenv in cli/, and MatchPolicy::from_env's in common/matcher.cpp where a
-#   cli/ verb calls it) is in `gpuckpt --help`'s environment lines and in docs/cli.md's Environment table;
+#   cli/ verb calls it) is in `gpuckpt --help`'s environment lines and in docs/cli.md's Environment table, and
+#   every one the kubectl plugin reads is in its --help;
 # - every repository path the README, the plugin's README, the chart's NOTES and docs/ name in backticks exists.
 set -euo pipefail
 BUILD=$(cd "${GPUCKPT_BUILD_DIR:-$(dirname "$0")/../../build}" 2>/dev/null && pwd) || { echo "SKIP: no build directory"; exit 77; }
@@ -46,6 +47,12 @@ doc_env=$(sed -n '/^## Environment/,/^## /p' "$SRC/docs/cli.md")
 for name in $read_by_cli; do
   grep -qw -- "$name" <<< "$help_env" && ok || bad "gpuckpt --help's environment lines name $name (the CLI reads it)"
   grep -E '^\| ' <<< "$doc_env" | grep -q -- "\`$name\`" && ok || bad "docs/cli.md's Environment table names \`$name\` (the CLI reads it)"
+done
+
+# the kubectl plugin's help names every variable it reads
+plugin_help=$(bash "$SRC/kubectl-plugin/kubectl-gpuckpt" --help)
+for name in $(grep -oE '\$\{(GPUCKPT_[A-Z_]+|KUBECTL):-' "$SRC/kubectl-plugin/kubectl-gpuckpt" | grep -oE '[A-Z_]+' | sort -u); do
+  grep -qw -- "$name" <<< "$plugin_help" && ok || bad "kubectl gpuckpt --help names $name (the plugin reads it)"
 done
 
 # ---- paths: every file of the repository a doc names in backticks is there ----------------------------------------
