@@ -2,8 +2,8 @@
 # shellcheck disable=SC2015 # ok/bad always return 0
 # Docs and help that restate the code are held against it (issue 23):
 # - the kubectl plugin's "What a restore is on a node" lines name the runtime kinds `gpuckpt runtime --help` lists
-#   (node/runtime_kinds.h, the table the agent's GET /v1/runtime answers from), each with the same restore unit, and
-#   the chart's schema offers exactly those kinds;
+#   (node/runtime_kinds.h, the table the agent's GET /v1/runtime answers from), each with the same restore unit, as
+#   docs/api.md and docs/kubernetes.md say, and the chart's schema offers exactly those kinds;
 # - every GPUCKPT_* variable the CLI reads (getenv in cli/, and MatchPolicy::from_env's in common/matcher.cpp where a
 #   cli/ verb calls it) is in `gpuckpt --help`'s environment lines and in docs/cli.md's Environment table, and
 #   every one the kubectl plugin reads is in its --help;
@@ -26,6 +26,22 @@ plugin_kinds=$(bash "$SRC/kubectl-plugin/kubectl-gpuckpt" --help |
 [ -n "$plugin_kinds" ] && ok || bad "kubectl gpuckpt --help has its 'container (KIND, ...)' / 'pod (KIND, ...)' lines"
 [ "$plugin_kinds" = "$agent_kinds" ] && ok ||
   bad "kubectl gpuckpt --help and gpuckpt runtime --help disagree on what a restore is per runtime kind: $(diff <(echo "$plugin_kinds") <(echo "$agent_kinds") | grep '^[<>]' | tr '\n' ' ')"
+# docs/api.md and docs/kubernetes.md say it in prose: "`container` where/for ... `podman` ... `pod` where/for ... `cri` ..."
+for doc in docs/api.md docs/kubernetes.md; do
+  said=$(python3 - "$SRC/$doc" "$(cut -d' ' -f1 <<< "$agent_kinds" | tr '\n' ' ')" <<'PY'
+import re, sys
+text, kinds = " ".join(open(sys.argv[1]).read().split()), sys.argv[2].split()
+m = re.search(r"`container` (?:where|for) (.*?)`pod` (?:where|for) (.*?)[.)]", text)
+if m:
+    for unit, part in (("container", m.group(1)), ("pod", m.group(2))):
+        for kind in re.findall(r"`([a-z]+)`", part):
+            if kind in kinds:
+                print(kind, unit)
+PY
+)
+  [ "$(sort <<< "$said")" = "$agent_kinds" ] && ok ||
+    bad "$doc's sentence on what a restore is per runtime kind disagrees with gpuckpt runtime --help: $(sort <<< "$said" | tr '\n' ' ')"
+done
 # the chart offers exactly the kinds the agent knows (values.schema.json's runtime.kind)
 chart_kinds=$(python3 -c 'import json,sys; print("\n".join(sorted(json.load(open(sys.argv[1]))["properties"]["runtime"]["properties"]["kind"]["enum"])))' \
   "$SRC/charts/gpuckpt/values.schema.json")
