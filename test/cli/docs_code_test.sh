@@ -6,7 +6,7 @@
 #   docs/api.md and docs/kubernetes.md say, and the chart's schema offers exactly those kinds;
 # - every GPUCKPT_* variable the CLI reads (getenv in cli/, and MatchPolicy::from_env's in common/matcher.cpp where a
 #   cli/ verb calls it) is in `gpuckpt --help`'s environment lines and in docs/cli.md's Environment table, and
-#   every one the kubectl plugin reads is in its --help;
+#   every one the kubectl plugin reads is in its --help, and every one any component reads is somewhere in docs/;
 # - every repository path the README, the plugin's README, the chart's NOTES and docs/ name in backticks exists.
 set -euo pipefail
 BUILD=$(cd "${GPUCKPT_BUILD_DIR:-$(dirname "$0")/../../build}" 2>/dev/null && pwd) || { echo "SKIP: no build directory"; exit 77; }
@@ -63,6 +63,14 @@ doc_env=$(sed -n '/^## Environment/,/^## /p' "$SRC/docs/cli.md")
 for name in $read_by_cli; do
   grep -qw -- "$name" <<< "$help_env" && ok || bad "gpuckpt --help's environment lines name $name (the CLI reads it)"
   grep -E '^\| ' <<< "$doc_env" | grep -q -- "\`$name\`" && ok || bad "docs/cli.md's Environment table names \`$name\` (the CLI reads it)"
+done
+
+# every variable a gpuckpt component reads (the agent, the hook, gpuckpt-nri, the CRIU plugin) is in docs/
+read_anywhere=$(cd "$SRC" && grep -rhoE '(getenv|env_flag|env_number|value|\.get)\("GPUCKPT_[A-Z0-9_]+"' \
+  cli common node agent criu-plugin oci-hook nri-plugin podresources | grep -oE 'GPUCKPT_[A-Z0-9_]+' | sort -u)
+[ "$(wc -l <<< "$read_anywhere")" -ge 15 ] && ok || bad "found the variables the components read ($read_anywhere)"
+for name in $read_anywhere; do
+  grep -qw -- "$name" "$SRC"/docs/*.md && ok || bad "docs/ name $name (a gpuckpt component reads it)"
 done
 
 # the kubectl plugin's help names every variable it reads
