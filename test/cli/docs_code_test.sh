@@ -7,7 +7,8 @@
 # - every GPUCKPT_* variable the CLI reads (getenv in cli/, and MatchPolicy::from_env's in common/matcher.cpp where a
 #   cli/ verb calls it) is in `gpuckpt --help`'s environment lines and in docs/cli.md's Environment table, and
 #   every one the kubectl plugin reads is in its --help, and every one any component reads is somewhere in docs/;
-# - every repository path the README, the plugin's README, the chart's NOTES and docs/ name in backticks exists.
+# - docs/README.md links every page; every repository path the README, the plugin's README, the chart's NOTES and
+#   docs/ name in backticks exists.
 set -euo pipefail
 BUILD=$(cd "${GPUCKPT_BUILD_DIR:-$(dirname "$0")/../../build}" 2>/dev/null && pwd) || { echo "SKIP: no build directory"; exit 77; }
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -77,6 +78,13 @@ done
 plugin_help=$(bash "$SRC/kubectl-plugin/kubectl-gpuckpt" --help)
 for name in $(grep -oE '\$\{(GPUCKPT_[A-Z_]+|KUBECTL):-' "$SRC/kubectl-plugin/kubectl-gpuckpt" | grep -oE '[A-Z_]+' | sort -u); do
   grep -qw -- "$name" <<< "$plugin_help" && ok || bad "kubectl gpuckpt --help names $name (the plugin reads it)"
+done
+
+# docs/README.md's index links every page of docs/
+for page in "$SRC"/docs/*.md; do
+  name=${page##*/}
+  [ "$name" = README.md ] && continue
+  grep -qF "]($name)" "$SRC/docs/README.md" && ok || bad "docs/README.md links $name"
 done
 
 # ---- paths: every file of the repository a doc names in backticks is there ----------------------------------------
