@@ -3,6 +3,7 @@
 // reaches stderr as it is written).
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -21,7 +22,8 @@
 
 namespace {
 
-// The last non-empty line a failing verb wrote on stderr, without its "gpuckpt VERB: " prefix.
+// The last non-empty line a failing verb wrote on stderr, without its "gpuckpt VERB: " (or "gpuckpt VERB ACTION: ",
+// store's) prefix.
 std::string error_line(const std::string& text, std::string_view verb) {
   std::string last;
   std::size_t start = 0;
@@ -32,9 +34,15 @@ std::string error_line(const std::string& text, std::string_view verb) {
     if (!line.empty() && line.rfind("usage:", 0) != 0 && line.rfind("       ", 0) != 0) last = line;
     start = end + 1;
   }
-  const std::string prefix = "gpuckpt " + std::string(verb) + ": ";
-  if (last.rfind(prefix, 0) == 0) last = last.substr(prefix.size());
-  return last;
+  const std::string prefix = "gpuckpt " + std::string(verb);
+  if (last.rfind(prefix, 0) != 0) return last;
+  std::size_t rest = prefix.size();
+  if (last.compare(rest, 1, " ") == 0) {   // an action word: lower-case letters and dashes up to the colon
+    std::size_t end = rest + 1;
+    while (end < last.size() && (std::islower(static_cast<unsigned char>(last[end])) || last[end] == '-')) ++end;
+    if (end > rest + 1) rest = end;
+  }
+  return last.compare(rest, 2, ": ") == 0 ? last.substr(rest + 2) : last;
 }
 
 // The form main's own usage errors take: the -o format, or json where the line has --json.

@@ -130,6 +130,10 @@ rc=0; "$CLI" -o yaml gpus > "$tmp/out" 2> /dev/null || rc=$?
 rc=0; "$CLI" match --source -o json > "$tmp/out" 2> /dev/null || rc=$?
 [ "$rc" = 2 ] && json_error "$tmp/out" match "--source needs a value" && ok ||
   bad "match --source -o json: the missing value is named, --json is not taken for it (rc $rc: $(cat "$tmp/out"))"
+mkdir "$tmp/empty-store"
+rc=0; "$CLI" store refs --store "$tmp/empty-store" -o json > "$tmp/out" 2> /dev/null || rc=$?
+[ "$rc" = 2 ] && python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["error"]["message"]; assert m.startswith("the chunk store "), m' "$tmp/out" &&
+  ok || bad "store refs' error object carries the message without its 'gpuckpt store refs:' prefix ($(cat "$tmp/out"))"
 rc=0; "$CLI" gpus -o toml > "$tmp/out" 2> /dev/null || rc=$?
 [ "$rc" = 2 ] && [ ! -s "$tmp/out" ] && ok || bad "-o toml: no form to print the error in, text on stderr only (rc $rc: $(cat "$tmp/out"))"
 
