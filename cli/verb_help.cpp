@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "node/runtime_kinds.h"
+
 namespace gpuckpt::cli {
 
 namespace {
@@ -29,6 +31,17 @@ constexpr const char* kHostFlags =
     "  --host-root DIR       where the node's /sys, /proc, /dev are (default /; NVML is read only with /)\n"
     "  --nvml-snapshot FILE  replay a recorded NVML snapshot instead of the driver library (default: none)\n";
 
+// `gpuckpt runtime --help`: the runtime kinds an agent may have and what a restore is on each (node/runtime_kinds.h).
+void print_runtime_kinds() {
+  std::printf("\nruntime kinds (the agent's runtime.kind) and what a restore there is:\n");
+  for (const auto& kind : node::kRuntimeKinds)
+    std::printf("  %-12.*s %-10.*s %.*s\n", static_cast<int>(kind.name.size()), kind.name.data(),
+                static_cast<int>(node::to_string(kind.restores).size()), node::to_string(kind.restores).data(),
+                static_cast<int>(kind.runtimes.size()), kind.runtimes.data());
+  std::printf("  container: the agent restores the container itself (POST /v1/restores);\n"
+              "  pod: kubelet creates it in a pod whose image is a checkpoint image (POST /v1/images)\n");
+}
+
 struct Help {
   const char* verb;
   const char* usage;
@@ -36,6 +49,7 @@ struct Help {
   const char* shared;   // kAgentFlags, kTargetFlags, kHostFlags or nullptr
   const char* example;
   bool wide = false;    // -o wide shows more columns
+  void (*more)() = nullptr;   // prints what else a verb's help says, after its flags
 };
 
 constexpr Help kHelp[] = {
@@ -105,7 +119,7 @@ constexpr Help kHelp[] = {
      "--agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token"},
     {"runtime", "gpuckpt runtime --agent URL --token-file FILE [--json]",
      "  --json                GET /v1/runtime as it is (default: KIND NAME VERSION RESTORES on one line)\n", kAgentFlags,
-     "gpuckpt runtime --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token"},
+     "gpuckpt runtime --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token", false, print_runtime_kinds},
     {"target-pod",
      "gpuckpt target-pod --node NODE --container NAME --image REF [--name NAME] [--pull Never|IfNotPresent] < POD_JSON",
      "  --node NODE           the node the new pod runs on (required)\n"
@@ -169,7 +183,9 @@ int print_help(std::string_view verb) {
       std::printf("  -o, --output FORMAT   json (the same as --json), yaml (that document as YAML)%s; a failure\n"
                   "                        prints an error object in that form (default: text)\n",
                   h.wide ? ", wide (more columns)" : "");
-    std::printf("  --help, -h            this help\n\nexample:\n  %s\n\n", h.example);
+    std::printf("  --help, -h            this help\n");
+    if (h.more != nullptr) h.more();
+    std::printf("\nexample:\n  %s\n\n", h.example);
     std::printf("exit codes: 0 ok, 1 failure, 2 bad input or refused request, 3 no GPU match\n");
     return 0;
   }

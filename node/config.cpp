@@ -238,9 +238,11 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
   if (c.runtime_kind == "crictl")
     return make_error(source + ": runtime.kind 'crictl' is gone: the agent speaks CRI itself now; set runtime.kind: cri "
                       "and runtime.cri.endpoint (or runtime.kind: containerd on containerd 1.7)");
-  if (c.runtime_kind != "podman" && c.runtime_kind != "cri" && c.runtime_kind != "containerd" &&
-      c.runtime_kind != "kubelet")
-    return make_error(source + ": runtime.kind '" + c.runtime_kind + "' is not one of podman, cri, containerd, kubelet");
+  if (find_runtime_kind(c.runtime_kind) == nullptr) {
+    std::string known;
+    for (const auto& kind : kRuntimeKinds) known += (known.empty() ? "" : ", ") + std::string(kind.name);
+    return make_error(source + ": runtime.kind '" + c.runtime_kind + "' is not one of " + known);
+  }
   if (c.node_labels.method != "api" && c.node_labels.method != "nfd_feature_file")
     return make_error(source + ": node_labels.method '" + c.node_labels.method + "' is not one of api, nfd_feature_file");
   if (c.node_labels.method == "nfd_feature_file" && !std::filesystem::path(c.node_labels.feature_file).is_absolute())

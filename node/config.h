@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "node/registry_push.h"
+#include "node/runtime_kinds.h"
 #include "common/checkpoint_archive.h"
 #include "common/matcher.h"
 #include "common/result.h"
@@ -88,7 +89,7 @@ struct AgentConfig {
   int watch_interval_seconds = 5;
   ArchiveLimits archive_limits;
   std::chrono::seconds runtime_timeout{600};
-  std::string runtime_kind = "podman";   // podman | cri | containerd | kubelet
+  std::string runtime_kind = "podman";   // a name of kRuntimeKinds (node/runtime_kinds.h)
   std::string podman_path = "podman";
   CriRuntimeConfig cri;
   ContainerdRuntimeConfig containerd;

@@ -378,11 +378,10 @@ nlohmann::json JobService::node_report() const {
 
 nlohmann::json JobService::runtime_report() const {
   const RuntimeInfo runtime = metrics_.runtime();
-  // podman and containerd (1.7's task API) restore a container themselves; on CRI nodes kubelet creates the
-  // restored container, from a checkpoint image in the node's store (POST /v1/images).
-  const bool restores_itself = config_.runtime_kind == "podman" || config_.runtime_kind == "containerd";
+  // The config was checked against kRuntimeKinds, so the kind is there.
+  const RuntimeKind* kind = find_runtime_kind(config_.runtime_kind);
   return {{"kind", config_.runtime_kind}, {"name", runtime.name}, {"version", runtime.version},
-          {"restores", restores_itself ? "container" : "pod"}};
+          {"restores", kind != nullptr ? to_string(kind->restores) : "pod"}};
 }
 
 Result<nlohmann::json> JobService::containers() const {

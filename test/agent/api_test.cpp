@@ -888,6 +888,21 @@ TEST_CASE("GET /v1/runtime says which runtime and whether restores are pods", "[
   CHECK(f.client("").Get("/v1/runtime")->status == 401);
 }
 
+TEST_CASE("GET /v1/runtime answers every runtime kind's restore unit: containers on podman and containerd, pods on CRI",
+          "[unit]") {
+  const std::map<std::string, std::string> expected = {
+      {"podman", "container"}, {"containerd", "container"}, {"cri", "pod"}, {"kubelet", "pod"}};
+  REQUIRE(node::kRuntimeKinds.size() == expected.size());
+  for (const auto& kind : node::kRuntimeKinds) {
+    Fixture f({}, [&](node::AgentConfig& config) { config.runtime_kind = std::string(kind.name); });
+    auto res = f.client().Get("/v1/runtime");
+    REQUIRE(res);
+    const auto body = json::parse(res->body);
+    CHECK(body["kind"] == std::string(kind.name));
+    CHECK(body["restores"] == expected.at(std::string(kind.name)));
+  }
+}
+
 TEST_CASE("an agent restarted mid-job closes the job and removes its temporary files", "[unit]") {
   const std::string interrupted = "ck-20261123T120000Z-0badf00d";
   const std::string restoring = "rs-20261123T120001Z-0badf00e";

@@ -73,7 +73,11 @@ TEST_CASE("configuration mistakes are errors naming the key", "[unit]") {
   auto type = parse_config("listen: {port: eighty}", "agent.yaml");
   REQUIRE_FALSE(type.ok());
   CHECK(type.error().message.find("listen.port") != std::string::npos);
-  CHECK_FALSE(parse_config("runtime: {kind: docker}", "a").ok());
+  auto docker = parse_config("runtime: {kind: docker}", "a");
+  REQUIRE_FALSE(docker.ok());
+  CHECK(docker.error().message.find("runtime.kind 'docker' is not one of podman, containerd, cri, kubelet") != std::string::npos);
+  for (const auto& kind : gpuckpt::node::kRuntimeKinds)
+    CHECK(parse_config("runtime: {kind: " + std::string(kind.name) + "}", "a").ok());
   CHECK_FALSE(parse_config("state_dir: relative/dir", "a").ok());
   CHECK_FALSE(parse_config("log_level: loud", "a").ok());
   CHECK_FALSE(parse_config("version: 2", "a").ok());

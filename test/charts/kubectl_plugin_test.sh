@@ -279,6 +279,15 @@ run restore "$tmp/local-ckpt.tar" --node gpu-b && ok || bad "restore of a local 
 expect 'cmp -s "$tmp/local-ckpt.tar" "$FAKE_CLUSTER/nodes/gpu-b/fs/var/lib/gpuckpt/checkpoints/local-ckpt.tar"' "local archive uploaded intact"
 expect 'grep -q "uploaded [0-9.]* [KMG]*i*B, sha256 .* verified" "$tmp/err"' "upload reports size and verified checksum"
 expect 'grep -qx /var/lib/gpuckpt/checkpoints/local-ckpt.tar "$FAKE_CLUSTER/nodes/gpu-b/restored"' "uploaded archive restored"
+# a node whose agent restores pods (what its agent says, not a runtime name in the plugin): refused before any copy
+cri_node; : > "$FAKE_CLUSTER/calls.log"; rm -f "$FAKE_CLUSTER/nodes/gpu-b/restored"
+rc=0; run restore "$arch" --node gpu-b || rc=$?
+expect '[ "$rc" = 2 ] && grep -q "the agent on gpu-b restores pods, not containers" "$tmp/err" && grep -q "Nothing was copied" "$tmp/err"' \
+  "restore onto a node whose agent restores pods: exit 2 before anything is copied (rc $rc: $(cat "$tmp/err"))"
+expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-b/restored" ] && ! grep -q -- "-- gpuckpt \(transfer\|restore\) " "$FAKE_CLUSTER/calls.log"' \
+  "nothing copied or restored on the pod-restoring node"
+echo "containerd containerd 1.7.24 container" > "$FAKE_CLUSTER/nodes/gpu-b/runtime"
+run restore "$arch" --node gpu-b && ok || bad "restore onto a runtime.kind containerd node (its agent restores containers): $(cat "$tmp/err")"
 
 # ---- nodes ----------------------------------------------------------------------------------------------------
 run nodes && ok || bad "nodes lists agents"

@@ -98,6 +98,45 @@ rc=0; "$CLI" inspect x -o wide > /dev/null 2> "$tmp/err" || rc=$?
 rc=0; "$CLI" gpus -o toml > /dev/null 2> "$tmp/err" || rc=$?
 [ "$rc" = 2 ] && grep -q "got 'toml'" "$tmp/err" && ok || bad "-o toml exits 2 naming it (rc $rc)"
 
+# Usage errors under -o json|yaml (or --json) come out in that form too: every verb's unknown flag, main's own refusals
+# (a verb without structured output, an unknown verb, -o before the verb) and a flag left without its value.
+json_error() { # json_error FILE VERB [TEXT]: FILE is {"error": {"verb": VERB, "exit_code": 2, "message" with TEXT}}
+  python3 - "$@" <<'PY'
+import json, sys
+e = json.load(open(sys.argv[1]))["error"]
+assert e["verb"] == sys.argv[2] and e["exit_code"] == 2, e
+assert len(sys.argv) < 4 or sys.argv[3] in e["message"], e
+PY
+}
+yaml_error() { # yaml_error FILE VERB TEXT: the same as YAML
+  python3 -c 'import sys,yaml; e=yaml.safe_load(open(sys.argv[1]))["error"]; assert e["verb"] == sys.argv[2] and e["exit_code"] == 2 and sys.argv[3] in e["message"], e' "$@"
+}
+for verb in $verbs; do
+  rc=0; "$CLI" "$verb" --no-such-flag-$$ -o json < /dev/null > "$tmp/out" 2> /dev/null || rc=$?
+  [ "$rc" = 2 ] && json_error "$tmp/out" "$verb" 2> /dev/null && ok ||
+    bad "$verb: a usage error under -o json is a JSON error object (rc $rc: $(head -c 300 "$tmp/out"))"
+done
+rc=0; "$CLI" version -o json > "$tmp/out" 2> /dev/null || rc=$?
+[ "$rc" = 2 ] && json_error "$tmp/out" version "version has none" && ok || bad "version -o json: a JSON error object (rc $rc: $(cat "$tmp/out"))"
+rc=0; "$CLI" target-pod -o yaml < /dev/null > "$tmp/out" 2> /dev/null || rc=$?
+[ "$rc" = 2 ] && yaml_error "$tmp/out" target-pod "target-pod has none" && ok || bad "target-pod -o yaml: a YAML error object (rc $rc: $(cat "$tmp/out"))"
+rc=0; "$CLI" inspect x -o wide --json > "$tmp/out" 2> /dev/null || rc=$?
+[ "$rc" = 2 ] && json_error "$tmp/out" inspect "-o wide is for" && ok || bad "inspect -o wide --json: a JSON error object (rc $rc: $(cat "$tmp/out"))"
+rc=0; "$CLI" gpuckpt-no-such-verb -o json > "$tmp/out" 2> "$tmp/err" || rc=$?
+[ "$rc" = 2 ] && json_error "$tmp/out" "" "unknown verb 'gpuckpt-no-such-verb'" && grep -q "unknown verb" "$tmp/err" && ok ||
+  bad "an unknown verb under -o json: a JSON error object, the text on stderr (rc $rc: $(cat "$tmp/out"))"
+rc=0; "$CLI" -o yaml gpus > "$tmp/out" 2> /dev/null || rc=$?
+[ "$rc" = 2 ] && yaml_error "$tmp/out" "" "-o goes after the verb" && ok || bad "-o before the verb: a YAML error object saying where -o goes (rc $rc: $(cat "$tmp/out"))"
+rc=0; "$CLI" match --source -o json > "$tmp/out" 2> /dev/null || rc=$?
+[ "$rc" = 2 ] && json_error "$tmp/out" match "--source needs a value" && ok ||
+  bad "match --source -o json: the missing value is named, --json is not taken for it (rc $rc: $(cat "$tmp/out"))"
+mkdir "$tmp/empty-store"
+rc=0; "$CLI" store refs --store "$tmp/empty-store" -o json > "$tmp/out" 2> /dev/null || rc=$?
+[ "$rc" = 2 ] && python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["error"]["message"]; assert m.startswith("the chunk store "), m' "$tmp/out" &&
+  ok || bad "store refs' error object carries the message without its 'gpuckpt store refs:' prefix ($(cat "$tmp/out"))"
+rc=0; "$CLI" gpus -o toml > "$tmp/out" 2> /dev/null || rc=$?
+[ "$rc" = 2 ] && [ ! -s "$tmp/out" ] && ok || bad "-o toml: no form to print the error in, text on stderr only (rc $rc: $(cat "$tmp/out"))"
+
 # One name per concept: the old spellings still work and warn (checkpoint --image -> --tag; match --assigned ->
 # --target-gpus is in cli_inventory_test).
 rc=0; env -u GPUCKPT_AGENT "$CLI" checkpoint gpuckpt-no-such-container-$$ --image t:1 --quiet --state-dir "$tmp/state" \
