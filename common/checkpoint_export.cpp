@@ -86,7 +86,7 @@ Result<ExportReport> export_checkpoint(const fs::path& archive, std::shared_ptr<
   std::map<cs::Digest, std::pair<const std::string*, std::size_t>> chunks;
   for (const auto& [name, manifest] : found->parsed) {
     if (auto complete = gpu_image::check_chunks(manifest, *store, archive.string() + ": checkpoint/" + name); !complete)
-      return make_error(complete.error().message, ENOENT);
+      return make_error("nothing exported: " + complete.error().message, ENOENT);
     report.checkpoints.insert(manifest.checkpoint);
     ++report.manifests;
     for (std::size_t i = 0; i < manifest.entries.size(); ++i)
