@@ -60,12 +60,17 @@ case_cpu_only() {
   pm run -d --name "$name" "$BASE" sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done' >/dev/null \
     || { record cpu_only FAIL "podman run"; return; }
   sleep 1
-  local log; log=$(podman inspect -f '{{.StaticDir}}' "$name")/dump.log
-  pm container checkpoint --keep --export "$a" "$name" > "$WORK/cpu.ckpt.log" 2>&1 || { show "$WORK/cpu.ckpt.log"; criu_log "$name"; record cpu_only FAIL "checkpoint with the plugin installed"; return; }
-  grep -q "gpuckpt: plugin loaded for dump" "$log" || { show "$log"; record cpu_only FAIL "CRIU did not load gpuckpt from $PLUGIN_DIR"; return; }
+  # Without --keep, as users run it: CRIU's logs are kept by keep_log (what store_bench times with).
+  local static tck trs; static=$(podman inspect -f '{{.StaticDir}}' "$name")
+  timed_with_log "$static" dump.log "$WORK/cpu.dump.log" tck pm container checkpoint --print-stats --export "$a" "$name" \
+    > "$WORK/cpu.ckpt.json" 2> "$WORK/cpu.ckpt.log" || { show "$WORK/cpu.ckpt.log" "$WORK/cpu.dump.log"; record cpu_only FAIL "checkpoint with the plugin installed"; return; }
+  [ ! -e "$static/dump.log" ] || { record cpu_only FAIL "podman kept dump.log without --keep: keep_log's premise is gone"; return; }
+  grep -q "gpuckpt: plugin loaded for dump" "$WORK/cpu.dump.log" || { show "$WORK/cpu.dump.log"; record cpu_only FAIL "CRIU did not load gpuckpt from $PLUGIN_DIR (or its dump.log was not kept)"; return; }
   before=$(tar -xOf "$a" rootfs-diff.tar 2>/dev/null | tar -xO --wildcards '*tmp/count' 2>/dev/null)
   pm rm -f -t 0 "$name" >/dev/null
-  pm container restore --import "$a" > "$WORK/cpu.rst.log" 2>&1 || { show "$WORK/cpu.rst.log"; record cpu_only FAIL "restore with the plugin installed"; return; }
+  timed_with_log "$static" restore.log "$WORK/cpu.restore.log" trs pm container restore --print-stats --import "$a" \
+    > "$WORK/cpu.rst.json" 2> "$WORK/cpu.rst.log" || { show "$WORK/cpu.rst.log" "$WORK/cpu.restore.log"; record cpu_only FAIL "restore with the plugin installed"; return; }
+  grep -q "gpuckpt: plugin loaded for restore" "$WORK/cpu.restore.log" || { show "$WORK/cpu.restore.log"; record cpu_only FAIL "restore.log was not kept, or CRIU did not load gpuckpt for the restore"; return; }
   # Bounded wait for the restored counter to move (a loaded machine can take seconds to schedule it and podman exec).
   for _ in $(seq 50); do
     after=$(pm exec "$name" cat /tmp/count 2>/dev/null)
@@ -74,7 +79,7 @@ case_cpu_only() {
   done
   [ -n "$after" ] && [ "$after" -gt "${before:-0}" ] || { record cpu_only FAIL "counter did not continue (${before:-?} -> ${after:-?})"; return; }
   if [ "$(entries "$a" 'checkpoint/gpuckpt')" -gt 0 ]; then record cpu_only FAIL "gpuckpt wrote GPU files for a CPU-only container"; return; fi
-  record cpu_only PASS "CRIU loaded gpuckpt from $PLUGIN_DIR; a CPU-only container checkpointed and restored by podman, counter ${before:-?} -> $after, no GPU files"
+  record cpu_only PASS "CRIU loaded gpuckpt from $PLUGIN_DIR; a CPU-only container checkpointed and restored by podman, counter ${before:-?} -> $after, no GPU files; checkpoint ${tck}s (CRIU $(criu_seconds "$WORK/cpu.dump.log")s, runtime $(runtime_seconds "$WORK/cpu.ckpt.json" runtime_checkpoint_duration)s), restore ${trs}s (CRIU $(criu_seconds "$WORK/cpu.restore.log")s, runtime $(runtime_seconds "$WORK/cpu.rst.json" runtime_restore_duration)s)"
 }
 
 case_cdi_spec() {
@@ -319,57 +324,122 @@ json.dump(entry, open(sys.argv[1], "w"))' "$dir/$record_file" || { record wrong_
   record wrong_gpu PASS "refused before CRIU ran: $(grep -iE 'model|10de:' "$WORK/wrong.rst.log" | head -1 | cut -c1-160)"
 }
 
-# CRIU's own time in the log of a runtime's checkpoint/restore: its last "(seconds)" stamp.
-criu_seconds() { awk -F'[()]' '/^\([ 0-9.]+\)/ {t=$2} END {printf "%.2f", t + 0}' "$1" 2>/dev/null; }
-log_of() { echo "$(podman inspect -f '{{.StaticDir}}' "$1" 2>/dev/null)/$2"; }
+# CRIU's own time in the log of a runtime's checkpoint/restore: its last "(seconds)" stamp ("-" without a log).
+criu_seconds() { [ -s "$1" ] && awk -F'[()]' '/^\([ 0-9.]+\)/ {t=$2} END {printf "%.2f", t + 0}' "$1" || echo -; }
 # MiB the plugin wrote for the GPU memory (its "timing: gpu memory image write" line in a dump.log).
-written_mib() { grep -o '[0-9]* MiB written' "$1" | tail -1 | cut -d' ' -f1; }
+written_mib() { local m; m=$(grep -o '[0-9]* MiB written' "$1" 2>/dev/null | tail -1 | cut -d' ' -f1); echo "${m:--}"; }
+# The runtime's own time in `podman container checkpoint|restore --print-stats` output (runc running CRIU and the
+# plugin): runtime_checkpoint_duration or runtime_restore_duration, microseconds, as seconds.
+runtime_seconds() { # STATS-JSON KEY
+  python3 -c 'import json, sys
+print("%.2f" % (json.load(open(sys.argv[1]))["container_statistics"][0][sys.argv[2]] / 1e6))' "$1" "$2" 2>/dev/null || echo -
+}
+
+# CRIU's log of one checkpoint or restore, kept. runc runs CRIU with the container's static dir (podman inspect
+# .StaticDir, .../overlay-containers/ID/userdata; the same after `restore --import`, which keeps the container's id) as
+# its work dir, where CRIU writes dump.log or restore.log; podman 4 removes both once the command succeeds unless
+# --keep, which also keeps every image there (and would change what is measured). So the log is held open from the
+# moment it appears: its content outlives the removal. A log left by an earlier command is removed first.
+keep_log() { # FILE DEST: in the background until kept_log DEST
+  local file=$1 dest=$2
+  rm -f "$file" "$dest" "$dest.stop"
+  ( while [ ! -e "$file" ]; do [ -e "$dest.stop" ] && exit 0; sleep 0.02; done
+    exec 9< "$file" || exit 0
+    until [ -e "$dest.stop" ]; do sleep 0.05; done
+    cat <&9 > "$dest" ) &
+  KEEP_LOG_PID=$!
+}
+kept_log() { # DEST: the copy is complete (absent when the log never appeared)
+  touch "$1.stop"; wait "$KEEP_LOG_PID" 2>/dev/null; rm -f "$1.stop"
+}
+# One timed runtime command with CRIU's log kept: STATIC-DIR LOG DEST VAR podman-args... (VAR: its wall time)
+timed_with_log() {
+  local static=$1 log=$2 dest=$3 var=$4 rc; shift 4
+  keep_log "$static/$log" "$dest"
+  timed "$var" "$@"; rc=$?
+  kept_log "$dest"
+  return $rc
+}
+# The median of the numbers on stdin, one a line ("-" when none).
+median() { grep -E '^[0-9.]+$' | sort -n | awk '{v[NR]=$1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR+1)/2]; else printf "%.2f\n", (v[NR/2] + v[NR/2+1]) / 2}'; }
 
 # Benchmark (#21): GPU memory inline in podman's archive vs in the node's chunk store (only a manifest in the
-# archive): podman checkpoint --export / restore --import beside CRIU's own time in the same run (dump.log,
-# restore.log), STORE_BENCH_MIB (4096) of random GPU memory. Then bf16 content (weights: 1/16 of it evolves) into the
-# store, checkpointed a second time after its restore: what the second checkpoint writes. Rows into
-# $STORE_BENCH_TSV when set. Each restore is checked bit for bit against an uninterrupted run.
+# archive): podman checkpoint --export / restore --import beside, from the same run, CRIU's own time (its dump.log /
+# restore.log, kept by keep_log) and the runtime's (runc with CRIU and the plugin, --print-stats), for each size in
+# STORE_BENCH_MIB (a list, default 4096) of random GPU memory. Then bf16 content (weights: 1/16 of it evolves) into
+# the store, checkpointed a second time after its restore: what the second checkpoint writes. STORE_BENCH_RUNS
+# (default 1) runs of each; with more, a table of medians follows. STORE_BENCH_MODES picks the runs (default
+# "inline:random node:random node:bf16"). Rows into $STORE_BENCH_TSV when set. Each restore is checked bit for bit
+# against an uninterrupted run.
 case_store_bench() {
   gpu_ready store_bench || return
-  local mib=${STORE_BENCH_MIB:-4096} settings=$PLUGIN_DIR/gpuckpt_plugin.env
-  local tsv=${STORE_BENCH_TSV:-$WORK/store_bench.tsv} saved=$WORK/plugin.env.saved run mode content tag name out a tck trs at
+  local sizes=${STORE_BENCH_MIB:-4096} runs=${STORE_BENCH_RUNS:-1} modes=${STORE_BENCH_MODES:-inline:random node:random node:bf16}
+  local settings=$PLUGIN_DIR/gpuckpt_plugin.env tsv=${STORE_BENCH_TSV:-$WORK/store_bench.tsv} saved=$WORK/plugin.env.saved
+  local mib rep run mode content tag name out a tck trs at static failed=0
   [ -f "$settings" ] && cp "$settings" "$saved"
-  printf 'run\tmib\tcontent\tpodman_checkpoint_s\tcriu_dump_s\tpodman_restore_s\tcriu_restore_s\tarchive_mib\tgpu_written_mib\n' > "$tsv"
-  for run in inline:random node:random node:bf16; do
-    mode=${run%%:*} content=${run#*:} tag=sb-${mode}-${content}
-    name=$PREFIX-$tag out=$WORK/out/$tag.txt a=$WORK/$tag.tar
-    { [ -f "$saved" ] && grep -v '^GPUCKPT_GPU_STORE=' "$saved"; echo "GPUCKPT_GPU_STORE=$mode"; } > "$settings"
-    run_counter "$name" "$out" "${CDI_GPU[@]}" -- "$mib" "/out/$tag.txt" --content "$content" || { show "$WORK/$name.err"; record store_bench FAIL "podman run ($run)"; break; }
-    wait_ctr "$name" "$out" 20 300 || { record store_bench FAIL "workload did not start ($run)"; break; }
-    timed tck pm container checkpoint --export "$a" "$name" > "$WORK/$tag.ckpt.log" 2>&1 || { show "$WORK/$tag.ckpt.log"; criu_log "$name"; record store_bench FAIL "checkpoint ($run)"; break; }
-    cp "$(log_of "$name" dump.log)" "$WORK/$tag.dump.log" 2>/dev/null
-    at=$(last_iter "$out")
-    if [ "$mode" = node ]; then
-      [ "$(entries "$a" 'gpuckpt-gpumem-.*manifest.json')" -gt 0 ] && [ "$(entries "$a" 'gpuckpt-gpumem-.*img')" = 0 ] ||
-        { record store_bench FAIL "the store-backed archive holds GPU memory images, or no manifest ($run)"; break; }
-    fi
-    pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
-    timed trs pm container restore --import "$a" > "$WORK/$tag.rst.log" 2>&1 || { show "$WORK/$tag.rst.log"; criu_log "$name"; record store_bench FAIL "restore ($run)"; break; }
-    cp "$(log_of "$name" restore.log)" "$WORK/$tag.restore.log" 2>/dev/null
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$run" "$mib" "$content" "$tck" "$(criu_seconds "$WORK/$tag.dump.log")" "$trs" \
-      "$(criu_seconds "$WORK/$tag.restore.log")" "$(( $(stat -c %s "$a") >> 20 ))" "$(written_mib "$WORK/$tag.dump.log")" >> "$tsv"
-    wait_ctr "$name" "$out" $((at + 10)) 300 || { record store_bench FAIL "no progress after restore ($run)"; break; }
-    if [ "$run" = node:bf16 ]; then   # the weights did not change since the first checkpoint; 1/16 of it did
-      timed tck pm container checkpoint --export "$a.2" "$name" > "$WORK/$tag.again.ckpt.log" 2>&1 || { show "$WORK/$tag.again.ckpt.log"; record store_bench FAIL "second checkpoint"; break; }
-      cp "$(log_of "$name" dump.log)" "$WORK/$tag.again.dump.log" 2>/dev/null
-      printf '%s\t%s\t%s\t%s\t%s\t-\t-\t%s\t%s\n' "$run:second" "$mib" "$content" "$tck" "$(criu_seconds "$WORK/$tag.again.dump.log")" \
-        "$(( $(stat -c %s "$a.2") >> 20 ))" "$(written_mib "$WORK/$tag.again.dump.log")" >> "$tsv"
-    fi
-    pm rm -f -t 0 "$name" >/dev/null 2>&1
-    check_counter store_bench "$out" "$mib" --content "$content" || break
-    rm -f "$a" "$a.2"
+  printf 'run\trep\tmib\tcontent\tpodman_checkpoint_s\tcriu_dump_s\truntime_dump_s\tpodman_restore_s\tcriu_restore_s\truntime_restore_s\tarchive_mib\tgpu_written_mib\n' > "$tsv"
+  for mib in $sizes; do
+    for run in $modes; do
+      for rep in $(seq "$runs"); do
+        mode=${run%%:*} content=${run#*:} tag=sb-${mib}-${mode}-${content}-$rep
+        name=$PREFIX-$tag out=$WORK/out/$tag.txt a=$WORK/$tag.tar
+        { [ -f "$saved" ] && grep -v '^GPUCKPT_GPU_STORE=' "$saved"; echo "GPUCKPT_GPU_STORE=$mode"; } > "$settings"
+        run_counter "$name" "$out" "${CDI_GPU[@]}" -- "$mib" "/out/$tag.txt" --content "$content" || { show "$WORK/$name.err"; record store_bench FAIL "podman run ($run, $mib MiB)"; failed=1; break 3; }
+        wait_ctr "$name" "$out" 20 300 || { record store_bench FAIL "workload did not start ($run, $mib MiB)"; failed=1; break 3; }
+        static=$(podman inspect -f '{{.StaticDir}}' "$name")
+        timed_with_log "$static" dump.log "$WORK/$tag.dump.log" tck pm container checkpoint --print-stats --export "$a" "$name" \
+          > "$WORK/$tag.ckpt.json" 2> "$WORK/$tag.ckpt.log" || { show "$WORK/$tag.ckpt.log" "$WORK/$tag.dump.log"; record store_bench FAIL "checkpoint ($run, $mib MiB)"; failed=1; break 3; }
+        at=$(last_iter "$out")
+        if [ "$mode" = node ]; then
+          [ "$(entries "$a" 'gpuckpt-gpumem-.*manifest.json')" -gt 0 ] && [ "$(entries "$a" 'gpuckpt-gpumem-.*img')" = 0 ] ||
+            { record store_bench FAIL "the store-backed archive holds GPU memory images, or no manifest ($run)"; failed=1; break 3; }
+        fi
+        pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
+        timed_with_log "$static" restore.log "$WORK/$tag.restore.log" trs pm container restore --print-stats --import "$a" \
+          > "$WORK/$tag.rst.json" 2> "$WORK/$tag.rst.log" || { show "$WORK/$tag.rst.log" "$WORK/$tag.restore.log"; record store_bench FAIL "restore ($run, $mib MiB)"; failed=1; break 3; }
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$run" "$rep" "$mib" "$content" \
+          "$tck" "$(criu_seconds "$WORK/$tag.dump.log")" "$(runtime_seconds "$WORK/$tag.ckpt.json" runtime_checkpoint_duration)" \
+          "$trs" "$(criu_seconds "$WORK/$tag.restore.log")" "$(runtime_seconds "$WORK/$tag.rst.json" runtime_restore_duration)" \
+          "$(( $(stat -c %s "$a") >> 20 ))" "$(written_mib "$WORK/$tag.dump.log")" >> "$tsv"
+        wait_ctr "$name" "$out" $((at + 10)) 300 || { record store_bench FAIL "no progress after restore ($run, $mib MiB)"; failed=1; break 3; }
+        if [ "$run" = node:bf16 ]; then   # the weights did not change since the first checkpoint; 1/16 of it did
+          timed_with_log "$static" dump.log "$WORK/$tag.again.dump.log" tck pm container checkpoint --print-stats --export "$a.2" "$name" \
+            > "$WORK/$tag.again.ckpt.json" 2> "$WORK/$tag.again.ckpt.log" || { show "$WORK/$tag.again.ckpt.log"; record store_bench FAIL "second checkpoint ($mib MiB)"; failed=1; break 3; }
+          printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t-\t-\t-\t%s\t%s\n' "$run:second" "$rep" "$mib" "$content" "$tck" \
+            "$(criu_seconds "$WORK/$tag.again.dump.log")" "$(runtime_seconds "$WORK/$tag.again.ckpt.json" runtime_checkpoint_duration)" \
+            "$(( $(stat -c %s "$a.2") >> 20 ))" "$(written_mib "$WORK/$tag.again.dump.log")" >> "$tsv"
+        fi
+        pm rm -f -t 0 "$name" >/dev/null 2>&1
+        check_counter store_bench "$out" "$mib" --content "$content" || { failed=1; break 3; }
+        rm -f "$a" "$a.2"
+      done
+    done
   done
   if [ -f "$saved" ]; then cp "$saved" "$settings"; else rm -f "$settings"; fi
   cat "$tsv"
-  printf '%s\n' "${RESULTS[@]}" | grep -q '^store_bench FAIL' ||
-    record store_bench PASS "$(awk -F'\t' 'NR>1 {printf "%s: ckpt %ss (criu %ss) rst %ss (criu %ss) archive %s MiB, GPU written %s MiB; ", $1, $4, $5, $6, $7, $8, $9}' "$tsv")"
+  store_bench_medians "$tsv" | tee "${tsv%.tsv}.medians.tsv"
+  [ "$failed" = 1 ] ||
+    record store_bench PASS "$(awk -F'\t' 'NR>1 {printf "%s %s MiB (median of %s): ckpt %ss (criu %ss, runtime %ss; x%s) rst %ss (criu %ss, runtime %ss; x%s) archive %s MiB, GPU written %s MiB; ", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13}' "${tsv%.tsv}.medians.tsv")"
 }
+
+# Per run and size, the median of each time column over its repetitions, and the container time over CRIU's
+# (the 1.3x target of #21): run mib runs podman_checkpoint_s criu_dump_s runtime_dump_s ckpt_x podman_restore_s
+# criu_restore_s runtime_restore_s rst_x archive_mib gpu_written_mib.
+store_bench_medians() { # TSV
+  local tsv=$1 key run mib col vals=()
+  printf 'run\tmib\truns\tpodman_checkpoint_s\tcriu_dump_s\truntime_dump_s\tckpt_x_criu\tpodman_restore_s\tcriu_restore_s\truntime_restore_s\trst_x_criu\tarchive_mib\tgpu_written_mib\n'
+  for key in $(awk -F'\t' 'NR>1 && !seen[$1 "@" $3]++ {print $1 "@" $3}' "$tsv"); do
+    run=${key%@*} mib=${key#*@} vals=()
+    for col in 5 6 7 8 9 10 11 12; do
+      vals+=("$(awk -F'\t' -v r="$run" -v m="$mib" -v c="$col" 'NR>1 && $1 == r && $3 == m {print $c}' "$tsv" | median)")
+    done
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$run" "$mib" \
+      "$(awk -F'\t' -v r="$run" -v m="$mib" 'NR>1 && $1 == r && $3 == m' "$tsv" | wc -l)" \
+      "${vals[0]}" "${vals[1]}" "${vals[2]}" "$(ratio "${vals[0]}" "${vals[1]}")" \
+      "${vals[3]}" "${vals[4]}" "${vals[5]}" "$(ratio "${vals[3]}" "${vals[4]}")" "${vals[6]}" "${vals[7]}"
+  done
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "-"}'; }
 
 if [ "$HAVE_GPU" = 1 ]; then
   echo "GPU node: $(nvidia-smi -L | head -1); driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1); $(criu --version | head -1); podman $(podman --version | awk '{print $3}')"
