@@ -20,6 +20,7 @@
 #include "common/chunk_store.h"
 #include "common/directory_archive.h"
 #include "common/gpu_manifest.h"
+#include "test/common/store_checkpoint.h"
 #include "test/temp_dir.h"
 
 namespace cs = gpuckpt::chunk_store;
@@ -28,75 +29,13 @@ namespace gi = gpuckpt::gpu_image;
 namespace fs = std::filesystem;
 using gpuckpt::ArchiveLimits;
 using gpuckpt::test::TempDir;
+using gpuckpt::test::check_restorable;
+using gpuckpt::test::compressible_chunk;
+using gpuckpt::test::open_store;
+using gpuckpt::test::random_chunk;
+using Checkpoint = gpuckpt::test::StoreCheckpoint;
 
 namespace {
-
-constexpr std::size_t kChunk = 64u << 10;
-
-std::vector<std::byte> random_chunk(unsigned seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::byte> out(kChunk);
-  for (std::size_t i = 0; i < kChunk; i += 8) {
-    const std::uint64_t v = rng();
-    std::memcpy(out.data() + i, &v, 8);
-  }
-  return out;
-}
-
-std::vector<std::byte> compressible_chunk(unsigned seed) {
-  std::vector<std::byte> out(kChunk);
-  for (std::size_t i = 0; i < kChunk; ++i) out[i] = static_cast<std::byte>((i / 64 + seed) % 5);
-  return out;
-}
-
-std::shared_ptr<cs::Store> open_store(const fs::path& root) {
-  auto opened = cs::Store::open(root, true);
-  REQUIRE(opened);
-  return std::shared_ptr<cs::Store>(std::move(*opened));
-}
-
-void write_file(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-// A podman-shaped checkpoint whose two processes' GPU memory went into `store`: pid 7 has a random chunk (stored
-// raw), a compressible one (zstd), a zero one and one it shares with pid 8; pid 8 has that one and another random.
-struct Checkpoint {
-  std::string id = gi::new_checkpoint_id();
-  std::map<int, std::vector<std::vector<std::byte>>> memory;   // by vpid: its chunks, in order
-  fs::path archive;
-};
-
-Checkpoint make_checkpoint(const std::shared_ptr<cs::Store>& store, const fs::path& dir) {
-  Checkpoint c;
-  c.memory[7] = {random_chunk(1), compressible_chunk(2), std::vector<std::byte>(kChunk), random_chunk(3)};
-  c.memory[8] = {random_chunk(3), random_chunk(4)};
-  const fs::path tree = dir / "tree";
-  write_file(tree / "checkpoint" / "inventory.img", "criu inventory");
-  write_file(tree / "checkpoint" / "pages-1.img", std::string(8192, 'p'));
-  TempDir images("gpuckpt-export-images");
-  for (const auto& [vpid, chunks] : c.memory) {
-    gi::ImageHeader header;
-    header.vpid = vpid;
-    header.dump_pid = 1000 + vpid;
-    header.chunk_size = kChunk;
-    auto writer = gi::StoreWriter::create(store, header, {{0x7f0000000000, chunks.size() * kChunk}}, c.id);
-    REQUIRE(writer);
-    gi::ChunkCodec codec(kChunk);
-    gi::CompressionHistory history;
-    gi::Settings settings;
-    for (std::size_t i = 0; i < chunks.size(); ++i) REQUIRE((*writer)->add(0, i, chunks[i], codec, settings, history));
-    REQUIRE((*writer)->finish(images.fd));
-    fs::copy_file(images.path / gi::manifest_name(vpid), tree / "checkpoint" / gi::manifest_name(vpid));
-  }
-  c.archive = dir / "ck.tar";
-  REQUIRE(gpuckpt::pack_tar({{"config.dump", {}, R"({"name":"train","id":"0123abcd","rootfsImageName":"img"})"},
-                             {"spec.dump", {}, R"({"annotations":{"io.container.manager":"libpod"}})"},
-                             {"checkpoint", tree / "checkpoint", {}}},
-                            c.archive));
-  return c;
-}
 
 std::vector<std::string> entries_under(const fs::path& archive, const std::string& prefix) {
   auto entries = gpuckpt::list_archive(archive, ArchiveLimits{});
@@ -105,30 +44,6 @@ std::vector<std::string> entries_under(const fs::path& archive, const std::strin
   for (const auto& e : *entries)
     if (e.name.starts_with(prefix) && e.kind == gpuckpt::ArchiveEntry::Kind::File) out.push_back(e.name);
   return out;
-}
-
-// What a restore does: every chunk of every manifest in `archive` read from `store` (decoded and hashed) and
-// compared with the memory the checkpoint was made of.
-void check_restorable(const Checkpoint& c, const fs::path& archive, const std::shared_ptr<cs::Store>& store) {
-  auto info = gpuckpt::inspect_checkpoint_archive(archive, ArchiveLimits{});
-  REQUIRE(info);
-  REQUIRE(info->gpu_manifests.size() == c.memory.size());
-  for (const auto& [vpid, chunks] : c.memory) {
-    auto manifest = gi::parse_manifest(info->gpu_manifests.at(gi::manifest_name(vpid)), "test");
-    REQUIRE(manifest);
-    CHECK(manifest->checkpoint == c.id);
-    REQUIRE(gi::check_chunks(*manifest, *store, "test"));
-    gi::StoreReader reader(*manifest, store, gi::manifest_name(vpid));
-    gi::ChunkCodec codec(kChunk);
-    std::vector<std::byte> record, out(kChunk);
-    REQUIRE(reader.entries().size() == chunks.size());
-    for (std::size_t i = 0; i < chunks.size(); ++i) {
-      auto read = reader.read_chunk(i, codec, record, out);
-      INFO("pid " << vpid << " chunk " << i);
-      REQUIRE(read);
-      CHECK(out == chunks[i]);
-    }
-  }
 }
 
 // An exported archive unpacked, changed by `change` (given the unpacked tree), and packed again.
@@ -162,7 +77,7 @@ bool leaves_nothing_beside(const fs::path& out) {
 TEST_CASE("export then import into an empty store: every chunk comes back byte for byte", "[unit]") {
   TempDir dir("gpuckpt-export");
   auto source = open_store(dir.path / "node-a");
-  const Checkpoint c = make_checkpoint(source, dir.path);
+  const Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);
   const fs::path exported = dir.path / "moved.tar";
   auto report = ce::export_checkpoint(c.archive, source, exported, ArchiveLimits{});
   REQUIRE(report);
@@ -206,7 +121,7 @@ TEST_CASE("export then import into an empty store: every chunk comes back byte f
 TEST_CASE("import skips and counts the chunks the store has already", "[unit]") {
   TempDir dir("gpuckpt-export");
   auto source = open_store(dir.path / "node-a");
-  const Checkpoint c = make_checkpoint(source, dir.path);
+  const Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);
   const fs::path exported = dir.path / "moved.tar";
   REQUIRE(ce::export_checkpoint(c.archive, source, exported, ArchiveLimits{}));
   // Into the store it came from: everything is there.
@@ -240,7 +155,7 @@ TEST_CASE("import refuses a carried chunk whose content does not match its diges
           "[unit]") {
   TempDir dir("gpuckpt-export");
   auto source = open_store(dir.path / "node-a");
-  const Checkpoint c = make_checkpoint(source, dir.path);
+  const Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);
   const fs::path exported = dir.path / "moved.tar";
   REQUIRE(ce::export_checkpoint(c.archive, source, exported, ArchiveLimits{}));
   const auto victim = cs::sha256(random_chunk(4));
@@ -267,7 +182,7 @@ TEST_CASE("import refuses a carried chunk whose content does not match its diges
 TEST_CASE("import refuses carried entries that are not chunks its manifests name", "[unit]") {
   TempDir dir("gpuckpt-export");
   auto source = open_store(dir.path / "node-a");
-  const Checkpoint c = make_checkpoint(source, dir.path);
+  const Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);
   const fs::path exported = dir.path / "moved.tar";
   REQUIRE(ce::export_checkpoint(c.archive, source, exported, ArchiveLimits{}));
   const auto kept = cs::sha256(random_chunk(1));
@@ -318,7 +233,7 @@ TEST_CASE("export with a chunk missing from the store names checkpoint, chunk an
           "[unit]") {
   TempDir dir("gpuckpt-export");
   auto source = open_store(dir.path / "node-a");
-  const Checkpoint c = make_checkpoint(source, dir.path);
+  const Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);
   const auto lost = cs::sha256(compressible_chunk(2));
   REQUIRE(fs::remove(source->path_of(lost)));
   const fs::path out = dir.path / "out" / "moved.tar";
@@ -339,7 +254,7 @@ TEST_CASE("export with a chunk missing from the store names checkpoint, chunk an
     f.seekp(static_cast<std::streamoff>(cs::kChunkHeaderSize + 7));
     f.put('\x01');
   }
-  make_checkpoint(source, dir.path / "second");   // the same memory again: writes the lost chunk back
+  gpuckpt::test::store_checkpoint(source, dir.path / "second");   // the same memory again: writes the lost chunk back
   auto corrupt = ce::export_checkpoint(c.archive, source, out, ArchiveLimits{});
   REQUIRE_FALSE(corrupt);
   CHECK(corrupt.error().message.find("chunk " + damaged.hex()) != std::string::npos);
@@ -359,7 +274,7 @@ TEST_CASE("export refuses an archive without manifests and one that carries chun
   CHECK(none.error().message.find("holds no manifest of store-backed GPU memory") != std::string::npos);
   auto nothing = ce::import_checkpoint(plain, source, dir.path / "out.tar", ArchiveLimits{});
   REQUIRE_FALSE(nothing);
-  const Checkpoint c = make_checkpoint(source, dir.path);
+  const Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);
   REQUIRE(ce::export_checkpoint(c.archive, source, dir.path / "moved.tar", ArchiveLimits{}));
   auto twice = ce::export_checkpoint(dir.path / "moved.tar", source, dir.path / "again.tar", ArchiveLimits{});
   REQUIRE_FALSE(twice);
@@ -371,7 +286,7 @@ TEST_CASE("export refuses an archive without manifests and one that carries chun
 TEST_CASE("a garbage collection right after an import keeps the imported chunks", "[unit]") {
   TempDir dir("gpuckpt-export");
   auto source = open_store(dir.path / "node-a");
-  const Checkpoint c = make_checkpoint(source, dir.path);
+  const Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);
   const fs::path exported = dir.path / "moved.tar";
   REQUIRE(ce::export_checkpoint(c.archive, source, exported, ArchiveLimits{}));
   auto target = open_store(dir.path / "node-b");
