@@ -37,6 +37,15 @@ using Checkpoint = gpuckpt::test::StoreCheckpoint;
 
 namespace {
 
+// A store-backed checkpoint in node-a's store, and its export: moved.tar.
+struct Exported {
+  TempDir dir{"gpuckpt-export"};
+  std::shared_ptr<cs::Store> source = open_store(dir.path / "node-a");
+  Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);
+  fs::path exported = dir.path / "moved.tar";
+  Exported() { REQUIRE(ce::export_checkpoint(c.archive, source, exported, ArchiveLimits{})); }
+};
+
 std::vector<std::string> entries_under(const fs::path& archive, const std::string& prefix) {
   auto entries = gpuckpt::list_archive(archive, ArchiveLimits{});
   REQUIRE(entries);
@@ -119,11 +128,8 @@ TEST_CASE("export then import into an empty store: every chunk comes back byte f
 }
 
 TEST_CASE("import skips and counts the chunks the store has already", "[unit]") {
-  TempDir dir("gpuckpt-export");
-  auto source = open_store(dir.path / "node-a");
-  const Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);
-  const fs::path exported = dir.path / "moved.tar";
-  REQUIRE(ce::export_checkpoint(c.archive, source, exported, ArchiveLimits{}));
+  Exported e;
+  auto& [dir, source, c, exported] = e;
   // Into the store it came from: everything is there.
   auto same = ce::import_checkpoint(exported, source, dir.path / "a.tar", ArchiveLimits{});
   REQUIRE(same);
@@ -153,11 +159,8 @@ TEST_CASE("import skips and counts the chunks the store has already", "[unit]") 
 
 TEST_CASE("import refuses a carried chunk whose content does not match its digest, naming the archive and chunk",
           "[unit]") {
-  TempDir dir("gpuckpt-export");
-  auto source = open_store(dir.path / "node-a");
-  const Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);
-  const fs::path exported = dir.path / "moved.tar";
-  REQUIRE(ce::export_checkpoint(c.archive, source, exported, ArchiveLimits{}));
+  Exported e;
+  auto& [dir, source, c, exported] = e;
   const auto victim = cs::sha256(random_chunk(4));
   const fs::path corrupt = repacked(exported, dir.path, [&](const fs::path& tree) {
     std::fstream f(chunk_in(tree, victim), std::ios::in | std::ios::out | std::ios::binary);
@@ -180,11 +183,8 @@ TEST_CASE("import refuses a carried chunk whose content does not match its diges
 }
 
 TEST_CASE("import refuses carried entries that are not chunks its manifests name", "[unit]") {
-  TempDir dir("gpuckpt-export");
-  auto source = open_store(dir.path / "node-a");
-  const Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);
-  const fs::path exported = dir.path / "moved.tar";
-  REQUIRE(ce::export_checkpoint(c.archive, source, exported, ArchiveLimits{}));
+  Exported e;
+  auto& [dir, source, c, exported] = e;
   const auto kept = cs::sha256(random_chunk(1));
   struct Case {
     const char* what;
@@ -284,11 +284,8 @@ TEST_CASE("export refuses an archive without manifests and one that carries chun
 }
 
 TEST_CASE("a garbage collection right after an import keeps the imported chunks", "[unit]") {
-  TempDir dir("gpuckpt-export");
-  auto source = open_store(dir.path / "node-a");
-  const Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);
-  const fs::path exported = dir.path / "moved.tar";
-  REQUIRE(ce::export_checkpoint(c.archive, source, exported, ArchiveLimits{}));
+  Exported e;
+  auto& [dir, source, c, exported] = e;
   auto target = open_store(dir.path / "node-b");
   REQUIRE(ce::import_checkpoint(exported, target, dir.path / "restorable.tar", ArchiveLimits{}));
   // No grace at all: only the references keep them (the chunks are seconds old).
@@ -296,8 +293,8 @@ TEST_CASE("a garbage collection right after an import keeps the imported chunks"
   options.grace = std::chrono::seconds(0);
   options.remove = true;
   // The collection's start is the store's clock now; make the chunks older than it so only references count.
-  for (const auto& e : fs::recursive_directory_iterator(dir.path / "node-b" / "sha256"))
-    if (e.is_regular_file()) fs::last_write_time(e.path(), fs::file_time_type::clock::now() - std::chrono::hours(2));
+  for (const auto& file : fs::recursive_directory_iterator(dir.path / "node-b" / "sha256"))
+    if (file.is_regular_file()) fs::last_write_time(file.path(), fs::file_time_type::clock::now() - std::chrono::hours(2));
   auto report = gpuckpt::chunk_gc::collect(*target, options);
   REQUIRE(report);
   CHECK(report->refs == 2);
