@@ -22,7 +22,8 @@ struct ArchiveManifests {
 
 Result<ArchiveManifests> read_manifests(const fs::path& archive, const ArchiveLimits& limits, const char* verb) {
   auto info = inspect_checkpoint_archive(archive, limits);
-  if (!info) return info.error();
+  // Whatever stops this pass is the archive's doing (unreadable, corrupt, hostile, too slow to read): bad input.
+  if (!info) return make_error(info.error().message, info.error().errno_value == ETIMEDOUT ? ETIMEDOUT : EINVAL);
   if (info->gpu_manifests.empty())
     return make_error(archive.string() + " holds no manifest of store-backed GPU memory (checkpoint/" +
                       gpu_image::kFilePrefix + "<PID>" + gpu_image::kManifestSuffix + "): nothing to " + verb +
@@ -166,7 +167,7 @@ Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<
     for (std::size_t got = 0; got < file.size();) {
       auto n = read(reinterpret_cast<char*>(file.data()) + got, file.size() - got);
       if (!n) return n.error();
-      if (*n == 0) return make_error(archive.string() + " is truncated in " + entry.name, EIO);
+      if (*n == 0) return make_error(archive.string() + " is truncated in " + entry.name, EBADMSG);
       got += *n;
     }
     raw.resize(e.raw_size);
