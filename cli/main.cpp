@@ -144,7 +144,8 @@ int main(int argc, char** argv) {
     using gpuckpt::cli::OutputFormat;
     const std::string verb(v.name);
     std::string problem;
-    const OutputFormat format = take_output_flag(args, problem);
+    const OutputFormat format =
+        gpuckpt::cli::takes_output_file(verb) ? OutputFormat::text : take_output_flag(args, problem);
     if (problem.empty() && (format == OutputFormat::json || format == OutputFormat::yaml) &&
         !gpuckpt::cli::offers_json(verb))
       problem = "-o json and -o yaml are for verbs with structured output; " + verb + " has none";

@@ -49,6 +49,7 @@ struct Help {
   const char* shared;   // kAgentFlags, kTargetFlags, kHostFlags or nullptr
   const char* example;
   bool wide = false;    // -o wide shows more columns
+  bool output_file = false;   // -o/--output names the file the verb writes (tar's and cc's sense), not a format
   void (*more)() = nullptr;   // prints what else a verb's help says, after its flags
 };
 
@@ -103,6 +104,28 @@ constexpr Help kHelp[] = {
      "  --delete              remove the garbage (default: only list it)\n"
      "  --json                the report as JSON\n",
      nullptr, "gpuckpt store gc --delete --store /mnt/gpuckpt-chunks"},
+    {"export", "gpuckpt export ARCHIVE -o OUT [--store DIR] [--timeout SECONDS] [--json]",
+     "  ARCHIVE               a store-backed checkpoint archive (podman export, kubelet's, the agent's): its GPU\n"
+     "                        memory manifests name chunks in the chunk store\n"
+     "  -o, --output OUT      the self-contained archive written: ARCHIVE plus every chunk it needs, checked against\n"
+     "                        its digest (required; the input's compression; nothing is left there on failure)\n"
+     "  --store DIR           the chunk store holding the chunks (default: $GPUCKPT_GPU_STORE when a path, else\n"
+     "                        /var/lib/gpuckpt/chunks)\n"
+     "  --timeout SECONDS     stop after this long, exit 2, nothing written (default 3600)\n"
+     "  --json                what was carried as JSON\n",
+     nullptr, "gpuckpt export ck-20261122T001228Z-61ef843a.tar.zst -o moved.tar.zst   # then: gpuckpt import moved.tar.zst",
+     false, true},
+    {"import", "gpuckpt import ARCHIVE [-o OUT] [--store DIR] [--timeout SECONDS] [--json]",
+     "  ARCHIVE               an archive `gpuckpt export` wrote: its chunks go into the chunk store (each checked\n"
+     "                        against its digest first; those the store has already are skipped), with a reference\n"
+     "                        per process so `gpuckpt store gc` keeps them until `gpuckpt store unref`\n"
+     "  -o, --output OUT      the store-backed archive written for the runtime to restore (default: ARCHIVE itself,\n"
+     "                        replaced once the chunks and references are in the store)\n"
+     "  --store DIR           the chunk store, made when absent (default: $GPUCKPT_GPU_STORE when a path, else\n"
+     "                        /var/lib/gpuckpt/chunks)\n"
+     "  --timeout SECONDS     stop after this long, exit 2, the archive not written (default 3600)\n"
+     "  --json                what was imported as JSON\n",
+     nullptr, "gpuckpt import moved.tar.zst -o /var/lib/gpuckpt/checkpoints/moved.tar.zst", false, true},
     {"image", "gpuckpt image ARCHIVE [--tag TAG] [target flags] [--json]",
      "  ARCHIVE               an archive in the agent's checkpoint directory\n"
      "  --tag TAG             the image's tag (default: the archive's name without .tar*)\n"
@@ -119,7 +142,8 @@ constexpr Help kHelp[] = {
      "--agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token"},
     {"runtime", "gpuckpt runtime --agent URL --token-file FILE [--json]",
      "  --json                GET /v1/runtime as it is (default: KIND NAME VERSION RESTORES on one line)\n", kAgentFlags,
-     "gpuckpt runtime --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token", false, print_runtime_kinds},
+     "gpuckpt runtime --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token", false, false,
+     print_runtime_kinds},
     {"target-pod",
      "gpuckpt target-pod --node NODE --container NAME --image REF [--name NAME] [--pull Never|IfNotPresent] < POD_JSON",
      "  --node NODE           the node the new pod runs on (required)\n"
@@ -175,11 +199,16 @@ bool offers_wide(std::string_view verb) {
   return h != nullptr && h->wide;
 }
 
+bool takes_output_file(std::string_view verb) {
+  const Help* h = help_of(verb);
+  return h != nullptr && h->output_file;
+}
+
 int print_help(std::string_view verb) {
   for (const auto& h : kHelp) {
     if (verb != h.verb) continue;
     std::printf("usage: %s\n\nflags:\n%s%s", h.usage, h.flags, h.shared ? h.shared : "");
-    if (offers_json(verb))
+    if (offers_json(verb) && !h.output_file)
       std::printf("  -o, --output FORMAT   json (the same as --json), yaml (that document as YAML)%s; a failure\n"
                   "                        prints an error object in that form (default: text)\n",
                   h.wide ? ", wide (more columns)" : "");

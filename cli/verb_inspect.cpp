@@ -172,6 +172,12 @@ std::string gpu_memory_line(const CheckpointInfo& info) {
                   s.manifest.store.c_str());
     line += (line.empty() ? "" : "\n             ") + std::string(buf);
   }
+  if (info.carried_chunks > 0) {
+    std::snprintf(buf, sizeof buf, "exported: this archive carries %zu chunks, %.1f MiB (%s/); `gpuckpt import` puts "
+                  "them into a node's chunk store before a restore", info.carried_chunks,
+                  static_cast<double>(info.carried_chunk_bytes) / (1 << 20), kCarriedChunksDir);
+    line += (line.empty() ? "" : "\n             ") + std::string(buf);
+  }
   for (const auto& problem : found.problems) line += (line.empty() ? "" : "\n             ") + ("UNREADABLE: " + problem);
   return line.empty() ? "none of gpuckpt's (no GPU memory image or manifest)" : line;
 }
@@ -185,7 +191,8 @@ nlohmann::json gpu_memory_json(const CheckpointInfo& info) {
                          {"zero_chunks", s.zero_chunks}, {"memory_bytes", s.memory_bytes},
                          {"stored_bytes", s.stored_bytes}});
   return {{"inline_images", info.gpu_image_files}, {"inline_bytes", info.gpu_image_bytes},
-          {"manifests", std::move(manifests)}, {"unreadable_manifests", found.problems}};
+          {"manifests", std::move(manifests)}, {"unreadable_manifests", found.problems},
+          {"carried_chunks", info.carried_chunks}, {"carried_chunk_bytes", info.carried_chunk_bytes}};
 }
 
 }  // namespace

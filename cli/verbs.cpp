@@ -16,6 +16,8 @@ int run_runtime(std::span<char*> args);
 int run_target_pod(std::span<char*> args);
 int run_jobs(std::span<char*> args);
 int run_store(std::span<char*> args);
+int run_export(std::span<char*> args);
+int run_import(std::span<char*> args);
 int run_job(std::span<char*> args);
 
 std::span<const Verb> verbs() {
@@ -33,6 +35,8 @@ std::span<const Verb> verbs() {
       {"jobs", "list an agent's checkpoint, restore and image jobs, newest first", run_jobs},
       {"job", "show one job of an agent; --follow: until it ends (exit 1: it failed)", run_job},
       {"store", "the chunk store of store-backed checkpoints: gc (dry run unless --delete), refs, unref", run_store},
+      {"export", "make a store-backed checkpoint archive self-contained: it carries the chunks it needs", run_export},
+      {"import", "put the chunks an exported archive carries into a chunk store; leave it store-backed", run_import},
       {"doctor", "check whether GPU checkpoints work on this node: pass/warn/fail with the fix (exit 1: a failure)", run_doctor},
   };
   return table;

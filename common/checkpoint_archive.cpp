@@ -465,6 +465,20 @@ Result<void> copy_edited(struct archive* reader, const fs::path& in, ArchiveWrit
                          writer_open = true;
                        }
                        if (edit.add.count(entry.name)) return false;   // written at the end instead
+                       if (edit.take) {
+                         const EntryDataReader read = [&](char* data, std::size_t size) -> Result<std::size_t> {
+                           if (auto in_time = check_archive_deadline(limits, "reading " + in.string()); !in_time)
+                             return in_time.error();
+                           const la_ssize_t n = archive_read_data(r, data, size);
+                           if (n < 0)
+                             return make_error(in.string() + " is truncated in " + entry.name + ": " +
+                                               archive_message(r), EIO);
+                           return static_cast<std::size_t>(n);
+                         };
+                         auto taken = edit.take(entry, read);
+                         if (!taken) return taken.error();
+                         if (*taken) return false;   // the walk skips what it left unread
+                       }
                        if (auto it = edit.replace.find(entry.name); it != edit.replace.end()) {
                          edited.insert(entry.name);
                          auto written = write_blob(e, it->second);
@@ -516,6 +530,22 @@ Result<void> copy_edited(struct archive* reader, const fs::path& in, ArchiveWrit
     archive_entry_set_mtime(e.get(), ::time(nullptr), 0);
     auto written = write_blob(e.get(), data);
     if (!written) return written.error();
+  }
+  if (edit.append) {
+    const EntryAppender append = [&](const std::string& name, std::span<const std::byte> data) -> Result<void> {
+      if (auto in_time = check_archive_deadline(limits, "writing " + target); !in_time) return in_time;
+      std::unique_ptr<struct archive_entry, void (*)(struct archive_entry*)> e(archive_entry_new(), archive_entry_free);
+      archive_entry_set_pathname(e.get(), name.c_str());
+      archive_entry_set_filetype(e.get(), AE_IFREG);
+      archive_entry_set_perm(e.get(), 0600);
+      archive_entry_set_mtime(e.get(), ::time(nullptr), 0);
+      archive_entry_set_size(e.get(), static_cast<la_int64_t>(data.size()));
+      if (archive_write_header(writer, e.get()) < ARCHIVE_WARN ||
+          archive_write_data(writer, data.data(), data.size()) != static_cast<la_ssize_t>(data.size()))
+        return make_error("writing " + target + ": " + archive_message(writer), EIO);
+      return {};
+    };
+    if (auto appended = edit.append(append); !appended) return appended;
   }
   if (output.close() != ARCHIVE_OK)
     return make_error("finishing " + target + ": " + archive_message(writer), EIO);
@@ -614,6 +644,8 @@ Result<std::uint64_t> copy_to_file(struct archive* reader, const fs::path& in, c
                               return {};
                             });
   if (!copied) return input_failure && *input_failure ? **input_failure : copied.error();
+  if (edit.before_commit)
+    if (auto ready = edit.before_commit(); !ready) return ready.error();
   return file.commit();
 }
 
@@ -663,7 +695,7 @@ Result<void> send_archive(const fs::path& in, const ArchiveByteSink& write, cons
                               return {};
                             });
   if (!copied) return output.failure ? *output.failure : copied.error();
-  return {};
+  return edit.before_commit ? edit.before_commit() : Result<void>{};
 }
 
 Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const ArchiveLimits& limits) {
@@ -681,6 +713,12 @@ Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const
                          dev_tmpfs_bytes += image->size();
                          info.dev_tmpfs_images[e.name] = std::move(image.value());
                          return true;
+                       }
+                       if (e.kind == ArchiveEntry::Kind::File &&
+                           e.name.starts_with(std::string(kCarriedChunksDir) + "/")) {
+                         ++info.carried_chunks;
+                         info.carried_chunk_bytes += e.size;
+                         return false;
                        }
                        if (e.kind == ArchiveEntry::Kind::File && e.name.starts_with("checkpoint/")) {
                          const std::string base = e.name.substr(11);

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct archive;   // libarchive's handle (archive.h)
 namespace gpuckpt {
 
 inline constexpr const char* kRecordEntry = "gpuckpt-gpus.json";
+// Where `gpuckpt export` puts the chunks a store-backed checkpoint's manifests name (docs/formats.md "Exported
+// checkpoints"): <kCarriedChunksDir>/sha256/<2 hex>/<64 hex>, each the chunk store's file as it is.
+inline constexpr const char* kCarriedChunksDir = "gpuckpt-chunks";
 inline constexpr const char* kAnnotationVersion = "io.gpuckpt.version";
 inline constexpr const char* kAnnotationCheckpointId = "io.gpuckpt.checkpoint-id";
 inline constexpr const char* kAnnotationUsedGpus = "io.gpuckpt.used-gpus";   // comma-separated GpuDevice ids
@@ -115,10 +119,22 @@ Result<std::optional<std::string>> read_archive_entry(const std::filesystem::pat
 //   replace    entries that must be there, given new content;
 //   transform  entries that must be there, their new content made from the old (read up to max_metadata_bytes);
 //   add        entries written at the end; an entry of the same name in the input is left out.
+//   take       entries it accepts (returns true) are left out of the output; it may read their data (at most
+//              their declared size, through the reader it is given) while it decides.
+//   append     called after every other entry is written: streams entries too large to hold together in memory
+//              (one at a time, through the appender it is given).
+//   before_commit  called once the output is complete, before it takes its final name: an error leaves no output.
+// Reads the current entry's data: up to `size` bytes into `buffer`, 0 at its end.
+using EntryDataReader = std::function<Result<std::size_t>(char* buffer, std::size_t size)>;
+// Writes one regular file entry (mode 0600) holding `data`.
+using EntryAppender = std::function<Result<void>(const std::string& name, std::span<const std::byte> data)>;
 struct ArchiveEdit {
   std::map<std::string, std::string> replace;
   std::map<std::string, std::function<Result<std::string>(const std::string&)>> transform;
   std::map<std::string, std::string> add;
+  std::function<Result<bool>(const ArchiveEntry&, const EntryDataReader&)> take;
+  std::function<Result<void>(const EntryAppender&)> append;
+  std::function<Result<void>()> before_commit;
 };
 
 // Copies `in` to `out` with `edit` applied, in the input's compression. Writes `out` under a temporary name and
@@ -167,6 +183,9 @@ struct CheckpointInfo {
   std::size_t gpu_image_files = 0;
   std::uint64_t gpu_image_bytes = 0;
   std::map<std::string, std::string> gpu_manifests;
+  // Chunks a `gpuckpt export` carries for them (kCarriedChunksDir): how many, and their bytes.
+  std::size_t carried_chunks = 0;
+  std::uint64_t carried_chunk_bytes = 0;
 };
 
 Result<CheckpointInfo> inspect_checkpoint_archive(const std::filesystem::path& archive, const ArchiveLimits& limits);

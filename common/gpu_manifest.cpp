@@ -286,8 +286,8 @@ Result<void> check_chunks(const Manifest& m, const cs::Store& store, const std::
                     (bad > 1 ? "; " + std::to_string(bad - 1) + " more chunk(s) missing or damaged" : "") +
                     ". The dump wrote them to " + (m.store.empty() ? std::string("(unknown)") : m.store) +
                     ". Restore on the node that made the checkpoint, mount the store holding them (a shared volume) "
-                    "at GPUCKPT_GPU_STORE's path, or checkpoint again with GPUCKPT_GPU_STORE=inline so the archive "
-                    "carries the GPU memory", ENOENT);
+                    "at GPUCKPT_GPU_STORE's path, `gpuckpt import` the archive `gpuckpt export` made of it, or checkpoint "
+                    "again with GPUCKPT_GPU_STORE=inline so the archive carries the GPU memory", ENOENT);
 }
 
 // --- writing ---------------------------------------------------------------------------------------------------------
@@ -420,19 +420,29 @@ Result<void> StoreReader::read_chunk(std::size_t i, ChunkCodec& codec, std::vect
   };
   if (auto ok = store_->read(digest, cs::kChunkHeaderSize + e.stored_size, record_buffer); !ok)
     return fail(ok.error().message);
-  auto header = cs::decode_header(record_buffer);
-  if (!header) return fail(store_->path_of(digest).string() + ": " + header.error().message);
+  if (auto ok = decode_chunk_file(record_buffer, e, digest, codec, out); !ok) {
+    const bool corrupt = ok.error().errno_value == EBADMSG;
+    return fail(store_->path_of(digest).string() + ": " + ok.error().message +
+                (corrupt ? ". Remove the file and restore from another copy of the store, or from an inline checkpoint"
+                         : ""));
+  }
+  return {};
+}
+
+Result<void> decode_chunk_file(std::span<const std::byte> file, const ChunkEntry& e, const cs::Digest& digest,
+                               ChunkCodec& codec, std::span<std::byte> out) {
+  if (out.size() != e.raw_size) return make_error("internal: output size does not match the chunk", EINVAL);
+  auto header = cs::decode_header(file);
+  if (!header) return make_error(header.error().message, EIO);
   if (header->raw_size != e.raw_size || header->stored_size != e.stored_size ||
-      header->encoding != static_cast<std::uint8_t>(e.encoding))
-    return fail(store_->path_of(digest).string() + " holds a different chunk than the manifest says");
-  if (auto ok = codec.decode_payload(std::span<const std::byte>(record_buffer).subspan(cs::kChunkHeaderSize,
-                                                                                      e.stored_size),
-                                     e.encoding, out);
-      !ok)
-    return fail(store_->path_of(digest).string() + ": " + ok.error().message);
+      header->encoding != static_cast<std::uint8_t>(e.encoding) || file.size() != cs::kChunkHeaderSize + e.stored_size)
+    return make_error("holds a different chunk than the manifest says (" + std::to_string(file.size()) +
+                      " bytes, the manifest says " + std::to_string(cs::kChunkHeaderSize + e.stored_size) + ")", EIO);
+  if (auto ok = codec.decode_payload(file.subspan(cs::kChunkHeaderSize), e.encoding, out); !ok)
+    return make_error(ok.error().message, EIO);
   if (cs::sha256(out) != digest)
-    return fail(store_->path_of(digest).string() + ": SHA-256 mismatch: the stored chunk is corrupt. Remove the file "
-                "and restore from another copy of the store, or from an inline checkpoint");
+    return make_error("SHA-256 mismatch: the chunk is corrupt (its content hashes to " + cs::sha256(out).hex() +
+                      ")", EBADMSG);
   return {};
 }
 

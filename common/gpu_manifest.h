@@ -90,6 +90,13 @@ class StoreWriter {
 };
 
 // --- reading ---------------------------------------------------------------------------------------------------------
+// A chunk file's bytes (header + payload: the store's file, or one an exported archive carries) checked against
+// the manifest's entry and digest: a sound header saying what the entry says, a payload that decodes to raw_size
+// bytes (into `out`) whose SHA-256 is `digest`. The error says what is wrong (errno EBADMSG: the content does not
+// hash to the digest); the caller names the file and the chunk.
+Result<void> decode_chunk_file(std::span<const std::byte> file, const ChunkEntry& e, const chunk_store::Digest& digest,
+                               ChunkCodec& codec, std::span<std::byte> out);
+
 class StoreReader final : public MemorySource {
  public:
   StoreReader(Manifest manifest, std::shared_ptr<const chunk_store::Store> store, std::string name);

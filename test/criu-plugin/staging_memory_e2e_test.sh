@@ -17,6 +17,7 @@
 #   8. GPUCKPT_GPU_STORE: the memory goes into a chunk store, CRIU's images keep a manifest; a missing chunk stops
 #      the restore at the plugin's init (before CRIU forks anything), naming checkpoint, digest and path; with the
 #      chunk back it restores bit-identical; a second dump of the same memory writes no chunk.
+#   9. gpuckpt export of that checkpoint, import into an empty store, restore from that store alone: bit-identical.
 # Exit 0 pass, 77 skipped (no root / no working CRIU), anything else fails.
 set -uo pipefail
 
@@ -223,6 +224,27 @@ dump "$WORK/stored-again" "$RPID" || fail "the second dump into the chunk store 
 grep -q "timing: gpu memory image write: .* 0 MiB written" "$WORK/stored-again-dump.log" ||
   fail "the second dump of unchanged memory wrote chunks: $(grep 'timing: gpu memory image write' "$WORK/stored-again-dump.log")"
 [ "$(find "$GPUCKPT_GPU_STORE/sha256" -type f | wc -l)" = "$CHUNKS" ] || fail "the store grew on the second dump"
-unset GPUCKPT_GPU_STORE
 echo "ok 8: chunk store: $CHUNKS chunks, a manifest in CRIU's images; a missing chunk stopped the restore before any fork; restored bit-identical; a second dump wrote nothing"
+
+# --- 9. moved by hand to another store: gpuckpt export / import ------------------------------------------------
+# The store-backed images in a runtime's archive layout; exported with their chunks; the first store put away;
+# imported into an empty one; CRIU restores from that one alone.
+mkdir -p "$WORK/archive"
+echo '{"name":"staging","id":"0123"}' > "$WORK/archive/config.dump"
+echo '{}' > "$WORK/archive/spec.dump"
+cp -a "$WORK/stored-again" "$WORK/archive/checkpoint"
+tar -C "$WORK/archive" -cf "$WORK/ck.tar" . || fail "cannot pack the archive"
+"$GPUCKPT" export "$WORK/ck.tar" --store "$GPUCKPT_GPU_STORE" -o "$WORK/moved.tar" > "$WORK/export.out" 2>&1 ||
+  fail "gpuckpt export: $(cat "$WORK/export.out")"
+mv "$GPUCKPT_GPU_STORE" "$WORK/store-a-away"
+export GPUCKPT_GPU_STORE=$WORK/store-b
+"$GPUCKPT" import "$WORK/moved.tar" --store "$GPUCKPT_GPU_STORE" -o "$WORK/back.tar" --json > "$WORK/import.json" 2>&1 ||
+  fail "gpuckpt import: $(cat "$WORK/import.json")"
+grep -q "\"added_chunks\": $CHUNKS" "$WORK/import.json" || fail "import did not add the $CHUNKS chunks: $(cat "$WORK/import.json")"
+tar -tf "$WORK/back.tar" | grep -q gpuckpt-chunks && fail "the imported archive still carries the chunks"
+mkdir -p "$WORK/imported" && tar -C "$WORK/imported" -xf "$WORK/back.tar" || fail "cannot unpack the imported archive"
+restore "$WORK/imported/checkpoint" || fail "criu restore of the imported checkpoint from the second store failed"
+[ "$(checksum_now e "$RPID")" = "$SUM" ] || fail "the memory restored after export/import is not bit-identical"
+unset GPUCKPT_GPU_STORE
+echo "ok 9: exported with its $CHUNKS chunks, imported into an empty store, restored from it alone bit-identical"
 echo "PASS"

@@ -369,18 +369,22 @@ median() { grep -E '^[0-9.]+$' | sort -n | awk '{v[NR]=$1} END {if (NR == 0) pri
 # STORE_BENCH_MIB (a list, default 4096) of random GPU memory. Then bf16 content (weights: 1/16 of it evolves) into
 # the store, checkpointed a second time after its restore: what the second checkpoint writes. STORE_BENCH_RUNS
 # (default 1) runs of each; with more, a table of medians follows. STORE_BENCH_MODES picks the runs (default
-# "inline:random node:random node:bf16"). Rows into $STORE_BENCH_TSV when set. Each restore is checked bit for bit
-# against an uninterrupted run.
+# "inline:random node:random node:bf16"). Rows into $STORE_BENCH_TSV when set (appended to when it exists; the medians
+# beside it, .medians.tsv, cover all its rows). Each restore is checked bit for bit against an uninterrupted run.
 case_store_bench() {
   gpu_ready store_bench || return
   local sizes=${STORE_BENCH_MIB:-4096} runs=${STORE_BENCH_RUNS:-1} modes=${STORE_BENCH_MODES:-inline:random node:random node:bf16}
   local settings=$PLUGIN_DIR/gpuckpt_plugin.env tsv=${STORE_BENCH_TSV:-$WORK/store_bench.tsv} saved=$WORK/plugin.env.saved
-  local mib rep run mode content tag name out a tck trs at static failed=0
+  local mib rep earlier run mode content tag name out a tck trs at static failed=0
   [ -f "$settings" ] && cp "$settings" "$saved"
-  printf 'run\trep\tmib\tcontent\tpodman_checkpoint_s\tcriu_dump_s\truntime_dump_s\tpodman_restore_s\tcriu_restore_s\truntime_restore_s\tarchive_mib\tgpu_written_mib\n' > "$tsv"
+  # An existing table (STORE_BENCH_TSV of an earlier call on the same machine) is appended to: runs split across calls
+  # (one command's time limit) share one table of medians.
+  head -1 "$tsv" 2>/dev/null | grep -q '^run	rep	mib	' ||
+    printf 'run\trep\tmib\tcontent\tpodman_checkpoint_s\tcriu_dump_s\truntime_dump_s\tpodman_restore_s\tcriu_restore_s\truntime_restore_s\tarchive_mib\tgpu_written_mib\n' > "$tsv"
   for mib in $sizes; do
     for run in $modes; do
-      for rep in $(seq "$runs"); do
+      earlier=$(awk -F'\t' -v r="$run" -v m="$mib" 'NR > 1 && $1 == r && $3 == m' "$tsv" | wc -l)
+      for rep in $(seq $((earlier + 1)) $((earlier + runs))); do
         mode=${run%%:*} content=${run#*:} tag=sb-${mib}-${mode}-${content}-$rep
         name=$PREFIX-$tag out=$WORK/out/$tag.txt a=$WORK/$tag.tar
         { [ -f "$saved" ] && grep -v '^GPUCKPT_GPU_STORE=' "$saved"; echo "GPUCKPT_GPU_STORE=$mode"; } > "$settings"

@@ -1,0 +1,220 @@
+#include "common/checkpoint_export.h"
+
+#include <cerrno>
+#include <map>
+#include <vector>
+
+#include "common/gpu_image.h"
+#include "common/gpu_manifest.h"
+
+namespace gpuckpt::checkpoint_export {
+
+namespace fs = std::filesystem;
+namespace cs = chunk_store;
+
+namespace {
+
+// The manifests of an archive, parsed, by their file name in checkpoint/.
+struct ArchiveManifests {
+  CheckpointInfo info;
+  std::map<std::string, gpu_image::Manifest> parsed;
+};
+
+Result<ArchiveManifests> read_manifests(const fs::path& archive, const ArchiveLimits& limits, const char* verb) {
+  auto info = inspect_checkpoint_archive(archive, limits);
+  // Whatever stops this pass is the archive's doing (unreadable, corrupt, hostile, too slow to read): bad input.
+  if (!info) return make_error(info.error().message, info.error().errno_value == ETIMEDOUT ? ETIMEDOUT : EINVAL);
+  if (info->gpu_manifests.empty())
+    return make_error(archive.string() + " holds no manifest of store-backed GPU memory (checkpoint/" +
+                      gpu_image::kFilePrefix + "<PID>" + gpu_image::kManifestSuffix + "): nothing to " + verb +
+                      "; it is self-contained as it is", EINVAL);
+  ArchiveManifests out;
+  for (const auto& [name, text] : info->gpu_manifests) {
+    auto manifest = gpu_image::parse_manifest(text, archive.string() + ": checkpoint/" + name);
+    if (!manifest) return make_error(manifest.error().message, EINVAL);
+    out.parsed.emplace(name, std::move(*manifest));
+  }
+  out.info = std::move(*info);
+  return out;
+}
+
+// The second pass reads the manifests again: they must be what the first pass checked (the file did not change).
+void keep_manifests_as_read(ArchiveEdit& edit, const ArchiveManifests& found, const fs::path& archive) {
+  for (const auto& [name, text] : found.info.gpu_manifests)
+    edit.transform["checkpoint/" + name] = [text, name, archive](const std::string& now) -> Result<std::string> {
+      if (now != text)
+        return make_error("checkpoint/" + name + " changed while " + archive.string() + " was read; try again", EIO);
+      return now;
+    };
+}
+
+std::string carried_name(const cs::Digest& d) {
+  const std::string hex = d.hex();
+  return std::string(kCarriedChunksDir) + "/" + cs::kHashName + "/" + hex.substr(0, 2) + "/" + hex;
+}
+
+// The digest an entry under kCarriedChunksDir names: exactly <dir>/sha256/<first 2 hex>/<64 hex>.
+Result<cs::Digest> carried_digest(const std::string& name, const fs::path& archive) {
+  const std::string prefix = std::string(kCarriedChunksDir) + "/" + cs::kHashName + "/";
+  const auto refuse = [&] {
+    return make_error(archive.string() + ": entry " + name.substr(0, 200) + " under " + kCarriedChunksDir +
+                      "/ is not a carried chunk (" + prefix + "<2 hex>/<64 hex digits>); refusing the archive",
+                      EBADMSG);
+  };
+  if (!name.starts_with(prefix) || name.size() != prefix.size() + 3 + cs::kDigestHexChars || name[prefix.size() + 2] != '/')
+    return refuse();
+  auto digest = cs::parse_digest(name.substr(prefix.size() + 3), "the chunk name");
+  if (!digest || name.compare(prefix.size(), 2, name, prefix.size() + 3, 2) != 0) return refuse();
+  return *digest;
+}
+
+bool under_carried_dir(const std::string& name) {
+  return name == kCarriedChunksDir || name.starts_with(std::string(kCarriedChunksDir) + "/");
+}
+
+}  // namespace
+
+Result<ExportReport> export_checkpoint(const fs::path& archive, std::shared_ptr<const cs::Store> store,
+                                       const fs::path& out, const ArchiveLimits& limits) {
+  auto found = read_manifests(archive, limits, "export");
+  if (!found) return found.error();
+  if (found->info.carried_chunks > 0)
+    return make_error(archive.string() + " carries " + std::to_string(found->info.carried_chunks) + " chunks already (" +
+                      kCarriedChunksDir + "/): it is an exported archive; `gpuckpt import` it into a store instead",
+                      EINVAL);
+  ExportReport report;
+  // Which manifest and entry reads each distinct chunk: its first use, in digest order.
+  std::map<cs::Digest, std::pair<const std::string*, std::size_t>> chunks;
+  for (const auto& [name, manifest] : found->parsed) {
+    if (auto complete = gpu_image::check_chunks(manifest, *store, archive.string() + ": checkpoint/" + name); !complete)
+      return make_error("nothing exported: " + complete.error().message, ENOENT);
+    report.checkpoints.insert(manifest.checkpoint);
+    ++report.manifests;
+    for (std::size_t i = 0; i < manifest.entries.size(); ++i)
+      if (manifest.entries[i].encoding != gpu_image::Encoding::Zero) chunks.try_emplace(manifest.digests[i], &name, i);
+  }
+  std::map<std::string, gpu_image::StoreReader> readers;
+  for (const auto& [name, manifest] : found->parsed)
+    readers.try_emplace(name, manifest, store, archive.string() + ": checkpoint/" + name);
+  ArchiveEdit edit;
+  keep_manifests_as_read(edit, *found, archive);
+  edit.take = [&](const ArchiveEntry& entry, const EntryDataReader&) -> Result<bool> {
+    if (under_carried_dir(entry.name))
+      return make_error(archive.string() + " changed while it was read: it carries " + entry.name, EIO);
+    return false;
+  };
+  edit.append = [&](const EntryAppender& append) -> Result<void> {
+    gpu_image::ChunkCodec codec(gpu_image::kMaxChunkSize);
+    std::vector<std::byte> file, raw;
+    for (const auto& [digest, use] : chunks) {
+      const auto& reader = readers.at(*use.first);
+      raw.resize(reader.entries()[use.second].raw_size);
+      // Read whole and checked against its digest: a chunk corrupt in this store is not carried to another.
+      if (auto ok = reader.read_chunk(use.second, codec, file, raw); !ok) return ok;
+      if (auto ok = append(carried_name(digest), file); !ok) return ok;
+      ++report.chunks;
+      report.chunk_bytes += file.size();
+    }
+    return {};
+  };
+  auto written = rewrite_archive(archive, out, edit, limits);
+  if (!written) return written.error();
+  report.archive_bytes = *written;
+  return report;
+}
+
+Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<cs::Store> store, const fs::path& out,
+                                       const ArchiveLimits& limits) {
+  auto found = read_manifests(archive, limits, "import");
+  if (!found) return found.error();
+  ImportReport report;
+  // What each chunk the manifests name must be: the entry of its first use.
+  std::map<cs::Digest, const gpu_image::ChunkEntry*> expected;
+  for (const auto& [name, manifest] : found->parsed) {
+    report.checkpoints.insert(manifest.checkpoint);
+    ++report.manifests;
+    for (std::size_t i = 0; i < manifest.entries.size(); ++i)
+      if (manifest.entries[i].encoding != gpu_image::Encoding::Zero)
+        expected.try_emplace(manifest.digests[i], &manifest.entries[i]);
+  }
+  const std::string into = "the chunk store " + store->root().string();
+  std::set<cs::Digest> carried;
+  gpu_image::ChunkCodec codec(gpu_image::kMaxChunkSize);
+  std::vector<std::byte> file, raw;
+  ArchiveEdit edit;
+  keep_manifests_as_read(edit, *found, archive);
+  edit.take = [&](const ArchiveEntry& entry, const EntryDataReader& read) -> Result<bool> {
+    if (!under_carried_dir(entry.name)) return false;
+    if (entry.kind == ArchiveEntry::Kind::Directory) return true;
+    if (entry.kind != ArchiveEntry::Kind::File)
+      return make_error(archive.string() + ": " + entry.name + " is a link; carried chunks are regular files; "
+                        "refusing the archive", EBADMSG);
+    auto digest = carried_digest(entry.name, archive);
+    if (!digest) return digest.error();
+    const std::string chunk = "carried chunk " + digest->hex() + " (" + entry.name + ")";
+    const auto it = expected.find(*digest);
+    if (it == expected.end())
+      return make_error(archive.string() + ": " + chunk + " is named by none of its manifests; refusing the archive",
+                        EBADMSG);
+    if (!carried.insert(*digest).second)
+      return make_error(archive.string() + ": " + chunk + " is carried twice; refusing the archive", EBADMSG);
+    const gpu_image::ChunkEntry& e = *it->second;
+    if (entry.size != cs::kChunkHeaderSize + e.stored_size)
+      return make_error(archive.string() + ": " + chunk + " is " + std::to_string(entry.size) + " bytes, its manifest "
+                        "says " + std::to_string(cs::kChunkHeaderSize + e.stored_size) + "; refused, nothing of it "
+                        "entered " + into, EBADMSG);
+    file.resize(entry.size);
+    for (std::size_t got = 0; got < file.size();) {
+      auto n = read(reinterpret_cast<char*>(file.data()) + got, file.size() - got);
+      if (!n) return n.error();
+      if (*n == 0) return make_error(archive.string() + " is truncated in " + entry.name, EBADMSG);
+      got += *n;
+    }
+    raw.resize(e.raw_size);
+    if (auto ok = gpu_image::decode_chunk_file(file, e, *digest, codec, raw); !ok)
+      return make_error(archive.string() + ": " + chunk + " is refused: " + ok.error().message + "; nothing of it "
+                        "entered " + into, EBADMSG);
+    ++report.carried_chunks;
+    if (auto present = store->stat(*digest);
+        present && present->raw_size == e.raw_size && present->stored_size == e.stored_size &&
+        present->encoding == static_cast<std::uint8_t>(e.encoding) && store->touch(*digest)) {
+      ++report.present_chunks;
+      return true;
+    }
+    cs::ChunkHeader header;
+    header.encoding = static_cast<std::uint8_t>(e.encoding);
+    header.raw_size = e.raw_size;
+    header.stored_size = e.stored_size;
+    if (auto ok = store->put(*digest, header, std::span<const std::byte>(file).subspan(cs::kChunkHeaderSize)); !ok)
+      return ok.error();
+    ++report.added_chunks;
+    report.added_bytes += file.size();
+    return true;
+  };
+  // The chunks durable and complete, then touched (a collection running now keeps them until the references
+  // exist), then the references, then the archive that needs them: the order a dump writes in (gpu_manifest.h).
+  edit.before_commit = [&]() -> Result<void> {
+    if (auto ok = store->sync(); !ok) return ok;
+    for (const auto& [name, manifest] : found->parsed)
+      if (auto complete = gpu_image::check_chunks(manifest, *store, archive.string() + ": checkpoint/" + name);
+          !complete)
+        return make_error(complete.error().message, ENOENT);
+    for (const auto& [digest, entry] : expected)
+      if (auto ok = store->touch(digest); !ok) return make_error(ok.error().message + " while importing " +
+                                                                 archive.string() + "; import again", ENOENT);
+    for (const auto& [name, manifest] : found->parsed) {
+      if (auto ok = store->put_ref(cs::ref_name(manifest.checkpoint, manifest.header.vpid),
+                                   found->info.gpu_manifests.at(name));
+          !ok)
+        return ok;
+      ++report.references;
+    }
+    return {};
+  };
+  auto written = rewrite_archive(archive, out, edit, limits);
+  if (!written) return written.error();
+  report.archive_bytes = *written;
+  return report;
+}
+
+}  // namespace gpuckpt::checkpoint_export
