@@ -422,6 +422,19 @@ usage_case "--stable 300s must be shorter than --wait 300s" migrate train --to g
 usage_case "--force-owned only goes with --delete-source" migrate train --to gpu-b --force-owned
 usage_case "jobs needs a NODE" jobs
 usage_case "unknown option '--frob' for jobs" jobs gpu-a --frob
+usage_case "doctor needs a NODE" doctor
+usage_case "unknown option '--frob' for doctor" doctor gpu-a --frob
+# doctor NODE: the real `gpuckpt doctor` in NODE's agent pod, reading the host mounted at /host (here gpu-b's fixture
+# tree), CRIU left to the installer; its exit status (1: a check failed, the fixture has no plugin installed) is kept
+new_cluster
+rc=0; run doctor gpu-b --json || rc=$?
+expect '[ "$rc" = 1 ] && python3 -c "import json, sys
+c = {x[\"name\"]: x for x in json.load(open(sys.argv[1]))[\"checks\"]}
+assert c[\"gpu-driver\"][\"status\"] == \"pass\" and \"580.\" in c[\"gpu-driver\"][\"detail\"], c[\"gpu-driver\"]
+assert c[\"criu\"][\"status\"] == \"warn\" and c[\"criu-plugin\"][\"status\"] == \"fail\"" "$tmp/out"' \
+  "doctor NODE: gpu-b's checks as JSON from its agent pod, exit 1 for the failed check"
+expect 'grep -q "exec -n gpuckpt-system gpuckpt-bbbbb -c agent -- gpuckpt doctor --host-root /host --no-criu --json" "$FAKE_CLUSTER/calls.log"' \
+  "doctor NODE ran in gpu-b's agent pod with the host root and without CRIU"
 run --help && grep -q "kubectl gpuckpt migrate POD --node NODE" "$tmp/out" && ok || bad "--help prints usage on stdout"
 run version && grep -q "^kubectl gpuckpt [0-9]" "$tmp/out" && ok || bad "version"
 
