@@ -112,9 +112,12 @@ yaml_error() { # yaml_error FILE VERB TEXT: the same as YAML
   python3 -c 'import sys,yaml; e=yaml.safe_load(open(sys.argv[1]))["error"]; assert e["verb"] == sys.argv[2] and e["exit_code"] == 2 and sys.argv[3] in e["message"], e' "$@"
 }
 for verb in $verbs; do
-  rc=0; "$CLI" "$verb" --no-such-flag-$$ -o json < /dev/null > "$tmp/out" 2> /dev/null || rc=$?
+  # export and import write an archive: their -o names it (-o OUT in their usage), --json is their JSON
+  json_flag=(-o json)
+  "$CLI" "$verb" --help 2>/dev/null | head -1 | grep -q -- '-o OUT' && json_flag=(--json)
+  rc=0; "$CLI" "$verb" --no-such-flag-$$ "${json_flag[@]}" < /dev/null > "$tmp/out" 2> /dev/null || rc=$?
   [ "$rc" = 2 ] && json_error "$tmp/out" "$verb" 2> /dev/null && ok ||
-    bad "$verb: a usage error under -o json is a JSON error object (rc $rc: $(head -c 300 "$tmp/out"))"
+    bad "$verb: a usage error under ${json_flag[*]} is a JSON error object (rc $rc: $(head -c 300 "$tmp/out"))"
 done
 rc=0; "$CLI" version -o json > "$tmp/out" 2> /dev/null || rc=$?
 [ "$rc" = 2 ] && json_error "$tmp/out" version "version has none" && ok || bad "version -o json: a JSON error object (rc $rc: $(cat "$tmp/out"))"
