@@ -735,13 +735,16 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
   }
   fs::path pushed_file = archive;
   nlohmann::json chunks(nullptr);
+  double asking_seconds = 0, exporting_seconds = 0;
   if (!named->empty()) {
     auto missing = ask_missing_chunks(to, deps_.peer_token, *named, deadline);
     if (!missing) return fail("asking", missing.error().message);
     chunks = {{"named", named->size()}, {"target_had", named->size() - missing->size()}, {"sent", 0},
               {"sent_bytes", 0}};
+    asking_seconds = seconds_since(start);
     if (!missing->empty()) {
       mark_phase(job_id, "exporting");
+      const auto export_start = Clock::now();
       auto store_dir = agent_store_dir(config_.gpu_memory);
       if (!store_dir) return fail("exporting", archive.filename().string() + " is store-backed and " +
                                                    store_dir.error().message);
@@ -754,6 +757,7 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
       if (!exported) return fail("exporting", exported.error().message);
       chunks["sent"] = exported->chunks;
       chunks["sent_bytes"] = exported->chunk_bytes;
+      exporting_seconds = seconds_since(export_start);
     }
   }
   const auto remove_export = [&] {
@@ -780,7 +784,11 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
     j.state = "succeeded";
     j.phase = "done";
     j.finished_at = utc_now_rfc3339();
-    j.phase_seconds["sending"] = total;
+    if (!chunks.is_null()) {
+      j.phase_seconds["asking"] = asking_seconds;
+      if (exporting_seconds > 0) j.phase_seconds["exporting"] = exporting_seconds;
+    }
+    j.phase_seconds["sending"] = total - asking_seconds - exporting_seconds;
     j.phase_seconds["total"] = total;
     j.result = pushed.value();
   });
