@@ -750,7 +750,8 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
                                                    store_dir.error().message);
       auto store = chunk_store::Store::open(*store_dir, false);
       if (!store) return fail("exporting", store.error().message);
-      pushed_file = config_.state_dir / ("transfer-" + job_id + ".tar");
+      // Named as a job's temporary file: an agent that stops mid-transfer removes it when it starts again.
+      pushed_file = config_.checkpoint_dir / ("." + job_id + ".export.tar");
       auto exported = checkpoint_export::export_checkpoint(
           archive, std::shared_ptr<const chunk_store::Store>(std::move(*store)), pushed_file, job_limits(deadline),
           &*missing);

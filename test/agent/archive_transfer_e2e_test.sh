@@ -163,7 +163,7 @@ expect '! tar -tf "$B_DIR/ck-store-2.tar" | grep -q gpuckpt-chunks' "B's archive
 mkdir -p "$tmp/images" && tar -xf "$B_DIR/ck-store-2.tar" -C "$tmp/images" checkpoint
 GPUCKPT_GPU_STORE="$B_STORE" "$CLI" inspect "$tmp/images/checkpoint" > "$tmp/inspect" 2>&1 && ok || bad "inspect of B's archive against B's store: $(cat "$tmp/inspect")"
 expect 'grep -q "every chunk checked in $B_STORE: ok" "$tmp/inspect"' "the restore-side reader reads every chunk from B's store"
-expect '[ -z "$(find "$tmp/a/state" -maxdepth 1 -name "transfer-*")" ]' "A removed its temporary export"
+expect '[ -z "$(find "$A_DIR" -name ".*.export.tar")" ]' "A removed its temporary export"
 # Hostile: a carried chunk corrupted on the way, in an archive whose own digest matches. Refused, nothing kept.
 "$FIXTURE" "$A_STORE" "$A_DIR/ck-store-3.tar" 1 11 > /dev/null
 GPUCKPT_GPU_STORE="$A_STORE" "$CLI" export "$A_DIR/ck-store-3.tar" -o "$tmp/carried.tar" > /dev/null
