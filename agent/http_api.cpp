@@ -1,10 +1,13 @@
 #include "agent/http_api.h"
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <memory>
 
 #include "agent/http_server.h"
 #include "node/archive_transfer.h"
+#include "node/chunk_transfer.h"
 #include "node/requests.h"
 #include "common/log.h"
 #include "common/properties_record.h"
@@ -200,8 +203,16 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
   });
 
   // The receiving end of a transfer (node/archive_transfer.h).
+  // A store-backed checkpoint's chunks are imported within the commit's request, so within its deadline (less a
+  // margin for the answer); past it the commit answers 409 and the sender commits again (archive_transfer.h).
+  const auto admit_budget = std::chrono::seconds(std::max(1, service.config().request_deadline_seconds - 3));
+  auto admit = [&service, admit_budget](const std::filesystem::path& received) {
+    ArchiveLimits limits = service.config().archive_limits;
+    limits.deadline = std::chrono::steady_clock::now() + admit_budget;
+    return admit_received_archive(received, service.config().gpu_memory, limits);
+  };
   auto incoming = std::make_shared<IncomingArchives>(service.config().checkpoint_dir,
-                                                     service.config().archive_limits.max_archive_bytes);
+                                                     service.config().archive_limits.max_archive_bytes, admit);
   constexpr const char* kIncomingName = R"(/v1/incoming/([A-Za-z0-9._-]{1,200}))";
   server.Get(kIncomingName, [incoming, fail](const httplib::Request& req, httplib::Response& res) {
     auto state = incoming->state(req.matches[1]);
@@ -223,6 +234,13 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
     auto committed = incoming->commit(req.matches[1], nlohmann::json::parse(req.body, nullptr, false));
     if (!committed) return fail(res, committed.error());
     send_json(res, 200, committed.value());
+  });
+
+  // Which chunks of a store-backed checkpoint this node's store lacks (node/chunk_transfer.h).
+  server.Post("/v1/chunks/missing", [&service, fail](const httplib::Request& req, httplib::Response& res) {
+    auto missing = missing_chunks(service.config().gpu_memory, nlohmann::json::parse(req.body, nullptr, false));
+    if (!missing) return fail(res, missing.error());
+    send_json(res, 200, missing.value());
   });
 
   server.Get("/v1/runtime", [&service](const httplib::Request&, httplib::Response& res) {

@@ -72,10 +72,32 @@ bool under_carried_dir(const std::string& name) {
   return name == kCarriedChunksDir || name.starts_with(std::string(kCarriedChunksDir) + "/");
 }
 
+// Every chunk of every manifest checked in `store`, all touched (a collection running now keeps them until the
+// references exist), then one reference per manifest: what makes a checkpoint's chunks kept. Returns the references.
+Result<std::size_t> reference_chunks(const ArchiveManifests& found, cs::Store& store, const fs::path& archive) {
+  for (const auto& [name, manifest] : found.parsed)
+    if (auto complete = gpu_image::check_chunks(manifest, store, archive.string() + ": checkpoint/" + name); !complete)
+      return make_error(complete.error().message, ENOENT);
+  for (const auto& [name, manifest] : found.parsed)
+    for (std::size_t i = 0; i < manifest.entries.size(); ++i)
+      if (manifest.entries[i].encoding != gpu_image::Encoding::Zero)
+        if (auto ok = store.touch(manifest.digests[i]); !ok)
+          return make_error(ok.error().message + " while referencing " + archive.string() + "; try again", ENOENT);
+  std::size_t references = 0;
+  for (const auto& [name, manifest] : found.parsed) {
+    if (auto ok = store.put_ref(cs::ref_name(manifest.checkpoint, manifest.header.vpid), found.info.gpu_manifests.at(name));
+        !ok)
+      return ok.error();
+    ++references;
+  }
+  return references;
+}
+
 }  // namespace
 
 Result<ExportReport> export_checkpoint(const fs::path& archive, std::shared_ptr<const cs::Store> store,
-                                       const fs::path& out, const ArchiveLimits& limits) {
+                                       const fs::path& out, const ArchiveLimits& limits,
+                                       const std::set<cs::Digest>* carry) {
   auto found = read_manifests(archive, limits, "export");
   if (!found) return found.error();
   if (found->info.carried_chunks > 0)
@@ -92,6 +114,19 @@ Result<ExportReport> export_checkpoint(const fs::path& archive, std::shared_ptr<
     ++report.manifests;
     for (std::size_t i = 0; i < manifest.entries.size(); ++i)
       if (manifest.entries[i].encoding != gpu_image::Encoding::Zero) chunks.try_emplace(manifest.digests[i], &name, i);
+  }
+  if (carry != nullptr) {
+    for (const auto& digest : *carry)
+      if (!chunks.contains(digest))
+        return make_error("nothing exported: chunk " + digest.hex() + " was asked to be carried but no manifest of " +
+                          archive.string() + " names it", EINVAL);
+    for (auto it = chunks.begin(); it != chunks.end();)
+      if (carry->contains(it->first)) {
+        ++it;
+      } else {
+        it = chunks.erase(it);
+        ++report.left_out;
+      }
   }
   std::map<std::string, gpu_image::StoreReader> readers;
   for (const auto& [name, manifest] : found->parsed)
@@ -195,25 +230,34 @@ Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<
   // exist), then the references, then the archive that needs them: the order a dump writes in (gpu_manifest.h).
   edit.before_commit = [&]() -> Result<void> {
     if (auto ok = store->sync(); !ok) return ok;
-    for (const auto& [name, manifest] : found->parsed)
-      if (auto complete = gpu_image::check_chunks(manifest, *store, archive.string() + ": checkpoint/" + name);
-          !complete)
-        return make_error(complete.error().message, ENOENT);
-    for (const auto& [digest, entry] : expected)
-      if (auto ok = store->touch(digest); !ok) return make_error(ok.error().message + " while importing " +
-                                                                 archive.string() + "; import again", ENOENT);
-    for (const auto& [name, manifest] : found->parsed) {
-      if (auto ok = store->put_ref(cs::ref_name(manifest.checkpoint, manifest.header.vpid),
-                                   found->info.gpu_manifests.at(name));
-          !ok)
-        return ok;
-      ++report.references;
-    }
+    auto written = reference_chunks(*found, *store, archive);
+    if (!written) return written.error();
+    report.references = *written;
     return {};
   };
   auto written = rewrite_archive(archive, out, edit, limits);
   if (!written) return written.error();
   report.archive_bytes = *written;
+  return report;
+}
+
+Result<ImportReport> reference_checkpoint(const fs::path& archive, std::shared_ptr<cs::Store> store,
+                                          const ArchiveLimits& limits) {
+  auto found = read_manifests(archive, limits, "reference");
+  if (!found) return found.error();
+  if (found->info.carried_chunks > 0)
+    return make_error(archive.string() + " carries " + std::to_string(found->info.carried_chunks) + " chunks (" +
+                      kCarriedChunksDir + "/): import it instead", EINVAL);
+  ImportReport report;
+  for (const auto& [name, manifest] : found->parsed) {
+    report.checkpoints.insert(manifest.checkpoint);
+    ++report.manifests;
+  }
+  auto written = reference_chunks(*found, *store, archive);
+  if (!written) return written.error();
+  report.references = *written;
+  std::error_code ec;
+  report.archive_bytes = fs::file_size(archive, ec);
   return report;
 }
 

@@ -31,6 +31,7 @@ struct ExportReport {
   std::size_t manifests = 0;
   std::size_t chunks = 0;              // distinct chunks carried
   std::uint64_t chunk_bytes = 0;       // their files' bytes
+  std::size_t left_out = 0;            // distinct chunks the manifests name that `carry` left out
   std::uint64_t archive_bytes = 0;     // the exported archive
 };
 
@@ -38,9 +39,13 @@ struct ExportReport {
 // to `out` in the input's compression. Before anything is written every chunk must be in the store: otherwise the
 // error names the checkpoint, the chunk and the path where it was expected. `out` appears only when complete
 // (written beside it, renamed into place). An archive without manifests, or one carrying chunks already, is refused.
+// With `carry`, only those of the manifests' chunks are carried (a transfer to a node that has the others: the
+// importing store must hold them already); every digest in it must be one the manifests name, and every chunk is
+// still checked to be in `store` first, so a partial export is never written from an incomplete store.
 Result<ExportReport> export_checkpoint(const std::filesystem::path& archive,
                                        std::shared_ptr<const chunk_store::Store> store,
-                                       const std::filesystem::path& out, const ArchiveLimits& limits);
+                                       const std::filesystem::path& out, const ArchiveLimits& limits,
+                                       const std::set<chunk_store::Digest>* carry = nullptr);
 
 struct ImportReport {
   std::set<std::string> checkpoints;
@@ -60,5 +65,12 @@ struct ImportReport {
 // garbage collection removes them after its grace period.
 Result<ImportReport> import_checkpoint(const std::filesystem::path& archive, std::shared_ptr<chunk_store::Store> store,
                                        const std::filesystem::path& out, const ArchiveLimits& limits);
+
+// A store-backed archive that carries no chunks (its node's store must hold them all): every chunk of every manifest
+// checked in `store` (a missing one names the checkpoint, the chunk and its path), touched, and a reference per
+// manifest written, as import does; the archive is left as it is. What a node does with such an archive it received
+// from another (node/chunk_transfer.h), so its garbage collection keeps the chunks.
+Result<ImportReport> reference_checkpoint(const std::filesystem::path& archive, std::shared_ptr<chunk_store::Store> store,
+                                          const ArchiveLimits& limits);
 
 }  // namespace gpuckpt::checkpoint_export

@@ -28,6 +28,7 @@ namespace {
 
 constexpr const char* kIncomingSuffix = ".incoming";
 constexpr auto kIdlePartial = std::chrono::hours(1);
+constexpr int kMaxCommits = 20;   // commits of one push that the target answers "not yet" (409)
 
 std::string hex_of(const unsigned char* digest) {
   static constexpr const char* kHex = "0123456789abcdef";
@@ -113,8 +114,8 @@ struct IncomingArchives::Partial {
   Partial() { SHA256_Init(&hash); }
 };
 
-IncomingArchives::IncomingArchives(fs::path dir, std::uint64_t max_archive_bytes)
-    : dir_(std::move(dir)), max_archive_bytes_(max_archive_bytes) {}
+IncomingArchives::IncomingArchives(fs::path dir, std::uint64_t max_archive_bytes, Admit admit)
+    : dir_(std::move(dir)), max_archive_bytes_(max_archive_bytes), admit_(std::move(admit)) {}
 
 fs::path IncomingArchives::partial_path(const std::string& name) const {
   return dir_ / ("." + name + kIncomingSuffix);
@@ -264,7 +265,11 @@ Result<nlohmann::json> IncomingArchives::commit(const std::string& name, const n
   if (!is_transfer_name(name)) return state(name).error();
   if (!body.is_object() || !body.contains("size") || !body["size"].is_number_unsigned() || !body.contains("sha256") ||
       !body["sha256"].is_string() || !is_sha256_hex(body["sha256"].get<std::string>()))
-    return make_error("a commit is {\"size\": BYTES, \"sha256\": \"64 lowercase hex digits\"}");
+    return make_error("a commit is {\"size\": BYTES, \"sha256\": \"64 lowercase hex digits\"[, \"store_backed\": "
+                      "true]}");
+  if (body.contains("store_backed") && !body["store_backed"].is_boolean())
+    return make_error("a commit's \"store_backed\" is true or false");
+  const bool store_backed = body.value("store_backed", false);
   const auto size = body["size"].get<std::uint64_t>();
   const auto want = body["sha256"].get<std::string>();
   const fs::path final_path = dir_ / name;
@@ -328,9 +333,26 @@ Result<nlohmann::json> IncomingArchives::commit(const std::string& name, const n
   }
   const std::string got = hex_digest(partial->hash);
   if (got != want) return discard("its SHA-256 is " + got + ", the sender's is " + want);
-  // Complete and verified: durable under the partial name, then renamed into place (never over another file).
-  if (::fsync(fd.get()) != 0 ||
-      ::renameat2(AT_FDCWD, partial_path(name).c_str(), AT_FDCWD, final_path.c_str(), RENAME_NOREPLACE) != 0) {
+  // Complete and verified: durable under the partial name, admitted, then renamed into place (never over another
+  // file).
+  if (::fsync(fd.get()) != 0) {
+    const std::string why = std::strerror(errno);
+    release();
+    return make_error("cannot sync the received " + name + ": " + why, EIO);
+  }
+  nlohmann::json admitted(nullptr);
+  if (store_backed) {
+    if (!admit_) return discard("it is a store-backed checkpoint and this agent takes none");
+    auto done = admit_(partial_path(name));
+    if (!done && done.error().errno_value == ETIMEDOUT) {
+      release();
+      return make_error("the received " + name + " is verified but admitting it took too long: " +
+                        done.error().message + "; commit again to go on (what it did so far is kept)", EBUSY);
+    }
+    if (!done) return discard(done.error().message);
+    admitted = std::move(*done);
+  }
+  if (::renameat2(AT_FDCWD, partial_path(name).c_str(), AT_FDCWD, final_path.c_str(), RENAME_NOREPLACE) != 0) {
     const std::string why = std::strerror(errno);
     release();
     return make_error("cannot put " + name + " in place: " + why, errno == EEXIST ? EBUSY : EIO);
@@ -340,8 +362,11 @@ Result<nlohmann::json> IncomingArchives::commit(const std::string& name, const n
     std::lock_guard relock(mutex_);
     partials_.erase(name);
   }
-  log::info("transfer: received " + name + " (" + std::to_string(size) + " bytes, sha256 " + want + ")");
-  return nlohmann::json{{"archive", final_path.string()}, {"size", size}, {"sha256", want}, {"already_present", false}};
+  log::info("transfer: received " + name + " (" + std::to_string(size) + " bytes, sha256 " + want + ")" +
+            (admitted.is_null() ? std::string() : ", chunks " + admitted.dump()));
+  nlohmann::json answer{{"archive", final_path.string()}, {"size", size}, {"sha256", want}, {"already_present", false}};
+  if (!admitted.is_null()) answer["chunks"] = std::move(admitted);
+  return answer;
 }
 
 // ---- the sending end ----------------------------------------------------------------------------------------------
@@ -407,7 +432,7 @@ Result<void> check_peer_url(const std::string& url, const std::vector<std::strin
 
 Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& options,
                                     const std::function<void(std::uint64_t)>& progress) {
-  const std::string name = archive.filename().string();
+  const std::string name = options.name.empty() ? archive.filename().string() : options.name;
   if (!is_transfer_name(name))
     return make_error("the archive's name " + log::escaped(name, 64) + " is not one an agent receives (.tar, .tar.gz, .tar.zst)");
   Fd fd(::open(archive.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
@@ -495,8 +520,19 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
     offset = *now_held;
     resumed.push_back(offset);
   }
-  auto committed = client.Post((base + "/commit").c_str(), nlohmann::json{{"size", size}, {"sha256", digest}}.dump(),
-                               "application/json");
+  nlohmann::json commit_request{{"size", size}, {"sha256", digest}};
+  if (options.store_backed) commit_request["store_backed"] = true;
+  const std::string commit_body = commit_request.dump();
+  auto committed = client.Post((base + "/commit").c_str(), commit_body, "application/json");
+  // A commit that admits a store-backed checkpoint imports its chunks within one request's deadline; a target that
+  // ran out of time keeps what it imported and answers 409: committing again goes on from there.
+  for (int again = 1; committed && committed->status == 409 && again < kMaxCommits &&
+                      std::chrono::steady_clock::now() < options.deadline;
+       ++again) {
+    log::warn("transfer of " + name + " to " + options.url + ": " + answer_error(committed, "commit") + "; again");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    committed = client.Post((base + "/commit").c_str(), commit_body, "application/json");
+  }
   if (!committed || committed->status != 200)
     return make_error(answer_error(committed, "the target agent at " + options.url + " (commit of " + name + ")"),
                       committed && committed->status == 422 ? EBADMSG : EIO);
@@ -508,7 +544,8 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
                         {"sha256", digest},
                         {"sent_bytes", sent},
                         {"resumed", resumed},
-                        {"already_present", body.value("already_present", false)}};
+                        {"already_present", body.value("already_present", false)},
+                        {"chunks", body.contains("chunks") ? body["chunks"] : nlohmann::json(nullptr)}};
 }
 
 }  // namespace gpuckpt::node

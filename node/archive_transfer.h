@@ -12,9 +12,11 @@
 //   GET  /v1/incoming/NAME                     {"name", "received_bytes", "present"}
 //   PUT  /v1/incoming/NAME?offset=O&total=T    body: the archive's bytes from O on; written as they arrive, so a
 //                                              dropped connection leaves what came and the next PUT resumes there
-//   POST /v1/incoming/NAME/commit              {"size": T, "sha256": HEX}: the whole received file's SHA-256 must be
-//                                              HEX, else it is deleted (nothing usable is left behind); then it is
-//                                              renamed into place, never over an existing file
+//   POST /v1/incoming/NAME/commit              {"size": T, "sha256": HEX[, "store_backed": true]}: the whole
+//                                              received file's SHA-256 must be HEX, else it is deleted (nothing
+//                                              usable is left behind); then it is admitted (a store-backed checkpoint's carried chunks imported:
+//                                              node/chunk_transfer.h) and renamed into place, never over an
+//                                              existing file
 //
 // The receiver treats the sender as hostile (any token holder can push): NAME is a plain archive file name that the
 // receiver places itself (`<checkpoints.dir>/.NAME.incoming` while it arrives, `<checkpoints.dir>/NAME` once
@@ -55,7 +57,14 @@ bool is_transfer_name(std::string_view name);
 // EFBIG 413, EBADMSG 422, EAGAIN 429).
 class IncomingArchives {
  public:
-  IncomingArchives(std::filesystem::path dir, std::uint64_t max_archive_bytes);
+  // Run on a received file that the sender's commit declares store-backed ("store_backed": true), once its digest is
+  // verified, before it is put in place (node/chunk_transfer.h imports its carried chunks here); it may replace the
+  // file. Its answer goes into the commit's as "chunks". An error discards the file, except ETIMEDOUT: the file
+  // stays for a commit again. Why the sender declares it: finding out means reading the whole archive, too slow
+  // for one request with a large inline archive; a sender that does not declare a store-backed archive gets one on
+  // this node whose restore stops at its missing chunks, before CRIU touches anything (nothing else is at stake).
+  using Admit = std::function<Result<nlohmann::json>(const std::filesystem::path& received)>;
+  IncomingArchives(std::filesystem::path dir, std::uint64_t max_archive_bytes, Admit admit = {});
 
   Result<nlohmann::json> state(const std::string& name);
   // `read_body` feeds the request body to the callback it is given, chunk by chunk (cpp-httplib's ContentReader);
@@ -72,6 +81,7 @@ class IncomingArchives {
 
   std::filesystem::path dir_;
   std::uint64_t max_archive_bytes_;
+  Admit admit_;
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Partial>> partials_;
 };
@@ -83,6 +93,8 @@ Result<void> check_network(const std::string& cidr);
 
 struct PushOptions {
   std::string url;             // the target agent, checked by check_peer_url
+  std::string name;            // the name on the target; empty: the archive's file name
+  bool store_backed = false;   // the commit asks the target to admit it (IncomingArchives::Admit)
   std::string token;           // the agents' shared bearer token
   std::size_t chunk_bytes = kDefaultChunkBytes;
   int max_attempts = 6;        // consecutive failed PUTs without progress before the push gives up

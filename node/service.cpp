@@ -8,10 +8,13 @@
 #include <random>
 
 #include "node/archive_transfer.h"
+#include "node/chunk_transfer.h"
 #include "node/job_store.h"
 #include "node/registry_push.h"
 #include "common/archive_pipe.h"
 #include "common/checkpoint_archive.h"
+#include "common/checkpoint_export.h"
+#include "common/chunk_store.h"
 #include "common/checkpoint_image.h"
 #include "common/checkpoint_images.h"
 #include "common/log.h"
@@ -715,31 +718,86 @@ Result<std::string> JobService::start_transfer(const TransferRequest& request, c
 void JobService::run_transfer(const std::string& job_id, const fs::path& archive, const std::string& to,
                                 JobDeadline deadline) {
   const auto start = Clock::now();
+  const auto fail = [&](const std::string& phase, const std::string& why) {
+    const std::string message = with_time_budget(deadline, phase, "sending " + archive.string() + " to " + to +
+                                                 " failed: " + why);
+    log::error("job " + job_id + ": " + message);
+    mark_failed(job_id, message);
+  };
+  // A store-backed checkpoint goes with the chunks the target lacks, in a temporary export that carries only those
+  // (node/chunk_transfer.h); an inline or CPU-only archive goes as it is.
+  mark_phase(job_id, "asking");
+  auto named = manifest_chunks(archive, job_limits(deadline));
+  if (!named) {
+    // Not readable as a checkpoint here: it goes as bytes, and the target validates it whole before any use.
+    log::warn("job " + job_id + ": " + archive.string() + " is sent as it is: " + named.error().message);
+    named = std::set<chunk_store::Digest>{};
+  }
+  fs::path pushed_file = archive;
+  nlohmann::json chunks(nullptr);
+  double asking_seconds = 0, exporting_seconds = 0;
+  if (!named->empty()) {
+    auto missing = ask_missing_chunks(to, deps_.peer_token, *named, deadline);
+    if (!missing) return fail("asking", missing.error().message);
+    chunks = {{"named", named->size()}, {"target_had", named->size() - missing->size()}, {"sent", 0},
+              {"sent_bytes", 0}};
+    asking_seconds = seconds_since(start);
+    if (!missing->empty()) {
+      mark_phase(job_id, "exporting");
+      const auto export_start = Clock::now();
+      auto store_dir = agent_store_dir(config_.gpu_memory);
+      if (!store_dir) return fail("exporting", archive.filename().string() + " is store-backed and " +
+                                                   store_dir.error().message);
+      auto store = chunk_store::Store::open(*store_dir, false);
+      if (!store) return fail("exporting", store.error().message);
+      // Named as a job's temporary file: an agent that stops mid-transfer removes it when it starts again.
+      pushed_file = config_.checkpoint_dir / ("." + job_id + ".export.tar");
+      auto exported = checkpoint_export::export_checkpoint(
+          archive, std::shared_ptr<const chunk_store::Store>(std::move(*store)), pushed_file, job_limits(deadline),
+          &*missing);
+      if (!exported) return fail("exporting", exported.error().message);
+      chunks["sent"] = exported->chunks;
+      chunks["sent_bytes"] = exported->chunk_bytes;
+      exporting_seconds = seconds_since(export_start);
+    }
+  }
+  const auto remove_export = [&] {
+    std::error_code ec;
+    if (pushed_file != archive && !fs::remove(pushed_file, ec) && ec)
+      log::warn("job " + job_id + ": cannot remove " + pushed_file.string() + ": " + ec.message());
+  };
   mark_phase(job_id, "sending");
   PushOptions options;
   options.url = to;
+  options.name = archive.filename().string();
+  options.store_backed = !named->empty();
   options.token = deps_.peer_token;
   options.deadline = deadline;
-  auto pushed = push_archive(archive, options, [&](std::uint64_t held) {
+  auto pushed = push_archive(pushed_file, options, [&](std::uint64_t held) {
     update(job_id, [&](JobStatus& j) { j.result["target_bytes"] = held; });
   });
-  if (!pushed) {
-    const std::string message = with_time_budget(deadline, "sending", "sending " + archive.string() + " to " + to +
-                                                 " failed: " + pushed.error().message);
-    log::error("job " + job_id + ": " + message);
-    return mark_failed(job_id, message);
-  }
+  remove_export();
+  if (!pushed) return fail("sending", pushed.error().message);
   const double total = seconds_since(start);
+  if (!chunks.is_null()) chunks["imported"] = (*pushed)["chunks"];
+  (*pushed)["chunks"] = chunks;
   update(job_id, [&](JobStatus& j) {
     j.state = "succeeded";
     j.phase = "done";
     j.finished_at = utc_now_rfc3339();
-    j.phase_seconds["sending"] = total;
+    if (!chunks.is_null()) {
+      j.phase_seconds["asking"] = asking_seconds;
+      if (exporting_seconds > 0) j.phase_seconds["exporting"] = exporting_seconds;
+    }
+    j.phase_seconds["sending"] = total - asking_seconds - exporting_seconds;
     j.phase_seconds["total"] = total;
     j.result = pushed.value();
   });
   log::info("job " + job_id + ": sent " + archive.string() + " to " + to + " as " + pushed->value("archive", "") + " (" +
-            std::to_string(pushed->value("sent_bytes", 0ULL)) + " bytes sent, " + std::to_string(total) + " s)");
+            std::to_string(pushed->value("sent_bytes", 0ULL)) + " bytes sent" +
+            (chunks.is_null() ? std::string()
+                              : ", " + chunks["sent"].dump() + " of " + chunks["named"].dump() + " chunks") +
+            ", " + std::to_string(total) + " s)");
 }
 
 Result<std::string> JobService::start_restore(const RestoreRequest& request, const std::string& client) {

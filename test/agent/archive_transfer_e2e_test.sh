@@ -5,13 +5,17 @@
 # the agents cuts the first connection) resumes from the offset B already holds; a corrupted byte fails B's digest
 # check and leaves nothing of the archive on B; B refuses pushes without the token or with a wrong one, names it
 # does not accept, more than the declared total and totals over its max_archive_bytes; A refuses to push outside
-# its transfer.peer_networks.
+# its transfer.peer_networks. Store-backed checkpoints (node/chunk_transfer.h), each agent with its own chunk
+# store: the first moves all its chunks, a second sharing most of them moves only the new ones, B's store then
+# holds every chunk its archives name (referenced, read back whole), and a carried chunk corrupted on the way is
+# refused with nothing of it kept.
 set -euo pipefail
 SRC=${GPUCKPT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 BUILD=$(cd "${GPUCKPT_BUILD_DIR:-$SRC/build}" 2>/dev/null && pwd) || { echo "SKIP: no build directory"; exit 77; }
 AGENT="$BUILD/agent/gpuckpt-agent" CLI="$BUILD/cli/gpuckpt" PROXY="$SRC/test/agent/flaky_proxy.py"
-[ -x "$AGENT" ] && [ -x "$CLI" ] || { echo "SKIP: gpuckpt-agent or gpuckpt not built"; exit 77; }
-for t in curl python3 sha256sum; do command -v "$t" >/dev/null || { echo "SKIP: $t missing"; exit 77; }; done
+FIXTURE="$BUILD/test/agent/gpuckpt-store-fixture"
+[ -x "$AGENT" ] && [ -x "$CLI" ] && [ -x "$FIXTURE" ] || { echo "SKIP: gpuckpt-agent, gpuckpt or gpuckpt-store-fixture not built"; exit 77; }
+for t in curl python3 sha256sum tar; do command -v "$t" >/dev/null || { echo "SKIP: $t missing"; exit 77; }; done
 
 tmp=$(mktemp -d /tmp/gpuckpt-transfer.XXXXXX)
 pids=()
@@ -47,8 +51,9 @@ YAML
   [ -s "$d/state/agent.port" ] || { cat "$d/agent.log"; echo "FAIL: agent $1 did not start"; exit 1; }
   echo "http://127.0.0.1:$(cat "$d/state/agent.port")" > "$d/url"
 }
-start_agent a "transfer: {peer_networks: [127.0.0.0/8]}"
-start_agent b
+start_agent a "transfer: {peer_networks: [127.0.0.0/8]}
+gpu_memory: {store: $tmp/a/chunks}"
+start_agent b "gpu_memory: {store: $tmp/b/chunks}"
 A=$(cat "$tmp/a/url") B=$(cat "$tmp/b/url")
 B_PORT=${B##*:}
 A_DIR="$tmp/a/state/checkpoints" B_DIR="$tmp/b/state/checkpoints"
@@ -136,6 +141,48 @@ expect '[ "$(curl_b -X POST "${auth[@]}" -H "Content-Type: application/json" --d
 for i in $(seq 1 8); do curl_b -X PUT "${auth[@]}" --data-binary "a" "$B/v1/incoming/ck-$i.tar?offset=0&total=5" > /dev/null; done
 expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary "a" "$B/v1/incoming/ck-9.tar?offset=0&total=5")" = 429 ]' "at most 8 partial transfers at once"
 rm -f "$B_DIR"/.ck-*.incoming
+
+# ---- store-backed checkpoints: only the chunks B lacks move -----------------------------------------------------
+A_STORE="$tmp/a/chunks" B_STORE="$tmp/b/chunks"
+# Eight 64 KiB chunks; the second checkpoint shares six of them (the weights) and has two new ones.
+"$FIXTURE" "$A_STORE" "$A_DIR/ck-store-1.tar" 1 2 3 4 5 6 7 8 > /dev/null
+"$FIXTURE" "$A_STORE" "$A_DIR/ck-store-2.tar" 1 2 3 4 5 6 9 10 > /dev/null
+store_field() { "$CLI" store gc --store "$B_STORE" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+transfer "$B" "$A_DIR/ck-store-1.tar" && ok || bad "a store-backed checkpoint is sent: $(cat "$tmp/err")"
+expect '[ "$(field "j[\"result\"][\"chunks\"][\"named\"]")" = 8 ] && [ "$(field "j[\"result\"][\"chunks\"][\"sent\"]")" = 8 ] && [ "$(field "j[\"result\"][\"chunks\"][\"target_had\"]")" = 0 ]' \
+  "the first transfer sends all 8 chunks ($(head -c 900 "$tmp/out"))"
+expect '[ "$(field "j[\"result\"][\"chunks\"][\"imported\"][\"added_chunks\"]")" = 8 ] && [ "$(field "j[\"result\"][\"chunks\"][\"imported\"][\"references\"]")" = 1 ]' \
+  "B imported the 8 chunks and referenced them"
+expect '[ "$(store_field chunks)" = 8 ] && [ "$(store_field references)" = 1 ] && [ "$(store_field missing_chunks)" = 0 ]' "B's store holds the 8 chunks, referenced"
+transfer "$B" "$A_DIR/ck-store-2.tar" && ok || bad "a second store-backed checkpoint is sent: $(cat "$tmp/err")"
+expect '[ "$(field "j[\"result\"][\"chunks\"][\"sent\"]")" = 2 ] && [ "$(field "j[\"result\"][\"chunks\"][\"target_had\"]")" = 6 ] && [ "$(field "j[\"result\"][\"chunks\"][\"imported\"][\"added_chunks\"]")" = 2 ]' \
+  "the second transfer sends only the 2 new chunks ($(head -c 900 "$tmp/out"))"
+expect '[ "$(field "j[\"result\"][\"sent_bytes\"]")" -lt $((4 * 65536)) ]' "and not the shared ones' bytes"
+expect '[ "$(store_field chunks)" = 10 ] && [ "$(store_field references)" = 2 ] && [ "$(store_field missing_chunks)" = 0 ]' "B's store holds 10 chunks in 2 references"
+expect '! tar -tf "$B_DIR/ck-store-2.tar" | grep -q gpuckpt-chunks' "B's archive is store-backed again (no carried chunks)"
+mkdir -p "$tmp/images" && tar -xf "$B_DIR/ck-store-2.tar" -C "$tmp/images" checkpoint
+GPUCKPT_GPU_STORE="$B_STORE" "$CLI" inspect "$tmp/images/checkpoint" > "$tmp/inspect" 2>&1 && ok || bad "inspect of B's archive against B's store: $(cat "$tmp/inspect")"
+expect 'grep -q "every chunk checked in $B_STORE: ok" "$tmp/inspect"' "the restore-side reader reads every chunk from B's store"
+expect '[ -z "$(find "$A_DIR" -name ".*.export.tar")" ]' "A removed its temporary export"
+# Hostile: a carried chunk corrupted on the way, in an archive whose own digest matches. Refused, nothing kept.
+"$FIXTURE" "$A_STORE" "$A_DIR/ck-store-3.tar" 1 11 > /dev/null
+GPUCKPT_GPU_STORE="$A_STORE" "$CLI" export "$A_DIR/ck-store-3.tar" -o "$tmp/carried.tar" > /dev/null
+python3 - "$tmp/carried.tar" <<'PY'
+import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    member = [m for m in t.getmembers() if m.name.startswith("gpuckpt-chunks/") and m.isfile()][-1]
+with open(sys.argv[1], "r+b") as f:
+    f.seek(member.offset_data + 32 + 1000); b = f.read(1); f.seek(member.offset_data + 32 + 1000); f.write(bytes([b[0] ^ 0x5a]))
+PY
+csize=$(stat -c %s "$tmp/carried.tar") csum=$(sha256sum "$tmp/carried.tar" | cut -d' ' -f1)
+n="$B/v1/incoming/ck-store-3.tar"
+expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary @"$tmp/carried.tar" "$n?offset=0&total=$csize")" = 200 ]' "the corrupted archive arrives"
+expect '[ "$(curl_b -X POST "${auth[@]}" -H "Content-Type: application/json" -d "{\"size\":$csize,\"sha256\":\"$csum\",\"store_backed\":true}" "$n/commit")" = 422 ] && grep -q "is refused" "$tmp/body"' \
+  "its commit is refused naming the chunk ($(head -c 400 "$tmp/body"))"
+expect '[ ! -e "$B_DIR/ck-store-3.tar" ] && [ ! -e "$B_DIR/.ck-store-3.tar.incoming" ] && [ "$(store_field references)" = 2 ]' "nothing of it is kept or referenced on B"
+# The missing-chunks endpoint is authenticated and checks what it is asked.
+expect '[ "$(curl_b -X POST -H "Content-Type: application/json" -d "{\"digests\":[]}" "$B/v1/chunks/missing")" = 401 ]' "asking without the token is refused"
+expect '[ "$(curl_b -X POST "${auth[@]}" -H "Content-Type: application/json" -d "{\"digests\":[\"../../etc/passwd\"]}" "$B/v1/chunks/missing")" = 400 ]' "a digest that is no digest is refused"
 
 # ---- the sender only pushes inside transfer.peer_networks ------------------------------------------------------
 rc=0; transfer "http://8.8.8.8:7469" || rc=$?

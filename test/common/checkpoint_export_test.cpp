@@ -4,6 +4,7 @@
 // checkpoint, the chunk and its path and leaves no output, and a collection right after an import keeps its chunks.
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -155,6 +156,62 @@ TEST_CASE("import skips and counts the chunks the store has already", "[unit]") 
   CHECK(again->present_chunks == 4);
   CHECK(entries_under(exported, gpuckpt::kCarriedChunksDir).empty());
   check_restorable(c, exported, target);
+}
+
+TEST_CASE("export with a carry set carries only those chunks; the import needs the rest in its store", "[unit]") {
+  TempDir dir("gpuckpt-export");
+  auto source = open_store(dir.path / "node-a");
+  const Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);
+  // The target has the chunk both processes share and the compressible one; it lacks the two others.
+  auto target = open_store(dir.path / "node-b");
+  const auto copy_chunk = [&](const cs::Digest& d) {
+    auto header = source->stat(d);
+    REQUIRE(header);
+    std::vector<std::byte> file;
+    REQUIRE(source->read(d, cs::kChunkHeaderSize + header->stored_size, file));
+    REQUIRE(target->put(d, *header, std::span<const std::byte>(file).subspan(cs::kChunkHeaderSize)));
+  };
+  copy_chunk(cs::sha256(random_chunk(3)));
+  copy_chunk(cs::sha256(compressible_chunk(2)));
+  const std::set<cs::Digest> lacking{cs::sha256(random_chunk(1)), cs::sha256(random_chunk(4))};
+  const fs::path partial = dir.path / "partial.tar";
+  auto report = ce::export_checkpoint(c.archive, source, partial, ArchiveLimits{}, &lacking);
+  REQUIRE(report);
+  CHECK(report->chunks == 2);
+  CHECK(report->left_out == 2);
+  const std::string prefix = std::string(gpuckpt::kCarriedChunksDir) + "/sha256/";
+  auto carried = entries_under(partial, prefix);
+  std::sort(carried.begin(), carried.end());
+  std::vector<std::string> want;
+  for (const auto& d : lacking) want.push_back(prefix + d.hex().substr(0, 2) + "/" + d.hex());
+  std::sort(want.begin(), want.end());
+  CHECK(carried == want);
+
+  // Into the store that has the others: complete.
+  auto imported = ce::import_checkpoint(partial, target, dir.path / "restorable.tar", ArchiveLimits{});
+  REQUIRE(imported);
+  CHECK(imported->added_chunks == 2);
+  CHECK(imported->references == 2);
+  check_restorable(c, dir.path / "restorable.tar", target);
+  // Into an empty store: the chunks left out are missing, named, and no reference is written.
+  auto empty = open_store(dir.path / "node-c");
+  auto refused = ce::import_checkpoint(partial, empty, dir.path / "c.tar", ArchiveLimits{});
+  REQUIRE(!refused);
+  CHECK(refused.error().message.find(cs::sha256(compressible_chunk(2)).hex()) != std::string::npos);
+  CHECK((!fs::exists(dir.path / "node-c" / "refs") || fs::is_empty(dir.path / "node-c" / "refs")));
+  CHECK(!fs::exists(dir.path / "c.tar"));
+
+  // A digest no manifest names is refused before anything is written; so is a chunk missing from the source.
+  const std::set<cs::Digest> stranger{cs::sha256(random_chunk(99))};
+  auto unnamed = ce::export_checkpoint(c.archive, source, dir.path / "x.tar", ArchiveLimits{}, &stranger);
+  REQUIRE(!unnamed);
+  CHECK(unnamed.error().message.find(cs::sha256(random_chunk(99)).hex()) != std::string::npos);
+  CHECK(!fs::exists(dir.path / "x.tar"));
+  fs::remove(source->path_of(cs::sha256(compressible_chunk(2))));
+  auto incomplete = ce::export_checkpoint(c.archive, source, dir.path / "y.tar", ArchiveLimits{}, &lacking);
+  REQUIRE(!incomplete);
+  CHECK(incomplete.error().message.find(cs::sha256(compressible_chunk(2)).hex()) != std::string::npos);
+  CHECK(!fs::exists(dir.path / "y.tar"));
 }
 
 TEST_CASE("import refuses a carried chunk whose content does not match its digest, naming the archive and chunk",

@@ -6,40 +6,18 @@
 
 #include <catch2/catch_test_macros.hpp>
 
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "common/chunk_store.h"
-#include "common/directory_archive.h"
 #include "common/gpu_manifest.h"
-#include "test/temp_dir.h"
+#include "test/common/store_checkpoint_writer.h"
 
 namespace gpuckpt::test {
 
-inline constexpr std::size_t kStoreChunk = 64u << 10;
 inline constexpr std::size_t kStoreCheckpointChunks = 4;   // distinct stored chunks of store_checkpoint()
-
-inline std::vector<std::byte> random_chunk(unsigned seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::byte> out(kStoreChunk);
-  for (std::size_t i = 0; i < kStoreChunk; i += 8) {
-    const std::uint64_t v = rng();
-    std::memcpy(out.data() + i, &v, 8);
-  }
-  return out;
-}
-
-inline std::vector<std::byte> compressible_chunk(unsigned seed) {
-  std::vector<std::byte> out(kStoreChunk);
-  for (std::size_t i = 0; i < kStoreChunk; ++i) out[i] = static_cast<std::byte>((i / 64 + seed) % 5);
-  return out;
-}
 
 inline std::shared_ptr<chunk_store::Store> open_store(const std::filesystem::path& root) {
   auto opened = chunk_store::Store::open(root, true);
@@ -47,43 +25,14 @@ inline std::shared_ptr<chunk_store::Store> open_store(const std::filesystem::pat
   return std::shared_ptr<chunk_store::Store>(std::move(*opened));
 }
 
-struct StoreCheckpoint {
-  std::string id = gpu_image::new_checkpoint_id();
-  std::map<int, std::vector<std::vector<std::byte>>> memory;   // by vpid: its chunks, in order
-  std::filesystem::path archive;                              // <dir>/ck.tar
-};
-
 inline StoreCheckpoint store_checkpoint(const std::shared_ptr<chunk_store::Store>& store,
                                         const std::filesystem::path& dir) {
-  namespace gi = gpu_image;
-  StoreCheckpoint c;
-  c.memory[7] = {random_chunk(1), compressible_chunk(2), std::vector<std::byte>(kStoreChunk), random_chunk(3)};
-  c.memory[8] = {random_chunk(3), random_chunk(4)};
-  const std::filesystem::path images = dir / "tree" / "checkpoint";
-  std::filesystem::create_directories(images);
-  std::ofstream(images / "inventory.img") << "criu inventory";
-  std::ofstream(images / "pages-1.img") << std::string(8192, 'p');
-  TempDir manifests("gpuckpt-store-checkpoint");
-  for (const auto& [vpid, chunks] : c.memory) {
-    gi::ImageHeader header;
-    header.vpid = vpid;
-    header.dump_pid = 1000 + vpid;
-    header.chunk_size = kStoreChunk;
-    auto writer = gi::StoreWriter::create(store, header, {{0x7f0000000000, chunks.size() * kStoreChunk}}, c.id);
-    REQUIRE(writer);
-    gi::ChunkCodec codec(kStoreChunk);
-    gi::CompressionHistory history;
-    gi::Settings settings;
-    for (std::size_t i = 0; i < chunks.size(); ++i) REQUIRE((*writer)->add(0, i, chunks[i], codec, settings, history));
-    REQUIRE((*writer)->finish(manifests.fd));
-    std::filesystem::copy_file(manifests.path / gi::manifest_name(vpid), images / gi::manifest_name(vpid));
-  }
-  c.archive = dir / "ck.tar";
-  REQUIRE(pack_tar({{"config.dump", {}, R"({"name":"train","id":"0123abcd","rootfsImageName":"img"})"},
-                    {"spec.dump", {}, R"({"annotations":{"io.container.manager":"libpod"}})"},
-                    {"checkpoint", images, {}}},
-                   c.archive));
-  return c;
+  auto c = write_store_checkpoint(
+      store, dir,
+      {{7, {random_chunk(1), compressible_chunk(2), std::vector<std::byte>(kStoreChunk), random_chunk(3)}},
+       {8, {random_chunk(3), random_chunk(4)}}});
+  REQUIRE(c);
+  return std::move(*c);
 }
 
 // What a restore does: every chunk of every manifest in `archive` read from `store` (decoded and hashed) and

@@ -1,0 +1,268 @@
+// Chunks of a store-backed checkpoint between agents (node/chunk_transfer.h): POST /v1/chunks/missing answers what
+// the agent's store lacks and refuses hostile bodies (bad hex, duplicates, too many, no store configured); a received
+// archive is admitted only when every chunk is in the store afterwards (carried ones imported, the rest present),
+// with references written; a corrupt carried chunk or a missing one discards the received file and references
+// nothing.
+#include <catch2/catch_test_macros.hpp>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint_archive.h"
+#include "common/checkpoint_export.h"
+#include "common/chunk_store.h"
+#include "node/archive_transfer.h"
+#include "node/chunk_transfer.h"
+#include "test/common/store_checkpoint.h"
+#include "test/temp_dir.h"
+
+namespace cs = gpuckpt::chunk_store;
+namespace ce = gpuckpt::checkpoint_export;
+namespace fs = std::filesystem;
+using gpuckpt::ArchiveLimits;
+using gpuckpt::node::GpuMemoryConfig;
+using gpuckpt::test::TempDir;
+using gpuckpt::test::compressible_chunk;
+using gpuckpt::test::open_store;
+using gpuckpt::test::random_chunk;
+
+namespace {
+
+GpuMemoryConfig with_store(const fs::path& dir) {
+  GpuMemoryConfig c;
+  c.store = dir.string();
+  return c;
+}
+
+void copy_chunk(const cs::Store& from, cs::Store& to, const cs::Digest& d) {
+  auto header = from.stat(d);
+  REQUIRE(header);
+  std::vector<std::byte> file;
+  REQUIRE(from.read(d, cs::kChunkHeaderSize + header->stored_size, file));
+  REQUIRE(to.put(d, *header, std::span<const std::byte>(file).subspan(cs::kChunkHeaderSize)));
+}
+
+bool no_refs(const fs::path& store) { return !fs::exists(store / "refs") || fs::is_empty(store / "refs"); }
+
+std::string sha256_of(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return cs::sha256(std::as_bytes(std::span(bytes.data(), bytes.size()))).hex();
+}
+
+}  // namespace
+
+TEST_CASE("missing chunks: what the store lacks, in the order asked; present ones counted", "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto store = open_store(dir.path / "store");
+  const auto c = gpuckpt::test::store_checkpoint(store, dir.path);
+  const auto absent = cs::sha256(random_chunk(50));
+  const auto present = cs::sha256(random_chunk(1));
+  auto answer = gpuckpt::node::missing_chunks(with_store(dir.path / "store"),
+                                              {{"digests", {absent.hex(), present.hex()}}});
+  REQUIRE(answer);
+  CHECK((*answer)["missing"] == nlohmann::json::array({absent.hex()}));
+  CHECK((*answer)["present"] == 1);
+  // A chunk file cut short is no chunk: missing.
+  fs::resize_file(store->path_of(present), 10);
+  answer = gpuckpt::node::missing_chunks(with_store(dir.path / "store"), {{"digests", {present.hex()}}});
+  REQUIRE(answer);
+  CHECK((*answer)["missing"] == nlohmann::json::array({present.hex()}));
+  // A store not made yet lacks everything (the import makes it).
+  answer = gpuckpt::node::missing_chunks(with_store(dir.path / "later"), {{"digests", {present.hex()}}});
+  REQUIRE(answer);
+  CHECK((*answer)["missing"].size() == 1);
+  CHECK(!fs::exists(dir.path / "later"));
+  answer = gpuckpt::node::missing_chunks(with_store(dir.path / "store"), {{"digests", nlohmann::json::array()}});
+  REQUIRE(answer);
+  CHECK((*answer)["missing"].empty());
+}
+
+TEST_CASE("missing chunks refuses hostile bodies and an agent without a store, naming what is wrong", "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  const auto config = with_store(dir.path / "store");
+  const std::string good = cs::sha256(random_chunk(1)).hex();
+  const auto refused = [&](const nlohmann::json& body, int errno_value, const std::string& says) {
+    auto answer = gpuckpt::node::missing_chunks(config, body);
+    INFO(body.dump().substr(0, 200));
+    REQUIRE(!answer);
+    CHECK(answer.error().errno_value == errno_value);
+    CHECK(answer.error().message.find(says) != std::string::npos);
+  };
+  refused(nlohmann::json::parse("not json", nullptr, false), EINVAL, "\"digests\"");
+  refused(nlohmann::json::array(), EINVAL, "\"digests\"");
+  refused({{"digest", {good}}}, EINVAL, "\"digests\"");
+  refused({{"digests", good}}, EINVAL, "\"digests\"");
+  refused({{"digests", {good}}, {"more", 1}}, EINVAL, "\"digests\"");
+  refused({{"digests", {7}}}, EINVAL, "digests[0] is not a string");
+  std::string upper = good;
+  for (auto& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  for (const std::string& bad : {upper, good.substr(0, 63), good + "0", std::string("../../etc/passwd"),
+                                 std::string(64, 'g'), std::string()})
+    refused({{"digests", {good, bad}}}, EINVAL, "digests[1]");
+  refused({{"digests", {good, good}}}, EINVAL, "asked twice");
+  nlohmann::json many = nlohmann::json::array();
+  for (unsigned i = 0; i <= gpuckpt::node::kMaxMissingQuery; ++i) many.push_back(cs::sha256(random_chunk(i)).hex());
+  refused({{"digests", many}}, EFBIG, "513 digests");
+  many.erase(many.begin());
+  CHECK(gpuckpt::node::missing_chunks(config, {{"digests", many}}));
+
+  // No store: unset and inline both name the setting.
+  GpuMemoryConfig inline_store;
+  inline_store.store = "inline";
+  for (const auto& c : {GpuMemoryConfig{}, inline_store}) {
+    auto answer = gpuckpt::node::missing_chunks(c, {{"digests", {good}}});
+    REQUIRE(!answer);
+    CHECK(answer.error().errno_value == EBUSY);
+    CHECK(answer.error().message.find("gpu_memory.store") != std::string::npos);
+  }
+}
+
+TEST_CASE("a received archive carrying the chunks the target lacks is imported, referenced and restorable",
+          "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
+  auto target = open_store(dir.path / "node-b");
+  copy_chunk(*source, *target, cs::sha256(random_chunk(3)));
+  copy_chunk(*source, *target, cs::sha256(compressible_chunk(2)));
+
+  // What a sender does: ask, export only what is missing.
+  auto named = gpuckpt::node::manifest_chunks(c.archive, ArchiveLimits{});
+  REQUIRE(named);
+  CHECK(named->size() == gpuckpt::test::kStoreCheckpointChunks);
+  std::set<cs::Digest> lacking;
+  for (const auto& d : *named)
+    if (!target->stat(d)) lacking.insert(d);
+  CHECK(lacking.size() == 2);
+  const fs::path received = dir.path / "received.tar";
+  REQUIRE(ce::export_checkpoint(c.archive, source, received, ArchiveLimits{}, &lacking));
+
+  auto admitted = gpuckpt::node::admit_received_archive(received, with_store(dir.path / "node-b"), ArchiveLimits{});
+  REQUIRE(admitted);
+  CHECK((*admitted)["carried_chunks"] == 2);
+  CHECK((*admitted)["added_chunks"] == 2);
+  CHECK((*admitted)["references"] == 2);
+  auto info = gpuckpt::inspect_checkpoint_archive(received, ArchiveLimits{});
+  REQUIRE(info);
+  CHECK(info->carried_chunks == 0);
+  CHECK(fs::exists(dir.path / "node-b" / "refs" / cs::ref_name(c.id, 7)));
+  gpuckpt::test::check_restorable(c, received, target);
+
+  // The same archive without carried chunks on a node that has them all: referenced, the file left as it is.
+  auto node_c = open_store(dir.path / "node-c");
+  for (const auto& d : *named) copy_chunk(*source, *node_c, d);
+  fs::copy_file(c.archive, dir.path / "plain.tar");
+  const auto before = sha256_of(dir.path / "plain.tar");
+  admitted = gpuckpt::node::admit_received_archive(dir.path / "plain.tar", with_store(dir.path / "node-c"),
+                                                   ArchiveLimits{});
+  REQUIRE(admitted);
+  CHECK((*admitted)["carried_chunks"] == 0);
+  CHECK((*admitted)["references"] == 2);
+  CHECK(sha256_of(dir.path / "plain.tar") == before);
+
+  // An archive without manifests: nothing to do.
+  const fs::path cpu_only = dir.path / "cpu.tar";
+  REQUIRE(gpuckpt::pack_tar({{"config.dump", {}, R"({"name":"x","id":"1"})"},
+                             {"spec.dump", {}, R"({"annotations":{"io.container.manager":"libpod"}})"},
+                             {"checkpoint/inventory.img", {}, "x"}},
+                            cpu_only));
+  admitted = gpuckpt::node::admit_received_archive(cpu_only, with_store(dir.path / "node-b"), ArchiveLimits{});
+  INFO((admitted ? std::string() : admitted.error().message));
+  REQUIRE(admitted);
+  CHECK(admitted->is_null());
+}
+
+TEST_CASE("a received archive is refused when a chunk stays missing, a carried one is corrupt, or no store is kept",
+          "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
+  const auto kept = cs::sha256(random_chunk(4));
+
+  // Without carried chunks, into a store that lacks one: named, nothing referenced.
+  auto target = open_store(dir.path / "node-b");
+  auto named = gpuckpt::node::manifest_chunks(c.archive, ArchiveLimits{});
+  REQUIRE(named);
+  for (const auto& d : *named)
+    if (d != kept) copy_chunk(*source, *target, d);
+  fs::copy_file(c.archive, dir.path / "plain.tar");
+  auto admitted = gpuckpt::node::admit_received_archive(dir.path / "plain.tar", with_store(dir.path / "node-b"),
+                                                        ArchiveLimits{});
+  REQUIRE(!admitted);
+  CHECK(admitted.error().errno_value == EBADMSG);
+  CHECK(admitted.error().message.find(kept.hex()) != std::string::npos);
+  CHECK(no_refs(dir.path / "node-b"));
+
+  // Carrying the missing one, corrupted on the way: refused naming it, nothing referenced, not in the store.
+  const std::set<cs::Digest> lacking{kept};
+  const fs::path exported = dir.path / "carried.tar";
+  REQUIRE(ce::export_checkpoint(c.archive, source, exported, ArchiveLimits{}, &lacking));
+  {
+    std::fstream f(exported, std::ios::in | std::ios::out | std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    // The carried chunk is the last file entry; its payload (random, stored raw) ends before the tar's trailer.
+    const auto at = bytes.rfind(kept.hex());
+    REQUIRE(at != std::string::npos);
+    const std::size_t payload = (at / 512 + 1) * 512 + cs::kChunkHeaderSize + 100;
+    f.seekp(static_cast<std::streamoff>(payload));
+    f.put(static_cast<char>(bytes[payload] ^ 0x5a));
+  }
+  admitted = gpuckpt::node::admit_received_archive(exported, with_store(dir.path / "node-b"), ArchiveLimits{});
+  REQUIRE(!admitted);
+  CHECK(admitted.error().errno_value == EBADMSG);
+  CHECK(admitted.error().message.find(kept.hex()) != std::string::npos);
+  CHECK(!target->stat(kept));
+  CHECK(no_refs(dir.path / "node-b"));
+
+  // An agent keeping no store refuses a store-backed archive, naming the setting.
+  admitted = gpuckpt::node::admit_received_archive(dir.path / "plain.tar", GpuMemoryConfig{}, ArchiveLimits{});
+  REQUIRE(!admitted);
+  CHECK(admitted.error().message.find("gpu_memory.store") != std::string::npos);
+}
+
+TEST_CASE("a commit declared store-backed whose admission fails discards the received file", "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
+  fs::create_directories(dir.path / "incoming");
+  // The target's store is empty: an archive without carried chunks cannot be admitted.
+  gpuckpt::node::IncomingArchives incoming(dir.path / "incoming", 1 << 30, [&](const fs::path& received) {
+    return gpuckpt::node::admit_received_archive(received, with_store(dir.path / "node-b"), ArchiveLimits{});
+  });
+  std::ifstream in(c.archive, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto send = [&](const std::string& name) {
+    auto received = incoming.receive(name, "0", std::to_string(bytes.size()), [&](const auto& sink) {
+      return sink(bytes.data(), bytes.size());
+    });
+    REQUIRE(received);
+  };
+  send("ck-a.tar");
+  auto committed = incoming.commit("ck-a.tar", {{"size", bytes.size()}, {"sha256", sha256_of(c.archive)},
+                                                {"store_backed", true}});
+  REQUIRE(!committed);
+  CHECK(committed.error().errno_value == EBADMSG);
+  CHECK(committed.error().message.find("discarded") != std::string::npos);
+  CHECK(committed.error().message.find(cs::sha256(random_chunk(1)).hex().substr(0, 8)) != std::string::npos);
+  CHECK(fs::is_empty(dir.path / "incoming"));
+  CHECK(no_refs(dir.path / "node-b"));
+
+  // Not declared store-backed: put in place as bytes (its restore would stop at the missing chunks).
+  send("ck-b.tar");
+  committed = incoming.commit("ck-b.tar", {{"size", bytes.size()}, {"sha256", sha256_of(c.archive)}});
+  REQUIRE(committed);
+  CHECK(!committed->contains("chunks"));
+  CHECK(fs::exists(dir.path / "incoming" / "ck-b.tar"));
+  // "store_backed" must be a boolean.
+  send("ck-c.tar");
+  committed = incoming.commit("ck-c.tar", {{"size", bytes.size()}, {"sha256", sha256_of(c.archive)},
+                                           {"store_backed", "yes"}});
+  REQUIRE(!committed);
+  CHECK(committed.error().errno_value == EINVAL);
+}
