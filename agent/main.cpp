@@ -15,6 +15,7 @@
 #include "agent/http_server.h"
 #include "agent/kubelet_watch.h"
 #include "agent/node_labels.h"
+#include "agent/pod_events.h"
 #include "agent/storage_maintenance.h"
 #include "node/runtimes.h"
 #include "node/service.h"
@@ -125,8 +126,18 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Declared before the service: it outlives the jobs that report to it (made once the service's metrics exist).
+  std::unique_ptr<agent::PodEventRecorder> pod_events;
+  if (config.events.enabled)
+    deps.observer = [&pod_events](node::JobStage stage, const node::JobStatus& job, const node::PodRef& pod) {
+      if (pod_events) pod_events->record_job(stage, job, pod);
+    };
   node::JobService service(config, deps);
   service.metrics().set_runtime(config.runtime_kind, runtime.name, runtime.version);
+  const std::string node_name = node::node_name(config);
+  if (config.events.enabled)
+    pod_events = std::make_unique<agent::PodEventRecorder>(config.kubernetes_api.endpoint, node_name, config.events,
+                                                           service.metrics());
   httplib::Server server;
   agent::install_routes(server, service, token.value());
   agent::HttpLimits http_limits;
@@ -158,6 +169,7 @@ int main(int argc, char** argv) {
     loops.emplace_back([&] {
       agent::KubeletArchiveWatcher watcher(config.kubelet_checkpoint_dir, config.state_dir, config.archive_limits,
                                            deps.inventory, service.metrics());
+      if (pod_events) watcher.report_events_to([&](agent::PodEvent event) { pod_events->record(std::move(event)); });
       do {
         // The watcher meets archives nobody vetted: whatever happens in one pass, the agent stays up.
         try {
@@ -184,17 +196,10 @@ int main(int argc, char** argv) {
     }
   });
   if (config.node_labels.enabled) {
-    std::string node = config.node_labels.node_name;
-    if (node.empty() && std::getenv("NODE_NAME")) node = std::getenv("NODE_NAME");
-    if (node.empty()) {
-      char name[256] = {};
-      ::gethostname(name, sizeof name - 1);
-      node = name;
-    }
-    loops.emplace_back([&, node] {
+    loops.emplace_back([&, node = node_name] {
       do {
         auto inventory = deps.inventory();
-        auto published = inventory ? agent::publish_node_labels(config.node_labels, node,
+        auto published = inventory ? agent::publish_node_labels(config.node_labels, config.kubernetes_api.endpoint, node,
                                                                 agent::compute_node_labels(inventory.value()))
                                    : Result<void>(inventory.error());
         if (!published) log::warn(published.error().message);
