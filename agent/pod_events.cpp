@@ -211,7 +211,7 @@ void PodEventRecorder::run() {
       queue_.pop_front();
     }
     const std::string what = "pod event " + event.reason + " on " + event.pod.namespace_name + "/" + event.pod.name;
-    if (auto posted = post(std::move(event), ++sequence); !posted) {
+    if (auto posted = post(event, ++sequence); !posted) {
       metrics_.pod_event_dropped("api_error");
       log::warn(what + " not posted: " + posted.error().message);
     } else {
@@ -221,22 +221,7 @@ void PodEventRecorder::run() {
   }
 }
 
-Result<void> PodEventRecorder::post(PodEvent event, std::uint64_t sequence) {
-  const std::string pod_path = "/api/v1/namespaces/" + event.pod.namespace_name + "/pods/" + event.pod.name;
-  if (event.pod.uid.empty()) {
-    auto pod = client_.get(pod_path);
-    if (!pod) return pod.error();
-    if (pod->status == 200) {
-      const auto body = nlohmann::json::parse(pod->body, nullptr, false);
-      node::PodRef with_uid = event.pod;
-      if (body.is_object() && body.contains("metadata") && body["metadata"].is_object())
-        with_uid.uid = body["metadata"].value("uid", "");
-      if (node::is_valid_pod_ref(with_uid)) event.pod = with_uid;
-    } else if (pod->status != 404) {   // gone: the event still says what happened to it, without a uid
-      return make_error("GET " + client_.url_of(pod_path) + " returned " + std::to_string(pod->status) + ": " +
-                        log::escaped(pod->body, 200) + " (may the agent's service account get pods?)");
-    }
-  }
+Result<void> PodEventRecorder::post(const PodEvent& event, std::uint64_t sequence) {
   const std::string path = "/api/v1/namespaces/" + event.pod.namespace_name + "/events";
   auto answer = client_.post(path, core_v1_event(event, node_name_, Clock::now(), sequence).dump());
   if (!answer) return answer.error();

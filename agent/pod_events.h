@@ -41,7 +41,8 @@ inline constexpr std::size_t kMaxEventMessageBytes = 1024;
 PodEvent job_pod_event(node::JobStage stage, const node::JobStatus& job, const node::PodRef& pod,
                        const std::string& node_name);
 
-// The Event object as the API server takes it: involvedObject the pod (its uid when known), source
+// The Event object as the API server takes it: involvedObject the pod (its uid when known: `kubectl describe pod`
+// lists the events whose involvedObject.uid is the pod's; the rest only `kubectl get events` shows), source
 // {component gpuckpt-agent, host `node_name`}, count 1, firstTimestamp = lastTimestamp = `now` (seconds),
 // eventTime `now` (microseconds) with reportingComponent/reportingInstance/action as the API server requires
 // alongside it, the message made printable ASCII and cut to kMaxEventMessageBytes. metadata.name is
@@ -64,8 +65,7 @@ class PodEventRecorder {
 
  private:
   void run();
-  // GETs the pod's uid when the event has none (kubectl describe pod finds events by uid); then POSTs the event.
-  Result<void> post(PodEvent event, std::uint64_t sequence);
+  Result<void> post(const PodEvent& event, std::uint64_t sequence);
 
   node::KubeClient client_;
   std::string node_name_;

@@ -20,7 +20,7 @@ bool is_valid_pod_uid(const std::string& uid) {
   return true;
 }
 
-// Names as Kubernetes takes them; a uid that is not one is left out (the sender looks the pod's up).
+// Names as Kubernetes takes them; a uid that is not one is left out.
 PodRef checked(PodRef pod) {
   if (!is_valid_pod_uid(pod.uid)) pod.uid.clear();
   return is_valid_pod_ref(pod) ? pod : PodRef{};

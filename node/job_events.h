@@ -12,7 +12,7 @@ namespace gpuckpt::node {
 
 struct JobStatus;
 
-// A pod as a Kubernetes object: uid empty when not known (the events' sender looks it up).
+// A pod as a Kubernetes object: uid empty when not known.
 struct PodRef {
   std::string namespace_name;
   std::string name;

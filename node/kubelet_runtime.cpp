@@ -31,7 +31,7 @@ class KubeletRuntime final : public ContainerRuntime {
       if (meta.value("namespace", "") != ref.namespace_name || meta.value("name", "") != ref.pod) continue;
       for (const auto& status : pod.value("status", nlohmann::json::object()).value("containerStatuses", nlohmann::json::array())) {
         if (status.value("name", "") != ref.container) continue;
-        return from_status(status, ref.namespace_name + "/" + ref.pod + "/" + ref.container);
+        return from_status(status, ref.namespace_name + "/" + ref.pod + "/" + ref.container, meta.value("uid", ""));
       }
     }
     return make_error("kubelet knows no container " + ref.namespace_name + "/" + ref.pod + "/" + ref.container, ENOENT);
@@ -45,7 +45,7 @@ class KubeletRuntime final : public ContainerRuntime {
       const auto meta = pod.value("metadata", nlohmann::json::object());
       const std::string prefix = meta.value("namespace", "") + "/" + meta.value("name", "") + "/";
       for (const auto& status : pod.value("status", nlohmann::json::object()).value("containerStatuses", nlohmann::json::array()))
-        out.push_back(from_status(status, prefix + status.value("name", "")));
+        out.push_back(from_status(status, prefix + status.value("name", ""), meta.value("uid", "")));
     }
     return out;
   }
@@ -108,8 +108,9 @@ class KubeletRuntime final : public ContainerRuntime {
     return json;
   }
 
-  static RuntimeContainer from_status(const nlohmann::json& status, std::string name) {
+  static RuntimeContainer from_status(const nlohmann::json& status, std::string name, std::string pod_uid) {
     RuntimeContainer rc;
+    rc.pod_uid = std::move(pod_uid);
     std::string id = status.value("containerID", "");
     if (auto pos = id.find("://"); pos != std::string::npos) id = id.substr(pos + 3);
     rc.id = id;

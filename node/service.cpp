@@ -206,7 +206,8 @@ PodRef JobService::pod_of_archive(const fs::path& archive, const CheckpointInfo*
   for (const auto& [id, job] : jobs_) {
     if (job.kind != "checkpoint" || job.state != "succeeded" || job.result.value("archive", "") != archive.string())
       continue;
-    PodRef pod{job.request.value("namespace", ""), job.request.value("pod", ""), ""};
+    PodRef pod{job.request.value("namespace", ""), job.request.value("pod", ""), job.result.value("pod_uid", "")};
+    if (!is_valid_pod_ref(pod)) pod.uid.clear();
     return is_valid_pod_ref(pod) ? pod : PodRef{};
   }
   return {};
@@ -458,7 +459,8 @@ Result<std::string> JobService::start_checkpoint(const ContainerRef& ref, const 
   if (!added) return added.error();
   const std::string id = added.value();
   log::info("job " + id + ": checkpoint of container " + container->name + " (" + container->id + ") accepted");
-  PodRef pod{ref.namespace_name, ref.pod, ""};
+  PodRef pod{ref.namespace_name, ref.pod, container->pod_uid};
+  if (!is_valid_pod_ref(pod)) pod.uid.clear();
   if (!is_valid_pod_ref(pod)) pod = {};
   launch(id, std::move(pod), [this, id, ref, c = container.value(), image_tag](JobDeadline deadline) {
     run_checkpoint(id, ref, c, image_tag, deadline);
@@ -576,6 +578,7 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
                 {"checkpoint_id", job_id},
                 {"used_gpu_ids", record.record.used_gpu_ids},
                 {"gpu_devices", to_json(record)["devices"]}};
+    if (!container.pod_uid.empty()) j.result["pod_uid"] = container.pod_uid;
     if (image)
       j.result["image"] = {{"layout", image->layout.string()}, {"reference", image->reference},
                            {"manifest_digest", image->manifest_digest},

@@ -1102,23 +1102,22 @@ struct EventsFixture {
 TEST_CASE("Kubernetes Events on the pod for a checkpoint that succeeds and one that fails: the exact requests",
           "[unit]") {
   test::FakeKubeApi api;
-  api.pod_uids["ml/trainer-0"] = "5f0c3f9e-3b0e-4c59-9a57-2d8f3b1c0a11";
   EventsFixture e(api.url());
+  e.f.runtime->containers["counter"].pod_uid = "5f0c3f9e-3b0e-4c59-9a57-2d8f3b1c0a11";   // from CRI labels
   const auto ok = e.f.wait_job("/v1/checkpoints", e.f.post("/v1/checkpoints",
                                R"({"namespace":"ml","pod":"trainer-0","container":"counter"})", 202)["id"]);
   REQUIRE(ok["state"] == "succeeded");
-  const auto requests = api.wait_for(4);   // per event: GET the pod's uid, POST the event
-  REQUIRE(requests.size() == 4);
-  for (std::size_t i = 0; i < 4; i += 2) {
-    CHECK(requests[i].method == "GET");
-    CHECK(requests[i].path == "/api/v1/namespaces/ml/pods/trainer-0");
-    CHECK(requests[i + 1].method == "POST");
-    CHECK(requests[i + 1].path == "/api/v1/namespaces/ml/events");
-    CHECK(requests[i + 1].content_type == "application/json");
+  CHECK(ok["result"]["pod_uid"] == "5f0c3f9e-3b0e-4c59-9a57-2d8f3b1c0a11");
+  const auto requests = api.wait_for(2);
+  REQUIRE(requests.size() == 2);
+  for (const auto& r : requests) {
+    CHECK(r.method == "POST");
+    CHECK(r.path == "/api/v1/namespaces/ml/events");
+    CHECK(r.content_type == "application/json");
+    CHECK(r.authorization == "Bearer sa-token");
   }
-  for (const auto& r : requests) CHECK(r.authorization == "Bearer sa-token");
-  const auto started = json::parse(requests[1].body);
-  const auto succeeded = json::parse(requests[3].body);
+  const auto started = json::parse(requests[0].body);
+  const auto succeeded = json::parse(requests[1].body);
   for (const auto& event : {started, succeeded}) {
     CHECK(event["involvedObject"] == json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", "ml"},
                                           {"name", "trainer-0"}, {"uid", "5f0c3f9e-3b0e-4c59-9a57-2d8f3b1c0a11"}});
@@ -1134,7 +1133,7 @@ TEST_CASE("Kubernetes Events on the pod for a checkpoint that succeeds and one t
   CHECK(succeeded["message"].get<std::string>().find(
             fs::path(ok["result"]["archive"].get<std::string>()).filename().string()) != std::string::npos);
 
-  // A restore of that archive concerns the same pod: the agent's checkpoint job names it.
+  // A restore of that archive concerns the same pod: the agent's checkpoint job names it, uid included.
   const std::string archive = fs::path(ok["result"]["archive"].get<std::string>()).filename();
   e.f.runtime->refuse_restores = true;
   const auto rs = e.f.wait_job("/v1/restores", e.f.post("/v1/restores", json{{"archive", archive}}.dump(), 202)["id"]);
@@ -1145,6 +1144,7 @@ TEST_CASE("Kubernetes Events on the pod for a checkpoint that succeeds and one t
   CHECK(restore_events[3]["reason"] == "RestoreFailed");
   CHECK(restore_events[3]["type"] == "Warning");
   CHECK(restore_events[3]["message"].get<std::string>().find("the runtime refused it") != std::string::npos);
+  CHECK(restore_events[3]["involvedObject"]["uid"] == "5f0c3f9e-3b0e-4c59-9a57-2d8f3b1c0a11");
 
   // The container runs again; its runtime fails the next checkpoint: Started, then Failed with the reason.
   e.f.runtime->containers["counter"].state = "running";
@@ -1170,7 +1170,7 @@ TEST_CASE("Kubernetes Events on the pod for a checkpoint that succeeds and one t
   REQUIRE(e.f.wait_job("/v1/checkpoints", e.f.post("/v1/checkpoints", R"({"container":"plain"})", 202)["id"])["state"] ==
           "succeeded");
   e.recorder.reset();   // posts whatever is queued
-  CHECK(api.wait_for(0).size() == 12);
+  CHECK(api.wait_for(0).size() == 6);
 }
 
 TEST_CASE("an unreachable API server leaves the jobs' results as they are and counts the dropped events", "[unit]") {

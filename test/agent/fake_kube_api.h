@@ -1,12 +1,11 @@
-// A stand-in for the Kubernetes API server on 127.0.0.1 (port chosen by the kernel): answers GET pod with a uid
-// (404 for pods it does not know) and POST events with 201, and records every request as it came.
+// A stand-in for the Kubernetes API server on 127.0.0.1 (port chosen by the kernel): answers POST events with
+// event_status (201) and records every request as it came.
 #pragma once
 
 #include <httplib.h>
 
 #include <chrono>
 #include <condition_variable>
-#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -22,23 +21,9 @@ struct KubeApiRequest {
 
 class FakeKubeApi {
  public:
-  std::map<std::string, std::string> pod_uids;   // "namespace/name" -> uid
-  int event_status = 201;                         // what POST events answers
+  int event_status = 201;
 
   FakeKubeApi() {
-    server_.Get(R"(/api/v1/namespaces/([a-z0-9-]+)/pods/([a-z0-9.-]+))",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  keep(req);
-                  std::lock_guard lock(mutex_);
-                  const auto it = pod_uids.find(req.matches[1].str() + "/" + req.matches[2].str());
-                  if (it == pod_uids.end()) {
-                    res.status = 404;
-                    res.set_content(R"({"kind":"Status","reason":"NotFound"})", "application/json");
-                    return;
-                  }
-                  res.set_content(nlohmann::json{{"kind", "Pod"}, {"metadata", {{"uid", it->second}}}}.dump(),
-                                  "application/json");
-                });
     server_.Post(R"(/api/v1/namespaces/([a-z0-9-]+)/events)", [this](const httplib::Request& req, httplib::Response& res) {
       keep(req);
       res.status = event_status;
