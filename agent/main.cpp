@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "node/config.h"
@@ -29,7 +30,9 @@ using namespace gpuckpt;
 namespace fs = std::filesystem;
 
 int usage() {
-  std::fprintf(stderr, "usage: gpuckpt-agent [--config FILE]   (default /etc/gpuckpt/agent.yaml)\n");
+  std::fprintf(stderr, "usage: gpuckpt-agent [--config FILE] [--log-format text|logfmt|json]\n"
+                       "  --config      default /etc/gpuckpt/agent.yaml\n"
+                       "  --log-format  from the first line on; default: the config's log_format (text)\n");
   return 2;
 }
 
@@ -74,10 +77,18 @@ int main(int argc, char** argv) {
   log::set_component("gpuckpt-agent");
   log::set_timestamps(true);
   fs::path config_path = "/etc/gpuckpt/agent.yaml";
+  std::optional<log::Format> format_flag;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--config" && i + 1 < argc) config_path = argv[++i];
-    else return usage();
+    else if (arg == "--log-format" && i + 1 < argc) {
+      format_flag = log::format_from_string(argv[++i]);
+      if (!format_flag) {
+        log::error(std::string("--log-format '") + log::escaped(argv[i], 32) + "' is not one of text, logfmt, json");
+        return 2;
+      }
+      log::set_format(*format_flag);
+    } else return usage();
   }
 
   // 1. configuration
@@ -88,6 +99,7 @@ int main(int argc, char** argv) {
   }
   node::AgentConfig config = loaded.value();
   log::set_level(log::level_from_string(config.log_level, log::Level::Info));
+  if (!format_flag) log::set_format(log::format_from_string(config.log_format).value_or(log::Format::Text));
   node::log_config(config);
   // The runtime commands the agent runs inherit these, down to CRIU and the plugin.
   for (const auto& [name, value] : node::plugin_environment(config.gpu_memory)) ::setenv(name.c_str(), value.c_str(), 1);

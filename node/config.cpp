@@ -149,6 +149,7 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
   top.get("hooks_dir", hooks_dir);
   top.get("criu_plugin_dir", plugin_dir);
   top.get("log_level", c.log_level);
+  top.get("log_format", c.log_format);
   {
     Section s = top.child("match_policy");
     s.get("check_model", c.match_policy.check_model);
@@ -298,6 +299,8 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
   const auto level = log::level_from_string(c.log_level, static_cast<log::Level>(0));
   if (static_cast<int>(level) == 0)
     return make_error(source + ": log_level '" + c.log_level + "' is not one of error, warn, info, debug");
+  if (!log::format_from_string(c.log_format))
+    return make_error(source + ": log_format '" + c.log_format + "' is not one of text, logfmt, json");
   return c;
 }
 
@@ -328,6 +331,7 @@ void log_config(const AgentConfig& c) {
     log::param("runtime.containerd.namespace", c.containerd.namespace_name);
     log::param("runtime.containerd.call_timeout_seconds", std::to_string(c.containerd.call_timeout_seconds));
   }
+  log::param("log_format", c.log_format);
   log::param("host_root", c.host_root.string());
   log::param("hooks_dir", c.hooks_dir.string());
   log::param("criu_plugin_dir", c.criu_plugin_dir.string());

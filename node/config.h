@@ -109,6 +109,7 @@ struct AgentConfig {
   std::filesystem::path hooks_dir = "/usr/share/containers/oci/hooks.d";
   std::filesystem::path criu_plugin_dir = "/usr/lib/criu";
   std::string log_level = "info";
+  std::string log_format = "text";   // text | logfmt | json (common/log.h)
   MatchPolicy match_policy;
   KubernetesApiConfig kubernetes_api;
   NodeLabelsConfig node_labels;
