@@ -47,17 +47,25 @@ int KubeletArchiveWatcher::scan() {
     }
     pending_.erase(key);
     Result<bool> result = false;
+    PodRef pod;
     try {
-      result = annotate(entry.path());
+      result = annotate(entry.path(), pod);
     } catch (const std::exception& e) {
       result = make_error(std::string("internal error: ") + e.what());
     }
     if (!result) {
       log::warn("kubelet archive " + log::escaped(key) + " not annotated: " + result.error().message);
       quarantine(entry.path(), now, result.error().message);
+      if (record_event_ && !pod.empty())
+        record_event_({pod, true, "CheckpointQuarantined", "Checkpoint",
+                       "kubelet's checkpoint " + name + " cannot be used by gpuckpt (quarantined): " +
+                           result.error().message});
     } else if (result.value()) {
       ++annotated;
       metrics_.kubelet_archive_annotated();
+      if (record_event_ && !pod.empty())
+        record_event_({pod, false, "CheckpointAnnotated", "Checkpoint",
+                       "kubelet's checkpoint " + name + " got its GPU record from gpuckpt: restores of it match GPUs"});
     }
     done_[key] = Seen{fs::file_size(entry.path(), ec), fs::last_write_time(entry.path(), ec)};
   }
@@ -98,7 +106,7 @@ void KubeletArchiveWatcher::quarantine(const fs::path& archive, const Seen& now,
   metrics_.kubelet_archive_quarantined();
 }
 
-Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive) {
+Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive, PodRef& pod) {
   // One budget for everything this file costs (inspect and rewrite), so that one file cannot hold the watcher
   // and the good archives behind it.
   std::error_code ec;
@@ -106,6 +114,7 @@ Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive) {
   limits.deadline = std::chrono::steady_clock::now() + budget_for(fs::file_size(archive, ec));
   auto info = inspect_checkpoint_archive(archive, limits);
   if (!info) return info.error();
+  pod = pod_of_checkpoint_spec(info->spec);
   if (info->gpus) return false;   // annotated already (by us, or it came from another node)
   if (!info->has_criu_images)
     return make_error("it holds no CRIU images (checkpoint/inventory.img): not a container checkpoint to annotate");

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "agent/pod_events.h"
 #include "node/metrics.h"
 #include "common/checkpoint_archive.h"
 #include "common/result.h"
@@ -27,6 +28,10 @@ class KubeletArchiveWatcher {
   // it annotated.
   int scan();
 
+  // Where an archive's pod is known (its spec names it), an annotated archive makes a CheckpointAnnotated event on
+  // that pod and a quarantined one a CheckpointQuarantined warning with the reason.
+  void report_events_to(std::function<void(PodEvent)> record) { record_event_ = std::move(record); }
+
  private:
   struct Seen {
     std::uintmax_t size = 0;
@@ -34,7 +39,8 @@ class KubeletArchiveWatcher {
     bool operator==(const Seen&) const = default;
   };
   std::chrono::milliseconds budget_for(std::uintmax_t archive_bytes) const;
-  Result<bool> annotate(const std::filesystem::path& archive);
+  // `pod`: the pod the archive's spec names, once it was read.
+  Result<bool> annotate(const std::filesystem::path& archive, node::PodRef& pod);
   std::filesystem::path quarantine_path(const std::filesystem::path& archive) const;
   bool is_quarantined(const std::filesystem::path& archive, const Seen& now) const;
   void quarantine(const std::filesystem::path& archive, const Seen& now, const std::string& reason);
@@ -47,6 +53,7 @@ class KubeletArchiveWatcher {
   std::chrono::milliseconds base_budget_;
   std::map<std::string, Seen> pending_;
   std::map<std::string, Seen> done_;
+  std::function<void(PodEvent)> record_event_;
 };
 
 }  // namespace gpuckpt::agent

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "node/config.h"
@@ -15,6 +16,7 @@
 #include "agent/http_server.h"
 #include "agent/kubelet_watch.h"
 #include "agent/node_labels.h"
+#include "agent/pod_events.h"
 #include "agent/storage_maintenance.h"
 #include "node/runtimes.h"
 #include "node/service.h"
@@ -28,7 +30,9 @@ using namespace gpuckpt;
 namespace fs = std::filesystem;
 
 int usage() {
-  std::fprintf(stderr, "usage: gpuckpt-agent [--config FILE]   (default /etc/gpuckpt/agent.yaml)\n");
+  std::fprintf(stderr, "usage: gpuckpt-agent [--config FILE] [--log-format text|logfmt|json]\n"
+                       "  --config      default /etc/gpuckpt/agent.yaml\n"
+                       "  --log-format  from the first line on; default: the config's log_format (text)\n");
   return 2;
 }
 
@@ -73,10 +77,18 @@ int main(int argc, char** argv) {
   log::set_component("gpuckpt-agent");
   log::set_timestamps(true);
   fs::path config_path = "/etc/gpuckpt/agent.yaml";
+  std::optional<log::Format> format_flag;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--config" && i + 1 < argc) config_path = argv[++i];
-    else return usage();
+    else if (arg == "--log-format" && i + 1 < argc) {
+      format_flag = log::format_from_string(argv[++i]);
+      if (!format_flag) {
+        log::error(std::string("--log-format '") + log::escaped(argv[i], 32) + "' is not one of text, logfmt, json");
+        return 2;
+      }
+      log::set_format(*format_flag);
+    } else return usage();
   }
 
   // 1. configuration
@@ -87,6 +99,7 @@ int main(int argc, char** argv) {
   }
   node::AgentConfig config = loaded.value();
   log::set_level(log::level_from_string(config.log_level, log::Level::Info));
+  if (!format_flag) log::set_format(log::format_from_string(config.log_format).value_or(log::Format::Text));
   node::log_config(config);
   // The runtime commands the agent runs inherit these, down to CRIU and the plugin.
   for (const auto& [name, value] : node::plugin_environment(config.gpu_memory)) ::setenv(name.c_str(), value.c_str(), 1);
@@ -125,8 +138,18 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Declared before the service: it outlives the jobs that report to it (made once the service's metrics exist).
+  std::unique_ptr<agent::PodEventRecorder> pod_events;
+  if (config.events.enabled)
+    deps.observer = [&pod_events](node::JobStage stage, const node::JobStatus& job, const node::PodRef& pod) {
+      if (pod_events) pod_events->record_job(stage, job, pod);
+    };
   node::JobService service(config, deps);
   service.metrics().set_runtime(config.runtime_kind, runtime.name, runtime.version);
+  const std::string node_name = node::node_name(config);
+  if (config.events.enabled)
+    pod_events = std::make_unique<agent::PodEventRecorder>(config.kubernetes_api.endpoint, node_name, config.events,
+                                                           service.metrics());
   httplib::Server server;
   agent::install_routes(server, service, token.value());
   agent::HttpLimits http_limits;
@@ -158,6 +181,7 @@ int main(int argc, char** argv) {
     loops.emplace_back([&] {
       agent::KubeletArchiveWatcher watcher(config.kubelet_checkpoint_dir, config.state_dir, config.archive_limits,
                                            deps.inventory, service.metrics());
+      if (pod_events) watcher.report_events_to([&](agent::PodEvent event) { pod_events->record(std::move(event)); });
       do {
         // The watcher meets archives nobody vetted: whatever happens in one pass, the agent stays up.
         try {
@@ -184,17 +208,10 @@ int main(int argc, char** argv) {
     }
   });
   if (config.node_labels.enabled) {
-    std::string node = config.node_labels.node_name;
-    if (node.empty() && std::getenv("NODE_NAME")) node = std::getenv("NODE_NAME");
-    if (node.empty()) {
-      char name[256] = {};
-      ::gethostname(name, sizeof name - 1);
-      node = name;
-    }
-    loops.emplace_back([&, node] {
+    loops.emplace_back([&, node = node_name] {
       do {
         auto inventory = deps.inventory();
-        auto published = inventory ? agent::publish_node_labels(config.node_labels, node,
+        auto published = inventory ? agent::publish_node_labels(config.node_labels, config.kubernetes_api.endpoint, node,
                                                                 agent::compute_node_labels(inventory.value()))
                                    : Result<void>(inventory.error());
         if (!published) log::warn(published.error().message);

@@ -1,6 +1,5 @@
 #include "agent/node_labels.h"
 
-#include <httplib.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -8,7 +7,6 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -16,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/restore_plan.h"   // write_file_atomically
+#include "node/kube_client.h"
 
 namespace gpuckpt::agent {
 
@@ -121,21 +120,12 @@ Result<void> write_feature_file(const NodeLabelsConfig& config,
   return {};
 }
 
-Result<void> patch_node(const NodeLabelsConfig& config, const std::string& node_name,
+Result<void> patch_node(const KubeEndpoint& api, const std::string& node_name,
                         const std::map<std::string, std::optional<std::string>>& labels) {
-  std::ifstream token_in(config.token_file);
-  std::string token;
-  std::getline(token_in, token);
-  if (token.empty()) return make_error("node labels: cannot read the service-account token " + config.token_file);
-  httplib::Client client(config.api_server);
-  client.set_ca_cert_path(config.ca_file.c_str());
-  client.enable_server_certificate_verification(true);
-  client.set_bearer_token_auth(token.c_str());
-  client.set_connection_timeout(10);
-  client.set_read_timeout(30);
-  const auto result = client.Patch(("/api/v1/nodes/" + node_name).c_str(), node_label_patch(labels),
+  const KubeClient client(api, std::chrono::seconds(10), std::chrono::seconds(30));
+  const auto result = client.patch("/api/v1/nodes/" + node_name, node_label_patch(labels),
                                    "application/merge-patch+json");
-  if (!result) return make_error("node labels: PATCH node " + node_name + " failed: " + httplib::to_string(result.error()));
+  if (!result) return make_error("node labels: PATCH node " + node_name + " failed: " + result.error().message);
   if (result->status != 200)
     return make_error("node labels: PATCH node " + node_name + " returned " + std::to_string(result->status) + ": " +
                       result->body.substr(0, 300) + " (does the service account have 'patch' on nodes?)");
@@ -144,10 +134,10 @@ Result<void> patch_node(const NodeLabelsConfig& config, const std::string& node_
 
 }  // namespace
 
-Result<void> publish_node_labels(const NodeLabelsConfig& config, const std::string& node_name,
+Result<void> publish_node_labels(const NodeLabelsConfig& config, const KubeEndpoint& api, const std::string& node_name,
                                  const std::map<std::string, std::optional<std::string>>& labels) {
   if (config.method == "nfd_feature_file") return write_feature_file(config, labels);
-  return patch_node(config, node_name, labels);
+  return patch_node(api, node_name, labels);
 }
 
 }  // namespace gpuckpt::agent

@@ -32,8 +32,10 @@ std::string node_label_patch(const std::map<std::string, std::optional<std::stri
 std::string nfd_feature_file(const std::map<std::string, std::optional<std::string>>& labels,
                              std::chrono::system_clock::time_point now, int interval_seconds);
 
-// Publishes by config.method: PATCH through the API server, or the feature file written atomically (temp + rename).
-Result<void> publish_node_labels(const node::NodeLabelsConfig& config, const std::string& node_name,
+// Publishes by config.method: PATCH through the API server at `api`, or the feature file written atomically
+// (temp + rename).
+Result<void> publish_node_labels(const node::NodeLabelsConfig& config, const node::KubeEndpoint& api,
+                                 const std::string& node_name,
                                  const std::map<std::string, std::optional<std::string>>& labels);
 
 }  // namespace gpuckpt::agent

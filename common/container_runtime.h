@@ -44,6 +44,9 @@ struct RuntimeContainer {
   std::string name;
   std::string state;    // "running", "exited", ...
   int pid = 0;
+  // The Kubernetes pod's uid where the runtime knows it (CRI labels, kubelet), else empty. "= {}": a braced list of
+  // the first four members stays complete for -Wmissing-field-initializers.
+  std::string pod_uid = {};
 };
 
 class ContainerRuntime {

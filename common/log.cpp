@@ -15,6 +15,7 @@ struct State {
   Level max_level = Level::Info;
   std::string component = "gpuckpt";
   bool timestamps = false;
+  Format format = Format::Text;
 };
 
 State& state() {
@@ -32,7 +33,7 @@ const char* level_name(Level level) {
   return "?";
 }
 
-// "2026-11-26T10:27:20.123Z "
+// "2026-11-26T10:27:20.123Z"
 std::string utc_stamp() {
   timeval now{};
   gettimeofday(&now, nullptr);
@@ -40,7 +41,7 @@ std::string utc_stamp() {
   gmtime_r(&now.tv_sec, &tm);
   char text[40];
   const std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(text + n, sizeof text - n, ".%03dZ ", static_cast<int>(now.tv_usec / 1000));
+  std::snprintf(text + n, sizeof text - n, ".%03dZ", static_cast<int>(now.tv_usec / 1000));
   return text;
 }
 
@@ -62,6 +63,26 @@ std::string one_line(std::string_view message) {
       append_hex(out, c);
     else
       out += ch;
+  }
+  return out;
+}
+
+// `line` (one_line's output) as the inside of a double-quoted logfmt or JSON string: the quote and the backslash
+// escaped, bytes outside ASCII as \xNN text (JSON must be valid UTF-8, which a message's bytes need not be).
+std::string quoted_inside(std::string_view line) {
+  std::string out;
+  out.reserve(line.size());
+  for (const char ch : line) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c >= 0x80) {   // \xNN as text: the backslash escaped like any other
+      out += '\\';
+      append_hex(out, c);
+    } else {
+      out += ch;
+    }
   }
   return out;
 }
@@ -96,6 +117,18 @@ void set_timestamps(bool on) {
   state().timestamps = on;
 }
 
+void set_format(Format format) {
+  std::lock_guard lock(state().mutex);
+  state().format = format;
+}
+
+std::optional<Format> format_from_string(std::string_view name) {
+  if (name == "text") return Format::Text;
+  if (name == "logfmt") return Format::Logfmt;
+  if (name == "json") return Format::Json;
+  return std::nullopt;
+}
+
 void set_component(std::string component) {
   std::lock_guard lock(state().mutex);
   state().component = std::move(component);
@@ -118,8 +151,21 @@ void write(Level level, std::string_view message) {
     s.sink(level, line);
     return;
   }
-  std::fprintf(stderr, "%s%s: %s: %s\n", s.timestamps ? utc_stamp().c_str() : "", s.component.c_str(), level_name(level),
-               line.c_str());
+  switch (s.format) {
+    case Format::Text:
+      std::fprintf(stderr, "%s%s%s: %s: %s\n", s.timestamps ? utc_stamp().c_str() : "", s.timestamps ? " " : "",
+                   s.component.c_str(), level_name(level), line.c_str());
+      break;
+    case Format::Logfmt:
+      std::fprintf(stderr, "time=%s level=%s component=%s msg=\"%s\"\n", utc_stamp().c_str(), level_name(level),
+                   s.component.c_str(), quoted_inside(line).c_str());
+      break;
+    case Format::Json:
+      std::fprintf(stderr, "{\"time\":\"%s\",\"level\":\"%s\",\"component\":\"%s\",\"msg\":\"%s\"}\n",
+                   utc_stamp().c_str(), level_name(level), quoted_inside(s.component).c_str(),
+                   quoted_inside(line).c_str());
+      break;
+  }
 }
 
 void param(std::string_view name, std::string_view value) {

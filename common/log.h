@@ -3,12 +3,21 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
 namespace gpuckpt::log {
 
 enum class Level { Error = 1, Warn = 2, Info = 3, Debug = 4 };
+
+// How the stderr sink writes a line (docs/api.md, Logs):
+//   text    2026-11-26T10:27:20.123Z gpuckpt-agent: info: MESSAGE   (the time only with set_timestamps)
+//   logfmt  time=2026-11-26T10:27:20.123Z level=info component=gpuckpt-agent msg="MESSAGE"
+//   json    {"time":"2026-11-26T10:27:20.123Z","level":"info","component":"gpuckpt-agent","msg":"MESSAGE"}
+// The structured formats always carry the time; their message is printable ASCII (control characters and bytes
+// outside ASCII as \xNN text), so every line parses whatever a message carries.
+enum class Format { Text, Logfmt, Json };
 
 using Sink = std::function<void(Level, std::string_view line)>;
 
@@ -18,7 +27,10 @@ void set_component(std::string component);  // prefix, e.g. "gpuckpt-agent"
 // The stderr sink starts each line with its UTC time, "2026-11-26T10:27:20.123Z " (a long-running daemon's lines
 // must say when; CRIU's log and the hook's own file carry their own).
 void set_timestamps(bool on);
+void set_format(Format format);
 Level level_from_string(std::string_view name, Level fallback);
+// "text", "logfmt", "json"; nullopt for anything else.
+std::optional<Format> format_from_string(std::string_view name);
 
 // Writes one line: control characters in `message` (a newline, a carriage return, an escape sequence) are
 // written as \xNN, so whatever a message carries can never start a line of its own.

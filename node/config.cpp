@@ -2,6 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -146,6 +149,7 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
   top.get("hooks_dir", hooks_dir);
   top.get("criu_plugin_dir", plugin_dir);
   top.get("log_level", c.log_level);
+  top.get("log_format", c.log_format);
   {
     Section s = top.child("match_policy");
     s.get("check_model", c.match_policy.check_model);
@@ -156,15 +160,26 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     keep(s);
   }
   {
+    Section s = top.child("kubernetes_api");
+    s.get("server", c.kubernetes_api.endpoint.url);
+    s.get("token_file", c.kubernetes_api.endpoint.token_file);
+    s.get("ca_file", c.kubernetes_api.endpoint.ca_file);
+    s.get("node_name", c.kubernetes_api.node_name);
+    keep(s);
+  }
+  {
     Section s = top.child("node_labels");
     s.get("enabled", c.node_labels.enabled);
     s.get("method", c.node_labels.method);
     s.get("feature_file", c.node_labels.feature_file);
-    s.get("node_name", c.node_labels.node_name);
-    s.get("api_server", c.node_labels.api_server);
-    s.get("token_file", c.node_labels.token_file);
-    s.get("ca_file", c.node_labels.ca_file);
     s.get("interval_seconds", c.node_labels.interval_seconds);
+    keep(s);
+  }
+  {
+    Section s = top.child("events");
+    s.get("enabled", c.events.enabled);
+    s.get("queue_length", c.events.queue_length);
+    s.get("timeout_seconds", c.events.timeout_seconds);
     keep(s);
   }
   {
@@ -249,6 +264,9 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     return make_error(source + ": node_labels.feature_file '" + c.node_labels.feature_file + "' must be an absolute path");
   if (c.node_labels.interval_seconds < 1)
     return make_error(source + ": node_labels.interval_seconds must be >= 1");
+  if (c.events.queue_length < 1 || c.events.queue_length > 65536 || c.events.timeout_seconds < 1 ||
+      c.events.timeout_seconds > 300)
+    return make_error(source + ": events.queue_length must be 1 to 65536 and events.timeout_seconds 1 to 300");
   if (c.cri.call_timeout_seconds < 1 || c.containerd.call_timeout_seconds < 1)
     return make_error(source + ": runtime.cri.call_timeout_seconds and runtime.containerd.call_timeout_seconds must be >= 1");
   for (const auto* dir : {&c.state_dir, &c.checkpoint_dir})
@@ -283,6 +301,8 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
   const auto level = log::level_from_string(c.log_level, static_cast<log::Level>(0));
   if (static_cast<int>(level) == 0)
     return make_error(source + ": log_level '" + c.log_level + "' is not one of error, warn, info, debug");
+  if (!log::format_from_string(c.log_format))
+    return make_error(source + ": log_format '" + c.log_format + "' is not one of text, logfmt, json");
   return c;
 }
 
@@ -313,6 +333,7 @@ void log_config(const AgentConfig& c) {
     log::param("runtime.containerd.namespace", c.containerd.namespace_name);
     log::param("runtime.containerd.call_timeout_seconds", std::to_string(c.containerd.call_timeout_seconds));
   }
+  log::param("log_format", c.log_format);
   log::param("host_root", c.host_root.string());
   log::param("hooks_dir", c.hooks_dir.string());
   log::param("criu_plugin_dir", c.criu_plugin_dir.string());
@@ -320,10 +341,17 @@ void log_config(const AgentConfig& c) {
   log::param("match_policy", std::string("model=") + (m.check_model ? "1" : "0") + " memory=" + (m.check_memory ? "1" : "0") +
                                  " firmware=" + (m.check_firmware ? "1" : "0") + " links=" + (m.check_links ? "1" : "0") +
                                  " numa=" + (m.check_numa ? "1" : "0"));
+  log::param("kubernetes_api.server", c.kubernetes_api.endpoint.url);
+  log::param("kubernetes_api.node_name", node_name(c));
   log::param("node_labels.enabled", c.node_labels.enabled ? "1" : "0");
   if (c.node_labels.enabled) {
     log::param("node_labels.method", c.node_labels.method);
     if (c.node_labels.method == "nfd_feature_file") log::param("node_labels.feature_file", c.node_labels.feature_file);
+  }
+  log::param("events.enabled", c.events.enabled ? "1" : "0");
+  if (c.events.enabled) {
+    log::param("events.queue_length", std::to_string(c.events.queue_length));
+    log::param("events.timeout_seconds", std::to_string(c.events.timeout_seconds));
   }
   log::param("limits.max_request_bytes", std::to_string(c.max_request_bytes));
   log::param("limits.max_concurrent_jobs", std::to_string(c.max_concurrent_jobs));
@@ -352,6 +380,14 @@ void log_config(const AgentConfig& c) {
     log::param("image_registry.push_timeout_seconds", std::to_string(c.image_registry.push_timeout.count()));
     log::param("image_registry.token_realm_host", c.image_registry.token_realm_host);
   }
+}
+
+std::string node_name(const AgentConfig& config) {
+  if (!config.kubernetes_api.node_name.empty()) return config.kubernetes_api.node_name;
+  if (const char* env = std::getenv("NODE_NAME"); env && *env) return env;
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
 }
 
 std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMemoryConfig& c) {

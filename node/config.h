@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "node/kube_client.h"
 #include "node/registry_push.h"
 #include "node/runtime_kinds.h"
 #include "common/checkpoint_archive.h"
@@ -23,17 +24,28 @@ struct KubeletConfig {
   std::string ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
 };
 
+// How the agent reaches the API server (node labels by PATCH, pod events) and which node it runs on.
+struct KubernetesApiConfig {
+  KubeEndpoint endpoint;   // server, token_file, ca_file
+  std::string node_name;   // empty: $NODE_NAME (the chart's downward API), else the hostname
+};
+
 struct NodeLabelsConfig {
   bool enabled = false;
   // "api": merge PATCH on the node (RBAC nodes get/patch, cluster-wide); "nfd_feature_file": a Node Feature
   // Discovery local feature file that nfd-worker turns into the labels (no Kubernetes API access at all).
   std::string method = "api";
   std::string feature_file = "/etc/kubernetes/node-feature-discovery/features.d/gpuckpt";
-  std::string node_name;   // empty: $NODE_NAME, else the hostname
-  std::string api_server = "https://kubernetes.default.svc";
-  std::string token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
-  std::string ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
   int interval_seconds = 300;
+};
+
+// Kubernetes Events on the pod a job concerns (agent/pod_events.h): best effort, never in a job's way. At most
+// queue_length wait to be posted; beyond, and when the API server does not answer within timeout_seconds, they
+// are dropped and counted (gpuckpt_pod_events_dropped_total).
+struct EventsConfig {
+  bool enabled = false;
+  int queue_length = 256;
+  int timeout_seconds = 5;
 };
 
 // How the CRIU plugin moves GPU memory (docs/cuda.md "GPU memory images"). The agent exports these to the
@@ -98,8 +110,11 @@ struct AgentConfig {
   std::filesystem::path hooks_dir = "/usr/share/containers/oci/hooks.d";
   std::filesystem::path criu_plugin_dir = "/usr/lib/criu";
   std::string log_level = "info";
+  std::string log_format = "text";   // text | logfmt | json (common/log.h)
   MatchPolicy match_policy;
+  KubernetesApiConfig kubernetes_api;
   NodeLabelsConfig node_labels;
+  EventsConfig events;
   std::size_t max_request_bytes = 65536;
   int max_concurrent_jobs = 4;
   int max_queued_jobs = 64;                      // unfinished (queued or running) jobs; more are refused (429)
@@ -118,6 +133,9 @@ struct AgentConfig {
 // `source` names the input in errors ("/etc/gpuckpt/agent.yaml"). Unknown keys and wrong types are errors.
 Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string& source);
 Result<AgentConfig> load_config(const std::filesystem::path& path);
+
+// This node's name in the cluster: kubernetes_api.node_name, else $NODE_NAME, else the hostname.
+std::string node_name(const AgentConfig& config);
 
 // Logs every setting once as "param: NAME:VALUE".
 void log_config(const AgentConfig& config);

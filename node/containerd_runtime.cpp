@@ -33,6 +33,8 @@ constexpr const char* kCriSandboxId = "io.kubernetes.cri.sandbox-id";
 constexpr const char* kK8sContainerName = "io.kubernetes.container.name";
 constexpr const char* kK8sPodName = "io.kubernetes.pod.name";
 constexpr const char* kK8sPodNamespace = "io.kubernetes.pod.namespace";
+constexpr const char* kK8sPodUid = "io.kubernetes.pod.uid";
+constexpr const char* kCriPodUid = "io.kubernetes.cri.sandbox-uid";
 
 // The value under the first of `keys` found in the container's labels or its spec's annotations.
 std::string cri_name(const ContainerdContainer& c, std::initializer_list<const char*> keys) {
@@ -201,7 +203,7 @@ class ContainerdRuntime final : public ContainerRuntime {
   }
 
   Result<RuntimeContainer> with_task(const ContainerdContainer& c) {
-    RuntimeContainer rc{c.id, display_name(c), "created", 0};
+    RuntimeContainer rc{c.id, display_name(c), "created", 0, cri_name(c, {kK8sPodUid, kCriPodUid})};
     auto task = containerd_.task(c.id);
     if (!task) {
       if (task.error().errno_value == ENOENT) return rc;

@@ -89,6 +89,7 @@ class CriRuntime final : public ContainerRuntime {
  private:
   Result<RuntimeContainer> to_runtime(const CriContainer& c) {
     RuntimeContainer rc{c.id, c.name, c.state, 0};
+    if (auto uid = c.labels.find("io.kubernetes.pod.uid"); uid != c.labels.end()) rc.pod_uid = uid->second;
     if (c.state == "running") {
       auto pid = cri_.container_pid(c.id);
       if (!pid) return pid.error();

@@ -1,12 +1,11 @@
 #include "node/kubelet_runtime.h"
 
-#include <httplib.h>
-
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "node/kube_client.h"
 
 namespace gpuckpt::node {
 
@@ -16,15 +15,7 @@ namespace {
 
 class KubeletRuntime final : public ContainerRuntime {
  public:
-  explicit KubeletRuntime(KubeletRuntimeOptions options) : options_(std::move(options)) {
-    // scheme://host[:port][/prefix]
-    const std::string& url = options_.kubelet.url;
-    const auto scheme_end = url.find("://");
-    const auto path_start = url.find('/', scheme_end == std::string::npos ? 0 : scheme_end + 3);
-    base_ = path_start == std::string::npos ? url : url.substr(0, path_start);
-    prefix_ = path_start == std::string::npos ? "" : url.substr(path_start);
-    while (!prefix_.empty() && prefix_.back() == '/') prefix_.pop_back();
-  }
+  explicit KubeletRuntime(KubeletRuntimeOptions options) : options_(std::move(options)) {}
 
   std::string name() const override { return "kubelet"; }
 
@@ -40,7 +31,7 @@ class KubeletRuntime final : public ContainerRuntime {
       if (meta.value("namespace", "") != ref.namespace_name || meta.value("name", "") != ref.pod) continue;
       for (const auto& status : pod.value("status", nlohmann::json::object()).value("containerStatuses", nlohmann::json::array())) {
         if (status.value("name", "") != ref.container) continue;
-        return from_status(status, ref.namespace_name + "/" + ref.pod + "/" + ref.container);
+        return from_status(status, ref.namespace_name + "/" + ref.pod + "/" + ref.container, meta.value("uid", ""));
       }
     }
     return make_error("kubelet knows no container " + ref.namespace_name + "/" + ref.pod + "/" + ref.container, ENOENT);
@@ -54,7 +45,7 @@ class KubeletRuntime final : public ContainerRuntime {
       const auto meta = pod.value("metadata", nlohmann::json::object());
       const std::string prefix = meta.value("namespace", "") + "/" + meta.value("name", "") + "/";
       for (const auto& status : pod.value("status", nlohmann::json::object()).value("containerStatuses", nlohmann::json::array()))
-        out.push_back(from_status(status, prefix + status.value("name", "")));
+        out.push_back(from_status(status, prefix + status.value("name", ""), meta.value("uid", "")));
     }
     return out;
   }
@@ -68,12 +59,11 @@ class KubeletRuntime final : public ContainerRuntime {
     const auto timeout = std::chrono::ceil<std::chrono::seconds>(time_left(deadline, options_.timeout));
     if (timeout.count() == 0)
       return make_error("kubelet checkpoint of " + container.name + " not asked: the job has no time left", ETIMEDOUT);
-    auto client = make_client(timeout);
-    if (!client) return client.error();
-    const std::string path = prefix_ + "/checkpoint/" + container.name + "?timeout=" + std::to_string(timeout.count());
-    log::info("POST " + base_ + path);
-    auto result = (*client)->Post(path.c_str());
-    if (!result) return make_error("kubelet checkpoint: " + httplib::to_string(result.error()), EIO);
+    const KubeClient client = make_client(timeout);
+    const std::string path = "/checkpoint/" + container.name + "?timeout=" + std::to_string(timeout.count());
+    log::info("POST " + client.url_of(path));
+    auto result = client.post(path);
+    if (!result) return make_error("kubelet checkpoint: " + result.error().message, EIO);
     if (result->status != 200)
       return make_error("kubelet checkpoint returned " + std::to_string(result->status) + ": " +
                         result->body.substr(0, 300) + " (is the ContainerCheckpoint feature on, and may the "
@@ -98,26 +88,19 @@ class KubeletRuntime final : public ContainerRuntime {
   }
 
  private:
-  Result<std::unique_ptr<httplib::Client>> make_client(std::chrono::seconds read_timeout) const {
-    std::ifstream in(options_.kubelet.token_file);
-    std::string token;
-    std::getline(in, token);
-    if (token.empty())
-      return make_error("cannot read the kubelet token " + options_.kubelet.token_file + " (runtime.kubelet.token_file)");
-    auto client = std::make_unique<httplib::Client>(base_);
-    if (!options_.kubelet.ca_file.empty()) client->set_ca_cert_path(options_.kubelet.ca_file.c_str());
-    client->enable_server_certificate_verification(options_.verify_tls);
-    client->set_bearer_token_auth(token.c_str());
-    client->set_connection_timeout(10);
-    client->set_read_timeout(static_cast<time_t>(read_timeout.count()));
-    return client;
+  KubeClient make_client(std::chrono::seconds read_timeout) const {
+    KubeEndpoint endpoint;
+    endpoint.url = options_.kubelet.url;
+    endpoint.token_file = options_.kubelet.token_file;
+    endpoint.ca_file = options_.kubelet.ca_file;
+    endpoint.verify_tls = options_.verify_tls;
+    return KubeClient(endpoint, std::chrono::seconds(10), read_timeout);
   }
 
   Result<nlohmann::json> get_pods() const {
-    auto client = make_client(options_.timeout);
-    if (!client) return client.error();
-    auto result = (*client)->Get((prefix_ + "/pods").c_str());
-    if (!result) return make_error("kubelet GET /pods: " + httplib::to_string(result.error()), EIO);
+    auto result = make_client(options_.timeout).get("/pods");
+    if (!result) return make_error("kubelet GET /pods: " + result.error().message + " (runtime.kubelet.token_file, "
+                                   "runtime.kubelet.url)", EIO);
     if (result->status != 200)
       return make_error("kubelet GET /pods returned " + std::to_string(result->status), EIO);
     auto json = nlohmann::json::parse(result->body, nullptr, false);
@@ -125,8 +108,9 @@ class KubeletRuntime final : public ContainerRuntime {
     return json;
   }
 
-  static RuntimeContainer from_status(const nlohmann::json& status, std::string name) {
+  static RuntimeContainer from_status(const nlohmann::json& status, std::string name, std::string pod_uid) {
     RuntimeContainer rc;
+    rc.pod_uid = std::move(pod_uid);
     std::string id = status.value("containerID", "");
     if (auto pos = id.find("://"); pos != std::string::npos) id = id.substr(pos + 3);
     rc.id = id;
@@ -137,8 +121,6 @@ class KubeletRuntime final : public ContainerRuntime {
   }
 
   KubeletRuntimeOptions options_;
-  std::string base_;
-  std::string prefix_;
 };
 
 }  // namespace

@@ -110,6 +110,18 @@ void Metrics::kubelet_archive_quarantined() {
   ++kubelet_quarantined_;
 }
 
+void Metrics::pod_event_posted() {
+  std::lock_guard lock(mutex_);
+  ++events_posted_;
+}
+
+void Metrics::pod_event_dropped(const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  if (reason == "queue_full") ++events_dropped_queue_full_;
+  else if (reason == "shutdown") ++events_dropped_shutdown_;
+  else ++events_dropped_api_error_;
+}
+
 void Metrics::set_runtime(const std::string& kind, const std::string& name, const std::string& version) {
   std::lock_guard lock(mutex_);
   runtime_kind_ = kind;
@@ -179,6 +191,14 @@ std::string Metrics::render(const std::optional<ArchiveDirUsage>& archive_dir) c
     << "# HELP gpuckpt_kubelet_archives_quarantined_total kubelet-written archives the agent could not use.\n"
     << "# TYPE gpuckpt_kubelet_archives_quarantined_total counter\n"
     << "gpuckpt_kubelet_archives_quarantined_total " << kubelet_quarantined_ << "\n"
+    << "# HELP gpuckpt_pod_events_posted_total Kubernetes Events on pods the API server took.\n"
+    << "# TYPE gpuckpt_pod_events_posted_total counter\n"
+    << "gpuckpt_pod_events_posted_total " << events_posted_ << "\n"
+    << "# HELP gpuckpt_pod_events_dropped_total Kubernetes Events on pods not posted, by reason.\n"
+    << "# TYPE gpuckpt_pod_events_dropped_total counter\n"
+    << "gpuckpt_pod_events_dropped_total{reason=\"queue_full\"} " << events_dropped_queue_full_ << "\n"
+    << "gpuckpt_pod_events_dropped_total{reason=\"api_error\"} " << events_dropped_api_error_ << "\n"
+    << "gpuckpt_pod_events_dropped_total{reason=\"shutdown\"} " << events_dropped_shutdown_ << "\n"
     << "# HELP gpuckpt_api_rejected_total API requests refused, by reason.\n"
     << "# TYPE gpuckpt_api_rejected_total counter\n"
     << "gpuckpt_api_rejected_total{reason=\"auth\"} " << rejected_auth_ << "\n"

@@ -46,6 +46,10 @@ class Metrics {
   void request_rejected(const std::string& reason);   // "auth", "validation", "not_found", "conflict"
   void kubelet_archive_annotated();
   void kubelet_archive_quarantined();
+  // Kubernetes Events on pods (agent/pod_events.h): one the API server took, or one dropped because the queue
+  // was full ("queue_full"), the API server did not take it ("api_error") or the agent stopped first ("shutdown").
+  void pod_event_posted();
+  void pod_event_dropped(const std::string& reason);
   // The runtime the agent talks to, as it introduced itself (gpuckpt_runtime_info); empty version: unknown.
   void set_runtime(const std::string& kind, const std::string& name, const std::string& version);
   RuntimeInfo runtime() const;
@@ -62,6 +66,8 @@ class Metrics {
   std::map<std::string, KindCounts> kinds_;
   std::uint64_t checkpoint_bytes_ = 0, kubelet_annotated_ = 0, kubelet_quarantined_ = 0;
   std::string runtime_kind_, runtime_name_, runtime_version_;
+  std::uint64_t events_posted_ = 0, events_dropped_queue_full_ = 0, events_dropped_api_error_ = 0,
+                events_dropped_shutdown_ = 0;
   std::uint64_t rejected_auth_ = 0, rejected_validation_ = 0, rejected_not_found_ = 0, rejected_conflict_ = 0;
 };
 

@@ -202,11 +202,34 @@ std::optional<JobStatus> JobService::job(const std::string& id) const {
   return it->second;
 }
 
-void JobService::launch(const std::string& job_id, std::function<void(JobDeadline)> work) {
+PodRef JobService::pod_of_archive(const fs::path& archive, const CheckpointInfo* info) const {
+  if (info)
+    if (PodRef pod = pod_of_checkpoint_spec(info->spec); !pod.empty()) return pod;
+  std::lock_guard lock(mutex_);
+  for (const auto& [id, job] : jobs_) {
+    if (job.kind != "checkpoint" || job.state != "succeeded" || job.result.value("archive", "") != archive.string())
+      continue;
+    PodRef pod{job.request.value("namespace", ""), job.request.value("pod", ""), job.result.value("pod_uid", "")};
+    if (!is_valid_pod_ref(pod)) pod.uid.clear();
+    return is_valid_pod_ref(pod) ? pod : PodRef{};
+  }
+  return {};
+}
+
+void JobService::launch(const std::string& job_id, PodRef pod, std::function<void(JobDeadline)> work) {
   const auto accepted = Clock::now();
   const JobDeadline deadline = accepted + config_.job_timeout;
   // Detached: a finished job leaves nothing behind; wait_idle() (and the destructor) wait on running_.
-  std::thread([this, job_id, accepted, deadline, work = std::move(work)] {
+  std::thread([this, job_id, pod = std::move(pod), accepted, deadline, work = std::move(work)] {
+    auto tell = [&](JobStage stage) {
+      if (!deps_.observer) return;
+      // The observer is the agent's: whatever it does wrong, the job's outcome stays what it is.
+      try {
+        if (auto now = job(job_id)) deps_.observer(stage, *now, pod);
+      } catch (const std::exception& e) {
+        log::warn("job " + job_id + ": its observer failed: " + e.what());
+      }
+    };
     bool has_slot = false;
     {
       std::unique_lock slot_lock(mutex_);
@@ -223,12 +246,18 @@ void JobService::launch(const std::string& job_id, std::function<void(JobDeadlin
     }
     // Whatever a job meets (a bug, bad_alloc), it fails that job and never the agent.
     try {
-      if (has_slot) work(deadline);
+      if (has_slot) {
+        tell(JobStage::started);
+        work(deadline);
+      }
     } catch (const std::exception& e) {
       fail_unexpectedly(job_id, e.what());
     } catch (...) {
       fail_unexpectedly(job_id, "unknown exception");
     }
+    // Before the job counts as done: whoever waits for the agent to be idle has heard of it by then.
+    if (const auto finished = job(job_id))
+      tell(finished->state == "succeeded" ? JobStage::succeeded : JobStage::failed);
     std::lock_guard done(mutex_);
     const JobStatus& finished = jobs_.at(job_id);
     metrics_.job_finished(finished.kind, finished.state == "succeeded", seconds_since(accepted),
@@ -432,7 +461,10 @@ Result<std::string> JobService::start_checkpoint(const ContainerRef& ref, const 
   if (!added) return added.error();
   const std::string id = added.value();
   log::info("job " + id + ": checkpoint of container " + container->name + " (" + container->id + ") accepted");
-  launch(id, [this, id, ref, c = container.value(), image_tag](JobDeadline deadline) {
+  PodRef pod{ref.namespace_name, ref.pod, container->pod_uid};
+  if (!is_valid_pod_ref(pod)) pod.uid.clear();
+  if (!is_valid_pod_ref(pod)) pod = {};
+  launch(id, std::move(pod), [this, id, ref, c = container.value(), image_tag](JobDeadline deadline) {
     run_checkpoint(id, ref, c, image_tag, deadline);
   });
   return id;
@@ -548,6 +580,7 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
                 {"checkpoint_id", job_id},
                 {"used_gpu_ids", record.record.used_gpu_ids},
                 {"gpu_devices", to_json(record)["devices"]}};
+    if (!container.pod_uid.empty()) j.result["pod_uid"] = container.pod_uid;
     if (image)
       j.result["image"] = {{"layout", image->layout.string()}, {"reference", image->reference},
                            {"manifest_digest", image->manifest_digest},
@@ -629,7 +662,8 @@ Result<std::string> JobService::start_image(const ImageRequest& request, const s
     for (char c : id) tag += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   nlohmann::json summary = archive_summary(archive, info);
   log::info("job " + id + ": checkpoint image of " + archive.string() + " accepted (tag " + tag + ")");
-  launch(id, [this, id, path = archive, tag, gpus = info.gpus, summary](JobDeadline deadline) {
+  launch(id, pod_of_archive(archive, &info),
+         [this, id, path = archive, tag, gpus = info.gpus, summary](JobDeadline deadline) {
     run_image(id, path, tag, gpus, summary, deadline);
   });
   return id;
@@ -709,7 +743,8 @@ Result<std::string> JobService::start_transfer(const TransferRequest& request, c
   if (!added) return added.error();
   const std::string id = added.value();
   log::info("job " + id + ": transfer of " + archive->string() + " to " + request.to + " accepted");
-  launch(id, [this, id, path = archive.value(), to = request.to](JobDeadline deadline) {
+  launch(id, pod_of_archive(archive.value(), nullptr),
+         [this, id, path = archive.value(), to = request.to](JobDeadline deadline) {
     run_transfer(id, path, to, deadline);
   });
   return id;
@@ -826,7 +861,9 @@ Result<std::string> JobService::start_restore(const RestoreRequest& request, con
   const std::string id = added.value();
   log::info("job " + id + ": restore of " + archive.string() + " accepted (" +
             (plan ? std::to_string(plan->assignments.size()) + " GPU(s) matched" : std::string("no GPU state")) + ")");
-  launch(id, [this, id, path = archive, checkpoint = std::move(info), plan, name, summary](JobDeadline deadline) {
+  PodRef pod = pod_of_archive(archive, &info);
+  launch(id, std::move(pod),
+         [this, id, path = archive, checkpoint = std::move(info), plan, name, summary](JobDeadline deadline) {
     run_restore(id, path, checkpoint, plan, name, summary, deadline);
   });
   return id;

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "node/config.h"
+#include "node/job_events.h"
 #include "node/metrics.h"
 #include "node/requests.h"
 #include "common/checkpoint_archive.h"
@@ -53,6 +54,9 @@ struct JobServiceDeps {
   // The bearer token this agent presents to other agents when it pushes an archive (the release's shared API
   // token); empty: transfers are refused.
   std::string peer_token;
+  // Told when a job begins its work and when it ends (agent/pod_events.h posts Kubernetes Events from it); may be
+  // empty. Called on the job's thread: it must not block.
+  JobObserver observer;
 };
 
 class JobService {
@@ -124,7 +128,11 @@ class JobService {
   Result<void> check_job_room(const std::string& client) const;
   Result<std::string> add_job(const char* kind, nlohmann::json request, const std::string& client);
   void update(const std::string& id, const std::function<void(JobStatus&)>& change);
-  void launch(const std::string& job_id, std::function<void(JobDeadline)> work);
+  // Runs `work` once a slot is free; the observer hears of it with `pod`, the pod the job concerns (may be empty).
+  void launch(const std::string& job_id, PodRef pod, std::function<void(JobDeadline)> work);
+  // The pod whose container `archive` checkpointed: from its spec (`info`, when read), else from the checkpoint job
+  // of this agent that wrote it.
+  PodRef pod_of_archive(const std::filesystem::path& archive, const CheckpointInfo* info) const;
   // config_.archive_limits, ending at `deadline`.
   ArchiveLimits job_limits(JobDeadline deadline) const;
   // A failure's message, saying first that the job's time ran out in `phase` when it has.

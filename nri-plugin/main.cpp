@@ -23,7 +23,7 @@ namespace {
 int usage() {
   std::fprintf(stderr,
                "usage: gpuckpt-nri [--socket PATH] [--state-dir DIR] [--host-root DIR] [--idx NN] [--hook PATH] [--once]\n"
-               "                   [--pod-resources-socket PATH] [--log-level L]\n"
+               "                   [--pod-resources-socket PATH] [--log-level L] [--log-format text|logfmt|json]\n"
                "  defaults: /var/run/nri/nri.sock, /var/lib/gpuckpt, /, 50; the kubelet's PodResources socket is\n"
                "  HOST_ROOT/var/lib/kubelet/pod-resources/kubelet.sock ('' turns it off: only the devices the runtime\n"
                "  keeps from the request count, and a CRI-O restore, which keeps none, is refused)\n");
@@ -49,6 +49,11 @@ int main(int argc, char** argv) {
     else if (arg == "--hook" && has_value) options.hook_path = argv[++i];
     else if (arg == "--pod-resources-socket" && has_value) pod_resources_socket = argv[++i];
     else if (arg == "--log-level" && has_value) log::set_level(log::level_from_string(argv[++i], log::Level::Info));
+    else if (arg == "--log-format" && has_value) {
+      const auto format = log::format_from_string(argv[++i]);
+      if (!format) return usage();
+      log::set_format(*format);
+    }
     else if (arg == "--once") once = true;
     else return usage();
   }

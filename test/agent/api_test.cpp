@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "agent/http_api.h"
+#include "agent/pod_events.h"
 #include "node/job_store.h"
 #include "node/service.h"
 #include "common/checkpoint_images.h"
@@ -26,6 +27,7 @@
 #include "common/matcher.h"
 #include "common/properties_record.h"
 #include "test/agent/archive_builder.h"
+#include "test/agent/fake_kube_api.h"
 #include "test/agent/registry_server.h"
 
 namespace fs = std::filesystem;
@@ -149,7 +151,8 @@ struct Fixture {
 
   explicit Fixture(std::function<void(const fs::path&)> before_start = {},
                    std::function<void(node::AgentConfig&)> configure = {},
-                   std::function<Result<NodeInventory>()> inventory = {}) {
+                   std::function<Result<NodeInventory>()> inventory = {},
+                   std::function<void(node::JobServiceDeps&)> wire = {}) {
     if (before_start) before_start(tmp.path);
     node::AgentConfig config;
     config.state_dir = tmp.path / "state";
@@ -170,6 +173,7 @@ struct Fixture {
       if (p == "/dev/nvidia1") return std::make_pair(1u, 5u);
       return make_error("no " + p);
     };
+    if (wire) wire(deps);
     service = std::make_unique<node::JobService>(config, deps);
     agent::install_routes(server, *service, kToken);
     port = server.bind_to_any_port("127.0.0.1");
@@ -1083,4 +1087,122 @@ TEST_CASE("a job's budget counts from its acceptance: in the queue, and in the a
   CHECK(first->state == "failed");
   CHECK(first->error.find("the job ran out of time: limits.job_timeout_seconds (1 s) passed while checkpointing") == 0);
   CHECK(f.checkpoint_files().empty());
+}
+
+namespace {
+
+// Jobs that report to a PodEventRecorder posting to `api_url` (made once the service's metrics exist, gone after
+// the jobs, as in the agent's main).
+struct EventsFixture {
+  std::unique_ptr<agent::PodEventRecorder> recorder;
+  Fixture f{{}, {}, {}, [this](node::JobServiceDeps& deps) {
+              deps.observer = [this](node::JobStage stage, const node::JobStatus& job, const node::PodRef& pod) {
+                if (recorder) recorder->record_job(stage, job, pod);
+              };
+            }};
+  explicit EventsFixture(const std::string& api_url) {
+    test::write_file(f.tmp.path / "sa-token", "sa-token\n");
+    node::KubeEndpoint api;
+    api.url = api_url;
+    api.token_file = (f.tmp.path / "sa-token").string();
+    api.ca_file = "";
+    recorder = std::make_unique<agent::PodEventRecorder>(api, "node-a", node::EventsConfig{true, 16, 5},
+                                                         f.service->metrics());
+  }
+  ~EventsFixture() { f.service->wait_idle(); }
+};
+
+}  // namespace
+
+TEST_CASE("Kubernetes Events on the pod for a checkpoint that succeeds and one that fails: the exact requests",
+          "[unit]") {
+  test::FakeKubeApi api;
+  EventsFixture e(api.url());
+  e.f.runtime->containers["counter"].pod_uid = "5f0c3f9e-3b0e-4c59-9a57-2d8f3b1c0a11";   // from CRI labels
+  const auto ok = e.f.wait_job("/v1/checkpoints", e.f.post("/v1/checkpoints",
+                               R"({"namespace":"ml","pod":"trainer-0","container":"counter"})", 202)["id"]);
+  REQUIRE(ok["state"] == "succeeded");
+  CHECK(ok["result"]["pod_uid"] == "5f0c3f9e-3b0e-4c59-9a57-2d8f3b1c0a11");
+  const auto requests = api.wait_for(2);
+  REQUIRE(requests.size() == 2);
+  for (const auto& r : requests) {
+    CHECK(r.method == "POST");
+    CHECK(r.path == "/api/v1/namespaces/ml/events");
+    CHECK(r.content_type == "application/json");
+    CHECK(r.authorization == "Bearer sa-token");
+  }
+  const auto started = json::parse(requests[0].body);
+  const auto succeeded = json::parse(requests[1].body);
+  for (const auto& event : {started, succeeded}) {
+    CHECK(event["involvedObject"] == json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", "ml"},
+                                          {"name", "trainer-0"}, {"uid", "5f0c3f9e-3b0e-4c59-9a57-2d8f3b1c0a11"}});
+    CHECK(event["metadata"]["namespace"] == "ml");
+    CHECK(event["type"] == "Normal");
+    CHECK(event["source"] == json{{"component", "gpuckpt-agent"}, {"host", "node-a"}});
+    CHECK(event["count"] == 1);
+    CHECK(event["action"] == "Checkpoint");
+    CHECK(event["message"].get<std::string>().find(ok["id"].get<std::string>()) != std::string::npos);
+  }
+  CHECK(started["reason"] == "CheckpointStarted");
+  CHECK(succeeded["reason"] == "CheckpointSucceeded");
+  CHECK(succeeded["message"].get<std::string>().find(
+            fs::path(ok["result"]["archive"].get<std::string>()).filename().string()) != std::string::npos);
+
+  // A restore of that archive concerns the same pod: the agent's checkpoint job names it, uid included.
+  const std::string archive = fs::path(ok["result"]["archive"].get<std::string>()).filename();
+  e.f.runtime->refuse_restores = true;
+  const auto rs = e.f.wait_job("/v1/restores", e.f.post("/v1/restores", json{{"archive", archive}}.dump(), 202)["id"]);
+  REQUIRE(rs["state"] == "failed");
+  const auto restore_events = api.events(4);
+  REQUIRE(restore_events.size() == 4);
+  CHECK(restore_events[2]["reason"] == "RestoreStarted");
+  CHECK(restore_events[3]["reason"] == "RestoreFailed");
+  CHECK(restore_events[3]["type"] == "Warning");
+  CHECK(restore_events[3]["message"].get<std::string>().find("the runtime refused it") != std::string::npos);
+  CHECK(restore_events[3]["involvedObject"]["uid"] == "5f0c3f9e-3b0e-4c59-9a57-2d8f3b1c0a11");
+
+  // The container runs again; its runtime fails the next checkpoint: Started, then Failed with the reason.
+  e.f.runtime->containers["counter"].state = "running";
+  e.f.runtime->checkpoint_fault = [](const fs::path&, std::string&) -> Result<void> {
+    return make_error("criu dump failed: cuda-checkpoint --toggle timed out");
+  };
+  const auto bad = e.f.wait_job("/v1/checkpoints", e.f.post("/v1/checkpoints",
+                                R"({"namespace":"ml","pod":"trainer-0","container":"counter"})", 202)["id"]);
+  REQUIRE(bad["state"] == "failed");
+  const auto all = api.events(6);
+  REQUIRE(all.size() == 6);
+  CHECK(all[4]["reason"] == "CheckpointStarted");
+  CHECK(all[5]["reason"] == "CheckpointFailed");
+  CHECK(all[5]["type"] == "Warning");
+  const std::string message = all[5]["message"];
+  CHECK(message.find(bad["id"].get<std::string>()) != std::string::npos);
+  CHECK(message.find(bad["error"].get<std::string>()) != std::string::npos);
+  CHECK(message.find("cuda-checkpoint --toggle timed out") != std::string::npos);
+
+  // A checkpoint that names no pod makes no event.
+  e.f.runtime->checkpoint_fault = nullptr;
+  e.f.runtime->containers["plain"].state = "running";
+  REQUIRE(e.f.wait_job("/v1/checkpoints", e.f.post("/v1/checkpoints", R"({"container":"plain"})", 202)["id"])["state"] ==
+          "succeeded");
+  e.recorder.reset();   // posts whatever is queued
+  CHECK(api.wait_for(0).size() == 6);
+}
+
+TEST_CASE("an unreachable API server leaves the jobs' results as they are and counts the dropped events", "[unit]") {
+  std::string url;
+  {
+    test::FakeKubeApi gone;
+    url = gone.url();
+  }
+  EventsFixture e(url);
+  const auto job = e.f.wait_job("/v1/checkpoints", e.f.post("/v1/checkpoints",
+                                R"({"namespace":"ml","pod":"trainer-0","container":"counter"})", 202)["id"]);
+  CHECK(job["state"] == "succeeded");
+  CHECK_FALSE(job.contains("error"));
+  CHECK(fs::exists(job["result"]["archive"].get<std::string>()));
+  CHECK(job["result"]["container_id"] == "abc123");
+  e.recorder.reset();   // every event has been tried by then
+  const std::string metrics = e.f.service->metrics_text();
+  CHECK(metrics.find("gpuckpt_pod_events_dropped_total{reason=\"api_error\"} 2\n") != std::string::npos);
+  CHECK(metrics.find("gpuckpt_pod_events_posted_total 0\n") != std::string::npos);
 }

@@ -20,6 +20,12 @@ TEST_CASE("the shipped example configuration parses and equals the defaults", "[
   CHECK(example->max_request_bytes == defaults->max_request_bytes);
   CHECK(example->job_timeout == defaults->job_timeout);
   CHECK(example->node_labels.enabled == false);
+  CHECK(example->events.enabled == defaults->events.enabled);
+  CHECK(example->events.queue_length == defaults->events.queue_length);
+  CHECK(example->events.timeout_seconds == defaults->events.timeout_seconds);
+  CHECK(example->kubernetes_api.endpoint.url == defaults->kubernetes_api.endpoint.url);
+  CHECK(example->kubernetes_api.endpoint.token_file == defaults->kubernetes_api.endpoint.token_file);
+  CHECK(example->kubernetes_api.endpoint.ca_file == defaults->kubernetes_api.endpoint.ca_file);
   CHECK(example->cri.endpoint == defaults->cri.endpoint);
   CHECK(example->cri.call_timeout_seconds == defaults->cri.call_timeout_seconds);
   CHECK(example->containerd.address == defaults->containerd.address);
@@ -162,4 +168,25 @@ TEST_CASE("image_registry: read when set, a malformed repository or timeout name
   auto example = load_config(std::string(GPUCKPT_SOURCE_DIR) + "/agent/config.example.yaml");
   REQUIRE(example.ok());
   CHECK(example->image_registry.repository.empty());
+}
+
+TEST_CASE("events and kubernetes_api: read when set; bounds and the keys that moved are named", "[unit]") {
+  auto c = parse_config(R"(
+events: {enabled: true, queue_length: 32, timeout_seconds: 2}
+kubernetes_api: {server: "https://10.0.0.1:6443", token_file: /t, ca_file: /c, node_name: gpu-7}
+)", "test.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->events.enabled);
+  CHECK(c->events.queue_length == 32);
+  CHECK(c->events.timeout_seconds == 2);
+  CHECK(c->kubernetes_api.endpoint.url == "https://10.0.0.1:6443");
+  CHECK(c->kubernetes_api.endpoint.token_file == "/t");
+  CHECK(c->kubernetes_api.endpoint.ca_file == "/c");
+  CHECK(gpuckpt::node::node_name(c.value()) == "gpu-7");
+  auto unbounded = parse_config("events: {queue_length: 0}", "test.yaml");
+  REQUIRE_FALSE(unbounded.ok());
+  CHECK(unbounded.error().message.find("events.queue_length") != std::string::npos);
+  auto moved = parse_config("node_labels: {api_server: https://x}", "test.yaml");
+  REQUIRE_FALSE(moved.ok());
+  CHECK(moved.error().message.find("node_labels.api_server") != std::string::npos);
 }

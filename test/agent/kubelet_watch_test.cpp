@@ -1,5 +1,7 @@
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
+
 #include "agent/kubelet_watch.h"
 #include "common/checkpoint_images.h"
 #include "common/container_store.h"
@@ -61,18 +63,25 @@ TEST_CASE("archives kubelet wrote are annotated once they are complete, and only
 }
 
 namespace {
+// podman_checkpoint_entries() with spec.dump's annotations replaced by `annotations`.
+std::vector<test::TestEntry> entries_annotated(const nlohmann::json& annotations) {
+  auto entries = test::podman_checkpoint_entries();
+  for (auto& e : entries)
+    if (e.name == "spec.dump") {
+      auto spec = nlohmann::json::parse(e.data);
+      spec["annotations"] = annotations;
+      e.data = spec.dump();
+    }
+  return entries;
+}
+
 // A kubelet-dir CRI-O archive whose spec.dump carries CARRIED as io.kubernetes.cri-o.Annotations, annotated by the
 // watcher: returns spec.dump's annotations afterwards
 nlohmann::json annotate_crio_archive(const std::string& carried) {
   test::TempDir tmp;
   const auto dir = tmp.path / "kubelet";
-  auto entries = test::podman_checkpoint_entries();
-  for (auto& e : entries)
-    if (e.name == "spec.dump") {
-      auto spec = nlohmann::json::parse(e.data);
-      spec["annotations"] = {{"io.kubernetes.cri-o.ContainerID", "abc123"}, {"io.kubernetes.cri-o.Annotations", carried}};
-      e.data = spec.dump();
-    }
+  const auto entries = entries_annotated(
+      {{"io.kubernetes.cri-o.ContainerID", "abc123"}, {"io.kubernetes.cri-o.Annotations", carried}});
   const auto archive = dir / "checkpoint-trainer-0_ml-main-2026-11-26T06:00:00Z.tar";
   test::make_archive(archive, entries, test::Compression::None);
   node::Metrics metrics;
@@ -102,4 +111,35 @@ TEST_CASE("a CRI-O archive of a container created without annotations (carried \
   REQUIRE(carried.is_object());
   CHECK(carried.size() == 1);
   CHECK(carried["io.gpuckpt.checkpoint-id"] == annotations["io.gpuckpt.checkpoint-id"]);
+}
+
+TEST_CASE("kubelet archives of a pod make events on it: annotated, or quarantined with the reason", "[unit]") {
+  test::TempDir tmp;
+  const auto dir = tmp.path / "kubelet";
+  auto entries = entries_annotated({{"io.kubernetes.pod.namespace", "ml"}, {"io.kubernetes.pod.name", "trainer-0"},
+                                     {"io.kubernetes.pod.uid", "5f0c3f9e-3b0e-4c59-9a57-2d8f3b1c0a11"}});
+  test::make_archive(dir / "checkpoint-trainer-0_ml-main-2026-11-26T06:00:00Z.tar", entries, test::Compression::None);
+  std::erase_if(entries, [](const test::TestEntry& e) { return e.name == "checkpoint/inventory.img"; });
+  test::make_archive(dir / "checkpoint-trainer-0_ml-main-2026-11-26T07:00:00Z.tar", entries, test::Compression::None);
+  test::make_archive(dir / "checkpoint-podman.tar", test::podman_checkpoint_entries(), test::Compression::None);
+  node::Metrics metrics;
+  agent::KubeletArchiveWatcher watcher(dir, tmp.path / "state", ArchiveLimits{},
+                                       [] { return Result<NodeInventory>(NodeInventory{}); }, metrics);
+  std::vector<agent::PodEvent> events;
+  watcher.report_events_to([&](agent::PodEvent event) { events.push_back(std::move(event)); });
+  CHECK(watcher.scan() == 0);
+  CHECK(watcher.scan() == 2);   // the pod's good archive and the podman one (no pod: no event)
+  REQUIRE(events.size() == 2);
+  std::sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.reason < b.reason; });
+  CHECK(events[0].reason == "CheckpointAnnotated");
+  CHECK_FALSE(events[0].warning);
+  CHECK(events[0].message.find("checkpoint-trainer-0_ml-main-2026-11-26T06:00:00Z.tar") != std::string::npos);
+  CHECK(events[1].reason == "CheckpointQuarantined");
+  CHECK(events[1].warning);
+  CHECK(events[1].message.find("holds no CRIU images") != std::string::npos);
+  for (const auto& event : events) {
+    CHECK(event.pod.namespace_name == "ml");
+    CHECK(event.pod.name == "trainer-0");
+    CHECK(event.pod.uid == "5f0c3f9e-3b0e-4c59-9a57-2d8f3b1c0a11");
+  }
 }

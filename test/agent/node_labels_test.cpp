@@ -98,15 +98,16 @@ TEST_CASE("labels are published with a merge PATCH on the node, with the service
   const int port = api.bind_to_any_port("127.0.0.1");
   std::thread server([&] { api.listen_after_bind(); });
   node::NodeLabelsConfig config;
-  config.api_server = "http://127.0.0.1:" + std::to_string(port);
-  config.token_file = (tmp.path / "token").string();
+  node::KubeEndpoint endpoint;
+  endpoint.url = "http://127.0.0.1:" + std::to_string(port);
+  endpoint.token_file = (tmp.path / "token").string();
   NodeInventory inv;
   inv.gpus = {h200(0)};
   const auto labels = compute_node_labels(inv);
-  auto published = agent::publish_node_labels(config, "gpu-node-1", labels);
-  auto refused = agent::publish_node_labels(config, "forbidden-node", labels);
-  config.token_file = (tmp.path / "absent").string();
-  auto no_token = agent::publish_node_labels(config, "gpu-node-1", labels);
+  auto published = agent::publish_node_labels(config, endpoint, "gpu-node-1", labels);
+  auto refused = agent::publish_node_labels(config, endpoint, "forbidden-node", labels);
+  endpoint.token_file = (tmp.path / "absent").string();
+  auto no_token = agent::publish_node_labels(config, endpoint, "gpu-node-1", labels);
   api.stop();
   server.join();
   REQUIRE(published.ok());
@@ -145,8 +146,9 @@ TEST_CASE("labels go into an NFD feature file with an expiry, atomically, readab
   node::NodeLabelsConfig config;
   config.method = "nfd_feature_file";
   config.feature_file = (tmp.path / "features.d" / "gpuckpt").string();
-  config.api_server = "http://127.0.0.1:1";   // never called
-  REQUIRE(agent::publish_node_labels(config, "gpu-node-1", labels).ok());
+  node::KubeEndpoint api;
+  api.url = "http://127.0.0.1:1";   // never called
+  REQUIRE(agent::publish_node_labels(config, api, "gpu-node-1", labels).ok());
   std::ifstream in(config.feature_file);
   std::stringstream written;
   written << in.rdbuf();
@@ -159,7 +161,7 @@ TEST_CASE("labels go into an NFD feature file with an expiry, atomically, readab
   CHECK(entries == 1);   // no temporary file left beside it
   config.feature_file = (tmp.path / "not-a-dir").string() + "/x/gpuckpt";
   test::write_file(tmp.path / "not-a-dir", "file");
-  auto refused = agent::publish_node_labels(config, "gpu-node-1", labels);
+  auto refused = agent::publish_node_labels(config, api, "gpu-node-1", labels);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().message.find("NFD feature file") != std::string::npos);
 }

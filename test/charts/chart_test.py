@@ -285,7 +285,8 @@ def test_defaults():
     spec, cfg, cm, agent, tols, hook = common_checks(objs, "defaults")
     installer_checks(objs, "defaults", spec, cfg, hook)
     kinds = sorted(o["kind"] for o in objs)
-    check(kinds == sorted(["ServiceAccount", "Secret", "ConfigMap", "Service", "DaemonSet", "NetworkPolicy"]),
+    check(kinds == sorted(["ServiceAccount", "Secret", "ConfigMap", "Service", "DaemonSet", "NetworkPolicy", "ClusterRole",
+                           "ClusterRoleBinding"]),
           f"[defaults] objects {kinds}")
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     keys = [t["matchExpressions"][0]["key"] for t in terms]
@@ -298,8 +299,10 @@ def test_defaults():
           "[defaults] rolling update by surge: the new pod installs before the old one stops (the hook never disappears)")
     check(all(t["matchExpressions"][0]["values"] == ["true"] for t in terms), "[defaults] affinity matches label value true")
     check({"nvidia.com/gpu", "amd.com/gpu"} <= tols, f"[defaults] tolerates GPU taints: {tols}")
-    check(rules(objs) == set(), f"[defaults] no RBAC at all: no cluster-wide nodes patch, no nodes/proxy: {rules(objs)}")
-    check(spec["automountServiceAccountToken"] is False, "[defaults] no service-account token (nothing calls the API)")
+    check(rules(objs) == {("events", "create")},
+          f"[defaults] RBAC: events create only (pod events): no nodes patch, no nodes/proxy, no pods: {rules(objs)}")
+    check(spec["automountServiceAccountToken"] is True, "[defaults] service-account token mounted (events)")
+    check(cfg["events"] == {"enabled": True}, f"[defaults] events on, limits left to the binary: {cfg.get('events')}")
     check(cfg["runtime"] == {"kind": "cri", "cri": {"endpoint": "unix:///run/crio/crio.sock"}},
           f"[defaults] runtime cri on CRI-O's socket only: {cfg['runtime']}")
     check("/run/crio" in host_mounts(spec, agent), "[defaults] the CRI socket's directory is mounted")
@@ -308,7 +311,8 @@ def test_defaults():
           f"[defaults] node labels through an NFD feature file: {cfg['node_labels']}")
     check(host_mounts(spec, agent).get(os.path.dirname(feature_file)) == (os.path.dirname(feature_file), False),
           "[defaults] agent writes NFD's features.d (same path)")
-    check("log_level" not in cfg and "match_policy" not in cfg and "limits" not in cfg, "[defaults] null settings left to the binary")
+    check("log_level" not in cfg and "log_format" not in cfg and "match_policy" not in cfg and "limits" not in cfg,
+          "[defaults] null settings left to the binary")
     secret = one(objs, "Secret")
     import base64
     token = base64.b64decode(secret["data"]["token"]).decode()
@@ -348,7 +352,7 @@ def test_network_policy():
 
 
 def test_no_api():
-    objs = case("no-api", ["nodeLabels.enabled=false"])
+    objs = case("no-api", ["nodeLabels.enabled=false", "events.enabled=false"])
     spec, cfg, *_ = common_checks(objs, "no-api")
     check(not by_kind(objs, "ClusterRole") and not by_kind(objs, "ClusterRoleBinding"), "[no-api] no RBAC at all when no feature needs the API")
     check(spec["automountServiceAccountToken"] is False, "[no-api] no service-account token in the pod")
@@ -366,7 +370,8 @@ def test_amd_only():
 def test_labels_through_api():
     objs = case("labels-api", ["nodeLabels.method=api"])
     spec, cfg, cm, agent, *_ = common_checks(objs, "labels-api")
-    check(rules(objs) == {("nodes", "get"), ("nodes", "patch")}, f"[labels-api] RBAC: only nodes get/patch: {rules(objs)}")
+    check(rules(objs) == {("nodes", "get"), ("nodes", "patch"), ("events", "create")},
+          f"[labels-api] RBAC: only nodes get/patch (and events create): {rules(objs)}")
     check(spec["automountServiceAccountToken"] is True, "[labels-api] SA token mounted (labels through the API)")
     check(cfg["node_labels"] == {"enabled": True, "method": "api"}, f"[labels-api] agent patches its node: {cfg['node_labels']}")
     check(not any(v["name"] == "host-nfd-features" for v in spec["volumes"]), "[labels-api] no NFD features.d mount")
@@ -375,7 +380,7 @@ def test_labels_through_api():
 def test_kubelet_proxy():
     objs = case("kubelet-proxy", ["runtime.kind=kubelet"])
     spec, cfg, *_ = common_checks(objs, "kubelet-proxy")
-    check(rules(objs) == {("nodes/proxy", "get"), ("nodes/proxy", "create")},
+    check(rules(objs) == {("nodes/proxy", "get"), ("nodes/proxy", "create"), ("events", "create")},
           f"[kubelet-proxy] RBAC: nodes/proxy get/create (GET pods, POST checkpoint) only when asked for, nothing else: {rules(objs)}")
     k = cfg["runtime"]["kubelet"]
     check(k["url"] == "https://kubernetes.default.svc/api/v1/nodes/@NODE_NAME@/proxy", f"[kubelet-proxy] url through the API server: {k['url']}")
@@ -388,7 +393,8 @@ def test_kubelet_proxy():
 
 def test_kubelet_direct():
     objs = case("kubelet-direct", ["runtime.kind=kubelet", "runtime.kubelet.access=direct",
-                                   "runtime.kubelet.caFile=/var/lib/kubelet/pki/kubelet.crt", "nodeLabels.enabled=false"])
+                                   "runtime.kubelet.caFile=/var/lib/kubelet/pki/kubelet.crt", "nodeLabels.enabled=false",
+                                   "events.enabled=false"])
     spec, cfg, cm, agent, *_ = common_checks(objs, "kubelet-direct")
     check(rules(objs) == {("nodes/checkpoint", "create"), ("nodes/pods", "get")},
           f"[kubelet-direct] RBAC: only nodes/checkpoint create and nodes/pods get (no nodes/proxy): {rules(objs)}")
@@ -400,6 +406,7 @@ def test_kubelet_direct():
 
 def test_kubelet_direct_legacy():
     objs = case("kubelet-direct-legacy", ["runtime.kind=kubelet", "runtime.kubelet.access=direct", "nodeLabels.enabled=false",
+                                          "events.enabled=false",
                                           "runtime.kubelet.caFile=/var/lib/kubelet/pki/kubelet.crt", "runtime.kubelet.legacyProxyAuthz=true"])
     common_checks(objs, "kubelet-direct-legacy")
     check(rules(objs) == {("nodes/checkpoint", "create"), ("nodes/proxy", "get")},
@@ -463,7 +470,8 @@ def test_full_config_shape():
     """Every chart setting given: the config has exactly the agent's keys (the shape of agent/config.example.yaml)."""
     sets = ["runtime.kind=kubelet", "runtime.callTimeoutSeconds=10", "runtime.containerdNamespace=ns",
             "runtime.podmanPath=/usr/bin/podman",
-            "nodeLabels.intervalSeconds=60", "agent.logLevel=debug",
+            "nodeLabels.intervalSeconds=60", "agent.logLevel=debug", "agent.logFormat=json",
+            "events.queueLength=32", "events.timeoutSeconds=3",
             "config.checkpoints.watch_interval_seconds=2", "config.checkpoints.max_archive_bytes=1000000000",
             "config.checkpoints.max_entry_bytes=1000000000", "config.checkpoints.runtime_timeout_seconds=30",
             "config.limits.max_request_bytes=4096", "config.limits.max_concurrent_jobs=2",
@@ -483,8 +491,9 @@ def test_full_config_shape():
     sets += [f"config.match_policy.{k}=false" for k in EXAMPLE["match_policy"]]
     objs = case("full-config", sets)
     spec, cfg, *_ = common_checks(objs, "full-config")
-    # node_labels' API endpoint/credential paths and node_name stay the agent's defaults (in-cluster values).
-    agent_owned = {"node_labels.node_name", "node_labels.api_server", "node_labels.token_file", "node_labels.ca_file",
+    # The API server's address, the credential paths and node_name stay the agent's defaults (in-cluster values).
+    agent_owned = {"kubernetes_api.node_name", "kubernetes_api.server", "kubernetes_api.token_file",
+                   "kubernetes_api.ca_file",
                    # the runtime's socket goes to the section of runtime.kind (test_containerd_runtime)
                    "runtime.cri.endpoint", "runtime.containerd.address"}
     missing = EXAMPLE_KEYS - leaf_paths(cfg) - agent_owned
@@ -625,6 +634,23 @@ def test_installer_off():
     check(not any(v["name"] == "host-install-dir" for v in spec["volumes"]), "[installer-off] install dir not mounted")
 
 
+def test_events_and_log_format():
+    """Pod events (create on events, nothing more) and the log format reach the agent's config and gpuckpt-nri."""
+    objs = case("events-off", ["events.enabled=false"])
+    spec, cfg, *_ = common_checks(objs, "events-off")
+    check(cfg["events"] == {"enabled": False}, f"[events-off] the agent posts no events: {cfg['events']}")
+    check(rules(objs) == set() and spec["automountServiceAccountToken"] is False,
+          f"[events-off] no RBAC and no token left with the default NFD labels: {rules(objs)}")
+    objs = case("log-format", ["agent.logFormat=logfmt", "events.queueLength=8", "events.timeoutSeconds=2"])
+    spec, cfg, *_ = common_checks(objs, "log-format")
+    check(cfg["log_format"] == "logfmt", f"[log-format] agent config log_format: {cfg.get('log_format')}")
+    check(cfg["events"] == {"enabled": True, "queue_length": 8, "timeout_seconds": 2}, f"[log-format] events: {cfg['events']}")
+    args = container(spec, "nri")["args"]
+    check(args[args.index("--log-format") + 1] == "logfmt", f"[log-format] gpuckpt-nri logs the same way: {args}")
+    spec, *_ = common_checks(case("log-format-default"), "log-format-default")
+    check("--log-format" not in container(spec, "nri")["args"], "[log-format-default] nri keeps its default")
+
+
 def test_byo_service_account():
     objs = case("byo-sa", ["rbac.create=false", "serviceAccount.create=false", "serviceAccount.name=gpu-agent"])
     spec, *_ = common_checks(objs, "byo-sa")
@@ -666,6 +692,9 @@ BAD = [
     ("schema-relative-path", ["host.stateDir=var/lib/gpuckpt"], "host.stateDir: Does not match pattern"),
     ("schema-unknown-config-key", ["config.limits.max_requests=1"], "Additional property max_requests is not allowed"),
     ("schema-log-level", ["agent.logLevel=verbose"], "agent.logLevel"),
+    ("schema-log-format", ["agent.logFormat=yaml"], "agent.logFormat"),
+    ("schema-events-queue", ["events.queueLength=0"], "events.queueLength"),
+    ("events-without-rbac", ["rbac.create=false"], "or set events.enabled=false"),
     ("registry-secret-without-repository", ["imageRegistry.credentialsSecret=reg"],
      "imageRegistry.credentialsSecret is set but config.image_registry.repository is not"),
     ("registry-secret-and-file", ["imageRegistry.credentialsSecret=reg", "config.image_registry.repository=r.example/x",

@@ -56,7 +56,7 @@ app.kubernetes.io/part-of: gpuckpt
 
 {{/* "true" when the agent talks to the Kubernetes API (and so needs its service-account token). */}}
 {{- define "gpuckpt.usesKubeApi" -}}
-{{- if or (include "gpuckpt.labelsThroughApi" .) (eq .Values.runtime.kind "kubelet") -}}true{{- end -}}
+{{- if or (include "gpuckpt.labelsThroughApi" .) (eq .Values.runtime.kind "kubelet") .Values.events.enabled -}}true{{- end -}}
 {{- end -}}
 
 {{/* "true" when node labels go through the API server (nodeLabels.method=api) rather than an NFD feature file. */}}
@@ -146,10 +146,13 @@ by the render-config init container (the agent reads literal values).
   "hooks_dir" $v.host.hooksDir
   "criu_plugin_dir" $v.host.criuPluginDir
   "log_level" $v.agent.logLevel
+  "log_format" $v.agent.logFormat
   "match_policy" (deepCopy $v.config.match_policy)
   "node_labels" (dict "enabled" $v.nodeLabels.enabled "interval_seconds" $v.nodeLabels.intervalSeconds
     "method" (ternary "api" "nfd_feature_file" (eq $v.nodeLabels.method "api"))
     "feature_file" (ternary nil (printf "%s/gpuckpt" $v.nodeLabels.featureDir) (eq $v.nodeLabels.method "api")))
+  "events" (dict "enabled" $v.events.enabled "queue_length" $v.events.queueLength
+    "timeout_seconds" $v.events.timeoutSeconds)
   "gpu_memory" (deepCopy $v.config.gpu_memory)
   "retention" (deepCopy $v.config.retention)
   "transfer" (deepCopy $v.config.transfer)
