@@ -39,13 +39,18 @@ Result<ArchiveManifests> read_manifests(const fs::path& archive, const ArchiveLi
 }
 
 // The second pass reads the manifests again: they must be what the first pass checked (the file did not change).
-void keep_manifests_as_read(ArchiveEdit& edit, const ArchiveManifests& found, const fs::path& archive) {
-  for (const auto& [name, text] : found.info.gpu_manifests)
-    edit.transform["checkpoint/" + name] = [text, name, archive](const std::string& now) -> Result<std::string> {
+// Written as they were, or as `written` has them (by name).
+void keep_manifests_as_read(ArchiveEdit& edit, const ArchiveManifests& found, const fs::path& archive,
+                            const std::map<std::string, std::string>& written = {}) {
+  for (const auto& [name, text] : found.info.gpu_manifests) {
+    const auto replaced = written.find(name);
+    const std::string out = replaced == written.end() ? text : replaced->second;
+    edit.transform["checkpoint/" + name] = [text, out, name, archive](const std::string& now) -> Result<std::string> {
       if (now != text)
         return make_error("checkpoint/" + name + " changed while " + archive.string() + " was read; try again", EIO);
-      return now;
+      return out;
     };
+  }
 }
 
 std::string carried_name(const cs::Digest& d) {
@@ -128,21 +133,46 @@ Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<
   auto found = read_manifests(archive, limits, "import");
   if (!found) return found.error();
   ImportReport report;
-  // What each chunk the manifests name must be: the entry of its first use.
-  std::map<cs::Digest, const gpu_image::ChunkEntry*> expected;
+  // What each chunk the manifests name must be, as carried: the entry of its first use.
+  std::map<cs::Digest, gpu_image::ChunkEntry> expected;
   for (const auto& [name, manifest] : found->parsed) {
     report.checkpoints.insert(manifest.checkpoint);
     ++report.manifests;
     for (std::size_t i = 0; i < manifest.entries.size(); ++i)
       if (manifest.entries[i].encoding != gpu_image::Encoding::Zero)
-        expected.try_emplace(manifest.digests[i], &manifest.entries[i]);
+        expected.try_emplace(manifest.digests[i], manifest.entries[i]);
   }
+  // A chunk the store has already, stored another way (one node compressed it, the other did not): the checkpoints
+  // of this node name the store's file as it is, so it stays, and the imported manifests say how it is stored (as a
+  // dump reusing a chunk does). Replacing it would leave those checkpoints naming a file that is not there.
+  std::map<cs::Digest, cs::ChunkHeader> stored_otherwise;
+  for (const auto& [digest, e] : expected)
+    if (auto present = store->stat(digest);
+        present && present->raw_size == e.raw_size &&
+        (present->stored_size != e.stored_size || present->encoding != static_cast<std::uint8_t>(e.encoding)))
+      stored_otherwise.emplace(digest, *present);
+  std::map<std::string, std::string> patched;
+  for (auto& [name, manifest] : found->parsed) {
+    bool changed = false;
+    for (std::size_t i = 0; i < manifest.entries.size(); ++i)
+      if (const auto it = stored_otherwise.find(manifest.digests[i]);
+          it != stored_otherwise.end() && manifest.entries[i].encoding != gpu_image::Encoding::Zero) {
+        manifest.entries[i].encoding = static_cast<gpu_image::Encoding>(it->second.encoding);
+        manifest.entries[i].stored_size = it->second.stored_size;
+        changed = true;
+      }
+    if (changed) patched.emplace(name, gpu_image::serialize_manifest(manifest));
+  }
+  const auto manifest_text = [&](const std::string& name) {
+    const auto it = patched.find(name);
+    return it == patched.end() ? found->info.gpu_manifests.at(name) : it->second;
+  };
   const std::string into = "the chunk store " + store->root().string();
   std::set<cs::Digest> carried;
   gpu_image::ChunkCodec codec(gpu_image::kMaxChunkSize);
   std::vector<std::byte> file, raw;
   ArchiveEdit edit;
-  keep_manifests_as_read(edit, *found, archive);
+  keep_manifests_as_read(edit, *found, archive, patched);
   edit.take = [&](const ArchiveEntry& entry, const EntryDataReader& read) -> Result<bool> {
     if (!under_carried_dir(entry.name)) return false;
     if (entry.kind == ArchiveEntry::Kind::Directory) return true;
@@ -158,7 +188,7 @@ Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<
                         EBADMSG);
     if (!carried.insert(*digest).second)
       return make_error(archive.string() + ": " + chunk + " is carried twice; refusing the archive", EBADMSG);
-    const gpu_image::ChunkEntry& e = *it->second;
+    const gpu_image::ChunkEntry& e = it->second;
     if (entry.size != cs::kChunkHeaderSize + e.stored_size)
       return make_error(archive.string() + ": " + chunk + " is " + std::to_string(entry.size) + " bytes, its manifest "
                         "says " + std::to_string(cs::kChunkHeaderSize + e.stored_size) + "; refused, nothing of it "
@@ -175,11 +205,21 @@ Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<
       return make_error(archive.string() + ": " + chunk + " is refused: " + ok.error().message + "; nothing of it "
                         "entered " + into, EBADMSG);
     ++report.carried_chunks;
-    if (auto present = store->stat(*digest);
-        present && present->raw_size == e.raw_size && present->stored_size == e.stored_size &&
-        present->encoding == static_cast<std::uint8_t>(e.encoding) && store->touch(*digest)) {
-      ++report.present_chunks;
-      return true;
+    if (auto present = store->stat(*digest); present && present->raw_size == e.raw_size) {
+      const auto kept = stored_otherwise.find(*digest);
+      const bool as_manifests_say =
+          kept == stored_otherwise.end()
+              ? present->stored_size == e.stored_size && present->encoding == static_cast<std::uint8_t>(e.encoding)
+              : present->stored_size == kept->second.stored_size && present->encoding == kept->second.encoding;
+      // Stored another way since the first pass looked (a dump here wrote it meanwhile): kept, and this import,
+      // whose manifests no longer say how it is stored, is to be run again.
+      if (!as_manifests_say)
+        return make_error(chunk + " was written into " + into + " while " + archive.string() + " was imported; "
+                          "import again", EAGAIN);
+      if (store->touch(*digest)) {
+        ++report.present_chunks;
+        return true;
+      }
     }
     cs::ChunkHeader header;
     header.encoding = static_cast<std::uint8_t>(e.encoding);
@@ -203,8 +243,7 @@ Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<
       if (auto ok = store->touch(digest); !ok) return make_error(ok.error().message + " while importing " +
                                                                  archive.string() + "; import again", ENOENT);
     for (const auto& [name, manifest] : found->parsed) {
-      if (auto ok = store->put_ref(cs::ref_name(manifest.checkpoint, manifest.header.vpid),
-                                   found->info.gpu_manifests.at(name));
+      if (auto ok = store->put_ref(cs::ref_name(manifest.checkpoint, manifest.header.vpid), manifest_text(name));
           !ok)
         return ok;
       ++report.references;
