@@ -42,7 +42,10 @@ Result<ArchiveManifests> read_manifests(const fs::path& archive, const ArchiveLi
 // Written as they were, or as `written` has them (by name).
 void keep_manifests_as_read(ArchiveEdit& edit, const ArchiveManifests& found, const fs::path& archive,
                             const std::map<std::string, std::string>& written = {}) {
-  for (const auto& [name, text] : found.info.gpu_manifests) {
+  for (const auto& manifest : found.info.gpu_manifests) {
+    // Not structured bindings: clang before 16 cannot capture those (the fuzz build).
+    const std::string& name = manifest.first;
+    const std::string& text = manifest.second;
     const auto replaced = written.find(name);
     const std::string out = replaced == written.end() ? text : replaced->second;
     edit.transform["checkpoint/" + name] = [text, out, name, archive](const std::string& now) -> Result<std::string> {
