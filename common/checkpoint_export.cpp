@@ -1,6 +1,7 @@
 #include "common/checkpoint_export.h"
 
 #include <cerrno>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -39,13 +40,21 @@ Result<ArchiveManifests> read_manifests(const fs::path& archive, const ArchiveLi
 }
 
 // The second pass reads the manifests again: they must be what the first pass checked (the file did not change).
-void keep_manifests_as_read(ArchiveEdit& edit, const ArchiveManifests& found, const fs::path& archive) {
-  for (const auto& [name, text] : found.info.gpu_manifests)
-    edit.transform["checkpoint/" + name] = [text, name, archive](const std::string& now) -> Result<std::string> {
+// Written as they were, or as `written` has them (by name).
+void keep_manifests_as_read(ArchiveEdit& edit, const ArchiveManifests& found, const fs::path& archive,
+                            const std::map<std::string, std::string>& written = {}) {
+  for (const auto& manifest : found.info.gpu_manifests) {
+    // Not structured bindings: clang before 16 cannot capture those (the fuzz build).
+    const std::string& name = manifest.first;
+    const std::string& text = manifest.second;
+    const auto replaced = written.find(name);
+    const std::string out = replaced == written.end() ? text : replaced->second;
+    edit.transform["checkpoint/" + name] = [text, out, name, archive](const std::string& now) -> Result<std::string> {
       if (now != text)
         return make_error("checkpoint/" + name + " changed while " + archive.string() + " was read; try again", EIO);
-      return now;
+      return out;
     };
+  }
 }
 
 std::string carried_name(const cs::Digest& d) {
@@ -74,7 +83,10 @@ bool under_carried_dir(const std::string& name) {
 
 // Every chunk of every manifest checked in `store`, all touched (a collection running now keeps them until the
 // references exist), then one reference per manifest: what makes a checkpoint's chunks kept. Returns the references.
-Result<std::size_t> reference_chunks(const ArchiveManifests& found, cs::Store& store, const fs::path& archive) {
+// `text_of(name)`: the manifest text a reference keeps (an import's, rewritten where the store holds a chunk in
+// another form; else the archive's own).
+Result<std::size_t> reference_chunks(const ArchiveManifests& found, cs::Store& store, const fs::path& archive,
+                                     const std::function<std::string(const std::string&)>& text_of) {
   for (const auto& [name, manifest] : found.parsed)
     if (auto complete = gpu_image::check_chunks(manifest, store, archive.string() + ": checkpoint/" + name); !complete)
       return make_error(complete.error().message, ENOENT);
@@ -85,8 +97,7 @@ Result<std::size_t> reference_chunks(const ArchiveManifests& found, cs::Store& s
           return make_error(ok.error().message + " while referencing " + archive.string() + "; try again", ENOENT);
   std::size_t references = 0;
   for (const auto& [name, manifest] : found.parsed) {
-    if (auto ok = store.put_ref(cs::ref_name(manifest.checkpoint, manifest.header.vpid), found.info.gpu_manifests.at(name));
-        !ok)
+    if (auto ok = store.put_ref(cs::ref_name(manifest.checkpoint, manifest.header.vpid), text_of(name)); !ok)
       return ok.error();
     ++references;
   }
@@ -163,21 +174,46 @@ Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<
   auto found = read_manifests(archive, limits, "import");
   if (!found) return found.error();
   ImportReport report;
-  // What each chunk the manifests name must be: the entry of its first use.
-  std::map<cs::Digest, const gpu_image::ChunkEntry*> expected;
+  // What each chunk the manifests name must be, as carried: the entry of its first use.
+  std::map<cs::Digest, gpu_image::ChunkEntry> expected;
   for (const auto& [name, manifest] : found->parsed) {
     report.checkpoints.insert(manifest.checkpoint);
     ++report.manifests;
     for (std::size_t i = 0; i < manifest.entries.size(); ++i)
       if (manifest.entries[i].encoding != gpu_image::Encoding::Zero)
-        expected.try_emplace(manifest.digests[i], &manifest.entries[i]);
+        expected.try_emplace(manifest.digests[i], manifest.entries[i]);
   }
+  // A chunk the store has already, stored another way (one node compressed it, the other did not): the checkpoints
+  // of this node name the store's file as it is, so it stays, and the imported manifests say how it is stored (as a
+  // dump reusing a chunk does). Replacing it would leave those checkpoints naming a file that is not there.
+  std::map<cs::Digest, cs::ChunkHeader> stored_otherwise;
+  for (const auto& [digest, e] : expected)
+    if (auto present = store->stat(digest);
+        present && present->raw_size == e.raw_size &&
+        (present->stored_size != e.stored_size || present->encoding != static_cast<std::uint8_t>(e.encoding)))
+      stored_otherwise.emplace(digest, *present);
+  std::map<std::string, std::string> patched;
+  for (auto& [name, manifest] : found->parsed) {
+    bool changed = false;
+    for (std::size_t i = 0; i < manifest.entries.size(); ++i)
+      if (const auto it = stored_otherwise.find(manifest.digests[i]);
+          it != stored_otherwise.end() && manifest.entries[i].encoding != gpu_image::Encoding::Zero) {
+        manifest.entries[i].encoding = static_cast<gpu_image::Encoding>(it->second.encoding);
+        manifest.entries[i].stored_size = it->second.stored_size;
+        changed = true;
+      }
+    if (changed) patched.emplace(name, gpu_image::serialize_manifest(manifest));
+  }
+  const auto manifest_text = [&](const std::string& name) {
+    const auto it = patched.find(name);
+    return it == patched.end() ? found->info.gpu_manifests.at(name) : it->second;
+  };
   const std::string into = "the chunk store " + store->root().string();
   std::set<cs::Digest> carried;
   gpu_image::ChunkCodec codec(gpu_image::kMaxChunkSize);
   std::vector<std::byte> file, raw;
   ArchiveEdit edit;
-  keep_manifests_as_read(edit, *found, archive);
+  keep_manifests_as_read(edit, *found, archive, patched);
   edit.take = [&](const ArchiveEntry& entry, const EntryDataReader& read) -> Result<bool> {
     if (!under_carried_dir(entry.name)) return false;
     if (entry.kind == ArchiveEntry::Kind::Directory) return true;
@@ -193,7 +229,7 @@ Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<
                         EBADMSG);
     if (!carried.insert(*digest).second)
       return make_error(archive.string() + ": " + chunk + " is carried twice; refusing the archive", EBADMSG);
-    const gpu_image::ChunkEntry& e = *it->second;
+    const gpu_image::ChunkEntry& e = it->second;
     if (entry.size != cs::kChunkHeaderSize + e.stored_size)
       return make_error(archive.string() + ": " + chunk + " is " + std::to_string(entry.size) + " bytes, its manifest "
                         "says " + std::to_string(cs::kChunkHeaderSize + e.stored_size) + "; refused, nothing of it "
@@ -210,11 +246,21 @@ Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<
       return make_error(archive.string() + ": " + chunk + " is refused: " + ok.error().message + "; nothing of it "
                         "entered " + into, EBADMSG);
     ++report.carried_chunks;
-    if (auto present = store->stat(*digest);
-        present && present->raw_size == e.raw_size && present->stored_size == e.stored_size &&
-        present->encoding == static_cast<std::uint8_t>(e.encoding) && store->touch(*digest)) {
-      ++report.present_chunks;
-      return true;
+    if (auto present = store->stat(*digest); present && present->raw_size == e.raw_size) {
+      const auto kept = stored_otherwise.find(*digest);
+      const bool as_manifests_say =
+          kept == stored_otherwise.end()
+              ? present->stored_size == e.stored_size && present->encoding == static_cast<std::uint8_t>(e.encoding)
+              : present->stored_size == kept->second.stored_size && present->encoding == kept->second.encoding;
+      // Stored another way since the first pass looked (a dump here wrote it meanwhile): kept, and this import,
+      // whose manifests no longer say how it is stored, is to be run again.
+      if (!as_manifests_say)
+        return make_error(chunk + " was written into " + into + " while " + archive.string() + " was imported; "
+                          "import again", EAGAIN);
+      if (store->touch(*digest)) {
+        ++report.present_chunks;
+        return true;
+      }
     }
     cs::ChunkHeader header;
     header.encoding = static_cast<std::uint8_t>(e.encoding);
@@ -230,7 +276,7 @@ Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<
   // exist), then the references, then the archive that needs them: the order a dump writes in (gpu_manifest.h).
   edit.before_commit = [&]() -> Result<void> {
     if (auto ok = store->sync(); !ok) return ok;
-    auto written = reference_chunks(*found, *store, archive);
+    auto written = reference_chunks(*found, *store, archive, manifest_text);
     if (!written) return written.error();
     report.references = *written;
     return {};
@@ -253,7 +299,8 @@ Result<ImportReport> reference_checkpoint(const fs::path& archive, std::shared_p
     report.checkpoints.insert(manifest.checkpoint);
     ++report.manifests;
   }
-  auto written = reference_chunks(*found, *store, archive);
+  auto written = reference_chunks(*found, *store, archive,
+                                  [&](const std::string& name) { return found->info.gpu_manifests.at(name); });
   if (!written) return written.error();
   report.references = *written;
   std::error_code ec;

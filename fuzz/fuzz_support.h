@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/checkpoint_archive.h"
 #include "common/restore_plan.h"
@@ -56,6 +57,20 @@ inline ArchiveLimits small_limits() {
   limits.max_metadata_bytes = 1 << 20;
   limits.max_nested_bytes = 4 << 20;
   return limits;
+}
+
+// The chunk import_fuzz's store holds before each import (make_import_seeds puts it into a checkpoint too, so the
+// import finds it present): 4 KiB that do not compress, stored raw.
+inline std::vector<std::byte> present_chunk() {
+  std::vector<std::byte> out(4096);
+  std::uint64_t x = 0x9e3779b97f4a7c15ULL;
+  for (auto& b : out) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b = static_cast<std::byte>(x >> 56);
+  }
+  return out;
 }
 
 inline NodeInventory two_gpus() {

@@ -2,7 +2,7 @@
 # Long fuzzing runs: builds the libFuzzer harnesses (clang, ASan + UBSan) in ${FUZZ_BUILD_DIR:-build-fuzz} and
 # runs each for RUNS executions (default 1000000) or SECONDS, one after the other, at the lowest CPU priority.
 #   scripts/fuzz.sh [HARNESS...]        default: all (archive_fuzz record_fuzz spec_plan_fuzz hook_fuzz request_fuzz
-#                                       archive_walk_fuzz registry_fuzz)
+#                                       archive_walk_fuzz registry_fuzz import_fuzz chunk_file_fuzz)
 #   RUNS=N | SECONDS_EACH=S             how long each runs
 #   JOBS=N                              parallel harness runs (default 1)
 # Prints executions, corpus size and findings per harness; exits non-zero if any harness found something
@@ -13,7 +13,7 @@ BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
 RUNS=${RUNS:-1000000}
 HARNESSES=("$@")
 [ ${#HARNESSES[@]} -gt 0 ] || HARNESSES=(archive_fuzz record_fuzz spec_plan_fuzz hook_fuzz request_fuzz archive_walk_fuzz
-                                         registry_fuzz)
+                                         registry_fuzz import_fuzz chunk_file_fuzz)
 command -v clang++ >/dev/null || { echo "clang++ not installed (scripts/setup.sh)" >&2; exit 2; }
 CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCKPT_FUZZ=ON \
   ${CMAKE_FLAGS:-} >/dev/null

@@ -212,6 +212,55 @@ TEST_CASE("export with a carry set carries only those chunks; the import needs t
   REQUIRE(!incomplete);
   CHECK(incomplete.error().message.find(cs::sha256(compressible_chunk(2)).hex()) != std::string::npos);
   CHECK(!fs::exists(dir.path / "y.tar"));
+
+TEST_CASE("import keeps a chunk the store holds stored another way, so the node's checkpoints naming it stay whole",
+          "[unit]") {
+  Exported e;
+  auto& [dir, source, c, exported] = e;
+  // Node b checkpointed the same bytes with compression off: stored raw there, carried zstd-compressed from node a.
+  auto target = open_store(dir.path / "node-b");
+  const auto same = compressible_chunk(2);
+  const auto digest = cs::sha256(same);
+  TempDir manifests("gpuckpt-node-b");
+  gi::ImageHeader header;
+  header.vpid = 3;
+  header.chunk_size = gpuckpt::test::kStoreChunk;
+  auto writer = gi::StoreWriter::create(target, header, {{0x7f0000000000, same.size()}}, gi::new_checkpoint_id());
+  REQUIRE(writer);
+  gi::ChunkCodec codec(gpuckpt::test::kStoreChunk);
+  gi::CompressionHistory history;
+  gi::Settings uncompressed;
+  uncompressed.compression.mode = gi::CompressionMode::Off;
+  REQUIRE((*writer)->add(0, 0, same, codec, uncompressed, history));
+  REQUIRE((*writer)->finish(manifests.fd));
+  auto local = gi::read_manifest(manifests.fd, gi::manifest_name(3));
+  REQUIRE(local);
+  REQUIRE(local->entries[0].encoding == gi::Encoding::Raw);
+  auto carried = source->stat(digest);
+  REQUIRE(carried);
+  REQUIRE(carried->encoding == static_cast<std::uint8_t>(gi::Encoding::Zstd));
+
+  const fs::path restorable = dir.path / "restorable.tar";
+  auto imported = ce::import_checkpoint(exported, target, restorable, ArchiveLimits{});
+  REQUIRE(imported);
+  CHECK(imported->present_chunks == 1);
+  CHECK(imported->added_chunks == 3);
+  // Node b's checkpoint still finds its chunk as its manifest says, and reads it back.
+  auto kept = target->stat(digest);
+  REQUIRE(kept);
+  CHECK(kept->encoding == static_cast<std::uint8_t>(gi::Encoding::Raw));
+  CHECK(gi::check_chunks(*local, *target, "node b's checkpoint"));
+  gi::StoreReader reader(*local, target, "node b's checkpoint");
+  std::vector<std::byte> record, out(same.size());
+  REQUIRE(reader.read_chunk(0, codec, record, out));
+  CHECK(out == same);
+  // The imported checkpoint restores from the same file: its manifest and reference say it is stored raw.
+  check_restorable(c, restorable, target);
+  auto ref = target->read_ref(cs::ref_name(c.id, 7), 1 << 20);
+  REQUIRE(ref);
+  auto referenced = gi::parse_manifest(*ref, "the reference");
+  REQUIRE(referenced);
+  CHECK(gi::check_chunks(*referenced, *target, "the reference"));
 }
 
 TEST_CASE("import refuses a carried chunk whose content does not match its digest, naming the archive and chunk",
