@@ -212,6 +212,7 @@ TEST_CASE("export with a carry set carries only those chunks; the import needs t
   REQUIRE(!incomplete);
   CHECK(incomplete.error().message.find(cs::sha256(compressible_chunk(2)).hex()) != std::string::npos);
   CHECK(!fs::exists(dir.path / "y.tar"));
+}
 
 TEST_CASE("import keeps a chunk the store holds stored another way, so the node's checkpoints naming it stay whole",
           "[unit]") {
