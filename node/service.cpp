@@ -219,8 +219,14 @@ PodRef JobService::pod_of_archive(const fs::path& archive, const CheckpointInfo*
 void JobService::launch(const std::string& job_id, PodRef pod, std::function<void(JobDeadline)> work) {
   const auto accepted = Clock::now();
   const JobDeadline deadline = accepted + config_.job_timeout;
+  std::uint64_t ticket = 0;
+  {
+    std::lock_guard in_line(mutex_);   // its place in the line for a slot is taken here, in the order of acceptance
+    ticket = next_ticket_++;
+    waiting_.push_back(ticket);
+  }
   // Detached: a finished job leaves nothing behind; wait_idle() (and the destructor) wait on running_.
-  std::thread([this, job_id, pod = std::move(pod), accepted, deadline, work = std::move(work)] {
+  std::thread([this, job_id, pod = std::move(pod), accepted, deadline, ticket, work = std::move(work)] {
     auto tell = [&](JobStage stage) {
       if (!deps_.observer) return;
       // The observer is the agent's: whatever it does wrong, the job's outcome stays what it is.
@@ -233,9 +239,13 @@ void JobService::launch(const std::string& job_id, PodRef pod, std::function<voi
     bool has_slot = false;
     {
       std::unique_lock slot_lock(mutex_);
-      has_slot = slot_.wait_until(slot_lock, deadline, [&] { return active_ < config_.max_concurrent_jobs; });
+      has_slot = slot_.wait_until(slot_lock, deadline, [&] {
+        return active_ < config_.max_concurrent_jobs && waiting_.front() == ticket;
+      });
       if (has_slot) ++active_;
+      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), ticket));
     }
+    slot_.notify_all();   // the next in line may take a free slot now, or step up behind one that gave up
     const double queued_s = seconds_since(accepted);
     update(job_id, [&](JobStatus& j) { j.phase_seconds["queued"] = queued_s; });
     if (!has_slot) {
@@ -268,7 +278,7 @@ void JobService::launch(const std::string& job_id, PodRef pod, std::function<voi
       if (--unfinished_by_client_[it->second] == 0) unfinished_by_client_.erase(it->second);
       job_clients_.erase(it);
     }
-    slot_.notify_one();
+    slot_.notify_all();   // each waiter checks whether it is first in line
     idle_.notify_all();
   }).detach();
 }

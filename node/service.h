@@ -3,6 +3,8 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -173,6 +175,10 @@ class JobService {
   std::map<std::string, std::size_t> unfinished_by_client_;
   int active_ = 0;
   std::condition_variable slot_;
+  // Jobs waiting for a slot, by the order of their acceptance: a slot goes to the longest waiting one (first come,
+  // first served), and one that gives up at its deadline leaves the line.
+  std::deque<std::uint64_t> waiting_;
+  std::uint64_t next_ticket_ = 0;
 };
 
 }  // namespace gpuckpt::node
