@@ -221,6 +221,7 @@ grep -q "gpuckpt: cuda: checkpoint [0-9a-f]*: gpuckpt-gpumem-$PID.manifest.json:
 [ "$(checksum_now e "$RPID")" = "$SUM" ] || fail "the memory restored from the chunk store is not bit-identical"
 # The same memory again: nothing new in the store.
 dump "$WORK/stored-again" "$RPID" || fail "the second dump into the chunk store failed"
+gone "$RPID" || fail "pid $RPID did not go away"   # case 9 restores it under the same pid
 grep -q "timing: gpu memory image write: .* 0 MiB written" "$WORK/stored-again-dump.log" ||
   fail "the second dump of unchanged memory wrote chunks: $(grep 'timing: gpu memory image write' "$WORK/stored-again-dump.log")"
 [ "$(find "$GPUCKPT_GPU_STORE/sha256" -type f | wc -l)" = "$CHUNKS" ] || fail "the store grew on the second dump"
