@@ -112,6 +112,15 @@ struct IncomingArchives::Partial {
   std::uint64_t hashed = 0;   // bytes of the file the hash covers; differs from the file only after a restart
   bool busy = false;          // a PUT or commit is working on it
   Partial() { SHA256_Init(&hash); }
+  // The hash brought up to the file's `held` bytes (after an agent restart it covers none of them: read them again).
+  Result<void> cover(int fd, std::uint64_t held) {
+    if (hashed == held) return {};
+    SHA256_Init(&hash);
+    hashed = 0;
+    if (auto read = hash_prefix(fd, held, hash); !read) return read;
+    hashed = held;
+    return {};
+  }
 };
 
 IncomingArchives::IncomingArchives(fs::path dir, std::uint64_t max_archive_bytes, Admit admit)
@@ -208,14 +217,9 @@ Result<nlohmann::json> IncomingArchives::receive(const std::string& name, std::s
     return make_error("this node holds " + std::to_string(held) + " bytes of " + name + ", not " +
                       std::to_string(*offset) + ": resume from there (GET /v1/incoming/" + name + ")", EBUSY);
   }
-  if (partial->hashed != held) {   // the agent restarted since those bytes came: hash them again
-    SHA256_Init(&partial->hash);
-    partial->hashed = 0;
-    if (auto hashed = hash_prefix(fd.get(), held, partial->hash); !hashed) {
-      release();
-      return make_error("cannot read the partial " + name + ": " + hashed.error().message, EIO);
-    }
-    partial->hashed = held;
+  if (auto covered = partial->cover(fd.get(), held); !covered) {
+    release();
+    return make_error("cannot read the partial " + name + ": " + covered.error().message, EIO);
   }
 
   std::uint64_t position = held;
@@ -322,14 +326,9 @@ Result<nlohmann::json> IncomingArchives::commit(const std::string& name, const n
                       name + ": send the rest first", EBUSY);
   }
   if (held > size) return discard("it holds " + std::to_string(held) + " bytes, more than the " + std::to_string(size) + " committed");
-  if (partial->hashed != held) {
-    SHA256_Init(&partial->hash);
-    partial->hashed = 0;
-    if (auto hashed = hash_prefix(fd.get(), held, partial->hash); !hashed) {
-      release();
-      return make_error("cannot read the partial " + name + ": " + hashed.error().message, EIO);
-    }
-    partial->hashed = held;
+  if (auto covered = partial->cover(fd.get(), held); !covered) {
+    release();
+    return make_error("cannot read the partial " + name + ": " + covered.error().message, EIO);
   }
   const std::string got = hex_digest(partial->hash);
   if (got != want) return discard("its SHA-256 is " + got + ", the sender's is " + want);
