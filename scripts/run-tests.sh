@@ -11,5 +11,8 @@ FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$FUZZ_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCKPT_FUZZ=ON \
   ${CMAKE_FLAGS:-} >/dev/null
 cmake --build "$FUZZ_BUILD_DIR" -j "$(nproc)"
-(cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 ${CTEST_FLAGS:-})
+# Unit tests (own temp dirs and ports, no runtime daemons) run on every core; e2e and gpu tests, which start
+# runtimes, CRIU and containers, one at a time.
+(cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 -L unit -j "$(nproc)" ${CTEST_FLAGS:-} &&
+  ctest --output-on-failure --timeout 600 -LE unit ${CTEST_FLAGS:-})
 (cd "$FUZZ_BUILD_DIR" && ctest --output-on-failure -L fuzz)
