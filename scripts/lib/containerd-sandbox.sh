@@ -4,6 +4,9 @@
 #   CTRD_BIN_DIR=DIR                  (before ctrd_start) the containerd, ctr and shim to run: default the
 #                                     directory of the `containerd` on PATH (1.7); setup.sh puts 2.1 in
 #                                     $GPUCKPT_PREFIX/containerd2/usr/bin. The config format follows the version.
+#   CTRD_CRIU_WORK_PATH=DIR           (before ctrd_start, optional) runc's CriuWorkPath option: CRIU's dump.log and
+#                                     restore.log go there (by default into the task's bundle, which containerd
+#                                     deletes when a restore fails, taking CRIU's reasons with it)
 #   ctrd_start WORK [NRI_PLUGIN_DIR]  writes WORK/containerd.toml and starts containerd (runc, cgroupfs,
 #                                     restrict_oom_score_adj, NRI on, a local pause image). Sets CTRD_SOCK
 #                                     CTRD_PID CTRD_NRI_SOCK CTRD_LOG CTRD_VERSION CTRD_ROOT. Fails (after
@@ -82,6 +85,7 @@ ctrd_config_v2() {
     runtime_type = "io.containerd.runc.v2"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
       SystemdCgroup = false
+      CriuWorkPath = "${CTRD_CRIU_WORK_PATH:-}"
 TOML
   ctrd_config_nri "$work" "$nri_plugins"
 }
@@ -113,6 +117,7 @@ ctrd_config_v3() {
       runtime_type = "io.containerd.runc.v2"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         SystemdCgroup = false
+        CriuWorkPath = "${CTRD_CRIU_WORK_PATH:-}"
 [plugins.'io.containerd.grpc.v1.cri']
   disable_tcp_service = true
   stream_server_address = "127.0.0.1"

@@ -4,8 +4,11 @@
 // checksum of the mapping as it is now to OUT.check, so the test can prove the memory came back bit-identical.
 // With HOLD, it keeps that file open (the test unlinks it: a ghost file, which CRIU refuses to dump beyond
 // --ghost-limit, so a dump can be made to fail after the plugin's CHECKPOINT_DEVICES work).
+// With --at, the mapping is made at that address (and fails if anything is there): a test that must name it
+// before the process exists (GPUCKPT_TEST_STAGING_VMA in a container runtime's environment, which its shims and
+// CRIU inherit from the runtime's start) picks it.
 //
-//   staging_process SIZE_MIB OUT [HOLD]
+//   staging_process [--at HEX_ADDRESS] SIZE_MIB OUT [HOLD]
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -47,17 +50,28 @@ std::string hex(std::uint64_t v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 && argc != 4) {
-    std::fprintf(stderr, "usage: staging_process SIZE_MIB OUT [HOLD]\n");
+  void* at = nullptr;
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+  const bool fixed = argc > 2 && std::strcmp(argv[1], "--at") == 0;
+  if (fixed) {
+    at = reinterpret_cast<void*>(std::strtoull(argv[2], nullptr, 16));
+    flags |= MAP_FIXED_NOREPLACE;
+    argv += 2;
+    argc -= 2;
+  }
+  if ((argc != 3 && argc != 4) || (fixed && at == nullptr)) {
+    std::fprintf(stderr, "usage: staging_process [--at HEX_ADDRESS] SIZE_MIB OUT [HOLD]\n");
     return 2;
   }
   const std::size_t size = std::strtoull(argv[1], nullptr, 10) << 20;
   const std::string out = argv[2];
   for (int fd = 3; fd < 1024; ++fd) ::close(fd);   // a harness fd on a foreign mount would fail CRIU's dump
   if (argc == 4 && ::open(argv[3], O_RDONLY) < 0) return 1;
-  auto* mem = static_cast<std::uint16_t*>(
-      ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  if (mem == MAP_FAILED) return 1;
+  auto* mem = static_cast<std::uint16_t*>(::mmap(at, size, PROT_READ | PROT_WRITE, flags, -1, 0));
+  if (mem == MAP_FAILED) {
+    std::perror("staging_process: mmap");
+    return 1;
+  }
   // Stretches of 5 MiB (not chunk-aligned): random, zero, bf16 of normally distributed values.
   std::mt19937_64 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.02f);
