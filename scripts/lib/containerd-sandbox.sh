@@ -85,7 +85,7 @@ ctrd_config_v2() {
     runtime_type = "io.containerd.runc.v2"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
       SystemdCgroup = false
-      CriuWorkPath = "${CTRD_CRIU_WORK_PATH:-}"
+$(ctrd_config_criu_work_path "      ")
 TOML
   ctrd_config_nri "$work" "$nri_plugins"
 }
@@ -117,13 +117,19 @@ ctrd_config_v3() {
       runtime_type = "io.containerd.runc.v2"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         SystemdCgroup = false
-        CriuWorkPath = "${CTRD_CRIU_WORK_PATH:-}"
+$(ctrd_config_criu_work_path "        ")
 [plugins.'io.containerd.grpc.v1.cri']
   disable_tcp_service = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
 TOML
   ctrd_config_nri "$work" "$nri_plugins"
+}
+
+# runc's CriuWorkPath option (same key in both versions) when CTRD_CRIU_WORK_PATH is set: INDENT
+ctrd_config_criu_work_path() {
+  [ -n "${CTRD_CRIU_WORK_PATH:-}" ] && printf '%sCriuWorkPath = "%s"\n' "$1" "$CTRD_CRIU_WORK_PATH"
+  return 0
 }
 
 # NRI (same keys in both versions): enabled, on this containerd's own socket
