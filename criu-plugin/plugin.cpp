@@ -2,6 +2,9 @@
 // every backend (CUDA, AMD) in turn. What the host CRIU can take is decided when CRIU dlopen()s us.
 #include "criu-plugin/plugin.h"
 
+#include <syslog.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <string>
@@ -29,6 +32,16 @@ const char* stage_name(int stage) {
   return "unknown";
 }
 
+// An error also goes to the node's syslog (journald: `journalctl -t gpuckpt-plugin`): containerd keeps CRIU's
+// restore.log in the task's bundle and deletes it with a failed restore, so kubelet shows only "criu failed" and
+// CRIU's log would have been the one place our reason was written. The socket is closed again after each line:
+// no descriptor of ours stays open in CRIU's process, whose descriptors it restores and closes by number.
+void copy_error_to_syslog(std::string_view line) {
+  ::openlog("gpuckpt-plugin", LOG_PID, LOG_DAEMON);
+  ::syslog(LOG_ERR, "%.*s", static_cast<int>(std::min<std::size_t>(line.size(), 4096)), line.data());
+  ::closelog();
+}
+
 void route_log_to_criu() {
   log::set_component("gpuckpt");
   log::set_level(log::Level::Debug);   // CRIU filters by its own -v level
@@ -36,6 +49,7 @@ void route_log_to_criu() {
     if (!criu::log_to_criu(static_cast<unsigned>(level), std::string(line))) {
       std::fprintf(stderr, "gpuckpt: %.*s\n", static_cast<int>(line.size()), line.data());
     }
+    if (level == log::Level::Error) copy_error_to_syslog(line);
   });
 }
 

@@ -15,7 +15,8 @@
 #   7. the node's settings file beside the plugin (gpuckpt_plugin.env) sets the path when the environment does not,
 #      the environment overrides it, and a file with a typo is logged and ignored (the dump runs with the defaults).
 #   8. GPUCKPT_GPU_STORE: the memory goes into a chunk store, CRIU's images keep a manifest; a missing chunk stops
-#      the restore at the plugin's init (before CRIU forks anything), naming checkpoint, digest and path; with the
+#      the restore at the plugin's init (before CRIU forks anything), naming checkpoint, digest and path, in CRIU's
+#      log and in the node's syslog (/dev/log, here a socket the test reads in a private mount namespace); with the
 #      chunk back it restores bit-identical; a second dump of the same memory writes no chunk.
 #   9. gpuckpt export of that checkpoint, import into an empty store, restore from that store alone: bit-identical.
 # Exit 0 pass, 77 skipped (no root / no working CRIU), anything else fails.
@@ -48,6 +49,7 @@ WORK=$(mktemp -d /tmp/gpuckpt-staging-e2e.XXXXXX)
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  [ "${MADE_DEVLOG:-0}" = 1 ] && rm -f /dev/log
   [ -n "${KEEP:-}" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -89,8 +91,9 @@ dump() { # $1 = image dir, $2 = pid, rest: criu options (--ghost-limit 8M unless
   return $rc
 }
 
+RESTORE_PREFIX=()   # a command CRIU's restore runs under (case 8: a private /dev/log)
 restore() { # $1 = image dir; sets RPID
-  "$CRIU" restore -D "$1" -o restore.log -v4 -d --libdir "$WORK/lib" --pidfile "$1/restored.pid"
+  "${RESTORE_PREFIX[@]}" "$CRIU" restore -D "$1" -o restore.log -v4 -d --libdir "$WORK/lib" --pidfile "$1/restored.pid"
   local rc=$?
   mv "$1/restore.log" "$WORK/$(basename "$1")-restore.log" 2>/dev/null
   RPID=$(cat "$1/restored.pid" 2>/dev/null)
@@ -208,10 +211,31 @@ echo "$INSPECT" | grep -q "every chunk checked in $GPUCKPT_GPU_STORE: ok" || fai
 # A missing chunk: the restore stops at the plugin's init, before CRIU restores any process.
 VICTIM=$(find "$GPUCKPT_GPU_STORE/sha256" -type f | head -1)
 mv "$VICTIM" "$WORK/victim"
+# The plugin's errors also go to syslog (a runtime may delete CRIU's log with a failed restore): this restore's
+# /dev/log is a socket read into $WORK/syslog.txt, in a mount namespace of its own (an empty file stands in for a
+# missing /dev/log on the host while it runs, as the mount point).
+python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.bind(sys.argv[1]); s.settimeout(60)
+with open(sys.argv[2], "wb") as out:
+    try:
+        while True:
+            out.write(s.recv(65536) + b"\n"); out.flush()
+    except socket.timeout:
+        pass' "$WORK/syslog.sock" "$WORK/syslog.txt" &
+SYSLOG_READER=$!
+for _ in $(seq 100); do [ -S "$WORK/syslog.sock" ] && break; sleep 0.05; done
+[ -e /dev/log ] || { : > /dev/log && MADE_DEVLOG=1; }
+RESTORE_PREFIX=(unshare -m --propagation private sh -c 'mount --bind "$0" /dev/log && exec "$@"' "$WORK/syslog.sock")
 restore "$WORK/stored" && fail "the restore with a missing chunk succeeded"
+RESTORE_PREFIX=()
+[ "${MADE_DEVLOG:-0}" = 1 ] && rm -f /dev/log && MADE_DEVLOG=0
+sleep 0.2; kill "$SYSLOG_READER" 2>/dev/null; wait "$SYSLOG_READER" 2>/dev/null
 LOG=$WORK/stored-restore.log
 grep -q "checkpoint [0-9a-f]\{32\}.*chunk $(basename "$VICTIM").*expected at $VICTIM: missing" "$LOG" ||
   fail "the restore error does not name checkpoint, chunk and path"
+grep -q "gpuckpt-plugin\[[0-9]*\]: .*chunk $(basename "$VICTIM").*expected at $VICTIM: missing" "$WORK/syslog.txt" ||
+  fail "the restore error did not reach syslog: $(head -c 600 "$WORK/syslog.txt" 2>/dev/null)"
 grep -q "Forking task" "$LOG" && fail "CRIU forked a task before the missing chunk stopped it"
 kill -0 "$PID" 2>/dev/null && fail "a process was left running"
 mv "$WORK/victim" "$VICTIM"
@@ -225,7 +249,7 @@ gone "$RPID" || fail "pid $RPID did not go away"   # case 9 restores it under th
 grep -q "timing: gpu memory image write: .* 0 MiB written" "$WORK/stored-again-dump.log" ||
   fail "the second dump of unchanged memory wrote chunks: $(grep 'timing: gpu memory image write' "$WORK/stored-again-dump.log")"
 [ "$(find "$GPUCKPT_GPU_STORE/sha256" -type f | wc -l)" = "$CHUNKS" ] || fail "the store grew on the second dump"
-echo "ok 8: chunk store: $CHUNKS chunks, a manifest in CRIU's images; a missing chunk stopped the restore before any fork; restored bit-identical; a second dump wrote nothing"
+echo "ok 8: chunk store: $CHUNKS chunks, a manifest in CRIU's images; a missing chunk stopped the restore before any fork (named in CRIU's log and syslog); restored bit-identical; a second dump wrote nothing"
 
 # --- 9. moved by hand to another store: gpuckpt export / import ------------------------------------------------
 # The store-backed images in a runtime's archive layout; exported with their chunks; the first store put away;
