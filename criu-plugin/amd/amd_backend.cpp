@@ -20,6 +20,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "criu-plugin/amd/image_dir.h"
 #include "criu-plugin/amd/kfd_uapi.h"
 #include "criu-plugin/amd/parallel_restore.h"
+#include "criu-plugin/amd/render_file_audit.h"
 #include "criu-plugin/criu_abi.h"
 
 namespace gpuckpt::amd {
@@ -181,7 +183,7 @@ class AmdBackend final : public plugin::Backend {
     struct stat st {};
     if (int err = device_.fstat(fd, &st); err < 0) return -ENOTSUP;
     if (is_kfd(st)) return dump_kfd(fd, static_cast<std::uint32_t>(id));
-    if (is_amd_render_node(st)) return dump_render(st, static_cast<std::uint32_t>(id));
+    if (is_amd_render_node(st)) return dump_render(fd, st, static_cast<std::uint32_t>(id));
     std::uint64_t inode = 0;
     if (device_.dmabuf_inode(fd, &inode) == 0) return dump_dmabuf(inode, static_cast<std::uint32_t>(id));
     return -ENOTSUP;
@@ -534,6 +536,7 @@ class AmdBackend final : public plugin::Backend {
     }
     // Before any content moves: the queues have been paused only for PROCESS_INFO and CHECKPOINT so far.
     if (auto ok = check_restorable(info.pid, host_pid, bos, bo_inodes, held_inodes); !ok) return ok;
+    if (auto ok = check_render_memory(info.pid, host_pid, bos, info.num_devices); !ok) return ok;
     for (std::size_t i = 0; i < bos.size(); ++i) {
       const auto& b = bos[i];
       auto* bo = image.add_bos();
@@ -588,11 +591,15 @@ class AmdBackend final : public plugin::Backend {
   //    processes separate memory);
   //  - a CPU mapping of a render node at an offset that is no KFD BO's: a GEM BO allocated through the render node
   //    (libdrm, Mesa) or imported into it, which UPDATE_VMA_MAP could not map again.
+  static std::string process_text(std::uint32_t kfd_pid, const std::string& host_pid) {
+    return "process " + std::to_string(kfd_pid) +
+           (host_pid != std::to_string(kfd_pid) ? " (host pid " + host_pid + ")" : std::string());
+  }
+
   Result<void> check_restorable(std::uint32_t kfd_pid, const std::string& host_pid,
                                 const std::vector<kfd_criu_bo_bucket>& bos, const std::vector<std::uint64_t>& bo_inodes,
                                 const std::vector<std::uint64_t>& held_inodes) {
-    const std::string who = "process " + std::to_string(kfd_pid) +
-                            (host_pid != std::to_string(kfd_pid) ? " (host pid " + host_pid + ")" : std::string());
+    const std::string who = process_text(kfd_pid, host_pid);
     const auto bo_text = [](const kfd_criu_bo_bucket& b) {
       return std::string(b.alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM ? "VRAM" : "GTT") + " BO at " + hex(b.addr) +
              " (" + std::to_string(b.size) + " bytes, gpu_id " + hex(b.gpu_id) + ")";
@@ -646,12 +653,128 @@ class AmdBackend final : public plugin::Backend {
     return {};
   }
 
-  int dump_render(const struct stat& st, std::uint32_t id) {
+  // The memory of a KFD process's render-node files (their GPU VMs, one of which KFD acquired) against what its
+  // KFD BOs account for: more means GEM buffer objects the handle probe of those files could not reach (handles
+  // above kGemProbeHandles), which the backend does not save. A BO may be mapped into the VM of every GPU of the
+  // process (peer and system memory), so each VRAM/GTT/userptr BO is allowed once per GPU.
+  Result<void> check_render_memory(std::uint32_t kfd_pid, const std::string& host_pid,
+                                   const std::vector<kfd_criu_bo_bucket>& bos, std::uint32_t num_devices) {
+    const std::string who = process_text(kfd_pid, host_pid);
+    AmdDevice::ProcessGpuFiles files;
+    if (int err = device_.process_gpu_files(host_pid, &files); err < 0) {
+      return make_error(who + ": cannot read its render-node files from /proc/" + host_pid + "/fd: " +
+                            std::strerror(-err) + "; refusing rather than dumping without what they may hold",
+                        -err);
+    }
+    std::set<std::string> counted;
+    std::uint64_t total = 0;
+    std::uint64_t file_count = 0;
+    std::string listing;
+    for (const auto& file : files.render) {
+      const DrmFileMemory memory = parse_drm_fdinfo(file.fdinfo);
+      if (!memory.client_id.empty() && !counted.insert(memory.client_id).second) continue;   // a second fd on it
+      const std::string name = "fd " + std::to_string(file.fd) + " on " + render_path(file.render_minor);
+      if (!memory.has_memory) return make_error(who + ": its " + name + no_usage_stats(), ECANCELED);
+      total += memory.bytes;
+      ++file_count;
+      listing += (listing.empty() ? "" : ", ") + name + ": " + std::to_string(memory.bytes);
+    }
+    std::uint64_t kfd_bytes = 0;
+    constexpr std::uint32_t kMappable =
+        KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT | KFD_IOC_ALLOC_MEM_FLAGS_USERPTR;
+    for (const auto& b : bos) kfd_bytes += b.size * ((b.alloc_flags & kMappable) ? std::max(num_devices, 1u) : 1u);
+    const std::uint64_t allowed = kfd_bytes + kfd_bytes / kPageTableShare + file_count * kKernelBytesPerRenderFile;
+    if (total <= allowed) return {};
+    return make_error(who + ": the GPU VMs of its render-node files hold " + std::to_string(total) + " bytes (" +
+                          listing + "; DRM usage stats of /proc/" + host_pid + "/fdinfo), " +
+                          std::to_string(total - allowed) + " more than its KFD buffer objects (" +
+                          std::to_string(kfd_bytes) + " bytes" +
+                          (num_devices > 1 ? ", each VRAM/GTT/userptr BO counted once per GPU" : "") +
+                          "), their page tables and the kernel's own per-file buffers account for: GEM buffer "
+                          "objects beyond the " + std::to_string(kGemProbeHandles) + " handles probed, allocated or "
+                          "imported through the render node (Mesa, VA-API, libdrm). The AMD backend saves only KFD "
+                          "state; the process would come back without them. Free them before checkpointing",
+                      ECANCELED);
+  }
+
+  static std::string no_usage_stats() {
+    return " shows no DRM memory usage (no drm-memory-* or drm-total-* in its fdinfo; amdgpu prints them from "
+           "Linux 5.19), so GEM buffer objects beyond the " + std::to_string(kGemProbeHandles) +
+           " handles probed cannot be ruled out; refusing rather than risking a dump without them. Checkpoint on "
+           "a kernel whose amdgpu prints them";
+  }
+
+  // The seized process holding the DRM file `client_id`: its host pid, its fd and whether it has /dev/kfd open.
+  // Empty pid when none matches.
+  struct RenderOwner {
+    std::string pid;
+    int fd = -1;
+    bool has_kfd = false;
+  };
+  RenderOwner render_owner(const std::string& client_id) {
+    if (client_id.empty()) return {};
+    for (int pid : seized_pids_) {
+      AmdDevice::ProcessGpuFiles files;
+      if (device_.process_gpu_files(std::to_string(pid), &files) < 0) continue;
+      for (const auto& file : files.render) {
+        if (parse_drm_fdinfo(file.fdinfo).client_id == client_id) {
+          return RenderOwner{std::to_string(pid), file.fd, files.has_kfd};
+        }
+      }
+    }
+    return {};
+  }
+
+  // A render-node file CRIU hands DUMP_EXT_FILE is the target's own open file (received from its parasite): its
+  // GEM handles and VM are the process's. Anything in them is refused: the backend saves no GEM state, and KFD's
+  // BOs are no GEM handles of this file (KFD keeps their handles in its own DRM client). Handles are probed
+  // 1..kGemProbeHandles; beyond that the VM's memory from fdinfo must be explained by the kernel's own per-file
+  // buffers, or, in a process with /dev/kfd, by its KFD BOs (checked when its /dev/kfd is dumped).
+  Result<void> check_render_file(int fd, int minor_number) {
+    const std::string node = render_path(minor_number);
+    std::string text;
+    const DrmFileMemory memory = device_.drm_fdinfo(fd, &text) == 0 ? parse_drm_fdinfo(text) : DrmFileMemory{};
+    const RenderOwner owner = render_owner(memory.client_id);
+    const std::string who = owner.pid.empty()
+                                ? "the process of the dumped tree holding this file of " + node
+                                : "process " + owner.pid + " (its fd " + std::to_string(owner.fd) + " on " + node + ")";
+    auto probe = probe_gem_handles(device_, fd);
+    if (!probe) {
+      return make_error(who + ": cannot tell which GEM buffer objects it holds (" + probe.error().message +
+                            "); refusing rather than dumping without them",
+                        ECANCELED);
+    }
+    if (probe->count > 0) {
+      return make_error(who + " holds " + std::to_string(probe->count) + " GEM buffer object(s) (" +
+                            describe_gem_objects(*probe) + "), allocated or imported through the render node (Mesa "
+                            "OpenGL/Vulkan, VA-API, libdrm's amdgpu_bo_alloc), not through KFD. The AMD backend saves "
+                            "only KFD state (this kernel interface can neither list nor recreate GEM handles), so the "
+                            "process would come back without them. Checkpoint it when it holds no render-node "
+                            "buffers, or one that uses the GPU only through ROCm/KFD",
+                        ECANCELED);
+    }
+    if (!memory.has_memory) return make_error(who + no_usage_stats(), ECANCELED);
+    if (memory.bytes <= kKernelBytesPerRenderFile || owner.has_kfd) return {};
+    return make_error(who + ": its GPU VM holds " + std::to_string(memory.bytes) + " bytes (DRM usage stats in its "
+                          "fdinfo) while no GEM handle 1.." + std::to_string(kGemProbeHandles) + " exists and " +
+                          (owner.pid.empty() ? std::string("no seized process with /dev/kfd holds the file")
+                                             : std::string("the process has no /dev/kfd")) +
+                          "; the kernel's own buffers of a render file take at most " +
+                          std::to_string(kKernelBytesPerRenderFile) + " bytes. The rest are GEM buffer objects "
+                          "beyond the handles probed, which the AMD backend does not save; the process would come "
+                          "back without them. Free them before checkpointing",
+                      ECANCELED);
+  }
+
+  int dump_render(int fd, const struct stat& st, std::uint32_t id) {
     auto images = image_dir();
     if (!images) return -EIO;
     auto node = cached_node();
     if (!node) return fail("render node", node.error());
     const int minor_number = static_cast<int>(minor(st.st_rdev));
+    if (auto ok = check_render_file(fd, minor_number); !ok) {
+      return fail("checkpoint of render node renderD" + std::to_string(minor_number), ok.error());
+    }
     const GpuDevice* gpu = find_render_minor(**node, minor_number);
     pb::RenderNodeImage image;
     image.set_version(kImageVersion);

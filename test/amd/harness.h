@@ -218,7 +218,7 @@ inline int dump_app(Node& node, const Images& images, const App& app, const AmdC
   node.kfd->set_calling_pid(kCriuPid);
   node.kfd->seize(app.pid, kCriuPid);
   if (int r = backend->init(criu::kStageDump)) return r;
-  if (host_pid > 0 && backend->pause_devices(host_pid) != -ENOTSUP) return -EINVAL;
+  if (backend->pause_devices(host_pid > 0 ? host_pid : app.pid) != -ENOTSUP) return -EINVAL;
   struct stat st {};
   node.kfd->fstat(app.kfd_fd, &st);
   if (int r = backend->handle_device_vma(app.kfd_fd, &st)) return r;
