@@ -158,6 +158,8 @@ class AmdBackend final : public plugin::Backend {
     plan_cache_.clear();
     kfd_targets_.clear();
     seized_pids_.clear();
+    tree_audited_ = false;
+    audited_files_.clear();
     shared_dmabufs_.clear();
     retries_.clear();
     visible_node_.reset();
@@ -182,6 +184,9 @@ class AmdBackend final : public plugin::Backend {
     if (!enabled_) return -ENOTSUP;
     struct stat st {};
     if (int err = device_.fstat(fd, &st); err < 0) return -ENOTSUP;
+    if (is_kfd(st) || is_amd_render_node(st)) {
+      if (auto ok = audit_tree_render_files(); !ok) return fail("checkpoint", ok.error());
+    }
     if (is_kfd(st)) return dump_kfd(fd, static_cast<std::uint32_t>(id));
     if (is_amd_render_node(st)) return dump_render(fd, st, static_cast<std::uint32_t>(id));
     std::uint64_t inode = 0;
@@ -671,6 +676,7 @@ class AmdBackend final : public plugin::Backend {
     std::uint64_t file_count = 0;
     std::string listing;
     for (const auto& file : files.render) {
+      if (!is_amd_render_minor(file.render_minor)) continue;   // another vendor's node: not KFD's VM
       const DrmFileMemory memory = parse_drm_fdinfo(file.fdinfo);
       if (!memory.client_id.empty() && !counted.insert(memory.client_id).second) continue;   // a second fd on it
       const std::string name = "fd " + std::to_string(file.fd) + " on " + render_path(file.render_minor);
@@ -704,6 +710,11 @@ class AmdBackend final : public plugin::Backend {
            "a kernel whose amdgpu prints them";
   }
 
+  bool is_amd_render_minor(int minor_number) {
+    auto node = cached_node();
+    return node && find_render_minor(**node, minor_number) != nullptr;
+  }
+
   // The seized process holding the DRM file `client_id`: its host pid, its fd and whether it has /dev/kfd open.
   // Empty pid when none matches.
   struct RenderOwner {
@@ -725,16 +736,46 @@ class AmdBackend final : public plugin::Backend {
     return {};
   }
 
-  // A render-node file CRIU hands DUMP_EXT_FILE is the target's own open file (received from its parasite): its
-  // GEM handles and VM are the process's. Anything in them is refused: the backend saves no GEM state, and KFD's
-  // BOs are no GEM handles of this file (KFD keeps their handles in its own DRM client). Handles are probed
-  // 1..kGemProbeHandles; beyond that the VM's memory from fdinfo must be explained by the kernel's own per-file
-  // buffers, or, in a process with /dev/kfd, by its KFD BOs (checked when its /dev/kfd is dumped).
-  Result<void> check_render_file(int fd, int minor_number) {
+  // Once per dump, at the first AMD file CRIU hands a hook: every task is frozen and nothing is paused yet. Every
+  // AMD render-node file of every seized process is audited through an fd on it taken with pidfd_getfd, so a
+  // refusal comes before any KFD PROCESS_INFO evicts a queue, whatever order CRIU dumps the fds in. Where
+  // pidfd_getfd is unavailable, each render file is audited in its own DUMP_EXT_FILE instead (still refused, but
+  // a /dev/kfd dumped before it has been paused and is unpaused when the failed dump ends).
+  Result<void> audit_tree_render_files() {
+    if (tree_audited_) return {};
+    tree_audited_ = true;
+    for (int pid : seized_pids_) {
+      AmdDevice::ProcessGpuFiles files;
+      if (device_.process_gpu_files(std::to_string(pid), &files) < 0) continue;   // gone, or no /proc view
+      for (const auto& file : files.render) {
+        if (!is_amd_render_minor(file.render_minor)) continue;
+        const DrmFileMemory memory = parse_drm_fdinfo(file.fdinfo);
+        if (!memory.client_id.empty() && audited_files_.count(memory.client_id)) continue;
+        const int taken = device_.take_process_fd(std::to_string(pid), file.fd);
+        if (taken < 0) {
+          log::warn("amd: cannot take process " + std::to_string(pid) + "'s fd " + std::to_string(file.fd) + " on " +
+                    render_path(file.render_minor) + " (pidfd_getfd: " + std::strerror(-taken) + "); its GEM "
+                    "buffer objects are looked for when CRIU dumps that fd, possibly after its GPU queues were "
+                    "paused");
+          continue;
+        }
+        OwnedFd fd(&device_, taken);
+        const RenderOwner owner{std::to_string(pid), file.fd, files.has_kfd};
+        if (auto ok = audit_render_file(fd.get(), file.render_minor, owner, memory); !ok) return ok;
+        if (!memory.client_id.empty()) audited_files_.insert(memory.client_id);
+      }
+    }
+    return {};
+  }
+
+  // A render-node file of the dumped tree (the one CRIU received from the target's parasite, or one taken with
+  // pidfd_getfd: either way the target's own open file, its GEM handles and VM). Anything in it is refused: the
+  // backend saves no GEM state, and KFD's BOs are no GEM handles of this file (KFD keeps their handles in its own
+  // DRM client). Handles are probed 1..kGemProbeHandles; beyond that the VM's memory from fdinfo must be explained
+  // by the kernel's own per-file buffers, or, in a process with /dev/kfd, by its KFD BOs (checked when its
+  // /dev/kfd is dumped).
+  Result<void> audit_render_file(int fd, int minor_number, const RenderOwner& owner, const DrmFileMemory& memory) {
     const std::string node = render_path(minor_number);
-    std::string text;
-    const DrmFileMemory memory = device_.drm_fdinfo(fd, &text) == 0 ? parse_drm_fdinfo(text) : DrmFileMemory{};
-    const RenderOwner owner = render_owner(memory.client_id);
     const std::string who = owner.pid.empty()
                                 ? "the process of the dumped tree holding this file of " + node
                                 : "process " + owner.pid + " (its fd " + std::to_string(owner.fd) + " on " + node + ")";
@@ -764,6 +805,14 @@ class AmdBackend final : public plugin::Backend {
                           "beyond the handles probed, which the AMD backend does not save; the process would come "
                           "back without them. Free them before checkpointing",
                       ECANCELED);
+  }
+
+  // The render file CRIU hands DUMP_EXT_FILE, unless the tree audit already covered it.
+  Result<void> check_render_file(int fd, int minor_number) {
+    std::string text;
+    const DrmFileMemory memory = device_.drm_fdinfo(fd, &text) == 0 ? parse_drm_fdinfo(text) : DrmFileMemory{};
+    if (!memory.client_id.empty() && audited_files_.count(memory.client_id)) return {};
+    return audit_render_file(fd, minor_number, render_owner(memory.client_id), memory);
   }
 
   int dump_render(int fd, const struct stat& st, std::uint32_t id) {
@@ -1129,6 +1178,8 @@ class AmdBackend final : public plugin::Backend {
   std::optional<NodeInventory> node_;
   std::optional<NodeInventory> visible_node_;   // node_'s GPUs the restored process may open
   std::vector<int> seized_pids_;   // PAUSE_DEVICES, host pids
+  bool tree_audited_ = false;               // audit_tree_render_files ran in this dump
+  std::set<std::string> audited_files_;     // drm-client-ids of render files found holding nothing of ours
   struct PausedProcess {
     OwnedFd kfd;         // a duplicate of the /dev/kfd fd CRIU handed DUMP_EXT_FILE
     std::uint32_t pid;   // KFD's pid of the process, for the log

@@ -68,6 +68,9 @@ class AmdDevice {
     std::vector<RenderFile> render;
   };
   virtual int process_gpu_files(const std::string& host_pid, ProcessGpuFiles* files) = 0;
+  // A new fd (close-on-exec) on the open file behind fd `target_fd` of process `host_pid` (pidfd_getfd(2), Linux
+  // 5.6+, allowed to its ptrace attacher): ioctls on it reach that process's file, as on an fd CRIU received.
+  virtual int take_process_fd(const std::string& host_pid, int target_fd) = 0;
 
   // CPU access to BO memory through the BO's dmabuf fd (the CPU fallback of the copy path). The kernel refuses
   // (-EPERM) to map a VRAM BO allocated without CPU access (no KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC) or a userptr BO.

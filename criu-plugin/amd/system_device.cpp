@@ -5,6 +5,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -137,6 +138,14 @@ class SystemAmdDevice final : public AmdDevice {
     }
     ::closedir(d);
     return 0;
+  }
+  int take_process_fd(const std::string& host_pid, int target_fd) override {
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, std::atoi(host_pid.c_str()), 0));
+    if (pidfd < 0) return -errno;
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, target_fd, 0));
+    const int err = errno;
+    ::close(pidfd);
+    return fd < 0 ? -err : fd;
   }
   int bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) override {
     void* base;

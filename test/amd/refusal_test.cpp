@@ -146,11 +146,21 @@ TEST_CASE("A GEM BO on a KFD process's render node, neither mapped nor exported,
   Images images(tmp.path() / "images");
   const App app = start_app(node, 1500, 65536, 8192);
   const std::uint32_t handle = node.kfd->app_gem_create(1500, app.render_fds[0], 1 << 20, AMDGPU_GEM_DOMAIN_VRAM);
-  SECTION("refused, naming the process, its fd, the node and the BO; the GPU is not left paused") {
+  const std::string refusal = "process 1500 (its fd " + std::to_string(app.render_fds[0]) +
+                              " on /dev/dri/renderD128) holds 1 GEM buffer object(s) (handle 1: 1048576 bytes, VRAM)";
+  SECTION("refused at the first AMD file CRIU hands over (/dev/kfd here), before PROCESS_INFO paused anything") {
     CHECK(dump_app(node, images, app, config_with(1 << 20, false)) == -ECANCELED);
-    CHECK(logs.contains_at(log::Level::Error, "process 1500 (its fd " + std::to_string(app.render_fds[0]) +
-                                                  " on /dev/dri/renderD128) holds 1 GEM buffer object(s) (handle 1: "
-                                                  "1048576 bytes, VRAM)"));
+    CHECK(logs.contains_at(log::Level::Error, refusal));
+    CHECK_FALSE(logs.contains("process 1500: 1 GPUs"));   // PROCESS_INFO never ran
+    CHECK(node.kfd->bo_bytes_moved() == 0);
+    CHECK_FALSE(node.kfd->process(1500).queues_paused);
+  }
+  SECTION("without pidfd_getfd: refused at the render fd's own hook; the GPU paused for /dev/kfd is unpaused") {
+    node.kfd->set_pidfd_getfd(false);
+    CHECK(dump_app(node, images, app, config_with(1 << 20, false)) == -ECANCELED);
+    CHECK(logs.contains_at(log::Level::Warn, "(pidfd_getfd: Function not implemented)"));
+    CHECK(logs.contains_at(log::Level::Error, refusal));
+    CHECK(logs.contains("process 1500: GPU queues unpaused (the dump failed)"));
     CHECK_FALSE(node.kfd->process(1500).queues_paused);
   }
   SECTION("the BO closed again: the dump goes ahead") {

@@ -637,6 +637,16 @@ int SimKfd::process_gpu_files(const std::string& host_pid, ProcessGpuFiles* file
   return 0;
 }
 
+// The app's fds are this process's: pidfd_getfd's duplicate of one is a dup of it, if that process holds it.
+int SimKfd::take_process_fd(const std::string& host_pid, int target_fd) {
+  if (!pidfd_getfd_) return -ENOSYS;
+  std::lock_guard lock(mutex_);
+  const SimFile* file = lookup(target_fd);
+  if (!file || file->owner_pid != std::atoi(host_pid.c_str())) return -EBADF;
+  const int fd = ::fcntl(target_fd, F_DUPFD_CLOEXEC, 0);
+  return fd < 0 ? -errno : fd;
+}
+
 int SimKfd::criu_op(const SimFile& file, kfd_ioctl_criu_args& args) {
   if (args.op == KFD_CRIU_OP_RESUME) return resume(args);
   SimProcess* p = find_process(file.owner_pid);

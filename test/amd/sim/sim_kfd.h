@@ -133,6 +133,8 @@ class SimKfd final : public AmdDevice {
   void set_restore_accepts_no_bos(bool accepts) { restore_accepts_no_bos_ = accepts; }
   // Whether the GPUs have a usable SDMA engine (libdrm_amdgpu present); `reason` is what make_sdma_copier says.
   void set_sdma_available(bool available, std::string reason = "libdrm_amdgpu.so.1 not loadable");
+  // Whether pidfd_getfd works (Linux 5.6+, not blocked by seccomp); off, take_process_fd answers -ENOSYS.
+  void set_pidfd_getfd(bool works) { pidfd_getfd_ = works; }
   // Which DRM memory keys render-node fdinfo prints: Linux 5.19+ amdgpu (drm-memory-*), only the newer
   // drm-total-*, or none (older kernels).
   enum class FdinfoKeys { Legacy, Total, None };
@@ -184,6 +186,7 @@ class SimKfd final : public AmdDevice {
   int dmabuf_inode(int fd, std::uint64_t* inode) override;
   int drm_fdinfo(int fd, std::string* text) override;
   int process_gpu_files(const std::string& host_pid, ProcessGpuFiles* files) override;
+  int take_process_fd(const std::string& host_pid, int target_fd) override;
   int process_dmabuf_inodes(const std::string& host_pid, std::vector<std::uint64_t>* inodes) override;
   int dmabuf_holders(const std::vector<std::uint64_t>& inodes, const std::string& except_pid,
                      std::vector<DmabufHolder>* holders) override;
@@ -245,6 +248,7 @@ class SimKfd final : public AmdDevice {
   bool restore_accepts_no_bos_ = false;
   bool sdma_available_ = true;
   std::atomic<FdinfoKeys> fdinfo_keys_{FdinfoKeys::Legacy};
+  std::atomic<bool> pidfd_getfd_{true};
   std::string sdma_missing_reason_;
   std::atomic<int> calling_pid_{1};
   mutable std::mutex mutex_;
