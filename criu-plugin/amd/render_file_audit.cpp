@@ -107,7 +107,7 @@ DrmFileMemory parse_drm_fdinfo(const std::string& text) {
       }
     }
   }
-  if (!legacy.has_memory && total.has_memory) {
+  if (total.has_memory) {   // counts BOs whether or not their backing store is instantiated
     legacy.has_memory = true;
     legacy.bytes = total.bytes;
   }

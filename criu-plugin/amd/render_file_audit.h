@@ -37,9 +37,10 @@ Result<GemProbe> probe_gem_handles(AmdDevice& device, int render_fd, std::uint32
 std::string describe_gem_objects(const GemProbe& probe);
 
 // The DRM usage stats of one file's fdinfo (Documentation/gpu/drm-usage-stats.rst). amdgpu prints, since Linux
-// 5.19, drm-memory-vram/gtt/cpu (the BOs of the file's VM by current placement: every GEM handle's BO, the VM's
-// page tables, and the KFD BOs of a VM KFD acquired); newer kernels add drm-total-<region>. The legacy keys are
-// read where present, else drm-total-*.
+// 5.19, drm-memory-vram/gtt/cpu: the BOs of the file's VM by current placement (amdgpu_vm_get_memory walks the
+// VM's BO lists: every GEM handle's BO, the VM's page tables, and the KFD BOs of a VM KFD acquired). Newer
+// kernels add drm-total-<region>, "all requested buffers" whether or not their backing store exists (the legacy
+// key became an alias of drm-resident-<region>): drm-total-* is read where present, else drm-memory-*.
 struct DrmFileMemory {
   std::string client_id;     // drm-client-id: one per DRM file
   bool has_memory = false;   // whether any memory key was printed

@@ -141,10 +141,10 @@ TEST_CASE("DRM usage stats are read from fdinfo as amdgpu prints them, old and n
   CHECK(v61.client_id == "17");
   CHECK(v61.has_memory);
   CHECK(v61.bytes == (3ull << 20) + 4096);   // vram + gtt + cpu; amd-* keys are not added again
-  // Newer kernels: drm-total-<region> through drm_print_memory_stats (units as exact as divide), the legacy
-  // aliases still printed and preferred; without them drm-total-* is read.
+  // Newer kernels: drm-total-<region> (requested, backed or not) next to the legacy alias of resident memory;
+  // the total is read.
   const DrmFileMemory both = parse_drm_fdinfo(
-      "drm-client-id:\t5\ndrm-total-vram:\t3 MiB\ndrm-resident-vram:\t3 MiB\ndrm-memory-vram:\t3072 KiB\n");
+      "drm-client-id:\t5\ndrm-total-vram:\t3 MiB\ndrm-resident-vram:\t2 MiB\ndrm-memory-vram:\t2048 KiB\n");
   CHECK(both.bytes == 3ull << 20);
   const DrmFileMemory total = parse_drm_fdinfo("drm-client-id:\t6\ndrm-total-vram:\t2 MiB\ndrm-total-gtt:\t4096\n");
   CHECK(total.has_memory);
