@@ -588,6 +588,12 @@ class AmdBackend final : public plugin::Backend {
     return images.write_framed(kfd_image_name(id), image.SerializeAsString());
   }
 
+  // "process <KFD pid>", with the host pid where it differs (a container's PID namespace).
+  static std::string process_text(std::uint32_t kfd_pid, const std::string& host_pid) {
+    return "process " + std::to_string(kfd_pid) +
+           (host_pid != std::to_string(kfd_pid) ? " (host pid " + host_pid + ")" : std::string());
+  }
+
   // What KFD's CHECKPOINT does not carry would be missing after a restore with no error of its own, so a process
   // that has any of it is refused here, naming the process, the buffer and why:
   //  - a dma-buf fd that is not the dma-buf of one of its KFD BOs (imported from another process or device, or
@@ -596,11 +602,6 @@ class AmdBackend final : public plugin::Backend {
   //    processes separate memory);
   //  - a CPU mapping of a render node at an offset that is no KFD BO's: a GEM BO allocated through the render node
   //    (libdrm, Mesa) or imported into it, which UPDATE_VMA_MAP could not map again.
-  static std::string process_text(std::uint32_t kfd_pid, const std::string& host_pid) {
-    return "process " + std::to_string(kfd_pid) +
-           (host_pid != std::to_string(kfd_pid) ? " (host pid " + host_pid + ")" : std::string());
-  }
-
   Result<void> check_restorable(std::uint32_t kfd_pid, const std::string& host_pid,
                                 const std::vector<kfd_criu_bo_bucket>& bos, const std::vector<std::uint64_t>& bo_inodes,
                                 const std::vector<std::uint64_t>& held_inodes) {
