@@ -3,6 +3,7 @@
 // /proc reads of the GEM refusal finding nothing in a process without GPU files.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch_test_macros.hpp>
@@ -67,6 +68,17 @@ TEST_CASE("System device: a process without GPU files has no render files or KFD
   REQUIRE(device->drm_fdinfo(fd, &text) == 0);
   CHECK(text.find("pos:") != std::string::npos);   // the kernel's fdinfo of our fd, with no DRM keys
   CHECK(device->process_gpu_files("999999999", &files) == -ENOENT);
+  // pidfd_getfd: a new fd on the same open file (here our own, which ptrace rules allow to ourselves).
+  const int taken = device->take_process_fd(std::to_string(::getpid()), fd);
+  REQUIRE(taken >= 0);
+  CHECK(taken != fd);
+  CHECK(::fcntl(taken, F_GETFD) == FD_CLOEXEC);
+  struct stat a {}, b {};
+  ::fstat(fd, &a);
+  ::fstat(taken, &b);
+  CHECK(a.st_ino == b.st_ino);
+  CHECK(device->take_process_fd(std::to_string(::getpid()), 99999) == -EBADF);
+  ::close(taken);
   ::close(fd);
 }
 
