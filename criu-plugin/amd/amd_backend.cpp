@@ -20,6 +20,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "criu-plugin/amd/image_dir.h"
 #include "criu-plugin/amd/kfd_uapi.h"
 #include "criu-plugin/amd/parallel_restore.h"
+#include "criu-plugin/amd/render_file_audit.h"
 #include "criu-plugin/criu_abi.h"
 
 namespace gpuckpt::amd {
@@ -156,6 +158,8 @@ class AmdBackend final : public plugin::Backend {
     plan_cache_.clear();
     kfd_targets_.clear();
     seized_pids_.clear();
+    tree_audited_ = false;
+    audited_files_.clear();
     shared_dmabufs_.clear();
     retries_.clear();
     visible_node_.reset();
@@ -180,8 +184,11 @@ class AmdBackend final : public plugin::Backend {
     if (!enabled_) return -ENOTSUP;
     struct stat st {};
     if (int err = device_.fstat(fd, &st); err < 0) return -ENOTSUP;
+    if (is_kfd(st) || is_amd_render_node(st)) {
+      if (auto ok = audit_tree_render_files(); !ok) return fail("checkpoint", ok.error());
+    }
     if (is_kfd(st)) return dump_kfd(fd, static_cast<std::uint32_t>(id));
-    if (is_amd_render_node(st)) return dump_render(st, static_cast<std::uint32_t>(id));
+    if (is_amd_render_node(st)) return dump_render(fd, st, static_cast<std::uint32_t>(id));
     std::uint64_t inode = 0;
     if (device_.dmabuf_inode(fd, &inode) == 0) return dump_dmabuf(inode, static_cast<std::uint32_t>(id));
     return -ENOTSUP;
@@ -534,6 +541,7 @@ class AmdBackend final : public plugin::Backend {
     }
     // Before any content moves: the queues have been paused only for PROCESS_INFO and CHECKPOINT so far.
     if (auto ok = check_restorable(info.pid, host_pid, bos, bo_inodes, held_inodes); !ok) return ok;
+    if (auto ok = check_render_memory(info.pid, host_pid, bos, info.num_devices); !ok) return ok;
     for (std::size_t i = 0; i < bos.size(); ++i) {
       const auto& b = bos[i];
       auto* bo = image.add_bos();
@@ -580,6 +588,12 @@ class AmdBackend final : public plugin::Backend {
     return images.write_framed(kfd_image_name(id), image.SerializeAsString());
   }
 
+  // "process <KFD pid>", with the host pid where it differs (a container's PID namespace).
+  static std::string process_text(std::uint32_t kfd_pid, const std::string& host_pid) {
+    return "process " + std::to_string(kfd_pid) +
+           (host_pid != std::to_string(kfd_pid) ? " (host pid " + host_pid + ")" : std::string());
+  }
+
   // What KFD's CHECKPOINT does not carry would be missing after a restore with no error of its own, so a process
   // that has any of it is refused here, naming the process, the buffer and why:
   //  - a dma-buf fd that is not the dma-buf of one of its KFD BOs (imported from another process or device, or
@@ -591,8 +605,7 @@ class AmdBackend final : public plugin::Backend {
   Result<void> check_restorable(std::uint32_t kfd_pid, const std::string& host_pid,
                                 const std::vector<kfd_criu_bo_bucket>& bos, const std::vector<std::uint64_t>& bo_inodes,
                                 const std::vector<std::uint64_t>& held_inodes) {
-    const std::string who = "process " + std::to_string(kfd_pid) +
-                            (host_pid != std::to_string(kfd_pid) ? " (host pid " + host_pid + ")" : std::string());
+    const std::string who = process_text(kfd_pid, host_pid);
     const auto bo_text = [](const kfd_criu_bo_bucket& b) {
       return std::string(b.alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM ? "VRAM" : "GTT") + " BO at " + hex(b.addr) +
              " (" + std::to_string(b.size) + " bytes, gpu_id " + hex(b.gpu_id) + ")";
@@ -646,12 +659,172 @@ class AmdBackend final : public plugin::Backend {
     return {};
   }
 
-  int dump_render(const struct stat& st, std::uint32_t id) {
+  // The memory of a KFD process's render-node files (their GPU VMs, one of which KFD acquired) against what its
+  // KFD BOs account for: more means GEM buffer objects the handle probe of those files could not reach (handles
+  // above kGemProbeHandles), which the backend does not save. A BO may be mapped into the VM of every GPU of the
+  // process (peer and system memory), so each VRAM/GTT/userptr BO is allowed once per GPU.
+  Result<void> check_render_memory(std::uint32_t kfd_pid, const std::string& host_pid,
+                                   const std::vector<kfd_criu_bo_bucket>& bos, std::uint32_t num_devices) {
+    const std::string who = process_text(kfd_pid, host_pid);
+    AmdDevice::ProcessGpuFiles files;
+    if (int err = device_.process_gpu_files(host_pid, &files); err < 0) {
+      return make_error(who + ": cannot read its render-node files from /proc/" + host_pid + "/fd: " +
+                            std::strerror(-err) + "; refusing rather than dumping without what they may hold",
+                        -err);
+    }
+    std::set<std::string> counted;
+    std::uint64_t total = 0;
+    std::uint64_t file_count = 0;
+    std::string listing;
+    for (const auto& file : files.render) {
+      if (!is_amd_render_minor(file.render_minor)) continue;   // another vendor's node: not KFD's VM
+      const DrmFileMemory memory = parse_drm_fdinfo(file.fdinfo);
+      if (!memory.client_id.empty() && !counted.insert(memory.client_id).second) continue;   // a second fd on it
+      const std::string name = "fd " + std::to_string(file.fd) + " on " + render_path(file.render_minor);
+      if (!memory.has_memory) return make_error(who + ": its " + name + no_usage_stats(), ECANCELED);
+      total += memory.bytes;
+      ++file_count;
+      listing += (listing.empty() ? "" : ", ") + name + ": " + std::to_string(memory.bytes);
+    }
+    std::uint64_t kfd_bytes = 0;
+    constexpr std::uint32_t kMappable =
+        KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT | KFD_IOC_ALLOC_MEM_FLAGS_USERPTR;
+    for (const auto& b : bos) kfd_bytes += b.size * ((b.alloc_flags & kMappable) ? std::max(num_devices, 1u) : 1u);
+    const std::uint64_t allowed = kfd_bytes + kfd_bytes / kPageTableShare + file_count * kKernelBytesPerRenderFile;
+    if (total <= allowed) return {};
+    return make_error(who + ": the GPU VMs of its render-node files hold " + std::to_string(total) + " bytes (" +
+                          listing + "; DRM usage stats of /proc/" + host_pid + "/fdinfo), " +
+                          std::to_string(total - allowed) + " more than its KFD buffer objects (" +
+                          std::to_string(kfd_bytes) + " bytes" +
+                          (num_devices > 1 ? ", each VRAM/GTT/userptr BO counted once per GPU" : "") +
+                          "), their page tables and the kernel's own per-file buffers account for: GEM buffer "
+                          "objects beyond the " + std::to_string(kGemProbeHandles) + " handles probed, allocated or "
+                          "imported through the render node (Mesa, VA-API, libdrm). The AMD backend saves only KFD "
+                          "state; the process would come back without them. Free them before checkpointing",
+                      ECANCELED);
+  }
+
+  static std::string no_usage_stats() {
+    return " shows no DRM memory usage (no drm-memory-* or drm-total-* in its fdinfo; amdgpu prints them from "
+           "Linux 5.19), so GEM buffer objects beyond the " + std::to_string(kGemProbeHandles) +
+           " handles probed cannot be ruled out; refusing rather than risking a dump without them. Checkpoint on "
+           "a kernel whose amdgpu prints them";
+  }
+
+  bool is_amd_render_minor(int minor_number) {
+    auto node = cached_node();
+    return node && find_render_minor(**node, minor_number) != nullptr;
+  }
+
+  // The seized process holding the DRM file `client_id`: its host pid, its fd and whether it has /dev/kfd open.
+  // Empty pid when none matches.
+  struct RenderOwner {
+    std::string pid;
+    int fd = -1;
+    bool has_kfd = false;
+  };
+  RenderOwner render_owner(const std::string& client_id) {
+    if (client_id.empty()) return {};
+    for (int pid : seized_pids_) {
+      AmdDevice::ProcessGpuFiles files;
+      if (device_.process_gpu_files(std::to_string(pid), &files) < 0) continue;
+      for (const auto& file : files.render) {
+        if (parse_drm_fdinfo(file.fdinfo).client_id == client_id) {
+          return RenderOwner{std::to_string(pid), file.fd, files.has_kfd};
+        }
+      }
+    }
+    return {};
+  }
+
+  // Once per dump, at the first AMD file CRIU hands a hook: every task is frozen and nothing is paused yet. Every
+  // AMD render-node file of every seized process is audited through an fd on it taken with pidfd_getfd, so a
+  // refusal comes before any KFD PROCESS_INFO evicts a queue, whatever order CRIU dumps the fds in. Where
+  // pidfd_getfd is unavailable, each render file is audited in its own DUMP_EXT_FILE instead (still refused, but
+  // a /dev/kfd dumped before it has been paused and is unpaused when the failed dump ends).
+  Result<void> audit_tree_render_files() {
+    if (tree_audited_) return {};
+    tree_audited_ = true;
+    for (int pid : seized_pids_) {
+      AmdDevice::ProcessGpuFiles files;
+      if (device_.process_gpu_files(std::to_string(pid), &files) < 0) continue;   // gone, or no /proc view
+      for (const auto& file : files.render) {
+        if (!is_amd_render_minor(file.render_minor)) continue;
+        const DrmFileMemory memory = parse_drm_fdinfo(file.fdinfo);
+        if (!memory.client_id.empty() && audited_files_.count(memory.client_id)) continue;
+        const int taken = device_.take_process_fd(std::to_string(pid), file.fd);
+        if (taken < 0) {
+          log::warn("amd: cannot take process " + std::to_string(pid) + "'s fd " + std::to_string(file.fd) + " on " +
+                    render_path(file.render_minor) + " (pidfd_getfd: " + std::strerror(-taken) + "); its GEM "
+                    "buffer objects are looked for when CRIU dumps that fd, possibly after its GPU queues were "
+                    "paused");
+          continue;
+        }
+        OwnedFd fd(&device_, taken);
+        const RenderOwner owner{std::to_string(pid), file.fd, files.has_kfd};
+        if (auto ok = audit_render_file(fd.get(), file.render_minor, owner, memory); !ok) return ok;
+        if (!memory.client_id.empty()) audited_files_.insert(memory.client_id);
+      }
+    }
+    return {};
+  }
+
+  // A render-node file of the dumped tree (the one CRIU received from the target's parasite, or one taken with
+  // pidfd_getfd: either way the target's own open file, its GEM handles and VM). Anything in it is refused: the
+  // backend saves no GEM state, and KFD's BOs are no GEM handles of this file (KFD keeps their handles in its own
+  // DRM client). Handles are probed 1..kGemProbeHandles; beyond that the VM's memory from fdinfo must be explained
+  // by the kernel's own per-file buffers, or, in a process with /dev/kfd, by its KFD BOs (checked when its
+  // /dev/kfd is dumped).
+  Result<void> audit_render_file(int fd, int minor_number, const RenderOwner& owner, const DrmFileMemory& memory) {
+    const std::string node = render_path(minor_number);
+    const std::string who = owner.pid.empty()
+                                ? "the process of the dumped tree holding this file of " + node
+                                : "process " + owner.pid + " (its fd " + std::to_string(owner.fd) + " on " + node + ")";
+    auto probe = probe_gem_handles(device_, fd);
+    if (!probe) {
+      return make_error(who + ": cannot tell which GEM buffer objects it holds (" + probe.error().message +
+                            "); refusing rather than dumping without them",
+                        ECANCELED);
+    }
+    if (probe->count > 0) {
+      return make_error(who + " holds " + std::to_string(probe->count) + " GEM buffer object(s) (" +
+                            describe_gem_objects(*probe) + "), allocated or imported through the render node (Mesa "
+                            "OpenGL/Vulkan, VA-API, libdrm's amdgpu_bo_alloc), not through KFD. The AMD backend saves "
+                            "only KFD state (this kernel interface can neither list nor recreate GEM handles), so the "
+                            "process would come back without them. Checkpoint it when it holds no render-node "
+                            "buffers, or one that uses the GPU only through ROCm/KFD",
+                        ECANCELED);
+    }
+    if (!memory.has_memory) return make_error(who + no_usage_stats(), ECANCELED);
+    if (memory.bytes <= kKernelBytesPerRenderFile || owner.has_kfd) return {};
+    return make_error(who + ": its GPU VM holds " + std::to_string(memory.bytes) + " bytes (DRM usage stats in its "
+                          "fdinfo) while no GEM handle 1.." + std::to_string(kGemProbeHandles) + " exists and " +
+                          (owner.pid.empty() ? std::string("no seized process with /dev/kfd holds the file")
+                                             : std::string("the process has no /dev/kfd")) +
+                          "; the kernel's own buffers of a render file take at most " +
+                          std::to_string(kKernelBytesPerRenderFile) + " bytes. The rest are GEM buffer objects "
+                          "beyond the handles probed, which the AMD backend does not save; the process would come "
+                          "back without them. Free them before checkpointing",
+                      ECANCELED);
+  }
+
+  // The render file CRIU hands DUMP_EXT_FILE, unless the tree audit already covered it.
+  Result<void> check_render_file(int fd, int minor_number) {
+    std::string text;
+    const DrmFileMemory memory = device_.drm_fdinfo(fd, &text) == 0 ? parse_drm_fdinfo(text) : DrmFileMemory{};
+    if (!memory.client_id.empty() && audited_files_.count(memory.client_id)) return {};
+    return audit_render_file(fd, minor_number, render_owner(memory.client_id), memory);
+  }
+
+  int dump_render(int fd, const struct stat& st, std::uint32_t id) {
     auto images = image_dir();
     if (!images) return -EIO;
     auto node = cached_node();
     if (!node) return fail("render node", node.error());
     const int minor_number = static_cast<int>(minor(st.st_rdev));
+    if (auto ok = check_render_file(fd, minor_number); !ok) {
+      return fail("checkpoint of render node renderD" + std::to_string(minor_number), ok.error());
+    }
     const GpuDevice* gpu = find_render_minor(**node, minor_number);
     pb::RenderNodeImage image;
     image.set_version(kImageVersion);
@@ -1006,6 +1179,8 @@ class AmdBackend final : public plugin::Backend {
   std::optional<NodeInventory> node_;
   std::optional<NodeInventory> visible_node_;   // node_'s GPUs the restored process may open
   std::vector<int> seized_pids_;   // PAUSE_DEVICES, host pids
+  bool tree_audited_ = false;               // audit_tree_render_files ran in this dump
+  std::set<std::string> audited_files_;     // drm-client-ids of render files found holding nothing of ours
   struct PausedProcess {
     OwnedFd kfd;         // a duplicate of the /dev/kfd fd CRIU handed DUMP_EXT_FILE
     std::uint32_t pid;   // KFD's pid of the process, for the log

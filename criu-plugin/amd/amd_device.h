@@ -52,6 +52,26 @@ class AmdDevice {
   virtual int dmabuf_holders(const std::vector<std::uint64_t>& inodes, const std::string& except_pid,
                              std::vector<DmabufHolder>* holders) = 0;
 
+  // The fdinfo text of one of our fds (/proc/self/fdinfo/<fd>). For a DRM file the kernel appends its usage
+  // stats (drm-client-id, drm-memory-* / drm-total-*), about the open file description, not about the fd: on an
+  // fd CRIU received from the target they describe the target's DRM file.
+  virtual int drm_fdinfo(int fd, std::string* text) = 0;
+  // The GPU files a process holds, read from /proc/<host_pid>/fd and fdinfo: whether one is /dev/kfd, and every
+  // render-node fd with its fdinfo text (two fds on one open file share its drm-client-id).
+  struct RenderFile {
+    int fd = -1;              // the number in that process
+    int render_minor = -1;
+    std::string fdinfo;
+  };
+  struct ProcessGpuFiles {
+    bool has_kfd = false;
+    std::vector<RenderFile> render;
+  };
+  virtual int process_gpu_files(const std::string& host_pid, ProcessGpuFiles* files) = 0;
+  // A new fd (close-on-exec) on the open file behind fd `target_fd` of process `host_pid` (pidfd_getfd(2), Linux
+  // 5.6+, allowed to its ptrace attacher): ioctls on it reach that process's file, as on an fd CRIU received.
+  virtual int take_process_fd(const std::string& host_pid, int target_fd) = 0;
+
   // CPU access to BO memory through the BO's dmabuf fd (the CPU fallback of the copy path). The kernel refuses
   // (-EPERM) to map a VRAM BO allocated without CPU access (no KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC) or a userptr BO.
   virtual int bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) = 0;

@@ -4,10 +4,14 @@
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -95,6 +99,53 @@ class SystemAmdDevice final : public AmdDevice {
     }
     ::closedir(proc);
     return 0;
+  }
+  static int read_text(const std::string& path, std::string* text) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) text->append(buf, static_cast<std::size_t>(n));
+    const int err = n < 0 ? -errno : 0;
+    ::close(fd);
+    return err;
+  }
+  int drm_fdinfo(int fd, std::string* text) override {
+    return read_text("/proc/self/fdinfo/" + std::to_string(fd), text);
+  }
+  // Files are told apart by the device they reach (stat through the /proc link), not by the link's text: in
+  // another mount namespace the path the link shows need not be /dev/...
+  int process_gpu_files(const std::string& host_pid, ProcessGpuFiles* files) override {
+    struct stat kfd {};
+    const bool kfd_known = ::stat("/dev/kfd", &kfd) == 0 && S_ISCHR(kfd.st_mode);
+    const std::string dir = "/proc/" + host_pid + "/fd";
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return -errno;
+    while (const dirent* e = ::readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      struct stat st {};
+      if (::stat((dir + "/" + e->d_name).c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) continue;
+      if (kfd_known && st.st_rdev == kfd.st_rdev) {
+        files->has_kfd = true;
+        continue;
+      }
+      if (major(st.st_rdev) != 226 || minor(st.st_rdev) < 128) continue;
+      RenderFile file;
+      file.fd = std::atoi(e->d_name);
+      file.render_minor = static_cast<int>(minor(st.st_rdev));
+      if (read_text("/proc/" + host_pid + "/fdinfo/" + e->d_name, &file.fdinfo) < 0) continue;   // closed meanwhile
+      files->render.push_back(std::move(file));
+    }
+    ::closedir(d);
+    return 0;
+  }
+  int take_process_fd(const std::string& host_pid, int target_fd) override {
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, std::atoi(host_pid.c_str()), 0));
+    if (pidfd < 0) return -errno;
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, target_fd, 0));
+    const int err = errno;
+    ::close(pidfd);
+    return fd < 0 ? -err : fd;
   }
   int bo_read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) override {
     void* base;

@@ -8,6 +8,7 @@
 #include "criu-plugin/amd/config.h"
 #include "criu-plugin/amd/image_dir.h"
 #include "criu-plugin/amd/parallel_restore.h"
+#include "criu-plugin/amd/render_file_audit.h"
 #include "test/amd/harness.h"
 
 namespace gpuckpt::amd::test {
@@ -128,6 +129,29 @@ TEST_CASE("The parallel-restore channel carries jobs with hundreds of BOs throug
     CHECK(bytes == std::vector<std::uint8_t>(bytes.size(), static_cast<std::uint8_t>(i % 251)));
   }
   ::close(kfd);
+}
+
+TEST_CASE("DRM usage stats are read from fdinfo as amdgpu prints them, old and new keys", "[unit]") {
+  // Linux 6.1 amdgpu_show_fdinfo: legacy keys in KiB, two of them with a space before the tab.
+  const DrmFileMemory v61 = parse_drm_fdinfo(
+      "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t1234\ndrm-driver:\tamdgpu\ndrm-pdev:\t0000:03:00.0\n"
+      "pasid:\t32770\ndrm-client-id:\t17\ndrm-memory-vram:\t1024 KiB\ndrm-memory-gtt: \t2048 KiB\n"
+      "drm-memory-cpu: \t4 KiB\namd-memory-visible-vram:\t512 KiB\namd-evicted-vram:\t0 KiB\n"
+      "drm-engine-gfx:\t123 ns\n");
+  CHECK(v61.client_id == "17");
+  CHECK(v61.has_memory);
+  CHECK(v61.bytes == (3ull << 20) + 4096);   // vram + gtt + cpu; amd-* keys are not added again
+  // Newer kernels: drm-total-<region> (requested, backed or not) next to the legacy alias of resident memory;
+  // the total is read.
+  const DrmFileMemory both = parse_drm_fdinfo(
+      "drm-client-id:\t5\ndrm-total-vram:\t3 MiB\ndrm-resident-vram:\t2 MiB\ndrm-memory-vram:\t2048 KiB\n");
+  CHECK(both.bytes == 3ull << 20);
+  const DrmFileMemory total = parse_drm_fdinfo("drm-client-id:\t6\ndrm-total-vram:\t2 MiB\ndrm-total-gtt:\t4096\n");
+  CHECK(total.has_memory);
+  CHECK(total.bytes == (2ull << 20) + 4096);
+  // Before Linux 5.19, or not a DRM file: no memory keys; a value in an unknown unit is not taken.
+  CHECK_FALSE(parse_drm_fdinfo("pos:\t0\nflags:\t02\nmnt_id:\t24\n").has_memory);
+  CHECK_FALSE(parse_drm_fdinfo("drm-memory-vram:\t12 XB\n").has_memory);
 }
 
 }  // namespace gpuckpt::amd::test

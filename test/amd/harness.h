@@ -210,7 +210,8 @@ inline constexpr int kKfdImageId = 7;
 inline int render_image_id(std::size_t i) { return 20 + static_cast<int>(i); }
 
 // CRIU's dump sequence for one process: HANDLE_DEVICE_VMA for its device mappings, DUMP_EXT_FILE for its
-// /dev/kfd fd and each render-node fd. Returns the first non-zero hook result.
+// /dev/kfd fd and each render-node fd, then fini with the outcome (as cr_dump_finish does, failed or not).
+// Returns the first non-zero hook result.
 // `host_pid`: the pid CRIU seizes (PAUSE_DEVICES) when the process lives in its own PID namespace.
 inline int dump_app(Node& node, const Images& images, const App& app, const AmdConfig& config,
                     int* inventory_calls = nullptr, int host_pid = 0) {
@@ -218,18 +219,22 @@ inline int dump_app(Node& node, const Images& images, const App& app, const AmdC
   node.kfd->set_calling_pid(kCriuPid);
   node.kfd->seize(app.pid, kCriuPid);
   if (int r = backend->init(criu::kStageDump)) return r;
-  if (host_pid > 0 && backend->pause_devices(host_pid) != -ENOTSUP) return -EINVAL;
-  struct stat st {};
-  node.kfd->fstat(app.kfd_fd, &st);
-  if (int r = backend->handle_device_vma(app.kfd_fd, &st)) return r;
-  if (int r = backend->dump_ext_file(app.kfd_fd, kKfdImageId)) return r;
-  for (std::size_t i = 0; i < app.render_fds.size(); ++i) {
-    node.kfd->fstat(app.render_fds[i], &st);
-    if (int r = backend->handle_device_vma(app.render_fds[i], &st)) return r;
-    if (int r = backend->dump_ext_file(app.render_fds[i], render_image_id(i))) return r;
-  }
-  backend->fini(criu::kStageDump, 0);
-  return 0;
+  if (backend->pause_devices(host_pid > 0 ? host_pid : app.pid) != -ENOTSUP) return -EINVAL;
+  const auto hooks = [&]() -> int {
+    struct stat st {};
+    node.kfd->fstat(app.kfd_fd, &st);
+    if (int r = backend->handle_device_vma(app.kfd_fd, &st)) return r;
+    if (int r = backend->dump_ext_file(app.kfd_fd, kKfdImageId)) return r;
+    for (std::size_t i = 0; i < app.render_fds.size(); ++i) {
+      node.kfd->fstat(app.render_fds[i], &st);
+      if (int r = backend->handle_device_vma(app.render_fds[i], &st)) return r;
+      if (int r = backend->dump_ext_file(app.render_fds[i], render_image_id(i))) return r;
+    }
+    return 0;
+  };
+  const int result = hooks();
+  backend->fini(criu::kStageDump, result);
+  return result;
 }
 
 struct RestoreOutcome {

@@ -1,4 +1,5 @@
 // The simulated KFD keeps the kernel's CRIU protocol: wrong order and wrong sizes are refused as KFD does.
+#include <amdgpu_drm.h>
 #include <catch2/catch_test_macros.hpp>
 
 #include "test/amd/harness.h"
@@ -120,6 +121,53 @@ TEST_CASE("Simulated KFD: RESTORE checks devices, render nodes and private data"
   REQUIRE(criu(kfd, own, resume, KFD_CRIU_OP_RESUME) == 0);
   CHECK(kfd.process(70).running);
   for (int fd : {fresh, r0, r1, own}) ::close(fd);
+}
+
+}  // namespace gpuckpt::amd::test
+
+namespace gpuckpt::amd::test {
+
+TEST_CASE("Simulated DRM: GEM handles per open file, lowest free first; GEM_OP answers ENOENT for none", "[unit]") {
+  TempDir tmp;
+  Node node(tmp.path() / "host", make_gpus(1));
+  SimKfd& kfd = *node.kfd;
+  const int a = kfd.app_open_render(60, 128);
+  const int b = kfd.app_open_render(60, 128);
+  CHECK(kfd.app_gem_create(60, a, 4096, AMDGPU_GEM_DOMAIN_GTT) == 1);
+  CHECK(kfd.app_gem_create(60, a, 8192, AMDGPU_GEM_DOMAIN_VRAM) == 2);
+  CHECK(kfd.app_gem_create(60, a, 4096, AMDGPU_GEM_DOMAIN_GTT) == 3);
+  CHECK(kfd.app_gem_create(60, b, 4096, AMDGPU_GEM_DOMAIN_GTT) == 1);   // another open file: its own table
+  kfd.app_gem_close(60, a, 2);
+  CHECK(kfd.app_gem_create(60, a, 4096, AMDGPU_GEM_DOMAIN_GTT) == 2);   // the hole is taken first
+  CHECK(kfd.app_gem_create(60, a, 4096, AMDGPU_GEM_DOMAIN_GTT) == 4);
+
+  drm_amdgpu_gem_create_in info{};
+  drm_amdgpu_gem_op op{};
+  op.op = AMDGPU_GEM_OP_GET_GEM_CREATE_INFO;
+  op.value = reinterpret_cast<std::uintptr_t>(&info);
+  op.handle = 3;
+  kfd.set_calling_pid(kCriuPid);   // any holder of the file may ask (CRIU, on the fd it received)
+  REQUIRE(kfd.ioctl(a, DRM_IOCTL_AMDGPU_GEM_OP, &op) == 0);
+  CHECK(info.bo_size == 4096);
+  CHECK(info.domains == AMDGPU_GEM_DOMAIN_GTT);
+  op.handle = 5;
+  CHECK(kfd.ioctl(a, DRM_IOCTL_AMDGPU_GEM_OP, &op) == -ENOENT);
+  drm_gem_close close_args{};
+  close_args.handle = 5;
+  CHECK(kfd.ioctl(a, DRM_IOCTL_GEM_CLOSE, &close_args) == -EINVAL);
+
+  // fdinfo: the file's VM memory, per file, with its client id.
+  std::string text;
+  REQUIRE(kfd.drm_fdinfo(b, &text) == 0);
+  CHECK(text.find("drm-memory-gtt: \t4 KiB\n") != std::string::npos);
+  CHECK(text.find("drm-memory-vram:\t4 KiB\n") != std::string::npos);   // the root page directory
+  AmdDevice::ProcessGpuFiles files;
+  REQUIRE(kfd.process_gpu_files("60", &files) == 0);
+  CHECK_FALSE(files.has_kfd);
+  REQUIRE(files.render.size() == 2);
+  CHECK(files.render[1].fdinfo == text);
+  ::close(a);
+  ::close(b);
 }
 
 }  // namespace gpuckpt::amd::test

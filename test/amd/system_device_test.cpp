@@ -1,11 +1,15 @@
 // The system side of the seam where it can run without an AMD GPU: the CPU copy path's mmap windows (on a
-// memfd standing in for a dmabuf), dmabuf recognition, and the SDMA path declining where there is no amdgpu.
+// memfd standing in for a dmabuf), dmabuf recognition, the SDMA path declining where there is no amdgpu, and the
+// /proc reads of the GEM refusal finding nothing in a process without GPU files.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch_test_macros.hpp>
+#include <cerrno>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "criu-plugin/amd/amd_device.h"
@@ -49,6 +53,32 @@ TEST_CASE("System device: only dma-bufs are taken for dmabufs; SDMA declines wit
   REQUIRE_FALSE(sdma.ok());
   CHECK(sdma.error().message.rfind("SDMA: ", 0) == 0);
   ::close(null_fd);
+  ::close(fd);
+}
+
+TEST_CASE("System device: a process without GPU files has no render files or KFD; fdinfo is read", "[unit]") {
+  auto device = make_system_amd_device();
+  const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  AmdDevice::ProcessGpuFiles files;
+  REQUIRE(device->process_gpu_files(std::to_string(::getpid()), &files) == 0);
+  CHECK_FALSE(files.has_kfd);
+  CHECK(files.render.empty());
+  std::string text;
+  REQUIRE(device->drm_fdinfo(fd, &text) == 0);
+  CHECK(text.find("pos:") != std::string::npos);   // the kernel's fdinfo of our fd, with no DRM keys
+  CHECK(device->process_gpu_files("999999999", &files) == -ENOENT);
+  // pidfd_getfd: a new fd on the same open file (here our own, which ptrace rules allow to ourselves).
+  const int taken = device->take_process_fd(std::to_string(::getpid()), fd);
+  REQUIRE(taken >= 0);
+  CHECK(taken != fd);
+  CHECK(::fcntl(taken, F_GETFD) == FD_CLOEXEC);
+  struct stat a {}, b {};
+  ::fstat(fd, &a);
+  ::fstat(taken, &b);
+  CHECK(a.st_ino == b.st_ino);
+  CHECK(device->take_process_fd(std::to_string(::getpid()), 99999) == -EBADF);
+  ::close(taken);
   ::close(fd);
 }
 

@@ -1,6 +1,8 @@
 #include "test/amd/sim/sim_kfd.h"
 
 #include <fcntl.h>
+#include <amdgpu_drm.h>
+#include <dirent.h>
 #include <linux/kfd_ioctl.h>
 #include <sys/mman.h>
 #include <sys/sysmacros.h>
@@ -163,6 +165,10 @@ const SimKfd::SimFile* SimKfd::lookup(int fd) const {
   if (::fstat(fd, &st) != 0) return nullptr;
   auto it = files_.find(st.st_ino);
   return it == files_.end() ? nullptr : &it->second;
+}
+
+SimKfd::SimFile* SimKfd::lookup(int fd) {
+  return const_cast<SimFile*>(static_cast<const SimKfd*>(this)->lookup(fd));
 }
 
 SimProcess* SimKfd::find_process(int pid) {
@@ -334,6 +340,29 @@ void SimKfd::app_set_svm_range(int pid, const SimSvmRange& range) {
   find_process(pid)->svm_ranges.push_back(range);
 }
 
+std::uint32_t SimKfd::app_gem_create(int pid, int render_fd, std::uint64_t size, std::uint64_t domains) {
+  const int saved = calling_pid_;
+  calling_pid_ = pid;
+  drm_amdgpu_gem_create args{};
+  args.in.bo_size = size;
+  args.in.alignment = 4096;
+  args.in.domains = domains;
+  const int err = ioctl(render_fd, DRM_IOCTL_AMDGPU_GEM_CREATE, &args);
+  calling_pid_ = saved;
+  if (err != 0) throw std::logic_error("sim: GEM_CREATE failed");
+  return args.out.handle;
+}
+
+void SimKfd::app_gem_close(int pid, int render_fd, std::uint32_t handle) {
+  const int saved = calling_pid_;
+  calling_pid_ = pid;
+  drm_gem_close args{};
+  args.handle = handle;
+  const int err = ioctl(render_fd, DRM_IOCTL_GEM_CLOSE, &args);
+  calling_pid_ = saved;
+  if (err != 0) throw std::logic_error("sim: GEM_CLOSE of a handle the file does not have");
+}
+
 void SimKfd::app_create_events(int pid, std::uint32_t count) {
   std::lock_guard lock(mutex_);
   find_process(pid)->events += count;
@@ -409,7 +438,7 @@ int SimKfd::open(const char* path, int /*flags*/) {
   if (p == "/dev/kfd") {
     if (gpus_.empty()) return -ENOENT;
     process_for_open(calling_pid_);
-    return new_file(SimFile{Kind::Kfd, calling_pid_, -1}, "sim-kfd");
+    return new_file(SimFile{Kind::Kfd, calling_pid_, -1, {}, {}, 1}, "sim-kfd");
   }
   const std::string prefix = "/dev/dri/renderD";
   if (p.rfind(prefix, 0) == 0) {
@@ -421,7 +450,7 @@ int SimKfd::open(const char* path, int /*flags*/) {
         vis != visible_.end() && std::find(vis->second.begin(), vis->second.end(), gpu->gpu_id) == vis->second.end()) {
       return -EPERM;
     }
-    return new_file(SimFile{Kind::Render, calling_pid_, minor}, "sim-render");
+    return new_file(SimFile{Kind::Render, calling_pid_, minor, {}, {}, 1}, "sim-render");
   }
   return -ENOENT;
 }
@@ -468,6 +497,7 @@ int SimKfd::dup_above(int fd, int min_fd) {
 int SimKfd::ioctl(int fd, unsigned long request, void* arg) {
   std::lock_guard lock(mutex_);
   const SimFile* f = lookup(fd);
+  if (f && f->kind == Kind::Render) return drm_ioctl(*lookup(fd), request, arg);
   if (!f || f->kind != Kind::Kfd) return -ENOTTY;
   if (request == AMDKFD_IOC_GET_VERSION) {
     if (f->owner_pid != calling_pid_) return -EBADF;   // only the process that opened /dev/kfd
@@ -489,6 +519,132 @@ int SimKfd::ioctl(int fd, unsigned long request, void* arg) {
     return criu_op(*f, args);
   }
   return -ENOTTY;
+}
+
+// DRM ioctls of a render-node file: no caller check (a render node's ioctls are allowed to whoever holds the file,
+// DRM_RENDER_ALLOW), one GEM handle table per open file.
+int SimKfd::drm_ioctl(SimFile& file, unsigned long request, void* arg) {
+  if (request == DRM_IOCTL_AMDGPU_GEM_CREATE) {
+    auto& args = *static_cast<drm_amdgpu_gem_create*>(arg);
+    if (args.in.bo_size == 0) return -EINVAL;
+    // idr_alloc(&object_idr, obj, 1, 0, ...): the lowest free handle from 1.
+    std::uint32_t handle = file.gem_next;
+    if (!file.gem_holes.empty()) {
+      handle = *file.gem_holes.begin();
+      file.gem_holes.erase(file.gem_holes.begin());
+    } else {
+      ++file.gem_next;
+    }
+    file.gem[handle] = SimGem{args.in.bo_size, args.in.alignment, args.in.domains, args.in.domain_flags};
+    args.out.handle = handle;
+    args.out._pad = 0;
+    return 0;
+  }
+  if (request == DRM_IOCTL_GEM_CLOSE) {
+    auto& args = *static_cast<drm_gem_close*>(arg);
+    if (!file.gem.erase(args.handle)) return -EINVAL;   // drm_gem_handle_delete: no such handle
+    file.gem_holes.insert(args.handle);
+    return 0;
+  }
+  if (request == DRM_IOCTL_AMDGPU_GEM_OP) {
+    auto& args = *static_cast<drm_amdgpu_gem_op*>(arg);
+    auto it = file.gem.find(args.handle);
+    if (it == file.gem.end()) return -ENOENT;   // drm_gem_object_lookup found nothing
+    if (args.op != AMDGPU_GEM_OP_GET_GEM_CREATE_INFO) return -EINVAL;
+    drm_amdgpu_gem_create_in info{};
+    info.bo_size = it->second.size;
+    info.alignment = it->second.alignment;
+    info.domains = it->second.domains;
+    info.domain_flags = it->second.flags;
+    std::memcpy(reinterpret_cast<void*>(static_cast<std::uintptr_t>(args.value)), &info, sizeof info);
+    return 0;
+  }
+  return -ENOTTY;
+}
+
+std::string SimKfd::render_fdinfo(ino_t ino) const {
+  constexpr std::uint64_t kPageTable = 4096;        // one page table per 2 MiB of mapped VA
+  constexpr std::uint64_t kKfdReserved = 3 * 4096;  // CWSR TBA/TMA (2 pages) and the IB page, below gpuvm_base
+  const auto it = files_.find(ino);
+  std::uint64_t vram = kPageTable;   // the VM's root page directory
+  std::uint64_t gtt = 0;
+  for (const auto& [handle, gem] : it->second.gem) ((gem.domains & AMDGPU_GEM_DOMAIN_VRAM) ? vram : gtt) += gem.size;
+  for (const auto& [pid, p] : processes_) {
+    for (const auto& pdd : p.pdds) {
+      if (pdd.drm_file != ino) continue;
+      gtt += kKfdReserved;
+      for (const auto& bo : p.bos) {
+        if (bo.user_gpu_id != pdd.user_gpu_id) continue;
+        ((bo.flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM) ? vram : gtt) += bo.size;
+        vram += kPageTable * ((bo.size + (2u << 20) - 1) / (2u << 20));
+      }
+    }
+  }
+  std::string text = "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t" + std::to_string(ino) +
+                     "\ndrm-driver:\tamdgpu\ndrm-client-id:\t" + std::to_string(ino) + "\n";
+  const auto kib = [](std::uint64_t bytes) { return std::to_string(bytes / 1024) + " KiB\n"; };
+  switch (fdinfo_keys_.load()) {
+    case FdinfoKeys::Legacy:
+      text += "drm-memory-vram:\t" + kib(vram) + "drm-memory-gtt: \t" + kib(gtt) + "drm-memory-cpu: \t" + kib(0);
+      break;
+    case FdinfoKeys::Total:
+      text += "drm-total-vram:\t" + kib(vram) + "drm-total-gtt:\t" + kib(gtt) + "drm-total-cpu:\t" + kib(0);
+      break;
+    case FdinfoKeys::None:
+      break;
+  }
+  return text;
+}
+
+int SimKfd::drm_fdinfo(int fd, std::string* text) {
+  std::lock_guard lock(mutex_);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return -errno;
+  auto it = files_.find(st.st_ino);
+  if (it == files_.end() || it->second.kind != Kind::Render) {
+    *text = "pos:\t0\nflags:\t02000002\n";
+    return 0;
+  }
+  *text = render_fdinfo(st.st_ino);
+  return 0;
+}
+
+// The app's files are fds of this (the test's) process, told apart by the simulated file's owner.
+int SimKfd::process_gpu_files(const std::string& host_pid, ProcessGpuFiles* files) {
+  std::lock_guard lock(mutex_);
+  const int pid = std::atoi(host_pid.c_str());
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return -errno;
+  std::vector<ino_t> seen;
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const int fd = std::atoi(e->d_name);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) continue;
+    auto it = files_.find(st.st_ino);
+    if (it == files_.end() || it->second.owner_pid != pid) continue;
+    if (std::find(seen.begin(), seen.end(), st.st_ino) != seen.end()) continue;
+    seen.push_back(st.st_ino);
+    if (it->second.kind == Kind::Kfd) {
+      files->has_kfd = true;
+    } else {
+      files->render.push_back(RenderFile{fd, it->second.render_minor, render_fdinfo(st.st_ino)});
+    }
+  }
+  ::closedir(dir);
+  std::sort(files->render.begin(), files->render.end(),
+            [](const RenderFile& a, const RenderFile& b) { return a.fd < b.fd; });
+  return 0;
+}
+
+// The app's fds are this process's: pidfd_getfd's duplicate of one is a dup of it, if that process holds it.
+int SimKfd::take_process_fd(const std::string& host_pid, int target_fd) {
+  if (!pidfd_getfd_) return -ENOSYS;
+  std::lock_guard lock(mutex_);
+  const SimFile* file = lookup(target_fd);
+  if (!file || file->owner_pid != std::atoi(host_pid.c_str())) return -EBADF;
+  const int fd = ::fcntl(target_fd, F_DUPFD_CLOEXEC, 0);
+  return fd < 0 ? -errno : fd;
 }
 
 int SimKfd::criu_op(const SimFile& file, kfd_ioctl_criu_args& args) {

@@ -25,7 +25,17 @@
 //    KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC is NO_CPU_ACCESS in amdgpu, whose mmap is refused (-EPERM);
 //  - an SDMA engine per GPU copies any BO (turned off to model a node without libdrm_amdgpu);
 //  - a BO's mmap offset is granted to one open render-node file, the one whose VM holds the BO (DRM's
-//    per-file drm_vma_node_allow): another open of the same node may not map it (-EACCES in the kernel).
+//    per-file drm_vma_node_allow): another open of the same node may not map it (-EACCES in the kernel);
+//  - every open render-node file has its own GEM handle table (drm_file's object_idr): DRM_IOCTL_AMDGPU_GEM_CREATE
+//    takes the lowest free handle from 1 (idr_alloc(.., 1, 0, ..)), DRM_IOCTL_GEM_CLOSE frees one (-EINVAL when
+//    there is none, drm_gem_handle_delete), DRM_IOCTL_AMDGPU_GEM_OP / GET_GEM_CREATE_INFO answers size, alignment,
+//    domains and flags (-ENOENT for no such handle, amdgpu_gem_op_ioctl); any process holding the file may call
+//    them. KFD's BOs are no handles of the process's file (the kernel keeps them in KFD's own DRM client);
+//  - each render-node file's fdinfo carries drm-client-id and the memory of its GPU VM as amdgpu prints it
+//    (amdgpu_show_fdinfo: drm-memory-vram/gtt/cpu in KiB, by placement; newer kernels' drm-total-*, or nothing as
+//    before Linux 5.19): its GEM BOs, a root page directory, and for the file whose VM KFD acquired, the process's
+//    KFD BOs of that GPU, their page tables and KFD's reserved CWSR/IB pages. A BO mapped to a peer GPU's VM is
+//    not modelled.
 // File descriptors are real (memfd), so fd numbers, dup, SCM_RIGHTS passing, fork and pread/pwrite of BO memory
 // behave as on a real system; the simulation recognises /dev/kfd and render-node files by inode, and a dma-buf
 // by its file alone (so one sent to another process works there). KFD process state lives in the simulating
@@ -40,6 +50,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -122,6 +133,12 @@ class SimKfd final : public AmdDevice {
   void set_restore_accepts_no_bos(bool accepts) { restore_accepts_no_bos_ = accepts; }
   // Whether the GPUs have a usable SDMA engine (libdrm_amdgpu present); `reason` is what make_sdma_copier says.
   void set_sdma_available(bool available, std::string reason = "libdrm_amdgpu.so.1 not loadable");
+  // Whether pidfd_getfd works (Linux 5.6+, not blocked by seccomp); off, take_process_fd answers -ENOSYS.
+  void set_pidfd_getfd(bool works) { pidfd_getfd_ = works; }
+  // Which DRM memory keys render-node fdinfo prints: Linux 5.19+ amdgpu (drm-memory-*), only the newer
+  // drm-total-*, or none (older kernels).
+  enum class FdinfoKeys { Legacy, Total, None };
+  void set_fdinfo_keys(FdinfoKeys keys) { fdinfo_keys_ = keys; }
 
   // What an application does through libhsakmt, run as `pid`.
   int app_open_kfd(int pid);
@@ -139,6 +156,10 @@ class SimKfd final : public AmdDevice {
   void app_create_queue(int pid, std::uint32_t gpu_id);
   void app_create_events(int pid, std::uint32_t count);
   void app_set_svm_range(int pid, const SimSvmRange& range);
+  // What Mesa/libdrm do through a render-node fd, as `pid`: DRM_IOCTL_AMDGPU_GEM_CREATE (returns the handle)
+  // and DRM_IOCTL_GEM_CLOSE.
+  std::uint32_t app_gem_create(int pid, int render_fd, std::uint64_t size, std::uint64_t domains);
+  void app_gem_close(int pid, int render_fd, std::uint32_t handle);
   // PROCESS_INFO then CHECKPOINT on `kfd_fd` as the current caller, which seizes the fd's process first as CRIU
   // does; the queues stay paused.
   SimCheckpoint checkpoint_for_test(int kfd_fd);
@@ -163,6 +184,9 @@ class SimKfd final : public AmdDevice {
   int ioctl(int fd, unsigned long request, void* arg) override;
   int dup_above(int fd, int min_fd) override;
   int dmabuf_inode(int fd, std::uint64_t* inode) override;
+  int drm_fdinfo(int fd, std::string* text) override;
+  int process_gpu_files(const std::string& host_pid, ProcessGpuFiles* files) override;
+  int take_process_fd(const std::string& host_pid, int target_fd) override;
   int process_dmabuf_inodes(const std::string& host_pid, std::vector<std::uint64_t>* inodes) override;
   int dmabuf_holders(const std::vector<std::uint64_t>& inodes, const std::string& except_pid,
                      std::vector<DmabufHolder>* holders) override;
@@ -174,14 +198,24 @@ class SimKfd final : public AmdDevice {
 
  private:
   enum class Kind { Kfd, Render };
+  struct SimGem {
+    std::uint64_t size = 0;
+    std::uint64_t alignment = 0;
+    std::uint64_t domains = 0;
+    std::uint64_t flags = 0;
+  };
   struct SimFile {
     Kind kind;
     int owner_pid = 0;
     int render_minor = -1;
+    std::map<std::uint32_t, SimGem> gem;   // the file's GEM handle table
+    std::set<std::uint32_t> gem_holes;     // freed handles below gem_next: idr hands out the lowest free one
+    std::uint32_t gem_next = 1;
   };
 
   int new_file(const SimFile& file, const char* name);
   const SimFile* lookup(int fd) const;       // mutex held
+  SimFile* lookup(int fd);                   // mutex held
   SimProcess* find_process(int pid);         // mutex held
   SimProcess& process_for_open(int pid);     // mutex held
   const SimGpu* gpu_by_id(std::uint32_t gpu_id) const;
@@ -193,6 +227,8 @@ class SimKfd final : public AmdDevice {
   static std::uint64_t svm_priv_size(const SimProcess& p);
 
   int criu_op(const SimFile& file, kfd_ioctl_criu_args& args);
+  int drm_ioctl(SimFile& file, unsigned long request, void* arg);
+  std::string render_fdinfo(ino_t file) const;   // mutex held
   int process_info(SimProcess& p, kfd_ioctl_criu_args& args);
   int checkpoint(SimProcess& p, kfd_ioctl_criu_args& args);
   int restore(SimProcess& p, kfd_ioctl_criu_args& args);
@@ -211,6 +247,8 @@ class SimKfd final : public AmdDevice {
   std::map<int, bool> capable_;
   bool restore_accepts_no_bos_ = false;
   bool sdma_available_ = true;
+  std::atomic<FdinfoKeys> fdinfo_keys_{FdinfoKeys::Legacy};
+  std::atomic<bool> pidfd_getfd_{true};
   std::string sdma_missing_reason_;
   std::atomic<int> calling_pid_{1};
   mutable std::mutex mutex_;
