@@ -50,8 +50,10 @@ Result<nlohmann::json> missing_chunks(const GpuMemoryConfig& config, const nlohm
 
 // The target's step on a received, digest-verified archive before it is put in place (IncomingArchives' admit
 // hook). Without manifests: nothing to do (null). Without carried chunks (what a transfer sends: its chunks were
-// uploaded before): every chunk must be in the store already (reference_checkpoint). With carried chunks (an
-// exported archive uploaded by hand): imported into the store in place (import_checkpoint). Either way the
+// uploaded before): every chunk must be in the store already (reference_checkpoint), the file left as it is. With
+// carried chunks (an exported archive uploaded by hand), or with a chunk the store holds in another encoding than
+// the manifests say: imported into the store in place (import_checkpoint: the manifests rewritten to say how the
+// store holds it). Either way the
 // references are written. Answers what was done: {"manifests", "carried_chunks", "added_chunks", "added_bytes",
 // "present_chunks", "references"}. Errors: EBADMSG for what the archive did wrong, ETIMEDOUT past limits.deadline
 // (the chunks that landed stay, unreferenced: a commit again skips them), others as they came.
@@ -94,7 +96,8 @@ struct ChunkUploadReport {
 };
 
 // The sender's side: every chunk of `digests` read from `store` (the file as it is stored, never recompressed) and
-// PUT to the agent at `url` over `streams` connections at once (at most kMaxChunkUploads, at most one per chunk).
+// PUT to the agent at `url`, `streams` uploads at once (one thread each, a connection per chunk; at most
+// kMaxChunkUploads, at most one per chunk).
 // A chunk whose upload fails transiently (the connection broke, 429, 5xx) is tried again, up to 6 times in a row,
 // within `deadline`; a refusal (a 4xx naming what is wrong) or a chunk this store cannot read ends it all, naming the
 // chunk. `progress` (may be empty) is told each chunk done, from the uploading threads.

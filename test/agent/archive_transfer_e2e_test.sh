@@ -10,7 +10,7 @@
 # A's result, log and metrics say 3), a second sharing most of them only the new ones, the commit only references
 # them, B's store then holds every chunk its archives name (referenced, read back whole) and B's archive is A's
 # byte for byte, so sending it again succeeds moving nothing; a chunk corrupt in A's store is refused by B and fails
-# the transfer with nothing kept or referenced; chunk uploads by hand are authenticated, bounded and verified; an
+# the transfer with nothing kept or referenced; a chunk upload whose connection drops is tried again; chunk uploads by hand are authenticated, bounded and verified; an
 # exported archive uploaded by hand is imported, one whose carried chunk was corrupted on the way refused.
 set -euo pipefail
 SRC=${GPUCKPT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -236,6 +236,14 @@ csize=$(stat -c %s "$tmp/carried-good.tar") csum=$(sha256sum "$tmp/carried-good.
 curl_b -X PUT "${auth[@]}" --data-binary @"$tmp/carried-good.tar" "$n?offset=0&total=$csize" > /dev/null
 expect '[ "$(curl_b -X POST "${auth[@]}" -H "Content-Type: application/json" -d "{\"size\":$csize,\"sha256\":\"$csum\",\"store_backed\":true}" "$n/commit")" = 200 ] && [ -e "$B_STORE/sha256/${new_digest:0:2}/$new_digest" ] && [ "$(store_field references)" = 3 ] && ! tar -tf "$B_DIR/ck-store-3.tar" | grep -q gpuckpt-chunks' \
   "the same export intact is imported: its chunk in B's store, referenced, the archive store-backed ($(head -c 400 "$tmp/body"))"
+# A chunk upload whose connection drops midway (the proxy cuts the stream inside the 4th chunk) is tried again.
+"$FIXTURE" "$A_STORE" "$A_DIR/ck-store-4.tar" 20 21 22 23 24 25 > /dev/null
+proxy drop $((3 * 65568 + 30000))
+transfer "$PROXY_URL" "$A_DIR/ck-store-4.tar" && ok || bad "a store-backed transfer through a dropped stream succeeds: $(cat "$tmp/err")"
+expect '[ "$(field "j[\"result\"][\"chunks\"][\"sent\"]")" = 6 ] && [ "$(field "j[\"result\"][\"chunks\"][\"retries\"]")" -ge 1 ] && grep -q "upload of chunk [0-9a-f]\{64\} to $PROXY_URL: .*; again" "$tmp/a/agent.log"' \
+  "the dropped chunk upload was tried again ($(head -c 900 "$tmp/out"))"
+expect '[ "$(store_field references)" = 4 ] && [ "$(store_field missing_chunks)" = 0 ] && [ -z "$(find "$B_STORE/sha256" -name ".*")" ]' \
+  "B holds every chunk, referenced, no temporary file left"
 # The missing-chunks endpoint is authenticated and checks what it is asked.
 expect '[ "$(curl_b -X POST -H "Content-Type: application/json" -d "{\"digests\":[]}" "$B/v1/chunks/missing")" = 401 ]' "asking without the token is refused"
 expect '[ "$(curl_b -X POST "${auth[@]}" -H "Content-Type: application/json" -d "{\"digests\":[\"../../etc/passwd\"]}" "$B/v1/chunks/missing")" = 400 ]' "a digest that is no digest is refused"

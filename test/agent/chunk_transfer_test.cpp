@@ -215,6 +215,37 @@ TEST_CASE("a received archive carrying the chunks the target lacks is imported, 
   CHECK(admitted->is_null());
 }
 
+TEST_CASE("a received archive whose chunk the target stores in another encoding is admitted, its manifests rewritten",
+          "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
+  auto target = open_store(dir.path / "node-b");
+  auto named = gpuckpt::node::manifest_chunks(c.archive, ArchiveLimits{});
+  REQUIRE(named);
+  // The compressible chunk is zstd in the source's store; the target holds it raw (its node did not compress).
+  const auto chunk = compressible_chunk(2);
+  const auto zstd_d = cs::sha256(chunk);
+  REQUIRE(source->stat(zstd_d)->encoding == static_cast<std::uint8_t>(gpuckpt::gpu_image::Encoding::Zstd));
+  for (const auto& d : *named)
+    if (d != zstd_d) copy_chunk(*source, *target, d);
+  cs::ChunkHeader raw_header;
+  raw_header.encoding = static_cast<std::uint8_t>(gpuckpt::gpu_image::Encoding::Raw);
+  raw_header.raw_size = static_cast<std::uint32_t>(chunk.size());
+  raw_header.stored_size = raw_header.raw_size;
+  REQUIRE(target->put(zstd_d, raw_header, chunk));
+
+  fs::copy_file(c.archive, dir.path / "plain.tar");
+  auto admitted = gpuckpt::node::admit_received_archive(dir.path / "plain.tar", with_store(dir.path / "node-b"),
+                                                        ArchiveLimits{});
+  INFO((admitted ? admitted->dump() : admitted.error().message));
+  REQUIRE(admitted);
+  CHECK((*admitted)["references"] == 2);
+  // The target's file stayed as it was; the archive now says how it is stored there, and reads back whole.
+  CHECK(target->stat(zstd_d)->encoding == raw_header.encoding);
+  gpuckpt::test::check_restorable(c, dir.path / "plain.tar", target);
+}
+
 TEST_CASE("a received archive is refused when a chunk stays missing, a carried one is corrupt, or no store is kept",
           "[unit]") {
   TempDir dir("gpuckpt-chunk-transfer");
