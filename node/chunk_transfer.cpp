@@ -43,6 +43,25 @@ Result<bool> stored_otherwise(const std::map<std::string, std::string>& manifest
   return false;
 }
 
+// The source's connection settings towards a target agent: a connection per request (the target closes any older
+// than limits.request_deadline_seconds), the agents' shared token.
+void to_peer(httplib::Client& client, const std::string& token) {
+  client.set_bearer_token_auth(token.c_str());
+  client.set_connection_timeout(5);
+  client.set_read_timeout(30);
+  client.set_write_timeout(30);
+}
+
+// What a target answered that was not a success, or why it did not answer: for the error naming the request.
+std::string peer_answer(const httplib::Result& result) {
+  if (!result) return httplib::to_string(result.error());
+  const auto body = nlohmann::json::parse(result->body, nullptr, false);
+  std::string why = "answered " + std::to_string(result->status);
+  if (body.is_object() && body.contains("error") && body["error"].is_object())
+    why += ": " + body["error"].value("message", std::string());
+  return why;
+}
+
 }  // namespace
 
 Result<fs::path> agent_store_dir(const GpuMemoryConfig& config) {
@@ -215,20 +234,9 @@ Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::strin
     if (!first_error) first_error = std::move(error);
     stop = true;
   };
-  const auto answer_of = [&](const httplib::Result& result) {
-    if (!result) return httplib::to_string(result.error());
-    const auto body = nlohmann::json::parse(result->body, nullptr, false);
-    std::string why = "answered " + std::to_string(result->status);
-    if (body.is_object() && body.contains("error") && body["error"].is_object())
-      why += ": " + body["error"].value("message", std::string());
-    return why;
-  };
   const auto stream = [&] {
     httplib::Client client(url);
-    client.set_bearer_token_auth(token.c_str());
-    client.set_connection_timeout(5);
-    client.set_read_timeout(30);
-    client.set_write_timeout(30);
+    to_peer(client, token);
     std::vector<std::byte> file;
     for (std::size_t i = next++; i < list.size() && !stop; i = next++) {
       const cs::Digest& digest = list[i];
@@ -260,14 +268,14 @@ Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::strin
         // tried again.
         const bool transient = !result || result->status == 429 || result->status >= 500;
         if (!transient || attempt >= kAttempts)
-          return give_up(make_error("the target agent at " + url + " (PUT " + path + ") " + answer_of(result) +
+          return give_up(make_error("the target agent at " + url + " (PUT " + path + ") " + peer_answer(result) +
                                     (transient ? " (" + std::to_string(attempt) + " attempts)" : ""),
                                     result && result->status == 409 ? EBUSY : EIO));
         {
           std::lock_guard lock(mutex);
           ++report.retries;
         }
-        log::warn("upload of chunk " + digest.hex() + " to " + url + ": " + answer_of(result) + "; again");
+        log::warn("upload of chunk " + digest.hex() + " to " + url + ": " + peer_answer(result) + "; again");
         client.stop();
         std::this_thread::sleep_for(std::chrono::milliseconds(200) * attempt);
       }
@@ -284,10 +292,7 @@ Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::strin
 Result<std::set<cs::Digest>> ask_missing_chunks(const std::string& url, const std::string& token,
                                                 const std::set<cs::Digest>& digests, JobDeadline deadline) {
   httplib::Client client(url);
-  client.set_bearer_token_auth(token.c_str());
-  client.set_connection_timeout(5);
-  client.set_read_timeout(30);
-  client.set_write_timeout(30);
+  to_peer(client, token);
   std::set<cs::Digest> missing;
   std::vector<cs::Digest> batch;
   const auto ask = [&]() -> Result<void> {
@@ -297,16 +302,10 @@ Result<std::set<cs::Digest>> ask_missing_chunks(const std::string& url, const st
     for (const auto& d : batch) list.push_back(d.hex());
     auto answer = client.Post("/v1/chunks/missing", nlohmann::json{{"digests", std::move(list)}}.dump(),
                               "application/json");
-    if (!answer) return make_error("the target agent at " + url + " (POST /v1/chunks/missing): " +
-                                   httplib::to_string(answer.error()), EIO);
+    if (!answer || answer->status != 200)
+      return make_error("the target agent at " + url + " (POST /v1/chunks/missing) " + peer_answer(answer),
+                        answer && answer->status == 409 ? EBUSY : EIO);
     const auto body = nlohmann::json::parse(answer->body, nullptr, false);
-    if (answer->status != 200) {
-      std::string why = "answered " + std::to_string(answer->status);
-      if (body.is_object() && body.contains("error") && body["error"].is_object())
-        why += ": " + body["error"].value("message", std::string());
-      return make_error("the target agent at " + url + " (POST /v1/chunks/missing) " + why,
-                        answer->status == 409 ? EBUSY : EIO);
-    }
     if (!body.is_object() || !body.contains("missing") || !body["missing"].is_array())
       return make_error("the target agent at " + url + " answered POST /v1/chunks/missing without \"missing\"", EIO);
     const std::set<cs::Digest> asked(batch.begin(), batch.end());
