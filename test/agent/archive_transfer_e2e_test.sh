@@ -186,6 +186,9 @@ transfer "$B" "$A_DIR/ck-store-2.tar" && ok || bad "re-sending the same store-ba
 expect '[ "$(field "j[\"result\"][\"already_present\"]")" = True ] && [ "$(field "j[\"result\"][\"chunks\"][\"sent\"]")" = 0 ] && [ "$(field "j[\"result\"][\"chunks\"][\"target_had\"]")" = 8 ] && [ "$(field "j[\"result\"][\"sent_bytes\"]")" = 0 ]' \
   "a re-send moves nothing ($(head -c 900 "$tmp/out"))"
 expect '[ "$(store_field references)" = 2 ]' "and B still holds 2 references"
+"$CLI" transfer "$A_DIR/ck-store-2.tar" --to "$B" --agent "$A" --token-file "$tmp/a/token" --timeout 120 > "$tmp/human" 2>&1 || true
+expect 'grep -q "chunks:   0 of 8 uploaded (0 bytes) over 0 streams, 8 the target had" "$tmp/human" && grep -q "(the target already had it)" "$tmp/human"' \
+  "gpuckpt transfer says so ($(cat "$tmp/human"))"
 
 flip() { # FILE: a chunk file's payload byte 1000 flipped (again: repaired)
   python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(32 + 1000); b = f.read(1); f.seek(32 + 1000); f.write(bytes([b[0] ^ 0x5a]))' "$1"
