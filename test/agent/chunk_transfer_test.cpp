@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
+#include <thread>
 #include <set>
 #include <span>
 #include <string>
@@ -19,6 +21,7 @@
 
 #include "common/checkpoint_archive.h"
 #include "common/checkpoint_export.h"
+#include "common/chunk_gc.h"
 #include "common/chunk_receive.h"
 #include "common/chunk_store.h"
 #include "node/archive_transfer.h"
@@ -474,4 +477,67 @@ TEST_CASE("PUT /v1/chunks/<digest> refuses what is not that chunk, keeping nothi
     CHECK(!fs::exists(dir.path / "node-b"));
   }
   CHECK(no_refs(dir.path / "node-b"));
+}
+
+TEST_CASE("PUT /v1/chunks/<digest>: at most kMaxChunkUploads at once, more answered 429; an uploaded chunk is young",
+          "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  gpuckpt::test::store_checkpoint(source, dir.path);
+  const auto d = cs::sha256(random_chunk(1));
+  const auto file = chunk_file(*source, d);
+  gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"));
+  // kMaxChunkUploads uploads whose bodies have not come yet: each holds its place until released.
+  std::promise<void> release;
+  const std::shared_future<void> released = release.get_future().share();
+  std::vector<std::promise<void>> reading(gpuckpt::node::kMaxChunkUploads);
+  std::vector<std::future<gpuckpt::Result<nlohmann::json>>> held;
+  // Released however the checks below end: a failed REQUIRE must not leave the uploads
+  // waiting forever (destroyed before `held`, whose futures wait for them).
+  struct ReleaseAtExit {
+    std::promise<void>& release;
+    bool done = false;
+    void now() {
+      if (!done) release.set_value();
+      done = true;
+    }
+    ~ReleaseAtExit() { now(); }
+  } release_at_exit{release};
+  for (auto& started : reading)
+    held.push_back(std::async(std::launch::async, [&, started = &started] {
+      return uploads.receive(d.hex(), std::to_string(file.size()), [&](const auto& sink) {
+        started->set_value();
+        released.wait();
+        return sink(reinterpret_cast<const char*>(file.data()), file.size());
+      });
+    }));
+  for (auto& started : reading) started.get_future().wait();
+  bool read = false;
+  auto busy = put_chunk(uploads, d.hex(), file, {}, 0, &read);
+  REQUIRE(!busy);
+  CHECK(busy.error().errno_value == EAGAIN);
+  CHECK(busy.error().message.find("retry") != std::string::npos);
+  CHECK(!read);
+  release_at_exit.now();
+  for (auto& upload : held) {
+    auto answer = upload.get();
+    INFO((answer ? answer->dump() : answer.error().message));
+    CHECK(answer);
+  }
+  // Room again.
+  CHECK(put_chunk(uploads, d.hex(), file));
+
+  // Unreferenced but young: a collection within the grace period keeps it; one with its mtime past it removes it.
+  auto target = open_store(dir.path / "node-b");
+  gpuckpt::chunk_gc::Options keep;
+  keep.remove = true;
+  auto report = gpuckpt::chunk_gc::collect(*target, keep);
+  REQUIRE(report);
+  CHECK(report->young_chunks == 1);
+  CHECK(target->stat(d));
+  fs::last_write_time(target->path_of(d), fs::file_time_type::clock::now() - std::chrono::hours(2));
+  report = gpuckpt::chunk_gc::collect(*target, keep);
+  REQUIRE(report);
+  CHECK(report->garbage_chunks == 1);
+  CHECK(!target->stat(d));
 }
