@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 
+#include "common/chunk_receive.h"
 #include "common/json_reader.h"
 
 namespace gpuckpt::gpu_image {
@@ -432,18 +433,13 @@ Result<void> StoreReader::read_chunk(std::size_t i, ChunkCodec& codec, std::vect
 Result<void> decode_chunk_file(std::span<const std::byte> file, const ChunkEntry& e, const cs::Digest& digest,
                                ChunkCodec& codec, std::span<std::byte> out) {
   if (out.size() != e.raw_size) return make_error("internal: output size does not match the chunk", EINVAL);
-  auto header = cs::decode_header(file);
-  if (!header) return make_error(header.error().message, EIO);
+  auto header = chunk_receive::check_chunk_header(file);
+  if (!header) return header.error();
   if (header->raw_size != e.raw_size || header->stored_size != e.stored_size ||
-      header->encoding != static_cast<std::uint8_t>(e.encoding) || file.size() != cs::kChunkHeaderSize + e.stored_size)
+      header->encoding != static_cast<std::uint8_t>(e.encoding))
     return make_error("holds a different chunk than the manifest says (" + std::to_string(file.size()) +
                       " bytes, the manifest says " + std::to_string(cs::kChunkHeaderSize + e.stored_size) + ")", EIO);
-  if (auto ok = codec.decode_payload(file.subspan(cs::kChunkHeaderSize), e.encoding, out); !ok)
-    return make_error(ok.error().message, EIO);
-  if (cs::sha256(out) != digest)
-    return make_error("SHA-256 mismatch: the chunk is corrupt (its content hashes to " + cs::sha256(out).hex() +
-                      ")", EBADMSG);
-  return {};
+  return chunk_receive::decode_chunk_payload(file, *header, digest, codec, out);
 }
 
 std::string restore_store_dir(const Settings& settings) {
