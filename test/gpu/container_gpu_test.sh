@@ -390,6 +390,10 @@ plugin_phases() { # DUMP-LOG RESTORE-LOG
 # (weights unchanged): what the second checkpoint writes, and its phases. STORE_BENCH_RUNS (default 1) runs of each;
 # the medians follow. Rows into $STORE_BENCH_TSV when set (appended to when it exists with the same columns; the
 # medians beside it, .medians.tsv, cover all its rows). Each restore is checked bit for bit against an uninterrupted run.
+# Each repetition's first checkpoint goes into an empty node store (the counter's content repeats from run to run, so
+# a store holding an earlier repetition's chunks would write less): the node's own store is put aside for the run
+# and put back after (STORE_BENCH_FRESH_STORE=0: the store as it is).
+NODE_STORE=/var/lib/gpuckpt/chunks   # chunk_store::kNodeStoreDir
 STORE_BENCH_COLUMNS='run	rep	mib	content	container_checkpoint_s	criu_dump_s	runtime_dump_s	container_restore_s	criu_restore_s	runtime_restore_s	archive_mib	gpu_written_mib	cuda_lock_s	cuda_checkpoint_s	gpu_write_s	gpu_drop_s	gpu_fill_s	cuda_restore_s'
 case_store_bench() {
   gpu_ready store_bench || return
@@ -400,6 +404,8 @@ case_store_bench() {
   # An existing table (STORE_BENCH_TSV of an earlier call on the same machine) is appended to: runs split across calls
   # (one command's time limit) share one table of medians.
   [ "$(head -1 "$tsv" 2>/dev/null)" = "$STORE_BENCH_COLUMNS" ] || echo "$STORE_BENCH_COLUMNS" > "$tsv"
+  local fresh=${STORE_BENCH_FRESH_STORE:-1} aside=$NODE_STORE.before-$PREFIX
+  [ "$fresh" = 1 ] && [ -d "$NODE_STORE" ] && mv "$NODE_STORE" "$aside"
   case " $modes " in *" agent:"*)
     AGENT_GPU_STORE=node start_agent || { record store_bench FAIL "agent did not start"; return; } ;;
   esac
@@ -409,6 +415,7 @@ case_store_bench() {
       for rep in $(seq $((earlier + 1)) $((earlier + runs))); do
         mode=${run%%:*} content=${run#*:} tag=sb-${mib}-${mode}-${content}-$rep
         store=$mode; [ "$mode" = agent ] && store=node
+        [ "$fresh" = 1 ] && rm -rf "$NODE_STORE"
         name=$PREFIX-$tag out=$WORK/out/$tag.txt a=$WORK/$tag.tar
         { [ -f "$saved" ] && grep -v '^GPUCKPT_GPU_STORE=' "$saved"; echo "GPUCKPT_GPU_STORE=$store"; } > "$settings"
         run_counter "$name" "$out" "${CDI_GPU[@]}" -- "$mib" "/out/$tag.txt" --content "$content" || { show "$WORK/$name.err"; record store_bench FAIL "podman run ($run, $mib MiB)"; failed=1; break 3; }
@@ -455,6 +462,7 @@ case_store_bench() {
     done
   done
   if [ -f "$saved" ]; then cp "$saved" "$settings"; else rm -f "$settings"; fi
+  [ "$fresh" = 1 ] && rm -rf "$NODE_STORE" && { [ ! -d "$aside" ] || mv "$aside" "$NODE_STORE"; }
   cat "$tsv"
   store_bench_medians "$tsv" | tee "${tsv%.tsv}.medians.tsv"
   [ "$failed" = 1 ] ||
@@ -490,11 +498,11 @@ case_store_fanout() {
   local sizes=${STORE_BENCH_MIB:-4096}
   local mib=${sizes%% *} runs=${STORE_BENCH_RUNS:-1} n=${STORE_FANOUT:-4} tsv=${STORE_FANOUT_TSV:-$WORK/store_fanout.tsv}
   local settings=$PLUGIN_DIR/gpuckpt_plugin.env saved=$WORK/plugin.env.fanout conf=$WORK/criu-fanout.conf
-  local name=$PREFIX-fan out=$WORK/out/fan.txt a=$WORK/fan.tar sandbox rep i t0 one all slowest at pids rc copies=() failed=0
+  local name=$PREFIX-fan out=$WORK/out/fan.txt a=$WORK/fan.tar sandbox rep i t0 one all slowest at pids rc round copies=() failed=0
   [ -f "$settings" ] && cp "$settings" "$saved"
   { [ -f "$saved" ] && grep -v '^GPUCKPT_GPU_STORE=' "$saved"; echo "GPUCKPT_GPU_STORE=node"; } > "$settings"
   { [ -f /etc/criu/runc.conf ] && grep -v '^network-lock' /etc/criu/runc.conf; echo "network-lock skip"; } > "$conf"
-  printf 'rep\tmib\tcopies\tone_restore_s\tall_restores_s\tslowest_restore_s\tall_x_one\n' > "$tsv"
+  printf 'rep\tmib\tcopies\tone_restore_s\tall_restores_s\tslowest_restore_s\tall_x_one\tone_criu_s\tone_gpu_fill_s\tone_cuda_restore_s\tslowest_criu_s\tslowest_gpu_fill_s\tslowest_cuda_restore_s\n' > "$tsv"
   fanout_end() { if [ -f "$saved" ]; then cp "$saved" "$settings"; else rm -f "$settings"; fi; }
   new_sandbox "$PREFIX-fan-src" || { fanout_end; record store_fanout FAIL "cannot make a pod sandbox (unshare, nsenter)"; return; }
   read -ra sandbox <<< "$(sandbox_args "$PREFIX-fan-src")"
@@ -514,10 +522,24 @@ case_store_fanout() {
       sed -i -e "s#$SANDBOX_DIR/$PREFIX-fan-src\.#$SANDBOX_DIR/$PREFIX-fan-$1.#g" -e "s#$WORK/out\([\":]\)#$WORK/fan-$1\1#g" \
         "$dir/spec.dump" "$dir/config.dump" && (cd "$dir" && tar -c . | zstd -q -f -o "$a.$1")
   }
-  fanout_restore() { # TAG: restores copy TAG, its wall time into $WORK/fan-TAG.s
+  # fanout_restore TAG: restores copy TAG, its wall time into $WORK/fan-TAG.s and CRIU's log into fan-TAG.restore.log
+  # (--keep: podman leaves the log in the container's static dir; what else it keeps of a store-backed import is its
+  # 1 MiB of CPU state, left undeleted)
+  fanout_restore() {
     local t
-    timed t pm container restore --import "$a.$1" --name "$name-$1" > "$WORK/fan-$1.rst.log" 2>&1 || { show "$WORK/fan-$1.rst.log"; return 1; }
+    timed t pm container restore --keep --import "$a.$1" --name "$name-$1" > "$WORK/fan-$1.rst.log" 2>&1 || { show "$WORK/fan-$1.rst.log"; return 1; }
     echo "$t" > "$WORK/fan-$1.s"
+    cp "$(podman inspect -f '{{.StaticDir}}' "$name-$1")/restore.log" "$WORK/fan-$1.restore.log"
+  }
+  # fanout_phases TAG...: CRIU's time, the plugin's fill and the driver's restore, each the largest over the copies
+  fanout_phases() {
+    local c crius=() fills=() drivers=()
+    for c in "$@"; do
+      crius+=("$(criu_seconds "$WORK/fan-$c.restore.log")") fills+=("$(phase_seconds "$WORK/fan-$c.restore.log" "gpu memory image fill")")
+      drivers+=("$(phase_seconds "$WORK/fan-$c.restore.log" "cuda restore")")
+    done
+    printf '%s\t%s\t%s' "$(printf '%s\n' "${crius[@]}" | sort -n | tail -1)" "$(printf '%s\n' "${fills[@]}" | sort -n | tail -1)" \
+      "$(printf '%s\n' "${drivers[@]}" | sort -n | tail -1)"
   }
   for rep in $(seq "$runs"); do
     fanout_copy "one$rep" || { failed=1; break; }
@@ -526,8 +548,8 @@ case_store_fanout() {
     wait_ctr "$name-one$rep" "$WORK/fan-one$rep/fan.txt" $((at + 10)) 300 || { record store_fanout FAIL "no progress after the restore alone"; failed=1; break; }
     pm rm -f -t 0 "$name-one$rep" >/dev/null 2>&1; wait_gone "$name-one$rep"
     copies+=("one$rep")
-    pids=() rc=0 t0=$EPOCHREALTIME
-    for i in $(seq "$n"); do fanout_restore "r$rep-$i" & pids+=($!); done
+    pids=() rc=0 round=() t0=$EPOCHREALTIME
+    for i in $(seq "$n"); do fanout_restore "r$rep-$i" & pids+=($!); round+=("r$rep-$i"); done
     for i in "${pids[@]}"; do wait "$i" || rc=1; done
     all=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.2f", b - a}')
     [ "$rc" = 0 ] || { record store_fanout FAIL "a restore of $n at once failed (round $rep)"; failed=1; break; }
@@ -537,7 +559,8 @@ case_store_fanout() {
     done
     for i in $(seq "$n"); do pm rm -f -t 0 "$name-r$rep-$i" >/dev/null 2>&1; done
     slowest=$(cat "$WORK"/fan-r"$rep"-*.s | sort -n | tail -1)
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$mib" "$n" "$one" "$all" "$slowest" "$(ratio "$all" "$one")" >> "$tsv"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$mib" "$n" "$one" "$all" "$slowest" "$(ratio "$all" "$one")" \
+      "$(fanout_phases "one$rep")" "$(fanout_phases "${round[@]}")" >> "$tsv"
   done
   fanout_end
   if [ "$failed" = 0 ]; then   # one uninterrupted run as long as the longest copy: every copy's lines must be in it
@@ -551,7 +574,9 @@ case_store_fanout() {
   cat "$tsv"
   printf 'median\t%s\t%s' "$mib" "$n" > "${tsv%.tsv}.medians.tsv"
   for i in 4 5 6; do printf '\t%s' "$(awk -F'\t' -v c="$i" 'NR>1 {print $c}' "$tsv" | median)" >> "${tsv%.tsv}.medians.tsv"; done
-  printf '\t%s\n' "$(ratio "$(awk -F'\t' 'NR>1 {print $5}' "$tsv" | median)" "$(awk -F'\t' 'NR>1 {print $4}' "$tsv" | median)")" >> "${tsv%.tsv}.medians.tsv"
+  printf '\t%s' "$(ratio "$(awk -F'\t' 'NR>1 {print $5}' "$tsv" | median)" "$(awk -F'\t' 'NR>1 {print $4}' "$tsv" | median)")" >> "${tsv%.tsv}.medians.tsv"
+  for i in 8 9 10 11 12 13; do printf '\t%s' "$(awk -F'\t' -v c="$i" 'NR>1 {print $c}' "$tsv" | median)" >> "${tsv%.tsv}.medians.tsv"; done
+  echo >> "${tsv%.tsv}.medians.tsv"
   cat "${tsv%.tsv}.medians.tsv"
   [ "$failed" = 1 ] || record store_fanout PASS "$mib MiB, one checkpoint in the node store, each restore into its own pod sandbox: $(awk -F'\t' '{printf "one restore %ss, %s at once %ss (slowest %ss), x%s of one (medians of %s rounds)", $4, $3, $5, $6, $7, r}' r="$runs" "${tsv%.tsv}.medians.tsv"); all ${#copies[@]} copies bit-identical"
 }
