@@ -11,7 +11,7 @@
 # Variables the test sets before sourcing: SRC (the source tree), CARRY (the carry directory), WORK (this run's
 # work directory), P (the prefix under WORK). Set here: CLI AGENT HOOK NRI CRI_TOOL PODRES (after
 # cri_gpu_install), NGPU, LIBCUDA DRIVER_ROOT (cri_gpu_build_counter), REGISTRY BASE PAUSE_IMAGE
-# (cri_gpu_push_images), STATE CK KDIR TOKEN_FILE URL, and per case SRC_GPU DST U_SRC U_DST N_CK TCK MB THAW.
+# (cri_gpu_push_images), CRI_GPU_CRIU_ROOT (where the carried CRIU is unpacked), STATE CK KDIR TOKEN_FILE URL, and per case SRC_GPU DST U_SRC U_DST N_CK TCK MB THAW.
 # CRI_GPU_RESTORES lists what each case restores from: `path` (the kubelet-style archive as CreateContainer's
 # image) and `image` (the checkpoint image `gpuckpt image` loads). COUNTER_MIB: the counter's GPU memory.
 # CRI_GPU_STORE (inline, node or a path; unset: the plugin's default): the GPU memory store, in the plugin's settings
@@ -62,8 +62,10 @@ fi
 } >> $WORK/runc-calls.log 2>&1
 LD_LIBRARY_PATH=$P/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec $P/root/usr/sbin/runc "\$@"
 WRAP
-  # CRIU: the carried bundle, unpacked under $P (runc finds `criu` on PATH)
-  printf '#!/bin/sh\nGPUCKPT_CRIU_ROOT=%s exec %s "$@"\n' "$P/criu" "$CARRY/bin/criu" > "$P/bin/criu"
+  # CRIU: the carried bundle, unpacked under $P by its own name (criu: trixie's 4.1.1, criu-sid: sid's 4.2.1; runc finds
+  # `criu` on PATH)
+  CRI_GPU_CRIU_ROOT=$P/$(tar -tzf "$CARRY/criu.tar.gz" | head -1 | cut -d/ -f1)
+  printf '#!/bin/sh\nGPUCKPT_CRIU_ROOT=%s exec %s "$@"\n' "$CRI_GPU_CRIU_ROOT" "$CARRY/bin/criu" > "$P/bin/criu"
   ln -sf "$P/root/usr/bin/docker-registry" "$P/bin/docker-registry"
   ln -sf "$P/root/bin/busybox" "$P/bin/busybox"
   chmod 755 "$P/bin/runc" "$P/bin/criu"

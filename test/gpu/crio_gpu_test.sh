@@ -100,7 +100,7 @@ for f in $CRIO_DIR/runroot/overlay-containers/*/userdata/restore.log; do
 done
 echo "criu \$* (pid \$\$, parent \$(tr '\\0' ' ' < /proc/\$PPID/cmdline | cut -c1-200))" >> $WORK/criu-logs/calls.log
 ( ( sleep 1; echo "  criu \$\$'s cgroup 1 s in: \$(cat /proc/\$\$/cgroup 2>&1 | tr '\\n' ' ')" >> $WORK/criu-logs/calls.log ) & )
-GPUCKPT_CRIU_ROOT=$P/criu exec "$CARRY/bin/criu" "\$@"
+GPUCKPT_CRIU_ROOT=$CRI_GPU_CRIU_ROOT exec "$CARRY/bin/criu" "\$@"
 WRAP
   chmod 755 "$P/bin/criu"
 }
