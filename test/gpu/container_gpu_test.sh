@@ -363,55 +363,97 @@ timed_with_log() {
 # The median of the numbers on stdin, one a line ("-" when none).
 median() { grep -E '^[0-9.]+$' | sort -n | awk '{v[NR]=$1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR+1)/2]; else printf "%.2f\n", (v[NR/2] + v[NR/2+1]) / 2}'; }
 
-# Benchmark (#21): GPU memory inline in podman's archive vs in the node's chunk store (only a manifest in the
-# archive): podman checkpoint --export / restore --import beside, from the same run, CRIU's own time (its dump.log /
-# restore.log, kept by keep_log) and the runtime's (runc with CRIU and the plugin, --print-stats), for each size in
-# STORE_BENCH_MIB (a list, default 4096) of random GPU memory. Then bf16 content (weights: 1/16 of it evolves) into
-# the store, checkpointed a second time after its restore: what the second checkpoint writes. STORE_BENCH_RUNS
-# (default 1) runs of each; with more, a table of medians follows. STORE_BENCH_MODES picks the runs (default
-# "inline:random node:random node:bf16"). Rows into $STORE_BENCH_TSV when set (appended to when it exists; the medians
-# beside it, .medians.tsv, cover all its rows). Each restore is checked bit for bit against an uninterrupted run.
+# Seconds of one plugin phase in a CRIU log: its last "timing: PHASE...: N s" line ("-" when absent). Phases of a
+# dump: "cuda lock" (the driver's lock), "cuda checkpoint" (the driver moves GPU memory to host staging memory),
+# "gpu memory image write" (chunks hashed, compressed, written, fsynced), "gpu memory drop"; of a restore:
+# "gpu memory image fill", "cuda restore".
+phase_seconds() { # LOG PHASE
+  local s; s=$(grep "timing: $2" "$1" 2>/dev/null | tail -1 | sed -n "s/.*timing: $2[^:]*: \([0-9.]*\) s.*/\1/p")
+  echo "${s:--}"
+}
+# The plugin's phases of a dump log and a restore log ("-" for a missing log): cuda_lock cuda_checkpoint gpu_write
+# gpu_drop gpu_fill cuda_restore, tab-separated.
+plugin_phases() { # DUMP-LOG RESTORE-LOG
+  printf '%s\t%s\t%s\t%s\t%s\t%s' "$(phase_seconds "$1" "cuda lock")" "$(phase_seconds "$1" "cuda checkpoint")" \
+    "$(phase_seconds "$1" "gpu memory image write")" "$(phase_seconds "$1" "gpu memory drop")" \
+    "$(phase_seconds "$2" "gpu memory image fill")" "$(phase_seconds "$2" "cuda restore")"
+}
+
+# Benchmark (#21): GPU memory inline in the runtime's archive vs in the node's chunk store (only a manifest in the
+# archive), for each size in STORE_BENCH_MIB (a list, default 4096). STORE_BENCH_MODES picks the runs, MODE:CONTENT
+# (default "inline:random node:random node:bf16"): MODE inline or node is `podman container checkpoint --export` /
+# `restore --import` with the plugin's settings file naming that store; agent is `gpuckpt checkpoint` / `gpuckpt
+# restore` through the agent configured with gpu_memory.store node (the agent starts podman). CONTENT is the counter's
+# (random: incompressible; bf16: weights, 1/16 of it evolves). Each row beside, from the same run, CRIU's own time
+# (its dump.log / restore.log, kept by keep_log), the runtime's (runc with CRIU and the plugin, --print-stats; podman
+# modes only) and the plugin's phases (plugin_phases). node:bf16 is checkpointed a second time after its restore
+# (weights unchanged): what the second checkpoint writes, and its phases. STORE_BENCH_RUNS (default 1) runs of each;
+# the medians follow. Rows into $STORE_BENCH_TSV when set (appended to when it exists with the same columns; the
+# medians beside it, .medians.tsv, cover all its rows). Each restore is checked bit for bit against an uninterrupted run.
+# Each repetition's first checkpoint goes into an empty node store (the counter's content repeats from run to run, so
+# a store holding an earlier repetition's chunks would write less): the node's own store is put aside for the run
+# and put back after (STORE_BENCH_FRESH_STORE=0: the store as it is).
+NODE_STORE=/var/lib/gpuckpt/chunks   # chunk_store::kNodeStoreDir
+STORE_BENCH_COLUMNS='run	rep	mib	content	container_checkpoint_s	criu_dump_s	runtime_dump_s	container_restore_s	criu_restore_s	runtime_restore_s	archive_mib	gpu_written_mib	cuda_lock_s	cuda_checkpoint_s	gpu_write_s	gpu_drop_s	gpu_fill_s	cuda_restore_s'
 case_store_bench() {
   gpu_ready store_bench || return
   local sizes=${STORE_BENCH_MIB:-4096} runs=${STORE_BENCH_RUNS:-1} modes=${STORE_BENCH_MODES:-inline:random node:random node:bf16}
   local settings=$PLUGIN_DIR/gpuckpt_plugin.env tsv=${STORE_BENCH_TSV:-$WORK/store_bench.tsv} saved=$WORK/plugin.env.saved
-  local mib rep earlier run mode content tag name out a tck trs at static failed=0
+  local mib rep earlier run mode store content tag name out a tck trs at static failed=0
   [ -f "$settings" ] && cp "$settings" "$saved"
   # An existing table (STORE_BENCH_TSV of an earlier call on the same machine) is appended to: runs split across calls
   # (one command's time limit) share one table of medians.
-  head -1 "$tsv" 2>/dev/null | grep -q '^run	rep	mib	' ||
-    printf 'run\trep\tmib\tcontent\tpodman_checkpoint_s\tcriu_dump_s\truntime_dump_s\tpodman_restore_s\tcriu_restore_s\truntime_restore_s\tarchive_mib\tgpu_written_mib\n' > "$tsv"
+  [ "$(head -1 "$tsv" 2>/dev/null)" = "$STORE_BENCH_COLUMNS" ] || echo "$STORE_BENCH_COLUMNS" > "$tsv"
+  local fresh=${STORE_BENCH_FRESH_STORE:-1} aside=$NODE_STORE.before-$PREFIX
+  [ "$fresh" = 1 ] && [ -d "$NODE_STORE" ] && mv "$NODE_STORE" "$aside"
+  case " $modes " in *" agent:"*)
+    AGENT_GPU_STORE=node start_agent || { record store_bench FAIL "agent did not start"; return; } ;;
+  esac
   for mib in $sizes; do
     for run in $modes; do
       earlier=$(awk -F'\t' -v r="$run" -v m="$mib" 'NR > 1 && $1 == r && $3 == m' "$tsv" | wc -l)
       for rep in $(seq $((earlier + 1)) $((earlier + runs))); do
         mode=${run%%:*} content=${run#*:} tag=sb-${mib}-${mode}-${content}-$rep
+        store=$mode; [ "$mode" = agent ] && store=node
+        [ "$fresh" = 1 ] && rm -rf "$NODE_STORE"
         name=$PREFIX-$tag out=$WORK/out/$tag.txt a=$WORK/$tag.tar
-        { [ -f "$saved" ] && grep -v '^GPUCKPT_GPU_STORE=' "$saved"; echo "GPUCKPT_GPU_STORE=$mode"; } > "$settings"
+        { [ -f "$saved" ] && grep -v '^GPUCKPT_GPU_STORE=' "$saved"; echo "GPUCKPT_GPU_STORE=$store"; } > "$settings"
         run_counter "$name" "$out" "${CDI_GPU[@]}" -- "$mib" "/out/$tag.txt" --content "$content" || { show "$WORK/$name.err"; record store_bench FAIL "podman run ($run, $mib MiB)"; failed=1; break 3; }
         wait_ctr "$name" "$out" 20 300 || { record store_bench FAIL "workload did not start ($run, $mib MiB)"; failed=1; break 3; }
         static=$(podman inspect -f '{{.StaticDir}}' "$name")
-        timed_with_log "$static" dump.log "$WORK/$tag.dump.log" tck pm container checkpoint --print-stats --export "$a" "$name" \
-          > "$WORK/$tag.ckpt.json" 2> "$WORK/$tag.ckpt.log" || { show "$WORK/$tag.ckpt.log" "$WORK/$tag.dump.log"; record store_bench FAIL "checkpoint ($run, $mib MiB)"; failed=1; break 3; }
+        if [ "$mode" = agent ]; then
+          rm -f "$WORK"/ck/*.tar*
+          timed_with_log "$static" dump.log "$WORK/$tag.dump.log" tck gk checkpoint "$name" > "$WORK/$tag.ckpt.log" 2>&1 &&
+            a=$(ls -t "$WORK"/ck/*.tar* 2>/dev/null | head -1) && [ -f "$a" ]
+        else
+          timed_with_log "$static" dump.log "$WORK/$tag.dump.log" tck pm container checkpoint --print-stats --export "$a" "$name" \
+            > "$WORK/$tag.ckpt.json" 2> "$WORK/$tag.ckpt.log"
+        fi || { show "$WORK/$tag.ckpt.log" "$WORK/$tag.dump.log"; record store_bench FAIL "checkpoint ($run, $mib MiB)"; failed=1; break 3; }
         at=$(last_iter "$out")
-        if [ "$mode" = node ]; then
+        if [ "$store" = node ]; then
           [ "$(entries "$a" 'gpuckpt-gpumem-.*manifest.json')" -gt 0 ] && [ "$(entries "$a" 'gpuckpt-gpumem-.*img')" = 0 ] ||
             { record store_bench FAIL "the store-backed archive holds GPU memory images, or no manifest ($run)"; failed=1; break 3; }
         fi
         pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
-        timed_with_log "$static" restore.log "$WORK/$tag.restore.log" trs pm container restore --print-stats --import "$a" \
-          > "$WORK/$tag.rst.json" 2> "$WORK/$tag.rst.log" || { show "$WORK/$tag.rst.log" "$WORK/$tag.restore.log"; record store_bench FAIL "restore ($run, $mib MiB)"; failed=1; break 3; }
-        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$run" "$rep" "$mib" "$content" \
+        if [ "$mode" = agent ]; then
+          timed_with_log "$static" restore.log "$WORK/$tag.restore.log" trs gk restore "$a" > "$WORK/$tag.rst.log" 2>&1
+        else
+          timed_with_log "$static" restore.log "$WORK/$tag.restore.log" trs pm container restore --print-stats --import "$a" \
+            > "$WORK/$tag.rst.json" 2> "$WORK/$tag.rst.log"
+        fi || { show "$WORK/$tag.rst.log" "$WORK/$tag.restore.log"; record store_bench FAIL "restore ($run, $mib MiB)"; failed=1; break 3; }
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$run" "$rep" "$mib" "$content" \
           "$tck" "$(criu_seconds "$WORK/$tag.dump.log")" "$(runtime_seconds "$WORK/$tag.ckpt.json" runtime_checkpoint_duration)" \
           "$trs" "$(criu_seconds "$WORK/$tag.restore.log")" "$(runtime_seconds "$WORK/$tag.rst.json" runtime_restore_duration)" \
-          "$(( $(stat -c %s "$a") >> 20 ))" "$(written_mib "$WORK/$tag.dump.log")" >> "$tsv"
+          "$(( $(stat -c %s "$a") >> 20 ))" "$(written_mib "$WORK/$tag.dump.log")" \
+          "$(plugin_phases "$WORK/$tag.dump.log" "$WORK/$tag.restore.log")" >> "$tsv"
         wait_ctr "$name" "$out" $((at + 10)) 300 || { record store_bench FAIL "no progress after restore ($run, $mib MiB)"; failed=1; break 3; }
         if [ "$run" = node:bf16 ]; then   # the weights did not change since the first checkpoint; 1/16 of it did
           timed_with_log "$static" dump.log "$WORK/$tag.again.dump.log" tck pm container checkpoint --print-stats --export "$a.2" "$name" \
             > "$WORK/$tag.again.ckpt.json" 2> "$WORK/$tag.again.ckpt.log" || { show "$WORK/$tag.again.ckpt.log"; record store_bench FAIL "second checkpoint ($mib MiB)"; failed=1; break 3; }
-          printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t-\t-\t-\t%s\t%s\n' "$run:second" "$rep" "$mib" "$content" "$tck" \
+          printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t-\t-\t-\t%s\t%s\t%s\n' "$run:second" "$rep" "$mib" "$content" "$tck" \
             "$(criu_seconds "$WORK/$tag.again.dump.log")" "$(runtime_seconds "$WORK/$tag.again.ckpt.json" runtime_checkpoint_duration)" \
-            "$(( $(stat -c %s "$a.2") >> 20 ))" "$(written_mib "$WORK/$tag.again.dump.log")" >> "$tsv"
+            "$(( $(stat -c %s "$a.2") >> 20 ))" "$(written_mib "$WORK/$tag.again.dump.log")" \
+            "$(plugin_phases "$WORK/$tag.again.dump.log" /dev/null)" >> "$tsv"
         fi
         pm rm -f -t 0 "$name" >/dev/null 2>&1
         check_counter store_bench "$out" "$mib" --content "$content" || { failed=1; break 3; }
@@ -420,28 +462,123 @@ case_store_bench() {
     done
   done
   if [ -f "$saved" ]; then cp "$saved" "$settings"; else rm -f "$settings"; fi
+  [ "$fresh" = 1 ] && rm -rf "$NODE_STORE" && { [ ! -d "$aside" ] || mv "$aside" "$NODE_STORE"; }
   cat "$tsv"
   store_bench_medians "$tsv" | tee "${tsv%.tsv}.medians.tsv"
   [ "$failed" = 1 ] ||
-    record store_bench PASS "$(awk -F'\t' 'NR>1 {printf "%s %s MiB (median of %s): ckpt %ss (criu %ss, runtime %ss; x%s) rst %ss (criu %ss, runtime %ss; x%s) archive %s MiB, GPU written %s MiB; ", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13}' "${tsv%.tsv}.medians.tsv")"
+    record store_bench PASS "$(awk -F'\t' 'NR>1 {printf "%s %s MiB (median of %s): ckpt %ss (criu %ss; x%s) rst %ss (criu %ss; x%s) archive %s MiB, GPU written %s MiB; ", $1, $2, $3, $4, $5, $7, $8, $9, $11, $12, $13}' "${tsv%.tsv}.medians.tsv")"
 }
 
-# Per run and size, the median of each time column over its repetitions, and the container time over CRIU's
-# (the 1.3x target of #21): run mib runs podman_checkpoint_s criu_dump_s runtime_dump_s ckpt_x podman_restore_s
-# criu_restore_s runtime_restore_s rst_x archive_mib gpu_written_mib.
+# Per run and size, the median of each number column over its repetitions, and the container time over CRIU's
+# (the 1.3x target of #21): run mib runs, then STORE_BENCH_COLUMNS' from container_checkpoint_s on, with ckpt_x_criu
+# after runtime_dump_s and rst_x_criu after runtime_restore_s.
 store_bench_medians() { # TSV
   local tsv=$1 key run mib col vals=()
-  printf 'run\tmib\truns\tpodman_checkpoint_s\tcriu_dump_s\truntime_dump_s\tckpt_x_criu\tpodman_restore_s\tcriu_restore_s\truntime_restore_s\trst_x_criu\tarchive_mib\tgpu_written_mib\n'
+  printf 'run\tmib\truns\tcontainer_checkpoint_s\tcriu_dump_s\truntime_dump_s\tckpt_x_criu\tcontainer_restore_s\tcriu_restore_s\truntime_restore_s\trst_x_criu\tarchive_mib\tgpu_written_mib\tcuda_lock_s\tcuda_checkpoint_s\tgpu_write_s\tgpu_drop_s\tgpu_fill_s\tcuda_restore_s\n'
   for key in $(awk -F'\t' 'NR>1 && !seen[$1 "@" $3]++ {print $1 "@" $3}' "$tsv"); do
     run=${key%@*} mib=${key#*@} vals=()
-    for col in 5 6 7 8 9 10 11 12; do
+    for col in $(seq 5 18); do
       vals+=("$(awk -F'\t' -v r="$run" -v m="$mib" -v c="$col" 'NR>1 && $1 == r && $3 == m {print $c}' "$tsv" | median)")
     done
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$run" "$mib" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$run" "$mib" \
       "$(awk -F'\t' -v r="$run" -v m="$mib" 'NR>1 && $1 == r && $3 == m' "$tsv" | wc -l)" \
       "${vals[0]}" "${vals[1]}" "${vals[2]}" "$(ratio "${vals[0]}" "${vals[1]}")" \
-      "${vals[3]}" "${vals[4]}" "${vals[5]}" "$(ratio "${vals[3]}" "${vals[4]}")" "${vals[6]}" "${vals[7]}"
+      "${vals[3]}" "${vals[4]}" "${vals[5]}" "$(ratio "${vals[3]}" "${vals[4]}")" "${vals[@]:6}"
   done
+}
+# Benchmark (#21): replicas warm-started from one checkpoint. A counter with STORE_BENCH_MIB's first size (default
+# 4096) of random GPU memory, in its own pod sandbox (network and IPC namespaces, as kubelet gives each pod; CRIU with
+# `network-lock skip`, as in pod_network_test.sh), checkpointed once into the node's store; then per round
+# (STORE_BENCH_RUNS) one restore alone, and STORE_FANOUT (default 4) restores of the same archive at once, each
+# into a new sandbox and its own output directory, as N pods of one node would. Rows (run, copies, wall seconds of
+# the restores, the slowest one's own, and the ratio to the restore alone) into $STORE_FANOUT_TSV (default in the work
+# dir), medians after. Every copy is checked bit for bit against an uninterrupted run.
+case_store_fanout() {
+  gpu_ready store_fanout || return
+  local sizes=${STORE_BENCH_MIB:-4096}
+  local mib=${sizes%% *} runs=${STORE_BENCH_RUNS:-1} n=${STORE_FANOUT:-4} tsv=${STORE_FANOUT_TSV:-$WORK/store_fanout.tsv}
+  local settings=$PLUGIN_DIR/gpuckpt_plugin.env saved=$WORK/plugin.env.fanout conf=$WORK/criu-fanout.conf
+  local name=$PREFIX-fan out=$WORK/out/fan.txt a=$WORK/fan.tar sandbox rep i t0 one all slowest at pids rc round copies=() failed=0
+  [ -f "$settings" ] && cp "$settings" "$saved"
+  { [ -f "$saved" ] && grep -v '^GPUCKPT_GPU_STORE=' "$saved"; echo "GPUCKPT_GPU_STORE=node"; } > "$settings"
+  { [ -f /etc/criu/runc.conf ] && grep -v '^network-lock' /etc/criu/runc.conf; echo "network-lock skip"; } > "$conf"
+  printf 'rep\tmib\tcopies\tone_restore_s\tall_restores_s\tslowest_restore_s\tall_x_one\tone_criu_s\tone_gpu_fill_s\tone_cuda_restore_s\tslowest_criu_s\tslowest_gpu_fill_s\tslowest_cuda_restore_s\n' > "$tsv"
+  fanout_end() { if [ -f "$saved" ]; then cp "$saved" "$settings"; else rm -f "$settings"; fi; }
+  new_sandbox "$PREFIX-fan-src" || { fanout_end; record store_fanout FAIL "cannot make a pod sandbox (unshare, nsenter)"; return; }
+  read -ra sandbox <<< "$(sandbox_args "$PREFIX-fan-src")"
+  run_counter "$name" "$out" "${CDI_GPU[@]}" "${sandbox[@]}" --annotation "org.criu.config=$conf" -- "$mib" /out/fan.txt ||
+    { show "$WORK/$name.err"; fanout_end; record store_fanout FAIL "podman run in a pod sandbox"; return; }
+  wait_ctr "$name" "$out" 20 300 || { fanout_end; record store_fanout FAIL "workload did not start"; return; }
+  pm container checkpoint --export "$a" "$name" > "$WORK/fan.ckpt.log" 2>&1 ||
+    { show "$WORK/fan.ckpt.log"; criu_log "$name"; fanout_end; record store_fanout FAIL "checkpoint"; return; }
+  pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
+  cp "$out" "$WORK/fan.at-checkpoint"; at=$(last_iter "$out")
+  # fanout_copy TAG: $a.TAG, restoring as container $name-TAG into sandbox $PREFIX-fan-TAG with /out from $WORK/fan-TAG
+  # (the output file as it was at the checkpoint: CRIU checks the size of the files it reopens)
+  fanout_copy() {
+    local dir=$WORK/fan-unpack
+    rm -rf "$dir"; mkdir -p "$dir" "$WORK/fan-$1"; chmod 777 "$WORK/fan-$1"
+    cp "$WORK/fan.at-checkpoint" "$WORK/fan-$1/fan.txt" && new_sandbox "$PREFIX-fan-$1" && tar -C "$dir" -xf "$a" &&
+      sed -i -e "s#$SANDBOX_DIR/$PREFIX-fan-src\.#$SANDBOX_DIR/$PREFIX-fan-$1.#g" -e "s#$WORK/out\([\":]\)#$WORK/fan-$1\1#g" \
+        "$dir/spec.dump" "$dir/config.dump" && (cd "$dir" && tar -c . | zstd -q -f -o "$a.$1")
+  }
+  # fanout_restore TAG: restores copy TAG, its wall time into $WORK/fan-TAG.s and CRIU's log into fan-TAG.restore.log
+  # (--keep: podman leaves the log in the container's static dir; what else it keeps of a store-backed import is its
+  # 1 MiB of CPU state, left undeleted)
+  fanout_restore() {
+    local t
+    timed t pm container restore --keep --import "$a.$1" --name "$name-$1" > "$WORK/fan-$1.rst.log" 2>&1 || { show "$WORK/fan-$1.rst.log"; return 1; }
+    echo "$t" > "$WORK/fan-$1.s"
+    cp "$(podman inspect -f '{{.StaticDir}}' "$name-$1")/restore.log" "$WORK/fan-$1.restore.log"
+  }
+  # fanout_phases TAG...: CRIU's time, the plugin's fill and the driver's restore, each the largest over the copies
+  fanout_phases() {
+    local c crius=() fills=() drivers=()
+    for c in "$@"; do
+      crius+=("$(criu_seconds "$WORK/fan-$c.restore.log")") fills+=("$(phase_seconds "$WORK/fan-$c.restore.log" "gpu memory image fill")")
+      drivers+=("$(phase_seconds "$WORK/fan-$c.restore.log" "cuda restore")")
+    done
+    printf '%s\t%s\t%s' "$(printf '%s\n' "${crius[@]}" | sort -n | tail -1)" "$(printf '%s\n' "${fills[@]}" | sort -n | tail -1)" \
+      "$(printf '%s\n' "${drivers[@]}" | sort -n | tail -1)"
+  }
+  for rep in $(seq "$runs"); do
+    fanout_copy "one$rep" || { failed=1; break; }
+    for i in $(seq "$n"); do fanout_copy "r$rep-$i" || { failed=1; break 2; }; done
+    timed one fanout_restore "one$rep" || { record store_fanout FAIL "restore alone (round $rep)"; failed=1; break; }
+    wait_ctr "$name-one$rep" "$WORK/fan-one$rep/fan.txt" $((at + 10)) 300 || { record store_fanout FAIL "no progress after the restore alone"; failed=1; break; }
+    pm rm -f -t 0 "$name-one$rep" >/dev/null 2>&1; wait_gone "$name-one$rep"
+    copies+=("one$rep")
+    pids=() rc=0 round=() t0=$EPOCHREALTIME
+    for i in $(seq "$n"); do fanout_restore "r$rep-$i" & pids+=($!); round+=("r$rep-$i"); done
+    for i in "${pids[@]}"; do wait "$i" || rc=1; done
+    all=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.2f", b - a}')
+    [ "$rc" = 0 ] || { record store_fanout FAIL "a restore of $n at once failed (round $rep)"; failed=1; break; }
+    for i in $(seq "$n"); do
+      wait_ctr "$name-r$rep-$i" "$WORK/fan-r$rep-$i/fan.txt" $((at + 10)) 300 || { record store_fanout FAIL "copy $i of $n does not run on (round $rep)"; failed=1; break 2; }
+      copies+=("r$rep-$i")
+    done
+    for i in $(seq "$n"); do pm rm -f -t 0 "$name-r$rep-$i" >/dev/null 2>&1; done
+    slowest=$(cat "$WORK"/fan-r"$rep"-*.s | sort -n | tail -1)
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$mib" "$n" "$one" "$all" "$slowest" "$(ratio "$all" "$one")" \
+      "$(fanout_phases "one$rep")" "$(fanout_phases "${round[@]}")" >> "$tsv"
+  done
+  fanout_end
+  if [ "$failed" = 0 ]; then   # one uninterrupted run as long as the longest copy: every copy's lines must be in it
+    local c last=0
+    for c in "${copies[@]}"; do [ "$(last_iter "$WORK/fan-$c/fan.txt")" -gt "$last" ] && last=$(last_iter "$WORK/fan-$c/fan.txt"); done
+    counter_reference "$mib" "$last" "$WORK/fan.ref"
+    for c in "${copies[@]}"; do
+      same_as_reference "$WORK/fan-$c/fan.txt" "$WORK/fan.ref" || { record store_fanout FAIL "copy $c differs from the uninterrupted run"; failed=1; break; }
+    done
+  fi
+  cat "$tsv"
+  printf 'median\t%s\t%s' "$mib" "$n" > "${tsv%.tsv}.medians.tsv"
+  for i in 4 5 6; do printf '\t%s' "$(awk -F'\t' -v c="$i" 'NR>1 {print $c}' "$tsv" | median)" >> "${tsv%.tsv}.medians.tsv"; done
+  printf '\t%s' "$(ratio "$(awk -F'\t' 'NR>1 {print $5}' "$tsv" | median)" "$(awk -F'\t' 'NR>1 {print $4}' "$tsv" | median)")" >> "${tsv%.tsv}.medians.tsv"
+  for i in 8 9 10 11 12 13; do printf '\t%s' "$(awk -F'\t' -v c="$i" 'NR>1 {print $c}' "$tsv" | median)" >> "${tsv%.tsv}.medians.tsv"; done
+  echo >> "${tsv%.tsv}.medians.tsv"
+  cat "${tsv%.tsv}.medians.tsv"
+  [ "$failed" = 1 ] || record store_fanout PASS "$mib MiB, one checkpoint in the node store, each restore into its own pod sandbox: $(awk -F'\t' '{printf "one restore %ss, %s at once %ss (slowest %ss), x%s of one (medians of %s rounds)", $4, $3, $5, $6, $7, r}' r="$runs" "${tsv%.tsv}.medians.tsv"); all ${#copies[@]} copies bit-identical"
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "-"}'; }
 

@@ -11,9 +11,13 @@
 # Variables the test sets before sourcing: SRC (the source tree), CARRY (the carry directory), WORK (this run's
 # work directory), P (the prefix under WORK). Set here: CLI AGENT HOOK NRI CRI_TOOL PODRES (after
 # cri_gpu_install), NGPU, LIBCUDA DRIVER_ROOT (cri_gpu_build_counter), REGISTRY BASE PAUSE_IMAGE
-# (cri_gpu_push_images), STATE CK KDIR TOKEN_FILE URL, and per case SRC_GPU DST U_SRC U_DST N_CK TCK MB THAW.
+# (cri_gpu_push_images), CRI_GPU_CRIU_ROOT (where the carried CRIU is unpacked), STATE CK KDIR TOKEN_FILE URL, and per case SRC_GPU DST U_SRC U_DST N_CK TCK MB THAW.
 # CRI_GPU_RESTORES lists what each case restores from: `path` (the kubelet-style archive as CreateContainer's
 # image) and `image` (the checkpoint image `gpuckpt image` loads). COUNTER_MIB: the counter's GPU memory.
+# CRI_GPU_STORE (inline, node or a path; unset: the plugin's default): the GPU memory store, in the plugin's settings
+# file beside it and the agent's gpu_memory.store. CRI_GPU_TSV: one row per restore (the columns of
+# cri_gpu_tsv_header: the CRI checkpoint and restore beside CRIU's own time, the kubelet archive beside the CPU
+# pages in it), medians by cri_gpu_medians.
 
 CRI_GPU_RESTORES=${CRI_GPU_RESTORES:-path image}
 MIB=${COUNTER_MIB:-512}
@@ -58,12 +62,15 @@ fi
 } >> $WORK/runc-calls.log 2>&1
 LD_LIBRARY_PATH=$P/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec $P/root/usr/sbin/runc "\$@"
 WRAP
-  # CRIU: the carried bundle, unpacked under $P (runc finds `criu` on PATH)
-  printf '#!/bin/sh\nGPUCKPT_CRIU_ROOT=%s exec %s "$@"\n' "$P/criu" "$CARRY/bin/criu" > "$P/bin/criu"
+  # CRIU: the carried bundle, unpacked under $P by its own name (criu: trixie's 4.1.1, criu-sid: sid's 4.2.1; runc finds
+  # `criu` on PATH)
+  CRI_GPU_CRIU_ROOT=$P/$(tar -tzf "$CARRY/criu.tar.gz" | head -1 | cut -d/ -f1)
+  printf '#!/bin/sh\nGPUCKPT_CRIU_ROOT=%s exec %s "$@"\n' "$CRI_GPU_CRIU_ROOT" "$CARRY/bin/criu" > "$P/bin/criu"
   ln -sf "$P/root/usr/bin/docker-registry" "$P/bin/docker-registry"
   ln -sf "$P/root/bin/busybox" "$P/bin/busybox"
   chmod 755 "$P/bin/runc" "$P/bin/criu"
   cp "$CARRY"/lib/* "$WORK/criu-plugins/"
+  [ -z "${CRI_GPU_STORE:-}" ] || echo "GPUCKPT_GPU_STORE=$CRI_GPU_STORE" > "$WORK/criu-plugins/gpuckpt_plugin.env"
 }
 cri_gpu_wrap() { # BINARY: $P/bin/NAME runs it with the carry's libraries
   printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$P/lib" "$1" > "$P/bin/$(basename "$1")"
@@ -94,6 +101,17 @@ cri_gpu_criu_conf_restore() {
   [ -n "${CRI_GPU_CRIU_CONF_SET:-}" ] || return 0
   if [ -f "$WORK/runc.conf.orig" ]; then cp -p "$WORK/runc.conf.orig" /etc/criu/runc.conf; else rm -f /etc/criu/runc.conf; fi
   CRI_GPU_CRIU_CONF_SET=''
+}
+
+# cri_gpu_cleanup STOP-RUNTIME: what both tests' exit traps do first: their logs saved (the test's save_logs), the
+# agent, gpuckpt-nri, the PodResources server and the registry stopped, the runtime stopped, runc.conf put back
+cri_gpu_cleanup() {
+  local p
+  save_logs
+  sandbox_stop_agent
+  for p in "$NRI_PID" "$PODRES_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  "$1"
+  cri_gpu_criu_conf_restore
 }
 
 # ---- GPUs -------------------------------------------------------------------------------------------------------
@@ -199,6 +217,8 @@ cri_gpu_start_nri() {
 }
 # cri_gpu_start_agent CRI_ENDPOINT: the agent with its kubelet-dir watcher (sets AGENT_PID URL)
 cri_gpu_start_agent() {
+  local gpu_memory=''
+  [ -z "${CRI_GPU_STORE:-}" ] || gpu_memory="gpu_memory: {store: $CRI_GPU_STORE}"
   head -c 32 /dev/urandom | base64 > "$TOKEN_FILE"; chmod 600 "$TOKEN_FILE"
   cat > "$WORK/agent.yaml" <<YAML
 listen: {address: 127.0.0.1, port: 0}
@@ -209,6 +229,7 @@ host_root: /
 hooks_dir: $WORK/hooks.d
 criu_plugin_dir: $WORK/criu-plugins
 runtime: {kind: cri, cri: {endpoint: $1}}
+$gpu_memory
 YAML
   sandbox_start_agent "$AGENT"
 }
@@ -244,6 +265,10 @@ restore_from() {
   rdev=$(stat -c %t:%T "/proc/$rpid/root/dev/nvidia$DST" 2>/dev/null)
   rcg=$(awk -F: '$1 == "0" {print $3}' "/proc/$rpid/cgroup")
   runtime_restore_log "$rid" "$out/restore.log"
+  [ -z "${CRI_GPU_TSV:-}" ] ||
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$case" "$from" "$TCK" "$(criu_log_seconds "$WORK/out-$case-src/dump.log")" \
+      "$trs" "$(criu_log_seconds "$out/restore.log")" "$ARCHIVE_MIB" "$PAGES_MIB" "$(awk -v a="$ARCHIVE_MIB" -v p="$PAGES_MIB" 'BEGIN {printf "%.2f", a - p}')" \
+      "$(grep -o '[0-9]* MiB written' "$WORK/out-$case-src/dump.log" 2>/dev/null | tail -1 | cut -d' ' -f1)" >> "$CRI_GPU_TSV"
   cri stop "$rid" >/dev/null; cri stop-pod "$pod" >/dev/null
   [ "$after" = "$U_DST" ] || { record "$case-$from" FAIL "restored onto ${after:-no GPU}, not GPU $DST ($U_DST); container's GPU nodes: $nodes"; return; }
   [ "$rdev" = "$(stat -c %t:%T "/dev/nvidia$DST")" ] ||
@@ -277,6 +302,29 @@ restore_from() {
 check_counter() { # CASE FILE: FILE equals an uninterrupted run up to its last iteration
   counter_reference "$MIB" "$(last_iter "$2")" "$2.ref"
   same_as_reference "$2" "$2.ref" || { record "$1" FAIL "state differs from the uninterrupted run"; return 1; }
+}
+
+# MiB of CRIU's page images (pages-N.img: the process's memory CRIU dumped) in a checkpoint archive
+cpu_pages_mib() { tar -tvf "$1" | awk '$6 ~ /(^|\/)pages-[0-9]+\.img$/ {s += $3} END {printf "%.2f", s / 1048576}'; }
+# CRIU's own seconds in its log: the last "(seconds)" stamp ("-" without a log)
+criu_log_seconds() { [ -s "$1" ] && awk -F'[()]' '/^\([ 0-9.]+\)/ {t=$2} END {printf "%.2f", t + 0}' "$1" || echo -; }
+cri_gpu_tsv_header() { printf 'case\tfrom\tcri_checkpoint_s\tcriu_dump_s\tcri_restore_s\tcriu_restore_s\tarchive_mib\tcpu_pages_mib\tarchive_over_pages_mib\tgpu_written_mib\n'; }
+# cri_gpu_medians TSV: per restore source (from), the median of each number column over the cases, and the ratios
+# to CRIU's time (checkpoint, restore)
+cri_gpu_medians() {
+  local from col vals
+  printf 'from\truns\tcri_checkpoint_s\tcriu_dump_s\tckpt_x_criu\tcri_restore_s\tcriu_restore_s\trst_x_criu\tarchive_mib\tcpu_pages_mib\tarchive_over_pages_mib\tgpu_written_mib\n'
+  for from in $(awk -F'\t' 'NR > 1 && !seen[$2]++ {print $2}' "$1"); do
+    vals=()
+    for col in 3 4 5 6 7 8 9 10; do
+      vals+=("$(awk -F'\t' -v f="$from" -v c="$col" 'NR > 1 && $2 == f {print $c}' "$1" | grep -E '^[0-9.]+$' | sort -n |
+        awk '{v[NR]=$1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR+1)/2]; else printf "%.2f\n", (v[NR/2] + v[NR/2+1]) / 2}')")
+    done
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$from" "$(awk -F'\t' -v f="$from" 'NR > 1 && $2 == f' "$1" | wc -l)" \
+      "${vals[0]}" "${vals[1]}" "$(awk -v a="${vals[0]}" -v b="${vals[1]}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}')" \
+      "${vals[2]}" "${vals[3]}" "$(awk -v a="${vals[2]}" -v b="${vals[3]}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}')" \
+      "${vals[4]}" "${vals[5]}" "${vals[6]}" "${vals[7]}"
+  done
 }
 
 fail_all() { local f; for f in $CRI_GPU_RESTORES; do record "$case-$f" FAIL "$1"; done; }   # in cri_gpu_run_case
@@ -315,6 +363,8 @@ cri_gpu_run_case() {
   for _ in $(seq 100); do grep -q "annotated kubelet archive $archive" "$WORK/agent.log" && break; sleep 0.1; done
   grep -q "annotated kubelet archive $archive" "$WORK/agent.log" || { show "$WORK/agent.log"; fail_all "the agent's watcher did not annotate $archive"; return; }
   MB=$(du -m "$archive" | cut -f1)
+  ARCHIVE_MIB=$(stat -c %s "$archive" | awk '{printf "%.2f", $1 / 1048576}') PAGES_MIB=$(cpu_pages_mib "$archive")
+  echo "$case: kubelet archive $ARCHIVE_MIB MiB, CPU pages in it $PAGES_MIB MiB; GPU memory: $(tar -tf "$archive" | grep -c 'gpuckpt-gpumem-.*img$') image(s), $(tar -tf "$archive" | grep -c 'gpuckpt-gpumem-.*manifest') manifest(s)"
   case " $CRI_GPU_RESTORES " in *" path "*) restore_from "$case" path "$archive" --user-image "$archive" ;; esac   # as the kubelet sends a pod's image
   case " $CRI_GPU_RESTORES " in *" image "*) ;; *) return ;; esac
   cp "$archive" "$CK/"
@@ -327,11 +377,13 @@ cri_gpu_run_case() {
 # cri_gpu_run_cases CASES BASE_IMAGE_ID: moved (GPU 1 -> 0, needs 2 GPUs) and unmoved (GPU 0 -> 0)
 cri_gpu_run_cases() {
   local c
+  [ -z "${CRI_GPU_TSV:-}" ] || [ "$(head -1 "$CRI_GPU_TSV" 2>/dev/null)" = "$(cri_gpu_tsv_header)" ] || cri_gpu_tsv_header > "$CRI_GPU_TSV"
   for c in $1; do
     case $c in
       moved) if [ "$NGPU" -ge 2 ]; then cri_gpu_run_case moved 1 0 "$2"; else record moved SKIP "needs 2 GPUs"; fi ;;
-      unmoved) cri_gpu_run_case unmoved 0 0 "$2" ;;
-      *) record "$c" FAIL "unknown case (moved, unmoved)" ;;
+      unmoved|unmoved[0-9]*) cri_gpu_run_case "$c" 0 0 "$2" ;;   # unmoved1 unmoved2 ...: repetitions
+      *) record "$c" FAIL "unknown case (moved, unmoved, unmovedN)" ;;
     esac
   done
+  [ -z "${CRI_GPU_TSV:-}" ] || { cat "$CRI_GPU_TSV"; cri_gpu_medians "$CRI_GPU_TSV" | tee "${CRI_GPU_TSV%.tsv}.medians.tsv"; }
 }

@@ -69,11 +69,7 @@ save_logs() {
 }
 cleanup() {
   set +e
-  save_logs
-  sandbox_stop_agent
-  for p in "$NRI_PID" "$PODRES_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-  ctrd_stop
-  cri_gpu_criu_conf_restore
+  cri_gpu_cleanup ctrd_stop
   rm -rf /tmp/gpuckpt-cri-*-logs
   rm -rf "$WORK"
 }

@@ -69,11 +69,7 @@ save_logs() {
 }
 cleanup() {
   set +e
-  save_logs
-  sandbox_stop_agent
-  for p in "$NRI_PID" "$PODRES_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-  crio_stop
-  cri_gpu_criu_conf_restore
+  cri_gpu_cleanup crio_stop
   [ -z "$POLICY_WRITTEN" ] || rm -f /etc/containers/policy.json
   rm -rf "$WORK"
 }
@@ -104,7 +100,7 @@ for f in $CRIO_DIR/runroot/overlay-containers/*/userdata/restore.log; do
 done
 echo "criu \$* (pid \$\$, parent \$(tr '\\0' ' ' < /proc/\$PPID/cmdline | cut -c1-200))" >> $WORK/criu-logs/calls.log
 ( ( sleep 1; echo "  criu \$\$'s cgroup 1 s in: \$(cat /proc/\$\$/cgroup 2>&1 | tr '\\n' ' ')" >> $WORK/criu-logs/calls.log ) & )
-GPUCKPT_CRIU_ROOT=$P/criu exec "$CARRY/bin/criu" "\$@"
+GPUCKPT_CRIU_ROOT=$CRI_GPU_CRIU_ROOT exec "$CARRY/bin/criu" "\$@"
 WRAP
   chmod 755 "$P/bin/criu"
 }

@@ -24,9 +24,14 @@
     }                                                                                                 \
   } while (0)
 
+// Each word's own term is the high half of a 64-bit Weyl step of its index: with a term linear in the index modulo
+// 2^32 (i * odd), two words 2^(32-k) apart differ by a multiple of 2^(32-k) times the sum of the recurrence's powers,
+// which is 0 modulo 2^32 when that sum (after t iterations) has k factors of 2, as t has: whole 2 MiB chunks came out
+// identical (the halves of 4 GiB at every 8th iteration, of 16 GiB at every 2nd), and a chunk store wrote half or a
+// quarter of the "random" memory.
 __global__ void step(unsigned* a, size_t n, unsigned it, unsigned salt) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    a[i] = a[i] * 1664525u + 1013904223u + (unsigned)(i * 2654435761u) + it * 97u + salt;
+    a[i] = a[i] * 1664525u + 1013904223u + (unsigned)((i * 0x9E3779B97F4A7C15ull) >> 32) + it * 97u + salt;
 }
 
 // Fixed bf16 values ~ N(0, 0.02) from a hash of the index (Box-Muller), two per 32-bit word.

@@ -15,8 +15,9 @@
 # --crio adds what test/gpu/crio_gpu_test.sh installs (no containerd): crio.tar.xz (the stripped crio and pinns
 # built from source; GPUCKPT_CRIO_BIN_DIR, default /work/crio-src/bin), the same runc, docker-registry and busybox
 # .debs plus conmon and the libraries crio and conmon link (glib, seccomp, sqlite: linked only where the machine
-# lacks them), cri-bin.tar.xz and lib-extra.tar.xz; and src/, the test scripts it runs with what they source
-# (bash CARRY/src/test/gpu/crio_gpu_test.sh CARRY), so the carry runs where the checkout is older.
+# lacks them), cri-bin.tar.xz and lib-extra.tar.xz.
+# Each of the three adds src/: the GPU test scripts with what they source (bash CARRY/src/test/gpu/crio_gpu_test.sh
+# CARRY; bash CARRY/src/test/gpu/device_node.sh CARRY), so the carry runs where the checkout is older.
 # The device tool carries from the session's own checkout: run this there (or copy .carry there).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -98,11 +99,13 @@ if [ "$CRIO" = 1 ]; then
   cp "$crio_bin/pinns" "$bins/"
   XZ_OPT='-9 -T2' tar -C "$bins" -cJf "$CARRY/crio.tar.xz" crio pinns
   rm -rf "$bins"
-  for f in test/gpu/crio_gpu_test.sh test/gpu/cri_gpu_test.sh test/gpu/cri_gpu_lib.sh test/gpu/gpu_test_lib.sh \
-           test/gpu/device_runtime.sh test/gpu/gpu_counter.cu test/gpu/push_oci_image.py scripts/lib/crio-sandbox.sh \
-           scripts/lib/containerd-sandbox.sh scripts/lib/node-sandbox.sh oci-hook/gpuckpt-hook.json \
-           oci-hook/gpuckpt-hook-poststop.json; do
-    mkdir -p "$CARRY/src/$(dirname "$f")" && cp "$ROOT/$f" "$CARRY/src/$f"
+fi
+# src/: the GPU test scripts with what they source and install (bash CARRY/src/test/gpu/SCRIPT CARRY), so the carry
+# runs where the checkout is older
+if [ "$RUNTIME$CRI$CRIO" != 000 ]; then
+  for f in test/gpu scripts/lib oci-hook/gpuckpt-hook.json oci-hook/gpuckpt-hook-poststop.json \
+           charts/gpuckpt/files/host-files.sh bench/hash_floor.py; do
+    mkdir -p "$CARRY/src/$(dirname "$f")" && cp -r "$ROOT/$f" "$CARRY/src/$f"
   done
 fi
 du -sh "$CARRY"; ls -l "$CARRY" "$CARRY/lib"

@@ -66,6 +66,9 @@ start_agent() {
   head -c 32 /dev/urandom | base64 > "$WORK/token"; chmod 600 "$WORK/token"
   mkdir -p "$STATE"
   rm -f "$STATE/agent.port"
+  # AGENT_GPU_STORE: the agent's gpu_memory.store (node, inline or a shared path; unset: the chart's default)
+  local gpu_memory=''
+  [ -z "${AGENT_GPU_STORE:-}" ] || gpu_memory="gpu_memory: {store: $AGENT_GPU_STORE}"
   cat > "$WORK/agent.yaml" <<YAML
 listen: {address: 127.0.0.1, port: 0}
 auth: {token_file: $WORK/token}
@@ -75,6 +78,7 @@ runtime: {kind: podman, podman_path: $(command -v podman)}
 host_root: /
 hooks_dir: ${HOOK_ARGS[1]:-/etc/containers/oci/hooks.d}
 criu_plugin_dir: $PLUGIN_DIR
+$gpu_memory
 YAML
   "$AGENT_BIN" --config "$WORK/agent.yaml" > "$WORK/agent.log" 2>&1 &
   AGENT_PID=$!
