@@ -428,9 +428,9 @@ Result<RegistryClient::Manifest> RegistryClient::get_manifest(const std::string&
         return get;
       },
       [&](const char* data, std::size_t size) {
-        if (text.size() + size > max_bytes) return !(too_large = true);
-        text.append(data, size);
-        return true;
+        too_large = text.size() + size > max_bytes;
+        if (!too_large) text.append(data, size);
+        return !too_large;
       });
   const std::string what = repo_.host + "/" + repo_.name + ":" + reference;
   if (!got) return got.error();
@@ -445,7 +445,8 @@ Result<RegistryClient::Manifest> RegistryClient::get_manifest(const std::string&
 Result<void> RegistryClient::get_blob(const std::string& digest, std::uint64_t size, std::vector<std::byte>& out) {
   bool too_large = false;
   const auto sink = [&](const char* data, std::size_t n) {
-    if (out.size() + n > size) return !(too_large = true);
+    too_large = out.size() + n > size;
+    if (too_large) return false;
     const auto* bytes = reinterpret_cast<const std::byte*>(data);
     out.insert(out.end(), bytes, bytes + n);
     return true;

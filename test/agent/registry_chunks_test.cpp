@@ -1,8 +1,9 @@
 // A store-backed checkpoint's chunks through a real registry (Debian's docker-registry, distribution 2.8;
 // node/registry_chunks.h): pushed beside its image as blobs under an artifact manifest whose subject is the image,
 // a second checkpoint sending only the chunks the registry lacks; pulled into an empty store bit for bit (by the
-// library and by `gpuckpt pull-chunks`), a second pull downloading nothing; a blob the registry serves tampered, or
-// one annotated with another chunk's digest, refused with nothing of it in the store. The artifact manifest's
+// library and by `gpuckpt pull-chunks`), a second pull downloading nothing; a blob the registry serves tampered, one
+// annotated with another chunk's digest, or one whose descriptor gives another size, refused with nothing of it in
+// the store. The artifact manifest's
 // parser refuses hostile manifests field by field.
 #include <catch2/catch_test_macros.hpp>
 
@@ -201,6 +202,31 @@ TEST_CASE("chunks through a registry: pushed once each, pulled bit for bit, tamp
     REQUIRE_FALSE(refused);
     CHECK(refused.error().errno_value == EBADMSG);
     CHECK(refused.error().message.find("SHA-256 mismatch") != std::string::npos);
+    CHECK(chunk_files(tmp.path / "fresh").empty());
+  }
+
+  SECTION("a descriptor whose size is not the blob's is refused; nothing of it enters the store") {
+    const cs::Digest real = cs::sha256(random_chunk(4));
+    const std::string file = bytes_of(source->path_of(real));
+    const std::string digest = "sha256:" + cs::sha256(std::as_bytes(std::span(file.data(), file.size()))).hex();
+    auto repo = node::split_repository(options.repository);
+    REQUIRE(repo);
+    node::RegistryClient writer(options, *repo, "pull,push", std::chrono::steady_clock::now() + std::chrono::minutes(1));
+    auto fresh = test::open_store(tmp.path / "fresh");
+    // Smaller: the registry sends more than the descriptor allows (refused as it streams). Larger: it sends less.
+    for (const auto& [size, says] : std::vector<std::pair<std::uint64_t, std::string>>{
+             {file.size() - 100, "sent more than the"}, {file.size() + 100, "its descriptor says"}}) {
+      const std::string tag = "sized-" + std::to_string(size);
+      auto stored = writer.push_manifest(node::chunks_manifest({{real, digest, size}}, second.image.manifest_digest, 100, 1),
+                                         "application/vnd.oci.image.manifest.v1+json", tag + ".gpuckpt-chunks");
+      INFO((stored ? std::string() : stored.error().message));
+      REQUIRE(stored);
+      auto refused = node::pull_chunks(options, options.repository + ":" + tag, *fresh);
+      REQUIRE_FALSE(refused);
+      INFO(refused.error().message);
+      CHECK(refused.error().message.find(says) != std::string::npos);
+      CHECK(refused.error().message.find("chunk " + real.hex()) != std::string::npos);
+    }
     CHECK(chunk_files(tmp.path / "fresh").empty());
   }
 
