@@ -76,7 +76,9 @@ int run_pull_chunks(std::span<char*> args) {
     }
   }
   if (image.empty()) return usage_error("pull-chunks", "name the checkpoint image (HOST[:PORT]/PATH:TAG)", kUsage);
-  if (auto name = node::parse_image_name(image); !name) return usage_error("pull-chunks", name.error().message, kUsage);
+  auto name = node::parse_image_name(image);
+  if (!name) return usage_error("pull-chunks", name.error().message, kUsage);
+  options.repository = name->repository;   // --credentials-file is for the image's registry
   init_cli_logging("pull-chunks");
   if (!target.agent_url.empty()) {
     if (local_flags)

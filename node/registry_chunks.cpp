@@ -286,10 +286,18 @@ Result<ChunkPullReport> pull_chunks(const RegistryOptions& configured, const std
   options.repository = name->repository;
   // The credentials (and the token realm they may go to) are the configured registry's: another host gets none.
   auto own = split_repository(configured.repository);
-  if (!own || own->host != repo->host) {
+  const bool foreign = !own || own->host != repo->host;
+  if (foreign) {
     options.credentials_file.clear();
     options.token_realm_host.clear();
   }
+  // A refusal where the credentials were kept back says why they were.
+  const auto refused = [&](Error e) {
+    if (foreign && e.errno_value == EACCES && !configured.credentials_file.empty())
+      e.message += " (image_registry.credentials_file is for " + (own ? own->host : std::string("image_registry")) +
+                   " alone: it is never sent to " + repo->host + ")";
+    return e;
+  };
   RegistryClient first(options, *repo, "pull", Clock::now() + options.push_timeout);
   ChunkPullReport report;
   report.image = image;
@@ -300,6 +308,7 @@ Result<ChunkPullReport> pull_chunks(const RegistryOptions& configured, const std
     if (!tag) return tag.error();
     auto got = first.get_manifest(*tag, kImageManifestType, kMaxChunksManifestBytes);
     if (!got) {
+      if (got.error().errno_value == EACCES) return refused(got.error());
       if (p == 0 && got.error().errno_value == ENOENT)
         return make_error(got.error().message + " (the chunks of a store-backed checkpoint are pushed under the "
                           "image's tag + " + kChunksTagSuffix + " by an agent with image_registry set; an inline "

@@ -242,6 +242,36 @@ TEST_CASE("chunks through a registry: pushed once each, pulled bit for bit, tamp
   }
 }
 
+TEST_CASE("chunk pulls: credentials go to the configured registry only", "[e2e]") {
+  test::RegistryServer registry("gpuckpt", "s3cret-pass");
+  if (!registry.ready()) SKIP("docker-registry is not installed or did not start (scripts/setup.sh installs it)");
+  test::TempDir tmp("gpuckpt-registry-chunks");
+  auto source = test::open_store(tmp.path / "source");
+  test::write_file(tmp.path / "credentials", "gpuckpt:s3cret-pass\n");
+  node::RegistryOptions options;
+  options.repository = registry.host() + "/ml/private";
+  options.plain_http = true;
+  options.credentials_file = (tmp.path / "credentials").string();
+  auto pushed = push(source, tmp.path / "one", options, "ck-1", {random_chunk(1), random_chunk(2)});
+  CHECK(pushed.chunks.uploaded == 2);
+  auto target = test::open_store(tmp.path / "target");
+  // The agent's registry is another host: the image is pulled anonymously, and this registry refuses that.
+  node::RegistryOptions elsewhere = options;
+  elsewhere.repository = "registry.example:5000/ml/private";
+  auto anonymous = node::pull_chunks(elsewhere, options.repository + ":ck-1", *target);
+  REQUIRE_FALSE(anonymous);
+  CHECK(anonymous.error().errno_value == EACCES);
+  CHECK(anonymous.error().message.find("asks for credentials") != std::string::npos);
+  CHECK(anonymous.error().message.find("is for registry.example:5000 alone: it is never sent to " + registry.host()) !=
+        std::string::npos);
+  CHECK(chunk_files(tmp.path / "target").empty());
+  // The configured registry: with its credentials.
+  auto pulled = node::pull_chunks(options, options.repository + ":ck-1", *target);
+  INFO((pulled ? std::string() : pulled.error().message));
+  REQUIRE(pulled);
+  CHECK(pulled->added == 2);
+}
+
 TEST_CASE("chunks' manifest: hostile fields are refused by name", "[unit]") {
   const cs::Digest chunk = cs::sha256(random_chunk(1));
   const std::string blob = "sha256:" + std::string(64, 'a');
