@@ -9,6 +9,7 @@
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
 #include "node/requests.h"
+#include "common/chunk_receive.h"
 #include "common/log.h"
 #include "common/properties_record.h"
 
@@ -39,8 +40,12 @@ nlohmann::json job_summary(const JobStatus& job) {
   return out;
 }
 
-bool is_incoming_chunk(const httplib::Request& req) {
+bool is_incoming_piece(const httplib::Request& req) {
   return req.method == "PUT" && req.path.rfind("/v1/incoming/", 0) == 0;
+}
+
+bool is_chunk_upload(const httplib::Request& req) {
+  return req.method == "PUT" && req.path.rfind("/v1/chunks/", 0) == 0;
 }
 
 const char* reason_for(int status) {
@@ -66,9 +71,11 @@ bool token_matches(std::string_view presented, std::string_view expected) {
 }
 
 void install_routes(httplib::Server& server, JobService& service, std::string token) {
-  // cpp-httplib has one body limit for every route: the transfer chunks' (node/archive_transfer.h). Every other
-  // request is held to limits.max_request_bytes before its body is read (below).
-  server.set_payload_max_length(std::max(service.config().max_request_bytes, kMaxChunkBytes));
+  // cpp-httplib has one body limit for every route: the largest of a transfer's pieces (node/archive_transfer.h)
+  // and a chunk file (node/chunk_transfer.h). Every request is held to its route's own limit before its body is
+  // read (below): limits.max_request_bytes for all but those two.
+  server.set_payload_max_length(std::max({service.config().max_request_bytes, kMaxChunkBytes,
+                                          static_cast<std::size_t>(chunk_receive::kMaxChunkFileBytes)}));
 
   server.set_pre_routing_handler([&service, token](const httplib::Request& req, httplib::Response& res) {
     // Before any body is read: the token (for /v1), then the body's size, announced with a Content-Length.
@@ -84,7 +91,9 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
         return httplib::Server::HandlerResponse::Handled;
       }
     }
-    const std::size_t limit = is_incoming_chunk(req) ? kMaxChunkBytes : service.config().max_request_bytes;
+    const std::size_t limit = is_incoming_piece(req)  ? kMaxChunkBytes
+                              : is_chunk_upload(req) ? static_cast<std::size_t>(chunk_receive::kMaxChunkFileBytes)
+                                                     : service.config().max_request_bytes;
     const auto length = req.get_header_value("Content-Length");
     const bool chunked = req.has_header("Transfer-Encoding");
     const bool too_long = !length.empty() && (length.size() > 19 || length.find_first_not_of("0123456789") != std::string::npos ||
@@ -213,8 +222,10 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
   });
 
   // The receiving end of a transfer (node/archive_transfer.h).
-  // A store-backed checkpoint's chunks are imported within the commit's request, so within its deadline (less a
-  // margin for the answer); past it the commit answers 409 and the sender commits again (archive_transfer.h).
+  // A store-backed checkpoint is admitted within the commit's request, so within its deadline (less a margin for the
+  // answer): its chunks came before (PUT /v1/chunks/...), so this only checks them and writes references; an archive
+  // uploaded by hand that carries its chunks has them imported here. Past the deadline the commit answers 409 and
+  // the sender commits again (archive_transfer.h).
   const auto admit_budget = std::chrono::seconds(std::max(1, service.config().request_deadline_seconds - 3));
   auto admit = [&service, admit_budget](const std::filesystem::path& received) {
     ArchiveLimits limits = service.config().archive_limits;
@@ -251,6 +262,27 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
     auto missing = missing_chunks(service.config().gpu_memory, nlohmann::json::parse(req.body, nullptr, false));
     if (!missing) return fail(res, missing.error());
     send_json(res, 200, missing.value());
+  });
+
+  // One chunk of a store-backed checkpoint, from the agent that sends it (node/chunk_transfer.h).
+  auto chunk_uploads = std::make_shared<ChunkUploads>(service.config().gpu_memory);
+  server.Put(R"(/v1/chunks/([^/]{1,200}))", [&service, chunk_uploads, fail](const httplib::Request& req,
+                                                                          httplib::Response& res,
+                                                                          const httplib::ContentReader& content_reader) {
+    const std::string length = req.has_header("Content-Length") ? req.get_header_value("Content-Length") : "";
+    auto received = chunk_uploads->receive(req.matches[1].str(), length,
+                                           [&](const std::function<bool(const char*, std::size_t)>& sink) {
+                                             return content_reader([&](const char* data, std::size_t n) {
+                                               return sink(data, n);
+                                             });
+                                           });
+    if (!received) {
+      if (received.error().errno_value == EBADMSG) service.metrics().chunk_received("refused");
+      return fail(res, received.error());
+    }
+    const bool present = received->value("present", false);
+    service.metrics().chunk_received(present ? "present" : "added");
+    send_json(res, present ? 200 : 201, received.value());
   });
 
   server.Get("/v1/runtime", [&service](const httplib::Request&, httplib::Response& res) {

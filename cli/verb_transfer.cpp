@@ -55,6 +55,11 @@ int run_transfer(std::span<char*> args) {
   std::printf("  sha256:   %s\n", result.value("sha256", "").c_str());
   std::printf("  sent:     %llu bytes%s\n", static_cast<unsigned long long>(result.value("sent_bytes", 0ULL)),
               result.value("already_present", false) ? " (the target already had it)" : "");
+  // A store-backed checkpoint: its chunks went first, only those the target lacked.
+  if (const auto chunks = result.value("chunks", nlohmann::json(nullptr)); chunks.is_object())
+    std::printf("  chunks:   %llu of %llu uploaded (%llu bytes) over %u streams, %llu the target had\n",
+                chunks.value("sent", 0ULL), chunks.value("named", 0ULL), chunks.value("sent_bytes", 0ULL),
+                chunks.value("streams", 0U), chunks.value("target_had", 0ULL));
   const auto resumed = result.value("resumed", nlohmann::json::array());
   if (!resumed.empty()) std::printf("  resumed:  %s\n", resumed.dump().c_str());
   std::printf("  took:     %.2f s\n", outcome.job["phase_seconds"].value("total", 0.0));

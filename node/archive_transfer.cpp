@@ -523,8 +523,9 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
   if (options.store_backed) commit_request["store_backed"] = true;
   const std::string commit_body = commit_request.dump();
   auto committed = client.Post((base + "/commit").c_str(), commit_body, "application/json");
-  // A commit that admits a store-backed checkpoint imports its chunks within one request's deadline; a target that
-  // ran out of time keeps what it imported and answers 409: committing again goes on from there.
+  // A commit that admits a store-backed checkpoint checks and references its chunks (an archive that carries them:
+  // imports them) within one request's deadline; a target that ran out of time keeps what it did and answers 409:
+  // committing again goes on from there.
   for (int again = 1; committed && committed->status == 409 && again < kMaxCommits &&
                       std::chrono::steady_clock::now() < options.deadline;
        ++again) {

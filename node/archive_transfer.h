@@ -14,7 +14,8 @@
 //                                              dropped connection leaves what came and the next PUT resumes there
 //   POST /v1/incoming/NAME/commit              {"size": T, "sha256": HEX[, "store_backed": true]}: the whole
 //                                              received file's SHA-256 must be HEX, else it is deleted (nothing
-//                                              usable is left behind); then it is admitted (a store-backed checkpoint's carried chunks imported:
+//                                              usable is left behind); then it is admitted (a store-backed
+//                                              checkpoint's chunks checked in the store and referenced:
 //                                              node/chunk_transfer.h) and renamed into place, never over an
 //                                              existing file
 //
@@ -58,8 +59,8 @@ bool is_transfer_name(std::string_view name);
 class IncomingArchives {
  public:
   // Run on a received file that the sender's commit declares store-backed ("store_backed": true), once its digest is
-  // verified, before it is put in place (node/chunk_transfer.h imports its carried chunks here); it may replace the
-  // file. Its answer goes into the commit's as "chunks". An error discards the file, except ETIMEDOUT: the file
+  // verified, before it is put in place (node/chunk_transfer.h references its chunks here, importing carried ones);
+  // it may replace the file. Its answer goes into the commit's as "chunks". An error discards the file, except ETIMEDOUT: the file
   // stays for a commit again. Why the sender declares it: finding out means reading the whole archive, too slow
   // for one request with a large inline archive; a sender that does not declare a store-backed archive gets one on
   // this node whose restore stops at its missing chunks, before CRIU touches anything (nothing else is at stake).

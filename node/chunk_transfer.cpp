@@ -2,11 +2,17 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "common/checkpoint_export.h"
+#include "common/chunk_receive.h"
 #include "common/gpu_image.h"
 #include "common/gpu_manifest.h"
 #include "common/log.h"
@@ -15,6 +21,48 @@ namespace gpuckpt::node {
 
 namespace fs = std::filesystem;
 namespace cs = chunk_store;
+
+namespace {
+
+// Whether `store` holds a chunk the manifests name in another form than they say (same raw size, another encoding
+// or stored size).
+Result<bool> stored_otherwise(const std::map<std::string, std::string>& manifests, const cs::Store& store,
+                              const fs::path& archive) {
+  for (const auto& [name, text] : manifests) {
+    auto manifest = gpu_image::parse_manifest(text, archive.string() + ": checkpoint/" + name);
+    if (!manifest) return manifest.error();
+    for (std::size_t i = 0; i < manifest->entries.size(); ++i) {
+      const auto& e = manifest->entries[i];
+      if (e.encoding == gpu_image::Encoding::Zero) continue;
+      if (auto present = store.stat(manifest->digests[i]);
+          present && present->raw_size == e.raw_size &&
+          (present->stored_size != e.stored_size || present->encoding != static_cast<std::uint8_t>(e.encoding)))
+        return true;
+    }
+  }
+  return false;
+}
+
+// The source's connection settings towards a target agent: a connection per request (the target closes any older
+// than limits.request_deadline_seconds), the agents' shared token.
+void to_peer(httplib::Client& client, const std::string& token) {
+  client.set_bearer_token_auth(token.c_str());
+  client.set_connection_timeout(5);
+  client.set_read_timeout(30);
+  client.set_write_timeout(30);
+}
+
+// What a target answered that was not a success, or why it did not answer: for the error naming the request.
+std::string peer_answer(const httplib::Result& result) {
+  if (!result) return httplib::to_string(result.error());
+  const auto body = nlohmann::json::parse(result->body, nullptr, false);
+  std::string why = "answered " + std::to_string(result->status);
+  if (body.is_object() && body.contains("error") && body["error"].is_object())
+    why += ": " + body["error"].value("message", std::string());
+  return why;
+}
+
+}  // namespace
 
 Result<fs::path> agent_store_dir(const GpuMemoryConfig& config) {
   const std::string setting = config.store.value_or("inline");
@@ -83,8 +131,14 @@ Result<nlohmann::json> admit_received_archive(const fs::path& received, const Gp
   const auto kind = [](const Error& e) {
     return e.errno_value == ETIMEDOUT || e.errno_value == EIO || e.errno_value == ENOSPC ? e.errno_value : EBADMSG;
   };
-  auto report = info->carried_chunks > 0 ? checkpoint_export::import_checkpoint(received, store, received, limits)
-                                         : checkpoint_export::reference_checkpoint(received, store, limits);
+  // A chunk the store holds in another encoding than the manifests say (the nodes compressed it differently) stays
+  // as it is (this node's checkpoints name its file so); the import rewrites the manifests to say how it is stored.
+  // Otherwise the archive stays byte for byte as sent, so sending it again finds it here.
+  auto otherwise = stored_otherwise(info->gpu_manifests, *store, received);
+  if (!otherwise) return make_error(otherwise.error().message, EBADMSG);
+  auto report = info->carried_chunks > 0 || *otherwise
+                    ? checkpoint_export::import_checkpoint(received, store, received, limits)
+                    : checkpoint_export::reference_checkpoint(received, store, limits);
   if (!report) return make_error(report.error().message, kind(report.error()));
   return nlohmann::json{{"store", dir->string()},
                         {"manifests", report->manifests},
@@ -108,13 +162,137 @@ Result<std::set<cs::Digest>> manifest_chunks(const fs::path& archive, const Arch
   return out;
 }
 
+Result<nlohmann::json> ChunkUploads::receive(std::string_view digest_text, std::string_view content_length,
+                                             const IncomingArchives::BodyReader& read_body) {
+  auto digest = cs::parse_digest(digest_text, "the chunk's name in PUT /v1/chunks/<digest>");
+  if (!digest) return make_error(digest.error().message, EINVAL);
+  const std::string chunk = "chunk " + digest->hex();
+  auto dir = agent_store_dir(config_);
+  if (!dir) return make_error(chunk + " is refused: " + dir.error().message, EBUSY);
+  if (content_length.empty())
+    return make_error(chunk + " is refused: send it with a Content-Length (its chunk file's size)", EINVAL);
+  const auto limit = chunk_receive::kMaxChunkFileBytes;
+  if (content_length.size() > 19 || content_length.find_first_not_of("0123456789") != std::string_view::npos ||
+      std::stoull(std::string(content_length)) > limit)
+    return make_error(chunk + " is refused: its body (Content-Length " + std::string(content_length.substr(0, 20)) +
+                      ") is larger than a chunk file can be (" + std::to_string(limit) + " bytes)", EFBIG);
+  const auto length = static_cast<std::size_t>(std::stoull(std::string(content_length)));
+  // Each upload holds its chunk twice in memory (as it came, decoded): the count bounds what they take together.
+  if (in_flight_.fetch_add(1) >= kMaxChunkUploads) {
+    in_flight_.fetch_sub(1);
+    return make_error(chunk + ": this agent takes " + std::to_string(kMaxChunkUploads) +
+                      " chunk uploads at once; retry shortly", EAGAIN);
+  }
+  struct Release {
+    std::atomic<unsigned>& count;
+    ~Release() { count.fetch_sub(1); }
+  } release{in_flight_};
+  std::vector<std::byte> file;
+  file.reserve(length);
+  bool over = false;
+  const bool whole = read_body([&](const char* data, std::size_t n) {
+    if (n > length - file.size()) {
+      over = true;
+      return false;
+    }
+    const auto* bytes = reinterpret_cast<const std::byte*>(data);
+    file.insert(file.end(), bytes, bytes + n);
+    return true;
+  });
+  if (over) return make_error(chunk + " is refused: its body is longer than its Content-Length", EFBIG);
+  if (!whole || file.size() != length)
+    return make_error(chunk + " is refused: its body ended after " + std::to_string(file.size()) + " of " +
+                      std::to_string(length) + " bytes; nothing of it is kept", EBADMSG);
+  auto opened = cs::Store::open(*dir, true);
+  if (!opened) return make_error(opened.error().message, EIO);
+  gpu_image::ChunkCodec codec(gpu_image::kMaxChunkSize);
+  std::vector<std::byte> raw;
+  auto received = chunk_receive::receive_chunk(**opened, *digest, file, codec, raw);
+  if (!received) return received.error();
+  // Its name made durable now: the commit that references it may come from another request, after a crash.
+  if (auto synced = (*opened)->sync(); !synced) return make_error(synced.error().message, EIO);
+  return nlohmann::json{{"digest", digest->hex()},
+                        {"present", received->present},
+                        {"stored_bytes", received->header.stored_size},
+                        {"raw_bytes", received->header.raw_size}};
+}
+
+Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::string& token, const cs::Store& store,
+                                        const std::set<cs::Digest>& digests, unsigned streams, JobDeadline deadline,
+                                        const std::function<void(const ChunkUploadReport&)>& progress) {
+  constexpr int kAttempts = 6;   // failed uploads of one chunk in a row before the transfer gives up
+  const std::vector<cs::Digest> list(digests.begin(), digests.end());
+  ChunkUploadReport report;
+  const unsigned wanted = std::clamp(streams, 1U, kMaxChunkUploads);
+  report.streams = static_cast<unsigned>(std::min<std::size_t>(wanted, list.size()));
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> stop{false};
+  std::mutex mutex;   // report and first_error
+  std::optional<Error> first_error;
+  const auto give_up = [&](Error error) {
+    std::lock_guard lock(mutex);
+    if (!first_error) first_error = std::move(error);
+    stop = true;
+  };
+  const auto stream = [&] {
+    httplib::Client client(url);
+    to_peer(client, token);
+    std::vector<std::byte> file;
+    for (std::size_t i = next++; i < list.size() && !stop; i = next++) {
+      const cs::Digest& digest = list[i];
+      const std::string path = "/v1/chunks/" + digest.hex();
+      auto header = store.stat(digest);
+      Result<void> read = header ? store.read(digest, cs::kChunkHeaderSize + header->stored_size, file)
+                                 : Result<void>(header.error());
+      if (!read)
+        return give_up(make_error("chunk " + digest.hex() + " cannot be read from this node's store: " +
+                                  read.error().message, ENOENT));
+      for (int attempt = 1;; ++attempt) {
+        if (std::chrono::steady_clock::now() >= deadline)
+          return give_up(make_error("ran out of time uploading chunk " + digest.hex() + " to " + url, ETIMEDOUT));
+        auto result = client.Put(path, reinterpret_cast<const char*>(file.data()), file.size(),
+                                 "application/octet-stream");
+        if (result && (result->status == 200 || result->status == 201)) {
+          const auto body = nlohmann::json::parse(result->body, nullptr, false);
+          const bool present = body.is_object() && body.value("present", false);
+          std::lock_guard lock(mutex);
+          if (present) ++report.present;
+          else {
+            ++report.sent;
+            report.sent_bytes += file.size();
+          }
+          if (progress) progress(report);
+          break;
+        }
+        // A refusal a retry cannot change ends the transfer; a broken connection, a busy or failing target is
+        // tried again.
+        const bool transient = !result || result->status == 429 || result->status >= 500;
+        if (!transient || attempt >= kAttempts)
+          return give_up(make_error("the target agent at " + url + " (PUT " + path + ") " + peer_answer(result) +
+                                    (transient ? " (" + std::to_string(attempt) + " attempts)" : ""),
+                                    result && result->status == 409 ? EBUSY : EIO));
+        {
+          std::lock_guard lock(mutex);
+          ++report.retries;
+        }
+        log::warn("upload of chunk " + digest.hex() + " to " + url + ": " + peer_answer(result) + "; again");
+        client.stop();
+        std::this_thread::sleep_for(std::chrono::milliseconds(200) * attempt);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned i = 1; i < report.streams; ++i) threads.emplace_back(stream);
+  if (report.streams > 0) stream();
+  for (auto& thread : threads) thread.join();
+  if (first_error) return *first_error;
+  return report;
+}
+
 Result<std::set<cs::Digest>> ask_missing_chunks(const std::string& url, const std::string& token,
                                                 const std::set<cs::Digest>& digests, JobDeadline deadline) {
   httplib::Client client(url);
-  client.set_bearer_token_auth(token.c_str());
-  client.set_connection_timeout(5);
-  client.set_read_timeout(30);
-  client.set_write_timeout(30);
+  to_peer(client, token);
   std::set<cs::Digest> missing;
   std::vector<cs::Digest> batch;
   const auto ask = [&]() -> Result<void> {
@@ -124,16 +302,10 @@ Result<std::set<cs::Digest>> ask_missing_chunks(const std::string& url, const st
     for (const auto& d : batch) list.push_back(d.hex());
     auto answer = client.Post("/v1/chunks/missing", nlohmann::json{{"digests", std::move(list)}}.dump(),
                               "application/json");
-    if (!answer) return make_error("the target agent at " + url + " (POST /v1/chunks/missing): " +
-                                   httplib::to_string(answer.error()), EIO);
+    if (!answer || answer->status != 200)
+      return make_error("the target agent at " + url + " (POST /v1/chunks/missing) " + peer_answer(answer),
+                        answer && answer->status == 409 ? EBUSY : EIO);
     const auto body = nlohmann::json::parse(answer->body, nullptr, false);
-    if (answer->status != 200) {
-      std::string why = "answered " + std::to_string(answer->status);
-      if (body.is_object() && body.contains("error") && body["error"].is_object())
-        why += ": " + body["error"].value("message", std::string());
-      return make_error("the target agent at " + url + " (POST /v1/chunks/missing) " + why,
-                        answer->status == 409 ? EBUSY : EIO);
-    }
     if (!body.is_object() || !body.contains("missing") || !body["missing"].is_array())
       return make_error("the target agent at " + url + " answered POST /v1/chunks/missing without \"missing\"", EIO);
     const std::set<cs::Digest> asked(batch.begin(), batch.end());

@@ -1,19 +1,28 @@
 // Moving a store-backed checkpoint between agents (docs/node-flow.md "Transfers of store-backed checkpoints"): its
 // archive holds only manifests, its GPU memory is chunks in the source node's chunk store. The source asks the
-// target which of the manifests' chunks its store lacks (POST /v1/chunks/missing), exports a temporary archive that
-// carries only those (checkpoint_export.h), and pushes it like any archive (archive_transfer.h). On commit the target
-// imports the carried chunks into its store, checks that every chunk is there, writes the references that keep
-// them, and only then puts the archive in place; whatever fails discards the received file.
+// target which of the manifests' chunks its store lacks (POST /v1/chunks/missing), uploads those over several
+// streams at once (PUT /v1/chunks/<digest>, each body the store's own chunk file, verified by the target before it
+// gets its name: common/chunk_receive.h), then pushes the archive itself, unchanged, like any archive
+// (archive_transfer.h). On commit the target checks that every chunk is in its store and writes the references that
+// keep them (no chunk data moves inside the commit), and only then puts the archive in place; whatever fails
+// discards the received file. The uploaded chunks are young until then, so the store's garbage collection keeps
+// them for its grace period (chunk_gc.h). Sending the same checkpoint again sends the same bytes: the target answers
+// that it has them.
 //
 // The target's store is its gpu_memory.store setting (node or a path); an agent whose setting is inline or unset
-// keeps no chunk store and refuses store-backed archives, naming the setting.
+// keeps no chunk store and refuses chunks and store-backed archives, naming the setting. An archive that carries
+// its chunks (`gpuckpt export`, uploaded by hand) is still admitted: its chunks are imported on commit.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +30,7 @@
 #include "common/chunk_store.h"
 #include "common/container_runtime.h"
 #include "common/result.h"
+#include "node/archive_transfer.h"
 #include "node/config.h"
 
 namespace gpuckpt::node {
@@ -39,8 +49,11 @@ Result<std::filesystem::path> agent_store_dir(const GpuMemoryConfig& config);
 Result<nlohmann::json> missing_chunks(const GpuMemoryConfig& config, const nlohmann::json& body);
 
 // The target's step on a received, digest-verified archive before it is put in place (IncomingArchives' admit
-// hook). Without manifests: nothing to do (null). With carried chunks: imported into the store in place
-// (import_checkpoint). Without: every chunk must be in the store already (reference_checkpoint). Either way the
+// hook). Without manifests: nothing to do (null). Without carried chunks (what a transfer sends: its chunks were
+// uploaded before): every chunk must be in the store already (reference_checkpoint), the file left as it is. With
+// carried chunks (an exported archive uploaded by hand), or with a chunk the store holds in another encoding than
+// the manifests say: imported into the store in place (import_checkpoint: the manifests rewritten to say how the
+// store holds it). Either way the
 // references are written. Answers what was done: {"manifests", "carried_chunks", "added_chunks", "added_bytes",
 // "present_chunks", "references"}. Errors: EBADMSG for what the archive did wrong, ETIMEDOUT past limits.deadline
 // (the chunks that landed stay, unreferenced: a commit again skips them), others as they came.
@@ -50,6 +63,48 @@ Result<nlohmann::json> admit_received_archive(const std::filesystem::path& recei
 // The sender's side: the distinct non-zero chunks the archive's manifests name (empty for an inline or CPU-only
 // archive).
 Result<std::set<chunk_store::Digest>> manifest_chunks(const std::filesystem::path& archive, const ArchiveLimits& limits);
+
+// Chunk uploads a target serves at once; more are answered 429 (each holds up to two chunks in memory: the file
+// as it came and its decoded bytes). Also the most streams a sender uses (transfer.chunk_streams).
+inline constexpr unsigned kMaxChunkUploads = 8;
+
+// The target's side of PUT /v1/chunks/<digest>. `digest_text` is the URL's last part (checked: 64 lowercase hex);
+// `content_length` the request's Content-Length (required, at most chunk_receive::kMaxChunkFileBytes); `read_body`
+// feeds the body. The chunk is verified whole and put into the agent's store under its digest
+// (chunk_receive::receive_chunk), made durable, and answered {"digest", "present": false, "stored_bytes",
+// "raw_bytes"}; a chunk the store has already is touched and answered with "present": true. Errors (nothing of the
+// chunk is kept): EINVAL a name that is no digest or a body without a Content-Length, EFBIG a body over the
+// bound, EBADMSG a body that is not that chunk (bad header, sizes, payload, digest, cut short), EBUSY no store kept
+// (naming gpu_memory.store), EAGAIN kMaxChunkUploads being served already.
+class ChunkUploads {
+ public:
+  explicit ChunkUploads(GpuMemoryConfig config) : config_(std::move(config)) {}
+  Result<nlohmann::json> receive(std::string_view digest_text, std::string_view content_length,
+                                 const IncomingArchives::BodyReader& read_body);
+
+ private:
+  GpuMemoryConfig config_;
+  std::atomic<unsigned> in_flight_{0};
+};
+
+struct ChunkUploadReport {
+  std::size_t sent = 0;            // chunks the target took (written into its store)
+  std::uint64_t sent_bytes = 0;    // their files' bytes
+  std::size_t present = 0;         // chunks the target answered it had meanwhile (nothing written)
+  std::size_t retries = 0;         // uploads tried again after a transient failure
+  unsigned streams = 0;            // parallel streams used
+};
+
+// The sender's side: every chunk of `digests` read from `store` (the file as it is stored, never recompressed) and
+// PUT to the agent at `url`, `streams` uploads at once (one thread each, a connection per chunk; at most
+// kMaxChunkUploads, at most one per chunk).
+// A chunk whose upload fails transiently (the connection broke, 429, 5xx) is tried again, up to 6 times in a row,
+// within `deadline`; a refusal (a 4xx naming what is wrong) or a chunk this store cannot read ends it all, naming the
+// chunk. `progress` (may be empty) is told each chunk done, from the uploading threads.
+Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::string& token,
+                                        const chunk_store::Store& store, const std::set<chunk_store::Digest>& digests,
+                                        unsigned streams, JobDeadline deadline,
+                                        const std::function<void(const ChunkUploadReport&)>& progress);
 
 // Which of `digests` the agent at `url` lacks, asked kMaxMissingQuery at a time.
 Result<std::set<chunk_store::Digest>> ask_missing_chunks(const std::string& url, const std::string& token,

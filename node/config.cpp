@@ -11,6 +11,7 @@
 
 #include "common/gpu_image.h"
 #include "node/archive_transfer.h"
+#include "node/chunk_transfer.h"
 #include "node/registry_chunks.h"
 #include "common/log.h"
 
@@ -234,6 +235,7 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
   {
     Section s = top.child("transfer");
     s.get("peer_networks", c.transfer.peer_networks);
+    s.get("chunk_streams", c.transfer.chunk_streams);
     keep(s);
   }
   keep(top);
@@ -248,6 +250,9 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     if (auto repo = check_repository(c.image_registry.repository); !repo) return make_error(source + ": " + repo.error().message);
   for (const auto& network : c.transfer.peer_networks)
     if (auto checked = check_network(network); !checked) return make_error(source + ": " + checked.error().message);
+  if (c.transfer.chunk_streams < 1 || c.transfer.chunk_streams > static_cast<int>(kMaxChunkUploads))
+    return make_error(source + ": transfer.chunk_streams is " + std::to_string(c.transfer.chunk_streams) +
+                      "; it must be 1 to " + std::to_string(kMaxChunkUploads) + " (the chunk uploads an agent serves at once)");
   if (c.image_registry.timeout.count() <= 0)
     return make_error(source + ": image_registry.timeout_seconds must be positive");
   if (c.image_registry.push_timeout.count() <= 0)
@@ -369,6 +374,7 @@ void log_config(const AgentConfig& c) {
   std::string networks;
   for (const auto& network : c.transfer.peer_networks) networks += (networks.empty() ? "" : ",") + network;
   log::param("transfer.peer_networks", networks.empty() ? "(none: pushes refused)" : networks);
+  log::param("transfer.chunk_streams", std::to_string(c.transfer.chunk_streams));
   for (const auto& [name, value] : plugin_environment(c.gpu_memory)) log::param("gpu_memory: " + name, value);
   auto optional_text = [](const auto& v) { return v ? std::to_string(*v) : std::string("unset"); };
   log::param("retention.keep_count", optional_text(c.retention.keep_count));

@@ -86,9 +86,11 @@ struct ContainerdRuntimeConfig {
 };
 
 // Pushing archives to other agents (node/archive_transfer.h): the only networks a push may go to. Private
-// ranges by default: pods and nodes of a cluster, never a host on the internet.
+// ranges by default: pods and nodes of a cluster, never a host on the internet. A store-backed checkpoint's chunks
+// go over chunk_streams connections at once (node/chunk_transfer.h; 1 to kMaxChunkUploads, what a target serves).
 struct TransferConfig {
   std::vector<std::string> peer_networks = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"};
+  int chunk_streams = 4;
 };
 
 struct AgentConfig {

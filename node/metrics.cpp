@@ -122,6 +122,21 @@ void Metrics::pod_event_dropped(const std::string& reason) {
   else ++events_dropped_api_error_;
 }
 
+void Metrics::chunks_sent(std::uint64_t uploaded, std::uint64_t bytes, std::uint64_t skipped, unsigned streams) {
+  std::lock_guard lock(mutex_);
+  chunks_sent_ += uploaded;
+  chunk_bytes_sent_ += bytes;
+  chunks_skipped_ += skipped;
+  chunk_streams_ = streams;
+}
+
+void Metrics::chunk_received(const std::string& result) {
+  std::lock_guard lock(mutex_);
+  if (result == "added") ++chunks_added_;
+  else if (result == "present") ++chunks_present_;
+  else ++chunks_refused_;
+}
+
 void Metrics::set_runtime(const std::string& kind, const std::string& name, const std::string& version) {
   std::lock_guard lock(mutex_);
   runtime_kind_ = kind;
@@ -204,7 +219,24 @@ std::string Metrics::render(const std::optional<ArchiveDirUsage>& archive_dir) c
     << "gpuckpt_api_rejected_total{reason=\"auth\"} " << rejected_auth_ << "\n"
     << "gpuckpt_api_rejected_total{reason=\"validation\"} " << rejected_validation_ << "\n"
     << "gpuckpt_api_rejected_total{reason=\"not_found\"} " << rejected_not_found_ << "\n"
-    << "gpuckpt_api_rejected_total{reason=\"conflict\"} " << rejected_conflict_ << "\n";
+    << "gpuckpt_api_rejected_total{reason=\"conflict\"} " << rejected_conflict_ << "\n"
+    << "# HELP gpuckpt_transfer_chunks_sent_total Chunks of store-backed checkpoints uploaded to other agents.\n"
+    << "# TYPE gpuckpt_transfer_chunks_sent_total counter\n"
+    << "gpuckpt_transfer_chunks_sent_total " << chunks_sent_ << "\n"
+    << "# HELP gpuckpt_transfer_chunk_bytes_sent_total Bytes of the chunk files uploaded to other agents.\n"
+    << "# TYPE gpuckpt_transfer_chunk_bytes_sent_total counter\n"
+    << "gpuckpt_transfer_chunk_bytes_sent_total " << chunk_bytes_sent_ << "\n"
+    << "# HELP gpuckpt_transfer_chunks_skipped_total Chunks not uploaded because the target agent had them.\n"
+    << "# TYPE gpuckpt_transfer_chunks_skipped_total counter\n"
+    << "gpuckpt_transfer_chunks_skipped_total " << chunks_skipped_ << "\n"
+    << "# HELP gpuckpt_transfer_chunk_streams Parallel uploads the last transfer with chunks to send used.\n"
+    << "# TYPE gpuckpt_transfer_chunk_streams gauge\n"
+    << "gpuckpt_transfer_chunk_streams " << chunk_streams_ << "\n"
+    << "# HELP gpuckpt_chunks_received_total Chunks other agents uploaded here, by result.\n"
+    << "# TYPE gpuckpt_chunks_received_total counter\n"
+    << "gpuckpt_chunks_received_total{result=\"added\"} " << chunks_added_ << "\n"
+    << "gpuckpt_chunks_received_total{result=\"present\"} " << chunks_present_ << "\n"
+    << "gpuckpt_chunks_received_total{result=\"refused\"} " << chunks_refused_ << "\n";
   return o.str();
 }
 

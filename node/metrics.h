@@ -50,6 +50,11 @@ class Metrics {
   // was full ("queue_full"), the API server did not take it ("api_error") or the agent stopped first ("shutdown").
   void pod_event_posted();
   void pod_event_dropped(const std::string& reason);
+  // A store-backed checkpoint's chunks sent to another agent (node/chunk_transfer.h): `uploaded` chunks of `bytes`
+  // (their files), `skipped` the target had already, over `streams` connections at once.
+  void chunks_sent(std::uint64_t uploaded, std::uint64_t bytes, std::uint64_t skipped, unsigned streams);
+  // A chunk another agent uploaded here: "added" to the store, already "present", or "refused".
+  void chunk_received(const std::string& result);
   // The runtime the agent talks to, as it introduced itself (gpuckpt_runtime_info); empty version: unknown.
   void set_runtime(const std::string& kind, const std::string& name, const std::string& version);
   RuntimeInfo runtime() const;
@@ -68,6 +73,8 @@ class Metrics {
   std::string runtime_kind_, runtime_name_, runtime_version_;
   std::uint64_t events_posted_ = 0, events_dropped_queue_full_ = 0, events_dropped_api_error_ = 0,
                 events_dropped_shutdown_ = 0;
+  std::uint64_t chunks_sent_ = 0, chunk_bytes_sent_ = 0, chunks_skipped_ = 0, chunk_streams_ = 0;
+  std::uint64_t chunks_added_ = 0, chunks_present_ = 0, chunks_refused_ = 0;
   std::uint64_t rejected_auth_ = 0, rejected_validation_ = 0, rejected_not_found_ = 0, rejected_conflict_ = 0;
 };
 

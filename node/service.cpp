@@ -850,8 +850,8 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
     log::error("job " + job_id + ": " + message);
     mark_failed(job_id, message);
   };
-  // A store-backed checkpoint goes with the chunks the target lacks, in a temporary export that carries only those
-  // (node/chunk_transfer.h); an inline or CPU-only archive goes as it is.
+  // A store-backed checkpoint: first the chunks the target lacks, uploaded over transfer.chunk_streams connections
+  // (node/chunk_transfer.h), then its archive as it is; an inline or CPU-only archive goes as it is.
   mark_phase(job_id, "asking");
   auto named = manifest_chunks(archive, job_limits(deadline));
   if (!named) {
@@ -859,39 +859,39 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
     log::warn("job " + job_id + ": " + archive.string() + " is sent as it is: " + named.error().message);
     named = std::set<chunk_store::Digest>{};
   }
-  fs::path pushed_file = archive;
   nlohmann::json chunks(nullptr);
-  double asking_seconds = 0, exporting_seconds = 0;
+  double asking_seconds = 0, uploading_seconds = 0;
   if (!named->empty()) {
     auto missing = ask_missing_chunks(to, deps_.peer_token, *named, deadline);
     if (!missing) return fail("asking", missing.error().message);
-    chunks = {{"named", named->size()}, {"target_had", named->size() - missing->size()}, {"sent", 0},
-              {"sent_bytes", 0}};
     asking_seconds = seconds_since(start);
+    ChunkUploadReport uploaded;
     if (!missing->empty()) {
-      mark_phase(job_id, "exporting");
-      const auto export_start = Clock::now();
+      mark_phase(job_id, "uploading-chunks");
+      const auto upload_start = Clock::now();
       auto store_dir = agent_store_dir(config_.gpu_memory);
-      if (!store_dir) return fail("exporting", archive.filename().string() + " is store-backed and " +
-                                                   store_dir.error().message);
+      if (!store_dir) return fail("uploading-chunks", archive.filename().string() + " is store-backed and " +
+                                                          store_dir.error().message);
       auto store = chunk_store::Store::open(*store_dir, false);
-      if (!store) return fail("exporting", store.error().message);
-      // Named as a job's temporary file: an agent that stops mid-transfer removes it when it starts again.
-      pushed_file = config_.checkpoint_dir / ("." + job_id + ".export.tar");
-      auto exported = checkpoint_export::export_checkpoint(
-          archive, std::shared_ptr<const chunk_store::Store>(std::move(*store)), pushed_file, job_limits(deadline),
-          &*missing);
-      if (!exported) return fail("exporting", exported.error().message);
-      chunks["sent"] = exported->chunks;
-      chunks["sent_bytes"] = exported->chunk_bytes;
-      exporting_seconds = seconds_since(export_start);
+      if (!store) return fail("uploading-chunks", store.error().message);
+      auto done = upload_chunks(to, deps_.peer_token, **store, *missing,
+                                static_cast<unsigned>(config_.transfer.chunk_streams), deadline,
+                                [&](const ChunkUploadReport& so_far) {
+                                  update(job_id, [&](JobStatus& j) {
+                                    j.result["chunks_done"] = so_far.sent + so_far.present;
+                                  });
+                                });
+      if (!done) return fail("uploading-chunks", done.error().message);
+      uploaded = *done;
+      uploading_seconds = seconds_since(upload_start);
     }
+    const std::size_t skipped = named->size() - missing->size() + uploaded.present;
+    metrics_.chunks_sent(uploaded.sent, uploaded.sent_bytes, skipped, uploaded.streams);
+    chunks = {{"named", named->size()},        {"target_had", named->size() - missing->size()},
+              {"sent", uploaded.sent},         {"sent_bytes", uploaded.sent_bytes},
+              {"present_on_upload", uploaded.present}, {"retries", uploaded.retries},
+              {"streams", uploaded.streams}};
   }
-  const auto remove_export = [&] {
-    std::error_code ec;
-    if (pushed_file != archive && !fs::remove(pushed_file, ec) && ec)
-      log::warn("job " + job_id + ": cannot remove " + pushed_file.string() + ": " + ec.message());
-  };
   mark_phase(job_id, "sending");
   PushOptions options;
   options.url = to;
@@ -899,13 +899,13 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
   options.store_backed = !named->empty();
   options.token = deps_.peer_token;
   options.deadline = deadline;
-  auto pushed = push_archive(pushed_file, options, [&](std::uint64_t held) {
+  auto pushed = push_archive(archive, options, [&](std::uint64_t held) {
     update(job_id, [&](JobStatus& j) { j.result["target_bytes"] = held; });
   });
-  remove_export();
   if (!pushed) return fail("sending", pushed.error().message);
   const double total = seconds_since(start);
-  if (!chunks.is_null()) chunks["imported"] = (*pushed)["chunks"];
+  // What the target's commit did: the references it wrote (null when it had the archive already).
+  if (!chunks.is_null()) chunks["admitted"] = (*pushed)["chunks"];
   (*pushed)["chunks"] = chunks;
   update(job_id, [&](JobStatus& j) {
     j.state = "succeeded";
@@ -913,16 +913,19 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
     j.finished_at = utc_now_rfc3339();
     if (!chunks.is_null()) {
       j.phase_seconds["asking"] = asking_seconds;
-      if (exporting_seconds > 0) j.phase_seconds["exporting"] = exporting_seconds;
+      if (uploading_seconds > 0) j.phase_seconds["uploading-chunks"] = uploading_seconds;
     }
-    j.phase_seconds["sending"] = total - asking_seconds - exporting_seconds;
+    j.phase_seconds["sending"] = total - asking_seconds - uploading_seconds;
     j.phase_seconds["total"] = total;
     j.result = pushed.value();
   });
   log::info("job " + job_id + ": sent " + archive.string() + " to " + to + " as " + pushed->value("archive", "") + " (" +
-            std::to_string(pushed->value("sent_bytes", 0ULL)) + " bytes sent" +
+            std::to_string(pushed->value("sent_bytes", 0ULL)) + " archive bytes sent" +
             (chunks.is_null() ? std::string()
-                              : ", " + chunks["sent"].dump() + " of " + chunks["named"].dump() + " chunks") +
+                              : ", " + chunks["sent"].dump() + " of " + chunks["named"].dump() + " chunks uploaded (" +
+                                    chunks["sent_bytes"].dump() + " bytes) over " + chunks["streams"].dump() +
+                                    " streams, " + std::to_string(named->size() - chunks["sent"].get<std::size_t>()) +
+                                    " the target had") +
             ", " + std::to_string(total) + " s)");
 }
 

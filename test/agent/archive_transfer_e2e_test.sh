@@ -6,9 +6,12 @@
 # check and leaves nothing of the archive on B; B refuses pushes without the token or with a wrong one, names it
 # does not accept, more than the declared total and totals over its max_archive_bytes; A refuses to push outside
 # its transfer.peer_networks. Store-backed checkpoints (node/chunk_transfer.h), each agent with its own chunk
-# store: the first moves all its chunks, a second sharing most of them moves only the new ones, B's store then
-# holds every chunk its archives name (referenced, read back whole), and a carried chunk corrupted on the way is
-# refused with nothing of it kept.
+# store: the first uploads all its chunks (PUT /v1/chunks/<digest>, over transfer.chunk_streams = 3 connections:
+# A's result, log and metrics say 3), a second sharing most of them only the new ones, the commit only references
+# them, B's store then holds every chunk its archives name (referenced, read back whole) and B's archive is A's
+# byte for byte, so sending it again succeeds moving nothing; a chunk corrupt in A's store is refused by B and fails
+# the transfer with nothing kept or referenced; a chunk upload whose connection drops is tried again; chunk uploads by hand are authenticated, bounded and verified; an
+# exported archive uploaded by hand is imported, one whose carried chunk was corrupted on the way refused.
 set -euo pipefail
 SRC=${GPUCKPT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 BUILD=$(cd "${GPUCKPT_BUILD_DIR:-$SRC/build}" 2>/dev/null && pwd) || { echo "SKIP: no build directory"; exit 77; }
@@ -51,7 +54,7 @@ YAML
   [ -s "$d/state/agent.port" ] || { cat "$d/agent.log"; echo "FAIL: agent $1 did not start"; exit 1; }
   echo "http://127.0.0.1:$(cat "$d/state/agent.port")" > "$d/url"
 }
-start_agent a "transfer: {peer_networks: [127.0.0.0/8]}
+start_agent a "transfer: {peer_networks: [127.0.0.0/8], chunk_streams: 3}
 gpu_memory: {store: $tmp/a/chunks}"
 start_agent b "gpu_memory: {store: $tmp/b/chunks}"
 A=$(cat "$tmp/a/url") B=$(cat "$tmp/b/url")
@@ -142,31 +145,83 @@ for i in $(seq 1 8); do curl_b -X PUT "${auth[@]}" --data-binary "a" "$B/v1/inco
 expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary "a" "$B/v1/incoming/ck-9.tar?offset=0&total=5")" = 429 ]' "at most 8 partial transfers at once"
 rm -f "$B_DIR"/.ck-*.incoming
 
-# ---- store-backed checkpoints: only the chunks B lacks move -----------------------------------------------------
+# ---- store-backed checkpoints: only the chunks B lacks move, as PUT /v1/chunks/<digest> over 3 streams ---------
 A_STORE="$tmp/a/chunks" B_STORE="$tmp/b/chunks"
 # Eight 64 KiB chunks; the second checkpoint shares six of them (the weights) and has two new ones.
 "$FIXTURE" "$A_STORE" "$A_DIR/ck-store-1.tar" 1 2 3 4 5 6 7 8 > /dev/null
 "$FIXTURE" "$A_STORE" "$A_DIR/ck-store-2.tar" 1 2 3 4 5 6 9 10 > /dev/null
 store_field() { "$CLI" store gc --store "$B_STORE" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+metric() { # AGENT_URL NAME: the value of one series of GET /metrics
+  curl -s "$1/metrics" | awk -v n="$2" '$1 == n {print $2}'
+}
 transfer "$B" "$A_DIR/ck-store-1.tar" && ok || bad "a store-backed checkpoint is sent: $(cat "$tmp/err")"
 expect '[ "$(field "j[\"result\"][\"chunks\"][\"named\"]")" = 8 ] && [ "$(field "j[\"result\"][\"chunks\"][\"sent\"]")" = 8 ] && [ "$(field "j[\"result\"][\"chunks\"][\"target_had\"]")" = 0 ]' \
-  "the first transfer sends all 8 chunks ($(head -c 900 "$tmp/out"))"
-expect '[ "$(field "j[\"result\"][\"chunks\"][\"imported\"][\"added_chunks\"]")" = 8 ] && [ "$(field "j[\"result\"][\"chunks\"][\"imported\"][\"references\"]")" = 1 ]' \
-  "B imported the 8 chunks and referenced them"
+  "the first transfer uploads all 8 chunks ($(head -c 900 "$tmp/out"))"
+expect '[ "$(field "j[\"result\"][\"chunks\"][\"sent_bytes\"]")" = $((8 * (65536 + 32))) ]' "as the store's files, byte for byte (8 x (32 + 64 KiB))"
+# Parallel: A used transfer.chunk_streams (3) connections at once, and says so in its result, log and metrics.
+expect '[ "$(field "j[\"result\"][\"chunks\"][\"streams\"]")" = 3 ] && grep -q "8 of 8 chunks uploaded ([0-9]* bytes) over 3 streams" "$tmp/a/agent.log"' \
+  "A uploaded over 3 streams ($(grep -o "chunks uploaded.*streams" "$tmp/a/agent.log" | tail -1))"
+expect '[ "$(metric "$A" gpuckpt_transfer_chunk_streams)" = 3 ] && [ "$(metric "$A" gpuckpt_transfer_chunks_sent_total)" = 8 ]' "A's metrics count 8 chunks over 3 streams"
+expect '[ "$(metric "$B" "gpuckpt_chunks_received_total{result=\"added\"}")" = 8 ] && [ "$(grep -c "PUT /v1/chunks/[0-9a-f]\{64\} -> 201" "$tmp/b/agent.log")" = 8 ]' \
+  "B received 8 chunk uploads"
+# The commit only referenced what had come (no chunk data inside it).
+expect '[ "$(field "j[\"result\"][\"chunks\"][\"admitted\"][\"references\"]")" = 1 ] && [ "$(field "j[\"result\"][\"chunks\"][\"admitted\"][\"carried_chunks\"]")" = 0 ] && [ "$(field "j[\"result\"][\"chunks\"][\"admitted\"][\"added_chunks\"]")" = 0 ]' \
+  "B's commit referenced the chunks and imported none"
 expect '[ "$(store_field chunks)" = 8 ] && [ "$(store_field references)" = 1 ] && [ "$(store_field missing_chunks)" = 0 ]' "B's store holds the 8 chunks, referenced"
+expect '[ "$(sha256sum < "$B_DIR/ck-store-1.tar")" = "$(sha256sum < "$A_DIR/ck-store-1.tar")" ]' "B's archive is A's, byte for byte"
 transfer "$B" "$A_DIR/ck-store-2.tar" && ok || bad "a second store-backed checkpoint is sent: $(cat "$tmp/err")"
-expect '[ "$(field "j[\"result\"][\"chunks\"][\"sent\"]")" = 2 ] && [ "$(field "j[\"result\"][\"chunks\"][\"target_had\"]")" = 6 ] && [ "$(field "j[\"result\"][\"chunks\"][\"imported\"][\"added_chunks\"]")" = 2 ]' \
-  "the second transfer sends only the 2 new chunks ($(head -c 900 "$tmp/out"))"
-expect '[ "$(field "j[\"result\"][\"sent_bytes\"]")" -lt $((4 * 65536)) ]' "and not the shared ones' bytes"
+expect '[ "$(field "j[\"result\"][\"chunks\"][\"sent\"]")" = 2 ] && [ "$(field "j[\"result\"][\"chunks\"][\"target_had\"]")" = 6 ] && [ "$(field "j[\"result\"][\"chunks\"][\"streams\"]")" = 2 ]' \
+  "the second transfer uploads only the 2 new chunks ($(head -c 900 "$tmp/out"))"
+expect '[ "$(field "j[\"result\"][\"chunks\"][\"sent_bytes\"]")" = $((2 * (65536 + 32))) ] && [ "$(metric "$B" "gpuckpt_chunks_received_total{result=\"added\"}")" = 10 ]' \
+  "and not the shared ones' bytes"
+expect '[ "$(metric "$A" gpuckpt_transfer_chunks_skipped_total)" = 6 ]' "A counts the 6 chunks B had"
 expect '[ "$(store_field chunks)" = 10 ] && [ "$(store_field references)" = 2 ] && [ "$(store_field missing_chunks)" = 0 ]' "B's store holds 10 chunks in 2 references"
-expect '! tar -tf "$B_DIR/ck-store-2.tar" | grep -q gpuckpt-chunks' "B's archive is store-backed again (no carried chunks)"
+expect '! tar -tf "$B_DIR/ck-store-2.tar" | grep -q gpuckpt-chunks' "B's archive is store-backed (no carried chunks)"
 mkdir -p "$tmp/images" && tar -xf "$B_DIR/ck-store-2.tar" -C "$tmp/images" checkpoint
 GPUCKPT_GPU_STORE="$B_STORE" "$CLI" inspect "$tmp/images/checkpoint" > "$tmp/inspect" 2>&1 && ok || bad "inspect of B's archive against B's store: $(cat "$tmp/inspect")"
 expect 'grep -q "every chunk checked in $B_STORE: ok" "$tmp/inspect"' "the restore-side reader reads every chunk from B's store"
-expect '[ -z "$(find "$A_DIR" -name ".*.export.tar")" ]' "A removed its temporary export"
-# Hostile: a carried chunk corrupted on the way, in an archive whose own digest matches. Refused, nothing kept.
+expect '[ -z "$(find "$A_DIR" -name ".*.export.tar")" ]' "A made no temporary export"
+# The same checkpoint again: B has the archive and every chunk; nothing moves, it succeeds.
+transfer "$B" "$A_DIR/ck-store-2.tar" && ok || bad "re-sending the same store-backed checkpoint succeeds: $(cat "$tmp/err")"
+expect '[ "$(field "j[\"result\"][\"already_present\"]")" = True ] && [ "$(field "j[\"result\"][\"chunks\"][\"sent\"]")" = 0 ] && [ "$(field "j[\"result\"][\"chunks\"][\"target_had\"]")" = 8 ] && [ "$(field "j[\"result\"][\"sent_bytes\"]")" = 0 ]' \
+  "a re-send moves nothing ($(head -c 900 "$tmp/out"))"
+expect '[ "$(store_field references)" = 2 ]' "and B still holds 2 references"
+"$CLI" transfer "$A_DIR/ck-store-2.tar" --to "$B" --agent "$A" --token-file "$tmp/a/token" --timeout 120 > "$tmp/human" 2>&1 || true
+expect 'grep -q "chunks:   0 of 8 uploaded (0 bytes) over 0 streams, 8 the target had" "$tmp/human" && grep -q "(the target already had it)" "$tmp/human"' \
+  "gpuckpt transfer says so ($(cat "$tmp/human"))"
+
+flip() { # FILE: a chunk file's payload byte 1000 flipped (again: repaired)
+  python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(32 + 1000); b = f.read(1); f.seek(32 + 1000); f.write(bytes([b[0] ^ 0x5a]))' "$1"
+}
+# Hostile: a chunk corrupt in A's store (a flipped payload byte) is refused by B; the transfer fails naming it,
+# nothing of the checkpoint is kept or referenced on B.
+ls "$A_STORE"/sha256/*/* | sort > "$tmp/before"
 "$FIXTURE" "$A_STORE" "$A_DIR/ck-store-3.tar" 1 11 > /dev/null
+new_chunk=$(ls "$A_STORE"/sha256/*/* | sort | comm -13 "$tmp/before" -)
+new_digest=$(basename "$new_chunk")
+flip "$new_chunk"
+rc=0; transfer "$B" "$A_DIR/ck-store-3.tar" || rc=$?
+expect '[ "$rc" != 0 ] && grep -q "chunk $new_digest is refused: SHA-256 mismatch" "$tmp/err"' "the corrupt chunk fails the transfer, named (rc $rc): $(head -c 600 "$tmp/err")"
+expect '[ ! -e "$B_STORE/sha256/${new_digest:0:2}/$new_digest" ] && [ ! -e "$B_DIR/ck-store-3.tar" ] && [ "$(store_field references)" = 2 ] && [ "$(store_field chunks)" = 10 ]' \
+  "nothing of it is kept or referenced on B"
+expect '[ "$(metric "$B" "gpuckpt_chunks_received_total{result=\"refused\"}")" = 1 ]' "B counts the refused chunk"
+expect '[ -z "$(find "$B_STORE/sha256" -name ".*")" ]' "no temporary chunk file left on B"
+# PUT /v1/chunks/ by hand: authenticated, bounded, named by a digest.
+chunk="$A_STORE/sha256/${new_digest:0:2}/$new_digest"
+expect '[ "$(curl_b -X PUT --data-binary @"$chunk" "$B/v1/chunks/$new_digest")" = 401 ]' "a chunk upload without the token is refused"
+expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary @"$chunk" "$B/v1/chunks/not-a-digest")" = 400 ] && grep -q "is not a SHA-256 digest" "$tmp/body"' "a chunk name that is no digest is refused"
+expect '[ "$(curl_b -X PUT "${auth[@]}" -H "Content-Length: $((65 * 1024 * 1024))" --data-binary "x" "$B/v1/chunks/$new_digest")" = 413 ]' "a chunk body over the largest chunk file is refused before it is read"
+expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary @"$chunk" "$B/v1/chunks/$new_digest")" = 422 ] && grep -q "SHA-256 mismatch" "$tmp/body" && [ ! -e "$B_STORE/sha256/${new_digest:0:2}/$new_digest" ]' \
+  "the corrupt chunk uploaded by hand is refused, naming why ($(head -c 300 "$tmp/body"))"
+flip "$chunk" # repaired
+expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary @"$chunk" "$B/v1/chunks/$new_digest")" = 201 ] && [ -e "$B_STORE/sha256/${new_digest:0:2}/$new_digest" ]' \
+  "the chunk, repaired, is taken ($(head -c 300 "$tmp/body"))"
+expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary @"$chunk" "$B/v1/chunks/$new_digest")" = 200 ] && grep -q "\"present\": true" "$tmp/body"' "again: present"
+rm -f "$B_STORE/sha256/${new_digest:0:2}/$new_digest"
+# An exported archive (carrying its chunks) uploaded by hand is still admitted by import; one whose carried chunk was
+# corrupted on the way, inside an archive whose own digest matches, is refused with nothing kept.
 GPUCKPT_GPU_STORE="$A_STORE" "$CLI" export "$A_DIR/ck-store-3.tar" -o "$tmp/carried.tar" > /dev/null
+cp "$tmp/carried.tar" "$tmp/carried-good.tar"
 python3 - "$tmp/carried.tar" <<'PY'
 import sys, tarfile
 with tarfile.open(sys.argv[1]) as t:
@@ -180,6 +235,18 @@ expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary @"$tmp/carried.tar" "$n?of
 expect '[ "$(curl_b -X POST "${auth[@]}" -H "Content-Type: application/json" -d "{\"size\":$csize,\"sha256\":\"$csum\",\"store_backed\":true}" "$n/commit")" = 422 ] && grep -q "is refused" "$tmp/body"' \
   "its commit is refused naming the chunk ($(head -c 400 "$tmp/body"))"
 expect '[ ! -e "$B_DIR/ck-store-3.tar" ] && [ ! -e "$B_DIR/.ck-store-3.tar.incoming" ] && [ "$(store_field references)" = 2 ]' "nothing of it is kept or referenced on B"
+csize=$(stat -c %s "$tmp/carried-good.tar") csum=$(sha256sum "$tmp/carried-good.tar" | cut -d' ' -f1)
+curl_b -X PUT "${auth[@]}" --data-binary @"$tmp/carried-good.tar" "$n?offset=0&total=$csize" > /dev/null
+expect '[ "$(curl_b -X POST "${auth[@]}" -H "Content-Type: application/json" -d "{\"size\":$csize,\"sha256\":\"$csum\",\"store_backed\":true}" "$n/commit")" = 200 ] && [ -e "$B_STORE/sha256/${new_digest:0:2}/$new_digest" ] && [ "$(store_field references)" = 3 ] && ! tar -tf "$B_DIR/ck-store-3.tar" | grep -q gpuckpt-chunks' \
+  "the same export intact is imported: its chunk in B's store, referenced, the archive store-backed ($(head -c 400 "$tmp/body"))"
+# A chunk upload whose connection drops midway (the proxy cuts the stream inside the 4th chunk) is tried again.
+"$FIXTURE" "$A_STORE" "$A_DIR/ck-store-4.tar" 20 21 22 23 24 25 > /dev/null
+proxy drop $((3 * 65568 + 30000))
+transfer "$PROXY_URL" "$A_DIR/ck-store-4.tar" && ok || bad "a store-backed transfer through a dropped stream succeeds: $(cat "$tmp/err")"
+expect '[ "$(field "j[\"result\"][\"chunks\"][\"sent\"]")" = 6 ] && [ "$(field "j[\"result\"][\"chunks\"][\"retries\"]")" -ge 1 ] && grep -q "upload of chunk [0-9a-f]\{64\} to $PROXY_URL: .*; again" "$tmp/a/agent.log"' \
+  "the dropped chunk upload was tried again ($(head -c 900 "$tmp/out"))"
+expect '[ "$(store_field references)" = 4 ] && [ "$(store_field missing_chunks)" = 0 ] && [ -z "$(find "$B_STORE/sha256" -name ".*")" ]' \
+  "B holds every chunk, referenced, no temporary file left"
 # The missing-chunks endpoint is authenticated and checks what it is asked.
 expect '[ "$(curl_b -X POST -H "Content-Type: application/json" -d "{\"digests\":[]}" "$B/v1/chunks/missing")" = 401 ]' "asking without the token is refused"
 expect '[ "$(curl_b -X POST "${auth[@]}" -H "Content-Type: application/json" -d "{\"digests\":[\"../../etc/passwd\"]}" "$B/v1/chunks/missing")" = 400 ]' "a digest that is no digest is refused"

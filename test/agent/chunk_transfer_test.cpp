@@ -1,5 +1,8 @@
 // Chunks of a store-backed checkpoint between agents (node/chunk_transfer.h): POST /v1/chunks/missing answers what
-// the agent's store lacks and refuses hostile bodies (bad hex, duplicates, too many, no store configured); a received
+// the agent's store lacks and refuses hostile bodies (bad hex, duplicates, too many, no store configured); PUT
+// /v1/chunks/<digest> takes a verified chunk file into the store (again: "present") and refuses, keeping nothing, a
+// wrong digest, a bad header, inconsistent sizes, a body over the bound or cut short, a zstd payload that decodes
+// beyond its raw size, a name that is no digest, and an agent without a store; a received
 // archive is admitted only when every chunk is in the store afterwards (carried ones imported, the rest present),
 // with references written; a corrupt carried chunk or a missing one discards the received file and references
 // nothing.
@@ -8,6 +11,9 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
+#include <thread>
 #include <set>
 #include <span>
 #include <string>
@@ -15,6 +21,8 @@
 
 #include "common/checkpoint_archive.h"
 #include "common/checkpoint_export.h"
+#include "common/chunk_gc.h"
+#include "common/chunk_receive.h"
 #include "common/chunk_store.h"
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
@@ -53,6 +61,38 @@ std::string sha256_of(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return cs::sha256(std::as_bytes(std::span(bytes.data(), bytes.size()))).hex();
+}
+
+std::vector<std::byte> chunk_file(const cs::Store& store, const cs::Digest& d) {
+  auto header = store.stat(d);
+  REQUIRE(header);
+  std::vector<std::byte> file;
+  REQUIRE(store.read(d, cs::kChunkHeaderSize + header->stored_size, file));
+  return file;
+}
+
+// Regular files under the store's sha256/ (chunks, and temporary files a refused upload would have left).
+std::size_t files_in(const fs::path& store) {
+  std::size_t n = 0;
+  if (!fs::exists(store / "sha256")) return 0;
+  for (const auto& entry : fs::recursive_directory_iterator(store / "sha256"))
+    if (entry.is_regular_file()) ++n;
+  return n;
+}
+
+// PUT /v1/chunks/<hex> with `body`, announced as `length` bytes (its size when unset); `cut` bytes are held back
+// and the connection "breaks" (the reader returns false).
+gpuckpt::Result<nlohmann::json> put_chunk(gpuckpt::node::ChunkUploads& uploads, const std::string& name,
+                                          std::span<const std::byte> body, std::string length = {},
+                                          std::size_t cut = 0, bool* body_read = nullptr) {
+  if (length.empty()) length = std::to_string(body.size());
+  return uploads.receive(name, length, [&](const std::function<bool(const char*, std::size_t)>& sink) {
+    if (body_read) *body_read = true;
+    // In two pieces, as a connection delivers it.
+    const std::size_t end = body.size() - cut, half = end / 2;
+    const auto* data = reinterpret_cast<const char*>(body.data());
+    return sink(data, half) && (half == end || sink(data + half, end - half)) && cut == 0;
+  });
 }
 
 }  // namespace
@@ -178,6 +218,37 @@ TEST_CASE("a received archive carrying the chunks the target lacks is imported, 
   CHECK(admitted->is_null());
 }
 
+TEST_CASE("a received archive whose chunk the target stores in another encoding is admitted, its manifests rewritten",
+          "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
+  auto target = open_store(dir.path / "node-b");
+  auto named = gpuckpt::node::manifest_chunks(c.archive, ArchiveLimits{});
+  REQUIRE(named);
+  // The compressible chunk is zstd in the source's store; the target holds it raw (its node did not compress).
+  const auto chunk = compressible_chunk(2);
+  const auto zstd_d = cs::sha256(chunk);
+  REQUIRE(source->stat(zstd_d)->encoding == static_cast<std::uint8_t>(gpuckpt::gpu_image::Encoding::Zstd));
+  for (const auto& d : *named)
+    if (d != zstd_d) copy_chunk(*source, *target, d);
+  cs::ChunkHeader raw_header;
+  raw_header.encoding = static_cast<std::uint8_t>(gpuckpt::gpu_image::Encoding::Raw);
+  raw_header.raw_size = static_cast<std::uint32_t>(chunk.size());
+  raw_header.stored_size = raw_header.raw_size;
+  REQUIRE(target->put(zstd_d, raw_header, chunk));
+
+  fs::copy_file(c.archive, dir.path / "plain.tar");
+  auto admitted = gpuckpt::node::admit_received_archive(dir.path / "plain.tar", with_store(dir.path / "node-b"),
+                                                        ArchiveLimits{});
+  INFO((admitted ? admitted->dump() : admitted.error().message));
+  REQUIRE(admitted);
+  CHECK((*admitted)["references"] == 2);
+  // The target's file stayed as it was; the archive now says how it is stored there, and reads back whole.
+  CHECK(target->stat(zstd_d)->encoding == raw_header.encoding);
+  gpuckpt::test::check_restorable(c, dir.path / "plain.tar", target);
+}
+
 TEST_CASE("a received archive is refused when a chunk stays missing, a carried one is corrupt, or no store is kept",
           "[unit]") {
   TempDir dir("gpuckpt-chunk-transfer");
@@ -265,4 +336,208 @@ TEST_CASE("a commit declared store-backed whose admission fails discards the rec
                                            {"store_backed", "yes"}});
   REQUIRE(!committed);
   CHECK(committed.error().errno_value == EINVAL);
+}
+
+TEST_CASE("PUT /v1/chunks/<digest>: a verified chunk file lands under its name, again it is present and touched",
+          "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  gpuckpt::test::store_checkpoint(source, dir.path);
+  gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"));
+  // A raw chunk and a zstd one, each the source store's own file.
+  for (const auto& chunk : {random_chunk(1), compressible_chunk(2)}) {
+    const auto d = cs::sha256(chunk);
+    const auto file = chunk_file(*source, d);
+    auto answer = put_chunk(uploads, d.hex(), file);
+    INFO((answer ? answer->dump() : answer.error().message));
+    REQUIRE(answer);
+    CHECK((*answer)["present"] == false);
+    CHECK((*answer)["stored_bytes"] == file.size() - cs::kChunkHeaderSize);
+    CHECK((*answer)["raw_bytes"] == chunk.size());
+    auto target = cs::Store::open(dir.path / "node-b", false);
+    REQUIRE(target);
+    CHECK(chunk_file(**target, d) == file);   // byte for byte: never recompressed
+
+    // Again, after it aged: present, nothing written, its mtime now (a collection keeps it its grace period).
+    const auto old = fs::file_time_type::clock::now() - std::chrono::hours(5);
+    fs::last_write_time((*target)->path_of(d), old);
+    answer = put_chunk(uploads, d.hex(), file);
+    REQUIRE(answer);
+    CHECK((*answer)["present"] == true);
+    CHECK(fs::last_write_time((*target)->path_of(d)) > old + std::chrono::hours(4));
+  }
+  CHECK(files_in(dir.path / "node-b") == 2);
+  CHECK(no_refs(dir.path / "node-b"));
+}
+
+TEST_CASE("PUT /v1/chunks/<digest> refuses what is not that chunk, keeping nothing of it", "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  gpuckpt::test::store_checkpoint(source, dir.path);
+  const auto raw_d = cs::sha256(random_chunk(1)), zstd_d = cs::sha256(compressible_chunk(2));
+  const auto raw_file = chunk_file(*source, raw_d), zstd_file = chunk_file(*source, zstd_d);
+  gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"));
+  const auto refused = [&](const gpuckpt::Result<nlohmann::json>& answer, int errno_value, const std::string& says) {
+    INFO((answer ? answer->dump() : answer.error().message));
+    REQUIRE(!answer);
+    CHECK(answer.error().errno_value == errno_value);
+    CHECK(answer.error().message.find(says) != std::string::npos);
+    CHECK(files_in(dir.path / "node-b") == 0);
+  };
+  const auto rewritten = [](std::vector<std::byte> file, const cs::ChunkHeader& h) {
+    const auto header = cs::encode_header(h);
+    std::copy(header.begin(), header.end(), file.begin());
+    return file;
+  };
+  auto raw_header = source->stat(raw_d), zstd_header = source->stat(zstd_d);
+  REQUIRE(raw_header);
+  REQUIRE(zstd_header);
+
+  SECTION("a good file under another chunk's digest") {
+    refused(put_chunk(uploads, zstd_d.hex(), raw_file), EBADMSG, "SHA-256 mismatch");
+  }
+  SECTION("a payload byte flipped") {
+    auto file = raw_file;
+    file[cs::kChunkHeaderSize + 77] ^= std::byte{0x5a};
+    refused(put_chunk(uploads, raw_d.hex(), file), EBADMSG, "SHA-256 mismatch");
+  }
+  SECTION("a header byte flipped") {
+    auto file = raw_file;
+    file[17] ^= std::byte{0x01};
+    refused(put_chunk(uploads, raw_d.hex(), file), EBADMSG, "header is corrupt");
+  }
+  SECTION("not a chunk file at all") {
+    std::vector<std::byte> file(4096, std::byte{'x'});
+    refused(put_chunk(uploads, raw_d.hex(), file), EBADMSG, "not a gpuckpt chunk");
+  }
+  SECTION("a raw chunk whose header's sizes disagree") {
+    auto h = *raw_header;
+    h.raw_size -= 1;
+    refused(put_chunk(uploads, raw_d.hex(), rewritten(raw_file, h)), EBADMSG, "stored bytes for a raw chunk");
+  }
+  SECTION("a header saying more bytes than came") {
+    auto h = *raw_header;
+    h.stored_size += 10;
+    refused(put_chunk(uploads, raw_d.hex(), rewritten(raw_file, h)), EBADMSG, "its header says");
+  }
+  SECTION("an unknown encoding") {
+    auto h = *raw_header;
+    h.encoding = 7;
+    refused(put_chunk(uploads, raw_d.hex(), rewritten(raw_file, h)), EBADMSG, "not raw (0) or zstd (1)");
+  }
+  SECTION("a zstd payload that decodes to more than the header's raw size (a bomb)") {
+    auto h = *zstd_header;
+    h.raw_size = 4096;
+    refused(put_chunk(uploads, zstd_d.hex(), rewritten(zstd_file, h)), EBADMSG, "zstd cannot decompress it");
+  }
+  SECTION("a raw size over the largest chunk") {
+    auto h = *zstd_header;
+    h.raw_size = gpuckpt::gpu_image::kMaxChunkSize + 1;
+    refused(put_chunk(uploads, zstd_d.hex(), rewritten(zstd_file, h)), EBADMSG, "a chunk holds 1 to");
+  }
+  SECTION("a body cut short") {
+    refused(put_chunk(uploads, raw_d.hex(), raw_file, std::to_string(raw_file.size()), 1000), EBADMSG,
+            "ended after");
+  }
+  SECTION("a body longer than its Content-Length") {
+    refused(put_chunk(uploads, raw_d.hex(), raw_file, std::to_string(raw_file.size() - 1)), EFBIG,
+            "longer than its Content-Length");
+  }
+  SECTION("a Content-Length over the largest chunk file, refused before the body is read") {
+    bool read = false;
+    refused(put_chunk(uploads, raw_d.hex(), raw_file, std::to_string(gpuckpt::chunk_receive::kMaxChunkFileBytes + 1),
+                      0, &read),
+            EFBIG, "larger than a chunk file can be");
+    CHECK(!read);
+    refused(put_chunk(uploads, raw_d.hex(), raw_file, "99999999999999999999999"), EFBIG, "larger than");
+    refused(put_chunk(uploads, raw_d.hex(), raw_file, "12ab"), EFBIG, "larger than");
+  }
+  SECTION("no Content-Length") {
+    auto answer = uploads.receive(raw_d.hex(), "", [](const auto&) { return true; });
+    refused(answer, EINVAL, "Content-Length");
+  }
+  SECTION("names that are no digest") {
+    for (const std::string& name : {std::string("../../etc/passwd"), std::string(".."), raw_d.hex().substr(1),
+                                   raw_d.hex() + "0", [&] {
+                                     auto upper = raw_d.hex();
+                                     for (auto& c : upper) c = static_cast<char>(std::toupper(c));
+                                     return upper;
+                                   }()}) {
+      bool read = false;
+      INFO(name);
+      refused(put_chunk(uploads, name, raw_file, {}, 0, &read), EINVAL, "is not a SHA-256 digest");
+      CHECK(!read);
+    }
+  }
+  SECTION("an agent keeping no chunk store") {
+    gpuckpt::node::ChunkUploads storeless{GpuMemoryConfig{}};
+    bool read = false;
+    refused(put_chunk(storeless, raw_d.hex(), raw_file, {}, 0, &read), EBUSY, "gpu_memory.store");
+    CHECK(!read);
+    CHECK(!fs::exists(dir.path / "node-b"));
+  }
+  CHECK(no_refs(dir.path / "node-b"));
+}
+
+TEST_CASE("PUT /v1/chunks/<digest>: at most kMaxChunkUploads at once, more answered 429; an uploaded chunk is young",
+          "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  gpuckpt::test::store_checkpoint(source, dir.path);
+  const auto d = cs::sha256(random_chunk(1));
+  const auto file = chunk_file(*source, d);
+  gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"));
+  // kMaxChunkUploads uploads whose bodies have not come yet: each holds its place until released.
+  std::promise<void> release;
+  const std::shared_future<void> released = release.get_future().share();
+  std::vector<std::promise<void>> reading(gpuckpt::node::kMaxChunkUploads);
+  std::vector<std::future<gpuckpt::Result<nlohmann::json>>> held;
+  // Released however the checks below end: a failed REQUIRE must not leave the uploads
+  // waiting forever (destroyed before `held`, whose futures wait for them).
+  struct ReleaseAtExit {
+    std::promise<void>& release;
+    bool done = false;
+    void now() {
+      if (!done) release.set_value();
+      done = true;
+    }
+    ~ReleaseAtExit() { now(); }
+  } release_at_exit{release};
+  for (auto& started : reading)
+    held.push_back(std::async(std::launch::async, [&, started = &started] {
+      return uploads.receive(d.hex(), std::to_string(file.size()), [&](const auto& sink) {
+        started->set_value();
+        released.wait();
+        return sink(reinterpret_cast<const char*>(file.data()), file.size());
+      });
+    }));
+  for (auto& started : reading) started.get_future().wait();
+  bool read = false;
+  auto busy = put_chunk(uploads, d.hex(), file, {}, 0, &read);
+  REQUIRE(!busy);
+  CHECK(busy.error().errno_value == EAGAIN);
+  CHECK(busy.error().message.find("retry") != std::string::npos);
+  CHECK(!read);
+  release_at_exit.now();
+  for (auto& upload : held) {
+    auto answer = upload.get();
+    INFO((answer ? answer->dump() : answer.error().message));
+    CHECK(answer);
+  }
+  // Room again.
+  CHECK(put_chunk(uploads, d.hex(), file));
+
+  // Unreferenced but young: a collection within the grace period keeps it; one with its mtime past it removes it.
+  auto target = open_store(dir.path / "node-b");
+  gpuckpt::chunk_gc::Options keep;
+  keep.remove = true;
+  auto report = gpuckpt::chunk_gc::collect(*target, keep);
+  REQUIRE(report);
+  CHECK(report->young_chunks == 1);
+  CHECK(target->stat(d));
+  fs::last_write_time(target->path_of(d), fs::file_time_type::clock::now() - std::chrono::hours(2));
+  report = gpuckpt::chunk_gc::collect(*target, keep);
+  REQUIRE(report);
+  CHECK(report->garbage_chunks == 1);
+  CHECK(!target->stat(d));
 }

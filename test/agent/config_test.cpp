@@ -30,6 +30,7 @@ TEST_CASE("the shipped example configuration parses and equals the defaults", "[
   CHECK(example->cri.call_timeout_seconds == defaults->cri.call_timeout_seconds);
   CHECK(example->containerd.address == defaults->containerd.address);
   CHECK(example->containerd.namespace_name == defaults->containerd.namespace_name);
+  CHECK(example->transfer.chunk_streams == defaults->transfer.chunk_streams);
 }
 
 TEST_CASE("runtime sections: cri and containerd are read; crictl is gone with a fix-it message", "[unit]") {
@@ -93,6 +94,21 @@ TEST_CASE("configuration mistakes are errors naming the key", "[unit]") {
   REQUIRE_FALSE(no_budget.ok());
   CHECK(no_budget.error().message.find("limits.job_timeout_seconds") != std::string::npos);
   CHECK_FALSE(load_config("/nonexistent/agent.yaml").ok());
+}
+
+TEST_CASE("transfer.chunk_streams: 4 by default, 1 to 8, else an error naming it", "[unit]") {
+  auto defaults = parse_config("", "a");
+  REQUIRE(defaults.ok());
+  CHECK(defaults->transfer.chunk_streams == 4);
+  auto set = parse_config("transfer: {chunk_streams: 8}", "a");
+  REQUIRE(set.ok());
+  CHECK(set->transfer.chunk_streams == 8);
+  for (const char* bad : {"0", "9", "-1"}) {
+    auto refused = parse_config(std::string("transfer: {chunk_streams: ") + bad + "}", "agent.yaml");
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message.find("transfer.chunk_streams") != std::string::npos);
+    CHECK(refused.error().message.find("1 to 8") != std::string::npos);
+  }
 }
 
 TEST_CASE("retention: limits unset by default; parsed; bad values name the section", "[unit]") {

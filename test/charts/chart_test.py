@@ -483,7 +483,7 @@ def test_full_config_shape():
             "config.retention.keep_count=3", "config.retention.max_age_hours=168",
             "config.retention.max_bytes=107374182400", "config.retention.include_newest=true",
             "config.retention.interval_seconds=600", "config.retention.gc_grace_seconds=7200",
-            'json:config.transfer.peer_networks=["10.244.0.0/16"]',
+            'json:config.transfer.peer_networks=["10.244.0.0/16"]', "config.transfer.chunk_streams=6",
             "config.image_registry.repository=registry.example:5000/ml/checkpoints",
             "config.image_registry.credentials_file=/etc/gpuckpt/registry/credentials",
             "config.image_registry.plain_http=true", "config.image_registry.timeout_seconds=900",
@@ -506,8 +506,8 @@ def test_full_config_shape():
     check(cfg["retention"] == {"keep_count": 3, "max_age_hours": 168, "max_bytes": 107374182400,
                                "include_newest": True, "interval_seconds": 600, "gc_grace_seconds": 7200},
           f"[full-config] retention reaches the agent's config: {cfg.get('retention')}")
-    check(cfg["transfer"] == {"peer_networks": ["10.244.0.0/16"]},
-          f"[full-config] transfer.peer_networks reaches the agent's config: {cfg.get('transfer')}")
+    check(cfg["transfer"] == {"peer_networks": ["10.244.0.0/16"], "chunk_streams": 6},
+          f"[full-config] transfer.peer_networks and chunk_streams reach the agent's config: {cfg.get('transfer')}")
     check(cfg["image_registry"] == {"repository": "registry.example:5000/ml/checkpoints", "plain_http": True,
                                     "credentials_file": "/etc/gpuckpt/registry/credentials", "timeout_seconds": 900,
                                     "push_timeout_seconds": 3600, "token_realm_host": "auth.registry.example"},
