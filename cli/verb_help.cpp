@@ -177,7 +177,7 @@ constexpr Help kHelp[] = {
      kAgentFlags, "gpuckpt jobs --state failed -o wide --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token",
      true},
     {"job", "gpuckpt job ID [--follow] [--json] --agent URL --token-file FILE",
-     "  ID                    a job id as 'gpuckpt jobs' lists it (ck-..., rs-..., im-..., tr-...)\n"
+     "  ID                    a job id as 'gpuckpt jobs' lists it (ck-..., rs-..., im-..., tr-..., pl-...)\n"
      "  --follow, -f          print its phases until it ends; exit 0 succeeded, 1 failed (default: show it now)\n"
      "  --json                the job as JSON\n",
      kAgentFlags, "gpuckpt job ck-20261122T001228Z-61ef843a --follow --agent http://127.0.0.1:7469"},
