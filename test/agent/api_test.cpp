@@ -901,6 +901,18 @@ TEST_CASE("a store-backed checkpoint image takes its chunks to the registry; ano
   CHECK(pulled["result"]["store"] == (stores.path / "target").string());
   test::check_restorable(*c, c->archive, test::open_store(stores.path / "target"));
   CHECK(target.client().Get("/v1/chunk-pulls")->body.find(pulled["id"].get<std::string>()) != std::string::npos);
+  // `gpuckpt pull-chunks --agent` has the agent pull (its own store and settings): everything is there now.
+  test::write_file(stores.path / "token", std::string(kToken) + "\n");
+  const std::string cli = std::string(GPUCKPT_CLI) + " pull-chunks " + image + " --agent http://127.0.0.1:" +
+                          std::to_string(target.port) + " --token-file " + (stores.path / "token").string();
+  CHECK(std::system((cli + " --json > " + (stores.path / "cli.json").string() + " 2>/dev/null").c_str()) == 0);
+  const json by_cli = json::parse(test::read_file(stores.path / "cli.json"), nullptr, false);
+  INFO(test::read_file(stores.path / "cli.json"));
+  CHECK(by_cli["kind"] == "pull");
+  CHECK(by_cli["result"]["added"] == 0);
+  CHECK(by_cli["result"]["present"] == 2);
+  // The local flags mean nothing to an agent: refused, exit 2.
+  CHECK(WEXITSTATUS(std::system((cli + " --store /tmp >/dev/null 2>&1").c_str())) == 2);
 
   // Refused before any job: names that are no image, unknown fields, an agent without a store.
   CHECK(target.post("/v1/chunk-pulls", R"({"image":"no-tag-here"})", 400)["error"]["message"].get<std::string>().find(
