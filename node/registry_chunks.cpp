@@ -74,10 +74,12 @@ Result<void> in_parallel(RegistryClient& first, std::size_t streams, std::size_t
 Result<std::string> chunks_tag(const std::string& tag, std::size_t page) {
   std::string name = tag + kChunksTagSuffix;
   if (page > 0) name += "." + std::to_string(page);
-  if (!is_tag(tag) || !is_tag(name))
+  if (!is_tag(tag))
+    return make_error("'" + log::escaped(tag, 140) + "' is not an image tag (1 to 128 letters, digits, '_', '.', '-'; "
+                      "a letter, digit or '_' first)");
+  if (!is_tag(name))
     return make_error("the image tag '" + log::escaped(tag, 140) + "' leaves no room for its chunks' tag '" +
-                      log::escaped(name, 160) + "' (a tag is at most 128 letters, digits, '_', '.', '-'); use a "
-                      "shorter tag");
+                      log::escaped(name, 160) + "' (a tag is at most 128 characters); use a shorter tag");
   return name;
 }
 
