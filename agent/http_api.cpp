@@ -211,6 +211,16 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
     send_json(res, 202, to_json(*service.job(id.value())));
   });
 
+  // A store-backed checkpoint image's chunks from a registry into this node's store (node/registry_chunks.h).
+  server.Post("/v1/chunk-pulls", [&service, fail](const httplib::Request& req, httplib::Response& res) {
+    auto request = parse_chunk_pull_request(req.body);
+    if (!request) return fail(res, request.error());
+    auto id = service.start_chunk_pull(request.value(), client_identity(req));
+    if (!id) return fail(res, id.error());
+    res.set_header("Location", "/v1/chunk-pulls/" + id.value());
+    send_json(res, 202, to_json(*service.job(id.value())));
+  });
+
   // The receiving end of a transfer (node/archive_transfer.h).
   // A store-backed checkpoint is admitted within the commit's request, so within its deadline (less a margin for the
   // answer): its chunks came before (PUT /v1/chunks/...), so this only checks them and writes references; an archive
@@ -316,10 +326,12 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
   server.Get("/v1/restores", list_jobs("restore"));
   server.Get("/v1/images", list_jobs("image"));
   server.Get("/v1/transfers", list_jobs("transfer"));
+  server.Get("/v1/chunk-pulls", list_jobs("pull"));
   server.Get(R"(/v1/checkpoints/([A-Za-z0-9._-]{1,128}))", get_job("checkpoint"));
   server.Get(R"(/v1/restores/([A-Za-z0-9._-]{1,128}))", get_job("restore"));
   server.Get(R"(/v1/images/([A-Za-z0-9._-]{1,128}))", get_job("image"));
   server.Get(R"(/v1/transfers/([A-Za-z0-9._-]{1,128}))", get_job("transfer"));
+  server.Get(R"(/v1/chunk-pulls/([A-Za-z0-9._-]{1,128}))", get_job("pull"));
 }
 
 }  // namespace gpuckpt::agent

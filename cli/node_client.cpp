@@ -225,6 +225,7 @@ std::string job_collection(const std::string& kind) {
   return kind == "checkpoint" ? "/v1/checkpoints"
          : kind == "image"    ? "/v1/images"
          : kind == "transfer" ? "/v1/transfers"
+         : kind == "pull"     ? "/v1/chunk-pulls"
                               : "/v1/restores";
 }
 

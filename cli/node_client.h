@@ -47,11 +47,11 @@ struct JobOutcome {
   std::string message;
 };
 
-// The agent's collection of a job kind: /v1/checkpoints, /v1/restores, /v1/images, /v1/transfers.
+// The agent's collection of a job kind: /v1/checkpoints, /v1/restores, /v1/images, /v1/transfers, /v1/chunk-pulls.
 std::string job_collection(const std::string& kind);
 
 // kind: "checkpoint" (body {namespace,pod,container}), "restore" (body {archive,name,target_gpus}) or "image"
-// (body {archive,image}) or "transfer" (body {archive,to}; an agent only).
+// (body {archive,image}) or "transfer" (body {archive,to}; an agent only) or "pull" (body {image}; an agent only).
 // Says on stderr what runs where (unless --quiet) and, on failure, why; `subject` names the container or archive.
 JobOutcome run_node_job(const NodeTarget& target, const std::string& kind, const std::string& subject,
                         const nlohmann::json& body);

@@ -126,6 +126,21 @@ constexpr Help kHelp[] = {
      "  --timeout SECONDS     stop after this long, exit 2, the archive not written (default 3600)\n"
      "  --json                what was imported as JSON\n",
      nullptr, "gpuckpt import moved.tar.zst -o /var/lib/gpuckpt/checkpoints/moved.tar.zst", false, true},
+    {"pull-chunks",
+     "gpuckpt pull-chunks IMAGE [--store DIR] [--plain-http] [--credentials-file FILE] [--streams N] "
+     "[--timeout SECONDS] [--agent URL --token-file FILE] [--json]",
+     "  IMAGE                 HOST[:PORT]/PATH:TAG, a store-backed checkpoint image an agent pushed with its chunks\n"
+     "                        (the registry holds them under TAG.gpuckpt-chunks); only the chunks the store lacks\n"
+     "                        are downloaded, each checked against its digests before it enters the store\n"
+     "  --store DIR           the chunk store, made when absent (default: $GPUCKPT_GPU_STORE when a path, else\n"
+     "                        /var/lib/gpuckpt/chunks); with --agent: the agent's gpu_memory.store\n"
+     "  --plain-http          http:// (a registry without TLS; default https://); with --agent: its image_registry\n"
+     "  --credentials-file FILE  USER:PASSWORD, sent only when the registry asks (default: anonymous)\n"
+     "  --streams N           chunks downloaded at a time, 1-32 (default 4)\n"
+     "  --timeout SECONDS     the whole pull (default 3600); with --agent: stop following the job after this long\n"
+     "  --json                the report (with --agent: the finished job) as JSON\n",
+     kAgentFlags, "gpuckpt pull-chunks registry.example:5000/ml/checkpoints:ck-1   # then restore from that image",
+     false, false},
     {"image", "gpuckpt image ARCHIVE [--tag TAG] [target flags] [--json]",
      "  ARCHIVE               an archive in the agent's checkpoint directory\n"
      "  --tag TAG             the image's tag (default: the archive's name without .tar*)\n"
@@ -153,7 +168,7 @@ constexpr Help kHelp[] = {
      "  --pull POLICY         the container's imagePullPolicy (default Never)\n",
      nullptr, "kubectl get pod train -o json | gpuckpt target-pod --node gpu-b --container main --image IMAGE"},
     {"jobs",
-     "gpuckpt jobs [--kind checkpoint|restore|image|transfer|all] [--state queued|running|succeeded|failed] [--limit N] [--json] "
+     "gpuckpt jobs [--kind checkpoint|restore|image|transfer|pull|all] [--state queued|running|succeeded|failed] [--limit N] [--json] "
      "--agent URL --token-file FILE",
      "  --kind KIND           which jobs (default all)\n"
      "  --state STATE         only jobs in this state (default: any)\n"
@@ -162,7 +177,7 @@ constexpr Help kHelp[] = {
      kAgentFlags, "gpuckpt jobs --state failed -o wide --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token",
      true},
     {"job", "gpuckpt job ID [--follow] [--json] --agent URL --token-file FILE",
-     "  ID                    a job id as 'gpuckpt jobs' lists it (ck-..., rs-..., im-..., tr-...)\n"
+     "  ID                    a job id as 'gpuckpt jobs' lists it (ck-..., rs-..., im-..., tr-..., pl-...)\n"
      "  --follow, -f          print its phases until it ends; exit 0 succeeded, 1 failed (default: show it now)\n"
      "  --json                the job as JSON\n",
      kAgentFlags, "gpuckpt job ck-20261122T001228Z-61ef843a --follow --agent http://127.0.0.1:7469"},

@@ -1,4 +1,4 @@
-// gpuckpt jobs [--kind checkpoint|restore|image|transfer|all] [--state STATE] [--limit N] [--json] --agent URL --token-file FILE
+// gpuckpt jobs [--kind checkpoint|restore|image|transfer|pull|all] [--state STATE] [--limit N] [--json] --agent URL --token-file FILE
 // gpuckpt job ID [--follow] [--json] --agent URL --token-file FILE
 // An agent's jobs (GET /v1/checkpoints|restores|images, newest first) and one job, followed to its end with --follow.
 #include <algorithm>
@@ -20,16 +20,17 @@ namespace gpuckpt::cli {
 namespace {
 
 constexpr const char* kJobsUsage =
-    "gpuckpt jobs [--kind checkpoint|restore|image|transfer|all] [--state queued|running|succeeded|failed] [--limit N] [--json] "
+    "gpuckpt jobs [--kind checkpoint|restore|image|transfer|pull|all] [--state queued|running|succeeded|failed] [--limit N] [--json] "
     "--agent URL --token-file FILE";
 constexpr const char* kJobUsage = "gpuckpt job ID [--follow] [--json] --agent URL --token-file FILE";
 
-// Job ids start with their kind's prefix (the agent's new_job_id): ck-, rs-, im-, tr-.
+// Job ids start with their kind's prefix (the agent's new_job_id): ck-, rs-, im-, tr-, pl-.
 std::string kind_of_id(const std::string& id) {
   if (id.rfind("ck-", 0) == 0) return "checkpoint";
   if (id.rfind("rs-", 0) == 0) return "restore";
   if (id.rfind("im-", 0) == 0) return "image";
   if (id.rfind("tr-", 0) == 0) return "transfer";
+  if (id.rfind("pl-", 0) == 0) return "pull";
   return "";
 }
 
@@ -84,15 +85,16 @@ int run_jobs(std::span<char*> args) {
       return usage_error("jobs", "unexpected argument '" + arg + "'", kJobsUsage);
     }
   }
-  if (kind != "all" && kind != "checkpoint" && kind != "restore" && kind != "image" && kind != "transfer")
-    return usage_error("jobs", "--kind must be checkpoint, restore, image, transfer or all, got '" + kind + "'", kJobsUsage);
+  if (kind != "all" && kind != "checkpoint" && kind != "restore" && kind != "image" && kind != "transfer" &&
+      kind != "pull")
+    return usage_error("jobs", "--kind must be checkpoint, restore, image, transfer, pull or all, got '" + kind + "'", kJobsUsage);
   init_cli_logging("jobs");
   std::string query;
   if (!state.empty()) query += "state=" + state;
   if (!limit.empty()) query += std::string(query.empty() ? "" : "&") + "limit=" + limit;
   nlohmann::json all = nlohmann::json::array();
   bool truncated = false;
-  for (const std::string k : {"checkpoint", "restore", "image", "transfer"}) {
+  for (const std::string k : {"checkpoint", "restore", "image", "transfer", "pull"}) {
     if (kind != "all" && kind != k) continue;
     auto page = agent_get(target, job_collection(k) + (query.empty() ? "" : "?" + query));
     if (!page) return fail_with("jobs", page.error());

@@ -18,6 +18,7 @@ int run_jobs(std::span<char*> args);
 int run_store(std::span<char*> args);
 int run_export(std::span<char*> args);
 int run_import(std::span<char*> args);
+int run_pull_chunks(std::span<char*> args);
 int run_job(std::span<char*> args);
 
 std::span<const Verb> verbs() {
@@ -37,6 +38,7 @@ std::span<const Verb> verbs() {
       {"store", "the chunk store of store-backed checkpoints: gc (dry run unless --delete), refs, unref", run_store},
       {"export", "make a store-backed checkpoint archive self-contained: it carries the chunks it needs", run_export},
       {"import", "put the chunks an exported archive carries into a chunk store; leave it store-backed", run_import},
+      {"pull-chunks", "pull a store-backed checkpoint image's chunks from its registry into a chunk store", run_pull_chunks},
       {"doctor", "check whether GPU checkpoints work on this node: pass/warn/fail with the fix (exit 1: a failure)", run_doctor},
   };
   return table;

@@ -287,7 +287,8 @@ Result<void> check_chunks(const Manifest& m, const cs::Store& store, const std::
                     (bad > 1 ? "; " + std::to_string(bad - 1) + " more chunk(s) missing or damaged" : "") +
                     ". The dump wrote them to " + (m.store.empty() ? std::string("(unknown)") : m.store) +
                     ". Restore on the node that made the checkpoint, mount the store holding them (a shared volume) "
-                    "at GPUCKPT_GPU_STORE's path, `gpuckpt import` the archive `gpuckpt export` made of it, or checkpoint "
+                    "at GPUCKPT_GPU_STORE's path, `gpuckpt import` the archive `gpuckpt export` made of it, `gpuckpt "
+                    "pull-chunks REGISTRY/REPOSITORY:TAG` when it came as a checkpoint image from a registry, or checkpoint "
                     "again with GPUCKPT_GPU_STORE=inline so the archive carries the GPU memory", ENOENT);
 }
 

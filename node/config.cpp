@@ -12,6 +12,7 @@
 #include "common/gpu_image.h"
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
+#include "node/registry_chunks.h"
 #include "common/log.h"
 
 namespace gpuckpt::node {
@@ -212,6 +213,7 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     s.get("timeout_seconds", timeout);
     s.get("push_timeout_seconds", push_timeout);
     s.get("token_realm_host", c.image_registry.token_realm_host);
+    s.get("chunk_streams", c.image_registry.chunk_streams);
     c.image_registry.timeout = std::chrono::seconds(timeout);
     c.image_registry.push_timeout = std::chrono::seconds(push_timeout);
     keep(s);
@@ -255,6 +257,9 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     return make_error(source + ": image_registry.timeout_seconds must be positive");
   if (c.image_registry.push_timeout.count() <= 0)
     return make_error(source + ": image_registry.push_timeout_seconds must be positive");
+  if (c.image_registry.chunk_streams < 1 || c.image_registry.chunk_streams > kMaxChunkStreams)
+    return make_error(source + ": image_registry.chunk_streams must be 1 to " + std::to_string(kMaxChunkStreams) +
+                      ", got " + std::to_string(c.image_registry.chunk_streams));
   if (c.runtime_kind == "crictl")
     return make_error(source + ": runtime.kind 'crictl' is gone: the agent speaks CRI itself now; set runtime.kind: cri "
                       "and runtime.cri.endpoint (or runtime.kind: containerd on containerd 1.7)");
@@ -385,6 +390,7 @@ void log_config(const AgentConfig& c) {
     log::param("image_registry.timeout_seconds", std::to_string(c.image_registry.timeout.count()));
     log::param("image_registry.push_timeout_seconds", std::to_string(c.image_registry.push_timeout.count()));
     log::param("image_registry.token_realm_host", c.image_registry.token_realm_host);
+    log::param("image_registry.chunk_streams", std::to_string(c.image_registry.chunk_streams));
   }
 }
 

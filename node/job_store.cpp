@@ -113,6 +113,12 @@ JobStatus recover_interrupted(JobStatus job, const fs::path& temp_dir) {
                 layout + " was removed (ask for the image again)" + cleaned;
     return job;
   }
+  if (job.kind == "pull") {   // chunks that landed are whole (written under a temporary name, renamed)
+    job.state = "failed";
+    job.error = "the agent stopped while this job was " + job.phase + "; the chunks already pulled stay in the "
+                "store (a pull again skips them): pull again" + cleaned;
+    return job;
+  }
   job.state = "failed";
   job.error = "the agent stopped while this job was " + job.phase + "; it did not finish" + cleaned +
               (job.kind == "checkpoint" ? " (the container was left as the runtime left it: check it, checkpoint again)"

@@ -88,4 +88,13 @@ Result<TransferRequest> parse_transfer_request(std::string_view text) {
   return request;
 }
 
+Result<ChunkPullRequest> parse_chunk_pull_request(std::string_view text) {
+  auto body = parse_body(text, {"image"});
+  if (!body) return body.error();
+  ChunkPullRequest request;
+  request.image = string_field(*body, "image");
+  if (request.image.empty()) return make_error("a chunk pull needs 'image' (HOST[:PORT]/PATH:TAG)");
+  return request;
+}
+
 }  // namespace gpuckpt::node

@@ -34,6 +34,10 @@ struct TransferRequest {
   std::string to;        // the target agent: http://A.B.C.D:PORT (node/archive_transfer.h)
 };
 
+struct ChunkPullRequest {
+  std::string image;     // HOST[:PORT]/PATH:TAG: a checkpoint image pushed with its chunks (node/registry_chunks.h)
+};
+
 // POST /v1/checkpoints: {"namespace", "pod", "container", "image"}
 Result<CheckpointRequest> parse_checkpoint_request(std::string_view body);
 // POST /v1/restores: {"archive", "name", "target_gpus"}
@@ -42,5 +46,7 @@ Result<RestoreRequest> parse_restore_request(std::string_view body);
 Result<ImageRequest> parse_image_request(std::string_view body);
 // POST /v1/transfers: {"archive", "to"}
 Result<TransferRequest> parse_transfer_request(std::string_view body);
+// POST /v1/chunk-pulls: {"image"}
+Result<ChunkPullRequest> parse_chunk_pull_request(std::string_view body);
 
 }  // namespace gpuckpt::node

@@ -10,6 +10,7 @@
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
 #include "node/job_store.h"
+#include "node/registry_chunks.h"
 #include "node/registry_push.h"
 #include "common/archive_pipe.h"
 #include "common/checkpoint_archive.h"
@@ -142,7 +143,7 @@ Result<std::string> JobService::add_job(const char* kind, nlohmann::json request
   if (auto room = job_room(client); !room) return room.error();   // again: others may have come meanwhile
   JobStatus job;
   const std::string k = kind;
-  job.id = new_job_id(k == "checkpoint" ? "ck" : k == "image" ? "im" : k == "transfer" ? "tr" : "rs");
+  job.id = new_job_id(k == "checkpoint" ? "ck" : k == "image" ? "im" : k == "transfer" ? "tr" : k == "pull" ? "pl" : "rs");
   job.kind = kind;
   job.state = "queued";
   job.phase = "queued";
@@ -563,6 +564,7 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
                 deps_.runtime->put_back(container));
   std::optional<CheckpointImage> image;
   std::string loaded_as, load_error, pushed_as, push_error;
+  nlohmann::json pushed_chunks(nullptr);
   if (!image_tag.empty()) {
     auto written = timed("writing-image", [&] { return write_image(job_id, final_path, image_tag, deadline); });
     if (!written) return fail("the archive " + final_path.string() + " is complete, but its OCI image failed: " +
@@ -572,7 +574,9 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
     if (loaded) loaded_as = loaded.value();
     else load_error = with_time_budget(deadline, "loading-image", loaded.error().message);
     if (!config_.image_registry.repository.empty()) {
-      auto pushed = timed("pushing-image", [&] { return push_and_register(job_id, *image, record, deadline); });
+      auto pushed = timed("pushing-image", [&] {
+        return push_and_register(job_id, *image, final_path, record, deadline, pushed_chunks);
+      });
       if (pushed) pushed_as = pushed.value();
       else push_error = with_time_budget(deadline, "pushing-image", pushed.error().message);
     }
@@ -599,6 +603,7 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
     if (image && !load_error.empty()) j.result["image"]["load_error"] = load_error;
     if (image && !pushed_as.empty()) j.result["image"]["pushed_as"] = pushed_as;
     if (image && !push_error.empty()) j.result["image"]["push_error"] = push_error;
+    if (image && !pushed_chunks.is_null()) j.result["image"]["chunks"] = pushed_chunks;
   });
   metrics_.checkpoint_written(bytes.value());
   log::info("job " + job_id + ": checkpoint of " + container.name + " written to " + final_path.string() + " (" +
@@ -631,8 +636,9 @@ Result<std::string> JobService::load_and_register(const std::string& job_id, con
 }
 
 Result<std::string> JobService::push_and_register(const std::string& job_id, const CheckpointImage& image,
+                                                    const fs::path& archive,
                                                     const std::optional<CheckpointGpuRecord>& record,
-                                                    JobDeadline deadline) {
+                                                    JobDeadline deadline, nlohmann::json& chunks) {
   // The push's own deadline, and each request's, end by the job's.
   RegistryOptions registry = config_.image_registry;
   registry.push_timeout = std::chrono::ceil<std::chrono::seconds>(time_left(deadline, registry.push_timeout));
@@ -640,9 +646,36 @@ Result<std::string> JobService::push_and_register(const std::string& job_id, con
   if (registry.push_timeout.count() == 0)
     return with_errno(make_error("the push to " + registry.repository + " was not started: the job has no time left"),
                       ETIMEDOUT);
+  const auto push_end = std::chrono::steady_clock::now() + registry.push_timeout;
   auto pushed = push_checkpoint_image(registry, image.layout, image.reference);
   if (!pushed) return pushed;
   log::info("job " + job_id + ": checkpoint image pushed as " + pushed.value());
+  // A store-backed checkpoint's GPU memory is chunks in this node's store, not in the image: they go too, or a
+  // restore from the registry on another node stops at the first missing chunk.
+  const auto without_chunks = [&](const std::string& why) {
+    return make_error("the image is pushed as " + pushed.value() + ", but not its GPU memory: " + why +
+                      " (a restore from the registry elsewhere would miss its chunks; push the image again)");
+  };
+  auto named = manifest_chunks(archive, job_limits(deadline));
+  if (!named) return without_chunks(named.error().message);
+  if (!named->empty()) {
+    auto store_dir = agent_store_dir(config_.gpu_memory);
+    if (!store_dir) return without_chunks(store_dir.error().message);
+    auto store = chunk_store::Store::open(*store_dir, false);
+    if (!store) return without_chunks(store.error().message);
+    std::error_code ec;
+    const auto subject_size = fs::file_size(image.layout / "blobs" / "sha256" / image.manifest_digest.substr(7), ec);
+    if (ec) return without_chunks("cannot read the image's manifest: " + ec.message());
+    registry.push_timeout = std::chrono::ceil<std::chrono::seconds>(
+        std::max(push_end - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration::zero()));
+    registry.timeout = std::min(registry.timeout, registry.push_timeout);
+    auto sent = push_chunks(registry, **store, *named, image.reference, image.manifest_digest, subject_size);
+    if (!sent) return without_chunks(sent.error().message);
+    chunks = sent->to_json();
+    log::info("job " + job_id + ": its " + std::to_string(sent->chunks) + " chunks pushed as " + sent->artifact + " (" +
+              std::to_string(sent->uploaded) + " uploaded, " + std::to_string(sent->uploaded_bytes) + " bytes; " +
+              std::to_string(sent->present) + " the registry had)");
+  }
   // A node that pulls it names it REPOSITORY:TAG (or with the digest): gpuckpt-nri there finds the record if
   // this node is that node; other nodes register it when they load it.
   const std::string by_tag = config_.image_registry.repository + ":" + image.reference;
@@ -703,9 +736,10 @@ void JobService::run_image(const std::string& job_id, fs::path archive, std::str
                         : std::string();
   const double load_s = seconds_since(t);
   std::optional<Result<std::string>> pushed;
+  nlohmann::json pushed_chunks(nullptr);
   if (!config_.image_registry.repository.empty()) {
     mark_phase(job_id, "pushing-image");
-    pushed = push_and_register(job_id, *image, record, deadline);
+    pushed = push_and_register(job_id, *image, archive, record, deadline, pushed_chunks);
   }
   const bool in_registry = pushed && pushed->ok();
   const std::string push_error =
@@ -724,6 +758,7 @@ void JobService::run_image(const std::string& job_id, fs::path archive, std::str
   if (load_error.empty()) info["image"]["loaded_as"] = loaded.value();
   else info["image"]["load_error"] = load_error;
   if (in_registry) info["image"]["pushed_as"] = pushed->value();
+  if (!pushed_chunks.is_null()) info["image"]["chunks"] = pushed_chunks;
   if (!push_error.empty()) info["image"]["push_error"] = push_error;
   update(job_id, [&](JobStatus& j) {
     j.state = "succeeded";
@@ -758,6 +793,52 @@ Result<std::string> JobService::start_transfer(const TransferRequest& request, c
     run_transfer(id, path, to, deadline);
   });
   return id;
+}
+
+Result<std::string> JobService::start_chunk_pull(const ChunkPullRequest& request, const std::string& client) {
+  if (auto room = check_job_room(client); !room) return room.error();
+  if (auto name = parse_image_name(request.image); !name) return name.error();
+  if (auto store = agent_store_dir(config_.gpu_memory); !store)
+    return make_error("nothing to pull chunks into: " + store.error().message, store.error().errno_value);
+  auto added = add_job("pull", {{"image", request.image}}, client);
+  if (!added) return added.error();
+  const std::string id = added.value();
+  log::info("job " + id + ": chunk pull of " + request.image + " accepted");
+  launch(id, PodRef{}, [this, id, image = request.image](JobDeadline deadline) { run_chunk_pull(id, image, deadline); });
+  return id;
+}
+
+void JobService::run_chunk_pull(const std::string& job_id, const std::string& image, JobDeadline deadline) {
+  const auto start = Clock::now();
+  mark_phase(job_id, "pulling");
+  const auto fail = [&](const std::string& why) {
+    const std::string message = with_time_budget(deadline, "pulling", "pulling the chunks of " + image + " failed: " +
+                                                 why);
+    log::error("job " + job_id + ": " + message);
+    mark_failed(job_id, message);
+  };
+  RegistryOptions registry = config_.image_registry;
+  registry.push_timeout = std::chrono::ceil<std::chrono::seconds>(time_left(deadline, registry.push_timeout));
+  registry.timeout = std::min(registry.timeout, registry.push_timeout);
+  if (registry.push_timeout.count() == 0) return fail("the job has no time left");
+  auto store_dir = agent_store_dir(config_.gpu_memory);
+  if (!store_dir) return fail(store_dir.error().message);
+  auto store = chunk_store::Store::open(*store_dir, true);
+  if (!store) return fail(store.error().message);
+  auto pulled = pull_chunks(registry, image, **store);
+  if (!pulled) return fail(pulled.error().message);
+  const double total = seconds_since(start);
+  update(job_id, [&](JobStatus& j) {
+    j.state = "succeeded";
+    j.phase = "done";
+    j.finished_at = utc_now_rfc3339();
+    j.phase_seconds["total"] = total;
+    j.result = pulled->to_json();
+    j.result["store"] = store_dir->string();
+  });
+  log::info("job " + job_id + ": chunks of " + image + " pulled into " + store_dir->string() + ": " +
+            std::to_string(pulled->added) + " added (" + std::to_string(pulled->added_bytes) + " bytes), " +
+            std::to_string(pulled->present) + " present (" + std::to_string(total) + " s)");
 }
 
 void JobService::run_transfer(const std::string& job_id, const fs::path& archive, const std::string& to,

@@ -89,6 +89,9 @@ class JobService {
   // Pushes an archive of the checkpoint directories to the agent at request.to (node/archive_transfer.h) in the
   // background: validated synchronously (the archive exists there, `to` is inside transfer.peer_networks).
   Result<std::string> start_transfer(const TransferRequest& request, const std::string& client = "");
+  // Pulls the chunks of a store-backed checkpoint image from a registry into this agent's chunk store
+  // (node/registry_chunks.h) in the background: validated synchronously (the image's name, a store configured).
+  Result<std::string> start_chunk_pull(const ChunkPullRequest& request, const std::string& client = "");
   std::optional<JobStatus> job(const std::string& id) const;
   void wait_idle();
 
@@ -150,10 +153,15 @@ class JobService {
   // The store's name, or "" when the runtime has no store the agent fills.
   Result<std::string> load_and_register(const std::string& job_id, const CheckpointImage& image,
                                         const std::optional<CheckpointGpuRecord>& record, JobDeadline deadline);
-  // Pushes `image` to image_registry and registers its names there; "REPOSITORY:TAG@sha256:...".
+  // Pushes `image` to image_registry and registers its names there; "REPOSITORY:TAG@sha256:...". When `archive`
+  // (the image's layer) is store-backed, its chunks follow it (registry_chunks.h): `chunks` is that push's report,
+  // left null for an inline or CPU-only checkpoint. The image pushed without its chunks is a failure.
   Result<std::string> push_and_register(const std::string& job_id, const CheckpointImage& image,
-                                        const std::optional<CheckpointGpuRecord>& record, JobDeadline deadline);
+                                        const std::filesystem::path& archive,
+                                        const std::optional<CheckpointGpuRecord>& record, JobDeadline deadline,
+                                        nlohmann::json& chunks);
   std::shared_ptr<std::timed_mutex> container_lock(const std::string& container_id);
+  void run_chunk_pull(const std::string& job_id, const std::string& image, JobDeadline deadline);
   void run_checkpoint(const std::string& job_id, const ContainerRef& ref, const RuntimeContainer& container,
                       const std::string& image_tag, JobDeadline deadline);
   void run_restore(const std::string& job_id, const std::filesystem::path& archive, const CheckpointInfo& checkpoint,

@@ -29,6 +29,7 @@
 #include "test/agent/archive_builder.h"
 #include "test/agent/fake_kube_api.h"
 #include "test/agent/registry_server.h"
+#include "test/common/store_checkpoint.h"
 
 namespace fs = std::filesystem;
 using namespace gpuckpt;
@@ -859,6 +860,68 @@ TEST_CASE("with an image_registry, images go to the registry too; a node without
   REQUIRE(registered.ok());
   CHECK(registered->has_value());
   CHECK(f.checkpoint_files() == std::vector<std::string>{archive, node::image_layout_name(ck["id"].get<std::string>())});
+}
+
+TEST_CASE("a store-backed checkpoint image takes its chunks to the registry; another agent pulls them "
+          "(POST /v1/chunk-pulls)", "[e2e]") {
+  test::RegistryServer registry;
+  if (!registry.ready()) SKIP("docker-registry is not installed or did not start (scripts/setup.sh installs it)");
+  test::TempDir stores("gpuckpt-api-chunks");
+  const auto with_registry = [&registry](std::optional<fs::path> store) {
+    return [&registry, store](node::AgentConfig& config) {
+      config.image_registry.repository = registry.host() + "/gpuckpt/ck";
+      config.image_registry.plain_http = true;
+      if (store) config.gpu_memory.store = store->string();
+    };
+  };
+  Fixture source({}, with_registry(stores.path / "source"));
+  auto c = test::write_store_checkpoint(test::open_store(stores.path / "source"), stores.path / "made",
+                                        {{7, {test::random_chunk(1), test::random_chunk(2), test::random_chunk(1)}}});
+  REQUIRE(c);
+  fs::copy_file(c->archive, source.tmp.path / "checkpoints" / "sb.tar");
+  const auto im = source.wait_job("/v1/images", source.post("/v1/images", json{{"archive", "sb.tar"}, {"image", "sb-1"}}.dump(),
+                                                             202)["id"]);
+  INFO(im.dump());
+  REQUIRE(im["state"] == "succeeded");
+  const json chunks = im["result"]["image"]["chunks"];
+  CHECK(chunks["chunks"] == 2);
+  CHECK(chunks["uploaded"] == 2);
+  CHECK(chunks["artifact"].get<std::string>().rfind(registry.host() + "/gpuckpt/ck:sb-1.gpuckpt-chunks@sha256:", 0) == 0);
+
+  // Another agent with an empty store pulls them, and the checkpoint restores from its store.
+  Fixture target({}, with_registry(stores.path / "target"));
+  const std::string image = registry.host() + "/gpuckpt/ck:sb-1";
+  const auto pulled = target.wait_job("/v1/chunk-pulls",
+                                      target.post("/v1/chunk-pulls", json{{"image", image}}.dump(), 202)["id"]);
+  INFO(pulled.dump());
+  REQUIRE(pulled["state"] == "succeeded");
+  CHECK(pulled["id"].get<std::string>().rfind("pl-", 0) == 0);
+  CHECK(pulled["result"]["added"] == 2);
+  CHECK(pulled["result"]["subject"] == im["result"]["image"]["manifest_digest"]);
+  CHECK(pulled["result"]["store"] == (stores.path / "target").string());
+  test::check_restorable(*c, c->archive, test::open_store(stores.path / "target"));
+  CHECK(target.client().Get("/v1/chunk-pulls")->body.find(pulled["id"].get<std::string>()) != std::string::npos);
+  // `gpuckpt pull-chunks --agent` has the agent pull (its own store and settings): everything is there now.
+  test::write_file(stores.path / "token", std::string(kToken) + "\n");
+  const std::string cli = std::string(GPUCKPT_CLI) + " pull-chunks " + image + " --agent http://127.0.0.1:" +
+                          std::to_string(target.port) + " --token-file " + (stores.path / "token").string();
+  CHECK(std::system((cli + " --json > " + (stores.path / "cli.json").string() + " 2>/dev/null").c_str()) == 0);
+  const json by_cli = json::parse(test::read_file(stores.path / "cli.json"), nullptr, false);
+  INFO(test::read_file(stores.path / "cli.json"));
+  CHECK(by_cli["kind"] == "pull");
+  CHECK(by_cli["result"]["added"] == 0);
+  CHECK(by_cli["result"]["present"] == 2);
+  // The local flags mean nothing to an agent: refused, exit 2.
+  CHECK(WEXITSTATUS(std::system((cli + " --store /tmp >/dev/null 2>&1").c_str())) == 2);
+
+  // Refused before any job: names that are no image, unknown fields, an agent without a store.
+  CHECK(target.post("/v1/chunk-pulls", R"({"image":"no-tag-here"})", 400)["error"]["message"].get<std::string>().find(
+            "HOST[:PORT]/PATH:TAG") != std::string::npos);
+  target.post("/v1/chunk-pulls", json{{"image", image}, {"store", "/etc"}}.dump(), 400);
+  target.post("/v1/chunk-pulls", "{}", 400);
+  Fixture storeless({}, with_registry(std::nullopt));
+  CHECK(storeless.post("/v1/chunk-pulls", json{{"image", image}}.dump(), 409)["error"]["message"].get<std::string>().find(
+            "gpu_memory.store") != std::string::npos);
 }
 
 TEST_CASE("a token holder's tag never makes an ordinary image a checkpoint, and a failed load registers nothing",

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "test/temp_dir.h"   // TempDir
+
 namespace gpuckpt::test {
 
 struct TestEntry {
@@ -144,17 +146,5 @@ inline std::filesystem::path make_archive(const std::filesystem::path& path, con
   write_file(path, build_tar(entries, compression));
   return path;
 }
-
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/gpuckpt-agent-test-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
 
 }  // namespace gpuckpt::test

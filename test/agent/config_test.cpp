@@ -181,6 +181,15 @@ TEST_CASE("image_registry: read when set, a malformed repository or timeout name
   auto timeout = parse_config("image_registry: {repository: r.example/x, timeout_seconds: 0}", "test.yaml");
   REQUIRE_FALSE(timeout.ok());
   CHECK(timeout.error().message.find("image_registry.timeout_seconds must be positive") != std::string::npos);
+  CHECK(none->image_registry.chunk_streams == 4);
+  auto streams = parse_config("image_registry: {repository: r.example/x, chunk_streams: 12}", "test.yaml");
+  REQUIRE(streams.ok());
+  CHECK(streams->image_registry.chunk_streams == 12);
+  for (const char* bad : {"0", "33"}) {
+    auto refused = parse_config(std::string("image_registry: {chunk_streams: ") + bad + "}", "test.yaml");
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message.find("image_registry.chunk_streams must be 1 to 32") != std::string::npos);
+  }
   auto example = load_config(std::string(GPUCKPT_SOURCE_DIR) + "/agent/config.example.yaml");
   REQUIRE(example.ok());
   CHECK(example->image_registry.repository.empty());

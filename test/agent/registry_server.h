@@ -92,6 +92,12 @@ class RegistryServer {
   bool ready() const { return ready_; }
   int port() const { return port_; }
   std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Where the registry keeps blobs: <storage>/docker/registry/v2/blobs/sha256/<2 hex>/<64 hex>/data (distribution's
+  // filesystem driver), for tests that play a registry whose storage was tampered with.
+  std::filesystem::path blob_file(const std::string& digest) const {
+    const std::string hex = digest.substr(7);
+    return dir_.path / "data" / "docker" / "registry" / "v2" / "blobs" / "sha256" / hex.substr(0, 2) / hex / "data";
+  }
 
   // A port nothing listens on right now (the kernel's choice; the registry binds it a moment later).
   static int free_port() {
