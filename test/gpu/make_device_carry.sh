@@ -100,11 +100,11 @@ if [ "$CRIO" = 1 ]; then
   XZ_OPT='-9 -T2' tar -C "$bins" -cJf "$CARRY/crio.tar.xz" crio pinns
   rm -rf "$bins"
 fi
-# src/: the GPU test scripts with what they source and install (bash CARRY/src/test/gpu/SCRIPT CARRY), so the carry
-# runs where the checkout is older
+# src/: the GPU test scripts with what they source and install, and the two GPU fixtures wrong_gpu matches against
+# (bash CARRY/src/test/gpu/SCRIPT CARRY), so the carry runs where the checkout is older
 if [ "$RUNTIME$CRI$CRIO" != 000 ]; then
   for f in test/gpu scripts/lib oci-hook/gpuckpt-hook.json oci-hook/gpuckpt-hook-poststop.json \
-           charts/gpuckpt/files/host-files.sh bench/hash_floor.py; do
+           charts/gpuckpt/files/host-files.sh bench/hash_floor.py test/fixtures/nvidia-h200 test/fixtures/nvidia-h100-8gpu; do
     mkdir -p "$CARRY/src/$(dirname "$f")" && cp -r "$ROOT/$f" "$CARRY/src/$f"
   done
 fi
