@@ -487,7 +487,8 @@ def test_full_config_shape():
             "config.image_registry.repository=registry.example:5000/ml/checkpoints",
             "config.image_registry.credentials_file=/etc/gpuckpt/registry/credentials",
             "config.image_registry.plain_http=true", "config.image_registry.timeout_seconds=900",
-            "config.image_registry.push_timeout_seconds=3600", "config.image_registry.token_realm_host=auth.registry.example"]
+            "config.image_registry.push_timeout_seconds=3600", "config.image_registry.token_realm_host=auth.registry.example",
+            "config.image_registry.chunk_streams=12"]
     sets += [f"config.match_policy.{k}=false" for k in EXAMPLE["match_policy"]]
     objs = case("full-config", sets)
     spec, cfg, *_ = common_checks(objs, "full-config")
@@ -510,7 +511,8 @@ def test_full_config_shape():
           f"[full-config] transfer.peer_networks and chunk_streams reach the agent's config: {cfg.get('transfer')}")
     check(cfg["image_registry"] == {"repository": "registry.example:5000/ml/checkpoints", "plain_http": True,
                                     "credentials_file": "/etc/gpuckpt/registry/credentials", "timeout_seconds": 900,
-                                    "push_timeout_seconds": 3600, "token_realm_host": "auth.registry.example"},
+                                    "push_timeout_seconds": 3600, "token_realm_host": "auth.registry.example",
+                                    "chunk_streams": 12},
           f"[full-config] image_registry reaches the agent's config: {cfg.get('image_registry')}")
     settings = cm_data(objs).get("gpuckpt_plugin.env", "")
     check([l for l in settings.splitlines() if not l.startswith("#")] ==
