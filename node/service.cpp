@@ -192,6 +192,15 @@ void JobService::mark_failed(const std::string& job_id, const std::string& messa
   });
 }
 
+void JobService::mark_succeeded(const std::string& job_id, const std::function<void(JobStatus&)>& fill) {
+  update(job_id, [&](JobStatus& j) {
+    j.state = "succeeded";
+    j.phase = "done";
+    j.finished_at = utc_now_rfc3339();
+    fill(j);
+  });
+}
+
 std::string JobService::metrics_text() const {
   return metrics_.render(archive_dir_usage(config_.checkpoint_dir));
 }
@@ -582,10 +591,7 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
     }
   }
   const double total = seconds_since(start);
-  update(job_id, [&](JobStatus& j) {
-    j.state = "succeeded";
-    j.phase = "done";
-    j.finished_at = utc_now_rfc3339();
+  mark_succeeded(job_id, [&](JobStatus& j) {
     j.phase_seconds["total"] = total;
     j.result = {{"archive", final_path.string()},
                 {"archive_bytes", bytes.value()},
@@ -760,10 +766,7 @@ void JobService::run_image(const std::string& job_id, fs::path archive, std::str
   if (in_registry) info["image"]["pushed_as"] = pushed->value();
   if (!pushed_chunks.is_null()) info["image"]["chunks"] = pushed_chunks;
   if (!push_error.empty()) info["image"]["push_error"] = push_error;
-  update(job_id, [&](JobStatus& j) {
-    j.state = "succeeded";
-    j.phase = "done";
-    j.finished_at = utc_now_rfc3339();
+  mark_succeeded(job_id, [&](JobStatus& j) {
     j.phase_seconds["writing-image"] = write_s;
     j.phase_seconds["loading-image"] = load_s;
     if (pushed) j.phase_seconds["pushing-image"] = seconds_since(t) - load_s;
@@ -828,10 +831,7 @@ void JobService::run_chunk_pull(const std::string& job_id, const std::string& im
   auto pulled = pull_chunks(registry, image, **store);
   if (!pulled) return fail(pulled.error().message);
   const double total = seconds_since(start);
-  update(job_id, [&](JobStatus& j) {
-    j.state = "succeeded";
-    j.phase = "done";
-    j.finished_at = utc_now_rfc3339();
+  mark_succeeded(job_id, [&](JobStatus& j) {
     j.phase_seconds["total"] = total;
     j.result = pulled->to_json();
     j.result["store"] = store_dir->string();
@@ -907,10 +907,7 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
   // What the target's commit did: the references it wrote (null when it had the archive already).
   if (!chunks.is_null()) chunks["admitted"] = (*pushed)["chunks"];
   (*pushed)["chunks"] = chunks;
-  update(job_id, [&](JobStatus& j) {
-    j.state = "succeeded";
-    j.phase = "done";
-    j.finished_at = utc_now_rfc3339();
+  mark_succeeded(job_id, [&](JobStatus& j) {
     if (!chunks.is_null()) {
       j.phase_seconds["asking"] = asking_seconds;
       if (uploading_seconds > 0) j.phase_seconds["uploading-chunks"] = uploading_seconds;
@@ -1054,10 +1051,7 @@ void JobService::run_restore(const std::string& job_id, const fs::path& archive,
   info["container_id"] = restored->id;
   info["container_name"] = restored->name;
   info["state"] = restored->state;
-  update(job_id, [&](JobStatus& j) {
-    j.state = "succeeded";
-    j.phase = "done";
-    j.finished_at = utc_now_rfc3339();
+  mark_succeeded(job_id, [&](JobStatus& j) {
     j.phase_seconds["restoring"] = seconds_since(t);
     j.phase_seconds["total"] = total;
     j.result = info;

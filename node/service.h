@@ -146,6 +146,8 @@ class JobService {
   void persist(const JobStatus& job);   // with mutex_ held
   void mark_phase(const std::string& job_id, const char* phase);
   void mark_failed(const std::string& job_id, const std::string& message);
+  // The job's end state "succeeded" (phase done, finished now), with what `fill` adds (result, phase times).
+  void mark_succeeded(const std::string& job_id, const std::function<void(JobStatus&)>& fill);
   // Writes `archive`'s checkpoint image as <checkpoints.dir>/<job id, lower case>.oci tagged `tag`.
   Result<CheckpointImage> write_image(const std::string& job_id, const std::filesystem::path& archive,
                                       const std::string& tag, JobDeadline deadline);
