@@ -218,6 +218,8 @@ class MemorySource {
                                   std::span<std::byte> out) const = 0;
   // Starts reading entries first..last (one stream, in its order) into the page cache (asynchronous; a hint).
   virtual void prefetch(std::size_t first, std::size_t last) const = 0;
+  // How read_chunk checks what it read, for the log: "XXH3-64" or "SHA-256".
+  virtual const char* chunk_check() const = 0;
 };
 
 // --- a file being read ----------------------------------------------------------------------------------------------
@@ -237,6 +239,7 @@ class ImageReader final : public MemorySource {
   Result<void> read_chunk(std::size_t i, ChunkCodec& codec, std::vector<std::byte>& record_buffer,
                           std::span<std::byte> out) const override;
   void prefetch(std::size_t first, std::size_t last) const override;
+  const char* chunk_check() const override { return "XXH3-64"; }
 
  private:
   ImageReader() = default;

@@ -31,6 +31,33 @@ std::string mib(std::uint64_t bytes) {
 
 const char* encoding_name(Encoding e) { return to_string(e); }
 
+std::string checksum_hex(std::uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// Exactly 16 lowercase hex digits.
+std::optional<std::uint64_t> parse_checksum_hex(std::string_view hex) {
+  if (hex.size() != 16) return std::nullopt;
+  for (char c : hex)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
+  std::uint64_t v = 0;
+  std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
+  return v;
+}
+
+// The header of a chunk file checked against the manifest's entry: sound, and the chunk the entry says.
+Result<cs::ChunkHeader> check_entry_header(std::span<const std::byte> file, const ChunkEntry& e) {
+  auto header = chunk_receive::check_chunk_header(file);
+  if (!header) return header.error();
+  if (header->raw_size != e.raw_size || header->stored_size != e.stored_size ||
+      header->encoding != static_cast<std::uint8_t>(e.encoding))
+    return make_error("holds a different chunk than the manifest says (" + std::to_string(file.size()) +
+                      " bytes, the manifest says " + std::to_string(cs::kChunkHeaderSize + e.stored_size) + ")", EIO);
+  return header;
+}
+
 bool is_hex_id(std::string_view id) {
   if (id.size() != 32) return false;
   for (char c : id)
@@ -98,10 +125,12 @@ std::string serialize_manifest(const Manifest& m) {
   nlohmann::json regions = nlohmann::json::array();
   for (const Region& r : m.regions) regions.push_back({r.start, r.length});
   nlohmann::json chunks = nlohmann::json::array();
+  nlohmann::json checksums = nlohmann::json::array();
   for (std::size_t i = 0; i < m.entries.size(); ++i) {
     const ChunkEntry& e = m.entries[i];
     if (e.encoding == Encoding::Zero) chunks.push_back({"zero", e.raw_size});
     else chunks.push_back({encoding_name(e.encoding), e.raw_size, e.stored_size, m.digests[i].hex()});
+    checksums.push_back(e.encoding == Encoding::Zero ? std::string() : checksum_hex(e.checksum));
   }
   nlohmann::json doc = {{"format", kManifestFormat},
                         {"version", kManifestVersion},
@@ -113,6 +142,7 @@ std::string serialize_manifest(const Manifest& m) {
                         {"chunk_size", m.header.chunk_size},
                         {"regions", std::move(regions)},
                         {"chunks", std::move(chunks)}};
+  if (m.checksums) doc["xxh3_64"] = std::move(checksums);
   return doc.dump() + "\n";
 }
 
@@ -145,6 +175,7 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view source) 
   if (!f.failed() && chunk_size % 4096 != 0) f.fail("chunk_size", "is not a multiple of 4096");
   const nlohmann::json* regions = f.array(*doc, "", "regions", true);
   const nlohmann::json* chunks = f.array(*doc, "", "chunks", true);
+  const nlohmann::json* checksums = f.array(*doc, "", "xxh3_64", false);
   if (f.failed()) return f.error();
   m.header.vpid = static_cast<std::int32_t>(vpid);
   m.header.dump_pid = static_cast<std::int32_t>(dump_pid);
@@ -173,6 +204,10 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view source) 
     return make_error(std::string(source) + ": chunks: lists " + std::to_string(chunks->size()) + " chunks, the "
                       "regions need " + std::to_string(expected_chunks) + " (at most " +
                       std::to_string(kMaxManifestChunks) + ")");
+  if (checksums && checksums->size() != chunks->size())
+    return make_error(std::string(source) + ": xxh3_64: lists " + std::to_string(checksums->size()) +
+                      " checksums for " + std::to_string(chunks->size()) + " chunks");
+  m.checksums = checksums != nullptr;
   m.entries.reserve(expected_chunks);
   m.digests.reserve(expected_chunks);
   const std::uint64_t max_stored = ZSTD_compressBound(size);
@@ -216,6 +251,19 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view source) 
       e.offset = ordinal++;
     } else {
       return make_error(path + ": encoding is not zero, raw or zstd");
+    }
+    if (checksums) {
+      const auto& sum = (*checksums)[i];
+      const std::string at = std::string(source) + ": xxh3_64[" + std::to_string(i) + "]";
+      if (!sum.is_string()) return make_error(at + ": not a string");
+      const auto& hex = sum.get_ref<const std::string&>();
+      if (e.encoding == Encoding::Zero) {
+        if (!hex.empty()) return make_error(at + ": a zero chunk's checksum is \"\"");
+      } else if (auto value = parse_checksum_hex(hex)) {
+        e.checksum = *value;
+      } else {
+        return make_error(at + ": not 16 lowercase hex digits");
+      }
     }
     m.entries.push_back(e);
     m.digests.push_back(digest);
@@ -303,6 +351,7 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::create(std::shared_ptr<cs::Sto
   w->store_ = std::move(store);
   w->manifest_.checkpoint = std::move(checkpoint);
   w->manifest_.store = w->store_->root().string();
+  w->manifest_.checksums = true;
   w->manifest_.header = header;
   w->manifest_.regions = std::move(regions);
   w->name_ = manifest_name(header.vpid);
@@ -348,7 +397,9 @@ Result<StoredChunk> StoreWriter::add(std::uint32_t region, std::uint64_t chunk, 
   manifest_.digests[i] = digest;
   if (auto present = store_->stat(digest); present && present->raw_size == raw.size() && store_->touch(digest)) {
     // The same bytes are in the store already (an earlier checkpoint, another process): nothing to write. Touched,
-    // so a garbage collection running now keeps it (chunk_gc.h).
+    // so a garbage collection running now keeps it (chunk_gc.h). Its checksum is of this dump's bytes, so a file
+    // damaged since it was stored fails the restore's check.
+    e.checksum = checksum(raw);
     e.encoding = static_cast<Encoding>(present->encoding);
     e.stored_size = present->stored_size;
     present_[i] = 1;
@@ -356,8 +407,7 @@ Result<StoredChunk> StoreWriter::add(std::uint32_t region, std::uint64_t chunk, 
     out.stored_bytes = present->stored_size;
     return out;
   }
-  codec.encode(raw, settings, history, e);   // sets encoding, raw and stored size (and the image checksum)
-  e.checksum = 0;
+  codec.encode(raw, settings, history, e);   // sets encoding, raw and stored size, and the XXH3-64 of `raw`
   e.region = region;
   e.chunk = chunk;
   cs::ChunkHeader header;
@@ -403,8 +453,11 @@ Result<void> StoreWriter::finish(int dir_fd) {
 }
 
 // --- reading ---------------------------------------------------------------------------------------------------------
-StoreReader::StoreReader(Manifest manifest, std::shared_ptr<const cs::Store> store, std::string name)
-    : manifest_(std::move(manifest)), store_(std::move(store)), name_(std::move(name)) {}
+StoreReader::StoreReader(Manifest manifest, std::shared_ptr<const cs::Store> store, std::string name, ChunkCheck check)
+    : manifest_(std::move(manifest)),
+      store_(std::move(store)),
+      name_(std::move(name)),
+      check_(manifest_.checksums ? check : ChunkCheck::Digest) {}
 
 Result<void> StoreReader::read_chunk(std::size_t i, ChunkCodec& codec, std::vector<std::byte>& record_buffer,
                                      std::span<std::byte> out) const {
@@ -422,7 +475,9 @@ Result<void> StoreReader::read_chunk(std::size_t i, ChunkCodec& codec, std::vect
   };
   if (auto ok = store_->read(digest, cs::kChunkHeaderSize + e.stored_size, record_buffer); !ok)
     return fail(ok.error().message);
-  if (auto ok = decode_chunk_file(record_buffer, e, digest, codec, out); !ok) {
+  auto decoded = check_ == ChunkCheck::Checksum ? decode_chunk_file_checksum(record_buffer, e, codec, out)
+                                                 : decode_chunk_file(record_buffer, e, digest, codec, out);
+  if (auto& ok = decoded; !ok) {
     const bool corrupt = ok.error().errno_value == EBADMSG;
     return fail(store_->path_of(digest).string() + ": " + ok.error().message +
                 (corrupt ? ". Remove the file and restore from another copy of the store, or from an inline checkpoint"
@@ -434,13 +489,35 @@ Result<void> StoreReader::read_chunk(std::size_t i, ChunkCodec& codec, std::vect
 Result<void> decode_chunk_file(std::span<const std::byte> file, const ChunkEntry& e, const cs::Digest& digest,
                                ChunkCodec& codec, std::span<std::byte> out) {
   if (out.size() != e.raw_size) return make_error("internal: output size does not match the chunk", EINVAL);
-  auto header = chunk_receive::check_chunk_header(file);
+  auto header = check_entry_header(file, e);
   if (!header) return header.error();
-  if (header->raw_size != e.raw_size || header->stored_size != e.stored_size ||
-      header->encoding != static_cast<std::uint8_t>(e.encoding))
-    return make_error("holds a different chunk than the manifest says (" + std::to_string(file.size()) +
-                      " bytes, the manifest says " + std::to_string(cs::kChunkHeaderSize + e.stored_size) + ")", EIO);
   return chunk_receive::decode_chunk_payload(file, *header, digest, codec, out);
+}
+
+Result<void> decode_chunk_file_checksum(std::span<const std::byte> file, const ChunkEntry& e, ChunkCodec& codec,
+                                        std::span<std::byte> out) {
+  if (out.size() != e.raw_size) return make_error("internal: output size does not match the chunk", EINVAL);
+  auto header = check_entry_header(file, e);
+  if (!header) return header.error();
+  if (auto ok = codec.decode_payload(file.subspan(cs::kChunkHeaderSize), e.encoding, out); !ok)
+    return make_error(ok.error().message, EIO);
+  if (const auto got = checksum(out); got != e.checksum)
+    return make_error("XXH3-64 mismatch: the chunk is corrupt (its content's checksum is " + checksum_hex(got) +
+                      ", the manifest says " + checksum_hex(e.checksum) + ")", EBADMSG);
+  return {};
+}
+
+bool ingest_verified_store(const cs::Store& store, const std::filesystem::path& node_store) {
+  const auto normal = [](const std::filesystem::path& p) {   // "a/b/." and "a/b/" are "a/b"
+    auto n = p.lexically_normal();
+    return n.has_filename() ? n : n.parent_path();
+  };
+  if (normal(store.root()) != normal(node_store)) return false;
+  for (int fd : {store.root_fd(), store.hash_fd()}) {
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0 || st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) return false;
+  }
+  return true;
 }
 
 std::string restore_store_dir(const Settings& settings) {
@@ -460,8 +537,9 @@ Result<std::unique_ptr<MemorySource>> open_memory_source(int dir_fd, int vpid, c
   auto store = cs::Store::open(store_dir, false);
   if (!store) return make_error("checkpoint " + manifest->checkpoint + " (" + name + "): " + store.error().message,
                                 store.error().errno_value);
-  return std::unique_ptr<MemorySource>(
-      std::make_unique<StoreReader>(std::move(*manifest), std::shared_ptr<const cs::Store>(std::move(*store)), name));
+  const ChunkCheck check = ingest_verified_store(**store) ? ChunkCheck::Checksum : ChunkCheck::Digest;
+  return std::unique_ptr<MemorySource>(std::make_unique<StoreReader>(
+      std::move(*manifest), std::shared_ptr<const cs::Store>(std::move(*store)), name, check));
 }
 
 // --- inspect -----------------------------------------------------------------------------------------------------------

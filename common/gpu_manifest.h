@@ -6,15 +6,20 @@
 //   {"format": "gpuckpt-gpu-memory-manifest", "version": 1, "checkpoint": "<32 hex>", "hash": "sha256",
 //    "store": "/var/lib/gpuckpt/chunks", "vpid": 7, "dump_pid": 4242, "chunk_size": 2097152,
 //    "regions": [[start, length], ...],
-//    "chunks": [["zstd", raw_size, stored_size, "<sha256 hex>"], ["zero", raw_size], ["raw", ...], ...]}
+//    "chunks": [["zstd", raw_size, stored_size, "<sha256 hex>"], ["zero", raw_size], ["raw", ...], ...],
+//    "xxh3_64": ["<16 hex>", "", "<16 hex>", ...]}
 //
 // "chunks" lists every chunk of every region in order (the position gives region and chunk). A chunk's digest is
-// the SHA-256 of its raw bytes: its name in the store and its checksum, checked on every read. On restore the
+// the SHA-256 of its raw bytes: its name in the store. "xxh3_64" (optional: manifests of stop 9 and earlier lack
+// it, and they ignore it) is parallel to "chunks": the XXH3-64 of each stored chunk's raw bytes as the dump read
+// them from the process, "" for zero chunks. How a read checks a chunk (ChunkCheck): SHA-256 against its digest,
+// or, from the node-local store only, XXH3-64 against this list (see ingest_verified_store). On restore the
 // manifest comes from an archive, so it is untrusted: parse_manifest checks every field and bound (digests
 // exactly 64 lowercase hex digits before they form a path, sizes matching the regions, counts bounded).
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -40,6 +45,7 @@ struct Manifest {
   std::vector<Region> regions;
   std::vector<ChunkEntry> entries;            // every chunk in order; encoding, raw and stored sizes
   std::vector<chunk_store::Digest> digests;   // parallel to entries (all zero bytes for zero chunks)
+  bool checksums = false;                     // entries[i].checksum holds each stored chunk's XXH3-64 ("xxh3_64")
 };
 
 std::string manifest_name(int vpid);                   // gpuckpt-gpumem-<vpid>.manifest.json
@@ -90,37 +96,63 @@ class StoreWriter {
 };
 
 // --- reading ---------------------------------------------------------------------------------------------------------
+// How a read checks that a chunk file holds the bytes the manifest names.
+enum class ChunkCheck {
+  Digest,     // SHA-256 of the decoded bytes against the chunk's digest (name): for any store, any file
+  Checksum,   // XXH3-64 against the manifest's "xxh3_64": for a store whose chunks had their SHA-256 checked when
+              // they entered it (ingest_verified_store); catches a file damaged or swapped since, at ~1/10 the cost
+};
+
+// Whether `store` is the node-local one (chunk_store::kNodeStoreDir) and only root can write it (its directories
+// owned by root, not writable by group or others). Every chunk in it had its SHA-256 checked on the way in: a dump
+// names a chunk by the hash of the memory it read, and a transfer, an import or a registry pull verifies a chunk
+// before storing it (chunk_receive.h). A shared store (an RWX volume) is written by every node that mounts it, and
+// by whoever else can reach the volume: its reads keep checking SHA-256, as containerd trusts its own content
+// store once a blob's digest was verified on ingest and checks whatever comes from elsewhere.
+// `node_store` is kNodeStoreDir but for tests.
+bool ingest_verified_store(const chunk_store::Store& store,
+                           const std::filesystem::path& node_store = chunk_store::kNodeStoreDir);
+
 // A chunk file's bytes (header + payload: the store's file, or one an exported archive carries) checked against
 // the manifest's entry and digest: a sound header saying what the entry says, a payload that decodes to raw_size
 // bytes (into `out`) whose SHA-256 is `digest`. The error says what is wrong (errno EBADMSG: the content does not
 // hash to the digest); the caller names the file and the chunk.
 Result<void> decode_chunk_file(std::span<const std::byte> file, const ChunkEntry& e, const chunk_store::Digest& digest,
                                ChunkCodec& codec, std::span<std::byte> out);
+// The same header and size checks, then the decoded bytes' XXH3-64 against e.checksum (errno EBADMSG on a mismatch).
+Result<void> decode_chunk_file_checksum(std::span<const std::byte> file, const ChunkEntry& e, ChunkCodec& codec,
+                                        std::span<std::byte> out);
 
 class StoreReader final : public MemorySource {
  public:
-  StoreReader(Manifest manifest, std::shared_ptr<const chunk_store::Store> store, std::string name);
+  // ChunkCheck::Checksum needs a manifest with checksums; without them the reader checks digests.
+  StoreReader(Manifest manifest, std::shared_ptr<const chunk_store::Store> store, std::string name,
+              ChunkCheck check = ChunkCheck::Digest);
   const ImageHeader& header() const override { return manifest_.header; }
   const std::vector<Region>& regions() const override { return manifest_.regions; }
   const std::vector<ChunkEntry>& entries() const override { return manifest_.entries; }
   const std::string& name() const override { return name_; }
   const Manifest& manifest() const { return manifest_; }
-  // Reads the chunk file, checks its header against the manifest, decodes it and checks its SHA-256.
+  ChunkCheck check() const { return check_; }
+  // Reads the chunk file, checks its header against the manifest, decodes it and checks it (check()).
   Result<void> read_chunk(std::size_t i, ChunkCodec& codec, std::vector<std::byte>& record_buffer,
                           std::span<std::byte> out) const override;
   // Each chunk is a file of its own, read whole by one call: nothing to gain from a hint.
   void prefetch(std::size_t, std::size_t) const override {}
+  const char* chunk_check() const override { return check_ == ChunkCheck::Checksum ? "XXH3-64" : "SHA-256"; }
 
  private:
   Manifest manifest_;
   std::shared_ptr<const chunk_store::Store> store_;
   std::string name_;
+  ChunkCheck check_;
 };
 
 // The store a restore reads from: the configured one, else the node-local store.
 std::string restore_store_dir(const Settings& settings);
 // A process's memory in `dir_fd`: its manifest (over the store at `store_dir`) when there is one, else its image
-// file. An error with errno ENOENT when there is neither.
+// file. An error with errno ENOENT when there is neither. A manifest's chunks are checked by XXH3-64 when the store
+// is ingest_verified_store and the manifest has checksums, else by SHA-256.
 Result<std::unique_ptr<MemorySource>> open_memory_source(int dir_fd, int vpid, const std::string& store_dir);
 
 // What `gpuckpt inspect` prints for a manifest; with a store, every chunk is checked there (read and hashed).

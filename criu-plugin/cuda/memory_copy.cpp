@@ -369,7 +369,10 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
   std::vector<ProcessMemory> with_regions = processes;
   for (std::size_t p = 0; p < processes.size(); ++p)
     if (readers[p]) with_regions[p].regions = readers[p]->regions();
-  return collect(with_regions, slots, seconds);
+  auto results = collect(with_regions, slots, seconds);
+  for (std::size_t p = 0; p < processes.size(); ++p)
+    if (readers[p] && results[p]) results[p]->chunk_check = readers[p]->chunk_check();
+  return results;
 }
 
 std::vector<int> image_vpids(int dir_fd) {
@@ -406,7 +409,7 @@ std::string describe(const CopyStats& s) {
                 "%.2f GiB written", gib, static_cast<unsigned long long>(s.chunks),
                 static_cast<unsigned long long>(s.zero_chunks), static_cast<unsigned long long>(s.reused_chunks),
                 static_cast<double>(s.stored_bytes) / (1ull << 30), static_cast<double>(s.written_bytes) / (1ull << 30));
-  return buf;
+  return *s.chunk_check == '\0' ? std::string(buf) : std::string(buf) + ", each chunk checked by " + s.chunk_check;
 }
 
 }  // namespace gpuckpt::cuda

@@ -27,6 +27,7 @@ struct CopyStats {
   std::uint64_t reused_chunks = 0;   // dump into a chunk store: chunks it held already (nothing written)
   std::uint64_t written_bytes = 0;   // dump: bytes written (image files, or new chunk files in the store)
   double seconds = 0;               // wall time of the whole batch
+  const char* chunk_check = "";     // fill: how each chunk read was checked (MemorySource::chunk_check)
 };
 
 // Writes one image per process into `dir_fd` and makes every file durable (fsync of each file and of the

@@ -171,6 +171,11 @@ TEST_CASE("GPU memory manifest: written by the store writer, read back, chunks d
   CHECK(manifest->entries[1].encoding == gi::Encoding::Zero);
   CHECK(manifest->entries[2].encoding == gi::Encoding::Zstd);
   CHECK(manifest->digests[0] == cs::sha256(random));
+  // Each stored chunk's XXH3-64 of the bytes the dump read: what a read from an ingest-verified store checks.
+  REQUIRE(manifest->checksums);
+  CHECK(manifest->entries[0].checksum == gi::checksum(random));
+  CHECK(manifest->entries[2].checksum == gi::checksum(repetitive));
+  CHECK(manifest->entries[3].checksum == gi::checksum(std::span(random).first(512 << 10)));
   CHECK(gi::serialize_manifest(*manifest) == gi::serialize_manifest(*gi::parse_manifest(gi::serialize_manifest(*manifest), "again")));
   REQUIRE(gi::check_chunks(*manifest, *store, gi::manifest_name(31)));
 
@@ -199,6 +204,13 @@ TEST_CASE("GPU memory manifest: written by the store writer, read back, chunks d
   CHECK(written_again == 0);
   CHECK(reused == 3);
   CHECK(files_under(store_dir.path / "sha256") == 3);
+  // A reused chunk's checksum is of this dump's bytes too.
+  TempDir again_images("gpuckpt-images-test");
+  REQUIRE((*again)->finish(again_images.fd));
+  auto again_manifest = gi::read_manifest(again_images.fd, gi::manifest_name(31));
+  REQUIRE(again_manifest);
+  CHECK(again_manifest->checksums);
+  for (std::size_t i = 0; i < 4; ++i) CHECK(again_manifest->entries[i].checksum == manifest->entries[i].checksum);
 }
 
 TEST_CASE("GPU memory manifest: a missing or corrupt chunk is named with its checkpoint and path", "[unit]") {
@@ -249,6 +261,45 @@ TEST_CASE("GPU memory manifest: a missing or corrupt chunk is named with its che
     CHECK(read.error().message.find(manifest->digests[2].hex()) != std::string::npos);
     CHECK(read.error().message.find("SHA-256 mismatch") != std::string::npos);
     CHECK(read.error().message.find("checkpoint 00000000000000000000000000000abc") != std::string::npos);
+  }
+  SECTION("corrupt or swapped, read from an ingest-verified store: found by the manifest's XXH3-64, named") {
+    // The chunk store the reader trusts for having checked SHA-256 on ingest; any damage since is caught by XXH3.
+    gi::StoreReader reader(*manifest, store, gi::manifest_name(12), gi::ChunkCheck::Checksum);
+    CHECK(std::string(reader.chunk_check()) == "XXH3-64");
+    std::vector<std::byte> record, out(64u << 10);
+    for (std::size_t i = 0; i < 3; ++i) {
+      REQUIRE(reader.read_chunk(i, codec, record, out));
+      CHECK(std::equal(out.begin(), out.end(), memory.begin() + static_cast<std::ptrdiff_t>(i * (64u << 10))));
+    }
+    const fs::path bad = store->path_of(manifest->digests[2]);
+    const int fd = ::open(bad.c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    const char flip = 0x55;
+    REQUIRE(::pwrite(fd, &flip, 1, cs::kChunkHeaderSize + 1000) == 1);
+    ::close(fd);
+    auto read = reader.read_chunk(2, codec, record, out);
+    REQUIRE_FALSE(read);
+    CHECK(read.error().message.find("XXH3-64 mismatch") != std::string::npos);
+    CHECK(read.error().message.find(manifest->digests[2].hex()) != std::string::npos);
+    CHECK(read.error().message.find(bad.string()) != std::string::npos);
+    // Another chunk's whole, sound file under this chunk's name: header and sizes agree, the checksum does not.
+    fs::copy_file(store->path_of(manifest->digests[0]), store->path_of(manifest->digests[1]),
+                  fs::copy_options::overwrite_existing);
+    auto swapped = reader.read_chunk(1, codec, record, out);
+    REQUIRE_FALSE(swapped);
+    CHECK(swapped.error().message.find("XXH3-64 mismatch") != std::string::npos);
+    // A manifest of an older gpuckpt (no "xxh3_64"): the reader checks SHA-256 whatever it was asked.
+    gi::Manifest old = *manifest;
+    old.checksums = false;
+    auto reparsed = gi::parse_manifest(gi::serialize_manifest(old), "old.json");
+    REQUIRE(reparsed);
+    CHECK_FALSE(reparsed->checksums);
+    CHECK(gi::serialize_manifest(old).find("xxh3_64") == std::string::npos);
+    gi::StoreReader old_reader(*reparsed, store, "old.json", gi::ChunkCheck::Checksum);
+    CHECK(std::string(old_reader.chunk_check()) == "SHA-256");
+    auto old_read = old_reader.read_chunk(1, codec, record, out);
+    REQUIRE_FALSE(old_read);
+    CHECK(old_read.error().message.find("SHA-256 mismatch") != std::string::npos);
   }
   SECTION("a chunk file of another size fails the check before the restore") {
     REQUIRE(::truncate(store->path_of(manifest->digests[0]).c_str(), 1000) == 0);
@@ -314,6 +365,46 @@ TEST_CASE("GPU memory manifest: the sample parses; hostile manifests are refused
   CHECK(gi::vpid_from_manifest_name("gpuckpt-gpumem-0.manifest.json") == -1);
   CHECK(gi::vpid_from_manifest_name("gpuckpt-gpumem-7.img") == -1);
   CHECK(gi::vpid_from_file_name(gi::manifest_name(7)) == -1);
+}
+
+TEST_CASE("GPU memory manifest: hostile xxh3_64 lists are refused naming the field", "[unit]") {
+  const std::string s = sample_manifest();
+  const std::string with = s.substr(0, s.size() - 1) + R"(,"xxh3_64":["0123456789abcdef","","fedcba9876543210",""]})";
+  auto good = gi::parse_manifest(with, "m.json");
+  REQUIRE(good);
+  CHECK(good->checksums);
+  CHECK(good->entries[0].checksum == 0x0123456789abcdefull);
+  CHECK(good->entries[2].checksum == 0xfedcba9876543210ull);
+  CHECK(gi::serialize_manifest(*good).find(R"("xxh3_64":["0123456789abcdef","","fedcba9876543210",""])") !=
+        std::string::npos);
+  auto with_sums = [&](const std::string& list) { return s.substr(0, s.size() - 1) + R"(,"xxh3_64":)" + list + "}"; };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {with_sums(R"(["0123456789abcdef","","fedcba9876543210"])"), "xxh3_64: lists 3 checksums for 4 chunks"},
+      {with_sums(R"("0123456789abcdef")"), "xxh3_64"},
+      {with_sums(R"(["0123456789ABCDEF","","fedcba9876543210",""])"), "xxh3_64[0]: not 16 lowercase hex digits"},
+      {with_sums(R"(["0123456789abcde","","fedcba9876543210",""])"), "xxh3_64[0]: not 16 lowercase hex digits"},
+      {with_sums(R"(["0123456789abcdef","1","fedcba9876543210",""])"), "xxh3_64[1]: a zero chunk's checksum"},
+      {with_sums(R"(["0123456789abcdef","",7,""])"), "xxh3_64[2]: not a string"},
+  };
+  for (const auto& [text, says] : cases) {
+    INFO(text);
+    auto parsed = gi::parse_manifest(text, "m.json");
+    REQUIRE_FALSE(parsed);
+    CHECK(parsed.error().message.find(says) != std::string::npos);
+  }
+}
+
+TEST_CASE("GPU memory store: only the node-local store, root's alone, is read by checksum", "[unit]") {
+  TempDir dir("gpuckpt-store-test");
+  auto store = cs::Store::open(dir.path / "chunks", true);
+  REQUIRE(store);
+  // Any other store (a shared volume, written by every node mounting it): SHA-256 on every read.
+  CHECK_FALSE(gi::ingest_verified_store(**store));
+  CHECK_FALSE(gi::ingest_verified_store(**store, dir.path / "elsewhere"));
+  // At the node store's path: only when root owns it and nobody else can write it.
+  CHECK(gi::ingest_verified_store(**store, dir.path / "chunks" / ".") == (::geteuid() == 0));
+  fs::permissions(dir.path / "chunks" / "sha256", fs::perms::group_write, fs::perm_options::add);
+  CHECK_FALSE(gi::ingest_verified_store(**store, dir.path / "chunks"));
 }
 
 TEST_CASE("GPU memory store setting: inline, node or an absolute path", "[unit]") {

@@ -313,6 +313,10 @@ TEST_CASE("memory copy: into a chunk store, the archive keeps a manifest; unchan
   REQUIRE(filled[1]);
   CHECK(std::memcmp(a.data, a_copy.data(), a.size) == 0);
   CHECK(std::memcmp(b.data, b_copy.data(), b.size) == 0);
+  // A store at a path of its own stands for a shared volume: every chunk read is hashed (SHA-256); only the
+  // node-local store is read by the manifest's checksums (gpu_manifest_test).
+  CHECK(std::string(filled[0]->chunk_check) == "SHA-256");
+  CHECK(describe(*filled[0]).find("each chunk checked by SHA-256") != std::string::npos);
 }
 
 TEST_CASE("memory copy: the restore's first check stops at a missing chunk, naming checkpoint, chunk and path", "[unit]") {
