@@ -490,7 +490,9 @@ store_bench_medians() { # TSV
 # 4096) of random GPU memory, in its own pod sandbox (network and IPC namespaces, as kubelet gives each pod; CRIU with
 # `network-lock skip`, as in pod_network_test.sh), checkpointed once into the node's store; then per round
 # (STORE_BENCH_RUNS) one restore alone, and STORE_FANOUT (default 4) restores of the same archive at once, each
-# into a new sandbox and its own output directory, as N pods of one node would. Rows (run, copies, wall seconds of
+# into a new sandbox and its own output directory, as N pods of one node would. STORE_FANOUT_STORE: the store
+# (default node: the node-local one, whose chunks restores check by the manifest's XXH3-64; an absolute path stands
+# for a shared volume, checked by SHA-256 on every read); each restore.log must say that check. Rows (run, copies, wall seconds of
 # the restores, the slowest one's own, and the ratio to the restore alone) into $STORE_FANOUT_TSV (default in the work
 # dir), medians after. Every copy is checked bit for bit against an uninterrupted run.
 case_store_fanout() {
@@ -499,8 +501,10 @@ case_store_fanout() {
   local mib=${sizes%% *} runs=${STORE_BENCH_RUNS:-1} n=${STORE_FANOUT:-4} tsv=${STORE_FANOUT_TSV:-$WORK/store_fanout.tsv}
   local settings=$PLUGIN_DIR/gpuckpt_plugin.env saved=$WORK/plugin.env.fanout conf=$WORK/criu-fanout.conf
   local name=$PREFIX-fan out=$WORK/out/fan.txt a=$WORK/fan.tar sandbox rep i t0 one all slowest at pids rc round copies=() failed=0
+  local store=${STORE_FANOUT_STORE:-node} check=XXH3-64
+  [ "$store" = node ] || check=SHA-256
   [ -f "$settings" ] && cp "$settings" "$saved"
-  { [ -f "$saved" ] && grep -v '^GPUCKPT_GPU_STORE=' "$saved"; echo "GPUCKPT_GPU_STORE=node"; } > "$settings"
+  { [ -f "$saved" ] && grep -v '^GPUCKPT_GPU_STORE=' "$saved"; echo "GPUCKPT_GPU_STORE=$store"; } > "$settings"
   { [ -f /etc/criu/runc.conf ] && grep -v '^network-lock' /etc/criu/runc.conf; echo "network-lock skip"; } > "$conf"
   printf 'rep\tmib\tcopies\tone_restore_s\tall_restores_s\tslowest_restore_s\tall_x_one\tone_criu_s\tone_gpu_fill_s\tone_cuda_restore_s\tslowest_criu_s\tslowest_gpu_fill_s\tslowest_cuda_restore_s\n' > "$tsv"
   fanout_end() { if [ -f "$saved" ]; then cp "$saved" "$settings"; else rm -f "$settings"; fi; }
@@ -530,6 +534,8 @@ case_store_fanout() {
     timed t pm container restore --keep --import "$a.$1" --name "$name-$1" > "$WORK/fan-$1.rst.log" 2>&1 || { show "$WORK/fan-$1.rst.log"; return 1; }
     echo "$t" > "$WORK/fan-$1.s"
     cp "$(podman inspect -f '{{.StaticDir}}' "$name-$1")/restore.log" "$WORK/fan-$1.restore.log"
+    grep -q "filled .*each chunk checked by $check" "$WORK/fan-$1.restore.log" ||
+      { echo "restore $1: restore.log does not say each chunk was checked by $check: $(grep 'filled' "$WORK/fan-$1.restore.log")"; return 1; }
   }
   # fanout_phases TAG...: CRIU's time, the plugin's fill and the driver's restore, each the largest over the copies
   fanout_phases() {
@@ -578,7 +584,7 @@ case_store_fanout() {
   for i in 8 9 10 11 12 13; do printf '\t%s' "$(awk -F'\t' -v c="$i" 'NR>1 {print $c}' "$tsv" | median)" >> "${tsv%.tsv}.medians.tsv"; done
   echo >> "${tsv%.tsv}.medians.tsv"
   cat "${tsv%.tsv}.medians.tsv"
-  [ "$failed" = 1 ] || record store_fanout PASS "$mib MiB, one checkpoint in the node store, each restore into its own pod sandbox: $(awk -F'\t' '{printf "one restore %ss, %s at once %ss (slowest %ss), x%s of one (medians of %s rounds)", $4, $3, $5, $6, $7, r}' r="$runs" "${tsv%.tsv}.medians.tsv"); all ${#copies[@]} copies bit-identical"
+  [ "$failed" = 1 ] || record store_fanout PASS "$mib MiB, one checkpoint in the store $store (chunks checked by $check), each restore into its own pod sandbox: $(awk -F'\t' '{printf "one restore %ss, %s at once %ss (slowest %ss), x%s of one (medians of %s rounds)", $4, $3, $5, $6, $7, r}' r="$runs" "${tsv%.tsv}.medians.tsv"); all ${#copies[@]} copies bit-identical"
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "-"}'; }
 
