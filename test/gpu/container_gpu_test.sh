@@ -513,7 +513,8 @@ case_store_fanout() {
   run_counter "$name" "$out" "${CDI_GPU[@]}" "${sandbox[@]}" --annotation "org.criu.config=$conf" -- "$mib" /out/fan.txt ||
     { show "$WORK/$name.err"; fanout_end; record store_fanout FAIL "podman run in a pod sandbox"; return; }
   wait_ctr "$name" "$out" 20 300 || { fanout_end; record store_fanout FAIL "workload did not start"; return; }
-  pm container checkpoint --export "$a" "$name" > "$WORK/fan.ckpt.log" 2>&1 ||
+  timed_with_log "$(podman inspect -f '{{.StaticDir}}' "$name")" dump.log "$WORK/fan.dump.log" t0 \
+    pm container checkpoint --export "$a" "$name" > "$WORK/fan.ckpt.log" 2>&1 ||
     { show "$WORK/fan.ckpt.log"; criu_log "$name"; fanout_end; record store_fanout FAIL "checkpoint"; return; }
   pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
   cp "$out" "$WORK/fan.at-checkpoint"; at=$(last_iter "$out")

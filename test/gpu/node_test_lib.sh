@@ -152,6 +152,9 @@ run_counter() { # NAME OUTFILE GPU-ARGS... -- counter args
   local gpu=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do gpu+=("$1"); shift; done
   shift
+  # A file left by an earlier run in a kept work dir (CONTAINER_TEST_OUT) would pass wait_ctr before this counter
+  # has even allocated its memory.
+  rm -f "$out"
   pm run -d --name "$name" "${gpu[@]}" -v "$WORK/out:/out" "$COUNTER_IMAGE" \
     /bin/gpu_counter "$@" --sleep-ms 20 >/dev/null 2>"$WORK/$name.err"
 }
