@@ -3,7 +3,8 @@
 // anonymous memory of a process of their own, the way criu-plugin/cuda/memory_copy.cpp fills staging memory
 // (pread into a buffer, XXH3-64 of it, process_vm_writev into the target, whose pages fault in). Also the copy into
 // memory already faulted in, the fill into memory madvised MADV_HUGEPAGE (transparent huge pages: one fault per
-// 2 MiB), and the pread + hash alone, to split the cost. Prints wall seconds per variant.
+// 2 MiB), the pread + hash alone, and the fill from the file's pages mapped (mmap MAP_POPULATE: no copy into a
+// buffer) instead of read, to split the cost. Prints wall seconds per variant.
 //   fill_floor FILE GIB [THREADS]     (FILE is made, GIB of random bytes, when absent)
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -45,7 +46,7 @@ pid_t spawn_target(std::size_t bytes, std::uintptr_t& at, bool huge) {
   return pid;
 }
 
-enum class Variant { Fill, FillHuge, Refill, ReadHash };
+enum class Variant { Fill, FillHuge, Refill, ReadHash, MappedFill };
 
 double run(int fd, std::size_t bytes, int restores, unsigned threads, Variant v) {
   std::vector<pid_t> pids(restores);
@@ -61,6 +62,17 @@ double run(int fd, std::size_t bytes, int restores, unsigned threads, Variant v)
         pool.emplace_back([&, r] {
           std::vector<char> buf(kChunk);
           volatile std::uint64_t sink = 0;
+          std::vector<void*> maps;
+          for (std::size_t c = next[r]++; c < chunks && v == Variant::MappedFill; c = next[r]++) {
+            // The chunk's page-cache pages mapped (no copy), hashed and copied from there; unmapped at the end.
+            void* m = ::mmap(nullptr, kChunk, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, static_cast<off_t>(c * kChunk));
+            if (m == MAP_FAILED) std::abort();
+            maps.push_back(m);
+            sink = sink + XXH3_64bits(m, kChunk);
+            iovec l{m, kChunk}, rr{reinterpret_cast<void*>(at[r] + c * kChunk), kChunk};
+            if (::process_vm_writev(pids[r], &l, 1, &rr, 1, 0) != static_cast<ssize_t>(kChunk)) std::abort();
+          }
+          for (void* m : maps) ::munmap(m, kChunk);
           for (std::size_t c = next[r]++; c < chunks; c = next[r]++) {
             if (::pread(fd, buf.data(), kChunk, static_cast<off_t>(c * kChunk)) != static_cast<ssize_t>(kChunk)) std::abort();
             sink = sink + XXH3_64bits(buf.data(), kChunk);
@@ -104,14 +116,15 @@ int main(int argc, char** argv) {
   }
   std::vector<char> warm(kChunk);   // the file into the page cache
   for (std::size_t c = 0; c < bytes / kChunk; ++c) (void)::pread(fd, warm.data(), kChunk, static_cast<off_t>(c * kChunk));
-  std::printf("restores\tthreads_each\tgib_each\tfill_s\tfill_thp_s\trefill_s\tread_hash_s\n");
+  std::printf("restores\tthreads_each\tgib_each\tfill_s\tfill_thp_s\trefill_s\tread_hash_s\tmapped_fill_s\n");
   for (int restores : {1, 4}) {
     const double fill = run(fd, bytes, restores, threads, Variant::Fill);
     const double fill_huge = run(fd, bytes, restores, threads, Variant::FillHuge);
     const double refill = run(fd, bytes, restores, threads, Variant::Refill);
     const double read_hash = run(fd, bytes, restores, threads, Variant::ReadHash);
-    std::printf("%d\t%u\t%.2f\t%.3f\t%.3f\t%.3f\t%.3f\n", restores, threads, static_cast<double>(bytes) / (1ull << 30),
-                fill, fill_huge, refill, read_hash);
+    const double mapped = run(fd, bytes, restores, threads, Variant::MappedFill);
+    std::printf("%d\t%u\t%.2f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\n", restores, threads,
+                static_cast<double>(bytes) / (1ull << 30), fill, fill_huge, refill, read_hash, mapped);
   }
   return 0;
 }
