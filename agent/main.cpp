@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
   log::set_level(log::level_from_string(config.log_level, log::Level::Info));
   if (!format_flag) log::set_format(log::format_from_string(config.log_format).value_or(log::Format::Text));
   node::log_config(config);
-  // The runtime commands the agent runs inherit these, down to CRIU and the plugin.
+  // The runtime commands the agent runs inherit these; they reach CRIU's plugin only where a runtime passes its
+  // environment on. The settings file the chart writes beside the plugin is what every runtime's CRIU reads.
   for (const auto& [name, value] : node::plugin_environment(config.gpu_memory)) ::setenv(name.c_str(), value.c_str(), 1);
 
   // 2. token

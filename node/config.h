@@ -48,10 +48,13 @@ struct EventsConfig {
   int timeout_seconds = 5;
 };
 
-// How the CRIU plugin moves GPU memory (docs/cuda.md "GPU memory images"). The agent exports these to the
-// environment of the runtime commands it runs (podman -> runc -> CRIU -> plugin) as GPUCKPT_CUDA_MEMORY_IMAGE,
-// GPUCKPT_IMAGE_THREADS, GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE and GPUCKPT_GPU_STORE. Unset keys leave
-// the plugin's defaults.
+// How the CRIU plugin moves GPU memory (docs/cuda.md "GPU memory images"), as GPUCKPT_CUDA_MEMORY_IMAGE,
+// GPUCKPT_IMAGE_THREADS, GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE and GPUCKPT_GPU_STORE. What reaches the
+// plugin is the settings file the chart's installer writes from these values beside it (common/plugin_settings.h):
+// runtimes do not hand CRIU their caller's environment (podman 4.3 gives runc's checkpoint only PATH and
+// XDG_RUNTIME_DIR; kubelet's checkpoints come through containerd or CRI-O, not the agent). The agent also exports
+// them to the commands it runs, which counts only where a runtime passes its environment on. Unset keys leave the
+// plugin's defaults.
 struct GpuMemoryConfig {
   std::optional<bool> image;               // gpuckpt writes GPU memory itself (else CRIU's page dump)
   std::optional<int> threads;              // 0: from the CPU count
