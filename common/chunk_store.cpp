@@ -278,7 +278,7 @@ Result<void> Store::sync() {
   return {};
 }
 
-Result<void> Store::read(const Digest& d, std::uint64_t expected_size, std::vector<std::byte>& out) const {
+Result<void> Store::read(const Digest& d, std::uint64_t max_size, std::vector<std::byte>& out) const {
   const std::string hex = d.hex();
   const std::string inside = hex.substr(0, 2) + "/" + hex;
   const std::string shown = path_of(d).string();
@@ -289,11 +289,11 @@ Result<void> Store::read(const Digest& d, std::uint64_t expected_size, std::vect
   Result<void> result;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     result = make_error(shown + " is not a regular file", EIO);
-  } else if (static_cast<std::uint64_t>(st.st_size) != expected_size) {
-    result = make_error(shown + " has " + std::to_string(st.st_size) + " bytes, the manifest says " +
-                        std::to_string(expected_size), EIO);
+  } else if (static_cast<std::uint64_t>(st.st_size) > max_size) {
+    result = make_error(shown + " has " + std::to_string(st.st_size) + " bytes, more than the " +
+                        std::to_string(max_size) + " it may", EIO);
   } else {
-    out.resize(expected_size);
+    out.resize(static_cast<std::size_t>(st.st_size));
     result = read_all(fd, out.data(), out.size(), 0, shown);
   }
   ::close(fd);

@@ -96,8 +96,9 @@ class Store {
   Result<void> put(const Digest& d, const ChunkHeader& header, std::span<const std::byte> payload);
   // fsync of every directory put() renamed into since the last call: after it the new names are durable.
   Result<void> sync();
-  // The whole chunk file (header + payload) into `out`; `expected_size` is what the manifest says it holds.
-  Result<void> read(const Digest& d, std::uint64_t expected_size, std::vector<std::byte>& out) const;
+  // The whole chunk file (header + payload) into `out`, when it has at most `max_size` bytes (what the caller can
+  // accept: the size a header just read says, or the largest chunk file).
+  Result<void> read(const Digest& d, std::uint64_t max_size, std::vector<std::byte>& out) const;
 
   // --- references: one file per kept checkpoint's process, the manifest naming its chunks -------------------------
   // `name` is a reference name (ref_name); the file is written atomically (temporary name, fsync, rename, fsync).

@@ -47,14 +47,16 @@ std::optional<std::uint64_t> parse_checksum_hex(std::string_view hex) {
   return v;
 }
 
-// The header of a chunk file checked against the manifest's entry: sound, and the chunk the entry says.
+// The header of a chunk file checked against the manifest's entry: sound, and of the entry's raw size. How the file
+// stores the bytes (raw or zstd, its stored size) is the store's: the same chunk may be stored another way in the
+// store a restore reads than in the one its dump wrote (one node compressed it, the other did not), and the content
+// check after decoding says whether the bytes are the entry's.
 Result<cs::ChunkHeader> check_entry_header(std::span<const std::byte> file, const ChunkEntry& e) {
   auto header = chunk_receive::check_chunk_header(file);
   if (!header) return header.error();
-  if (header->raw_size != e.raw_size || header->stored_size != e.stored_size ||
-      header->encoding != static_cast<std::uint8_t>(e.encoding))
-    return make_error("holds a different chunk than the manifest says (" + std::to_string(file.size()) +
-                      " bytes, the manifest says " + std::to_string(cs::kChunkHeaderSize + e.stored_size) + ")", EIO);
+  if (header->raw_size != e.raw_size)
+    return make_error("holds a chunk of " + std::to_string(header->raw_size) + " bytes, the manifest's is " +
+                      std::to_string(e.raw_size), EIO);
   return header;
 }
 
@@ -319,10 +321,9 @@ Result<void> check_chunks(const Manifest& m, const cs::Store& store, const std::
     std::string problem;
     if (!header) {
       problem = header.error().errno_value == ENOENT ? "missing" : header.error().message;
-    } else if (header->raw_size != e.raw_size || header->stored_size != e.stored_size ||
-               header->encoding != static_cast<std::uint8_t>(e.encoding)) {
-      problem = "holds a different chunk than the manifest says (" + std::to_string(header->stored_size) +
-                " stored bytes, the manifest says " + std::to_string(e.stored_size) + ")";
+    } else if (header->raw_size != e.raw_size) {
+      problem = "holds a chunk of " + std::to_string(header->raw_size) + " bytes, the manifest's is " +
+                std::to_string(e.raw_size);
     }
     if (problem.empty()) continue;
     if (bad++ == 0)
@@ -473,7 +474,7 @@ Result<void> StoreReader::read_chunk(std::size_t i, ChunkCodec& codec, std::vect
                       describe_chunk(e, manifest_.regions[e.region].start, manifest_.header.chunk_size) + ": chunk " +
                       digest.hex() + ": " + what, EIO);
   };
-  if (auto ok = store_->read(digest, cs::kChunkHeaderSize + e.stored_size, record_buffer); !ok)
+  if (auto ok = store_->read(digest, chunk_receive::kMaxChunkFileBytes, record_buffer); !ok)
     return fail(ok.error().message);
   auto decoded = check_ == ChunkCheck::Checksum ? decode_chunk_file_checksum(record_buffer, e, codec, out)
                                                  : decode_chunk_file(record_buffer, e, digest, codec, out);
@@ -499,7 +500,8 @@ Result<void> decode_chunk_file_checksum(std::span<const std::byte> file, const C
   if (out.size() != e.raw_size) return make_error("internal: output size does not match the chunk", EINVAL);
   auto header = check_entry_header(file, e);
   if (!header) return header.error();
-  if (auto ok = codec.decode_payload(file.subspan(cs::kChunkHeaderSize), e.encoding, out); !ok)
+  if (auto ok = codec.decode_payload(file.subspan(cs::kChunkHeaderSize), static_cast<Encoding>(header->encoding), out);
+      !ok)
     return make_error(ok.error().message, EIO);
   if (const auto got = checksum(out); got != e.checksum)
     return make_error("XXH3-64 mismatch: the chunk is corrupt (its content's checksum is " + checksum_hex(got) +

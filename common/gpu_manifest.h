@@ -114,8 +114,9 @@ bool ingest_verified_store(const chunk_store::Store& store,
                            const std::filesystem::path& node_store = chunk_store::kNodeStoreDir);
 
 // A chunk file's bytes (header + payload: the store's file, or one an exported archive carries) checked against
-// the manifest's entry and digest: a sound header saying what the entry says, a payload that decodes to raw_size
-// bytes (into `out`) whose SHA-256 is `digest`. The error says what is wrong (errno EBADMSG: the content does not
+// the manifest's entry and digest: a sound header of the entry's raw size (raw or zstd: how a store holds a chunk is
+// its own, and need not be how the dump's store held it), a payload that decodes to raw_size bytes (into `out`)
+// whose SHA-256 is `digest`. The error says what is wrong (errno EBADMSG: the content does not
 // hash to the digest); the caller names the file and the chunk.
 Result<void> decode_chunk_file(std::span<const std::byte> file, const ChunkEntry& e, const chunk_store::Digest& digest,
                                ChunkCodec& codec, std::span<std::byte> out);

@@ -367,6 +367,51 @@ TEST_CASE("GPU memory manifest: the sample parses; hostile manifests are refused
   CHECK(gi::vpid_from_file_name(gi::manifest_name(7)) == -1);
 }
 
+TEST_CASE("GPU memory manifest: a store holding the same chunk another way serves the restore", "[unit]") {
+  // Node A's dump compressed the chunk; node B's store holds the same bytes raw (its dump did not compress, or a
+  // registry pull found it present): B restores A's checkpoint from its own file.
+  TempDir images("gpuckpt-images-test"), dir("gpuckpt-store-test");
+  auto opened_a = cs::Store::open(dir.path / "a", true), opened_b = cs::Store::open(dir.path / "b", true);
+  REQUIRE(opened_a);
+  REQUIRE(opened_b);
+  std::shared_ptr<cs::Store> a(std::move(*opened_a)), b(std::move(*opened_b));
+  gi::ImageHeader header;
+  header.vpid = 5;
+  header.chunk_size = 1u << 20;
+  const auto memory = repetitive_bytes(1u << 20);
+  gi::Settings settings;
+  settings.compression = {gi::CompressionMode::Zstd, 1};
+  auto writer = gi::StoreWriter::create(a, header, {{0x20000, memory.size()}}, "00000000000000000000000000000def");
+  REQUIRE(writer);
+  gi::ChunkCodec codec(header.chunk_size);
+  gi::CompressionHistory history;
+  REQUIRE((*writer)->add(0, 0, memory, codec, settings, history));
+  REQUIRE((*writer)->finish(images.fd));
+  auto manifest = gi::read_manifest(images.fd, gi::manifest_name(5));
+  REQUIRE(manifest);
+  REQUIRE(manifest->entries[0].encoding == gi::Encoding::Zstd);
+  cs::ChunkHeader raw;
+  raw.encoding = static_cast<std::uint8_t>(gi::Encoding::Raw);
+  raw.raw_size = raw.stored_size = static_cast<std::uint32_t>(memory.size());
+  REQUIRE(b->put(manifest->digests[0], raw, memory));
+  REQUIRE(b->sync());
+
+  REQUIRE(gi::check_chunks(*manifest, *b, gi::manifest_name(5)));
+  for (auto check : {gi::ChunkCheck::Digest, gi::ChunkCheck::Checksum}) {
+    gi::StoreReader reader(*manifest, b, gi::manifest_name(5), check);
+    std::vector<std::byte> record, out(memory.size());
+    REQUIRE(reader.read_chunk(0, codec, record, out));
+    CHECK(out == memory);
+  }
+  // Of another raw size it is another chunk: refused before the restore, naming it.
+  cs::ChunkHeader shorter = raw;
+  shorter.raw_size = shorter.stored_size = 4096;
+  REQUIRE(b->put(manifest->digests[0], shorter, std::span(memory).first(4096)));
+  auto checked = gi::check_chunks(*manifest, *b, gi::manifest_name(5));
+  REQUIRE_FALSE(checked);
+  CHECK(checked.error().message.find("holds a chunk of 4096 bytes, the manifest's is 1048576") != std::string::npos);
+}
+
 TEST_CASE("GPU memory manifest: hostile xxh3_64 lists are refused naming the field", "[unit]") {
   const std::string s = sample_manifest();
   const std::string with = s.substr(0, s.size() - 1) + R"(,"xxh3_64":["0123456789abcdef","","fedcba9876543210",""]})";
