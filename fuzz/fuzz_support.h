@@ -89,7 +89,7 @@ inline RestorePlan fixed_plan() {
   plan.id = "rp-0123456789abcdef0123456789abcdef";
   plan.checkpoint_id = "ck-fuzz";
   plan.assignments = {{"GPU-0", "GPU-1"}};
-  plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1"}};
+  plan.devices = {{"/dev/nvidia0", "/dev/nvidia1", "GPU-0", "GPU-1", ""}};
   plan.env = {{"NVIDIA_VISIBLE_DEVICES", "1"}};
   return plan;
 }
