@@ -15,4 +15,5 @@ cmake --build "$FUZZ_BUILD_DIR" -j "$(nproc)"
 # runtimes, CRIU and containers, one at a time.
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 -L unit -j "$(nproc)" ${CTEST_FLAGS:-} &&
   ctest --output-on-failure --timeout 600 -LE unit ${CTEST_FLAGS:-})
-(cd "$FUZZ_BUILD_DIR" && ctest --output-on-failure -L fuzz)
+# Each harness fuzzes for a fixed time on one core in its own work dir: one per core.
+(cd "$FUZZ_BUILD_DIR" && ctest --output-on-failure -L fuzz -j "$(nproc)")

@@ -13,12 +13,19 @@ die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "run as root (apt-get and /etc/containers are written)"
 export DEBIAN_FRONTEND=noninteractive
 
+# The package lists are read once per run (each apt-get update reads every source again); a new source resets it.
+APT_LISTS_FRESH=0
+apt_update() {
+  [ "$APT_LISTS_FRESH" = 1 ] && return 0
+  apt-get update -qq || die "apt-get update failed: check the machine's Debian sources"
+  APT_LISTS_FRESH=1
+}
 apt_install() {
   local missing=()
   for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
   [ ${#missing[@]} -eq 0 ] && return 0
   log "apt-get install ${missing[*]}"
-  apt-get update -qq || die "apt-get update failed: check the machine's Debian sources"
+  apt_update
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || die "apt-get install ${missing[*]} failed"
 }
 
@@ -42,7 +49,7 @@ fi
 if ! dpkg-query -W -f='${Version}' catch2 2>/dev/null | grep -q '^3'; then
   if grep -q 'bookworm' /etc/os-release 2>/dev/null; then
     echo 'deb http://deb.debian.org/debian bookworm-backports main' > /etc/apt/sources.list.d/gpuckpt-backports.list
-    apt-get update -qq
+    APT_LISTS_FRESH=0 && apt_update
     apt-get install -y -qq -t bookworm-backports catch2 >/dev/null || die "catch2 v3 from bookworm-backports failed"
   else
     apt_install catch2
