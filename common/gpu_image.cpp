@@ -697,6 +697,11 @@ std::string format_summary(const std::string& name, const ImageSummary& s) {
 }
 
 bool looks_like_image(const std::string& path) {
+  // A GPU memory image is a regular file. Anything else is not opened to look: opening a FIFO an archive streams
+  // through connects its writer to a reader that leaves at once, and the writer then sees a broken pipe before the
+  // archive reader opens it (gpuckpt inspect on a stream hung in that race).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char magic[8] = {};

@@ -260,7 +260,7 @@ struct ImageSummary {
 };
 Result<ImageSummary> summarize(int dir_fd, const std::string& name, bool verify);
 std::string format_summary(const std::string& name, const ImageSummary& s);
-// True when the file at `path` starts with the image magic.
+// True when `path` is a regular file that starts with the image magic; nothing else is opened (a FIFO is not).
 bool looks_like_image(const std::string& path);
 
 }  // namespace gpuckpt::gpu_image

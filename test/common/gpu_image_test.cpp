@@ -7,9 +7,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <random>
 #include <string>
 #include <vector>
@@ -150,6 +152,17 @@ TEST_CASE("gpu image: zero chunks take no space when sparse", "[unit]") {
   CHECK(read_back(dir.fd, gi::file_name(7)) == memory);
   CHECK(gi::format_summary("x", *summary).find("63 zero") != std::string::npos);
   CHECK(gi::looks_like_image(dir.path / gi::file_name(7)));
+}
+
+TEST_CASE("gpu image: looking for the magic never opens a FIFO an archive streams through", "[unit]") {
+  // Opening it would block until a writer comes, or take the writer's reader away (gpuckpt inspect on a stream).
+  // Here no writer ever comes: an open would never return, and the check has 5 s.
+  TempDir dir("gpuckpt-gpu-image-test");
+  const fs::path fifo = dir.path / "stream.tar.zst";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto looked = std::async(std::launch::async, [&] { return gi::looks_like_image(fifo); });
+  REQUIRE(looked.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+  CHECK_FALSE(looked.get());
 }
 
 TEST_CASE("gpu image: a truncated file fails naming the file", "[unit]") {
