@@ -92,6 +92,11 @@ Result<bool> ArchivePipe::await_reader() {
     if (fd >= 0) {
       (void)::fcntl(fd, F_SETPIPE_SZ, kPipeBufferBytes);
       write_fd_ = fd;
+      // The runtime's next open of the path gets a FIFO of its own. A FIFO does not separate one reader from the
+      // next: a runtime that reads one entry, closes and opens again (podman reads its config files first) would
+      // otherwise be handed whatever this stream had left in the pipe, or its rest, before the next stream.
+      auto fresh = replace_fifo();
+      if (!fresh) return fresh.error();
       return true;
     }
     if (errno != ENXIO && errno != EINTR) return pipe_error(path_, "cannot open", errno);
@@ -124,6 +129,17 @@ Result<void> ArchivePipe::send(const char* data, std::size_t size) {
     auto ready = wait_for(write_fd_, POLLOUT, -1);
     if (!ready) return ready.error();
     if (!ready.value()) return make_error("the runtime exited while reading " + path_.string(), ECANCELED);
+  }
+  return {};
+}
+
+Result<void> ArchivePipe::replace_fifo() {
+  const fs::path next = path_.string() + ".next";
+  if (::mkfifo(next.c_str(), 0600) != 0) return pipe_error(next, "cannot make the named pipe", errno);
+  if (::rename(next.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(next.c_str());
+    return pipe_error(path_, "cannot put a fresh named pipe at", err);
   }
   return {};
 }

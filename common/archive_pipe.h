@@ -2,7 +2,8 @@
 // (docs/node-flow.md, "One pass over the archive"): the runtime writes its export into the pipe by path while the
 // agent reads it, adds its entries and writes the final archive (`podman container checkpoint --export PIPE`,
 // CRI's checkpoint location); on restore the agent writes the archive with the plan applied into the pipe while
-// the runtime reads it (`podman container restore --import PIPE`), once for every time the runtime opens it.
+// the runtime reads it (`podman container restore --import PIPE`), once for every time the runtime opens it, each
+// open on a FIFO of its own so that no reader sees what an earlier one left unread.
 // Every wait also ends when the caller says the runtime has exited, so a runtime that fails without opening the
 // pipe, or stops reading half-way, never leaves the agent waiting.
 #pragma once
@@ -47,6 +48,8 @@ class ArchivePipe {
 
  private:
   explicit ArchivePipe(std::filesystem::path path) : path_(std::move(path)) {}
+  // Puts a new FIFO at the path (the one the current reader holds lives on, unlinked, until it closes).
+  Result<void> replace_fifo();
   // Waits until `fd` is ready for `events` (true) or the runtime has exited (false).
   Result<bool> wait_for(int fd, short events, int timeout_ms);
   bool has_exited() const;

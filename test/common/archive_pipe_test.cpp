@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -95,6 +96,43 @@ TEST_CASE("serving a runtime: it exits before opening, or stops reading half-way
     REQUIRE_FALSE(sent.ok());
     CHECK(sent.error().errno_value == EPIPE);
   }
+}
+
+TEST_CASE("a runtime that reads a little, closes and opens again gets the stream from its start", "[unit]") {
+  // podman's import reads the archive's config entries, closes it and opens it again for the whole archive. The
+  // first stream is still being written when the second open comes: nothing of it may reach the second reader.
+  gpuckpt::test::TempDir tmp;
+  const auto path = tmp.path / "import.fifo";
+  auto pipe = ArchivePipe::create(path, Direction::to_runtime);
+  REQUIRE(pipe.ok());
+  const std::string head = "start of stream.";
+  std::string stream = head + std::string(8 << 20, 'x');   // more than the pipe holds
+  std::thread sender([&] {
+    for (;;) {
+      auto opened = pipe.value()->await_reader();
+      if (!opened || !opened.value()) return;
+      (void)pipe.value()->send(stream.data(), stream.size());
+      pipe.value()->end_stream();
+    }
+  });
+  std::vector<std::string> heads;
+  for (int open = 0; open < 3; ++open) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    std::string got(head.size(), '\0');
+    std::size_t have = 0;
+    while (have < got.size()) {
+      const ssize_t n = ::read(fd, got.data() + have, got.size() - have);
+      if (n <= 0) break;
+      have += static_cast<std::size_t>(n);
+    }
+    ::close(fd);   // at once: the sender is still writing this stream
+    heads.push_back(got.substr(0, have));
+  }
+  pipe.value()->runtime_exited();
+  sender.join();
+  CHECK(heads == std::vector<std::string>(3, head));
+  CHECK_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path.string() + ".next")));
 }
 
 TEST_CASE("a pipe is never made over something already at its path", "[unit]") {
