@@ -158,32 +158,33 @@ bool alarm_timed_out() {
   return timed_out ? timed_out() : false;
 }
 
-bool can_drop_pages_in_task() {
+bool can_inject_syscalls() {
   const Services& s = services();
   return s.compel_prepare != nullptr && s.compel_syscall != nullptr && s.compel_cure != nullptr;
 }
 
-Result<void> drop_pages_in_task(int pid, const std::vector<MemoryRange>& ranges) {
+Result<void> madvise_in_task(int pid, const std::vector<MemoryRange>& ranges, int advice, const char* advice_name) {
   const Services& s = services();
-  if (!can_drop_pages_in_task()) return make_error("this CRIU does not export compel's syscall injection", ENOTSUP);
+  if (!can_inject_syscalls()) return make_error("this CRIU does not export compel's syscall injection", ENOTSUP);
   // compel_prepare reads the task's registers and finds an executable mapping to place the syscall instruction
   // at; compel_syscall swaps that code in, runs one syscall with all signals blocked and puts code, registers
   // and signal mask back. It also opens one socket in the task's network namespace that compel_cure does not
-  // close: one descriptor per task and dump, gone when CRIU exits.
+  // close: one descriptor per task and call, gone when CRIU exits.
   CompelCtl* ctl = s.compel_prepare(pid);
   if (ctl == nullptr)
     return make_error("compel could not prepare pid " + std::to_string(pid) + " for a syscall (see CRIU's log)", EIO);
   Result<void> result;
   for (const MemoryRange& r : ranges) {
     long ret = 0;
-    int err = s.compel_syscall(ctl, SYS_madvise, &ret, r.start, r.length, MADV_DONTNEED, 0, 0, 0);
+    int err = s.compel_syscall(ctl, SYS_madvise, &ret, r.start, r.length, static_cast<unsigned long>(advice), 0, 0, 0);
     if (err != 0 || ret != 0) {
       char where[64];
       std::snprintf(where, sizeof where, "0x%llx+%llu", static_cast<unsigned long long>(r.start),
                     static_cast<unsigned long long>(r.length));
-      result = make_error("madvise(MADV_DONTNEED) inside pid " + std::to_string(pid) + " at " + where + " failed (" +
+      result = make_error(std::string("madvise(") + advice_name + ") inside pid " + std::to_string(pid) + " at " +
+                          where + " failed (" +
                           (err != 0 ? "compel error " + std::to_string(err) : std::string(std::strerror(static_cast<int>(-ret)))) +
-                          ")", EIO);
+                          ")", err != 0 ? EIO : static_cast<int>(-ret));
       break;
     }
   }

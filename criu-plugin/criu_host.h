@@ -64,15 +64,16 @@ int final_state();
 unsigned remaining_alarm_ms();
 bool alarm_timed_out();
 
-// Runs madvise(MADV_DONTNEED) on each [start, start + length) inside task `pid`, which CRIU has seized and
-// stopped (compel's syscall injection, from CRIU's main thread: the tracer). The pages are gone afterwards, so
-// CRIU's page dump records the ranges as empty. Call only from a hook CRIU runs on its main thread.
+// Runs madvise(advice) on each [start, start + length) inside task `pid`, which CRIU has seized and stopped
+// (compel's syscall injection, from CRIU's main thread: the tracer). Call only from a hook CRIU runs on its main
+// thread. Dump: MADV_DONTNEED drops the staged pages, so CRIU's page dump records the ranges as empty. Restore:
+// MADV_HUGEPAGE lets the fill fault the staging memory in as huge pages.
 struct MemoryRange {
   std::uint64_t start = 0;
   std::uint64_t length = 0;
 };
-bool can_drop_pages_in_task();
-Result<void> drop_pages_in_task(int pid, const std::vector<MemoryRange>& ranges);
+bool can_inject_syscalls();
+Result<void> madvise_in_task(int pid, const std::vector<MemoryRange>& ranges, int advice, const char* advice_name);
 
 // CRIU's fdstore (criu_abi.h), for fds the main CRIU process hands to the restored processes: CRIU keeps them
 // across its own fd handling in those processes, which closes or reuses every fd number that is not its own.

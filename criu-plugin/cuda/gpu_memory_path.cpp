@@ -1,6 +1,7 @@
 #include "criu-plugin/cuda/gpu_memory_path.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,6 +42,12 @@ void GpuMemoryPath::configure(int dir_fd) {
     log::error("cuda: " + enabled.error().message + "; using 1");
   }
   log::param("GPUCKPT_CUDA_MEMORY_IMAGE", enabled_ ? "1" : "0");
+  if (auto huge = staging_huge_pages_from_env(); huge) {
+    huge_pages_ = *huge;
+  } else {
+    log::error("cuda: " + huge.error().message + "; using 1");
+  }
+  log::param("GPUCKPT_STAGING_HUGE_PAGES", huge_pages_ ? "1" : "0");
   if (auto settings = gpu_image::settings_from_env(); settings) {
     settings_ = *settings;
   } else {
@@ -83,7 +90,7 @@ void GpuMemoryPath::stage(const std::vector<int>& pids, const std::function<void
     facts.enabled = enabled_;
     facts.image_dir_known = dir_fd_ >= 0;
     facts.image_dir_is_stream = dir_fd_ >= 0 && image_dir_is_stream(dir_fd_);
-    facts.can_drop_in_task = criu::can_drop_pages_in_task();
+    facts.can_drop_in_task = criu::can_inject_syscalls();
     std::vector<gpu_image::Region> regions;
     if (auto after = read_maps(pid); after) {
       if (test_vma_) regions = find_named_region(*after, *test_vma_);
@@ -140,7 +147,7 @@ void GpuMemoryPath::stage(const std::vector<int>& pids, const std::function<void
     on_durable(pid, jobs[i].vpid);
     std::vector<criu::MemoryRange> ranges;
     for (const auto& r : jobs[i].regions) ranges.push_back({r.start, r.length});
-    if (auto dropped = criu::drop_pages_in_task(pid, ranges); !dropped) {
+    if (auto dropped = criu::madvise_in_task(pid, ranges, MADV_DONTNEED, "MADV_DONTNEED"); !dropped) {
       // The pages stay and CRIU dumps them too; the image is still right, so restore uses it. Slower, correct.
       log::warn("cuda: " + pid_text(pid) + ": " + dropped.error().message + "; CRIU dumps the GPU memory as well");
       continue;
@@ -199,6 +206,34 @@ Result<void> GpuMemoryPath::check_store() const {
   return {};
 }
 
+void GpuMemoryPath::ask_for_huge_pages(const std::vector<ProcessMemory>& jobs) const {
+  // The restored staging memory is fresh private anonymous memory, faulted in first by the fill's copy. With
+  // MADV_HUGEPAGE each fault gets a 2 MiB page (where the kernel has one: otherwise 4 KiB pages, as without), so
+  // the fill faults 512 times less and the driver's restore reads memory with fewer pages to pin. The node's THP
+  // mode must allow it: "madvise" (the common default) or "always". Anything failing here only costs speed.
+  const auto start = Clock::now();
+  std::uint64_t bytes = 0;
+  std::size_t done = 0;
+  for (const ProcessMemory& job : jobs) {
+    auto regions = image_regions(dir_fd_, job.vpid, settings_);
+    if (!regions) continue;   // the fill names the problem
+    std::vector<criu::MemoryRange> ranges;
+    for (const auto& r : *regions)
+      if (r.length >= kHugePageBytes) ranges.push_back({r.start, r.length});
+    if (ranges.empty()) continue;
+    if (auto advised = criu::madvise_in_task(job.pid, ranges, MADV_HUGEPAGE, "MADV_HUGEPAGE"); !advised) {
+      log::warn("cuda: " + pid_text(job.pid) + ": " + advised.error().message + "; its staging memory is filled "
+                "in small pages");
+      continue;
+    }
+    ++done;
+    for (const auto& r : ranges) bytes += r.length;
+  }
+  log::info("cuda: asked for huge pages on the staging memory of " + std::to_string(done) + " process(es), " +
+            fixed(static_cast<double>(bytes) / (1 << 20), 0) + " MiB (" +
+            fixed(std::chrono::duration<double>(Clock::now() - start).count(), 3) + " s)");
+}
+
 std::map<int, int> GpuMemoryPath::fill(const std::vector<int>& candidates) {
   std::map<int, int> results;
   if (image_vpids_.empty()) return results;
@@ -220,6 +255,7 @@ std::map<int, int> GpuMemoryPath::fill(const std::vector<int>& candidates) {
     for (int pid : candidates) results[pid] = -ENOENT;
     return results;
   }
+  if (huge_pages_) ask_for_huge_pages(jobs);
   const auto start = Clock::now();
   auto filled = fill_from_images(jobs, dir_fd_, settings_);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -22,7 +22,8 @@ namespace gpuckpt::cuda {
 
 class GpuMemoryPath {
  public:
-  // Reads GPUCKPT_CUDA_MEMORY_IMAGE, GPUCKPT_IMAGE_{THREADS,COMPRESSION,SPARSE}, GPUCKPT_GPU_STORE and the test switch
+  // Reads GPUCKPT_CUDA_MEMORY_IMAGE, GPUCKPT_IMAGE_{THREADS,COMPRESSION,SPARSE}, GPUCKPT_GPU_STORE,
+  // GPUCKPT_STAGING_HUGE_PAGES and the test switch
   // GPUCKPT_TEST_STAGING_VMA; logs each once. A bad value is logged and its default used: a typo must not
   // break every dump on the node.
   void configure(int dir_fd);
@@ -51,8 +52,13 @@ class GpuMemoryPath {
   std::map<int, int> fill(const std::vector<int>& candidates);
 
  private:
+  static constexpr std::uint64_t kHugePageBytes = 2u << 20;
+  // Before a fill: MADV_HUGEPAGE on each process's staging regions, inside the task (GPUCKPT_STAGING_HUGE_PAGES).
+  void ask_for_huge_pages(const std::vector<ProcessMemory>& jobs) const;
+
   int dir_fd_ = -1;
   bool enabled_ = true;
+  bool huge_pages_ = true;
   gpu_image::Settings settings_;
   std::optional<std::uint64_t> test_vma_;
   std::map<int, std::vector<Vma>> maps_before_;

@@ -153,6 +153,13 @@ Result<bool> memory_image_enabled_from_env(const PluginSettings& node) {
   return make_error("GPUCKPT_CUDA_MEMORY_IMAGE='" + s + "' is not 0 or 1");
 }
 
+Result<bool> staging_huge_pages_from_env(const PluginSettings& node) {
+  const std::string s = node.get("GPUCKPT_STAGING_HUGE_PAGES");
+  if (s.empty() || s == "1") return true;
+  if (s == "0") return false;
+  return make_error("GPUCKPT_STAGING_HUGE_PAGES='" + s + "' is not 0 or 1");
+}
+
 Result<std::optional<std::uint64_t>> test_staging_vma_from_env() {
   const char* v = std::getenv("GPUCKPT_TEST_STAGING_VMA");
   if (v == nullptr || *v == '\0') return std::optional<std::uint64_t>();

@@ -69,5 +69,8 @@ bool image_dir_is_stream(int dir_fd);
 // environment only); errors name the variable.
 Result<bool> memory_image_enabled_from_env(const PluginSettings& node = plugin_settings());
 Result<std::optional<std::uint64_t>> test_staging_vma_from_env();
+// GPUCKPT_STAGING_HUGE_PAGES (1/0, default 1): before a restore fills a process's staging memory, ask for
+// transparent huge pages on it (madvise inside the task), so the fill and the driver's restore touch 2 MiB pages.
+Result<bool> staging_huge_pages_from_env(const PluginSettings& node = plugin_settings());
 
 }  // namespace gpuckpt::cuda

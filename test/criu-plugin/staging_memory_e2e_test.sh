@@ -141,7 +141,16 @@ grep -q "gpuckpt: cuda: filled the staging memory of 1 process" "$WORK/full-rest
   || fail "the restore did not fill the staging memory"
 [ "$RPID" = "$PID" ] || fail "restored as pid $RPID, dumped $PID"
 [ "$(checksum_now a "$RPID")" = "$SUM" ] || fail "the restored memory is not bit-identical"
-echo "ok 3: pages image $(pages_bytes "$WORK/full") bytes, GPU memory image $IMG_BYTES bytes for $SIZE_MIB MiB; restored bit-identical"
+# Before the fill the plugin asked for huge pages inside the task (GPUCKPT_STAGING_HUGE_PAGES, on by default):
+# where the kernel's THP mode honours madvise, the restored mapping holds some.
+grep -q "gpuckpt: cuda: asked for huge pages on the staging memory of 1 process" "$WORK/full-restore.log" \
+  || fail "the restore did not ask for huge pages on the staging memory"
+HUGE_KB=$(awk -v at="$ADDR" '$1 ~ /^[0-9a-f]+-[0-9a-f]+$/ { split($1, r, "-"); inside = (r[1] == at) }
+                             inside && $1 == "AnonHugePages:" { print $2 }' "/proc/$RPID/smaps")
+if grep -Eq '\[(always|madvise)\]' /sys/kernel/mm/transparent_hugepage/enabled; then
+  [ "${HUGE_KB:-0}" -gt 0 ] || fail "the restored staging memory at $ADDR holds no huge pages (AnonHugePages ${HUGE_KB:-none})"
+fi
+echo "ok 3: pages image $(pages_bytes "$WORK/full") bytes, GPU memory image $IMG_BYTES bytes for $SIZE_MIB MiB; restored bit-identical, ${HUGE_KB:-0} kB in huge pages"
 
 # --- 4. a corrupt chunk fails the restore ---------------------------------------------------------------------
 dump "$WORK/corrupt" "$RPID" || fail "criu dump of the restored process failed"
