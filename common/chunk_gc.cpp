@@ -117,12 +117,18 @@ Result<gpu_image::Manifest> read_reference(const cs::Store& store, const std::st
 
 namespace {
 
-// The distinct stored chunks a manifest names, with their stored sizes.
+// The distinct stored chunks a manifest names, with the sizes of their files as this gpuckpt lays them out (a raw
+// chunk an older one wrote is 4064 bytes smaller: not worth a stat of every chunk for a summary).
 std::map<cs::Digest, std::uint64_t> stored_chunks(const gpu_image::Manifest& m) {
   std::map<cs::Digest, std::uint64_t> out;
   for (std::size_t i = 0; i < m.entries.size(); ++i)
-    if (m.entries[i].encoding != gpu_image::Encoding::Zero)
-      out.emplace(m.digests[i], cs::kChunkHeaderSize + m.entries[i].stored_size);
+    if (m.entries[i].encoding != gpu_image::Encoding::Zero) {
+      cs::ChunkHeader header;
+      header.encoding = static_cast<std::uint8_t>(m.entries[i].encoding);
+      header.stored_size = m.entries[i].stored_size;
+      header.version = cs::layout_version(header.encoding);
+      out.emplace(m.digests[i], header.file_size());
+    }
   return out;
 }
 

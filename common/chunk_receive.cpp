@@ -11,6 +11,10 @@ using gpu_image::Encoding;
 Result<cs::ChunkHeader> check_chunk_header(std::span<const std::byte> file) {
   auto header = cs::decode_header(file);
   if (!header) return make_error(header.error().message, EIO);
+  // The aligned layout is a store's on-disk form only: what is sent, carried or pushed is read() in the packed form.
+  if (header->version != cs::kPackedChunkVersion)
+    return make_error("its header names chunk format version " + std::to_string(header->version) + ", a store's "
+                      "on-disk layout; a chunk sent, carried or pushed is in version 1's form", EIO);
   const auto encoding = static_cast<Encoding>(header->encoding);
   if (encoding != Encoding::Raw && encoding != Encoding::Zstd)
     return make_error("its header names encoding " + std::to_string(header->encoding) + ", not raw (0) or zstd (1)",

@@ -1,6 +1,7 @@
 // Chunk files that come from outside this node's chunk store: another agent's PUT /v1/chunks/<digest>
 // (node/chunk_transfer.h), an exported archive's carried chunks (checkpoint_export.h), a registry's blob. Each is
-// the store's own file (chunk_store.h: header + payload, already compressed, never recompressed) and untrusted:
+// a chunk in the version-1 (wire) form Store::read returns (chunk_store.h: header + payload, already compressed,
+// never recompressed), whatever layout the sender's store keeps it in, and untrusted:
 // it enters a store only once its header is sound, its sizes agree, and its payload decodes (zstd never beyond the
 // header's raw size) to bytes whose SHA-256 is the digest it is sent under. The same checks read a store's own
 // chunk back (gpu_manifest.h decode_chunk_file): one implementation of "is this file the chunk it claims to be".
@@ -20,8 +21,8 @@ namespace gpuckpt::chunk_receive {
 // its bytes; a zstd chunk is kept only when compression paid, so it is smaller).
 inline constexpr std::uint64_t kMaxChunkFileBytes = chunk_store::kChunkHeaderSize + gpu_image::kMaxChunkSize;
 
-// The header of `file` when the file can be the chunk it says: the header decodes (magic, version, checksum), the
-// encoding is raw or zstd, the raw size is 1..kMaxChunkSize, the payload is exactly stored_size bytes and a raw
+// The header of `file` when the file can be the chunk it says: the header decodes (magic, version, checksum) and
+// names the version-1 (wire) form, the encoding is raw or zstd, the raw size is 1..kMaxChunkSize, the payload is exactly stored_size bytes and a raw
 // payload is raw_size bytes. The error (errno EIO) says which; the caller names the file and the chunk.
 Result<chunk_store::ChunkHeader> check_chunk_header(std::span<const std::byte> file);
 

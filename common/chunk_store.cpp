@@ -124,10 +124,14 @@ Result<Digest> parse_digest(std::string_view hex, std::string_view what) {
   return d;
 }
 
+std::uint32_t layout_version(std::uint8_t encoding) {
+  return encoding == 0 ? kAlignedChunkVersion : kPackedChunkVersion;   // gpu_image::Encoding::Raw is 0
+}
+
 std::array<std::byte, kChunkHeaderSize> encode_header(const ChunkHeader& h) {
   std::array<std::byte, kChunkHeaderSize> out{};
   std::memcpy(out.data(), kChunkMagic, sizeof kChunkMagic);
-  put_le<std::uint32_t>(out.data(), 8, kChunkVersion);
+  put_le<std::uint32_t>(out.data(), 8, h.version);
   put_le<std::uint8_t>(out.data(), 12, h.encoding);
   put_le<std::uint32_t>(out.data(), 16, h.raw_size);
   put_le<std::uint32_t>(out.data(), 20, h.stored_size);
@@ -140,14 +144,18 @@ Result<ChunkHeader> decode_header(std::span<const std::byte> bytes) {
   if (std::memcmp(bytes.data(), kChunkMagic, sizeof kChunkMagic) != 0) return make_error("not a gpuckpt chunk", EIO);
   if (get_le<std::uint64_t>(bytes.data(), 24) != XXH3_64bits(bytes.data(), 24))
     return make_error("its header is corrupt", EIO);
-  const auto version = get_le<std::uint32_t>(bytes.data(), 8);
-  if (version > kChunkVersion)
-    return make_error("chunk format version " + std::to_string(version) + " is newer than this gpuckpt reads (" +
-                      std::to_string(kChunkVersion) + ")", EIO);
   ChunkHeader h;
+  h.version = get_le<std::uint32_t>(bytes.data(), 8);
   h.encoding = get_le<std::uint8_t>(bytes.data(), 12);
   h.raw_size = get_le<std::uint32_t>(bytes.data(), 16);
   h.stored_size = get_le<std::uint32_t>(bytes.data(), 20);
+  if (h.version > kChunkVersion)
+    return make_error("chunk format version " + std::to_string(h.version) + " is newer than this gpuckpt reads (" +
+                      std::to_string(kChunkVersion) + ")", EIO);
+  if (h.version < kPackedChunkVersion) return make_error("its header names chunk format version 0, which none is", EIO);
+  if (h.version == kAlignedChunkVersion && h.encoding != 0)
+    return make_error("its header names chunk format version 2 (payload at 4096, for raw chunks only) with encoding " +
+                      std::to_string(h.encoding) + ", not raw (0)", EIO);
   return h;
 }
 
@@ -196,28 +204,64 @@ std::string Store::relative_path(const Digest& d) const {
   return std::string(kHashName) + "/" + hex.substr(0, 2) + "/" + hex;
 }
 
-Result<ChunkHeader> Store::stat(const Digest& d) const {
+struct Store::OpenChunk {
+  int fd = -1;
+  ChunkHeader header;
+  // The header's bytes as the file holds them: a packed file's are its version-1 form already.
+  std::array<std::byte, kChunkHeaderSize> header_bytes{};
+};
+
+Result<Store::OpenChunk> Store::open_chunk(const Digest& d) const {
   const std::string hex = d.hex();
   const std::string inside = hex.substr(0, 2) + "/" + hex;
   int fd = ::openat(hash_fd_, inside.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT && rescue(d)) fd = ::openat(hash_fd_, inside.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return make_error(path_of(d).string() + ": " + errno_text(errno), errno);
+  const std::string shown = path_of(d).string();
+  OpenChunk chunk;
   struct stat st {};
-  std::byte bytes[kChunkHeaderSize];
   Result<ChunkHeader> header = make_error("", EIO);
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    header = make_error(path_of(d).string() + " is not a regular file", EIO);
-  } else if (auto ok = read_all(fd, bytes, sizeof bytes, 0, path_of(d).string()); !ok) {
+    header = make_error(shown + " is not a regular file", EIO);
+  } else if (auto ok = read_all(fd, chunk.header_bytes.data(), kChunkHeaderSize, 0, shown); !ok) {
     header = ok.error();
   } else {
-    header = decode_header(bytes);
-    if (!header) header = make_error(path_of(d).string() + ": " + header.error().message, EIO);
-    else if (static_cast<std::uint64_t>(st.st_size) != kChunkHeaderSize + header->stored_size)
-      header = make_error(path_of(d).string() + " has " + std::to_string(st.st_size) + " bytes, its header says " +
-                          std::to_string(kChunkHeaderSize + header->stored_size), EIO);
+    header = decode_header(chunk.header_bytes);
+    if (!header) header = make_error(shown + ": " + header.error().message, EIO);
+    // The padding of an aligned file is not read: nothing reads it, and the payload's digest is checked by readers.
+    else if (static_cast<std::uint64_t>(st.st_size) != header->file_size())
+      header = make_error(shown + " has " + std::to_string(st.st_size) + " bytes, its header says " +
+                          std::to_string(header->file_size()) + " (chunk format version " +
+                          std::to_string(header->version) + ", payload at " +
+                          std::to_string(header->payload_offset()) + ")", EIO);
   }
-  ::close(fd);
-  return header;
+  if (!header) {
+    ::close(fd);
+    return header.error();
+  }
+  chunk.fd = fd;
+  chunk.header = *header;
+  return chunk;
+}
+
+Result<ChunkHeader> Store::stat(const Digest& d) const {
+  auto chunk = open_chunk(d);
+  if (!chunk) return chunk.error();
+  ::close(chunk->fd);
+  return chunk->header;
+}
+
+Result<MappableChunk> Store::open_mappable(const Digest& d) const {
+  auto chunk = open_chunk(d);
+  if (!chunk) return chunk.error();
+  if (chunk->header.version != kAlignedChunkVersion) {
+    ::close(chunk->fd);
+    return make_error(path_of(d).string() + " holds " + (chunk->header.encoding == 0 ? std::string("a raw chunk in "
+                      "chunk format version 1 (written before version 2 aligned raw payloads)") : "a compressed chunk "
+                      "(encoding " + std::to_string(chunk->header.encoding) + ")") + ": its payload cannot be mapped",
+                      ENOTSUP);
+  }
+  return MappableChunk{chunk->fd, chunk->header, chunk->header.payload_offset()};
 }
 
 Result<int> Store::fanout_dir(const Digest& d) {
@@ -245,9 +289,15 @@ Result<void> Store::put(const Digest& d, const ChunkHeader& header, std::span<co
   if (fd < 0) {
     result = make_error("creating " + shown + ": " + errno_text(errno), errno);
   } else {
-    auto bytes = encode_header(header);
-    iovec iov[2] = {{bytes.data(), bytes.size()}, {const_cast<std::byte*>(payload.data()), payload.size()}};
-    result = write_exact(fd, iov, 2, shown);
+    ChunkHeader laid_out = header;
+    laid_out.version = layout_version(header.encoding);
+    auto bytes = encode_header(laid_out);
+    // Zeros from the header's end to the payload: none for the packed layout, up to 4096 for the aligned one.
+    static const std::array<std::byte, kAlignedPayloadOffset - kChunkHeaderSize> padding{};
+    iovec iov[3] = {{bytes.data(), bytes.size()},
+                    {const_cast<std::byte*>(padding.data()), laid_out.payload_offset() - kChunkHeaderSize},
+                    {const_cast<std::byte*>(payload.data()), payload.size()}};
+    result = write_exact(fd, iov, 3, shown);
     if (result && ::fsync(fd) != 0) result = make_error("fsync of " + shown + ": " + errno_text(errno), errno);
     ::close(fd);
     if (result && ::renameat(*dir_fd, temp.c_str(), *dir_fd, hex.c_str()) != 0)
@@ -279,24 +329,28 @@ Result<void> Store::sync() {
 }
 
 Result<void> Store::read(const Digest& d, std::uint64_t max_size, std::vector<std::byte>& out) const {
-  const std::string hex = d.hex();
-  const std::string inside = hex.substr(0, 2) + "/" + hex;
+  auto chunk = open_chunk(d);
+  if (!chunk) return chunk.error();
   const std::string shown = path_of(d).string();
-  int fd = ::openat(hash_fd_, inside.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0 && errno == ENOENT && rescue(d)) fd = ::openat(hash_fd_, inside.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return make_error("cannot open " + shown + ": " + errno_text(errno), errno);
-  struct stat st {};
+  const ChunkHeader& header = chunk->header;
+  const std::uint64_t wire_size = kChunkHeaderSize + std::uint64_t{header.stored_size};
   Result<void> result;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    result = make_error(shown + " is not a regular file", EIO);
-  } else if (static_cast<std::uint64_t>(st.st_size) > max_size) {
-    result = make_error(shown + " has " + std::to_string(st.st_size) + " bytes, more than the " +
+  if (wire_size > max_size) {
+    result = make_error(shown + " holds " + std::to_string(wire_size) + " bytes of chunk, more than the " +
                         std::to_string(max_size) + " it may", EIO);
   } else {
-    out.resize(static_cast<std::size_t>(st.st_size));
-    result = read_all(fd, out.data(), out.size(), 0, shown);
+    out.resize(static_cast<std::size_t>(wire_size));
+    if (header.version == kPackedChunkVersion) {
+      std::memcpy(out.data(), chunk->header_bytes.data(), kChunkHeaderSize);
+    } else {
+      ChunkHeader packed = header;
+      packed.version = kPackedChunkVersion;
+      const auto bytes = encode_header(packed);
+      std::memcpy(out.data(), bytes.data(), kChunkHeaderSize);
+    }
+    result = read_all(chunk->fd, out.data() + kChunkHeaderSize, header.stored_size, header.payload_offset(), shown);
   }
-  ::close(fd);
+  ::close(chunk->fd);
   return result;
 }
 

@@ -4,7 +4,7 @@
 // (root-only), or a shared filesystem (an RWX volume: NFS, CephFS) mounted at the same path on every node, so
 // another node restores without copying.
 //
-//   <root>/sha256/<first two hex digits>/<64 hex digits>      one chunk: header (32 bytes) | payload
+//   <root>/sha256/<first two hex digits>/<64 hex digits>      one chunk: header (32 bytes) | [zeros to 4096] | payload
 //   <root>/refs/<checkpoint>-<vpid>.json                        a reference: the manifest of a kept checkpoint
 //   <root>/trash/<64 hex digits>                                a chunk garbage collection is deleting (chunk_gc.h)
 //
@@ -16,6 +16,11 @@
 // A chunk file is written under a temporary name beside its final one, fsync'ed and renamed: a file with a
 // digest's name is complete. Digests are the only thing that ever forms a path here, and only after
 // parse_digest accepted them (exactly 64 lowercase hex digits): a hostile manifest cannot name another file.
+//
+// Two file layouts: version 1 (payload right after the header) holds zstd chunks, and raw chunks written before
+// version 2; version 2 (raw chunks only) puts the payload at 4096, so a restore can map the file's payload into the
+// restored process (mmap offsets are page multiples). Whatever the file's layout, read() returns a chunk in the
+// version-1 form, the wire form every transfer, export archive and registry blob carries.
 #pragma once
 
 #include <array>
@@ -61,15 +66,35 @@ inline constexpr const char* kTrashDir = "trash";
 
 // --- a chunk file's header -----------------------------------------------------------------------------------------
 inline constexpr std::size_t kChunkHeaderSize = 32;
-inline constexpr std::uint32_t kChunkVersion = 1;
+inline constexpr std::uint32_t kChunkVersion = 2;              // the newest layout this gpuckpt reads
+inline constexpr std::uint32_t kPackedChunkVersion = 1;        // payload at kChunkHeaderSize: zstd, old raw, wire form
+inline constexpr std::uint32_t kAlignedChunkVersion = 2;       // raw only, payload at kAlignedPayloadOffset
+inline constexpr std::uint64_t kAlignedPayloadOffset = 4096;
 struct ChunkHeader {
   std::uint8_t encoding = 0;       // gpu_image::Encoding: Raw or Zstd
   std::uint32_t raw_size = 0;
-  std::uint32_t stored_size = 0;   // payload bytes after the header
+  std::uint32_t stored_size = 0;   // payload bytes
+  // The layout: decode_header sets it from the bytes. Store::put writes the layout the encoding calls for
+  // (layout_version), whatever this says.
+  std::uint32_t version = kPackedChunkVersion;
+  std::uint64_t payload_offset() const {
+    return version == kAlignedChunkVersion ? kAlignedPayloadOffset : kChunkHeaderSize;
+  }
+  std::uint64_t file_size() const { return payload_offset() + stored_size; }
 };
+// The layout Store::put writes a chunk of this encoding in: aligned for raw (mappable), packed otherwise.
+std::uint32_t layout_version(std::uint8_t encoding);
+// The header in `h.version`'s layout.
 std::array<std::byte, kChunkHeaderSize> encode_header(const ChunkHeader& h);
-// The error says what is wrong (magic, version, header checksum).
+// The error says what is wrong (magic, version, header checksum, an aligned layout for a chunk that is not raw).
 Result<ChunkHeader> decode_header(std::span<const std::byte> bytes);
+
+// A chunk whose payload the caller may map (MAP_PRIVATE of `fd` at `payload_offset`, a multiple of 4096).
+struct MappableChunk {
+  int fd = -1;   // O_RDONLY | O_CLOEXEC; the caller closes it
+  ChunkHeader header;
+  std::uint64_t payload_offset = 0;
+};
 
 // --- the store -----------------------------------------------------------------------------------------------------
 class Store {
@@ -91,14 +116,20 @@ class Store {
   // Marks the chunk as used now (its mtime), so a collection running at the same time keeps it; ENOENT when it is
   // gone (then the caller writes it again).
   Result<void> touch(const Digest& d) const;
-  // Writes the chunk (header + payload) under a temporary name, fsyncs it and renames it to its digest's name.
-  // Thread-safe; files are 0600. The caller decides whether it is present first (stat).
+  // Writes the chunk (header + payload, in layout_version(header.encoding)'s layout) under a temporary name, fsyncs
+  // it and renames it to its digest's name. Thread-safe; files are 0600. The caller decides whether it is present
+  // first (stat).
   Result<void> put(const Digest& d, const ChunkHeader& header, std::span<const std::byte> payload);
   // fsync of every directory put() renamed into since the last call: after it the new names are durable.
   Result<void> sync();
-  // The whole chunk file (header + payload) into `out`, when it has at most `max_size` bytes (what the caller can
-  // accept: the size a header just read says, or the largest chunk file).
+  // The chunk in the version-1 form (header | payload, kChunkHeaderSize + stored_size bytes) into `out`, whatever
+  // the file's layout, when that is at most `max_size` bytes (what the caller can accept: the size a header just
+  // read says, or the largest chunk file).
   Result<void> read(const Digest& d, std::uint64_t max_size, std::vector<std::byte>& out) const;
+  // The open chunk file when its payload can be mapped: a raw chunk in the aligned layout. Any other chunk (zstd, a
+  // raw one written before the aligned layout) is an error with errno ENOTSUP: the caller copies it (read()). Other
+  // failures are stat's.
+  Result<MappableChunk> open_mappable(const Digest& d) const;
 
   // --- references: one file per kept checkpoint's process, the manifest naming its chunks -------------------------
   // `name` is a reference name (ref_name); the file is written atomically (temporary name, fsync, rename, fsync).
@@ -121,6 +152,9 @@ class Store {
   Result<int> fanout_dir(const Digest& d);   // <root>/sha256/ab, created on first use
   // Moves trash/<hex> back to sha256/ab/<hex> unless a chunk is there already: true when it did.
   bool rescue(const Digest& d) const;
+  // The chunk file open, a regular file whose size matches its header, with that header; stat's errors.
+  struct OpenChunk;
+  Result<OpenChunk> open_chunk(const Digest& d) const;
   std::filesystem::path root_;
   int root_fd_ = -1;
   int hash_fd_ = -1;   // <root>/sha256

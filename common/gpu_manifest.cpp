@@ -415,10 +415,11 @@ Result<StoredChunk> StoreWriter::add(std::uint32_t region, std::uint64_t chunk, 
   header.encoding = static_cast<std::uint8_t>(e.encoding);
   header.raw_size = e.raw_size;
   header.stored_size = e.stored_size;
+  header.version = cs::layout_version(header.encoding);   // as put() lays it out, for written_bytes
   if (auto ok = store_->put(digest, header, codec.payload()); !ok) return ok.error();
   present_[i] = 1;
   out.stored_bytes = e.stored_size;
-  out.written_bytes = cs::kChunkHeaderSize + e.stored_size;
+  out.written_bytes = header.file_size();
   return out;
 }
 

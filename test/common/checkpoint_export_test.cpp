@@ -358,7 +358,7 @@ TEST_CASE("export with a chunk missing from the store names checkpoint, chunk an
   const auto damaged = cs::sha256(random_chunk(1));
   {
     std::fstream f(source->path_of(damaged), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(cs::kChunkHeaderSize + 7));
+    f.seekp(static_cast<std::streamoff>(source->stat(damaged)->payload_offset() + 7));
     f.put('\x01');
   }
   gpuckpt::test::store_checkpoint(source, dir.path / "second");   // the same memory again: writes the lost chunk back

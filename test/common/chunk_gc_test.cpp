@@ -138,6 +138,18 @@ TEST_CASE("chunk gc: reference counts, and only chunks no reference names and ol
   CHECK(counts.at(first.manifest.digests[2]) == 1);
   CHECK(counts.at(second.manifest.digests[2]) == 1);
   collection->reset();
+  // What each reference holds, in the bytes its chunk files take: what removing it would free.
+  auto summaries = gc::summarize_references(*store);
+  REQUIRE(summaries);
+  REQUIRE(summaries->size() == 2);
+  for (const auto& s : *summaries) {
+    const auto& m = s.checkpoint == first.id ? first.manifest : second.manifest;
+    std::uint64_t files = 0;
+    for (const auto& d : m.digests) files += fs::file_size(store->path_of(d));
+    CHECK(s.chunks == 3);
+    CHECK(s.stored_bytes == files);
+    CHECK(s.exclusive_bytes == fs::file_size(store->path_of(m.digests[2])));
+  }
 
   // Everything referenced: nothing goes.
   auto report = gc::collect(*store, removing());
@@ -155,7 +167,9 @@ TEST_CASE("chunk gc: reference counts, and only chunks no reference names and ol
   CHECK(dry->garbage_chunks == 1);
   REQUIRE(dry->garbage.size() == 1);
   CHECK(dry->garbage[0].digest == first.manifest.digests[2]);
-  CHECK(dry->garbage_bytes == cs::kChunkHeaderSize + first.manifest.entries[2].stored_size);
+  // The file's size: a raw chunk's payload is at 4096.
+  REQUIRE(first.manifest.entries[2].encoding == gi::Encoding::Raw);
+  CHECK(dry->garbage_bytes == cs::kAlignedPayloadOffset + first.manifest.entries[2].stored_size);
   CHECK(chunk_files(dir.path) == 4);   // a dry run removes nothing
   CHECK(gc::format_report(*dry, dir.path.string()).find("would remove 1 unreferenced chunks") != std::string::npos);
 

@@ -92,7 +92,7 @@ TEST_CASE("chunk store: a chunk is written once, atomically, root-only, and read
   CHECK(path == root / "sha256" / digest.hex().substr(0, 2) / digest.hex());
   REQUIRE(::stat(path.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
-  CHECK(static_cast<std::size_t>(st.st_size) == cs::kChunkHeaderSize + payload.size());
+  CHECK(static_cast<std::size_t>(st.st_size) == cs::kAlignedPayloadOffset + payload.size());   // raw: page-aligned
   auto present = (*store)->stat(digest);
   REQUIRE(present);
   CHECK(present->stored_size == 5000);
@@ -251,7 +251,7 @@ TEST_CASE("GPU memory manifest: a missing or corrupt chunk is named with its che
     const int fd = ::open(bad.c_str(), O_RDWR);
     REQUIRE(fd >= 0);
     const char flip = 0x55;
-    REQUIRE(::pwrite(fd, &flip, 1, cs::kChunkHeaderSize + 1000) == 1);
+    REQUIRE(::pwrite(fd, &flip, 1, static_cast<off_t>(store->stat(manifest->digests[2])->payload_offset() + 1000)) == 1);
     ::close(fd);
     gi::StoreReader reader(*manifest, store, gi::manifest_name(12));
     std::vector<std::byte> record, out(64u << 10);
@@ -275,7 +275,7 @@ TEST_CASE("GPU memory manifest: a missing or corrupt chunk is named with its che
     const int fd = ::open(bad.c_str(), O_RDWR);
     REQUIRE(fd >= 0);
     const char flip = 0x55;
-    REQUIRE(::pwrite(fd, &flip, 1, cs::kChunkHeaderSize + 1000) == 1);
+    REQUIRE(::pwrite(fd, &flip, 1, static_cast<off_t>(store->stat(manifest->digests[2])->payload_offset() + 1000)) == 1);
     ::close(fd);
     auto read = reader.read_chunk(2, codec, record, out);
     REQUIRE_FALSE(read);
