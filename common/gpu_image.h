@@ -91,6 +91,9 @@ struct Settings {
   // is self-contained). Else the chunk store's directory (chunk_store.h): chunks there, a manifest in the image
   // directory, so the runtime's archive holds CPU state only.
   std::string store;
+  // The node-local store, whose reads may check chunks by XXH3-64 and be mapped (gpu_manifest.h
+  // ingest_verified_store): "" is chunk_store::kNodeStoreDir; tests name another (GPUCKPT_TEST_NODE_STORE).
+  std::string node_store;
 };
 
 unsigned default_threads(unsigned cpus);

@@ -527,7 +527,8 @@ std::string restore_store_dir(const Settings& settings) {
   return settings.store.empty() ? std::string(cs::kNodeStoreDir) : settings.store;
 }
 
-Result<std::unique_ptr<MemorySource>> open_memory_source(int dir_fd, int vpid, const std::string& store_dir) {
+Result<std::unique_ptr<MemorySource>> open_memory_source(int dir_fd, int vpid, const std::string& store_dir,
+                                                         const std::string& node_store) {
   const std::string name = manifest_name(vpid);
   struct stat st {};
   if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -540,7 +541,8 @@ Result<std::unique_ptr<MemorySource>> open_memory_source(int dir_fd, int vpid, c
   auto store = cs::Store::open(store_dir, false);
   if (!store) return make_error("checkpoint " + manifest->checkpoint + " (" + name + "): " + store.error().message,
                                 store.error().errno_value);
-  const ChunkCheck check = ingest_verified_store(**store) ? ChunkCheck::Checksum : ChunkCheck::Digest;
+  const bool verified = ingest_verified_store(**store, node_store.empty() ? cs::kNodeStoreDir : node_store);
+  const ChunkCheck check = verified ? ChunkCheck::Checksum : ChunkCheck::Digest;
   return std::unique_ptr<MemorySource>(std::make_unique<StoreReader>(
       std::move(*manifest), std::shared_ptr<const cs::Store>(std::move(*store)), name, check));
 }

@@ -134,6 +134,7 @@ class StoreReader final : public MemorySource {
   const std::vector<ChunkEntry>& entries() const override { return manifest_.entries; }
   const std::string& name() const override { return name_; }
   const Manifest& manifest() const { return manifest_; }
+  const chunk_store::Store& store() const { return *store_; }
   ChunkCheck check() const { return check_; }
   // Reads the chunk file, checks its header against the manifest, decodes it and checks it (check()).
   Result<void> read_chunk(std::size_t i, ChunkCodec& codec, std::vector<std::byte>& record_buffer,
@@ -154,7 +155,9 @@ std::string restore_store_dir(const Settings& settings);
 // A process's memory in `dir_fd`: its manifest (over the store at `store_dir`) when there is one, else its image
 // file. An error with errno ENOENT when there is neither. A manifest's chunks are checked by XXH3-64 when the store
 // is ingest_verified_store and the manifest has checksums, else by SHA-256.
-Result<std::unique_ptr<MemorySource>> open_memory_source(int dir_fd, int vpid, const std::string& store_dir);
+// `node_store`: as Settings::node_store ("" is chunk_store::kNodeStoreDir).
+Result<std::unique_ptr<MemorySource>> open_memory_source(int dir_fd, int vpid, const std::string& store_dir,
+                                                         const std::string& node_store = "");
 
 // What `gpuckpt inspect` prints for a manifest; with a store, every chunk is checked there (read and hashed).
 struct ManifestSummary {

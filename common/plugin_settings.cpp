@@ -32,7 +32,7 @@ std::string_view trim(std::string_view s) {
 
 bool is_plugin_setting(std::string_view name) {
   for (const char* known : {"GPUCKPT_CUDA_MEMORY_IMAGE", "GPUCKPT_IMAGE_THREADS", "GPUCKPT_IMAGE_COMPRESSION",
-                            "GPUCKPT_IMAGE_SPARSE", "GPUCKPT_GPU_STORE", "GPUCKPT_STAGING_HUGE_PAGES"})
+                            "GPUCKPT_IMAGE_SPARSE", "GPUCKPT_GPU_STORE", "GPUCKPT_STAGING_HUGE_PAGES", "GPUCKPT_STAGING_MAP_CHUNKS"})
     if (name == known) return true;
   return false;
 }
@@ -61,7 +61,8 @@ Result<std::map<std::string, std::string>> parse_plugin_settings(std::string_vie
     const std::string value(trim(line.substr(eq + 1)));
     if (!is_plugin_setting(name))
       return problem("unknown setting '" + name.substr(0, 64) + "' (known: GPUCKPT_CUDA_MEMORY_IMAGE, GPUCKPT_IMAGE_THREADS, "
-                     "GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE, GPUCKPT_GPU_STORE, GPUCKPT_STAGING_HUGE_PAGES)");
+                     "GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE, GPUCKPT_GPU_STORE, GPUCKPT_STAGING_HUGE_PAGES, "
+                     "GPUCKPT_STAGING_MAP_CHUNKS)");
     if (value.empty() || value.size() > kMaxValue || value.find_first_of(" \t") != std::string::npos)
       return problem(name + " needs one value of 1 to " + std::to_string(kMaxValue) + " characters without spaces");
     if (!values.emplace(name, value).second) return problem(name + " is set twice");

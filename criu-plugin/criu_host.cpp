@@ -163,34 +163,51 @@ bool can_inject_syscalls() {
   return s.compel_prepare != nullptr && s.compel_syscall != nullptr && s.compel_cure != nullptr;
 }
 
-Result<void> madvise_in_task(int pid, const std::vector<MemoryRange>& ranges, int advice, const char* advice_name) {
-  const Services& s = services();
+Result<TaskSyscalls> TaskSyscalls::prepare(int pid) {
   if (!can_inject_syscalls()) return make_error("this CRIU does not export compel's syscall injection", ENOTSUP);
-  // compel_prepare reads the task's registers and finds an executable mapping to place the syscall instruction
-  // at; compel_syscall swaps that code in, runs one syscall with all signals blocked and puts code, registers
-  // and signal mask back. It also opens one socket in the task's network namespace that compel_cure does not
-  // close: one descriptor per task and call, gone when CRIU exits.
-  CompelCtl* ctl = s.compel_prepare(pid);
+  CompelCtl* ctl = services().compel_prepare(pid);
   if (ctl == nullptr)
     return make_error("compel could not prepare pid " + std::to_string(pid) + " for a syscall (see CRIU's log)", EIO);
-  Result<void> result;
+  return TaskSyscalls(pid, ctl);
+}
+
+TaskSyscalls::~TaskSyscalls() { (void)release(); }
+
+Result<long> TaskSyscalls::call(long nr, unsigned long a1, unsigned long a2, unsigned long a3, unsigned long a4,
+                                unsigned long a5, unsigned long a6) {
+  if (ctl_ == nullptr) return make_error("pid " + std::to_string(pid_) + " was released already", EINVAL);
+  long ret = 0;
+  const int err = services().compel_syscall(ctl_, static_cast<int>(nr), &ret, a1, a2, a3, a4, a5, a6);
+  if (err != 0)
+    return make_error("compel could not run syscall " + std::to_string(nr) + " inside pid " + std::to_string(pid_) +
+                      " (compel error " + std::to_string(err) + ")", EIO);
+  return ret;
+}
+
+Result<void> TaskSyscalls::release() {
+  if (ctl_ == nullptr) return {};
+  CompelCtl* ctl = ctl_;
+  ctl_ = nullptr;
+  if (services().compel_cure(ctl) != 0)
+    return make_error("compel could not release pid " + std::to_string(pid_) + " after its syscalls", EIO);
+  return {};
+}
+
+Result<void> madvise_in_task(int pid, const std::vector<MemoryRange>& ranges, int advice, const char* advice_name) {
+  auto task = TaskSyscalls::prepare(pid);
+  if (!task) return task.error();
   for (const MemoryRange& r : ranges) {
-    long ret = 0;
-    int err = s.compel_syscall(ctl, SYS_madvise, &ret, r.start, r.length, static_cast<unsigned long>(advice), 0, 0, 0);
-    if (err != 0 || ret != 0) {
+    auto ret = task->call(SYS_madvise, r.start, r.length, static_cast<unsigned long>(advice));
+    if (!ret || *ret != 0) {
       char where[64];
       std::snprintf(where, sizeof where, "0x%llx+%llu", static_cast<unsigned long long>(r.start),
                     static_cast<unsigned long long>(r.length));
-      result = make_error(std::string("madvise(") + advice_name + ") inside pid " + std::to_string(pid) + " at " +
-                          where + " failed (" +
-                          (err != 0 ? "compel error " + std::to_string(err) : std::string(std::strerror(static_cast<int>(-ret)))) +
-                          ")", err != 0 ? EIO : static_cast<int>(-ret));
-      break;
+      return make_error(std::string("madvise(") + advice_name + ") inside pid " + std::to_string(pid) + " at " +
+                        where + " failed (" + (ret ? std::string(std::strerror(static_cast<int>(-*ret))) : ret.error().message) +
+                        ")", ret ? static_cast<int>(-*ret) : EIO);
     }
   }
-  if (s.compel_cure(ctl) != 0 && result)
-    result = make_error("compel could not release pid " + std::to_string(pid) + " after the syscall", EIO);
-  return result;
+  return task->release();
 }
 
 namespace {

@@ -75,6 +75,30 @@ struct MemoryRange {
 bool can_inject_syscalls();
 Result<void> madvise_in_task(int pid, const std::vector<MemoryRange>& ranges, int advice, const char* advice_name);
 
+// Syscalls run inside task `pid`, which CRIU has seized and stopped, through compel's syscall injection (from
+// CRIU's main thread, the tracer, only). compel_prepare reads the task's registers and finds an executable
+// mapping to place the syscall instruction at; each call swaps that code in, runs one syscall with all signals
+// blocked and puts code, registers and signal mask back. compel also opens one socket in the task's network
+// namespace that compel_cure does not close: one descriptor of CRIU's per preparation, gone when CRIU exits.
+class TaskSyscalls {
+ public:
+  static Result<TaskSyscalls> prepare(int pid);
+  TaskSyscalls(TaskSyscalls&& other) noexcept : pid_(other.pid_), ctl_(other.ctl_) { other.ctl_ = nullptr; }
+  TaskSyscalls& operator=(TaskSyscalls&&) = delete;
+  TaskSyscalls(const TaskSyscalls&) = delete;
+  ~TaskSyscalls();   // releases the task if release() was not called
+  // The syscall's own return value (-errno when it failed inside the task); an error when compel could not run it.
+  Result<long> call(long nr, unsigned long a1 = 0, unsigned long a2 = 0, unsigned long a3 = 0, unsigned long a4 = 0,
+                    unsigned long a5 = 0, unsigned long a6 = 0);
+  Result<void> release();
+  int pid() const { return pid_; }
+
+ private:
+  TaskSyscalls(int pid, CompelCtl* ctl) : pid_(pid), ctl_(ctl) {}
+  int pid_;
+  CompelCtl* ctl_;
+};
+
 // CRIU's fdstore (criu_abi.h), for fds the main CRIU process hands to the restored processes: CRIU keeps them
 // across its own fd handling in those processes, which closes or reuses every fd number that is not its own.
 // Usable from the plugin's init(RESTORE) on where host_abi().fd_store_at_init; fd_store_get's fd belongs to the

@@ -14,6 +14,7 @@
 #include "common/gpu_manifest.h"
 #include "common/log.h"
 #include "criu-plugin/criu_host.h"
+#include "criu-plugin/cuda/chunk_mapping.h"
 
 namespace gpuckpt::cuda {
 namespace {
@@ -48,6 +49,12 @@ void GpuMemoryPath::configure(int dir_fd) {
     log::error("cuda: " + huge.error().message + "; using 1");
   }
   log::param("GPUCKPT_STAGING_HUGE_PAGES", huge_pages_ ? "1" : "0");
+  if (auto map = staging_map_chunks_from_env(); map) {
+    map_chunks_ = *map;
+  } else {
+    log::error("cuda: " + map.error().message + "; using 1");
+  }
+  log::param("GPUCKPT_STAGING_MAP_CHUNKS", map_chunks_ ? "1" : "0");
   if (auto settings = gpu_image::settings_from_env(); settings) {
     settings_ = *settings;
   } else {
@@ -56,6 +63,13 @@ void GpuMemoryPath::configure(int dir_fd) {
     settings_.threads = gpu_image::default_threads(static_cast<unsigned>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))));
   }
   gpu_image::log_settings(settings_);
+  if (auto node_store = test_node_store_from_env(); node_store && *node_store) {
+    settings_.node_store = **node_store;
+    log::warn("cuda: TEST SWITCH GPUCKPT_TEST_NODE_STORE=" + settings_.node_store + ": treated as the node-local "
+              "chunk store (for tests only)");
+  } else if (!node_store) {
+    log::error("cuda: " + node_store.error().message + "; the test switch stays off");
+  }
   if (auto vma = test_staging_vma_from_env(); vma) {
     test_vma_ = *vma;
   } else {
@@ -234,6 +248,34 @@ void GpuMemoryPath::ask_for_huge_pages(const std::vector<ProcessMemory>& jobs) c
             fixed(std::chrono::duration<double>(Clock::now() - start).count(), 3) + " s)");
 }
 
+std::vector<std::vector<bool>> GpuMemoryPath::map_chunks(const std::vector<ProcessMemory>& jobs) const {
+  const std::string store_dir = gpu_image::restore_store_dir(settings_);
+  std::vector<std::vector<bool>> in_place(jobs.size());
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    const ProcessMemory& job = jobs[j];
+    auto source = gpu_image::open_memory_source(dir_fd_, job.vpid, store_dir, settings_.node_store);
+    if (!source) continue;   // the fill names the problem
+    const auto* reader = dynamic_cast<const gpu_image::StoreReader*>(source->get());
+    // Only the node store's chunks, checked by XXH3-64 through the descriptor the task maps (chunk_mapping.h).
+    if (reader == nullptr || reader->check() != gpu_image::ChunkCheck::Checksum) continue;
+    const auto start = Clock::now();
+    auto mapped = map_store_chunks(job.pid, *reader, settings_.threads);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (!mapped) {
+      log::warn("cuda: " + pid_text(job.pid) + ": mapping its chunks from " + store_dir + " failed: " +
+                mapped.error().message + "; every chunk is copied instead");
+      continue;
+    }
+    log::info("cuda: " + pid_text(job.pid) + ": mapped " + std::to_string(mapped->chunks) + " chunk(s), " +
+              fixed(static_cast<double>(mapped->bytes) / (1 << 20), 0) + " MiB, from " + store_dir +
+              " into its staging memory, each checked by XXH3-64 (" + std::to_string(mapped->unmappable) +
+              " stored compressed or in the old layout are copied)");
+    log::info("timing: gpu memory chunk mapping: " + fixed(seconds) + " s");
+    in_place[j] = std::move(mapped->in_place);
+  }
+  return in_place;
+}
+
 std::map<int, int> GpuMemoryPath::fill(const std::vector<int>& candidates) {
   std::map<int, int> results;
   if (image_vpids_.empty()) return results;
@@ -255,9 +297,11 @@ std::map<int, int> GpuMemoryPath::fill(const std::vector<int>& candidates) {
     for (int pid : candidates) results[pid] = -ENOENT;
     return results;
   }
-  if (huge_pages_) ask_for_huge_pages(jobs);
+  // The fill's time is all of it: huge pages asked for, chunks mapped, the rest copied.
   const auto start = Clock::now();
-  auto filled = fill_from_images(jobs, dir_fd_, settings_);
+  if (huge_pages_) ask_for_huge_pages(jobs);
+  const auto mapped = map_chunks_ ? map_chunks(jobs) : std::vector<std::vector<bool>>{};
+  auto filled = fill_from_images(jobs, dir_fd_, settings_, true, mapped);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::uint64_t memory = 0;
   std::size_t ok_count = 0;

@@ -23,7 +23,7 @@ namespace gpuckpt::cuda {
 class GpuMemoryPath {
  public:
   // Reads GPUCKPT_CUDA_MEMORY_IMAGE, GPUCKPT_IMAGE_{THREADS,COMPRESSION,SPARSE}, GPUCKPT_GPU_STORE,
-  // GPUCKPT_STAGING_HUGE_PAGES and the test switch
+  // GPUCKPT_STAGING_{HUGE_PAGES,MAP_CHUNKS} and the test switches
   // GPUCKPT_TEST_STAGING_VMA; logs each once. A bad value is logged and its default used: a typo must not
   // break every dump on the node.
   void configure(int dir_fd);
@@ -55,10 +55,14 @@ class GpuMemoryPath {
   static constexpr std::uint64_t kHugePageBytes = 2u << 20;
   // Before a fill: MADV_HUGEPAGE on each process's staging regions, inside the task (GPUCKPT_STAGING_HUGE_PAGES).
   void ask_for_huge_pages(const std::vector<ProcessMemory>& jobs) const;
+  // Before a fill from the node store: maps each process's raw chunks (GPUCKPT_STAGING_MAP_CHUNKS). Per process
+  // and chunk, whether it is in place; where mapping fails, nothing is, and the fill copies every chunk.
+  std::vector<std::vector<bool>> map_chunks(const std::vector<ProcessMemory>& jobs) const;
 
   int dir_fd_ = -1;
   bool enabled_ = true;
   bool huge_pages_ = true;
+  bool map_chunks_ = true;
   gpu_image::Settings settings_;
   std::optional<std::uint64_t> test_vma_;
   std::map<int, std::vector<Vma>> maps_before_;

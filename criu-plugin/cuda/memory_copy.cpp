@@ -154,11 +154,13 @@ struct Stream {
 constexpr std::size_t kReadAhead = 8;          // chunks: the file range asked for ahead of the reader (16 MiB)
 constexpr std::size_t kZeroRun = 64;           // zero chunks per stream (128 MiB of pages to touch)
 
-std::vector<Stream> read_streams(std::size_t process, const gi::MemorySource& reader, bool zero_is_touch) {
+std::vector<Stream> read_streams(std::size_t process, const gi::MemorySource& reader, bool zero_is_touch,
+                                 const std::vector<bool>& in_place) {
   const auto& entries = reader.entries();
   std::vector<Stream> by_file(reader.header().shards == 0 ? 1 : reader.header().shards);
   std::vector<Stream> zero_runs;
   for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (i < in_place.size() && in_place[i]) continue;
     const Item item{process, entries[i].region, i, zero_is_touch && entries[i].encoding == gi::Encoding::Zero};
     if (entries[i].encoding == gi::Encoding::Zero) {
       if (zero_runs.empty() || zero_runs.back().items.size() == kZeroRun) zero_runs.push_back({process, {}, 0});
@@ -300,7 +302,10 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
 }
 
 std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>& processes, int dir_fd,
-                                                const gi::Settings& settings, bool memory_is_zero_or_intact) {
+                                                const gi::Settings& settings, bool memory_is_zero_or_intact,
+                                                const std::vector<std::vector<bool>>& in_place) {
+  static const std::vector<bool> none;
+  auto placed = [&](std::size_t p) -> const std::vector<bool>& { return p < in_place.size() ? in_place[p] : none; };
   const auto start = Clock::now();
   std::vector<std::unique_ptr<ProcessSlot>> slots;
   std::vector<std::unique_ptr<gi::MemorySource>> readers(processes.size());
@@ -308,7 +313,7 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
   const std::string store_dir = gi::restore_store_dir(settings);
   for (std::size_t p = 0; p < processes.size(); ++p) {
     slots.push_back(std::make_unique<ProcessSlot>());
-    auto reader = gi::open_memory_source(dir_fd, processes[p].vpid, store_dir);
+    auto reader = gi::open_memory_source(dir_fd, processes[p].vpid, store_dir, settings.node_store);
     if (!reader) {
       slots[p]->fail(reader.error());
       continue;
@@ -324,7 +329,12 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
       continue;
     }
     readers[p] = std::move(*reader);
-    for (auto& stream : read_streams(p, *readers[p], memory_is_zero_or_intact)) streams.push_back(std::move(stream));
+    if (!placed(p).empty() && placed(p).size() != readers[p]->entries().size()) {
+      slots[p]->fail(make_error("internal: " + readers[p]->name() + ": the mapped chunks do not match its chunks", EINVAL));
+      continue;
+    }
+    for (auto& stream : read_streams(p, *readers[p], memory_is_zero_or_intact, placed(p)))
+      streams.push_back(std::move(stream));
   }
   // Largest streams first, so the last ones to finish are short.
   std::stable_sort(streams.begin(), streams.end(), [](const Stream& a, const Stream& b) { return a.bytes > b.bytes; });
@@ -370,8 +380,12 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
   for (std::size_t p = 0; p < processes.size(); ++p)
     if (readers[p]) with_regions[p].regions = readers[p]->regions();
   auto results = collect(with_regions, slots, seconds);
-  for (std::size_t p = 0; p < processes.size(); ++p)
-    if (readers[p] && results[p]) results[p]->chunk_check = readers[p]->chunk_check();
+  for (std::size_t p = 0; p < processes.size(); ++p) {
+    if (!readers[p] || !results[p]) continue;
+    results[p]->chunk_check = readers[p]->chunk_check();
+    results[p]->mapped_chunks = static_cast<std::uint64_t>(std::count(placed(p).begin(), placed(p).end(), true));
+    results[p]->chunks += results[p]->mapped_chunks;
+  }
   return results;
 }
 
@@ -397,7 +411,7 @@ std::vector<int> image_vpids(int dir_fd) {
 }
 
 Result<std::vector<gi::Region>> image_regions(int dir_fd, int vpid, const gi::Settings& settings) {
-  auto reader = gi::open_memory_source(dir_fd, vpid, gi::restore_store_dir(settings));
+  auto reader = gi::open_memory_source(dir_fd, vpid, gi::restore_store_dir(settings), settings.node_store);
   if (!reader) return reader.error();
   return (*reader)->regions();
 }
@@ -409,7 +423,9 @@ std::string describe(const CopyStats& s) {
                 "%.2f GiB written", gib, static_cast<unsigned long long>(s.chunks),
                 static_cast<unsigned long long>(s.zero_chunks), static_cast<unsigned long long>(s.reused_chunks),
                 static_cast<double>(s.stored_bytes) / (1ull << 30), static_cast<double>(s.written_bytes) / (1ull << 30));
-  return *s.chunk_check == '\0' ? std::string(buf) : std::string(buf) + ", each chunk checked by " + s.chunk_check;
+  std::string text = buf;
+  if (s.mapped_chunks > 0) text += ", " + std::to_string(s.mapped_chunks) + " chunks mapped from the store";
+  return *s.chunk_check == '\0' ? text : text + ", each chunk checked by " + s.chunk_check;
 }
 
 }  // namespace gpuckpt::cuda

@@ -25,6 +25,7 @@ struct CopyStats {
   std::uint64_t zero_chunks = 0;
   std::uint64_t chunks = 0;
   std::uint64_t reused_chunks = 0;   // dump into a chunk store: chunks it held already (nothing written)
+  std::uint64_t mapped_chunks = 0;   // fill: chunks mapped from the store before it (ProcessMemory::in_place)
   std::uint64_t written_bytes = 0;   // dump: bytes written (image files, or new chunk files in the store)
   double seconds = 0;               // wall time of the whole batch
   const char* chunk_check = "";     // fill: how each chunk read was checked (MemorySource::chunk_check)
@@ -40,11 +41,13 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
 // chunks in (the store: settings.store, else the node-local one). When `memory_is_zero_or_intact` (memory
 // freshly mapped by the restore, or dropped/untouched since the dump), zero chunks are not copied, only their
 // pages touched (allocated by the pool rather than later by the driver's single thread).
-// Every region must lie in a writable private mapping of the process. One result per process, in order; a
-// process without an image gets an error with errno ENOENT.
+// Every region must lie in a writable private mapping of the process. `in_place`, when not empty, says per process
+// and chunk of its image which chunks are in its memory already (mapped from the store: chunk_mapping.h), which are
+// left as they are. One result per process, in order; a process without an image gets an error with errno ENOENT.
 std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>& processes, int dir_fd,
                                                 const gpu_image::Settings& settings,
-                                                bool memory_is_zero_or_intact = true);
+                                                bool memory_is_zero_or_intact = true,
+                                                const std::vector<std::vector<bool>>& in_place = {});
 
 // Which processes the image directory holds images or manifests for (the vpids), sorted, each once.
 std::vector<int> image_vpids(int dir_fd);

@@ -96,14 +96,19 @@ std::vector<gpu_image::Region> find_named_region(const std::vector<Vma>& maps, s
 }
 
 Result<void> regions_are_mapped(const std::vector<gpu_image::Region>& regions, const std::vector<Vma>& maps) {
+  auto private_writable = [](const Vma& v) {
+    return v.perms.size() == 4 && v.perms[0] == 'r' && v.perms[1] == 'w' && v.perms[3] == 'p';
+  };
   for (const auto& r : regions) {
-    bool inside = false;
+    // One VMA, or several back to back (chunks mapped from the store split it: chunk_mapping.h).
+    std::uint64_t covered = r.start;
     for (const Vma& v : maps) {
-      if (v.start <= r.start && r.start + r.length <= v.end) {
-        inside = v.perms.size() == 4 && v.perms[0] == 'r' && v.perms[1] == 'w' && v.perms[3] == 'p';
-        break;
-      }
+      if (v.end <= covered || v.start > covered) continue;
+      if (!private_writable(v)) break;
+      covered = v.end;
+      if (covered >= r.start + r.length) break;
     }
+    const bool inside = covered >= r.start + r.length;
     if (!inside)
       return make_error("the process has no private writable mapping at " + hex_address(r.start) + "-" +
                         hex_address(r.start + r.length) + " where its GPU memory was; its memory layout is not the "
@@ -158,6 +163,20 @@ Result<bool> staging_huge_pages_from_env(const PluginSettings& node) {
   if (s.empty() || s == "1") return true;
   if (s == "0") return false;
   return make_error("GPUCKPT_STAGING_HUGE_PAGES='" + s + "' is not 0 or 1");
+}
+
+Result<bool> staging_map_chunks_from_env(const PluginSettings& node) {
+  const std::string s = node.get("GPUCKPT_STAGING_MAP_CHUNKS");
+  if (s.empty() || s == "1") return true;
+  if (s == "0") return false;
+  return make_error("GPUCKPT_STAGING_MAP_CHUNKS='" + s + "' is not 0 or 1");
+}
+
+Result<std::optional<std::string>> test_node_store_from_env() {
+  const char* v = std::getenv("GPUCKPT_TEST_NODE_STORE");
+  if (v == nullptr || *v == '\0') return std::optional<std::string>();
+  if (v[0] != '/') return make_error("GPUCKPT_TEST_NODE_STORE='" + std::string(v) + "' is not an absolute path");
+  return std::optional<std::string>(v);
 }
 
 Result<std::optional<std::uint64_t>> test_staging_vma_from_env() {

@@ -41,7 +41,8 @@ std::vector<gpu_image::Region> find_staging_regions(const std::vector<Vma>& befo
 // Test-only switch (GPUCKPT_TEST_STAGING_VMA): the private anonymous rw VMA starting at `start`.
 std::vector<gpu_image::Region> find_named_region(const std::vector<Vma>& maps, std::uint64_t start);
 
-// Every region lies inside one private rw VMA of `maps` (checked before writing a restored process's memory).
+// Every region lies inside private rw VMAs of `maps`, one or several back to back, sorted by address as
+// /proc/PID/maps lists them (checked before writing or mapping a restored process's memory).
 Result<void> regions_are_mapped(const std::vector<gpu_image::Region>& regions, const std::vector<Vma>& maps);
 
 // Whether gpuckpt writes a process's staging memory itself, or leaves it to CRIU's page dump, and why.
@@ -72,5 +73,10 @@ Result<std::optional<std::uint64_t>> test_staging_vma_from_env();
 // GPUCKPT_STAGING_HUGE_PAGES (1/0, default 1): before a restore fills a process's staging memory, ask for
 // transparent huge pages on it (madvise inside the task), so the fill and the driver's restore touch 2 MiB pages.
 Result<bool> staging_huge_pages_from_env(const PluginSettings& node = plugin_settings());
+// GPUCKPT_STAGING_MAP_CHUNKS (1/0, default 1): a restore from the node store maps its raw chunks into the staging
+// memory instead of copying them (chunk_mapping.h).
+Result<bool> staging_map_chunks_from_env(const PluginSettings& node = plugin_settings());
+// Test switch (the environment only): GPUCKPT_TEST_NODE_STORE names the directory treated as the node-local store.
+Result<std::optional<std::string>> test_node_store_from_env();
 
 }  // namespace gpuckpt::cuda

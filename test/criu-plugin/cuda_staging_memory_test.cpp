@@ -112,6 +112,22 @@ TEST_CASE("staging memory: regions must lie in writable private mappings", "[uni
   CHECK_FALSE(regions_are_mapped({{0x1000, 0x1000}}, after));
 }
 
+TEST_CASE("staging memory: a region split by chunks mapped from the store is still mapped, a gap is not", "[unit]") {
+  // Two chunks mapped from store files in the middle of the restored anonymous staging memory.
+  constexpr const char* kSplit =
+      "7e0000000000-7e0000200000 rw-p 00000000 00:00 0\n"
+      "7e0000200000-7e0000400000 rw-p 00001000 fd:01 4242 /var/lib/gpuckpt/chunks/sha256/ab/ab01\n"
+      "7e0000400000-7e0000600000 rw-p 00001000 fd:01 4243 /var/lib/gpuckpt/chunks/sha256/cd/cd02\n"
+      "7e0000600000-7e0000800000 rw-p 00000000 00:00 0\n"
+      "7e0000a00000-7e0000c00000 rw-p 00000000 00:00 0\n"
+      "7e0000c00000-7e0000e00000 r--p 00000000 00:00 0\n";
+  auto maps = parse_maps(kSplit);
+  CHECK(regions_are_mapped({{0x7e0000000000, 0x800000}}, maps));
+  CHECK(regions_are_mapped({{0x7e0000300000, 0x200000}}, maps));
+  CHECK_FALSE(regions_are_mapped({{0x7e0000000000, 0xa00000}}, maps));   // a hole at 0x7e0000800000
+  CHECK_FALSE(regions_are_mapped({{0x7e0000a00000, 0x400000}}, maps));   // runs into a read-only mapping
+}
+
 TEST_CASE("staging memory: when gpuckpt moves the memory itself and when CRIU keeps it", "[unit]") {
   struct Row {
     PathFacts facts;

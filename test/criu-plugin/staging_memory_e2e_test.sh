@@ -19,6 +19,8 @@
 #      log and in the node's syslog (/dev/log, here a socket the test reads in a private mount namespace); with the
 #      chunk back it restores bit-identical; a second dump of the same memory writes no chunk.
 #   9. gpuckpt export of that checkpoint, import into an empty store, restore from that store alone: bit-identical.
+#  10. that store as the node store: its raw chunks are mapped into the process, not copied (bit-identical, the
+#      store's files unchanged); a damaged raw chunk fails the restore, named.
 # Exit 0 pass, 77 skipped (no root / no working CRIU), anything else fails.
 set -uo pipefail
 
@@ -92,7 +94,8 @@ dump() { # $1 = image dir, $2 = pid, rest: criu options (--ghost-limit 8M unless
 }
 
 RESTORE_PREFIX=()   # a command CRIU's restore runs under (case 8: a private /dev/log)
-restore() { # $1 = image dir; sets RPID
+restore() { # $1 = image dir; sets RPID (empty when the restore wrote no pidfile)
+  rm -f "$1/restored.pid"
   "${RESTORE_PREFIX[@]}" "$CRIU" restore -D "$1" -o restore.log -v4 -d --libdir "$WORK/lib" --pidfile "$1/restored.pid"
   local rc=$?
   mv "$1/restore.log" "$WORK/$(basename "$1")-restore.log" 2>/dev/null
@@ -279,6 +282,38 @@ tar -tf "$WORK/back.tar" | grep -q gpuckpt-chunks && fail "the imported archive 
 mkdir -p "$WORK/imported" && tar -C "$WORK/imported" -xf "$WORK/back.tar" || fail "cannot unpack the imported archive"
 restore "$WORK/imported/checkpoint" || fail "criu restore of the imported checkpoint from the second store failed"
 [ "$(checksum_now e "$RPID")" = "$SUM" ] || fail "the memory restored after export/import is not bit-identical"
-unset GPUCKPT_GPU_STORE
 echo "ok 9: exported with its $CHUNKS chunks, imported into an empty store, restored from it alone bit-identical"
+
+# --- 10. the node store's chunks mapped, not copied -----------------------------------------------------------
+# store-b stands in for the node-local store (the test switch GPUCKPT_TEST_NODE_STORE; it is root's, mode 0700):
+# its raw chunks are mapped into the restored process's staging memory, each checked by XXH3-64 first; the rest
+# (zstd) is copied. Then a damaged raw chunk: the restore fails naming it, and no process is left.
+kill -9 "$RPID"; gone "$RPID" || fail "pid $RPID did not go away"
+export GPUCKPT_TEST_NODE_STORE=$GPUCKPT_GPU_STORE
+restore "$WORK/imported/checkpoint" || fail "criu restore with chunks mapped from the node store failed"
+LOG=$WORK/checkpoint-restore.log
+MAPPED=$(grep -Eo "gpuckpt: cuda: pid [0-9]+: mapped [0-9]+ chunk" "$LOG" | grep -Eo "[0-9]+ chunk" | grep -Eo "[0-9]+")
+[ "${MAPPED:-0}" -gt 0 ] || fail "no chunk was mapped: $(grep -E 'mapping|mapped' "$LOG" | head -3)"
+grep -q "filled .*$MAPPED chunks mapped from the store, each chunk checked by XXH3-64" "$LOG" ||
+  fail "the fill does not account for the mapped chunks: $(grep 'filled' "$LOG")"
+[ "$(checksum_now e "$RPID")" = "$SUM" ] || fail "the memory mapped from the node store is not bit-identical"
+FILE_MAPS=$(grep -c " $GPUCKPT_GPU_STORE/sha256/" "/proc/$RPID/maps")
+[ "$FILE_MAPS" = "$MAPPED" ] || fail "$MAPPED chunks mapped, yet the process maps $FILE_MAPS store files"
+# The process writes into every page of its memory: the store's files keep their bytes (MAP_PRIVATE).
+SUMS_BEFORE=$(find "$GPUCKPT_GPU_STORE/sha256" -type f -exec sha256sum {} + | sort | sha256sum)
+rm -f "$WORK/e.out.written"; kill -USR2 "$RPID"
+for _ in $(seq 200); do [ -s "$WORK/e.out.written" ] && break; sleep 0.05; done
+[ -s "$WORK/e.out.written" ] || fail "pid $RPID did not write into its memory"
+[ "$(checksum_now e "$RPID")" != "$SUM" ] || fail "the process's writes did not change its memory"
+kill -9 "$RPID"; gone "$RPID" || fail "pid $RPID did not go away"
+[ "$(find "$GPUCKPT_GPU_STORE/sha256" -type f -exec sha256sum {} + | sort | sha256sum)" = "$SUMS_BEFORE" ] ||
+  fail "the process's writes reached the store's files"
+RAW=$(find "$GPUCKPT_GPU_STORE/sha256" -type f -size $((4096 + 2 * MIB))c | head -1)
+[ -n "$RAW" ] || fail "no raw chunk in the page-aligned layout (4096 + 2 MiB bytes) in the store"
+printf '\x5a' | dd of="$RAW" bs=1 seek=$((4096 + 12345)) conv=notrunc 2>/dev/null
+restore "$WORK/imported/checkpoint" && fail "the restore with a damaged chunk in the node store succeeded"
+grep -q "$(basename "$RAW")).*XXH3-64" "$LOG" || fail "the damaged chunk is not named: $(grep -E 'XXH3|rror' "$LOG" | head -3)"
+[ -z "$RPID" ] || gone "$RPID" || fail "a process with damaged memory was left running"
+unset GPUCKPT_GPU_STORE GPUCKPT_TEST_NODE_STORE
+echo "ok 10: $MAPPED chunks mapped from the node store (each checked by XXH3-64), the rest copied: bit-identical, the process's writes stay its own; a damaged chunk failed the restore, named"
 echo "PASS"

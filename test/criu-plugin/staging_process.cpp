@@ -2,6 +2,8 @@
 // SIZE MiB (what the driver's staging memory is after cuCheckpointProcessCheckpoint), filled with random, zero
 // and bf16-like stretches. Writes "ADDRESS CHECKSUM" to OUT when ready, and on every SIGUSR1 writes the
 // checksum of the mapping as it is now to OUT.check, so the test can prove the memory came back bit-identical.
+// On SIGUSR2 it writes into every page of the mapping, then OUT.written (a restore that mapped files there must
+// leave the files as they were: the process's writes go to its private copies).
 // With HOLD, it keeps that file open (the test unlinks it: a ghost file, which CRIU refuses to dump beyond
 // --ghost-limit, so a dump can be made to fail after the plugin's CHECKPOINT_DEVICES work).
 // With --at, the mapping is made at that address (and fails if anything is there): a test that must name it
@@ -31,6 +33,8 @@ namespace {
 volatile std::sig_atomic_t g_check = 0;
 
 void on_usr1(int) { g_check = 1; }
+volatile std::sig_atomic_t g_write = 0;
+void on_usr2(int) { g_write = 1; }
 
 bool write_file(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
@@ -91,6 +95,7 @@ int main(int argc, char** argv) {
   }
   std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(mem), size);
   std::signal(SIGUSR1, on_usr1);
+  std::signal(SIGUSR2, on_usr2);
   if (!write_file(out, hex(reinterpret_cast<std::uintptr_t>(mem)) + " " + hex(gpuckpt::gpu_image::checksum(bytes)) +
                            "\n"))
     return 1;
@@ -98,6 +103,11 @@ int main(int argc, char** argv) {
     if (g_check) {
       g_check = 0;
       write_file(out + ".check", hex(gpuckpt::gpu_image::checksum(bytes)) + "\n");
+    }
+    if (g_write) {
+      g_write = 0;
+      for (std::size_t i = 0; i < words; i += 4096 / 2) mem[i] = static_cast<std::uint16_t>(~mem[i]);
+      write_file(out + ".written", "written\n");
     }
     ::usleep(20000);
   }

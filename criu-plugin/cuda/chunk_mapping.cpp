@@ -1,0 +1,379 @@
+#include "criu-plugin/cuda/chunk_mapping.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "criu-plugin/criu_host.h"
+#include "criu-plugin/cuda/staging_memory.h"
+
+namespace gpuckpt::cuda {
+namespace {
+
+namespace gi = gpu_image;
+namespace cs = chunk_store;
+
+constexpr std::size_t kBatch = 64;                  // descriptors per message: well under a task's usual fd limit
+constexpr std::uint64_t kMapCountMargin = 4096;     // mappings left for the process after ours
+
+std::string hex_address(std::uint64_t a) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
+  return buf;
+}
+
+std::string errno_text(long ret) { return std::strerror(static_cast<int>(-ret)); }
+
+struct Candidate {
+  std::size_t entry = 0;
+  std::uint64_t address = 0;
+  std::uint32_t length = 0;
+};
+
+// A chunk file open for mapping: its bytes checked through this descriptor.
+struct OpenChunk {
+  int fd = -1;
+  std::uint64_t offset = 0;
+  bool mappable = false;
+};
+
+void close_all(std::vector<OpenChunk>& chunks) {
+  for (auto& c : chunks)
+    if (c.fd >= 0) ::close(c.fd), c.fd = -1;
+}
+
+// Opens and checks chunks [from, to) of `candidates` on `threads` threads. Not mappable (ENOTSUP from the store):
+// left to the copying fill. A chunk whose bytes are not what the manifest says fails the whole process, as the
+// copying fill would.
+Result<std::vector<OpenChunk>> open_checked(const gi::StoreReader& reader, const std::vector<Candidate>& candidates,
+                                            std::size_t from, std::size_t to, unsigned threads) {
+  std::vector<OpenChunk> out(to - from);
+  std::vector<std::optional<Error>> errors(to - from);
+  std::atomic<std::size_t> next{from};
+  auto work = [&] {
+    for (std::size_t i = next++; i < to; i = next++) {
+      const Candidate& c = candidates[i];
+      const gi::ChunkEntry& e = reader.entries()[c.entry];
+      const cs::Digest& digest = reader.manifest().digests[c.entry];
+      auto opened = reader.store().open_mappable(digest);
+      if (!opened) {
+        if (opened.error().errno_value != ENOTSUP)
+          errors[i - from] = make_error(reader.name() + ": chunk " + std::to_string(c.entry) + " (" +
+                                        reader.store().path_of(digest).string() + "): " + opened.error().message,
+                                        opened.error().errno_value);
+        continue;
+      }
+      OpenChunk& chunk = out[i - from];
+      chunk.fd = opened->fd;
+      chunk.offset = opened->payload_offset;
+      if (opened->header.raw_size != e.raw_size) {
+        errors[i - from] = make_error(reader.name() + ": chunk " + std::to_string(c.entry) + " (" +
+                                      reader.store().path_of(digest).string() + ") holds " +
+                                      std::to_string(opened->header.raw_size) + " bytes, the manifest says " +
+                                      std::to_string(e.raw_size), EBADMSG);
+        continue;
+      }
+      void* bytes = ::mmap(nullptr, c.length, PROT_READ, MAP_PRIVATE | MAP_POPULATE, chunk.fd,
+                           static_cast<off_t>(chunk.offset));
+      if (bytes == MAP_FAILED) {
+        errors[i - from] = make_error("mapping " + reader.store().path_of(digest).string() + " to check it: " +
+                                      std::strerror(errno), errno);
+        continue;
+      }
+      const bool sound = gi::checksum({static_cast<const std::byte*>(bytes), c.length}) == e.checksum;
+      ::munmap(bytes, c.length);
+      if (!sound) {
+        errors[i - from] = make_error(reader.name() + ": chunk " + std::to_string(c.entry) + " (" +
+                                      reader.store().path_of(digest).string() + "): its bytes do not match the "
+                                      "manifest's XXH3-64 (the file was damaged or replaced since it was stored)",
+                                      EBADMSG);
+        continue;
+      }
+      chunk.mappable = true;
+    }
+  };
+  std::vector<std::thread> pool;
+  const unsigned n = static_cast<unsigned>(std::clamp<std::size_t>(to - from, 1, std::max(1u, threads)));
+  for (unsigned t = 1; t < n; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;
+    }
+  }
+  work();
+  for (auto& t : pool) t.join();
+  for (auto& e : errors)
+    if (e) {
+      close_all(out);
+      return *e;
+    }
+  return out;
+}
+
+// A datagram socket in the network namespace of `pid` (made on a thread of its own: setns changes only the
+// calling thread's namespace), so that it can reach an abstract name the task binds there.
+Result<int> socket_in_netns_of(int pid) {
+  int fd = -1, err = 0;
+  std::thread maker([&] {
+    const int ns = ::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) {
+      err = errno;
+      if (ns >= 0) ::close(ns);
+      return;
+    }
+    ::close(ns);
+    fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) err = errno;
+  });
+  maker.join();
+  if (fd < 0) return make_error("a socket in the network namespace of pid " + std::to_string(pid) + ": " +
+                                std::strerror(err), err);
+  return fd;
+}
+
+Result<void> write_remote(int pid, std::uint64_t remote, const void* data, std::size_t size) {
+  iovec l{const_cast<void*>(data), size}, r{reinterpret_cast<void*>(remote), size};
+  if (::process_vm_writev(pid, &l, 1, &r, 1, 0) != static_cast<ssize_t>(size))
+    return make_error("writing pid " + std::to_string(pid) + "'s memory at " + hex_address(remote) + ": " +
+                      std::strerror(errno), errno);
+  return {};
+}
+
+Result<void> read_remote(int pid, std::uint64_t remote, void* data, std::size_t size) {
+  iovec l{data, size}, r{reinterpret_cast<void*>(remote), size};
+  if (::process_vm_readv(pid, &l, 1, &r, 1, 0) != static_cast<ssize_t>(size))
+    return make_error("reading pid " + std::to_string(pid) + "'s memory at " + hex_address(remote) + ": " +
+                      std::strerror(errno), errno);
+  return {};
+}
+
+// The scratch area's layout in the task: its socket's address, then what recvmsg needs.
+struct Scratch {
+  static constexpr std::uint64_t kAddress = 0, kMsghdr = 128, kIovec = 192, kByte = 208, kControl = 256;
+  static constexpr std::size_t kControlBytes = CMSG_SPACE(kBatch * sizeof(int));
+  static_assert(kControl + kControlBytes <= 4096, "the scratch area is one page");
+};
+
+// The receiving end inside the task: a socket bound to an abstract name, descriptors received batch by batch.
+class TaskReceiver {
+ public:
+  TaskReceiver(criu::TaskSyscalls& task, std::uint64_t scratch) : task_(task), scratch_(scratch) {}
+
+  Result<void> open(const sockaddr_un& address, socklen_t length) {
+    auto fd = task_.call(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (!fd) return fd.error();
+    if (*fd < 0) return make_error("socket() inside pid " + std::to_string(task_.pid()) + ": " + errno_text(*fd), static_cast<int>(-*fd));
+    fd_ = static_cast<int>(*fd);
+    if (auto ok = write_remote(task_.pid(), scratch_ + Scratch::kAddress, &address, length); !ok) return ok;
+    auto bound = task_.call(SYS_bind, static_cast<unsigned long>(fd_), scratch_ + Scratch::kAddress, length);
+    if (!bound) return bound.error();
+    if (*bound != 0)
+      return make_error("bind() inside pid " + std::to_string(task_.pid()) + ": " + errno_text(*bound), static_cast<int>(-*bound));
+    return {};
+  }
+
+  // Receives one message of `expected` descriptors; their numbers in the task.
+  Result<std::vector<int>> receive(std::size_t expected) {
+    const int pid = task_.pid();
+    msghdr m{};
+    iovec iov{reinterpret_cast<void*>(scratch_ + Scratch::kByte), 1};
+    m.msg_iov = reinterpret_cast<iovec*>(scratch_ + Scratch::kIovec);
+    m.msg_iovlen = 1;
+    m.msg_control = reinterpret_cast<void*>(scratch_ + Scratch::kControl);
+    m.msg_controllen = Scratch::kControlBytes;
+    if (auto ok = write_remote(pid, scratch_ + Scratch::kMsghdr, &m, sizeof m); !ok) return ok.error();
+    if (auto ok = write_remote(pid, scratch_ + Scratch::kIovec, &iov, sizeof iov); !ok) return ok.error();
+    auto got = task_.call(SYS_recvmsg, static_cast<unsigned long>(fd_), scratch_ + Scratch::kMsghdr,
+                          MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (!got) return got.error();
+    if (*got < 0) return make_error("recvmsg() inside pid " + std::to_string(pid) + ": " + errno_text(*got), static_cast<int>(-*got));
+    msghdr back{};
+    if (auto ok = read_remote(pid, scratch_ + Scratch::kMsghdr, &back, sizeof back); !ok) return ok.error();
+    alignas(cmsghdr) unsigned char control[Scratch::kControlBytes];
+    const std::size_t control_length = std::min<std::size_t>(back.msg_controllen, sizeof control);
+    if (auto ok = read_remote(pid, scratch_ + Scratch::kControl, control, control_length); !ok) return ok.error();
+    msghdr local{};
+    local.msg_control = control;
+    local.msg_controllen = control_length;
+    std::vector<int> fds;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&local); c != nullptr; c = CMSG_NXTHDR(&local, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t k = 0; k < n; ++k) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof fd);
+        fds.push_back(fd);
+      }
+    }
+    received_.insert(received_.end(), fds.begin(), fds.end());
+    if ((back.msg_flags & MSG_CTRUNC) != 0 || fds.size() != expected)
+      return make_error("pid " + std::to_string(pid) + " received " + std::to_string(fds.size()) + " of " +
+                        std::to_string(expected) + " chunk descriptors (its open-file limit?)", EMFILE);
+    return fds;
+  }
+
+  Result<void> close_in_task(int fd) {
+    auto closed = task_.call(SYS_close, static_cast<unsigned long>(fd));
+    std::erase(received_, fd);
+    if (!closed) return closed.error();
+    return {};
+  }
+
+  // Closes what is still open in the task: received descriptors not yet closed, and the socket.
+  void close_rest() {
+    for (int fd : std::vector<int>(received_)) (void)close_in_task(fd);
+    if (fd_ >= 0) (void)task_.call(SYS_close, static_cast<unsigned long>(fd_));
+    fd_ = -1;
+  }
+
+ private:
+  criu::TaskSyscalls& task_;
+  std::uint64_t scratch_;
+  int fd_ = -1;
+  std::vector<int> received_;
+};
+
+Result<void> send_fds(int sock, const sockaddr_un& to, socklen_t to_length, const std::vector<OpenChunk>& chunks,
+                      std::size_t from, std::size_t count) {
+  alignas(cmsghdr) unsigned char control[Scratch::kControlBytes] = {};
+  char byte = 'c';
+  iovec iov{&byte, 1};
+  msghdr m{};
+  m.msg_name = const_cast<sockaddr_un*>(&to);
+  m.msg_namelen = to_length;
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = CMSG_SPACE(count * sizeof(int));
+  cmsghdr* c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(count * sizeof(int));
+  for (std::size_t k = 0; k < count; ++k) std::memcpy(CMSG_DATA(c) + k * sizeof(int), &chunks[from + k].fd, sizeof(int));
+  if (::sendmsg(sock, &m, MSG_NOSIGNAL) != 1)
+    return make_error(std::string("sending chunk descriptors: ") + std::strerror(errno), errno);
+  return {};
+}
+
+std::uint64_t max_map_count() {
+  std::ifstream f("/proc/sys/vm/max_map_count");
+  std::uint64_t n = 65530;   // the kernel's default
+  f >> n;
+  return n;
+}
+
+}  // namespace
+
+Result<MappedChunks> map_store_chunks(int pid, const gi::StoreReader& reader, unsigned threads) {
+  MappedChunks result;
+  result.in_place.assign(reader.entries().size(), false);
+  std::vector<Candidate> candidates;
+  const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  for (std::size_t i = 0; i < reader.entries().size(); ++i) {
+    const gi::ChunkEntry& e = reader.entries()[i];
+    if (e.encoding == gi::Encoding::Zero) continue;
+    const std::uint64_t address = reader.regions()[e.region].start + e.chunk * reader.header().chunk_size;
+    if (address % page != 0 || e.raw_size % page != 0) continue;   // a partial page: copied
+    candidates.push_back({i, address, e.raw_size});
+  }
+  if (candidates.empty()) return result;
+  // MAP_FIXED replaces whatever is mapped there: only where the checkpointed staging memory is.
+  auto maps = read_maps(pid);
+  if (!maps) return maps.error();
+  if (auto ok = regions_are_mapped(reader.regions(), *maps); !ok) return ok.error();
+  const std::uint64_t mappings = maps->size();
+  if (mappings + candidates.size() * 2 + kMapCountMargin > max_map_count())
+    return make_error("mapping " + std::to_string(candidates.size()) + " chunks would take pid " + std::to_string(pid) +
+                      " past vm.max_map_count (" + std::to_string(max_map_count()) + ", " + std::to_string(mappings) +
+                      " in use)", ENOSPC);
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) { return a.address < b.address; });
+  // The scratch area: the start of the last chunk, mapped over in the last batch, after its last use.
+  const std::uint64_t scratch = candidates.back().address;
+
+  auto task = criu::TaskSyscalls::prepare(pid);
+  if (!task) return task.error();
+  auto sock = socket_in_netns_of(pid);
+  if (!sock) return sock.error();
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  char name[64];
+  std::snprintf(name, sizeof name, "gpuckpt-map-%d-%016llx", pid,
+                static_cast<unsigned long long>((std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()));
+  std::memcpy(address.sun_path + 1, name, std::strlen(name));   // abstract: sun_path[0] is '\0'
+  const auto address_length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + std::strlen(name));
+
+  TaskReceiver receiver(*task, scratch);
+  Result<void> outcome = receiver.open(address, address_length);
+  for (std::size_t from = 0; outcome && from < candidates.size(); from += kBatch) {
+    const std::size_t to = std::min(candidates.size(), from + kBatch);
+    auto opened = open_checked(reader, candidates, from, to, threads);
+    if (!opened) {
+      outcome = opened.error();
+      break;
+    }
+    std::vector<OpenChunk> batch;
+    std::vector<Candidate> batch_candidates;
+    for (std::size_t k = 0; k < opened->size(); ++k) {
+      if ((*opened)[k].mappable) {
+        batch.push_back((*opened)[k]);
+        batch_candidates.push_back(candidates[from + k]);
+      } else {
+        ++result.unmappable;
+        if ((*opened)[k].fd >= 0) ::close((*opened)[k].fd);
+      }
+    }
+    if (batch.empty()) continue;
+    outcome = send_fds(*sock, address, address_length, batch, 0, batch.size());
+    std::vector<int> remote;
+    if (outcome) {
+      auto received = receiver.receive(batch.size());
+      if (received) remote = std::move(*received);
+      else outcome = received.error();
+    }
+    close_all(batch);
+    for (std::size_t k = 0; outcome && k < remote.size(); ++k) {
+      const Candidate& c = batch_candidates[k];
+      auto mapped = task->call(SYS_mmap, c.address, c.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED,
+                               static_cast<unsigned long>(remote[k]), batch[k].offset);
+      if (!mapped) outcome = mapped.error();
+      else if (static_cast<std::uint64_t>(*mapped) != c.address)
+        outcome = make_error("mmap() of chunk " + std::to_string(c.entry) + " at " + hex_address(c.address) +
+                             " inside pid " + std::to_string(pid) + ": " +
+                             (*mapped < 0 ? errno_text(*mapped) : "it landed at " + hex_address(static_cast<std::uint64_t>(*mapped))),
+                             *mapped < 0 ? static_cast<int>(-*mapped) : EFAULT);
+      if (outcome) {
+        result.in_place[c.entry] = true;
+        ++result.chunks;
+        result.bytes += c.length;
+      }
+      if (auto closed = receiver.close_in_task(remote[k]); !closed && outcome) outcome = closed.error();
+    }
+  }
+  receiver.close_rest();
+  ::close(*sock);
+  if (auto released = task->release(); !released && outcome) outcome = released.error();
+  if (!outcome) return outcome.error();
+  // The scratch area was written while its chunk was anonymous memory: if that chunk was not mapped after all
+  // (not mappable in the store), the copying fill writes it; it is raw in the manifest, so it is never skipped.
+  return result;
+}
+
+}  // namespace gpuckpt::cuda
