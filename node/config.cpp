@@ -191,6 +191,8 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     s.get("compression", c.gpu_memory.compression);
     s.get("sparse", c.gpu_memory.sparse);
     s.get("store", c.gpu_memory.store);
+    s.get("huge_pages", c.gpu_memory.huge_pages);
+    s.get("map_chunks", c.gpu_memory.map_chunks);
     keep(s);
   }
   {
@@ -409,6 +411,8 @@ std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMem
   if (c.compression) env.emplace_back("GPUCKPT_IMAGE_COMPRESSION", *c.compression);
   if (c.sparse) env.emplace_back("GPUCKPT_IMAGE_SPARSE", *c.sparse ? "1" : "0");
   if (c.store) env.emplace_back("GPUCKPT_GPU_STORE", *c.store);
+  if (c.huge_pages) env.emplace_back("GPUCKPT_STAGING_HUGE_PAGES", *c.huge_pages ? "1" : "0");
+  if (c.map_chunks) env.emplace_back("GPUCKPT_STAGING_MAP_CHUNKS", *c.map_chunks ? "1" : "0");
   return env;
 }
 

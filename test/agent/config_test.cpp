@@ -140,13 +140,29 @@ TEST_CASE("gpu_memory settings become the plugin's environment; bad values name 
   auto none = parse_config("gpu_memory: {threads: null}", "test.yaml");
   REQUIRE(none.ok());
   CHECK(gpuckpt::node::plugin_environment(none->gpu_memory).empty());   // the plugin's defaults apply
-  auto c = parse_config("gpu_memory: {image: false, threads: 8, compression: 'zstd:3', sparse: false, store: node}",
+  auto c = parse_config("gpu_memory: {image: false, threads: 8, compression: 'zstd:3', sparse: false, store: node, "
+                        "huge_pages: false, map_chunks: false}",
                         "test.yaml");
   REQUIRE(c.ok());
+  CHECK(c->gpu_memory.huge_pages == false);
+  CHECK(c->gpu_memory.map_chunks == false);
   using Env = std::vector<std::pair<std::string, std::string>>;
   CHECK(gpuckpt::node::plugin_environment(c->gpu_memory) ==
         Env{{"GPUCKPT_CUDA_MEMORY_IMAGE", "0"}, {"GPUCKPT_IMAGE_THREADS", "8"},
-            {"GPUCKPT_IMAGE_COMPRESSION", "zstd:3"}, {"GPUCKPT_IMAGE_SPARSE", "0"}, {"GPUCKPT_GPU_STORE", "node"}});
+            {"GPUCKPT_IMAGE_COMPRESSION", "zstd:3"}, {"GPUCKPT_IMAGE_SPARSE", "0"}, {"GPUCKPT_GPU_STORE", "node"},
+            {"GPUCKPT_STAGING_HUGE_PAGES", "0"}, {"GPUCKPT_STAGING_MAP_CHUNKS", "0"}});
+  // Each restore switch alone: only the key that is set reaches the plugin, true as 1.
+  auto huge = parse_config("gpu_memory: {huge_pages: true}", "test.yaml");
+  REQUIRE(huge.ok());
+  CHECK(gpuckpt::node::plugin_environment(huge->gpu_memory) == Env{{"GPUCKPT_STAGING_HUGE_PAGES", "1"}});
+  auto map = parse_config("gpu_memory: {map_chunks: true}", "test.yaml");
+  REQUIRE(map.ok());
+  CHECK(gpuckpt::node::plugin_environment(map->gpu_memory) == Env{{"GPUCKPT_STAGING_MAP_CHUNKS", "1"}});
+  for (const char* key : {"huge_pages", "map_chunks"}) {
+    auto not_bool = parse_config(std::string("gpu_memory: {") + key + ": sometimes}", "test.yaml");
+    REQUIRE_FALSE(not_bool.ok());
+    CHECK(not_bool.error().message == std::string("test.yaml: 'gpu_memory.") + key + "' has the wrong type");
+  }
   auto store = parse_config("gpu_memory: {store: 'nfs/chunks'}", "test.yaml");
   REQUIRE_FALSE(store.ok());
   CHECK(store.error().message.find("test.yaml: gpu_memory.store='nfs/chunks'") == 0);
@@ -158,7 +174,7 @@ TEST_CASE("gpu_memory settings become the plugin's environment; bad values name 
   CHECK(threads.error().message.find("gpu_memory.threads 1000") != std::string::npos);
   auto example = load_config(std::string(GPUCKPT_SOURCE_DIR) + "/agent/config.example.yaml");
   REQUIRE(example.ok());
-  CHECK(gpuckpt::node::plugin_environment(example->gpu_memory).size() == 5);
+  CHECK(gpuckpt::node::plugin_environment(example->gpu_memory).size() == 7);
 }
 
 TEST_CASE("image_registry: read when set, a malformed repository or timeout names the key", "[unit]") {

@@ -480,6 +480,7 @@ def test_full_config_shape():
             "config.limits.max_queued_jobs=32", "config.limits.max_queued_jobs_per_client=4",
             "config.gpu_memory.image=false", "config.gpu_memory.threads=8", "config.gpu_memory.compression=zstd:3",
             "config.gpu_memory.sparse=false", "config.gpu_memory.store=/mnt/gpuckpt-store",
+            "config.gpu_memory.huge_pages=false", "config.gpu_memory.map_chunks=true",
             "config.retention.keep_count=3", "config.retention.max_age_hours=168",
             "config.retention.max_bytes=107374182400", "config.retention.include_newest=true",
             "config.retention.interval_seconds=600", "config.retention.gc_grace_seconds=7200",
@@ -502,8 +503,8 @@ def test_full_config_shape():
     check(cfg["match_policy"]["check_firmware"] is False, "[full-config] false survives (only null is dropped)")
     check(cfg["checkpoints"]["max_archive_bytes"] == 1000000000, "[full-config] large integers stay integers")
     check(cfg["gpu_memory"] == {"image": False, "threads": 8, "compression": "zstd:3", "sparse": False,
-                                "store": "/mnt/gpuckpt-store"},
-          "[full-config] gpu_memory reaches the agent's config")
+                                "store": "/mnt/gpuckpt-store", "huge_pages": False, "map_chunks": True},
+          f"[full-config] gpu_memory reaches the agent's config: {cfg.get('gpu_memory')}")
     check(cfg["retention"] == {"keep_count": 3, "max_age_hours": 168, "max_bytes": 107374182400,
                                "include_newest": True, "interval_seconds": 600, "gc_grace_seconds": 7200},
           f"[full-config] retention reaches the agent's config: {cfg.get('retention')}")
@@ -517,7 +518,7 @@ def test_full_config_shape():
     settings = cm_data(objs).get("gpuckpt_plugin.env", "")
     check([l for l in settings.splitlines() if not l.startswith("#")] ==
           ["GPUCKPT_CUDA_MEMORY_IMAGE=0", "GPUCKPT_IMAGE_THREADS=8", "GPUCKPT_IMAGE_COMPRESSION=zstd:3", "GPUCKPT_IMAGE_SPARSE=0",
-           "GPUCKPT_GPU_STORE=/mnt/gpuckpt-store"],
+           "GPUCKPT_GPU_STORE=/mnt/gpuckpt-store", "GPUCKPT_STAGING_HUGE_PAGES=0", "GPUCKPT_STAGING_MAP_CHUNKS=1"],
           f"[full-config] gpu_memory reaches the plugin's settings file the installer writes: {settings!r}")
 
 
@@ -696,6 +697,7 @@ BAD = [
     ("schema-log-level", ["agent.logLevel=verbose"], "agent.logLevel"),
     ("schema-log-format", ["agent.logFormat=yaml"], "agent.logFormat"),
     ("schema-events-queue", ["events.queueLength=0"], "events.queueLength"),
+    ("schema-gpu-memory-map-chunks", ["config.gpu_memory.map_chunks=sometimes"], "config.gpu_memory.map_chunks"),
     ("events-without-rbac", ["rbac.create=false"], "or set events.enabled=false"),
     ("registry-secret-without-repository", ["imageRegistry.credentialsSecret=reg"],
      "imageRegistry.credentialsSecret is set but config.image_registry.repository is not"),
