@@ -152,7 +152,8 @@ Result<ChunkHeader> decode_header(std::span<const std::byte> bytes) {
   if (h.version > kChunkVersion)
     return make_error("chunk format version " + std::to_string(h.version) + " is newer than this gpuckpt reads (" +
                       std::to_string(kChunkVersion) + ")", EIO);
-  if (h.version < kPackedChunkVersion) return make_error("its header names chunk format version 0, which none is", EIO);
+  if (h.version < kPackedChunkVersion)
+    return make_error("its header names chunk format version 0, which does not exist", EIO);
   if (h.version == kAlignedChunkVersion && h.encoding != 0)
     return make_error("its header names chunk format version 2 (payload at 4096, for raw chunks only) with encoding " +
                       std::to_string(h.encoding) + ", not raw (0)", EIO);

@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
       fail(ok.error().message);
     fuzz::write_file(corpus / "import_fuzz" / (std::string(name) + ".records"), records(exported));
   }
-  // chunk_file_fuzz: the digest, then the store's file.
+  // chunk_file_fuzz: the digest, then the chunk as read() gives it (the version-1 wire form).
   for (const auto& [name, raw] : {std::pair{"raw", pattern(1, false)}, std::pair{"zstd", pattern(2, true)}}) {
     const cs::Digest digest = cs::sha256(raw);
     std::vector<std::byte> file;

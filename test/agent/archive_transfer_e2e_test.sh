@@ -157,7 +157,7 @@ metric() { # AGENT_URL NAME: the value of one series of GET /metrics
 transfer "$B" "$A_DIR/ck-store-1.tar" && ok || bad "a store-backed checkpoint is sent: $(cat "$tmp/err")"
 expect '[ "$(field "j[\"result\"][\"chunks\"][\"named\"]")" = 8 ] && [ "$(field "j[\"result\"][\"chunks\"][\"sent\"]")" = 8 ] && [ "$(field "j[\"result\"][\"chunks\"][\"target_had\"]")" = 0 ]' \
   "the first transfer uploads all 8 chunks ($(head -c 900 "$tmp/out"))"
-expect '[ "$(field "j[\"result\"][\"chunks\"][\"sent_bytes\"]")" = $((8 * (65536 + 32))) ]' "as the store's files, byte for byte (8 x (32 + 64 KiB))"
+expect '[ "$(field "j[\"result\"][\"chunks\"][\"sent_bytes\"]")" = $((8 * (65536 + 32))) ]' "in the version-1 wire form, byte for byte (8 x (32 + 64 KiB))"
 # Parallel: A used transfer.chunk_streams (3) connections at once, and says so in its result, log and metrics.
 expect '[ "$(field "j[\"result\"][\"chunks\"][\"streams\"]")" = 3 ] && grep -q "8 of 8 chunks uploaded ([0-9]* bytes) over 3 streams" "$tmp/a/agent.log"' \
   "A uploaded over 3 streams ($(grep -o "chunks uploaded.*streams" "$tmp/a/agent.log" | tail -1))"
@@ -190,8 +190,9 @@ expect '[ "$(store_field references)" = 2 ]' "and B still holds 2 references"
 expect 'grep -q "chunks:   0 of 8 uploaded (0 bytes) over 0 streams, 8 the target had" "$tmp/human" && grep -q "(the target already had it)" "$tmp/human"' \
   "gpuckpt transfer says so ($(cat "$tmp/human"))"
 
-flip() { # FILE: a chunk file's payload byte 1000 flipped (again: repaired)
-  python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(32 + 1000); b = f.read(1); f.seek(32 + 1000); f.write(bytes([b[0] ^ 0x5a]))' "$1"
+flip() { # FILE: a chunk file's payload byte 1000 flipped (again: repaired); the payload is at 4096 in a store's
+  # version-2 (raw) file, at 32 in a version-1 one (the wire form)
+  python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(8); at = (4096 if int.from_bytes(f.read(4), "little") == 2 else 32) + 1000; f.seek(at); b = f.read(1); f.seek(at); f.write(bytes([b[0] ^ 0x5a]))' "$1"
 }
 # Hostile: a chunk corrupt in A's store (a flipped payload byte) is refused by B; the transfer fails naming it,
 # nothing of the checkpoint is kept or referenced on B.
@@ -199,6 +200,9 @@ ls "$A_STORE"/sha256/*/* | sort > "$tmp/before"
 "$FIXTURE" "$A_STORE" "$A_DIR/ck-store-3.tar" 1 11 > /dev/null
 new_chunk=$(ls "$A_STORE"/sha256/*/* | sort | comm -13 "$tmp/before" -)
 new_digest=$(basename "$new_chunk")
+# The chunk as an upload sends it: the version-1 form an export carries (not the store's file, whose layout may differ).
+GPUCKPT_GPU_STORE="$A_STORE" "$CLI" export "$A_DIR/ck-store-3.tar" -o "$tmp/wire.tar" > /dev/null
+tar -xOf "$tmp/wire.tar" "gpuckpt-chunks/sha256/${new_digest:0:2}/$new_digest" > "$tmp/wire-chunk"
 flip "$new_chunk"
 rc=0; transfer "$B" "$A_DIR/ck-store-3.tar" || rc=$?
 expect '[ "$rc" != 0 ] && grep -q "chunk $new_digest is refused: SHA-256 mismatch" "$tmp/err"' "the corrupt chunk fails the transfer, named (rc $rc): $(head -c 600 "$tmp/err")"
@@ -207,13 +211,14 @@ expect '[ ! -e "$B_STORE/sha256/${new_digest:0:2}/$new_digest" ] && [ ! -e "$B_D
 expect '[ "$(metric "$B" "gpuckpt_chunks_received_total{result=\"refused\"}")" = 1 ]' "B counts the refused chunk"
 expect '[ -z "$(find "$B_STORE/sha256" -name ".*")" ]' "no temporary chunk file left on B"
 # PUT /v1/chunks/ by hand: authenticated, bounded, named by a digest.
-chunk="$A_STORE/sha256/${new_digest:0:2}/$new_digest"
+chunk="$tmp/wire-chunk"
+flip "$chunk" # corrupt as A's store's copy is
 expect '[ "$(curl_b -X PUT --data-binary @"$chunk" "$B/v1/chunks/$new_digest")" = 401 ]' "a chunk upload without the token is refused"
 expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary @"$chunk" "$B/v1/chunks/not-a-digest")" = 400 ] && grep -q "is not a SHA-256 digest" "$tmp/body"' "a chunk name that is no digest is refused"
 expect '[ "$(curl_b -X PUT "${auth[@]}" -H "Content-Length: $((65 * 1024 * 1024))" --data-binary "x" "$B/v1/chunks/$new_digest")" = 413 ]' "a chunk body over the largest chunk file is refused before it is read"
 expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary @"$chunk" "$B/v1/chunks/$new_digest")" = 422 ] && grep -q "SHA-256 mismatch" "$tmp/body" && [ ! -e "$B_STORE/sha256/${new_digest:0:2}/$new_digest" ]' \
   "the corrupt chunk uploaded by hand is refused, naming why ($(head -c 300 "$tmp/body"))"
-flip "$chunk" # repaired
+flip "$chunk"; flip "$new_chunk" # both repaired
 expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary @"$chunk" "$B/v1/chunks/$new_digest")" = 201 ] && [ -e "$B_STORE/sha256/${new_digest:0:2}/$new_digest" ]' \
   "the chunk, repaired, is taken ($(head -c 300 "$tmp/body"))"
 expect '[ "$(curl_b -X PUT "${auth[@]}" --data-binary @"$chunk" "$B/v1/chunks/$new_digest")" = 200 ] && grep -q "\"present\": true" "$tmp/body"' "again: present"

@@ -38,6 +38,16 @@ std::string bytes_of(const fs::path& file) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// A chunk as a registry carries it: the version-1 form Store::read gives (32-byte header | payload), whatever layout
+// the store keeps it in.
+std::string wire_form(const cs::Store& store, const cs::Digest& d) {
+  auto header = store.stat(d);
+  REQUIRE(header);
+  std::vector<std::byte> file;
+  REQUIRE(store.read(d, cs::kChunkHeaderSize + header->stored_size, file));
+  return std::string(reinterpret_cast<const char*>(file.data()), file.size());
+}
+
 // The chunk files in a store, by name.
 std::set<std::string> chunk_files(const fs::path& store) {
   std::set<std::string> names;
@@ -117,7 +127,14 @@ TEST_CASE("chunks through a registry: pushed once each, pulled bit for bit, tamp
     auto blob = client.Get(("/v2/ml/checkpoints/blobs/" + layer["digest"].get<std::string>()).c_str());
     REQUIRE(blob);
     CHECK(blob->status == 200);
-    CHECK(blob->body == bytes_of(source->path_of(*chunk)));   // the store's file as it is, never recompressed
+    // The chunk's version-1 form, never recompressed: what an older gpuckpt pushed, so blob digests stay the same.
+    CHECK(blob->body == wire_form(*source, *chunk));
+    const auto body = std::as_bytes(std::span(blob->body.data(), blob->body.size()));
+    auto header = cs::decode_header(body);
+    REQUIRE(header);
+    CHECK(header->version == cs::kPackedChunkVersion);
+    CHECK(body.size() == cs::kChunkHeaderSize + header->stored_size);
+    if (header->encoding == 0) CHECK(cs::sha256(body.subspan(cs::kChunkHeaderSize)) == *chunk);
     CHECK(layer["size"] == blob->body.size());
   }
   CHECK(listed == first.named);
@@ -127,7 +144,7 @@ TEST_CASE("chunks through a registry: pushed once each, pulled bit for bit, tamp
   CHECK(second.chunks.chunks == 3);
   CHECK(second.chunks.uploaded == 1);
   CHECK(second.chunks.present == 2);
-  CHECK(second.chunks.uploaded_bytes == fs::file_size(source->path_of(cs::sha256(random_chunk(4)))));
+  CHECK(second.chunks.uploaded_bytes == wire_form(*source, cs::sha256(random_chunk(4))).size());
 
   // Pulled into an empty store: exactly the second checkpoint's chunks, bit for bit, and it restores from them.
   auto target = test::open_store(tmp.path / "target");
@@ -189,7 +206,7 @@ TEST_CASE("chunks through a registry: pushed once each, pulled bit for bit, tamp
   SECTION("a blob annotated with another chunk's digest is refused; nothing of it enters the store") {
     // A hand-made artifact: chunk 4's file, annotated as chunk 9 (which nobody has).
     const cs::Digest real = cs::sha256(random_chunk(4)), claimed = cs::sha256(random_chunk(9));
-    const std::string file = bytes_of(source->path_of(real));
+    const std::string file = wire_form(*source, real);
     node::ChunkBlob lying{claimed, "sha256:" + cs::sha256(std::as_bytes(std::span(file.data(), file.size()))).hex(),
                           file.size()};
     auto repo = node::split_repository(options.repository);
@@ -207,7 +224,7 @@ TEST_CASE("chunks through a registry: pushed once each, pulled bit for bit, tamp
 
   SECTION("a descriptor whose size is not the blob's is refused; nothing of it enters the store") {
     const cs::Digest real = cs::sha256(random_chunk(4));
-    const std::string file = bytes_of(source->path_of(real));
+    const std::string file = wire_form(*source, real);
     const std::string digest = "sha256:" + cs::sha256(std::as_bytes(std::span(file.data(), file.size()))).hex();
     auto repo = node::split_repository(options.repository);
     REQUIRE(repo);

@@ -86,7 +86,8 @@ TEST_CASE("chunk store: a raw chunk's payload starts at 4096 on disk, read() giv
   CHECK(on_disk->version == cs::kAlignedChunkVersion);
   CHECK(on_disk->payload_offset() == 4096);
   CHECK(on_disk->file_size() == file.size());
-  CHECK(std::all_of(file.begin() + cs::kChunkHeaderSize, file.begin() + 4096, [](std::byte b) { return b == std::byte{0}; }));
+  CHECK(std::all_of(file.begin() + cs::kChunkHeaderSize, file.begin() + 4096,
+                    [](std::byte b) { return b == std::byte{0}; }));
   CHECK(std::equal(payload.begin(), payload.end(), file.begin() + 4096));
 
   auto stat = (*store)->stat(digest);

@@ -251,7 +251,8 @@ TEST_CASE("GPU memory manifest: a missing or corrupt chunk is named with its che
     const int fd = ::open(bad.c_str(), O_RDWR);
     REQUIRE(fd >= 0);
     const char flip = 0x55;
-    REQUIRE(::pwrite(fd, &flip, 1, static_cast<off_t>(store->stat(manifest->digests[2])->payload_offset() + 1000)) == 1);
+    const auto payload_at = store->stat(manifest->digests[2])->payload_offset();
+    REQUIRE(::pwrite(fd, &flip, 1, static_cast<off_t>(payload_at + 1000)) == 1);
     ::close(fd);
     gi::StoreReader reader(*manifest, store, gi::manifest_name(12));
     std::vector<std::byte> record, out(64u << 10);
@@ -275,7 +276,8 @@ TEST_CASE("GPU memory manifest: a missing or corrupt chunk is named with its che
     const int fd = ::open(bad.c_str(), O_RDWR);
     REQUIRE(fd >= 0);
     const char flip = 0x55;
-    REQUIRE(::pwrite(fd, &flip, 1, static_cast<off_t>(store->stat(manifest->digests[2])->payload_offset() + 1000)) == 1);
+    const auto payload_at = store->stat(manifest->digests[2])->payload_offset();
+    REQUIRE(::pwrite(fd, &flip, 1, static_cast<off_t>(payload_at + 1000)) == 1);
     ::close(fd);
     auto read = reader.read_chunk(2, codec, record, out);
     REQUIRE_FALSE(read);
