@@ -30,6 +30,8 @@ struct MappedChunks {
   std::uint64_t chunks = 0;
   std::uint64_t bytes = 0;
   std::uint64_t unmappable = 0;   // raw in the manifest, not mappable in the store (zstd there, or an old layout)
+  double check_seconds = 0;       // opening and checking the chunks
+  double task_seconds = 0;        // sending, receiving, mapping and closing them inside the task
 };
 
 // Maps every mappable chunk of `reader` into task `pid` (stopped by CRIU; call from CRIU's main thread), checking

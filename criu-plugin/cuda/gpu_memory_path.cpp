@@ -270,7 +270,8 @@ std::vector<std::vector<bool>> GpuMemoryPath::map_chunks(const std::vector<Proce
               fixed(static_cast<double>(mapped->bytes) / (1 << 20), 0) + " MiB, from " + store_dir +
               " into its staging memory, each checked by XXH3-64 (" + std::to_string(mapped->unmappable) +
               " stored compressed or in the old layout are copied)");
-    log::info("timing: gpu memory chunk mapping: " + fixed(seconds) + " s");
+    log::info("timing: gpu memory chunk mapping: " + fixed(seconds) + " s (checking " + fixed(mapped->check_seconds) +
+              " s, inside the task " + fixed(mapped->task_seconds) + " s)");
     in_place[j] = std::move(mapped->in_place);
   }
   return in_place;
