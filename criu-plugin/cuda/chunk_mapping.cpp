@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
@@ -61,74 +63,138 @@ void close_all(std::vector<OpenChunk>& chunks) {
     if (c.fd >= 0) ::close(c.fd), c.fd = -1;
 }
 
-// Opens and checks chunks [from, to) of `candidates` on `threads` threads. Not mappable (ENOTSUP from the store):
-// left to the copying fill. A chunk whose bytes are not what the manifest says fails the whole process, as the
-// copying fill would.
-Result<std::vector<OpenChunk>> open_checked(const gi::StoreReader& reader, const std::vector<Candidate>& candidates,
-                                            std::size_t from, std::size_t to, unsigned threads) {
-  std::vector<OpenChunk> out(to - from);
-  std::vector<std::optional<Error>> errors(to - from);
-  std::atomic<std::size_t> next{from};
-  auto work = [&] {
-    for (std::size_t i = next++; i < to; i = next++) {
-      const Candidate& c = candidates[i];
-      const gi::ChunkEntry& e = reader.entries()[c.entry];
-      const cs::Digest& digest = reader.manifest().digests[c.entry];
-      auto opened = reader.store().open_mappable(digest);
-      if (!opened) {
-        if (opened.error().errno_value != ENOTSUP)
-          errors[i - from] = make_error(reader.name() + ": chunk " + std::to_string(c.entry) + " (" +
-                                        reader.store().path_of(digest).string() + "): " + opened.error().message,
-                                        opened.error().errno_value);
-        continue;
-      }
-      OpenChunk& chunk = out[i - from];
-      chunk.fd = opened->fd;
-      chunk.offset = opened->payload_offset;
-      if (opened->header.raw_size != e.raw_size) {
-        errors[i - from] = make_error(reader.name() + ": chunk " + std::to_string(c.entry) + " (" +
-                                      reader.store().path_of(digest).string() + ") holds " +
-                                      std::to_string(opened->header.raw_size) + " bytes, the manifest says " +
-                                      std::to_string(e.raw_size), EBADMSG);
-        continue;
-      }
-      void* bytes = ::mmap(nullptr, c.length, PROT_READ, MAP_PRIVATE | MAP_POPULATE, chunk.fd,
-                           static_cast<off_t>(chunk.offset));
-      if (bytes == MAP_FAILED) {
-        errors[i - from] = make_error("mapping " + reader.store().path_of(digest).string() + " to check it: " +
-                                      std::strerror(errno), errno);
-        continue;
-      }
-      const bool sound = gi::checksum({static_cast<const std::byte*>(bytes), c.length}) == e.checksum;
-      ::munmap(bytes, c.length);
-      if (!sound) {
-        errors[i - from] = make_error(reader.name() + ": chunk " + std::to_string(c.entry) + " (" +
-                                      reader.store().path_of(digest).string() + "): its bytes do not match the "
-                                      "manifest's XXH3-64 (the file was damaged or replaced since it was stored)",
-                                      EBADMSG);
-        continue;
-      }
-      chunk.mappable = true;
-    }
+// Opens and checks one chunk: its file through the descriptor that will be sent, its bytes read (into `buffer`,
+// which stays in the CPU's cache: a mapping per chunk would cost a TLB shootdown across the pool at each unmap)
+// and hashed against the manifest's XXH3-64. Not mappable (ENOTSUP from the store): mappable false, left to the
+// copying fill. A chunk whose bytes are not what the manifest says is an error, as in the copying fill.
+Result<OpenChunk> open_checked(const gi::StoreReader& reader, const Candidate& c, std::vector<std::byte>& buffer) {
+  const gi::ChunkEntry& e = reader.entries()[c.entry];
+  const cs::Digest& digest = reader.manifest().digests[c.entry];
+  const std::string where = reader.name() + ": chunk " + std::to_string(c.entry) + " (" +
+                            reader.store().path_of(digest).string() + ")";
+  auto opened = reader.store().open_mappable(digest);
+  if (!opened) {
+    if (opened.error().errno_value == ENOTSUP) return OpenChunk{};
+    return make_error(where + ": " + opened.error().message, opened.error().errno_value);
+  }
+  OpenChunk chunk{opened->fd, opened->payload_offset, true};
+  auto fail = [&](Error error) -> Result<OpenChunk> {
+    ::close(chunk.fd);
+    return error;
   };
-  std::vector<std::thread> pool;
-  const unsigned n = static_cast<unsigned>(std::clamp<std::size_t>(to - from, 1, std::max(1u, threads)));
-  for (unsigned t = 1; t < n; ++t) {
-    try {
-      pool.emplace_back(work);
-    } catch (const std::system_error&) {
-      break;
+  if (opened->header.raw_size != e.raw_size)
+    return fail(make_error(where + " holds " + std::to_string(opened->header.raw_size) + " bytes, the manifest says " +
+                           std::to_string(e.raw_size), EBADMSG));
+  buffer.resize(c.length);
+  for (std::size_t done = 0; done < c.length;) {
+    const ssize_t n = ::pread(chunk.fd, buffer.data() + done, c.length - done, static_cast<off_t>(chunk.offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail(make_error(where + ": reading it: " + (n < 0 ? std::strerror(errno) : "short file"), EIO));
+    done += static_cast<std::size_t>(n);
+  }
+  if (gi::checksum({buffer.data(), c.length}) != e.checksum)
+    return fail(make_error(where + ": its bytes do not match the manifest's XXH3-64 (the file was damaged or replaced "
+                           "since it was stored)", EBADMSG));
+  return chunk;
+}
+
+// Checks the candidates on a pool of threads, in order and ahead of the caller, which takes them batch by batch
+// while the previous batch is mapped inside the task. At most kLookahead chunk files are open ahead of it.
+class ChunkChecker {
+ public:
+  static constexpr std::size_t kLookahead = 4 * kBatch;
+
+  ChunkChecker(const gi::StoreReader& reader, const std::vector<Candidate>& candidates, unsigned threads)
+      : reader_(reader), candidates_(candidates), slots_(candidates.size()) {
+    const unsigned n = static_cast<unsigned>(std::clamp<std::size_t>(candidates.size(), 1, std::max(1u, threads)));
+    for (unsigned t = 0; t < n; ++t) {
+      try {
+        pool_.emplace_back([this] { work(); });
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
+    if (pool_.empty()) no_pool_ = true;
+  }
+  ~ChunkChecker() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    for (auto& t : pool_) t.join();
+    for (auto& slot : slots_)
+      if (slot.chunk && *slot.chunk && (*slot.chunk)->fd >= 0) ::close((*slot.chunk)->fd);
+  }
+  ChunkChecker(const ChunkChecker&) = delete;
+  ChunkChecker& operator=(const ChunkChecker&) = delete;
+
+  // Chunks [from, to), checked; the caller owns their descriptors. The first error among them, if any.
+  Result<std::vector<OpenChunk>> take(std::size_t from, std::size_t to) {
+    if (no_pool_) {   // no thread could be started: check here
+      std::vector<std::byte> buffer;
+      for (std::size_t i = from; i < to; ++i) slots_[i].chunk = open_checked(reader_, candidates_[i], buffer);
+    }
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] {
+      for (std::size_t i = from; i < to; ++i)
+        if (!slots_[i].chunk) return false;
+      return true;
+    });
+    std::vector<OpenChunk> out;
+    std::optional<Error> error;
+    for (std::size_t i = from; i < to; ++i) {
+      auto chunk = std::move(*slots_[i].chunk);
+      slots_[i].chunk = OpenChunk{};   // taken: the destructor has nothing of it to close
+      if (!chunk) {
+        if (!error) error = chunk.error();
+        continue;
+      }
+      out.push_back(*chunk);
+    }
+    taken_ = to;
+    lock.unlock();
+    changed_.notify_all();
+    if (error) {
+      close_all(out);
+      return *error;
+    }
+    return out;
+  }
+
+ private:
+  struct Slot {
+    std::optional<Result<OpenChunk>> chunk;   // set once checked
+  };
+
+  void work() {
+    std::vector<std::byte> buffer;
+    for (;;) {
+      std::size_t i;
+      {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] { return stop_ || next_ >= slots_.size() || next_ < taken_ + kLookahead; });
+        if (stop_ || next_ >= slots_.size()) return;
+        i = next_++;
+      }
+      auto checked = open_checked(reader_, candidates_[i], buffer);
+      {
+        std::lock_guard lock(mutex_);
+        slots_[i].chunk = std::move(checked);
+      }
+      changed_.notify_all();
     }
   }
-  work();
-  for (auto& t : pool) t.join();
-  for (auto& e : errors)
-    if (e) {
-      close_all(out);
-      return *e;
-    }
-  return out;
-}
+
+  const gi::StoreReader& reader_;
+  const std::vector<Candidate>& candidates_;
+  std::vector<Slot> slots_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::size_t next_ = 0, taken_ = 0;
+  bool stop_ = false, no_pool_ = false;
+  std::vector<std::thread> pool_;
+};
 
 // A datagram socket in the network namespace of `pid` (made on a thread of its own: setns changes only the
 // calling thread's namespace), so that it can reach an abstract name the task binds there.
@@ -346,10 +412,11 @@ Result<MappedChunks> map_store_chunks(int pid, const gi::StoreReader& reader, un
 
   TaskReceiver receiver(*task, scratch);
   Result<void> outcome = receiver.open(address, address_length);
+  ChunkChecker checker(reader, candidates, threads);
   for (std::size_t from = 0; outcome && from < candidates.size(); from += kBatch) {
     const std::size_t to = std::min(candidates.size(), from + kBatch);
     const auto checking = Clock::now();
-    auto opened = open_checked(reader, candidates, from, to, threads);
+    auto opened = checker.take(from, to);
     result.check_seconds += std::chrono::duration<double>(Clock::now() - checking).count();
     const auto in_task = Clock::now();
     if (!opened) {

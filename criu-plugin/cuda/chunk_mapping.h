@@ -30,7 +30,7 @@ struct MappedChunks {
   std::uint64_t chunks = 0;
   std::uint64_t bytes = 0;
   std::uint64_t unmappable = 0;   // raw in the manifest, not mappable in the store (zstd there, or an old layout)
-  double check_seconds = 0;       // opening and checking the chunks
+  double check_seconds = 0;       // waiting for chunks to be opened and checked (a pool checks ahead)
   double task_seconds = 0;        // sending, receiving, mapping and closing them inside the task
 };
 
