@@ -29,10 +29,7 @@ std::string mib(std::uint64_t bytes) {
   return buf;
 }
 
-bool is_fanout_name(const char* name) {
-  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
-  return hex(name[0]) && hex(name[1]) && name[2] == '\0';
-}
+bool is_fanout_name(const char* name) { return cs::is_lower_hex(name, 2); }
 
 bool is_partial_name(std::string_view name) { return name.starts_with(".") && name.ends_with(".partial"); }
 

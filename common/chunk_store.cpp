@@ -54,12 +54,6 @@ Result<void> write_exact(int fd, iovec* iov, int count, const std::string& name)
   return {};
 }
 
-bool is_lower_hex(std::string_view text) {
-  for (char c : text)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
-
 Result<int> open_or_make_dir(int parent_fd, const char* name, const std::string& shown) {
   if (::mkdirat(parent_fd, name, 0700) != 0 && errno != EEXIST)
     return make_error("cannot create the chunk store directory " + shown + ": " + errno_text(errno), errno);
@@ -77,7 +71,7 @@ std::string ref_name(std::string_view checkpoint, int vpid) {
 bool is_ref_name(std::string_view name) {
   constexpr std::string_view suffix = ".json";
   if (name.size() < 32 + 2 + suffix.size() || name.size() > 32 + 1 + 7 + suffix.size() || !name.ends_with(suffix) ||
-      name[32] != '-' || !is_lower_hex(name.substr(0, 32)))
+      name[32] != '-' || !is_lower_hex(name.substr(0, 32), 32))
     return false;
   const auto digits = name.substr(33, name.size() - 33 - suffix.size());
   return !digits.empty() && digits[0] != '0' &&
@@ -102,6 +96,11 @@ Digest sha256(std::span<const std::byte> data) {
   return d;
 }
 
+bool is_lower_hex(std::string_view text, std::size_t length) {
+  return text.size() == length &&
+         std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 Result<Digest> parse_digest(std::string_view hex, std::string_view what) {
   auto refuse = [&] {
     // The value is untrusted: show its length, never the value itself beyond a short prefix.
@@ -111,14 +110,11 @@ Result<Digest> parse_digest(std::string_view hex, std::string_view what) {
                       " lowercase hex digits): '" + shown + (hex.size() > 16 ? "...'" : "'") + ", " +
                       std::to_string(hex.size()) + " characters", EINVAL);
   };
-  if (hex.size() != kDigestHexChars) return refuse();
+  if (!is_lower_hex(hex, kDigestHexChars)) return refuse();
   Digest d;
   for (std::size_t i = 0; i < kDigestHexChars; ++i) {
     const char c = hex[i];
-    int v;
-    if (c >= '0' && c <= '9') v = c - '0';
-    else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
-    else return refuse();
+    const int v = c <= '9' ? c - '0' : c - 'a' + 10;
     d.bytes[i / 2] = static_cast<std::uint8_t>(i % 2 == 0 ? v << 4 : d.bytes[i / 2] | v);
   }
   return d;

@@ -52,6 +52,10 @@ struct Digest {
   auto operator<=>(const Digest&) const = default;
 };
 
+// Exactly `length` characters, each 0-9 or a-f: the one spelling of hex that digests, checkpoint ids and
+// checksums from manifests and requests may have before they are used.
+bool is_lower_hex(std::string_view text, std::size_t length);
+
 // SHA-256 (OpenSSL's libcrypto, linked statically into the plugin: it needs no libcrypto on the node).
 Digest sha256(std::span<const std::byte> data);
 // Exactly 64 lowercase hex digits, else an error naming `what` (a manifest field, a file name).

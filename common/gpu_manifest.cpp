@@ -39,9 +39,7 @@ std::string checksum_hex(std::uint64_t v) {
 
 // Exactly 16 lowercase hex digits.
 std::optional<std::uint64_t> parse_checksum_hex(std::string_view hex) {
-  if (hex.size() != 16) return std::nullopt;
-  for (char c : hex)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
+  if (!cs::is_lower_hex(hex, 16)) return std::nullopt;
   std::uint64_t v = 0;
   std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
   return v;
@@ -60,12 +58,7 @@ Result<cs::ChunkHeader> check_entry_header(std::span<const std::byte> file, cons
   return header;
 }
 
-bool is_hex_id(std::string_view id) {
-  if (id.size() != 32) return false;
-  for (char c : id)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
+bool is_hex_id(std::string_view id) { return cs::is_lower_hex(id, 32); }
 
 Result<void> write_file(int dir_fd, const std::string& name, const std::string& text) {
   const std::string temp = "." + name + ".partial";
