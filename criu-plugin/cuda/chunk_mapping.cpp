@@ -467,7 +467,7 @@ Result<MappedChunks> map_store_chunks(int pid, const gi::StoreReader& reader, un
   if (auto released = task->release(); !released && outcome) outcome = released.error();
   if (!outcome) return outcome.error();
   // The scratch area was written while its chunk was anonymous memory: if that chunk was not mapped after all
-  // (not mappable in the store), the copying fill writes it; it is raw in the manifest, so it is never skipped.
+  // (not mappable in the store), the copying fill writes it whole, as every chunk that is not zero and not in place.
   return result;
 }
 
