@@ -258,7 +258,7 @@ Result<MappableChunk> Store::open_mappable(const Digest& d) const {
                       "(encoding " + std::to_string(chunk->header.encoding) + ")") + ": its payload cannot be mapped",
                       ENOTSUP);
   }
-  return MappableChunk{chunk->fd, chunk->header, chunk->header.payload_offset()};
+  return MappableChunk{chunk->fd, chunk->header};
 }
 
 Result<int> Store::fanout_dir(const Digest& d) {

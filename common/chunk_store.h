@@ -93,11 +93,10 @@ std::array<std::byte, kChunkHeaderSize> encode_header(const ChunkHeader& h);
 // The error says what is wrong (magic, version, header checksum, an aligned layout for a chunk that is not raw).
 Result<ChunkHeader> decode_header(std::span<const std::byte> bytes);
 
-// A chunk whose payload the caller may map (MAP_PRIVATE of `fd` at `payload_offset`, a multiple of 4096).
+// A chunk whose payload the caller may map (MAP_PRIVATE of `fd` at header.payload_offset(), a multiple of 4096).
 struct MappableChunk {
   int fd = -1;   // O_RDONLY | O_CLOEXEC; the caller closes it
   ChunkHeader header;
-  std::uint64_t payload_offset = 0;
 };
 
 // --- the store -----------------------------------------------------------------------------------------------------

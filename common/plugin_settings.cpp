@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -28,13 +30,20 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+constexpr std::array<std::string_view, 7> kKnownSettings = {
+    "GPUCKPT_CUDA_MEMORY_IMAGE", "GPUCKPT_IMAGE_THREADS",      "GPUCKPT_IMAGE_COMPRESSION", "GPUCKPT_IMAGE_SPARSE",
+    "GPUCKPT_GPU_STORE",         "GPUCKPT_STAGING_HUGE_PAGES", "GPUCKPT_STAGING_MAP_CHUNKS"};
+
+std::string known_settings() {
+  std::string out;
+  for (std::string_view name : kKnownSettings) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
+}
+
 }  // namespace
 
 bool is_plugin_setting(std::string_view name) {
-  for (const char* known : {"GPUCKPT_CUDA_MEMORY_IMAGE", "GPUCKPT_IMAGE_THREADS", "GPUCKPT_IMAGE_COMPRESSION",
-                            "GPUCKPT_IMAGE_SPARSE", "GPUCKPT_GPU_STORE", "GPUCKPT_STAGING_HUGE_PAGES", "GPUCKPT_STAGING_MAP_CHUNKS"})
-    if (name == known) return true;
-  return false;
+  return std::find(kKnownSettings.begin(), kKnownSettings.end(), name) != kKnownSettings.end();
 }
 
 Result<std::map<std::string, std::string>> parse_plugin_settings(std::string_view text, std::string_view source) {
@@ -60,9 +69,7 @@ Result<std::map<std::string, std::string>> parse_plugin_settings(std::string_vie
     const std::string name(trim(line.substr(0, eq)));
     const std::string value(trim(line.substr(eq + 1)));
     if (!is_plugin_setting(name))
-      return problem("unknown setting '" + name.substr(0, 64) + "' (known: GPUCKPT_CUDA_MEMORY_IMAGE, GPUCKPT_IMAGE_THREADS, "
-                     "GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE, GPUCKPT_GPU_STORE, GPUCKPT_STAGING_HUGE_PAGES, "
-                     "GPUCKPT_STAGING_MAP_CHUNKS)");
+      return problem("unknown setting '" + name.substr(0, 64) + "' (known: " + known_settings() + ")");
     if (value.empty() || value.size() > kMaxValue || value.find_first_of(" \t") != std::string::npos)
       return problem(name + " needs one value of 1 to " + std::to_string(kMaxValue) + " characters without spaces");
     if (!values.emplace(name, value).second) return problem(name + " is set twice");

@@ -7,7 +7,7 @@
 // The file: NAME=VALUE lines, '#' comments, blank lines; only the names above, each at most once, values of at
 // most 64 printable characters; at most 16 KiB and 256 lines; a regular file (not followed through a symlink).
 // A file that breaks any rule is logged and ignored as a whole: the defaults apply, and a typo never stops a dump.
-// Values are checked by their readers (gpu_image::settings_from_env, memory_image_enabled_from_env), as from
+// Values are checked by their readers (gpu_image::settings_from_env, cuda::switch_from_env), as from
 // the environment.
 #pragma once
 

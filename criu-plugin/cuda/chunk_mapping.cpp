@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "criu-plugin/criu_host.h"
+#include "criu-plugin/cuda/memory_copy.h"
 #include "criu-plugin/cuda/staging_memory.h"
 
 namespace gpuckpt::cuda {
@@ -36,12 +37,6 @@ namespace cs = chunk_store;
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kBatch = 64;                  // descriptors per message: well under a task's usual fd limit
 constexpr std::uint64_t kMapCountMargin = 4096;     // mappings left for the process after ours
-
-std::string hex_address(std::uint64_t a) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
-  return buf;
-}
 
 std::string errno_text(long ret) { return std::strerror(static_cast<int>(-ret)); }
 
@@ -77,7 +72,7 @@ Result<OpenChunk> open_checked(const gi::StoreReader& reader, const Candidate& c
     if (opened.error().errno_value == ENOTSUP) return OpenChunk{};
     return make_error(where + ": " + opened.error().message, opened.error().errno_value);
   }
-  OpenChunk chunk{opened->fd, opened->payload_offset, true};
+  OpenChunk chunk{opened->fd, opened->header.payload_offset(), true};
   auto fail = [&](Error error) -> Result<OpenChunk> {
     ::close(chunk.fd);
     return error;
@@ -218,19 +213,11 @@ Result<int> socket_in_netns_of(int pid) {
 }
 
 Result<void> write_remote(int pid, std::uint64_t remote, const void* data, std::size_t size) {
-  iovec l{const_cast<void*>(data), size}, r{reinterpret_cast<void*>(remote), size};
-  if (::process_vm_writev(pid, &l, 1, &r, 1, 0) != static_cast<ssize_t>(size))
-    return make_error("writing pid " + std::to_string(pid) + "'s memory at " + hex_address(remote) + ": " +
-                      std::strerror(errno), errno);
-  return {};
+  return copy_remote(true, pid, remote, static_cast<std::byte*>(const_cast<void*>(data)), size);
 }
 
 Result<void> read_remote(int pid, std::uint64_t remote, void* data, std::size_t size) {
-  iovec l{data, size}, r{reinterpret_cast<void*>(remote), size};
-  if (::process_vm_readv(pid, &l, 1, &r, 1, 0) != static_cast<ssize_t>(size))
-    return make_error("reading pid " + std::to_string(pid) + "'s memory at " + hex_address(remote) + ": " +
-                      std::strerror(errno), errno);
-  return {};
+  return copy_remote(false, pid, remote, static_cast<std::byte*>(data), size);
 }
 
 // The scratch area's layout in the task: its socket's address, then what recvmsg needs.
@@ -341,8 +328,8 @@ class TaskReceiver {
   bool close_range_works_ = true;
 };
 
-Result<void> send_fds(int sock, const sockaddr_un& to, socklen_t to_length, const std::vector<OpenChunk>& chunks,
-                      std::size_t from, std::size_t count) {
+Result<void> send_fds(int sock, const sockaddr_un& to, socklen_t to_length, const std::vector<OpenChunk>& chunks) {
+  const std::size_t count = chunks.size();
   alignas(cmsghdr) unsigned char control[Scratch::kControlBytes] = {};
   char byte = 'c';
   iovec iov{&byte, 1};
@@ -357,7 +344,7 @@ Result<void> send_fds(int sock, const sockaddr_un& to, socklen_t to_length, cons
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(count * sizeof(int));
-  for (std::size_t k = 0; k < count; ++k) std::memcpy(CMSG_DATA(c) + k * sizeof(int), &chunks[from + k].fd, sizeof(int));
+  for (std::size_t k = 0; k < count; ++k) std::memcpy(CMSG_DATA(c) + k * sizeof(int), &chunks[k].fd, sizeof(int));
   if (::sendmsg(sock, &m, MSG_NOSIGNAL) != 1)
     return make_error(std::string("sending chunk descriptors: ") + std::strerror(errno), errno);
   return {};
@@ -435,7 +422,7 @@ Result<MappedChunks> map_store_chunks(int pid, const gi::StoreReader& reader, un
       }
     }
     if (batch.empty()) continue;
-    outcome = send_fds(*sock, address, address_length, batch, 0, batch.size());
+    outcome = send_fds(*sock, address, address_length, batch);
     std::vector<int> remote;
     if (outcome) {
       auto received = receiver.receive(batch.size());

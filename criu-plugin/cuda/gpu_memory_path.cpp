@@ -37,24 +37,14 @@ std::string pid_text(int pid) { return "pid " + std::to_string(pid); }
 
 void GpuMemoryPath::configure(int dir_fd) {
   dir_fd_ = dir_fd;
-  if (auto enabled = memory_image_enabled_from_env(); enabled) {
-    enabled_ = *enabled;
-  } else {
-    log::error("cuda: " + enabled.error().message + "; using 1");
-  }
-  log::param("GPUCKPT_CUDA_MEMORY_IMAGE", enabled_ ? "1" : "0");
-  if (auto huge = staging_huge_pages_from_env(); huge) {
-    huge_pages_ = *huge;
-  } else {
-    log::error("cuda: " + huge.error().message + "; using 1");
-  }
-  log::param("GPUCKPT_STAGING_HUGE_PAGES", huge_pages_ ? "1" : "0");
-  if (auto map = staging_map_chunks_from_env(); map) {
-    map_chunks_ = *map;
-  } else {
-    log::error("cuda: " + map.error().message + "; using 1");
-  }
-  log::param("GPUCKPT_STAGING_MAP_CHUNKS", map_chunks_ ? "1" : "0");
+  const auto read_switch = [](const char* name, bool& on) {
+    if (auto value = switch_from_env(name); value) on = *value;
+    else log::error("cuda: " + value.error().message + "; using 1");
+    log::param(name, on ? "1" : "0");
+  };
+  read_switch("GPUCKPT_CUDA_MEMORY_IMAGE", enabled_);
+  read_switch("GPUCKPT_STAGING_HUGE_PAGES", huge_pages_);
+  read_switch("GPUCKPT_STAGING_MAP_CHUNKS", map_chunks_);
   if (auto settings = gpu_image::settings_from_env(); settings) {
     settings_ = *settings;
   } else {

@@ -25,12 +25,6 @@ namespace {
 namespace gi = gpu_image;
 using Clock = std::chrono::steady_clock;
 
-std::string hex_address(std::uint64_t a) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
-  return buf;
-}
-
 // Runs work(worker) on `threads` threads and joins them all; falls back to fewer (at least the calling thread)
 // when the system cannot start more.
 template <class Work>
@@ -48,24 +42,6 @@ void run_pool(unsigned threads, Work&& work) {
   for (auto& th : pool) th.join();
 }
 
-// process_vm_readv / process_vm_writev of one contiguous range, whole or an error.
-Result<void> copy_remote(bool write, int pid, std::uint64_t remote, std::byte* local, std::size_t size) {
-  std::size_t done = 0;
-  while (done < size) {
-    iovec l{local + done, size - done};
-    iovec r{reinterpret_cast<void*>(remote + done), size - done};
-    ssize_t n = write ? ::process_vm_writev(pid, &l, 1, &r, 1, 0) : ::process_vm_readv(pid, &l, 1, &r, 1, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = n < 0 ? errno : EFAULT;
-      return make_error(std::string(write ? "writing" : "reading") + " " + std::to_string(size - done) +
-                        " bytes of pid " + std::to_string(pid) + "'s memory at " + hex_address(remote + done) + ": " +
-                        std::strerror(err), err);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  return {};
-}
 
 // Writes a zero byte into every page of [remote, remote + size), which the caller knows to be zero: the pages get
 // allocated here, by the pool, instead of one by one when the driver's single-threaded restore first touches them
@@ -192,6 +168,24 @@ void prefetch(const gi::MemorySource& reader, const std::vector<Item>& items, st
 }
 
 }  // namespace
+
+Result<void> copy_remote(bool write, int pid, std::uint64_t remote, std::byte* local, std::size_t size) {
+  std::size_t done = 0;
+  while (done < size) {
+    iovec l{local + done, size - done};
+    iovec r{reinterpret_cast<void*>(remote + done), size - done};
+    ssize_t n = write ? ::process_vm_writev(pid, &l, 1, &r, 1, 0) : ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : EFAULT;
+      return make_error(std::string(write ? "writing" : "reading") + " " + std::to_string(size - done) +
+                        " bytes of pid " + std::to_string(pid) + "'s memory at " + hex_address(remote + done) + ": " +
+                        std::strerror(err), err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return {};
+}
 
 std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemory>& processes, int dir_fd,
                                                    const gi::Settings& settings) {

@@ -31,6 +31,10 @@ struct CopyStats {
   const char* chunk_check = "";     // fill: how each chunk read was checked (MemorySource::chunk_check)
 };
 
+// process_vm_readv (write false) or process_vm_writev (write true) of one contiguous range of `pid`'s memory, whole
+// (short transfers and EINTR continued) or an error naming pid and address.
+Result<void> copy_remote(bool write, int pid, std::uint64_t remote, std::byte* local, std::size_t size);
+
 // Writes one image per process into `dir_fd` and makes every file durable (fsync of each file and of the
 // directory) before returning. With a chunk store (settings.store), the chunks go into the store (only those it
 // does not hold yet) and a manifest per process into `dir_fd`. One result per process, in order.

@@ -26,12 +26,6 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-std::string hex_address(std::uint64_t a) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
-  return buf;
-}
-
 }  // namespace
 
 std::vector<Vma> parse_maps(std::string_view text) {
@@ -143,6 +137,12 @@ int namespace_pid(int pid, const std::string& proc) {
   return last;
 }
 
+std::string hex_address(std::uint64_t a) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
+  return buf;
+}
+
 bool image_dir_is_stream(int dir_fd) {
   struct stat st {};
   for (const char* name : {"streamer-capture.sock", "streamer-serve.sock"})
@@ -150,26 +150,11 @@ bool image_dir_is_stream(int dir_fd) {
   return false;
 }
 
-Result<bool> memory_image_enabled_from_env(const PluginSettings& node) {
-  const std::string s = node.get("GPUCKPT_CUDA_MEMORY_IMAGE");
-  if (s.empty()) return true;
-  if (s == "1") return true;
-  if (s == "0") return false;
-  return make_error("GPUCKPT_CUDA_MEMORY_IMAGE='" + s + "' is not 0 or 1");
-}
-
-Result<bool> staging_huge_pages_from_env(const PluginSettings& node) {
-  const std::string s = node.get("GPUCKPT_STAGING_HUGE_PAGES");
+Result<bool> switch_from_env(const char* name, const PluginSettings& node) {
+  const std::string s = node.get(name);
   if (s.empty() || s == "1") return true;
   if (s == "0") return false;
-  return make_error("GPUCKPT_STAGING_HUGE_PAGES='" + s + "' is not 0 or 1");
-}
-
-Result<bool> staging_map_chunks_from_env(const PluginSettings& node) {
-  const std::string s = node.get("GPUCKPT_STAGING_MAP_CHUNKS");
-  if (s.empty() || s == "1") return true;
-  if (s == "0") return false;
-  return make_error("GPUCKPT_STAGING_MAP_CHUNKS='" + s + "' is not 0 or 1");
+  return make_error(std::string(name) + "='" + s + "' is not 0 or 1");
 }
 
 Result<std::optional<std::string>> test_node_store_from_env() {

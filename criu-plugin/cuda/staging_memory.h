@@ -63,19 +63,22 @@ PathDecision decide_memory_path(const PathFacts& facts);
 // A restored process has the same one, while its host pid differs.
 int namespace_pid(int pid, const std::string& proc = "/proc");
 
+// "0x7f00..." for logs and errors.
+std::string hex_address(std::uint64_t a);
+
 // The image streamer's socket in the image directory (criu --stream).
 bool image_dir_is_stream(int dir_fd);
 
-// GPUCKPT_CUDA_MEMORY_IMAGE (1/0; the environment, else the node's settings file) and the test switch (the
-// environment only); errors name the variable.
-Result<bool> memory_image_enabled_from_env(const PluginSettings& node = plugin_settings());
+// A switch of the plugin's, 1 or 0, on when unset (the environment, else the node's settings file); errors name
+// the variable. The switches:
+//   GPUCKPT_CUDA_MEMORY_IMAGE   gpuckpt moves the staging memory itself (else CRIU dumps it with the pages)
+//   GPUCKPT_STAGING_HUGE_PAGES  before a restore fills a process's staging memory, ask for transparent huge pages
+//                               on it (madvise inside the task), so the fill and the driver's restore touch 2 MiB pages
+//   GPUCKPT_STAGING_MAP_CHUNKS  a restore from the node store maps its raw chunks into the staging memory instead
+//                               of copying them (chunk_mapping.h)
+Result<bool> switch_from_env(const char* name, const PluginSettings& node = plugin_settings());
+// The test switch (the environment only).
 Result<std::optional<std::uint64_t>> test_staging_vma_from_env();
-// GPUCKPT_STAGING_HUGE_PAGES (1/0, default 1): before a restore fills a process's staging memory, ask for
-// transparent huge pages on it (madvise inside the task), so the fill and the driver's restore touch 2 MiB pages.
-Result<bool> staging_huge_pages_from_env(const PluginSettings& node = plugin_settings());
-// GPUCKPT_STAGING_MAP_CHUNKS (1/0, default 1): a restore from the node store maps its raw chunks into the staging
-// memory instead of copying them (chunk_mapping.h).
-Result<bool> staging_map_chunks_from_env(const PluginSettings& node = plugin_settings());
 // Test switch (the environment only): GPUCKPT_TEST_NODE_STORE names the directory treated as the node-local store.
 Result<std::optional<std::string>> test_node_store_from_env();
 

@@ -136,13 +136,13 @@ TEST_CASE("chunk store: open_mappable gives the fd of an aligned raw chunk, ENOT
     REQUIRE(mappable);
     Fd closer{mappable->fd};
     REQUIRE(mappable->fd >= 0);
-    CHECK(mappable->payload_offset == 4096);
+    CHECK(mappable->header.payload_offset() == 4096);
     CHECK(mappable->header.raw_size == size);
     CHECK(mappable->header.stored_size == size);
     CHECK((::fcntl(mappable->fd, F_GETFD) & FD_CLOEXEC) != 0);
     CHECK((::fcntl(mappable->fd, F_GETFL) & O_ACCMODE) == O_RDONLY);
     void* map = ::mmap(nullptr, payload.size(), PROT_READ, MAP_PRIVATE, mappable->fd,
-                       static_cast<off_t>(mappable->payload_offset));
+                       static_cast<off_t>(mappable->header.payload_offset()));
     REQUIRE(map != MAP_FAILED);
     CHECK(std::memcmp(map, payload.data(), payload.size()) == 0);
     ::munmap(map, payload.size());

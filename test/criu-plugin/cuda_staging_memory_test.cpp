@@ -168,20 +168,20 @@ TEST_CASE("staging memory: the image streamer's socket marks a stream", "[unit]"
 
 TEST_CASE("staging memory: settings from the environment", "[unit]") {
   ::setenv("GPUCKPT_CUDA_MEMORY_IMAGE", "2", 1);
-  auto bad = memory_image_enabled_from_env();
+  auto bad = switch_from_env("GPUCKPT_CUDA_MEMORY_IMAGE");
   REQUIRE_FALSE(bad);
   CHECK(bad.error().message.find("GPUCKPT_CUDA_MEMORY_IMAGE='2'") == 0);
   ::setenv("GPUCKPT_CUDA_MEMORY_IMAGE", "0", 1);
-  CHECK_FALSE(*memory_image_enabled_from_env());
+  CHECK_FALSE(*switch_from_env("GPUCKPT_CUDA_MEMORY_IMAGE"));
   ::unsetenv("GPUCKPT_CUDA_MEMORY_IMAGE");
-  CHECK(*memory_image_enabled_from_env());
+  CHECK(*switch_from_env("GPUCKPT_CUDA_MEMORY_IMAGE"));
   // From the node's settings file when the environment does not say (containerd/CRI-O start CRIU).
   const gpuckpt::PluginSettings off(std::map<std::string, std::string>{{"GPUCKPT_CUDA_MEMORY_IMAGE", "0"}});
-  CHECK_FALSE(*memory_image_enabled_from_env(off));
+  CHECK_FALSE(*switch_from_env("GPUCKPT_CUDA_MEMORY_IMAGE", off));
   ::setenv("GPUCKPT_CUDA_MEMORY_IMAGE", "1", 1);
-  CHECK(*memory_image_enabled_from_env(off));   // the environment wins
+  CHECK(*switch_from_env("GPUCKPT_CUDA_MEMORY_IMAGE", off));   // the environment wins
   ::unsetenv("GPUCKPT_CUDA_MEMORY_IMAGE");
-  CHECK_FALSE(memory_image_enabled_from_env(
+  CHECK_FALSE(switch_from_env("GPUCKPT_CUDA_MEMORY_IMAGE",
       gpuckpt::PluginSettings(std::map<std::string, std::string>{{"GPUCKPT_CUDA_MEMORY_IMAGE", "yes"}})));
 
   CHECK_FALSE(test_staging_vma_from_env()->has_value());
