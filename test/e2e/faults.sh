@@ -68,7 +68,7 @@ checkpoint() { api POST /v1/checkpoints "{\"container\":\"$NAME\"}"; }
 restart_agent() { sandbox_stop_agent; rm -f "$STATE/agent.port"; sandbox_start_agent "$AGENT" || fail "agent did not start"; }
 
 podman run -d --name "$NAME" "${ULIMITS[@]}" "$IMAGE" \
-  sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null
+  sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done' >/dev/null
 sleep 0.5
 
 step "1. the archive directory fills up"

@@ -78,7 +78,7 @@ wait_job() {  # wait_job COLLECTION ID -> final "STATUS BODY"
 step "1. the hook records a container with GPU device aliases, not a plain one"
 podman --hooks-dir "$HOOKS" run -d --name "$NAME" "${ULIMITS[@]}" \
   --device /dev/null:/dev/nvidia0 --device /dev/zero:/dev/kfd -e NVIDIA_VISIBLE_DEVICES=0 "$IMAGE" \
-  sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; echo $i; sleep 0.1; done' >/dev/null
+  sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; echo $i; sleep 0.1; done' >/dev/null
 podman --hooks-dir "$HOOKS" run -d --name "$NAME-plain" "${ULIMITS[@]}" "$IMAGE" sleep 600 >/dev/null
 ID=$(podman inspect -f '{{.Id}}' "$NAME")
 PLAIN_ID=$(podman inspect -f '{{.Id}}' "$NAME-plain")
