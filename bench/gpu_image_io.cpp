@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
 
   int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) { std::perror(dir.c_str()); return 1; }
-  cuda::ProcessMemory self{::getpid(), ::getpid(), {{reinterpret_cast<std::uint64_t>(memory), bytes}}};
+  cuda::ProcessMemory self{::getpid(), ::getpid(), {{reinterpret_cast<std::uint64_t>(memory), bytes}}, nullptr};
   auto t = Clock::now();
   auto written = cuda::write_memory_images({self}, dir_fd, settings);
   const double write_s = since(t);

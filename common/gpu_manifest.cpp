@@ -335,14 +335,35 @@ Result<void> check_chunks(const Manifest& m, const cs::Store& store, const std::
 }
 
 // --- writing ---------------------------------------------------------------------------------------------------------
+KnownChunks::KnownChunks(const Manifest& previous) : checkpoint_(previous.checkpoint) {
+  if (!previous.checksums || previous.digests.size() != previous.entries.size()) return;
+  std::unordered_map<std::uint64_t, bool> ambiguous;
+  for (std::size_t i = 0; i < previous.entries.size(); ++i) {
+    const ChunkEntry& e = previous.entries[i];
+    if (e.encoding == Encoding::Zero) continue;
+    const Chunk chunk{previous.digests[i], e.raw_size};
+    auto [at, added] = by_checksum_.try_emplace(e.checksum, chunk);
+    if (!added && (at->second.digest != chunk.digest || at->second.raw_size != chunk.raw_size))
+      ambiguous[e.checksum] = true;
+  }
+  for (const auto& [checksum, unused] : ambiguous) by_checksum_.erase(checksum);
+}
+
+const KnownChunks::Chunk* KnownChunks::find(std::uint64_t xxh3_64, std::uint32_t raw_size) const {
+  const auto at = by_checksum_.find(xxh3_64);
+  return at != by_checksum_.end() && at->second.raw_size == raw_size ? &at->second : nullptr;
+}
+
 Result<std::unique_ptr<StoreWriter>> StoreWriter::create(std::shared_ptr<cs::Store> store, const ImageHeader& header,
-                                                         std::vector<Region> regions, std::string checkpoint) {
+                                                         std::vector<Region> regions, std::string checkpoint,
+                                                         std::shared_ptr<const KnownChunks> known) {
   if (header.chunk_size == 0 || header.chunk_size > kMaxChunkSize || header.chunk_size % 4096 != 0)
     return make_error("GPU image chunk size " + std::to_string(header.chunk_size) + " is not a multiple of 4 KiB up to " +
                       std::to_string(kMaxChunkSize));
   if (regions.empty() || regions.size() > kMaxRegions) return make_error("a GPU image needs 1 to 4096 regions");
   std::unique_ptr<StoreWriter> w(new StoreWriter());
   w->store_ = std::move(store);
+  w->known_ = std::move(known);
   w->manifest_.checkpoint = std::move(checkpoint);
   w->manifest_.store = w->store_->root().string();
   w->manifest_.checksums = true;
@@ -387,20 +408,33 @@ Result<StoredChunk> StoreWriter::add(std::uint32_t region, std::uint64_t chunk, 
     out.zero = true;
     return out;
   }
-  const cs::Digest digest = cs::sha256(raw);
-  manifest_.digests[i] = digest;
-  if (auto present = store_->stat(digest); present && present->raw_size == raw.size() && store_->touch(digest)) {
-    // The same bytes are in the store already (an earlier checkpoint, another process): nothing to write. Touched,
-    // so a garbage collection running now keeps it (chunk_gc.h). Its checksum is of this dump's bytes, so a file
-    // damaged since it was stored fails the restore's check.
-    e.checksum = checksum(raw);
+  // The same bytes in the store already (an earlier checkpoint, another process): nothing to write. Touched, so a
+  // garbage collection running now keeps it (chunk_gc.h). Its checksum is of this dump's bytes, so a file damaged
+  // since it was stored fails the restore's check.
+  const auto reuse = [&](const cs::Digest& digest, std::uint64_t sum) {
+    auto present = store_->stat(digest);
+    if (!present || present->raw_size != raw.size() || !store_->touch(digest)) return false;
+    manifest_.digests[i] = digest;
+    e.checksum = sum;
     e.encoding = static_cast<Encoding>(present->encoding);
     e.stored_size = present->stored_size;
     present_[i] = 1;
     out.reused = true;
     out.stored_bytes = present->stored_size;
-    return out;
+    return true;
+  };
+  std::optional<std::uint64_t> sum;
+  if (known_) {
+    // Unchanged since the process's previous checkpoint or restore: the digest that manifest gives these bytes.
+    sum = checksum(raw);
+    if (const auto* same = known_->find(*sum, e.raw_size); same != nullptr && reuse(same->digest, *sum)) {
+      out.recognised = true;
+      return out;
+    }
   }
+  const cs::Digest digest = cs::sha256(raw);
+  manifest_.digests[i] = digest;
+  if (reuse(digest, sum ? *sum : checksum(raw))) return out;
   codec.encode(raw, settings, history, e);   // sets encoding, raw and stored size, and the XXH3-64 of `raw`
   e.region = region;
   e.chunk = chunk;

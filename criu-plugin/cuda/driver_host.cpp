@@ -167,7 +167,7 @@ std::set<int> refill(const std::map<int, int>& staged, int image_dir_fd, int log
   if (staged.empty()) return failed;
   std::vector<ProcessMemory> jobs;
   for (const auto& [pid, vpid] : staged)
-    if (process_alive(pid)) jobs.push_back({pid, vpid, {}});
+    if (process_alive(pid)) jobs.push_back({pid, vpid, {}, nullptr});
   auto settings = gpu_image::settings_from_env();
   if (!settings) settings = gpu_image::Settings{};
   if (settings->threads == 0) settings->threads = 4;

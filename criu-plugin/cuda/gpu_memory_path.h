@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -23,7 +24,7 @@ namespace gpuckpt::cuda {
 class GpuMemoryPath {
  public:
   // Reads GPUCKPT_CUDA_MEMORY_IMAGE, GPUCKPT_IMAGE_{THREADS,COMPRESSION,SPARSE}, GPUCKPT_GPU_STORE,
-  // GPUCKPT_STAGING_{HUGE_PAGES,MAP_CHUNKS} and the test switches
+  // GPUCKPT_STAGING_{HUGE_PAGES,MAP_CHUNKS}, GPUCKPT_STORE_RECOGNISE_UNCHANGED and the test switches
   // GPUCKPT_TEST_STAGING_VMA; logs each once. A bad value is logged and its default used: a typo must not
   // break every dump on the node.
   void configure(int dir_fd);
@@ -58,11 +59,17 @@ class GpuMemoryPath {
   // Before a fill from the node store: maps each process's raw chunks (GPUCKPT_STAGING_MAP_CHUNKS). Per process
   // and chunk, whether it is in place; where mapping fails, nothing is, and the fill copies every chunk.
   std::vector<std::vector<bool>> map_chunks(const std::vector<ProcessMemory>& jobs) const;
+  // GPUCKPT_STORE_RECOGNISE_UNCHANGED: the chunks of the process's last manifest the node kept
+  // (common/memory_lineage.h), or none.
+  std::shared_ptr<const gpu_image::KnownChunks> known_chunks(int pid) const;
+  // Keeps `manifest` as the process's last one, for its next dump.
+  void remember(int pid, const gpu_image::Manifest& manifest) const;
 
   int dir_fd_ = -1;
   bool enabled_ = true;
   bool huge_pages_ = true;
   bool map_chunks_ = true;
+  bool recognise_unchanged_ = true;
   gpu_image::Settings settings_;
   std::optional<std::uint64_t> test_vma_;
   std::map<int, std::vector<Vma>> maps_before_;

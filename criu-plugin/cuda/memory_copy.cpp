@@ -73,7 +73,8 @@ struct ProcessSlot {
   std::mutex mutex;
   std::optional<Error> error;
   std::atomic<bool> failed{false};
-  std::atomic<std::uint64_t> stored{0}, zero{0}, chunks{0}, reused{0}, written{0};
+  std::atomic<std::uint64_t> stored{0}, zero{0}, chunks{0}, reused{0}, recognised{0}, written{0};
+  std::shared_ptr<const gi::Manifest> manifest;   // dump into a store, once finished
   void fail(Error e) {
     std::lock_guard lock(mutex);
     if (!error) error = std::move(e);
@@ -112,7 +113,9 @@ std::vector<Result<CopyStats>> collect(const std::vector<ProcessMemory>& process
     s.zero_chunks = slots[p]->zero;
     s.chunks = slots[p]->chunks;
     s.reused_chunks = slots[p]->reused;
+    s.recognised_chunks = slots[p]->recognised;
     s.written_bytes = slots[p]->written;
+    s.manifest = slots[p]->manifest;
     s.seconds = seconds;
     out.emplace_back(s);
   }
@@ -214,7 +217,7 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
       continue;
     }
     if (store) {
-      auto writer = gi::StoreWriter::create(store, header, processes[p].regions, checkpoint);
+      auto writer = gi::StoreWriter::create(store, header, processes[p].regions, checkpoint, processes[p].known);
       if (!writer) {
         slots[p]->fail(writer.error());
         continue;
@@ -235,10 +238,12 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
         items.push_back({p, r, c});
   }
   std::atomic<std::size_t> next{0};
+  std::atomic<std::uint64_t> reading_ns{0}, storing_ns{0};
   run_pool(pool_size(settings, items.size()), [&](unsigned worker) {
     gi::ChunkCodec codec(gi::kDefaultChunkSize);
     gi::CompressionHistory history;
     std::vector<std::byte> buffer(gi::kDefaultChunkSize);
+    Clock::duration reading{}, storing{};
     for (std::size_t i = next++; i < items.size(); i = next++) {
       const Item& item = items[i];
       ProcessSlot& slot = *slots[item.process];
@@ -247,13 +252,17 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
       const gi::Region& region = proc.regions[item.region];
       const std::uint64_t offset = item.chunk * gi::kDefaultChunkSize;
       const std::size_t size = std::min<std::uint64_t>(gi::kDefaultChunkSize, region.length - offset);
+      const auto read_start = Clock::now();
       if (auto ok = copy_remote(false, proc.pid, region.start + offset, buffer.data(), size); !ok) {
         slot.fail(ok.error());
         continue;
       }
+      const auto store_start = Clock::now();
+      reading += store_start - read_start;
       if (store_writers[item.process]) {
         auto stored = store_writers[item.process]->add(item.region, item.chunk, {buffer.data(), size}, codec,
                                                        settings, history);
+        storing += Clock::now() - store_start;
         if (!stored) {
           slot.fail(stored.error());
           continue;
@@ -262,6 +271,7 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
         slot.written += stored->written_bytes;
         slot.zero += stored->zero ? 1 : 0;
         slot.reused += stored->reused ? 1 : 0;
+        slot.recognised += stored->recognised ? 1 : 0;
         ++slot.chunks;
         continue;
       }
@@ -269,8 +279,10 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
       entry.region = item.region;
       entry.chunk = item.chunk;
       codec.encode({buffer.data(), size}, settings, history, entry);
-      if (auto ok = writers[item.process]->append(codec, entry, worker); !ok) {
-        slot.fail(ok.error());
+      auto appended = writers[item.process]->append(codec, entry, worker);
+      storing += Clock::now() - store_start;
+      if (!appended) {
+        slot.fail(appended.error());
         continue;
       }
       slot.stored += entry.stored_size;
@@ -278,6 +290,8 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
       slot.zero += entry.encoding == gi::Encoding::Zero ? 1 : 0;
       ++slot.chunks;
     }
+    reading_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(reading).count();
+    storing_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(storing).count();
   });
   // Index, footer, fsync and rename, one file per thread: the fsyncs of several files overlap.
   std::atomic<std::size_t> next_file{0};
@@ -286,13 +300,20 @@ std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemo
       if (slots[p]->failed) continue;
       if (store_writers[p]) {
         if (auto ok = store_writers[p]->finish(dir_fd); !ok) slots[p]->fail(ok.error());
+        else slots[p]->manifest = std::make_shared<const gi::Manifest>(store_writers[p]->manifest());
       } else if (writers[p]) {
         if (auto ok = writers[p]->finish(); !ok) slots[p]->fail(ok.error());
       }
     }
   });
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return collect(processes, slots, seconds);
+  auto results = collect(processes, slots, seconds);
+  for (auto& result : results) {
+    if (!result) continue;
+    result->reading_seconds = static_cast<double>(reading_ns) / 1e9;
+    result->storing_seconds = static_cast<double>(storing_ns) / 1e9;
+  }
+  return results;
 }
 
 std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>& processes, int dir_fd,
@@ -418,6 +439,8 @@ std::string describe(const CopyStats& s) {
                 static_cast<unsigned long long>(s.zero_chunks), static_cast<unsigned long long>(s.reused_chunks),
                 static_cast<double>(s.stored_bytes) / (1ull << 30), static_cast<double>(s.written_bytes) / (1ull << 30));
   std::string text = buf;
+  if (s.recognised_chunks > 0)
+    text += ", " + std::to_string(s.recognised_chunks) + " chunks recognised unchanged by XXH3-64 (not hashed with SHA-256)";
   if (s.mapped_chunks > 0) text += ", " + std::to_string(s.mapped_chunks) + " chunks mapped from the store";
   return *s.chunk_check == '\0' ? text : text + ", each chunk checked by " + s.chunk_check;
 }

@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/gpu_image.h"
+#include "common/gpu_manifest.h"
 #include "common/result.h"
 
 namespace gpuckpt::cuda {
@@ -17,6 +19,9 @@ struct ProcessMemory {
   int pid = 0;    // as this process sees it (host pid)
   int vpid = 0;   // in its own pid namespace: names the image file
   std::vector<gpu_image::Region> regions;
+  // Dump into a chunk store: the chunks of the process's previous manifest, recognised by XXH3-64 instead of hashed
+  // (gpu_manifest.h KnownChunks); none: every chunk hashed.
+  std::shared_ptr<const gpu_image::KnownChunks> known;
 };
 
 struct CopyStats {
@@ -25,9 +30,13 @@ struct CopyStats {
   std::uint64_t zero_chunks = 0;
   std::uint64_t chunks = 0;
   std::uint64_t reused_chunks = 0;   // dump into a chunk store: chunks it held already (nothing written)
+  std::uint64_t recognised_chunks = 0;   // of those, named by ProcessMemory::known without SHA-256
   std::uint64_t mapped_chunks = 0;   // fill: chunks mapped from the store before it (ProcessMemory::in_place)
   std::uint64_t written_bytes = 0;   // dump: bytes written (image files, or new chunk files in the store)
   double seconds = 0;               // wall time of the whole batch
+  double reading_seconds = 0;       // dump: the whole batch's reading of process memory, summed over its threads
+  double storing_seconds = 0;       // dump: the rest (hashing, compressing, writing), summed over its threads
+  std::shared_ptr<const gpu_image::Manifest> manifest;   // dump into a chunk store: the manifest written
   const char* chunk_check = "";     // fill: how each chunk read was checked (MemorySource::chunk_check)
 };
 

@@ -76,6 +76,9 @@ bool image_dir_is_stream(int dir_fd);
 //                               on it (madvise inside the task), so the fill and the driver's restore touch 2 MiB pages
 //   GPUCKPT_STAGING_MAP_CHUNKS  a restore from the node store maps its raw chunks into the staging memory instead
 //                               of copying them (chunk_mapping.h)
+//   GPUCKPT_STORE_RECOGNISE_UNCHANGED  a dump into a chunk store names a chunk unchanged since the process's previous
+//                               checkpoint or restore by that manifest's digest, recognised by XXH3-64 instead of
+//                               hashed with SHA-256 (common/memory_lineage.h)
 Result<bool> switch_from_env(const char* name, const PluginSettings& node = plugin_settings());
 // The test switch (the environment only).
 Result<std::optional<std::uint64_t>> test_staging_vma_from_env();

@@ -200,7 +200,7 @@ TEST_CASE("memory copy: write images of process memory, drop it, fill it back bi
   fill_pattern(b, 2);
   std::vector<std::byte> a_copy(a.data, a.data + a.size), b_copy(b.data, b.data + b.size);
   const int pid = ::getpid();
-  std::vector<ProcessMemory> processes{{pid, 101, {a.region()}}, {pid, 102, {b.region()}}};
+  std::vector<ProcessMemory> processes{{pid, 101, {a.region()}, nullptr}, {pid, 102, {b.region()}, nullptr}};
   gi::Settings settings;
   settings.threads = GENERATE(1u, 4u);
   settings.compression = {GENERATE(gi::CompressionMode::Off, gi::CompressionMode::Auto), 1};
@@ -240,7 +240,7 @@ TEST_CASE("memory copy: a corrupt chunk or a missing image fails that process on
   fill_pattern(a, 3);
   fill_pattern(b, 4);
   const int pid = ::getpid();
-  std::vector<ProcessMemory> processes{{pid, 201, {a.region()}}, {pid, 202, {b.region()}}};
+  std::vector<ProcessMemory> processes{{pid, 201, {a.region()}, nullptr}, {pid, 202, {b.region()}, nullptr}};
   gi::Settings settings;
   settings.threads = 3;
   settings.compression = {gi::CompressionMode::Off, 0};
@@ -257,7 +257,7 @@ TEST_CASE("memory copy: a corrupt chunk or a missing image fails that process on
   byte ^= 0xff;
   REQUIRE(::pwrite(fd, &byte, 1, static_cast<off_t>(at)) == 1);
   ::close(fd);
-  processes.push_back({pid, 203, {a.region()}});   // never written
+  processes.push_back({pid, 203, {a.region()}, nullptr});   // never written
   auto filled = fill_from_images(processes, dir.fd, settings);
   REQUIRE_FALSE(filled[0]);
   CHECK(filled[0].error().message.find("gpuckpt-gpumem-201.img") != std::string::npos);
@@ -275,9 +275,9 @@ TEST_CASE("memory copy: a region the process does not map fails before any write
   const int pid = ::getpid();
   gi::Settings settings;
   settings.threads = 2;
-  REQUIRE(write_memory_images({{pid, 301, {a.region()}}}, dir.fd, settings)[0]);
+  REQUIRE(write_memory_images({{pid, 301, {a.region()}, nullptr}}, dir.fd, settings)[0]);
   REQUIRE(::munmap(a.data + (2u << 20), 2u << 20) == 0);   // half of it is gone
-  auto filled = fill_from_images({{pid, 301, {}}}, dir.fd, settings);
+  auto filled = fill_from_images({{pid, 301, {}, nullptr}}, dir.fd, settings);
   REQUIRE_FALSE(filled[0]);
   CHECK(filled[0].error().message.find("no private writable mapping") != std::string::npos);
 }
@@ -289,7 +289,7 @@ TEST_CASE("memory copy: into a chunk store, the archive keeps a manifest; unchan
   fill_pattern(b, 12);
   std::vector<std::byte> a_copy(a.data, a.data + a.size), b_copy(b.data, b.data + b.size);
   const int pid = ::getpid();
-  std::vector<ProcessMemory> processes{{pid, 401, {a.region()}}, {pid, 402, {b.region()}}};
+  std::vector<ProcessMemory> processes{{pid, 401, {a.region()}, nullptr}, {pid, 402, {b.region()}, nullptr}};
   gi::Settings settings;
   settings.threads = GENERATE(1u, 4u);
   settings.store = (store.path / "chunks").string();
@@ -343,7 +343,7 @@ TEST_CASE("memory copy: the restore's first check stops at a missing chunk, nami
   gi::Settings settings;
   settings.threads = 2;
   settings.store = store.path.string();
-  REQUIRE(write_memory_images({{pid, 501, {a.region()}}}, images.fd, settings)[0]);
+  REQUIRE(write_memory_images({{pid, 501, {a.region()}, nullptr}}, images.fd, settings)[0]);
   auto manifest = gi::read_manifest(images.fd, gi::manifest_name(501));
   REQUIRE(manifest);
 
@@ -376,7 +376,7 @@ TEST_CASE("memory copy: the restore's first check stops at a missing chunk, nami
   ::unsetenv("GPUCKPT_GPU_STORE");
 
   // The fill fails that process too, naming the chunk (if the check were skipped).
-  auto filled = fill_from_images({{pid, 501, {}}}, images.fd, settings);
+  auto filled = fill_from_images({{pid, 501, {}, nullptr}}, images.fd, settings);
   REQUIRE_FALSE(filled[0]);
   CHECK(filled[0].error().message.find(manifest->digests[first_stored].hex()) != std::string::npos);
 }

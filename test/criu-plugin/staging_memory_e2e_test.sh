@@ -21,6 +21,11 @@
 #   9. gpuckpt export of that checkpoint, import into an empty store, restore from that store alone: bit-identical.
 #  10. that store as the node store: its raw chunks are mapped into the process, not copied (bit-identical, the
 #      store's files unchanged); a damaged raw chunk fails the restore, named.
+#  11. unchanged chunks recognised by XXH3-64 (common/memory_lineage.h): a second dump of a running process names
+#      every stored chunk by its first manifest's digest (the same manifest chunks, nothing written); after the
+#      process changed its memory nothing is recognised and the new chunks are stored; a restore from the node store
+#      keeps the restored process's manifest, so its next dump recognises again; GPUCKPT_STORE_RECOGNISE_UNCHANGED=0
+#      hashes every chunk; the records of processes that are gone are removed.
 # Exit 0 pass, 77 skipped (no root / no working CRIU), anything else fails.
 set -uo pipefail
 
@@ -314,6 +319,56 @@ printf '\x5a' | dd of="$RAW" bs=1 seek=$((4096 + 12345)) conv=notrunc 2>/dev/nul
 restore "$WORK/imported/checkpoint" && fail "the restore with a damaged chunk in the node store succeeded"
 grep -q "$(basename "$RAW")).*XXH3-64" "$LOG" || fail "the damaged chunk is not named: $(grep -E 'XXH3|rror' "$LOG" | head -3)"
 [ -z "$RPID" ] || gone "$RPID" || fail "a process with damaged memory was left running"
-unset GPUCKPT_GPU_STORE GPUCKPT_TEST_NODE_STORE
 echo "ok 10: $MAPPED chunks mapped from the node store (each checked by XXH3-64), the rest copied: bit-identical, the process's writes stay its own; a damaged chunk failed the restore, named"
+
+# --- 11. unchanged chunks recognised by XXH3-64 ---------------------------------------------------------------
+# A node store of its own (the test switch); each dump leaves the process running, as kubelet's checkpoint does.
+export GPUCKPT_GPU_STORE=$WORK/store-c GPUCKPT_TEST_NODE_STORE=$WORK/store-c
+RECORDS=$GPUCKPT_GPU_STORE/processes
+recognised() { grep -Eo "[0-9]+ chunks recognised unchanged by XXH3-64" "$WORK/$1-dump.log" | grep -Eo "^[0-9]+" || echo 0; }
+written_mib() { grep -Eo "timing: gpu memory image write: .* ([0-9]+) MiB written" "$WORK/$1-dump.log" | grep -Eo "[0-9]+ MiB written" | grep -Eo "^[0-9]+"; }
+manifest_chunks() { python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["chunks"]))' "$1"; }
+stored_chunks() { python3 -c 'import json,sys; print(sum(c[0] != "zero" for c in json.load(open(sys.argv[1]))["chunks"]))' "$1"; }
+start_process f
+dump "$WORK/lin-1" "$PID" --leave-running || fail "the first dump into the node store failed"
+ls "$RECORDS"/*-"$PID"-*.json >/dev/null 2>&1 || fail "the dump kept no record of pid $PID in $RECORDS"
+[ "$(stat -c %a "$RECORDS")" = 700 ] || fail "$RECORDS is not root-only"
+[ "$(recognised lin-1)" = 0 ] || fail "the first dump recognised chunks it had no manifest for"
+STORED=$(stored_chunks "$WORK/lin-1/gpuckpt-gpumem-$PID.manifest.json")
+dump "$WORK/lin-2" "$PID" --leave-running || fail "the second dump failed"
+[ "$(recognised lin-2)" = "$STORED" ] ||
+  fail "the second dump of unchanged memory recognised $(recognised lin-2) of $STORED stored chunks: $(grep -E 'recognis|hashed' "$WORK/lin-2-dump.log" | head -3)"
+[ "$(written_mib lin-2)" = 0 ] || fail "the second dump of unchanged memory wrote $(written_mib lin-2) MiB"
+[ "$(manifest_chunks "$WORK/lin-1/gpuckpt-gpumem-$PID.manifest.json")" = "$(manifest_chunks "$WORK/lin-2/gpuckpt-gpumem-$PID.manifest.json")" ] ||
+  fail "the recognised chunks are not the first manifest's"
+[ "$(checksum_now f "$PID")" = "$SUM" ] || fail "the process's memory changed across the dumps"
+# The process changes every page: nothing is recognised, every chunk is hashed and stored.
+rm -f "$WORK/f.out.written"; kill -USR2 "$PID"
+for _ in $(seq 200); do [ -s "$WORK/f.out.written" ] && break; sleep 0.05; done
+[ -s "$WORK/f.out.written" ] || fail "pid $PID did not write into its memory"
+CHANGED=$(checksum_now f "$PID")
+dump "$WORK/lin-3" "$PID" || fail "the dump of changed memory failed"
+gone "$PID" || fail "pid $PID did not go away"
+[ "$(recognised lin-3)" = 0 ] || fail "the dump of changed memory recognised $(recognised lin-3) chunks"
+[ "$(written_mib lin-3)" -gt 0 ] || fail "the dump of changed memory wrote nothing"
+# Restored from the node store (every chunk checked by XXH3-64): the restored process's manifest is kept. Copied,
+# not mapped: the test switch names one anonymous mapping, which mapped chunk files would split (a CUDA process's
+# next dump reads the driver's new staging memory instead).
+GPUCKPT_STAGING_MAP_CHUNKS=0 restore "$WORK/lin-3" || fail "the restore of the changed memory failed"
+[ "$(checksum_now f "$RPID")" = "$CHANGED" ] || fail "the changed memory did not restore bit-identical"
+ls "$RECORDS"/*-"$RPID"-*.json >/dev/null 2>&1 || fail "the restore kept no record of pid $RPID"
+[ -z "$(ls "$RECORDS"/*-"$PID"-*.json 2>/dev/null)" ] || [ "$PID" = "$RPID" ] ||
+  fail "the record of pid $PID (gone) was not removed"
+dump "$WORK/lin-4" "$RPID" --leave-running || fail "the dump of the restored process failed"
+STORED=$(stored_chunks "$WORK/lin-3/gpuckpt-gpumem-$PID.manifest.json")
+[ "$(recognised lin-4)" = "$STORED" ] || fail "the restored process's dump recognised $(recognised lin-4) of $STORED chunks"
+GPUCKPT_STORE_RECOGNISE_UNCHANGED=0 dump "$WORK/lin-5" "$RPID" --leave-running || fail "the dump with recognition off failed"
+[ "$(recognised lin-5)" = 0 ] || fail "GPUCKPT_STORE_RECOGNISE_UNCHANGED=0 still recognised chunks"
+grep -q "param: GPUCKPT_STORE_RECOGNISE_UNCHANGED:0" "$WORK/lin-5-dump.log" || fail "the switch was not logged"
+[ "$(manifest_chunks "$WORK/lin-4/gpuckpt-gpumem-$PID.manifest.json")" = "$(manifest_chunks "$WORK/lin-5/gpuckpt-gpumem-$PID.manifest.json")" ] ||
+  fail "recognised and hashed chunks differ"
+[ "$(checksum_now f "$RPID")" = "$CHANGED" ] || fail "the restored process's memory changed across the dumps"
+kill -9 "$RPID"; gone "$RPID" || fail "pid $RPID did not go away"
+unset GPUCKPT_GPU_STORE GPUCKPT_TEST_NODE_STORE
+echo "ok 11: a second dump recognised all $STORED stored chunks by XXH3-64 (same chunks, 0 MiB written); changed memory: none, new chunks stored; after a restore from the node store the next dump recognised them again; the switch off hashes every chunk"
 echo "PASS"

@@ -1,0 +1,175 @@
+#include "common/memory_lineage.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string_view>
+#include <vector>
+
+#include "common/chunk_store.h"
+
+namespace gpuckpt::memory_lineage {
+namespace {
+
+namespace cs = chunk_store;
+namespace gi = gpu_image;
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string text;
+  std::getline(in, text, '\0');
+  return text.size() > 4096 ? std::string() : text;
+}
+
+template <class Number>
+bool parse_number(std::string_view text, Number& out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size() && !text.empty();
+}
+
+// "<32 hex>-<pid>-<ticks>.json" into its identity, or false.
+bool parse_record_name(std::string_view name, ProcessIdentity& out) {
+  constexpr std::string_view suffix = ".json";
+  if (name.size() < 32 + 4 + suffix.size() || !name.ends_with(suffix) || name[32] != '-' ||
+      !cs::is_lower_hex(name.substr(0, 32), 32))
+    return false;
+  const auto rest = name.substr(33, name.size() - 33 - suffix.size());
+  const auto dash = rest.find('-');
+  if (dash == std::string_view::npos) return false;
+  out.boot_id = std::string(name.substr(0, 32));
+  return parse_number(rest.substr(0, dash), out.pid) && out.pid > 0 &&
+         parse_number(rest.substr(dash + 1), out.start_ticks);
+}
+
+// The node store's records directory, created when missing, once the store is known to be root's alone.
+Result<int> open_records_dir(const std::string& node_store, bool create) {
+  const std::string root = node_store.empty() ? std::string(cs::kNodeStoreDir) : node_store;
+  auto store = cs::Store::open(root, create);
+  if (!store) return store.error();
+  if (!gi::ingest_verified_store(**store, root))
+    return make_error("the node store " + root + " is not root's alone (owner root, not writable by group or others)",
+                      EPERM);
+  const std::string shown = root + "/" + kRecordsDir;
+  if (create && ::mkdirat((*store)->root_fd(), kRecordsDir, 0700) != 0 && errno != EEXIST)
+    return make_error("cannot create " + shown + ": " + errno_text(errno), errno);
+  const int fd = ::openat((*store)->root_fd(), kRecordsDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return make_error("cannot open " + shown + ": " + errno_text(errno), errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    ::close(fd);
+    return make_error(shown + " is not root's alone", EPERM);
+  }
+  return fd;
+}
+
+// Removes the records of processes that are gone (another boot, no such pid, or a pid started at another time);
+// returns how many records stay.
+std::size_t remove_gone(int dir_fd, const std::string& proc, const std::string& boot_id) {
+  const int fd = ::dup(dir_fd);
+  if (fd < 0) return 0;
+  DIR* dir = ::fdopendir(fd);
+  if (dir == nullptr) {
+    ::close(fd);
+    return 0;
+  }
+  std::size_t kept = 0;
+  std::vector<std::string> gone;
+  while (dirent* e = ::readdir(dir)) {
+    ProcessIdentity recorded;
+    const std::string_view name = e->d_name;
+    if (name.starts_with(".") && name.ends_with(".partial")) {   // a write that died before its rename
+      gone.emplace_back(name);
+      continue;
+    }
+    if (!parse_record_name(name, recorded)) continue;
+    auto now = identify_process(recorded.pid, proc);
+    if (recorded.boot_id != boot_id || !now || now->start_ticks != recorded.start_ticks) gone.emplace_back(name);
+    else ++kept;
+  }
+  ::closedir(dir);
+  for (const auto& name : gone) (void)::unlinkat(dir_fd, name.c_str(), 0);
+  return kept;
+}
+
+}  // namespace
+
+std::string ProcessIdentity::record_name() const {
+  return boot_id + "-" + std::to_string(pid) + "-" + std::to_string(start_ticks) + ".json";
+}
+
+Result<ProcessIdentity> identify_process(int pid, const std::string& proc) {
+  ProcessIdentity id;
+  id.pid = pid;
+  std::string boot = read_small_file(proc + "/sys/kernel/random/boot_id");
+  std::erase(boot, '-');
+  std::erase(boot, '\n');
+  if (!cs::is_lower_hex(boot, 32)) return make_error("cannot read this boot's id from " + proc + "/sys/kernel/random/boot_id", EIO);
+  id.boot_id = boot;
+  const std::string stat_path = proc + "/" + std::to_string(pid) + "/stat";
+  const std::string stat = read_small_file(stat_path);
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return make_error("pid " + std::to_string(pid) + ": cannot read " + stat_path, ESRCH);
+  // Fields after the command's ")": state is field 3, the start time field 22.
+  std::istringstream fields(stat.substr(close + 1));
+  std::string field;
+  for (int n = 3; n <= 22 && fields >> field; ++n)
+    if (n == 22 && parse_number(std::string_view(field), id.start_ticks)) return id;
+  return make_error("pid " + std::to_string(pid) + ": no start time in " + stat_path, EIO);
+}
+
+Result<void> remember(const std::string& node_store, const ProcessIdentity& process, const gi::Manifest& manifest,
+                      const std::string& proc) {
+  auto dir = open_records_dir(node_store, true);
+  if (!dir) return dir.error();
+  const int dir_fd = *dir;
+  Result<void> result;
+  if (remove_gone(dir_fd, proc, process.boot_id) >= kMaxProcessRecords) {
+    result = make_error("the node keeps the last GPU memory manifest of " + std::to_string(kMaxProcessRecords) +
+                        " live processes already", ENOSPC);
+  } else {
+    // No fsync: a record lost in a crash costs the next dump its speed, nothing else.
+    static std::atomic<std::uint64_t> sequence{0};
+    const std::string name = process.record_name();
+    const std::string temp = "." + name + "." + std::to_string(::getpid()) + "." + std::to_string(sequence++) + ".partial";
+    const std::string text = gi::serialize_manifest(manifest);
+    const int fd = ::openat(dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      result = make_error("cannot create the process record " + temp + ": " + errno_text(errno), errno);
+    } else {
+      std::size_t done = 0;
+      while (done < text.size() && result) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) result = make_error("writing the process record " + temp + ": " + errno_text(n < 0 ? errno : EIO), EIO);
+        else done += static_cast<std::size_t>(n);
+      }
+      ::close(fd);
+      if (result && ::renameat(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0)
+        result = make_error("renaming the process record " + temp + ": " + errno_text(errno), errno);
+      if (!result) (void)::unlinkat(dir_fd, temp.c_str(), 0);
+    }
+  }
+  ::close(dir_fd);
+  return result;
+}
+
+Result<gi::Manifest> recall(const std::string& node_store, const ProcessIdentity& process) {
+  auto dir = open_records_dir(node_store, false);
+  if (!dir) return dir.error();
+  auto manifest = gi::read_manifest(*dir, process.record_name());
+  ::close(*dir);
+  return manifest;
+}
+
+}  // namespace gpuckpt::memory_lineage
