@@ -193,6 +193,7 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     s.get("store", c.gpu_memory.store);
     s.get("huge_pages", c.gpu_memory.huge_pages);
     s.get("map_chunks", c.gpu_memory.map_chunks);
+    s.get("recognise_unchanged", c.gpu_memory.recognise_unchanged);
     keep(s);
   }
   {
@@ -413,6 +414,8 @@ std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMem
   if (c.store) env.emplace_back("GPUCKPT_GPU_STORE", *c.store);
   if (c.huge_pages) env.emplace_back("GPUCKPT_STAGING_HUGE_PAGES", *c.huge_pages ? "1" : "0");
   if (c.map_chunks) env.emplace_back("GPUCKPT_STAGING_MAP_CHUNKS", *c.map_chunks ? "1" : "0");
+  if (c.recognise_unchanged)
+    env.emplace_back("GPUCKPT_STORE_RECOGNISE_UNCHANGED", *c.recognise_unchanged ? "1" : "0");
   return env;
 }
 

@@ -141,28 +141,38 @@ TEST_CASE("gpu_memory settings become the plugin's environment; bad values name 
   REQUIRE(none.ok());
   CHECK(gpuckpt::node::plugin_environment(none->gpu_memory).empty());   // the plugin's defaults apply
   auto c = parse_config("gpu_memory: {image: false, threads: 8, compression: 'zstd:3', sparse: false, store: node, "
-                        "huge_pages: false, map_chunks: false}",
+                        "huge_pages: false, map_chunks: false, recognise_unchanged: false}",
                         "test.yaml");
   REQUIRE(c.ok());
   CHECK(c->gpu_memory.huge_pages == false);
   CHECK(c->gpu_memory.map_chunks == false);
+  CHECK(c->gpu_memory.recognise_unchanged == false);
   using Env = std::vector<std::pair<std::string, std::string>>;
   CHECK(gpuckpt::node::plugin_environment(c->gpu_memory) ==
         Env{{"GPUCKPT_CUDA_MEMORY_IMAGE", "0"}, {"GPUCKPT_IMAGE_THREADS", "8"},
             {"GPUCKPT_IMAGE_COMPRESSION", "zstd:3"}, {"GPUCKPT_IMAGE_SPARSE", "0"}, {"GPUCKPT_GPU_STORE", "node"},
-            {"GPUCKPT_STAGING_HUGE_PAGES", "0"}, {"GPUCKPT_STAGING_MAP_CHUNKS", "0"}});
-  // Each restore switch alone: only the key that is set reaches the plugin, true as 1.
+            {"GPUCKPT_STAGING_HUGE_PAGES", "0"}, {"GPUCKPT_STAGING_MAP_CHUNKS", "0"},
+            {"GPUCKPT_STORE_RECOGNISE_UNCHANGED", "0"}});
+  // Each switch alone: only the key that is set reaches the plugin, true as 1.
   auto huge = parse_config("gpu_memory: {huge_pages: true}", "test.yaml");
   REQUIRE(huge.ok());
   CHECK(gpuckpt::node::plugin_environment(huge->gpu_memory) == Env{{"GPUCKPT_STAGING_HUGE_PAGES", "1"}});
   auto map = parse_config("gpu_memory: {map_chunks: true}", "test.yaml");
   REQUIRE(map.ok());
   CHECK(gpuckpt::node::plugin_environment(map->gpu_memory) == Env{{"GPUCKPT_STAGING_MAP_CHUNKS", "1"}});
-  for (const char* key : {"huge_pages", "map_chunks"}) {
+  auto recognise = parse_config("gpu_memory: {recognise_unchanged: true}", "test.yaml");
+  REQUIRE(recognise.ok());
+  CHECK(gpuckpt::node::plugin_environment(recognise->gpu_memory) ==
+        Env{{"GPUCKPT_STORE_RECOGNISE_UNCHANGED", "1"}});
+  for (const char* key : {"huge_pages", "map_chunks", "recognise_unchanged"}) {
     auto not_bool = parse_config(std::string("gpu_memory: {") + key + ": sometimes}", "test.yaml");
     REQUIRE_FALSE(not_bool.ok());
     CHECK(not_bool.error().message == std::string("test.yaml: 'gpu_memory.") + key + "' has the wrong type");
   }
+  // The plugin's 0/1 spelling is not a boolean in the agent's config: refused, not read as true or false.
+  auto numeric = parse_config("gpu_memory: {recognise_unchanged: 0}", "test.yaml");
+  REQUIRE_FALSE(numeric.ok());
+  CHECK(numeric.error().message == "test.yaml: 'gpu_memory.recognise_unchanged' has the wrong type");
   auto store = parse_config("gpu_memory: {store: 'nfs/chunks'}", "test.yaml");
   REQUIRE_FALSE(store.ok());
   CHECK(store.error().message.find("test.yaml: gpu_memory.store='nfs/chunks'") == 0);
@@ -174,7 +184,7 @@ TEST_CASE("gpu_memory settings become the plugin's environment; bad values name 
   CHECK(threads.error().message.find("gpu_memory.threads 1000") != std::string::npos);
   auto example = load_config(std::string(GPUCKPT_SOURCE_DIR) + "/agent/config.example.yaml");
   REQUIRE(example.ok());
-  CHECK(gpuckpt::node::plugin_environment(example->gpu_memory).size() == 7);
+  CHECK(gpuckpt::node::plugin_environment(example->gpu_memory).size() == 8);
 }
 
 TEST_CASE("image_registry: read when set, a malformed repository or timeout names the key", "[unit]") {
