@@ -224,6 +224,17 @@ bool all_zero(std::span<const std::byte> data) {
 
 std::uint64_t checksum(std::span<const std::byte> data) { return XXH3_64bits(data.data(), data.size()); }
 
+struct ChecksumStream::State {
+  XXH3_state_t xxh3;
+};
+ChecksumStream::ChecksumStream() : state_(std::make_unique<State>()) { reset(); }
+ChecksumStream::~ChecksumStream() = default;
+void ChecksumStream::reset() { XXH3_64bits_reset(&state_->xxh3); }
+void ChecksumStream::update(std::span<const std::byte> piece) {
+  XXH3_64bits_update(&state_->xxh3, piece.data(), piece.size());
+}
+std::uint64_t ChecksumStream::value() const { return XXH3_64bits_digest(&state_->xxh3); }
+
 std::string file_name(int vpid) { return kFilePrefix + std::to_string(vpid) + kFileSuffix; }
 
 std::string shard_name(const std::string& main_name, std::uint32_t shard) {

@@ -157,6 +157,21 @@ class ChunkCodec {
 };
 
 std::uint64_t checksum(std::span<const std::byte> data);
+// checksum() of bytes that come in pieces: the same value as checksum() of the pieces together.
+class ChecksumStream {
+ public:
+  ChecksumStream();
+  ~ChecksumStream();
+  ChecksumStream(const ChecksumStream&) = delete;
+  ChecksumStream& operator=(const ChecksumStream&) = delete;
+  void reset();
+  void update(std::span<const std::byte> piece);
+  std::uint64_t value() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 std::string file_name(int vpid);   // gpuckpt-gpumem-<vpid>.img
 std::string shard_name(const std::string& main_name, std::uint32_t shard);   // <main>.<k>; the main file for 0
 // The vpid in a file name made by file_name(), or -1.

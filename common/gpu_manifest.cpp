@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -394,6 +395,49 @@ std::uint64_t StoreWriter::chunk_count(std::uint32_t region) const {
   return chunks_in(manifest_.regions.at(region), manifest_.header.chunk_size);
 }
 
+namespace {
+using Clock = std::chrono::steady_clock;
+Clock::time_point add_time(std::atomic<std::uint64_t>& sum, Clock::time_point since) {
+  const auto now = Clock::now();
+  sum += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - since).count());
+  return now;
+}
+}  // namespace
+
+// The same bytes in the store already (an earlier checkpoint, another process): nothing to write. Touched, so a
+// garbage collection running now keeps it (chunk_gc.h). Its checksum is of this dump's bytes, so a file damaged
+// since it was stored fails the restore's check.
+bool StoreWriter::reuse_stored(std::size_t i, const cs::Digest& digest, std::uint64_t xxh3_64, StoredChunk& out) {
+  ChunkEntry& e = manifest_.entries[i];
+  const auto since = Clock::now();
+  auto present = store_->stat(digest);
+  const bool held = present && present->raw_size == e.raw_size && store_->touch(digest);
+  add_time(times_->lookup, since);
+  if (!held) return false;
+  manifest_.digests[i] = digest;
+  e.checksum = xxh3_64;
+  e.encoding = static_cast<Encoding>(present->encoding);
+  e.stored_size = present->stored_size;
+  present_[i] = 1;
+  out.reused = true;
+  out.stored_bytes = present->stored_size;
+  return true;
+}
+
+Result<std::optional<StoredChunk>> StoreWriter::add_unchanged(std::uint32_t region, std::uint64_t chunk,
+                                                              std::uint64_t xxh3_64, std::uint32_t raw_size) {
+  if (region >= manifest_.regions.size() || chunk >= chunk_count(region))
+    return make_error("internal: chunk outside the image's regions", EINVAL);
+  const std::size_t i = first_entry_[region] + chunk;
+  if (raw_size != manifest_.entries[i].raw_size) return make_error("internal: chunk of the wrong size", EINVAL);
+  StoredChunk out;
+  out.recognised = true;
+  // Unchanged since the process's previous checkpoint or restore: the digest that manifest gives these bytes.
+  const auto* same = known_ ? known_->find(xxh3_64, raw_size) : nullptr;
+  if (same == nullptr || !reuse_stored(i, same->digest, xxh3_64, out)) return std::optional<StoredChunk>();
+  return std::optional<StoredChunk>(out);
+}
+
 Result<StoredChunk> StoreWriter::add(std::uint32_t region, std::uint64_t chunk, std::span<const std::byte> raw,
                                      ChunkCodec& codec, const Settings& settings, CompressionHistory& history) {
   if (region >= manifest_.regions.size() || chunk >= chunk_count(region))
@@ -408,34 +452,23 @@ Result<StoredChunk> StoreWriter::add(std::uint32_t region, std::uint64_t chunk, 
     out.zero = true;
     return out;
   }
-  // The same bytes in the store already (an earlier checkpoint, another process): nothing to write. Touched, so a
-  // garbage collection running now keeps it (chunk_gc.h). Its checksum is of this dump's bytes, so a file damaged
-  // since it was stored fails the restore's check.
-  const auto reuse = [&](const cs::Digest& digest, std::uint64_t sum) {
-    auto present = store_->stat(digest);
-    if (!present || present->raw_size != raw.size() || !store_->touch(digest)) return false;
-    manifest_.digests[i] = digest;
-    e.checksum = sum;
-    e.encoding = static_cast<Encoding>(present->encoding);
-    e.stored_size = present->stored_size;
-    present_[i] = 1;
-    out.reused = true;
-    out.stored_bytes = present->stored_size;
-    return true;
-  };
   std::optional<std::uint64_t> sum;
   if (known_) {
-    // Unchanged since the process's previous checkpoint or restore: the digest that manifest gives these bytes.
+    const auto since = Clock::now();
     sum = checksum(raw);
-    if (const auto* same = known_->find(*sum, e.raw_size); same != nullptr && reuse(same->digest, *sum)) {
-      out.recognised = true;
-      return out;
-    }
+    add_time(times_->checksum, since);
+    auto unchanged = add_unchanged(region, chunk, *sum, e.raw_size);
+    if (!unchanged) return unchanged.error();
+    if (*unchanged) return **unchanged;
   }
+  auto since = Clock::now();
   const cs::Digest digest = cs::sha256(raw);
+  add_time(times_->digest, since);
   manifest_.digests[i] = digest;
-  if (reuse(digest, sum ? *sum : checksum(raw))) return out;
+  if (reuse_stored(i, digest, sum ? *sum : checksum(raw), out)) return out;
+  since = Clock::now();
   codec.encode(raw, settings, history, e);   // sets encoding, raw and stored size, and the XXH3-64 of `raw`
+  since = add_time(times_->encode, since);
   e.region = region;
   e.chunk = chunk;
   cs::ChunkHeader header;
@@ -443,11 +476,19 @@ Result<StoredChunk> StoreWriter::add(std::uint32_t region, std::uint64_t chunk, 
   header.raw_size = e.raw_size;
   header.stored_size = e.stored_size;
   header.version = cs::layout_version(header.encoding);   // as put() lays it out, for written_bytes
-  if (auto ok = store_->put(digest, header, codec.payload()); !ok) return ok.error();
+  auto put = store_->put(digest, header, codec.payload());
+  add_time(times_->put, since);
+  if (!put) return put.error();
   present_[i] = 1;
   out.stored_bytes = e.stored_size;
   out.written_bytes = header.file_size();
   return out;
+}
+
+StoreWriter::Times StoreWriter::times() const {
+  const auto seconds = [](const std::atomic<std::uint64_t>& ns) { return static_cast<double>(ns.load()) / 1e9; };
+  return {seconds(times_->checksum), seconds(times_->digest), seconds(times_->lookup), seconds(times_->encode),
+          seconds(times_->put)};
 }
 
 Result<void> StoreWriter::finish(int dir_fd) {

@@ -18,9 +18,11 @@
 // exactly 64 lowercase hex digits before they form a path, sizes matching the regions, counts bounded).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -107,19 +109,41 @@ class StoreWriter {
   // Chunk `chunk` of region `region` (its raw bytes): zero, already in the store, or compressed and put there.
   Result<StoredChunk> add(std::uint32_t region, std::uint64_t chunk, std::span<const std::byte> raw, ChunkCodec& codec,
                           const Settings& settings, CompressionHistory& history);
+  // Chunk `chunk` of region `region`, by the XXH3-64 and size of its raw bytes alone: stored as a chunk of the
+  // process's previous manifest when KnownChunks recognises it and the store still holds it; nullopt when not (then
+  // add() it). Lets a dump read a chunk in small pieces, checksumming each while it is in the CPU's cache, and read
+  // it whole only when it changed.
+  Result<std::optional<StoredChunk>> add_unchanged(std::uint32_t region, std::uint64_t chunk, std::uint64_t xxh3_64,
+                                                   std::uint32_t raw_size);
+  bool knows_chunks() const { return known_ != nullptr; }
   // Every chunk added: the store's new names made durable, then the manifest written into `dir_fd`.
   Result<void> finish(int dir_fd);
   const std::string& name() const { return name_; }
   const Manifest& manifest() const { return manifest_; }   // complete once finish() succeeded
+  // Where add()'s time went, summed over the threads that called it, in seconds (for the dump's timing line).
+  struct Times {
+    double checksum = 0;   // XXH3-64 of chunks looked up in KnownChunks
+    double digest = 0;     // SHA-256
+    double lookup = 0;     // is it in the store already (stat, touch)
+    double encode = 0;     // compression
+    double put = 0;        // writing new chunk files (write, fsync, rename)
+  };
+  Times times() const;
 
  private:
   StoreWriter() = default;
+  // Entry i as the stored chunk `digest` when the store holds it (touched for the collector); false when not.
+  bool reuse_stored(std::size_t i, const chunk_store::Digest& digest, std::uint64_t xxh3_64, StoredChunk& out);
   std::shared_ptr<chunk_store::Store> store_;
   std::shared_ptr<const KnownChunks> known_;
   Manifest manifest_;
   std::string name_;
   std::vector<std::size_t> first_entry_;
   std::vector<std::uint8_t> present_;
+  struct TimeSums {
+    std::atomic<std::uint64_t> checksum{0}, digest{0}, lookup{0}, encode{0}, put{0};   // nanoseconds
+  };
+  std::unique_ptr<TimeSums> times_ = std::make_unique<TimeSums>();
 };
 
 // --- reading ---------------------------------------------------------------------------------------------------------

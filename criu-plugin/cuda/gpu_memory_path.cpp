@@ -34,6 +34,28 @@ std::string rate(std::uint64_t bytes, double seconds) {
 
 std::string pid_text(int pid) { return "pid " + std::to_string(pid); }
 
+// Where a dump's write went: the pool's threads' time summed, by step, and the wall time of finishing.
+std::string write_breakdown(const std::vector<Result<CopyStats>>& written, std::size_t first_ok) {
+  gpu_image::StoreWriter::Times store;
+  for (const auto& w : written) {
+    if (!w) continue;
+    store.checksum += w->store_times.checksum;
+    store.digest += w->store_times.digest;
+    store.lookup += w->store_times.lookup;
+    store.encode += w->store_times.encode;
+    store.put += w->store_times.put;
+  }
+  const CopyStats& batch = *written[first_ok];
+  store.checksum += batch.checksum_seconds;
+  std::string text = " (threads' time: reading " + fixed(batch.reading_seconds) + " s, the rest " +
+                     fixed(batch.storing_seconds) + " s";
+  if (store.checksum + store.digest + store.lookup + store.encode + store.put > 0)
+    text += ": XXH3-64 " + fixed(store.checksum) + " s, SHA-256 " + fixed(store.digest) + " s, store lookups " +
+            fixed(store.lookup) + " s, compressing " + fixed(store.encode) + " s, new chunk files " + fixed(store.put) +
+            " s";
+  return text + "; finishing " + fixed(batch.finishing_seconds) + " s)";
+}
+
 }  // namespace
 
 void GpuMemoryPath::configure(int dir_fd) {
@@ -144,9 +166,7 @@ void GpuMemoryPath::stage(const std::vector<int>& pids, const std::function<void
   log::info("timing: gpu memory image write: " + fixed(write_s) + " s, " + rate(memory, write_s) + " of memory, " +
             fixed(static_cast<double>(stored) / (1 << 20), 0) + " MiB stored, " +
             fixed(static_cast<double>(written_bytes) / (1 << 20), 0) + " MiB written" +
-            (ok_count > 0 ? " (threads' time: reading " + fixed(written[first_ok]->reading_seconds) + " s, hashing and "
-                            "storing " + fixed(written[first_ok]->storing_seconds) + " s)"
-                          : std::string()));
+            (ok_count > 0 ? write_breakdown(written, first_ok) : std::string()));
 
   const auto drop_start = Clock::now();
   for (std::size_t i = 0; i < jobs.size(); ++i) {

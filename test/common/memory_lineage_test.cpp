@@ -140,6 +140,50 @@ TEST_CASE("unchanged chunks: a second dump names them by the previous manifest's
   CHECK(second.manifest.entries[2].checksum == gi::checksum(memory[2]));
 }
 
+TEST_CASE("unchanged chunks: recognised by a checksum computed in pieces, without the bytes", "[unit]") {
+  TempDir dir("gpuckpt-store-test");
+  std::shared_ptr<cs::Store> store = open_store(dir.path);
+  const std::vector<std::vector<std::byte>> memory = {random_bytes(kChunk, 1), random_bytes(kChunk, 2)};
+  const Dump first = dump(store, memory);
+  // The checksum of the pieces is the checksum of the whole.
+  gi::ChecksumStream stream;
+  for (std::size_t at = 0; at < kChunk; at += 256 << 10) stream.update(std::span(memory[0]).subspan(at, 256 << 10));
+  REQUIRE(stream.value() == gi::checksum(memory[0]));
+  stream.reset();
+  stream.update(memory[1]);
+  CHECK(stream.value() == gi::checksum(memory[1]));
+
+  gi::ImageHeader header;
+  header.vpid = 9;
+  header.chunk_size = kChunk;
+  auto writer = gi::StoreWriter::create(store, header, {{0x7f0000000000, 2 * kChunk}}, gi::new_checkpoint_id(),
+                                        std::make_shared<const gi::KnownChunks>(first.manifest));
+  REQUIRE(writer);
+  REQUIRE((*writer)->knows_chunks());
+  auto same = (*writer)->add_unchanged(0, 0, gi::checksum(memory[0]), kChunk);
+  REQUIRE(same);
+  REQUIRE(*same);
+  CHECK((*same)->recognised);
+  CHECK((*same)->written_bytes == 0);
+  // Changed bytes: not recognised, so the caller reads the chunk whole and adds it.
+  const auto changed = random_bytes(kChunk, 20);
+  auto other = (*writer)->add_unchanged(0, 1, gi::checksum(changed), kChunk);
+  REQUIRE(other);
+  CHECK_FALSE(*other);
+  gi::Settings settings;
+  gi::ChunkCodec codec(kChunk);
+  gi::CompressionHistory history;
+  auto added = (*writer)->add(0, 1, changed, codec, settings, history);
+  REQUIRE(added);
+  CHECK_FALSE(added->recognised);
+  CHECK(added->written_bytes >= kChunk);
+  CHECK_FALSE((*writer)->add_unchanged(0, 2, 0, kChunk));   // outside the regions: refused
+  TempDir images("gpuckpt-images-test");
+  REQUIRE((*writer)->finish(images.fd));
+  CHECK((*writer)->manifest().digests[0] == cs::sha256(memory[0]));
+  CHECK((*writer)->manifest().digests[1] == cs::sha256(changed));
+}
+
 TEST_CASE("unchanged chunks: the previous manifest's word decides, so only a trusted one may feed it", "[unit]") {
   // A manifest whose XXH3-64 for chunk 0 is that of other bytes: the dump names chunk 0 by its digest without
   // hashing. This is why only manifests the dump computed, or a restore checked by XXH3-64, are kept.
