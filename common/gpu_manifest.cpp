@@ -61,41 +61,37 @@ Result<cs::ChunkHeader> check_entry_header(std::span<const std::byte> file, cons
 
 bool is_hex_id(std::string_view id) { return cs::is_lower_hex(id, 32); }
 
-Result<void> write_file(int dir_fd, const std::string& name, const std::string& text) {
+}  // namespace
+
+Result<void> write_file_atomically(int dir_fd, const std::string& name, const std::string& text, bool durable,
+                                  const std::string& where) {
   const std::string temp = "." + name + ".partial";
-  (void)::unlinkat(dir_fd, temp.c_str(), 0);   // a leftover of a dump that died
+  (void)::unlinkat(dir_fd, temp.c_str(), 0);   // a leftover of a writer that died
   const int fd = ::openat(dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return make_error("creating " + temp + " in the image directory: " + errno_text(errno), errno);
+  if (fd < 0) return make_error("creating " + temp + " in " + where + ": " + errno_text(errno), errno);
+  const auto fail = [&](const std::string& what, int err) {
+    ::close(fd);
+    (void)::unlinkat(dir_fd, temp.c_str(), 0);
+    return make_error(what + " " + temp + " in " + where + ": " + errno_text(err), err);
+  };
   std::size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      (void)::unlinkat(dir_fd, temp.c_str(), 0);
-      return make_error("writing " + temp + ": " + errno_text(err), err);
-    }
+    if (n <= 0) return fail("writing", n < 0 ? errno : EIO);
     done += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    (void)::unlinkat(dir_fd, temp.c_str(), 0);
-    return make_error("fsync of " + temp + ": " + errno_text(err), err);
-  }
+  if (durable && ::fsync(fd) != 0) return fail("fsync of", errno);
   ::close(fd);
   if (::renameat(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0) {
     const int err = errno;
     (void)::unlinkat(dir_fd, temp.c_str(), 0);
-    return make_error("renaming " + temp + " to " + name + ": " + errno_text(err), err);
+    return make_error("renaming " + temp + " to " + name + " in " + where + ": " + errno_text(err), err);
   }
-  if (::fsync(dir_fd) != 0 && errno != EINVAL)
-    return make_error("fsync of the image directory after writing " + name + ": " + errno_text(errno), errno);
+  if (durable && ::fsync(dir_fd) != 0 && errno != EINVAL)
+    return make_error("fsync of " + where + " after writing " + name + ": " + errno_text(errno), errno);
   return {};
 }
-
-}  // namespace
 
 std::string manifest_name(int vpid) { return kFilePrefix + std::to_string(vpid) + kManifestSuffix; }
 
@@ -269,7 +265,7 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view source) 
 }
 
 Result<void> write_manifest(int dir_fd, const Manifest& m) {
-  return write_file(dir_fd, manifest_name(m.header.vpid), serialize_manifest(m));
+  return write_file_atomically(dir_fd, manifest_name(m.header.vpid), serialize_manifest(m), true, "the image directory");
 }
 
 Result<Manifest> read_manifest(int dir_fd, const std::string& name) {

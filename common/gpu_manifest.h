@@ -60,6 +60,11 @@ std::string serialize_manifest(const Manifest& m);
 Result<Manifest> parse_manifest(std::string_view text, std::string_view source);
 // Atomic: a temporary file, fsync'ed, renamed, then the directory fsync'ed.
 Result<void> write_manifest(int dir_fd, const Manifest& m);
+// `text` as the file `name` in `dir_fd`, whole or not at all: written as .<name>.partial (a leftover of a writer that
+// died is replaced) and renamed; with `durable`, the file and then the directory fsync'ed too. `where` names the
+// directory in errors.
+Result<void> write_file_atomically(int dir_fd, const std::string& name, const std::string& text, bool durable,
+                                   const std::string& where);
 Result<Manifest> read_manifest(int dir_fd, const std::string& name);
 
 // Existence and size of every chunk the manifest names (no data is read): what the restore checks before CRIU

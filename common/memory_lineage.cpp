@@ -5,12 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <fstream>
-#include <random>
+#include <ctime>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -52,15 +51,23 @@ bool parse_record_name(std::string_view name, ProcessIdentity& out) {
          parse_number(rest.substr(dash + 1), out.start_ticks);
 }
 
+constexpr long kPartialGraceSeconds = 600;   // a write in flight is never that old
+
+std::string store_root(const std::string& node_store) {
+  return node_store.empty() ? std::string(cs::kNodeStoreDir) : node_store;
+}
+
+std::string records_shown(const std::string& node_store) { return store_root(node_store) + "/" + kRecordsDir; }
+
 // The node store's records directory, created when missing, once the store is known to be root's alone.
 Result<int> open_records_dir(const std::string& node_store, bool create) {
-  const std::string root = node_store.empty() ? std::string(cs::kNodeStoreDir) : node_store;
+  const std::string root = store_root(node_store);
   auto store = cs::Store::open(root, create);
   if (!store) return store.error();
   if (!gi::ingest_verified_store(**store, root))
     return make_error("the node store " + root + " is not root's alone (owner root, not writable by group or others)",
                       EPERM);
-  const std::string shown = root + "/" + kRecordsDir;
+  const std::string shown = records_shown(node_store);
   if (create && ::mkdirat((*store)->root_fd(), kRecordsDir, 0700) != 0 && errno != EEXIST)
     return make_error("cannot create " + shown + ": " + errno_text(errno), errno);
   const int fd = ::openat((*store)->root_fd(), kRecordsDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -88,8 +95,10 @@ std::size_t remove_gone(int dir_fd, const std::string& proc, const std::string& 
   while (dirent* e = ::readdir(dir)) {
     ProcessIdentity recorded;
     const std::string_view name = e->d_name;
-    if (name.starts_with(".") && name.ends_with(".partial")) {   // a write that died before its rename
-      gone.emplace_back(name);
+    if (name.starts_with(".") && name.ends_with(".partial")) {   // a write that died before its rename, long ago
+      struct stat st {};
+      if (::fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mtime + kPartialGraceSeconds < ::time(nullptr))
+        gone.emplace_back(name);
       continue;
     }
     if (!parse_record_name(name, recorded)) continue;
@@ -139,26 +148,8 @@ Result<void> remember(const std::string& node_store, const ProcessIdentity& proc
                         " live processes already", ENOSPC);
   } else {
     // No fsync: a record lost in a crash costs the next dump its speed, nothing else.
-    static std::atomic<std::uint64_t> sequence{0};
-    const std::string name = process.record_name();
-    const std::string temp = "." + name + "." + std::to_string(::getpid()) + "." + std::to_string(sequence++) + ".partial";
-    const std::string text = gi::serialize_manifest(manifest);
-    const int fd = ::openat(dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      result = make_error("cannot create the process record " + temp + ": " + errno_text(errno), errno);
-    } else {
-      std::size_t done = 0;
-      while (done < text.size() && result) {
-        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) result = make_error("writing the process record " + temp + ": " + errno_text(n < 0 ? errno : EIO), EIO);
-        else done += static_cast<std::size_t>(n);
-      }
-      ::close(fd);
-      if (result && ::renameat(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0)
-        result = make_error("renaming the process record " + temp + ": " + errno_text(errno), errno);
-      if (!result) (void)::unlinkat(dir_fd, temp.c_str(), 0);
-    }
+    result = gi::write_file_atomically(dir_fd, process.record_name(), gi::serialize_manifest(manifest), false,
+                                       records_shown(node_store));
   }
   ::close(dir_fd);
   return result;

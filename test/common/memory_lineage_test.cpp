@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -281,11 +282,16 @@ TEST_CASE("process records: kept, recalled, replaced, removed once their process
   // Process b exits and its pid is reused by another process; a record of another boot; a write that died.
   proc.process(200, 60);
   std::ofstream(fs::path(node_store) / ml::kRecordsDir / "ffffffffffffffffffffffffffffffff-100-5.json") << "{}";
-  std::ofstream(fs::path(node_store) / ml::kRecordsDir / ".x.json.1.2.partial") << "{";
+  // A write that died an hour ago is removed; one that may still be in flight (another CRIU) is left alone.
+  const fs::path records = fs::path(node_store) / ml::kRecordsDir;
+  std::ofstream(records / ".dead.json.partial") << "{";
+  fs::last_write_time(records / ".dead.json.partial", fs::file_time_type::clock::now() - std::chrono::hours(1));
+  std::ofstream(records / ".writing.json.partial") << "{";
   proc.process(300, 9);
   const ml::ProcessIdentity c = *ml::identify_process(300, proc.path());
   REQUIRE(ml::remember(node_store, c, first.manifest, proc.path()));
-  CHECK(records_in(node_store) == std::set<std::string>{a.record_name(), c.record_name()});
+  CHECK(records_in(node_store) == std::set<std::string>{a.record_name(), c.record_name(), ".writing.json.partial"});
+  fs::remove(records / ".writing.json.partial");
   auto reused_pid = ml::recall(node_store, *ml::identify_process(200, proc.path()));
   REQUIRE_FALSE(reused_pid);
   CHECK(reused_pid.error().errno_value == ENOENT);
