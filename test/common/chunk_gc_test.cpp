@@ -18,27 +18,19 @@
 #include "common/chunk_gc.h"
 #include "common/chunk_store.h"
 #include "common/gpu_manifest.h"
+#include "test/random_bytes.h"
 #include "test/temp_dir.h"
 
 namespace cs = gpuckpt::chunk_store;
 namespace gc = gpuckpt::chunk_gc;
 namespace gi = gpuckpt::gpu_image;
 namespace fs = std::filesystem;
+using gpuckpt::test::random_bytes;
 using gpuckpt::test::TempDir;
 
 namespace {
 
 constexpr std::size_t kChunk = 64u << 10;
-
-std::vector<std::byte> random_chunk(unsigned seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::byte> out(kChunk);
-  for (std::size_t i = 0; i < kChunk; i += 8) {
-    const std::uint64_t v = rng();
-    std::memcpy(out.data() + i, &v, 8);
-  }
-  return out;
-}
 
 // One process's GPU memory, one chunk per seed, checkpointed into the store the way the plugin does it.
 struct Checkpointed {
@@ -59,7 +51,7 @@ gpuckpt::Result<Checkpointed> try_checkpoint(const std::shared_ptr<cs::Store>& s
   gi::CompressionHistory history;
   gi::Settings settings;
   for (std::size_t c = 0; c < seeds.size(); ++c)
-    if (auto ok = (*writer)->add(0, c, random_chunk(seeds[c]), codec, settings, history); !ok) return ok.error();
+    if (auto ok = (*writer)->add(0, c, random_bytes(kChunk, seeds[c]), codec, settings, history); !ok) return ok.error();
   if (auto ok = (*writer)->finish(images.fd); !ok) return ok.error();
   auto manifest = gi::read_manifest(images.fd, gi::manifest_name(9));
   if (!manifest) return manifest.error();

@@ -18,22 +18,17 @@
 
 #include "common/chunk_receive.h"
 #include "common/chunk_store.h"
+#include "test/random_bytes.h"
 #include "test/temp_dir.h"
 
 namespace cs = gpuckpt::chunk_store;
 namespace fs = std::filesystem;
+using gpuckpt::test::random_bytes;
 using gpuckpt::test::TempDir;
 
 namespace {
 
 constexpr std::uint8_t kRaw = 0, kZstd = 1;
-
-std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::byte> out(n);
-  for (auto& b : out) b = static_cast<std::byte>(rng());
-  return out;
-}
 
 std::vector<std::byte> file_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -14,24 +14,16 @@
 
 #include "common/chunk_store.h"
 #include "common/gpu_manifest.h"
+#include "test/random_bytes.h"
 #include "test/temp_dir.h"
 
 namespace gi = gpuckpt::gpu_image;
 namespace cs = gpuckpt::chunk_store;
 namespace fs = std::filesystem;
+using gpuckpt::test::random_bytes;
 using gpuckpt::test::TempDir;
 
 namespace {
-
-std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::byte> out(n);
-  for (std::size_t i = 0; i < n; i += 8) {
-    const std::uint64_t v = rng();
-    std::memcpy(out.data() + i, &v, std::min<std::size_t>(8, n - i));
-  }
-  return out;
-}
 
 std::vector<std::byte> repetitive_bytes(std::size_t n) {
   std::vector<std::byte> out(n);

@@ -19,27 +19,19 @@
 #include "common/chunk_store.h"
 #include "common/gpu_manifest.h"
 #include "common/memory_lineage.h"
+#include "test/random_bytes.h"
 #include "test/temp_dir.h"
 
 namespace gi = gpuckpt::gpu_image;
 namespace cs = gpuckpt::chunk_store;
 namespace ml = gpuckpt::memory_lineage;
 namespace fs = std::filesystem;
+using gpuckpt::test::random_bytes;
 using gpuckpt::test::TempDir;
 
 namespace {
 
 constexpr std::size_t kChunk = 1u << 20;
-
-std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::byte> out(n);
-  for (std::size_t i = 0; i < n; i += 8) {
-    const std::uint64_t v = rng();
-    std::memcpy(out.data() + i, &v, std::min<std::size_t>(8, n - i));
-  }
-  return out;
-}
 
 struct Dump {
   gi::Manifest manifest;
