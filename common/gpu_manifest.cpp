@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <unordered_set>
 
 #include "common/chunk_receive.h"
 #include "common/json_reader.h"
@@ -334,16 +335,16 @@ Result<void> check_chunks(const Manifest& m, const cs::Store& store, const std::
 // --- writing ---------------------------------------------------------------------------------------------------------
 KnownChunks::KnownChunks(const Manifest& previous) : checkpoint_(previous.checkpoint) {
   if (!previous.checksums || previous.digests.size() != previous.entries.size()) return;
-  std::unordered_map<std::uint64_t, bool> ambiguous;
+  std::unordered_set<std::uint64_t> ambiguous;
   for (std::size_t i = 0; i < previous.entries.size(); ++i) {
     const ChunkEntry& e = previous.entries[i];
     if (e.encoding == Encoding::Zero) continue;
     const Chunk chunk{previous.digests[i], e.raw_size};
     auto [at, added] = by_checksum_.try_emplace(e.checksum, chunk);
     if (!added && (at->second.digest != chunk.digest || at->second.raw_size != chunk.raw_size))
-      ambiguous[e.checksum] = true;
+      ambiguous.insert(e.checksum);
   }
-  for (const auto& [checksum, unused] : ambiguous) by_checksum_.erase(checksum);
+  for (const std::uint64_t checksum : ambiguous) by_checksum_.erase(checksum);
 }
 
 const KnownChunks::Chunk* KnownChunks::find(std::uint64_t xxh3_64, std::uint32_t raw_size) const {
@@ -448,20 +449,11 @@ Result<StoredChunk> StoreWriter::add(std::uint32_t region, std::uint64_t chunk, 
     out.zero = true;
     return out;
   }
-  std::optional<std::uint64_t> sum;
-  if (known_) {
-    const auto since = Clock::now();
-    sum = checksum(raw);
-    add_time(times_->checksum, since);
-    auto unchanged = add_unchanged(region, chunk, *sum, e.raw_size);
-    if (!unchanged) return unchanged.error();
-    if (*unchanged) return **unchanged;
-  }
   auto since = Clock::now();
   const cs::Digest digest = cs::sha256(raw);
   add_time(times_->digest, since);
   manifest_.digests[i] = digest;
-  if (reuse_stored(i, digest, sum ? *sum : checksum(raw), out)) return out;
+  if (reuse_stored(i, digest, checksum(raw), out)) return out;
   since = Clock::now();
   codec.encode(raw, settings, history, e);   // sets encoding, raw and stored size, and the XXH3-64 of `raw`
   since = add_time(times_->encode, since);
@@ -483,8 +475,7 @@ Result<StoredChunk> StoreWriter::add(std::uint32_t region, std::uint64_t chunk, 
 
 StoreWriter::Times StoreWriter::times() const {
   const auto seconds = [](const std::atomic<std::uint64_t>& ns) { return static_cast<double>(ns.load()) / 1e9; };
-  return {seconds(times_->checksum), seconds(times_->digest), seconds(times_->lookup), seconds(times_->encode),
-          seconds(times_->put)};
+  return {seconds(times_->digest), seconds(times_->lookup), seconds(times_->encode), seconds(times_->put)};
 }
 
 Result<void> StoreWriter::finish(int dir_fd) {

@@ -111,13 +111,14 @@ class StoreWriter {
                                                      std::string checkpoint,
                                                      std::shared_ptr<const KnownChunks> known = nullptr);
   std::uint64_t chunk_count(std::uint32_t region) const;
-  // Chunk `chunk` of region `region` (its raw bytes): zero, already in the store, or compressed and put there.
+  // Chunk `chunk` of region `region` (its raw bytes), hashed with SHA-256: zero, already in the store, or compressed
+  // and put there. A writer given KnownChunks offers each chunk to add_unchanged() first.
   Result<StoredChunk> add(std::uint32_t region, std::uint64_t chunk, std::span<const std::byte> raw, ChunkCodec& codec,
                           const Settings& settings, CompressionHistory& history);
   // Chunk `chunk` of region `region`, by the XXH3-64 and size of its raw bytes alone: stored as a chunk of the
   // process's previous manifest when KnownChunks recognises it and the store still holds it; nullopt when not (then
-  // add() it). Lets a dump read a chunk in small pieces, checksumming each while it is in the CPU's cache, and read
-  // it whole only when it changed.
+  // add() it), and always without KnownChunks. Lets a dump read a chunk in small pieces, checksumming each while it
+  // is in the CPU's cache, and read it whole only when it changed.
   Result<std::optional<StoredChunk>> add_unchanged(std::uint32_t region, std::uint64_t chunk, std::uint64_t xxh3_64,
                                                    std::uint32_t raw_size);
   bool knows_chunks() const { return known_ != nullptr; }
@@ -125,9 +126,9 @@ class StoreWriter {
   Result<void> finish(int dir_fd);
   const std::string& name() const { return name_; }
   const Manifest& manifest() const { return manifest_; }   // complete once finish() succeeded
-  // Where add()'s time went, summed over the threads that called it, in seconds (for the dump's timing line).
+  // Where add()'s and add_unchanged()'s time went, summed over the threads that called them, in seconds (for the
+  // dump's timing line).
   struct Times {
-    double checksum = 0;   // XXH3-64 of chunks looked up in KnownChunks
     double digest = 0;     // SHA-256
     double lookup = 0;     // is it in the store already (stat, touch)
     double encode = 0;     // compression
@@ -146,7 +147,7 @@ class StoreWriter {
   std::vector<std::size_t> first_entry_;
   std::vector<std::uint8_t> present_;
   struct TimeSums {
-    std::atomic<std::uint64_t> checksum{0}, digest{0}, lookup{0}, encode{0}, put{0};   // nanoseconds
+    std::atomic<std::uint64_t> digest{0}, lookup{0}, encode{0}, put{0};   // nanoseconds
   };
   std::unique_ptr<TimeSums> times_ = std::make_unique<TimeSums>();
 };

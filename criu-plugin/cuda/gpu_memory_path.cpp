@@ -39,18 +39,16 @@ std::string write_breakdown(const std::vector<Result<CopyStats>>& written, std::
   gpu_image::StoreWriter::Times store;
   for (const auto& w : written) {
     if (!w) continue;
-    store.checksum += w->store_times.checksum;
     store.digest += w->store_times.digest;
     store.lookup += w->store_times.lookup;
     store.encode += w->store_times.encode;
     store.put += w->store_times.put;
   }
   const CopyStats& batch = *written[first_ok];
-  store.checksum += batch.checksum_seconds;
   std::string text = " (threads' time: reading " + fixed(batch.reading_seconds) + " s, the rest " +
                      fixed(batch.storing_seconds) + " s";
-  if (store.checksum + store.digest + store.lookup + store.encode + store.put > 0)
-    text += ": XXH3-64 " + fixed(store.checksum) + " s, SHA-256 " + fixed(store.digest) + " s, store lookups " +
+  if (batch.checksum_seconds + store.digest + store.lookup + store.encode + store.put > 0)
+    text += ": XXH3-64 " + fixed(batch.checksum_seconds) + " s, SHA-256 " + fixed(store.digest) + " s, store lookups " +
             fixed(store.lookup) + " s, compressing " + fixed(store.encode) + " s, new chunk files " + fixed(store.put) +
             " s";
   return text + "; finishing " + fixed(batch.finishing_seconds) + " s)";

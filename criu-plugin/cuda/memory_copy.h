@@ -37,7 +37,7 @@ struct CopyStats {
   double reading_seconds = 0;       // dump: the whole batch's reading of process memory, summed over its threads
   double storing_seconds = 0;       // dump: the rest (hashing, compressing, writing), summed over its threads
   gpu_image::StoreWriter::Times store_times;   // dump into a chunk store: this process's part of that, by step
-  double checksum_seconds = 0;      // dump: the batch's XXH3-64 of chunks read in pieces (not in store_times)
+  double checksum_seconds = 0;      // dump: the batch's XXH3-64 of chunks read in pieces, summed over its threads
   double finishing_seconds = 0;     // dump: the batch's wall time from the last chunk to every file durable
   std::shared_ptr<const gpu_image::Manifest> manifest;   // dump into a chunk store: the manifest written
   const char* chunk_check = "";     // fill: how each chunk read was checked (MemorySource::chunk_check)
