@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
 #include <ctime>
 #include <sstream>
 #include <string_view>
@@ -23,13 +22,6 @@ namespace cs = chunk_store;
 namespace gi = gpu_image;
 
 std::string errno_text(int err) { return std::strerror(err); }
-
-std::string read_small_file(const std::string& path) {
-  std::ifstream in(path);
-  std::string text;
-  std::getline(in, text, '\0');
-  return text.size() > 4096 ? std::string() : text;
-}
 
 template <class Number>
 bool parse_number(std::string_view text, Number& out) {
@@ -82,7 +74,7 @@ Result<int> open_records_dir(const std::string& node_store, bool create) {
 
 // Removes the records of processes that are gone (another boot, no such pid, or a pid started at another time);
 // returns how many records stay.
-std::size_t remove_gone(int dir_fd, const std::string& proc, const std::string& boot_id) {
+std::size_t remove_gone(int dir_fd, const HostRoot& host, const std::string& boot_id) {
   const int fd = ::dup(dir_fd);
   if (fd < 0) return 0;
   DIR* dir = ::fdopendir(fd);
@@ -102,7 +94,7 @@ std::size_t remove_gone(int dir_fd, const std::string& proc, const std::string& 
       continue;
     }
     if (!parse_record_name(name, recorded)) continue;
-    auto now = identify_process(recorded.pid, proc);
+    auto now = identify_process(recorded.pid, host);
     if (recorded.boot_id != boot_id || !now || now->start_ticks != recorded.start_ticks) gone.emplace_back(name);
     else ++kept;
   }
@@ -117,33 +109,35 @@ std::string ProcessIdentity::record_name() const {
   return boot_id + "-" + std::to_string(pid) + "-" + std::to_string(start_ticks) + ".json";
 }
 
-Result<ProcessIdentity> identify_process(int pid, const std::string& proc) {
+Result<ProcessIdentity> identify_process(int pid, const HostRoot& host) {
   ProcessIdentity id;
   id.pid = pid;
-  std::string boot = read_small_file(proc + "/sys/kernel/random/boot_id");
-  std::erase(boot, '-');
-  std::erase(boot, '\n');
-  if (!cs::is_lower_hex(boot, 32)) return make_error("cannot read this boot's id from " + proc + "/sys/kernel/random/boot_id", EIO);
-  id.boot_id = boot;
-  const std::string stat_path = proc + "/" + std::to_string(pid) + "/stat";
-  const std::string stat = read_small_file(stat_path);
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos) return make_error("pid " + std::to_string(pid) + ": cannot read " + stat_path, ESRCH);
+  const std::string boot_path = "proc/sys/kernel/random/boot_id";
+  auto boot = host.read_line(boot_path);
+  if (boot) std::erase(*boot, '-');
+  if (!boot || !cs::is_lower_hex(*boot, 32))
+    return make_error("cannot read this boot's id from " + host.resolve(boot_path).string(), EIO);
+  id.boot_id = *boot;
+  const std::string stat_path = "proc/" + std::to_string(pid) + "/stat";
+  auto stat = host.read_file(stat_path, 4096);
+  const auto close = stat ? stat->rfind(')') : std::string::npos;
+  if (close == std::string::npos)
+    return make_error("pid " + std::to_string(pid) + ": cannot read " + host.resolve(stat_path).string(), ESRCH);
   // Fields after the command's ")": state is field 3, the start time field 22.
-  std::istringstream fields(stat.substr(close + 1));
+  std::istringstream fields(stat->substr(close + 1));
   std::string field;
   for (int n = 3; n <= 22 && fields >> field; ++n)
     if (n == 22 && parse_number(std::string_view(field), id.start_ticks)) return id;
-  return make_error("pid " + std::to_string(pid) + ": no start time in " + stat_path, EIO);
+  return make_error("pid " + std::to_string(pid) + ": no start time in " + host.resolve(stat_path).string(), EIO);
 }
 
 Result<void> remember(const std::string& node_store, const ProcessIdentity& process, const gi::Manifest& manifest,
-                      const std::string& proc) {
+                      const HostRoot& host) {
   auto dir = open_records_dir(node_store, true);
   if (!dir) return dir.error();
   const int dir_fd = *dir;
   Result<void> result;
-  if (remove_gone(dir_fd, proc, process.boot_id) >= kMaxProcessRecords) {
+  if (remove_gone(dir_fd, host, process.boot_id) >= kMaxProcessRecords) {
     result = make_error("the node keeps the last GPU memory manifest of " + std::to_string(kMaxProcessRecords) +
                         " live processes already", ENOSPC);
   } else {

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "common/gpu_manifest.h"
+#include "common/host_root.h"
 #include "common/result.h"
 
 namespace gpuckpt::memory_lineage {
@@ -38,14 +39,14 @@ struct ProcessIdentity {
   bool operator==(const ProcessIdentity&) const = default;
 };
 
-// `proc`: where procfs is mounted (tests name another).
-Result<ProcessIdentity> identify_process(int pid, const std::string& proc = "/proc");
+// Read through `host` (proc/sys/kernel/random/boot_id, proc/<pid>/stat; tests give another root).
+Result<ProcessIdentity> identify_process(int pid, const HostRoot& host = HostRoot());
 
 // Keeps `manifest` as the process's last image in the node store at `node_store` ("" is chunk_store::kNodeStoreDir;
 // created when missing), replacing what was kept for it, and removes the records of processes that are gone.
 // Refused when the store is not root's alone (gpu_manifest.h ingest_verified_store).
 Result<void> remember(const std::string& node_store, const ProcessIdentity& process, const gpu_image::Manifest& manifest,
-                      const std::string& proc = "/proc");
+                      const HostRoot& host = HostRoot());
 
 // The process's kept manifest; an error with errno ENOENT when none is kept, another when it cannot be used.
 Result<gpu_image::Manifest> recall(const std::string& node_store, const ProcessIdentity& process);

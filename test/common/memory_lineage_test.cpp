@@ -78,23 +78,23 @@ std::size_t chunk_files(const fs::path& store) {
   return n;
 }
 
-// A procfs stand-in: a boot id and, per pid, a stat line with its start time (field 22).
+// A host root whose procfs holds a boot id and, per pid, a stat line with its start time (field 22).
 struct FakeProc {
   TempDir dir{"gpuckpt-proc-test"};
   explicit FakeProc(const std::string& boot_id) {
-    fs::create_directories(dir.path / "sys/kernel/random");
-    std::ofstream(dir.path / "sys/kernel/random/boot_id") << boot_id << "\n";
+    fs::create_directories(dir.path / "proc/sys/kernel/random");
+    std::ofstream(dir.path / "proc/sys/kernel/random/boot_id") << boot_id << "\n";
   }
   void process(int pid, std::uint64_t start_ticks) {
-    fs::create_directories(dir.path / std::to_string(pid));
+    fs::create_directories(dir.path / "proc" / std::to_string(pid));
     std::ostringstream line;
     line << pid << " (a (tricky) name) S";
     for (int field = 4; field <= 21; ++field) line << " " << field;
     line << " " << start_ticks << " 23 24\n";
-    std::ofstream(dir.path / std::to_string(pid) / "stat") << line.str();
+    std::ofstream(dir.path / "proc" / std::to_string(pid) / "stat") << line.str();
   }
-  void gone(int pid) { fs::remove_all(dir.path / std::to_string(pid)); }
-  std::string path() const { return dir.path.string(); }
+  void gone(int pid) { fs::remove_all(dir.path / "proc" / std::to_string(pid)); }
+  gpuckpt::HostRoot host() const { return gpuckpt::HostRoot(dir.path); }
 };
 
 std::shared_ptr<cs::Store> open_store(const fs::path& root) {
@@ -240,12 +240,12 @@ TEST_CASE("process identity: boot, pid and start time from procfs", "[unit]") {
 
   FakeProc proc("0123abcd-0123-4567-89ab-0123456789ab");
   proc.process(42, 777);
-  auto fake = ml::identify_process(42, proc.path());
+  auto fake = ml::identify_process(42, proc.host());
   REQUIRE(fake);
   CHECK(fake->boot_id == "0123abcd0123456789ab0123456789ab");
   CHECK(fake->start_ticks == 777);   // the command's own parentheses do not shift the fields
   CHECK(fake->record_name() == "0123abcd0123456789ab0123456789ab-42-777.json");
-  auto none = ml::identify_process(43, proc.path());
+  auto none = ml::identify_process(43, proc.host());
   REQUIRE_FALSE(none);
   CHECK(none.error().message.find("pid 43") != std::string::npos);
 }
@@ -260,20 +260,20 @@ TEST_CASE("process records: kept, recalled, replaced, removed once their process
   FakeProc proc("0123abcd-0123-4567-89ab-0123456789ab");
   proc.process(100, 5);
   proc.process(200, 6);
-  const ml::ProcessIdentity a = *ml::identify_process(100, proc.path());
-  const ml::ProcessIdentity b = *ml::identify_process(200, proc.path());
+  const ml::ProcessIdentity a = *ml::identify_process(100, proc.host());
+  const ml::ProcessIdentity b = *ml::identify_process(200, proc.host());
 
   auto none = ml::recall(node_store, a);
   REQUIRE_FALSE(none);
   CHECK(none.error().errno_value == ENOENT);
-  REQUIRE(ml::remember(node_store, a, first.manifest, proc.path()));
-  REQUIRE(ml::remember(node_store, b, first.manifest, proc.path()));
+  REQUIRE(ml::remember(node_store, a, first.manifest, proc.host()));
+  REQUIRE(ml::remember(node_store, b, first.manifest, proc.host()));
   CHECK((fs::status(fs::path(node_store) / ml::kRecordsDir).permissions() & fs::perms::all) == fs::perms::owner_all);
   auto back = ml::recall(node_store, a);
   REQUIRE(back);
   CHECK(gi::serialize_manifest(*back) == gi::serialize_manifest(first.manifest));
   // A later dump of a replaces its record.
-  REQUIRE(ml::remember(node_store, a, second.manifest, proc.path()));
+  REQUIRE(ml::remember(node_store, a, second.manifest, proc.host()));
   CHECK(ml::recall(node_store, a)->checkpoint == second.manifest.checkpoint);
 
   // Process b exits and its pid is reused by another process; a record of another boot; a write that died.
@@ -285,15 +285,15 @@ TEST_CASE("process records: kept, recalled, replaced, removed once their process
   fs::last_write_time(records / ".dead.json.partial", fs::file_time_type::clock::now() - std::chrono::hours(1));
   std::ofstream(records / ".writing.json.partial") << "{";
   proc.process(300, 9);
-  const ml::ProcessIdentity c = *ml::identify_process(300, proc.path());
-  REQUIRE(ml::remember(node_store, c, first.manifest, proc.path()));
+  const ml::ProcessIdentity c = *ml::identify_process(300, proc.host());
+  REQUIRE(ml::remember(node_store, c, first.manifest, proc.host()));
   CHECK(records_in(node_store) == std::set<std::string>{a.record_name(), c.record_name(), ".writing.json.partial"});
   fs::remove(records / ".writing.json.partial");
-  auto reused_pid = ml::recall(node_store, *ml::identify_process(200, proc.path()));
+  auto reused_pid = ml::recall(node_store, *ml::identify_process(200, proc.host()));
   REQUIRE_FALSE(reused_pid);
   CHECK(reused_pid.error().errno_value == ENOENT);
   proc.gone(100);
-  REQUIRE(ml::remember(node_store, c, second.manifest, proc.path()));
+  REQUIRE(ml::remember(node_store, c, second.manifest, proc.host()));
   CHECK(records_in(node_store) == std::set<std::string>{c.record_name()});
 }
 
