@@ -332,10 +332,8 @@ std::map<int, int> GpuMemoryPath::fill(const std::vector<int>& candidates) {
     // Every stored chunk now in the process was checked against the manifest's XXH3-64 (mapped or copied from the
     // node store): what its next dump may recognise unchanged chunks by. After a SHA-256-checked read the XXH3-64
     // values are the archive's word only, so nothing is kept.
-    if (recognise_unchanged_ && std::string_view(filled[i]->chunk_check) == "XXH3-64") {
-      if (auto manifest = gpu_image::read_manifest(dir_fd_, gpu_image::manifest_name(jobs[i].vpid)); manifest)
-        remember(jobs[i].pid, *manifest);
-    }
+    if (filled[i]->manifest && std::string_view(filled[i]->chunk_check) == "XXH3-64")
+      remember(jobs[i].pid, *filled[i]->manifest);
     log::info("cuda: " + pid_text(jobs[i].pid) + ": filled (namespace pid " + std::to_string(jobs[i].vpid) + "): " +
               describe(*filled[i]));
   }

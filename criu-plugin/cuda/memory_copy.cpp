@@ -448,6 +448,8 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
   for (std::size_t p = 0; p < processes.size(); ++p) {
     if (!readers[p] || !results[p]) continue;
     results[p]->chunk_check = readers[p]->chunk_check();
+    if (const auto* store_reader = dynamic_cast<const gi::StoreReader*>(readers[p].get()); store_reader != nullptr)
+      results[p]->manifest = std::make_shared<const gi::Manifest>(store_reader->manifest());
     results[p]->mapped_chunks = static_cast<std::uint64_t>(std::count(placed(p).begin(), placed(p).end(), true));
     results[p]->chunks += results[p]->mapped_chunks;
   }

@@ -39,7 +39,7 @@ struct CopyStats {
   gpu_image::StoreWriter::Times store_times;   // dump into a chunk store: this process's part of that, by step
   double checksum_seconds = 0;      // dump: the batch's XXH3-64 of chunks read in pieces, summed over its threads
   double finishing_seconds = 0;     // dump: the batch's wall time from the last chunk to every file durable
-  std::shared_ptr<const gpu_image::Manifest> manifest;   // dump into a chunk store: the manifest written
+  std::shared_ptr<const gpu_image::Manifest> manifest;   // the manifest a dump into a store wrote, a fill read
   const char* chunk_check = "";     // fill: how each chunk read was checked (MemorySource::chunk_check)
 };
 
