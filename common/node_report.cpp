@@ -107,6 +107,9 @@ class CommandCriuProbe final : public CriuProbe {
 
 int major_version(const std::string& version) { return std::atoi(version.c_str()); }
 
+void check_criu_config(const NodeReportOptions& o, const Result<std::string>& criu_version,
+                       std::vector<NodeCheck>& out);
+
 void check_criu(const NodeReportOptions& o, std::vector<NodeCheck>& out) {
   const fs::path plugin = o.files.resolve(o.criu_plugin_dir) / kPluginName;
   const bool plugin_present = fs::is_regular_file(plugin);
@@ -127,6 +130,7 @@ void check_criu(const NodeReportOptions& o, std::vector<NodeCheck>& out) {
   } else if (o.criu) {
     out.push_back(pass("criu", "CRIU " + *version));
   }
+  check_criu_config(o, version, out);
 
   if (!plugin_present) {
     out.push_back(fail("criu-plugin", "no " + std::string(kPluginName) + " in " + o.criu_plugin_dir,
@@ -412,6 +416,47 @@ void check_space(const NodeReportOptions& o, std::vector<NodeCheck>& out) {
                                             "): a checkpoint of a full GPU does not fit",
                        "free space there, or point host.archiveDir at a larger filesystem"));
   else out.push_back(pass("archive-space", detail));
+}
+
+// --- the runtimes' CRIU config files ---------------------------------------------------------------------------
+
+// runc, crun, podman, containerd and CRI-O run CRIU in swrk mode, which reads these files. CRIU 4.0 and 4.1.x
+// segfault there on an option that takes an argument, `network-lock` among them (fixed in CRIU 4.2, PR #3051): with
+// such a line every checkpoint through the runtime fails, GPU or not.
+void check_criu_config(const NodeReportOptions& o, const Result<std::string>& criu_version,
+                       std::vector<NodeCheck>& out) {
+  static const char* const kConfigs[] = {"etc/criu/runc.conf", "etc/criu/crun.conf", "etc/criu/default.conf"};
+  static const std::regex kNetworkLock(R"(^\s*-{0,2}network-lock(\s|=|$).*)");
+  std::vector<std::string> with_lock;
+  for (const char* relative : kConfigs) {
+    const auto conf = o.system.read_file(relative, 1 << 20);
+    if (!conf) continue;
+    std::istringstream lines(*conf);
+    for (std::string line; std::getline(lines, line);)
+      if (std::regex_match(line, kNetworkLock)) {
+        with_lock.push_back(std::string("/") + relative);
+        break;
+      }
+  }
+  if (with_lock.empty()) return;
+  std::string files;
+  for (const auto& f : with_lock) files += (files.empty() ? "" : ", ") + f;
+  if (!o.criu || !criu_version) {
+    out.push_back(warn("criu-config", files + " sets network-lock; CRIU 4.0 and 4.1.x crash on that line in swrk mode "
+                                      "(CRIU's version is not known here)",
+                       "run `gpuckpt doctor` on the node; with CRIU < 4.2 remove the network-lock line"));
+    return;
+  }
+  int major = 0, minor = 0;
+  if (std::sscanf(criu_version->c_str(), "%d.%d", &major, &minor) == 2 && (major > 4 || (major == 4 && minor >= 2))) {
+    out.push_back(pass("criu-config", files + " sets network-lock; CRIU " + *criu_version + " reads it in swrk mode"));
+    return;
+  }
+  out.push_back(fail("criu-config",
+                     files + " sets network-lock: CRIU " + *criu_version + " crashes (segfault) reading that line in "
+                     "swrk mode, so every checkpoint through runc, crun, podman, containerd or CRI-O fails (fixed in "
+                     "CRIU 4.2, PR #3051)",
+                     "remove the network-lock line (chart: criuConfig.extraOptions), or upgrade CRIU to >= 4.2"));
 }
 
 // --- where a restored container's process lands ---------------------------------------------------------------

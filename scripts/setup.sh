@@ -175,13 +175,23 @@ install_criu_bundle trixie criu /usr/local/sbin/criu-trixie libnet1
 install_criu_bundle sid criu-sid /usr/local/sbin/criu-sid libcompel1 libnet9 libedit2
 # shellcheck source=scripts/lib/criu-probe.sh
 . "$(dirname "$0")/lib/criu-probe.sh"
+# GPUCKPT_SETUP_CRIU=system|trixie|sid forces the pick (to run the tests under each CRIU on one machine); setup
+# fails when the forced one cannot dump here.
+CRIU_CANDIDATES=(/usr/sbin/criu /usr/local/sbin/criu-trixie /usr/local/sbin/criu-sid)
+case ${GPUCKPT_SETUP_CRIU:-} in
+  "") ;;
+  system) CRIU_CANDIDATES=(/usr/sbin/criu) ;;
+  trixie) CRIU_CANDIDATES=(/usr/local/sbin/criu-trixie) ;;
+  sid) CRIU_CANDIDATES=(/usr/local/sbin/criu-sid) ;;
+  *) die "GPUCKPT_SETUP_CRIU=$GPUCKPT_SETUP_CRIU: expected system, trixie or sid" ;;
+esac
 CRIU_BIN=""
-for c in /usr/sbin/criu /usr/local/sbin/criu-trixie /usr/local/sbin/criu-sid; do
+for c in "${CRIU_CANDIDATES[@]}"; do
   if [ ! -x "$c" ] || ! criu_version_ok "$c"; then continue; fi
   if criu_dump_works "$c"; then CRIU_BIN=$c; break; fi
   log "not using $c: $CRIU_PROBE_REASON"
 done
-[ -n "$CRIU_BIN" ] || die "no CRIU here can dump a process (system, trixie's, sid's): see the reasons above"
+[ -n "$CRIU_BIN" ] || die "no CRIU here can dump a process (${GPUCKPT_SETUP_CRIU:-system, trixie's, sid's}): see the reasons above"
 if [ "$CRIU_BIN" = /usr/sbin/criu ]; then
   # the distro's own: a wrapper of an earlier run must not shadow it
   grep -qs '^# gpuckpt setup:' /usr/local/sbin/criu && rm -f /usr/local/sbin/criu

@@ -74,3 +74,38 @@ criu_probe_dump() { # CRIU CPU
   fi
   rm -rf "$dir"
 }
+
+# criu_config_network_lock_ok [CRIU]   0: this CRIU takes a `network-lock` line in a config file it reads in RPC
+#                                      (swrk) mode; 1: it does not, with the reason in CRIU_PROBE_REASON.
+# Why: runc, podman, containerd and CRI-O run CRIU in swrk mode and have it read an RPC config file (runc.conf, or
+# the one `org.criu.config` names). CRIU 4.0 and 4.1.x parse that file with a NULL argv and segfault on an option
+# that takes an argument from it, `network-lock` among them (fixed in CRIU 4.2, PR #3051): every checkpoint through
+# such a runtime then fails. Decided by version: the fix is in every 4.2 and later.
+criu_config_network_lock_ok() {
+  local criu=${1:-criu} v major minor
+  v=$("$criu" --version 2>/dev/null | sed -n 's/^Version: *\([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+  [ -n "$v" ] || { CRIU_PROBE_REASON="cannot tell the version of '$criu'"; return 1; }
+  major=${v%% *}; minor=${v##* }
+  if [ "$major" -gt 4 ] || { [ "$major" = 4 ] && [ "$minor" -ge 2 ]; }; then return 0; fi
+  CRIU_PROBE_REASON="CRIU $major.$minor ($criu) crashes in swrk mode on a 'network-lock' line in its RPC config file (runc.conf, org.criu.config); fixed in CRIU 4.2 (PR #3051)"
+  return 1
+}
+
+# criu_prefer_config_network_lock WORKDIR   when `criu` on PATH cannot take `network-lock` in its RPC config file,
+# put a CRIU that can and that dumps here (sid's 4.2.x bundle from scripts/setup.sh) first on PATH for this process
+# and the runtimes it starts (runc finds `criu` on PATH). 0: `criu` on PATH now takes it; 1: none here does, with
+# the reason in CRIU_PROBE_REASON.
+criu_prefer_config_network_lock() {
+  local c
+  criu_config_network_lock_ok criu && return 0
+  local why=$CRIU_PROBE_REASON
+  for c in /usr/local/sbin/criu-sid /usr/sbin/criu; do
+    if [ ! -x "$c" ] || ! criu_config_network_lock_ok "$c" || ! criu_dump_works "$c"; then continue; fi
+    mkdir -p "$1/criu-bin" && ln -sfn "$c" "$1/criu-bin/criu" || return 1
+    export PATH="$1/criu-bin:$PATH"
+    echo "CRIU: $why; running with $c ($("$c" --version | head -1))"
+    return 0
+  done
+  CRIU_PROBE_REASON="$why, and no CRIU >= 4.2 that dumps is installed here (scripts/setup.sh installs sid's as criu-sid)"
+  return 1
+}

@@ -18,6 +18,15 @@ pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
+# ---- the CRIU that takes `network-lock` in a runtime's config file: installer, doctor, tests and docs agree -----------
+installer_floor=$(sed -n 's/.*\[ "\$major" -eq 4 \] && \[ "\$minor" -ge \([0-9]*\) \].*/4.\1/p' "$SRC/charts/gpuckpt/files/host-files.sh" | head -1)
+probe_floor=$(sed -n 's/.*\[ "\$major" = 4 \] && \[ "\$minor" -ge \([0-9]*\) \].*/4.\1/p' "$SRC/scripts/lib/criu-probe.sh" | head -1)
+doctor_floor=$(sed -n 's/.*major == 4 && minor >= \([0-9]*\)))) {.*/4.\1/p' "$SRC/common/node_report.cpp" | head -1)
+[ -n "$installer_floor" ] && [ "$installer_floor" = "$probe_floor" ] && [ "$installer_floor" = "$doctor_floor" ] && ok ||
+  bad "the installer ($installer_floor), scripts/lib/criu-probe.sh ($probe_floor) and gpuckpt doctor ($doctor_floor) disagree on the CRIU that takes network-lock in a config file"
+grep -qF "**\`network-lock\` in a config file needs CRIU >= $installer_floor.**" "$SRC/docs/cuda.md" && ok ||
+  bad "docs/cuda.md (Pods and TCP) does not say that network-lock in a config file needs CRIU >= $installer_floor"
+
 # ---- runtime kinds: "KIND UNIT" lines, sorted, from each side ----------------------------------------------------
 agent_kinds=$("$CLI" runtime --help | awk '/^runtime kinds/ {on = 1; next} on && /^  [a-z]+ +(container|pod) / {print $1, $2} on && /^$/ {on = 0}' | sort)
 [ "$(wc -l <<< "$agent_kinds")" -ge 4 ] && ok || bad "gpuckpt runtime --help lists the runtime kinds ($agent_kinds)"

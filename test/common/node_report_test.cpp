@@ -345,3 +345,45 @@ TEST_CASE("restore-cgroup: runc before 1.2 on cgroup v2 fails unless runc's CRIU
       CHECK(has(check.fix, "manage-cgroups=ignore to /etc/criu/runc.conf"));
   }
 }
+
+TEST_CASE("criu-config: a network-lock line in a runtime's CRIU config fails on CRIU < 4.2, which crashes on it in "
+          "swrk mode", "[unit]") {
+  struct Row {
+    const char* name;
+    const char* criu;        // "": CRIU not reachable (the agent's pod)
+    const char* file;        // relative to the host root
+    const char* text;
+    CheckStatus expected;
+    const char* detail_part; // nullptr: no criu-config line at all
+  };
+  const Row rows[] = {
+      {"4.1.1 with network-lock skip in runc.conf", "4.1.1", "etc/criu/runc.conf", "timeout 60\nnetwork-lock skip\n",
+       CheckStatus::Fail, "/etc/criu/runc.conf sets network-lock: CRIU 4.1.1 crashes"},
+      {"4.0 with --network-lock=nftables in crun.conf", "4.0", "etc/criu/crun.conf", "--network-lock=nftables\n",
+       CheckStatus::Fail, "/etc/criu/crun.conf sets network-lock: CRIU 4.0 crashes"},
+      {"4.2.1 takes it", "4.2.1", "etc/criu/runc.conf", "network-lock skip\n", CheckStatus::Pass, "CRIU 4.2.1 reads it"},
+      {"4.10 takes it", "4.10", "etc/criu/runc.conf", "network-lock skip\n", CheckStatus::Pass, "CRIU 4.10 reads it"},
+      {"no CRIU here", "", "etc/criu/runc.conf", "network-lock skip\n", CheckStatus::Warn, "version is not known"},
+      {"4.1.1 without the line", "4.1.1", "etc/criu/runc.conf", "timeout 60\ntcp-close\n", CheckStatus::Pass, nullptr},
+      {"4.1.1, a comment naming it", "4.1.1", "etc/criu/runc.conf", "# network-lock skip is for CRIU 4.2\n",
+       CheckStatus::Pass, nullptr},
+  };
+  for (const Row& row : rows) {
+    INFO(row.name);
+    Tree t;
+    healthy_node(t);
+    t.write(row.file, row.text);
+    FakeCriu criu;
+    criu.version_text = row.criu;
+    auto o = options_for(t, std::string(row.criu).empty() ? nullptr : &criu);
+    const auto c = by_name(check_node(o));
+    if (!row.detail_part) {
+      CHECK(c.count("criu-config") == 0);
+      continue;
+    }
+    REQUIRE(c.count("criu-config") == 1);
+    CHECK(c.at("criu-config").status == row.expected);
+    CHECK(has(c.at("criu-config").detail, row.detail_part));
+    if (row.expected == CheckStatus::Fail) CHECK(has(c.at("criu-config").fix, "upgrade CRIU to >= 4.2"));
+  }
+}

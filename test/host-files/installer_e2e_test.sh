@@ -89,6 +89,15 @@ expect 'grep -q "does not load gpuckpt_plugin.so" "$WORK/log" && grep -q "Nothin
   "the refusal names the plugin and says nothing changed: $(cat "$WORK/log")"
 expect 'unchanged "$T"' "the node is exactly as before (previous plugin, hook, entries, owner)"
 
+# network-lock in the runtimes' config on CRIU 4.1.1, which crashes on that line in swrk mode: refused, nothing placed.
+{ cat "$IMG/criu.conf"; echo "network-lock skip"; } > "$IMG/criu-network-lock.conf"
+snapshot "$T" > "$WORK/before"
+install_into "$T" pod-n GPUCKPT_CRIU_CONFIG_SRC="$IMG/criu-network-lock.conf"; rc=$?
+expect '[ $rc != 0 ] && grep -q "sets network-lock, and this node.s CRIU (/usr/sbin/criu, 4.1.1) crashes" "$WORK/log" &&
+  grep -q "Upgrade the node.s CRIU to >= 4.2, or drop network-lock" "$WORK/log" && grep -q "Nothing on the node was changed" "$WORK/log"' \
+  "network-lock on CRIU 4.1.1 is refused naming the version and the fix: $(cat "$WORK/log")"
+expect 'unchanged "$T"' "a refused network-lock changes nothing on the node"
+
 # --- bullseye: glibc 2.31 --------------------------------------------------------------------------------------
 B=$(mount_root "$(root_base bullseye)" "$WORK/bullseye") || { echo "FAIL: overlay mount of the bullseye root"; exit 1; }
 # A hook that needs a newer glibc than the node's: refused before anything is placed.
@@ -106,6 +115,17 @@ bundle_criu "$B" || bad "no CRIU bundle at ${GPUCKPT_PREFIX:-/opt/gpuckpt}/criu 
 install_into "$B" pod-e; rc=$?
 expect '[ $rc = 0 ] && grep -q "verified: the OCI hook runs" "$WORK/log" && grep -q "verified: /usr/local/sbin/criu [0-9.]* loads" "$WORK/log"' \
   "bullseye with a CRIU: hook and plugin verified: $(cat "$WORK/log")"
+
+# The same config on a node whose CRIU is 4.2.x (sid's bundle from scripts/setup.sh): installed as written.
+SID=${GPUCKPT_PREFIX:-/opt/gpuckpt}/criu-sid
+if [ -x /usr/local/sbin/criu-sid ] && [ -x "$SID/usr/sbin/criu" ]; then
+  mkdir -p "$B$SID" && mount --bind "$SID" "$B$SID" && cp /usr/local/sbin/criu-sid "$B/usr/local/sbin/criu-sid"
+  install_into "$B" pod-f GPUCKPT_CRIU=/usr/local/sbin/criu-sid GPUCKPT_CRIU_CONFIG_SRC="$IMG/criu-network-lock.conf"; rc=$?
+  expect '[ $rc = 0 ] && grep -qx "network-lock skip" "$B/etc/criu/runc.conf"' \
+    "network-lock on CRIU 4.2.x is installed into runc.conf (rc $rc): $(cat "$WORK/log")"
+else
+  bad "no sid CRIU bundle at $SID (scripts/setup.sh installs it)"
+fi
 
 umount -R "$T" 2>/dev/null || umount -lR "$T"
 umount -R "$B" 2>/dev/null || umount -lR "$B"

@@ -246,6 +246,26 @@ remove_criu_configs() {
   done
 }
 
+# CRIU 4.0 and 4.1.x crash (segfault) in swrk mode, the way runc, crun, podman, containerd and CRI-O run it, on a
+# `network-lock` line in the config file the runtime hands it (fixed in CRIU 4.2, PR #3051): shipping one to such a
+# node would break every checkpoint there, GPU or not. Decided by the host CRIU's version, before anything is placed.
+check_criu_config_options() {
+  [ -n "${GPUCKPT_CRIU_CONFIG_DIR:-}" ] && [ -f "${GPUCKPT_CRIU_CONFIG_SRC:-}" ] || return 0
+  grep -Eq '^[[:space:]]*(--)?network-lock([[:space:]=]|$)' "$GPUCKPT_CRIU_CONFIG_SRC" || return 0
+  criu=${GPUCKPT_CRIU:-}
+  [ -n "$criu" ] || criu=$(on_host sh -c 'command -v criu' 2>/dev/null || true)
+  version=""
+  [ -z "$criu" ] || version=$(on_host "$criu" --version 2>/dev/null | sed -n 's/^Version: *\([0-9][0-9.]*\).*/\1/p' | head -1)
+  if [ -z "$version" ]; then
+    log "WARNING: criuConfig.extraOptions sets network-lock and this node's CRIU version is not known: CRIU 4.0 and" \
+        "4.1.x crash on that line in the runtimes' config file (every checkpoint fails); it needs CRIU >= 4.2"
+    return 0
+  fi
+  major=${version%%.*}; rest=${version#*.}; minor=${rest%%.*}
+  if [ "$major" -gt 4 ] || { [ "$major" -eq 4 ] && [ "$minor" -ge 2 ]; }; then return 0; fi
+  fail_install "criuConfig.extraOptions sets network-lock, and this node's CRIU ($criu, $version) crashes (segfault) reading that line from the runtimes' config file in swrk mode: every checkpoint through runc, crun, podman, containerd or CRI-O would fail (fixed in CRIU 4.2, PR #3051). Upgrade the node's CRIU to >= 4.2, or drop network-lock from criuConfig.extraOptions."
+}
+
 cmd_install() {
   for v in GPUCKPT_HOOKS_DIR GPUCKPT_CRIU_PLUGIN_DIR GPUCKPT_INSTALL_DIR GPUCKPT_HOOK_JSON_DIR GPUCKPT_SRC_HOOK \
            GPUCKPT_SRC_PLUGIN GPUCKPT_OWNER; do need "$v"; done
@@ -257,6 +277,7 @@ cmd_install() {
   staged_hook=$(stage "$GPUCKPT_SRC_HOOK" "$hook_dest" 0755)
   staged_plugin=$(stage "$GPUCKPT_SRC_PLUGIN" "$plugin_dest" 0644)
   # 2. verify on the host
+  check_criu_config_options
   case "${GPUCKPT_VERIFY:-true}" in
     true)
       [ -x "$GPUCKPT_HOST_MOUNT/bin/sh" ] || fail_install "GPUCKPT_VERIFY=true needs the host's root at GPUCKPT_HOST_MOUNT=$GPUCKPT_HOST_MOUNT (no bin/sh there)."
