@@ -30,7 +30,7 @@ apt_install() {
 }
 
 # --- build dependencies (Debian packages only) -------------------------------------------------------
-apt_install ca-certificates cmake g++ ninja-build pkg-config make git \
+apt_install ca-certificates cmake g++ ninja-build ccache pkg-config make git \
   protobuf-compiler libprotobuf-dev libdrm-dev linux-libc-dev \
   libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libarchive-dev libssl-dev \
   libgrpc++-dev protobuf-compiler-grpc \
@@ -38,7 +38,8 @@ apt_install ca-certificates cmake g++ ninja-build pkg-config make git \
   python3-yaml python3-jsonschema shellcheck dpkg-dev debootstrap binutils \
   libzstd-dev libxxhash-dev \
   clang-14 libclang-rt-14-dev docker-registry
-# clang-14: libFuzzer + sanitizers for the fuzz harnesses (fuzz/, scripts/fuzz.sh). docker-registry: a real registry
+# ccache: every build dir of a checkout (build/, build-fuzz/, worktrees) shares compiled objects
+# (CMakeLists.txt). clang-14: libFuzzer + sanitizers for the fuzz harnesses (fuzz/, scripts/fuzz.sh). docker-registry: a real registry
 # for the checkpoint image push tests, which start their own on a free port; the service the package enables on
 # :5000 is not needed.
 if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled docker-registry >/dev/null 2>&1; then
