@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# e2e (labels e2e, cluster): gpuckpt under a real Kubernetes cluster on this machine (scripts/lib/k8s-sandbox.sh:
+# etcd, kube-apiserver with TLS + RBAC + service-account tokens, kube-controller-manager, kube-scheduler, and one
+# kubelet node on its own containerd 2.1, all built by scripts/setup-k8s.sh from the Go module proxy):
+#   1. the cluster starts; its node, a simulated GPU node (node-sandbox.sh: /dev/null and /dev/zero as
+#      /dev/nvidia0 and /dev/nvidia1), gets 2 allocatable nvidia.com/gpu from sim-device-plugin, a device plugin
+#      speaking the kubelet's deviceplugin/v1beta1 API;
+#   2. a pod asking for nvidia.com/gpu: 1 is scheduled by the scheduler onto the node and started by the
+#      kubelet; the kubelet's device manager chose the GPU, the plugin's Allocate gave its node and
+#      NVIDIA_VISIBLE_DEVICES; gpuckpt-nri on the node's containerd recorded the container on that GPU, and the
+#      real kubelet's PodResources API (gpuckpt-nri's --pod-resources-socket) reports the same device;
+#   3. the kubelet checkpoint API as operators call it: POST /api/v1/nodes/NODE/proxy/checkpoint/NS/POD/CONTAINER
+#      through the API server (kubectl create --raw) to the kubelet, which has containerd write the archive into
+#      its checkpoint dir; the agent's watcher of that dir annotates it with the GPU record; `gpuckpt inspect`
+#      shows containerd's archive, the pod and the GPU the kubelet allocated; the pod keeps running.
+# (Restore by the kubelet and a second node are not covered yet: docs/kubernetes.md says what is.)
+# Exit 0 pass, 77 skipped (no root, or setup.sh / setup-k8s.sh products absent), else fail. Every wait is bounded;
+# cleanup always runs. KEEP=1 keeps the work dir.
+set -euo pipefail
+
+BUILD=${GPUCKPT_BUILD_DIR:?GPUCKPT_BUILD_DIR must point at the build directory}
+SRC=${GPUCKPT_SOURCE_DIR:?GPUCKPT_SOURCE_DIR must point at the source tree}
+. "$SRC/scripts/lib/node-sandbox.sh"
+. "$SRC/scripts/lib/containerd-sandbox.sh"
+. "$SRC/scripts/lib/k8s-sandbox.sh"
+CLI=$BUILD/cli/gpuckpt
+AGENT=$BUILD/agent/gpuckpt-agent
+NRI=$BUILD/nri-plugin/gpuckpt-nri
+HOOK=$BUILD/oci-hook/gpuckpt-oci-hook
+IMAGE=${GPUCKPT_TEST_IMAGE:-localhost/gpuckpt-busybox}
+CTRD_BIN_DIR=${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin
+NODE=node-a
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+step() { printf '\n== %s (%ss)\n' "$*" "$(( $(date +%s) - T0 ))"; }
+T0=$(date +%s)
+
+[ "$(id -u)" = 0 ] || skip "needs root (kubelet, containerd, runc, CRIU)"
+for p in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crictl sim-device-plugin; do
+  [ -x "$K8S_BIN/$p" ] || skip "$K8S_BIN/$p missing (scripts/setup-k8s.sh builds it)"
+done
+[ -x "$CTRD_BIN_DIR/containerd" ] || skip "containerd 2.x not installed in $CTRD_BIN_DIR (scripts/setup.sh)"
+{ [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ]; } || skip "no CNI plugins in /usr/lib/cni (scripts/setup-k8s.sh)"
+command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
+. "$SRC/scripts/lib/criu-probe.sh"
+criu_dump_works || skip "$CRIU_PROBE_REASON"
+podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
+for b in "$CLI" "$AGENT" "$NRI" "$HOOK"; do [ -x "$b" ] || fail "$b not built"; done
+
+TMP=/tmp/gpuckpt-e2e-cluster-$$-$(date +%s%N)
+mkdir -m 700 "$TMP"
+AGENT_PID='' NRI_PID='' PLUGIN_PID=''
+cleanup() {
+  set +e
+  sandbox_stop_agent
+  for p in "$NRI_PID" "$PLUGIN_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  k8s_stop
+  if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+
+kubectl() { k8s_kubectl "$@"; }
+crictl() { "$K8S_BIN/crictl" --runtime-endpoint "unix://${K8S_CTRD_SOCK[$NODE]}" "$@"; }
+container_pid() {  # container_pid POD: the pid of the pod's container "counter", through the node's CRI
+  local id
+  id=$(crictl ps -q --name counter --label "io.kubernetes.pod.name=$1" --state running | head -1)
+  [ -n "$id" ] || fail "no running container 'counter' of pod $1 on $NODE"
+  crictl inspect -o go-template --template '{{.info.pid}}' "$id"
+}
+count_of() {  # count_of PID: the counter's value (the file is rewritten 10 times a second: retry an empty read)
+  local n
+  for _ in $(seq 50); do
+    n=$(cat "/proc/$1/root/tmp/count" 2>/dev/null || true)
+    [ -n "$n" ] && { echo "$n"; return; }
+    sleep 0.02
+  done
+  fail "no counter value in process $1"
+}
+counts_past() {  # counts_past PID N: the counter passes N within 10 s
+  for _ in $(seq 100); do [ "$(count_of "$1")" -gt "$2" ] && return 0; sleep 0.1; done
+  return 1
+}
+# shellcheck disable=SC2016 # expanded by the container's shell; written then renamed: a read never sees it half-written
+COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
+
+step "1. the cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet $NODE on containerd 2"
+sandbox_prepare "$TMP" "$BUILD" "$SRC" || fail "cannot prepare the simulated node in $TMP"
+mkdir -p "$TMP/criu-plugins"
+cp "$BUILD/criu-plugin/gpuckpt_plugin.so" "$TMP/criu-plugins/" || fail "criu-plugin/gpuckpt_plugin.so not built"
+export CRIU_LIBS_DIR=$TMP/criu-plugins   # containerd -> shim -> runc -> CRIU: CRIU loads gpuckpt's plugin from here
+k8s_start_control_plane "$TMP/cluster" || fail "the control plane did not start"
+echo "ok: control plane at $K8S_API in ${K8S_CONTROL_PLANE_SECONDS}s ($("$K8S_BIN/kube-apiserver" --version))"
+k8s_add_node "$NODE" || fail "node $NODE did not start"
+KROOT=${K8S_KUBELET_ROOT[$NODE]}
+echo "ok: node $NODE Ready in ${K8S_NODE_SECONDS}s (kubelet $(kubectl get node "$NODE" -o jsonpath='{.status.nodeInfo.kubeletVersion}'), runtime $(kubectl get node "$NODE" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}'))"
+k8s_node_ctrd "$NODE"
+ctrd_import_image "$IMAGE" || fail "cannot import $IMAGE into $NODE's containerd"
+
+"$K8S_BIN/sim-device-plugin" --plugin-dir "$KROOT/device-plugins" \
+  --device "$GPU0=0:$ROOT/dev/nvidia0" --device "$GPU1=1:$ROOT/dev/nvidia1" > "$TMP/device-plugin.log" 2>&1 &
+PLUGIN_PID=$!
+for _ in $(seq 150); do
+  [ "$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] && break
+  sleep 0.2
+done
+[ "$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] ||
+  fail "$NODE does not offer 2 nvidia.com/gpu: $(cat "$TMP/device-plugin.log")"
+echo "ok: $NODE allocatable nvidia.com/gpu=2 ($GPU0, $GPU1) from sim-device-plugin"
+
+step "2. a pod asking for one GPU: scheduled, started, its GPU chosen by the kubelet's device manager"
+"$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --hook "$HOOK" \
+  --pod-resources-socket "$KROOT/pod-resources/kubelet.sock" --once > "$TMP/nri.log" 2>&1 &
+NRI_PID=$!
+for _ in $(seq 100); do grep -q "registered with containerd" "$TMP/nri.log" && break; sleep 0.1; done
+grep -q "registered with containerd 2" "$TMP/nri.log" || fail "gpuckpt-nri did not register: $(cat "$TMP/nri.log")"
+mkdir -p "$KROOT/checkpoints"
+sed -i "s#kubelet_dir: \"\"#kubelet_dir: $KROOT/checkpoints, watch_interval_seconds: 1#" "$TMP/agent.yaml"
+sandbox_start_agent "$AGENT" || fail "agent did not start"
+
+kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the GPU pod"
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-counter, namespace: default}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: counter
+    image: $IMAGE:latest
+    imagePullPolicy: Never
+    command: [sh, -c, '$COUNTER']
+    resources: {limits: {nvidia.com/gpu: 1}}
+YAML
+k8s_wait_pod default gpu-counter 90 || fail "the GPU pod did not start"
+[ "$(kubectl get pod gpu-counter -o jsonpath='{.spec.nodeName}')" = "$NODE" ] || fail "gpu-counter is not on $NODE"
+ALLOCATED=$(sed -n 's/^allocate //p' "$TMP/device-plugin.log" | tail -1)
+[ "$ALLOCATED" = "$GPU0" ] || [ "$ALLOCATED" = "$GPU1" ] || fail "the device plugin allocated '$ALLOCATED', not one of its GPUs"
+[ "$ALLOCATED" = "$GPU0" ] && INDEX=0 || INDEX=1
+PID=$(container_pid gpu-counter)
+CID=$(crictl ps -q --name counter --label io.kubernetes.pod.name=gpu-counter --state running | head -1)
+[ -c "/proc/$PID/root/dev/nvidia$INDEX" ] || fail "the container has no /dev/nvidia$INDEX"
+tr '\0' '\n' < "/proc/$PID/environ" | grep -qx "NVIDIA_VISIBLE_DEVICES=$INDEX" ||
+  fail "the container's NVIDIA_VISIBLE_DEVICES is not $INDEX: $(tr '\0' '\n' < "/proc/$PID/environ" | grep NVIDIA || true)"
+for _ in $(seq 50); do [ -f "$STATE/containers/$CID.json" ] && break; sleep 0.1; done
+python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["gpus"]; assert g["record"]["used_gpu_ids"]==[sys.argv[2]], g' \
+  "$STATE/containers/$CID.json" "$ALLOCATED" || fail "gpuckpt-nri's record of $CID does not name $ALLOCATED"
+echo "ok: gpu-counter on $NODE; kubelet allocated $ALLOCATED (/dev/nvidia$INDEX, NVIDIA_VISIBLE_DEVICES=$INDEX); gpuckpt-nri recorded it"
+
+step "3. POST /api/v1/nodes/$NODE/proxy/checkpoint/default/gpu-counter/counter through the API server"
+counts_past "$PID" 10 || fail "the pod's counter does not count"
+t=$(date +%s.%N)
+kubectl create --raw "/api/v1/nodes/$NODE/proxy/checkpoint/default/gpu-counter/counter" -f /dev/null > "$TMP/checkpoint.json" ||
+  fail "the kubelet checkpoint API failed: $(cat "$TMP/checkpoint.json")"
+CKPT_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t:.1f}')")
+ARCHIVE=$(python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["items"]; assert len(i)==1, i; print(i[0])' "$TMP/checkpoint.json") ||
+  fail "the kubelet's answer does not name one archive: $(cat "$TMP/checkpoint.json")"
+case "$ARCHIVE" in
+  "$KROOT/checkpoints/checkpoint-gpu-counter_default-counter-"*.tar) ;;
+  *) fail "the archive $ARCHIVE is not in the kubelet's checkpoint dir $KROOT/checkpoints" ;;
+esac
+[ -f "$ARCHIVE" ] || fail "the kubelet named $ARCHIVE, which does not exist"
+for _ in $(seq 150); do grep -q "annotated kubelet archive $ARCHIVE" "$TMP/agent.log" && break; sleep 0.1; done
+grep -q "annotated kubelet archive $ARCHIVE" "$TMP/agent.log" || fail "the watcher did not annotate it: $(tail -3 "$TMP/agent.log")"
+tar -tf "$ARCHIVE" > "$TMP/entries.txt" || fail "$ARCHIVE is not a plain tar after the watcher rewrote it"
+for e in config.dump spec.dump status.dump gpuckpt-gpus.json checkpoint/inventory.img; do
+  grep -qx "$e" "$TMP/entries.txt" || fail "the annotated archive lacks $e"
+done
+"$CLI" inspect "$ARCHIVE" --host-root "$ROOT" --json > "$TMP/inspect.json" 2> "$TMP/inspect.err" ||
+  fail "gpuckpt inspect: $(cat "$TMP/inspect.err")"
+python3 - "$TMP/inspect.json" "$ALLOCATED" <<'PY' || fail "gpuckpt inspect does not show the kubelet's checkpoint and its GPU"
+import json, sys
+i = json.load(open(sys.argv[1]))
+assert i["engine"] == "containerd", i["engine"]
+assert i["gpus"]["record"]["used_gpu_ids"] == [sys.argv[2]], i["gpus"]
+text = json.dumps(i)
+assert "gpu-counter" in text, "the pod's name is not in what inspect shows"
+PY
+"$CLI" inspect "$ARCHIVE" --host-root "$ROOT" > "$TMP/inspect.txt" 2>&1 || fail "gpuckpt inspect (text)"
+grep -qF "$ALLOCATED" "$TMP/inspect.txt" || fail "gpuckpt inspect's text does not name $ALLOCATED: $(head -20 "$TMP/inspect.txt")"
+N1=$(tar -xOf "$ARCHIVE" rootfs-diff.tar | tar -xzOf - tmp/count)
+counts_past "$PID" "$N1" || fail "the checkpointed pod stopped counting"
+[ "$(kubectl get pod gpu-counter -o jsonpath='{.status.phase}')" = Running ] || fail "gpu-counter is no longer Running"
+echo "ok: $(basename "$ARCHIVE") ($(stat -c %s "$ARCHIVE") bytes, ${CKPT_SECONDS}s through the API server) annotated; inspect shows $ALLOCATED; counter at $N1 in the archive, the pod keeps counting"
+
+step "done"
+echo "1 passed, 0 failed (cluster up in $(python3 -c "print(f'{$K8S_CONTROL_PLANE_SECONDS + $K8S_NODE_SECONDS:.1f}')")s)"
