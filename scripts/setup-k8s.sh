@@ -34,7 +34,7 @@ fi
 command -v openssl >/dev/null || die "openssl missing (scripts/setup.sh installs it): the cluster's certificates need it"
 
 TOOLCHAIN=$SRC/k8s/toolchain
-K8S_VERSION=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$TOOLCHAIN/kubernetes/go.mod")
+K8S_VERSION=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3} $1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2}' "$TOOLCHAIN/kubernetes/go.mod" | head -1)
 [ -n "$K8S_VERSION" ] || die "$TOOLCHAIN/kubernetes/go.mod has no 'require k8s.io/kubernetes vX.Y.Z' line"
 K8S_HOME=$PREFIX/k8s
 BIN=$K8S_HOME/$K8S_VERSION/bin
@@ -55,6 +55,7 @@ done
 stamp() {
   {
     echo "$GO_VERSION $LDFLAGS"
+    cat "$0"
     cat "$TOOLCHAIN"/*/go.mod "$TOOLCHAIN"/*/go.sum
     cat "$SRC"/test/k8s/sim-device-plugin/go.mod "$SRC"/test/k8s/sim-device-plugin/go.sum "$SRC"/test/k8s/sim-device-plugin/*.go
   } | sha256sum | cut -d' ' -f1
@@ -77,7 +78,8 @@ rm -rf "$NEW"
 mkdir -p "$NEW"
 build() {  # build MODULE_DIR OUTPUT PACKAGE...: the packages' programs as OUTPUT (a directory when it ends in /)
   local dir=$1 out=$2; shift 2
-  (cd "$dir" && go build -trimpath -ldflags="$LDFLAGS" -o "$out" "$@") || die "go build $* (in $dir) failed"
+  (cd "$dir" && go build -trimpath -ldflags="$LDFLAGS${EXTRA_LDFLAGS:+ $EXTRA_LDFLAGS}" -o "$out" "$@") ||
+    die "go build $* (in $dir) failed"
 }
 started=$(date +%s)
 log "building Kubernetes $K8S_VERSION (kubelet, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl) with $GO_VERSION"
@@ -86,7 +88,9 @@ build "$TOOLCHAIN/kubernetes" "$NEW/" k8s.io/kubernetes/cmd/kubelet k8s.io/kuber
 log "building etcd"
 build "$TOOLCHAIN/etcd" "$NEW/etcd" go.etcd.io/etcd/server/v3
 log "building crictl"
-build "$TOOLCHAIN/cri-tools" "$NEW/" sigs.k8s.io/cri-tools/cmd/crictl
+CRI_TOOLS_VERSION=$(awk '$1 == "sigs.k8s.io/cri-tools" && $2 ~ /^v/ {print $2} $1 == "require" && $2 == "sigs.k8s.io/cri-tools" {print $3}' \
+  "$TOOLCHAIN/cri-tools/go.mod" | head -1)
+EXTRA_LDFLAGS="-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" build "$TOOLCHAIN/cri-tools" "$NEW/" sigs.k8s.io/cri-tools/cmd/crictl
 log "building sim-device-plugin"
 build "$SRC/test/k8s/sim-device-plugin" "$NEW/" .
 seconds=$(( $(date +%s) - started ))

@@ -45,16 +45,17 @@ done
 command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
 . "$SRC/scripts/lib/criu-probe.sh"
 criu_dump_works || skip "$CRIU_PROBE_REASON"
+command -v docker-registry >/dev/null || skip "docker-registry not installed (scripts/setup.sh)"
 podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
 for b in "$CLI" "$AGENT" "$NRI" "$HOOK"; do [ -x "$b" ] || fail "$b not built"; done
 
 TMP=/tmp/gpuckpt-e2e-cluster-$$-$(date +%s%N)
 mkdir -m 700 "$TMP"
-AGENT_PID='' NRI_PID='' PLUGIN_PID=''
+NRI_PID='' PLUGIN_PID='' REGISTRY_PID=''
 cleanup() {
   set +e
   sandbox_stop_agent
-  for p in "$NRI_PID" "$PLUGIN_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  for p in "$NRI_PID" "$PLUGIN_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   k8s_stop
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
 }
@@ -95,7 +96,12 @@ k8s_add_node "$NODE" || fail "node $NODE did not start"
 KROOT=${K8S_KUBELET_ROOT[$NODE]}
 echo "ok: node $NODE Ready in ${K8S_NODE_SECONDS}s (kubelet $(kubectl get node "$NODE" -o jsonpath='{.status.nodeInfo.kubeletVersion}'), runtime $(kubectl get node "$NODE" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}'))"
 k8s_node_ctrd "$NODE"
-ctrd_import_image "$IMAGE" || fail "cannot import $IMAGE into $NODE's containerd"
+# the pod's image comes from a registry on 127.0.0.1, pulled by the kubelet (containerd 2.1 pulls a checkpoint's
+# base image again by its rootfsImageRef at every restore)
+ctrd_start_registry "$TMP/registry" || fail "docker-registry did not start"
+BASE=$REGISTRY/gpuckpt-busybox:latest
+podman push -q --tls-verify=false "$IMAGE" "docker://$BASE" || fail "podman push $IMAGE to $BASE"
+ctrd_registry_host "$REGISTRY"
 
 "$K8S_BIN/sim-device-plugin" --plugin-dir "$KROOT/device-plugins" \
   --device "$GPU0=0:$ROOT/dev/nvidia0" --device "$GPU1=1:$ROOT/dev/nvidia1" > "$TMP/device-plugin.log" 2>&1 &
@@ -128,8 +134,8 @@ spec:
   terminationGracePeriodSeconds: 1
   containers:
   - name: counter
-    image: $IMAGE:latest
-    imagePullPolicy: Never
+    image: $BASE
+    imagePullPolicy: IfNotPresent
     command: [sh, -c, '$COUNTER']
     resources: {limits: {nvidia.com/gpu: 1}}
 YAML
@@ -183,6 +189,64 @@ N1=$(tar -xOf "$ARCHIVE" rootfs-diff.tar | tar -xzOf - tmp/count)
 counts_past "$PID" "$N1" || fail "the checkpointed pod stopped counting"
 [ "$(kubectl get pod gpu-counter -o jsonpath='{.status.phase}')" = Running ] || fail "gpu-counter is no longer Running"
 echo "ok: $(basename "$ARCHIVE") ($(stat -c %s "$ARCHIVE") bytes, ${CKPT_SECONDS}s through the API server) annotated; inspect shows $ALLOCATED; counter at $N1 in the archive, the pod keeps counting"
+
+step "4. restore by the kubelet: a pod whose image is the checkpoint image, on the GPU the kubelet allocates now"
+# The source pod keeps its GPU, so the kubelet's device manager can only give the restore the other one: the
+# restore must follow the kubelet's allocation, not the archive's.
+if [ "$ALLOCATED" = "$GPU0" ]; then OTHER=$GPU1 OTHER_INDEX=1; else OTHER=$GPU0 OTHER_INDEX=0; fi
+cp "$ARCHIVE" "$CK/"   # the archive as the agent keeps it (the kubelet's dir is the kubelet's)
+sandbox_stop_agent
+echo "runtime: {kind: cri, cri: {endpoint: unix://$CTRD_SOCK}}" >> "$TMP/agent.yaml"
+rm -f "$STATE/agent.port"
+sandbox_start_agent "$AGENT" || fail "agent did not start (runtime.kind cri)"
+"$CLI" image "$(basename "$ARCHIVE")" --tag gpuckpt-e2e-cluster --agent "$URL" --token-file "$TOKEN_FILE" > "$TMP/image.txt" ||
+  fail "gpuckpt image: $(tail -3 "$TMP/agent.log")"
+CK_IMAGE=$(sed -n 's/^  image: *//p' "$TMP/image.txt")
+[ -n "$CK_IMAGE" ] || fail "gpuckpt image printed no image: $(cat "$TMP/image.txt")"
+t=$(date +%s.%N)
+kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the restore pod"
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-counter-restored, namespace: default}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: counter
+    image: $CK_IMAGE
+    imagePullPolicy: Never
+    # containerd needs a command in the request or the base image; the restored process is the checkpoint's
+    # (a fresh start would count from 1, which the test tells apart)
+    command: [sh, -c, '$COUNTER']
+    resources: {limits: {nvidia.com/gpu: 1}}
+YAML
+k8s_wait_pod default gpu-counter-restored 120 || fail "the restore pod did not start: $(tail -5 "$TMP/nri.log")"
+RESTORE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t:.1f}')")
+[ "$(sed -n 's/^allocate //p' "$TMP/device-plugin.log" | tail -1)" = "$OTHER" ] ||
+  fail "the kubelet did not allocate $OTHER to the restore pod: $(cat "$TMP/device-plugin.log")"
+RPID=$(container_pid gpu-counter-restored)
+RID=$(crictl ps -q --name counter --label io.kubernetes.pod.name=gpu-counter-restored --state running | head -1)
+NR=$(count_of "$RPID")
+[ "$NR" -ge "$N1" ] || fail "the restored counter started over ($NR) instead of continuing from $N1"
+counts_past "$RPID" "$NR" || fail "the restored counter does not count (at $NR)"
+grep -F "as container $RID: plan" "$TMP/nri.log" | grep -qF "($ALLOCATED -> $OTHER)" ||
+  fail "gpuckpt-nri did not plan $ALLOCATED -> $OTHER for $RID: $(grep -v ' param: ' "$TMP/nri.log" | tail -4)"
+SPEC=$CTRD_WORK/state/io.containerd.runtime.v2.task/k8s.io/$RID/config.json
+python3 - "$SPEC" "$OTHER_INDEX" "$INDEX" <<'PY' || fail "the spec containerd gave runc for the restore ($SPEC)"
+import json, sys
+spec_file, other, source = sys.argv[1:]
+spec = json.load(open(spec_file))
+devices = {d["path"]: (d["type"], d["major"], d["minor"]) for d in spec["linux"].get("devices", [])}
+want = ("c", 1, 5) if other == "1" else ("c", 1, 3)
+assert devices.get(f"/dev/nvidia{other}") == want, f"the allocated GPU's node is not /dev/nvidia{other} {want}: {devices}"
+assert f"/dev/nvidia{source}" not in devices, f"the source GPU's node is in the spec: {devices}"
+visible = [e.split("=", 1)[1] for e in spec["process"]["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
+assert visible and set(visible) == {other}, f"NVIDIA_VISIBLE_DEVICES: {visible}"
+assert spec["annotations"].get("io.gpuckpt.restore-plan"), spec["annotations"]
+PY
+counts_past "$PID" "$(count_of "$PID")" || fail "the source pod stopped counting"
+echo "ok: gpu-counter-restored Running in ${RESTORE_SECONDS}s on $OTHER (the kubelet's allocation; the archive had $ALLOCATED); counter $N1 -> $NR and counting; spec: /dev/nvidia$OTHER_INDEX, NVIDIA_VISIBLE_DEVICES=$OTHER_INDEX, gpuckpt's restore plan"
 
 step "done"
 echo "1 passed, 0 failed (cluster up in $(python3 -c "print(f'{$K8S_CONTROL_PLANE_SECONDS + $K8S_NODE_SECONDS:.1f}')")s)"
