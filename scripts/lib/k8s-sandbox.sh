@@ -4,16 +4,19 @@
 # authorization, service-account tokens signed by a key made here), kube-controller-manager and kube-scheduler,
 # then one kubelet per node, each with its own root dir, its own containerd 2.x (scripts/lib/containerd-sandbox.sh)
 # and its own pod network (Debian's bridge + host-local CNI plugins, one bridge and subnet per node). Nothing
-# outside WORK is written but the nodes' cgroups (/sys/fs/cgroup/*/gpuckpt-k8s-NODE) and the kernel settings the
-# kubelet sets at start (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops, ...), which k8s_stop puts back.
+# outside WORK is written but the nodes' cgroups (/sys/fs/cgroup/*/gpuckpt-k8s-NODE), the kernel settings the
+# kubelet sets at start (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops, ...) and the socket every kubelet
+# serves at the fixed path /var/lib/kubelet/device-plugins/kubelet.sock whatever its root dir (device plugins here
+# register through each kubelet's own ROOT/plugins_registry instead): k8s_stop puts all of it back.
 #   K8S_BIN=DIR                       the programs (default PREFIX/k8s/VERSION/bin of setup-k8s.sh)
 #   k8s_start_control_plane WORK      certificates, etcd, API server, controller-manager, scheduler; waits until
 #                                     the API server is ready and the default service account exists. Sets
 #                                     K8S_WORK KUBECONFIG (the admin's: system:masters) K8S_API K8S_NODE_IP
+#                                     K8S_CONTROL_PLANE_SECONDS
 #   k8s_add_node NAME                 containerd 2.x + kubelet (ContainerCheckpoint on, cgroupfs, cgroup v1 allowed)
 #                                     as node NAME; waits until the node is Ready. Sets K8S_KUBELET_ROOT[NAME]
-#                                     (its root dir: checkpoints/, device-plugins/, pod-resources/),
-#                                     K8S_CTRD_SOCK[NAME], K8S_NODE_PORT[NAME]
+#                                     (its root dir: checkpoints/, plugins_registry/, pod-resources/),
+#                                     K8S_CTRD_SOCK[NAME], K8S_NODE_PORT[NAME], K8S_NODE_SECONDS
 #   k8s_node_ctrd NAME                makes node NAME's containerd the one ctrd_* functions talk to
 #   k8s_kubectl ARGS...               kubectl as the cluster admin
 #   k8s_wait_pod NS POD [SECONDS]     waits until the pod is Running with every container ready (default 60 s)
@@ -78,6 +81,8 @@ k8s_start_control_plane() {
     [ -x "$k" ] || { echo "k8s-sandbox: $k missing (scripts/setup-k8s.sh builds it)" >&2; return 1; }
   done
   K8S_SAVED_TUNABLES=()
+  K8S_MADE_VAR_LIB_KUBELET=0
+  [ -e /var/lib/kubelet ] || K8S_MADE_VAR_LIB_KUBELET=1
   for k in "${K8S_KERNEL_TUNABLES[@]}"; do K8S_SAVED_TUNABLES+=("$k=$(sysctl -n "$k")"); done
   # the address the nodes and the API server advertise: the machine's own (the API server refuses loopback
   # for its service endpoint)
@@ -294,6 +299,10 @@ k8s_stop() {
     done
   done
   for t in "${K8S_SAVED_TUNABLES[@]}"; do sysctl -qw "$t" >/dev/null 2>&1; done
+  if [ "${K8S_MADE_VAR_LIB_KUBELET:-0}" = 1 ]; then
+    [ -S /var/lib/kubelet/device-plugins/kubelet.sock ] && rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+    rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null
+  fi
   while read -r _ m _; do
     case "$m" in "$K8S_WORK"/*) umount -l "$m" 2>/dev/null ;; esac
   done < <(sort -r -k2 /proc/self/mounts)

@@ -37,7 +37,7 @@ step() { printf '\n== %s (%ss)\n' "$*" "$(( $(date +%s) - T0 ))"; }
 T0=$(date +%s)
 
 [ "$(id -u)" = 0 ] || skip "needs root (kubelet, containerd, runc, CRIU)"
-for p in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crictl sim-device-plugin; do
+for p in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crictl sim-device-plugin podresources-get; do
   [ -x "$K8S_BIN/$p" ] || skip "$K8S_BIN/$p missing (scripts/setup-k8s.sh builds it)"
 done
 [ -x "$CTRD_BIN_DIR/containerd" ] || skip "containerd 2.x not installed in $CTRD_BIN_DIR (scripts/setup.sh)"
@@ -49,7 +49,8 @@ command -v docker-registry >/dev/null || skip "docker-registry not installed (sc
 podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
 for b in "$CLI" "$AGENT" "$NRI" "$HOOK"; do [ -x "$b" ] || fail "$b not built"; done
 
-TMP=/tmp/gpuckpt-e2e-cluster-$$-$(date +%s%N)
+# short: unix socket paths under it (the device plugins', the kubelet's) must fit in 108 bytes
+TMP=/tmp/gck8s-$$-$(date +%s)
 mkdir -m 700 "$TMP"
 NRI_PID='' PLUGIN_PID='' REGISTRY_PID=''
 cleanup() {
@@ -62,7 +63,7 @@ cleanup() {
 trap cleanup EXIT
 
 kubectl() { k8s_kubectl "$@"; }
-crictl() { "$K8S_BIN/crictl" --runtime-endpoint "unix://${K8S_CTRD_SOCK[$NODE]}" "$@"; }
+crictl() { "$K8S_BIN/crictl" --config "$TMP/crictl.yaml" "$@"; }
 container_pid() {  # container_pid POD: the pid of the pod's container "counter", through the node's CRI
   local id
   id=$(crictl ps -q --name counter --label "io.kubernetes.pod.name=$1" --state running | head -1)
@@ -94,6 +95,7 @@ k8s_start_control_plane "$TMP/cluster" || fail "the control plane did not start"
 echo "ok: control plane at $K8S_API in ${K8S_CONTROL_PLANE_SECONDS}s ($("$K8S_BIN/kube-apiserver" --version))"
 k8s_add_node "$NODE" || fail "node $NODE did not start"
 KROOT=${K8S_KUBELET_ROOT[$NODE]}
+printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\n' "${K8S_CTRD_SOCK[$NODE]}" "${K8S_CTRD_SOCK[$NODE]}" > "$TMP/crictl.yaml"
 echo "ok: node $NODE Ready in ${K8S_NODE_SECONDS}s (kubelet $(kubectl get node "$NODE" -o jsonpath='{.status.nodeInfo.kubeletVersion}'), runtime $(kubectl get node "$NODE" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}'))"
 k8s_node_ctrd "$NODE"
 # the pod's image comes from a registry on 127.0.0.1, pulled by the kubelet (containerd 2.1 pulls a checkpoint's
@@ -103,7 +105,7 @@ BASE=$REGISTRY/gpuckpt-busybox:latest
 podman push -q --tls-verify=false "$IMAGE" "docker://$BASE" || fail "podman push $IMAGE to $BASE"
 ctrd_registry_host "$REGISTRY"
 
-"$K8S_BIN/sim-device-plugin" --plugin-dir "$KROOT/device-plugins" \
+"$K8S_BIN/sim-device-plugin" --registry-dir "$KROOT/plugins_registry" \
   --device "$GPU0=0:$ROOT/dev/nvidia0" --device "$GPU1=1:$ROOT/dev/nvidia1" > "$TMP/device-plugin.log" 2>&1 &
 PLUGIN_PID=$!
 for _ in $(seq 150); do
@@ -152,10 +154,15 @@ tr '\0' '\n' < "/proc/$PID/environ" | grep -qx "NVIDIA_VISIBLE_DEVICES=$INDEX" |
 for _ in $(seq 50); do [ -f "$STATE/containers/$CID.json" ] && break; sleep 0.1; done
 python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["gpus"]; assert g["record"]["used_gpu_ids"]==[sys.argv[2]], g' \
   "$STATE/containers/$CID.json" "$ALLOCATED" || fail "gpuckpt-nri's record of $CID does not name $ALLOCATED"
+# what the real kubelet's PodResources API reports (gpuckpt-nri reads the same socket)
+[ "$("$K8S_BIN/podresources-get" "$KROOT/pod-resources/kubelet.sock" default gpu-counter counter)" = "nvidia.com/gpu $ALLOCATED" ] ||
+  fail "the kubelet's PodResources does not report $ALLOCATED for gpu-counter/counter"
 echo "ok: gpu-counter on $NODE; kubelet allocated $ALLOCATED (/dev/nvidia$INDEX, NVIDIA_VISIBLE_DEVICES=$INDEX); gpuckpt-nri recorded it"
 
 step "3. POST /api/v1/nodes/$NODE/proxy/checkpoint/default/gpu-counter/counter through the API server"
-counts_past "$PID" 10 || fail "the pod's counter does not count"
+# far enough that a fresh start of the restore (10 counts a second) cannot pass it before the test reads it
+for _ in $(seq 3); do counts_past "$PID" 60 && break; done
+[ "$(count_of "$PID")" -gt 60 ] || fail "the pod's counter does not count"
 t=$(date +%s.%N)
 kubectl create --raw "/api/v1/nodes/$NODE/proxy/checkpoint/default/gpu-counter/counter" -f /dev/null > "$TMP/checkpoint.json" ||
   fail "the kubelet checkpoint API failed: $(cat "$TMP/checkpoint.json")"
@@ -226,9 +233,17 @@ RESTORE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t:.1f}')")
 [ "$(sed -n 's/^allocate //p' "$TMP/device-plugin.log" | tail -1)" = "$OTHER" ] ||
   fail "the kubelet did not allocate $OTHER to the restore pod: $(cat "$TMP/device-plugin.log")"
 RPID=$(container_pid gpu-counter-restored)
-RID=$(crictl ps -q --name counter --label io.kubernetes.pod.name=gpu-counter-restored --state running | head -1)
 NR=$(count_of "$RPID")
 [ "$NR" -ge "$N1" ] || fail "the restored counter started over ($NR) instead of continuing from $N1"
+RID=$(crictl ps -q --name counter --label io.kubernetes.pod.name=gpu-counter-restored --state running | head -1)
+crictl inspect "$RID" > "$TMP/restored-inspect.json"
+python3 - "$TMP/restored-inspect.json" "$CK_IMAGE" <<'PY' || fail "containerd does not mark $RID as restored from $CK_IMAGE"
+import json, sys
+a = json.load(open(sys.argv[1]))["status"]["annotations"]
+assert a.get("restored") == "true" and a.get("checkpointImage") == sys.argv[2], a
+PY
+[ "$("$K8S_BIN/podresources-get" "$KROOT/pod-resources/kubelet.sock" default gpu-counter-restored counter)" = "nvidia.com/gpu $OTHER" ] ||
+  fail "the kubelet's PodResources does not report $OTHER for gpu-counter-restored/counter"
 counts_past "$RPID" "$NR" || fail "the restored counter does not count (at $NR)"
 grep -F "as container $RID: plan" "$TMP/nri.log" | grep -qF "($ALLOCATED -> $OTHER)" ||
   fail "gpuckpt-nri did not plan $ALLOCATED -> $OTHER for $RID: $(grep -v ' param: ' "$TMP/nri.log" | tail -4)"
@@ -246,7 +261,7 @@ assert visible and set(visible) == {other}, f"NVIDIA_VISIBLE_DEVICES: {visible}"
 assert spec["annotations"].get("io.gpuckpt.restore-plan"), spec["annotations"]
 PY
 counts_past "$PID" "$(count_of "$PID")" || fail "the source pod stopped counting"
-echo "ok: gpu-counter-restored Running in ${RESTORE_SECONDS}s on $OTHER (the kubelet's allocation; the archive had $ALLOCATED); counter $N1 -> $NR and counting; spec: /dev/nvidia$OTHER_INDEX, NVIDIA_VISIBLE_DEVICES=$OTHER_INDEX, gpuckpt's restore plan"
+echo "ok: gpu-counter-restored Running in ${RESTORE_SECONDS}s, restored by containerd from $CK_IMAGE, on $OTHER (the kubelet's allocation, as its PodResources reports; the archive had $ALLOCATED); counter $N1 -> $NR and counting; spec: /dev/nvidia$OTHER_INDEX, NVIDIA_VISIBLE_DEVICES=$OTHER_INDEX, gpuckpt's restore plan"
 
 step "done"
 echo "1 passed, 0 failed (cluster up in $(python3 -c "print(f'{$K8S_CONTROL_PLANE_SECONDS + $K8S_NODE_SECONDS:.1f}')")s)"

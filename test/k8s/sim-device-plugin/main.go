@@ -8,14 +8,18 @@
 //
 // Usage:
 //
-//	sim-device-plugin --plugin-dir DIR --device ID=INDEX:HOST_NODE [--device ...] [--resource NAME]
+//	sim-device-plugin --registry-dir DIR --device ID=INDEX:HOST_NODE [--device ...] [--resource NAME]
 //
-// DIR is the kubelet's device-plugins directory (holding kubelet.sock). ID is what kubelet allocates and
-// reports (the GPU's UUID, as the NVIDIA plugin reports it), INDEX the GPU's number on the node (/dev/nvidiaINDEX
-// in the container, INDEX in NVIDIA_VISIBLE_DEVICES), HOST_NODE the device node to give the container.
-// It prints "registered" once the kubelet accepted it and on SIGTERM or SIGINT removes its socket and exits 0.
-// Exit 2: bad command line; 1: cannot serve or register, or the kubelet restarted (a starting kubelet's device
-// manager deletes every socket in DIR, this plugin's too: start the plugin again).
+// DIR is the kubelet's plugin registry (ROOT_DIR/plugins_registry). The plugin registers the way CSI and DRA
+// drivers do: the kubelet's plugin watcher finds its socket there, asks GetInfo (type DevicePlugin) and then talks
+// deviceplugin/v1beta1 to the same socket. (The other way, Register on device-plugins/kubelet.sock, cannot tell
+// two kubelets of one machine apart: every kubelet serves that socket at the fixed /var/lib/kubelet path,
+// whatever its --root-dir.) ID is what the kubelet allocates and reports (the GPU's UUID, as the NVIDIA plugin
+// reports it), INDEX the GPU's number on the node (/dev/nvidiaINDEX in the container, INDEX in
+// NVIDIA_VISIBLE_DEVICES), HOST_NODE the device node to give the container.
+// It prints "registered" once the kubelet confirmed the registration and one "allocate IDS" line per allocated
+// container; on SIGTERM or SIGINT it removes its socket and exits 0. Exit 2: bad command line; 1: cannot serve,
+// or the kubelet rejected it or did not register it within 30 s.
 package main
 
 import (
@@ -34,8 +38,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
 type simulatedGpu struct {
@@ -110,37 +114,34 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	return resp, nil
 }
 
-func register(pluginDir, endpoint, resource string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := grpc.NewClient("unix://"+filepath.Join(pluginDir, "kubelet.sock"),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
-		Version: pluginapi.Version, Endpoint: endpoint, ResourceName: resource})
-	return err
+// registration answers the kubelet's plugin watcher (pluginregistration/v1) on the plugin's socket.
+type registration struct {
+	registerapi.UnimplementedRegistrationServer
+	resource string
+	status   chan *registerapi.RegistrationStatus
 }
 
-// kubeletSocketID identifies kubelet.sock's current incarnation: a restarted kubelet re-creates it.
-func kubeletSocketID(pluginDir string) (uint64, bool) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(filepath.Join(pluginDir, "kubelet.sock"), &st); err != nil {
-		return 0, false
+func (r *registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{Type: registerapi.DevicePlugin, Name: r.resource,
+		SupportedVersions: []string{pluginapi.Version}}, nil
+}
+
+func (r *registration) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	select {
+	case r.status <- s:
+	default:
 	}
-	return st.Ino, true
+	return &registerapi.RegistrationStatusResponse{}, nil
 }
 
 func run() error {
 	var gpus devicesFlag
-	pluginDir := flag.String("plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugins directory")
+	registryDir := flag.String("registry-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registry directory")
 	resource := flag.String("resource", "nvidia.com/gpu", "the extended resource the GPUs are advertised as")
 	flag.Var(&gpus, "device", "ID=INDEX:HOST_NODE, once per simulated GPU")
 	flag.Parse()
 	if len(gpus) == 0 || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: sim-device-plugin --plugin-dir DIR --device ID=INDEX:HOST_NODE [--device ...] [--resource NAME]")
+		fmt.Fprintln(os.Stderr, "usage: sim-device-plugin --registry-dir DIR --device ID=INDEX:HOST_NODE [--device ...] [--resource NAME]")
 		os.Exit(2)
 	}
 	p := &plugin{gpus: map[string]simulatedGpu{}, stop: make(chan struct{})}
@@ -152,8 +153,7 @@ func run() error {
 		p.gpus[g.id] = g
 	}
 
-	endpoint := fmt.Sprintf("sim-gpu-%d.sock", os.Getpid())
-	socket := filepath.Join(*pluginDir, endpoint)
+	socket := filepath.Join(*registryDir, fmt.Sprintf("sim-gpu-%d.sock", os.Getpid()))
 	_ = os.Remove(socket)
 	listener, err := net.Listen("unix", socket)
 	if err != nil {
@@ -162,44 +162,33 @@ func run() error {
 	defer os.Remove(socket)
 	server := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(server, p)
+	reg := &registration{resource: *resource, status: make(chan *registerapi.RegistrationStatus, 1)}
+	registerapi.RegisterRegistrationServer(server, reg)
 	served := make(chan error, 1)
 	go func() { served <- server.Serve(listener) }()
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, ok := kubeletSocketID(*pluginDir); ok {
-			if err = register(*pluginDir, endpoint, *resource); err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			if err == nil {
-				err = errors.New("no kubelet.sock")
-			}
-			return fmt.Errorf("register with the kubelet in %s within 30 s: %w", *pluginDir, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	registeredID, _ := kubeletSocketID(*pluginDir)
-	fmt.Printf("registered %s with %d GPUs\n", *resource, len(p.gpus))
-
-	ticker := time.NewTicker(time.Second)
-	defer ticker.Stop()
+	timeout := time.After(30 * time.Second)
 	for {
 		select {
+		case s := <-reg.status:
+			if !s.PluginRegistered {
+				server.Stop()
+				return fmt.Errorf("the kubelet rejected the plugin: %s", s.Error)
+			}
+			fmt.Printf("registered %s with %d GPUs\n", *resource, len(p.gpus))
+			timeout = nil
+		case <-timeout:
+			server.Stop()
+			return errors.New("the kubelet did not register the plugin within 30 s (is " + *registryDir +
+				" the plugins_registry of a running kubelet?)")
 		case <-signals:
 			close(p.stop)
 			server.Stop()
 			return nil
 		case err := <-served:
 			return fmt.Errorf("serve %s: %w", socket, err)
-		case <-ticker.C:
-			if id, ok := kubeletSocketID(*pluginDir); !ok || id != registeredID {
-				server.Stop()
-				return errors.New("the kubelet restarted (kubelet.sock re-created), which removed this plugin's socket")
-			}
 		}
 	}
 }
