@@ -4,10 +4,13 @@
 # authorization, service-account tokens signed by a key made here), kube-controller-manager and kube-scheduler,
 # then one kubelet per node, each with its own root dir, its own containerd 2.x (scripts/lib/containerd-sandbox.sh)
 # and its own pod network (Debian's bridge + host-local CNI plugins, one bridge and subnet per node). Nothing
-# outside WORK is written but the nodes' cgroups (/sys/fs/cgroup/*/gpuckpt-k8s-NODE), the kernel settings the
-# kubelet sets at start (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops, ...) and the socket every kubelet
-# serves at the fixed path /var/lib/kubelet/device-plugins/kubelet.sock whatever its root dir (device plugins here
-# register through each kubelet's own ROOT/plugins_registry instead): k8s_stop puts all of it back.
+# outside WORK is written but the nodes' cgroups (/sys/fs/cgroup/*/gpuckpt-k8s-NODE) and the kernel settings the
+# kubelet sets at start (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops, ...): k8s_stop puts them back.
+# Each kubelet runs in a mount namespace of its own where node-private directories cover the paths a kubelet uses
+# whatever its --root-dir: /var/lib/kubelet (device-plugins/kubelet.sock and the device manager's allocation
+# checkpoint) and /var/log (the containers/ log links); its root dir is a shared mount, so the volumes it mounts
+# there reach containerd. (An empty /var/lib/kubelet is made on the host as the mount point where there is none,
+# and removed at k8s_stop.) Device plugins register through each kubelet's own ROOT/plugins_registry.
 #   K8S_BIN=DIR                       the programs (default PREFIX/k8s/VERSION/bin of setup-k8s.sh)
 #   k8s_start_control_plane WORK      certificates, etcd, API server, controller-manager, scheduler; waits until
 #                                     the API server is ready and the default service account exists. Sets
@@ -30,7 +33,7 @@ K8S_CGROUP_CONTROLLERS=(cpu cpuacct cpuset memory pids devices freezer blkio hug
 # k8s_stop, so that a test leaves the machine as it found it.
 K8S_KERNEL_TUNABLES=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
   kernel.keys.root_maxbytes)
-declare -gA K8S_KUBELET_PID K8S_KUBELET_ROOT K8S_CTRD_SOCK K8S_CTRD_PID K8S_CTRD_WORK K8S_NODE_PORT
+declare -gA K8S_NODE_BRIDGE K8S_KUBELET_PID K8S_KUBELET_ROOT K8S_CTRD_SOCK K8S_CTRD_PID K8S_CTRD_WORK K8S_NODE_PORT
 K8S_NODES=() K8S_PIDS=() K8S_SAVED_TUNABLES=()
 
 k8s_kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" "$@"; }
@@ -82,7 +85,10 @@ k8s_start_control_plane() {
   done
   K8S_SAVED_TUNABLES=()
   K8S_MADE_VAR_LIB_KUBELET=0
-  [ -e /var/lib/kubelet ] || K8S_MADE_VAR_LIB_KUBELET=1
+  if [ ! -e /var/lib/kubelet ]; then
+    mkdir /var/lib/kubelet || return 1
+    K8S_MADE_VAR_LIB_KUBELET=1
+  fi
   for k in "${K8S_KERNEL_TUNABLES[@]}"; do K8S_SAVED_TUNABLES+=("$k=$(sysctl -n "$k")"); done
   # the address the nodes and the API server advertise: the machine's own (the API server refuses loopback
   # for its service endpoint)
@@ -173,6 +179,7 @@ k8s_node_cgroup() {
 k8s_node_cni() {
   local name=$1 index=$2 dir=${K8S_CTRD_WORK[$1]}/cni
   mkdir -p "$dir"
+  K8S_NODE_BRIDGE[$name]=gck-br$index
   cat > "$dir/10-gpuckpt.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
@@ -242,8 +249,17 @@ evictionHard: {memory.available: "50Mi", nodefs.available: "1%", imagefs.availab
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 nodeStatusUpdateFrequency: 5s
+podLogsDir: $work/pod-logs
 YAML
-  k8s_daemon "$work/kubelet.log" "$K8S_BIN/kubelet" --config "$work/kubelet.yaml" \
+  mkdir -p "$work/kubelet" "$work/var-lib-kubelet" "$work/var-log" "$work/pod-logs"
+  if ! { mount --bind "$work/kubelet" "$work/kubelet" && mount --make-shared "$work/kubelet"; }; then
+    echo "k8s-sandbox: cannot make $work/kubelet a shared mount" >&2
+    return 1
+  fi
+  # shellcheck disable=SC2016 # expanded by the namespace's shell
+  k8s_daemon "$work/kubelet.log" unshare --mount --propagation unchanged -- sh -c \
+    'mount --bind "$1" /var/lib/kubelet && mount --bind "$2" /var/log && shift 2 && exec "$@"' sh \
+    "$work/var-lib-kubelet" "$work/var-log" "$K8S_BIN/kubelet" --config "$work/kubelet.yaml" \
     --kubeconfig "$work/kubelet.kubeconfig" --root-dir "$work/kubelet" --cert-dir "$work/kubelet-pki" \
     --hostname-override "$name" --node-ip "$K8S_NODE_IP" -v 2
   K8S_KUBELET_PID[$name]=${K8S_PIDS[-1]}
@@ -291,7 +307,7 @@ k8s_stop() {
     kill "${K8S_PIDS[$i]}" 2>/dev/null && wait "${K8S_PIDS[$i]}" 2>/dev/null
   done
   for name in "${K8S_NODES[@]}"; do
-    ip link delete "gck-br$(( $(printf '%s\n' "${K8S_NODES[@]}" | grep -nxF "$name" | cut -d: -f1) ))" 2>/dev/null
+    [ -n "${K8S_NODE_BRIDGE[$name]:-}" ] && ip link delete "${K8S_NODE_BRIDGE[$name]}" 2>/dev/null
     for c in "${K8S_CGROUP_CONTROLLERS[@]}"; do
       [ -d "/sys/fs/cgroup/$c/gpuckpt-k8s-$name" ] || continue
       # deepest first: a cgroup is removed only when it has no children and no tasks
@@ -299,13 +315,11 @@ k8s_stop() {
     done
   done
   for t in "${K8S_SAVED_TUNABLES[@]}"; do sysctl -qw "$t" >/dev/null 2>&1; done
-  if [ "${K8S_MADE_VAR_LIB_KUBELET:-0}" = 1 ]; then
-    [ -S /var/lib/kubelet/device-plugins/kubelet.sock ] && rm -f /var/lib/kubelet/device-plugins/kubelet.sock
-    rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null
-  fi
   while read -r _ m _; do
     case "$m" in "$K8S_WORK"/*) umount -l "$m" 2>/dev/null ;; esac
   done < <(sort -r -k2 /proc/self/mounts)
+  [ "${K8S_MADE_VAR_LIB_KUBELET:-0}" = 1 ] && rmdir /var/lib/kubelet 2>/dev/null
+  K8S_MADE_VAR_LIB_KUBELET=0
   K8S_NODES=() K8S_PIDS=() K8S_WORK=''
   return 0
 }
