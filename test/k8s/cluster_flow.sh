@@ -12,8 +12,12 @@
 #   3. the kubelet checkpoint API as operators call it: POST /api/v1/nodes/NODE/proxy/checkpoint/NS/POD/CONTAINER
 #      through the API server (kubectl create --raw) to the kubelet, which has containerd write the archive into
 #      its checkpoint dir; the agent's watcher of that dir annotates it with the GPU record; `gpuckpt inspect`
-#      shows containerd's archive, the pod and the GPU the kubelet allocated; the pod keeps running.
-# (Restore by the kubelet and a second node are not covered yet: docs/kubernetes.md says what is.)
+#      shows containerd's archive, the pod and the GPU the kubelet allocated; the pod keeps running;
+#   4. restore by the kubelet: `gpuckpt image` loads the archive as a checkpoint image into the node's containerd,
+#      a pod of that image (the source still holds its GPU) gets the other GPU from the kubelet's device manager,
+#      containerd restores it, the counter continues from the checkpoint, gpuckpt-nri plans source -> allocated
+#      GPU and the spec containerd gives runc has the allocated GPU's node and NVIDIA_VISIBLE_DEVICES.
+# (A second node, migration, CRI-O and the Helm DaemonSet are not covered yet: docs/kubernetes.md says what is.)
 # Exit 0 pass, 77 skipped (no root, or setup.sh / setup-k8s.sh products absent), else fail. Every wait is bounded;
 # cleanup always runs. KEEP=1 keeps the work dir.
 set -euo pipefail
