@@ -17,7 +17,12 @@
 #      a pod of that image (the source still holds its GPU) gets the other GPU from the kubelet's device manager,
 #      containerd restores it, the counter continues from the checkpoint, gpuckpt-nri plans source -> allocated
 #      GPU and the spec containerd gives runc has the allocated GPU's node and NVIDIA_VISIBLE_DEVICES.
-# (A second node, migration, CRI-O and the Helm DaemonSet are not covered yet: docs/kubernetes.md says what is.)
+#   5. a second node (node-b: its own kubelet, containerd, simulated GPUs 2 and 3 of the fixture, agent and
+#      gpuckpt-nri): the archive moved to node-b's agent, loaded as a checkpoint image there, a pod of it placed on
+#      node-b by the scheduler, restored by node-b's kubelet on the GPU node-b's device manager allocated (its
+#      PodResources says so), the counter continues; gpuckpt-nri plans node-a's GPU -> node-b's.
+# (kubectl gpuckpt migrate, a network namespace per node, CRI-O and the Helm DaemonSet are not covered yet:
+# docs/kubernetes.md says what is.)
 # Exit 0 pass, 77 skipped (no root, or setup.sh / setup-k8s.sh products absent), else fail. Every wait is bounded;
 # cleanup always runs. KEEP=1 keeps the work dir.
 set -euo pipefail
@@ -56,11 +61,11 @@ for b in "$CLI" "$AGENT" "$NRI" "$HOOK"; do [ -x "$b" ] || fail "$b not built"; 
 # short: unix socket paths under it (the device plugins', the kubelet's) must fit in 108 bytes
 TMP=/tmp/gck8s-$$-$(date +%s)
 mkdir -m 700 "$TMP"
-NRI_PID='' PLUGIN_PID='' REGISTRY_PID=''
+NRI_PID='' PLUGIN_PID='' REGISTRY_PID='' AGENT_B_PID='' NRI_B_PID='' PLUGIN_B_PID=''
 cleanup() {
   set +e
   sandbox_stop_agent
-  for p in "$NRI_PID" "$PLUGIN_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  for p in "$AGENT_B_PID" "$NRI_PID" "$NRI_B_PID" "$PLUGIN_PID" "$PLUGIN_B_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   k8s_stop
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
 }
@@ -266,6 +271,112 @@ assert spec["annotations"].get("io.gpuckpt.restore-plan"), spec["annotations"]
 PY
 counts_past "$PID" "$(count_of "$PID")" || fail "the source pod stopped counting"
 echo "ok: gpu-counter-restored Running in ${RESTORE_SECONDS}s, restored by containerd from $CK_IMAGE, on $OTHER (the kubelet's allocation, as its PodResources reports; the archive had $ALLOCATED); counter $N1 -> $NR and counting; spec: /dev/nvidia$OTHER_INDEX, NVIDIA_VISIBLE_DEVICES=$OTHER_INDEX, gpuckpt's restore plan"
+
+step "5. a second node: the checkpoint image restored there by its kubelet, on the GPU that kubelet allocates"
+NODE_B=node-b
+k8s_add_node "$NODE_B" || fail "node $NODE_B did not start"
+KROOT_B=${K8S_KUBELET_ROOT[$NODE_B]}
+echo "ok: node $NODE_B Ready in ${K8S_NODE_SECONDS}s; $(kubectl get nodes --no-headers | wc -l) nodes"
+k8s_node_ctrd "$NODE_B"
+ctrd_registry_host "$REGISTRY"
+# node-b's simulated GPUs: GPUs 2 and 3 of the same 8-GPU fixture, in a host root of its own
+B=$TMP/node-b
+ROOT_B=$B/host-root STATE_B=$B/state CK_B=$B/checkpoints
+mkdir -p "$B" "$STATE_B" "$CK_B"
+cp -a "$SRC/test/fixtures/nvidia-h100-8gpu" "$ROOT_B"
+mkdir -p "$ROOT_B/dev"
+mknod "$ROOT_B/dev/nvidia2" c 1 3
+mknod "$ROOT_B/dev/nvidia3" c 1 5
+read -r GPU2 GPU3 < <("$CLI" gpus --host-root "$ROOT_B" --json |
+  python3 -c 'import json,sys; print(" ".join(g["id"] for g in json.load(sys.stdin)["node"]["gpus"][2:4]))')
+"$K8S_BIN/sim-device-plugin" --registry-dir "$KROOT_B/plugins_registry" \
+  --device "$GPU2=2:$ROOT_B/dev/nvidia2" --device "$GPU3=3:$ROOT_B/dev/nvidia3" > "$B/device-plugin.log" 2>&1 &
+PLUGIN_B_PID=$!
+for _ in $(seq 150); do
+  [ "$(kubectl get node "$NODE_B" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] && break
+  sleep 0.2
+done
+[ "$(kubectl get node "$NODE_B" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] ||
+  fail "$NODE_B does not offer 2 nvidia.com/gpu: $(cat "$B/device-plugin.log")"
+"$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE_B" --host-root "$ROOT_B" --hook "$HOOK" \
+  --pod-resources-socket "$KROOT_B/pod-resources/kubelet.sock" --once > "$B/nri.log" 2>&1 &
+NRI_B_PID=$!
+for _ in $(seq 100); do grep -q "registered with containerd" "$B/nri.log" && break; sleep 0.1; done
+grep -q "registered with containerd 2" "$B/nri.log" || fail "gpuckpt-nri on $NODE_B did not register: $(cat "$B/nri.log")"
+head -c 32 /dev/urandom | base64 > "$B/token"
+chmod 600 "$B/token"
+cat > "$B/agent.yaml" <<YAML
+listen: {address: 127.0.0.1, port: 0}
+auth: {token_file: $B/token}
+state_dir: $STATE_B
+checkpoints: {dir: $CK_B, kubelet_dir: ""}
+host_root: $ROOT_B
+hooks_dir: $HOOKS
+runtime: {kind: cri, cri: {endpoint: unix://$CTRD_SOCK}}
+YAML
+"$AGENT" --config "$B/agent.yaml" > "$B/agent.log" 2>&1 &
+AGENT_B_PID=$!
+for _ in $(seq 100); do [ -s "$STATE_B/agent.port" ] && break; sleep 0.1; done
+[ -s "$STATE_B/agent.port" ] || fail "the agent of $NODE_B did not start: $(tail -5 "$B/agent.log")"
+cp "$ARCHIVE" "$CK_B/"   # the archive as moved to the other node's agent
+"$CLI" image "$(basename "$ARCHIVE")" --tag gpuckpt-e2e-cluster-b --agent "http://127.0.0.1:$(cat "$STATE_B/agent.port")" \
+  --token-file "$B/token" > "$B/image.txt" || fail "gpuckpt image on $NODE_B: $(tail -3 "$B/agent.log")"
+CK_IMAGE_B=$(sed -n 's/^  image: *//p' "$B/image.txt")
+[ -n "$CK_IMAGE_B" ] || fail "gpuckpt image on $NODE_B printed no image: $(cat "$B/image.txt")"
+t=$(date +%s.%N)
+kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the restore pod for $NODE_B"
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-counter-moved, namespace: default}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: $NODE_B}
+  containers:
+  - name: counter
+    image: $CK_IMAGE_B
+    imagePullPolicy: Never
+    command: [sh, -c, '$COUNTER']
+    resources: {limits: {nvidia.com/gpu: 1}}
+YAML
+k8s_wait_pod default gpu-counter-moved 120 || fail "the restore pod on $NODE_B did not start: $(tail -5 "$B/nri.log")"
+MOVE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t:.1f}')")
+[ "$(kubectl get pod gpu-counter-moved -o jsonpath='{.spec.nodeName}')" = "$NODE_B" ] || fail "gpu-counter-moved is not on $NODE_B"
+ALLOCATED_B=$(sed -n 's/^allocate //p' "$B/device-plugin.log" | tail -1)
+if [ "$ALLOCATED_B" = "$GPU2" ]; then INDEX_B=2; elif [ "$ALLOCATED_B" = "$GPU3" ]; then INDEX_B=3; else
+  fail "$NODE_B's device plugin allocated '$ALLOCATED_B', not one of its GPUs"; fi
+[ "$("$K8S_BIN/podresources-get" "$KROOT_B/pod-resources/kubelet.sock" default gpu-counter-moved counter)" = "nvidia.com/gpu $ALLOCATED_B" ] ||
+  fail "$NODE_B's PodResources does not report $ALLOCATED_B for gpu-counter-moved/counter"
+crictl_b() { "$K8S_BIN/crictl" --config "$B/crictl.yaml" "$@"; }
+printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\n' "$CTRD_SOCK" "$CTRD_SOCK" > "$B/crictl.yaml"
+MID=$(crictl_b ps -q --name counter --label io.kubernetes.pod.name=gpu-counter-moved --state running | head -1)
+[ -n "$MID" ] || fail "no running container of gpu-counter-moved on $NODE_B"
+MPID=$(crictl_b inspect -o go-template --template '{{.info.pid}}' "$MID")
+crictl_b inspect "$MID" > "$B/moved-inspect.json"
+python3 -c '
+import json, sys
+a = json.load(open(sys.argv[1]))["status"]["annotations"]
+assert a.get("restored") == "true" and a.get("checkpointImage") == sys.argv[2], a
+' "$B/moved-inspect.json" "$CK_IMAGE_B" || fail "$NODE_B's containerd does not mark $MID as restored from $CK_IMAGE_B"
+NM=$(count_of "$MPID")
+[ "$NM" -ge "$N1" ] || fail "the counter moved to $NODE_B started over ($NM) instead of continuing from $N1"
+counts_past "$MPID" "$NM" || fail "the counter moved to $NODE_B does not count (at $NM)"
+grep -F "as container $MID: plan" "$B/nri.log" | grep -qF "($ALLOCATED -> $ALLOCATED_B)" ||
+  fail "gpuckpt-nri on $NODE_B did not plan $ALLOCATED -> $ALLOCATED_B: $(grep -v ' param: ' "$B/nri.log" | tail -4)"
+SPEC_B=$CTRD_WORK/state/io.containerd.runtime.v2.task/k8s.io/$MID/config.json
+python3 - "$SPEC_B" "$INDEX_B" "$INDEX" <<'PY' || fail "the spec $NODE_B's containerd gave runc ($SPEC_B)"
+import json, sys
+spec_file, target, source = sys.argv[1:]
+spec = json.load(open(spec_file))
+devices = {d["path"]: (d["type"], d["major"], d["minor"]) for d in spec["linux"].get("devices", [])}
+want = ("c", 1, 3) if target == "2" else ("c", 1, 5)
+assert devices.get(f"/dev/nvidia{target}") == want, f"the allocated GPU's node is not /dev/nvidia{target} {want}: {devices}"
+assert f"/dev/nvidia{source}" not in devices, f"the source GPU's node is in the spec: {devices}"
+visible = [e.split("=", 1)[1] for e in spec["process"]["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
+assert visible and set(visible) == {target}, f"NVIDIA_VISIBLE_DEVICES: {visible}"
+PY
+echo "ok: gpu-counter-moved Running on $NODE_B in ${MOVE_SECONDS}s on $ALLOCATED_B ($NODE_B's kubelet's allocation; the archive had $ALLOCATED on $NODE); counter $N1 -> $NM and counting; spec: /dev/nvidia$INDEX_B, NVIDIA_VISIBLE_DEVICES=$INDEX_B"
 
 step "done"
 echo "1 passed, 0 failed (cluster up in $(python3 -c "print(f'{$K8S_CONTROL_PLANE_SECONDS + $K8S_NODE_SECONDS:.1f}')")s)"
