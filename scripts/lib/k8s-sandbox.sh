@@ -22,6 +22,7 @@
 #                                     K8S_CTRD_SOCK[NAME], K8S_NODE_PORT[NAME], K8S_NODE_SECONDS
 #   k8s_node_ctrd NAME                makes node NAME's containerd the one ctrd_* functions talk to
 #   k8s_kubectl ARGS...               kubectl as the cluster admin
+#   k8s_crictl NAME ARGS...           crictl against node NAME's containerd
 #   k8s_wait_pod NS POD [SECONDS]     waits until the pod is Running with every container ready (default 60 s)
 #   k8s_stop                          stops every node (kubelet, its pods, containerd), the control plane, puts
 #                                     the kernel settings back, removes the nodes' cgroups; safe twice
@@ -37,6 +38,12 @@ declare -gA K8S_NODE_BRIDGE K8S_KUBELET_PID K8S_KUBELET_ROOT K8S_CTRD_SOCK K8S_C
 K8S_NODES=() K8S_PIDS=() K8S_SAVED_TUNABLES=()
 
 k8s_kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" "$@"; }
+
+# k8s_crictl NAME ARGS...: crictl against node NAME's containerd
+k8s_crictl() {
+  "$K8S_BIN/crictl" --runtime-endpoint "unix://${K8S_CTRD_SOCK[$1]}" --image-endpoint "unix://${K8S_CTRD_SOCK[$1]}" \
+    "${@:2}" 2> >(grep -v 'level=warning msg="Config' >&2)
+}
 
 k8s_free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
 
@@ -293,13 +300,20 @@ k8s_wait_pod() {
 
 k8s_stop() {
   [ -n "${K8S_WORK:-}" ] || return 0
-  local name pid i c t m
+  local name pid i c t m pods
   # kubelets first (so none restarts a pod), then each node's containerd with its pods, then the control plane
   for name in "${K8S_NODES[@]}"; do
     pid=${K8S_KUBELET_PID[$name]:-}
     [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
   done
   for name in "${K8S_NODES[@]}"; do
+    # the pods' sandboxes through CRI first: StopPodSandbox has the CNI plugins remove the pod's veth and address
+    # and containerd its network namespace (/run/netns/cni-*), which killing the tasks would leave behind
+    mapfile -t pods < <(k8s_crictl "$name" pods -q 2>/dev/null)
+    if [ ${#pods[@]} -gt 0 ]; then
+      k8s_crictl "$name" stopp "${pods[@]}" >/dev/null 2>&1
+      k8s_crictl "$name" rmp -f "${pods[@]}" >/dev/null 2>&1
+    fi
     k8s_node_ctrd "$name"
     ctrd_stop
   done

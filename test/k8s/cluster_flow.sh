@@ -6,7 +6,8 @@
 #      /dev/nvidia0 and /dev/nvidia1), gets 2 allocatable nvidia.com/gpu from sim-device-plugin, a device plugin
 #      speaking the kubelet's deviceplugin/v1beta1 API;
 #   2. a pod asking for nvidia.com/gpu: 1 is scheduled by the scheduler onto the node and started by the
-#      kubelet; the kubelet's device manager chose the GPU, the plugin's Allocate gave its node and
+#      kubelet, on the node's pod network (bridge + host-local CNI: an address of the node's /24, a network
+#      namespace of its own); the kubelet's device manager chose the GPU, the plugin's Allocate gave its node and
 #      NVIDIA_VISIBLE_DEVICES; gpuckpt-nri on the node's containerd recorded the container on that GPU, and the
 #      real kubelet's PodResources API (gpuckpt-nri's --pod-resources-socket) reports the same device;
 #   3. the kubelet checkpoint API as operators call it: POST /api/v1/nodes/NODE/proxy/checkpoint/NS/POD/CONTAINER
@@ -92,6 +93,14 @@ counts_past() {  # counts_past PID N: the counter passes N within 10 s
   for _ in $(seq 100); do [ "$(count_of "$1")" -gt "$2" ] && return 0; sleep 0.1; done
   return 1
 }
+on_pod_network() {  # on_pod_network POD PID SUBNET_PREFIX: the pod has an address of its node's CNI network and
+  # its process lives in a network namespace of its own
+  local ip
+  ip=$(kubectl get pod "$1" -o jsonpath='{.status.podIP}')
+  case "$ip" in "$3".*) ;; *) fail "pod $1 has address '$ip', not one of its node's pod network $3.0/24" ;; esac
+  [ "$(readlink "/proc/$2/ns/net")" != "$(readlink /proc/self/ns/net)" ] || fail "pod $1's process is in the host's network namespace"
+  echo "$ip"
+}
 # shellcheck disable=SC2016 # expanded by the container's shell; written then renamed: a read never sees it half-written
 COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
 
@@ -140,7 +149,6 @@ apiVersion: v1
 kind: Pod
 metadata: {name: gpu-counter, namespace: default}
 spec:
-  hostNetwork: true
   restartPolicy: Never
   terminationGracePeriodSeconds: 1
   containers:
@@ -166,7 +174,8 @@ python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["gpus"]; assert g["r
 # what the real kubelet's PodResources API reports (gpuckpt-nri reads the same socket)
 [ "$("$K8S_BIN/podresources-get" "$KROOT/pod-resources/kubelet.sock" default gpu-counter counter)" = "nvidia.com/gpu $ALLOCATED" ] ||
   fail "the kubelet's PodResources does not report $ALLOCATED for gpu-counter/counter"
-echo "ok: gpu-counter on $NODE; kubelet allocated $ALLOCATED (/dev/nvidia$INDEX, NVIDIA_VISIBLE_DEVICES=$INDEX); gpuckpt-nri recorded it"
+POD_IP=$(on_pod_network gpu-counter "$PID" 10.88.1)
+echo "ok: gpu-counter on $NODE at $POD_IP (bridge + host-local CNI); kubelet allocated $ALLOCATED (/dev/nvidia$INDEX, NVIDIA_VISIBLE_DEVICES=$INDEX); gpuckpt-nri recorded it"
 
 step "3. POST /api/v1/nodes/$NODE/proxy/checkpoint/default/gpu-counter/counter through the API server"
 # far enough that a fresh start of the restore (10 counts a second) cannot pass it before the test reads it
@@ -225,7 +234,6 @@ apiVersion: v1
 kind: Pod
 metadata: {name: gpu-counter-restored, namespace: default}
 spec:
-  hostNetwork: true
   restartPolicy: Never
   terminationGracePeriodSeconds: 1
   containers:
@@ -270,7 +278,9 @@ assert visible and set(visible) == {other}, f"NVIDIA_VISIBLE_DEVICES: {visible}"
 assert spec["annotations"].get("io.gpuckpt.restore-plan"), spec["annotations"]
 PY
 counts_past "$PID" "$(count_of "$PID")" || fail "the source pod stopped counting"
-echo "ok: gpu-counter-restored Running in ${RESTORE_SECONDS}s, restored by containerd from $CK_IMAGE, on $OTHER (the kubelet's allocation, as its PodResources reports; the archive had $ALLOCATED); counter $N1 -> $NR and counting; spec: /dev/nvidia$OTHER_INDEX, NVIDIA_VISIBLE_DEVICES=$OTHER_INDEX, gpuckpt's restore plan"
+RIP=$(on_pod_network gpu-counter-restored "$RPID" 10.88.1)
+[ "$RIP" != "$POD_IP" ] || fail "the restored pod has the source pod's address $POD_IP"
+echo "ok: gpu-counter-restored (at $RIP) Running in ${RESTORE_SECONDS}s, restored by containerd from $CK_IMAGE, on $OTHER (the kubelet's allocation, as its PodResources reports; the archive had $ALLOCATED); counter $N1 -> $NR and counting; spec: /dev/nvidia$OTHER_INDEX, NVIDIA_VISIBLE_DEVICES=$OTHER_INDEX, gpuckpt's restore plan"
 
 step "5. a second node: the checkpoint image restored there by its kubelet, on the GPU that kubelet allocates"
 NODE_B=node-b
@@ -329,7 +339,6 @@ apiVersion: v1
 kind: Pod
 metadata: {name: gpu-counter-moved, namespace: default}
 spec:
-  hostNetwork: true
   restartPolicy: Never
   terminationGracePeriodSeconds: 1
   nodeSelector: {kubernetes.io/hostname: $NODE_B}
@@ -376,7 +385,8 @@ assert f"/dev/nvidia{source}" not in devices, f"the source GPU's node is in the 
 visible = [e.split("=", 1)[1] for e in spec["process"]["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
 assert visible and set(visible) == {target}, f"NVIDIA_VISIBLE_DEVICES: {visible}"
 PY
-echo "ok: gpu-counter-moved Running on $NODE_B in ${MOVE_SECONDS}s on $ALLOCATED_B ($NODE_B's kubelet's allocation; the archive had $ALLOCATED on $NODE); counter $N1 -> $NM and counting; spec: /dev/nvidia$INDEX_B, NVIDIA_VISIBLE_DEVICES=$INDEX_B"
+MIP=$(on_pod_network gpu-counter-moved "$MPID" 10.88.2)
+echo "ok: gpu-counter-moved (at $MIP) Running on $NODE_B in ${MOVE_SECONDS}s on $ALLOCATED_B ($NODE_B's kubelet's allocation; the archive had $ALLOCATED on $NODE); counter $N1 -> $NM and counting; spec: /dev/nvidia$INDEX_B, NVIDIA_VISIBLE_DEVICES=$INDEX_B"
 
 step "done"
 echo "1 passed, 0 failed (cluster up in $(python3 -c "print(f'{$K8S_CONTROL_PLANE_SECONDS + $K8S_NODE_SECONDS:.1f}')")s)"
