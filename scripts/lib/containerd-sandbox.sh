@@ -10,6 +10,8 @@
 #   CTRD_CRIU_WORK_PATH=DIR           (before ctrd_start, optional) runc's CriuWorkPath option: CRIU's dump.log and
 #                                     restore.log go there (by default into the task's bundle, which containerd
 #                                     deletes when a restore fails, taking CRIU's reasons with it)
+#   CTRD_WRAPPER=(PROGRAM ARGS...)   (before ctrd_start, optional) a command that execs containerd, the rest of
+#                                     its command line appended (k8s-sandbox.sh: unshare into the node's mounts)
 #   ctrd_start WORK [NRI_PLUGIN_DIR]  writes WORK/containerd.toml and starts containerd (runc, cgroupfs,
 #                                     restrict_oom_score_adj, NRI on, a local pause image). Sets CTRD_SOCK
 #                                     CTRD_PID CTRD_NRI_SOCK CTRD_LOG CTRD_VERSION CTRD_ROOT. Fails (after
@@ -41,7 +43,7 @@ ctrd_start() {
        return 1 ;;
   esac > "$work/containerd.toml"
   # the shim is found on PATH: this containerd's own
-  PATH=$CTRD_BIN_DIR:$PATH "$CTRD_BIN_DIR/containerd" --config "$work/containerd.toml" > "$CTRD_LOG" 2>&1 &
+  PATH=$CTRD_BIN_DIR:$PATH ${CTRD_WRAPPER[@]+"${CTRD_WRAPPER[@]}"} "$CTRD_BIN_DIR/containerd" --config "$work/containerd.toml" > "$CTRD_LOG" 2>&1 &
   CTRD_PID=$!
   for _ in $(seq 200); do
     "$CTRD_BIN_DIR/ctr" --address "$CTRD_SOCK" version >/dev/null 2>&1 && break

@@ -20,6 +20,12 @@
 #                                     as node NAME; waits until the node is Ready. Sets K8S_KUBELET_ROOT[NAME]
 #                                     (its root dir: checkpoints/, plugins_registry/, pod-resources/),
 #                                     K8S_CTRD_SOCK[NAME], K8S_NODE_PORT[NAME], K8S_NODE_SECONDS
+#   K8S_NODE_VIEW=DIR                 (before k8s_add_node, optional) an empty host directory over which each
+#                                     node's mount namespaces (its kubelet's, its containerd's and so its pods')
+#                                     see that node's own work dir: one host path names a different directory on
+#                                     each node, as on real nodes (a DaemonSet's hostPath volumes: CRI and NRI
+#                                     sockets at DIR/containerd/, the kubelet's root at DIR/kubelet/)
+#   k8s_service_proxy                 pods reach the API server at the kubernetes Service's 10.96.0.1:443
 #   k8s_node_ctrd NAME                makes node NAME's containerd the one ctrd_* functions talk to
 #   k8s_kubectl ARGS...               kubectl as the cluster admin
 #   k8s_crictl NAME ARGS...           crictl against node NAME's containerd
@@ -35,7 +41,7 @@ K8S_CGROUP_CONTROLLERS=(cpu cpuacct cpuset memory pids devices freezer blkio hug
 K8S_KERNEL_TUNABLES=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
   kernel.keys.root_maxbytes)
 declare -gA K8S_NODE_BRIDGE K8S_KUBELET_PID K8S_KUBELET_ROOT K8S_CTRD_SOCK K8S_CTRD_PID K8S_CTRD_WORK K8S_NODE_PORT
-K8S_NODES=() K8S_PIDS=() K8S_SAVED_TUNABLES=()
+K8S_NODES=() K8S_PIDS=() K8S_SAVED_TUNABLES=() K8S_SERVICE_RULE=()
 
 k8s_kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" "$@"; }
 
@@ -182,7 +188,8 @@ k8s_node_cgroup() {
   done
 }
 
-# k8s_node_cni NAME INDEX: the pod network of a node: its own bridge and /24 (10.88.INDEX.0)
+# k8s_node_cni NAME INDEX: the pod network of a node: its own bridge and /24 (10.88.INDEX.0), the bridge the pods'
+# default route (to the host: the API server through k8s_service_proxy)
 k8s_node_cni() {
   local name=$1 index=$2 dir=${K8S_CTRD_WORK[$1]}/cni
   mkdir -p "$dir"
@@ -193,7 +200,7 @@ k8s_node_cni() {
   "name": "gpuckpt-$name",
   "plugins": [
     {"type": "bridge", "bridge": "gck-br$index", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.$index.0/24"}]],
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.$index.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}],
               "dataDir": "${K8S_CTRD_WORK[$1]}/cni-ipam"}},
     {"type": "loopback"}
   ]
@@ -213,7 +220,27 @@ k8s_add_node() {
   K8S_NODES+=("$name")
   # its own containerd 2.x, CNI plugins from Debian's containernetworking-plugins
   CTRD_BIN_DIR=${CTRD_BIN_DIR:-${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin}
-  CTRD_CNI_BIN_DIR=/usr/lib/cni ctrd_start "$work/containerd" || { echo "k8s-sandbox: node $name's containerd did not start" >&2; return 1; }
+  # the kubelet's root dir a shared mount before containerd starts: with K8S_NODE_VIEW, containerd's own mount
+  # namespace gets a peer of it, so the volumes the kubelet mounts there reach containerd
+  mkdir -p "$work/kubelet" "$work/var-lib-kubelet" "$work/var-log" "$work/pod-logs"
+  if ! { mount --bind "$work/kubelet" "$work/kubelet" && mount --make-shared "$work/kubelet"; }; then
+    echo "k8s-sandbox: cannot make $work/kubelet a shared mount" >&2
+    return 1
+  fi
+  local view_wrapper=()
+  if [ -n "${K8S_NODE_VIEW:-}" ]; then
+    mkdir -p "$K8S_NODE_VIEW" || return 1
+    # shellcheck disable=SC2016 # expanded by the namespace's shell
+    view_wrapper=(unshare --mount --propagation unchanged -- sh -c 'mount --rbind "$1" "$2" && shift 2 && exec "$@"' sh
+      "$work" "$K8S_NODE_VIEW")
+  fi
+  # shellcheck disable=SC2034 # read by ctrd_start (containerd-sandbox.sh)
+  CTRD_WRAPPER=("${view_wrapper[@]}")
+  local started=0
+  CTRD_CNI_BIN_DIR=/usr/lib/cni ctrd_start "$work/containerd" || started=$?
+  # shellcheck disable=SC2034 # read by ctrd_start
+  CTRD_WRAPPER=()
+  [ "$started" = 0 ] || { echo "k8s-sandbox: node $name's containerd did not start" >&2; return 1; }
   K8S_CTRD_SOCK[$name]=$CTRD_SOCK K8S_CTRD_PID[$name]=$CTRD_PID K8S_CTRD_WORK[$name]=$CTRD_WORK
   k8s_node_cni "$name" "$index"
 
@@ -258,15 +285,11 @@ imageGCLowThresholdPercent: 99
 nodeStatusUpdateFrequency: 5s
 podLogsDir: $work/pod-logs
 YAML
-  mkdir -p "$work/kubelet" "$work/var-lib-kubelet" "$work/var-log" "$work/pod-logs"
-  if ! { mount --bind "$work/kubelet" "$work/kubelet" && mount --make-shared "$work/kubelet"; }; then
-    echo "k8s-sandbox: cannot make $work/kubelet a shared mount" >&2
-    return 1
-  fi
   # shellcheck disable=SC2016 # expanded by the namespace's shell
   k8s_daemon "$work/kubelet.log" unshare --mount --propagation unchanged -- sh -c \
-    'mount --bind "$1" /var/lib/kubelet && mount --bind "$2" /var/log && shift 2 && exec "$@"' sh \
-    "$work/var-lib-kubelet" "$work/var-log" "$K8S_BIN/kubelet" --config "$work/kubelet.yaml" \
+    'mount --bind "$1" /var/lib/kubelet && mount --bind "$2" /var/log && { [ -z "$3" ] || mount --rbind "$4" "$3"; } &&
+     shift 4 && exec "$@"' sh \
+    "$work/var-lib-kubelet" "$work/var-log" "${K8S_NODE_VIEW:-}" "$work" "$K8S_BIN/kubelet" --config "$work/kubelet.yaml" \
     --kubeconfig "$work/kubelet.kubeconfig" --root-dir "$work/kubelet" --cert-dir "$work/kubelet-pki" \
     --hostname-override "$name" --node-ip "$K8S_NODE_IP" -v 2
   K8S_KUBELET_PID[$name]=${K8S_PIDS[-1]}
@@ -282,6 +305,16 @@ YAML
     k8s_log_tail "$work/kubelet.log" 40; return 1; }
   # shellcheck disable=SC2034 # for the caller: how long the node took to become Ready
   K8S_NODE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+}
+
+# k8s_service_proxy: what kube-proxy does for the "kubernetes" Service only: pods reach the API server at its
+# ClusterIP 10.96.0.1:443 (a DNAT rule in the host's nat table, removed by k8s_stop). There is no cluster DNS:
+# a pod that calls https://kubernetes.default.svc needs a hostAliases entry for it.
+k8s_service_proxy() {
+  K8S_SERVICE_RULE=(PREROUTING -d 10.96.0.1/32 -p tcp --dport 443 -m comment --comment "gpuckpt-k8s-sandbox $$"
+    -j DNAT --to-destination "${K8S_API#https://}")
+  iptables -t nat -A "${K8S_SERVICE_RULE[@]}" ||
+    { K8S_SERVICE_RULE=(); echo "k8s-sandbox: iptables cannot add the DNAT rule for 10.96.0.1:443" >&2; return 1; }
 }
 
 k8s_wait_pod() {
@@ -328,6 +361,8 @@ k8s_stop() {
       find "/sys/fs/cgroup/$c/gpuckpt-k8s-$name" -depth -type d -exec rmdir {} \; 2>/dev/null
     done
   done
+  [ ${#K8S_SERVICE_RULE[@]} -gt 0 ] && iptables -t nat -D "${K8S_SERVICE_RULE[@]}" 2>/dev/null
+  K8S_SERVICE_RULE=()
   for t in "${K8S_SAVED_TUNABLES[@]}"; do sysctl -qw "$t" >/dev/null 2>&1; done
   while read -r _ m _; do
     case "$m" in "$K8S_WORK"/*) umount -l "$m" 2>/dev/null ;; esac
