@@ -74,6 +74,15 @@ class Stopper {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Signals are taken by one thread (sigwait), never by the workers: blocked before any thread exists (the runtime's
+  // gRPC channel starts its own), since every thread inherits the mask. A thread that left SIGTERM unblocked would
+  // take it with the default action: the agent killed without its shutdown, or, as a container's PID 1 (where the
+  // kernel drops a default-action signal), not stopped at all until the grace period ends.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   log::set_component("gpuckpt-agent");
   log::set_timestamps(true);
   fs::path config_path = "/etc/gpuckpt/agent.yaml";
@@ -131,13 +140,6 @@ int main(int argc, char** argv) {
   deps.inventory = [host] { return read_inventory(host); };
   deps.device_numbers = stat_device_numbers(config.host_root);
   deps.peer_token = token.value();   // every agent of a release shares the token: it is also what a push presents
-
-  // Signals are taken by one thread (sigwait), never by the workers.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // Declared before the service: it outlives the jobs that report to it (made once the service's metrics exist).
   std::unique_ptr<agent::PodEventRecorder> pod_events;

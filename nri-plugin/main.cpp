@@ -30,6 +30,8 @@ int usage() {
   return 2;
 }
 
+void exit_on_signal(int) { _exit(0); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,6 +74,10 @@ int main(int argc, char** argv) {
   options.match_policy = MatchPolicy::from_env();
   options.match_policy.log_params();
   ::signal(SIGPIPE, SIG_IGN);
+  // As a container's PID 1 the kernel drops SIGTERM and SIGINT while their action is the default: without a handler
+  // the pod would stop only when its grace period ends. gpuckpt-nri holds nothing to flush: it exits at once.
+  ::signal(SIGTERM, exit_on_signal);
+  ::signal(SIGINT, exit_on_signal);
   const HostRoot host(options.host_root);
   gpuckpt::nri::NriPlugin plugin(options, [host] { return read_inventory(host); }, stat_device_numbers(options.host_root));
   // A runtime that starts its plugins itself hands over a connected socket.

@@ -98,6 +98,29 @@ verify_hook() {
   log "verified: the OCI hook runs on this node"
 }
 
+# What the host's CRIU needs of the chroot it runs in here, given in this container's mount namespace only (the
+# host's root is a private mount here: nothing reaches the node):
+# - a writable /tmp: CRIU probes kernel features in a directory it makes there, and the host's root is mounted
+#   read-only ("Fail to make dir /tmp/.criu.move_mount_set_group..." where the node's /tmp is no mount of its own);
+# - a /proc of this container's PID namespace: CRIU forks helpers and reads /proc/PID of them (the compat vDSO
+#   probe: "vdso: Can't find rt vDSO"), and the host's /proc shows the node's PIDs, not this namespace's.
+probe_mounts() {
+  tmp=$(host_path /tmp)
+  if [ -d "$tmp" ] && [ ! -w "$tmp" ]; then
+    case "$GPUCKPT_INSTALL_DIR/" in
+      /tmp/*) fail_install "the host's /tmp is read-only here and host.installDir ($GPUCKPT_INSTALL_DIR) is under it: CRIU cannot probe the plugin. Put host.installDir outside /tmp." ;;
+    esac
+    mount -t tmpfs -o size=16m,mode=1777 gpuckpt-probe-tmp "$tmp" ||
+      fail_install "the host's /tmp is read-only here and no tmpfs can be mounted over it for CRIU's feature probe (the installer needs CAP_SYS_ADMIN: securityMode privileged, or installer.verify=false)."
+  fi
+  proc=$(host_path /proc)
+  # this shell, as the host's /proc numbers it, is another process (or none) when the namespaces differ
+  if [ -e "$proc/self" ] && [ "$(readlink "$proc/$$/ns/pid" 2>/dev/null)" != "$(readlink /proc/$$/ns/pid)" ]; then
+    mount -t proc gpuckpt-probe-proc "$proc" ||
+      fail_install "the host's /proc shows another PID namespace and no /proc of this one can be mounted for CRIU's probe (the installer needs CAP_SYS_ADMIN: securityMode privileged, or installer.verify=false)."
+  fi
+}
+
 # The host's CRIU loads the staged plugin: a dump of a PID that cannot exist loads every plugin in --libdir (and
 # calls its init) before it looks for the process, so it fails after the plugin answered, touching nothing.
 verify_plugin() {
@@ -109,6 +132,7 @@ verify_plugin() {
     return 0
   fi
   probe=$(probe_dir)
+  probe_mounts
   mkdir -p "$(host_path "$probe")/lib" "$(host_path "$probe")/img"
   cp "$GPUCKPT_SRC_PLUGIN" "$(host_path "$probe")/lib/$plugin_name"
   pid_max=$(cat "$(host_path /proc/sys/kernel/pid_max)" 2>/dev/null || echo 4194304)
