@@ -160,6 +160,7 @@ struct Fixture {
     config.checkpoint_dir = tmp.path / "checkpoints";
     config.kubelet_checkpoint_dir = tmp.path / "kubelet";
     config.max_request_bytes = 4096;
+    config.gpu_memory.store = "inline";   // hermetic: a test that wants a store names its own, never the node's
     fs::create_directories(config.checkpoint_dir);
     if (configure) configure(config);
     runtime->state_dir = config.state_dir;

@@ -380,3 +380,34 @@ TEST_CASE("memory copy: the restore's first check stops at a missing chunk, nami
   REQUIRE_FALSE(filled[0]);
   CHECK(filled[0].error().message.find(manifest->digests[first_stored].hex()) != std::string::npos);
 }
+
+TEST_CASE("memory copy: an inline image restores on a node whose settings name the node's chunk store", "[unit]") {
+  // An archive written inline (the plugin's default, and the chart's before it wrote store=node) restores after the
+  // upgrade: the restore takes what the image directory holds, whatever the store setting says now.
+  TempDir images("gpuckpt-staging-test");
+  Mapping a(5u << 20);
+  fill_pattern(a, 17);
+  std::vector<std::byte> a_copy(a.data, a.data + a.size);
+  const int pid = ::getpid();
+  gi::Settings old_settings;
+  old_settings.threads = 2;
+  REQUIRE(old_settings.store.empty());
+  REQUIRE(write_memory_images({{pid, 601, {a.region()}, nullptr}}, images.fd, old_settings)[0]);
+  REQUIRE(fs::exists(images.path / gi::file_name(601)));
+  REQUIRE_FALSE(fs::exists(images.path / gi::manifest_name(601)));
+
+  ::setenv("GPUCKPT_GPU_STORE", "node", 1);
+  auto now = gi::settings_from_env(gpuckpt::PluginSettings{});
+  REQUIRE(now);
+  CHECK(now->store == gpuckpt::chunk_store::kNodeStoreDir);
+  GpuMemoryPath path;
+  path.configure(images.fd);
+  ::unsetenv("GPUCKPT_GPU_STORE");
+  REQUIRE(path.has_images());
+  CHECK(path.check_store());   // no manifest: no store is opened
+
+  REQUIRE(::madvise(a.data, a.size, MADV_DONTNEED) == 0);
+  auto filled = fill_from_images({{pid, 601, {}, nullptr}}, images.fd, *now);
+  REQUIRE(filled[0]);
+  CHECK(std::memcmp(a.data, a_copy.data(), a.size) == 0);
+}
