@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "common/byte_io.h"
 #include "criu_stats.pb.h"
@@ -15,6 +18,21 @@ constexpr std::uint32_t kStatsMagic = 0x57093306;
 constexpr std::size_t kHeaderBytes = 12;   // two magics, the entry's size
 
 double seconds(std::uint32_t microseconds) { return static_cast<double>(microseconds) / 1e6; }
+
+// Takes what is asked from what is left, never below 0.
+class Budget {
+ public:
+  explicit Budget(double seconds) : left_(std::max(seconds, 0.0)) {}
+  double take(double want) {
+    const double got = std::clamp(want, 0.0, left_);
+    left_ -= got;
+    return got;
+  }
+  double rest() const { return left_; }
+
+ private:
+  double left_;
+};
 
 }  // namespace
 
@@ -46,18 +64,50 @@ Result<CriuDumpStats> parse_criu_dump_stats(std::string_view image, std::string_
 }
 
 std::map<std::string, double> checkpoint_runtime_phases(const CriuDumpStats& stats, double runtime_seconds) {
-  double left = std::max(runtime_seconds, 0.0);
-  auto take = [&left](double want) {
-    const double got = std::clamp(want, 0.0, left);
-    left -= got;
-    return got;
-  };
+  Budget budget(runtime_seconds);
   const double cpu_pages = stats.memdump_seconds + stats.memwrite_seconds;
   std::map<std::string, double> phases;
-  phases["criu-freezing"] = take(stats.freezing_seconds);
-  phases["criu-cpu-pages"] = take(cpu_pages);
-  phases["criu-frozen-other"] = take(stats.frozen_seconds - cpu_pages);
-  phases["runtime-other"] = left;
+  phases["criu-freezing"] = budget.take(stats.freezing_seconds);
+  phases["criu-cpu-pages"] = budget.take(cpu_pages);
+  phases["criu-frozen-other"] = budget.take(stats.frozen_seconds - cpu_pages);
+  phases["runtime-other"] = budget.rest();
+  return phases;
+}
+
+Result<PodmanRestoreStats> parse_podman_restore_stats(std::string_view text, std::size_t max_bytes) {
+  const auto refused = [](const std::string& why) {
+    return make_error("podman's restore statistics (--print-stats): " + why, EBADMSG);
+  };
+  if (text.size() > max_bytes) return refused("more than " + std::to_string(max_bytes) + " bytes");
+  const auto doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) return refused("not a JSON object");
+  const auto microseconds = [](const nlohmann::json& object, const char* key) -> std::optional<double> {
+    const auto it = object.find(key);
+    if (it == object.end() || !it->is_number() || it->get<double>() < 0) return std::nullopt;
+    return it->get<double>() / 1e6;
+  };
+  const auto containers = doc.find("container_statistics");
+  if (containers == doc.end() || !containers->is_array() || containers->size() != 1 || !(*containers)[0].is_object())
+    return refused("container_statistics does not hold exactly one container");
+  const auto& c = (*containers)[0];
+  const auto id = c.find("Id");
+  if (id == c.end() || !id->is_string() || id->get<std::string>().empty()) return refused("the container has no Id");
+  const auto criu = c.find("criu_statistics");
+  const auto podman = microseconds(doc, "podman_restore_duration");
+  const auto runtime = microseconds(c, "runtime_restore_duration");
+  const auto restore = criu != c.end() && criu->is_object() ? microseconds(*criu, "restore_time") : std::nullopt;
+  if (!podman || !runtime || !restore)
+    return refused("podman_restore_duration, runtime_restore_duration or criu_statistics.restore_time is missing "
+                   "or not a number of microseconds");
+  return PodmanRestoreStats{id->get<std::string>(), *podman, *runtime, *restore};
+}
+
+std::map<std::string, double> restore_runtime_phases(const PodmanRestoreStats& stats, double call_seconds) {
+  Budget budget(call_seconds);
+  std::map<std::string, double> phases;
+  phases["criu-restore"] = budget.take(stats.criu_restore_seconds);
+  phases["runtime-other"] = budget.take(stats.runtime_seconds - stats.criu_restore_seconds);
+  phases["podman-other"] = budget.take(stats.podman_seconds - stats.runtime_seconds);
   return phases;
 }
 

@@ -38,4 +38,22 @@ Result<CriuDumpStats> parse_criu_dump_stats(std::string_view image, std::string_
 //   runtime-other      the runtime around CRIU: its setup and writing the checkpoint archive
 std::map<std::string, double> checkpoint_runtime_phases(const CriuDumpStats& stats, double runtime_seconds);
 
+// What podman's `container restore --print-stats` prints (one JSON document, times in microseconds): the restored
+// container and the nested times of its restore.
+struct PodmanRestoreStats {
+  std::string container_id;
+  double podman_seconds = 0;         // podman_restore_duration: the whole command
+  double runtime_seconds = 0;        // runtime_restore_duration: the OCI runtime's restore (runc -> CRIU)
+  double criu_restore_seconds = 0;   // criu_statistics.restore_time: CRIU restoring the processes
+};
+// At most `max_bytes` of text; an error (naming podman) when it is not that document with exactly one container.
+Result<PodmanRestoreStats> parse_podman_restore_stats(std::string_view text, std::size_t max_bytes = 1 << 16);
+
+// The restore call (`call_seconds`, timed by the caller) in parts that do not overlap, each at least 0, together at
+// most call_seconds (cut where podman's clocks and the caller's disagree):
+//   criu-restore   CRIU restoring the processes (the plugins' work in it: gpuckpt's GPU memory and driver restore)
+//   runtime-other  the OCI runtime around CRIU
+//   podman-other   podman around the runtime: reading and unpacking the archive, setting the container up
+std::map<std::string, double> restore_runtime_phases(const PodmanRestoreStats& stats, double call_seconds);
+
 }  // namespace gpuckpt

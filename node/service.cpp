@@ -1068,13 +1068,15 @@ void JobService::run_restore(const std::string& job_id, const fs::path& archive,
   if (drop_plan() && edit)
     log::warn("job " + job_id + ": restore plan " + plan->id + " was still in the state directory after the restore: "
               "no OCI hook placed it for CRIU (is gpuckpt's hook in the runtime's hooks dir?); removed");
+  const double restoring = seconds_since(t);
   const double total = seconds_since(start);
   info["container_id"] = restored->id;
   info["container_name"] = restored->name;
   info["state"] = restored->state;
   mark_succeeded(job_id, [&](JobStatus& j) {
-    j.phase_seconds["restoring"] = seconds_since(t);
+    j.phase_seconds["restoring"] = restoring;
     j.phase_seconds["total"] = total;
+    if (restored->restore_stats) j.runtime_phase_seconds = restore_runtime_phases(*restored->restore_stats, restoring);
     j.result = info;
   });
   log::info("job " + job_id + ": restored " + archive.string() + " as " + restored->name + " (" + restored->id +

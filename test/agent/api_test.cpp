@@ -105,6 +105,7 @@ class FakeRuntime final : public ContainerRuntime {
   bool refuse_restores = false;
   std::vector<bool> plan_present_at_restore;   // the job's plan was in the state dir while the runtime ran
   fs::path state_dir;
+  std::optional<PodmanRestoreStats> restore_stats;   // what a restore reports of its time, as podman does
   Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name, JobDeadline) override {
     {
       std::lock_guard lock(mutex);
@@ -125,6 +126,7 @@ class FakeRuntime final : public ContainerRuntime {
     RuntimeContainer c{"restored-" + std::to_string(restored.size()), new_name.empty() ? "counter" : new_name,
                        "running", 4242};
     containers[c.name] = c;
+    c.restore_stats = restore_stats;
     return c;
   }
 };
@@ -977,6 +979,27 @@ TEST_CASE("a checkpoint's record splits its runtime call by CRIU's statistics; /
   CHECK_FALSE(plain.contains("runtime_phase_seconds"));
   CHECK_FALSE(plain["result"].contains("criu_pages"));
   CHECK(scrape(f).at("gpuckpt_job_runtime_phase_duration_seconds_count{kind=\"checkpoint\",phase=\"criu-freezing\"}") == 1);
+
+  // A restore whose runtime reports its times (podman --print-stats) is split by them too.
+  f.runtime->restore_stats = PodmanRestoreStats{"restored-1", 0.550032, 0.177004, 0.104568};
+  const std::string archive = fs::path(job["result"]["archive"].get<std::string>()).filename();
+  const auto rs = f.wait_job("/v1/restores", f.post("/v1/restores", json{{"archive", archive}}.dump(), 202)["id"]);
+  INFO(rs.dump());
+  REQUIRE(rs["state"] == "succeeded");
+  const json restore_parts = rs["runtime_phase_seconds"];
+  REQUIRE(restore_parts.is_object());
+  CHECK(restore_parts.size() == 3);
+  double restore_sum = 0;
+  for (const char* part : {"criu-restore", "runtime-other", "podman-other"}) {
+    INFO(part);
+    REQUIRE(restore_parts.contains(part));
+    CHECK(restore_parts[part].get<double>() >= 0);
+    restore_sum += restore_parts[part].get<double>();
+    CHECK(scrape(f).at("gpuckpt_job_runtime_phase_duration_seconds_count{kind=\"restore\",phase=\"" +
+                       std::string(part) + "\"}") == 1);
+  }
+  CHECK(restore_sum <= rs["phase_seconds"]["restoring"].get<double>() + 1e-9);
+  CHECK(rs["phase_seconds"]["restoring"].get<double>() <= rs["phase_seconds"]["total"].get<double>());
 }
 
 TEST_CASE("a token holder's tag never makes an ordinary image a checkpoint, and a failed load registers nothing",

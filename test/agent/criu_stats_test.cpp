@@ -70,3 +70,56 @@ TEST_CASE("the runtime's checkpoint call in parts that do not overlap and fit in
     CHECK(sum <= c.runtime + 1e-12);
   }
 }
+
+TEST_CASE("podman's restore statistics: the container and its nested times; anything else is refused", "[unit]") {
+  // What podman 4.3.1 printed here for `podman container restore --import ARCHIVE --name N --print-stats` (runc
+  // 1.1.5, CRIU 4.1.1, a busybox shell loop).
+  const std::string real = R"({
+    "podman_restore_duration": 550032,
+    "container_statistics": [
+        {
+            "Id": "9869169ad06ca1e9d19a13906925c4ee589ffe98cc6708ec227463b35a66f839",
+            "RawInput": "",
+            "runtime_restore_duration": 177004,
+            "criu_statistics": {
+                "pages_compared": 9,
+                "pages_skipped_cow": 2,
+                "forking_time": 228,
+                "restore_time": 104568,
+                "pages_restored": 31
+            }
+        }
+    ]
+}
+)";
+  auto stats = gpuckpt::parse_podman_restore_stats(real);
+  REQUIRE(stats);
+  CHECK(stats->container_id == "9869169ad06ca1e9d19a13906925c4ee589ffe98cc6708ec227463b35a66f839");
+  CHECK(stats->podman_seconds == Approx(0.550032));
+  CHECK(stats->runtime_seconds == Approx(0.177004));
+  CHECK(stats->criu_restore_seconds == Approx(0.104568));
+
+  const auto phases = gpuckpt::restore_runtime_phases(*stats, 0.6);
+  CHECK(phases.at("criu-restore") == Approx(0.104568));
+  CHECK(phases.at("runtime-other") == Approx(0.072436));
+  CHECK(phases.at("podman-other") == Approx(0.373028));
+  // The caller's clock behind podman's: cut to fit, in order.
+  const auto cut = gpuckpt::restore_runtime_phases(*stats, 0.15);
+  CHECK(cut.at("criu-restore") == Approx(0.104568));
+  CHECK(cut.at("runtime-other") == Approx(0.045432));
+  CHECK(cut.at("podman-other") == 0);
+
+  // An old podman's (or a wrapper's) bare id, two containers, a negative or missing time: refused, naming podman.
+  for (const std::string& bad :
+       {std::string("9869169ad06c\n"), std::string(R"({"container_statistics": []})"),
+        std::string(R"({"podman_restore_duration": 1, "container_statistics": [{"Id": "a", "runtime_restore_duration": 1,
+                       "criu_statistics": {"restore_time": -5}}]})"),
+        std::string(R"({"podman_restore_duration": 1, "container_statistics": [{"Id": "a", "criu_statistics": {}}]})"),
+        std::string(R"({"podman_restore_duration": 1, "container_statistics": [{"Id": "a", "runtime_restore_duration": 1,
+                       "criu_statistics": {"restore_time": 1}}, {"Id": "b"}]})"),
+        real + std::string(1 << 16, ' ')}) {
+    auto refused = gpuckpt::parse_podman_restore_stats(bad);
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().message.find("podman's restore statistics") == 0);
+  }
+}

@@ -190,6 +190,15 @@ expect 202 "$r" "POST /v1/restores"
 r=$(wait_job restores "$(json_field "$r" '["id"]')")
 [ "$(json_field "$r" '["state"]')" = succeeded ] || fail "restore job: $r"
 echo "ok: restored in $(json_field "$r" '["phase_seconds"]["total"]') s"
+python3 - "${r#* }" <<'PY' || fail "the restore job does not split podman's restore by its --print-stats: $r"
+import json, sys
+job = json.loads(sys.argv[1])
+parts, steps = job["runtime_phase_seconds"], job["phase_seconds"]
+assert sorted(parts) == ["criu-restore", "podman-other", "runtime-other"], parts
+assert all(v >= 0 for v in parts.values()) and sum(parts.values()) <= steps["restoring"] + 1e-9, (parts, steps)
+assert parts["criu-restore"] > 0, parts
+print("ok: podman's restore %.3f s: " % steps["restoring"] + ", ".join("%s %.3f s" % kv for kv in sorted(parts.items())))
+PY
 [ "$(podman inspect -f '{{.State.Status}}' "$NAME-moved")" = running ] || fail "restored container not running"
 sleep 1
 N2=$(podman exec "$NAME-moved" cat /tmp/count)
