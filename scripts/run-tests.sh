@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# the real Kubernetes programs the cluster tests run (label cluster), built once from the Go module proxy
+bash scripts/setup-k8s.sh
 bash scripts/build.sh
 # The fuzz harnesses, in a clang build of their own (only the parsers and the harnesses): each runs briefly
 # from its seeds (ctest label fuzz). Long runs: scripts/fuzz.sh.

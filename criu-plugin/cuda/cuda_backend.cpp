@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -24,12 +23,11 @@
 #include <thread>
 #include <vector>
 
-#include "common/host_root.h"
 #include "common/inventory.h"
 #include "common/log.h"
 #include "common/properties_record.h"
-#include "criu-plugin/backend.h"
-#include "criu-plugin/criu_host.h"
+#include "criu-plugin/criu_abi.h"
+#include "criu-plugin/cuda/cuda_backend.h"
 #include "criu-plugin/cuda/cuda_driver.h"
 #include "criu-plugin/cuda/device_nodes.h"
 #include "criu-plugin/cuda/driver_host.h"
@@ -42,35 +40,17 @@
 #include "criu-plugin/cuda/remap.h"
 #include "criu-plugin/cuda/restore_thread.h"
 #include "criu-plugin/cuda/shared_state.h"
-#include "criu-plugin/plugin.h"
 
-namespace gpuckpt::plugin {
+namespace gpuckpt::cuda {
 namespace {
 
-using cuda::Driver;
-using cuda::ProcessState;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using plugin::Backend;
+using TimePoint = std::chrono::steady_clock::time_point;
 
 std::string fixed(double value) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", value);
   return buf;
-}
-
-long env_number(const char* name, long fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
-  char* end = nullptr;
-  long parsed = std::strtol(value, &end, 10);
-  if (end == value || *end != '\0' || parsed < 0) {
-    log::warn(std::string(name) + "='" + value + "' is not a non-negative number; using " + std::to_string(fallback));
-    return fallback;
-  }
-  return parsed;
 }
 
 // Runs `work(i)` for i in [0, n): on threads when `parallel` (driver calls only; no ptrace off the main thread).
@@ -96,11 +76,13 @@ struct Tracked {
 
 class CudaBackend final : public Backend {
  public:
+  explicit CudaBackend(CudaBackendDeps deps) : deps_(std::move(deps)), proc_(deps_.host.resolve("proc").string()) {}
+
   const char* name() const override { return "cuda"; }
 
   int init(int stage) override {
     stage_ = stage;
-    parallel_ = env_number("GPUCKPT_CUDA_PARALLEL", 1) != 0;
+    parallel_ = deps_.settings.parallel;
     log::param("GPUCKPT_CUDA_PARALLEL", parallel_ ? "1" : "0");
     if (stage == criu::kStagePreDump) {
       log::info("cuda: pre-dump copies no GPU state and writes no GPU memory image (the GPU is only checkpointed "
@@ -131,15 +113,15 @@ class CudaBackend final : public Backend {
       if (int rc = pause_tree(pid); rc != 0) return rc;
     }
     if (std::any_of(tracked_.begin(), tracked_.end(), [&](const Tracked& t) { return t.pid == pid; })) return 0;
-    const cuda::NvidiaFiles files = cuda::nvidia_files(pid);
-    if (!files.any && memory_.test_switch_names(pid)) {
-      if (auto added = criu::add_to_inventory(kPluginName); !added) {
+    const NvidiaFiles files = nvidia_files(pid, proc_);
+    if (!files.any && memory_.is_stand_in(pid)) {
+      if (auto added = deps_.criu.add_to_inventory(); !added) {
         log::error("cuda: " + added.error().message);
         return -EIO;
       }
-      log::warn("cuda: pid " + std::to_string(pid) + " holds the test switch's VMA: its staging memory is moved "
-                "as a checkpointed CUDA process's would be, with no driver call");
-      test_pids_.push_back(pid);
+      log::warn("cuda: pid " + std::to_string(pid) + " maps the stand-in's staging memory: it is moved as a "
+                "checkpointed CUDA process's would be, with no driver call");
+      stand_in_pids_.push_back(pid);
       return 0;
     }
     if (!files.any) {
@@ -155,7 +137,7 @@ class CudaBackend final : public Backend {
   int checkpoint_devices(int pid) override {
     if (!enabled_ || stage_ != criu::kStageDump) return -ENOTSUP;
     // CRIU asks process by process; all of them are frozen by now, so the first call does every one at once.
-    if (std::find(test_pids_.begin(), test_pids_.end(), pid) != test_pids_.end()) {
+    if (std::find(stand_in_pids_.begin(), stand_in_pids_.end(), pid) != stand_in_pids_.end()) {
       if (!checkpoint_round_done_) checkpoint_round();
       return 0;
     }
@@ -178,16 +160,16 @@ class CudaBackend final : public Backend {
   int pause_tree(int root) {
     std::vector<int> cuda_pids;
     for (int pid : with_descendants(root))
-      if (cuda::nvidia_files(pid).any) cuda_pids.push_back(pid);
+      if (nvidia_files(pid, proc_).any) cuda_pids.push_back(pid);
     if (cuda_pids.empty()) return 0;
     log::info("cuda: " + std::to_string(cuda_pids.size()) + " CUDA process(es) in the tree of pid " +
               std::to_string(root) + "; pausing them together");
     return pause_processes(cuda_pids);
   }
 
-  static std::vector<int> with_descendants(int root) {
+  std::vector<int> with_descendants(int root) const {
     std::vector<int> pids{root};
-    for (int child : cuda::descendants(root)) pids.push_back(child);
+    for (int child : descendants(root, proc_)) pids.push_back(child);
     return pids;
   }
 
@@ -200,17 +182,18 @@ class CudaBackend final : public Backend {
       log::error("cuda: pid " + std::to_string(pids.front()) + " uses the GPU but " + host.error().message);
       return -EIO;
     }
-    const auto start = Clock::now();
-    const cuda::LockBudget budget = cuda::lock_budget(criu::remaining_alarm_ms(), default_lock_timeout_ms_);
+    const auto start = now();
+    const LockBudget budget = lock_budget(deps_.criu.remaining_alarm_ms(), deps_.settings.lock_timeout_ms);
     const auto lock_deadline = start + std::chrono::milliseconds(budget.lock_ms);
     host_->answer_by(start + std::chrono::milliseconds(budget.answer_ms));
     struct ClearDeadline {
-      cuda::DriverHost& host;
+      DriverSession& host;
       ~ClearDeadline() { host.answer_by(std::nullopt); }
     } clear_deadline{*host_};
-    std::vector<cuda::TemporaryThaw> thaws;
+    std::vector<TemporaryThaw> thaws;
     for (int pid : pids) {
-      auto thaw = cuda::TemporaryThaw::begin(pid, std::min(std::chrono::milliseconds(1000), until(lock_deadline)));
+      auto thaw = TemporaryThaw::begin(pid, std::min(std::chrono::milliseconds(1000), until(lock_deadline)), proc_,
+                                       deps_.host.resolve("sys/fs/cgroup").string());
       if (!thaw) {
         log::error("cuda: pid " + std::to_string(pid) + " is frozen and the driver's lock needs it running: " +
                    thaw.error().message);
@@ -236,7 +219,7 @@ class CudaBackend final : public Backend {
     return rc;
   }
 
-  int lock_thawed(const std::vector<int>& pids, Clock::time_point lock_deadline) {
+  int lock_thawed(const std::vector<int>& pids, TimePoint lock_deadline) {
     std::vector<Tracked> entries;
     for (int pid : pids) {
       auto state = lockable_state(pid);
@@ -249,7 +232,7 @@ class CudaBackend final : public Backend {
       entry.initial = *state;
       entries.push_back(entry);
     }
-    if (auto added = criu::add_to_inventory(kPluginName); !added) {
+    if (auto added = deps_.criu.add_to_inventory(); !added) {
       log::error("cuda: " + added.error().message);
       return -EIO;
     }
@@ -259,7 +242,7 @@ class CudaBackend final : public Backend {
       if (entry.initial == ProcessState::Running) {
         running.push_back(entry.pid);
       } else {
-        log::info("cuda: pid " + std::to_string(entry.pid) + " is already " + cuda::to_string(entry.initial) +
+        log::info("cuda: pid " + std::to_string(entry.pid) + " is already " + to_string(entry.initial) +
                   "; it is dumped as it is and left so");
       }
     }
@@ -268,7 +251,7 @@ class CudaBackend final : public Backend {
       entry.locked_by_us = entry.initial == ProcessState::Running;
       if (entry.initial != ProcessState::Checkpointed) memory_.before_checkpoint(entry.pid);
       tracked_.push_back(entry);
-      record_gpus(entry.pid, cuda::nvidia_files(entry.pid));
+      record_gpus(entry.pid, nvidia_files(entry.pid, proc_));
     }
     return 0;
   }
@@ -276,24 +259,24 @@ class CudaBackend final : public Backend {
   // CUDA state shared between processes, on a driver that cannot restore it: refused before any driver call,
   // so the job never stops. Returns 0 (go on) or -ECANCELED.
   int refuse_shared_state(const std::vector<int>& pids) {
-    const auto start = Clock::now();
-    const cuda::SharedState shared = cuda::find_shared_state(pids);
-    const std::string driver = nvidia_driver_version(HostRoot("/"));
+    const auto start = now();
+    const SharedState shared = find_shared_state(pids, proc_);
+    const std::string driver = nvidia_driver_version(deps_.host);
     log::info("timing: cuda shared-state check of " + std::to_string(pids.size()) + " process(es): " +
               fixed(seconds_since(start) * 1000) + " ms");
     if (!shared.any()) return 0;
-    const std::string what = cuda::describe(shared);
+    const std::string what = describe(shared);
     if (!shared.between_processes()) {
       log::warn("cuda: " + what + ": no other process on this node shares it, so the checkpoint goes on; the "
                 "communicator's network connections to other nodes are not restored by gpuckpt");
       return 0;
     }
-    const std::string needs = "driver >= " + std::to_string(cuda::kSharedStateDriverMajor) + " with all of the "
+    const std::string needs = "driver >= " + std::to_string(kSharedStateDriverMajor) + " with all of the "
                               "job's processes started in one `cuda-checkpoint --launch-job` job";
-    if (cuda::driver_restores_shared_state(driver)) {
+    if (driver_restores_shared_state(driver)) {
       std::vector<int> outside_job;
       for (const auto& [pid, evidence] : shared.by_pid)
-        if (!cuda::in_checkpoint_job(pid)) outside_job.push_back(pid);
+        if (!in_checkpoint_job(pid, proc_)) outside_job.push_back(pid);
       if (outside_job.empty()) {
         log::info("cuda: " + what + "; NVIDIA driver " + driver + " restores it: every such process is in a "
                   "cuda-checkpoint job");
@@ -316,27 +299,28 @@ class CudaBackend final : public Backend {
   Result<ProcessState> lockable_state(int pid) {
     int tid = -1;
     int rc = driver_->get_restore_thread_id(pid, &tid);
-    if (rc == cuda::kNoAnswer)
+    if (rc == kNoAnswer)
       return make_error("the driver did not answer for pid " + std::to_string(pid) + " in time: it waits for a "
                         "thread of the process that does not run (is the process stopped or frozen by something "
                         "other than its runtime?)", EIO);
-    if (rc != cuda::kCudaSuccess) {
+    if (rc != kCudaSuccess) {
       // The cuInit() race: the process has the device open but the driver's checkpoint support is not up yet.
-      const auto start = Clock::now();
-      while (rc != cuda::kCudaSuccess && rc != cuda::kNoAnswer &&
-             seconds_since(start) * 1000 < static_cast<double>(init_wait_ms_)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const auto start = now();
+      while (rc != kCudaSuccess && rc != kNoAnswer &&
+             seconds_since(start) * 1000 < static_cast<double>(deps_.settings.init_wait_ms)) {
+        deps_.clock.sleep_for(std::chrono::milliseconds(50));
         rc = driver_->get_restore_thread_id(pid, &tid);
       }
-      if (rc != cuda::kCudaSuccess)
+      if (rc != kCudaSuccess)
         return make_error("pid " + std::to_string(pid) + " has NVIDIA devices open but the driver does not know it "
-                          "as a CUDA process after " + std::to_string(init_wait_ms_) + " ms (" + driver_->describe(rc) +
+                          "as a CUDA process after " + std::to_string(deps_.settings.init_wait_ms) + " ms (" +
+                          driver_->describe(rc) +
                           "): it is probably still inside cuInit(). Retry the checkpoint once it has started "
                           "(GPUCKPT_CUDA_INIT_WAIT_MS sets the wait)", EAGAIN);
     }
     ProcessState state = ProcessState::Failed;
     rc = driver_->get_state(pid, &state);
-    if (rc != cuda::kCudaSuccess)
+    if (rc != kCudaSuccess)
       return make_error("cannot read the CUDA state of pid " + std::to_string(pid) + ": " + driver_->describe(rc), EIO);
     if (state == ProcessState::Failed)
       return make_error("pid " + std::to_string(pid) + " is in the driver's FAILED checkpoint state; it cannot be "
@@ -345,10 +329,10 @@ class CudaBackend final : public Backend {
   }
 
   // Locks `pids` at once, each lock ending by `lock_deadline`; on any failure every one is unlocked again.
-  bool lock_together(const std::vector<int>& pids, Clock::time_point lock_deadline) {
+  bool lock_together(const std::vector<int>& pids, TimePoint lock_deadline) {
     const auto timeout_ms = static_cast<unsigned>(until(lock_deadline).count());
-    const auto start = Clock::now();
-    const cuda::LockAllOutcome outcome = cuda::lock_all(
+    const auto start = now();
+    const LockAllOutcome outcome = lock_all(
         pids, [&](int pid) { return driver_->lock(pid, timeout_ms); }, [&](int pid) { return driver_->unlock(pid); });
     const std::string took = fixed(seconds_since(start));
     if (outcome.all_locked) {
@@ -358,7 +342,7 @@ class CudaBackend final : public Backend {
       return true;
     }
     for (const auto& attempt : outcome.attempts) {
-      if (attempt.result != cuda::kCudaSuccess) {
+      if (attempt.result != kCudaSuccess) {
         log::error("cuda: locking pid " + std::to_string(attempt.pid) + " failed after " + fixed(attempt.seconds) +
                    " s (timeout " + std::to_string(timeout_ms) + " ms): " + driver_->describe(attempt.result) +
                    ". Its submitted CUDA work did not finish in time. A kernel that runs longer than that needs a "
@@ -366,36 +350,32 @@ class CudaBackend final : public Backend {
                    "is elsewhere) never finishes while that peer runs on, so a retry will not help");
         // A lock that timed out may still hold part of the process. One the driver has not answered is the
         // host's to release when the driver grants it.
-        if (attempt.result != cuda::kNoAnswer) (void)driver_->unlock(attempt.pid);
+        if (attempt.result != kNoAnswer) (void)driver_->unlock(attempt.pid);
       } else if (attempt.rolled_back) {
         log::info("cuda: pid " + std::to_string(attempt.pid) + " was locked; unlocked again: " +
-                  (attempt.unlock_result == cuda::kCudaSuccess ? std::string("ok")
+                  (attempt.unlock_result == kCudaSuccess ? std::string("ok")
                                                                : driver_->describe(attempt.unlock_result)));
       }
     }
-    if (criu::alarm_timed_out()) log::error("cuda: CRIU's --timeout expired while locking");
+    if (deps_.criu.alarm_timed_out()) log::error("cuda: CRIU's --timeout expired while locking");
     return false;
   }
 
   int init_dump() {
-    HostRoot host("/");
-    memory_.configure(criu::image_dir_fd());
-    if (!host.exists("proc/driver/nvidia/gpus")) {
-      if (memory_.test_switch_on()) {
+    memory_.configure(deps_.criu.image_dir_fd(), deps_.stand_ins);
+    if (!deps_.host.exists("proc/driver/nvidia/gpus")) {
+      if (memory_.stand_in_on()) {
         enabled_ = true;
-        log::info("cuda: no NVIDIA GPU on this node; active for the test switch's process only");
+        log::info("cuda: no NVIDIA GPU on this node; active for the stand-in's process only");
         return 0;
       }
       log::info("cuda: no NVIDIA GPU on this node (/proc/driver/nvidia/gpus is absent); CUDA backend inactive");
       return 0;
     }
-    use_guardian_ = env_number("GPUCKPT_CUDA_GUARDIAN", 1) != 0;
-    init_wait_ms_ = env_number("GPUCKPT_CUDA_INIT_WAIT_MS", 2000);
-    default_lock_timeout_ms_ = static_cast<unsigned>(env_number("GPUCKPT_CUDA_LOCK_TIMEOUT_MS", 10000));
-    log::param("GPUCKPT_CUDA_GUARDIAN", use_guardian_ ? "1" : "0");
-    log::param("GPUCKPT_CUDA_INIT_WAIT_MS", std::to_string(init_wait_ms_));
-    log::param("GPUCKPT_CUDA_LOCK_TIMEOUT_MS", std::to_string(default_lock_timeout_ms_));
-    if (!criu::set_interrupt_only_mode())
+    log::param("GPUCKPT_CUDA_GUARDIAN", deps_.settings.guardian ? "1" : "0");
+    log::param("GPUCKPT_CUDA_INIT_WAIT_MS", std::to_string(deps_.settings.init_wait_ms));
+    log::param("GPUCKPT_CUDA_LOCK_TIMEOUT_MS", std::to_string(deps_.settings.lock_timeout_ms));
+    if (!deps_.criu.set_interrupt_only_mode())
       log::warn("cuda: this CRIU cannot seize without the cgroup freezer; a frozen cgroup would stop the CUDA "
                 "restore thread");
     enabled_ = true;
@@ -404,20 +384,20 @@ class CudaBackend final : public Backend {
   }
 
   int init_restore() {
-    const int dir_fd = criu::image_dir_fd();
-    auto records = cuda::read_process_records(dir_fd);
+    const int dir_fd = deps_.criu.image_dir_fd();
+    auto records = read_process_records(dir_fd);
     if (!records) {
       log::error("cuda: " + records.error().message);
       return -1;
     }
-    memory_.configure(dir_fd);
+    memory_.configure(dir_fd, deps_.stand_ins);
     if (auto complete = memory_.check_store(); !complete) {
       log::error("cuda: " + complete.error().message);
       return -1;
     }
     if (records->by_pid.empty()) {
       if (memory_.has_images()) {
-        // Only the test switch writes GPU memory images without a CUDA process record.
+        // Only a stand-in's dump writes GPU memory images without a CUDA process record.
         log::info("cuda: the checkpoint holds GPU memory images but no CUDA process state; filling memory only");
         enabled_ = true;
         return 0;
@@ -425,9 +405,9 @@ class CudaBackend final : public Backend {
       log::info("cuda: the checkpoint holds no CUDA process state; CUDA backend inactive for restore");
       return 0;
     }
-    const cuda::ProcessRecords& recs = *records;
-    std::string needed = cuda::describe_needed_gpus(recs);
-    auto host = cuda::DriverHost::start(&cuda::load_node_driver, cuda::DriverHost::Mode::Restore, dir_fd);
+    const ProcessRecords& recs = *records;
+    std::string needed = describe_needed_gpus(recs);
+    auto host = deps_.start_driver(DriverHost::Mode::Restore, dir_fd);
     if (!host) {
       log::error("cuda: the checkpoint needs CUDA (" + needed + ") but " + host.error().message +
                  ". Restore it on a node with the NVIDIA driver (r570 or newer)");
@@ -441,7 +421,7 @@ class CudaBackend final : public Backend {
                  inventory.error().message);
       return -1;
     }
-    const auto node_gpus = cuda::nvidia_uuids(*inventory);
+    const auto node_gpus = nvidia_uuids(*inventory);
     if (node_gpus.empty()) {
       log::error("cuda: the checkpoint needs CUDA (" + needed + ") but this node has no NVIDIA GPU. Restore it on "
                  "a node with matching GPUs");
@@ -466,43 +446,42 @@ class CudaBackend final : public Backend {
     auto mapping = choose_restore_mapping(dir_fd, restore_records_, restore_inventory_);
     if (!mapping) return mapping.error();
     restore_mapping_ = *mapping;
-    const auto node_gpus = cuda::nvidia_uuids(restore_inventory_);
+    const auto node_gpus = nvidia_uuids(restore_inventory_);
     for (const auto& [from, to] : *mapping) log::info("cuda: GPU " + from + " -> " + to);
     pairs_by_pid_.clear();
     for (const auto& [pid, record] : restore_records_.by_pid) {
-      auto pairs = cuda::build_restore_pairs(cuda::record_uuids(record), *mapping, node_gpus);
+      auto pairs = build_restore_pairs(record_uuids(record), *mapping, node_gpus);
       if (!pairs) return make_error("pid " + std::to_string(pid) + ": " + pairs.error().message);
       pairs_by_pid_[pid] = *pairs;
       log::info("cuda: pid " + std::to_string(pid) + " restores with " + std::to_string(pairs->size()) +
                 " GPU pair(s)" + (pairs->empty() ? " (every GPU stays itself)" : ""));
     }
-    auto all = cuda::build_restore_pairs(cuda::record_uuids(restore_records_.merged), *mapping, node_gpus);
+    auto all = build_restore_pairs(record_uuids(restore_records_.merged), *mapping, node_gpus);
     if (!all) return all.error();
     default_pairs_ = *all;
     return {};
   }
 
-  Result<cuda::GpuMapping> choose_restore_mapping(int dir_fd, const cuda::ProcessRecords& recs,
-                                                  const NodeInventory& inventory) {
+  Result<GpuMapping> choose_restore_mapping(int dir_fd, const ProcessRecords& recs, const NodeInventory& inventory) {
     mapping_from_file_ = true;
-    auto file = cuda::read_image_file(dir_fd, cuda::kMappingFileName);
+    auto file = read_image_file(dir_fd, kMappingFileName);
     if (file) {
-      log::info(std::string("cuda: GPU mapping from ") + cuda::kMappingFileName);
-      return cuda::parse_mapping(*file, cuda::kMappingFileName);
+      log::info(std::string("cuda: GPU mapping from ") + kMappingFileName);
+      return parse_mapping(*file, kMappingFileName);
     }
     if (file.error().errno_value != ENOENT) return file.error();
-    auto plan = cuda::read_image_file(dir_fd, cuda::kRestorePlanFileName);
+    auto plan = read_image_file(dir_fd, kRestorePlanFileName);
     if (plan) {
-      log::info(std::string("cuda: GPU mapping from the restore plan ") + cuda::kRestorePlanFileName);
-      return cuda::parse_restore_plan(*plan, cuda::kRestorePlanFileName);
+      log::info(std::string("cuda: GPU mapping from the restore plan ") + kRestorePlanFileName);
+      return parse_restore_plan(*plan, kRestorePlanFileName);
     }
     if (plan.error().errno_value != ENOENT) return plan.error();
     mapping_from_file_ = false;
-    return cuda::choose_mapping(recs.merged, inventory);
+    return choose_mapping(recs.merged, inventory);
   }
 
   // The record of the GPUs `pid` has open, written next to CRIU's images.
-  void record_gpus(int pid, const cuda::NvidiaFiles& files) {
+  void record_gpus(int pid, const NvidiaFiles& files) {
     if (!inventory_) {
       auto inventory = host_->inventory();
       if (!inventory) {
@@ -533,7 +512,7 @@ class CudaBackend final : public Backend {
     std::string gpus;
     for (const auto& id : record.used_gpu_ids) gpus += (gpus.empty() ? "" : ", ") + id;
     log::info("cuda: pid " + std::to_string(pid) + " sees GPU(s): " + (gpus.empty() ? "none" : gpus));
-    if (auto written = cuda::write_process_record(criu::image_dir_fd(), pid, record); !written)
+    if (auto written = write_process_record(deps_.criu.image_dir_fd(), pid, record); !written)
       log::warn("cuda: " + written.error().message);
   }
 
@@ -541,7 +520,7 @@ class CudaBackend final : public Backend {
   void checkpoint_round() {
     checkpoint_round_done_ = true;
     if (!tracked_.empty()) checkpoint_all();
-    std::vector<int> staged = test_pids_;
+    std::vector<int> staged = stand_in_pids_;
     for (const auto& t : tracked_)
       if (t.checkpoint_attempted && t.checkpoint_result == 0) staged.push_back(t.pid);
     if (staged.empty()) return;
@@ -555,13 +534,13 @@ class CudaBackend final : public Backend {
     std::vector<Tracked*> work;
     for (auto& t : tracked_)
       if (t.initial == ProcessState::Running || t.initial == ProcessState::Locked) work.push_back(&t);
-    std::vector<cuda::RunningRestoreThread> threads(work.size());
+    std::vector<RunningRestoreThread> threads(work.size());
     std::vector<bool> ready(work.size(), false);
     for (std::size_t i = 0; i < work.size(); ++i) {
       work[i]->checkpoint_attempted = true;
       int tid = -1;
       int rc = driver_->get_restore_thread_id(work[i]->pid, &tid);
-      if (rc != cuda::kCudaSuccess) {
+      if (rc != kCudaSuccess) {
         log::error("cuda: pid " + std::to_string(work[i]->pid) + " lost its CUDA restore thread: " +
                    driver_->describe(rc));
         work[i]->checkpoint_result = -EIO;
@@ -578,10 +557,10 @@ class CudaBackend final : public Backend {
     }
     std::vector<int> results(work.size(), 0);
     std::vector<double> took(work.size(), 0);
-    auto start = Clock::now();
+    auto start = now();
     for_each_maybe_parallel(work.size(), parallel_, [&](std::size_t i) {
       if (!ready[i]) return;
-      auto t0 = Clock::now();
+      auto t0 = now();
       results[i] = driver_->checkpoint(work[i]->pid);
       took[i] = seconds_since(t0);
     });
@@ -589,7 +568,7 @@ class CudaBackend final : public Backend {
     for (std::size_t i = 0; i < work.size(); ++i) {
       if (!ready[i]) continue;
       auto stopped = threads[i].stop();
-      if (results[i] != cuda::kCudaSuccess) {
+      if (results[i] != kCudaSuccess) {
         log::error("cuda: checkpointing pid " + std::to_string(work[i]->pid) + " failed: " +
                    driver_->describe(results[i]));
         work[i]->checkpoint_result = -EIO;
@@ -608,12 +587,12 @@ class CudaBackend final : public Backend {
   std::vector<int> restore_processes(const std::vector<int>& pids, const std::vector<ProcessState>& initial,
                                      bool remap) {
     std::vector<int> results(pids.size(), 0);
-    std::vector<cuda::RunningRestoreThread> threads(pids.size());
+    std::vector<RunningRestoreThread> threads(pids.size());
     std::vector<bool> ready(pids.size(), false);
     for (std::size_t i = 0; i < pids.size(); ++i) {
       int tid = -1;
       int rc = driver_->get_restore_thread_id(pids[i], &tid);
-      if (rc != cuda::kCudaSuccess) {
+      if (rc != kCudaSuccess) {
         log::error("cuda: pid " + std::to_string(pids[i]) + " has no CUDA restore thread: " + driver_->describe(rc));
         results[i] = -EIO;
         continue;
@@ -629,23 +608,25 @@ class CudaBackend final : public Backend {
     }
     std::vector<std::string> errors(pids.size());
     std::vector<double> took(pids.size(), 0);
-    auto start = Clock::now();
+    auto start = now();
     for_each_maybe_parallel(pids.size(), parallel_, [&](std::size_t i) {
       if (!ready[i]) return;
-      auto t0 = Clock::now();
+      auto t0 = now();
       ProcessState now = ProcessState::Failed;
       int rc = driver_->get_state(pids[i], &now);
-      if (rc == cuda::kCudaSuccess && now == ProcessState::Checkpointed && initial[i] != ProcessState::Checkpointed) {
-        rc = driver_->restore(pids[i], remap ? pairs_for(pids[i]) : std::vector<cuda::UuidPair>{});
-        if (rc != cuda::kCudaSuccess) errors[i] = "restore: " + driver_->describe(rc);
+      if (rc == kCudaSuccess && now == ProcessState::Checkpointed && initial[i] != ProcessState::Checkpointed) {
+        rc = driver_->restore(pids[i], remap ? pairs_for(pids[i]) : std::vector<UuidPair>{});
+        if (rc != kCudaSuccess) errors[i] = "restore: " + driver_->describe(rc);
         now = ProcessState::Locked;
       }
-      if (errors[i].empty() && rc == cuda::kCudaSuccess && now == ProcessState::Locked &&
+      if (errors[i].empty() && rc == kCudaSuccess && now == ProcessState::Locked &&
           initial[i] == ProcessState::Running) {
         rc = driver_->unlock(pids[i]);
-        if (rc != cuda::kCudaSuccess) errors[i] = "unlock: " + driver_->describe(rc);
-      } else if (errors[i].empty() && rc != cuda::kCudaSuccess) {
+        if (rc != kCudaSuccess) errors[i] = "unlock: " + driver_->describe(rc);
+      } else if (errors[i].empty() && rc != kCudaSuccess) {
         errors[i] = "state: " + driver_->describe(rc);
+      } else if (errors[i].empty() && now == ProcessState::Failed) {
+        errors[i] = "is in the driver's FAILED checkpoint state: its GPU state could not be put back";
       }
       took[i] = seconds_since(t0);
     });
@@ -670,34 +651,34 @@ class CudaBackend final : public Backend {
 
   // Lets the driver's restore thread of `pid` run; `driver_tid` is the driver's name for it, which inside a
   // container's PID namespace is not the number ptrace needs here.
-  Result<cuda::RunningRestoreThread> start_restore_thread(int pid, int driver_tid) {
-    const int tid = cuda::thread_id_here(pid, driver_tid);
+  Result<RunningRestoreThread> start_restore_thread(int pid, int driver_tid) {
+    const int tid = thread_id_here(pid, driver_tid, proc_);
     if (tid < 0)
       return make_error("the driver names thread " + std::to_string(driver_tid) + " as its restore thread, but "
                         "process " + std::to_string(pid) + " has no such thread", ESRCH);
     if (tid != driver_tid)
       log::debug("cuda: pid " + std::to_string(pid) + ": restore thread " + std::to_string(driver_tid) +
                  " in its PID namespace is " + std::to_string(tid) + " here");
-    return cuda::RunningRestoreThread::start(tid);
+    return RunningRestoreThread::start(tid);
   }
 
   // The driver's restore opens every target GPU as /dev/nvidia<minor> in the process's root: make the nodes
   // a restore onto other GPUs needs where the restored /dev lacks them (device_nodes.h says when it does).
   Result<void> give_target_nodes(int pid) {
     const auto pairs = pairs_for(pid);
-    std::vector<cuda::GpuNode> nodes;
+    std::vector<GpuNode> nodes;
     for (const auto& pair : pairs) {
-      const int minor_number = cuda::nvidia_minor(restore_inventory_, pair.target);
+      const int minor_number = nvidia_minor(restore_inventory_, pair.target);
       if (minor_number < 0)
-        return make_error("target GPU " + cuda::format_uuid(pair.target) + " has no device minor in this node's "
+        return make_error("target GPU " + format_uuid(pair.target) + " has no device minor in this node's "
                           "inventory", ENODEV);
-      cuda::GpuNode node{static_cast<unsigned>(minor_number), cuda::kNvidiaMajor};
+      GpuNode node{static_cast<unsigned>(minor_number), kNvidiaMajor};
       struct stat st {};
-      const std::string host_node = "/dev/nvidia" + std::to_string(minor_number);
+      const std::string host_node = deps_.host.resolve("dev/nvidia" + std::to_string(minor_number)).string();
       if (::stat(host_node.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) node.major = major(st.st_rdev);
       nodes.push_back(node);
     }
-    auto made = cuda::ensure_gpu_nodes("/proc/" + std::to_string(pid) + "/root", nodes);
+    auto made = ensure_gpu_nodes(proc_ + "/" + std::to_string(pid) + "/root", nodes);
     if (!made) return make_error("its GPU device nodes: " + made.error().message, made.error().errno_value);
     if (made.value() > 0)
       log::info("cuda: pid " + std::to_string(pid) + ": made " + std::to_string(made.value()) +
@@ -705,7 +686,7 @@ class CudaBackend final : public Backend {
     return {};
   }
 
-  std::vector<cuda::UuidPair> pairs_for(int pid) const {
+  std::vector<UuidPair> pairs_for(int pid) const {
     auto it = pairs_by_pid_.find(pid);
     return it != pairs_by_pid_.end() ? it->second : default_pairs_;
   }
@@ -714,23 +695,24 @@ class CudaBackend final : public Backend {
   // GPUs may only stay where they are (require_plan_for_moves).
   Result<void> settle_mapping() {
     if (mapping_from_file_) return {};
-    const bool placed = ::faccessat(criu::image_dir_fd(), cuda::kRestorePlanFileName, F_OK, 0) == 0 ||
-                        ::faccessat(criu::image_dir_fd(), cuda::kMappingFileName, F_OK, 0) == 0;
-    if (!placed) return cuda::require_plan_for_moves(restore_mapping_);
+    const int dir_fd = deps_.criu.image_dir_fd();
+    const bool placed = ::faccessat(dir_fd, kRestorePlanFileName, F_OK, 0) == 0 ||
+                        ::faccessat(dir_fd, kMappingFileName, F_OK, 0) == 0;
+    if (!placed) return require_plan_for_moves(restore_mapping_);
     log::info("cuda: a GPU mapping was placed after init (the OCI hook's restore plan): it decides the pairs");
-    return plan_restore_pairs(criu::image_dir_fd());
+    return plan_restore_pairs(dir_fd);
   }
 
   void restore_all(int first_pid) {
     restore_round_done_ = true;
     std::vector<int> candidates{first_pid};
-    for (int child : cuda::descendants(first_pid)) candidates.push_back(child);
+    for (int child : descendants(first_pid, proc_)) candidates.push_back(child);
     if (driver_ != nullptr) {
       if (auto settled = settle_mapping(); !settled) {
         for (int pid : candidates) {
           log::error("cuda: killing restored pid " + std::to_string(pid) + ": " + settled.error().message);
           restore_results_[pid] = -EIO;
-          ::kill(pid, SIGKILL);
+          deps_.kill_task(pid, SIGKILL);
         }
         return;
       }
@@ -741,7 +723,7 @@ class CudaBackend final : public Backend {
       if (result != 0) {
         log::error("cuda: killing restored pid " + std::to_string(pid) + ": its GPU memory could not be put back, "
                    "so the restore failed");
-        ::kill(pid, SIGKILL);
+        deps_.kill_task(pid, SIGKILL);
       }
     }
     if (driver_ == nullptr) return;
@@ -752,7 +734,7 @@ class CudaBackend final : public Backend {
       auto filled = restore_results_.find(pid);
       if (filled != restore_results_.end() && filled->second != 0) continue;
       int tid = -1;
-      if (driver_->get_restore_thread_id(pid, &tid) == cuda::kCudaSuccess) pids.push_back(pid);
+      if (driver_->get_restore_thread_id(pid, &tid) == kCudaSuccess) pids.push_back(pid);
     }
     if (pids.empty()) return;
     std::vector<int> ready;
@@ -764,7 +746,7 @@ class CudaBackend final : public Backend {
       }
       log::error("cuda: killing restored pid " + std::to_string(pid) + ": " + nodes.error().message);
       restore_results_[pid] = -EIO;
-      ::kill(pid, SIGKILL);
+      deps_.kill_task(pid, SIGKILL);
     }
     pids = std::move(ready);
     if (pids.empty()) return;
@@ -775,13 +757,13 @@ class CudaBackend final : public Backend {
         // Left as it is, the process would hang in its next CUDA call: end it so the failure is visible.
         log::error("cuda: killing restored pid " + std::to_string(pids[i]) + ": its GPU state could not be "
                    "restored, so the restore failed");
-        ::kill(pids[i], SIGKILL);
+        deps_.kill_task(pids[i], SIGKILL);
       }
     }
   }
 
   void fini_dump(int ret) {
-    const int final_state = criu::final_state();
+    const int final_state = deps_.criu.final_state();
     const bool keep_running = final_state == criu::kTaskAlive;
     if (ret == 0 && !keep_running) {
       if (final_state < 0) log::warn("cuda: CRIU's final task state is unknown; assuming the tasks are killed");
@@ -810,13 +792,14 @@ class CudaBackend final : public Backend {
     }
   }
 
-  static std::chrono::milliseconds until(Clock::time_point deadline) {
-    return std::max(std::chrono::milliseconds(1),
-                    std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()));
+  TimePoint now() const { return deps_.clock.now(); }
+  double seconds_since(TimePoint start) const { return std::chrono::duration<double>(now() - start).count(); }
+  std::chrono::milliseconds until(TimePoint deadline) const {
+    return std::max(std::chrono::milliseconds(1), std::chrono::ceil<std::chrono::milliseconds>(deadline - now()));
   }
 
   void release_lock(int pid) {
-    if (const int rc = driver_->unlock(pid); rc != cuda::kCudaSuccess)
+    if (const int rc = driver_->unlock(pid); rc != kCudaSuccess)
       log::warn("cuda: unlocking pid " + std::to_string(pid) + " after the failed lock: " + driver_->describe(rc));
   }
 
@@ -824,42 +807,44 @@ class CudaBackend final : public Backend {
   // that hold a CUDA process.
   Result<void> ensure_dump_host() {
     if (host_) return {};
-    auto mode = use_guardian_ ? cuda::DriverHost::Mode::Dump : cuda::DriverHost::Mode::DumpUnguarded;
-    auto host = cuda::DriverHost::start(&cuda::load_node_driver, mode, criu::image_dir_fd());
+    const bool guarded = deps_.settings.guardian;
+    auto host = deps_.start_driver(guarded ? DriverHost::Mode::Dump : DriverHost::Mode::DumpUnguarded,
+                                   deps_.criu.image_dir_fd());
     if (!host) return host.error();
     host_ = std::move(*host);
     driver_ = &host_->driver();
     log::info("cuda: driver host started (pid " + std::to_string(host_->host_pid()) + "); CRIU makes no driver "
-              "call itself" + (use_guardian_ ? "" : "; no guardian (GPUCKPT_CUDA_GUARDIAN=0)"));
+              "call itself" + (guarded ? "" : "; no guardian (GPUCKPT_CUDA_GUARDIAN=0)"));
     return {};
   }
 
+  CudaBackendDeps deps_;
+  std::string proc_;   // the host's procfs
   int stage_ = -1;
   bool enabled_ = false;
   bool parallel_ = true;
-  bool use_guardian_ = true;
-  long init_wait_ms_ = 2000;
-  unsigned default_lock_timeout_ms_ = 10000;
-  std::unique_ptr<cuda::DriverHost> host_;
+  std::unique_ptr<DriverSession> host_;
   Driver* driver_ = nullptr;   // host_'s driver: every call runs in the driver host
   std::optional<NodeInventory> inventory_;
   std::vector<Tracked> tracked_;
-  std::vector<int> test_pids_;   // GPUCKPT_TEST_STAGING_VMA stand-ins: memory path only, no driver
-  cuda::GpuMemoryPath memory_;
+  std::vector<int> stand_in_pids_;   // stand-ins (deps_.stand_ins): memory path only, no driver
+  GpuMemoryPath memory_;
   bool checkpoint_round_done_ = false;
   bool restore_round_done_ = false;
   bool tree_paused_ = false;   // the first PAUSE_DEVICES paused every CUDA process of the tree
   std::map<int, int> restore_results_;
-  std::map<int, std::vector<cuda::UuidPair>> pairs_by_pid_;
-  std::vector<cuda::UuidPair> default_pairs_;
-  cuda::ProcessRecords restore_records_;
+  std::map<int, std::vector<UuidPair>> pairs_by_pid_;
+  std::vector<UuidPair> default_pairs_;
+  ProcessRecords restore_records_;
   NodeInventory restore_inventory_;
-  cuda::GpuMapping restore_mapping_;   // the mapping plan_restore_pairs last chose
+  GpuMapping restore_mapping_;   // the mapping plan_restore_pairs last chose
   bool mapping_from_file_ = false;   // the mapping came from a mapping file or restore plan in the images dir
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_backend(CudaBackendDeps deps) {
+  return std::make_unique<CudaBackend>(std::move(deps));
+}
 
-}  // namespace gpuckpt::plugin
+}  // namespace gpuckpt::cuda

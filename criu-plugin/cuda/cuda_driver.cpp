@@ -3,8 +3,6 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
-#include <cstdlib>
-
 #include <cstring>
 
 namespace gpuckpt::cuda {
@@ -124,9 +122,8 @@ Result<std::unique_ptr<Driver>> load_driver(const std::string& library) {
   return std::unique_ptr<Driver>(std::move(driver));
 }
 
-Result<std::unique_ptr<Driver>> load_node_driver() {
-  const char* chosen = std::getenv("GPUCKPT_CUDA_LIBRARY");
-  if (chosen != nullptr && *chosen != '\0') return load_driver(chosen);
+Result<std::unique_ptr<Driver>> load_node_driver(const std::string& chosen_library) {
+  if (!chosen_library.empty()) return load_driver(chosen_library);
   auto first = load_driver("libcuda.so.1");
   if (first || first.error().errno_value != ENOENT) return first;
   for (const char* path : {"/run/nvidia/driver/usr/lib64/libcuda.so.1",

@@ -36,9 +36,9 @@ class Driver {
 // driver older than r550 without the API).
 Result<std::unique_ptr<Driver>> load_driver(const std::string& library);
 
-// The driver as the plugin finds it on a node: $GPUCKPT_CUDA_LIBRARY if set, else libcuda.so.1 from the
-// loader's path, else the driver roots Kubernetes GPU nodes use when the driver is not in the host's loader path
-// (the GPU operator's /run/nvidia/driver, /usr/local/nvidia, GKE's /home/kubernetes/bin/nvidia).
-Result<std::unique_ptr<Driver>> load_node_driver();
+// The driver as the plugin finds it on a node: `chosen_library` (GPUCKPT_CUDA_LIBRARY) if not empty, else
+// libcuda.so.1 from the loader's path, else the driver roots Kubernetes GPU nodes use when the driver is not in
+// the host's loader path (the GPU operator's /run/nvidia/driver, /usr/local/nvidia, GKE's /home/kubernetes/bin/nvidia).
+Result<std::unique_ptr<Driver>> load_node_driver(const std::string& chosen_library);
 
 }  // namespace gpuckpt::cuda

@@ -32,7 +32,27 @@ inline constexpr int kHostLost = 999;
 // this number); describe() says so.
 inline constexpr int kNoAnswer = 1000;
 
-class DriverHost {
+// The process that makes the driver calls, as the CUDA backend uses it: the driver host below in production, the
+// simulated driver in tests.
+class DriverSession {
+ public:
+  virtual ~DriverSession() = default;
+  // The driver: safe to call from several threads at once.
+  virtual Driver& driver() = 0;
+  // Calls made from now on wait for their answer until `deadline` at most (nullopt: as long as it takes).
+  virtual void answer_by(std::optional<std::chrono::steady_clock::time_point> deadline) = 0;
+  // This node's GPUs.
+  virtual Result<NodeInventory> inventory() = 0;
+  // The process was found in `initial` state and is now under gpuckpt's control.
+  virtual void track(int pid, ProcessState initial) = 0;
+  // The staging memory of `pid` is durable in the image gpuckpt-gpumem-<vpid>.img and may be dropped from it.
+  virtual void staged(int pid, int vpid) = 0;
+  // CRIU finished (whatever the outcome) and the backend put every process where it belongs.
+  virtual void done() = 0;
+  virtual int host_pid() const = 0;
+};
+
+class DriverHost final : public DriverSession {
  public:
   enum class Mode {
     Dump,            // guards the tracked processes if CRIU dies before done()
@@ -51,26 +71,17 @@ class DriverHost {
 
   DriverHost(const DriverHost&) = delete;
   DriverHost& operator=(const DriverHost&) = delete;
-  ~DriverHost();   // closes the socket: without done() during a dump, the host acts as guardian
+  ~DriverHost() override;   // closes the socket: without done() during a dump, the host acts as guardian
 
-  // The driver, as seen from CRIU: every call is carried out by the host. Safe to call from several threads at
-  // once; the calls then run in parallel in the host.
-  Driver& driver();
-
-  // Calls made from now on wait for the host's answer until `deadline` at most (nullopt: as long as it takes).
-  void answer_by(std::optional<std::chrono::steady_clock::time_point> deadline);
-
-  // This node's GPUs, read in the host (NVML is one of the driver's libraries).
-  Result<NodeInventory> inventory();
-
-  // The process was found in `initial` state and is now under gpuckpt's control.
-  void track(int pid, ProcessState initial);
-  // The staging memory of `pid` is durable in the image gpuckpt-gpumem-<vpid>.img and may be dropped from it.
-  void staged(int pid, int vpid);
-  // CRIU finished (whatever the outcome) and the backend put every process where it belongs.
-  void done();
-
-  int host_pid() const { return host_pid_; }
+  // Every call is carried out by the host; calls from several threads at once run in parallel in the host.
+  Driver& driver() override;
+  void answer_by(std::optional<std::chrono::steady_clock::time_point> deadline) override;
+  // Read in the host (NVML is one of the driver's libraries).
+  Result<NodeInventory> inventory() override;
+  void track(int pid, ProcessState initial) override;
+  void staged(int pid, int vpid) override;
+  void done() override;
+  int host_pid() const override { return host_pid_; }
 
  private:
   explicit DriverHost(int control_fd, int host_pid);

@@ -56,7 +56,7 @@ std::string write_breakdown(const std::vector<Result<CopyStats>>& written, std::
 
 }  // namespace
 
-void GpuMemoryPath::configure(int dir_fd) {
+void GpuMemoryPath::configure(int dir_fd, const MemoryPathStandIns& stand_ins) {
   dir_fd_ = dir_fd;
   const auto read_switch = [](const char* name, bool& on) {
     if (auto value = switch_from_env(name); value) on = *value;
@@ -75,35 +75,19 @@ void GpuMemoryPath::configure(int dir_fd) {
     settings_.threads = gpu_image::default_threads(static_cast<unsigned>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))));
   }
   gpu_image::log_settings(settings_);
-  if (auto node_store = test_node_store_from_env(); node_store && *node_store) {
-    settings_.node_store = **node_store;
-    log::warn("cuda: TEST SWITCH GPUCKPT_TEST_NODE_STORE=" + settings_.node_store + ": treated as the node-local "
-              "chunk store (for tests only)");
-  } else if (!node_store) {
-    log::error("cuda: " + node_store.error().message + "; the test switch stays off");
-  }
-  if (auto vma = test_staging_vma_from_env(); vma) {
-    test_vma_ = *vma;
-  } else {
-    log::error("cuda: " + vma.error().message + "; the test switch stays off");
-  }
-  if (test_vma_) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(*test_vma_));
-    log::warn(std::string("cuda: TEST SWITCH GPUCKPT_TEST_STAGING_VMA=") + buf + ": a process mapping private "
-              "anonymous memory there is handled as a checkpointed CUDA process (for tests only)");
-  }
+  if (stand_ins.node_store) settings_.node_store = *stand_ins.node_store;
+  stand_in_vma_ = stand_ins.staging_vma;
   if (dir_fd >= 0) image_vpids_ = image_vpids(dir_fd);
 }
 
-bool GpuMemoryPath::test_switch_names(int pid) const {
-  if (!test_vma_) return false;
+bool GpuMemoryPath::is_stand_in(int pid) const {
+  if (!stand_in_vma_) return false;
   auto maps = read_maps(pid);
-  return maps && !find_named_region(*maps, *test_vma_).empty();
+  return maps && !find_named_region(*maps, *stand_in_vma_).empty();
 }
 
 void GpuMemoryPath::before_checkpoint(int pid) {
-  if (!enabled_ || test_vma_) return;
+  if (!enabled_ || stand_in_vma_) return;
   auto maps = read_maps(pid);
   if (maps) maps_before_[pid] = std::move(*maps);
   else log::warn("cuda: " + pid_text(pid) + ": " + maps.error().message + "; CRIU will dump its GPU memory");
@@ -119,7 +103,7 @@ void GpuMemoryPath::stage(const std::vector<int>& pids, const std::function<void
     facts.can_drop_in_task = criu::can_inject_syscalls();
     std::vector<gpu_image::Region> regions;
     if (auto after = read_maps(pid); after) {
-      if (test_vma_) regions = find_named_region(*after, *test_vma_);
+      if (stand_in_vma_) regions = find_named_region(*after, *stand_in_vma_);
       else if (auto before = maps_before_.find(pid); before != maps_before_.end())
         regions = find_staging_regions(before->second, *after);
     }

@@ -21,17 +21,26 @@
 
 namespace gpuckpt::cuda {
 
+// Stand-ins for what only a GPU node has, for tests that run real CRIU with a plugin on a machine without one
+// (test/criu-plugin/stand_in_plugin.cpp builds such a plugin); the node's plugin never sets them.
+struct MemoryPathStandIns {
+  // A process mapping private anonymous memory at this address is handled as a CUDA process whose driver
+  // checkpoint is done: that mapping is its staging memory, and no driver call is made for it.
+  std::optional<std::uint64_t> staging_vma;
+  // The directory treated as the node-local chunk store (chunk_store::kNodeStoreDir on a node).
+  std::optional<std::string> node_store;
+};
+
 class GpuMemoryPath {
  public:
   // Reads GPUCKPT_CUDA_MEMORY_IMAGE, GPUCKPT_IMAGE_{THREADS,COMPRESSION,SPARSE}, GPUCKPT_GPU_STORE,
-  // GPUCKPT_STAGING_{HUGE_PAGES,MAP_CHUNKS}, GPUCKPT_STORE_RECOGNISE_UNCHANGED and the test switches
-  // GPUCKPT_TEST_STAGING_VMA; logs each once. A bad value is logged and its default used: a typo must not
-  // break every dump on the node.
-  void configure(int dir_fd);
+  // GPUCKPT_STAGING_{HUGE_PAGES,MAP_CHUNKS} and GPUCKPT_STORE_RECOGNISE_UNCHANGED; logs each once. A bad value is
+  // logged and its default used: a typo must not break every dump on the node.
+  void configure(int dir_fd, const MemoryPathStandIns& stand_ins = {});
 
-  // Test switch: a process holding the named VMA is treated as a checkpointed CUDA process (no driver).
-  bool test_switch_on() const { return test_vma_.has_value(); }
-  bool test_switch_names(int pid) const;
+  // Whether a stand-in for a checkpointed CUDA process is set, and whether `pid` is one (MemoryPathStandIns).
+  bool stand_in_on() const { return stand_in_vma_.has_value(); }
+  bool is_stand_in(int pid) const;
 
   // --- dump ---
   void before_checkpoint(int pid);   // the maps before the driver's checkpoint
@@ -71,7 +80,7 @@ class GpuMemoryPath {
   bool map_chunks_ = true;
   bool recognise_unchanged_ = true;
   gpu_image::Settings settings_;
-  std::optional<std::uint64_t> test_vma_;
+  std::optional<std::uint64_t> stand_in_vma_;
   std::map<int, std::vector<Vma>> maps_before_;
   std::map<int, int> staged_;   // pid -> vpid, for the memory that was written (and dropped)
   std::vector<int> image_vpids_;

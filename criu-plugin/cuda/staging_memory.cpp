@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 
 #include <charconv>
-#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -155,25 +154,6 @@ Result<bool> switch_from_env(const char* name, const PluginSettings& node) {
   if (s.empty() || s == "1") return true;
   if (s == "0") return false;
   return make_error(std::string(name) + "='" + s + "' is not 0 or 1");
-}
-
-Result<std::optional<std::string>> test_node_store_from_env() {
-  const char* v = std::getenv("GPUCKPT_TEST_NODE_STORE");
-  if (v == nullptr || *v == '\0') return std::optional<std::string>();
-  if (v[0] != '/') return make_error("GPUCKPT_TEST_NODE_STORE='" + std::string(v) + "' is not an absolute path");
-  return std::optional<std::string>(v);
-}
-
-Result<std::optional<std::uint64_t>> test_staging_vma_from_env() {
-  const char* v = std::getenv("GPUCKPT_TEST_STAGING_VMA");
-  if (v == nullptr || *v == '\0') return std::optional<std::uint64_t>();
-  std::string_view s(v);
-  if (s.starts_with("0x")) s.remove_prefix(2);
-  std::uint64_t start = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), start, 16);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || start == 0)
-    return make_error("GPUCKPT_TEST_STAGING_VMA='" + std::string(v) + "' is not a hex address");
-  return std::optional<std::uint64_t>(start);
 }
 
 }  // namespace gpuckpt::cuda

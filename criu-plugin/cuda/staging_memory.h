@@ -38,7 +38,8 @@ inline constexpr std::uint64_t kMinStagingBytes = 16u << 20;
 // harmless.
 std::vector<gpu_image::Region> find_staging_regions(const std::vector<Vma>& before, const std::vector<Vma>& after,
                                                     std::uint64_t min_bytes = kMinStagingBytes);
-// Test-only switch (GPUCKPT_TEST_STAGING_VMA): the private anonymous rw VMA starting at `start`.
+// The staging memory of a stand-in for a checkpointed CUDA process (MemoryPathStandIns, gpu_memory_path.h): the
+// private anonymous rw VMA starting at `start`.
 std::vector<gpu_image::Region> find_named_region(const std::vector<Vma>& maps, std::uint64_t start);
 
 // Every region lies inside private rw VMAs of `maps`, one or several back to back, sorted by address as
@@ -80,9 +81,5 @@ bool image_dir_is_stream(int dir_fd);
 //                               checkpoint or restore by that manifest's digest, recognised by XXH3-64 instead of
 //                               hashed with SHA-256 (common/memory_lineage.h)
 Result<bool> switch_from_env(const char* name, const PluginSettings& node = plugin_settings());
-// The test switch (the environment only).
-Result<std::optional<std::uint64_t>> test_staging_vma_from_env();
-// Test switch (the environment only): GPUCKPT_TEST_NODE_STORE names the directory treated as the node-local store.
-Result<std::optional<std::string>> test_node_store_from_env();
 
 }  // namespace gpuckpt::cuda

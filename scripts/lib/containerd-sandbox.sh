@@ -4,6 +4,9 @@
 #   CTRD_BIN_DIR=DIR                  (before ctrd_start) the containerd, ctr and shim to run: default the
 #                                     directory of the `containerd` on PATH (1.7); setup.sh puts 2.1 in
 #                                     $GPUCKPT_PREFIX/containerd2/usr/bin. The config format follows the version.
+#   CTRD_CNI_BIN_DIR=DIR              (before ctrd_start, optional, 2.x) where the CNI plugins are (Debian's
+#                                     containernetworking-plugins: /usr/lib/cni); WORK/cni holds the network's
+#                                     config (none there: the runtime reports its network not ready)
 #   CTRD_CRIU_WORK_PATH=DIR           (before ctrd_start, optional) runc's CriuWorkPath option: CRIU's dump.log and
 #                                     restore.log go there (by default into the task's bundle, which containerd
 #                                     deletes when a restore fails, taking CRIU's reasons with it)
@@ -111,6 +114,7 @@ ctrd_config_v3() {
   enable_cdi = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     conf_dir = "$work/cni"
+$([ -n "${CTRD_CNI_BIN_DIR:-}" ] && printf '    bin_dirs = ["%s"]\n' "$CTRD_CNI_BIN_DIR")
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]

@@ -190,7 +190,8 @@ TEST_CASE("the exported descriptor was filled for this (non-CRIU) process when t
   CHECK(CR_PLUGIN_DESC.version == 0x200);
   // init on a host that is not CRIU (too few hooks) succeeds and stays inactive: CRIU would carry on. It says the
   // CRIU is too old, and never "plugin loaded", which the installer's verification and the e2e tests take as proof
-  // of a usable CRIU (issue 23). Without CRIU's logger the lines go to stderr, captured here.
+  // of a usable CRIU: a too-old one must never pass for one. Without CRIU's logger the lines go to stderr, captured
+  // here.
   std::fflush(stderr);
   std::FILE* captured = std::tmpfile();
   REQUIRE(captured != nullptr);

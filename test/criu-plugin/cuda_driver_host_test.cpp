@@ -1,4 +1,4 @@
-// The driver host with the fake driver: every driver call runs in the host process, never in the caller (CRIU),
+// The driver host with the simulated driver: every driver call runs in the host process, never in the caller (CRIU),
 // even when the driver leaves threads behind as libcuda does; calls run in parallel; a host that dies fails calls
 // instead of hanging them; and as guardian, when CRIU's end of the socket closes without done() (CRIU was
 // killed), it restores and unlocks every tracked process that still lives and logs it; after done() it does
@@ -23,81 +23,49 @@
 #include <thread>
 
 #include "criu-plugin/cuda/driver_host.h"
+#include "criu-plugin/cuda/uuid.h"
+#include "test/criu-plugin/sim/sim_cuda_driver.h"
 
 using namespace gpuckpt;
 using namespace gpuckpt::cuda;
 
 namespace {
 
-// The one faithful fake of the driver seam: a state machine per process, following the driver's documented
-// transitions. Like libcuda, it starts a thread of its own at the first call that stays for the life of the
-// process. Its checkpoint() can ask for company: it then succeeds only if `company` checkpoints are in flight at
-// the same moment (so a test can tell parallel calls from serialised ones without timing them).
-class FakeDriver final : public Driver {
- public:
-  // `lock_answer_delay`: the lock takes effect at once, its answer comes that much later (a driver that keeps
-  // its caller waiting).
-  explicit FakeDriver(ProcessState state, int company = 1,
-                      std::chrono::milliseconds lock_answer_delay = std::chrono::milliseconds(0))
-      : initial_(state), company_(company), lock_answer_delay_(lock_answer_delay) {}
-  int lock(int pid, unsigned) override {
-    const int rc = step(pid, ProcessState::Running, ProcessState::Locked);
-    std::this_thread::sleep_for(lock_answer_delay_);
-    return rc;
-  }
-  int checkpoint(int pid) override {
-    if (company_ > 1 && !meet()) return 2;   // CUDA_ERROR_OUT_OF_MEMORY: any distinguishable failure
-    return step(pid, ProcessState::Locked, ProcessState::Checkpointed);
-  }
-  int restore(int pid, const std::vector<UuidPair>&) override {
-    return step(pid, ProcessState::Checkpointed, ProcessState::Locked);
-  }
-  int unlock(int pid) override { return step(pid, ProcessState::Locked, ProcessState::Running); }
-  int get_state(int pid, ProcessState* state) override {
-    std::lock_guard lock(mutex_);
-    start_driver_thread();
-    *state = state_of(pid);
-    return kCudaSuccess;
-  }
-  int get_restore_thread_id(int pid, int* tid) override {
-    *tid = pid;
-    return kCudaSuccess;
-  }
-  std::string describe(int result) override { return "FAKE_RESULT_" + std::to_string(result); }
+const std::string A = "GPU-3df50d36-548a-08c1-7cd5-41ff6e7b3cad";
+const std::string B = "GPU-cd626b4e-8c05-6521-8a3e-41d9ae0beccd";
 
- private:
-  ProcessState& state_of(int pid) { return states_.try_emplace(pid, initial_).first->second; }
-  void start_driver_thread() {
-    if (!thread_started_) std::thread([] { ::pause(); }).detach();
-    thread_started_ = true;
-  }
-  int step(int pid, ProcessState from, ProcessState to) {
-    std::lock_guard lock(mutex_);
-    start_driver_thread();
-    if (state_of(pid) != from) return 1;   // CUDA_ERROR_INVALID_VALUE, as the driver answers out-of-order calls
-    state_of(pid) = to;
-    return kCudaSuccess;
-  }
-  bool meet() {
-    std::unique_lock lock(mutex_);
-    ++arrived_;
-    cv_.notify_all();
-    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return arrived_ >= company_; });
-  }
-  ProcessState initial_;
-  int company_;
-  std::chrono::milliseconds lock_answer_delay_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  bool thread_started_ = false;
-  std::map<int, ProcessState> states_;
-};
-
-DriverHost::DriverFactory fake(ProcessState state, int company = 1,
+// The simulated driver (sim/sim_cuda_driver.h), made in the host: `pids` in `state`, each on GPUs A and B of a node
+// with both. Like libcuda, it starts a thread of its own at the first call that stays for the life of the process.
+// With `company` above 1 a checkpoint succeeds only if `company` checkpoints are in flight at the same moment (so a
+// test can tell parallel calls from serialised ones without timing them); `lock_answer_delay`: the lock takes
+// effect at once, its answer comes that much later (a driver that keeps its caller waiting).
+DriverHost::DriverFactory fake(ProcessState state, std::vector<int> pids, int company = 1,
                                std::chrono::milliseconds lock_answer_delay = std::chrono::milliseconds(0)) {
-  return [state, company, lock_answer_delay]() -> Result<std::unique_ptr<Driver>> {
-    return std::unique_ptr<Driver>(new FakeDriver(state, company, lock_answer_delay));
+  return [state, pids, company, lock_answer_delay]() -> Result<std::unique_ptr<Driver>> {
+    auto driver = std::make_unique<sim::SimCudaDriver>(std::vector<std::string>{A, B});
+    for (int pid : pids) driver->add_process(pid, pid, {A, B}, state);
+    struct Meeting {
+      std::mutex mutex;
+      std::condition_variable cv;
+      int arrived = 0;
+      bool thread_started = false;
+    };
+    auto meeting = std::make_shared<Meeting>();
+    driver->before_call = [meeting, company](sim::Call call, int) {
+      std::unique_lock lock(meeting->mutex);
+      if (!meeting->thread_started) std::thread([] { ::pause(); }).detach();
+      meeting->thread_started = true;
+      if (call != sim::Call::Checkpoint || company <= 1) return kCudaSuccess;
+      ++meeting->arrived;
+      meeting->cv.notify_all();
+      const bool met =
+          meeting->cv.wait_for(lock, std::chrono::seconds(10), [&] { return meeting->arrived >= company; });
+      return met ? kCudaSuccess : sim::kOutOfMemory;   // any distinguishable failure
+    };
+    driver->after_call = [lock_answer_delay](sim::Call call, int) {
+      if (call == sim::Call::Lock) std::this_thread::sleep_for(lock_answer_delay);
+    };
+    return std::unique_ptr<Driver>(std::move(driver));
   };
 }
 
@@ -151,31 +119,33 @@ struct Scratch {
 TEST_CASE("driver calls run in the driver host: the caller gains no thread, even from a driver that starts one",
           "[unit]") {
   const int threads_before = thread_count();
-  auto host = DriverHost::start(fake(ProcessState::Running), DriverHost::Mode::Restore, -1);
+  const int pid = 4242;
+  auto host = DriverHost::start(fake(ProcessState::Running, {pid}), DriverHost::Mode::Restore, -1);
   REQUIRE(host);
   Driver& driver = (*host)->driver();
-  const int pid = 4242;
   CHECK(driver.lock(pid, 1000) == kCudaSuccess);
   CHECK(driver.checkpoint(pid) == kCudaSuccess);
   ProcessState state = ProcessState::Running;
   CHECK(driver.get_state(pid, &state) == kCudaSuccess);
   CHECK(state == ProcessState::Checkpointed);
-  CHECK(driver.restore(pid, {UuidPair{}, UuidPair{}}) == kCudaSuccess);
+  const Uuid a = *parse_uuid(A, "test"), b = *parse_uuid(B, "test");
+  CHECK(driver.restore(pid, {UuidPair{a, b}, UuidPair{b, a}}) == kCudaSuccess);
   CHECK(driver.unlock(pid) == kCudaSuccess);
   int tid = 0;
   CHECK(driver.get_restore_thread_id(pid, &tid) == kCudaSuccess);
   CHECK(tid == pid);
   // An out-of-order call comes back with the driver's answer and its name.
   const int rc = driver.unlock(pid);
-  CHECK(rc == 1);
-  CHECK(driver.describe(rc) == "FAKE_RESULT_1");
+  CHECK(rc == sim::kIllegalState);
+  CHECK(driver.describe(rc) == "CUDA_ERROR_ILLEGAL_STATE (401)");
   CHECK(thread_count() == threads_before);
   CHECK((*host)->host_pid() != ::getpid());
   CHECK(::waitpid((*host)->host_pid(), nullptr, WNOHANG) < 0);   // not our child: CRIU never reaps it
 }
 
 TEST_CASE("calls from several threads run in parallel in the driver host", "[unit]") {
-  auto host = DriverHost::start(fake(ProcessState::Locked, /*company=*/3), DriverHost::Mode::Restore, -1);
+  auto host =
+      DriverHost::start(fake(ProcessState::Locked, {100, 101, 102}, /*company=*/3), DriverHost::Mode::Restore, -1);
   REQUIRE(host);
   Driver& driver = (*host)->driver();
   int results[3] = {-1, -1, -1};
@@ -195,7 +165,7 @@ TEST_CASE("a driver that cannot be loaded fails start() with the loader's messag
 }
 
 TEST_CASE("a driver host that dies fails the calls instead of hanging them", "[unit]") {
-  auto host = DriverHost::start(fake(ProcessState::Running), DriverHost::Mode::Restore, -1);
+  auto host = DriverHost::start(fake(ProcessState::Running, {1}), DriverHost::Mode::Restore, -1);
   REQUIRE(host);
   REQUIRE(::kill((*host)->host_pid(), SIGKILL) == 0);
   Driver& driver = (*host)->driver();
@@ -212,7 +182,7 @@ TEST_CASE("a driver host that dies fails the calls instead of hanging them", "[u
 // or CRIU "dies" (the host object is destroyed, closing its socket, without done()).
 static void dump_with_host(const Scratch& s, ProcessState initial, bool finish,
                            DriverHost::Mode mode = DriverHost::Mode::Dump) {
-  auto host = DriverHost::start(fake(ProcessState::Checkpointed), mode, s.fd);
+  auto host = DriverHost::start(fake(ProcessState::Checkpointed, {s.target}), mode, s.fd);
   REQUIRE(host);
   (*host)->track(s.target, initial);
   if (finish) (*host)->done();
@@ -251,7 +221,7 @@ TEST_CASE("an unguarded dump host (GPUCKPT_CUDA_GUARDIAN=0) does nothing when CR
 
 TEST_CASE("the node inventory is read in the driver host and comes back whole", "[unit]") {
   const int threads_before = thread_count();
-  auto host = DriverHost::start(fake(ProcessState::Running), DriverHost::Mode::Restore, -1, []() -> Result<NodeInventory> {
+  auto host = DriverHost::start(fake(ProcessState::Running, {}), DriverHost::Mode::Restore, -1, []() -> Result<NodeInventory> {
     NodeInventory node;
     node.hostname = "gpu-node-7";
     GpuDevice gpu;
@@ -280,7 +250,7 @@ TEST_CASE("the node inventory is read in the driver host and comes back whole", 
 }
 
 TEST_CASE("an inventory the host cannot read fails with its reason", "[unit]") {
-  auto host = DriverHost::start(fake(ProcessState::Running), DriverHost::Mode::Restore, -1, []() -> Result<NodeInventory> {
+  auto host = DriverHost::start(fake(ProcessState::Running, {}), DriverHost::Mode::Restore, -1, []() -> Result<NodeInventory> {
     return make_error("/proc/driver/nvidia/gpus/0000:00:06.0/information line 3 is truncated", EIO);
   });
   REQUIRE(host);
@@ -293,10 +263,11 @@ TEST_CASE("a lock answered after the caller's deadline comes back as no answer a
           "[unit]") {
   Scratch s;
   using std::chrono::milliseconds;
-  auto host = DriverHost::start(fake(ProcessState::Running, 1, milliseconds(600)), DriverHost::Mode::Restore, s.fd);
+  const int pid = 4300;
+  auto host =
+      DriverHost::start(fake(ProcessState::Running, {pid}, 1, milliseconds(600)), DriverHost::Mode::Restore, s.fd);
   REQUIRE(host);
   Driver& driver = (*host)->driver();
-  const int pid = 4300;
   (*host)->answer_by(std::chrono::steady_clock::now() + milliseconds(50));
   const int rc = driver.lock(pid, 1000);
   CHECK(rc == kNoAnswer);

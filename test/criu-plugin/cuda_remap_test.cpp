@@ -17,16 +17,18 @@
 #include "criu-plugin/cuda/record_files.h"
 #include "criu-plugin/cuda/remap.h"
 #include "criu-plugin/cuda/uuid.h"
+#include "test/criu-plugin/h200_gpus.h"
 
 using namespace gpuckpt;
 using namespace gpuckpt::cuda;
 
 namespace {
 
-const std::string A = "GPU-3df50d36-548a-08c1-7cd5-41ff6e7b3cad";
-const std::string B = "GPU-cd626b4e-8c05-6521-8a3e-41d9ae0beccd";
-const std::string C = "GPU-11712ee8-83b5-9c26-a94f-628cbf33212d";
-const std::string D = "GPU-f6500d35-939e-034a-0ef8-b6d248daf52c";
+using test::h200;
+const std::string& A = test::kGpuA;
+const std::string& B = test::kGpuB;
+const std::string& C = test::kGpuC;
+const std::string& D = test::kGpuD;
 
 std::vector<std::pair<std::string, std::string>> as_text(const std::vector<UuidPair>& pairs) {
   std::vector<std::pair<std::string, std::string>> out;
@@ -34,21 +36,6 @@ std::vector<std::pair<std::string, std::string>> as_text(const std::vector<UuidP
   return out;
 }
 
-GpuDevice h200(const std::string& uuid, int minor) {
-  GpuDevice g;
-  g.id = uuid;
-  g.uuid = uuid;
-  g.vendor = GpuVendor::Nvidia;
-  g.name = "NVIDIA H200";
-  g.vendor_id = 0x10de;
-  g.device_id = 0x2335;
-  g.memory_bytes = 150ULL << 30;
-  g.compute_capability = "9.0";
-  g.driver_version = "580.159.04";
-  g.firmware_version = "96.00.a5.00.1a";
-  g.device_minor = minor;
-  return g;
-}
 
 }  // namespace
 

@@ -24,6 +24,7 @@
 #include "criu-plugin/cuda/gpu_memory_path.h"
 #include "criu-plugin/cuda/memory_copy.h"
 #include "criu-plugin/cuda/staging_memory.h"
+#include "test/criu-plugin/stand_in/stand_ins.h"
 #include "test/temp_dir.h"
 
 using namespace gpuckpt::cuda;
@@ -184,11 +185,11 @@ TEST_CASE("staging memory: settings from the environment", "[unit]") {
   CHECK_FALSE(switch_from_env("GPUCKPT_CUDA_MEMORY_IMAGE",
       gpuckpt::PluginSettings(std::map<std::string, std::string>{{"GPUCKPT_CUDA_MEMORY_IMAGE", "yes"}})));
 
-  CHECK_FALSE(test_staging_vma_from_env()->has_value());
+  CHECK_FALSE(stand_in::staging_vma_from_env()->has_value());
   ::setenv("GPUCKPT_TEST_STAGING_VMA", "0x7f00aa000000", 1);
-  CHECK(test_staging_vma_from_env()->value() == 0x7f00aa000000);
+  CHECK(stand_in::staging_vma_from_env()->value() == 0x7f00aa000000);
   ::setenv("GPUCKPT_TEST_STAGING_VMA", "somewhere", 1);
-  CHECK_FALSE(test_staging_vma_from_env());
+  CHECK_FALSE(stand_in::staging_vma_from_env());
   ::unsetenv("GPUCKPT_TEST_STAGING_VMA");
   CHECK(namespace_pid(::getpid()) > 0);
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# e2e (no GPU needed): gpuckpt moves a process's staging memory itself, with real CRIU 4.1 and the real plugin.
+# e2e (no GPU needed): gpuckpt moves a process's staging memory itself, with real CRIU 4.1 and the stand-in plugin
+# (stand_in/stand_ins.h: the installed plugin's entry and backend, with stand-ins for what only a GPU node has).
 # A plain process with one large private anonymous mapping stands in for a CUDA process after the driver's
 # checkpoint (the mechanism - read it in parallel, write the GPU memory image, make it durable, drop the pages
-# inside the task so CRIU dumps an empty VMA, fill it back at restore - does not depend on CUDA). The test-only
-# switch GPUCKPT_TEST_STAGING_VMA names the mapping. Checks, with the process's own checksum of the mapping:
+# inside the task so CRIU dumps an empty VMA, fill it back at restore - does not depend on CUDA). The stand-in
+# plugin's GPUCKPT_TEST_STAGING_VMA names the mapping. Checks, with the process's own checksum of the mapping:
 #   1. --leave-running: the pages are dropped, then put back before the process runs on (bit-identical);
 #   2. a dump that fails after the drop (the process holds a deleted 2 MiB file, over CRIU's default ghost-file
 #      limit of 1 MiB; CRIU finds out while dumping files, after CHECKPOINT_DEVICES): it gets its memory back;
@@ -30,7 +31,7 @@
 set -uo pipefail
 
 BUILD=${GPUCKPT_BUILD_DIR:?set GPUCKPT_BUILD_DIR to the CMake build directory}
-PLUGIN=$BUILD/criu-plugin/gpuckpt_plugin.so
+PLUGIN=$BUILD/test/criu-plugin/stand-in/gpuckpt_plugin.so   # the installed plugin with the stand-ins (stand_in/stand_ins.h)
 HELPER=$BUILD/test/criu-plugin/staging_process
 GPUCKPT=$BUILD/cli/gpuckpt
 CRIU=${CRIU:-criu}

@@ -155,7 +155,10 @@ grep -q "containerd 1.7" "$TMP/unimplemented.txt" && grep -q "from 2.0" "$TMP/un
 echo "ok: $(grep cri-tool: "$TMP/unimplemented.txt" | cut -c1-200)..."
 use_runtime "{kind: cri, cri: {endpoint: unix://$CTRD_SOCK}}"
 grep -q "runtime: containerd 1.7" "$TMP/agent.log" || fail "the agent did not log the CRI runtime's version"
-curl -s "$URL/metrics" | grep -q '^gpuckpt_runtime_info{kind="cri",name="containerd",version="1\.7\.' ||
+# Read whole first: grep -q stops at the first match, and curl then writing into a closed pipe fails the pipeline
+# under pipefail whenever /metrics outgrows the pipe's buffer before grep is done.
+METRICS=$(curl -s "$URL/metrics")
+grep -q '^gpuckpt_runtime_info{kind="cri",name="containerd",version="1\.7\.' <<< "$METRICS" ||
   fail "the CRI runtime's name and version are not in /metrics"
 r=$(sandbox_api POST /v1/checkpoints '{"namespace":"default","pod":"gpuckpt-e2e","container":"counter"}')
 [ "${r%% *}" = 202 ] || fail "POST /v1/checkpoints (cri): $r"

@@ -8,7 +8,8 @@
 #   store_flow.sh podman|containerd2
 #
 # The workload is test/criu-plugin/staging_process inside a container: a private anonymous mapping standing in for
-# a CUDA process's staged GPU memory, named to the plugin by the test-only switch GPUCKPT_TEST_STAGING_VMA (random,
+# a CUDA process's staged GPU memory, named to the stand-in plugin (test/criu-plugin/stand_in/stand_ins.h: the
+# installed plugin's code with stand-ins for a GPU node) by GPUCKPT_TEST_STAGING_VMA (random,
 # zero and bf16-like stretches; the process's own checksum of it proves a restore bit-identical). The switch is
 # read from CRIU's environment only (never from a node's settings file), and the runtimes pass their callers'
 # environment to CRIU differently:
@@ -40,7 +41,7 @@ set -euo pipefail
 RUNTIME=${1:-}
 BUILD=${GPUCKPT_BUILD_DIR:?GPUCKPT_BUILD_DIR must point at the build directory}
 SRC=${GPUCKPT_SOURCE_DIR:?GPUCKPT_SOURCE_DIR must point at the source tree}
-PLUGIN=$BUILD/criu-plugin/gpuckpt_plugin.so
+PLUGIN=$BUILD/test/criu-plugin/stand-in/gpuckpt_plugin.so   # the installed plugin with the stand-ins
 HELPER=$BUILD/test/criu-plugin/staging_process
 CRI_TOOL=$BUILD/test/e2e/cri-tool
 CTRD_BIN_DIR=${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Restore against restart, as a user of a GPU node sees it: a decoding container (bench/decode_workload.py: ~1.1B
+# parameters bf16 on the GPU, RVR_CPU_MIB of CPU heap the process wrote, default 1024) under podman with the node's
+# installed gpuckpt and whatever its settings file says (the installer's defaults unless RVR_STORE names a store:
+# inline, node), per run:
+#   cold      `podman run` to the first token (imports, weights on the GPU, heap): what a restart costs
+#   ck1       `podman container checkpoint --export` of the running container; its archive's size
+#   rst_cold  the page cache dropped (node store and archive read from disk), `podman container restore --import`
+#             to the next token the restored process writes
+#   ck2       a second checkpoint of the restored container (its memory barely changed); its archive's size
+#   rst_warm  restore of that archive with the page cache warm (a second replica on the node), to the next token
+# and checks that the restored streams continue step by step. Rows into RVR_TSV (default in the work dir), medians
+# after, ratios to the cold start of the same run.
+#   bash bench/restore_vs_restart.sh [RUNS]      on a GPU node set up by test/gpu/device_node.sh
+set -uo pipefail
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+RUNS=${1:-3}
+PREFIX=gpuckpt-rvr-$$
+KEEP_OUT=${RVR_OUT:-}
+. "$SRC/test/gpu/gpu_test_lib.sh"
+. "$SRC/test/gpu/node_test_lib.sh"
+[ "$HAVE_GPU" = 1 ] || skip "no NVIDIA GPU"
+PY=${PYTHON:-}
+[ -n "$PY" ] || { [ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3; }
+[ -n "$PY" ] || PY=$(command -v python3)
+PY=$("$PY" -c 'import sys; print(sys.executable)') || skip "no python"
+"$PY" -c 'import torch, transformers, numpy' 2>/dev/null || skip "$PY lacks torch, transformers or numpy"
+host_python_mounts "$PY" || skip "cannot ask $PY for its prefix"
+python_image || skip "cannot build the image (busybox)"
+CPU_MIB=${RVR_CPU_MIB:-1024}
+TSV=${RVR_TSV:-$WORK/restore_vs_restart.tsv}
+SETTINGS=$PLUGIN_DIR/gpuckpt_plugin.env SAVED=$WORK/plugin.env.saved
+[ -f "$SETTINGS" ] && cp "$SETTINGS" "$SAVED"
+restore_settings() { if [ -f "$SAVED" ]; then cp "$SAVED" "$SETTINGS"; else rm -f "$SETTINGS"; fi; }
+NODE_CLEANUP=restore_settings
+if [ -n "${RVR_STORE:-}" ]; then
+  { [ -f "$SAVED" ] && grep -v '^GPUCKPT_GPU_STORE=' "$SAVED"; echo "GPUCKPT_GPU_STORE=$RVR_STORE"; } > "$SETTINGS"
+fi
+STORE_SETTING=$(grep -h '^GPUCKPT_GPU_STORE=' "$SETTINGS" 2>/dev/null | tail -1 | cut -d= -f2)
+echo "settings: ${STORE_SETTING:-the built-in default of the plugin} (GPUCKPT_GPU_STORE in $SETTINGS)"
+
+now() { echo "$EPOCHREALTIME"; }
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.2f", b - a}'; }
+lines() { [ -f "$1" ] && wc -l < "$1" || echo 0; }
+until_lines() { # FILE N TIMEOUT_S NAME: until FILE has more than N lines; 1 when the container stopped or time ran out
+  local deadline=$((SECONDS + $3))
+  while [ $SECONDS -lt $deadline ]; do
+    [ "$(lines "$1")" -gt "$2" ] && return 0
+    [ "$(podman inspect -f '{{.State.Running}}' "$4" 2>/dev/null)" = true ] || { sleep 0.2; [ "$(lines "$1")" -gt "$2" ] && return 0; return 1; }
+    sleep 0.02
+  done
+  return 1
+}
+continues() { awk 'NR > 1 && $1 != prev + 1 && $1 != 1 {print "step " prev " -> " $1; bad = 1} {prev = $1} END {exit bad}' "$1"; }
+mib() { echo $(( $(stat -c %s "$1") >> 20 )); }
+fail() { echo "FAIL: $*"; pm rm -f -t 0 "$NAME" >/dev/null 2>&1; exit 1; }
+
+echo -e "run\tcold_s\tck1_s\tarchive1_mib\trst_cold_s\tck2_s\tarchive2_mib\trst_warm_s\tgpu_mib\tcpu_mib" > "$TSV"
+for run in $(seq "$RUNS"); do
+  NAME=$PREFIX-$run OUT=$WORK/out/$run.txt A1=$WORK/$run.1.tar.zst A2=$WORK/$run.2.tar.zst
+  rm -f "$OUT"
+  t0=$(now)
+  pm run -d --name "$NAME" "${GPU_SAFE_ENV[@]}" "${CDI_GPU[@]}" "${HOST_PY_MOUNTS[@]}" -v "$SRC/bench:/srv:ro" \
+    -v "$WORK/out:/out" -e HOME=/tmp "$PY_IMAGE" "$PY" /srv/decode_workload.py --out "/out/$run.txt" --cpu-mib "$CPU_MIB" \
+    > "$WORK/$NAME.run" 2>&1 || { show "$WORK/$NAME.run"; fail "podman run"; }
+  until_lines "$OUT" 0 300 "$NAME" || { pm logs "$NAME" 2>&1 | tail -5; fail "no first token"; }
+  cold=$(since "$t0")
+  until_lines "$OUT" 30 120 "$NAME" || fail "decoding stopped"
+  gpu_mib=$(nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits | awk '{s += $1} END {print s + 0}')
+  timed ck1 pm container checkpoint --export "$A1" "$NAME" > "$WORK/$run.ck1.log" 2>&1 || { show "$WORK/$run.ck1.log"; fail "checkpoint 1"; }
+  pm rm -f -t 0 "$NAME" >/dev/null 2>&1; wait_gone "$NAME"
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  n=$(lines "$OUT") t0=$(now)
+  pm container restore --import "$A1" > "$WORK/$run.rst1.log" 2>&1 || { show "$WORK/$run.rst1.log"; fail "restore 1 (page cache dropped)"; }
+  until_lines "$OUT" "$n" 120 "$NAME" || fail "no token after restore 1"
+  rst_cold=$(since "$t0")
+  until_lines "$OUT" $((n + 30)) 120 "$NAME" || fail "decoding stopped after restore 1"
+  timed ck2 pm container checkpoint --export "$A2" "$NAME" > "$WORK/$run.ck2.log" 2>&1 || { show "$WORK/$run.ck2.log"; fail "checkpoint 2"; }
+  pm rm -f -t 0 "$NAME" >/dev/null 2>&1; wait_gone "$NAME"
+  n=$(lines "$OUT") t0=$(now)
+  pm container restore --import "$A2" > "$WORK/$run.rst2.log" 2>&1 || { show "$WORK/$run.rst2.log"; fail "restore 2 (page cache warm)"; }
+  until_lines "$OUT" "$n" 120 "$NAME" || fail "no token after restore 2"
+  rst_warm=$(since "$t0")
+  until_lines "$OUT" $((n + 10)) 120 "$NAME" || fail "decoding stopped after restore 2"
+  pm rm -f -t 0 "$NAME" >/dev/null 2>&1; wait_gone "$NAME"
+  continues "$OUT" || fail "the restored stream did not continue step by step"
+  echo -e "$run\t$cold\t$ck1\t$(mib "$A1")\t$rst_cold\t$ck2\t$(mib "$A2")\t$rst_warm\t$gpu_mib\t$CPU_MIB" | tee -a "$TSV"
+  rm -f "$A1" "$A2"
+done
+median_of() { awk -F'\t' -v c="$1" 'NR > 1 {print $c}' "$TSV" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+read -r cold ck1 a1 rc ck2 a2 rw <<< "$(for c in 2 3 4 5 6 7 8; do median_of $c; done | xargs)"
+printf 'medians of %s runs (store: %s): cold start %s s; checkpoint %s s (%s MiB), second %s s (%s MiB, %.2fx of the first); restore to next token %s s with the page cache dropped (%.2fx of cold), %s s warm (%.2fx)\n' \
+  "$RUNS" "${STORE_SETTING:-built-in default}" "$cold" "$ck1" "$a1" "$ck2" "$a2" "$(awk -v a="$ck2" -v b="$ck1" 'BEGIN {print a / b}')" \
+  "$rc" "$(awk -v a="$rc" -v b="$cold" 'BEGIN {print a / b}')" "$rw" "$(awk -v a="$rw" -v b="$cold" 'BEGIN {print a / b}')" | tee -a "${TSV%.tsv}.summary.txt"

@@ -1,0 +1,339 @@
+# shellcheck shell=bash
+# Sourced by tests: a real Kubernetes cluster on this machine, under one work directory, built by
+# scripts/setup-k8s.sh: etcd, kube-apiserver (TLS with certificates made here by openssl, Node + RBAC
+# authorization, service-account tokens signed by a key made here), kube-controller-manager and kube-scheduler,
+# then one kubelet per node, each with its own root dir, its own containerd 2.x (scripts/lib/containerd-sandbox.sh)
+# and its own pod network (Debian's bridge + host-local CNI plugins, one bridge and subnet per node). Nothing
+# outside WORK is written but the nodes' cgroups (/sys/fs/cgroup/*/gpuckpt-k8s-NODE) and the kernel settings the
+# kubelet sets at start (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops, ...): k8s_stop puts them back.
+# Each kubelet runs in a mount namespace of its own where node-private directories cover the paths a kubelet uses
+# whatever its --root-dir: /var/lib/kubelet (device-plugins/kubelet.sock and the device manager's allocation
+# checkpoint) and /var/log (the containers/ log links); its root dir is a shared mount, so the volumes it mounts
+# there reach containerd. (An empty /var/lib/kubelet is made on the host as the mount point where there is none,
+# and removed at k8s_stop.) Device plugins register through each kubelet's own ROOT/plugins_registry.
+#   K8S_BIN=DIR                       the programs (default PREFIX/k8s/VERSION/bin of setup-k8s.sh)
+#   k8s_start_control_plane WORK      certificates, etcd, API server, controller-manager, scheduler; waits until
+#                                     the API server is ready and the default service account exists. Sets
+#                                     K8S_WORK KUBECONFIG (the admin's: system:masters) K8S_API K8S_NODE_IP
+#                                     K8S_CONTROL_PLANE_SECONDS
+#   k8s_add_node NAME                 containerd 2.x + kubelet (ContainerCheckpoint on, cgroupfs, cgroup v1 allowed)
+#                                     as node NAME; waits until the node is Ready. Sets K8S_KUBELET_ROOT[NAME]
+#                                     (its root dir: checkpoints/, plugins_registry/, pod-resources/),
+#                                     K8S_CTRD_SOCK[NAME], K8S_NODE_PORT[NAME], K8S_NODE_SECONDS
+#   k8s_node_ctrd NAME                makes node NAME's containerd the one ctrd_* functions talk to
+#   k8s_kubectl ARGS...               kubectl as the cluster admin
+#   k8s_crictl NAME ARGS...           crictl against node NAME's containerd
+#   k8s_wait_pod NS POD [SECONDS]     waits until the pod is Running with every container ready (default 60 s)
+#   k8s_stop                          stops every node (kubelet, its pods, containerd), the control plane, puts
+#                                     the kernel settings back, removes the nodes' cgroups; safe twice
+# Every wait is bounded; a component that does not come up prints the tail of its log and fails.
+
+K8S_BIN=${K8S_BIN:-${GPUCKPT_PREFIX:-/opt/gpuckpt}/k8s/v1.37.2/bin}
+K8S_CGROUP_CONTROLLERS=(cpu cpuacct cpuset memory pids devices freezer blkio hugetlb systemd)
+# The settings kubelet writes at start (its setupKernelTunables): saved at k8s_start_control_plane, put back at
+# k8s_stop, so that a test leaves the machine as it found it.
+K8S_KERNEL_TUNABLES=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
+  kernel.keys.root_maxbytes)
+declare -gA K8S_NODE_BRIDGE K8S_KUBELET_PID K8S_KUBELET_ROOT K8S_CTRD_SOCK K8S_CTRD_PID K8S_CTRD_WORK K8S_NODE_PORT
+K8S_NODES=() K8S_PIDS=() K8S_SAVED_TUNABLES=()
+
+k8s_kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" "$@"; }
+
+# k8s_crictl NAME ARGS...: crictl against node NAME's containerd
+k8s_crictl() {
+  "$K8S_BIN/crictl" --runtime-endpoint "unix://${K8S_CTRD_SOCK[$1]}" --image-endpoint "unix://${K8S_CTRD_SOCK[$1]}" \
+    "${@:2}" 2> >(grep -v 'level=warning msg="Config' >&2)
+}
+
+k8s_free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
+
+k8s_log_tail() { echo "--- last lines of $1" >&2; tail -n "${2:-25}" "$1" >&2; }
+
+# k8s_cert NAME CN [O] [SAN]: a key and a certificate signed by the cluster's CA under WORK/pki
+k8s_cert() {
+  local pki=$K8S_WORK/pki name=$1 cn=$2 org=${3:-} san=${4:-} subj ext
+  subj="/CN=$cn${org:+/O=$org}"
+  ext=$pki/$name.ext
+  {
+    echo "basicConstraints=critical,CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=serverAuth,clientAuth"
+    [ -n "$san" ] && echo "subjectAltName=$san"
+  } > "$ext"
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$pki/$name.key" -subj "$subj" -out "$pki/$name.csr" 2>/dev/null &&
+    openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 2 \
+      -extfile "$ext" -out "$pki/$name.crt" 2>/dev/null
+}
+
+# k8s_kubeconfig FILE CERT_NAME: a kubeconfig for the API server with the client certificate CERT_NAME
+k8s_kubeconfig() {
+  local file=$1 pki=$K8S_WORK/pki
+  "$K8S_BIN/kubectl" --kubeconfig "$file" config set-cluster local --server "$K8S_API" \
+    --certificate-authority "$pki/ca.crt" --embed-certs >/dev/null &&
+    "$K8S_BIN/kubectl" --kubeconfig "$file" config set-credentials user --client-certificate "$pki/$2.crt" \
+      --client-key "$pki/$2.key" --embed-certs >/dev/null &&
+    "$K8S_BIN/kubectl" --kubeconfig "$file" config set-context local --cluster local --user user >/dev/null &&
+    "$K8S_BIN/kubectl" --kubeconfig "$file" config use-context local >/dev/null
+}
+
+# k8s_daemon LOG PROGRAM ARGS...: starts a component in the background; its pid is appended to K8S_PIDS
+k8s_daemon() {
+  local log=$1; shift
+  "$@" > "$log" 2>&1 &
+  K8S_PIDS+=("$!")
+}
+
+k8s_start_control_plane() {
+  K8S_WORK=$1
+  local pki=$K8S_WORK/pki etcd_port peer_port api_port t0 _ k
+  mkdir -p "$pki" "$K8S_WORK/logs"
+  for k in "$K8S_BIN"/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kubectl}; do
+    [ -x "$k" ] || { echo "k8s-sandbox: $k missing (scripts/setup-k8s.sh builds it)" >&2; return 1; }
+  done
+  K8S_SAVED_TUNABLES=()
+  K8S_MADE_VAR_LIB_KUBELET=0
+  if [ ! -e /var/lib/kubelet ]; then
+    mkdir /var/lib/kubelet || return 1
+    K8S_MADE_VAR_LIB_KUBELET=1
+  fi
+  for k in "${K8S_KERNEL_TUNABLES[@]}"; do K8S_SAVED_TUNABLES+=("$k=$(sysctl -n "$k")"); done
+  # the address the nodes and the API server advertise: the machine's own (the API server refuses loopback
+  # for its service endpoint)
+  K8S_NODE_IP=$(ip -4 route get 1.1.1.1 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") print $(i+1)}')
+  [ -n "$K8S_NODE_IP" ] || K8S_NODE_IP=$(ip -4 -o addr show scope global | awk '{sub(/\/.*/, "", $4); print $4; exit}')
+  [ -n "$K8S_NODE_IP" ] || { echo "k8s-sandbox: no global IPv4 address on this machine" >&2; return 1; }
+  etcd_port=$(k8s_free_port) peer_port=$(k8s_free_port) api_port=$(k8s_free_port)
+  K8S_API=https://$K8S_NODE_IP:$api_port
+
+  t0=$(date +%s.%N)
+  openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$pki/ca.key" -subj /CN=gpuckpt-test-ca -days 2 \
+    -out "$pki/ca.crt" 2>/dev/null || { echo "k8s-sandbox: openssl cannot make the CA" >&2; return 1; }
+  if ! { k8s_cert apiserver kube-apiserver "" \
+      "IP:$K8S_NODE_IP,IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" &&
+    k8s_cert admin admin system:masters &&
+    k8s_cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters &&
+    k8s_cert controller-manager system:kube-controller-manager &&
+    k8s_cert scheduler system:kube-scheduler &&
+    openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null &&
+    openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null; }; then
+    echo "k8s-sandbox: openssl cannot make the certificates or the service-account key" >&2
+    return 1
+  fi
+  KUBECONFIG=$K8S_WORK/admin.kubeconfig
+  k8s_kubeconfig "$KUBECONFIG" admin && k8s_kubeconfig "$K8S_WORK/controller-manager.kubeconfig" controller-manager &&
+    k8s_kubeconfig "$K8S_WORK/scheduler.kubeconfig" scheduler || return 1
+
+  k8s_daemon "$K8S_WORK/logs/etcd.log" "$K8S_BIN/etcd" --name default --data-dir "$K8S_WORK/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+    --initial-cluster "default=http://127.0.0.1:$peer_port" --unsafe-no-fsync --log-level warn
+  k8s_daemon "$K8S_WORK/logs/kube-apiserver.log" "$K8S_BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_port" --bind-address 0.0.0.0 --secure-port "$api_port" \
+    --advertise-address "$K8S_NODE_IP" --cert-dir "$K8S_WORK/apiserver" \
+    --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" --client-ca-file "$pki/ca.crt" \
+    --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority "$pki/ca.crt" --kubelet-preferred-address-types InternalIP \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --service-cluster-ip-range 10.96.0.0/24 --allow-privileged=true --profiling=false
+  for _ in $(seq 300); do
+    k8s_kubectl get --raw /readyz >/dev/null 2>&1 && break
+    kill -0 "${K8S_PIDS[1]}" 2>/dev/null || break
+    sleep 0.2
+  done
+  k8s_kubectl get --raw /readyz >/dev/null 2>&1 || {
+    echo "k8s-sandbox: the API server is not ready within 60 s" >&2
+    k8s_log_tail "$K8S_WORK/logs/etcd.log" 10; k8s_log_tail "$K8S_WORK/logs/kube-apiserver.log"; return 1; }
+
+  k8s_daemon "$K8S_WORK/logs/kube-controller-manager.log" "$K8S_BIN/kube-controller-manager" \
+    --kubeconfig "$K8S_WORK/controller-manager.kubeconfig" --authentication-kubeconfig "$K8S_WORK/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$K8S_WORK/controller-manager.kubeconfig" --bind-address 127.0.0.1 --secure-port "$(k8s_free_port)" \
+    --leader-elect=false --use-service-account-credentials --service-account-private-key-file "$pki/sa.key" \
+    --root-ca-file "$pki/ca.crt" --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+    --allocate-node-cidrs=false --profiling=false
+  k8s_daemon "$K8S_WORK/logs/kube-scheduler.log" "$K8S_BIN/kube-scheduler" \
+    --kubeconfig "$K8S_WORK/scheduler.kubeconfig" --authentication-kubeconfig "$K8S_WORK/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$K8S_WORK/scheduler.kubeconfig" --bind-address 127.0.0.1 --secure-port "$(k8s_free_port)" \
+    --leader-elect=false --profiling=false
+  # the service-account controller makes each namespace's "default" account, without which no pod is admitted
+  for _ in $(seq 300); do
+    k8s_kubectl -n default get serviceaccount default >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  k8s_kubectl -n default get serviceaccount default >/dev/null 2>&1 || {
+    echo "k8s-sandbox: no default service account within 60 s" >&2
+    k8s_log_tail "$K8S_WORK/logs/kube-controller-manager.log"; return 1; }
+  # shellcheck disable=SC2034 # for the caller: how long the control plane took to come up
+  K8S_CONTROL_PLANE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+}
+
+# k8s_node_cgroup NAME: the node's cgroup root in every v1 hierarchy (cpuset needs its parent's cpus and mems)
+k8s_node_cgroup() {
+  local c dir
+  for c in "${K8S_CGROUP_CONTROLLERS[@]}"; do
+    [ -d "/sys/fs/cgroup/$c" ] || continue
+    dir=/sys/fs/cgroup/$c/gpuckpt-k8s-$1
+    mkdir -p "$dir" || return 1
+    if [ "$c" = cpuset ]; then
+      cat /sys/fs/cgroup/cpuset/cpuset.cpus > "$dir/cpuset.cpus" && cat /sys/fs/cgroup/cpuset/cpuset.mems > "$dir/cpuset.mems" ||
+        return 1
+    fi
+  done
+}
+
+# k8s_node_cni NAME INDEX: the pod network of a node: its own bridge and /24 (10.88.INDEX.0)
+k8s_node_cni() {
+  local name=$1 index=$2 dir=${K8S_CTRD_WORK[$1]}/cni
+  mkdir -p "$dir"
+  K8S_NODE_BRIDGE[$name]=gck-br$index
+  cat > "$dir/10-gpuckpt.conflist" <<JSON
+{
+  "cniVersion": "1.0.0",
+  "name": "gpuckpt-$name",
+  "plugins": [
+    {"type": "bridge", "bridge": "gck-br$index", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.$index.0/24"}]],
+              "dataDir": "${K8S_CTRD_WORK[$1]}/cni-ipam"}},
+    {"type": "loopback"}
+  ]
+}
+JSON
+}
+
+k8s_node_ctrd() {
+  CTRD_SOCK=${K8S_CTRD_SOCK[$1]} CTRD_PID=${K8S_CTRD_PID[$1]} CTRD_WORK=${K8S_CTRD_WORK[$1]}
+}
+
+k8s_add_node() {
+  local name=$1 index=$(( ${#K8S_NODES[@]} + 1 )) work=$K8S_WORK/nodes/$1 pki=$K8S_WORK/pki port _ t0 ready
+  t0=$(date +%s.%N)
+  mkdir -p "$work"
+  k8s_node_cgroup "$name" || { echo "k8s-sandbox: cannot make node $name's cgroups" >&2; return 1; }
+  K8S_NODES+=("$name")
+  # its own containerd 2.x, CNI plugins from Debian's containernetworking-plugins
+  CTRD_BIN_DIR=${CTRD_BIN_DIR:-${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin}
+  CTRD_CNI_BIN_DIR=/usr/lib/cni ctrd_start "$work/containerd" || { echo "k8s-sandbox: node $name's containerd did not start" >&2; return 1; }
+  K8S_CTRD_SOCK[$name]=$CTRD_SOCK K8S_CTRD_PID[$name]=$CTRD_PID K8S_CTRD_WORK[$name]=$CTRD_WORK
+  k8s_node_cni "$name" "$index"
+
+  port=$(k8s_free_port)
+  # shellcheck disable=SC2034 # for the caller: the kubelet's port and root dir
+  K8S_NODE_PORT[$name]=$port K8S_KUBELET_ROOT[$name]=$work/kubelet
+  k8s_cert "kubelet-$name" "system:node:$name" system:nodes "IP:$K8S_NODE_IP,DNS:$name" &&
+    k8s_kubeconfig "$work/kubelet.kubeconfig" "kubelet-$name" || return 1
+  cat > "$work/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $K8S_NODE_IP
+port: $port
+readOnlyPort: 0
+healthzPort: 0
+tlsCertFile: $pki/kubelet-$name.crt
+tlsPrivateKeyFile: $pki/kubelet-$name.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $pki/ca.crt}
+authorization: {mode: Webhook}
+containerRuntimeEndpoint: unix://$CTRD_SOCK
+cgroupDriver: cgroupfs
+cgroupRoot: /gpuckpt-k8s-$name
+cgroupsPerQOS: true
+# this machine has cgroup v1 only (the kubelet refuses it unless told)
+failCgroupV1: false
+failSwapOn: false
+featureGates:
+  ContainerCheckpoint: true
+clusterDomain: cluster.local
+resolvConf: ""
+staticPodPath: ""
+maxPods: 20
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+# a test machine's disk may be fuller than a node's defaults allow; never evict or collect the test's images
+evictionHard: {memory.available: "50Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+nodeStatusUpdateFrequency: 5s
+podLogsDir: $work/pod-logs
+YAML
+  mkdir -p "$work/kubelet" "$work/var-lib-kubelet" "$work/var-log" "$work/pod-logs"
+  if ! { mount --bind "$work/kubelet" "$work/kubelet" && mount --make-shared "$work/kubelet"; }; then
+    echo "k8s-sandbox: cannot make $work/kubelet a shared mount" >&2
+    return 1
+  fi
+  # shellcheck disable=SC2016 # expanded by the namespace's shell
+  k8s_daemon "$work/kubelet.log" unshare --mount --propagation unchanged -- sh -c \
+    'mount --bind "$1" /var/lib/kubelet && mount --bind "$2" /var/log && shift 2 && exec "$@"' sh \
+    "$work/var-lib-kubelet" "$work/var-log" "$K8S_BIN/kubelet" --config "$work/kubelet.yaml" \
+    --kubeconfig "$work/kubelet.kubeconfig" --root-dir "$work/kubelet" --cert-dir "$work/kubelet-pki" \
+    --hostname-override "$name" --node-ip "$K8S_NODE_IP" -v 2
+  K8S_KUBELET_PID[$name]=${K8S_PIDS[-1]}
+  for _ in $(seq 300); do
+    ready=$(k8s_kubectl get node "$name" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
+    [ "$ready" = True ] && break
+    kill -0 "${K8S_KUBELET_PID[$name]}" 2>/dev/null || break
+    sleep 0.2
+  done
+  [ "$ready" = True ] || {
+    echo "k8s-sandbox: node $name is not Ready within 60 s (Ready=$ready)" >&2
+    k8s_kubectl get node "$name" -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}' >&2 2>/dev/null
+    k8s_log_tail "$work/kubelet.log" 40; return 1; }
+  # shellcheck disable=SC2034 # for the caller: how long the node took to become Ready
+  K8S_NODE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+}
+
+k8s_wait_pod() {
+  local ns=$1 pod=$2 seconds=${3:-60} phase ready _
+  for _ in $(seq $(( seconds * 5 ))); do
+    phase=$(k8s_kubectl -n "$ns" get pod "$pod" -o jsonpath='{.status.phase}' 2>/dev/null || true)
+    ready=$(k8s_kubectl -n "$ns" get pod "$pod" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
+    [ "$phase" = Running ] && [ "$ready" = True ] && return 0
+    [ "$phase" = Failed ] || [ "$phase" = Succeeded ] && break
+    sleep 0.2
+  done
+  echo "k8s-sandbox: pod $ns/$pod not running and ready within $seconds s (phase '$phase'):" >&2
+  k8s_kubectl -n "$ns" describe pod "$pod" 2>&1 | tail -n 25 >&2
+  return 1
+}
+
+k8s_stop() {
+  [ -n "${K8S_WORK:-}" ] || return 0
+  local name pid i c t m pods
+  # kubelets first (so none restarts a pod), then each node's containerd with its pods, then the control plane
+  for name in "${K8S_NODES[@]}"; do
+    pid=${K8S_KUBELET_PID[$name]:-}
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  done
+  for name in "${K8S_NODES[@]}"; do
+    # the pods' sandboxes through CRI first: StopPodSandbox has the CNI plugins remove the pod's veth and address
+    # and containerd its network namespace (/run/netns/cni-*), which killing the tasks would leave behind
+    mapfile -t pods < <(k8s_crictl "$name" pods -q 2>/dev/null)
+    if [ ${#pods[@]} -gt 0 ]; then
+      k8s_crictl "$name" stopp "${pods[@]}" >/dev/null 2>&1
+      k8s_crictl "$name" rmp -f "${pods[@]}" >/dev/null 2>&1
+    fi
+    k8s_node_ctrd "$name"
+    ctrd_stop
+  done
+  for (( i = ${#K8S_PIDS[@]} - 1; i >= 0; i-- )); do
+    kill "${K8S_PIDS[$i]}" 2>/dev/null && wait "${K8S_PIDS[$i]}" 2>/dev/null
+  done
+  for name in "${K8S_NODES[@]}"; do
+    [ -n "${K8S_NODE_BRIDGE[$name]:-}" ] && ip link delete "${K8S_NODE_BRIDGE[$name]}" 2>/dev/null
+    for c in "${K8S_CGROUP_CONTROLLERS[@]}"; do
+      [ -d "/sys/fs/cgroup/$c/gpuckpt-k8s-$name" ] || continue
+      # deepest first: a cgroup is removed only when it has no children and no tasks
+      find "/sys/fs/cgroup/$c/gpuckpt-k8s-$name" -depth -type d -exec rmdir {} \; 2>/dev/null
+    done
+  done
+  for t in "${K8S_SAVED_TUNABLES[@]}"; do sysctl -qw "$t" >/dev/null 2>&1; done
+  while read -r _ m _; do
+    case "$m" in "$K8S_WORK"/*) umount -l "$m" 2>/dev/null ;; esac
+  done < <(sort -r -k2 /proc/self/mounts)
+  [ "${K8S_MADE_VAR_LIB_KUBELET:-0}" = 1 ] && rmdir /var/lib/kubelet 2>/dev/null
+  K8S_MADE_VAR_LIB_KUBELET=0
+  K8S_NODES=() K8S_PIDS=() K8S_WORK=''
+  return 0
+}

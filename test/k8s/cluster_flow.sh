@@ -1,0 +1,392 @@
+#!/usr/bin/env bash
+# e2e (labels e2e, cluster): gpuckpt under a real Kubernetes cluster on this machine (scripts/lib/k8s-sandbox.sh:
+# etcd, kube-apiserver with TLS + RBAC + service-account tokens, kube-controller-manager, kube-scheduler, and one
+# kubelet node on its own containerd 2.1, all built by scripts/setup-k8s.sh from the Go module proxy):
+#   1. the cluster starts; its node, a simulated GPU node (node-sandbox.sh: /dev/null and /dev/zero as
+#      /dev/nvidia0 and /dev/nvidia1), gets 2 allocatable nvidia.com/gpu from sim-device-plugin, a device plugin
+#      speaking the kubelet's deviceplugin/v1beta1 API;
+#   2. a pod asking for nvidia.com/gpu: 1 is scheduled by the scheduler onto the node and started by the
+#      kubelet, on the node's pod network (bridge + host-local CNI: an address of the node's /24, a network
+#      namespace of its own); the kubelet's device manager chose the GPU, the plugin's Allocate gave its node and
+#      NVIDIA_VISIBLE_DEVICES; gpuckpt-nri on the node's containerd recorded the container on that GPU, and the
+#      real kubelet's PodResources API (gpuckpt-nri's --pod-resources-socket) reports the same device;
+#   3. the kubelet checkpoint API as operators call it: POST /api/v1/nodes/NODE/proxy/checkpoint/NS/POD/CONTAINER
+#      through the API server (kubectl create --raw) to the kubelet, which has containerd write the archive into
+#      its checkpoint dir; the agent's watcher of that dir annotates it with the GPU record; `gpuckpt inspect`
+#      shows containerd's archive, the pod and the GPU the kubelet allocated; the pod keeps running;
+#   4. restore by the kubelet: `gpuckpt image` loads the archive as a checkpoint image into the node's containerd,
+#      a pod of that image (the source still holds its GPU) gets the other GPU from the kubelet's device manager,
+#      containerd restores it, the counter continues from the checkpoint, gpuckpt-nri plans source -> allocated
+#      GPU and the spec containerd gives runc has the allocated GPU's node and NVIDIA_VISIBLE_DEVICES.
+#   5. a second node (node-b: its own kubelet, containerd, simulated GPUs 2 and 3 of the fixture, agent and
+#      gpuckpt-nri): the archive moved to node-b's agent, loaded as a checkpoint image there, a pod of it placed on
+#      node-b by the scheduler, restored by node-b's kubelet on the GPU node-b's device manager allocated (its
+#      PodResources says so), the counter continues; gpuckpt-nri plans node-a's GPU -> node-b's.
+# (kubectl gpuckpt migrate, a network namespace per node, CRI-O and the Helm DaemonSet are not covered yet:
+# docs/kubernetes.md says what is.)
+# Exit 0 pass, 77 skipped (no root, or setup.sh / setup-k8s.sh products absent), else fail. Every wait is bounded;
+# cleanup always runs. KEEP=1 keeps the work dir.
+set -euo pipefail
+
+BUILD=${GPUCKPT_BUILD_DIR:?GPUCKPT_BUILD_DIR must point at the build directory}
+SRC=${GPUCKPT_SOURCE_DIR:?GPUCKPT_SOURCE_DIR must point at the source tree}
+. "$SRC/scripts/lib/node-sandbox.sh"
+. "$SRC/scripts/lib/containerd-sandbox.sh"
+. "$SRC/scripts/lib/k8s-sandbox.sh"
+CLI=$BUILD/cli/gpuckpt
+AGENT=$BUILD/agent/gpuckpt-agent
+NRI=$BUILD/nri-plugin/gpuckpt-nri
+HOOK=$BUILD/oci-hook/gpuckpt-oci-hook
+IMAGE=${GPUCKPT_TEST_IMAGE:-localhost/gpuckpt-busybox}
+CTRD_BIN_DIR=${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin
+NODE=node-a
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+step() { printf '\n== %s (%ss)\n' "$*" "$(( $(date +%s) - T0 ))"; }
+T0=$(date +%s)
+
+[ "$(id -u)" = 0 ] || skip "needs root (kubelet, containerd, runc, CRIU)"
+for p in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crictl sim-device-plugin podresources-get; do
+  [ -x "$K8S_BIN/$p" ] || skip "$K8S_BIN/$p missing (scripts/setup-k8s.sh builds it)"
+done
+[ -x "$CTRD_BIN_DIR/containerd" ] || skip "containerd 2.x not installed in $CTRD_BIN_DIR (scripts/setup.sh)"
+{ [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ]; } || skip "no CNI plugins in /usr/lib/cni (scripts/setup-k8s.sh)"
+command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
+. "$SRC/scripts/lib/criu-probe.sh"
+criu_dump_works || skip "$CRIU_PROBE_REASON"
+command -v docker-registry >/dev/null || skip "docker-registry not installed (scripts/setup.sh)"
+podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
+for b in "$CLI" "$AGENT" "$NRI" "$HOOK"; do [ -x "$b" ] || fail "$b not built"; done
+
+# short: unix socket paths under it (the device plugins', the kubelet's) must fit in 108 bytes
+TMP=/tmp/gck8s-$$-$(date +%s)
+mkdir -m 700 "$TMP"
+NRI_PID='' PLUGIN_PID='' REGISTRY_PID='' AGENT_B_PID='' NRI_B_PID='' PLUGIN_B_PID=''
+cleanup() {
+  set +e
+  sandbox_stop_agent
+  for p in "$AGENT_B_PID" "$NRI_PID" "$NRI_B_PID" "$PLUGIN_PID" "$PLUGIN_B_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  k8s_stop
+  if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+
+kubectl() { k8s_kubectl "$@"; }
+crictl() { "$K8S_BIN/crictl" --config "$TMP/crictl.yaml" "$@"; }
+container_pid() {  # container_pid POD: the pid of the pod's container "counter", through the node's CRI
+  local id
+  id=$(crictl ps -q --name counter --label "io.kubernetes.pod.name=$1" --state running | head -1)
+  [ -n "$id" ] || fail "no running container 'counter' of pod $1 on $NODE"
+  crictl inspect -o go-template --template '{{.info.pid}}' "$id"
+}
+count_of() {  # count_of PID: the counter's value (the file is rewritten 10 times a second: retry an empty read)
+  local n
+  for _ in $(seq 50); do
+    n=$(cat "/proc/$1/root/tmp/count" 2>/dev/null || true)
+    [ -n "$n" ] && { echo "$n"; return; }
+    sleep 0.02
+  done
+  fail "no counter value in process $1"
+}
+counts_past() {  # counts_past PID N: the counter passes N within 10 s
+  for _ in $(seq 100); do [ "$(count_of "$1")" -gt "$2" ] && return 0; sleep 0.1; done
+  return 1
+}
+on_pod_network() {  # on_pod_network POD PID SUBNET_PREFIX: the pod has an address of its node's CNI network and
+  # its process lives in a network namespace of its own
+  local ip
+  ip=$(kubectl get pod "$1" -o jsonpath='{.status.podIP}')
+  case "$ip" in "$3".*) ;; *) fail "pod $1 has address '$ip', not one of its node's pod network $3.0/24" ;; esac
+  [ "$(readlink "/proc/$2/ns/net")" != "$(readlink /proc/self/ns/net)" ] || fail "pod $1's process is in the host's network namespace"
+  echo "$ip"
+}
+# shellcheck disable=SC2016 # expanded by the container's shell; written then renamed: a read never sees it half-written
+COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
+
+step "1. the cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet $NODE on containerd 2"
+sandbox_prepare "$TMP" "$BUILD" "$SRC" || fail "cannot prepare the simulated node in $TMP"
+mkdir -p "$TMP/criu-plugins"
+cp "$BUILD/criu-plugin/gpuckpt_plugin.so" "$TMP/criu-plugins/" || fail "criu-plugin/gpuckpt_plugin.so not built"
+export CRIU_LIBS_DIR=$TMP/criu-plugins   # containerd -> shim -> runc -> CRIU: CRIU loads gpuckpt's plugin from here
+k8s_start_control_plane "$TMP/cluster" || fail "the control plane did not start"
+echo "ok: control plane at $K8S_API in ${K8S_CONTROL_PLANE_SECONDS}s ($("$K8S_BIN/kube-apiserver" --version))"
+k8s_add_node "$NODE" || fail "node $NODE did not start"
+KROOT=${K8S_KUBELET_ROOT[$NODE]}
+printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\n' "${K8S_CTRD_SOCK[$NODE]}" "${K8S_CTRD_SOCK[$NODE]}" > "$TMP/crictl.yaml"
+echo "ok: node $NODE Ready in ${K8S_NODE_SECONDS}s (kubelet $(kubectl get node "$NODE" -o jsonpath='{.status.nodeInfo.kubeletVersion}'), runtime $(kubectl get node "$NODE" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}'))"
+k8s_node_ctrd "$NODE"
+# the pod's image comes from a registry on 127.0.0.1, pulled by the kubelet (containerd 2.1 pulls a checkpoint's
+# base image again by its rootfsImageRef at every restore)
+ctrd_start_registry "$TMP/registry" || fail "docker-registry did not start"
+BASE=$REGISTRY/gpuckpt-busybox:latest
+podman push -q --tls-verify=false "$IMAGE" "docker://$BASE" || fail "podman push $IMAGE to $BASE"
+ctrd_registry_host "$REGISTRY"
+
+"$K8S_BIN/sim-device-plugin" --registry-dir "$KROOT/plugins_registry" \
+  --device "$GPU0=0:$ROOT/dev/nvidia0" --device "$GPU1=1:$ROOT/dev/nvidia1" > "$TMP/device-plugin.log" 2>&1 &
+PLUGIN_PID=$!
+for _ in $(seq 150); do
+  [ "$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] && break
+  sleep 0.2
+done
+[ "$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] ||
+  fail "$NODE does not offer 2 nvidia.com/gpu: $(cat "$TMP/device-plugin.log")"
+echo "ok: $NODE allocatable nvidia.com/gpu=2 ($GPU0, $GPU1) from sim-device-plugin"
+
+step "2. a pod asking for one GPU: scheduled, started, its GPU chosen by the kubelet's device manager"
+"$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE" --host-root "$ROOT" --hook "$HOOK" \
+  --pod-resources-socket "$KROOT/pod-resources/kubelet.sock" --once > "$TMP/nri.log" 2>&1 &
+NRI_PID=$!
+for _ in $(seq 100); do grep -q "registered with containerd" "$TMP/nri.log" && break; sleep 0.1; done
+grep -q "registered with containerd 2" "$TMP/nri.log" || fail "gpuckpt-nri did not register: $(cat "$TMP/nri.log")"
+mkdir -p "$KROOT/checkpoints"
+sed -i "s#kubelet_dir: \"\"#kubelet_dir: $KROOT/checkpoints, watch_interval_seconds: 1#" "$TMP/agent.yaml"
+sandbox_start_agent "$AGENT" || fail "agent did not start"
+
+kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the GPU pod"
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-counter, namespace: default}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: counter
+    image: $BASE
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, '$COUNTER']
+    resources: {limits: {nvidia.com/gpu: 1}}
+YAML
+k8s_wait_pod default gpu-counter 90 || fail "the GPU pod did not start"
+[ "$(kubectl get pod gpu-counter -o jsonpath='{.spec.nodeName}')" = "$NODE" ] || fail "gpu-counter is not on $NODE"
+ALLOCATED=$(sed -n 's/^allocate //p' "$TMP/device-plugin.log" | tail -1)
+[ "$ALLOCATED" = "$GPU0" ] || [ "$ALLOCATED" = "$GPU1" ] || fail "the device plugin allocated '$ALLOCATED', not one of its GPUs"
+[ "$ALLOCATED" = "$GPU0" ] && INDEX=0 || INDEX=1
+PID=$(container_pid gpu-counter)
+CID=$(crictl ps -q --name counter --label io.kubernetes.pod.name=gpu-counter --state running | head -1)
+[ -c "/proc/$PID/root/dev/nvidia$INDEX" ] || fail "the container has no /dev/nvidia$INDEX"
+tr '\0' '\n' < "/proc/$PID/environ" | grep -qx "NVIDIA_VISIBLE_DEVICES=$INDEX" ||
+  fail "the container's NVIDIA_VISIBLE_DEVICES is not $INDEX: $(tr '\0' '\n' < "/proc/$PID/environ" | grep NVIDIA || true)"
+for _ in $(seq 50); do [ -f "$STATE/containers/$CID.json" ] && break; sleep 0.1; done
+python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["gpus"]; assert g["record"]["used_gpu_ids"]==[sys.argv[2]], g' \
+  "$STATE/containers/$CID.json" "$ALLOCATED" || fail "gpuckpt-nri's record of $CID does not name $ALLOCATED"
+# what the real kubelet's PodResources API reports (gpuckpt-nri reads the same socket)
+[ "$("$K8S_BIN/podresources-get" "$KROOT/pod-resources/kubelet.sock" default gpu-counter counter)" = "nvidia.com/gpu $ALLOCATED" ] ||
+  fail "the kubelet's PodResources does not report $ALLOCATED for gpu-counter/counter"
+POD_IP=$(on_pod_network gpu-counter "$PID" 10.88.1)
+echo "ok: gpu-counter on $NODE at $POD_IP (bridge + host-local CNI); kubelet allocated $ALLOCATED (/dev/nvidia$INDEX, NVIDIA_VISIBLE_DEVICES=$INDEX); gpuckpt-nri recorded it"
+
+step "3. POST /api/v1/nodes/$NODE/proxy/checkpoint/default/gpu-counter/counter through the API server"
+# far enough that a fresh start of the restore (10 counts a second) cannot pass it before the test reads it
+for _ in $(seq 3); do counts_past "$PID" 60 && break; done
+[ "$(count_of "$PID")" -gt 60 ] || fail "the pod's counter does not count"
+t=$(date +%s.%N)
+kubectl create --raw "/api/v1/nodes/$NODE/proxy/checkpoint/default/gpu-counter/counter" -f /dev/null > "$TMP/checkpoint.json" ||
+  fail "the kubelet checkpoint API failed: $(cat "$TMP/checkpoint.json")"
+CKPT_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t:.1f}')")
+ARCHIVE=$(python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["items"]; assert len(i)==1, i; print(i[0])' "$TMP/checkpoint.json") ||
+  fail "the kubelet's answer does not name one archive: $(cat "$TMP/checkpoint.json")"
+case "$ARCHIVE" in
+  "$KROOT/checkpoints/checkpoint-gpu-counter_default-counter-"*.tar) ;;
+  *) fail "the archive $ARCHIVE is not in the kubelet's checkpoint dir $KROOT/checkpoints" ;;
+esac
+[ -f "$ARCHIVE" ] || fail "the kubelet named $ARCHIVE, which does not exist"
+for _ in $(seq 150); do grep -q "annotated kubelet archive $ARCHIVE" "$TMP/agent.log" && break; sleep 0.1; done
+grep -q "annotated kubelet archive $ARCHIVE" "$TMP/agent.log" || fail "the watcher did not annotate it: $(tail -3 "$TMP/agent.log")"
+tar -tf "$ARCHIVE" > "$TMP/entries.txt" || fail "$ARCHIVE is not a plain tar after the watcher rewrote it"
+for e in config.dump spec.dump status.dump gpuckpt-gpus.json checkpoint/inventory.img; do
+  grep -qx "$e" "$TMP/entries.txt" || fail "the annotated archive lacks $e"
+done
+"$CLI" inspect "$ARCHIVE" --host-root "$ROOT" --json > "$TMP/inspect.json" 2> "$TMP/inspect.err" ||
+  fail "gpuckpt inspect: $(cat "$TMP/inspect.err")"
+python3 - "$TMP/inspect.json" "$ALLOCATED" <<'PY' || fail "gpuckpt inspect does not show the kubelet's checkpoint and its GPU"
+import json, sys
+i = json.load(open(sys.argv[1]))
+assert i["engine"] == "containerd", i["engine"]
+assert i["gpus"]["record"]["used_gpu_ids"] == [sys.argv[2]], i["gpus"]
+text = json.dumps(i)
+assert "gpu-counter" in text, "the pod's name is not in what inspect shows"
+PY
+"$CLI" inspect "$ARCHIVE" --host-root "$ROOT" > "$TMP/inspect.txt" 2>&1 || fail "gpuckpt inspect (text)"
+grep -qF "$ALLOCATED" "$TMP/inspect.txt" || fail "gpuckpt inspect's text does not name $ALLOCATED: $(head -20 "$TMP/inspect.txt")"
+N1=$(tar -xOf "$ARCHIVE" rootfs-diff.tar | tar -xzOf - tmp/count)
+counts_past "$PID" "$N1" || fail "the checkpointed pod stopped counting"
+[ "$(kubectl get pod gpu-counter -o jsonpath='{.status.phase}')" = Running ] || fail "gpu-counter is no longer Running"
+echo "ok: $(basename "$ARCHIVE") ($(stat -c %s "$ARCHIVE") bytes, ${CKPT_SECONDS}s through the API server) annotated; inspect shows $ALLOCATED; counter at $N1 in the archive, the pod keeps counting"
+
+step "4. restore by the kubelet: a pod whose image is the checkpoint image, on the GPU the kubelet allocates now"
+# The source pod keeps its GPU, so the kubelet's device manager can only give the restore the other one: the
+# restore must follow the kubelet's allocation, not the archive's.
+if [ "$ALLOCATED" = "$GPU0" ]; then OTHER=$GPU1 OTHER_INDEX=1; else OTHER=$GPU0 OTHER_INDEX=0; fi
+cp "$ARCHIVE" "$CK/"   # the archive as the agent keeps it (the kubelet's dir is the kubelet's)
+sandbox_stop_agent
+echo "runtime: {kind: cri, cri: {endpoint: unix://$CTRD_SOCK}}" >> "$TMP/agent.yaml"
+rm -f "$STATE/agent.port"
+sandbox_start_agent "$AGENT" || fail "agent did not start (runtime.kind cri)"
+"$CLI" image "$(basename "$ARCHIVE")" --tag gpuckpt-e2e-cluster --agent "$URL" --token-file "$TOKEN_FILE" > "$TMP/image.txt" ||
+  fail "gpuckpt image: $(tail -3 "$TMP/agent.log")"
+CK_IMAGE=$(sed -n 's/^  image: *//p' "$TMP/image.txt")
+[ -n "$CK_IMAGE" ] || fail "gpuckpt image printed no image: $(cat "$TMP/image.txt")"
+t=$(date +%s.%N)
+kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the restore pod"
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-counter-restored, namespace: default}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: counter
+    image: $CK_IMAGE
+    imagePullPolicy: Never
+    # containerd needs a command in the request or the base image; the restored process is the checkpoint's
+    # (a fresh start would count from 1, which the test tells apart)
+    command: [sh, -c, '$COUNTER']
+    resources: {limits: {nvidia.com/gpu: 1}}
+YAML
+k8s_wait_pod default gpu-counter-restored 120 || fail "the restore pod did not start: $(tail -5 "$TMP/nri.log")"
+RESTORE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t:.1f}')")
+[ "$(sed -n 's/^allocate //p' "$TMP/device-plugin.log" | tail -1)" = "$OTHER" ] ||
+  fail "the kubelet did not allocate $OTHER to the restore pod: $(cat "$TMP/device-plugin.log")"
+RPID=$(container_pid gpu-counter-restored)
+NR=$(count_of "$RPID")
+[ "$NR" -ge "$N1" ] || fail "the restored counter started over ($NR) instead of continuing from $N1"
+RID=$(crictl ps -q --name counter --label io.kubernetes.pod.name=gpu-counter-restored --state running | head -1)
+crictl inspect "$RID" > "$TMP/restored-inspect.json"
+python3 - "$TMP/restored-inspect.json" "$CK_IMAGE" <<'PY' || fail "containerd does not mark $RID as restored from $CK_IMAGE"
+import json, sys
+a = json.load(open(sys.argv[1]))["status"]["annotations"]
+assert a.get("restored") == "true" and a.get("checkpointImage") == sys.argv[2], a
+PY
+[ "$("$K8S_BIN/podresources-get" "$KROOT/pod-resources/kubelet.sock" default gpu-counter-restored counter)" = "nvidia.com/gpu $OTHER" ] ||
+  fail "the kubelet's PodResources does not report $OTHER for gpu-counter-restored/counter"
+counts_past "$RPID" "$NR" || fail "the restored counter does not count (at $NR)"
+grep -F "as container $RID: plan" "$TMP/nri.log" | grep -qF "($ALLOCATED -> $OTHER)" ||
+  fail "gpuckpt-nri did not plan $ALLOCATED -> $OTHER for $RID: $(grep -v ' param: ' "$TMP/nri.log" | tail -4)"
+SPEC=$CTRD_WORK/state/io.containerd.runtime.v2.task/k8s.io/$RID/config.json
+python3 - "$SPEC" "$OTHER_INDEX" "$INDEX" <<'PY' || fail "the spec containerd gave runc for the restore ($SPEC)"
+import json, sys
+spec_file, other, source = sys.argv[1:]
+spec = json.load(open(spec_file))
+devices = {d["path"]: (d["type"], d["major"], d["minor"]) for d in spec["linux"].get("devices", [])}
+want = ("c", 1, 5) if other == "1" else ("c", 1, 3)
+assert devices.get(f"/dev/nvidia{other}") == want, f"the allocated GPU's node is not /dev/nvidia{other} {want}: {devices}"
+assert f"/dev/nvidia{source}" not in devices, f"the source GPU's node is in the spec: {devices}"
+visible = [e.split("=", 1)[1] for e in spec["process"]["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
+assert visible and set(visible) == {other}, f"NVIDIA_VISIBLE_DEVICES: {visible}"
+assert spec["annotations"].get("io.gpuckpt.restore-plan"), spec["annotations"]
+PY
+counts_past "$PID" "$(count_of "$PID")" || fail "the source pod stopped counting"
+RIP=$(on_pod_network gpu-counter-restored "$RPID" 10.88.1)
+[ "$RIP" != "$POD_IP" ] || fail "the restored pod has the source pod's address $POD_IP"
+echo "ok: gpu-counter-restored (at $RIP) Running in ${RESTORE_SECONDS}s, restored by containerd from $CK_IMAGE, on $OTHER (the kubelet's allocation, as its PodResources reports; the archive had $ALLOCATED); counter $N1 -> $NR and counting; spec: /dev/nvidia$OTHER_INDEX, NVIDIA_VISIBLE_DEVICES=$OTHER_INDEX, gpuckpt's restore plan"
+
+step "5. a second node: the checkpoint image restored there by its kubelet, on the GPU that kubelet allocates"
+NODE_B=node-b
+k8s_add_node "$NODE_B" || fail "node $NODE_B did not start"
+KROOT_B=${K8S_KUBELET_ROOT[$NODE_B]}
+echo "ok: node $NODE_B Ready in ${K8S_NODE_SECONDS}s; $(kubectl get nodes --no-headers | wc -l) nodes"
+k8s_node_ctrd "$NODE_B"
+ctrd_registry_host "$REGISTRY"
+# node-b's simulated GPUs: GPUs 2 and 3 of the same 8-GPU fixture, in a host root of its own
+B=$TMP/node-b
+ROOT_B=$B/host-root STATE_B=$B/state CK_B=$B/checkpoints
+mkdir -p "$B" "$STATE_B" "$CK_B"
+cp -a "$SRC/test/fixtures/nvidia-h100-8gpu" "$ROOT_B"
+mkdir -p "$ROOT_B/dev"
+mknod "$ROOT_B/dev/nvidia2" c 1 3
+mknod "$ROOT_B/dev/nvidia3" c 1 5
+read -r GPU2 GPU3 < <("$CLI" gpus --host-root "$ROOT_B" --json |
+  python3 -c 'import json,sys; print(" ".join(g["id"] for g in json.load(sys.stdin)["node"]["gpus"][2:4]))')
+"$K8S_BIN/sim-device-plugin" --registry-dir "$KROOT_B/plugins_registry" \
+  --device "$GPU2=2:$ROOT_B/dev/nvidia2" --device "$GPU3=3:$ROOT_B/dev/nvidia3" > "$B/device-plugin.log" 2>&1 &
+PLUGIN_B_PID=$!
+for _ in $(seq 150); do
+  [ "$(kubectl get node "$NODE_B" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] && break
+  sleep 0.2
+done
+[ "$(kubectl get node "$NODE_B" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] ||
+  fail "$NODE_B does not offer 2 nvidia.com/gpu: $(cat "$B/device-plugin.log")"
+"$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE_B" --host-root "$ROOT_B" --hook "$HOOK" \
+  --pod-resources-socket "$KROOT_B/pod-resources/kubelet.sock" --once > "$B/nri.log" 2>&1 &
+NRI_B_PID=$!
+for _ in $(seq 100); do grep -q "registered with containerd" "$B/nri.log" && break; sleep 0.1; done
+grep -q "registered with containerd 2" "$B/nri.log" || fail "gpuckpt-nri on $NODE_B did not register: $(cat "$B/nri.log")"
+head -c 32 /dev/urandom | base64 > "$B/token"
+chmod 600 "$B/token"
+cat > "$B/agent.yaml" <<YAML
+listen: {address: 127.0.0.1, port: 0}
+auth: {token_file: $B/token}
+state_dir: $STATE_B
+checkpoints: {dir: $CK_B, kubelet_dir: ""}
+host_root: $ROOT_B
+hooks_dir: $HOOKS
+runtime: {kind: cri, cri: {endpoint: unix://$CTRD_SOCK}}
+YAML
+"$AGENT" --config "$B/agent.yaml" > "$B/agent.log" 2>&1 &
+AGENT_B_PID=$!
+for _ in $(seq 100); do [ -s "$STATE_B/agent.port" ] && break; sleep 0.1; done
+[ -s "$STATE_B/agent.port" ] || fail "the agent of $NODE_B did not start: $(tail -5 "$B/agent.log")"
+cp "$ARCHIVE" "$CK_B/"   # the archive as moved to the other node's agent
+"$CLI" image "$(basename "$ARCHIVE")" --tag gpuckpt-e2e-cluster-b --agent "http://127.0.0.1:$(cat "$STATE_B/agent.port")" \
+  --token-file "$B/token" > "$B/image.txt" || fail "gpuckpt image on $NODE_B: $(tail -3 "$B/agent.log")"
+CK_IMAGE_B=$(sed -n 's/^  image: *//p' "$B/image.txt")
+[ -n "$CK_IMAGE_B" ] || fail "gpuckpt image on $NODE_B printed no image: $(cat "$B/image.txt")"
+t=$(date +%s.%N)
+kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the restore pod for $NODE_B"
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-counter-moved, namespace: default}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: $NODE_B}
+  containers:
+  - name: counter
+    image: $CK_IMAGE_B
+    imagePullPolicy: Never
+    command: [sh, -c, '$COUNTER']
+    resources: {limits: {nvidia.com/gpu: 1}}
+YAML
+k8s_wait_pod default gpu-counter-moved 120 || fail "the restore pod on $NODE_B did not start: $(tail -5 "$B/nri.log")"
+MOVE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t:.1f}')")
+[ "$(kubectl get pod gpu-counter-moved -o jsonpath='{.spec.nodeName}')" = "$NODE_B" ] || fail "gpu-counter-moved is not on $NODE_B"
+ALLOCATED_B=$(sed -n 's/^allocate //p' "$B/device-plugin.log" | tail -1)
+if [ "$ALLOCATED_B" = "$GPU2" ]; then INDEX_B=2; elif [ "$ALLOCATED_B" = "$GPU3" ]; then INDEX_B=3; else
+  fail "$NODE_B's device plugin allocated '$ALLOCATED_B', not one of its GPUs"; fi
+[ "$("$K8S_BIN/podresources-get" "$KROOT_B/pod-resources/kubelet.sock" default gpu-counter-moved counter)" = "nvidia.com/gpu $ALLOCATED_B" ] ||
+  fail "$NODE_B's PodResources does not report $ALLOCATED_B for gpu-counter-moved/counter"
+crictl_b() { "$K8S_BIN/crictl" --config "$B/crictl.yaml" "$@"; }
+printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\n' "$CTRD_SOCK" "$CTRD_SOCK" > "$B/crictl.yaml"
+MID=$(crictl_b ps -q --name counter --label io.kubernetes.pod.name=gpu-counter-moved --state running | head -1)
+[ -n "$MID" ] || fail "no running container of gpu-counter-moved on $NODE_B"
+MPID=$(crictl_b inspect -o go-template --template '{{.info.pid}}' "$MID")
+crictl_b inspect "$MID" > "$B/moved-inspect.json"
+python3 -c '
+import json, sys
+a = json.load(open(sys.argv[1]))["status"]["annotations"]
+assert a.get("restored") == "true" and a.get("checkpointImage") == sys.argv[2], a
+' "$B/moved-inspect.json" "$CK_IMAGE_B" || fail "$NODE_B's containerd does not mark $MID as restored from $CK_IMAGE_B"
+NM=$(count_of "$MPID")
+[ "$NM" -ge "$N1" ] || fail "the counter moved to $NODE_B started over ($NM) instead of continuing from $N1"
+counts_past "$MPID" "$NM" || fail "the counter moved to $NODE_B does not count (at $NM)"
+grep -F "as container $MID: plan" "$B/nri.log" | grep -qF "($ALLOCATED -> $ALLOCATED_B)" ||
+  fail "gpuckpt-nri on $NODE_B did not plan $ALLOCATED -> $ALLOCATED_B: $(grep -v ' param: ' "$B/nri.log" | tail -4)"
+SPEC_B=$CTRD_WORK/state/io.containerd.runtime.v2.task/k8s.io/$MID/config.json
+python3 - "$SPEC_B" "$INDEX_B" "$INDEX" <<'PY' || fail "the spec $NODE_B's containerd gave runc ($SPEC_B)"
+import json, sys
+spec_file, target, source = sys.argv[1:]
+spec = json.load(open(spec_file))
+devices = {d["path"]: (d["type"], d["major"], d["minor"]) for d in spec["linux"].get("devices", [])}
+want = ("c", 1, 3) if target == "2" else ("c", 1, 5)
+assert devices.get(f"/dev/nvidia{target}") == want, f"the allocated GPU's node is not /dev/nvidia{target} {want}: {devices}"
+assert f"/dev/nvidia{source}" not in devices, f"the source GPU's node is in the spec: {devices}"
+visible = [e.split("=", 1)[1] for e in spec["process"]["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
+assert visible and set(visible) == {target}, f"NVIDIA_VISIBLE_DEVICES: {visible}"
+PY
+MIP=$(on_pod_network gpu-counter-moved "$MPID" 10.88.2)
+echo "ok: gpu-counter-moved (at $MIP) Running on $NODE_B in ${MOVE_SECONDS}s on $ALLOCATED_B ($NODE_B's kubelet's allocation; the archive had $ALLOCATED on $NODE); counter $N1 -> $NM and counting; spec: /dev/nvidia$INDEX_B, NVIDIA_VISIBLE_DEVICES=$INDEX_B"
+
+step "done"
+echo "1 passed, 0 failed (cluster up in $(python3 -c "print(f'{$K8S_CONTROL_PLANE_SECONDS + $K8S_NODE_SECONDS:.1f}')")s)"
