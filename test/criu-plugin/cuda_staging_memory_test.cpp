@@ -185,6 +185,14 @@ TEST_CASE("staging memory: settings from the environment", "[unit]") {
   CHECK_FALSE(switch_from_env("GPUCKPT_CUDA_MEMORY_IMAGE",
       gpuckpt::PluginSettings(std::map<std::string, std::string>{{"GPUCKPT_CUDA_MEMORY_IMAGE", "yes"}})));
 
+  // A switch that is off when unset (GPUCKPT_STAGING_MAP_CHUNKS): unset -> off, 1 -> on, anything else an error.
+  const gpuckpt::PluginSettings none(std::map<std::string, std::string>{});
+  CHECK_FALSE(*switch_from_env_or("GPUCKPT_STAGING_MAP_CHUNKS", false, none));
+  CHECK(*switch_from_env_or("GPUCKPT_STAGING_MAP_CHUNKS", false,
+      gpuckpt::PluginSettings(std::map<std::string, std::string>{{"GPUCKPT_STAGING_MAP_CHUNKS", "1"}})));
+  CHECK_FALSE(switch_from_env_or("GPUCKPT_STAGING_MAP_CHUNKS", false,
+      gpuckpt::PluginSettings(std::map<std::string, std::string>{{"GPUCKPT_STAGING_MAP_CHUNKS", "on"}})));
+
   CHECK_FALSE(stand_in::staging_vma_from_env()->has_value());
   ::setenv("GPUCKPT_TEST_STAGING_VMA", "0x7f00aa000000", 1);
   CHECK(stand_in::staging_vma_from_env()->value() == 0x7f00aa000000);
