@@ -26,10 +26,8 @@ retention::Policy policy_of(const node::RetentionConfig& c) {
 // The store the plugin writes to under this config: a path, else the node's (a store made under an earlier
 // setting still needs collecting after a switch to inline).
 std::string store_dir_of(const node::GpuMemoryConfig& c) {
-  if (c.store) {
-    auto parsed = gpu_image::parse_store(*c.store, "gpu_memory.store");
-    if (parsed && !parsed->empty()) return *parsed;
-  }
+  auto parsed = gpu_image::parse_store(c.store, "gpu_memory.store");
+  if (parsed && !parsed->empty()) return *parsed;
   return chunk_store::kNodeStoreDir;
 }
 

@@ -53,7 +53,11 @@ until_lines() { # FILE N TIMEOUT_S NAME: until FILE has more than N lines; 1 whe
 }
 continues() { awk 'NR > 1 && $1 != prev + 1 && $1 != 1 {print "step " prev " -> " $1; bad = 1} {prev = $1} END {exit bad}' "$1"; }
 mib() { echo $(( $(stat -c %s "$1") >> 20 )); }
-fail() { echo "FAIL: $*"; pm rm -f -t 0 "$NAME" >/dev/null 2>&1; exit 1; }
+fail() { # the failed step's CRIU log (podman keeps it in the container's static dir) before the container goes
+  local static; static=$(podman inspect -f '{{.StaticDir}}' "$NAME" 2>/dev/null)
+  for log in dump.log restore.log; do [ -f "$static/$log" ] && { echo "--- $log"; grep -E "Error|gpuckpt|Warn" "$static/$log" | tail -n 40; }; done
+  echo "FAIL: $*"; pm rm -f -t 0 "$NAME" >/dev/null 2>&1; exit 1
+}
 
 echo -e "run\tcold_s\tck1_s\tarchive1_mib\trst_cold_s\tck2_s\tarchive2_mib\trst_warm_s\tgpu_mib\tcpu_mib" > "$TSV"
 for run in $(seq "$RUNS"); do

@@ -498,6 +498,15 @@ Result<void> copy_edited(struct archive* reader, const fs::path& in, ArchiveWrit
                          if (!written) return written.error();
                          return true;
                        }
+                       if (auto it = edit.peek.find(entry.name); it != edit.peek.end() &&
+                           entry.kind == ArchiveEntry::Kind::File && entry.size <= limits.max_metadata_bytes) {
+                         auto seen = read_data(r, entry, limits.max_metadata_bytes, in);
+                         if (!seen) return seen.error();
+                         it->second(seen.value());
+                         auto written = write_blob(e, seen.value());
+                         if (!written) return written.error();
+                         return true;
+                       }
                        if (archive_write_header(writer, e) < ARCHIVE_WARN)
                          return make_error("writing " + target + ": " + archive_message(writer), EIO);
                        if (entry.kind != ArchiveEntry::Kind::File) return false;

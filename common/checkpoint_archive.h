@@ -121,6 +121,8 @@ Result<std::optional<std::string>> read_archive_entry(const std::filesystem::pat
 //   add        entries written at the end; an entry of the same name in the input is left out.
 //   take       entries it accepts (returns true) are left out of the output; it may read their data (at most
 //              their declared size, through the reader it is given) while it decides.
+//   peek       entries whose content (a regular file of at most max_metadata_bytes) is handed to the function as
+//              they pass and written unchanged; absent ones are no error, nor is an oversized one (not handed on).
 //   append     called after every other entry is written: streams entries too large to hold together in memory
 //              (one at a time, through the appender it is given).
 //   before_commit  called once the output is complete, before it takes its final name: an error leaves no output.
@@ -133,6 +135,7 @@ struct ArchiveEdit {
   std::map<std::string, std::function<Result<std::string>(const std::string&)>> transform;
   std::map<std::string, std::string> add;
   std::function<Result<bool>(const ArchiveEntry&, const EntryDataReader&)> take;
+  std::map<std::string, std::function<void(const std::string&)>> peek;
   std::function<Result<void>(const EntryAppender&)> append;
   std::function<Result<void>()> before_commit;
 };

@@ -55,7 +55,7 @@ Result<std::vector<std::string>> entries_of(int fd, const std::string& shown) {
 // Moves `name` from `from_fd` to `to_fd` unless `to_fd` has it already, in which case the `from_fd` copy (the same
 // bytes: the name is their digest) goes.
 void move_back(int from_fd, int to_fd, const std::string& name) {
-  if (::renameat2(from_fd, name.c_str(), to_fd, name.c_str(), RENAME_NOREPLACE) != 0 && errno == EEXIST)
+  if (cs::rename_noreplace(from_fd, name.c_str(), to_fd, name.c_str()) != 0 && errno == EEXIST)
     (void)::unlinkat(from_fd, name.c_str(), 0);
 }
 

@@ -351,6 +351,14 @@ Result<void> Store::read(const Digest& d, std::uint64_t max_size, std::vector<st
   return result;
 }
 
+int rename_noreplace(int from_dir_fd, const char* from, int to_dir_fd, const char* to) {
+  if (::renameat2(from_dir_fd, from, to_dir_fd, to, RENAME_NOREPLACE) == 0) return 0;
+  if (errno != EINVAL) return -1;
+  if (::linkat(from_dir_fd, from, to_dir_fd, to, 0) != 0) return -1;
+  (void)::unlinkat(from_dir_fd, from, 0);
+  return 0;
+}
+
 bool Store::rescue(const Digest& d) const {
   const int trash_fd = ::openat(root_fd_, kTrashDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (trash_fd < 0) return false;
@@ -359,7 +367,7 @@ bool Store::rescue(const Digest& d) const {
   bool moved = false;
   const int dir_fd = ::openat(hash_fd_, fanout.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dir_fd >= 0) {
-    moved = ::renameat2(trash_fd, hex.c_str(), dir_fd, hex.c_str(), RENAME_NOREPLACE) == 0;
+    moved = rename_noreplace(trash_fd, hex.c_str(), dir_fd, hex.c_str()) == 0;
     ::close(dir_fd);
   }
   ::close(trash_fd);

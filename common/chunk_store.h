@@ -61,6 +61,12 @@ Digest sha256(std::span<const std::byte> data);
 // Exactly 64 lowercase hex digits, else an error naming `what` (a manifest field, a file name).
 Result<Digest> parse_digest(std::string_view hex, std::string_view what);
 
+// renameat2(RENAME_NOREPLACE) of `from` to `to`, with its result and errno. Where the filesystem takes no rename
+// flags (EINVAL: NFS, FUSE filesystems such as sshfs), link(2) then unlink(2) of `from`, which is as atomic about
+// the new name (EEXIST when `to` exists) but leaves both names for a moment: harmless for a chunk, whose every
+// name holds the same bytes.
+int rename_noreplace(int from_dir_fd, const char* from, int to_dir_fd, const char* to);
+
 // A reference's name: <checkpoint id (32 lowercase hex)>-<vpid>.json. Names read from the store are checked with
 // is_ref_name before they are opened.
 std::string ref_name(std::string_view checkpoint, int vpid);

@@ -220,7 +220,8 @@ class PodmanRuntime final : public ContainerRuntime {
   }
 
   Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name, JobDeadline deadline) override {
-    std::vector<std::string> args = {"container", "restore", "--import", archive.string()};
+    // --print-stats: the restore's times (CRIU's, runc's, podman's) and the container's id, as one JSON document.
+    std::vector<std::string> args = {"container", "restore", "--import", archive.string(), "--print-stats"};
     if (!new_name.empty()) {
       if (!is_valid_container_name(new_name)) return make_error("container name '" + new_name + "' is not valid");
       args.insert(args.end(), {"--name", new_name});
@@ -233,9 +234,14 @@ class PodmanRuntime final : public ContainerRuntime {
       return make_error("podman restore of " + archive.string() + " timed out after " + seconds(timeout), ETIMEDOUT);
     if (r->exit_code != 0)
       return make_error("podman restore of " + archive.string() + " failed: " + last_line(r->err), EIO);
+    auto stats = parse_podman_restore_stats(r->out);
+    if (!stats) log::warn("podman restore of " + archive.string() + ": " + stats.error().message +
+                          "; its id is taken from its last line of output");
     ContainerRef ref;
-    ref.container = last_line(r->out);
-    return find(ref);
+    ref.container = stats ? stats->container_id : last_line(r->out);
+    auto restored = find(ref);
+    if (restored && stats) restored->restore_stats = std::move(*stats);
+    return restored;
   }
 
   // A checkpoint that failed after CRIU's dump (export to a full disk, a removed directory, an archive the agent

@@ -6,9 +6,11 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/criu_stats.h"
 #include "common/result.h"
 
 namespace gpuckpt {
@@ -47,6 +49,8 @@ struct RuntimeContainer {
   // The Kubernetes pod's uid where the runtime knows it (CRI labels, kubelet), else empty. "= {}": a braced list of
   // the first four members stays complete for -Wmissing-field-initializers.
   std::string pod_uid = {};
+  // What a restore that made it reported of its time (podman --print-stats); none where the runtime says nothing.
+  std::optional<PodmanRestoreStats> restore_stats = {};
 };
 
 class ContainerRuntime {

@@ -65,14 +65,12 @@ std::string peer_answer(const httplib::Result& result) {
 }  // namespace
 
 Result<fs::path> agent_store_dir(const GpuMemoryConfig& config) {
-  const std::string setting = config.store.value_or("inline");
-  auto dir = gpu_image::parse_store(setting, "gpu_memory.store");
+  auto dir = gpu_image::parse_store(config.store, "gpu_memory.store");
   if (!dir) return make_error(dir.error().message, EBUSY);
   if (dir->empty())
-    return make_error("this agent keeps no chunk store (gpu_memory.store is " +
-                      std::string(config.store ? "inline" : "unset, so inline") +
-                      "): it cannot take store-backed checkpoints; set gpu_memory.store to node or a path "
-                      "(the chart's gpuMemory.store)", EBUSY);
+    return make_error("this agent keeps no chunk store (gpu_memory.store is inline): it cannot take store-backed "
+                      "checkpoints; set gpu_memory.store to node or a path (the chart's config.gpu_memory.store)",
+                      EBUSY);
   return fs::path(*dir);
 }
 

@@ -9,7 +9,7 @@
 // them for its grace period (chunk_gc.h). Sending the same checkpoint again sends the same bytes: the target answers
 // that it has them.
 //
-// The target's store is its gpu_memory.store setting (node or a path); an agent whose setting is inline or unset
+// The target's store is its gpu_memory.store setting (node, the default, or a path); an agent whose setting is inline
 // keeps no chunk store and refuses chunks and store-backed archives, naming the setting. An archive that carries
 // its chunks (`gpuckpt export`, uploaded by hand) is still admitted: its chunks are imported on commit.
 #pragma once

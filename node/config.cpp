@@ -300,12 +300,10 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     if (auto parsed = gpu_image::parse_compression(*c.gpu_memory.compression, "gpu_memory.compression"); !parsed)
       return make_error(source + ": " + parsed.error().message);
   }
-  if (c.gpu_memory.store) {
-    if (auto parsed = gpu_image::parse_store(*c.gpu_memory.store, "gpu_memory.store"); !parsed)
-      return make_error(source + ": " + parsed.error().message);
-    if (c.gpu_memory.store->size() > 64)   // the plugin's settings file holds values of at most 64 characters
-      return make_error(source + ": gpu_memory.store is longer than 64 characters; mount the store at a shorter path");
-  }
+  if (auto parsed = gpu_image::parse_store(c.gpu_memory.store, "gpu_memory.store"); !parsed)
+    return make_error(source + ": " + parsed.error().message);
+  if (c.gpu_memory.store.size() > 64)   // the plugin's settings file holds values of at most 64 characters
+    return make_error(source + ": gpu_memory.store is longer than 64 characters; mount the store at a shorter path");
   if ((c.retention.keep_count && *c.retention.keep_count < 0) ||
       (c.retention.max_age_hours && *c.retention.max_age_hours < 1) || c.retention.interval_seconds < 60 ||
       c.retention.gc_grace_seconds < 60)
@@ -411,7 +409,7 @@ std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMem
   if (c.threads) env.emplace_back("GPUCKPT_IMAGE_THREADS", std::to_string(*c.threads));
   if (c.compression) env.emplace_back("GPUCKPT_IMAGE_COMPRESSION", *c.compression);
   if (c.sparse) env.emplace_back("GPUCKPT_IMAGE_SPARSE", *c.sparse ? "1" : "0");
-  if (c.store) env.emplace_back("GPUCKPT_GPU_STORE", *c.store);
+  env.emplace_back("GPUCKPT_GPU_STORE", c.store);
   if (c.huge_pages) env.emplace_back("GPUCKPT_STAGING_HUGE_PAGES", *c.huge_pages ? "1" : "0");
   if (c.map_chunks) env.emplace_back("GPUCKPT_STAGING_MAP_CHUNKS", *c.map_chunks ? "1" : "0");
   if (c.recognise_unchanged)

@@ -55,13 +55,16 @@ struct EventsConfig {
 // runtimes do not hand CRIU their caller's environment (podman 4.3 gives runc's checkpoint only PATH and
 // XDG_RUNTIME_DIR; kubelet's checkpoints come through containerd or CRI-O, not the agent). The agent also exports
 // them to the commands it runs, which counts only where a runtime passes its environment on. Unset keys leave the
-// plugin's defaults.
+// plugin's defaults; store is always set.
 struct GpuMemoryConfig {
   std::optional<bool> image;               // gpuckpt writes GPU memory itself (else CRIU's page dump)
   std::optional<int> threads;              // 0: from the CPU count
   std::optional<std::string> compression;  // off | auto | zstd | zstd:LEVEL
   std::optional<bool> sparse;              // all-zero chunks are not stored
-  std::optional<std::string> store;        // inline | node | /absolute/path (a shared volume): GPUCKPT_GPU_STORE
+  // inline | node | /absolute/path (a shared volume): GPUCKPT_GPU_STORE. node by default: migrate, export/import,
+  // push and pull carry chunks, and the agent keeps the store (retention, garbage collection). Always passed on,
+  // since the plugin's own default, for a node without an agent, is inline (a self-contained archive).
+  std::string store = "node";
   std::optional<bool> huge_pages;          // a restore asks for huge pages on the staging memory before filling it
   std::optional<bool> map_chunks;          // a restore from the node's store maps its chunks (else copies them)
   std::optional<bool> recognise_unchanged;  // a checkpoint into a store keeps the SHA-256 of a chunk whose XXH3-64

@@ -57,6 +57,9 @@ std::vector<JobStatus> load_jobs(const fs::path& state_dir) {
     if (const auto* seconds = fields.object(j, "", "phase_seconds"))
       for (const auto& [phase, value] : seconds->items())
         if (value.is_number()) job.phase_seconds[phase] = value.get<double>();
+    if (const auto* seconds = fields.object(j, "", "runtime_phase_seconds"))
+      for (const auto& [phase, value] : seconds->items())
+        if (value.is_number()) job.runtime_phase_seconds[phase] = value.get<double>();
     if (const auto* request = fields.object(j, "", "request")) job.request = *request;
     if (const auto* result = fields.object(j, "", "result")) job.result = *result;
     if (!fields.failed() && (!is_safe_id(job.id) || job.id + ".json" != name))

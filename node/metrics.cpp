@@ -77,7 +77,8 @@ void Metrics::job_accepted(const std::string& kind) {
 }
 
 void Metrics::job_finished(const std::string& kind, bool ok, double seconds,
-                           const std::map<std::string, double>& phase_seconds) {
+                           const std::map<std::string, double>& phase_seconds,
+                           const std::map<std::string, double>& runtime_phase_seconds) {
   std::lock_guard lock(mutex_);
   auto& k = kinds_[kind];
   if (k.in_flight > 0) --k.in_flight;
@@ -85,6 +86,7 @@ void Metrics::job_finished(const std::string& kind, bool ok, double seconds,
   (ok ? k.success_seconds : k.failure_seconds).observe(seconds);
   for (const auto& [phase, s] : phase_seconds)
     if (phase != "total") k.phase_seconds[phase].observe(s);
+  for (const auto& [phase, s] : runtime_phase_seconds) k.runtime_phase_seconds[phase].observe(s);
 }
 
 void Metrics::checkpoint_written(std::uint64_t bytes) {
@@ -183,13 +185,20 @@ std::string Metrics::render(const std::optional<ArchiveDirUsage>& archive_dir) c
     render_histogram(o, "gpuckpt_job_duration_seconds", std::string("kind=\"") + k + "\",result=\"failure\"",
                      kind(k).failure_seconds);
   }
-  o << "# HELP gpuckpt_job_phase_duration_seconds Time of each step of a job (GET /v1/<kind>s/ID phase_seconds), "
-       "by kind and phase.\n"
-    << "# TYPE gpuckpt_job_phase_duration_seconds histogram\n";
-  for (const char* k : kJobKinds)
-    for (const auto& [phase, h] : kind(k).phase_seconds)
-      render_histogram(o, "gpuckpt_job_phase_duration_seconds",
-                       std::string("kind=\"") + k + "\",phase=\"" + label_value(phase) + "\"", h);
+  const auto by_phase = [&](const char* family, const char* help,
+                            std::map<std::string, DurationHistogram> KindCounts::*series) {
+    o << "# HELP " << family << " " << help << "\n# TYPE " << family << " histogram\n";
+    for (const char* k : kJobKinds)
+      for (const auto& [phase, h] : kind(k).*series)
+        render_histogram(o, family, std::string("kind=\"") + k + "\",phase=\"" + label_value(phase) + "\"", h);
+  };
+  by_phase("gpuckpt_job_phase_duration_seconds",
+           "Time of each step of a job (GET /v1/<kind>s/ID phase_seconds), by kind and phase.",
+           &KindCounts::phase_seconds);
+  by_phase("gpuckpt_job_runtime_phase_duration_seconds",
+           "The parts of a job's runtime call (GET /v1/<kind>s/ID runtime_phase_seconds, from CRIU's statistics), by "
+           "kind and phase.",
+           &KindCounts::runtime_phase_seconds);
   o << "# HELP gpuckpt_checkpoint_bytes_total Bytes of checkpoint archives written.\n"
     << "# TYPE gpuckpt_checkpoint_bytes_total counter\n"
     << "gpuckpt_checkpoint_bytes_total " << checkpoint_bytes_ << "\n";

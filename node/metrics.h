@@ -39,9 +39,10 @@ class Metrics {
   // A job of `kind` ("checkpoint", "restore", "image") was accepted: it is in flight until job_finished.
   void job_accepted(const std::string& kind);
   // It ended: `seconds` from acceptance (the wait for a slot included), `phase_seconds` its steps ("total" is
-  // left out: that is `seconds`).
+  // left out: that is `seconds`), `runtime_phase_seconds` the parts of its runtime call (JobStatus).
   void job_finished(const std::string& kind, bool ok, double seconds,
-                    const std::map<std::string, double>& phase_seconds);
+                    const std::map<std::string, double>& phase_seconds,
+                    const std::map<std::string, double>& runtime_phase_seconds = {});
   void checkpoint_written(std::uint64_t bytes);
   void request_rejected(const std::string& reason);   // "auth", "validation", "not_found", "conflict"
   void kubelet_archive_annotated();
@@ -66,6 +67,7 @@ class Metrics {
     std::uint64_t in_flight = 0, succeeded = 0, failed = 0;
     DurationHistogram success_seconds, failure_seconds;
     std::map<std::string, DurationHistogram> phase_seconds;
+    std::map<std::string, DurationHistogram> runtime_phase_seconds;
   };
   mutable std::mutex mutex_;
   std::map<std::string, KindCounts> kinds_;

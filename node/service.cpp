@@ -23,6 +23,7 @@
 #include "common/node_report.h"
 #include "common/properties_record.h"
 #include "common/container_store.h"
+#include "common/criu_stats.h"
 
 namespace gpuckpt::node {
 
@@ -70,6 +71,7 @@ nlohmann::json to_json(const JobStatus& job) {
   nlohmann::json j = {{"id", job.id},           {"kind", job.kind},       {"state", job.state},
                       {"phase", job.phase},     {"created_at", job.created_at},
                       {"phase_seconds", job.phase_seconds}, {"request", job.request}, {"result", job.result}};
+  if (!job.runtime_phase_seconds.empty()) j["runtime_phase_seconds"] = job.runtime_phase_seconds;
   if (!job.error.empty()) j["error"] = job.error;
   if (!job.finished_at.empty()) j["finished_at"] = job.finished_at;
   return j;
@@ -281,7 +283,7 @@ void JobService::launch(const std::string& job_id, PodRef pod, std::function<voi
     std::lock_guard done(mutex_);
     const JobStatus& finished = jobs_.at(job_id);
     metrics_.job_finished(finished.kind, finished.state == "succeeded", seconds_since(accepted),
-                          finished.phase_seconds);
+                          finished.phase_seconds, finished.runtime_phase_seconds);
     if (has_slot) --active_;
     --running_;
     if (auto it = job_clients_.find(job_id); it != job_clients_.end()) {
@@ -546,10 +548,15 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
   auto pipe = ArchivePipe::create(pipe_path, ArchivePipe::Direction::from_runtime);
   if (!pipe) return fail(pipe.error().message);
   Result<std::uint64_t> bytes = make_error("the archive was not received");
+  // CRIU's statistics of the dump, where the runtime puts them into its archive (podman and CRI-O at its top).
+  std::optional<std::string> criu_stats;
+  ArchiveEdit annotation = checkpoint_annotation(record);
+  for (const std::string& name : {std::string(kCriuDumpStatsFile), std::string("checkpoint/") + kCriuDumpStatsFile})
+    annotation.peek[name] = [&criu_stats](const std::string& image) { criu_stats = image; };
   PipeWorker receiver(*pipe.value(), [&] {
     auto read = [&](char* buffer, std::size_t size) { return pipe.value()->receive(buffer, size); };
-    bytes = receive_archive(read, "the runtime's export " + pipe_path.string(), final_path,
-                            checkpoint_annotation(record), job_limits(deadline));
+    bytes = receive_archive(read, "the runtime's export " + pipe_path.string(), final_path, annotation,
+                            job_limits(deadline));
     // A refused or unwritable archive: the runtime still writes until it is done (podman holds the pipe open for
     // reading as well, so it would never see EPIPE): take the rest so that it can finish.
     std::vector<char> rest(1 << 16);
@@ -571,6 +578,18 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
   if (!bytes)   // the runtime finished its checkpoint (podman stopped the container): undo that
     return fail("the runtime's checkpoint archive could not be written: " + bytes.error().message +
                 deps_.runtime->put_back(container));
+  std::map<std::string, double> runtime_phases;
+  nlohmann::json criu_pages(nullptr);
+  if (criu_stats) {
+    if (auto stats = parse_criu_dump_stats(*criu_stats, "the archive's " + std::string(kCriuDumpStatsFile)); stats) {
+      double runtime_seconds = 0;
+      if (auto j = job(job_id)) runtime_seconds = j->phase_seconds["checkpointing"];
+      runtime_phases = checkpoint_runtime_phases(*stats, runtime_seconds);
+      criu_pages = {{"scanned", stats->pages_scanned}, {"written", stats->pages_written}};
+    } else {
+      log::warn("job " + job_id + ": the runtime's checkpoint is not split into its parts: " + stats.error().message);
+    }
+  }
   std::optional<CheckpointImage> image;
   std::string loaded_as, load_error, pushed_as, push_error;
   nlohmann::json pushed_chunks(nullptr);
@@ -601,6 +620,8 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
                 {"used_gpu_ids", record.record.used_gpu_ids},
                 {"gpu_devices", to_json(record)["devices"]}};
     if (!container.pod_uid.empty()) j.result["pod_uid"] = container.pod_uid;
+    j.runtime_phase_seconds = runtime_phases;
+    if (!criu_pages.is_null()) j.result["criu_pages"] = criu_pages;
     if (image)
       j.result["image"] = {{"layout", image->layout.string()}, {"reference", image->reference},
                            {"manifest_digest", image->manifest_digest},
@@ -1047,13 +1068,15 @@ void JobService::run_restore(const std::string& job_id, const fs::path& archive,
   if (drop_plan() && edit)
     log::warn("job " + job_id + ": restore plan " + plan->id + " was still in the state directory after the restore: "
               "no OCI hook placed it for CRIU (is gpuckpt's hook in the runtime's hooks dir?); removed");
+  const double restoring = seconds_since(t);
   const double total = seconds_since(start);
   info["container_id"] = restored->id;
   info["container_name"] = restored->name;
   info["state"] = restored->state;
   mark_succeeded(job_id, [&](JobStatus& j) {
-    j.phase_seconds["restoring"] = seconds_since(t);
+    j.phase_seconds["restoring"] = restoring;
     j.phase_seconds["total"] = total;
+    if (restored->restore_stats) j.runtime_phase_seconds = restore_runtime_phases(*restored->restore_stats, restoring);
     j.result = info;
   });
   log::info("job " + job_id + ": restored " + archive.string() + " as " + restored->name + " (" + restored->id +

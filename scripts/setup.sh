@@ -110,6 +110,9 @@ make_root trixie criu
 
 # --- container runtime: podman + runc (the stand-in for CRI-O; same hooks.d library and archive format) --
 apt_install podman runc busybox-static uidmap slirp4netns fuse-overlayfs
+# A shared chunk store on a network filesystem (test/e2e/shared_store_flow.sh): this kernel has no NFS client, so
+# the test's export is sshfs (FUSE over SFTP) from an sshd on loopback.
+apt_install sshfs openssh-server
 mkdir -p /etc/containers/containers.conf.d
 # This VM cannot raise RLIMIT_NOFILE/NPROC to podman's defaults: give containers limits it can set.
 cat > /etc/containers/containers.conf.d/50-gpuckpt-ulimits.conf <<'CONF'

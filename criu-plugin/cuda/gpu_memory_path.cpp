@@ -58,14 +58,14 @@ std::string write_breakdown(const std::vector<Result<CopyStats>>& written, std::
 
 void GpuMemoryPath::configure(int dir_fd, const MemoryPathStandIns& stand_ins) {
   dir_fd_ = dir_fd;
-  const auto read_switch = [](const char* name, bool& on) {
-    if (auto value = switch_from_env(name); value) on = *value;
-    else log::error("cuda: " + value.error().message + "; using 1");
+  const auto read_switch = [](const char* name, bool& on, bool when_unset = true) {
+    if (auto value = switch_from_env_or(name, when_unset); value) on = *value;
+    else on = when_unset, log::error("cuda: " + value.error().message + "; using " + (when_unset ? "1" : "0"));
     log::param(name, on ? "1" : "0");
   };
   read_switch("GPUCKPT_CUDA_MEMORY_IMAGE", enabled_);
   read_switch("GPUCKPT_STAGING_HUGE_PAGES", huge_pages_);
-  read_switch("GPUCKPT_STAGING_MAP_CHUNKS", map_chunks_);
+  read_switch("GPUCKPT_STAGING_MAP_CHUNKS", map_chunks_, false);
   read_switch("GPUCKPT_STORE_RECOGNISE_UNCHANGED", recognise_unchanged_);
   if (auto settings = gpu_image::settings_from_env(); settings) {
     settings_ = *settings;

@@ -77,7 +77,7 @@ class GpuMemoryPath {
   int dir_fd_ = -1;
   bool enabled_ = true;
   bool huge_pages_ = true;
-  bool map_chunks_ = true;
+  bool map_chunks_ = false;
   bool recognise_unchanged_ = true;
   gpu_image::Settings settings_;
   std::optional<std::uint64_t> stand_in_vma_;

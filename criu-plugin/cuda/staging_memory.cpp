@@ -149,9 +149,12 @@ bool image_dir_is_stream(int dir_fd) {
   return false;
 }
 
-Result<bool> switch_from_env(const char* name, const PluginSettings& node) {
+Result<bool> switch_from_env(const char* name, const PluginSettings& node) { return switch_from_env_or(name, true, node); }
+
+Result<bool> switch_from_env_or(const char* name, bool when_unset, const PluginSettings& node) {
   const std::string s = node.get(name);
-  if (s.empty() || s == "1") return true;
+  if (s.empty()) return when_unset;
+  if (s == "1") return true;
   if (s == "0") return false;
   return make_error(std::string(name) + "='" + s + "' is not 0 or 1");
 }

@@ -76,10 +76,14 @@ bool image_dir_is_stream(int dir_fd);
 //   GPUCKPT_STAGING_HUGE_PAGES  before a restore fills a process's staging memory, ask for transparent huge pages
 //                               on it (madvise inside the task), so the fill and the driver's restore touch 2 MiB pages
 //   GPUCKPT_STAGING_MAP_CHUNKS  a restore from the node store maps its raw chunks into the staging memory instead
-//                               of copying them (chunk_mapping.h)
+//                               of copying them (chunk_mapping.h). Off when unset: on driver 580 chunk files stay
+//                               mapped in the restored process after the driver's restore, and CRIU then cannot
+//                               dump that container again (the files lie outside its mounts)
 //   GPUCKPT_STORE_RECOGNISE_UNCHANGED  a dump into a chunk store names a chunk unchanged since the process's previous
 //                               checkpoint or restore by that manifest's digest, recognised by XXH3-64 instead of
 //                               hashed with SHA-256 (common/memory_lineage.h)
 Result<bool> switch_from_env(const char* name, const PluginSettings& node = plugin_settings());
+// The same for a switch that is off (or on) when unset.
+Result<bool> switch_from_env_or(const char* name, bool when_unset, const PluginSettings& node = plugin_settings());
 
 }  // namespace gpuckpt::cuda

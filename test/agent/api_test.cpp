@@ -51,6 +51,7 @@ class FakeRuntime final : public ContainerRuntime {
   // Runs half-way through writing the archive: it may cut what is left to write (`rest`) or fail the runtime (a
   // runtime that died, a full disk).
   std::function<Result<void>(const fs::path& archive, std::string& rest)> checkpoint_fault;
+  std::vector<test::TestEntry> extra_entries;   // in every archive a checkpoint writes, after podman's
   std::mutex mutex;
   test::TempDir scratch;
   std::string name() const override { return "fake"; }
@@ -70,7 +71,9 @@ class FakeRuntime final : public ContainerRuntime {
     std::string bytes;
     {
       std::lock_guard lock(mutex);
-      const auto built = test::make_archive(scratch.path / "export.tar.zst", test::podman_checkpoint_entries());
+      auto entries = test::podman_checkpoint_entries();
+      entries.insert(entries.end(), extra_entries.begin(), extra_entries.end());
+      const auto built = test::make_archive(scratch.path / "export.tar.zst", entries);
       std::ifstream in(built, std::ios::binary);
       bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
@@ -102,6 +105,7 @@ class FakeRuntime final : public ContainerRuntime {
   bool refuse_restores = false;
   std::vector<bool> plan_present_at_restore;   // the job's plan was in the state dir while the runtime ran
   fs::path state_dir;
+  std::optional<PodmanRestoreStats> restore_stats;   // what a restore reports of its time, as podman does
   Result<RuntimeContainer> restore(const fs::path& archive, const std::string& new_name, JobDeadline) override {
     {
       std::lock_guard lock(mutex);
@@ -122,6 +126,7 @@ class FakeRuntime final : public ContainerRuntime {
     RuntimeContainer c{"restored-" + std::to_string(restored.size()), new_name.empty() ? "counter" : new_name,
                        "running", 4242};
     containers[c.name] = c;
+    c.restore_stats = restore_stats;
     return c;
   }
 };
@@ -160,6 +165,7 @@ struct Fixture {
     config.checkpoint_dir = tmp.path / "checkpoints";
     config.kubelet_checkpoint_dir = tmp.path / "kubelet";
     config.max_request_bytes = 4096;
+    config.gpu_memory.store = "inline";   // hermetic: a test that wants a store names its own, never the node's
     fs::create_directories(config.checkpoint_dir);
     if (configure) configure(config);
     runtime->state_dir = config.state_dir;
@@ -922,6 +928,78 @@ TEST_CASE("a store-backed checkpoint image takes its chunks to the registry; ano
   Fixture storeless({}, with_registry(std::nullopt));
   CHECK(storeless.post("/v1/chunk-pulls", json{{"image", image}}.dump(), 409)["error"]["message"].get<std::string>().find(
             "gpu_memory.store") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint's record splits its runtime call by CRIU's statistics; /metrics has their histograms",
+          "[unit]") {
+  Fixture f;
+  f.runtime->extra_entries = {{"stats-dump", test::criu_dump_stats_image()}};
+  const auto job = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"]);
+  INFO(job.dump());
+  REQUIRE(job["state"] == "succeeded");
+  const json steps = job["phase_seconds"], parts = job["runtime_phase_seconds"];
+  const double total = steps["total"].get<double>();
+  double steps_sum = 0, parts_sum = 0;
+  for (const auto& [name, seconds] : steps.items()) {
+    CHECK(seconds.get<double>() >= 0);
+    if (name != "total") steps_sum += seconds.get<double>();
+  }
+  CHECK(steps_sum <= total);
+  REQUIRE(parts.is_object());
+  for (const char* part : {"criu-freezing", "criu-cpu-pages", "criu-frozen-other", "runtime-other"}) {
+    INFO(part);
+    REQUIRE(parts.contains(part));
+    CHECK(parts[part].get<double>() >= 0);
+    parts_sum += parts[part].get<double>();
+  }
+  CHECK(parts.size() == 4);
+  CHECK(parts_sum <= steps["checkpointing"].get<double>() + 1e-9);
+  CHECK(job["result"]["criu_pages"] == json{{"scanned", 48}, {"written", 33}});
+  // Read as it passed, kept as it was.
+  auto kept = read_archive_entry(job["result"]["archive"].get<std::string>(), "stats-dump", ArchiveLimits{});
+  REQUIRE(kept);
+  CHECK(kept->value_or("") == test::criu_dump_stats_image());
+
+  const auto metrics = scrape(f);
+  for (const auto& [part, seconds] : parts.items()) {
+    INFO(part);
+    const std::string labels = "kind=\"checkpoint\",phase=\"" + part + "\"";
+    CHECK(metrics.at("gpuckpt_job_runtime_phase_duration_seconds_count{" + labels + "}") == 1);
+    CHECK(metrics.at("gpuckpt_job_runtime_phase_duration_seconds_sum{" + labels + "}") ==
+          Catch::Approx(seconds.get<double>()).margin(1e-4));
+    const auto b = buckets(metrics, "gpuckpt_job_runtime_phase_duration_seconds", labels);
+    CHECK(std::is_sorted(b.begin(), b.end()));
+    CHECK(b.back() == 1);
+  }
+
+  // An archive without CRIU's statistics: the steps only, nothing made up.
+  f.runtime->extra_entries.clear();
+  const auto plain = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"plain"})", 202)["id"]);
+  REQUIRE(plain["state"] == "succeeded");
+  CHECK_FALSE(plain.contains("runtime_phase_seconds"));
+  CHECK_FALSE(plain["result"].contains("criu_pages"));
+  CHECK(scrape(f).at("gpuckpt_job_runtime_phase_duration_seconds_count{kind=\"checkpoint\",phase=\"criu-freezing\"}") == 1);
+
+  // A restore whose runtime reports its times (podman --print-stats) is split by them too.
+  f.runtime->restore_stats = PodmanRestoreStats{"restored-1", 0.550032, 0.177004, 0.104568};
+  const std::string archive = fs::path(job["result"]["archive"].get<std::string>()).filename();
+  const auto rs = f.wait_job("/v1/restores", f.post("/v1/restores", json{{"archive", archive}}.dump(), 202)["id"]);
+  INFO(rs.dump());
+  REQUIRE(rs["state"] == "succeeded");
+  const json restore_parts = rs["runtime_phase_seconds"];
+  REQUIRE(restore_parts.is_object());
+  CHECK(restore_parts.size() == 3);
+  double restore_sum = 0;
+  for (const char* part : {"criu-restore", "runtime-other", "podman-other"}) {
+    INFO(part);
+    REQUIRE(restore_parts.contains(part));
+    CHECK(restore_parts[part].get<double>() >= 0);
+    restore_sum += restore_parts[part].get<double>();
+    CHECK(scrape(f).at("gpuckpt_job_runtime_phase_duration_seconds_count{kind=\"restore\",phase=\"" +
+                       std::string(part) + "\"}") == 1);
+  }
+  CHECK(restore_sum <= rs["phase_seconds"]["restoring"].get<double>() + 1e-9);
+  CHECK(rs["phase_seconds"]["restoring"].get<double>() <= rs["phase_seconds"]["total"].get<double>());
 }
 
 TEST_CASE("a token holder's tag never makes an ordinary image a checkpoint, and a failed load registers nothing",

@@ -58,6 +58,27 @@ TEST_CASE("a podman-layout archive is inspected: container, devices, CRIU images
   }
 }
 
+TEST_CASE("a peeked entry is handed over as it passes and kept; an absent or oversized one is no error", "[unit]") {
+  TempDir tmp;
+  auto entries = podman_checkpoint_entries();
+  entries.push_back({"stats-dump", "criu stats"});
+  const auto in = make_archive(tmp.path / "in.tar.zst", entries);
+  std::map<std::string, std::string> seen;
+  ArchiveEdit edit;
+  for (const char* name : {"stats-dump", "checkpoint/stats-dump", "checkpoint/pages-1.img"})
+    edit.peek[name] = [&seen, name](const std::string& data) { seen[name] = data; };
+  ArchiveLimits limits;
+  limits.max_metadata_bytes = 4096;   // pages-1.img is 3 pages: too large to be handed over
+  REQUIRE(rewrite_archive(in, tmp.path / "out.tar.zst", edit, limits).ok());
+  CHECK(seen == std::map<std::string, std::string>{{"stats-dump", "criu stats"}});
+  auto kept = read_archive_entry(tmp.path / "out.tar.zst", "stats-dump", ArchiveLimits{});
+  REQUIRE(kept.ok());
+  CHECK(kept->value_or("") == "criu stats");
+  auto pages = read_archive_entry(tmp.path / "out.tar.zst", "checkpoint/pages-1.img", ArchiveLimits{});
+  REQUIRE(pages.ok());
+  CHECK(pages->value_or("") == std::string(4096 * 3, 'p'));
+}
+
 TEST_CASE("annotating keeps every entry, adds the record and spec.dump annotations", "[unit]") {
   TempDir tmp;
   const auto in = make_archive(tmp.path / "in.tar.zst", podman_checkpoint_entries());

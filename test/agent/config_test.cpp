@@ -31,6 +31,7 @@ TEST_CASE("the shipped example configuration parses and equals the defaults", "[
   CHECK(example->containerd.address == defaults->containerd.address);
   CHECK(example->containerd.namespace_name == defaults->containerd.namespace_name);
   CHECK(example->transfer.chunk_streams == defaults->transfer.chunk_streams);
+  CHECK(example->gpu_memory.store == defaults->gpu_memory.store);
 }
 
 TEST_CASE("runtime sections: cri and containerd are read; crictl is gone with a fix-it message", "[unit]") {
@@ -137,9 +138,18 @@ TEST_CASE("retention: limits unset by default; parsed; bad values name the secti
 }
 
 TEST_CASE("gpu_memory settings become the plugin's environment; bad values name the key", "[unit]") {
-  auto none = parse_config("gpu_memory: {threads: null}", "test.yaml");
-  REQUIRE(none.ok());
-  CHECK(gpuckpt::node::plugin_environment(none->gpu_memory).empty());   // the plugin's defaults apply
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  // Unset keys leave the plugin's defaults, but for the store: the node's chunk store unless set, passed on always
+  // (the plugin's own default, for a node without an agent, is inline).
+  for (const char* unset : {"", "gpu_memory: {threads: null}", "gpu_memory: {store: null}"}) {
+    auto none = parse_config(unset, "test.yaml");
+    REQUIRE(none.ok());
+    CHECK(none->gpu_memory.store == "node");
+    CHECK(gpuckpt::node::plugin_environment(none->gpu_memory) == Env{{"GPUCKPT_GPU_STORE", "node"}});
+  }
+  auto self_contained = parse_config("gpu_memory: {store: inline}", "test.yaml");
+  REQUIRE(self_contained.ok());
+  CHECK(gpuckpt::node::plugin_environment(self_contained->gpu_memory) == Env{{"GPUCKPT_GPU_STORE", "inline"}});
   auto c = parse_config("gpu_memory: {image: false, threads: 8, compression: 'zstd:3', sparse: false, store: node, "
                         "huge_pages: false, map_chunks: false, recognise_unchanged: false}",
                         "test.yaml");
@@ -147,23 +157,22 @@ TEST_CASE("gpu_memory settings become the plugin's environment; bad values name 
   CHECK(c->gpu_memory.huge_pages == false);
   CHECK(c->gpu_memory.map_chunks == false);
   CHECK(c->gpu_memory.recognise_unchanged == false);
-  using Env = std::vector<std::pair<std::string, std::string>>;
   CHECK(gpuckpt::node::plugin_environment(c->gpu_memory) ==
         Env{{"GPUCKPT_CUDA_MEMORY_IMAGE", "0"}, {"GPUCKPT_IMAGE_THREADS", "8"},
             {"GPUCKPT_IMAGE_COMPRESSION", "zstd:3"}, {"GPUCKPT_IMAGE_SPARSE", "0"}, {"GPUCKPT_GPU_STORE", "node"},
             {"GPUCKPT_STAGING_HUGE_PAGES", "0"}, {"GPUCKPT_STAGING_MAP_CHUNKS", "0"},
             {"GPUCKPT_STORE_RECOGNISE_UNCHANGED", "0"}});
-  // Each switch alone: only the key that is set reaches the plugin, true as 1.
+  // Each switch alone: only the key that is set reaches the plugin (with the store), true as 1.
   auto huge = parse_config("gpu_memory: {huge_pages: true}", "test.yaml");
   REQUIRE(huge.ok());
-  CHECK(gpuckpt::node::plugin_environment(huge->gpu_memory) == Env{{"GPUCKPT_STAGING_HUGE_PAGES", "1"}});
+  CHECK(gpuckpt::node::plugin_environment(huge->gpu_memory) == Env{{"GPUCKPT_GPU_STORE", "node"}, {"GPUCKPT_STAGING_HUGE_PAGES", "1"}});
   auto map = parse_config("gpu_memory: {map_chunks: true}", "test.yaml");
   REQUIRE(map.ok());
-  CHECK(gpuckpt::node::plugin_environment(map->gpu_memory) == Env{{"GPUCKPT_STAGING_MAP_CHUNKS", "1"}});
+  CHECK(gpuckpt::node::plugin_environment(map->gpu_memory) == Env{{"GPUCKPT_GPU_STORE", "node"}, {"GPUCKPT_STAGING_MAP_CHUNKS", "1"}});
   auto recognise = parse_config("gpu_memory: {recognise_unchanged: true}", "test.yaml");
   REQUIRE(recognise.ok());
   CHECK(gpuckpt::node::plugin_environment(recognise->gpu_memory) ==
-        Env{{"GPUCKPT_STORE_RECOGNISE_UNCHANGED", "1"}});
+        Env{{"GPUCKPT_GPU_STORE", "node"}, {"GPUCKPT_STORE_RECOGNISE_UNCHANGED", "1"}});
   for (const char* key : {"huge_pages", "map_chunks", "recognise_unchanged"}) {
     auto not_bool = parse_config(std::string("gpu_memory: {") + key + ": sometimes}", "test.yaml");
     REQUIRE_FALSE(not_bool.ok());

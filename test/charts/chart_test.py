@@ -251,8 +251,11 @@ def installer_checks(objs, name, spec, cfg, hook, install_dir="/opt/gpuckpt"):
     check(env.get("GPUCKPT_PLUGIN_SETTINGS_SRC", "").endswith("/gpuckpt_plugin.env"),
           f"[{name}] installer writes the plugin's settings file: {env}")
     settings = cm_data(objs).get("gpuckpt_plugin.env", "")
-    check(settings.startswith("# gpuckpt: managed file\n") and not [l for l in settings.splitlines() if not l.startswith("#")],
-          f"[{name}] the plugin's settings file is marked gpuckpt's; with gpu_memory unset it sets nothing: {settings!r}")
+    check(settings.startswith("# gpuckpt: managed file\n") and
+          [l for l in settings.splitlines() if not l.startswith("#")] == ["GPUCKPT_GPU_STORE=node"],
+          f"[{name}] the plugin's settings file is marked gpuckpt's; by default it sets only the node's chunk store: {settings!r}")
+    check(cfg.get("gpu_memory") == {"store": "node"},
+          f"[{name}] the agent's config names the node's chunk store, as the plugin's settings do: {cfg.get('gpu_memory')}")
     conf = cm_data(objs).get("criu-runtime.conf", "")
     check(conf.startswith("# gpuckpt: managed file\n") and "\ntimeout 60\n" in conf,
           f"[{name}] the shipped CRIU config is marked gpuckpt's and raises CRIU's timeout to 60 s: {conf!r}")
@@ -523,6 +526,15 @@ def test_full_config_shape():
            "GPUCKPT_GPU_STORE=/mnt/gpuckpt-store", "GPUCKPT_STAGING_HUGE_PAGES=0", "GPUCKPT_STAGING_MAP_CHUNKS=1",
            "GPUCKPT_STORE_RECOGNISE_UNCHANGED=0"],
           f"[full-config] gpu_memory reaches the plugin's settings file the installer writes: {settings!r}")
+
+
+def test_inline_store():
+    objs = case("inline-store", ["config.gpu_memory.store=inline"])
+    settings = cm_data(objs).get("gpuckpt_plugin.env", "")
+    check([l for l in settings.splitlines() if not l.startswith("#")] == ["GPUCKPT_GPU_STORE=inline"],
+          f"[inline-store] inline, for self-contained archives, reaches the plugin's settings file: {settings!r}")
+    cfg, _ = agent_config(objs)
+    check(cfg.get("gpu_memory") == {"store": "inline"}, f"[inline-store] and the agent's config: {cfg.get('gpu_memory')}")
 
 
 def test_custom_paths():
@@ -833,7 +845,7 @@ def main():
         dump = sys.argv[sys.argv.index("--dump-objects") + 1]
     print(f"agent config check: {AGENT if os.access(AGENT, os.X_OK) else 'skipped, ' + AGENT + ' not built'}")
     for t in [test_defaults, test_network_policy, test_labels_through_api, test_no_api, test_amd_only, test_kubelet_proxy, test_kubelet_direct, test_kubelet_direct_legacy, test_priority_quota, test_monitoring,
-              test_existing_secret, test_registry_credentials_secret, test_full_config_shape, test_custom_paths, test_containerd_runtime, test_nri, test_mixed_pools, test_termination_grace, test_installer_off,
+              test_existing_secret, test_registry_credentials_secret, test_full_config_shape, test_inline_store, test_custom_paths, test_containerd_runtime, test_nri, test_mixed_pools, test_termination_grace, test_installer_off,
               test_byo_service_account, test_all_nodes, test_node_selector_instead_of_affinity,
               test_gpu_node_label_sets, test_security_modes,
               test_bad_combinations, test_token_kept_on_upgrade_template, test_notes_name_doctor, test_docs_name_real_values]:

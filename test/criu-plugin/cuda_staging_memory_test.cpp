@@ -185,6 +185,14 @@ TEST_CASE("staging memory: settings from the environment", "[unit]") {
   CHECK_FALSE(switch_from_env("GPUCKPT_CUDA_MEMORY_IMAGE",
       gpuckpt::PluginSettings(std::map<std::string, std::string>{{"GPUCKPT_CUDA_MEMORY_IMAGE", "yes"}})));
 
+  // A switch that is off when unset (GPUCKPT_STAGING_MAP_CHUNKS): unset -> off, 1 -> on, anything else an error.
+  const gpuckpt::PluginSettings none(std::map<std::string, std::string>{});
+  CHECK_FALSE(*switch_from_env_or("GPUCKPT_STAGING_MAP_CHUNKS", false, none));
+  CHECK(*switch_from_env_or("GPUCKPT_STAGING_MAP_CHUNKS", false,
+      gpuckpt::PluginSettings(std::map<std::string, std::string>{{"GPUCKPT_STAGING_MAP_CHUNKS", "1"}})));
+  CHECK_FALSE(switch_from_env_or("GPUCKPT_STAGING_MAP_CHUNKS", false,
+      gpuckpt::PluginSettings(std::map<std::string, std::string>{{"GPUCKPT_STAGING_MAP_CHUNKS", "on"}})));
+
   CHECK_FALSE(stand_in::staging_vma_from_env()->has_value());
   ::setenv("GPUCKPT_TEST_STAGING_VMA", "0x7f00aa000000", 1);
   CHECK(stand_in::staging_vma_from_env()->value() == 0x7f00aa000000);
@@ -380,4 +388,35 @@ TEST_CASE("memory copy: the restore's first check stops at a missing chunk, nami
   auto filled = fill_from_images({{pid, 501, {}, nullptr}}, images.fd, settings);
   REQUIRE_FALSE(filled[0]);
   CHECK(filled[0].error().message.find(manifest->digests[first_stored].hex()) != std::string::npos);
+}
+
+TEST_CASE("memory copy: an inline image restores on a node whose settings name the node's chunk store", "[unit]") {
+  // An archive written inline (the plugin's default, and the chart's before it wrote store=node) restores after the
+  // upgrade: the restore takes what the image directory holds, whatever the store setting says now.
+  TempDir images("gpuckpt-staging-test");
+  Mapping a(5u << 20);
+  fill_pattern(a, 17);
+  std::vector<std::byte> a_copy(a.data, a.data + a.size);
+  const int pid = ::getpid();
+  gi::Settings old_settings;
+  old_settings.threads = 2;
+  REQUIRE(old_settings.store.empty());
+  REQUIRE(write_memory_images({{pid, 601, {a.region()}, nullptr}}, images.fd, old_settings)[0]);
+  REQUIRE(fs::exists(images.path / gi::file_name(601)));
+  REQUIRE_FALSE(fs::exists(images.path / gi::manifest_name(601)));
+
+  ::setenv("GPUCKPT_GPU_STORE", "node", 1);
+  auto now = gi::settings_from_env(gpuckpt::PluginSettings{});
+  REQUIRE(now);
+  CHECK(now->store == gpuckpt::chunk_store::kNodeStoreDir);
+  GpuMemoryPath path;
+  path.configure(images.fd);
+  ::unsetenv("GPUCKPT_GPU_STORE");
+  REQUIRE(path.has_images());
+  CHECK(path.check_store());   // no manifest: no store is opened
+
+  REQUIRE(::madvise(a.data, a.size, MADV_DONTNEED) == 0);
+  auto filled = fill_from_images({{pid, 601, {}, nullptr}}, images.fd, *now);
+  REQUIRE(filled[0]);
+  CHECK(std::memcmp(a.data, a_copy.data(), a.size) == 0);
 }

@@ -127,6 +127,19 @@ r=$(wait_job checkpoints "$JOB")
 [ "$(json_field "$r" '["state"]')" = succeeded ] || fail "checkpoint job: $r"
 ARCHIVE=$(json_field "$r" '["result"]["archive"]')
 echo "ok: checkpoint $JOB in $(json_field "$r" '["phase_seconds"]["total"]') s -> $ARCHIVE ($(json_field "$r" '["result"]["archive_bytes"]') bytes)"
+# Where the runtime's call went, from the stats-dump CRIU wrote and podman put into the archive: four parts, none
+# negative, together within the call; CRIU froze the counter for some time and wrote some pages.
+python3 - "${r#* }" <<'PY' || fail "the checkpoint job does not split its runtime call by CRIU's statistics: $r"
+import json, sys
+job = json.loads(sys.argv[1])
+parts, steps = job["runtime_phase_seconds"], job["phase_seconds"]
+assert sorted(parts) == ["criu-cpu-pages", "criu-freezing", "criu-frozen-other", "runtime-other"], parts
+assert all(v >= 0 for v in parts.values()) and sum(parts.values()) <= steps["checkpointing"] + 1e-9, (parts, steps)
+assert parts["criu-freezing"] + parts["criu-frozen-other"] + parts["criu-cpu-pages"] > 0, parts
+assert job["result"]["criu_pages"]["written"] > 0, job["result"]
+print("ok: the runtime's %.3f s: " % steps["checkpointing"] + ", ".join("%s %.3f s" % kv for kv in sorted(parts.items())) +
+      "; CRIU wrote %d pages" % job["result"]["criu_pages"]["written"])
+PY
 LAYOUT=$(json_field "$r" '["result"]["image"]["layout"]')
 only_archive_and_image() { [ "$(ls -A "$CK" | sort)" = "$(printf '%s\n' "$(basename "$ARCHIVE")" "$(basename "$LAYOUT")" | sort)" ]; }
 only_archive_and_image || fail "checkpoint dir holds more than the archive and its image: $(ls -A "$CK")"
@@ -177,6 +190,15 @@ expect 202 "$r" "POST /v1/restores"
 r=$(wait_job restores "$(json_field "$r" '["id"]')")
 [ "$(json_field "$r" '["state"]')" = succeeded ] || fail "restore job: $r"
 echo "ok: restored in $(json_field "$r" '["phase_seconds"]["total"]') s"
+python3 - "${r#* }" <<'PY' || fail "the restore job does not split podman's restore by its --print-stats: $r"
+import json, sys
+job = json.loads(sys.argv[1])
+parts, steps = job["runtime_phase_seconds"], job["phase_seconds"]
+assert sorted(parts) == ["criu-restore", "podman-other", "runtime-other"], parts
+assert all(v >= 0 for v in parts.values()) and sum(parts.values()) <= steps["restoring"] + 1e-9, (parts, steps)
+assert parts["criu-restore"] > 0, parts
+print("ok: podman's restore %.3f s: " % steps["restoring"] + ", ".join("%s %.3f s" % kv for kv in sorted(parts.items())))
+PY
 [ "$(podman inspect -f '{{.State.Status}}' "$NAME-moved")" = running ] || fail "restored container not running"
 sleep 1
 N2=$(podman exec "$NAME-moved" cat /tmp/count)

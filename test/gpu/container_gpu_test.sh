@@ -493,7 +493,7 @@ store_bench_medians() { # TSV
 # into a new sandbox and its own output directory, as N pods of one node would. STORE_FANOUT_STORE: the store
 # (default node: the node-local one, whose chunks restores check by the manifest's XXH3-64; an absolute path stands
 # for a shared volume, checked by SHA-256 on every read); each restore.log must say that check, and from the node
-# store that its raw chunks were mapped (unless GPUCKPT_STAGING_MAP_CHUNKS=0 in the settings file). Rows (run, copies, wall seconds of
+# store that its raw chunks were mapped (where GPUCKPT_STAGING_MAP_CHUNKS=1 in the settings file). Rows (run, copies, wall seconds of
 # the restores, the slowest one's own, and the ratio to the restore alone) into $STORE_FANOUT_TSV (default in the work
 # dir), medians after. Every copy is checked bit for bit against an uninterrupted run.
 case_store_fanout() {
@@ -538,8 +538,8 @@ case_store_fanout() {
     cp "$(podman inspect -f '{{.StaticDir}}' "$name-$1")/restore.log" "$WORK/fan-$1.restore.log"
     grep -q "filled .*each chunk checked by $check" "$WORK/fan-$1.restore.log" ||
       { echo "restore $1: restore.log does not say each chunk was checked by $check: $(grep 'filled' "$WORK/fan-$1.restore.log")"; return 1; }
-    # From the node store the raw chunks are mapped, not copied, unless the settings file turns that off.
-    if [ "$store" = node ] && ! grep -q '^GPUCKPT_STAGING_MAP_CHUNKS=0' "$settings"; then
+    # From the node store the raw chunks are mapped, not copied, where the settings file turns that on.
+    if [ "$store" = node ] && grep -q '^GPUCKPT_STAGING_MAP_CHUNKS=1' "$settings"; then
       grep -Eq "gpuckpt: cuda: pid [0-9]+: mapped [1-9][0-9]* chunk" "$WORK/fan-$1.restore.log" ||
         { echo "restore $1: no chunk was mapped from the node store: $(grep -E 'mapping|mapped' "$WORK/fan-$1.restore.log" | head -2)"; return 1; }
     fi
