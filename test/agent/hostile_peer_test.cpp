@@ -173,6 +173,11 @@ TEST_CASE("a transfer target's endless or trickling answer is cut at its bound o
     CHECK(sent.error().errno_value == ETIMEDOUT);
     CHECK(sent.error().message.find("limits.job_timeout_seconds") != std::string::npos);
     CHECK(took < std::chrono::seconds(5));   // before: until the peer stopped (httplib's timeouts are per read)
+  }
+  SECTION("trickling: a push ended at the job's deadline") {
+    HostilePeer peer;
+    peer.endless(" ", std::chrono::milliseconds(200));
+    peer.start();
     gpuckpt::node::PushOptions options;
     options.url = peer.url();
     options.deadline = Clock::now() + std::chrono::seconds(2);
