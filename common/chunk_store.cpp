@@ -36,7 +36,9 @@ using byte_io::read_all;
 
 Result<void> write_exact(int fd, iovec* iov, int count, const std::string& name) {
   int first = 0;
-  while (first < count) {
+  for (;;) {
+    while (first < count && iov[first].iov_len == 0) ++first;   // nothing left to write there (writev would say 0)
+    if (first == count) break;
     const ssize_t n = ::writev(fd, iov + first, count - first);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
