@@ -64,6 +64,22 @@ gpuckpt::test::StoreCheckpoint zstd_checkpoint(const std::shared_ptr<gpuckpt::ch
   return c;
 }
 
+// The test's checkpoint in node-a's store, exported by `gpuckpt export` to moved.tar and unpacked into unpacked/.
+struct Unpacked {
+  TempDir dir{"gpuckpt-cli-export"};
+  gpuckpt::test::StoreCheckpoint c;
+  fs::path moved = dir.path / "moved.tar";
+  fs::path tree = dir.path / "unpacked";
+  Unpacked() {
+    auto source = gpuckpt::test::open_store(dir.path / "node-a");
+    c = gpuckpt::test::store_checkpoint(source, dir.path);
+    REQUIRE(run_cli(dir.path, "export " + c.archive.string() + " --store " + (dir.path / "node-a").string() + " -o " +
+                                  moved.string()).rc == 0);
+    fs::create_directories(tree);
+    REQUIRE(gpuckpt::extract_archive(moved, tree, gpuckpt::ArchiveLimits{}));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("gpuckpt export, inspect, import, store gc: a store-backed checkpoint moved to an empty store", "[unit]") {
@@ -111,15 +127,8 @@ TEST_CASE("gpuckpt export, inspect, import, store gc: a store-backed checkpoint 
 }
 
 TEST_CASE("gpuckpt import refuses a corrupt carried chunk with exit 2, naming the archive and the chunk", "[unit]") {
-  TempDir dir("gpuckpt-cli-export");
-  auto source = gpuckpt::test::open_store(dir.path / "node-a");
-  const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
-  const fs::path moved = dir.path / "moved.tar";
-  REQUIRE(run_cli(dir.path, "export " + c.archive.string() + " --store " + (dir.path / "node-a").string() + " -o " +
-                                moved.string()).rc == 0);
-  const fs::path tree = dir.path / "unpacked";
-  fs::create_directories(tree);
-  REQUIRE(gpuckpt::extract_archive(moved, tree, gpuckpt::ArchiveLimits{}));
+  Unpacked u;
+  auto& [dir, c, moved, tree] = u;
   const std::string victim = gpuckpt::chunk_store::sha256(gpuckpt::test::random_chunk(1)).hex();
   {
     std::fstream f(tree / gpuckpt::kCarriedChunksDir / "sha256" / victim.substr(0, 2) / victim,
@@ -145,15 +154,8 @@ TEST_CASE("gpuckpt import refuses a corrupt carried chunk with exit 2, naming th
 
 TEST_CASE("gpuckpt import: a duplicated manifest entry, or a kept checkpoint's id and process, exit 2 naming it",
           "[unit]") {
-  TempDir dir("gpuckpt-cli-export");
-  auto source = gpuckpt::test::open_store(dir.path / "node-a");
-  const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
-  const fs::path moved = dir.path / "moved.tar";
-  REQUIRE(run_cli(dir.path, "export " + c.archive.string() + " --store " + (dir.path / "node-a").string() + " -o " +
-                                moved.string()).rc == 0);
-  const fs::path tree = dir.path / "unpacked";
-  fs::create_directories(tree);
-  REQUIRE(gpuckpt::extract_archive(moved, tree, gpuckpt::ArchiveLimits{}));
+  Unpacked u;
+  auto& [dir, c, moved, tree] = u;
   // The manifest of pid 7 appended a second time, with pid 8's content: tar keeps both entries.
   const fs::path doubled = dir.path / "doubled.tar";
   REQUIRE(std::system(("tar -C " + tree.string() + " -cf " + doubled.string() + " .").c_str()) == 0);
