@@ -453,9 +453,13 @@ Result<bool> Store::put_ref(const std::string& name, std::string_view text) {
   return result;
 }
 
-Result<bool> Store::remove_ref(const std::string& name) {
+Result<bool> Store::remove_ref(const std::string& name, std::optional<std::string_view> only_if) {
   if (!is_ref_name(name))
     return make_error("'" + name + "' is not a chunk store reference name (<checkpoint>-<pid>.json)", EINVAL);
+  // References are never replaced (put_ref), so bytes found equal here are still those when it is unlinked.
+  if (only_if)
+    if (auto kept = check_ref(name, *only_if); !kept) return kept.error().errno_value == EEXIST ? Result<bool>(false)
+                                                                                                : kept.error();
   auto dir_fd = open_refs_dir();
   if (!dir_fd) return dir_fd.error();
   Result<bool> removed = true;

@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -148,8 +149,10 @@ class Store {
   Result<bool> put_ref(const std::string& name, std::string_view text);
   // put_ref's refusal without writing anything: EEXIST when `name` holds other bytes than `text`.
   Result<void> check_ref(const std::string& name, std::string_view text) const;
-  // Removing a reference that is not there is not an error (false).
-  Result<bool> remove_ref(const std::string& name);
+  // Removing a reference that is not there is not an error (false). With `only_if`, a reference whose bytes are
+  // others is left as it is (false): what removes the references of an archive it deletes passes that archive's
+  // manifest, so an archive that merely claims a kept checkpoint's id and process cannot take its reference along.
+  Result<bool> remove_ref(const std::string& name, std::optional<std::string_view> only_if = std::nullopt);
   // The names of every reference, sorted; entries that are not reference names are left out.
   Result<std::vector<std::string>> list_refs() const;
   // A reference's text, at most `max_bytes`.
