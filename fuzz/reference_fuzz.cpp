@@ -1,10 +1,12 @@
 // Writing a chunk store's references (common/chunk_store.h put_ref, check_ref, remove_ref) as imports, transfer
 // commits, dumps and `gpuckpt store unref` do, in any order and with any bytes: the input is a sequence of
 //   u8 op | u8 text length | text
-// where op's low 2 bits pick the reference (of 4 names over 2 checkpoint ids) and bit 2 picks remove instead of put.
+// where op's low 2 bits pick the reference (of 4 names over 2 checkpoint ids), bit 2 picks remove instead of put and
+// bit 3 makes that remove one that only takes the reference when its bytes are the text (what retention does).
 // What must hold after every step, against a model of what was first written: a kept reference is never replaced
 // (other bytes are refused with EEXIST and leave the file as it was; the same bytes are no change), a removed one
-// is gone and can be made again, check_ref says what put_ref would, and refs/ holds nothing but the references.
+// is gone and can be made again, a remove with other bytes leaves it, check_ref says what put_ref would, and refs/
+// holds nothing but the references.
 #include <dirent.h>
 
 #include <array>
@@ -40,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::filesystem::remove_all(store->root() / cs::kRefsDir, ec);
   std::map<std::string, std::string> kept;
   std::string_view in(reinterpret_cast<const char*>(data), size);
-  for (int steps = 0; in.size() >= 2 && steps < 64; ++steps) {
+  for (int steps = 0; in.size() >= 2 && steps < 32; ++steps) {
     const unsigned op = static_cast<unsigned char>(in[0]);
     const std::size_t length = std::min<std::size_t>(static_cast<unsigned char>(in[1]), in.size() - 2);
     const std::string text(in.substr(2, length));
@@ -48,9 +50,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string& name = names[op & 3u];
     const auto it = kept.find(name);
     if (op & 4u) {
-      auto removed = store->remove_ref(name);
-      if (!removed || *removed != (it != kept.end())) violated("remove_ref of " + name + " did not say what it did");
-      if (it != kept.end()) kept.erase(it);
+      const bool only_if = (op & 8u) != 0;
+      const bool goes = it != kept.end() && (!only_if || it->second == text);
+      auto removed = only_if ? store->remove_ref(name, text) : store->remove_ref(name);
+      if (!removed || *removed != goes) violated("remove_ref of " + name + " did not do what the model says");
+      if (goes) kept.erase(it);
     } else {
       const bool free = it == kept.end() || it->second == text;
       if (static_cast<bool>(store->check_ref(name, text)) != free) violated("check_ref disagrees with the model");
