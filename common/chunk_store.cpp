@@ -434,18 +434,18 @@ Result<bool> Store::put_ref(const std::string& name, std::string_view text) {
     if (auto written = write_exact(fd, iov, 1, shown); !written) result = written.error();
     else if (::fsync(fd) != 0) result = make_error("fsync of " + shown + ": " + errno_text(errno), errno);
     ::close(fd);
-    // A link, not a rename: it fails where the name exists (on NFS too, where RENAME_NOREPLACE may not be), so a
-    // writer racing this one cannot have its reference replaced either.
-    if (result && ::linkat(*dir_fd, temp.c_str(), *dir_fd, name.c_str(), 0) != 0) {
+    // Never over an existing name (on NFS and sshfs too), so a writer racing this one cannot have its reference
+    // replaced either.
+    if (result && rename_noreplace(*dir_fd, temp.c_str(), *dir_fd, name.c_str()) != 0) {
       const int err = errno;
       if (err != EEXIST) {
-        result = make_error("linking the chunk store reference " + shown + " into place: " + errno_text(err), err);
+        result = make_error("renaming the chunk store reference " + shown + " into place: " + errno_text(err), err);
       } else {
         auto same = check_ref(name, text);
         result = same ? Result<bool>(false) : Result<bool>(same.error());
       }
     }
-    (void)::unlinkat(*dir_fd, temp.c_str(), 0);
+    if (!result || !*result) (void)::unlinkat(*dir_fd, temp.c_str(), 0);
     if (result && *result && ::fsync(*dir_fd) != 0 && errno != EINVAL)
       result = make_error("fsync of " + (root_ / kRefsDir).string() + ": " + errno_text(errno), errno);
   }

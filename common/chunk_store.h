@@ -142,7 +142,7 @@ class Store {
   Result<MappableChunk> open_mappable(const Digest& d) const;
 
   // --- references: one file per kept checkpoint's process, the manifest naming its chunks -------------------------
-  // `name` is a reference name (ref_name); the file is written atomically (temporary name, fsync, link, fsync) and
+  // `name` is a reference name (ref_name); the file is written atomically (temporary name, fsync, rename, fsync) and
   // never replaces one that is there: a reference with the same bytes is left as it is (false: writing the same
   // checkpoint again is idempotent), one with other bytes is refused with EEXIST naming the checkpoint and process
   // (replacing it would leave the kept checkpoint's chunks to the next garbage collection). True when it was made.
