@@ -123,7 +123,7 @@ Result<nlohmann::json> admit_received_archive(const fs::path& received, const Gp
   std::shared_ptr<cs::Store> store(std::move(*opened));
   // The archive's doing (a chunk corrupt, missing, unnamed) is EBADMSG or EINVAL/ENOENT from checkpoint_export: the
   // received file is refused for it. Time, the store's own trouble and a reference the store keeps with other
-  // content (EEXIST: 409, another checkpoint has that id and process here) keep their kinds.
+  // content (EEXIST: another checkpoint has that id and process here) keep their kinds.
   const auto kind = [](const Error& e) {
     return e.errno_value == ETIMEDOUT || e.errno_value == EIO || e.errno_value == ENOSPC || e.errno_value == EEXIST
                ? e.errno_value
