@@ -17,6 +17,7 @@
 #include "common/chunk_store.h"
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
+#include "node/service.h"
 #include "test/common/store_checkpoint.h"
 #include "test/temp_dir.h"
 
@@ -187,4 +188,16 @@ TEST_CASE("a transfer target's endless or trickling answer is cut at its bound o
     CHECK(pushed.error().errno_value == ETIMEDOUT);
     CHECK(Clock::now() - push_start < std::chrono::seconds(5));
   }
+}
+
+TEST_CASE("a job's error is cut at 4 KiB, at a character's start, saying how much was cut", "[unit]") {
+  CHECK(gpuckpt::node::capped_job_error("short") == "short");
+  // 4095 ASCII bytes, then a 3-byte character straddling the bound: cut before it, never inside.
+  const std::string text = std::string(4095, 'x') + "\xe2\x82\xac" + std::string(1 << 20, 'y');
+  const std::string capped = gpuckpt::node::capped_job_error(text);
+  CHECK(capped.size() < gpuckpt::node::kMaxJobErrorBytes + 64);
+  CHECK(capped.starts_with(std::string(4095, 'x') + "... ("));
+  CHECK(capped.ends_with(" more bytes cut)"));
+  CHECK(capped.find(std::to_string(text.size() - 4095)) != std::string::npos);
+  CHECK(nlohmann::json(capped).dump().size() > 4095);   // valid UTF-8: a job record can hold it
 }
