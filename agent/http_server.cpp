@@ -17,6 +17,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/caught.h"
 #include "common/log.h"
 
 namespace gpuckpt::agent {
@@ -39,7 +40,10 @@ class ConnectionRegistry {
     limits_ = limits;
     if (enabled_) return;
     enabled_ = true;
-    std::thread([this] { watch(); }).detach();   // lives as long as the process
+    std::thread([this] {   // lives as long as the process
+      if (auto watched = caught("the connection deadline watcher", [this] { watch(); }); !watched)
+        log::error(watched.error().message);
+    }).detach();
   }
 
   // False: the client already holds its share; the caller closes the socket.

@@ -20,6 +20,7 @@
 #include "agent/storage_maintenance.h"
 #include "node/runtimes.h"
 #include "node/service.h"
+#include "common/caught.h"
 #include "common/inventory.h"
 #include "common/log.h"
 #include "common/restore_plan.h"
@@ -177,8 +178,12 @@ int main(int argc, char** argv) {
   // 6. background loops
   Stopper stopper;
   std::vector<std::thread> loops;
+  // Every loop's pass runs inside caught(): whatever goes wrong in one pass, the agent stays up and the next tries
+  // again (an exception leaving a thread would end the agent).
   loops.emplace_back([&] {
-    while (stopper.wait(node::JobService::kPlanSweepIntervalSeconds)) service.sweep_restore_plans();
+    while (stopper.wait(node::JobService::kPlanSweepIntervalSeconds))
+      if (auto swept = caught("restore plan sweep", [&] { service.sweep_restore_plans(); }); !swept)
+        log::error(swept.error().message);
   });
   if (!config.kubelet_checkpoint_dir.empty()) {
     loops.emplace_back([&] {
@@ -213,10 +218,12 @@ int main(int argc, char** argv) {
   if (config.node_labels.enabled) {
     loops.emplace_back([&, node = node_name] {
       do {
-        auto inventory = deps.inventory();
-        auto published = inventory ? agent::publish_node_labels(config.node_labels, config.kubernetes_api.endpoint, node,
-                                                                agent::compute_node_labels(inventory.value()))
-                                   : Result<void>(inventory.error());
+        auto published = caught("node labels", [&] {
+          auto inventory = deps.inventory();
+          return inventory ? agent::publish_node_labels(config.node_labels, config.kubernetes_api.endpoint, node,
+                                                        agent::compute_node_labels(inventory.value()))
+                           : Result<void>(inventory.error());
+        });
         if (!published) log::warn(published.error().message);
         else if (config.node_labels.method == "nfd_feature_file")
           log::info("GPU labels for node " + node + " written to " + config.node_labels.feature_file +

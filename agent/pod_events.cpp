@@ -5,6 +5,7 @@
 #include <optional>
 #include <filesystem>
 
+#include "common/caught.h"
 #include "common/log.h"
 
 namespace gpuckpt::agent {
@@ -211,7 +212,8 @@ void PodEventRecorder::run() {
       queue_.pop_front();
     }
     const std::string what = "pod event " + event.reason + " on " + event.pod.namespace_name + "/" + event.pod.name;
-    if (auto posted = post(event, ++sequence); !posted) {
+    // The API server's answer is untrusted: whatever posting meets drops this event, never the agent.
+    if (auto posted = caught(what, [&] { return post(event, ++sequence); }); !posted) {
       metrics_.pod_event_dropped("api_error");
       log::warn(what + " not posted: " + posted.error().message);
     } else {

@@ -63,8 +63,8 @@ struct TransportArgs {
     return l;
   }
 
-  // Exit 2 when the archive, a chunk or the store's content is refused (the message names it), 1 when reading or
-  // writing failed.
+  // Exit 2 when the archive, a chunk or the store's content is refused (the message names it; EEXIST: a reference
+  // the store keeps with other content), 1 when reading or writing failed.
   int failed(const char* verb, const Error& error) const {
     if (error.errno_value == ETIMEDOUT)
       std::fprintf(stderr, "gpuckpt %s: %s took longer than %ld s and was stopped (%s); the archive was not written. If it is "
@@ -73,7 +73,9 @@ struct TransportArgs {
     else
       std::fprintf(stderr, "gpuckpt %s: %s\n", verb, error.message.c_str());
     const int e = error.errno_value;
-    return e == EINVAL || e == EBADMSG || e == ENOENT || e == EFBIG || e == ETIMEDOUT || e == 0 ? kExitBadInput : 1;
+    return e == EINVAL || e == EBADMSG || e == ENOENT || e == EFBIG || e == ETIMEDOUT || e == EEXIST || e == 0
+               ? kExitBadInput
+               : 1;
   }
 };
 

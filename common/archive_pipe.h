@@ -15,6 +15,8 @@
 #include <memory>
 #include <thread>
 
+#include "common/caught.h"
+#include "common/log.h"
 #include "common/result.h"
 
 namespace gpuckpt {
@@ -63,10 +65,15 @@ class ArchivePipe {
 
 // The agent's side of a pipe, on a thread of its own while the caller runs the runtime: however the caller's
 // scope ends (a runtime call that throws included), the pipe hears that the runtime has exited and the thread is
-// joined, so it never outlives the pipe or blocks for good.
+// joined, so it never outlives the pipe or blocks for good. What `work` throws (it reads untrusted archives) is
+// logged and ends the work, never the process; the caller sees the result `work` did not set.
 class PipeWorker {
  public:
-  PipeWorker(ArchivePipe& pipe, std::function<void()> work) : pipe_(pipe), thread_(std::move(work)) {}
+  PipeWorker(ArchivePipe& pipe, std::function<void()> work)
+      : pipe_(pipe), thread_([work = std::move(work)] {
+          if (auto done = caught("the archive stream between the agent and the runtime", work); !done)
+            log::error(done.error().message);
+        }) {}
   ~PipeWorker() { finish(); }
   PipeWorker(const PipeWorker&) = delete;
   PipeWorker& operator=(const PipeWorker&) = delete;

@@ -47,7 +47,8 @@ Outcome apply(const fs::path& dir, const Policy& policy, chunk_store::Store* sto
   Outcome outcome;
   if (!policy.enabled()) return outcome;
   std::vector<Archive> archives;
-  std::map<fs::path, std::vector<std::string>> checkpoints;   // per archive: the store-backed checkpoints it holds
+  // Per archive: the references of the store-backed checkpoints it holds, with its manifest's text.
+  std::map<fs::path, std::vector<std::pair<std::string, std::string>>> checkpoints;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
@@ -63,14 +64,16 @@ Outcome apply(const fs::path& dir, const Policy& policy, chunk_store::Store* sto
                         static_cast<std::uint64_t>(st.st_size)});
     for (const auto& [manifest_name, text] : info->gpu_manifests)
       if (auto manifest = gpu_image::parse_manifest(text, manifest_name); manifest)
-        checkpoints[entry.path()].push_back(chunk_store::ref_name(manifest->checkpoint, manifest->header.vpid));
+        checkpoints[entry.path()].emplace_back(chunk_store::ref_name(manifest->checkpoint, manifest->header.vpid),
+                                               text);
   }
   if (ec) outcome.problems.push_back("cannot list " + dir.string() + ": " + ec.message());
   const auto doomed = archives_to_delete(archives, policy, now);
   // A checkpoint another kept archive also holds (a copy under another name) keeps its references.
   std::set<std::string> still_held;
   for (const auto& [path, refs] : checkpoints)
-    if (!std::binary_search(doomed.begin(), doomed.end(), path)) still_held.insert(refs.begin(), refs.end());
+    if (!std::binary_search(doomed.begin(), doomed.end(), path))
+      for (const auto& ref : refs) still_held.insert(ref.first);
   for (const fs::path& path : doomed) {
     const auto bytes = fs::file_size(path, ec);
     if (!fs::remove(path, ec)) {
@@ -80,9 +83,11 @@ Outcome apply(const fs::path& dir, const Policy& policy, chunk_store::Store* sto
     outcome.deleted.push_back(path);
     outcome.deleted_bytes += ec ? 0 : bytes;
     if (store == nullptr) continue;
-    for (const std::string& ref : checkpoints[path]) {
+    for (const auto& [ref, text] : checkpoints[path]) {
       if (still_held.contains(ref)) continue;
-      auto removed = store->remove_ref(ref);
+      // Only the reference this archive's manifest is: one with other bytes is another checkpoint's under the same
+      // id and process (an archive placed as bytes can claim any), and stays.
+      auto removed = store->remove_ref(ref, text);
       if (!removed) outcome.problems.push_back(path.string() + ": " + removed.error().message);
       else if (*removed) ++outcome.references_removed;
     }

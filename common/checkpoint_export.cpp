@@ -33,6 +33,13 @@ Result<ArchiveManifests> read_manifests(const fs::path& archive, const ArchiveLi
   for (const auto& [name, text] : info->gpu_manifests) {
     auto manifest = gpu_image::parse_manifest(text, archive.string() + ": checkpoint/" + name);
     if (!manifest) return make_error(manifest.error().message, EINVAL);
+    // A manifest's reference is named by its checkpoint and vpid: with each file's name bound to its vpid, no two
+    // manifests of one archive can claim one reference (the last would replace the first's).
+    if (gpu_image::vpid_from_manifest_name(name) != manifest->header.vpid)
+      return make_error(archive.string() + ": checkpoint/" + name + " is the manifest of process " +
+                        std::to_string(manifest->header.vpid) + " (its \"vpid\"), but its file name says process " +
+                        std::to_string(gpu_image::vpid_from_manifest_name(name)) + "; a manifest is named " +
+                        gpu_image::manifest_name(manifest->header.vpid) + ". Refusing the archive", EINVAL);
     out.parsed.emplace(name, std::move(*manifest));
   }
   out.info = std::move(*info);
@@ -81,6 +88,17 @@ bool under_carried_dir(const std::string& name) {
   return name == kCarriedChunksDir || name.starts_with(std::string(kCarriedChunksDir) + "/");
 }
 
+// Whether every manifest's reference is free in `store` or holds that very text already (the same archive admitted
+// again): else the refusal (EEXIST) names the manifest, the checkpoint and the process, before anything is written.
+Result<void> check_references(const ArchiveManifests& found, const cs::Store& store, const fs::path& archive,
+                              const std::function<std::string(const std::string&)>& text_of) {
+  for (const auto& [name, manifest] : found.parsed)
+    if (auto free = store.check_ref(cs::ref_name(manifest.checkpoint, manifest.header.vpid), text_of(name)); !free)
+      return make_error(archive.string() + ": checkpoint/" + name + ": " + free.error().message,
+                        free.error().errno_value);
+  return {};
+}
+
 // Every chunk of every manifest checked in `store`, all touched (a collection running now keeps them until the
 // references exist), then one reference per manifest: what makes a checkpoint's chunks kept. Returns the references.
 // `text_of(name)`: the manifest text a reference keeps (an import's, rewritten where the store holds a chunk in
@@ -95,10 +113,19 @@ Result<std::size_t> reference_chunks(const ArchiveManifests& found, cs::Store& s
       if (manifest.entries[i].encoding != gpu_image::Encoding::Zero)
         if (auto ok = store.touch(manifest.digests[i]); !ok)
           return make_error(ok.error().message + " while referencing " + archive.string() + "; try again", ENOENT);
+  if (auto free = check_references(found, store, archive, text_of); !free) return free.error();
   std::size_t references = 0;
+  std::vector<std::string> made;
   for (const auto& [name, manifest] : found.parsed) {
-    if (auto ok = store.put_ref(cs::ref_name(manifest.checkpoint, manifest.header.vpid), text_of(name)); !ok)
-      return ok.error();
+    const std::string ref = cs::ref_name(manifest.checkpoint, manifest.header.vpid);
+    auto ok = store.put_ref(ref, text_of(name));
+    if (!ok) {
+      // All of the archive's references or none: those this call made go again (a writer came between the check
+      // and here).
+      for (const auto& undo : made) (void)store.remove_ref(undo);
+      return make_error(archive.string() + ": checkpoint/" + name + ": " + ok.error().message, ok.error().errno_value);
+    }
+    if (*ok) made.push_back(ref);
     ++references;
   }
   return references;
@@ -208,6 +235,8 @@ Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<
     const auto it = patched.find(name);
     return it == patched.end() ? found->info.gpu_manifests.at(name) : it->second;
   };
+  // A reference this import could not write refuses it now, before any chunk enters the store.
+  if (auto free = check_references(*found, *store, archive, manifest_text); !free) return free.error();
   const std::string into = "the chunk store " + store->root().string();
   std::set<cs::Digest> carried;
   gpu_image::ChunkCodec codec(gpu_image::kMaxChunkSize);

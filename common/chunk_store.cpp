@@ -36,7 +36,9 @@ using byte_io::read_all;
 
 Result<void> write_exact(int fd, iovec* iov, int count, const std::string& name) {
   int first = 0;
-  while (first < count) {
+  for (;;) {
+    while (first < count && iov[first].iov_len == 0) ++first;   // nothing left to write there (writev would say 0)
+    if (first == count) break;
     const ssize_t n = ::writev(fd, iov + first, count - first);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
@@ -391,35 +393,73 @@ Result<int> Store::open_trash_dir() const {
   return open_or_make_dir(root_fd_, kTrashDir, (root_ / kTrashDir).string());
 }
 
-Result<void> Store::put_ref(const std::string& name, std::string_view text) {
+namespace {
+
+// What a refused reference names: the checkpoint and its process, and what to do.
+Error ref_conflict(const std::filesystem::path& shown, const std::string& name) {
+  const std::string checkpoint = name.substr(0, 32);
+  const std::string vpid = name.substr(33, name.size() - 33 - 5);
+  return make_error("the chunk store reference " + shown.string() + " of checkpoint " + checkpoint + " (process " +
+                    vpid + ") is kept with other content: refused, nothing replaced (the kept checkpoint's chunks "
+                    "would be left to garbage collection). Checkpoint ids travel with archives, so this is another "
+                    "archive claiming a checkpoint this store keeps; to replace it on purpose, delete that "
+                    "checkpoint's archive and run `gpuckpt store unref " + checkpoint + "` first", EEXIST);
+}
+
+}  // namespace
+
+Result<void> Store::check_ref(const std::string& name, std::string_view text) const {
   if (!is_ref_name(name)) return make_error("internal: '" + name + "' is not a reference name", EINVAL);
+  // One byte more than `text`: a longer file differs without being read whole.
+  auto kept = read_ref(name, text.size() + 1);
+  if (kept) return *kept == text ? Result<void>() : ref_conflict(root_ / kRefsDir / name, name);
+  if (kept.error().errno_value == ENOENT) return {};
+  if (kept.error().errno_value == EIO) return ref_conflict(root_ / kRefsDir / name, name);   // larger, or no file
+  return kept.error();
+}
+
+Result<bool> Store::put_ref(const std::string& name, std::string_view text) {
+  if (auto free = check_ref(name, text); !free) return free.error();
   auto dir_fd = open_refs_dir();
   if (!dir_fd) return dir_fd.error();
   static std::atomic<std::uint64_t> sequence{0};
   const std::string temp = "." + name + "." + std::to_string(::getpid()) + "." + std::to_string(sequence++) + ".partial";
   const std::string shown = (root_ / kRefsDir / name).string();
-  Result<void> result;
+  Result<bool> result = true;
   const int fd = ::openat(*dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     result = make_error("creating the chunk store reference " + shown + ": " + errno_text(errno), errno);
   } else {
     iovec iov[1] = {{const_cast<char*>(text.data()), text.size()}};
-    result = write_exact(fd, iov, 1, shown);
-    if (result && ::fsync(fd) != 0) result = make_error("fsync of " + shown + ": " + errno_text(errno), errno);
+    if (auto written = write_exact(fd, iov, 1, shown); !written) result = written.error();
+    else if (::fsync(fd) != 0) result = make_error("fsync of " + shown + ": " + errno_text(errno), errno);
     ::close(fd);
-    if (result && ::renameat(*dir_fd, temp.c_str(), *dir_fd, name.c_str()) != 0)
-      result = make_error("renaming the chunk store reference " + shown + " into place: " + errno_text(errno), errno);
-    if (!result) (void)::unlinkat(*dir_fd, temp.c_str(), 0);
-    else if (::fsync(*dir_fd) != 0 && errno != EINVAL)
+    // Never over an existing name (on NFS and sshfs too), so a writer racing this one cannot have its reference
+    // replaced either.
+    if (result && rename_noreplace(*dir_fd, temp.c_str(), *dir_fd, name.c_str()) != 0) {
+      const int err = errno;
+      if (err != EEXIST) {
+        result = make_error("renaming the chunk store reference " + shown + " into place: " + errno_text(err), err);
+      } else {
+        auto same = check_ref(name, text);
+        result = same ? Result<bool>(false) : Result<bool>(same.error());
+      }
+    }
+    if (!result || !*result) (void)::unlinkat(*dir_fd, temp.c_str(), 0);
+    if (result && *result && ::fsync(*dir_fd) != 0 && errno != EINVAL)
       result = make_error("fsync of " + (root_ / kRefsDir).string() + ": " + errno_text(errno), errno);
   }
   ::close(*dir_fd);
   return result;
 }
 
-Result<bool> Store::remove_ref(const std::string& name) {
+Result<bool> Store::remove_ref(const std::string& name, std::optional<std::string_view> only_if) {
   if (!is_ref_name(name))
     return make_error("'" + name + "' is not a chunk store reference name (<checkpoint>-<pid>.json)", EINVAL);
+  // References are never replaced (put_ref), so bytes found equal here are still those when it is unlinked.
+  if (only_if)
+    if (auto kept = check_ref(name, *only_if); !kept) return kept.error().errno_value == EEXIST ? Result<bool>(false)
+                                                                                                : kept.error();
   auto dir_fd = open_refs_dir();
   if (!dir_fd) return dir_fd.error();
   Result<bool> removed = true;

@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -141,10 +142,17 @@ class Store {
   Result<MappableChunk> open_mappable(const Digest& d) const;
 
   // --- references: one file per kept checkpoint's process, the manifest naming its chunks -------------------------
-  // `name` is a reference name (ref_name); the file is written atomically (temporary name, fsync, rename, fsync).
-  Result<void> put_ref(const std::string& name, std::string_view text);
-  // Removing a reference that is not there is not an error (false).
-  Result<bool> remove_ref(const std::string& name);
+  // `name` is a reference name (ref_name); the file is written atomically (temporary name, fsync, rename, fsync) and
+  // never replaces one that is there: a reference with the same bytes is left as it is (false: writing the same
+  // checkpoint again is idempotent), one with other bytes is refused with EEXIST naming the checkpoint and process
+  // (replacing it would leave the kept checkpoint's chunks to the next garbage collection). True when it was made.
+  Result<bool> put_ref(const std::string& name, std::string_view text);
+  // put_ref's refusal without writing anything: EEXIST when `name` holds other bytes than `text`.
+  Result<void> check_ref(const std::string& name, std::string_view text) const;
+  // Removing a reference that is not there is not an error (false). With `only_if`, a reference whose bytes are
+  // others is left as it is (false): what removes the references of an archive it deletes passes that archive's
+  // manifest, so an archive that merely claims a kept checkpoint's id and process cannot take its reference along.
+  Result<bool> remove_ref(const std::string& name, std::optional<std::string_view> only_if = std::nullopt);
   // The names of every reference, sorted; entries that are not reference names are left out.
   Result<std::vector<std::string>> list_refs() const;
   // A reference's text, at most `max_bytes`.

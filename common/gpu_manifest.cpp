@@ -505,7 +505,8 @@ Result<void> StoreWriter::finish(int dir_fd) {
   // store, seen by every node sharing it) before the manifest, so no manifest names chunks nothing holds.
   if (auto ok = store_->sync(); !ok) return ok;
   const std::string text = serialize_manifest(manifest_);
-  if (auto ok = store_->put_ref(cs::ref_name(manifest_.checkpoint, manifest_.header.vpid), text); !ok) return ok;
+  if (auto ok = store_->put_ref(cs::ref_name(manifest_.checkpoint, manifest_.header.vpid), text); !ok)
+    return ok.error();
   return write_manifest(dir_fd, manifest_);
 }
 

@@ -18,7 +18,9 @@
 #include <cstring>
 #include <thread>
 
+#include "common/json_reader.h"
 #include "common/log.h"
+#include "node/bounded_request.h"
 
 namespace gpuckpt::node {
 
@@ -348,6 +350,8 @@ Result<nlohmann::json> IncomingArchives::commit(const std::string& name, const n
       return make_error("the received " + name + " is verified but admitting it took too long: " +
                         done.error().message + "; commit again to go on (what it did so far is kept)", EBUSY);
     }
+    // A checkpoint this node keeps under the same id and process (EEXIST) is refused as well (422, not 409: a
+    // sender commits again on 409, "not yet").
     if (!done) return discard(done.error().message);
     admitted = std::move(*done);
   }
@@ -429,6 +433,59 @@ Result<void> check_peer_url(const std::string& url, const std::vector<std::strin
                     "only to agents in those networks (the chart's transfer.peerNetworks)", EACCES);
 }
 
+Result<PeerAnswer> ask_peer(httplib::Client& client, const char* method, const std::string& path, std::string body,
+                            const char* content_type, const std::string& who, JobDeadline deadline) {
+  httplib::Request request;
+  request.method = method;
+  request.path = path;
+  if (content_type != nullptr) request.headers.emplace("Content-Type", content_type);
+  request.body = std::move(body);
+  auto answer = bounded_send(client, std::move(request), who, deadline, "limits.job_timeout_seconds",
+                             kMaxPeerAnswerBytes);
+  if (!answer) return answer.error();
+  return PeerAnswer{answer->status, std::move(answer->body)};
+}
+
+nlohmann::json peer_object(std::string_view body) {
+  JsonLimits limits;
+  limits.max_bytes = kMaxPeerAnswerBytes;
+  limits.max_depth = 8;
+  auto parsed = parse_json(body, "the target's answer", limits);
+  return parsed && parsed->is_object() ? std::move(*parsed) : nlohmann::json(nullptr);
+}
+
+std::string peer_says(int status, std::string_view text) {
+  std::string why = "answered " + std::to_string(status);
+  const auto body = peer_object(text);
+  if (const auto error = body.is_object() ? body.find("error") : body.end(); error != body.end() && error->is_object())
+    if (const auto message = error->find("message"); message != error->end() && message->is_string())
+      why += ": " + log::escaped(message->get_ref<const std::string&>(), kMaxPeerMessageChars);
+  return why;
+}
+
+Result<IncomingState> parse_incoming_state(std::string_view text, const std::string& who) {
+  const auto body = peer_object(text);
+  const auto received = body.is_object() ? body.find("received_bytes") : body.end();
+  const auto present = body.is_object() ? body.find("present") : body.end();
+  if (received == body.end() || !received->is_number_unsigned() || (present != body.end() && !present->is_boolean()))
+    return make_error(who + " answered with no unsigned \"received_bytes\" (and a boolean \"present\"): it is no "
+                      "gpuckpt agent, or another version's", EIO);
+  return IncomingState{received->get<std::uint64_t>(), present != body.end() && present->get<bool>()};
+}
+
+Result<CommitAnswer> parse_commit_answer(std::string_view text, const std::string& who) {
+  const auto body = peer_object(text);
+  const auto archive = body.is_object() ? body.find("archive") : body.end();
+  const auto present = body.is_object() ? body.find("already_present") : body.end();
+  const auto chunks = body.is_object() ? body.find("chunks") : body.end();
+  if (archive == body.end() || !archive->is_string() || (present != body.end() && !present->is_boolean()) ||
+      (chunks != body.end() && !chunks->is_object() && !chunks->is_null()))
+    return make_error(who + " committed without naming its path (a string \"archive\"; a boolean "
+                      "\"already_present\", an object \"chunks\")", EIO);
+  return CommitAnswer{archive->get<std::string>(), present != body.end() && present->get<bool>(),
+                      chunks == body.end() ? nlohmann::json(nullptr) : *chunks};
+}
+
 Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& options,
                                     const std::function<void(std::uint64_t)>& progress) {
   const std::string name = options.name.empty() ? archive.filename().string() : options.name;
@@ -451,24 +508,24 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
   client.set_read_timeout(30);
   client.set_write_timeout(30);
   const std::string base = "/v1/incoming/" + name;
-  auto answer_error = [&](const httplib::Result& result, const std::string& what) {
-    if (!result) return what + ": " + httplib::to_string(result.error());
-    const auto body = nlohmann::json::parse(result->body, nullptr, false);
-    std::string message = "answered " + std::to_string(result->status);
-    if (body.is_object() && body.contains("error") && body["error"].is_object())
-      message += ": " + body["error"].value("message", std::string());
-    return what + " " + message;
+  const std::string who = "the target agent at " + options.url;
+  const auto ask = [&](const char* method, const std::string& path, std::string body, const char* type) {
+    return ask_peer(client, method, path, std::move(body), type, who, options.deadline);
+  };
+  auto answer_error = [&](const Result<PeerAnswer>& result, const std::string& what) {
+    if (!result) return what + ": " + result.error().message;
+    return what + " " + peer_says(result->status, result->body);
   };
   bool present = false;   // the target has a file of that name already: only the commit compares it
   auto held = [&]() -> Result<std::uint64_t> {
-    auto result = client.Get(base.c_str());
+    auto result = ask("GET", base, {}, nullptr);
     if (!result || result->status != 200)
-      return make_error(answer_error(result, "the target agent at " + options.url + " (GET " + base + ")"), EIO);
-    const auto body = nlohmann::json::parse(result->body, nullptr, false);
-    if (!body.is_object() || !body.contains("received_bytes") || !body["received_bytes"].is_number_unsigned())
-      return make_error("the target agent at " + options.url + " answered GET " + base + " without received_bytes", EIO);
-    present = body.value("present", false);
-    return body["received_bytes"].get<std::uint64_t>();
+      return make_error(answer_error(result, who + " (GET " + base + ")"),
+                        !result && result.error().errno_value == ETIMEDOUT ? ETIMEDOUT : EIO);
+    auto state = parse_incoming_state(result->body, who + " (GET " + base + ")");
+    if (!state) return state.error();
+    present = state->present;
+    return state->received_bytes;
   };
 
   auto start = held();
@@ -495,7 +552,8 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
       got += static_cast<std::size_t>(n);
     }
     const std::string path = base + "?offset=" + std::to_string(offset) + "&total=" + std::to_string(size);
-    auto result = client.Put(path.c_str(), buffer.data(), length, "application/octet-stream");
+    auto result = ask("PUT", path, std::string(buffer.data(), length), "application/octet-stream");
+    if (!result && result.error().errno_value == ETIMEDOUT) return result.error();
     if (result && result->status == 200) {
       offset += length;
       sent += length;
@@ -505,7 +563,7 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
     }
     // Refusals that a retry cannot change end the push; a broken connection or a conflict is resumed.
     if (result && result->status != 409 && result->status != 429 && result->status < 500)
-      return make_error(answer_error(result, "the target agent at " + options.url + " refused PUT " + base), EIO);
+      return make_error(answer_error(result, who + " refused PUT " + base), EIO);
     last_error = answer_error(result, "PUT " + base);
     if (++failures >= options.max_attempts)
       return make_error("gave up after " + std::to_string(failures) + " failed attempts in a row at " +
@@ -522,7 +580,7 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
   nlohmann::json commit_request{{"size", size}, {"sha256", digest}};
   if (options.store_backed) commit_request["store_backed"] = true;
   const std::string commit_body = commit_request.dump();
-  auto committed = client.Post((base + "/commit").c_str(), commit_body, "application/json");
+  auto committed = ask("POST", base + "/commit", commit_body, "application/json");
   // A commit that admits a store-backed checkpoint checks and references its chunks (an archive that carries them:
   // imports them) within one request's deadline; a target that ran out of time keeps what it did and answers 409:
   // committing again goes on from there.
@@ -531,21 +589,22 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
        ++again) {
     log::warn("transfer of " + name + " to " + options.url + ": " + answer_error(committed, "commit") + "; again");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    committed = client.Post((base + "/commit").c_str(), commit_body, "application/json");
+    committed = ask("POST", base + "/commit", commit_body, "application/json");
   }
   if (!committed || committed->status != 200)
-    return make_error(answer_error(committed, "the target agent at " + options.url + " (commit of " + name + ")"),
-                      committed && committed->status == 422 ? EBADMSG : EIO);
-  auto body = nlohmann::json::parse(committed->body, nullptr, false);
-  if (!body.is_object() || !body.contains("archive") || !body["archive"].is_string())
-    return make_error("the target agent at " + options.url + " committed " + name + " without naming its path", EIO);
-  return nlohmann::json{{"archive", body["archive"]},
+    return make_error(answer_error(committed, who + " (commit of " + name + ")"),
+                      committed && committed->status == 422 ? EBADMSG
+                      : !committed                         ? committed.error().errno_value
+                                                           : EIO);
+  auto answer = parse_commit_answer(committed->body, who + " (commit of " + name + ")");
+  if (!answer) return answer.error();
+  return nlohmann::json{{"archive", answer->archive},
                         {"size", size},
                         {"sha256", digest},
                         {"sent_bytes", sent},
                         {"resumed", resumed},
-                        {"already_present", body.value("already_present", false)},
-                        {"chunks", body.contains("chunks") ? body["chunks"] : nlohmann::json(nullptr)}};
+                        {"already_present", answer->already_present},
+                        {"chunks", answer->chunks}};
 }
 
 }  // namespace gpuckpt::node

@@ -44,6 +44,10 @@
 #include "common/container_runtime.h"
 #include "common/result.h"
 
+namespace httplib {
+class Client;
+}
+
 namespace gpuckpt::node {
 
 inline constexpr std::size_t kMaxChunkBytes = 16U << 20;     // one PUT's body
@@ -91,6 +95,41 @@ class IncomingArchives {
 Result<void> check_peer_url(const std::string& url, const std::vector<std::string>& networks);
 // A network of transfer.peer_networks: "A.B.C.D/N".
 Result<void> check_network(const std::string& cidr);
+
+// --- the sender's side: a target agent's answers are untrusted (any host inside transfer.peer_networks can answer) --
+// Every answer of the protocol is a small JSON object: more than this ends the request (EFBIG).
+inline constexpr std::size_t kMaxPeerAnswerBytes = 64U << 10;
+// The most of a target's error message that reaches a job's error, its record and the log, escaped.
+inline constexpr std::size_t kMaxPeerMessageChars = 1024;
+
+// One request to a target agent, its answer bounded by kMaxPeerAnswerBytes and ended at `deadline` (the job's):
+// bounded_send's errors (ETIMEDOUT, EFBIG, EIO when no answer came). `who` names the target ("the target agent at
+// URL").
+struct PeerAnswer {
+  int status = 0;
+  std::string body;
+};
+Result<PeerAnswer> ask_peer(httplib::Client& client, const char* method, const std::string& path, std::string body,
+                            const char* content_type, const std::string& who, JobDeadline deadline);
+// A target's answer body as a JSON object (parse_json's limits), or null when it is none.
+nlohmann::json peer_object(std::string_view body);
+// "answered STATUS" and, when the body is {"error": {"message": TEXT}} with TEXT a string, ": TEXT" escaped and cut
+// at kMaxPeerMessageChars: what a refusal says in the job's error. One line, whatever the body.
+std::string peer_says(int status, std::string_view body);
+
+// The answers push_archive acts on, each read with its types checked (fed to fuzz/transfer_answer_fuzz); an error
+// names `who` and what was wrong.
+struct IncomingState {   // GET /v1/incoming/NAME
+  std::uint64_t received_bytes = 0;
+  bool present = false;
+};
+Result<IncomingState> parse_incoming_state(std::string_view body, const std::string& who);
+struct CommitAnswer {    // POST /v1/incoming/NAME/commit
+  std::string archive;   // the path on the target
+  bool already_present = false;
+  nlohmann::json chunks;   // what the target's admission did, as it said (an object, or null)
+};
+Result<CommitAnswer> parse_commit_answer(std::string_view body, const std::string& who);
 
 struct PushOptions {
   std::string url;             // the target agent, checked by check_peer_url

@@ -11,10 +11,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/caught.h"
 #include "common/checkpoint_export.h"
 #include "common/chunk_receive.h"
 #include "common/gpu_image.h"
 #include "common/gpu_manifest.h"
+#include "common/json_reader.h"
 #include "common/log.h"
 
 namespace gpuckpt::node {
@@ -53,13 +55,8 @@ void to_peer(httplib::Client& client, const std::string& token) {
 }
 
 // What a target answered that was not a success, or why it did not answer: for the error naming the request.
-std::string peer_answer(const httplib::Result& result) {
-  if (!result) return httplib::to_string(result.error());
-  const auto body = nlohmann::json::parse(result->body, nullptr, false);
-  std::string why = "answered " + std::to_string(result->status);
-  if (body.is_object() && body.contains("error") && body["error"].is_object())
-    why += ": " + body["error"].value("message", std::string());
-  return why;
+std::string peer_answer(const Result<PeerAnswer>& result) {
+  return result ? peer_says(result->status, result->body) : result.error().message;
 }
 
 }  // namespace
@@ -125,9 +122,12 @@ Result<nlohmann::json> admit_received_archive(const fs::path& received, const Gp
   if (!opened) return make_error(opened.error().message, EIO);
   std::shared_ptr<cs::Store> store(std::move(*opened));
   // The archive's doing (a chunk corrupt, missing, unnamed) is EBADMSG or EINVAL/ENOENT from checkpoint_export: the
-  // received file is refused for it. Time and the store's own trouble keep their kinds.
+  // received file is refused for it. Time, the store's own trouble and a reference the store keeps with other
+  // content (EEXIST: another checkpoint has that id and process here) keep their kinds.
   const auto kind = [](const Error& e) {
-    return e.errno_value == ETIMEDOUT || e.errno_value == EIO || e.errno_value == ENOSPC ? e.errno_value : EBADMSG;
+    return e.errno_value == ETIMEDOUT || e.errno_value == EIO || e.errno_value == ENOSPC || e.errno_value == EEXIST
+               ? e.errno_value
+               : EBADMSG;
   };
   // A chunk the store holds in another encoding than the manifests say (the nodes compressed it differently) stays
   // as it is (this node's checkpoints name its file so); the import rewrites the manifests to say how it is stored.
@@ -232,10 +232,12 @@ Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::strin
     if (!first_error) first_error = std::move(error);
     stop = true;
   };
+  const std::string who = "the target agent at " + url;
   const auto stream = [&] {
     httplib::Client client(url);
     to_peer(client, token);
     std::vector<std::byte> file;
+    std::string body;
     for (std::size_t i = next++; i < list.size() && !stop; i = next++) {
       const cs::Digest& digest = list[i];
       const std::string path = "/v1/chunks/" + digest.hex();
@@ -248,13 +250,16 @@ Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::strin
       for (int attempt = 1;; ++attempt) {
         if (std::chrono::steady_clock::now() >= deadline)
           return give_up(make_error("ran out of time uploading chunk " + digest.hex() + " to " + url, ETIMEDOUT));
-        auto result = client.Put(path, reinterpret_cast<const char*>(file.data()), file.size(),
-                                 "application/octet-stream");
+        body.assign(reinterpret_cast<const char*>(file.data()), file.size());
+        auto result = ask_peer(client, "PUT", path, std::move(body), "application/octet-stream", who, deadline);
+        if (!result && result.error().errno_value != EIO)   // past the deadline, or an answer over the bound
+          return give_up(make_error("uploading chunk " + digest.hex() + ": " + result.error().message,
+                                    result.error().errno_value));
         if (result && (result->status == 200 || result->status == 201)) {
-          const auto body = nlohmann::json::parse(result->body, nullptr, false);
-          const bool present = body.is_object() && body.value("present", false);
+          auto present = parse_chunk_put_answer(result->body, who + " (PUT " + path + ")");
+          if (!present) return give_up(present.error());
           std::lock_guard lock(mutex);
-          if (present) ++report.present;
+          if (*present) ++report.present;
           else {
             ++report.sent;
             report.sent_bytes += file.size();
@@ -266,7 +271,7 @@ Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::strin
         // tried again.
         const bool transient = !result || result->status == 429 || result->status >= 500;
         if (!transient || attempt >= kAttempts)
-          return give_up(make_error("the target agent at " + url + " (PUT " + path + ") " + peer_answer(result) +
+          return give_up(make_error(who + " (PUT " + path + ") " + peer_answer(result) +
                                     (transient ? " (" + std::to_string(attempt) + " attempts)" : ""),
                                     result && result->status == 409 ? EBUSY : EIO));
         {
@@ -279,12 +284,43 @@ Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::strin
       }
     }
   };
+  // Whatever a stream meets (a bug, bad_alloc), it ends the transfer with an error and never the agent.
+  const auto caught_stream = [&] {
+    if (auto ok = caught("uploading chunks to " + url, stream); !ok) give_up(ok.error());
+  };
   std::vector<std::thread> threads;
-  for (unsigned i = 1; i < report.streams; ++i) threads.emplace_back(stream);
-  if (report.streams > 0) stream();
+  for (unsigned i = 1; i < report.streams; ++i) threads.emplace_back(caught_stream);
+  if (report.streams > 0) caught_stream();
   for (auto& thread : threads) thread.join();
   if (first_error) return *first_error;
   return report;
+}
+
+Result<bool> parse_chunk_put_answer(std::string_view body, const std::string& who) {
+  const auto answer = peer_object(body);
+  const auto field = answer.is_object() ? answer.find("present") : answer.end();
+  if (field == answer.end() || !field->is_boolean())
+    return make_error(who + " answered with " +
+                      (field == answer.end() ? std::string("no \"present\"")
+                                             : "\"present\" of type " + json_type(*field)) +
+                      ", not a boolean: it is no gpuckpt agent, or another version's", EIO);
+  return field->get<bool>();
+}
+
+Result<std::set<cs::Digest>> parse_missing_answer(std::string_view text, const std::set<cs::Digest>& asked,
+                                                  const std::string& who) {
+  const auto body = peer_object(text);
+  const auto list = body.is_object() ? body.find("missing") : body.end();
+  if (list == body.end() || !list->is_array())
+    return make_error(who + " answered without \"missing\" (an array of digests)", EIO);
+  std::set<cs::Digest> missing;
+  for (const auto& item : *list) {
+    auto digest = item.is_string() ? cs::parse_digest(item.get_ref<const std::string&>(), "missing digest")
+                                   : Result<cs::Digest>(make_error("not a string"));
+    if (!digest || !asked.contains(*digest)) return make_error(who + " answered a digest it was not asked about", EIO);
+    missing.insert(*digest);
+  }
+  return missing;
 }
 
 Result<std::set<cs::Digest>> ask_missing_chunks(const std::string& url, const std::string& token,
@@ -298,23 +334,17 @@ Result<std::set<cs::Digest>> ask_missing_chunks(const std::string& url, const st
       return make_error("ran out of time asking " + url + " which chunks it lacks", ETIMEDOUT);
     nlohmann::json list = nlohmann::json::array();
     for (const auto& d : batch) list.push_back(d.hex());
-    auto answer = client.Post("/v1/chunks/missing", nlohmann::json{{"digests", std::move(list)}}.dump(),
-                              "application/json");
+    auto answer = ask_peer(client, "POST", "/v1/chunks/missing", nlohmann::json{{"digests", std::move(list)}}.dump(),
+                           "application/json", "the target agent at " + url, deadline);
     if (!answer || answer->status != 200)
       return make_error("the target agent at " + url + " (POST /v1/chunks/missing) " + peer_answer(answer),
-                        answer && answer->status == 409 ? EBUSY : EIO);
-    const auto body = nlohmann::json::parse(answer->body, nullptr, false);
-    if (!body.is_object() || !body.contains("missing") || !body["missing"].is_array())
-      return make_error("the target agent at " + url + " answered POST /v1/chunks/missing without \"missing\"", EIO);
-    const std::set<cs::Digest> asked(batch.begin(), batch.end());
-    for (const auto& item : body["missing"]) {
-      auto digest = item.is_string() ? cs::parse_digest(item.get<std::string>(), "missing digest")
-                                     : Result<cs::Digest>(make_error("not a string"));
-      // Only what was asked: a confused or hostile target cannot make the sender carry anything else.
-      if (!digest || !asked.contains(*digest))
-        return make_error("the target agent at " + url + " answered a digest it was not asked about", EIO);
-      missing.insert(*digest);
-    }
+                        answer && answer->status == 409 ? EBUSY
+                        : !answer                       ? answer.error().errno_value
+                                                        : EIO);
+    auto lacking = parse_missing_answer(answer->body, std::set<cs::Digest>(batch.begin(), batch.end()),
+                                        "the target agent at " + url + " (POST /v1/chunks/missing)");
+    if (!lacking) return lacking.error();
+    missing.merge(*lacking);
     batch.clear();
     return {};
   };

@@ -106,6 +106,16 @@ Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::strin
                                         unsigned streams, JobDeadline deadline,
                                         const std::function<void(const ChunkUploadReport&)>& progress);
 
+// The answers upload_chunks and ask_missing_chunks act on, each read with its types checked (fed to
+// fuzz/transfer_answer_fuzz); an error names `who` and what was wrong.
+// PUT /v1/chunks/<digest>'s 2xx answer: whether the target had the chunk already ("present", a boolean).
+Result<bool> parse_chunk_put_answer(std::string_view body, const std::string& who);
+// POST /v1/chunks/missing's answer: the digests the target lacks, each one of `asked` (a hostile target cannot make
+// the sender carry anything else).
+Result<std::set<chunk_store::Digest>> parse_missing_answer(std::string_view body,
+                                                           const std::set<chunk_store::Digest>& asked,
+                                                           const std::string& who);
+
 // Which of `digests` the agent at `url` lacks, asked kMaxMissingQuery at a time.
 Result<std::set<chunk_store::Digest>> ask_missing_chunks(const std::string& url, const std::string& token,
                                                          const std::set<chunk_store::Digest>& digests,

@@ -6,6 +6,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/caught.h"
 #include "common/chunk_receive.h"
 #include "common/gpu_image.h"
 #include "common/json_reader.h"
@@ -48,15 +49,19 @@ Result<void> in_parallel(RegistryClient& first, std::size_t streams, std::size_t
   std::atomic<bool> stop{false};
   std::mutex mutex;
   std::optional<Error> failure;
+  const auto fail = [&](const Error& error) {
+    std::lock_guard lock(mutex);
+    if (!failure) failure = error;
+    stop = true;
+  };
+  // Whatever a stream meets (a bug, bad_alloc), it fails the pull and never the agent.
   const auto run = [&](RegistryClient& client) {
-    StreamBuffers buffers;
-    for (std::size_t i; !stop && (i = next++) < count;) {
-      if (auto done = work(client, i, buffers); !done) {
-        std::lock_guard lock(mutex);
-        if (!failure) failure = done.error();
-        stop = true;
-      }
-    }
+    auto streamed = caught("a chunk stream", [&] {
+      StreamBuffers buffers;
+      for (std::size_t i; !stop && (i = next++) < count;)
+        if (auto done = work(client, i, buffers); !done) fail(done.error());
+    });
+    if (!streamed) fail(streamed.error());
   };
   const std::size_t n = std::clamp<std::size_t>(std::min(streams, count), 1, kMaxChunkStreams);
   std::vector<std::unique_ptr<RegistryClient>> clients;
@@ -319,7 +324,13 @@ Result<ChunkPullReport> pull_chunks(const RegistryOptions& configured, const std
     }
     const std::string source = "the chunks' manifest " + name->repository + ":" + *tag;
     const std::string digest = blob_digest_of(std::as_bytes(std::span(got->text.data(), got->text.size())));
-    if (!got->digest.empty() && got->digest != digest)
+    // The registry's Docker-Content-Digest is what ties the page to what was pushed (docs/formats.md): an answer
+    // without one (a proxy's page, a server that is no registry) is refused, not read.
+    if (got->digest.empty())
+      return make_error(source + ": the registry answered it without a Docker-Content-Digest header (bytes that hash "
+                        "to " + digest + "): no OCI distribution registry answers so; refused. Is image_registry "
+                        "a registry, and not a proxy or web server in front of one?", EBADMSG);
+    if (got->digest != digest)
       return make_error(source + ": the registry names it " + log::escaped(got->digest, 80) + " but its bytes hash "
                         "to " + digest + "; refused", EBADMSG);
     auto page = parse_chunks_manifest(got->text, source);

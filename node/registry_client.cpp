@@ -9,6 +9,7 @@
 
 #include "common/json_reader.h"
 #include "common/log.h"
+#include "node/bounded_request.h"
 
 namespace gpuckpt::node {
 
@@ -30,78 +31,6 @@ std::string percent_encoded(std::string_view text) {
     }
   }
   return out;
-}
-
-// Runs `call` (a request on `client`) and stops `client` if it is still running at `deadline`: httplib's timeouts
-// are per read, so an answer that trickles a byte every few seconds would otherwise hold the push for hours.
-// `expired` tells the caller why the request failed.
-template <typename Client, typename Call>
-auto with_deadline(Client& client, Clock::time_point deadline, bool& expired, Call&& call) {
-  std::mutex mutex;
-  std::condition_variable finished;
-  bool done = false;
-  std::thread guard([&] {
-    std::unique_lock lock(mutex);
-    if (finished.wait_until(lock, deadline, [&] { return done; })) return;
-    expired = true;
-    // stop() shuts the request's socket down, and it fails at once; one that came before the socket was open had
-    // nothing to shut, so it is repeated until the request returns.
-    do client.stop();
-    while (!finished.wait_for(lock, std::chrono::milliseconds(100), [&] { return done; }));
-  });
-  auto result = call();
-  {
-    std::lock_guard lock(mutex);
-    done = true;
-  }
-  finished.notify_one();
-  guard.join();
-  return result;
-}
-
-// One request to `who` (the registry or its token service) with its answer read as it streams and ended at
-// `deadline`. A 2xx answer's body goes to `sink` when there is one (it returns false to stop: the sink then knows
-// why); every other body is kept, at most kMaxRegistryAnswerBytes of it.
-Result<httplib::Response> bounded_send(httplib::Client& client, httplib::Request request, const std::string& who,
-                                       Clock::time_point deadline, const std::string& deadline_setting,
-                                       const std::function<bool(const char*, std::size_t)>& sink = nullptr) {
-  std::string body;
-  bool too_large = false, sink_stopped = false;
-  int status = 0;
-  request.response_handler = [&](const httplib::Response& r) {
-    status = r.status;
-    return true;
-  };
-  request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
-    if (sink && status >= 200 && status < 300) {
-      if (sink(data, size)) return true;
-      sink_stopped = true;
-      return false;
-    }
-    if (body.size() + size > kMaxRegistryAnswerBytes) {
-      too_large = true;
-      return false;
-    }
-    body.append(data, size);
-    return true;
-  };
-  bool expired = false;
-  auto result = with_deadline(client, deadline, expired, [&] { return client.send(request); });
-  if (expired)
-    return make_error(who + " did not finish answering " + request.method + " " + request.path.substr(0, 120) +
-                      " in time (" + deadline_setting + "); stopped", ETIMEDOUT);
-  if (too_large)
-    return make_error(who + " answered " + request.method + " with more than " +
-                      std::to_string(kMaxRegistryAnswerBytes) + " bytes; refused", EFBIG);
-  if (sink_stopped) {   // the sink's owner says why
-    httplib::Response stopped;
-    stopped.status = status;
-    return stopped;
-  }
-  if (!result) return make_error("cannot reach " + who + ": " + httplib::to_string(result.error()), EIO);
-  httplib::Response response = result.value();
-  response.body = std::move(body);
-  return response;
 }
 
 // The host[:port] of an http(s) URL; empty when it is none.
@@ -246,7 +175,7 @@ std::string RegistryClient::says(const httplib::Response& response) const {
 
 Result<httplib::Response> RegistryClient::exchange(httplib::Request r, const Sink& sink) {
   return bounded_send(*client_, std::move(r), "the registry " + repo_.host, request_deadline(), kDeadlineSettings,
-                      sink);
+                      kMaxRegistryAnswerBytes, sink);
 }
 
 // One request; on a first 401, again with what the challenge asks for (the request is made afresh by `make`, so
@@ -316,7 +245,8 @@ Result<std::string> RegistryClient::bearer_token(const std::string& challenge) {
         httplib::make_basic_authentication_header(credentials->substr(0, colon), credentials->substr(colon + 1)));
   }
   const std::string who = "the token service " + shown;
-  auto answer = bounded_send(token_client, std::move(ask), who, request_deadline(), kDeadlineSettings);
+  auto answer = bounded_send(token_client, std::move(ask), who, request_deadline(), kDeadlineSettings,
+                             kMaxRegistryAnswerBytes);
   if (!answer) return answer.error();
   if (answer->status != 200)
     return make_error(who + " refused a " + (scope_ == "pull" ? "pull" : "push") + " token for " + repo_.name + ": " +
@@ -477,7 +407,7 @@ Result<void> RegistryClient::get_blob(const std::string& digest, std::uint64_t s
     get.path = path_at == std::string::npos ? "/" : location.substr(path_at);
     out.clear();
     got = bounded_send(storage, std::move(get), "the registry's storage " + log::escaped(url_host(location), 80),
-                       request_deadline(), kDeadlineSettings, sink);
+                       request_deadline(), kDeadlineSettings, kMaxRegistryAnswerBytes, sink);
     if (!got) return got.error();
   }
   if (too_large)

@@ -54,6 +54,15 @@ bool is_inside(const fs::path& path, const fs::path& dir) {
 
 }  // namespace
 
+std::string capped_job_error(std::string message) {
+  if (message.size() <= kMaxJobErrorBytes) return message;
+  const std::size_t total = message.size();
+  std::size_t cut = kMaxJobErrorBytes;
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;   // not inside a character
+  message.resize(cut);
+  return message + "... (" + std::to_string(total - cut) + " more bytes cut)";
+}
+
 int http_status(const Error& error) {
   switch (error.errno_value) {
     case EINVAL: return 400;
@@ -189,7 +198,7 @@ void JobService::mark_phase(const std::string& job_id, const char* phase) {
 void JobService::mark_failed(const std::string& job_id, const std::string& message) {
   update(job_id, [&](JobStatus& j) {
     j.state = "failed";
-    j.error = message;
+    j.error = capped_job_error(message);
     j.finished_at = utc_now_rfc3339();
   });
 }
@@ -228,17 +237,22 @@ PodRef JobService::pod_of_archive(const fs::path& archive, const CheckpointInfo*
   return {};
 }
 
-void JobService::launch(const std::string& job_id, PodRef pod, std::function<void(JobDeadline)> work) {
+void JobService::launch(const std::string& job_id, PodRef pod, std::function<void(JobDeadline)> work, Lane lane) {
   const auto accepted = Clock::now();
   const JobDeadline deadline = accepted + config_.job_timeout;
   std::uint64_t ticket = 0;
+  // The lane's line, its running count and its limit (all under mutex_).
+  std::deque<std::uint64_t>& line = lane == Lane::pulls ? waiting_pulls_ : waiting_;
+  int& active = lane == Lane::pulls ? active_pulls_ : active_;
+  const int limit = lane == Lane::pulls ? kMaxConcurrentPulls : config_.max_concurrent_jobs;
   {
     std::lock_guard in_line(mutex_);   // its place in the line for a slot is taken here, in the order of acceptance
     ticket = next_ticket_++;
-    waiting_.push_back(ticket);
+    line.push_back(ticket);
   }
   // Detached: a finished job leaves nothing behind; wait_idle() (and the destructor) wait on running_.
-  std::thread([this, job_id, pod = std::move(pod), accepted, deadline, ticket, work = std::move(work)] {
+  std::thread([this, job_id, pod = std::move(pod), accepted, deadline, ticket, work = std::move(work), &line, &active,
+               limit, lane] {
     auto tell = [&](JobStage stage) {
       if (!deps_.observer) return;
       // The observer is the agent's: whatever it does wrong, the job's outcome stays what it is.
@@ -251,18 +265,19 @@ void JobService::launch(const std::string& job_id, PodRef pod, std::function<voi
     bool has_slot = false;
     {
       std::unique_lock slot_lock(mutex_);
-      has_slot = slot_.wait_until(slot_lock, deadline, [&] {
-        return active_ < config_.max_concurrent_jobs && waiting_.front() == ticket;
-      });
-      if (has_slot) ++active_;
-      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), ticket));
+      has_slot = slot_.wait_until(slot_lock, deadline, [&] { return active < limit && line.front() == ticket; });
+      if (has_slot) ++active;
+      line.erase(std::find(line.begin(), line.end(), ticket));
     }
     slot_.notify_all();   // the next in line may take a free slot now, or step up behind one that gave up
     const double queued_s = seconds_since(accepted);
     update(job_id, [&](JobStatus& j) { j.phase_seconds["queued"] = queued_s; });
     if (!has_slot) {
-      const std::string message = with_time_budget(deadline, "queued", "every one of limits.max_concurrent_jobs (" +
-                                                   std::to_string(config_.max_concurrent_jobs) + ") was busy");
+      const std::string message = with_time_budget(
+          deadline, "queued", lane == Lane::pulls ? "every one of the " + std::to_string(kMaxConcurrentPulls) +
+                                                        " chunk pull slots was busy"
+                                                  : "every one of limits.max_concurrent_jobs (" +
+                                                        std::to_string(config_.max_concurrent_jobs) + ") was busy");
       log::error("job " + job_id + ": " + message);
       mark_failed(job_id, message);
     }
@@ -284,7 +299,7 @@ void JobService::launch(const std::string& job_id, PodRef pod, std::function<voi
     const JobStatus& finished = jobs_.at(job_id);
     metrics_.job_finished(finished.kind, finished.state == "succeeded", seconds_since(accepted),
                           finished.phase_seconds, finished.runtime_phase_seconds);
-    if (has_slot) --active_;
+    if (has_slot) --active;
     --running_;
     if (auto it = job_clients_.find(job_id); it != job_clients_.end()) {
       if (--unfinished_by_client_[it->second] == 0) unfinished_by_client_.erase(it->second);
@@ -309,12 +324,12 @@ std::string JobService::with_time_budget(JobDeadline deadline, const std::string
 }
 
 void JobService::fail_unexpectedly(const std::string& job_id, const std::string& what) {
-  log::error("job " + job_id + ": internal error: " + what);
+  log::error("job " + job_id + ": internal error: " + capped_job_error(what));
   std::lock_guard lock(mutex_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end() || it->second.state == "succeeded" || it->second.state == "failed") return;
   it->second.state = "failed";
-  it->second.error = "internal error in phase " + it->second.phase + ": " + what;
+  it->second.error = capped_job_error("internal error in phase " + it->second.phase + ": " + what);
   it->second.finished_at = utc_now_rfc3339();
   persist(it->second);
 }
@@ -500,7 +515,7 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
   const char* late_phase = nullptr;   // the step during which the deadline passed
   auto fail = [&](const std::string& problem) {
     const std::string message = with_time_budget(deadline, late_phase ? late_phase : phase, problem);
-    log::error("job " + job_id + ": checkpoint of " + container.name + " failed: " + message);
+    log::error("job " + job_id + ": checkpoint of " + container.name + " failed: " + capped_job_error(message));
     mark_failed(job_id, message);
   };
   auto lock_holder = container_lock(container.id);
@@ -743,7 +758,7 @@ void JobService::run_image(const std::string& job_id, fs::path archive, std::str
                              std::optional<CheckpointGpuRecord> record, nlohmann::json info, JobDeadline deadline) {
   const auto start = Clock::now();
   auto fail = [&](const std::string& message) {
-    log::error("job " + job_id + ": checkpoint image of " + archive.string() + " failed: " + message);
+    log::error("job " + job_id + ": checkpoint image of " + archive.string() + " failed: " + capped_job_error(message));
     mark_failed(job_id, message);
   };
   mark_phase(job_id, "writing-image");
@@ -828,7 +843,8 @@ Result<std::string> JobService::start_chunk_pull(const ChunkPullRequest& request
   if (!added) return added.error();
   const std::string id = added.value();
   log::info("job " + id + ": chunk pull of " + request.image + " accepted");
-  launch(id, PodRef{}, [this, id, image = request.image](JobDeadline deadline) { run_chunk_pull(id, image, deadline); });
+  launch(id, PodRef{}, [this, id, image = request.image](JobDeadline deadline) { run_chunk_pull(id, image, deadline); },
+         Lane::pulls);
   return id;
 }
 
@@ -838,7 +854,7 @@ void JobService::run_chunk_pull(const std::string& job_id, const std::string& im
   const auto fail = [&](const std::string& why) {
     const std::string message = with_time_budget(deadline, "pulling", "pulling the chunks of " + image + " failed: " +
                                                  why);
-    log::error("job " + job_id + ": " + message);
+    log::error("job " + job_id + ": " + capped_job_error(message));
     mark_failed(job_id, message);
   };
   RegistryOptions registry = config_.image_registry;
@@ -868,7 +884,7 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
   const auto fail = [&](const std::string& phase, const std::string& why) {
     const std::string message = with_time_budget(deadline, phase, "sending " + archive.string() + " to " + to +
                                                  " failed: " + why);
-    log::error("job " + job_id + ": " + message);
+    log::error("job " + job_id + ": " + capped_job_error(message));
     mark_failed(job_id, message);
   };
   // A store-backed checkpoint: first the chunks the target lacks, uploaded over transfer.chunk_streams connections
@@ -1009,7 +1025,7 @@ void JobService::run_restore(const std::string& job_id, const fs::path& archive,
   auto fail = [&](const std::string& problem) {
     const std::string message = with_time_budget(deadline, phase_now, problem);
     if (drop_plan()) log::info("job " + job_id + ": restore plan " + plan->id + " removed");
-    log::error("job " + job_id + ": restore of " + archive.string() + " failed: " + message);
+    log::error("job " + job_id + ": restore of " + archive.string() + " failed: " + capped_job_error(message));
     mark_failed(job_id, message);
   };
   auto phase = [&](const char* p) {

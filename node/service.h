@@ -35,6 +35,13 @@ namespace gpuckpt::node {
 //   EFBIG 413 too large · EBADMSG 422 unusable archive · EDOM 422 no GPU match · other 500
 int http_status(const Error& error);
 
+// A job's error as stored (its record), listed (GET /v1/jobs) and logged: longer ones are cut (at a UTF-8
+// character's start) and say so. What a peer or a runtime answered is inside it, and it is no place for megabytes.
+inline constexpr std::size_t kMaxJobErrorBytes = 4096;
+// Chunk pulls running at once (JobService's pulls lane), besides limits.max_concurrent_jobs.
+inline constexpr int kMaxConcurrentPulls = 2;
+std::string capped_job_error(std::string message);
+
 struct JobStatus {
   std::string id;
   std::string kind;     // "checkpoint" | "restore" | "image" | "transfer"
@@ -137,7 +144,11 @@ class JobService {
   Result<std::string> add_job(const char* kind, nlohmann::json request, const std::string& client);
   void update(const std::string& id, const std::function<void(JobStatus&)>& change);
   // Runs `work` once a slot is free; the observer hears of it with `pod`, the pod the job concerns (may be empty).
-  void launch(const std::string& job_id, PodRef pod, std::function<void(JobDeadline)> work);
+  // Which slots a job waits for: checkpoints, restores, images and transfers share limits.max_concurrent_jobs;
+  // chunk pulls have kMaxConcurrentPulls of their own, so pulls from a slow (or hostile) registry never hold the
+  // slots a checkpoint or restore needs.
+  enum class Lane { jobs, pulls };
+  void launch(const std::string& job_id, PodRef pod, std::function<void(JobDeadline)> work, Lane lane = Lane::jobs);
   // The pod whose container `archive` checkpointed: from its spec (`info`, when read), else from the checkpoint job
   // of this agent that wrote it.
   PodRef pod_of_archive(const std::filesystem::path& archive, const CheckpointInfo* info) const;
@@ -191,6 +202,8 @@ class JobService {
   // Jobs waiting for a slot, by the order of their acceptance: a slot goes to the longest waiting one (first come,
   // first served), and one that gives up at its deadline leaves the line.
   std::deque<std::uint64_t> waiting_;
+  int active_pulls_ = 0;                  // the pulls lane's, likewise
+  std::deque<std::uint64_t> waiting_pulls_;
   std::uint64_t next_ticket_ = 0;
 };
 

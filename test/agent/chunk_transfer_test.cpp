@@ -9,6 +9,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -543,4 +544,43 @@ TEST_CASE("PUT /v1/chunks/<digest>: at most kMaxChunkUploads at once, more answe
   REQUIRE(report);
   CHECK(report->garbage_chunks == 1);
   CHECK(!target->stat(d));
+}
+
+TEST_CASE("a transfer commit claiming a kept checkpoint's id and process is refused, the file discarded",
+          "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto node = open_store(dir.path / "node-b");
+  const auto victim = gpuckpt::test::store_checkpoint(node, dir.path);
+  // The attacker's archive: the victim's id, process 7, one zero chunk (nothing to upload, ~20 KB).
+  TempDir elsewhere("gpuckpt-chunk-transfer-attacker");
+  auto attacker_store = open_store(elsewhere.path / "store");
+  auto attacker = gpuckpt::test::write_store_checkpoint(
+      attacker_store, elsewhere.path, {{7, {std::vector<std::byte>(gpuckpt::test::kStoreChunk)}}}, victim.id);
+  REQUIRE(attacker);
+  fs::create_directories(dir.path / "incoming");
+  gpuckpt::node::IncomingArchives incoming(dir.path / "incoming", 1 << 30, [&](const fs::path& received) {
+    return gpuckpt::node::admit_received_archive(received, with_store(dir.path / "node-b"), ArchiveLimits{});
+  });
+  std::ifstream in(attacker->archive, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(incoming.receive("attack.tar", "0", std::to_string(bytes.size()),
+                           [&](const auto& sink) { return sink(bytes.data(), bytes.size()); }));
+  auto committed = incoming.commit("attack.tar", {{"size", bytes.size()}, {"sha256", sha256_of(attacker->archive)},
+                                                  {"store_backed", true}});
+  REQUIRE(!committed);
+  CHECK(committed.error().errno_value == EBADMSG);   // 422: a refusal the sender does not commit again
+  CHECK(committed.error().message.find("discarded") != std::string::npos);
+  CHECK(committed.error().message.find("checkpoint " + victim.id + " (process 7)") != std::string::npos);
+  CHECK(fs::is_empty(dir.path / "incoming"));
+  // The victim's chunks survive a collection that only references keep chunks through.
+  for (const auto& file : fs::recursive_directory_iterator(dir.path / "node-b" / "sha256"))
+    if (file.is_regular_file())
+      fs::last_write_time(file.path(), fs::file_time_type::clock::now() - std::chrono::hours(2));
+  gpuckpt::chunk_gc::Options options;
+  options.grace = std::chrono::seconds(0);
+  options.remove = true;
+  auto gc = gpuckpt::chunk_gc::collect(*node, options);
+  REQUIRE(gc);
+  CHECK(gc->garbage_chunks == 0);
+  gpuckpt::test::check_restorable(victim, victim.archive, node);
 }

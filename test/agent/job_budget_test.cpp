@@ -7,9 +7,14 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <thread>
+
+#include <httplib.h>
 
 #include "node/service.h"
 #include "test/agent/archive_builder.h"
@@ -41,7 +46,8 @@ struct HangingPodman {
   fs::path script = tmp.path / "podman";
   std::unique_ptr<node::JobService> service;
 
-  HangingPodman() {
+  // `tweak` changes the configuration before the service starts.
+  explicit HangingPodman(const std::function<void(node::AgentConfig&)>& tweak = {}) {
     // Each hanging call records its own pid and its child's, then waits on the child.
     test::write_file(script, "#!/bin/sh\n"
                              "case \"$1 $2\" in\n"
@@ -63,6 +69,7 @@ struct HangingPodman {
     config.runtime_timeout = std::chrono::seconds(600);
     config.job_timeout = std::chrono::seconds(2);
     fs::create_directories(config.checkpoint_dir);
+    if (tweak) tweak(config);
     PodmanOptions podman;
     podman.podman = script.string();
     podman.timeout = config.runtime_timeout;
@@ -146,4 +153,52 @@ TEST_CASE("an image job that outlives its budget is stopped while podman pulls; 
   for (const auto& e : fs::directory_iterator("/tmp", ec))
     if (e.path().filename().string().rfind("gpuckpt-load-", 0) == 0)
       CHECK(fs::read_symlink(e.path() / "layout", ec).string().rfind(p.tmp.path.string(), 0) != 0);
+}
+
+TEST_CASE("chunk pulls from a trickling registry never hold the slots a checkpoint needs", "[unit]") {
+  // A registry that answers one byte every 100 ms, for ever: each pull holds its slot until the registry's timeout.
+  httplib::Server registry;
+  std::atomic<bool> stopping{false};
+  registry.Get(R"(/v2/.*)", [&](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+    res.set_chunked_content_provider("application/json", [&](std::size_t, httplib::DataSink& sink) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      return !stopping && sink.write(" ", 1);
+    });
+  });
+  const int port = registry.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { registry.listen_after_bind(); });
+  while (!registry.is_running()) std::this_thread::yield();
+  {
+    HangingPodman p([&](node::AgentConfig& config) {
+      config.max_concurrent_jobs = 2;
+      config.gpu_memory.store = (config.state_dir / "chunks").string();
+      config.image_registry.repository = "127.0.0.1:" + std::to_string(port) + "/gpuckpt/ck";
+      config.image_registry.plain_http = true;
+      config.image_registry.timeout = std::chrono::seconds(4);
+      config.image_registry.push_timeout = std::chrono::seconds(4);
+    });
+    std::vector<std::string> pulls;
+    for (int i = 0; i < 3; ++i) {
+      auto pull = p.service->start_chunk_pull({"127.0.0.1:" + std::to_string(port) + "/gpuckpt/ck:ck-1"});
+      REQUIRE(pull.ok());
+      pulls.push_back(pull.value());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));   // the pulls hold what slots they get
+    auto id = p.service->start_checkpoint({"", "", "counter"});
+    REQUIRE(id.ok());
+    // It runs at once (before: queued behind the pulls until its 2 s budget ran out, "passed while queued").
+    p.finished(id.value(), "checkpointing");
+    auto job = p.service->job(id.value());
+    REQUIRE(job);
+    CHECK(job->phase_seconds.at("queued") < 1.0);
+    for (const auto& pull : pulls) {
+      auto finished = p.service->job(pull);
+      REQUIRE(finished);
+      CHECK(finished->state == "failed");
+    }
+  }
+  stopping = true;
+  registry.stop();
+  serving.join();
 }

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <thread>
 
+#include "common/chunk_store.h"
+#include "node/registry_chunks.h"
 #include "node/registry_push.h"
 #include "common/checkpoint_image.h"
 #include "test/agent/archive_builder.h"
@@ -181,4 +183,34 @@ TEST_CASE("registry answer parsers refuse what is not a token or a challenge", "
   CHECK(params.at("scope") == "x\"y");
   const std::string text = node::registry_error_text(400, R"({"errors":[{"code":"X","message":"a\nforged"}]})", "");
   CHECK(text == "HTTP 400 X: a\\x0aforged");
+}
+
+TEST_CASE("a chunks' manifest page served without Docker-Content-Digest is refused, nothing pulled", "[unit]") {
+  test::TempDir tmp;
+  HostileRegistry registry;
+  const std::string chunk(64, 'c');
+  const auto digest = chunk_store::sha256(std::as_bytes(std::span(chunk.data(), chunk.size())));
+  const std::string page = node::chunks_manifest({{digest, "sha256:" + std::string(64, 'b'), 96}},
+                                                 "sha256:" + std::string(64, 'a'), 500, 1);
+  std::atomic<int> blob_gets{0};
+  registry.http.Get(R"(/v2/gpuckpt/ck/manifests/.*)", [&](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+    res.set_content(page, "text/html");   // a web server's page, as a proxy in front of a registry might answer
+  });
+  registry.http.Get(R"(/v2/.*/blobs/.*)", [&](const httplib::Request&, httplib::Response& res) {
+    ++blob_gets;
+    res.status = 404;
+  });
+  registry.start();
+  node::RegistryOptions options;
+  options.repository = "127.0.0.1:" + std::to_string(registry.port) + "/gpuckpt/ck";
+  options.plain_http = true;
+  options.timeout = std::chrono::seconds(5);
+  auto opened = chunk_store::Store::open(tmp.path / "store", true);
+  REQUIRE(opened);
+  auto pulled = node::pull_chunks(options, options.repository + ":ck-1", **opened);
+  REQUIRE_FALSE(pulled.ok());
+  CHECK(pulled.error().errno_value == EBADMSG);
+  CHECK(pulled.error().message.find("without a Docker-Content-Digest") != std::string::npos);
+  CHECK(blob_gets == 0);
 }

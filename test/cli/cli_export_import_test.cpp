@@ -64,6 +64,22 @@ gpuckpt::test::StoreCheckpoint zstd_checkpoint(const std::shared_ptr<gpuckpt::ch
   return c;
 }
 
+// The test's checkpoint in node-a's store, exported by `gpuckpt export` to moved.tar and unpacked into unpacked/.
+struct Unpacked {
+  TempDir dir{"gpuckpt-cli-export"};
+  gpuckpt::test::StoreCheckpoint c;
+  fs::path moved = dir.path / "moved.tar";
+  fs::path tree = dir.path / "unpacked";
+  Unpacked() {
+    auto source = gpuckpt::test::open_store(dir.path / "node-a");
+    c = gpuckpt::test::store_checkpoint(source, dir.path);
+    REQUIRE(run_cli(dir.path, "export " + c.archive.string() + " --store " + (dir.path / "node-a").string() + " -o " +
+                                  moved.string()).rc == 0);
+    fs::create_directories(tree);
+    REQUIRE(gpuckpt::extract_archive(moved, tree, gpuckpt::ArchiveLimits{}));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("gpuckpt export, inspect, import, store gc: a store-backed checkpoint moved to an empty store", "[unit]") {
@@ -111,15 +127,8 @@ TEST_CASE("gpuckpt export, inspect, import, store gc: a store-backed checkpoint 
 }
 
 TEST_CASE("gpuckpt import refuses a corrupt carried chunk with exit 2, naming the archive and the chunk", "[unit]") {
-  TempDir dir("gpuckpt-cli-export");
-  auto source = gpuckpt::test::open_store(dir.path / "node-a");
-  const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
-  const fs::path moved = dir.path / "moved.tar";
-  REQUIRE(run_cli(dir.path, "export " + c.archive.string() + " --store " + (dir.path / "node-a").string() + " -o " +
-                                moved.string()).rc == 0);
-  const fs::path tree = dir.path / "unpacked";
-  fs::create_directories(tree);
-  REQUIRE(gpuckpt::extract_archive(moved, tree, gpuckpt::ArchiveLimits{}));
+  Unpacked u;
+  auto& [dir, c, moved, tree] = u;
   const std::string victim = gpuckpt::chunk_store::sha256(gpuckpt::test::random_chunk(1)).hex();
   {
     std::fstream f(tree / gpuckpt::kCarriedChunksDir / "sha256" / victim.substr(0, 2) / victim,
@@ -141,6 +150,43 @@ TEST_CASE("gpuckpt import refuses a corrupt carried chunk with exit 2, naming th
   CHECK(contains(refused.err, "SHA-256 mismatch"));
   CHECK(fs::is_empty(out.parent_path()));
   CHECK_FALSE(fs::exists(dir.path / "node-b" / "sha256" / victim.substr(0, 2) / victim));
+}
+
+TEST_CASE("gpuckpt import: a duplicated manifest entry, or a kept checkpoint's id and process, exit 2 naming it",
+          "[unit]") {
+  Unpacked u;
+  auto& [dir, c, moved, tree] = u;
+  // The manifest of pid 7 appended a second time, with pid 8's content: tar keeps both entries.
+  const fs::path doubled = dir.path / "doubled.tar";
+  REQUIRE(std::system(("tar -C " + tree.string() + " -cf " + doubled.string() + " .").c_str()) == 0);
+  const fs::path other = dir.path / "other" / "checkpoint" / "gpuckpt-gpumem-7.manifest.json";
+  fs::create_directories(other.parent_path());
+  fs::copy_file(tree / "checkpoint" / "gpuckpt-gpumem-8.manifest.json", other);
+  REQUIRE(std::system(("tar -C " + (dir.path / "other").string() + " -rf " + doubled.string() +
+                       " ./checkpoint/gpuckpt-gpumem-7.manifest.json").c_str()) == 0);
+  Run refused = run_cli(dir.path, "import " + doubled.string() + " --store " + (dir.path / "node-b").string() +
+                                      " -o " + (dir.path / "back.tar").string());
+  CHECK(refused.rc == 2);   // before: exit 1, "changed while it was read; try again"
+  CHECK(contains(refused.err, "gpuckpt-gpumem-7.manifest.json is in the archive twice"));
+  CHECK_FALSE(fs::exists(dir.path / "back.tar"));
+
+  // Into the store that keeps the checkpoint, an archive of other memory under its id: refused, the reference kept.
+  TempDir elsewhere("gpuckpt-cli-export-attacker");
+  auto attacker_store = gpuckpt::test::open_store(elsewhere.path / "store");
+  auto attacker = gpuckpt::test::write_store_checkpoint(attacker_store, elsewhere.path,
+                                                        {{7, {gpuckpt::test::random_chunk(77)}}}, c.id);
+  REQUIRE(attacker);
+  const fs::path attack = elsewhere.path / "attack.tar";
+  REQUIRE(run_cli(dir.path, "export " + attacker->archive.string() + " --store " + (elsewhere.path / "store").string() +
+                                " -o " + attack.string()).rc == 0);
+  const fs::path ref = dir.path / "node-a" / "refs" / gpuckpt::chunk_store::ref_name(c.id, 7);
+  const std::string kept = slurp(ref);
+  Run conflict = run_cli(dir.path, "import " + attack.string() + " --store " + (dir.path / "node-a").string() +
+                                       " -o " + (dir.path / "attack-back.tar").string());
+  CHECK(conflict.rc == 2);
+  CHECK(contains(conflict.err, "checkpoint " + c.id + " (process 7) is kept with other content"));
+  CHECK(slurp(ref) == kept);
+  CHECK_FALSE(fs::exists(dir.path / "attack-back.tar"));
 }
 
 TEST_CASE("gpuckpt export with a chunk missing: exit 2 naming checkpoint, chunk and path; no output", "[unit]") {

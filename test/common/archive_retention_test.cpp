@@ -120,3 +120,36 @@ TEST_CASE("retention: applied to a directory of archives, with the store's refer
   CHECK(outcome.references_removed == 1);
   CHECK(*(*store)->list_refs() == std::vector<std::string>{cs::ref_name(ids[0], 7), cs::ref_name(ids[2], 7)});
 }
+
+TEST_CASE("retention: deleting an archive that claims a kept checkpoint's id and process leaves that reference",
+          "[unit]") {
+  gpuckpt::test::TempDir dir, store_dir;
+  auto store = cs::Store::open(store_dir.path, true);
+  REQUIRE(store);
+  const std::string id = "44444444444444444444444444444444";
+  const auto manifest = [](char digest, const std::string& checkpoint = "44444444444444444444444444444444") {
+    return R"({"format":"gpuckpt-gpu-memory-manifest","version":1,"checkpoint":")" + checkpoint +
+           R"(","hash":"sha256","store":"/x","vpid":7,"dump_pid":1,"chunk_size":4096,"regions":[[4096,4096]],)"
+           R"("chunks":[["raw",4096,4096,")" + std::string(64, digest) + R"("]]})";
+  };
+  // The kept checkpoint's reference (its archive lives elsewhere: an import's output, another directory).
+  REQUIRE((*store)->put_ref(cs::ref_name(id, 7), manifest('a')));
+  // An archive placed as bytes (a transfer commit not declared store-backed) whose manifest claims that id and
+  // process with other chunks; old, so retention deletes it.
+  auto entries = gpuckpt::test::podman_checkpoint_entries();
+  entries.emplace_back("checkpoint/gpuckpt-gpumem-7.manifest.json", manifest('b'));
+  const fs::path claimed = gpuckpt::test::make_archive(dir.path / "claim-1.tar.zst", entries);
+  fs::last_write_time(claimed, fs::file_time_type::clock::now() - std::chrono::hours(5));
+  // The container's newest archive, of another checkpoint: what keep_count keeps.
+  entries.back().data = manifest('c', "55555555555555555555555555555555");
+  gpuckpt::test::make_archive(dir.path / "claim-2.tar.zst", entries);
+  rt::Policy policy;
+  policy.keep_count = 1;
+  const auto outcome = rt::apply(dir.path, policy, store->get(), gpuckpt::ArchiveLimits{}, ::time(nullptr));
+  CHECK(names(outcome.deleted) == std::vector<std::string>{claimed.string()});
+  // Before: removed with the claiming archive, and the kept checkpoint's chunks were the next collection's.
+  CHECK(outcome.references_removed == 0);
+  auto kept = (*store)->read_ref(cs::ref_name(id, 7), 4096);
+  REQUIRE(kept);
+  CHECK(*kept == manifest('a'));
+}

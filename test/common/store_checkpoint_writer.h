@@ -45,12 +45,15 @@ struct StoreCheckpoint {
   std::filesystem::path archive;                              // <dir>/ck.tar
 };
 
-// `memory`'s processes written into `store` under one new checkpoint id, their manifests in <dir>/ck.tar.
+// `memory`'s processes written into `store` under one checkpoint id (`id`, else a new one), their manifests in
+// <dir>/ck.tar.
 inline Result<StoreCheckpoint> write_store_checkpoint(const std::shared_ptr<chunk_store::Store>& store,
                                                       const std::filesystem::path& dir,
-                                                      std::map<int, std::vector<std::vector<std::byte>>> memory) {
+                                                      std::map<int, std::vector<std::vector<std::byte>>> memory,
+                                                      const std::string& id = {}) {
   namespace gi = gpu_image;
   StoreCheckpoint c;
+  if (!id.empty()) c.id = id;
   c.memory = std::move(memory);
   const std::filesystem::path images = dir / "tree" / "checkpoint";
   std::filesystem::create_directories(images);
