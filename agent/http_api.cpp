@@ -259,13 +259,15 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
 
   // Which chunks of a store-backed checkpoint this node's store lacks (node/chunk_transfer.h).
   server.Post("/v1/chunks/missing", [&service, fail](const httplib::Request& req, httplib::Response& res) {
-    auto missing = missing_chunks(service.config().gpu_memory, nlohmann::json::parse(req.body, nullptr, false));
+    auto missing = missing_chunks(service.config().gpu_memory, nlohmann::json::parse(req.body, nullptr, false),
+                                  std::chrono::seconds(service.config().retention.gc_grace_seconds));
     if (!missing) return fail(res, missing.error());
     send_json(res, 200, missing.value());
   });
 
   // One chunk of a store-backed checkpoint, from the agent that sends it (node/chunk_transfer.h).
-  auto chunk_uploads = std::make_shared<ChunkUploads>(service.config().gpu_memory);
+  auto chunk_uploads = std::make_shared<ChunkUploads>(service.config().gpu_memory,
+                                                      service.config().unreferenced_chunk_quota);
   server.Put(R"(/v1/chunks/([^/]{1,200}))", [&service, chunk_uploads, fail](const httplib::Request& req,
                                                                           httplib::Response& res,
                                                                           const httplib::ContentReader& content_reader) {

@@ -204,6 +204,8 @@ int main(int argc, char** argv) {
     });
   }
   loops.emplace_back([&] {
+    if (auto counted = caught("chunk store count", [&] { agent::count_unreferenced_chunks(config); }); !counted)
+      log::error(counted.error().message);
     while (stopper.wait(config.retention.interval_seconds)) {
       // Deleting files on the node: whatever goes wrong in one pass, the agent stays up and the next pass tries again.
       try {

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <ctime>
+#include <map>
 #include <memory>
 
 #include "common/archive_retention.h"
@@ -9,6 +10,7 @@
 #include "common/chunk_store.h"
 #include "common/gpu_image.h"
 #include "common/log.h"
+#include "node/chunk_transfer.h"
 
 namespace gpuckpt::agent {
 
@@ -31,7 +33,37 @@ std::string store_dir_of(const node::GpuMemoryConfig& c) {
   return chunk_store::kNodeStoreDir;
 }
 
+// A collection of `store` under `options`, the store's unreferenced chunks counted again from what it found.
+Result<chunk_gc::Report> collect_and_count(chunk_store::Store& store, chunk_gc::Options options) {
+  auto& unreferenced = node::unreferenced_chunks_of(store.root());
+  const auto since = unreferenced.epoch();
+  options.list_young = true;
+  auto report = chunk_gc::collect(store, options);
+  if (!report) return report;
+  std::map<chunk_store::Digest, std::uint64_t> young;
+  for (const auto& chunk : report->young) young.emplace(chunk.digest, chunk.bytes);
+  unreferenced.recount(young, since);
+  report->young.clear();
+  return report;
+}
+
 }  // namespace
+
+void count_unreferenced_chunks(const node::AgentConfig& config) {
+  auto opened = chunk_store::Store::open(store_dir_of(config.gpu_memory), false);
+  if (!opened) return;   // no store yet: nothing is unreferenced
+  chunk_gc::Options options;
+  options.grace = std::chrono::seconds(config.retention.gc_grace_seconds);
+  auto report = collect_and_count(**opened, options);
+  if (!report) {
+    log::warn("chunk store count at start: " + report.error().message);
+    return;
+  }
+  const auto usage = node::unreferenced_chunks_of((*opened)->root()).usage();
+  log::info("chunk store " + (*opened)->root().string() + ": " + std::to_string(usage.chunks) + " unreferenced "
+            "chunk(s), " + std::to_string(usage.bytes) + " bytes, count against limits.unreferenced_chunks and "
+            "limits.unreferenced_chunk_bytes");
+}
 
 void maintain_storage(const node::AgentConfig& config) {
   std::unique_ptr<chunk_store::Store> store;
@@ -54,7 +86,7 @@ void maintain_storage(const node::AgentConfig& config) {
   chunk_gc::Options options;
   options.remove = true;
   options.grace = std::chrono::seconds(config.retention.gc_grace_seconds);
-  auto report = chunk_gc::collect(*store, options);
+  auto report = collect_and_count(*store, options);
   if (!report) {
     log::warn("chunk store gc: " + report.error().message);
     return;

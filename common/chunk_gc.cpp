@@ -250,7 +250,10 @@ Result<void> Collection::sweep_fanout(int dir_fd, const std::string& fanout, int
     report_.chunk_bytes += static_cast<std::uint64_t>(st.st_size);
     found.insert(*digest);
     if (keep(*digest, st.st_mtim)) {
-      if (!refcounts_.contains(*digest)) ++report_.young_chunks;
+      if (!refcounts_.contains(*digest)) {
+        ++report_.young_chunks;
+        if (options_.list_young) report_.young.push_back({*digest, static_cast<std::uint64_t>(st.st_size)});
+      }
       continue;
     }
     if (!report_.dry_run) {

@@ -45,6 +45,7 @@ inline constexpr std::size_t kMaxListed = 1000;   // garbage and missing chunks 
 struct Options {
   std::chrono::seconds grace = kDefaultGrace;
   bool remove = false;   // false: a dry run, nothing changes but the generation file
+  bool list_young = false;   // Report::young lists every unreferenced chunk kept for the grace period
 };
 
 struct Chunk {
@@ -67,6 +68,7 @@ struct Report {
   std::uint64_t garbage_bytes = 0;
   std::vector<Chunk> garbage;           // the first kMaxListed of them
   std::size_t young_chunks = 0;         // unreferenced, kept for the grace period
+  std::vector<Chunk> young;             // all of them, when Options::list_young
   std::size_t returned_chunks = 0;      // reused by a dump during the sweep, or left in trash/ and still needed
   std::size_t missing_chunks = 0;       // named by a reference, not in the store: those checkpoints cannot restore
   std::vector<MissingChunk> missing;    // the first kMaxListed of them

@@ -71,7 +71,77 @@ Result<fs::path> agent_store_dir(const GpuMemoryConfig& config) {
   return fs::path(*dir);
 }
 
-Result<nlohmann::json> missing_chunks(const GpuMemoryConfig& config, const nlohmann::json& body) {
+Result<bool> UnreferencedChunks::reserve(const cs::Digest& digest, std::uint64_t bytes,
+                                         const UnreferencedChunkQuota& quota) {
+  std::lock_guard lock(mutex_);
+  if (chunks_.contains(digest)) return false;
+  if (usage_.chunks + 1 > quota.chunks || usage_.bytes + bytes > quota.bytes)
+    return make_error("chunk " + digest.hex() + " (" + std::to_string(bytes) + " bytes) is refused: this agent's "
+                      "store holds " + std::to_string(usage_.chunks) + " chunk(s), " + std::to_string(usage_.bytes) +
+                      " bytes, that no checkpoint references yet, and the quota is " + std::to_string(quota.chunks) +
+                      " chunk(s), " + std::to_string(quota.bytes) + " bytes (limits.unreferenced_chunks, "
+                      "limits.unreferenced_chunk_bytes); commit the transfers in flight, run `gpuckpt store gc "
+                      "--delete` to remove abandoned chunks older than the grace period, or raise the limits",
+                      EDQUOT);
+  chunks_.emplace(digest, Entry{bytes, ++epoch_});
+  usage_.chunks += 1;
+  usage_.bytes += bytes;
+  return true;
+}
+
+void UnreferencedChunks::forget(const cs::Digest& digest) {
+  std::lock_guard lock(mutex_);
+  if (auto it = chunks_.find(digest); it != chunks_.end()) {
+    usage_.chunks -= 1;
+    usage_.bytes -= it->second.bytes;
+    chunks_.erase(it);
+  }
+}
+
+void UnreferencedChunks::referenced(const std::set<cs::Digest>& digests) {
+  for (const auto& d : digests) forget(d);
+}
+
+std::uint64_t UnreferencedChunks::epoch() const {
+  std::lock_guard lock(mutex_);
+  return epoch_;
+}
+
+void UnreferencedChunks::recount(const std::map<cs::Digest, std::uint64_t>& young, std::uint64_t since) {
+  std::lock_guard lock(mutex_);
+  std::map<cs::Digest, Entry> next;
+  for (const auto& [digest, entry] : chunks_)
+    if (entry.epoch > since) next.emplace(digest, entry);
+  for (const auto& [digest, bytes] : young) next.emplace(digest, Entry{bytes, 0});
+  usage_ = {};
+  for (const auto& [digest, entry] : next) {
+    usage_.chunks += 1;
+    usage_.bytes += entry.bytes;
+  }
+  chunks_ = std::move(next);
+}
+
+bool UnreferencedChunks::contains(const cs::Digest& digest) const {
+  std::lock_guard lock(mutex_);
+  return chunks_.contains(digest);
+}
+
+UnreferencedChunks::Usage UnreferencedChunks::usage() const {
+  std::lock_guard lock(mutex_);
+  return usage_;
+}
+
+UnreferencedChunks& unreferenced_chunks_of(const fs::path& store_dir) {
+  static std::mutex mutex;
+  static std::map<fs::path, std::unique_ptr<UnreferencedChunks>> counts;
+  std::lock_guard lock(mutex);
+  auto& slot = counts[store_dir.lexically_normal()];
+  if (!slot) slot = std::make_unique<UnreferencedChunks>();
+  return *slot;
+}
+
+Result<nlohmann::json> missing_chunks(const GpuMemoryConfig& config, const nlohmann::json& body,
+                                      std::chrono::seconds gc_grace) {
   const std::string usage = "the body is {\"digests\": [at most " + std::to_string(kMaxMissingQuery) +
                             " distinct SHA-256 digests, 64 lowercase hex digits each]}";
   if (!body.is_object() || !body.contains("digests") || !body["digests"].is_array() || body.size() != 1)
@@ -95,9 +165,18 @@ Result<nlohmann::json> missing_chunks(const GpuMemoryConfig& config, const nlohm
   std::size_t present = 0;
   auto opened = cs::Store::open(*dir, false);
   if (!opened && opened.error().errno_value != ENOENT) return make_error(opened.error().message, EIO);
-  for (const auto& digest : digests) {
+  const auto& unreferenced = unreferenced_chunks_of(*dir);
+  const auto fresh_after = fs::file_time_type::clock::now() - gc_grace / 2;
+  const auto kept = [&](const cs::Digest& digest) {
     // stat reads the chunk's header: a file that is there but cut short or foreign counts as missing.
-    if (opened && (*opened)->stat(digest) && (*opened)->touch(digest)) {
+    if (!opened || !(*opened)->stat(digest)) return false;
+    if (!unreferenced.contains(digest)) return static_cast<bool>((*opened)->touch(digest));
+    std::error_code ec;
+    const auto mtime = fs::last_write_time((*opened)->path_of(digest), ec);
+    return !ec && mtime > fresh_after;
+  };
+  for (const auto& digest : digests) {
+    if (kept(digest)) {
       ++present;
       continue;
     }
@@ -138,6 +217,12 @@ Result<nlohmann::json> admit_received_archive(const fs::path& received, const Gp
                     ? checkpoint_export::import_checkpoint(received, store, received, limits)
                     : checkpoint_export::reference_checkpoint(received, store, limits);
   if (!report) return make_error(report.error().message, kind(report.error()));
+  std::set<cs::Digest> named;
+  for (const auto& [name, text] : info->gpu_manifests)
+    if (auto manifest = gpu_image::parse_manifest(text, received.string() + ": checkpoint/" + name); manifest)
+      for (std::size_t i = 0; i < manifest->entries.size(); ++i)
+        if (manifest->entries[i].encoding != gpu_image::Encoding::Zero) named.insert(manifest->digests[i]);
+  unreferenced_chunks_of(*dir).referenced(named);
   return nlohmann::json{{"store", dir->string()},
                         {"manifests", report->manifests},
                         {"carried_chunks", report->carried_chunks},
@@ -175,6 +260,25 @@ Result<nlohmann::json> ChunkUploads::receive(std::string_view digest_text, std::
     return make_error(chunk + " is refused: its body (Content-Length " + std::string(content_length.substr(0, 20)) +
                       ") is larger than a chunk file can be (" + std::to_string(limit) + " bytes)", EFBIG);
   const auto length = static_cast<std::size_t>(std::stoull(std::string(content_length)));
+  // A chunk the store has already costs nothing more; any other counts against the quota before its body is read.
+  auto& unreferenced = unreferenced_chunks_of(*dir);
+  bool reserved = false;
+  {
+    auto present = cs::Store::open(*dir, false);
+    if (!present || !(*present)->stat(*digest)) {
+      auto room = unreferenced.reserve(*digest, length, quota_);
+      if (!room) return room.error();
+      reserved = *room;
+    }
+  }
+  struct Unreserve {
+    UnreferencedChunks& count;
+    const cs::Digest& digest;
+    bool armed;
+    ~Unreserve() {
+      if (armed) count.forget(digest);
+    }
+  } unreserve{unreferenced, *digest, reserved};
   // Each upload holds its chunk twice in memory (as it came, decoded): the count bounds what they take together.
   if (in_flight_.fetch_add(1) >= kMaxChunkUploads) {
     in_flight_.fetch_sub(1);
@@ -209,6 +313,7 @@ Result<nlohmann::json> ChunkUploads::receive(std::string_view digest_text, std::
   if (!received) return received.error();
   // Its name made durable now: the commit that references it may come from another request, after a crash.
   if (auto synced = (*opened)->sync(); !synced) return make_error(synced.error().message, EIO);
+  unreserve.armed = false;
   return nlohmann::json{{"digest", digest->hex()},
                         {"present", received->present},
                         {"stored_bytes", received->header.stored_size},
@@ -269,7 +374,9 @@ Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::strin
         }
         // A refusal a retry cannot change ends the transfer; a broken connection, a busy or failing target is
         // tried again.
-        const bool transient = !result || result->status == 429 || result->status >= 500;
+        // 507: the target's quota of unreferenced chunks is full; its message says what to do, a retry cannot.
+        const bool transient =
+            !result || result->status == 429 || (result->status >= 500 && result->status != 507);
         if (!transient || attempt >= kAttempts)
           return give_up(make_error(who + " (PUT " + path + ") " + peer_answer(result) +
                                     (transient ? " (" + std::to_string(attempt) + " attempts)" : ""),

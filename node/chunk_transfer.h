@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
@@ -43,10 +45,53 @@ inline constexpr std::size_t kMaxMissingQuery = 512;
 // agent keeps none.
 Result<std::filesystem::path> agent_store_dir(const GpuMemoryConfig& config);
 
+// The chunks of one store that this agent received (PUT /v1/chunks/<digest>) or its collection found young, and that
+// no reference named when last looked: what limits.unreferenced_chunk_bytes and limits.unreferenced_chunks bound.
+// Kept in memory so that an upload costs no scan of the store: a chunk is counted when it is received, uncounted
+// when a commit references it (admit_received_archive), and the whole count is made again from the store by each
+// collection (agent/storage_maintenance.h, also once at the agent's start), which sees every reference: so a
+// restart, a local dump's reference or a reference removed since is right again after the next collection. A
+// local dump in flight while a collection runs counts until the next one.
+class UnreferencedChunks {
+ public:
+  struct Usage {
+    std::uint64_t bytes = 0;
+    std::uint64_t chunks = 0;
+  };
+  // Counts `digest` (`bytes`, its chunk file's size) unless counted already (false), when the quota has room for it
+  // (true); else an error (EDQUOT: 507) naming the quota, the usage and what to do.
+  Result<bool> reserve(const chunk_store::Digest& digest, std::uint64_t bytes, const UnreferencedChunkQuota& quota);
+  void forget(const chunk_store::Digest& digest);   // an upload reserved it and failed: nothing was kept
+  void referenced(const std::set<chunk_store::Digest>& digests);
+  // The count made again: `young` the store's unreferenced chunks a collection that began at `since` (a value of
+  // epoch() taken before it) kept; chunks counted after that stay counted.
+  std::uint64_t epoch() const;
+  void recount(const std::map<chunk_store::Digest, std::uint64_t>& young, std::uint64_t since);
+  bool contains(const chunk_store::Digest& digest) const;
+  Usage usage() const;
+
+ private:
+  struct Entry {
+    std::uint64_t bytes = 0;
+    std::uint64_t epoch = 0;
+  };
+  mutable std::mutex mutex_;
+  std::map<chunk_store::Digest, Entry> chunks_;
+  Usage usage_;
+  std::uint64_t epoch_ = 0;
+};
+
+// The one count of the store at `store_dir` in this process (every route and the upkeep share it).
+UnreferencedChunks& unreferenced_chunks_of(const std::filesystem::path& store_dir);
+
 // POST /v1/chunks/missing: {"digests": ["<64 lowercase hex>", ...]} (at most kMaxMissingQuery, no duplicates) ->
-// {"missing": [the digests the store lacks, in the order asked], "present": count}. Present chunks are touched, so a
-// garbage collection between this answer and the commit that references them keeps them.
-Result<nlohmann::json> missing_chunks(const GpuMemoryConfig& config, const nlohmann::json& body);
+// {"missing": [the digests the store lacks, in the order asked], "present": count}. A present chunk that a reference
+// may name is touched, so a garbage collection between this answer and the commit that references it keeps it. One
+// that no reference named when last counted (UnreferencedChunks) is never touched: asking again must not keep
+// garbage alive; it is answered present while younger than half of `gc_grace` (time enough for the commit) and
+// missing after that, so the sender uploads it again (counted against the quota) if it still needs it.
+Result<nlohmann::json> missing_chunks(const GpuMemoryConfig& config, const nlohmann::json& body,
+                                      std::chrono::seconds gc_grace = std::chrono::seconds(3600));
 
 // The target's step on a received, digest-verified archive before it is put in place (IncomingArchives' admit
 // hook). Without manifests: nothing to do (null). Without carried chunks (what a transfer sends: its chunks were
@@ -75,15 +120,18 @@ inline constexpr unsigned kMaxChunkUploads = 8;
 // "raw_bytes"}; a chunk the store has already is touched and answered with "present": true. Errors (nothing of the
 // chunk is kept): EINVAL a name that is no digest or a body without a Content-Length, EFBIG a body over the
 // bound, EBADMSG a body that is not that chunk (bad header, sizes, payload, digest, cut short), EBUSY no store kept
-// (naming gpu_memory.store), EAGAIN kMaxChunkUploads being served already.
+// (naming gpu_memory.store), EAGAIN kMaxChunkUploads being served already, EDQUOT (507) a chunk the store lacks
+// when the unreferenced chunks already fill `quota` (checked before the body is read).
 class ChunkUploads {
  public:
-  explicit ChunkUploads(GpuMemoryConfig config) : config_(std::move(config)) {}
+  explicit ChunkUploads(GpuMemoryConfig config, UnreferencedChunkQuota quota = {})
+      : config_(std::move(config)), quota_(quota) {}
   Result<nlohmann::json> receive(std::string_view digest_text, std::string_view content_length,
                                  const IncomingArchives::BodyReader& read_body);
 
  private:
   GpuMemoryConfig config_;
+  UnreferencedChunkQuota quota_;
   std::atomic<unsigned> in_flight_{0};
 };
 

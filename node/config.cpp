@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/chunk_receive.h"
 #include "common/gpu_image.h"
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
@@ -233,6 +234,8 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     long job_timeout = c.job_timeout.count();
     s.get("job_timeout_seconds", job_timeout);
     c.job_timeout = std::chrono::seconds(job_timeout);
+    s.get("unreferenced_chunk_bytes", c.unreferenced_chunk_quota.bytes);
+    s.get("unreferenced_chunks", c.unreferenced_chunk_quota.chunks);
     keep(s);
   }
   {
@@ -293,6 +296,10 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
                       "request_deadline_seconds >= 1");
   if (c.runtime_timeout.count() < 1) return make_error(source + ": checkpoints.runtime_timeout_seconds must be >= 1");
   if (c.job_timeout.count() < 1) return make_error(source + ": limits.job_timeout_seconds must be >= 1");
+  if (c.unreferenced_chunk_quota.bytes < chunk_receive::kMaxChunkFileBytes || c.unreferenced_chunk_quota.chunks < 1)
+    return make_error(source + ": limits.unreferenced_chunk_bytes must be >= " +
+                      std::to_string(chunk_receive::kMaxChunkFileBytes) + " (one chunk file of the largest size) and "
+                      "limits.unreferenced_chunks >= 1: a smaller quota refuses every transfer");
   if (c.gpu_memory.threads && (*c.gpu_memory.threads < 0 || *c.gpu_memory.threads > 256))
     return make_error(source + ": gpu_memory.threads " + std::to_string(*c.gpu_memory.threads) +
                       " is not 0 (from the CPU count) to 256");
@@ -372,6 +379,8 @@ void log_config(const AgentConfig& c) {
   log::param("limits.max_connections_per_client", std::to_string(c.max_connections_per_client));
   log::param("limits.request_deadline_seconds", std::to_string(c.request_deadline_seconds));
   log::param("limits.job_timeout_seconds", std::to_string(c.job_timeout.count()));
+  log::param("limits.unreferenced_chunk_bytes", std::to_string(c.unreferenced_chunk_quota.bytes));
+  log::param("limits.unreferenced_chunks", std::to_string(c.unreferenced_chunk_quota.chunks));
   std::string networks;
   for (const auto& network : c.transfer.peer_networks) networks += (networks.empty() ? "" : ",") + network;
   log::param("transfer.peer_networks", networks.empty() ? "(none: pushes refused)" : networks);

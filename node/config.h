@@ -85,6 +85,17 @@ struct RetentionConfig {
   int gc_grace_seconds = 3600;                    // chunk_gc.h: unreferenced chunks younger than this stay
 };
 
+// Chunks received from other agents (PUT /v1/chunks/<digest>) that no reference names yet: a transfer's chunks come
+// before its commit, so they are unreferenced until then, and a sender that never commits leaves them as garbage
+// until the collection's grace period ends. More than this is refused (507) until commits or a collection make room.
+// The defaults hold every chunk of two whole-node checkpoints in flight at once (8 GPUs of 141 GiB are 1.1 TiB,
+// 2 MiB chunks: about 540k chunks each); the count bounds the agent's memory for the accounting (about 100 bytes a
+// chunk: 100 MiB at most).
+struct UnreferencedChunkQuota {
+  std::uint64_t bytes = 2ULL << 40;    // limits.unreferenced_chunk_bytes: chunk files' bytes
+  std::uint64_t chunks = 1ULL << 20;   // limits.unreferenced_chunks
+};
+
 struct CriRuntimeConfig {
   std::string endpoint = "unix:///run/containerd/containerd.sock";   // CRI-O: unix:///run/crio/crio.sock
   int call_timeout_seconds = 30;                                    // every CRI call but CheckpointContainer
@@ -141,6 +152,7 @@ struct AgentConfig {
   RetentionConfig retention;
   RegistryOptions image_registry;   // checkpoint images are also pushed there when repository is set
   TransferConfig transfer;
+  UnreferencedChunkQuota unreferenced_chunk_quota;
 };
 
 // `source` names the input in errors ("/etc/gpuckpt/agent.yaml"). Unknown keys and wrong types are errors.

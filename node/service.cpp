@@ -72,6 +72,7 @@ int http_status(const Error& error) {
     case EFBIG: return 413;
     case EAGAIN: return 429;
     case EBADMSG: case EDOM: return 422;
+    case EDQUOT: return 507;
     default: return 500;
   }
 }

@@ -27,6 +27,7 @@
 #include "common/chunk_store.h"
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
+#include "node/service.h"
 #include "test/common/store_checkpoint.h"
 #include "test/temp_dir.h"
 
@@ -583,4 +584,98 @@ TEST_CASE("a transfer commit claiming a kept checkpoint's id and process is refu
   REQUIRE(gc);
   CHECK(gc->garbage_chunks == 0);
   gpuckpt::test::check_restorable(victim, victim.archive, node);
+}
+
+TEST_CASE("PUT /v1/chunks/<digest>: past the quota of unreferenced chunks it is refused (507), naming the quota and "
+          "what to do, nothing kept; a commit referencing the chunks makes room", "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
+  auto named = gpuckpt::node::manifest_chunks(c.archive, ArchiveLimits{});
+  REQUIRE(named);
+  REQUIRE(named->size() == gpuckpt::test::kStoreCheckpointChunks);
+  const std::vector<cs::Digest> chunks(named->begin(), named->end());
+  // Room for three of the checkpoint's four chunks by count; bytes enough for all.
+  gpuckpt::node::UnreferencedChunkQuota quota;
+  quota.chunks = 3;
+  gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"), quota);
+  for (std::size_t i = 0; i < 3; ++i) {
+    auto answer = put_chunk(uploads, chunks[i].hex(), chunk_file(*source, chunks[i]));
+    INFO((answer ? answer->dump() : answer.error().message));
+    REQUIRE(answer);
+  }
+  bool read = false;
+  auto refused = put_chunk(uploads, chunks[3].hex(), chunk_file(*source, chunks[3]), {}, 0, &read);
+  REQUIRE(!refused);
+  INFO(refused.error().message);
+  CHECK(refused.error().errno_value == EDQUOT);
+  CHECK(gpuckpt::node::http_status(refused.error()) == 507);
+  for (const std::string says : {"limits.unreferenced_chunks", "limits.unreferenced_chunk_bytes", "holds 3 chunk(s)",
+                                 "quota is 3 chunk(s)", "commit", "gpuckpt store gc", "raise"})
+    CHECK(refused.error().message.find(says) != std::string::npos);
+  CHECK(!read);   // refused before its body was taken
+  CHECK(files_in(dir.path / "node-b") == 3);
+  // One the store has already costs nothing: still taken.
+  CHECK(put_chunk(uploads, chunks[0].hex(), chunk_file(*source, chunks[0])));
+
+  // By bytes: a quota one byte short of the next chunk file refuses it too.
+  const auto usage = gpuckpt::node::unreferenced_chunks_of(dir.path / "node-b").usage();
+  CHECK(usage.chunks == 3);
+  gpuckpt::node::UnreferencedChunkQuota by_bytes;
+  by_bytes.bytes = usage.bytes + chunk_file(*source, chunks[3]).size() - 1;
+  gpuckpt::node::ChunkUploads tight(with_store(dir.path / "node-b"), by_bytes);
+  refused = put_chunk(tight, chunks[3].hex(), chunk_file(*source, chunks[3]));
+  REQUIRE(!refused);
+  CHECK(refused.error().errno_value == EDQUOT);
+  CHECK(files_in(dir.path / "node-b") == 3);
+
+  // The last chunk in by hand, then the commit: its references name all four, the quota is free again.
+  auto target = open_store(dir.path / "node-b");
+  copy_chunk(*source, *target, chunks[3]);
+  fs::copy_file(c.archive, dir.path / "plain.tar");
+  auto admitted = gpuckpt::node::admit_received_archive(dir.path / "plain.tar", with_store(dir.path / "node-b"),
+                                                        ArchiveLimits{});
+  INFO((admitted ? admitted->dump() : admitted.error().message));
+  REQUIRE(admitted);
+  CHECK(gpuckpt::node::unreferenced_chunks_of(dir.path / "node-b").usage().chunks == 0);
+  // A chunk uploaded now (this one's file lost, to upload it again) finds room.
+  fs::remove(target->path_of(chunks[3]));
+  auto again = put_chunk(uploads, chunks[3].hex(), chunk_file(*source, chunks[3]));
+  INFO((again ? again->dump() : again.error().message));
+  CHECK(again);
+}
+
+TEST_CASE("missing chunks: asking again does not keep an unreferenced chunk alive past the collection's grace",
+          "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  gpuckpt::test::store_checkpoint(source, dir.path);
+  const auto d = cs::sha256(random_chunk(1));
+  gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"));
+  REQUIRE(put_chunk(uploads, d.hex(), chunk_file(*source, d)));
+  auto target = open_store(dir.path / "node-b");
+  const nlohmann::json ask = {{"digests", {d.hex()}}};
+  // Young: answered present (a commit can still reference it), and not touched.
+  const auto young = fs::file_time_type::clock::now() - std::chrono::minutes(10);
+  fs::last_write_time(target->path_of(d), young);
+  auto answer = gpuckpt::node::missing_chunks(with_store(dir.path / "node-b"), ask, std::chrono::hours(1));
+  REQUIRE(answer);
+  CHECK((*answer)["present"] == 1);
+  CHECK(fs::last_write_time(target->path_of(d)) == young);
+  // Past half the grace and asked over and over: missing (the sender would upload it again), its age unchanged,
+  // and the collection removes it.
+  const auto old = fs::file_time_type::clock::now() - std::chrono::minutes(61);
+  fs::last_write_time(target->path_of(d), old);
+  for (int i = 0; i < 3; ++i) {
+    answer = gpuckpt::node::missing_chunks(with_store(dir.path / "node-b"), ask, std::chrono::hours(1));
+    REQUIRE(answer);
+    CHECK((*answer)["missing"] == nlohmann::json::array({d.hex()}));
+  }
+  gpuckpt::chunk_gc::Options options;
+  options.remove = true;
+  options.grace = std::chrono::hours(1);
+  auto report = gpuckpt::chunk_gc::collect(*target, options);
+  REQUIRE(report);
+  CHECK(report->garbage_chunks == 1);
+  CHECK(!target->stat(d));
 }

@@ -19,6 +19,8 @@ TEST_CASE("the shipped example configuration parses and equals the defaults", "[
   CHECK(example->archive_limits.max_archive_bytes == defaults->archive_limits.max_archive_bytes);
   CHECK(example->max_request_bytes == defaults->max_request_bytes);
   CHECK(example->job_timeout == defaults->job_timeout);
+  CHECK(example->unreferenced_chunk_quota.bytes == defaults->unreferenced_chunk_quota.bytes);
+  CHECK(example->unreferenced_chunk_quota.chunks == defaults->unreferenced_chunk_quota.chunks);
   CHECK(example->node_labels.enabled == false);
   CHECK(example->events.enabled == defaults->events.enabled);
   CHECK(example->events.queue_length == defaults->events.queue_length);
@@ -91,6 +93,13 @@ TEST_CASE("configuration mistakes are errors naming the key", "[unit]") {
   CHECK_FALSE(parse_config("version: 2", "a").ok());
   CHECK_FALSE(parse_config("[1, 2]", "a").ok());
   CHECK_FALSE(parse_config("listen: [1]", "a").ok());
+  auto quota = parse_config("limits: {unreferenced_chunk_bytes: 1000000000, unreferenced_chunks: 500}", "a");
+  REQUIRE(quota);
+  CHECK(quota->unreferenced_chunk_quota.bytes == 1000000000);
+  CHECK(quota->unreferenced_chunk_quota.chunks == 500);
+  auto tiny_quota = parse_config("limits: {unreferenced_chunk_bytes: 1000}", "a");
+  REQUIRE(!tiny_quota);
+  CHECK(tiny_quota.error().message.find("limits.unreferenced_chunk_bytes") != std::string::npos);
   auto no_budget = parse_config("limits: {job_timeout_seconds: 0}", "a");
   REQUIRE_FALSE(no_budget.ok());
   CHECK(no_budget.error().message.find("limits.job_timeout_seconds") != std::string::npos);

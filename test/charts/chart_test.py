@@ -481,6 +481,7 @@ def test_full_config_shape():
             "config.limits.max_connections=64", "config.limits.max_connections_per_client=8",
             "config.limits.request_deadline_seconds=20", "config.limits.job_timeout_seconds=900",
             "config.limits.max_queued_jobs=32", "config.limits.max_queued_jobs_per_client=4",
+            "config.limits.unreferenced_chunk_bytes=1099511627776", "config.limits.unreferenced_chunks=65536",
             "config.gpu_memory.image=false", "config.gpu_memory.threads=8", "config.gpu_memory.compression=zstd:3",
             "config.gpu_memory.sparse=false", "config.gpu_memory.store=/mnt/gpuckpt-store",
             "config.gpu_memory.huge_pages=false", "config.gpu_memory.map_chunks=true",
@@ -506,6 +507,8 @@ def test_full_config_shape():
     check(not missing, f"[full-config] every agent config key can be set from the chart; missing: {sorted(missing)}")
     check(cfg["match_policy"]["check_firmware"] is False, "[full-config] false survives (only null is dropped)")
     check(cfg["checkpoints"]["max_archive_bytes"] == 1000000000, "[full-config] large integers stay integers")
+    check(cfg["limits"]["unreferenced_chunk_bytes"] == 1099511627776 and cfg["limits"]["unreferenced_chunks"] == 65536,
+          f"[full-config] the unreferenced chunk quota reaches the agent's config: {cfg.get('limits')}")
     check(cfg["gpu_memory"] == {"image": False, "threads": 8, "compression": "zstd:3", "sparse": False,
                                 "store": "/mnt/gpuckpt-store", "huge_pages": False, "map_chunks": True,
                                 "recognise_unchanged": False},
