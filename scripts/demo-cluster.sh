@@ -101,7 +101,9 @@ count_in() {  # count_in POD: the pod's counter, read through the API server (ku
 COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
 
 step "The gpuckpt image (scripts/build-image.sh, offline) and a two-node cluster (scripts/lib/k8s-sandbox.sh)"
+t=$(now)
 BUILD_DIR=$BUILD bash "$SRC/scripts/build-image.sh" "$IMAGE_REPO:$IMAGE_TAG" 2>&1 | tail -1 | sed 's/^/   /'
+say "image built in $(( ($(now) - t) / 1000000000 )) s"
 podman image exists "$IMAGE_REPO:$IMAGE_TAG" || die "scripts/build-image.sh made no $IMAGE_REPO:$IMAGE_TAG"
 podman save -q --format oci-archive -o "$TMP/gpuckpt-image.tar" "$IMAGE_REPO:$IMAGE_TAG" || die "podman save"
 export K8S_NODE_VIEW=$VIEW
@@ -119,10 +121,11 @@ for n in node-a node-b; do
   k8s_add_node "$n" || die "node $n did not start"
   k8s_node_ctrd "$n"
   ctrd_registry_host "$REGISTRY"
+  t=$(now)
   ctrd_ctr images import "$TMP/gpuckpt-image.tar" > /dev/null || die "ctr images import into $n's containerd"
   # what GPU feature discovery labels on a GPU node (the chart's default node affinity)
   kubectl label node "$n" nvidia.com/gpu.present=true > /dev/null
-  say "node $n Ready in ${K8S_NODE_SECONDS}s, $IMAGE_REPO:$IMAGE_TAG imported into its containerd"
+  say "node $n Ready in ${K8S_NODE_SECONDS}s, $IMAGE_REPO:$IMAGE_TAG imported into its containerd in $(( ($(now) - t) / 1000000 )) ms"
 done
 # simulated GPUs, two a node (/dev/null and /dev/zero's numbers), allocated by each kubelet's device manager
 declare -A PLUGIN_LOG
