@@ -230,24 +230,39 @@ print(f"devices {devices} ({env}), GPUs in the record: {used}")' "$TMP/gpus.json
 say "counter in the checkpoint: $N_CKPT"
 kubectl get events -n default --field-selector reason=CheckpointAnnotated --no-headers 2>/dev/null | head -1 | sed 's/^/   event: /'
 
-step "Move it to node-b: the archive to node-b's agent, loaded there as a checkpoint image"
-say "(kubectl gpuckpt migrate is not wired to this cluster yet: these are the steps it takes, done one by one)"
-DEST=$(node_dir node-b)/host/var/lib/gpuckpt/checkpoints
-show cp "$ARCHIVE" "node-b:$VIEW/host/var/lib/gpuckpt/checkpoints/"
-mkdir -p "$DEST"
-cp "$ARCHIVE" "$DEST/"
-show kubectl -n $NS exec "$AGENT_B" -c agent -- gpuckpt image "$NAME" --tag gpuckpt-demo-moved --agent http://127.0.0.1:7469 --token-file $TOKEN_IN_POD
-kubectl -n "$NS" exec "$AGENT_B" -c agent -- gpuckpt image "$NAME" --tag gpuckpt-demo-moved --agent http://127.0.0.1:7469 \
-  --token-file "$TOKEN_IN_POD" > "$TMP/image.txt" 2>&1 || die "gpuckpt image on node-b: $(cat "$TMP/image.txt")"
-CK_IMAGE=$(sed -n 's/^  image: *//p' "$TMP/image.txt")
-[ -n "$CK_IMAGE" ] || die "gpuckpt image printed no image: $(cat "$TMP/image.txt")"
-say "checkpoint image $CK_IMAGE in node-b's containerd"
-show kubectl delete pod gpu-counter
-LAST=$(count_in gpu-counter)
-kubectl delete pod gpu-counter --wait=true --timeout 60s > /dev/null || die "kubectl delete pod gpu-counter"
-say "source pod deleted on node-a (its counter had reached $LAST)"
+step "Migrate it to node-b: kubectl gpuckpt migrate"
+show kubectl gpuckpt migrate gpu-counter --node node-b --name gpu-counter-moved --delete-source
+MIGRATED=0
+if KUBECTL=$K8S_BIN/kubectl KUBECONFIG=$KUBECONFIG GPUCKPT_NAMESPACE=$NS timeout 200 \
+  bash "$SRC/kubectl-plugin/kubectl-gpuckpt" migrate gpu-counter -n default --node node-b --name gpu-counter-moved \
+  --delete-source --stable 3 --wait 90 > "$TMP/migrate.txt" 2>&1; then
+  MIGRATED=1
+  sed 's/^/   /' "$TMP/migrate.txt"
+else
+  say "kubectl gpuckpt migrate did not work on this cluster; its last lines:"
+  tail -n 6 "$TMP/migrate.txt" | sed 's/^/   | /'
+  kubectl delete pod gpu-counter-moved --ignore-not-found --wait=true --timeout 60s > /dev/null || true
+  say "doing its steps one by one: the archive to node-b's agent, loaded there as a checkpoint image"
+  DEST=$(node_dir node-b)/host/var/lib/gpuckpt/checkpoints
+  show cp "$ARCHIVE" "node-b:$VIEW/host/var/lib/gpuckpt/checkpoints/"
+  mkdir -p "$DEST"
+  cp "$ARCHIVE" "$DEST/"
+  show kubectl -n $NS exec "$AGENT_B" -c agent -- gpuckpt image "$NAME" --tag gpuckpt-demo-moved --agent http://127.0.0.1:7469 --token-file $TOKEN_IN_POD
+  kubectl -n "$NS" exec "$AGENT_B" -c agent -- gpuckpt image "$NAME" --tag gpuckpt-demo-moved --agent http://127.0.0.1:7469 \
+    --token-file "$TOKEN_IN_POD" > "$TMP/image.txt" 2>&1 || die "gpuckpt image on node-b: $(cat "$TMP/image.txt")"
+  CK_IMAGE=$(sed -n 's/^  image: *//p' "$TMP/image.txt")
+  [ -n "$CK_IMAGE" ] || die "gpuckpt image printed no image: $(cat "$TMP/image.txt")"
+  say "checkpoint image $CK_IMAGE in node-b's containerd"
+  if kubectl get pod gpu-counter > /dev/null 2>&1; then
+    show kubectl delete pod gpu-counter
+    LAST=$(count_in gpu-counter)
+    kubectl delete pod gpu-counter --wait=true --timeout 60s > /dev/null || die "kubectl delete pod gpu-counter"
+    say "source pod deleted on node-a (its counter had reached $LAST)"
+  fi
+fi
 
 step "Restore on node-b: a pod of the checkpoint image, restored by node-b's kubelet"
+if [ "$MIGRATED" = 0 ]; then
 kubectl apply -f - > /dev/null <<YAML || die "kubectl apply of the restore pod"
 apiVersion: v1
 kind: Pod
@@ -264,6 +279,7 @@ spec:
     command: [sh, -c, '$COUNTER']
     resources: {limits: {nvidia.com/gpu: 1}}
 YAML
+fi
 k8s_wait_pod default gpu-counter-moved 120 || die "the restore pod on node-b did not start"
 [ "$(kubectl get pod gpu-counter-moved -o jsonpath='{.spec.nodeName}')" = node-b ] || die "gpu-counter-moved is not on node-b"
 GPU_B=$(sed -n 's/^allocate //p' "${PLUGIN_LOG[node-b]}" | tail -1)
@@ -276,6 +292,8 @@ show kubectl get pod gpu-counter-moved -o wide
 kubectl get pod gpu-counter-moved -o wide | awk '{print "   " $1, $2, $3, $7}'
 say "node-b's kubelet allocated $GPU_B (the checkpoint had $GPU_A on node-a)"
 say "counter: $N_CKPT in the checkpoint on node-a -> $AFTER on node-b after the restore -> $LATER a second later"
+[ "$MIGRATED" = 1 ] && HOW="kubectl gpuckpt migrate" || HOW="its steps one by one (kubectl gpuckpt migrate did not work here)"
+say "moved by $HOW"
 RESULT="the process continues on node-b: counter $N_CKPT at the checkpoint on node-a, $AFTER then $LATER on node-b"
 
 step "Teardown: helm uninstall, the cluster stopped, this machine as it was"
