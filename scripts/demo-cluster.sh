@@ -9,13 +9,14 @@
 #   3. a counting pod asking for nvidia.com/gpu: 1 on node-a;
 #   4. the kubelet checkpoint API through the API server (kubectl create --raw .../proxy/checkpoint/...); node-a's
 #      agent pod annotates the archive with the GPU record;
-#   5. the move: the archive goes to node-b's agent, which loads it as a checkpoint image into node-b's containerd
-#      (gpuckpt image, run in the agent pod as kubectl gpuckpt does); the source pod is deleted;
-#   6. a pod of that image on node-b: node-b's kubelet restores it on the GPU its device manager allocates, and
-#      the counter continues from the checkpoint;
+#   5. kubectl gpuckpt migrate to node-b: node-a's agent checkpoints the pod, the target agent matches its GPUs,
+#      the archive goes agent to agent, node-b's agent loads it as a checkpoint image into node-b's containerd,
+#      a copy of the pod with that image is created on node-b, the source pod is deleted. Should migrate fail,
+#      the demo says so with its last lines and does those steps itself from step 4's archive (gpuckpt image
+#      run in node-b's agent pod, a pod of the image), so that a broken plugin shows without hiding the rest;
+#   6. node-b's kubelet restores it on the GPU its device manager allocates, and the counter continues: at least
+#      its value on node-a just before the move, and counting;
 #   7. teardown: helm uninstall, the cluster stopped, this machine's directories as they were.
-# `kubectl gpuckpt migrate` is not wired to this cluster yet, so step 5 does by hand what it would do (the
-# demo says so when it gets there).
 #
 #   bash scripts/demo-cluster.sh             setup + build, then the demo
 #   GPUCKPT_DEMO_SKIP_SETUP=1 BUILD_DIR=DIR bash scripts/demo-cluster.sh
@@ -231,6 +232,8 @@ say "counter in the checkpoint: $N_CKPT"
 kubectl get events -n default --field-selector reason=CheckpointAnnotated --no-headers 2>/dev/null | head -1 | sed 's/^/   event: /'
 
 step "Migrate it to node-b: kubectl gpuckpt migrate"
+BEFORE_MOVE=$(count_in gpu-counter)
+say "counter on node-a just before the move: $BEFORE_MOVE"
 show kubectl gpuckpt migrate gpu-counter --node node-b --name gpu-counter-moved --delete-source
 MIGRATED=0
 if KUBECTL=$K8S_BIN/kubectl KUBECONFIG=$KUBECONFIG GPUCKPT_NAMESPACE=$NS timeout 200 \
@@ -242,7 +245,8 @@ else
   say "kubectl gpuckpt migrate did not work on this cluster; its last lines:"
   tail -n 6 "$TMP/migrate.txt" | sed 's/^/   | /'
   kubectl delete pod gpu-counter-moved --ignore-not-found --wait=true --timeout 60s > /dev/null || true
-  say "doing its steps one by one: the archive to node-b's agent, loaded there as a checkpoint image"
+  say "doing its steps one by one from the kubelet's archive: to node-b's agent, loaded there as a checkpoint image"
+  BEFORE_MOVE=$N_CKPT
   DEST=$(node_dir node-b)/host/var/lib/gpuckpt/checkpoints
   show cp "$ARCHIVE" "node-b:$VIEW/host/var/lib/gpuckpt/checkpoints/"
   mkdir -p "$DEST"
@@ -284,17 +288,17 @@ k8s_wait_pod default gpu-counter-moved 120 || die "the restore pod on node-b did
 [ "$(kubectl get pod gpu-counter-moved -o jsonpath='{.spec.nodeName}')" = node-b ] || die "gpu-counter-moved is not on node-b"
 GPU_B=$(sed -n 's/^allocate //p' "${PLUGIN_LOG[node-b]}" | tail -1)
 AFTER=$(count_in gpu-counter-moved)
-[ "$AFTER" -ge "$N_CKPT" ] || die "the counter on node-b started over at $AFTER instead of continuing from $N_CKPT"
+[ "$AFTER" -ge "$BEFORE_MOVE" ] || die "the counter on node-b started over at $AFTER instead of continuing from $BEFORE_MOVE"
 sleep 1
 LATER=$(count_in gpu-counter-moved)
 [ "$LATER" -gt "$AFTER" ] || die "the counter on node-b does not count ($AFTER, then $LATER)"
 show kubectl get pod gpu-counter-moved -o wide
 kubectl get pod gpu-counter-moved -o wide | awk '{print "   " $1, $2, $3, $7}'
 say "node-b's kubelet allocated $GPU_B (the checkpoint had $GPU_A on node-a)"
-say "counter: $N_CKPT in the checkpoint on node-a -> $AFTER on node-b after the restore -> $LATER a second later"
+say "counter: $BEFORE_MOVE on node-a before the move -> $AFTER on node-b after the restore -> $LATER a second later"
 [ "$MIGRATED" = 1 ] && HOW="kubectl gpuckpt migrate" || HOW="its steps one by one (kubectl gpuckpt migrate did not work here)"
 say "moved by $HOW"
-RESULT="the process continues on node-b: counter $N_CKPT at the checkpoint on node-a, $AFTER then $LATER on node-b"
+RESULT="the process continues on node-b: counter $BEFORE_MOVE on node-a before the move, $AFTER then $LATER on node-b ($HOW)"
 
 step "Teardown: helm uninstall, the cluster stopped, this machine as it was"
 helm --kubeconfig "$KUBECONFIG" uninstall "$RELEASE" -n "$NS" --wait --timeout 120s > "$TMP/helm-uninstall.txt" 2>&1 ||
