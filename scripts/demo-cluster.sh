@@ -296,7 +296,7 @@ show kubectl get pod gpu-counter-moved -o wide
 kubectl get pod gpu-counter-moved -o wide | awk '{print "   " $1, $2, $3, $7}'
 say "node-b's kubelet allocated $GPU_B (the checkpoint had $GPU_A on node-a)"
 say "counter: $BEFORE_MOVE on node-a before the move -> $AFTER on node-b after the restore -> $LATER a second later"
-[ "$MIGRATED" = 1 ] && HOW="kubectl gpuckpt migrate" || HOW="its steps one by one (kubectl gpuckpt migrate did not work here)"
+[ "$MIGRATED" = 1 ] && HOW="kubectl gpuckpt migrate" || HOW="single steps: kubectl gpuckpt migrate failed here"
 say "moved by $HOW"
 RESULT="the process continues on node-b: counter $BEFORE_MOVE on node-a before the move, $AFTER then $LATER on node-b ($HOW)"
 
