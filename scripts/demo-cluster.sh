@@ -33,6 +33,7 @@ fi
 BUILD=$(cd "${BUILD_DIR:-build}" && pwd)
 . "$SRC/scripts/lib/containerd-sandbox.sh"
 . "$SRC/scripts/lib/k8s-sandbox.sh"
+. "$SRC/scripts/lib/k8s-gpuckpt-chart.sh"
 . "$SRC/scripts/lib/criu-probe.sh"
 BUSYBOX=${GPUCKPT_DEMO_IMAGE:-localhost/gpuckpt-busybox}
 CTRD_BIN_DIR=${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin
@@ -152,25 +153,7 @@ show kubectl get nodes
 kubectl get nodes -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].type,GPUS:.status.allocatable.nvidia\.com/gpu,KUBELET:.status.nodeInfo.kubeletVersion,RUNTIME:.status.nodeInfo.containerRuntimeVersion' | sed 's/^/   /'
 
 step "helm install gpuckpt: one agent pod per node"
-cat > "$TMP/values.yaml" <<YAML
-image: {repository: $IMAGE_REPO, tag: $IMAGE_TAG, pullPolicy: Never}
-# no cluster DNS here; the sandbox routes the kubernetes Service's address to the API server
-hostAliases: [{ip: 10.96.0.1, hostnames: [kubernetes.default.svc]}]
-host:
-  stateDir: $VIEW/host/var/lib/gpuckpt
-  archiveDir: $VIEW/host/var/lib/gpuckpt/checkpoints
-  kubeletCheckpointDir: $VIEW/kubelet/checkpoints
-  podResourcesDir: $VIEW/kubelet/pod-resources
-  hooksDir: $VIEW/host/hooks.d
-  criuPluginDir: $VIEW/host/usr/lib/criu
-  installDir: $VIEW/host/opt/gpuckpt
-criuConfig: {dir: $VIEW/host/etc/criu}
-nodeLabels: {featureDir: $VIEW/host/nfd/features.d}
-runtime: {kind: cri, criSocket: $VIEW/containerd/containerd.sock}
-nri: {socket: $VIEW/containerd/nri.sock}
-config:
-  checkpoints: {watch_interval_seconds: 1, runtime_timeout_seconds: 60}
-YAML
+k8s_gpuckpt_values "$TMP/values.yaml" "$VIEW" "$IMAGE_REPO" "$IMAGE_TAG"
 show helm install $RELEASE charts/gpuckpt -n $NS --create-namespace -f values.yaml
 helm --kubeconfig "$KUBECONFIG" install "$RELEASE" "$SRC/charts/gpuckpt" -n "$NS" --create-namespace \
   -f "$TMP/values.yaml" > "$TMP/helm-install.txt" 2>&1 || die "helm install: $(cat "$TMP/helm-install.txt")"
