@@ -27,6 +27,7 @@ BUILD=${GPUCKPT_BUILD_DIR:?GPUCKPT_BUILD_DIR must point at the build directory}
 SRC=${GPUCKPT_SOURCE_DIR:?GPUCKPT_SOURCE_DIR must point at the source tree}
 . "$SRC/scripts/lib/containerd-sandbox.sh"
 . "$SRC/scripts/lib/k8s-sandbox.sh"
+. "$SRC/scripts/lib/k8s-gpuckpt-chart.sh"
 BUSYBOX=${GPUCKPT_TEST_IMAGE:-localhost/gpuckpt-busybox}
 CTRD_BIN_DIR=${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin
 IMAGE_REPO=localhost/gpuckpt IMAGE_TAG=e2e-helm-$$
@@ -182,26 +183,7 @@ PLUGIN_A=$!
 PLUGIN_B=$!
 
 step "2. helm install: one agent pod per node, host files installed, readiness"
-cat > "$TMP/values.yaml" <<YAML
-image: {repository: $IMAGE_REPO, tag: $IMAGE_TAG, pullPolicy: Never}
-# there is no cluster DNS here; the sandbox routes the kubernetes Service's address to the API server
-hostAliases: [{ip: 10.96.0.1, hostnames: [kubernetes.default.svc]}]
-host:
-  stateDir: $VIEW/host/var/lib/gpuckpt
-  archiveDir: $VIEW/host/var/lib/gpuckpt/checkpoints
-  kubeletCheckpointDir: $VIEW/kubelet/checkpoints
-  podResourcesDir: $VIEW/kubelet/pod-resources
-  hooksDir: $VIEW/host/hooks.d
-  criuPluginDir: $VIEW/host/usr/lib/criu
-  installDir: $VIEW/host/opt/gpuckpt
-criuConfig: {dir: $VIEW/host/etc/criu}
-nodeLabels: {featureDir: $VIEW/host/nfd/features.d}
-runtime: {kind: cri, criSocket: $VIEW/containerd/containerd.sock}
-nri: {socket: $VIEW/containerd/nri.sock}
-config:
-  # the pods' termination grace follows (+60 s): a pod stopped during a job waits for it
-  checkpoints: {watch_interval_seconds: 1, runtime_timeout_seconds: 60}
-YAML
+k8s_gpuckpt_values "$TMP/values.yaml" "$VIEW" "$IMAGE_REPO" "$IMAGE_TAG"
 t=$(date +%s.%N)
 helm --kubeconfig "$KUBECONFIG" install "$RELEASE" "$SRC/charts/gpuckpt" -n "$NS" --create-namespace \
   -f "$TMP/values.yaml" > "$TMP/helm-install.txt" 2>&1 || fail "helm install: $(cat "$TMP/helm-install.txt")"

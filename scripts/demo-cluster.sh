@@ -1,0 +1,302 @@
+#!/usr/bin/env bash
+# README command 3: gpuckpt on a real two-node Kubernetes cluster on this machine, as an operator would try it
+# first. After setup (scripts/setup.sh, scripts/setup-k8s.sh, scripts/build.sh: each only checks when done):
+#   1. the image the chart runs (scripts/build-image.sh) and the cluster of scripts/lib/k8s-sandbox.sh: etcd,
+#      kube-apiserver, controller-manager, scheduler, kubelets node-a and node-b, each on its own containerd 2.x,
+#      each a simulated GPU node (test/k8s/sim-device-plugin registers two GPUs with its kubelet);
+#   2. helm install of charts/gpuckpt: one agent pod per node (the image imported into each node's containerd; the
+#      chart's host paths point at per-node directories, so this machine's own are not written);
+#   3. a counting pod asking for nvidia.com/gpu: 1 on node-a;
+#   4. the kubelet checkpoint API through the API server (kubectl create --raw .../proxy/checkpoint/...); node-a's
+#      agent pod annotates the archive with the GPU record;
+#   5. kubectl gpuckpt migrate to node-b: node-a's agent checkpoints the pod, the target agent matches its GPUs,
+#      the archive goes agent to agent, node-b's agent loads it as a checkpoint image into node-b's containerd,
+#      a copy of the pod with that image is created on node-b, the source pod is deleted. Should migrate fail,
+#      the demo says so with its last lines and does those steps itself from step 4's archive (gpuckpt image
+#      run in node-b's agent pod, a pod of the image), so that a broken plugin shows without hiding the rest;
+#   6. node-b's kubelet restores it on the GPU its device manager allocates, and the counter continues: at least
+#      its value on node-a just before the move, and counting;
+#   7. teardown: helm uninstall, the cluster stopped, this machine's directories as they were.
+#
+#   bash scripts/demo-cluster.sh             setup + build, then the demo
+#   GPUCKPT_DEMO_SKIP_SETUP=1 BUILD_DIR=DIR bash scripts/demo-cluster.sh
+#                                             the demo only, on a built tree (the ctest runs it so)
+#   KEEP=1 ...                                keep the work dir (logs, archive) afterwards
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+cd "$SRC"
+if [ "${GPUCKPT_DEMO_SKIP_SETUP:-0}" != 1 ]; then
+  bash scripts/setup.sh
+  bash scripts/setup-k8s.sh
+  bash scripts/build.sh
+fi
+BUILD=$(cd "${BUILD_DIR:-build}" && pwd)
+. "$SRC/scripts/lib/containerd-sandbox.sh"
+. "$SRC/scripts/lib/k8s-sandbox.sh"
+. "$SRC/scripts/lib/k8s-gpuckpt-chart.sh"
+. "$SRC/scripts/lib/criu-probe.sh"
+BUSYBOX=${GPUCKPT_DEMO_IMAGE:-localhost/gpuckpt-busybox}
+CTRD_BIN_DIR=${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin
+IMAGE_REPO=localhost/gpuckpt IMAGE_TAG=demo-cluster-$$
+NS=gpuckpt RELEASE=gpuckpt
+TOKEN_IN_POD=/etc/gpuckpt/auth/token
+
+die() { printf '\ndemo FAILED: %s\n' "$*" >&2; exit 1; }
+trap 'printf "\ndemo FAILED at line %s: %s\n" "$LINENO" "$BASH_COMMAND" >&2' ERR
+now() { date +%s%N; }
+T_START=$(now) T_STEP=$(now) STEP=0
+step() {
+  local t; t=$(now)
+  [ "$STEP" -gt 0 ] && printf '   (step %d took %.1f s)\n' "$STEP" "$(( (t - T_STEP) / 1000000 ))e-3"
+  STEP=$((STEP + 1)); T_STEP=$t
+  printf '\n[%d] %s\n' "$STEP" "$*"
+}
+say() { printf '   %s\n' "$*"; }
+show() { printf '   $ %s\n' "$*"; }
+
+[ "$(id -u)" = 0 ] || die "run as root (kubelet, containerd, runc and CRIU need it)"
+for p in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crictl sim-device-plugin; do
+  [ -x "$K8S_BIN/$p" ] || die "$K8S_BIN/$p is missing: run scripts/setup-k8s.sh"
+done
+[ -x "$CTRD_BIN_DIR/containerd" ] || die "containerd 2.x is not in $CTRD_BIN_DIR: run scripts/setup.sh"
+for tool in helm iptables criu podman docker-registry curl python3; do
+  command -v "$tool" >/dev/null || die "$tool is missing: run scripts/setup.sh"
+done
+criu_dump_works || die "$CRIU_PROBE_REASON"
+podman image exists "$BUSYBOX" || die "image $BUSYBOX is missing: run scripts/setup.sh"
+[ -x "$BUILD/agent/gpuckpt-agent" ] || die "$BUILD is not built: run scripts/build.sh"
+
+# not under /tmp: the installer's plugin check runs CRIU with a tmpfs over /tmp (short: unix socket paths in it
+# must fit in 108 bytes)
+TMP=/var/tmp/gckdemo-$$-$(date +%s)
+mkdir -m 700 "$TMP"
+VIEW=$TMP/node   # K8S_NODE_VIEW: on each node, that node's work dir
+host_state() {   # what must be as it was afterwards (the chart's defaults would write there)
+  for d in /usr/lib/criu /etc/criu /usr/share/containers/oci/hooks.d /var/lib/gpuckpt /opt/gpuckpt/bin /var/lib/kubelet; do
+    if [ -e "$d" ]; then find "$d" -maxdepth 2 -printf '%p %s %T@\n' 2>/dev/null | sort; else echo "$d absent"; fi
+  done
+  iptables -t nat -S 2>/dev/null | grep -c gpuckpt-k8s-sandbox || true
+  ip -o link show | awk -F': ' '{print $2}' | grep -c '^gck' || true
+}
+host_state > "$TMP/host-before.txt"
+PLUGIN_A='' PLUGIN_B='' REGISTRY_PID=''
+cleanup() {
+  set +e
+  for p in "$PLUGIN_A" "$PLUGIN_B" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  k8s_stop
+  podman rmi -f "$IMAGE_REPO:$IMAGE_TAG" >/dev/null 2>&1
+  if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+kubectl() { k8s_kubectl "$@"; }
+node_dir() { echo "$TMP/cluster/nodes/$1"; }
+count_in() {  # count_in POD: the pod's counter, read through the API server (kubectl exec)
+  local n
+  for _ in $(seq 20); do
+    n=$(kubectl exec "$1" -c counter -- cat /tmp/count 2>/dev/null || true)
+    [ -n "$n" ] && { echo "$n"; return; }
+    sleep 0.1
+  done
+  die "no counter value in pod $1"
+}
+# shellcheck disable=SC2016 # expanded by the container's shell; written then renamed: a read never sees it half-written
+COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
+
+step "The gpuckpt image (scripts/build-image.sh, offline) and a two-node cluster (scripts/lib/k8s-sandbox.sh)"
+t=$(now)
+BUILD_DIR=$BUILD bash "$SRC/scripts/build-image.sh" "$IMAGE_REPO:$IMAGE_TAG" 2>&1 | tail -1 | sed 's/^/   /'
+say "image built in $(( ($(now) - t) / 1000000000 )) s"
+podman image exists "$IMAGE_REPO:$IMAGE_TAG" || die "scripts/build-image.sh made no $IMAGE_REPO:$IMAGE_TAG"
+podman save -q --format oci-archive -o "$TMP/gpuckpt-image.tar" "$IMAGE_REPO:$IMAGE_TAG" || die "podman save"
+export K8S_NODE_VIEW=$VIEW
+# containerd -> runc -> CRIU loads gpuckpt's CRIU plugin from where the chart's installer puts it on each node
+export CRIU_LIBS_DIR=$VIEW/host/usr/lib/criu
+k8s_start_control_plane "$TMP/cluster" || die "the control plane did not start"
+k8s_service_proxy || die "no route from pods to the API server"
+say "control plane up in ${K8S_CONTROL_PLANE_SECONDS}s ($("$K8S_BIN/kube-apiserver" --version))"
+# the pod's base image from a registry on 127.0.0.1: containerd 2.x pulls a checkpoint's base image again by its
+# rootfsImageRef when it restores
+ctrd_start_registry "$TMP/registry" || die "docker-registry did not start"
+BASE=$REGISTRY/gpuckpt-busybox:latest
+podman push -q --tls-verify=false "$BUSYBOX" "docker://$BASE" || die "podman push $BUSYBOX to $BASE"
+for n in node-a node-b; do
+  k8s_add_node "$n" || die "node $n did not start"
+  k8s_node_ctrd "$n"
+  ctrd_registry_host "$REGISTRY"
+  t=$(now)
+  ctrd_ctr images import "$TMP/gpuckpt-image.tar" > /dev/null || die "ctr images import into $n's containerd"
+  # what GPU feature discovery labels on a GPU node (the chart's default node affinity)
+  kubectl label node "$n" nvidia.com/gpu.present=true > /dev/null
+  say "node $n Ready in ${K8S_NODE_SECONDS}s, $IMAGE_REPO:$IMAGE_TAG imported into its containerd in $(( ($(now) - t) / 1000000 )) ms"
+done
+# simulated GPUs, two a node (/dev/null and /dev/zero's numbers), allocated by each kubelet's device manager
+declare -A PLUGIN_LOG
+for n in node-a node-b; do
+  s=${n#node-}
+  mkdir -p "$TMP/gpus-$n"
+  for i in 0 1; do mknod "$TMP/gpus-$n/nvidia$i" c 1 $(( 3 + 2 * i )); done
+  PLUGIN_LOG[$n]=$TMP/plugin-$n.log
+  "$K8S_BIN/sim-device-plugin" --registry-dir "$(node_dir "$n")/kubelet/plugins_registry" \
+    --device "GPU-${s}0000000-0000-0000-0000-000000000000=0:$TMP/gpus-$n/nvidia0" \
+    --device "GPU-${s}1111111-1111-1111-1111-111111111111=1:$TMP/gpus-$n/nvidia1" > "${PLUGIN_LOG[$n]}" 2>&1 &
+  if [ "$n" = node-a ]; then PLUGIN_A=$!; else PLUGIN_B=$!; fi
+done
+for n in node-a node-b; do
+  for _ in $(seq 150); do
+    [ "$(kubectl get node "$n" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] && break
+    sleep 0.2
+  done
+  [ "$(kubectl get node "$n" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] ||
+    die "$n does not offer 2 nvidia.com/gpu: $(cat "${PLUGIN_LOG[$n]}")"
+done
+show kubectl get nodes
+kubectl get nodes -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].type,GPUS:.status.allocatable.nvidia\.com/gpu,KUBELET:.status.nodeInfo.kubeletVersion,RUNTIME:.status.nodeInfo.containerRuntimeVersion' | sed 's/^/   /'
+
+step "helm install gpuckpt: one agent pod per node"
+k8s_gpuckpt_values "$TMP/values.yaml" "$VIEW" "$IMAGE_REPO" "$IMAGE_TAG"
+show helm install $RELEASE charts/gpuckpt -n $NS --create-namespace -f values.yaml
+helm --kubeconfig "$KUBECONFIG" install "$RELEASE" "$SRC/charts/gpuckpt" -n "$NS" --create-namespace \
+  -f "$TMP/values.yaml" > "$TMP/helm-install.txt" 2>&1 || die "helm install: $(cat "$TMP/helm-install.txt")"
+kubectl -n "$NS" rollout status daemonset/"$RELEASE" --timeout 240s > /dev/null 2>&1 ||
+  die "the DaemonSet did not become Ready: $(kubectl -n "$NS" get pods -o wide)"
+agent_on() { kubectl -n "$NS" get pods -l app.kubernetes.io/name=gpuckpt --field-selector "spec.nodeName=$1" -o jsonpath='{.items[0].metadata.name}'; }
+AGENT_A=$(agent_on node-a) AGENT_B=$(agent_on node-b)
+{ [ -n "$AGENT_A" ] && [ -n "$AGENT_B" ]; } || die "no agent pod on each node: $(kubectl -n "$NS" get pods -o wide)"
+show kubectl -n $NS get pods -o wide
+kubectl -n "$NS" get pods -o wide | awk '{print "   " $1, $2, $3, $7}'
+
+step "A counting pod with one (simulated) GPU on node-a"
+kubectl apply -f - > /dev/null <<YAML || die "kubectl apply of the GPU pod"
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-counter, namespace: default}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: node-a}
+  containers:
+  - name: counter
+    image: $BASE
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, '$COUNTER']
+    resources: {limits: {nvidia.com/gpu: 1}}
+YAML
+k8s_wait_pod default gpu-counter 90 || die "the GPU pod did not start"
+GPU_A=$(sed -n 's/^allocate //p' "${PLUGIN_LOG[node-a]}" | tail -1)
+[ -n "$GPU_A" ] || die "node-a's kubelet allocated no GPU: $(cat "${PLUGIN_LOG[node-a]}")"
+for _ in $(seq 100); do [ "$(count_in gpu-counter)" -gt 30 ] && break; sleep 0.1; done
+say "gpu-counter Running on node-a, kubelet allocated $GPU_A; counter at $(count_in gpu-counter)"
+
+step "Checkpoint through the kubelet API (API server -> node-a's kubelet -> containerd + CRIU)"
+show kubectl create --raw /api/v1/nodes/node-a/proxy/checkpoint/default/gpu-counter/counter -f /dev/null
+BEFORE=$(count_in gpu-counter)
+kubectl create --raw /api/v1/nodes/node-a/proxy/checkpoint/default/gpu-counter/counter -f /dev/null > "$TMP/ck.json" ||
+  die "the kubelet checkpoint API failed: $(cat "$TMP/ck.json")"
+ARCHIVE=$(python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["items"]; assert len(i)==1, i; print(i[0])' "$TMP/ck.json") ||
+  die "the kubelet's answer names no single archive: $(cat "$TMP/ck.json")"
+NAME=$(basename "$ARCHIVE")
+say "kubelet wrote $NAME ($(stat -c %s "$ARCHIVE") bytes); counter was at $BEFORE just before"
+for _ in $(seq 100); do
+  kubectl -n "$NS" logs "$AGENT_A" -c agent 2>/dev/null | grep -qF "annotated kubelet archive $VIEW/kubelet/checkpoints/$NAME" && break
+  sleep 0.2
+done
+kubectl -n "$NS" logs "$AGENT_A" -c agent | grep -qF "annotated kubelet archive $VIEW/kubelet/checkpoints/$NAME" ||
+  die "agent pod $AGENT_A did not annotate $NAME: $(kubectl -n "$NS" logs "$AGENT_A" -c agent --tail 5)"
+tar -xOf "$ARCHIVE" gpuckpt-gpus.json > "$TMP/gpus.json"
+N_CKPT=$(tar -xOf "$ARCHIVE" rootfs-diff.tar | tar -xzOf - tmp/count)
+say "agent pod $AGENT_A annotated it with gpuckpt-gpus.json: $(python3 -c '
+import json, sys
+g = json.load(open(sys.argv[1]))
+devices = ", ".join(d["container_path"] for d in g.get("devices", []))
+env = ", ".join(f"{k}={v}" for k, v in g.get("gpu_env", {}).items())
+used = ", ".join(g["record"]["used_gpu_ids"]) or "none: the agent pod sees no NVIDIA driver on this GPU-less machine"
+print(f"devices {devices} ({env}), GPUs in the record: {used}")' "$TMP/gpus.json")"
+say "counter in the checkpoint: $N_CKPT"
+kubectl get events -n default --field-selector reason=CheckpointAnnotated --no-headers 2>/dev/null | head -1 | sed 's/^/   event: /'
+
+step "Migrate it to node-b: kubectl gpuckpt migrate"
+BEFORE_MOVE=$(count_in gpu-counter)
+say "counter on node-a just before the move: $BEFORE_MOVE"
+show kubectl gpuckpt migrate gpu-counter --node node-b --name gpu-counter-moved --delete-source
+MIGRATED=0
+if KUBECTL=$K8S_BIN/kubectl KUBECONFIG=$KUBECONFIG GPUCKPT_NAMESPACE=$NS timeout 200 \
+  bash "$SRC/kubectl-plugin/kubectl-gpuckpt" migrate gpu-counter -n default --node node-b --name gpu-counter-moved \
+  --delete-source --stable 3 --wait 90 > "$TMP/migrate.txt" 2>&1; then
+  MIGRATED=1
+  sed 's/^/   /' "$TMP/migrate.txt"
+else
+  say "kubectl gpuckpt migrate did not work on this cluster; its last lines:"
+  tail -n 6 "$TMP/migrate.txt" | sed 's/^/   | /'
+  kubectl delete pod gpu-counter-moved --ignore-not-found --wait=true --timeout 60s > /dev/null || true
+  say "doing its steps one by one from the kubelet's archive: to node-b's agent, loaded there as a checkpoint image"
+  BEFORE_MOVE=$N_CKPT
+  DEST=$(node_dir node-b)/host/var/lib/gpuckpt/checkpoints
+  show cp "$ARCHIVE" "node-b:$VIEW/host/var/lib/gpuckpt/checkpoints/"
+  mkdir -p "$DEST"
+  cp "$ARCHIVE" "$DEST/"
+  show kubectl -n $NS exec "$AGENT_B" -c agent -- gpuckpt image "$NAME" --tag gpuckpt-demo-moved --agent http://127.0.0.1:7469 --token-file $TOKEN_IN_POD
+  kubectl -n "$NS" exec "$AGENT_B" -c agent -- gpuckpt image "$NAME" --tag gpuckpt-demo-moved --agent http://127.0.0.1:7469 \
+    --token-file "$TOKEN_IN_POD" > "$TMP/image.txt" 2>&1 || die "gpuckpt image on node-b: $(cat "$TMP/image.txt")"
+  CK_IMAGE=$(sed -n 's/^  image: *//p' "$TMP/image.txt")
+  [ -n "$CK_IMAGE" ] || die "gpuckpt image printed no image: $(cat "$TMP/image.txt")"
+  say "checkpoint image $CK_IMAGE in node-b's containerd"
+  if kubectl get pod gpu-counter > /dev/null 2>&1; then
+    show kubectl delete pod gpu-counter
+    LAST=$(count_in gpu-counter)
+    kubectl delete pod gpu-counter --wait=true --timeout 60s > /dev/null || die "kubectl delete pod gpu-counter"
+    say "source pod deleted on node-a (its counter had reached $LAST)"
+  fi
+fi
+
+step "Restore on node-b: a pod of the checkpoint image, restored by node-b's kubelet"
+if [ "$MIGRATED" = 0 ]; then
+kubectl apply -f - > /dev/null <<YAML || die "kubectl apply of the restore pod"
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-counter-moved, namespace: default}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: node-b}
+  containers:
+  - name: counter
+    image: $CK_IMAGE
+    imagePullPolicy: Never
+    # containerd needs a command; the process that runs is the checkpoint's (a fresh start would count from 1)
+    command: [sh, -c, '$COUNTER']
+    resources: {limits: {nvidia.com/gpu: 1}}
+YAML
+fi
+k8s_wait_pod default gpu-counter-moved 120 || die "the restore pod on node-b did not start"
+[ "$(kubectl get pod gpu-counter-moved -o jsonpath='{.spec.nodeName}')" = node-b ] || die "gpu-counter-moved is not on node-b"
+GPU_B=$(sed -n 's/^allocate //p' "${PLUGIN_LOG[node-b]}" | tail -1)
+AFTER=$(count_in gpu-counter-moved)
+[ "$AFTER" -ge "$BEFORE_MOVE" ] || die "the counter on node-b started over at $AFTER instead of continuing from $BEFORE_MOVE"
+sleep 1
+LATER=$(count_in gpu-counter-moved)
+[ "$LATER" -gt "$AFTER" ] || die "the counter on node-b does not count ($AFTER, then $LATER)"
+show kubectl get pod gpu-counter-moved -o wide
+kubectl get pod gpu-counter-moved -o wide | awk '{print "   " $1, $2, $3, $7}'
+say "node-b's kubelet allocated $GPU_B (the checkpoint had $GPU_A on node-a)"
+say "counter: $BEFORE_MOVE on node-a before the move -> $AFTER on node-b after the restore -> $LATER a second later"
+[ "$MIGRATED" = 1 ] && HOW="kubectl gpuckpt migrate" || HOW="single steps: kubectl gpuckpt migrate failed here"
+say "moved by $HOW"
+RESULT="the process continues on node-b: counter $BEFORE_MOVE on node-a before the move, $AFTER then $LATER on node-b ($HOW)"
+
+step "Teardown: helm uninstall, the cluster stopped, this machine as it was"
+helm --kubeconfig "$KUBECONFIG" uninstall "$RELEASE" -n "$NS" --wait --timeout 120s > "$TMP/helm-uninstall.txt" 2>&1 ||
+  die "helm uninstall: $(cat "$TMP/helm-uninstall.txt")"
+for p in "$PLUGIN_A" "$PLUGIN_B" "$REGISTRY_PID"; do
+  if kill "$p" 2>/dev/null; then wait "$p" 2>/dev/null || true; fi
+done
+PLUGIN_A='' PLUGIN_B='' REGISTRY_PID=''
+k8s_stop || die "k8s_stop failed"
+podman rmi -f "$IMAGE_REPO:$IMAGE_TAG" > /dev/null 2>&1 || true
+host_state > "$TMP/host-after.txt"
+if ! diff "$TMP/host-before.txt" "$TMP/host-after.txt" > "$TMP/host-diff.txt"; then
+  sed 's/^/   /' "$TMP/host-diff.txt"
+  die "this machine is not as it was (diff above)"
+fi
+say "this machine's CRIU, hooks.d, gpuckpt and kubelet directories, NAT rules and bridges are as they were"
+printf '   (step %d took %.1f s)\n' "$STEP" "$(( ($(now) - T_STEP) / 1000000 ))e-3"
+printf '\ndemo OK in %.1f s: %s\n' "$(( ($(now) - T_START) / 1000000 ))e-3" "$RESULT"

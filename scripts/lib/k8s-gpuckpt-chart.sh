@@ -1,0 +1,30 @@
+# shellcheck shell=bash
+# Sourced by the cluster demo and the Helm test: charts/gpuckpt on the cluster of scripts/lib/k8s-sandbox.sh.
+#   k8s_gpuckpt_values FILE VIEW REPO TAG   writes the chart values for that cluster: the image REPO:TAG (imported
+#                                           into each node's containerd: pullPolicy Never), every host path under
+#                                           VIEW (K8S_NODE_VIEW: a different directory on each node, so this
+#                                           machine's own are never written), the CRI and NRI sockets of each
+#                                           node's containerd, and the API server through the sandbox's route
+k8s_gpuckpt_values() {
+  local file=$1 view=$2 repo=$3 tag=$4
+  cat > "$file" <<YAML
+image: {repository: $repo, tag: $tag, pullPolicy: Never}
+# there is no cluster DNS here; the sandbox routes the kubernetes Service's address to the API server
+hostAliases: [{ip: 10.96.0.1, hostnames: [kubernetes.default.svc]}]
+host:
+  stateDir: $view/host/var/lib/gpuckpt
+  archiveDir: $view/host/var/lib/gpuckpt/checkpoints
+  kubeletCheckpointDir: $view/kubelet/checkpoints
+  podResourcesDir: $view/kubelet/pod-resources
+  hooksDir: $view/host/hooks.d
+  criuPluginDir: $view/host/usr/lib/criu
+  installDir: $view/host/opt/gpuckpt
+criuConfig: {dir: $view/host/etc/criu}
+nodeLabels: {featureDir: $view/host/nfd/features.d}
+runtime: {kind: cri, criSocket: $view/containerd/containerd.sock}
+nri: {socket: $view/containerd/nri.sock}
+config:
+  # the pods' termination grace follows (+60 s): a pod stopped during a job waits for it
+  checkpoints: {watch_interval_seconds: 1, runtime_timeout_seconds: 60}
+YAML
+}
