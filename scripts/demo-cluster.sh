@@ -166,21 +166,7 @@ show kubectl -n $NS get pods -o wide
 kubectl -n "$NS" get pods -o wide | awk '{print "   " $1, $2, $3, $7}'
 
 step "A counting pod with one (simulated) GPU on node-a"
-kubectl apply -f - > /dev/null <<YAML || die "kubectl apply of the GPU pod"
-apiVersion: v1
-kind: Pod
-metadata: {name: gpu-counter, namespace: default}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  nodeSelector: {kubernetes.io/hostname: node-a}
-  containers:
-  - name: counter
-    image: $BASE
-    imagePullPolicy: IfNotPresent
-    command: [sh, -c, '$COUNTER']
-    resources: {limits: {nvidia.com/gpu: 1}}
-YAML
+k8s_gpu_counter_pod "$BASE" IfNotPresent node-a | kubectl apply -f - > /dev/null || die "kubectl apply of the GPU pod"
 k8s_wait_pod default gpu-counter 90 || die "the GPU pod did not start"
 GPU_A=$(sed -n 's/^allocate //p' "${PLUGIN_LOG[node-a]}" | tail -1)
 [ -n "$GPU_A" ] || die "node-a's kubelet allocated no GPU: $(cat "${PLUGIN_LOG[node-a]}")"

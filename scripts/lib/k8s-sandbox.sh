@@ -317,6 +317,30 @@ k8s_service_proxy() {
     { K8S_SERVICE_RULE=(); echo "k8s-sandbox: iptables cannot add the DNAT rule for 10.96.0.1:443" >&2; return 1; }
 }
 
+# k8s_gpu_counter_pod IMAGE PULL_POLICY [NODE]: the manifest of the tests' and demo's GPU pod, gpu-counter in
+# default: a counter in /tmp/count (written then renamed: a read never sees it half-written) asking the kubelet for
+# one nvidia.com/gpu, on NODE when given.
+k8s_gpu_counter_pod() {
+  # shellcheck disable=SC2016 # expanded by the container's shell
+  local counter='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
+  local on_node=""
+  [ -z "${3:-}" ] || on_node=$'\n'"  nodeSelector: {kubernetes.io/hostname: $3}"
+  cat <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-counter, namespace: default}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1$on_node
+  containers:
+  - name: counter
+    image: $1
+    imagePullPolicy: $2
+    command: [sh, -c, '$counter']
+    resources: {limits: {nvidia.com/gpu: 1}}
+YAML
+}
+
 k8s_wait_pod() {
   local ns=$1 pod=$2 seconds=${3:-60} phase ready _
   for _ in $(seq $(( seconds * 5 ))); do

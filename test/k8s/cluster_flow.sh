@@ -144,20 +144,7 @@ mkdir -p "$KROOT/checkpoints"
 sed -i "s#kubelet_dir: \"\"#kubelet_dir: $KROOT/checkpoints, watch_interval_seconds: 1#" "$TMP/agent.yaml"
 sandbox_start_agent "$AGENT" || fail "agent did not start"
 
-kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the GPU pod"
-apiVersion: v1
-kind: Pod
-metadata: {name: gpu-counter, namespace: default}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: counter
-    image: $BASE
-    imagePullPolicy: IfNotPresent
-    command: [sh, -c, '$COUNTER']
-    resources: {limits: {nvidia.com/gpu: 1}}
-YAML
+k8s_gpu_counter_pod "$BASE" IfNotPresent | kubectl apply -f - > /dev/null || fail "kubectl apply of the GPU pod"
 k8s_wait_pod default gpu-counter 90 || fail "the GPU pod did not start"
 [ "$(kubectl get pod gpu-counter -o jsonpath='{.spec.nodeName}')" = "$NODE" ] || fail "gpu-counter is not on $NODE"
 ALLOCATED=$(sed -n 's/^allocate //p' "$TMP/device-plugin.log" | tail -1)

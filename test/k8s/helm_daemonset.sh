@@ -119,8 +119,6 @@ host_files_present() {  # host_files_present NODE
   grep -qx "libdir $VIEW/host/usr/lib/criu" "$(node_dir "$1")/host/etc/criu/runc.conf" ||
     fail "node $1's runc.conf does not point CRIU at the installed plugin"
 }
-# shellcheck disable=SC2016 # expanded by the container's shell
-COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
 checkpoint_annotated() {  # checkpoint_annotated POD NODE: kubelet checkpoint; the node's agent pod annotates it
   local pod=$1 node=$2 agent archive
   kubectl create --raw "/api/v1/nodes/$node/proxy/checkpoint/default/$pod/counter" -f /dev/null > "$TMP/ck.json" ||
@@ -197,21 +195,7 @@ done
 echo "ok: helm install -> 2 pods Ready (one per node) in ${INSTALL_SECONDS}s; each node's directories hold the hook, its hooks.d entries, the CRIU plugin, its settings and the runtimes' CRIU config"
 
 step "3. a kubelet checkpoint of a simulated-GPU pod, annotated by the agent pod of its node; Events; RBAC"
-kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the GPU pod"
-apiVersion: v1
-kind: Pod
-metadata: {name: gpu-counter, namespace: default}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  nodeSelector: {kubernetes.io/hostname: node-a}
-  containers:
-  - name: counter
-    image: $BUSYBOX
-    imagePullPolicy: Never
-    command: [sh, -c, '$COUNTER']
-    resources: {limits: {nvidia.com/gpu: 1}}
-YAML
+k8s_gpu_counter_pod "$BUSYBOX" Never node-a | kubectl apply -f - > /dev/null || fail "kubectl apply of the GPU pod"
 k8s_wait_pod default gpu-counter 90 || fail "the GPU pod did not start"
 grep -q '^allocate ' "$TMP/plugin-a.log" || fail "node-a's kubelet allocated no simulated GPU: $(cat "$TMP/plugin-a.log")"
 checkpoint_annotated gpu-counter node-a
