@@ -53,6 +53,32 @@ until_lines() { # FILE N TIMEOUT_S NAME: until FILE has more than N lines; 1 whe
 }
 continues() { awk 'NR > 1 && $1 != prev + 1 && $1 != 1 {print "step " prev " -> " $1; bad = 1} {prev = $1} END {exit bad}' "$1"; }
 mib() { echo $(( $(stat -c %s "$1") >> 20 )); }
+# With RVR_OUT: podman's --print-stats answers and the plugin's timing lines of CRIU's last log, per step.
+keep() { # NAME STEP [ARCHIVE]
+  [ -n "$KEEP_OUT" ] || return 0
+  [ -n "${3:-}" ] && tar --zstd -tvf "$3" 2>/dev/null | sort -k3 -n | tail -n 8 > "$KEEP_OUT/$2.archive.txt"
+  local static; static=$(podman inspect -f '{{.StaticDir}}' "$1" 2>/dev/null)
+  cp "$WORK/$2.log" "$KEEP_OUT/$2.podman.log" 2>/dev/null
+  for log in dump.log restore.log; do
+    [ -f "$static/$log" ] && grep -E "timing|cpu pages|Error" "$static/$log" > "$KEEP_OUT/$2.$log.txt"
+  done
+  return 0
+}
+# A step still running after RVR_STEP_WATCH seconds (default 120): what podman, runc and CRIU are doing then (their
+# kernel stacks and wait channels, the tail of the newest CRIU log), into RVR_OUT or the work dir.
+watch_step() { # STEP
+  ( sleep "${RVR_STEP_WATCH:-120}"
+    { echo "--- $1 still running after ${RVR_STEP_WATCH:-120} s"
+      ps -eo pid,stat,etime,wchan:32,args | grep -E "criu|podman|runc|conmon" | grep -v grep
+      for p in $(pgrep -x criu); do
+        for t in /proc/"$p"/task/*; do echo "criu $p task ${t##*/}: $(cat "$t/wchan" 2>/dev/null)"; head -8 "$t/stack" 2>/dev/null; done
+      done
+      find /var/lib/containers /run/containers /run/libpod -name '*.log' -mmin -10 2>/dev/null | grep -E "dump|restore" |
+        while read -r l; do echo "--- $l"; tail -n 60 "$l"; done
+    } > "${KEEP_OUT:-$WORK}/$1.watch.txt" 2>&1 ) &
+  WATCH_PID=$!
+}
+unwatch() { kill "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null; return 0; }
 fail() { # the failed step's CRIU log (podman keeps it in the container's static dir) before the container goes
   local static; static=$(podman inspect -f '{{.StaticDir}}' "$NAME" 2>/dev/null)
   for log in dump.log restore.log; do [ -f "$static/$log" ] && { echo "--- $log"; grep -E "Error|gpuckpt|Warn" "$static/$log" | tail -n 40; }; done
@@ -71,20 +97,28 @@ for run in $(seq "$RUNS"); do
   cold=$(since "$t0")
   until_lines "$OUT" 30 120 "$NAME" || fail "decoding stopped"
   gpu_mib=$(nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits | awk '{s += $1} END {print s + 0}')
-  timed ck1 pm container checkpoint --export "$A1" "$NAME" > "$WORK/$run.ck1.log" 2>&1 || { show "$WORK/$run.ck1.log"; fail "checkpoint 1"; }
+  watch_step "$run.ck1"
+  timed ck1 pm container checkpoint --print-stats --export "$A1" "$NAME" > "$WORK/$run.ck1.log" 2>&1 || { show "$WORK/$run.ck1.log"; fail "checkpoint 1"; }
+  unwatch; keep "$NAME" "$run.ck1" "$A1"
   pm rm -f -t 0 "$NAME" >/dev/null 2>&1; wait_gone "$NAME"
   sync; echo 3 > /proc/sys/vm/drop_caches
   n=$(lines "$OUT") t0=$(now)
-  pm container restore --import "$A1" > "$WORK/$run.rst1.log" 2>&1 || { show "$WORK/$run.rst1.log"; fail "restore 1 (page cache dropped)"; }
+  watch_step "$run.rst1"
+  pm container restore --print-stats --import "$A1" > "$WORK/$run.rst1.log" 2>&1 || { show "$WORK/$run.rst1.log"; fail "restore 1 (page cache dropped)"; }
   until_lines "$OUT" "$n" 120 "$NAME" || fail "no token after restore 1"
   rst_cold=$(since "$t0")
+  unwatch; keep "$NAME" "$run.rst1"
   until_lines "$OUT" $((n + 30)) 120 "$NAME" || fail "decoding stopped after restore 1"
-  timed ck2 pm container checkpoint --export "$A2" "$NAME" > "$WORK/$run.ck2.log" 2>&1 || { show "$WORK/$run.ck2.log"; fail "checkpoint 2"; }
+  watch_step "$run.ck2"
+  timed ck2 pm container checkpoint --print-stats --export "$A2" "$NAME" > "$WORK/$run.ck2.log" 2>&1 || { show "$WORK/$run.ck2.log"; fail "checkpoint 2"; }
+  unwatch; keep "$NAME" "$run.ck2" "$A2"
   pm rm -f -t 0 "$NAME" >/dev/null 2>&1; wait_gone "$NAME"
   n=$(lines "$OUT") t0=$(now)
-  pm container restore --import "$A2" > "$WORK/$run.rst2.log" 2>&1 || { show "$WORK/$run.rst2.log"; fail "restore 2 (page cache warm)"; }
+  watch_step "$run.rst2"
+  pm container restore --print-stats --import "$A2" > "$WORK/$run.rst2.log" 2>&1 || { show "$WORK/$run.rst2.log"; fail "restore 2 (page cache warm)"; }
   until_lines "$OUT" "$n" 120 "$NAME" || fail "no token after restore 2"
   rst_warm=$(since "$t0")
+  unwatch; keep "$NAME" "$run.rst2"
   until_lines "$OUT" $((n + 10)) 120 "$NAME" || fail "decoding stopped after restore 2"
   pm rm -f -t 0 "$NAME" >/dev/null 2>&1; wait_gone "$NAME"
   continues "$OUT" || fail "the restored stream did not continue step by step"

@@ -83,7 +83,7 @@ int inspect_gpu_images(const std::filesystem::path& dir, const std::vector<std::
   }
   int rc = kExitOk;
   for (const auto& name : names) {
-    if (gpu_image::vpid_from_manifest_name(name) > 0) {
+    if (gpu_image::is_manifest_name(name)) {
       if (int manifest_rc = inspect_manifest(dir_fd, name); manifest_rc != kExitOk) rc = manifest_rc;
       continue;
     }
@@ -148,7 +148,7 @@ struct GpuMemoryInArchive {
 
 GpuMemoryInArchive gpu_memory_in(const CheckpointInfo& info) {
   GpuMemoryInArchive out;
-  for (const auto& [name, text] : info.gpu_manifests) {
+  for (const auto& [name, text] : info.memory_manifests) {
     auto manifest = gpu_image::parse_manifest(text, name);
     if (manifest) out.manifests.emplace_back(name, gpu_image::summarize_manifest(std::move(*manifest)));
     else out.problems.push_back(manifest.error().message);
@@ -187,7 +187,10 @@ nlohmann::json gpu_memory_json(const CheckpointInfo& info) {
   const auto found = gpu_memory_in(info);
   for (const auto& [name, s] : found.manifests)
     manifests.push_back({{"name", name}, {"checkpoint", s.manifest.checkpoint}, {"store", s.manifest.store},
-                         {"vpid", s.manifest.header.vpid}, {"chunks", s.manifest.entries.size()},
+                         {"kind", s.manifest.kind == gpu_image::MemoryKind::CpuPages ? "cpu-pages" : "gpu-memory"},
+                         {s.manifest.kind == gpu_image::MemoryKind::CpuPages ? "pages_id" : "vpid",
+                          s.manifest.header.vpid},
+                         {"chunks", s.manifest.entries.size()},
                          {"zero_chunks", s.zero_chunks}, {"memory_bytes", s.memory_bytes},
                          {"stored_bytes", s.stored_bytes}});
   return {{"inline_images", info.gpu_image_files}, {"inline_bytes", info.gpu_image_bytes},
@@ -229,7 +232,7 @@ int run_inspect(std::span<char*> args) {
     std::vector<std::string> names;
     for (const auto& e : std::filesystem::directory_iterator(target, ec)) {
       const std::string name = e.path().filename().string();
-      if (gpu_image::vpid_from_file_name(name) > 0 || gpu_image::vpid_from_manifest_name(name) > 0)
+      if (gpu_image::vpid_from_file_name(name) > 0 || gpu_image::is_manifest_name(name))
         names.push_back(name);
     }
     std::sort(names.begin(), names.end());
@@ -250,7 +253,7 @@ int run_inspect(std::span<char*> args) {
     }
     return inspect_gpu_images(target, names);
   }
-  if (gpu_image::looks_like_image(archive) || gpu_image::vpid_from_manifest_name(target.filename().string()) > 0)
+  if (gpu_image::looks_like_image(archive) || gpu_image::is_manifest_name(target.filename().string()))
     return inspect_gpu_images(target.has_parent_path() ? target.parent_path() : ".", {target.filename().string()});
   ArchiveLimits limits;
   limits.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);

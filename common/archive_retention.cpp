@@ -62,10 +62,9 @@ Outcome apply(const fs::path& dir, const Policy& policy, chunk_store::Store* sto
     }
     archives.push_back({entry.path(), info->container_name, static_cast<std::int64_t>(st.st_mtime),
                         static_cast<std::uint64_t>(st.st_size)});
-    for (const auto& [manifest_name, text] : info->gpu_manifests)
+    for (const auto& [manifest_name, text] : info->memory_manifests)
       if (auto manifest = gpu_image::parse_manifest(text, manifest_name); manifest)
-        checkpoints[entry.path()].emplace_back(chunk_store::ref_name(manifest->checkpoint, manifest->header.vpid),
-                                               text);
+        checkpoints[entry.path()].emplace_back(gpu_image::reference_name(*manifest), text);
   }
   if (ec) outcome.problems.push_back("cannot list " + dir.string() + ": " + ec.message());
   const auto doomed = archives_to_delete(archives, policy, now);

@@ -731,16 +731,16 @@ Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const
                        }
                        if (e.kind == ArchiveEntry::Kind::File && e.name.starts_with("checkpoint/")) {
                          const std::string base = e.name.substr(11);
-                         if (gpu_image::vpid_from_manifest_name(base) > 0) {
+                         if (gpu_image::is_manifest_name(base)) {
                            // Which of two copies a restore reads is tar's business; which one a reference keeps
                            // must not be.
-                           if (info.gpu_manifests.contains(base))
+                           if (info.memory_manifests.contains(base))
                              return make_error(archive.string() + ": " + e.name + " is in the archive twice: "
-                                               "refusing it (a checkpoint has one manifest per process)", EBADMSG);
+                                               "refusing it (a checkpoint has one manifest per process or page image)", EBADMSG);
                            auto manifest = read_data(r, e, limits.max_metadata_bytes - dev_tmpfs_bytes, archive);
                            if (!manifest) return manifest.error();
                            dev_tmpfs_bytes += manifest->size();
-                           info.gpu_manifests[base] = std::move(manifest.value());
+                           info.memory_manifests[base] = std::move(manifest.value());
                            return true;
                          }
                          if (base.starts_with(gpu_image::kFilePrefix)) {   // a main file or one of its shards

@@ -185,7 +185,7 @@ struct CheckpointInfo {
   // manifests of a store-backed checkpoint (gpu_manifest.h) by file name, their content (max_metadata_bytes in all).
   std::size_t gpu_image_files = 0;
   std::uint64_t gpu_image_bytes = 0;
-  std::map<std::string, std::string> gpu_manifests;
+  std::map<std::string, std::string> memory_manifests;
   // Chunks a `gpuckpt export` carries for them (kCarriedChunksDir): how many, and their bytes.
   std::size_t carried_chunks = 0;
   std::uint64_t carried_chunk_bytes = 0;

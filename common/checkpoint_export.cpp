@@ -25,21 +25,22 @@ Result<ArchiveManifests> read_manifests(const fs::path& archive, const ArchiveLi
   auto info = inspect_checkpoint_archive(archive, limits);
   // Whatever stops this pass is the archive's doing (unreadable, corrupt, hostile, too slow to read): bad input.
   if (!info) return make_error(info.error().message, info.error().errno_value == ETIMEDOUT ? ETIMEDOUT : EINVAL);
-  if (info->gpu_manifests.empty())
-    return make_error(archive.string() + " holds no manifest of store-backed GPU memory (checkpoint/" +
-                      gpu_image::kFilePrefix + "<PID>" + gpu_image::kManifestSuffix + "): nothing to " + verb +
+  if (info->memory_manifests.empty())
+    return make_error(archive.string() + " holds no manifest of store-backed memory (checkpoint/" +
+                      gpu_image::kFilePrefix + "<PID>" + gpu_image::kManifestSuffix + " or " +
+                      gpu_image::kPagesManifestPrefix + "<ID>" + gpu_image::kManifestSuffix + "): nothing to " + verb +
                       "; it is self-contained as it is", EINVAL);
   ArchiveManifests out;
-  for (const auto& [name, text] : info->gpu_manifests) {
+  for (const auto& [name, text] : info->memory_manifests) {
     auto manifest = gpu_image::parse_manifest(text, archive.string() + ": checkpoint/" + name);
     if (!manifest) return make_error(manifest.error().message, EINVAL);
-    // A manifest's reference is named by its checkpoint and vpid: with each file's name bound to its vpid, no two
-    // manifests of one archive can claim one reference (the last would replace the first's).
-    if (gpu_image::vpid_from_manifest_name(name) != manifest->header.vpid)
-      return make_error(archive.string() + ": checkpoint/" + name + " is the manifest of process " +
-                        std::to_string(manifest->header.vpid) + " (its \"vpid\"), but its file name says process " +
-                        std::to_string(gpu_image::vpid_from_manifest_name(name)) + "; a manifest is named " +
-                        gpu_image::manifest_name(manifest->header.vpid) + ". Refusing the archive", EINVAL);
+    // A manifest's reference is named by its checkpoint, kind and vpid (or pages id): with each file's name bound to
+    // those, no two manifests of one archive can claim one reference (the last would replace the first's).
+    if (const std::string expected = gpu_image::manifest_name(*manifest); expected != name)
+      return make_error(archive.string() + ": checkpoint/" + name + " is the manifest of " +
+                        (manifest->kind == gpu_image::MemoryKind::CpuPages ? "page image " : "process ") +
+                        std::to_string(manifest->header.vpid) + ", but its file name says otherwise; that manifest "
+                        "is named " + expected + ". Refusing the archive", EINVAL);
     out.parsed.emplace(name, std::move(*manifest));
   }
   out.info = std::move(*info);
@@ -50,7 +51,7 @@ Result<ArchiveManifests> read_manifests(const fs::path& archive, const ArchiveLi
 // Written as they were, or as `written` has them (by name).
 void keep_manifests_as_read(ArchiveEdit& edit, const ArchiveManifests& found, const fs::path& archive,
                             const std::map<std::string, std::string>& written = {}) {
-  for (const auto& manifest : found.info.gpu_manifests) {
+  for (const auto& manifest : found.info.memory_manifests) {
     // Not structured bindings: clang before 16 cannot capture those (the fuzz build).
     const std::string& name = manifest.first;
     const std::string& text = manifest.second;
@@ -93,7 +94,7 @@ bool under_carried_dir(const std::string& name) {
 Result<void> check_references(const ArchiveManifests& found, const cs::Store& store, const fs::path& archive,
                               const std::function<std::string(const std::string&)>& text_of) {
   for (const auto& [name, manifest] : found.parsed)
-    if (auto free = store.check_ref(cs::ref_name(manifest.checkpoint, manifest.header.vpid), text_of(name)); !free)
+    if (auto free = store.check_ref(gpu_image::reference_name(manifest), text_of(name)); !free)
       return make_error(archive.string() + ": checkpoint/" + name + ": " + free.error().message,
                         free.error().errno_value);
   return {};
@@ -117,7 +118,7 @@ Result<std::size_t> reference_chunks(const ArchiveManifests& found, cs::Store& s
   std::size_t references = 0;
   std::vector<std::string> made;
   for (const auto& [name, manifest] : found.parsed) {
-    const std::string ref = cs::ref_name(manifest.checkpoint, manifest.header.vpid);
+    const std::string ref = gpu_image::reference_name(manifest);
     auto ok = store.put_ref(ref, text_of(name));
     if (!ok) {
       // All of the archive's references or none: those this call made go again (a writer came between the check
@@ -233,7 +234,7 @@ Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<
   }
   const auto manifest_text = [&](const std::string& name) {
     const auto it = patched.find(name);
-    return it == patched.end() ? found->info.gpu_manifests.at(name) : it->second;
+    return it == patched.end() ? found->info.memory_manifests.at(name) : it->second;
   };
   // A reference this import could not write refuses it now, before any chunk enters the store.
   if (auto free = check_references(*found, *store, archive, manifest_text); !free) return free.error();
@@ -329,7 +330,7 @@ Result<ImportReport> reference_checkpoint(const fs::path& archive, std::shared_p
     ++report.manifests;
   }
   auto written = reference_chunks(*found, *store, archive,
-                                  [&](const std::string& name) { return found->info.gpu_manifests.at(name); });
+                                  [&](const std::string& name) { return found->info.memory_manifests.at(name); });
   if (!written) return written.error();
   report.references = *written;
   std::error_code ec;

@@ -70,12 +70,19 @@ std::string ref_name(std::string_view checkpoint, int vpid) {
   return std::string(checkpoint) + "-" + std::to_string(vpid) + ".json";
 }
 
+std::string pages_ref_name(std::string_view checkpoint, int pages_id) {
+  return std::string(checkpoint) + "-pages-" + std::to_string(pages_id) + ".json";
+}
+
 bool is_ref_name(std::string_view name) {
   constexpr std::string_view suffix = ".json";
-  if (name.size() < 32 + 2 + suffix.size() || name.size() > 32 + 1 + 7 + suffix.size() || !name.ends_with(suffix) ||
-      name[32] != '-' || !is_lower_hex(name.substr(0, 32), 32))
+  constexpr std::string_view pages = "pages-";
+  if (name.size() < 32 + 2 + suffix.size() || !name.ends_with(suffix) || name[32] != '-' ||
+      !is_lower_hex(name.substr(0, 32), 32))
     return false;
-  const auto digits = name.substr(33, name.size() - 33 - suffix.size());
+  std::string_view digits = name.substr(33, name.size() - 33 - suffix.size());
+  if (digits.starts_with(pages)) digits.remove_prefix(pages.size());
+  if (digits.size() > 7) return false;
   return !digits.empty() && digits[0] != '0' &&
          digits.find_first_not_of("0123456789") == std::string_view::npos;
 }

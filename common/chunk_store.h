@@ -6,6 +6,7 @@
 //
 //   <root>/sha256/<first two hex digits>/<64 hex digits>      one chunk: header (32 bytes) | [zeros to 4096] | payload
 //   <root>/refs/<checkpoint>-<vpid>.json                        a reference: the manifest of a kept checkpoint
+//   <root>/refs/<checkpoint>-pages-<id>.json                    the same for one of its CPU page images
 //   <root>/trash/<64 hex digits>                                a chunk garbage collection is deleting (chunk_gc.h)
 //
 // A chunk is kept while a reference names it (refs live in the store, so every node sharing it sees them) or while
@@ -71,7 +72,9 @@ int rename_noreplace(int from_dir_fd, const char* from, int to_dir_fd, const cha
 // A reference's name: <checkpoint id (32 lowercase hex)>-<vpid>.json. Names read from the store are checked with
 // is_ref_name before they are opened.
 std::string ref_name(std::string_view checkpoint, int vpid);
-bool is_ref_name(std::string_view name);
+// The reference of one of a checkpoint's CPU page images: <checkpoint id>-pages-<pages id>.json.
+std::string pages_ref_name(std::string_view checkpoint, int pages_id);
+bool is_ref_name(std::string_view name);   // either form
 inline constexpr const char* kRefsDir = "refs";
 inline constexpr const char* kTrashDir = "trash";
 

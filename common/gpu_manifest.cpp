@@ -62,6 +62,10 @@ Result<cs::ChunkHeader> check_entry_header(std::span<const std::byte> file, cons
 
 bool is_hex_id(std::string_view id) { return cs::is_lower_hex(id, 32); }
 
+constexpr const char* kCpuPagesKind = "cpu-pages";
+// A page image's manifest may have one region per chunk: a process's pages in 2 MiB windows.
+constexpr std::uint64_t kMaxPagesRegions = kMaxManifestChunks;
+
 }  // namespace
 
 Result<void> write_file_atomically(int dir_fd, const std::string& name, const std::string& text, bool durable,
@@ -94,16 +98,37 @@ Result<void> write_file_atomically(int dir_fd, const std::string& name, const st
   return {};
 }
 
-std::string manifest_name(int vpid) { return kFilePrefix + std::to_string(vpid) + kManifestSuffix; }
-
-int vpid_from_manifest_name(std::string_view name) {
-  const std::string_view prefix(kFilePrefix), suffix(kManifestSuffix);
+namespace {
+// <prefix><positive decimal, no leading zero><kManifestSuffix>: the number, or -1.
+int number_in_manifest_name(std::string_view name, std::string_view prefix) {
+  const std::string_view suffix(kManifestSuffix);
   if (!name.starts_with(prefix) || !name.ends_with(suffix) || name.size() <= prefix.size() + suffix.size()) return -1;
   auto digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  int vpid = -1;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), vpid);
-  if (ec != std::errc() || end != digits.data() + digits.size() || vpid <= 0) return -1;
-  return vpid;
+  if (digits[0] == '0') return -1;
+  int number = -1;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
+  if (ec != std::errc() || end != digits.data() + digits.size() || number <= 0) return -1;
+  return number;
+}
+}  // namespace
+
+std::string manifest_name(int vpid) { return kFilePrefix + std::to_string(vpid) + kManifestSuffix; }
+int vpid_from_manifest_name(std::string_view name) { return number_in_manifest_name(name, kFilePrefix); }
+std::string pages_manifest_name(int pages_id) {
+  return kPagesManifestPrefix + std::to_string(pages_id) + kManifestSuffix;
+}
+int pages_id_from_manifest_name(std::string_view name) {
+  return number_in_manifest_name(name, kPagesManifestPrefix);
+}
+std::string manifest_name(const Manifest& m) {
+  return m.kind == MemoryKind::CpuPages ? pages_manifest_name(m.header.vpid) : manifest_name(m.header.vpid);
+}
+bool is_manifest_name(std::string_view name) {
+  return vpid_from_manifest_name(name) > 0 || pages_id_from_manifest_name(name) > 0;
+}
+std::string reference_name(const Manifest& m) {
+  return m.kind == MemoryKind::CpuPages ? cs::pages_ref_name(m.checkpoint, m.header.vpid)
+                                        : cs::ref_name(m.checkpoint, m.header.vpid);
 }
 
 std::string new_checkpoint_id() {
@@ -125,16 +150,18 @@ std::string serialize_manifest(const Manifest& m) {
     else chunks.push_back({encoding_name(e.encoding), e.raw_size, e.stored_size, m.digests[i].hex()});
     checksums.push_back(e.encoding == Encoding::Zero ? std::string() : checksum_hex(e.checksum));
   }
+  const bool pages = m.kind == MemoryKind::CpuPages;
   nlohmann::json doc = {{"format", kManifestFormat},
                         {"version", kManifestVersion},
                         {"checkpoint", m.checkpoint},
                         {"hash", cs::kHashName},
                         {"store", m.store},
-                        {"vpid", m.header.vpid},
+                        {pages ? "pages_id" : "vpid", m.header.vpid},
                         {"dump_pid", m.header.dump_pid},
                         {"chunk_size", m.header.chunk_size},
                         {"regions", std::move(regions)},
                         {"chunks", std::move(chunks)}};
+  if (pages) doc["kind"] = kCpuPagesKind;
   if (m.checksums) doc["xxh3_64"] = std::move(checksums);
   return doc.dump() + "\n";
 }
@@ -143,7 +170,7 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view source) 
   JsonLimits limits;
   limits.max_bytes = kMaxManifestBytes;
   limits.max_depth = 4;
-  limits.max_values = 8 * (kMaxManifestChunks + kMaxRegions) + 64;
+  limits.max_values = 8 * (kMaxManifestChunks + kMaxPagesRegions) + 64;
   auto doc = parse_json(text, source, limits);
   if (!doc) return doc.error();
   JsonFields f{std::string(source)};
@@ -154,6 +181,12 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view source) 
   if (f.failed()) return f.error();
   f.version(*doc, kManifestVersion, "GPU memory manifest");
   Manifest m;
+  std::string kind = "gpu-memory";
+  f.get(*doc, "", "kind", kind, false);
+  if (!f.failed() && kind != "gpu-memory" && kind != kCpuPagesKind) f.fail("kind", "is not gpu-memory or cpu-pages");
+  if (f.failed()) return f.error();
+  if (kind == kCpuPagesKind) m.kind = MemoryKind::CpuPages;
+  const bool pages = m.kind == MemoryKind::CpuPages;
   std::string hash;
   f.get(*doc, "", "hash", hash, true);
   if (!f.failed() && hash != cs::kHashName) f.fail("hash", "is not sha256 (the only digest this gpuckpt knows)");
@@ -162,7 +195,7 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view source) 
   f.get(*doc, "", "store", m.store, true);
   if (!f.failed() && m.store.size() > 4096) f.fail("store", "is longer than 4096 characters");
   std::int64_t vpid = 0, dump_pid = 0, chunk_size = 0;
-  f.get_integer(*doc, "", "vpid", vpid, 1, 4194304, true);
+  f.get_integer(*doc, "", pages ? "pages_id" : "vpid", vpid, 1, 4194304, true);
   f.get_integer(*doc, "", "dump_pid", dump_pid, 0, 4194304, true);
   f.get_integer(*doc, "", "chunk_size", chunk_size, 4096, kMaxChunkSize, true);
   if (!f.failed() && chunk_size % 4096 != 0) f.fail("chunk_size", "is not a multiple of 4096");
@@ -176,9 +209,11 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view source) 
   m.header.shards = kStoreStreams;
   const auto size = m.header.chunk_size;
 
-  if (regions->empty() || regions->size() > kMaxRegions)
-    return make_error(std::string(source) + ": regions: needs 1 to " + std::to_string(kMaxRegions) + " regions");
+  const std::uint64_t max_regions = pages ? kMaxPagesRegions : kMaxRegions;
+  if (regions->empty() || regions->size() > max_regions)
+    return make_error(std::string(source) + ": regions: needs 1 to " + std::to_string(max_regions) + " regions");
   std::uint64_t expected_chunks = 0;
+  std::uint64_t file_offset = 0;   // a page image's regions tile its file from 0
   for (std::size_t i = 0; i < regions->size(); ++i) {
     const auto& r = (*regions)[i];
     const std::string path = "regions[" + std::to_string(i) + "]";
@@ -190,6 +225,11 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view source) 
     if (!start || !length || *length == 0 || *start + *length < *start)
       return make_error(std::string(source) + ": " + path + ": not [start, length] with a length of 1 to 2^47 "
                         "bytes inside the address space");
+    if (pages && (*start != file_offset || *length > size || *length % 4096 != 0))
+      return make_error(std::string(source) + ": " + path + ": a page image's regions are whole pages of its file, "
+                        "back to back from offset 0, each at most chunk_size bytes (expected start " +
+                        std::to_string(file_offset) + ")");
+    file_offset += *length;
     m.regions.push_back({*start, *length});
     expected_chunks += chunks_in(m.regions.back(), size);
   }
@@ -266,7 +306,7 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view source) 
 }
 
 Result<void> write_manifest(int dir_fd, const Manifest& m) {
-  return write_file_atomically(dir_fd, manifest_name(m.header.vpid), serialize_manifest(m), true, "the image directory");
+  return write_file_atomically(dir_fd, manifest_name(m), serialize_manifest(m), true, "the image directory");
 }
 
 Result<Manifest> read_manifest(int dir_fd, const std::string& name) {
@@ -322,14 +362,17 @@ Result<void> check_chunks(const Manifest& m, const cs::Store& store, const std::
               ") is expected at " + store.path_of(m.digests[i]).string() + ": " + problem;
   }
   if (bad == 0) return {};
-  return make_error("checkpoint " + m.checkpoint + ": the GPU memory of pid " + std::to_string(m.header.vpid) + " (" +
+  const std::string what = m.kind == MemoryKind::CpuPages
+                               ? "the CPU memory in CRIU's page image pages-" + std::to_string(m.header.vpid) + ".img"
+                               : "the GPU memory of pid " + std::to_string(m.header.vpid);
+  return make_error("checkpoint " + m.checkpoint + ": " + what + " (" +
                     manifest + ") is not complete in the chunk store " + store.root().string() + ": " + first +
                     (bad > 1 ? "; " + std::to_string(bad - 1) + " more chunk(s) missing or damaged" : "") +
                     ". The dump wrote them to " + (m.store.empty() ? std::string("(unknown)") : m.store) +
                     ". Restore on the node that made the checkpoint, mount the store holding them (a shared volume) "
                     "at GPUCKPT_GPU_STORE's path, `gpuckpt import` the archive `gpuckpt export` made of it, `gpuckpt "
                     "pull-chunks REGISTRY/REPOSITORY:TAG` when it came as a checkpoint image from a registry, or checkpoint "
-                    "again with GPUCKPT_GPU_STORE=inline so the archive carries the GPU memory", ENOENT);
+                    "again with GPUCKPT_GPU_STORE=inline so the archive carries the memory", ENOENT);
 }
 
 // --- writing ---------------------------------------------------------------------------------------------------------
@@ -354,11 +397,13 @@ const KnownChunks::Chunk* KnownChunks::find(std::uint64_t xxh3_64, std::uint32_t
 
 Result<std::unique_ptr<StoreWriter>> StoreWriter::create(std::shared_ptr<cs::Store> store, const ImageHeader& header,
                                                          std::vector<Region> regions, std::string checkpoint,
-                                                         std::shared_ptr<const KnownChunks> known) {
+                                                         std::shared_ptr<const KnownChunks> known, MemoryKind kind) {
   if (header.chunk_size == 0 || header.chunk_size > kMaxChunkSize || header.chunk_size % 4096 != 0)
     return make_error("GPU image chunk size " + std::to_string(header.chunk_size) + " is not a multiple of 4 KiB up to " +
                       std::to_string(kMaxChunkSize));
-  if (regions.empty() || regions.size() > kMaxRegions) return make_error("a GPU image needs 1 to 4096 regions");
+  const std::uint64_t max_regions = kind == MemoryKind::CpuPages ? kMaxPagesRegions : kMaxRegions;
+  if (regions.empty() || regions.size() > max_regions)
+    return make_error("a memory image needs 1 to " + std::to_string(max_regions) + " regions");
   std::unique_ptr<StoreWriter> w(new StoreWriter());
   w->store_ = std::move(store);
   w->known_ = std::move(known);
@@ -367,7 +412,8 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::create(std::shared_ptr<cs::Sto
   w->manifest_.checksums = true;
   w->manifest_.header = header;
   w->manifest_.regions = std::move(regions);
-  w->name_ = manifest_name(header.vpid);
+  w->manifest_.kind = kind;
+  w->name_ = manifest_name(w->manifest_);
   for (std::uint32_t r = 0; r < w->manifest_.regions.size(); ++r) {
     const Region& region = w->manifest_.regions[r];
     if (region.length == 0) return make_error("a GPU image region is empty");
@@ -505,7 +551,7 @@ Result<void> StoreWriter::finish(int dir_fd) {
   // store, seen by every node sharing it) before the manifest, so no manifest names chunks nothing holds.
   if (auto ok = store_->sync(); !ok) return ok;
   const std::string text = serialize_manifest(manifest_);
-  if (auto ok = store_->put_ref(cs::ref_name(manifest_.checkpoint, manifest_.header.vpid), text); !ok)
+  if (auto ok = store_->put_ref(reference_name(manifest_), text); !ok)
     return ok.error();
   return write_manifest(dir_fd, manifest_);
 }
@@ -619,6 +665,17 @@ ManifestSummary summarize_manifest(Manifest m) {
 
 std::string format_manifest_summary(const std::string& name, const ManifestSummary& s) {
   const Manifest& m = s.manifest;
+  if (m.kind == MemoryKind::CpuPages) {
+    // Thousands of small file ranges: their count says enough.
+    std::string out = name + ": CPU pages manifest v" + std::to_string(kManifestVersion) + " of checkpoint " +
+                      m.checkpoint + ", CRIU page image pages-" + std::to_string(m.header.vpid) + ".img, " +
+                      std::to_string(m.regions.size()) + " ranges of 2 MiB-aligned virtual memory\n";
+    out += "  chunks: " + std::to_string(m.entries.size()) + " (" + std::to_string(s.zero_chunks) + " zero, " +
+           std::to_string(s.zstd_chunks) + " zstd, " + std::to_string(s.raw_chunks) + " raw), in the chunk store " +
+           m.store + "\n";
+    out += "  memory " + mib(s.memory_bytes) + ", stored " + mib(s.stored_bytes) + " (outside this archive)\n";
+    return out;
+  }
   std::string out = name + ": GPU memory manifest v" + std::to_string(kManifestVersion) + " of checkpoint " +
                     m.checkpoint + ", pid " + std::to_string(m.header.vpid) + " (dumped as " +
                     std::to_string(m.header.dump_pid) + "), chunk " + mib(m.header.chunk_size) + "\n";

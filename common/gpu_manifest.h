@@ -40,6 +40,10 @@ inline constexpr const char* kManifestSuffix = ".manifest.json";
 inline constexpr std::uint64_t kMaxManifestChunks = 1u << 20;      // 2 TiB of memory in 2 MiB chunks
 inline constexpr std::size_t kMaxManifestBytes = 128u << 20;
 inline constexpr std::uint32_t kStoreStreams = 64;                 // restore work units (entry.shard)
+inline constexpr const char* kPagesManifestPrefix = "gpuckpt-pages-";
+
+// What a manifest's chunks hold: a process's GPU memory, or one of CRIU's page images (CPU memory).
+enum class MemoryKind { Gpu, CpuPages };
 
 struct Manifest {
   std::string checkpoint;                     // one id per dump, shared by its processes: 32 lowercase hex
@@ -49,10 +53,19 @@ struct Manifest {
   std::vector<ChunkEntry> entries;            // every chunk in order; encoding, raw and stored sizes
   std::vector<chunk_store::Digest> digests;   // parallel to entries (all zero bytes for zero chunks)
   bool checksums = false;                     // entries[i].checksum holds each stored chunk's XXH3-64 ("xxh3_64")
+  MemoryKind kind = MemoryKind::Gpu;          // CpuPages: header.vpid holds the pages id, regions are file ranges
 };
 
 std::string manifest_name(int vpid);                   // gpuckpt-gpumem-<vpid>.manifest.json
 int vpid_from_manifest_name(std::string_view name);   // or -1
+std::string pages_manifest_name(int pages_id);        // gpuckpt-pages-<id>.manifest.json
+int pages_id_from_manifest_name(std::string_view name);   // or -1
+// The one name the manifest may have in an image directory (by its kind and vpid or pages id), and whether `name`
+// is any manifest's.
+std::string manifest_name(const Manifest& m);
+bool is_manifest_name(std::string_view name);
+// The manifest's reference in the store (chunk_store::ref_name or pages_ref_name).
+std::string reference_name(const Manifest& m);
 std::string new_checkpoint_id();                       // 128 random bits, hex
 
 std::string serialize_manifest(const Manifest& m);
@@ -109,7 +122,8 @@ class StoreWriter {
   static Result<std::unique_ptr<StoreWriter>> create(std::shared_ptr<chunk_store::Store> store,
                                                      const ImageHeader& header, std::vector<Region> regions,
                                                      std::string checkpoint,
-                                                     std::shared_ptr<const KnownChunks> known = nullptr);
+                                                     std::shared_ptr<const KnownChunks> known = nullptr,
+                                                     MemoryKind kind = MemoryKind::Gpu);
   std::uint64_t chunk_count(std::uint32_t region) const;
   // Chunk `chunk` of region `region` (its raw bytes), hashed with SHA-256: zero, already in the store, or compressed
   // and put there. A writer given KnownChunks offers each chunk to add_unchanged() first.

@@ -30,10 +30,10 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-constexpr std::array<std::string_view, 8> kKnownSettings = {
+constexpr std::array<std::string_view, 9> kKnownSettings = {
     "GPUCKPT_CUDA_MEMORY_IMAGE",  "GPUCKPT_IMAGE_THREADS",      "GPUCKPT_IMAGE_COMPRESSION",
     "GPUCKPT_IMAGE_SPARSE",       "GPUCKPT_GPU_STORE",          "GPUCKPT_STAGING_HUGE_PAGES",
-    "GPUCKPT_STAGING_MAP_CHUNKS", "GPUCKPT_STORE_RECOGNISE_UNCHANGED"};
+    "GPUCKPT_STAGING_MAP_CHUNKS", "GPUCKPT_STORE_RECOGNISE_UNCHANGED", "GPUCKPT_CPU_PAGES_STORE"};
 
 std::string known_settings() {
   std::string out;

@@ -133,6 +133,12 @@ Result<void> add_to_inventory(const char* plugin_name) {
   return {};
 }
 
+bool added_to_inventory(const char* plugin_name) {
+  Services& s = services();
+  std::lock_guard lock(s.inventory_mutex);
+  return s.add_inventory_plugin != nullptr && s.added_to_inventory.count(plugin_name) != 0;
+}
+
 bool take_from_inventory(const char* plugin_name) {
   CheckAndRemoveInventoryPluginFn check = services().check_and_remove_inventory_plugin;
   if (check == nullptr) return true;   // CRIU without the list: the plugin cannot know, so it must look

@@ -52,6 +52,10 @@ int image_dir_fd();
 // Names the plugin in the image inventory's plugins field, once per process (CRIU >= 4.0; a no-op before).
 Result<void> add_to_inventory(const char* plugin_name);
 
+// Dump: whether add_to_inventory(plugin_name) succeeded in this process, so a restore of these images will run the
+// plugin (false on a CRIU without the inventory's plugins field: nothing can be sure of that there).
+bool added_to_inventory(const char* plugin_name);
+
 // Restore: whether the image's inventory lists `plugin_name`. Removes it from CRIU's list of plugins the
 // image requires, so call it exactly once. True for images without a plugins field (older CRIU wrote them).
 bool take_from_inventory(const char* plugin_name);

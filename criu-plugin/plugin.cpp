@@ -10,7 +10,9 @@
 #include <string>
 
 #include "common/log.h"
+#include "common/plugin_settings.h"
 #include "criu-plugin/backend.h"
+#include "criu-plugin/cpu_pages/cpu_pages.h"
 #include "criu-plugin/dispatch.h"
 
 namespace gpuckpt::plugin {
@@ -53,6 +55,79 @@ void route_log_to_criu() {
   });
 }
 
+std::string fixed(double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", value);
+  return buf;
+}
+
+std::string mib(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+// GPUCKPT_CPU_PAGES_STORE (0 or 1, default 1) and the memory settings, or why the CPU pages stay where CRIU put them.
+Result<gpu_image::Settings> cpu_pages_settings() {
+  const std::string on = plugin_settings().get("GPUCKPT_CPU_PAGES_STORE");
+  log::param("GPUCKPT_CPU_PAGES_STORE", on.empty() ? "1" : on);
+  if (!on.empty() && on != "1" && on != "0")
+    return make_error("GPUCKPT_CPU_PAGES_STORE='" + on + "' is not 0 or 1; CPU pages stay in the archive");
+  if (on == "0") return make_error("GPUCKPT_CPU_PAGES_STORE=0: CPU pages stay in the archive");
+  auto settings = gpu_image::settings_from_env();
+  if (!settings) return make_error(settings.error().message + "; CPU pages stay in the archive");
+  return settings;
+}
+
+// The end of a dump that wrote gpuckpt's state: CRIU's page images into the chunk store (cpu_pages.h).
+void move_cpu_pages() {
+  if (!criu::added_to_inventory(kPluginName)) return;   // no GPU state here: a restore would not run gpuckpt
+  auto settings = cpu_pages_settings();
+  if (!settings) {
+    log::info("cpu pages: " + settings.error().message);
+    return;
+  }
+  if (settings->store.empty()) {
+    log::info("cpu pages: GPU memory is inline (GPUCKPT_GPU_STORE), so are the CPU pages: they stay in the archive");
+    return;
+  }
+  const int dir_fd = criu::image_dir_fd();
+  if (dir_fd < 0) {
+    log::warn("cpu pages: CRIU named no image directory; the CPU pages stay in the archive");
+    return;
+  }
+  auto moved = cpu_pages::move_into_store(dir_fd, *settings, cpu_pages::checkpoint_id_of_dump(dir_fd));
+  if (!moved) {
+    log::error("cpu pages: " + moved.error().message);
+    return;
+  }
+  for (const auto& why : moved->left) log::warn("cpu pages: left in the archive: " + why);
+  log::info("timing: cpu pages into the chunk store " + settings->store + ": " + std::to_string(moved->images) +
+            " page image(s), " + mib(moved->bytes) + " in " + std::to_string(moved->chunks) + " chunks, " +
+            std::to_string(moved->new_chunks) + " new (" + mib(moved->new_bytes) + " written), " +
+            std::to_string(moved->threads) + " threads, " + fixed(moved->seconds) + " s");
+}
+
+// The start of a restore: the page images a dump moved into the store, back before CRIU reads them.
+int bring_back_cpu_pages() {
+  const int dir_fd = criu::image_dir_fd();
+  if (dir_fd < 0 || !cpu_pages::has_pages_manifests(dir_fd)) return 0;
+  auto settings = gpu_image::settings_from_env();
+  if (!settings) {
+    log::error("cpu pages: " + settings.error().message + "; fix the setting to restore this checkpoint");
+    return -EINVAL;
+  }
+  auto back = cpu_pages::bring_back(dir_fd, *settings);
+  if (!back) {
+    log::error("cpu pages: " + back.error().message);
+    return -(back.error().errno_value > 0 ? back.error().errno_value : EIO);
+  }
+  log::info("timing: cpu pages from the chunk store: " + std::to_string(back->images) + " page image(s), " +
+            mib(back->bytes) + " in " + std::to_string(back->chunks) + " chunks, " + std::to_string(back->threads) +
+            " threads, " + fixed(back->seconds) + " s");
+  return 0;
+}
+
 int plugin_init(int stage) noexcept {
   return Dispatcher::guarded("init", "plugin", [&]() -> int {
     route_log_to_criu();
@@ -87,6 +162,12 @@ int plugin_init(int stage) noexcept {
         return ret;
       }
     }
+    if (stage == criu::kStageRestore) {
+      if (int ret = bring_back_cpu_pages(); ret != 0) {
+        for (auto& started : backends) started->fini(stage, ret);
+        return ret;
+      }
+    }
     dispatcher().set_backends(std::move(backends));
     g_disabled = false;
     return 0;
@@ -96,6 +177,7 @@ int plugin_init(int stage) noexcept {
 void plugin_exit(int stage, int ret) noexcept {
   Dispatcher::guarded("fini", "plugin", [&]() -> int {
     for (auto& backend : dispatcher().backends()) backend->fini(stage, ret);
+    if (stage == criu::kStageDump && ret == 0 && !g_disabled) move_cpu_pages();
     dispatcher().clear();
     g_disabled = true;
     log::set_sink(nullptr);   // the sink must not outlive CRIU's dlclose() of this library

@@ -130,12 +130,12 @@ void check_imported(const cs::Store& store, const fs::path& out, const checkpoin
   auto info = inspect_checkpoint_archive(out, limits);
   if (!info) violated("the imported archive cannot be read: " + info.error().message);
   if (info->carried_chunks != 0) violated("the imported archive still carries chunks");
-  if (info->gpu_manifests.size() != report.manifests) violated("the imported archive lost a manifest");
+  if (info->memory_manifests.size() != report.manifests) violated("the imported archive lost a manifest");
   auto refs = store.list_refs();
   if (!refs || refs->size() != report.references || report.references != report.manifests)
     violated("not one reference per manifest");
   std::vector<std::byte> record, raw;
-  for (const auto& [name, text] : info->gpu_manifests) {
+  for (const auto& [name, text] : info->memory_manifests) {
     auto manifest = gpu_image::parse_manifest(text, name);
     if (!manifest) violated("an imported manifest does not parse: " + manifest.error().message);
     if (auto complete = gpu_image::check_chunks(*manifest, store, name); !complete)

@@ -189,7 +189,7 @@ Result<nlohmann::json> admit_received_archive(const fs::path& received, const Gp
                                               const ArchiveLimits& limits) {
   auto info = inspect_checkpoint_archive(received, limits);
   if (!info) return make_error(info.error().message, info.error().errno_value == ETIMEDOUT ? ETIMEDOUT : EBADMSG);
-  if (info->gpu_manifests.empty()) {
+  if (info->memory_manifests.empty()) {
     if (info->carried_chunks > 0)
       return make_error("it carries " + std::to_string(info->carried_chunks) + " chunks (" + kCarriedChunksDir +
                         "/) but no manifest that names them", EBADMSG);
@@ -211,14 +211,14 @@ Result<nlohmann::json> admit_received_archive(const fs::path& received, const Gp
   // A chunk the store holds in another encoding than the manifests say (the nodes compressed it differently) stays
   // as it is (this node's checkpoints name its file so); the import rewrites the manifests to say how it is stored.
   // Otherwise the archive stays byte for byte as sent, so sending it again finds it here.
-  auto otherwise = stored_otherwise(info->gpu_manifests, *store, received);
+  auto otherwise = stored_otherwise(info->memory_manifests, *store, received);
   if (!otherwise) return make_error(otherwise.error().message, EBADMSG);
   auto report = info->carried_chunks > 0 || *otherwise
                     ? checkpoint_export::import_checkpoint(received, store, received, limits)
                     : checkpoint_export::reference_checkpoint(received, store, limits);
   if (!report) return make_error(report.error().message, kind(report.error()));
   std::set<cs::Digest> named;
-  for (const auto& [name, text] : info->gpu_manifests)
+  for (const auto& [name, text] : info->memory_manifests)
     if (auto manifest = gpu_image::parse_manifest(text, received.string() + ": checkpoint/" + name); manifest)
       for (std::size_t i = 0; i < manifest->entries.size(); ++i)
         if (manifest->entries[i].encoding != gpu_image::Encoding::Zero) named.insert(manifest->digests[i]);
@@ -236,7 +236,7 @@ Result<std::set<cs::Digest>> manifest_chunks(const fs::path& archive, const Arch
   auto info = inspect_checkpoint_archive(archive, limits);
   if (!info) return info.error();
   std::set<cs::Digest> out;
-  for (const auto& [name, text] : info->gpu_manifests) {
+  for (const auto& [name, text] : info->memory_manifests) {
     auto manifest = gpu_image::parse_manifest(text, archive.string() + ": checkpoint/" + name);
     if (!manifest) return make_error(manifest.error().message, EBADMSG);
     for (std::size_t i = 0; i < manifest->entries.size(); ++i)

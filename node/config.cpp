@@ -195,6 +195,7 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     s.get("huge_pages", c.gpu_memory.huge_pages);
     s.get("map_chunks", c.gpu_memory.map_chunks);
     s.get("recognise_unchanged", c.gpu_memory.recognise_unchanged);
+    s.get("cpu_pages", c.gpu_memory.cpu_pages);
     keep(s);
   }
   {
@@ -423,6 +424,7 @@ std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMem
   if (c.map_chunks) env.emplace_back("GPUCKPT_STAGING_MAP_CHUNKS", *c.map_chunks ? "1" : "0");
   if (c.recognise_unchanged)
     env.emplace_back("GPUCKPT_STORE_RECOGNISE_UNCHANGED", *c.recognise_unchanged ? "1" : "0");
+  if (c.cpu_pages) env.emplace_back("GPUCKPT_CPU_PAGES_STORE", *c.cpu_pages ? "1" : "0");
   return env;
 }
 

@@ -50,7 +50,7 @@ struct EventsConfig {
 
 // How the CRIU plugin moves GPU memory (docs/cuda.md "GPU memory images"), as GPUCKPT_CUDA_MEMORY_IMAGE,
 // GPUCKPT_IMAGE_THREADS, GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE, GPUCKPT_GPU_STORE,
-// GPUCKPT_STAGING_HUGE_PAGES, GPUCKPT_STAGING_MAP_CHUNKS and GPUCKPT_STORE_RECOGNISE_UNCHANGED. What reaches the
+// GPUCKPT_STAGING_HUGE_PAGES, GPUCKPT_STAGING_MAP_CHUNKS, GPUCKPT_STORE_RECOGNISE_UNCHANGED and GPUCKPT_CPU_PAGES_STORE. What reaches the
 // plugin is the settings file the chart's installer writes from these values beside it (common/plugin_settings.h):
 // runtimes do not hand CRIU their caller's environment (podman 4.3 gives runc's checkpoint only PATH and
 // XDG_RUNTIME_DIR; kubelet's checkpoints come through containerd or CRI-O, not the agent). The agent also exports
@@ -69,6 +69,7 @@ struct GpuMemoryConfig {
   std::optional<bool> map_chunks;          // a restore from the node's store maps its chunks (else copies them)
   std::optional<bool> recognise_unchanged;  // a checkpoint into a store keeps the SHA-256 of a chunk whose XXH3-64
                                             // and size match the process's previous one there (else hashes all)
+  std::optional<bool> cpu_pages;           // a GPU checkpoint into a store puts CRIU's page images there too
 };
 // NAME=VALUE pairs for the plugin's environment, in a fixed order.
 std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMemoryConfig& c);

@@ -160,7 +160,7 @@ TEST_CASE("gpu_memory settings become the plugin's environment; bad values name 
   REQUIRE(self_contained.ok());
   CHECK(gpuckpt::node::plugin_environment(self_contained->gpu_memory) == Env{{"GPUCKPT_GPU_STORE", "inline"}});
   auto c = parse_config("gpu_memory: {image: false, threads: 8, compression: 'zstd:3', sparse: false, store: node, "
-                        "huge_pages: false, map_chunks: false, recognise_unchanged: false}",
+                        "huge_pages: false, map_chunks: false, recognise_unchanged: false, cpu_pages: false}",
                         "test.yaml");
   REQUIRE(c.ok());
   CHECK(c->gpu_memory.huge_pages == false);
@@ -170,7 +170,7 @@ TEST_CASE("gpu_memory settings become the plugin's environment; bad values name 
         Env{{"GPUCKPT_CUDA_MEMORY_IMAGE", "0"}, {"GPUCKPT_IMAGE_THREADS", "8"},
             {"GPUCKPT_IMAGE_COMPRESSION", "zstd:3"}, {"GPUCKPT_IMAGE_SPARSE", "0"}, {"GPUCKPT_GPU_STORE", "node"},
             {"GPUCKPT_STAGING_HUGE_PAGES", "0"}, {"GPUCKPT_STAGING_MAP_CHUNKS", "0"},
-            {"GPUCKPT_STORE_RECOGNISE_UNCHANGED", "0"}});
+            {"GPUCKPT_STORE_RECOGNISE_UNCHANGED", "0"}, {"GPUCKPT_CPU_PAGES_STORE", "0"}});
   // Each switch alone: only the key that is set reaches the plugin (with the store), true as 1.
   auto huge = parse_config("gpu_memory: {huge_pages: true}", "test.yaml");
   REQUIRE(huge.ok());
@@ -182,7 +182,7 @@ TEST_CASE("gpu_memory settings become the plugin's environment; bad values name 
   REQUIRE(recognise.ok());
   CHECK(gpuckpt::node::plugin_environment(recognise->gpu_memory) ==
         Env{{"GPUCKPT_GPU_STORE", "node"}, {"GPUCKPT_STORE_RECOGNISE_UNCHANGED", "1"}});
-  for (const char* key : {"huge_pages", "map_chunks", "recognise_unchanged"}) {
+  for (const char* key : {"huge_pages", "map_chunks", "recognise_unchanged", "cpu_pages"}) {
     auto not_bool = parse_config(std::string("gpu_memory: {") + key + ": sometimes}", "test.yaml");
     REQUIRE_FALSE(not_bool.ok());
     CHECK(not_bool.error().message == std::string("test.yaml: 'gpu_memory.") + key + "' has the wrong type");
@@ -202,7 +202,7 @@ TEST_CASE("gpu_memory settings become the plugin's environment; bad values name 
   CHECK(threads.error().message.find("gpu_memory.threads 1000") != std::string::npos);
   auto example = load_config(std::string(GPUCKPT_SOURCE_DIR) + "/agent/config.example.yaml");
   REQUIRE(example.ok());
-  CHECK(gpuckpt::node::plugin_environment(example->gpu_memory).size() == 8);
+  CHECK(gpuckpt::node::plugin_environment(example->gpu_memory).size() == 9);
 }
 
 TEST_CASE("image_registry: read when set, a malformed repository or timeout names the key", "[unit]") {

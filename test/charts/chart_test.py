@@ -485,7 +485,7 @@ def test_full_config_shape():
             "config.gpu_memory.image=false", "config.gpu_memory.threads=8", "config.gpu_memory.compression=zstd:3",
             "config.gpu_memory.sparse=false", "config.gpu_memory.store=/mnt/gpuckpt-store",
             "config.gpu_memory.huge_pages=false", "config.gpu_memory.map_chunks=true",
-            "config.gpu_memory.recognise_unchanged=false",
+            "config.gpu_memory.recognise_unchanged=false", "config.gpu_memory.cpu_pages=false",
             "config.retention.keep_count=3", "config.retention.max_age_hours=168",
             "config.retention.max_bytes=107374182400", "config.retention.include_newest=true",
             "config.retention.interval_seconds=600", "config.retention.gc_grace_seconds=7200",
@@ -511,7 +511,7 @@ def test_full_config_shape():
           f"[full-config] the unreferenced chunk quota reaches the agent's config: {cfg.get('limits')}")
     check(cfg["gpu_memory"] == {"image": False, "threads": 8, "compression": "zstd:3", "sparse": False,
                                 "store": "/mnt/gpuckpt-store", "huge_pages": False, "map_chunks": True,
-                                "recognise_unchanged": False},
+                                "recognise_unchanged": False, "cpu_pages": False},
           f"[full-config] gpu_memory reaches the agent's config: {cfg.get('gpu_memory')}")
     check(cfg["retention"] == {"keep_count": 3, "max_age_hours": 168, "max_bytes": 107374182400,
                                "include_newest": True, "interval_seconds": 600, "gc_grace_seconds": 7200},
@@ -527,7 +527,7 @@ def test_full_config_shape():
     check([l for l in settings.splitlines() if not l.startswith("#")] ==
           ["GPUCKPT_CUDA_MEMORY_IMAGE=0", "GPUCKPT_IMAGE_THREADS=8", "GPUCKPT_IMAGE_COMPRESSION=zstd:3", "GPUCKPT_IMAGE_SPARSE=0",
            "GPUCKPT_GPU_STORE=/mnt/gpuckpt-store", "GPUCKPT_STAGING_HUGE_PAGES=0", "GPUCKPT_STAGING_MAP_CHUNKS=1",
-           "GPUCKPT_STORE_RECOGNISE_UNCHANGED=0"],
+           "GPUCKPT_STORE_RECOGNISE_UNCHANGED=0", "GPUCKPT_CPU_PAGES_STORE=0"],
           f"[full-config] gpu_memory reaches the plugin's settings file the installer writes: {settings!r}")
 
 
@@ -718,6 +718,7 @@ BAD = [
     ("schema-gpu-memory-map-chunks", ["config.gpu_memory.map_chunks=sometimes"], "config.gpu_memory.map_chunks"),
     ("schema-gpu-memory-recognise-unchanged", ["config.gpu_memory.recognise_unchanged=1"],
      "config.gpu_memory.recognise_unchanged"),
+    ("schema-gpu-memory-cpu-pages", ["config.gpu_memory.cpu_pages=1"], "config.gpu_memory.cpu_pages"),
     ("events-without-rbac", ["rbac.create=false"], "or set events.enabled=false"),
     ("registry-secret-without-repository", ["imageRegistry.credentialsSecret=reg"],
      "imageRegistry.credentialsSecret is set but config.image_registry.repository is not"),

@@ -216,7 +216,7 @@ TEST_CASE("gpuckpt export and import: bad arguments and archives without manifes
   const std::string store = " --store " + (dir.path / "store").string();
   Run none = run_cli(dir.path, "export " + plain.string() + store + " -o " + (dir.path / "x.tar").string());
   CHECK(none.rc == 2);
-  CHECK(contains(none.err, "holds no manifest of store-backed GPU memory"));
+  CHECK(contains(none.err, "holds no manifest of store-backed memory"));
   Run no_out = run_cli(dir.path, "export " + plain.string() + store);
   CHECK(no_out.rc == 2);
   CHECK(contains(no_out.err, "-o OUT"));

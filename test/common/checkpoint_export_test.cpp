@@ -378,7 +378,7 @@ TEST_CASE("export refuses an archive without manifests and one that carries chun
                             plain));
   auto none = ce::export_checkpoint(plain, source, dir.path / "out.tar", ArchiveLimits{});
   REQUIRE_FALSE(none);
-  CHECK(none.error().message.find("holds no manifest of store-backed GPU memory") != std::string::npos);
+  CHECK(none.error().message.find("holds no manifest of store-backed memory") != std::string::npos);
   auto nothing = ce::import_checkpoint(plain, source, dir.path / "out.tar", ArchiveLimits{});
   REQUIRE_FALSE(nothing);
   const Checkpoint c = gpuckpt::test::store_checkpoint(source, dir.path);

@@ -460,3 +460,56 @@ TEST_CASE("GPU memory store setting: inline, node or an absolute path", "[unit]"
   restore.store = "/mnt/x";
   CHECK(gi::restore_store_dir(restore) == "/mnt/x");
 }
+
+TEST_CASE("CPU pages manifest: kind, pages_id, its own name and reference; file ranges checked", "[unit]") {
+  // Two 4 KiB windows and one 8 KiB window of a page image, back to back from offset 0.
+  const std::string pages =
+      R"({"format":"gpuckpt-gpu-memory-manifest","version":1,"kind":"cpu-pages","checkpoint":"0123456789abcdef0123456789abcdef",)"
+      R"("hash":"sha256","store":"/var/lib/gpuckpt/chunks","pages_id":3,"dump_pid":0,"chunk_size":8192,)"
+      R"("regions":[[0,4096],[4096,4096],[8192,8192]],)"
+      R"("chunks":[["raw",4096,4096,")" + std::string(64, 'a') + R"("],["zero",4096],["raw",8192,8192,")" +
+      std::string(64, 'b') + R"("]]})";
+  auto parsed = gi::parse_manifest(pages, "p.json");
+  REQUIRE(parsed);
+  CHECK(parsed->kind == gi::MemoryKind::CpuPages);
+  CHECK(parsed->header.vpid == 3);
+  CHECK(gi::manifest_name(*parsed) == "gpuckpt-pages-3.manifest.json");
+  CHECK(gi::reference_name(*parsed) == "0123456789abcdef0123456789abcdef-pages-3.json");
+  CHECK(cs::is_ref_name(gi::reference_name(*parsed)));
+  CHECK(gi::serialize_manifest(*parsed).find("\"kind\":\"cpu-pages\"") != std::string::npos);
+  auto again = gi::parse_manifest(gi::serialize_manifest(*parsed), "again");
+  REQUIRE(again);
+  CHECK(gi::serialize_manifest(*again) == gi::serialize_manifest(*parsed));
+  // A GPU manifest keeps its exact form: no kind key, "vpid".
+  auto gpu = gi::parse_manifest(sample_manifest(), "m.json");
+  REQUIRE(gpu);
+  CHECK(gpu->kind == gi::MemoryKind::Gpu);
+  CHECK(gi::serialize_manifest(*gpu).find("\"kind\"") == std::string::npos);
+  CHECK(gi::reference_name(*gpu) == cs::ref_name(gpu->checkpoint, 7));
+
+  auto refused = [&](const std::string& from, const std::string& to, const std::string& says) {
+    std::string text = pages;
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    auto bad = gi::parse_manifest(text.replace(at, from.size(), to), "p.json");
+    REQUIRE_FALSE(bad);
+    INFO(bad.error().message);
+    CHECK(bad.error().message.find(says) != std::string::npos);
+  };
+  refused("\"kind\":\"cpu-pages\"", "\"kind\":\"disk\"", "kind");
+  refused("\"pages_id\":3", "\"vpid\":3", "pages_id");
+  refused("[4096,4096]", "[8192,4096]", "regions[1]");        // a gap in the file
+  refused("[0,4096],[4096,4096]", "[0,4096],[0,4096]", "regions[1]");   // overlapping
+  refused("[8192,8192]", "[8192,8193]", "regions[2]");        // not whole pages
+  refused("\"chunk_size\":8192", "\"chunk_size\":4096", "regions[2]");   // a region over one chunk
+
+  CHECK(gi::pages_id_from_manifest_name("gpuckpt-pages-12.manifest.json") == 12);
+  CHECK(gi::pages_id_from_manifest_name("gpuckpt-pages-012.manifest.json") == -1);
+  CHECK(gi::vpid_from_manifest_name("gpuckpt-pages-12.manifest.json") == -1);
+  CHECK(gi::is_manifest_name("gpuckpt-pages-12.manifest.json"));
+  CHECK(gi::is_manifest_name(gi::manifest_name(9)));
+  CHECK_FALSE(gi::is_manifest_name("pages-12.img"));
+  CHECK_FALSE(cs::is_ref_name("0123456789abcdef0123456789abcdef-pages-.json"));
+  CHECK_FALSE(cs::is_ref_name("0123456789abcdef0123456789abcdef-pages-0.json"));
+  CHECK_FALSE(cs::is_ref_name("0123456789abcdef0123456789abcdef-pages-12345678.json"));
+}

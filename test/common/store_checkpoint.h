@@ -42,9 +42,9 @@ inline void check_restorable(const StoreCheckpoint& c, const std::filesystem::pa
   namespace gi = gpu_image;
   auto info = inspect_checkpoint_archive(archive, ArchiveLimits{});
   REQUIRE(info);
-  REQUIRE(info->gpu_manifests.size() == c.memory.size());
+  REQUIRE(info->memory_manifests.size() == c.memory.size());
   for (const auto& [vpid, chunks] : c.memory) {
-    auto manifest = gi::parse_manifest(info->gpu_manifests.at(gi::manifest_name(vpid)), "test");
+    auto manifest = gi::parse_manifest(info->memory_manifests.at(gi::manifest_name(vpid)), "test");
     REQUIRE(manifest);
     CHECK(manifest->checkpoint == c.id);
     REQUIRE(gi::check_chunks(*manifest, *store, "test"));

@@ -236,7 +236,7 @@ TEST_CASE("property: no sequence of imports, transfer commits, restores, unrefs 
   const auto note_kept = [&](const Foreign& a, const fs::path& archive) {
     auto info = gpuckpt::inspect_checkpoint_archive(archive, ArchiveLimits{});
     REQUIRE(info);
-    for (const auto& [name, text] : info->gpu_manifests)
+    for (const auto& [name, text] : info->memory_manifests)
       kept.try_emplace(cs::ref_name(a.c.id, gi::vpid_from_manifest_name(name)), text);
   };
   const auto claims_kept = [&](const Foreign& a) {

@@ -27,6 +27,12 @@
 #      process changed its memory nothing is recognised and the new chunks are stored; a restore from the node store
 #      keeps the restored process's manifest, so its next dump recognises again; GPUCKPT_STORE_RECOGNISE_UNCHANGED=0
 #      hashes every chunk; the records of processes that are gone are removed.
+#  12. CPU pages in the chunk store (criu-plugin/cpu_pages): with a store, CRIU's page images (here 96 MiB of the
+#      process's own random heap) leave the images for the store at the end of the dump (the images keep a few KiB
+#      and a pages manifest), `gpuckpt inspect` names it, the restore rebuilds them before CRIU reads a page (heap
+#      and staging memory bit-identical); the restored process's next checkpoint writes almost nothing new; a
+#      missing CPU chunk stops the restore at the plugin's init, named; GPUCKPT_CPU_PAGES_STORE=0 and an inline
+#      store keep the page images whole, as before.
 # Exit 0 pass, 77 skipped (no root / no working CRIU), anything else fails.
 set -uo pipefail
 
@@ -266,7 +272,10 @@ dump "$WORK/stored-again" "$RPID" || fail "the second dump into the chunk store 
 gone "$RPID" || fail "pid $RPID did not go away"   # case 9 restores it under the same pid
 grep -q "timing: gpu memory image write: .* 0 MiB written" "$WORK/stored-again-dump.log" ||
   fail "the second dump of unchanged memory wrote chunks: $(grep 'timing: gpu memory image write' "$WORK/stored-again-dump.log")"
-[ "$(find "$GPUCKPT_GPU_STORE/sha256" -type f | wc -l)" = "$CHUNKS" ] || fail "the store grew on the second dump"
+# The process's own CPU pages (stack, libc's data) change as it runs: those chunks may be new, no GPU chunk is.
+NEW_CPU=$(grep -Eo "timing: cpu pages into the chunk store .* chunks, [0-9]+ new" "$WORK/stored-again-dump.log" | grep -Eo "[0-9]+ new" | cut -d' ' -f1)
+[ "$(find "$GPUCKPT_GPU_STORE/sha256" -type f | wc -l)" = "$((CHUNKS + ${NEW_CPU:-0}))" ] ||
+  fail "the store grew by more than the CPU chunks on the second dump (${NEW_CPU:-0} new)"
 echo "ok 8: chunk store: $CHUNKS chunks, a manifest in CRIU's images; a missing chunk stopped the restore before any fork (named in CRIU's log and syslog); restored bit-identical; a second dump wrote nothing"
 
 # --- 9. moved by hand to another store: gpuckpt export / import ------------------------------------------------
@@ -381,4 +390,67 @@ grep -q "param: GPUCKPT_STORE_RECOGNISE_UNCHANGED:0" "$WORK/lin-5-dump.log" || f
 kill -9 "$RPID"; gone "$RPID" || fail "pid $RPID did not go away"
 unset GPUCKPT_GPU_STORE GPUCKPT_TEST_NODE_STORE
 echo "ok 11: a second dump recognised all $STORED stored chunks by XXH3-64 (same chunks, 0 MiB written); changed memory: none, new chunks stored; after a restore from the node store the next dump recognised them again; the switch off hashes every chunk"
+
+# --- 12. CPU pages in the chunk store ------------------------------------------------------------------------------
+HEAP_MIB=96
+start_heap_process() { # $1 = name; sets PID ADDR SUM HEAP
+  rm -f "$WORK/$1.out" "$WORK/$1.out.heap"
+  setsid "$HELPER" --heap "$HEAP_MIB" 16 "$WORK/$1.out" </dev/null >/dev/null 2>&1 &
+  PID=$!
+  PIDS+=("$PID")
+  for _ in $(seq 400); do [ -s "$WORK/$1.out" ] && break; sleep 0.05; done
+  [ -s "$WORK/$1.out" ] || fail "the heap process did not start"
+  read -r ADDR SUM < "$WORK/$1.out"
+  HEAP=$(cat "$WORK/$1.out.heap")
+}
+heap_now() { checksum_now "$1" "$2" > /dev/null; cat "$WORK/$1.out.heap"; }
+new_cpu_mib() { grep -Eo "timing: cpu pages into the chunk store .* new \(([0-9.]+) MiB written\)" "$WORK/$1-dump.log" | grep -Eo "\(([0-9.]+) MiB" | tr -d '(' | cut -d. -f1; }
+export GPUCKPT_GPU_STORE=$WORK/store12
+start_heap_process h
+dump "$WORK/cpu-1" "$PID" || fail "criu dump with CPU pages into the store failed"
+gone "$PID" || fail "pid $PID did not go away"
+grep -q "timing: cpu pages into the chunk store $GPUCKPT_GPU_STORE: [1-9][0-9]* page image(s)" "$WORK/cpu-1-dump.log" ||
+  fail "the dump did not move the page images: $(grep 'cpu pages' "$WORK/cpu-1-dump.log")"
+ls "$WORK/cpu-1"/gpuckpt-pages-*.manifest.json >/dev/null 2>&1 || fail "no pages manifest in CRIU's images"
+[ "$(pages_bytes "$WORK/cpu-1")" = 0 ] || fail "CRIU's page images still hold $(pages_bytes "$WORK/cpu-1") bytes"
+IMAGES1=$(du -cb "$WORK"/cpu-1/* | tail -1 | cut -f1)
+[ "$IMAGES1" -lt $((HEAP_MIB * MIB / 16)) ] || fail "CRIU's images still carry the heap ($IMAGES1 bytes)"
+INSPECT=$("$GPUCKPT" inspect "$WORK/cpu-1") || fail "gpuckpt inspect of images with a pages manifest: $INSPECT"
+echo "$INSPECT" | grep -q "CPU pages manifest" || fail "inspect did not show the pages manifest: $INSPECT"
+restore "$WORK/cpu-1" || fail "criu restore with CPU pages from the store failed"
+grep -q "timing: cpu pages from the chunk store: [1-9]" "$WORK/cpu-1-restore.log" || fail "the restore did not rebuild the page images"
+[ "$(heap_now h "$RPID")" = "$HEAP" ] || fail "the restored heap is not bit-identical"
+[ "$(checksum_now h "$RPID")" = "$SUM" ] || fail "the restored staging memory is not bit-identical"
+# The restored process, checkpointed again: its heap is in the store already.
+CPU1=$(new_cpu_mib cpu-1)
+dump "$WORK/cpu-2" "$RPID" || fail "the second dump failed"
+gone "$RPID" || fail "pid $RPID did not go away"
+CPU2=$(new_cpu_mib cpu-2)
+[ "${CPU1:-0}" -ge "$HEAP_MIB" ] || fail "the first dump wrote ${CPU1:-?} MiB of CPU chunks for a $HEAP_MIB MiB heap"
+[ "${CPU2:-999}" -le $((HEAP_MIB / 10)) ] || fail "the second dump wrote ${CPU2:-?} MiB of new CPU chunks (unchanged heap of $HEAP_MIB MiB)"
+# A CPU chunk gone: named at the plugin's init, nothing forked.
+PAGES_MANIFESTS=("$WORK"/cpu-2/gpuckpt-pages-*.manifest.json)
+VICTIM=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print(next(c[3] for c in m["chunks"] if c[0] != "zero"))' \
+  "${PAGES_MANIFESTS[0]}")
+VICTIM_PATH=$GPUCKPT_GPU_STORE/sha256/${VICTIM:0:2}/$VICTIM
+mv "$VICTIM_PATH" "$WORK/victim12" || fail "no chunk $VICTIM_PATH"
+restore "$WORK/cpu-2" && fail "the restore with a missing CPU chunk succeeded"
+grep -q "CPU memory in CRIU's page image pages-[0-9]*.img.*chunk $VICTIM.*missing" "$WORK/cpu-2-restore.log" ||
+  fail "the restore error does not name the page image and the chunk: $(grep -m3 'gpuckpt' "$WORK/cpu-2-restore.log" | tail -1)"
+grep -q "Forking task" "$WORK/cpu-2-restore.log" && fail "CRIU forked a task before the missing CPU chunk stopped it"
+mv "$WORK/victim12" "$VICTIM_PATH"
+restore "$WORK/cpu-2" || fail "the restore with the chunk back failed"
+[ "$(heap_now h "$RPID")" = "$HEAP" ] || fail "the twice-restored heap is not bit-identical"
+kill -9 "$RPID"; gone "$RPID" || fail "pid $RPID did not go away"
+# Switched off, and inline: the page images stay whole.
+start_heap_process i
+GPUCKPT_CPU_PAGES_STORE=0 dump "$WORK/cpu-off" "$PID" --leave-running || fail "the dump with GPUCKPT_CPU_PAGES_STORE=0 failed"
+[ "$(pages_bytes "$WORK/cpu-off")" -ge $((HEAP_MIB * MIB)) ] || fail "GPUCKPT_CPU_PAGES_STORE=0 still moved the page images"
+ls "$WORK/cpu-off"/gpuckpt-pages-*.manifest.json >/dev/null 2>&1 && fail "GPUCKPT_CPU_PAGES_STORE=0 wrote a pages manifest"
+unset GPUCKPT_GPU_STORE
+dump "$WORK/cpu-inline" "$PID" --leave-running || fail "the inline dump failed"
+[ "$(pages_bytes "$WORK/cpu-inline")" -ge $((HEAP_MIB * MIB)) ] || fail "an inline dump moved the page images"
+[ "$(heap_now i "$PID")" = "$HEAP" ] || fail "the heap changed across the dumps"
+kill -9 "$PID"
+echo "ok 12: CPU pages: $IMAGES1 bytes of images left for a $HEAP_MIB MiB heap; first dump ${CPU1} MiB of new CPU chunks, the restored process's next ${CPU2} MiB; restored bit-identical; a missing chunk named at init; off and inline keep the page images"
 echo "PASS"

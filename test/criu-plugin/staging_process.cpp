@@ -10,7 +10,10 @@
 // before the process exists (GPUCKPT_TEST_STAGING_VMA in a container runtime's environment, which its shims and
 // CRIU inherit from the runtime's start) picks it.
 //
-//   staging_process [--at HEX_ADDRESS] SIZE_MIB OUT [HOLD]
+// With --heap, it also holds HEAP_MIB of random CPU memory of its own (what CRIU, not gpuckpt's staging path, dumps
+// into its page images) and writes that memory's checksum to OUT.heap at start and on every SIGUSR1.
+//
+//   staging_process [--at HEX_ADDRESS] [--heap HEAP_MIB] SIZE_MIB OUT [HOLD]
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -63,8 +66,14 @@ int main(int argc, char** argv) {
     argv += 2;
     argc -= 2;
   }
+  std::size_t heap_size = 0;
+  if (argc > 2 && std::strcmp(argv[1], "--heap") == 0) {
+    heap_size = std::strtoull(argv[2], nullptr, 10) << 20;
+    argv += 2;
+    argc -= 2;
+  }
   if ((argc != 3 && argc != 4) || (fixed && at == nullptr)) {
-    std::fprintf(stderr, "usage: staging_process [--at HEX_ADDRESS] SIZE_MIB OUT [HOLD]\n");
+    std::fprintf(stderr, "usage: staging_process [--at HEX_ADDRESS] [--heap HEAP_MIB] SIZE_MIB OUT [HOLD]\n");
     return 2;
   }
   const std::size_t size = std::strtoull(argv[1], nullptr, 10) << 20;
@@ -94,6 +103,18 @@ int main(int argc, char** argv) {
     }
   }
   std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(mem), size);
+  std::span<const std::byte> heap;
+  if (heap_size > 0) {
+    // Between two inaccessible pages: the kernel would merge an adjacent anonymous mapping into the staging
+    // mapping's VMA, which then no longer starts at the staging address the test names.
+    auto* area = static_cast<std::byte*>(::mmap(nullptr, heap_size + 2 * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (area == MAP_FAILED || ::mprotect(area + 4096, heap_size, PROT_READ | PROT_WRITE) != 0) return 1;
+    auto* h = reinterpret_cast<std::uint64_t*>(area + 4096);
+    std::mt19937_64 heap_rng(11);
+    for (std::size_t i = 0; i < heap_size / 8; ++i) h[i] = heap_rng();
+    heap = {reinterpret_cast<const std::byte*>(h), heap_size};
+    if (!write_file(out + ".heap", hex(gpuckpt::gpu_image::checksum(heap)) + "\n")) return 1;
+  }
   std::signal(SIGUSR1, on_usr1);
   std::signal(SIGUSR2, on_usr2);
   if (!write_file(out, hex(reinterpret_cast<std::uintptr_t>(mem)) + " " + hex(gpuckpt::gpu_image::checksum(bytes)) +
@@ -102,6 +123,7 @@ int main(int argc, char** argv) {
   for (;;) {
     if (g_check) {
       g_check = 0;
+      if (!heap.empty()) write_file(out + ".heap", hex(gpuckpt::gpu_image::checksum(heap)) + "\n");
       write_file(out + ".check", hex(gpuckpt::gpu_image::checksum(bytes)) + "\n");
     }
     if (g_write) {

@@ -1,0 +1,390 @@
+#include "criu-plugin/cpu_pages/cpu_pages.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "common/caught.h"
+#include "common/chunk_store.h"
+#include "common/gpu_manifest.h"
+#include "criu-plugin/cpu_pages/page_chunks.h"
+#include "criu-plugin/cpu_pages/pagemap_image.h"
+
+namespace gpuckpt::cpu_pages {
+namespace {
+
+namespace cs = chunk_store;
+namespace gi = gpu_image;
+using Clock = std::chrono::steady_clock;
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// The names in `dir_fd` that `keep` accepts, sorted.
+template <class Keep>
+std::vector<std::string> names_in(int dir_fd, Keep&& keep) {
+  std::vector<std::string> names;
+  const int fd = ::dup(dir_fd);
+  if (fd < 0) return names;
+  DIR* dir = ::fdopendir(fd);
+  if (dir == nullptr) {
+    ::close(fd);
+    return names;
+  }
+  ::rewinddir(dir);
+  while (const dirent* e = ::readdir(dir))
+    if (keep(std::string_view(e->d_name))) names.emplace_back(e->d_name);
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A regular file of `dir_fd`, at most `max_bytes`, whole.
+Result<std::vector<std::byte>> read_small_file(int dir_fd, const std::string& name, std::size_t max_bytes) {
+  const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return make_error("cannot open " + name + ": " + errno_text(errno), errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    return make_error(name + " is not a regular file of at most " + std::to_string(max_bytes) + " bytes", EINVAL);
+  }
+  std::vector<std::byte> bytes(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return make_error("reading " + name + ": " + errno_text(err), err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return bytes;
+}
+
+Result<void> pread_all(int fd, std::span<std::byte> out, std::uint64_t offset, const std::string& name) {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return make_error("reading " + name + ": " + (n < 0 ? errno_text(errno) : "it is shorter than its pagemap says"), n < 0 ? errno : EIO);
+    done += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
+Result<void> pwrite_all(int fd, std::span<const std::byte> in, std::uint64_t offset, const std::string& name) {
+  std::size_t done = 0;
+  while (done < in.size()) {
+    const ssize_t n = ::pwrite(fd, in.data() + done, in.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return make_error("writing " + name + ": " + errno_text(n < 0 ? errno : EIO), n < 0 ? errno : EIO);
+    done += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
+// Runs body(thread, item) for items 0..count-1 on `threads` threads, each item once; the first error stops the rest
+// and is the answer. A throw inside a body is an error too (caught.h), never std::terminate in CRIU's process.
+template <class Body>
+Result<void> in_parallel(unsigned threads, std::size_t count, const char* what, Body&& body) {
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mutex;
+  Result<void> first;
+  const auto work = [&](unsigned thread) {
+    auto ok = caught(what, [&]() -> Result<void> {
+      for (std::size_t i = next++; i < count && !failed; i = next++)
+        if (auto done = body(thread, i); !done) return done;
+      return {};
+    });
+    if (!ok) {
+      std::lock_guard lock(mutex);
+      if (!failed.exchange(true)) first = std::move(ok);
+    }
+  };
+  threads = static_cast<unsigned>(std::clamp<std::size_t>(count, 1, std::max(1u, threads)));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(work, t);
+    } catch (...) {
+      break;   // fewer threads than asked for: the ones that started do the work
+    }
+  }
+  work(0);
+  for (auto& t : pool) t.join();
+  return first;
+}
+
+unsigned thread_count(const gi::Settings& settings) {
+  if (settings.threads != 0) return settings.threads;
+  return gi::default_threads(static_cast<unsigned>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))));
+}
+
+double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+}  // namespace
+
+bool has_pages_manifests(int dir_fd) {
+  return !names_in(dir_fd, [](std::string_view n) { return gi::pages_id_from_manifest_name(n) > 0; }).empty();
+}
+
+std::string checkpoint_id_of_dump(int dir_fd) {
+  for (const auto& name : names_in(dir_fd, [](std::string_view n) { return gi::vpid_from_manifest_name(n) > 0; }))
+    if (auto manifest = gi::read_manifest(dir_fd, name); manifest) return manifest->checkpoint;
+  return gi::new_checkpoint_id();
+}
+
+Result<Report> move_into_store(int dir_fd, const gi::Settings& settings, const std::string& checkpoint) {
+  const auto start = Clock::now();
+  Report report;
+  report.threads = thread_count(settings);
+  if (settings.store.empty()) return make_error("internal: no chunk store to move CPU pages into", EINVAL);
+  auto opened = cs::Store::open(settings.store, true);
+  if (!opened) return opened.error();
+  std::shared_ptr<cs::Store> store(std::move(*opened));
+
+  // One page image per pagemap; each checked against its pagemap before anything is written.
+  struct Image {
+    std::string name;
+    int fd = -1;
+    std::uint64_t bytes = 0;
+    std::unique_ptr<gi::StoreWriter> writer;
+  };
+  std::vector<Image> images;
+  const auto close_all = [&] {
+    for (auto& image : images) ::close(image.fd);
+  };
+  for (const std::string& pagemap : names_in(dir_fd, is_pagemap_name)) {
+    auto bytes = read_small_file(dir_fd, pagemap, kMaxPagemapBytes);
+    if (!bytes) {
+      report.left.push_back(pagemap + ": " + bytes.error().message);
+      continue;
+    }
+    auto parsed = parse_pagemap_image(*bytes, pagemap);
+    if (!parsed) {
+      report.left.push_back(parsed.error().message);
+      continue;
+    }
+    const std::string name = pages_file_name(parsed->pages_id);
+    struct stat st {};
+    if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
+      report.left.push_back(name + " (of " + pagemap + "): not a regular file in the image directory");
+      continue;
+    }
+    if (st.st_size == 0) continue;   // nothing in it: nothing to move
+    if (parsed->any_in_parent()) {
+      report.left.push_back(name + ": some of its pages are in a parent image directory (pre-dump)");
+      continue;
+    }
+    if (parsed->file_bytes() != static_cast<std::uint64_t>(st.st_size)) {
+      report.left.push_back(name + ": " + std::to_string(st.st_size) + " bytes, its pagemap " + pagemap +
+                            " accounts for " + std::to_string(parsed->file_bytes()));
+      continue;
+    }
+    auto regions = cut_by_window(*parsed);
+    if (regions.size() > gi::kMaxManifestChunks) {
+      report.left.push_back(name + ": more than " + std::to_string(gi::kMaxManifestChunks) + " windows of 2 MiB");
+      continue;
+    }
+    gi::ImageHeader header;
+    header.chunk_size = static_cast<std::uint32_t>(kWindowBytes);
+    header.vpid = static_cast<std::int32_t>(parsed->pages_id);
+    auto writer = gi::StoreWriter::create(store, header, std::move(regions), checkpoint, nullptr,
+                                          gi::MemoryKind::CpuPages);
+    if (!writer) {
+      close_all();
+      return writer.error();
+    }
+    const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+      close_all();
+      return make_error("cannot open " + name + ": " + errno_text(errno), errno);
+    }
+    images.push_back({name, fd, static_cast<std::uint64_t>(st.st_size), std::move(*writer)});
+  }
+
+  // Every region of every image is one chunk: one work item.
+  struct Item {
+    std::size_t image;
+    std::uint32_t region;
+  };
+  std::vector<Item> items;
+  for (std::size_t i = 0; i < images.size(); ++i)
+    for (std::uint32_t r = 0; r < images[i].writer->manifest().regions.size(); ++r) items.push_back({i, r});
+  struct Worker {
+    std::unique_ptr<gi::ChunkCodec> codec;
+    gi::CompressionHistory history;
+    std::vector<std::byte> buffer;
+    std::uint64_t new_chunks = 0, new_bytes = 0;
+  };
+  std::vector<Worker> workers(report.threads);
+  auto stored = in_parallel(report.threads, items.size(), "storing CPU pages", [&](unsigned t, std::size_t i) -> Result<void> {
+    Worker& w = workers[t];
+    if (!w.codec) {
+      w.codec = std::make_unique<gi::ChunkCodec>(static_cast<std::uint32_t>(kWindowBytes));
+      w.buffer.resize(kWindowBytes);
+    }
+    Image& image = images[items[i].image];
+    const gi::Region& region = image.writer->manifest().regions[items[i].region];
+    std::span<std::byte> raw(w.buffer.data(), region.length);
+    if (auto ok = pread_all(image.fd, raw, region.start, image.name); !ok) return ok;
+    auto chunk = image.writer->add(items[i].region, 0, raw, *w.codec, settings, w.history);
+    if (!chunk) return make_error(image.name + ": " + chunk.error().message, chunk.error().errno_value);
+    if (!chunk->zero && !chunk->reused) {
+      ++w.new_chunks;
+      w.new_bytes += chunk->written_bytes;
+    }
+    return {};
+  });
+  if (!stored) {
+    close_all();
+    return stored.error();
+  }
+  for (const Worker& w : workers) {
+    report.new_chunks += w.new_chunks;
+    report.new_bytes += w.new_bytes;
+  }
+  // Reference and manifest of each image durable, then the image emptied: never the other way round.
+  Result<void> first_error;
+  for (Image& image : images) {
+    if (auto ok = image.writer->finish(dir_fd); !ok) {
+      if (first_error) first_error = make_error(image.name + ": " + ok.error().message, ok.error().errno_value);
+      continue;
+    }
+    const int wfd = ::openat(dir_fd, image.name.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (wfd < 0 || ::ftruncate(wfd, 0) != 0) {
+      if (first_error)
+        first_error = make_error("emptying " + image.name + " after its chunks were stored: " + errno_text(errno) +
+                                 " (it stays whole in the archive)", errno);
+      if (wfd >= 0) ::close(wfd);
+      continue;
+    }
+    ::close(wfd);
+    ++report.images;
+    report.bytes += image.bytes;
+    report.chunks += image.writer->manifest().entries.size();
+  }
+  close_all();
+  if (!first_error)
+    return make_error(first_error.error().message + "; " + std::to_string(report.images) + " of " +
+                      std::to_string(images.size()) + " page images moved, the others stay whole in the archive",
+                      first_error.error().errno_value);
+  report.seconds = since(start);
+  return report;
+}
+
+Result<Report> bring_back(int dir_fd, const gi::Settings& settings) {
+  const auto start = Clock::now();
+  Report report;
+  report.threads = thread_count(settings);
+  const auto names = names_in(dir_fd, [](std::string_view n) { return gi::pages_id_from_manifest_name(n) > 0; });
+  if (names.empty()) return report;
+  const std::string store_dir = gi::restore_store_dir(settings);
+  auto opened = cs::Store::open(store_dir, false);
+  if (!opened)
+    return make_error("the checkpoint keeps its CPU pages in a chunk store (" + names.front() + "), but " +
+                      opened.error().message, opened.error().errno_value);
+  std::shared_ptr<const cs::Store> store(std::move(*opened));
+  const gi::ChunkCheck check = gi::ingest_verified_store(*store, settings.node_store.empty() ? cs::kNodeStoreDir
+                                                                                             : settings.node_store)
+                                   ? gi::ChunkCheck::Checksum
+                                   : gi::ChunkCheck::Digest;
+  // Every manifest sound and every chunk present before any page image is written.
+  struct Image {
+    std::string name;   // pages-<id>.img
+    std::string temp;
+    std::unique_ptr<gi::StoreReader> reader;
+    int fd = -1;
+  };
+  std::vector<Image> images;
+  for (const std::string& name : names) {
+    auto manifest = gi::read_manifest(dir_fd, name);
+    if (!manifest) return manifest.error();
+    if (manifest->kind != gi::MemoryKind::CpuPages || gi::manifest_name(*manifest) != name)
+      return make_error(name + " is not the manifest of CRIU's page image its name says (its kind or pages_id "
+                        "differ): refusing the restore", EINVAL);
+    if (auto complete = gi::check_chunks(*manifest, *store, name); !complete) return complete.error();
+    const std::string image = pages_file_name(static_cast<std::uint32_t>(manifest->header.vpid));
+    images.push_back({image, "." + image + ".partial",
+                      std::make_unique<gi::StoreReader>(std::move(*manifest), store, name, check), -1});
+  }
+  const auto discard = [&] {
+    for (auto& image : images) {
+      if (image.fd >= 0) ::close(image.fd);
+      (void)::unlinkat(dir_fd, image.temp.c_str(), 0);
+    }
+  };
+  for (Image& image : images) {
+    std::uint64_t size = 0;
+    for (const gi::Region& r : image.reader->manifest().regions) size += r.length;
+    (void)::unlinkat(dir_fd, image.temp.c_str(), 0);   // a leftover of a restore that died
+    image.fd = ::openat(dir_fd, image.temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (image.fd < 0 || ::ftruncate(image.fd, static_cast<off_t>(size)) != 0) {
+      const int err = errno;
+      discard();
+      return make_error("cannot write " + image.temp + " (" + std::to_string(size) + " bytes) in the image "
+                        "directory: " + errno_text(err), err);
+    }
+    report.bytes += size;
+  }
+  struct Item {
+    std::size_t image;
+    std::size_t entry;
+  };
+  std::vector<Item> items;
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    const auto& entries = images[i].reader->manifest().entries;
+    for (std::size_t e = 0; e < entries.size(); ++e)
+      if (entries[e].encoding != gi::Encoding::Zero) items.push_back({i, e});   // zeros: the file's holes
+    report.chunks += entries.size();
+  }
+  struct Worker {
+    std::unique_ptr<gi::ChunkCodec> codec;
+    std::vector<std::byte> record, raw;
+  };
+  std::vector<Worker> workers(report.threads);
+  auto filled = in_parallel(report.threads, items.size(), "rebuilding CPU pages", [&](unsigned t, std::size_t i) -> Result<void> {
+    Worker& w = workers[t];
+    if (!w.codec) {
+      w.codec = std::make_unique<gi::ChunkCodec>(static_cast<std::uint32_t>(kWindowBytes));
+      w.raw.resize(kWindowBytes);
+    }
+    const Image& image = images[items[i].image];
+    const gi::Manifest& m = image.reader->manifest();
+    const gi::ChunkEntry& e = m.entries[items[i].entry];
+    std::span<std::byte> raw(w.raw.data(), e.raw_size);
+    if (auto ok = image.reader->read_chunk(items[i].entry, *w.codec, w.record, raw); !ok) return ok;
+    return pwrite_all(image.fd, raw, m.regions[e.region].start + e.chunk * m.header.chunk_size, image.temp);
+  });
+  if (!filled) {
+    discard();
+    return filled.error();
+  }
+  for (Image& image : images) {
+    ::close(image.fd);
+    image.fd = -1;
+    if (::renameat(dir_fd, image.temp.c_str(), dir_fd, image.name.c_str()) != 0) {
+      const int err = errno;
+      discard();
+      return make_error("renaming " + image.temp + " to " + image.name + ": " + errno_text(err), err);
+    }
+    ++report.images;
+  }
+  report.seconds = since(start);
+  return report;
+}
+
+}  // namespace gpuckpt::cpu_pages
