@@ -1,6 +1,6 @@
 // Store-backed GPU memory images (docs/formats.md "GPU memory manifest"): the chunks of a process's GPU memory go
 // into a content-addressed chunk store (chunk_store.h) and only a manifest stays in CRIU's image directory, so the
-// runtime's archive (podman export, kubelet's CRI archive) carries CPU state only. Per process one manifest,
+// runtime's archive (podman export, kubelet's CRI archive) carries the rest only. Per process one manifest,
 // gpuckpt-gpumem-<vpid>.manifest.json:
 //
 //   {"format": "gpuckpt-gpu-memory-manifest", "version": 1, "checkpoint": "<32 hex>", "hash": "sha256",
