@@ -11,6 +11,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Why a request got no answer: httplib's names alone ("Connection") say nothing one can act on.
+std::string no_answer(httplib::Error error) {
+  switch (error) {
+    case httplib::Error::Connection:
+      return "could not connect (nothing listens there, the connection was refused, or the host is unreachable)";
+    case httplib::Error::ConnectionTimeout: return "the connection timed out";
+    case httplib::Error::Read: return "the connection broke, or went quiet past its read timeout, while the answer was read";
+    case httplib::Error::Write: return "the connection broke while sending the request";
+    case httplib::Error::SSLConnection: return "the TLS handshake failed";
+    case httplib::Error::SSLLoadingCerts: return "the CA file cannot be loaded";
+    case httplib::Error::SSLServerVerification: return "the server's certificate is not signed by the CA file's CA";
+    default: return httplib::to_string(error);
+  }
+}
+
 // How often a request's guard looks at its RequestStop: the most a stop waits for a request to be cut.
 constexpr auto kStopPoll = std::chrono::milliseconds(50);
 
@@ -106,7 +121,9 @@ Result<httplib::Response> bounded_send(httplib::Client& client, httplib::Request
     stopped.status = status;
     return stopped;
   }
-  if (!result) return make_error("cannot reach " + who + ": " + httplib::to_string(result.error()), EIO);
+  if (!result)
+    return make_error("cannot reach " + who + " (" + request.method + " " + request.path.substr(0, 120) +
+                      "): " + no_answer(result.error()), EIO);
   httplib::Response response = result.value();
   response.body = std::move(body);
   return response;
