@@ -303,8 +303,9 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
   auto list_jobs = [&service, fail](const char* kind) {
     return [&service, fail, kind](const httplib::Request& req, httplib::Response& res) {
       const std::string state = req.get_param_value("state");
-      if (!state.empty() && state != "queued" && state != "running" && state != "succeeded" && state != "failed")
-        return fail(res, make_error("'state' must be queued, running, succeeded or failed, got '" +
+      if (!state.empty() && state != "queued" && state != "running" && state != "succeeded" && state != "failed" &&
+          state != "interrupted")
+        return fail(res, make_error("'state' must be queued, running, succeeded, failed or interrupted, got '" +
                                     log::escaped(state, 32) + "'"));
       std::size_t limit = kDefaultListedJobs;
       if (req.has_param("limit")) {

@@ -1,5 +1,5 @@
-// gpuckpt-agent: thin main. Startup is an ordered list of steps; teardown always runs (stop the server, stop
-// the background loops, wait for running jobs).
+// gpuckpt-agent: thin main. Startup is an ordered list of steps; teardown always runs (stop the server, stop the
+// jobs within limits.shutdown_grace_seconds and the background loops, exit).
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -243,8 +243,9 @@ int main(int argc, char** argv) {
 
   const bool served = server.listen_after_bind();
 
-  // teardown
+  // teardown: the jobs first, their grace running while the loops finish their pass
   stopper.stop();
+  service.shutdown();
   for (auto& t : loops) t.join();
   if (signal_thread.joinable()) {
     pthread_kill(signal_thread.native_handle(), SIGTERM);

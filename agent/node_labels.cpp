@@ -128,7 +128,7 @@ Result<void> patch_node(const KubeEndpoint& api, const std::string& node_name,
   if (!result) return make_error("node labels: PATCH node " + node_name + " failed: " + result.error().message);
   if (result->status != 200)
     return make_error("node labels: PATCH node " + node_name + " returned " + std::to_string(result->status) + ": " +
-                      result->body.substr(0, 300) + " (does the service account have 'patch' on nodes?)");
+                      log::escaped(result->body, 300) + " (does the service account have 'patch' on nodes?)");
   return {};
 }
 

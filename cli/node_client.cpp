@@ -43,7 +43,7 @@ class Follower {
 
 bool finished(const nlohmann::json& job) {
   const auto state = job.value("state", "");
-  return state == "succeeded" || state == "failed";
+  return state == "succeeded" || state == "failed" || state == "interrupted";
 }
 
 JobOutcome outcome_of(const nlohmann::json& job) {

@@ -168,7 +168,7 @@ constexpr Help kHelp[] = {
      "  --pull POLICY         the container's imagePullPolicy (default Never)\n",
      nullptr, "kubectl get pod train -o json | gpuckpt target-pod --node gpu-b --container main --image IMAGE"},
     {"jobs",
-     "gpuckpt jobs [--kind checkpoint|restore|image|transfer|pull|all] [--state queued|running|succeeded|failed] [--limit N] [--json] "
+     "gpuckpt jobs [--kind checkpoint|restore|image|transfer|pull|all] [--state queued|running|succeeded|failed|interrupted] [--limit N] [--json] "
      "--agent URL --token-file FILE",
      "  --kind KIND           which jobs (default all)\n"
      "  --state STATE         only jobs in this state (default: any)\n"

@@ -20,7 +20,7 @@ namespace gpuckpt::cli {
 namespace {
 
 constexpr const char* kJobsUsage =
-    "gpuckpt jobs [--kind checkpoint|restore|image|transfer|pull|all] [--state queued|running|succeeded|failed] [--limit N] [--json] "
+    "gpuckpt jobs [--kind checkpoint|restore|image|transfer|pull|all] [--state queued|running|succeeded|failed|interrupted] [--limit N] [--json] "
     "--agent URL --token-file FILE";
 constexpr const char* kJobUsage = "gpuckpt job ID [--follow] [--json] --agent URL --token-file FILE";
 
@@ -167,7 +167,7 @@ int run_job(std::span<char*> args) {
     auto job = agent_get(target, path);
     if (!job) return fail_with("job", job.error());
     const std::string state = job->value("state", "");
-    const bool done = state == "succeeded" || state == "failed";
+    const bool done = state == "succeeded" || state == "failed" || state == "interrupted";
     if (!follow || done) {
       if (json) {
         std::printf("%s\n", job->dump(2).c_str());
@@ -177,7 +177,7 @@ int run_job(std::span<char*> args) {
         if (job->contains("result") && (*job)["result"].contains("archive"))
           std::printf("  archive: %s\n", (*job)["result"].value("archive", "").c_str());
       }
-      return state == "failed" ? 1 : kExitOk;
+      return state == "failed" || state == "interrupted" ? 1 : kExitOk;
     }
     const std::string phase = job->value("phase", "");
     if (phase != last_phase) {

@@ -434,14 +434,15 @@ Result<void> check_peer_url(const std::string& url, const std::vector<std::strin
 }
 
 Result<PeerAnswer> ask_peer(httplib::Client& client, const char* method, const std::string& path, std::string body,
-                            const char* content_type, const std::string& who, JobDeadline deadline) {
+                            const char* content_type, const std::string& who, JobDeadline deadline,
+                            const RequestStop* stop) {
   httplib::Request request;
   request.method = method;
   request.path = path;
   if (content_type != nullptr) request.headers.emplace("Content-Type", content_type);
   request.body = std::move(body);
   auto answer = bounded_send(client, std::move(request), who, deadline, "limits.job_timeout_seconds",
-                             kMaxPeerAnswerBytes);
+                             kMaxPeerAnswerBytes, nullptr, stop);
   if (!answer) return answer.error();
   return PeerAnswer{answer->status, std::move(answer->body)};
 }
@@ -510,7 +511,7 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
   const std::string base = "/v1/incoming/" + name;
   const std::string who = "the target agent at " + options.url;
   const auto ask = [&](const char* method, const std::string& path, std::string body, const char* type) {
-    return ask_peer(client, method, path, std::move(body), type, who, options.deadline);
+    return ask_peer(client, method, path, std::move(body), type, who, options.deadline, options.stop);
   };
   auto answer_error = [&](const Result<PeerAnswer>& result, const std::string& what) {
     if (!result) return what + ": " + result.error().message;

@@ -43,6 +43,7 @@
 
 #include "common/container_runtime.h"
 #include "common/result.h"
+#include "node/request_stop.h"
 
 namespace httplib {
 class Client;
@@ -104,13 +105,14 @@ inline constexpr std::size_t kMaxPeerMessageChars = 1024;
 
 // One request to a target agent, its answer bounded by kMaxPeerAnswerBytes and ended at `deadline` (the job's):
 // bounded_send's errors (ETIMEDOUT, EFBIG, EIO when no answer came). `who` names the target ("the target agent at
-// URL").
+// URL"). `stop` (may be null): the agent's, which ends it early (bounded_send).
 struct PeerAnswer {
   int status = 0;
   std::string body;
 };
 Result<PeerAnswer> ask_peer(httplib::Client& client, const char* method, const std::string& path, std::string body,
-                            const char* content_type, const std::string& who, JobDeadline deadline);
+                            const char* content_type, const std::string& who, JobDeadline deadline,
+                            const RequestStop* stop = nullptr);
 // A target's answer body as a JSON object (parse_json's limits), or null when it is none.
 nlohmann::json peer_object(std::string_view body);
 // "answered STATUS" and, when the body is {"error": {"message": TEXT}} with TEXT a string, ": TEXT" escaped and cut
@@ -139,6 +141,7 @@ struct PushOptions {
   std::size_t chunk_bytes = kDefaultChunkBytes;
   int max_attempts = 6;        // consecutive failed PUTs without progress before the push gives up
   JobDeadline deadline = JobDeadline::max();
+  const RequestStop* stop = nullptr;   // the agent's stop: ends the push early (may be null)
 };
 
 // Sends `archive` to the agent at options.url as its file name: hashes it, asks how much the target already holds,

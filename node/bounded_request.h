@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "node/request_stop.h"
 
 namespace gpuckpt::node {
 
@@ -19,9 +20,11 @@ namespace gpuckpt::node {
 // answer comes back with its status and no body); every other body is kept, at most `max_answer_bytes` of it.
 // Errors: ETIMEDOUT past `deadline` (naming `deadline_setting`), EFBIG an answer over the bound, EIO no answer
 // (the connection failed; the message says how). `who` names the host in them ("the target agent at URL").
+// `stop` (may be null): once stopped, ETIMEDOUT too, saying that the agent is stopping.
 Result<httplib::Response> bounded_send(httplib::Client& client, httplib::Request request, const std::string& who,
                                        std::chrono::steady_clock::time_point deadline,
                                        const std::string& deadline_setting, std::size_t max_answer_bytes,
-                                       const std::function<bool(const char*, std::size_t)>& sink = nullptr);
+                                       const std::function<bool(const char*, std::size_t)>& sink = nullptr,
+                                       const RequestStop* stop = nullptr);
 
 }  // namespace gpuckpt::node

@@ -322,7 +322,8 @@ Result<nlohmann::json> ChunkUploads::receive(std::string_view digest_text, std::
 
 Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::string& token, const cs::Store& store,
                                         const std::set<cs::Digest>& digests, unsigned streams, JobDeadline deadline,
-                                        const std::function<void(const ChunkUploadReport&)>& progress) {
+                                        const std::function<void(const ChunkUploadReport&)>& progress,
+                                        const RequestStop* agent_stop) {
   constexpr int kAttempts = 6;   // failed uploads of one chunk in a row before the transfer gives up
   const std::vector<cs::Digest> list(digests.begin(), digests.end());
   ChunkUploadReport report;
@@ -356,7 +357,8 @@ Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::strin
         if (std::chrono::steady_clock::now() >= deadline)
           return give_up(make_error("ran out of time uploading chunk " + digest.hex() + " to " + url, ETIMEDOUT));
         body.assign(reinterpret_cast<const char*>(file.data()), file.size());
-        auto result = ask_peer(client, "PUT", path, std::move(body), "application/octet-stream", who, deadline);
+        auto result = ask_peer(client, "PUT", path, std::move(body), "application/octet-stream", who, deadline,
+                               agent_stop);
         if (!result && result.error().errno_value != EIO)   // past the deadline, or an answer over the bound
           return give_up(make_error("uploading chunk " + digest.hex() + ": " + result.error().message,
                                     result.error().errno_value));
@@ -431,7 +433,8 @@ Result<std::set<cs::Digest>> parse_missing_answer(std::string_view text, const s
 }
 
 Result<std::set<cs::Digest>> ask_missing_chunks(const std::string& url, const std::string& token,
-                                                const std::set<cs::Digest>& digests, JobDeadline deadline) {
+                                                const std::set<cs::Digest>& digests, JobDeadline deadline,
+                                                const RequestStop* stop) {
   httplib::Client client(url);
   to_peer(client, token);
   std::set<cs::Digest> missing;
@@ -442,7 +445,7 @@ Result<std::set<cs::Digest>> ask_missing_chunks(const std::string& url, const st
     nlohmann::json list = nlohmann::json::array();
     for (const auto& d : batch) list.push_back(d.hex());
     auto answer = ask_peer(client, "POST", "/v1/chunks/missing", nlohmann::json{{"digests", std::move(list)}}.dump(),
-                           "application/json", "the target agent at " + url, deadline);
+                           "application/json", "the target agent at " + url, deadline, stop);
     if (!answer || answer->status != 200)
       return make_error("the target agent at " + url + " (POST /v1/chunks/missing) " + peer_answer(answer),
                         answer && answer->status == 409 ? EBUSY

@@ -148,11 +148,13 @@ struct ChunkUploadReport {
 // kMaxChunkUploads, at most one per chunk).
 // A chunk whose upload fails transiently (the connection broke, 429, 5xx) is tried again, up to 6 times in a row,
 // within `deadline`; a refusal (a 4xx naming what is wrong) or a chunk this store cannot read ends it all, naming the
-// chunk. `progress` (may be empty) is told each chunk done, from the uploading threads.
+// chunk. `progress` (may be empty) is told each chunk done, from the uploading threads. `stop` (may be null): the
+// agent's, which ends every upload early (bounded_send).
 Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::string& token,
                                         const chunk_store::Store& store, const std::set<chunk_store::Digest>& digests,
                                         unsigned streams, JobDeadline deadline,
-                                        const std::function<void(const ChunkUploadReport&)>& progress);
+                                        const std::function<void(const ChunkUploadReport&)>& progress,
+                                        const RequestStop* stop = nullptr);
 
 // The answers upload_chunks and ask_missing_chunks act on, each read with its types checked (fed to
 // fuzz/transfer_answer_fuzz); an error names `who` and what was wrong.
@@ -167,6 +169,6 @@ Result<std::set<chunk_store::Digest>> parse_missing_answer(std::string_view body
 // Which of `digests` the agent at `url` lacks, asked kMaxMissingQuery at a time.
 Result<std::set<chunk_store::Digest>> ask_missing_chunks(const std::string& url, const std::string& token,
                                                          const std::set<chunk_store::Digest>& digests,
-                                                         JobDeadline deadline);
+                                                         JobDeadline deadline, const RequestStop* stop = nullptr);
 
 }  // namespace gpuckpt::node

@@ -235,6 +235,9 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     long job_timeout = c.job_timeout.count();
     s.get("job_timeout_seconds", job_timeout);
     c.job_timeout = std::chrono::seconds(job_timeout);
+    long shutdown_grace = c.shutdown_grace.count();
+    s.get("shutdown_grace_seconds", shutdown_grace);
+    c.shutdown_grace = std::chrono::seconds(shutdown_grace);
     s.get("unreferenced_chunk_bytes", c.unreferenced_chunk_quota.bytes);
     s.get("unreferenced_chunks", c.unreferenced_chunk_quota.chunks);
     keep(s);
@@ -297,6 +300,9 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
                       "request_deadline_seconds >= 1");
   if (c.runtime_timeout.count() < 1) return make_error(source + ": checkpoints.runtime_timeout_seconds must be >= 1");
   if (c.job_timeout.count() < 1) return make_error(source + ": limits.job_timeout_seconds must be >= 1");
+  if (c.shutdown_grace.count() < 0)
+    return make_error(source + ": limits.shutdown_grace_seconds must be >= 0 (0: running jobs are cut short at once "
+                      "when the agent stops)");
   if (c.unreferenced_chunk_quota.bytes < chunk_receive::kMaxChunkFileBytes || c.unreferenced_chunk_quota.chunks < 1)
     return make_error(source + ": limits.unreferenced_chunk_bytes must be >= " +
                       std::to_string(chunk_receive::kMaxChunkFileBytes) + " (one chunk file of the largest size) and "
@@ -380,6 +386,7 @@ void log_config(const AgentConfig& c) {
   log::param("limits.max_connections_per_client", std::to_string(c.max_connections_per_client));
   log::param("limits.request_deadline_seconds", std::to_string(c.request_deadline_seconds));
   log::param("limits.job_timeout_seconds", std::to_string(c.job_timeout.count()));
+  log::param("limits.shutdown_grace_seconds", std::to_string(c.shutdown_grace.count()));
   log::param("limits.unreferenced_chunk_bytes", std::to_string(c.unreferenced_chunk_quota.bytes));
   log::param("limits.unreferenced_chunks", std::to_string(c.unreferenced_chunk_quota.chunks));
   std::string networks;

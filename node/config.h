@@ -149,6 +149,10 @@ struct AgentConfig {
   int request_deadline_seconds = 30;             // a connection open longer is closed
   // An accepted job's whole time, queue included: then whatever it runs is cut short (node/service.h).
   std::chrono::seconds job_timeout{7200};
+  // At SIGTERM, how long running jobs get to finish before the agent cuts them short (JobService::shutdown). Kept
+  // below the chart's terminationGracePeriodSeconds less checkpoints.runtime_timeout_seconds: a runtime call in
+  // flight is let finish.
+  std::chrono::seconds shutdown_grace{30};
   GpuMemoryConfig gpu_memory;
   RetentionConfig retention;
   RegistryOptions image_registry;   // checkpoint images are also pushed there when repository is set

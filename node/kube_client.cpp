@@ -4,28 +4,9 @@
 
 #include <fstream>
 
+#include "node/bounded_request.h"
+
 namespace gpuckpt::node {
-
-namespace {
-
-// Why a call got no answer: httplib's names alone ("Connection") say nothing one can act on.
-std::string no_answer(httplib::Error error, std::chrono::seconds connect, std::chrono::seconds read) {
-  switch (error) {
-    case httplib::Error::Connection:
-      return "could not connect (nothing listens there, the connection was refused, or the host is unreachable)";
-    case httplib::Error::ConnectionTimeout:
-      return "the connection timed out (" + std::to_string(connect.count()) + " s)";
-    case httplib::Error::Read:
-      return "no answer within " + std::to_string(read.count()) + " s, or the connection broke while reading it";
-    case httplib::Error::Write: return "the connection broke while sending the request";
-    case httplib::Error::SSLConnection: return "the TLS handshake failed";
-    case httplib::Error::SSLLoadingCerts: return "the CA file cannot be loaded";
-    case httplib::Error::SSLServerVerification: return "the server's certificate is not signed by the CA file's CA";
-    default: return httplib::to_string(error);
-  }
-}
-
-}  // namespace
 
 KubeClient::KubeClient(KubeEndpoint endpoint, std::chrono::seconds connect_timeout, std::chrono::seconds read_timeout)
     : endpoint_(std::move(endpoint)), connect_timeout_(connect_timeout), read_timeout_(read_timeout) {
@@ -37,20 +18,22 @@ KubeClient::KubeClient(KubeEndpoint endpoint, std::chrono::seconds connect_timeo
   while (!prefix_.empty() && prefix_.back() == '/') prefix_.pop_back();
 }
 
-Result<KubeResponse> KubeClient::get(const std::string& path) const { return call("GET", path, nullptr, ""); }
+Result<KubeResponse> KubeClient::get(const std::string& path, std::size_t max_answer_bytes) const {
+  return call("GET", path, nullptr, "", max_answer_bytes);
+}
 
 Result<KubeResponse> KubeClient::post(const std::string& path, const std::string& body,
-                                      const std::string& content_type) const {
-  return call("POST", path, &body, content_type);
+                                      const std::string& content_type, std::size_t max_answer_bytes) const {
+  return call("POST", path, &body, content_type, max_answer_bytes);
 }
 
 Result<KubeResponse> KubeClient::patch(const std::string& path, const std::string& body,
-                                       const std::string& content_type) const {
-  return call("PATCH", path, &body, content_type);
+                                       const std::string& content_type, std::size_t max_answer_bytes) const {
+  return call("PATCH", path, &body, content_type, max_answer_bytes);
 }
 
 Result<KubeResponse> KubeClient::call(const char* method, const std::string& path, const std::string* body,
-                                      const std::string& content_type) const {
+                                      const std::string& content_type, std::size_t max_answer_bytes) const {
   std::ifstream in(endpoint_.token_file);
   std::string token;
   std::getline(in, token);
@@ -58,6 +41,7 @@ Result<KubeResponse> KubeClient::call(const char* method, const std::string& pat
   if (token.empty())
     return make_error("cannot read the service-account token " + endpoint_.token_file + " (is the token mounted?)",
                       EACCES);
+  const auto deadline = std::chrono::steady_clock::now() + read_timeout_;
   httplib::Client client(base_);
   if (!endpoint_.ca_file.empty()) client.set_ca_cert_path(endpoint_.ca_file.c_str());
   client.enable_server_certificate_verification(endpoint_.verify_tls);
@@ -65,15 +49,17 @@ Result<KubeResponse> KubeClient::call(const char* method, const std::string& pat
   client.set_connection_timeout(static_cast<time_t>(connect_timeout_.count()));
   client.set_read_timeout(static_cast<time_t>(read_timeout_.count()));
   client.set_write_timeout(static_cast<time_t>(read_timeout_.count()));
-  const std::string full = prefix_ + path;
-  const std::string verb = method;
-  httplib::Result result = verb == "GET"    ? client.Get(full)
-                           : verb == "POST" ? client.Post(full, *body, content_type)
-                                            : client.Patch(full, *body, content_type);
-  if (!result)
-    return make_error(verb + " " + url_of(path) + ": " + no_answer(result.error(), connect_timeout_, read_timeout_),
-                      EIO);
-  return KubeResponse{result->status, result->body};
+  httplib::Request request;
+  request.method = method;
+  request.path = prefix_ + path;
+  if (body != nullptr) {
+    request.body = *body;
+    request.headers.emplace("Content-Type", content_type);
+  }
+  auto answer = bounded_send(client, std::move(request), endpoint_.name + " at " + base_, deadline,
+                             std::to_string(read_timeout_.count()) + " s for the whole answer", max_answer_bytes);
+  if (!answer) return answer.error();
+  return KubeResponse{answer->status, std::move(answer->body)};
 }
 
 }  // namespace gpuckpt::node

@@ -63,14 +63,15 @@ class KubeletRuntime final : public ContainerRuntime {
     const std::string path = "/checkpoint/" + container.name + "?timeout=" + std::to_string(timeout.count());
     log::info("POST " + client.url_of(path));
     auto result = client.post(path);
-    if (!result) return make_error("kubelet checkpoint: " + result.error().message, EIO);
+    if (!result) return make_error("kubelet checkpoint: " + result.error().message, result.error().errno_value);
     if (result->status != 200)
       return make_error("kubelet checkpoint returned " + std::to_string(result->status) + ": " +
-                        result->body.substr(0, 300) + " (is the ContainerCheckpoint feature on, and may the "
+                        log::escaped(result->body, 300) + " (is the ContainerCheckpoint feature on, and may the "
                         "service account create nodes/checkpoint?)", EIO);
     const auto body = nlohmann::json::parse(result->body, nullptr, false);
-    if (body.is_discarded() || !body.contains("items") || !body["items"].is_array() || body["items"].empty())
-      return make_error("kubelet checkpoint answered without an archive path: " + result->body.substr(0, 300), EIO);
+    if (body.is_discarded() || !body.is_object() || !body.contains("items") || !body["items"].is_array() ||
+        body["items"].empty() || !body["items"][0].is_string())
+      return make_error("kubelet checkpoint answered without an archive path: " + log::escaped(result->body, 300), EIO);
     // kubelet reports its host path; the agent sees kubelet's directory at checkpoint_dir.
     const fs::path written = options_.checkpoint_dir / fs::path(body["items"][0].get<std::string>()).filename();
     // Copied through `archive` (the agent's pipe: opened for writing, never replaced).
@@ -94,13 +95,14 @@ class KubeletRuntime final : public ContainerRuntime {
     endpoint.token_file = options_.kubelet.token_file;
     endpoint.ca_file = options_.kubelet.ca_file;
     endpoint.verify_tls = options_.verify_tls;
+    endpoint.name = "the kubelet";
     return KubeClient(endpoint, std::chrono::seconds(10), read_timeout);
   }
 
   Result<nlohmann::json> get_pods() const {
-    auto result = make_client(options_.timeout).get("/pods");
+    auto result = make_client(options_.timeout).get("/pods", kMaxKubeListBytes);
     if (!result) return make_error("kubelet GET /pods: " + result.error().message + " (runtime.kubelet.token_file, "
-                                   "runtime.kubelet.url)", EIO);
+                                   "runtime.kubelet.url)", result.error().errno_value);
     if (result->status != 200)
       return make_error("kubelet GET /pods returned " + std::to_string(result->status), EIO);
     auto json = nlohmann::json::parse(result->body, nullptr, false);

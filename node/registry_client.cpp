@@ -175,7 +175,7 @@ std::string RegistryClient::says(const httplib::Response& response) const {
 
 Result<httplib::Response> RegistryClient::exchange(httplib::Request r, const Sink& sink) {
   return bounded_send(*client_, std::move(r), "the registry " + repo_.host, request_deadline(), kDeadlineSettings,
-                      kMaxRegistryAnswerBytes, sink);
+                      kMaxRegistryAnswerBytes, sink, options_.stop);
 }
 
 // One request; on a first 401, again with what the challenge asks for (the request is made afresh by `make`, so
@@ -246,7 +246,7 @@ Result<std::string> RegistryClient::bearer_token(const std::string& challenge) {
   }
   const std::string who = "the token service " + shown;
   auto answer = bounded_send(token_client, std::move(ask), who, request_deadline(), kDeadlineSettings,
-                             kMaxRegistryAnswerBytes);
+                             kMaxRegistryAnswerBytes, nullptr, options_.stop);
   if (!answer) return answer.error();
   if (answer->status != 200)
     return make_error(who + " refused a " + (scope_ == "pull" ? "pull" : "push") + " token for " + repo_.name + ": " +
@@ -407,7 +407,7 @@ Result<void> RegistryClient::get_blob(const std::string& digest, std::uint64_t s
     get.path = path_at == std::string::npos ? "/" : location.substr(path_at);
     out.clear();
     got = bounded_send(storage, std::move(get), "the registry's storage " + log::escaped(url_host(location), 80),
-                       request_deadline(), kDeadlineSettings, kMaxRegistryAnswerBytes, sink);
+                       request_deadline(), kDeadlineSettings, kMaxRegistryAnswerBytes, sink, options_.stop);
     if (!got) return got.error();
   }
   if (too_large)

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "node/bounded_request.h"
 
 namespace gpuckpt::node {
 
@@ -35,6 +36,8 @@ struct RegistryOptions {
   std::string token_realm_host;
   // Chunk blobs moved at the same time (registry_chunks.h), each on its own connection.
   std::size_t chunk_streams = 4;
+  // Not configured: the agent's stop, given by a job, which ends every request of the push or pull early (null: none).
+  const RequestStop* stop = nullptr;
 };
 
 // The largest answer read from a registry or its token service (an error text, a token, an upload's answer).

@@ -47,6 +47,10 @@ nlohmann::json archive_summary(const fs::path& archive, const CheckpointInfo& in
           {"gpu_record", info.gpus.has_value()}};
 }
 
+bool is_finished(const std::string& state) {
+  return state == "succeeded" || state == "failed" || state == "interrupted";
+}
+
 bool is_inside(const fs::path& path, const fs::path& dir) {
   const auto rel = path.lexically_relative(dir);
   return !rel.empty() && *rel.begin() != ".." && rel != ".";
@@ -73,6 +77,7 @@ int http_status(const Error& error) {
     case EAGAIN: return 429;
     case EBADMSG: case EDOM: return 422;
     case EDQUOT: return 507;
+    case ESHUTDOWN: return 503;
     default: return 500;
   }
 }
@@ -122,6 +127,29 @@ void JobService::wait_idle() {
   idle_.wait(lock, [&] { return running_ == 0; });
 }
 
+void JobService::shutdown() {
+  std::unique_lock lock(mutex_);
+  stopping_ = true;
+  slot_.notify_all();   // the queued ones leave the line (launch)
+  const std::string grace = "limits.shutdown_grace_seconds (" + std::to_string(config_.shutdown_grace.count()) + " s)";
+  if (running_ > 0)
+    log::info("stopping: " + std::to_string(running_) + " unfinished job(s); the running ones get " + grace +
+              " to finish");
+  if (idle_.wait_for(lock, config_.shutdown_grace, [&] { return running_ == 0; })) return;
+  for (const auto& [id, client] : job_clients_) {
+    cut_short_.insert(id);
+    const JobStatus& job = jobs_.at(id);
+    log::warn("job " + id + " (" + job.kind + ", phase " + job.phase + ") still runs after " + grace +
+              ": cutting it short");
+  }
+  stop_requests_.stop();
+  idle_.wait(lock, [&] { return running_ == 0; });
+}
+
+std::string JobService::not_started(const std::string& what) const {
+  return what + " was not started (the agent is stopping)";
+}
+
 std::string JobService::new_job_id(const char* prefix) {
   static std::mt19937_64 rng{std::random_device{}()};
   const auto now = std::time(nullptr);
@@ -135,6 +163,9 @@ std::string JobService::new_job_id(const char* prefix) {
 }
 
 Result<void> JobService::job_room(const std::string& client) const {
+  if (stopping_)
+    return with_errno(make_error("the agent is stopping and takes no new jobs; ask again once it is back (or ask "
+                                 "another node's agent)"), ESHUTDOWN);
   if (running_ >= config_.max_queued_jobs)
     return with_errno(make_error("the agent has " + std::to_string(running_) + " jobs queued or running, its limit "
                                  "(limits.max_queued_jobs); retry once some have finished"), EAGAIN);
@@ -166,7 +197,7 @@ Result<std::string> JobService::add_job(const char* kind, nlohmann::json request
   while (jobs_.size() >= kMaxJobs) {
     auto oldest = jobs_.end();
     for (auto it = jobs_.begin(); it != jobs_.end(); ++it)
-      if ((it->second.state == "succeeded" || it->second.state == "failed") &&
+      if (is_finished(it->second.state) &&
           (oldest == jobs_.end() || it->second.finished_at < oldest->second.finished_at))
         oldest = it;
     if (oldest == jobs_.end()) break;
@@ -199,6 +230,14 @@ void JobService::mark_phase(const std::string& job_id, const char* phase) {
 void JobService::mark_failed(const std::string& job_id, const std::string& message) {
   update(job_id, [&](JobStatus& j) {
     j.state = "failed";
+    j.error = capped_job_error(message);
+    j.finished_at = utc_now_rfc3339();
+  });
+}
+
+void JobService::mark_interrupted(const std::string& job_id, const std::string& message) {
+  update(job_id, [&](JobStatus& j) {
+    j.state = "interrupted";
     j.error = capped_job_error(message);
     j.finished_at = utc_now_rfc3339();
   });
@@ -263,17 +302,24 @@ void JobService::launch(const std::string& job_id, PodRef pod, std::function<voi
         log::warn("job " + job_id + ": its observer failed: " + e.what());
       }
     };
-    bool has_slot = false;
+    bool has_slot = false, stopped_in_line = false;
     {
       std::unique_lock slot_lock(mutex_);
-      has_slot = slot_.wait_until(slot_lock, deadline, [&] { return active < limit && line.front() == ticket; });
+      slot_.wait_until(slot_lock, deadline, [&] { return stopping_ || (active < limit && line.front() == ticket); });
+      has_slot = !stopping_ && active < limit && line.front() == ticket;
+      stopped_in_line = stopping_;
       if (has_slot) ++active;
       line.erase(std::find(line.begin(), line.end(), ticket));
     }
     slot_.notify_all();   // the next in line may take a free slot now, or step up behind one that gave up
     const double queued_s = seconds_since(accepted);
     update(job_id, [&](JobStatus& j) { j.phase_seconds["queued"] = queued_s; });
-    if (!has_slot) {
+    if (stopped_in_line) {
+      const std::string message = "the agent stopped before this job had a slot; nothing of it was done: ask again "
+                                  "once the agent is back";
+      log::warn("job " + job_id + ": " + message);
+      mark_interrupted(job_id, message);
+    } else if (!has_slot) {
       const std::string message = with_time_budget(
           deadline, "queued", lane == Lane::pulls ? "every one of the " + std::to_string(kMaxConcurrentPulls) +
                                                         " chunk pull slots was busy"
@@ -292,6 +338,18 @@ void JobService::launch(const std::string& job_id, PodRef pod, std::function<voi
       fail_unexpectedly(job_id, e.what());
     } catch (...) {
       fail_unexpectedly(job_id, "unknown exception");
+    }
+    {   // A job shutdown() cut short failed for that: it says so (the failure, what it cleaned up, follows).
+      std::lock_guard cut(mutex_);
+      JobStatus& j = jobs_.at(job_id);
+      if (cut_short_.count(job_id) && j.state == "failed") {
+        j.state = "interrupted";
+        j.error = capped_job_error("interrupted: the agent was stopping and cut this job short after "
+                                   "limits.shutdown_grace_seconds (" + std::to_string(config_.shutdown_grace.count()) +
+                                   " s), in phase " + j.phase + "; ask for it again once the agent is back: " + j.error);
+        persist(j);
+        log::warn("job " + job_id + ": " + j.error);
+      }
     }
     // Before the job counts as done: whoever waits for the agent to be idle has heard of it by then.
     if (const auto finished = job(job_id))
@@ -328,7 +386,7 @@ void JobService::fail_unexpectedly(const std::string& job_id, const std::string&
   log::error("job " + job_id + ": internal error: " + capped_job_error(what));
   std::lock_guard lock(mutex_);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end() || it->second.state == "succeeded" || it->second.state == "failed") return;
+  if (it == jobs_.end() || is_finished(it->second.state)) return;
   it->second.state = "failed";
   it->second.error = capped_job_error("internal error in phase " + it->second.phase + ": " + what);
   it->second.finished_at = utc_now_rfc3339();
@@ -521,7 +579,11 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
   };
   auto lock_holder = container_lock(container.id);
   std::unique_lock serial(*lock_holder, std::defer_lock);
-  if (!serial.try_lock_until(deadline)) return fail("that checkpoint still runs");
+  // In slices: the agent's stop ends the wait too.
+  while (!serial.try_lock_for(std::chrono::milliseconds(100)))
+    if (Clock::now() >= deadline || cut_short())
+      return fail(cut_short() ? not_started("the checkpoint") + " (another checkpoint of the container still ran)"
+                              : "that checkpoint still runs");
   auto timed = [&](const char* name, auto&& step) {
     phase = name;
     mark_phase(job_id, name);
@@ -554,6 +616,8 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
     return {};
   });
   if (!recorded) return fail(recorded.error().message);
+  // Past this point the runtime is called and the container frozen: never begun once the agent cut its jobs short.
+  if (cut_short()) return fail(not_started("the checkpoint") + "; the container was not touched");
 
   // One pass over the archive: the runtime exports into a named pipe while the receiver reads it, adds the GPU
   // record and annotations and writes the final archive (temporary name, fsync, rename) as it goes.
@@ -610,11 +674,17 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
   std::string loaded_as, load_error, pushed_as, push_error;
   nlohmann::json pushed_chunks(nullptr);
   if (!image_tag.empty()) {
-    auto written = timed("writing-image", [&] { return write_image(job_id, final_path, image_tag, deadline); });
+    auto written = timed("writing-image", [&]() -> Result<CheckpointImage> {
+      if (cut_short()) return make_error(not_started("writing it"));
+      return write_image(job_id, final_path, image_tag, deadline);
+    });
     if (!written) return fail("the archive " + final_path.string() + " is complete, but its OCI image failed: " +
                               written.error().message);
     image = written.value();
-    auto loaded = timed("loading-image", [&] { return load_and_register(job_id, *image, record, deadline); });
+    auto loaded = timed("loading-image", [&]() -> Result<std::string> {
+      if (cut_short()) return make_error(not_started("loading it into the runtime's store"));
+      return load_and_register(job_id, *image, record, deadline);
+    });
     if (loaded) loaded_as = loaded.value();
     else load_error = with_time_budget(deadline, "loading-image", loaded.error().message);
     if (!config_.image_registry.repository.empty()) {
@@ -682,8 +752,9 @@ Result<std::string> JobService::push_and_register(const std::string& job_id, con
                                                     const fs::path& archive,
                                                     const std::optional<CheckpointGpuRecord>& record,
                                                     JobDeadline deadline, nlohmann::json& chunks) {
-  // The push's own deadline, and each request's, end by the job's.
+  // The push's own deadline, and each request's, end by the job's (or at the agent's stop).
   RegistryOptions registry = config_.image_registry;
+  registry.stop = &stop_requests_;
   registry.push_timeout = std::chrono::ceil<std::chrono::seconds>(time_left(deadline, registry.push_timeout));
   registry.timeout = std::min(registry.timeout, registry.push_timeout);
   if (registry.push_timeout.count() == 0)
@@ -763,6 +834,7 @@ void JobService::run_image(const std::string& job_id, fs::path archive, std::str
     mark_failed(job_id, message);
   };
   mark_phase(job_id, "writing-image");
+  if (cut_short()) return fail(not_started("writing the checkpoint image") + "; the archive is untouched");
   auto image = write_image(job_id, archive, tag, deadline);
   if (!image)
     return fail(with_time_budget(deadline, "writing-image",
@@ -770,7 +842,8 @@ void JobService::run_image(const std::string& job_id, fs::path archive, std::str
   const double write_s = seconds_since(start);
   mark_phase(job_id, "loading-image");
   const auto t = Clock::now();
-  auto loaded = load_and_register(job_id, *image, record, deadline);
+  auto loaded = cut_short() ? Result<std::string>(make_error(not_started("loading the image into the runtime's store")))
+                            : load_and_register(job_id, *image, record, deadline);
   const std::string load_error =
       !loaded ? with_time_budget(deadline, "loading-image", "loading the checkpoint image into the runtime's store "
                                                             "failed: " + loaded.error().message)
@@ -859,6 +932,7 @@ void JobService::run_chunk_pull(const std::string& job_id, const std::string& im
     mark_failed(job_id, message);
   };
   RegistryOptions registry = config_.image_registry;
+  registry.stop = &stop_requests_;
   registry.push_timeout = std::chrono::ceil<std::chrono::seconds>(time_left(deadline, registry.push_timeout));
   registry.timeout = std::min(registry.timeout, registry.push_timeout);
   if (registry.push_timeout.count() == 0) return fail("the job has no time left");
@@ -900,7 +974,7 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
   nlohmann::json chunks(nullptr);
   double asking_seconds = 0, uploading_seconds = 0;
   if (!named->empty()) {
-    auto missing = ask_missing_chunks(to, deps_.peer_token, *named, deadline);
+    auto missing = ask_missing_chunks(to, deps_.peer_token, *named, deadline, &stop_requests_);
     if (!missing) return fail("asking", missing.error().message);
     asking_seconds = seconds_since(start);
     ChunkUploadReport uploaded;
@@ -918,7 +992,8 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
                                   update(job_id, [&](JobStatus& j) {
                                     j.result["chunks_done"] = so_far.sent + so_far.present;
                                   });
-                                });
+                                },
+                                &stop_requests_);
       if (!done) return fail("uploading-chunks", done.error().message);
       uploaded = *done;
       uploading_seconds = seconds_since(upload_start);
@@ -937,6 +1012,7 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
   options.store_backed = !named->empty();
   options.token = deps_.peer_token;
   options.deadline = deadline;
+  options.stop = &stop_requests_;
   auto pushed = push_archive(archive, options, [&](std::uint64_t held) {
     update(job_id, [&](JobStatus& j) { j.result["target_bytes"] = held; });
   });
@@ -1053,6 +1129,7 @@ void JobService::run_restore(const std::string& job_id, const fs::path& archive,
     edit = std::move(edits.value());
     update(job_id, [&](JobStatus& j) { j.phase_seconds["planning"] = seconds_since(t); });
   }
+  if (cut_short()) return fail(not_started("the restore") + "; no container was created");
   // One pass over the archive per read of the runtime: it reads the archive from a named pipe, which is fed from
   // the stored archive with the edits applied, uncompressed, each time the runtime opens it.
   phase("restoring");

@@ -11,12 +11,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "node/request_stop.h"
 #include "node/config.h"
 #include "node/job_events.h"
 #include "node/metrics.h"
@@ -32,7 +34,8 @@ namespace gpuckpt::node {
 
 // Error kinds travel in Error::errno_value; http_status() maps them (docs/api.md lists them).
 //   EINVAL 400 bad input · EACCES 403 path outside the allowed dirs · ENOENT 404 · EBUSY 409 conflict ·
-//   EFBIG 413 too large · EBADMSG 422 unusable archive · EDOM 422 no GPU match · other 500
+//   EFBIG 413 too large · EBADMSG 422 unusable archive · EDOM 422 no GPU match · ESHUTDOWN 503 the agent is
+//   stopping · other 500
 int http_status(const Error& error);
 
 // A job's error as stored (its record), listed (GET /v1/jobs) and logged: longer ones are cut (at a UTF-8
@@ -45,7 +48,9 @@ std::string capped_job_error(std::string message);
 struct JobStatus {
   std::string id;
   std::string kind;     // "checkpoint" | "restore" | "image" | "transfer"
-  std::string state;    // "queued" | "running" | "succeeded" | "failed"
+  // "queued" | "running" | "succeeded" | "failed" | "interrupted" (the agent stopped and cut it short, or it never
+  // started: JobService::shutdown)
+  std::string state;
   std::string phase;    // the step running now or last: "checkpointing", "annotating", "restoring", ...
   std::string error;
   std::string created_at;
@@ -104,6 +109,14 @@ class JobService {
   Result<std::string> start_chunk_pull(const ChunkPullRequest& request, const std::string& client = "");
   std::optional<JobStatus> job(const std::string& id) const;
   void wait_idle();
+  // The agent's stop (SIGTERM), bounded: new jobs are refused (ESHUTDOWN) and queued ones end `interrupted` at once
+  // without having done anything; running ones get limits.shutdown_grace_seconds to finish. Then they are cut short
+  // as their deadline would cut them: every peer and registry request ends (RequestStop), no runtime call, image or
+  // waiting for another checkpoint of the container starts, and each job's own failure path cleans up as after a
+  // timeout. A runtime call in flight is let finish within its own limit (checkpoints.runtime_timeout_seconds):
+  // CRIU killed mid-dump leaves the container frozen. The jobs cut short end `interrupted`, their error saying so.
+  // Returns once no job runs.
+  void shutdown();
 
   Result<nlohmann::json> gpus() const;
   // POST /v1/match: whether this node's GPUs can take a checkpoint whose GPU properties record is `record`, judged
@@ -140,6 +153,9 @@ class JobService {
  private:
   std::string new_job_id(const char* prefix);
   Result<void> job_room(const std::string& client) const;   // with mutex_ held
+  // Once shutdown() cut the jobs short: the job `job_id` fails with `what` "not started" instead of starting it.
+  bool cut_short() const { return stop_requests_.stopped(); }
+  std::string not_started(const std::string& what) const;
   Result<void> check_job_room(const std::string& client) const;
   Result<std::string> add_job(const char* kind, nlohmann::json request, const std::string& client);
   void update(const std::string& id, const std::function<void(JobStatus&)>& change);
@@ -160,6 +176,7 @@ class JobService {
   void persist(const JobStatus& job);   // with mutex_ held
   void mark_phase(const std::string& job_id, const char* phase);
   void mark_failed(const std::string& job_id, const std::string& message);
+  void mark_interrupted(const std::string& job_id, const std::string& message);
   // The job's end state "succeeded" (phase done, finished now), with what `fill` adds (result, phase times).
   void mark_succeeded(const std::string& job_id, const std::function<void(JobStatus&)>& fill);
   // Writes `archive`'s checkpoint image as <checkpoints.dir>/<job id, lower case>.oci tagged `tag`.
@@ -205,6 +222,9 @@ class JobService {
   int active_pulls_ = 0;                  // the pulls lane's, likewise
   std::deque<std::uint64_t> waiting_pulls_;
   std::uint64_t next_ticket_ = 0;
+  bool stopping_ = false;              // shutdown() began: no new jobs, queued ones leave the line
+  std::set<std::string> cut_short_;    // jobs still running when shutdown()'s grace ended
+  RequestStop stop_requests_;          // stopped then: ends every peer and registry request of the jobs
 };
 
 }  // namespace gpuckpt::node

@@ -6,7 +6,7 @@
 #   sandbox_stop_agent               stops it (safe to call twice).
 #   sandbox_api METHOD PATH [BODY]   calls the agent's API with the token; prints "STATUS BODY"
 #   sandbox_json_field "STATUS BODY" '["key"]...'   one field of an answer's body
-#   sandbox_wait_job COLLECTION ID   polls a job until it succeeded or failed (60 s); prints the last answer
+#   sandbox_wait_job COLLECTION ID   polls a job until it succeeded, failed or was interrupted (60 s); prints the last answer
 
 sandbox_prepare() {
   local work=$1 build=$2 src=$3 f
@@ -70,7 +70,7 @@ sandbox_wait_job() {
   local r _
   for _ in $(seq 300); do
     r=$(sandbox_api GET "/v1/$1/$2")
-    case "$r" in *'"state":"succeeded"'*|*'"state": "succeeded"'*|*'"state":"failed"'*|*'"state": "failed"'*)
+    case "$r" in *'"state":"succeeded"'*|*'"state": "succeeded"'*|*'"state":"failed"'*|*'"state": "failed"'*|*'"state":"interrupted"'*|*'"state": "interrupted"'*)
       echo "$r"; return 0 ;;
     esac
     sleep 0.2

@@ -1347,3 +1347,44 @@ TEST_CASE("an unreachable API server leaves the jobs' results as they are and co
   CHECK(metrics.find("gpuckpt_pod_events_dropped_total{reason=\"api_error\"} 2\n") != std::string::npos);
   CHECK(metrics.find("gpuckpt_pod_events_posted_total 0\n") != std::string::npos);
 }
+
+TEST_CASE("shutdown: a checkpoint inside the runtime's call finishes; one waiting for the container never starts; "
+          "new jobs get 503", "[unit]") {
+  Fixture f({}, [](node::AgentConfig& c) { c.shutdown_grace = std::chrono::seconds(0); });
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<void> reached;
+  std::atomic<int> runtime_calls{0};
+  f.runtime->checkpoint_fault = [released, &reached, &runtime_calls](const fs::path&, std::string&) -> Result<void> {
+    if (++runtime_calls == 1) reached.set_value();
+    released.wait();
+    return {};
+  };
+  const std::string dumping = f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"];
+  reached.get_future().wait();   // CRIU is dumping it (the container frozen): killing it would leave it so
+  const std::string waiting = f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"];
+  // Its queue time is recorded once it has a slot: from then on it waits for the container's lock.
+  for (int i = 0; i < 500 && !f.service->job(waiting)->phase_seconds.count("queued"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::thread stopping([&] { f.service->shutdown(); });
+  // The second one leaves its wait for the container's lock without calling the runtime.
+  for (int i = 0; i < 500 && f.service->job(waiting)->state != "interrupted"; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto cut = f.service->job(waiting);
+  CHECK(cut->state == "interrupted");
+  CHECK(cut->error.find("the agent was stopping and cut this job short after limits.shutdown_grace_seconds (0 s)") !=
+        std::string::npos);
+  CHECK(cut->error.find("the checkpoint was not started") != std::string::npos);
+  CHECK(f.service->job(dumping)->state == "running");   // still in the runtime's call, not killed
+  auto refused = f.client().Post("/v1/checkpoints", R"({"container":"plain"})", "application/json");
+  REQUIRE(refused);
+  CHECK(refused->status == 503);
+  CHECK(refused->body.find("the agent is stopping and takes no new jobs") != std::string::npos);
+  release.set_value();
+  stopping.join();   // returns once no job runs
+  const auto done = f.service->job(dumping);
+  CHECK(done->state == "succeeded");   // the container's checkpoint is complete: it is not left without one
+  CHECK(fs::is_regular_file(done->result["archive"].get<std::string>()));
+  CHECK(runtime_calls == 1);
+  CHECK(f.checkpoint_files().size() == 1);   // no temporary file of either job is left
+}

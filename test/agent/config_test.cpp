@@ -19,6 +19,7 @@ TEST_CASE("the shipped example configuration parses and equals the defaults", "[
   CHECK(example->archive_limits.max_archive_bytes == defaults->archive_limits.max_archive_bytes);
   CHECK(example->max_request_bytes == defaults->max_request_bytes);
   CHECK(example->job_timeout == defaults->job_timeout);
+  CHECK(example->shutdown_grace == defaults->shutdown_grace);
   CHECK(example->unreferenced_chunk_quota.bytes == defaults->unreferenced_chunk_quota.bytes);
   CHECK(example->unreferenced_chunk_quota.chunks == defaults->unreferenced_chunk_quota.chunks);
   CHECK(example->node_labels.enabled == false);
@@ -60,7 +61,7 @@ listen: {address: 0.0.0.0, port: 9000}
 state_dir: /srv/state
 checkpoints: {dir: /srv/ck, max_archive_bytes: 1024, watch_interval_seconds: null}
 match_policy: {check_firmware: false}
-limits: {max_request_bytes: 100, job_timeout_seconds: 900}
+limits: {max_request_bytes: 100, job_timeout_seconds: 900, shutdown_grace_seconds: 0}
 )", "test.yaml");
   REQUIRE(c.ok());
   CHECK(c->listen_address == "0.0.0.0");
@@ -73,6 +74,8 @@ limits: {max_request_bytes: 100, job_timeout_seconds: 900}
   CHECK(c->match_policy.check_model);
   CHECK(c->max_request_bytes == 100);
   CHECK(c->job_timeout == std::chrono::seconds(900));
+  CHECK(c->shutdown_grace == std::chrono::seconds(0));
+  CHECK(parse_config("", "a")->shutdown_grace == std::chrono::seconds(30));
 }
 
 TEST_CASE("configuration mistakes are errors naming the key", "[unit]") {
@@ -103,6 +106,9 @@ TEST_CASE("configuration mistakes are errors naming the key", "[unit]") {
   auto no_budget = parse_config("limits: {job_timeout_seconds: 0}", "a");
   REQUIRE_FALSE(no_budget.ok());
   CHECK(no_budget.error().message.find("limits.job_timeout_seconds") != std::string::npos);
+  auto negative_grace = parse_config("limits: {shutdown_grace_seconds: -1}", "a");
+  REQUIRE_FALSE(negative_grace.ok());
+  CHECK(negative_grace.error().message.find("limits.shutdown_grace_seconds must be >= 0") != std::string::npos);
   CHECK_FALSE(load_config("/nonexistent/agent.yaml").ok());
 }
 

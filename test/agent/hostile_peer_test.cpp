@@ -18,6 +18,7 @@
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
 #include "node/service.h"
+#include "test/agent/hostile_server.h"
 #include "test/common/store_checkpoint.h"
 #include "test/temp_dir.h"
 
@@ -29,19 +30,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct HostilePeer {
-  httplib::Server http;
-  std::thread thread;
-  int port = 0;
-  std::atomic<bool> stopping{false};
-  std::atomic<std::uint64_t> offered{0};   // bytes of an endless answer produced so far
-
-  void start() {
-    port = http.bind_to_any_port("127.0.0.1");
-    thread = std::thread([this] { http.listen_after_bind(); });
-    while (!http.is_running()) std::this_thread::yield();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
+// Another agent's /v1 routes, as an attacker answers them.
+struct HostilePeer : gpuckpt::test::HostileServer {
   // Every route answers `status` with `body`.
   void answer_all(int status, const std::string& body) {
     const auto handler = [status, body](const httplib::Request&, httplib::Response& res) {
@@ -54,23 +44,10 @@ struct HostilePeer {
   }
   // Every route answers 200 with an endless body: `piece` every `pause`.
   void endless(const std::string& piece, std::chrono::milliseconds pause) {
-    const auto handler = [this, piece, pause](const httplib::Request&, httplib::Response& res) {
-      res.status = 200;
-      res.set_chunked_content_provider("application/json", [this, piece, pause](std::size_t, httplib::DataSink& sink) {
-        if (stopping) return false;
-        std::this_thread::sleep_for(pause);
-        offered += piece.size();
-        return sink.write(piece.data(), piece.size());
-      });
-    };
+    const auto handler = streaming(piece, pause);
     http.Put(R"(/v1/.*)", handler);
     http.Post(R"(/v1/.*)", handler);
     http.Get(R"(/v1/.*)", handler);
-  }
-  ~HostilePeer() {
-    stopping = true;
-    http.stop();
-    if (thread.joinable()) thread.join();
   }
 };
 
@@ -86,8 +63,9 @@ struct Sender {
     REQUIRE(named->size() == 4);
     digests = *named;
   }
-  gpuckpt::Result<gpuckpt::node::ChunkUploadReport> upload(const std::string& url, Clock::duration budget) {
-    return gpuckpt::node::upload_chunks(url, "token", *store, digests, 4, Clock::now() + budget, {});
+  gpuckpt::Result<gpuckpt::node::ChunkUploadReport> upload(const std::string& url, Clock::duration budget,
+                                                           const gpuckpt::node::RequestStop* stop = nullptr) {
+    return gpuckpt::node::upload_chunks(url, "token", *store, digests, 4, Clock::now() + budget, {}, stop);
   }
 };
 
@@ -200,4 +178,49 @@ TEST_CASE("a job's error is cut at 4 KiB, at a character's start, saying how muc
   CHECK(capped.ends_with(" more bytes cut)"));
   CHECK(capped.find(std::to_string(text.size() - 4095)) != std::string::npos);
   CHECK(nlohmann::json(capped).dump().size() > 4095);   // valid UTF-8: a job record can hold it
+}
+
+TEST_CASE("the agent's stop ends a transfer stalled on a trickling target at once, long before its deadline",
+          "[unit]") {
+  Sender sender;
+  HostilePeer peer;
+  peer.endless(" ", std::chrono::milliseconds(200));
+  peer.start();
+  gpuckpt::node::RequestStop stop;
+  SECTION("chunk uploads, on their 4 streams") {
+    std::thread stopper([&] {
+      while (peer.offered == 0) std::this_thread::yield();   // the uploads are stalled in their answers
+      stop.stop();
+    });
+    const auto start = Clock::now();
+    auto sent = sender.upload(peer.url(), std::chrono::seconds(300), &stop);
+    const auto took = Clock::now() - start;
+    stopper.join();
+    REQUIRE_FALSE(sent);
+    CHECK(sent.error().errno_value == ETIMEDOUT);
+    CHECK(sent.error().message.find("when the agent stopped its jobs (limits.shutdown_grace_seconds had passed)") !=
+          std::string::npos);
+    CHECK(took < std::chrono::seconds(5));   // the peer trickles for 300 s
+  }
+  SECTION("an archive push; one asked after the stop is not sent at all") {
+    gpuckpt::node::PushOptions options;
+    options.url = peer.url();
+    options.deadline = Clock::now() + std::chrono::seconds(300);
+    options.stop = &stop;
+    std::thread stopper([&] {
+      while (peer.offered == 0) std::this_thread::yield();
+      stop.stop();
+    });
+    const auto start = Clock::now();
+    auto pushed = gpuckpt::node::push_archive(sender.c.archive, options, [](std::uint64_t) {});
+    stopper.join();
+    REQUIRE_FALSE(pushed);
+    CHECK(pushed.error().errno_value == ETIMEDOUT);
+    CHECK(Clock::now() - start < std::chrono::seconds(5));
+    const int asked = peer.asked;
+    auto again = gpuckpt::node::push_archive(sender.c.archive, options, [](std::uint64_t) {});
+    REQUIRE_FALSE(again);
+    CHECK(again.error().message.find("when the agent stopped its jobs") != std::string::npos);
+    CHECK(peer.asked == asked);   // no new request reached the peer
+  }
 }

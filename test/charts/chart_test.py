@@ -480,6 +480,7 @@ def test_full_config_shape():
             "config.limits.max_request_bytes=4096", "config.limits.max_concurrent_jobs=2",
             "config.limits.max_connections=64", "config.limits.max_connections_per_client=8",
             "config.limits.request_deadline_seconds=20", "config.limits.job_timeout_seconds=900",
+            "config.limits.shutdown_grace_seconds=20",
             "config.limits.max_queued_jobs=32", "config.limits.max_queued_jobs_per_client=4",
             "config.limits.unreferenced_chunk_bytes=1099511627776", "config.limits.unreferenced_chunks=65536",
             "config.gpu_memory.image=false", "config.gpu_memory.threads=8", "config.gpu_memory.compression=zstd:3",
@@ -600,13 +601,20 @@ def test_nri():
 
 
 def test_termination_grace():
-    """The pod's grace covers an in-flight job: the agent waits for its jobs at SIGTERM, each bounded by the runtime
-    timeout."""
+    """The pod's grace covers an in-flight job: at SIGTERM the agent gives its jobs limits.shutdown_grace_seconds,
+    then lets a runtime call in flight finish (bounded by the runtime timeout)."""
     for name, sets, want in (("grace-default", [], 660),
                              ("grace-follows-timeout", ["config.checkpoints.runtime_timeout_seconds=100"], 160),
+                             ("grace-follows-shutdown-grace", ["config.limits.shutdown_grace_seconds=100"], 730),
+                             ("grace-no-shutdown-grace", ["config.limits.shutdown_grace_seconds=0"], 630),
                              ("grace-given", ["terminationGracePeriodSeconds=900"], 900)):
-        got = pod_spec(case(name, sets))["terminationGracePeriodSeconds"]
+        objs = case(name, sets)
+        got = pod_spec(objs)["terminationGracePeriodSeconds"]
         check(got == want, f"[{name}] terminationGracePeriodSeconds {want} (got {got})")
+        if name == "grace-follows-shutdown-grace":
+            limits = agent_config(objs)[0].get("limits", {})
+            check(limits.get("shutdown_grace_seconds") == 100,
+                  f"[{name}] the agent's config has limits.shutdown_grace_seconds 100 (got {limits})")
 
 
 def render_notes(sets):
@@ -694,6 +702,8 @@ def test_node_selector_instead_of_affinity():
 BAD = [
     ("grace-shorter-than-runtime-timeout", ["terminationGracePeriodSeconds=30"],
      "terminationGracePeriodSeconds=30 is shorter than the agent's runtime timeout (config.checkpoints.runtime_timeout_seconds=600)"),
+    ("grace-shorter-than-timeout-and-shutdown-grace", ["terminationGracePeriodSeconds=620"],
+     "terminationGracePeriodSeconds=620 is shorter than the agent's runtime timeout (config.checkpoints.runtime_timeout_seconds=600) plus its shutdown grace (config.limits.shutdown_grace_seconds=30)"),
     ("servicemonitor-without-crd", ["metrics.serviceMonitor.enabled=true"],
      "no monitoring.coreos.com/v1 ServiceMonitor CRD. Install prometheus-operator's CRDs first, or with `helm template` pass --api-versions"),
     ("servicemonitor-without-service", ["metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.skipCrdCheck=true", "service.enabled=false"],

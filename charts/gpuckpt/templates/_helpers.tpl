@@ -72,14 +72,19 @@ NRI on by default; containerd has no hooks.d, so only NRI records its GPU contai
 {{- if eq (toString $e) "auto" -}}{{ eq .Values.runtime.kind "cri" }}{{- else -}}{{ $e }}{{- end -}}
 {{- end -}}
 
-{{/* The agent's runtime timeout (config.checkpoints.runtime_timeout_seconds, else the agent's default 600) and the
-pod's termination grace: given, else that timeout + 60 s, so an in-flight job ends before the kubelet kills it. */}}
+{{/* The agent's runtime timeout (config.checkpoints.runtime_timeout_seconds, else the agent's default 600), its
+shutdown grace (config.limits.shutdown_grace_seconds, else 30; 0 is a value) and the pod's termination grace: given,
+else their sum + 30 s, so a job still in a runtime call when the grace ends finishes before the kubelet kills it. */}}
 {{- define "gpuckpt.runtimeTimeout" -}}
 {{- .Values.config.checkpoints.runtime_timeout_seconds | default 600 | int -}}
 {{- end -}}
+{{- define "gpuckpt.shutdownGrace" -}}
+{{- $grace := .Values.config.limits.shutdown_grace_seconds -}}
+{{- ternary 30 $grace (kindIs "invalid" $grace) | int -}}
+{{- end -}}
 {{- define "gpuckpt.terminationGrace" -}}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
-{{- add (include "gpuckpt.runtimeTimeout" . | int) 60 -}}
+{{- add (include "gpuckpt.runtimeTimeout" . | int) (include "gpuckpt.shutdownGrace" . | int) 30 -}}
 {{- else -}}
 {{- .Values.terminationGracePeriodSeconds | int -}}
 {{- end -}}
