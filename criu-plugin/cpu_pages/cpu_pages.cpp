@@ -316,6 +316,10 @@ Result<Report> bring_back(int dir_fd, const gi::Settings& settings) {
     if (manifest->kind != gi::MemoryKind::CpuPages || gi::manifest_name(*manifest) != name)
       return make_error(name + " is not the manifest of CRIU's page image its name says (its kind or pages_id "
                         "differ): refusing the restore", EINVAL);
+    // The buffers below are one window each: a manifest that asks for larger chunks is not one this plugin wrote.
+    if (manifest->header.chunk_size != kWindowBytes)
+      return make_error(name + ": chunk_size " + std::to_string(manifest->header.chunk_size) + " is not the " +
+                        std::to_string(kWindowBytes) + " bytes page images are cut in: refusing the restore", EINVAL);
     if (auto complete = gi::check_chunks(*manifest, *store, name); !complete) return complete.error();
     const std::string image = pages_file_name(static_cast<std::uint32_t>(manifest->header.vpid));
     images.push_back({image, "." + image + ".partial",

@@ -246,3 +246,31 @@ TEST_CASE("cpu pages: moved into the store, emptied, rebuilt byte for byte; unch
   CHECK(missing.error().errno_value == ENOENT);
   CHECK(fs::file_size(images.path / "pages-2.img") == 0);
 }
+
+TEST_CASE("cpu pages: a hostile pages manifest is refused before anything is written", "[unit]") {
+  TempDir images("gpuckpt-cpu-pages-hostile"), store("gpuckpt-cpu-pages-hostile-store");
+  gi::Settings settings;
+  settings.store = store.path.string();
+  REQUIRE(gpuckpt::chunk_store::Store::open(store.path, true));
+  const auto write_text = [&](const std::string& name, const std::string& text) {
+    write_file(images.path / name, bytes_of(text));
+  };
+  const std::string head =
+      R"({"format":"gpuckpt-gpu-memory-manifest","version":1,"kind":"cpu-pages","checkpoint":"0123456789abcdef0123456789abcdef",)"
+      R"("hash":"sha256","store":"/x","pages_id":4,"dump_pid":0,)";
+  // Chunks larger than the window the restore's buffers hold.
+  write_text("gpuckpt-pages-4.manifest.json",
+             head + R"("chunk_size":67108864,"regions":[[0,67108864]],"chunks":[["zero",67108864]]})");
+  auto big = cp::bring_back(images.fd, settings);
+  REQUIRE_FALSE(big);
+  CHECK(big.error().message.find("chunk_size") != std::string::npos);
+  // A manifest under another page image's name.
+  fs::remove(images.path / "gpuckpt-pages-4.manifest.json");
+  write_text("gpuckpt-pages-5.manifest.json",
+             head + R"("chunk_size":2097152,"regions":[[0,4096]],"chunks":[["zero",4096]]})");
+  auto renamed = cp::bring_back(images.fd, settings);
+  REQUIRE_FALSE(renamed);
+  CHECK(renamed.error().message.find("gpuckpt-pages-5.manifest.json") != std::string::npos);
+  CHECK_FALSE(fs::exists(images.path / "pages-4.img"));
+  CHECK_FALSE(fs::exists(images.path / "pages-5.img"));
+}
