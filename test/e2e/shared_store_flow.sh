@@ -189,6 +189,19 @@ assert m["store"] == sys.argv[2], m["store"]
 print(m["checkpoint"], ",".join(sorted({c[3] for c in m["chunks"] if c[0] != "zero"})))
 PY
   read -r CHECKPOINT DIGESTS < "$3.chunks"
+  # The CPU pages went to the same mount (their manifests beside the GPU one): every chunk the archive names.
+  mkdir -p "$3.pages" && tar -C "$3.pages" --strip-components=1 -xf "$3" --wildcards 'checkpoint/gpuckpt-pages-*.manifest.json' ||
+    fail "$3 holds no pages manifest"
+  python3 - "$(store_of "$1")" "$3.manifest.json" "$3.pages"/*.json > "$3.all-chunks" <<'PY' || fail "$3's pages manifests do not name node ${1^^}'s mount"
+import json, sys
+digests = set()
+for path in sys.argv[2:]:
+    m = json.load(open(path))
+    assert m["store"] == sys.argv[1], (path, m["store"])
+    digests |= {c[3] for c in m["chunks"] if c[0] != "zero"}
+print(len(digests))
+PY
+  ALL_CHUNKS=$(cat "$3.all-chunks")
   podman rm -f -t 0 "$2" >/dev/null 2>&1 || true
 }
 # restore NODE NAME ARCHIVE: restored on NODE, restore.log kept beside the archive
@@ -206,7 +219,7 @@ SUM1=$SUM
 T=$(now)
 checkpoint a "$NAME-1" "$TMP/one.tar"
 T_CK1=$(since "$T")
-CK1=$CHECKPOINT DIGESTS1=$DIGESTS
+CK1=$CHECKPOINT DIGESTS1=$DIGESTS ALL_CHUNKS1=$ALL_CHUNKS
 grep -q "timing: gpu memory image write" "$TMP/one.tar.dump.log" || fail "dump.log has no chunk write timing"
 echo "ok: checkpoint $CK1 on node A: $(tr ',' '\n' <<<"$DIGESTS1" | wc -l) chunks in $(store_of a), $(chunk_count) files in the export ($T_CK1 s; $(grep -o 'timing: gpu memory image write: .*' "$TMP/one.tar.dump.log"))"
 before=$(export_files)
@@ -264,7 +277,7 @@ T=$(now)
   --token-file "$(node_dir a)/agent/token" --json --timeout 120 > "$TMP/transfer.json" 2> "$TMP/transfer.err" ||
   fail "the transfer from node A's agent to node B's failed: $(cat "$TMP/transfer.err")"
 T_TR=$(since "$T")
-python3 - "$TMP/transfer.json" "$(tr ',' '\n' <<<"$DIGESTS1" | wc -l)" <<'PY' || fail "the transfer moved chunks although both stores are one export: $(head -c 1500 "$TMP/transfer.json")"
+python3 - "$TMP/transfer.json" "$ALL_CHUNKS1" <<'PY' || fail "the transfer moved chunks although both stores are one export: $(head -c 1500 "$TMP/transfer.json")"
 import json, sys
 c = json.load(open(sys.argv[1]))["result"]["chunks"]
 n = int(sys.argv[2])
