@@ -112,11 +112,10 @@ Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive, PodRef& po
   std::error_code ec;
   ArchiveLimits limits = limits_;
   limits.deadline = std::chrono::steady_clock::now() + budget_for(fs::file_size(archive, ec));
-  auto info = inspect_checkpoint_archive(archive, limits);
-  if (!info) return info.error();
-  pod = pod_of_checkpoint_spec(info->spec);
-  if (info->gpus) return false;   // annotated already (by us, or it came from another node)
-  if (!info->has_criu_images)
+  GPUCKPT_TRY(auto info, inspect_checkpoint_archive(archive, limits));
+  pod = pod_of_checkpoint_spec(info.spec);
+  if (info.gpus) return false;   // annotated already (by us, or it came from another node)
+  if (!info.has_criu_images)
     return make_error("it holds no CRIU images (checkpoint/inventory.img): not a container checkpoint to annotate");
   CheckpointGpuRecord record;
   std::string stem = archive.filename().string();
@@ -125,8 +124,8 @@ Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive, PodRef& po
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '-';
   record.checkpoint_id = ("kubelet-" + stem).substr(0, 128);
   std::optional<ContainerGpuState> state;
-  if (is_safe_id(info->container_id)) {
-    auto read = read_container_state(state_dir_, info->container_id);
+  if (is_safe_id(info.container_id)) {
+    auto read = read_container_state(state_dir_, info.container_id);
     if (read && read.value()) state = *read.value();
   }
   if (state) {
@@ -134,17 +133,15 @@ Result<bool> KubeletArchiveWatcher::annotate(const fs::path& archive, PodRef& po
     record.devices = state->gpus.devices;
     record.gpu_env = state->gpus.gpu_env;
   } else {
-    auto inventory = inventory_();
-    if (!inventory) return inventory.error();
-    record.record.node = std::move(inventory.value());
+    GPUCKPT_TRY(auto inventory, inventory_(), "reading this node's GPUs");
+    record.record.node = std::move(inventory);
   }
-  auto written = annotate_checkpoint_archive(archive, archive, record, limits);
-  if (!written) return written.error();
+  GPUCKPT_TRY_VOID(annotate_checkpoint_archive(archive, archive, record, limits));
   // gpuckpt-nri acts on a restore from this archive only through this entry, bound to the file as it is now.
   if (auto registered = register_kubelet_archive(state_dir_, archive, record); !registered)
     return make_error("annotated, but not registered for gpuckpt-nri: " + registered.error().message);
   log::info("annotated kubelet archive " + log::escaped(archive.string()) + " (container " +
-            log::escaped(info->container_name) + ", " +
+            log::escaped(info.container_name) + ", " +
             std::to_string(record.record.used_gpu_ids.size()) + " GPU(s))");
   return true;
 }

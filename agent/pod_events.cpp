@@ -225,11 +225,10 @@ void PodEventRecorder::run() {
 
 Result<void> PodEventRecorder::post(const PodEvent& event, std::uint64_t sequence) {
   const std::string path = "/api/v1/namespaces/" + event.pod.namespace_name + "/events";
-  auto answer = client_.post(path, core_v1_event(event, node_name_, Clock::now(), sequence).dump());
-  if (!answer) return answer.error();
-  if (answer->status != 201 && answer->status != 200)
-    return make_error("POST " + client_.url_of(path) + " returned " + std::to_string(answer->status) + ": " +
-                      log::escaped(answer->body, 200) + " (may the agent's service account create events?)");
+  GPUCKPT_TRY(auto answer, client_.post(path, core_v1_event(event, node_name_, Clock::now(), sequence).dump()));
+  if (answer.status != 201 && answer.status != 200)
+    return make_error("POST " + client_.url_of(path) + " returned " + std::to_string(answer.status) + ": " +
+                      log::escaped(answer.body, 200) + " (may the agent's service account create events?)");
   return {};
 }
 

@@ -174,14 +174,12 @@ Result<nlohmann::json> IncomingArchives::state(const std::string& name) {
 Result<nlohmann::json> IncomingArchives::receive(const std::string& name, std::string_view offset_text,
                                                  std::string_view total_text, const BodyReader& read_body) {
   if (!is_transfer_name(name)) return state(name).error();
-  auto offset = parse_count(offset_text, "offset");
-  if (!offset) return offset.error();
-  auto total = parse_count(total_text, "total");
-  if (!total) return total.error();
-  if (*total > max_archive_bytes_)
-    return make_error("the archive's " + std::to_string(*total) + " bytes exceed checkpoints.max_archive_bytes (" +
+  GPUCKPT_TRY(auto offset, parse_count(offset_text, "offset"));
+  GPUCKPT_TRY(auto total, parse_count(total_text, "total"));
+  if (total > max_archive_bytes_)
+    return make_error("the archive's " + std::to_string(total) + " bytes exceed checkpoints.max_archive_bytes (" +
                       std::to_string(max_archive_bytes_) + ") of the receiving agent", EFBIG);
-  if (*offset > *total) return make_error("'offset' " + std::to_string(*offset) + " is past 'total'");
+  if (offset > total) return make_error("'offset' " + std::to_string(offset) + " is past 'total'");
 
   std::shared_ptr<Partial> partial;
   {
@@ -214,10 +212,10 @@ Result<nlohmann::json> IncomingArchives::receive(const std::string& name, std::s
     return make_error("cannot open " + partial_path(name).string() + ": " + why, EIO);
   }
   const auto held = static_cast<std::uint64_t>(st.st_size);
-  if (*offset != held) {
+  if (offset != held) {
     release();
     return make_error("this node holds " + std::to_string(held) + " bytes of " + name + ", not " +
-                      std::to_string(*offset) + ": resume from there (GET /v1/incoming/" + name + ")", EBUSY);
+                      std::to_string(offset) + ": resume from there (GET /v1/incoming/" + name + ")", EBUSY);
   }
   if (auto covered = partial->cover(fd.get(), held); !covered) {
     release();
@@ -233,8 +231,8 @@ Result<nlohmann::json> IncomingArchives::receive(const std::string& name, std::s
       refused_errno = EFBIG;
       return false;
     }
-    if (position + length > *total) {
-      refused = "more bytes than the declared total " + std::to_string(*total);
+    if (position + length > total) {
+      refused = "more bytes than the declared total " + std::to_string(total);
       refused_errno = EFBIG;
       return false;
     }
@@ -407,8 +405,7 @@ Result<Network> parse_network(const std::string& cidr) {
 }  // namespace
 
 Result<void> check_network(const std::string& cidr) {
-  auto parsed = parse_network(cidr);
-  if (!parsed) return parsed.error();
+  GPUCKPT_TRY_VOID(parse_network(cidr));
   return {};
 }
 
@@ -441,10 +438,9 @@ Result<PeerAnswer> ask_peer(httplib::Client& client, const char* method, const s
   request.path = path;
   if (content_type != nullptr) request.headers.emplace("Content-Type", content_type);
   request.body = std::move(body);
-  auto answer = bounded_send(client, std::move(request), who, deadline, "limits.job_timeout_seconds",
-                             kMaxPeerAnswerBytes, nullptr, stop);
-  if (!answer) return answer.error();
-  return PeerAnswer{answer->status, std::move(answer->body)};
+  GPUCKPT_TRY(auto answer, bounded_send(client, std::move(request), who, deadline, "limits.job_timeout_seconds",
+                                        kMaxPeerAnswerBytes, nullptr, stop));
+  return PeerAnswer{answer.status, std::move(answer.body)};
 }
 
 nlohmann::json peer_object(std::string_view body) {
@@ -499,8 +495,7 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
   const auto size = static_cast<std::uint64_t>(st.st_size);
   SHA256_CTX ctx;
   SHA256_Init(&ctx);
-  if (auto hashed = hash_prefix(fd.get(), size, ctx, options.deadline); !hashed)
-    return make_error("hashing " + archive.string() + ": " + hashed.error().message, hashed.error().errno_value);
+  GPUCKPT_TRY_VOID(hash_prefix(fd.get(), size, ctx, options.deadline), "hashing " + archive.string());
   const std::string digest = hex_digest(ctx);
 
   httplib::Client client(options.url);
@@ -523,15 +518,13 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
     if (!result || result->status != 200)
       return make_error(answer_error(result, who + " (GET " + base + ")"),
                         !result && result.error().errno_value == ETIMEDOUT ? ETIMEDOUT : EIO);
-    auto state = parse_incoming_state(result->body, who + " (GET " + base + ")");
-    if (!state) return state.error();
-    present = state->present;
-    return state->received_bytes;
+    GPUCKPT_TRY(auto state, parse_incoming_state(result->body, who + " (GET " + base + ")"));
+    present = state.present;
+    return state.received_bytes;
   };
 
-  auto start = held();
-  if (!start) return start.error();
-  std::uint64_t offset = present ? size : *start;
+  GPUCKPT_TRY(auto start, held());
+  std::uint64_t offset = present ? size : start;
   if (offset > size)
     return make_error("the target holds " + std::to_string(offset) + " bytes of a partial " + name + ", more than its " +
                       std::to_string(size) + ": another archive of that name is arriving there", EBUSY);
@@ -597,15 +590,14 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
                       committed && committed->status == 422 ? EBADMSG
                       : !committed                         ? committed.error().errno_value
                                                            : EIO);
-  auto answer = parse_commit_answer(committed->body, who + " (commit of " + name + ")");
-  if (!answer) return answer.error();
-  return nlohmann::json{{"archive", answer->archive},
+  GPUCKPT_TRY(auto answer, parse_commit_answer(committed->body, who + " (commit of " + name + ")"));
+  return nlohmann::json{{"archive", answer.archive},
                         {"size", size},
                         {"sha256", digest},
                         {"sent_bytes", sent},
                         {"resumed", resumed},
-                        {"already_present", answer->already_present},
-                        {"chunks", answer->chunks}};
+                        {"already_present", answer.already_present},
+                        {"chunks", answer.chunks}};
 }
 
 }  // namespace gpuckpt::node

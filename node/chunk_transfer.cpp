@@ -31,12 +31,11 @@ namespace {
 Result<bool> stored_otherwise(const std::map<std::string, std::string>& manifests, const cs::Store& store,
                               const fs::path& archive) {
   for (const auto& [name, text] : manifests) {
-    auto manifest = gpu_image::parse_manifest(text, archive.string() + ": checkpoint/" + name);
-    if (!manifest) return manifest.error();
-    for (std::size_t i = 0; i < manifest->entries.size(); ++i) {
-      const auto& e = manifest->entries[i];
+    GPUCKPT_TRY(auto manifest, gpu_image::parse_manifest(text, archive.string() + ": checkpoint/" + name));
+    for (std::size_t i = 0; i < manifest.entries.size(); ++i) {
+      const auto& e = manifest.entries[i];
       if (e.encoding == gpu_image::Encoding::Zero) continue;
-      if (auto present = store.stat(manifest->digests[i]);
+      if (auto present = store.stat(manifest.digests[i]);
           present && present->raw_size == e.raw_size &&
           (present->stored_size != e.stored_size || present->encoding != static_cast<std::uint8_t>(e.encoding)))
         return true;
@@ -159,13 +158,12 @@ Result<nlohmann::json> missing_chunks(const GpuMemoryConfig& config, const nlohm
       return make_error("digests[" + std::to_string(i) + "] (" + digest->hex() + ") is asked twice: " + usage);
     digests.push_back(*digest);
   }
-  auto dir = agent_store_dir(config);
-  if (!dir) return dir.error();
+  GPUCKPT_TRY(auto dir, agent_store_dir(config));
   nlohmann::json missing = nlohmann::json::array();
   std::size_t present = 0;
-  auto opened = cs::Store::open(*dir, false);
+  auto opened = cs::Store::open(dir, false);
   if (!opened && opened.error().errno_value != ENOENT) return make_error(opened.error().message, EIO);
-  const auto& unreferenced = unreferenced_chunks_of(*dir);
+  const auto& unreferenced = unreferenced_chunks_of(dir);
   const auto fresh_after = fs::file_time_type::clock::now() - gc_grace / 2;
   const auto kept = [&](const cs::Digest& digest) {
     // stat reads the chunk's header: a file that is there but cut short or foreign counts as missing.
@@ -233,10 +231,9 @@ Result<nlohmann::json> admit_received_archive(const fs::path& received, const Gp
 }
 
 Result<std::set<cs::Digest>> manifest_chunks(const fs::path& archive, const ArchiveLimits& limits) {
-  auto info = inspect_checkpoint_archive(archive, limits);
-  if (!info) return info.error();
+  GPUCKPT_TRY(auto info, inspect_checkpoint_archive(archive, limits));
   std::set<cs::Digest> out;
-  for (const auto& [name, text] : info->memory_manifests) {
+  for (const auto& [name, text] : info.memory_manifests) {
     auto manifest = gpu_image::parse_manifest(text, archive.string() + ": checkpoint/" + name);
     if (!manifest) return make_error(manifest.error().message, EBADMSG);
     for (std::size_t i = 0; i < manifest->entries.size(); ++i)
@@ -266,9 +263,7 @@ Result<nlohmann::json> ChunkUploads::receive(std::string_view digest_text, std::
   {
     auto present = cs::Store::open(*dir, false);
     if (!present || !(*present)->stat(*digest)) {
-      auto room = unreferenced.reserve(*digest, length, quota_);
-      if (!room) return room.error();
-      reserved = *room;
+      GPUCKPT_TRY(reserved, unreferenced.reserve(*digest, length, quota_));
     }
   }
   struct Unreserve {
@@ -309,15 +304,14 @@ Result<nlohmann::json> ChunkUploads::receive(std::string_view digest_text, std::
   if (!opened) return make_error(opened.error().message, EIO);
   gpu_image::ChunkCodec codec(gpu_image::kMaxChunkSize);
   std::vector<std::byte> raw;
-  auto received = chunk_receive::receive_chunk(**opened, *digest, file, codec, raw);
-  if (!received) return received.error();
+  GPUCKPT_TRY(auto received, chunk_receive::receive_chunk(**opened, *digest, file, codec, raw));
   // Its name made durable now: the commit that references it may come from another request, after a crash.
   if (auto synced = (*opened)->sync(); !synced) return make_error(synced.error().message, EIO);
   unreserve.armed = false;
   return nlohmann::json{{"digest", digest->hex()},
-                        {"present", received->present},
-                        {"stored_bytes", received->header.stored_size},
-                        {"raw_bytes", received->header.raw_size}};
+                        {"present", received.present},
+                        {"stored_bytes", received.header.stored_size},
+                        {"raw_bytes", received.header.raw_size}};
 }
 
 Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::string& token, const cs::Store& store,
@@ -451,20 +445,19 @@ Result<std::set<cs::Digest>> ask_missing_chunks(const std::string& url, const st
                         answer && answer->status == 409 ? EBUSY
                         : !answer                       ? answer.error().errno_value
                                                         : EIO);
-    auto lacking = parse_missing_answer(answer->body, std::set<cs::Digest>(batch.begin(), batch.end()),
-                                        "the target agent at " + url + " (POST /v1/chunks/missing)");
-    if (!lacking) return lacking.error();
-    missing.merge(*lacking);
+    GPUCKPT_TRY(auto lacking, parse_missing_answer(answer->body, std::set<cs::Digest>(batch.begin(), batch.end()),
+                                                   "the target agent at " + url + " (POST /v1/chunks/missing)"));
+    missing.merge(lacking);
     batch.clear();
     return {};
   };
   for (const auto& digest : digests) {
     batch.push_back(digest);
     if (batch.size() == kMaxMissingQuery)
-      if (auto ok = ask(); !ok) return ok.error();
+      GPUCKPT_TRY_VOID(ask());
   }
   if (!batch.empty())
-    if (auto ok = ask(); !ok) return ok.error();
+    GPUCKPT_TRY_VOID(ask());
   return missing;
 }
 

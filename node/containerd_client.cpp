@@ -115,11 +115,10 @@ Result<ContainerdContainer> from_proto(const containers::Container& c) {
     out.created = buffer;
   }
   if (!c.spec().value().empty()) {
-    auto spec = parse_json(c.spec().value(), "the spec of containerd container " + c.id());
-    if (!spec) return spec.error();
-    if (!spec->is_object())
+    GPUCKPT_TRY(auto spec, parse_json(c.spec().value(), "the spec of containerd container " + c.id()));
+    if (!spec.is_object())
       return make_error("containerd container " + c.id() + " has a spec that is not a JSON object", EIO);
-    out.spec = std::move(spec.value());
+    out.spec = std::move(spec);
   }
   return out;
 }
@@ -143,9 +142,8 @@ Result<std::vector<ContainerdContainer>> ContainerdClient::containers() {
   if (!status.ok()) return failure(status, "container list", options_.call_timeout);
   std::vector<ContainerdContainer> out;
   for (const auto& c : response.containers()) {
-    auto container = from_proto(c);
-    if (!container) return container.error();
-    out.push_back(std::move(container.value()));
+    GPUCKPT_TRY(auto container, from_proto(c));
+    out.push_back(std::move(container));
   }
   return out;
 }

@@ -49,8 +49,7 @@ class Importer {
         snapshots_(snapshots::Snapshots::NewStub(channel_)) {}
 
   Result<void> run(const fs::path& layout, const std::string& name, const std::string& snapshotter) {
-    auto read = read_layout(layout);
-    if (!read) return read.error();
+    GPUCKPT_TRY_VOID(read_layout(layout));
     auto leased = create_lease();
     if (!leased) return leased;
     auto imported = import(layout, name, snapshotter);
@@ -81,30 +80,21 @@ class Importer {
   }
 
   Result<void> read_layout(const fs::path& layout) {
-    auto index = read_json_file(layout / "index.json");
-    if (!index) return index.error();
-    if (!index.value()) return make_error(layout.string() + " is not an OCI image layout (no index.json)", EINVAL);
-    const auto& manifests = (*index.value())["manifests"];
+    GPUCKPT_TRY(auto index, read_json_file(layout / "index.json"));
+    if (!index) return make_error(layout.string() + " is not an OCI image layout (no index.json)", EINVAL);
+    const auto& manifests = (*index)["manifests"];
     if (!manifests.is_array() || manifests.size() != 1 || !manifests[0].is_object())
       return make_error(layout.string() + ": expected one manifest in index.json", EINVAL);
-    auto desc = blob_of(manifests[0]);
-    if (!desc) return desc.error();
-    manifest_ = desc.value();
-    auto manifest = read_json_file(blob_path(layout, manifest_));
-    if (!manifest) return manifest.error();
-    if (!manifest.value()) return make_error(layout.string() + ": manifest blob missing", EINVAL);
-    auto config = blob_of((*manifest.value())["config"]);
-    if (!config) return config.error();
-    config_ = config.value();
-    const auto& layers = (*manifest.value())["layers"];
+    GPUCKPT_TRY(manifest_, blob_of(manifests[0]), (layout / "index.json").string());
+    GPUCKPT_TRY(auto manifest, read_json_file(blob_path(layout, manifest_)));
+    if (!manifest) return make_error(layout.string() + ": manifest blob missing", EINVAL);
+    GPUCKPT_TRY(config_, blob_of((*manifest)["config"]), "the config in " + blob_path(layout, manifest_).string());
+    const auto& layers = (*manifest)["layers"];
     if (!layers.is_array() || layers.size() != 1) return make_error(layout.string() + ": expected one layer", EINVAL);
-    auto layer = blob_of(layers[0]);
-    if (!layer) return layer.error();
-    layer_ = layer.value();
-    auto config_json = read_json_file(blob_path(layout, config_));
-    if (!config_json) return config_json.error();
-    if (!config_json.value()) return make_error(layout.string() + ": config blob missing", EINVAL);
-    const auto& diff_ids = (*config_json.value())["rootfs"]["diff_ids"];
+    GPUCKPT_TRY(layer_, blob_of(layers[0]), "the layer in " + blob_path(layout, manifest_).string());
+    GPUCKPT_TRY(auto config_json, read_json_file(blob_path(layout, config_)));
+    if (!config_json) return make_error(layout.string() + ": config blob missing", EINVAL);
+    const auto& diff_ids = (*config_json)["rootfs"]["diff_ids"];
     if (!diff_ids.is_array() || diff_ids.size() != 1 || !diff_ids[0].is_string())
       return make_error(layout.string() + ": config has no single diff id", EINVAL);
     diff_id_ = diff_ids[0].get<std::string>();   // one layer: its chain id is its diff id

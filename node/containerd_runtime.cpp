@@ -102,10 +102,9 @@ void remove_stale_work_dirs(const fs::path& dir) {
 
 // Under `root` without following any symlink in between: the paths come from an archive.
 Result<fs::path> inside(const fs::path& root, const std::string& relative) {
-  auto name = normalise_entry_name(relative);
-  if (!name) return name.error();
+  GPUCKPT_TRY(auto name, normalise_entry_name(relative));
   fs::path p = root;
-  const fs::path rel(name.value());
+  const fs::path rel(name);
   for (auto it = rel.begin(); it != rel.end(); ++it) {
     p /= *it;
     std::error_code ec;
@@ -125,17 +124,15 @@ class ContainerdRuntime final : public ContainerRuntime {
   Result<RuntimeContainer> find(const ContainerRef& ref) override {
     if (!is_valid_container_name(ref.container))
       return make_error("container name '" + ref.container + "' is not valid (letters, digits, '_', '.', '-')");
-    auto all = containerd_.containers();
-    if (!all) return all.error();
+    GPUCKPT_TRY(auto all, containerd_.containers());
     std::vector<RuntimeContainer> running, other;
-    for (const auto& c : all.value()) {
+    for (const auto& c : all) {
       if (display_name(c) != ref.container && c.id != ref.container) continue;
       if (!ref.pod.empty() && cri_name(c, {kK8sPodName, kCriPodName}) != ref.pod) continue;
       if (!ref.namespace_name.empty() && cri_name(c, {kK8sPodNamespace, kCriPodNamespace}) != ref.namespace_name)
         continue;
-      auto rc = with_task(c);
-      if (!rc) return rc.error();
-      (rc->state == "running" ? running : other).push_back(rc.value());
+      GPUCKPT_TRY(auto rc, with_task(c));
+      (rc.state == "running" ? running : other).push_back(std::move(rc));
     }
     const auto& pick = running.empty() ? other : running;
     if (pick.empty())
@@ -149,35 +146,31 @@ class ContainerdRuntime final : public ContainerRuntime {
   }
 
   Result<std::vector<RuntimeContainer>> list() override {
-    auto all = containerd_.containers();
-    if (!all) return all.error();
+    GPUCKPT_TRY(auto all, containerd_.containers());
     std::vector<RuntimeContainer> out;
-    for (const auto& c : all.value()) {
-      auto rc = with_task(c);
-      if (!rc) return rc.error();
-      if (rc->state == "running") out.push_back(rc.value());
+    for (const auto& c : all) {
+      GPUCKPT_TRY(auto rc, with_task(c));
+      if (rc.state == "running") out.push_back(std::move(rc));
     }
     return out;
   }
 
   Result<void> checkpoint(const RuntimeContainer& target, const fs::path& archive, JobDeadline deadline) override {
-    auto container = containerd_.container(target.id);
-    if (!container) return container.error();
+    GPUCKPT_TRY(auto container, containerd_.container(target.id));
     const fs::path work = archive.parent_path() / (archive.filename().string() + ".work");
     std::error_code ec;
     fs::remove_all(work, ec);
     if (!fs::create_directories(work / "criu-work", ec) || ec)
       return make_error("cannot create " + work.string() + ": " + ec.message(), EIO);
     fs::permissions(work, fs::perms::owner_all, fs::perm_options::replace, ec);
-    auto result = checkpoint_into(container.value(), target, work, archive, deadline);
+    auto result = checkpoint_into(container, target, work, archive, deadline);
     fs::remove_all(work, ec);
     return result;
   }
 
   Result<std::string> load_image(const fs::path& layout, const std::string& tag, JobDeadline deadline) override {
     const std::string name = checkpoint_image_name(tag);
-    auto imported = import_checkpoint_image(options_.containerd, layout, name, deadline);
-    if (!imported) return imported.error();
+    GPUCKPT_TRY_VOID(import_checkpoint_image(options_.containerd, layout, name, deadline));
     return name;
   }
 
@@ -227,21 +220,15 @@ class ContainerdRuntime final : public ContainerRuntime {
                               {"labels", c.labels},
                               {"sandbox", c.sandbox}};
     if (!c.snapshotter.empty() && !c.snapshot_key.empty()) {
-      auto parent = containerd_.snapshot_parent(c.snapshotter, c.snapshot_key);
-      if (!parent) return parent.error();
-      section["snapshotParent"] = parent.value();
+      GPUCKPT_TRY(auto parent, containerd_.snapshot_parent(c.snapshotter, c.snapshot_key));
+      section["snapshotParent"] = parent;
     }
-    auto dumped = containerd_.checkpoint_task(c.id, (work / "checkpoint").string(), (work / "criu-work").string(),
-                                              /*leave_running=*/true, deadline);
-    if (!dumped) return dumped.error();
+    GPUCKPT_TRY_VOID(containerd_.checkpoint_task(c.id, (work / "checkpoint").string(), (work / "criu-work").string(),
+                                                 /*leave_running=*/true, deadline));
     if (!c.snapshotter.empty() && !c.snapshot_key.empty()) {
-      auto mounts = containerd_.snapshot_mounts(c.snapshotter, c.snapshot_key);
-      if (!mounts) return mounts.error();
-      auto upper = writable_dir(mounts.value(), c.snapshot_key);
-      if (!upper) return upper.error();
-      auto packed = pack_tar({{"", upper.value(), ""}}, work / "rootfs-diff.tar",
-                             &whiteouts);
-      if (!packed) return packed.error();
+      GPUCKPT_TRY(auto mounts, containerd_.snapshot_mounts(c.snapshotter, c.snapshot_key));
+      GPUCKPT_TRY(auto upper, writable_dir(mounts, c.snapshot_key));
+      GPUCKPT_TRY_VOID(pack_tar({{"", upper, ""}}, work / "rootfs-diff.tar", &whiteouts));
       entries.push_back({"rootfs-diff.tar", work / "rootfs-diff.tar", ""});
       entries.push_back({"deleted.files", "", nlohmann::json(whiteouts).dump()});
     }
@@ -256,9 +243,8 @@ class ContainerdRuntime final : public ContainerRuntime {
                                    {"containerd", section}};
     entries.insert(entries.begin(), {{"config.dump", "", config.dump(2)}, {"spec.dump", "", c.spec.dump()}});
     entries.push_back({"checkpoint", work / "checkpoint", ""});
-    auto written = pack_tar(entries, archive);
-    if (!written) return written.error();
-    log::info("containerd checkpoint of " + target.name + " (" + c.id + "): " + std::to_string(written.value()) +
+    GPUCKPT_TRY(auto written, pack_tar(entries, archive));
+    log::info("containerd checkpoint of " + target.name + " (" + c.id + "): " + std::to_string(written) +
               " bytes in " +
               std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                                     started).count()) + " ms");
@@ -269,26 +255,23 @@ class ContainerdRuntime final : public ContainerRuntime {
                                         JobDeadline deadline) {
     ArchiveLimits limits = options_.limits;
     limits.deadline = deadline;
-    auto extracted = extract_archive(archive, work / "archive", limits);
-    if (!extracted) return extracted.error();
+    GPUCKPT_TRY_VOID(extract_archive(archive, work / "archive", limits));
     const fs::path root = work / "archive";
-    auto config = read_json_file(root / "config.dump");
-    auto spec = read_json_file(root / "spec.dump");
-    if (!config) return config.error();
-    if (!spec) return spec.error();
-    if (!config.value() || !spec.value() || !config.value()->is_object() || !spec.value()->is_object())
+    GPUCKPT_TRY(auto config, read_json_file(root / "config.dump"));
+    GPUCKPT_TRY(auto spec, read_json_file(root / "spec.dump"));
+    if (!config || !spec || !config->is_object() || !spec->is_object())
       return make_error(archive.string() +
                         " is not a container checkpoint (config.dump/spec.dump missing or not JSON)");
     JsonFields fields(archive.string() + ": config.dump");
-    const auto* section = fields.object(*config.value(), "", "containerd");
+    const auto* section = fields.object(*config, "", "containerd");
     std::string parent, old_id, snapshotter = "overlayfs", runtime = "io.containerd.runc.v2", image;
     if (section) fields.get(*section, "containerd", "snapshotParent", parent);
     if (fields.failed()) return fields.error();
     if (!section || parent.empty())
       return make_error(archive.string() + " was not written by containerd (no containerd snapshot in config.dump): "
                         "restore it with the runtime that wrote it", ENOTSUP);
-    fields.get(*config.value(), "", "id", old_id);
-    fields.get(*config.value(), "", "rootfsImageRef", image);
+    fields.get(*config, "", "id", old_id);
+    fields.get(*config, "", "rootfsImageRef", image);
     fields.get(*section, "containerd", "snapshotter", snapshotter);
     fields.get(*section, "containerd", "runtime", runtime);
     if (fields.failed()) return fields.error();
@@ -307,13 +290,12 @@ class ContainerdRuntime final : public ContainerRuntime {
     c.snapshot_key = id;
     c.labels[kLabelContainerName] = id;
     c.labels[kLabelRestoredFrom] = old_id;
-    c.spec = std::move(*spec.value());
+    c.spec = std::move(*spec);
     adapt_spec(c.spec, old_id, id);
 
-    auto mounts = containerd_.prepare_snapshot(snapshotter, id, parent);
-    if (!mounts) return mounts.error();
+    GPUCKPT_TRY(auto mounts, containerd_.prepare_snapshot(snapshotter, id, parent));
     auto undo_snapshot = [&] { (void)containerd_.remove_snapshot(snapshotter, id); };
-    auto applied = apply_diff(root, mounts.value(), id);
+    auto applied = apply_diff(root, mounts, id);
     if (!applied) {
       undo_snapshot();
       return applied.error();
@@ -333,7 +315,7 @@ class ContainerdRuntime final : public ContainerRuntime {
       (void)containerd_.delete_container(id);
       undo_snapshot();
     };
-    auto task = containerd_.restore_task(id, mounts.value(), (root / "checkpoint").string(),
+    auto task = containerd_.restore_task(id, mounts, (root / "checkpoint").string(),
                                          (work / "criu-work").string(), "", deadline);
     if (!task) {
       undo_container();
@@ -346,10 +328,9 @@ class ContainerdRuntime final : public ContainerRuntime {
       return make_error(started.error().message + (criu_errors.empty() ? "" : "; CRIU said: " + criu_errors),
                         started.error().errno_value);
     }
-    auto now = containerd_.task(id);
-    if (!now) return now.error();
-    log::info("containerd restored " + archive.string() + " as " + id + " (pid " + std::to_string(now->pid) + ")");
-    return RuntimeContainer{id, id, now->status, static_cast<int>(now->pid)};
+    GPUCKPT_TRY(auto now, containerd_.task(id));
+    log::info("containerd restored " + archive.string() + " as " + id + " (pid " + std::to_string(now.pid) + ")");
+    return RuntimeContainer{id, id, now.status, static_cast<int>(now.pid)};
   }
 
   // The restored container is a new one: its own cgroup (the old id replaced). Namespaces it joined by path are
@@ -391,20 +372,15 @@ class ContainerdRuntime final : public ContainerRuntime {
   Result<void> apply_diff(const fs::path& root, const std::vector<ContainerdMount>& mounts, const std::string& key) {
     std::error_code ec;
     if (!fs::exists(root / "rootfs-diff.tar", ec)) return {};
-    auto upper = writable_dir(mounts, key);
-    if (!upper) return upper.error();
-    const fs::path layer = upper.value();
-    auto applied = apply_rootfs_diff(root / "rootfs-diff.tar", layer, options_.limits);
-    if (!applied) return applied.error();
-    auto deleted = read_json_file(root / "deleted.files");
-    if (!deleted) return deleted.error();
-    if (!deleted.value() || !deleted.value()->is_array()) return {};
-    for (const auto& entry : *deleted.value()) {
+    GPUCKPT_TRY(const fs::path layer, writable_dir(mounts, key));
+    GPUCKPT_TRY_VOID(apply_rootfs_diff(root / "rootfs-diff.tar", layer, options_.limits));
+    GPUCKPT_TRY(auto deleted, read_json_file(root / "deleted.files"));
+    if (!deleted || !deleted->is_array()) return {};
+    for (const auto& entry : *deleted) {
       if (!entry.is_string()) continue;
-      auto path = inside(layer, entry.get<std::string>());
-      if (!path) return path.error();
-      fs::create_directories(path->parent_path(), ec);
-      if (::mknod(path->c_str(), S_IFCHR | 0000, makedev(0, 0)) != 0 && errno != EEXIST)
+      GPUCKPT_TRY(auto path, inside(layer, entry.get<std::string>()));
+      fs::create_directories(path.parent_path(), ec);
+      if (::mknod(path.c_str(), S_IFCHR | 0000, makedev(0, 0)) != 0 && errno != EEXIST)
         return make_error("cannot mark " + entry.get<std::string>() + " deleted in the restored root filesystem: " +
                           std::strerror(errno), errno);
     }
@@ -433,13 +409,10 @@ class ContainerdRuntime final : public ContainerRuntime {
                                            annotations[kAnnotationCheckpointId].is_string()
                                        ? annotations[kAnnotationCheckpointId].get<std::string>()
                                        : std::string();
-    if (auto bound = check_plan_binding(*plan.value(), PlanUser{id, checkpoint}, plan_clock_now()); !bound)
-      return bound.error();
-    auto claimed = remove_restore_plan(options_.state_dir, plan_id);
-    if (!claimed) return claimed.error();
-    if (!claimed.value()) return make_error("restore plan " + plan_id + " was used by another restore", EBUSY);
-    auto copied = write_file_atomically(images / kPlanFileInImages, to_json(*plan.value()).dump(2));
-    if (!copied) return copied.error();
+    GPUCKPT_TRY_VOID(check_plan_binding(*plan.value(), PlanUser{id, checkpoint}, plan_clock_now()));
+    GPUCKPT_TRY(auto claimed, remove_restore_plan(options_.state_dir, plan_id));
+    if (!claimed) return make_error("restore plan " + plan_id + " was used by another restore", EBUSY);
+    GPUCKPT_TRY_VOID(write_file_atomically(images / kPlanFileInImages, to_json(*plan.value()).dump(2)));
     log::info("restore plan " + plan_id + " placed in " + (images / kPlanFileInImages).string());
     return {};
   }

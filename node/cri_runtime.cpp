@@ -22,10 +22,9 @@ class CriRuntime final : public ContainerRuntime {
     std::map<std::string, std::string> labels;
     if (!ref.pod.empty()) labels["io.kubernetes.pod.name"] = ref.pod;
     if (!ref.namespace_name.empty()) labels["io.kubernetes.pod.namespace"] = ref.namespace_name;
-    auto listed = cri_.list_containers(labels);
-    if (!listed) return listed.error();
+    GPUCKPT_TRY(auto listed, cri_.list_containers(labels));
     std::vector<CriContainer> named, running;
-    for (auto& c : listed.value())
+    for (auto& c : listed)
       if (c.name == ref.container) (c.state == "running" ? running : named).push_back(c);
     const auto& pick = running.empty() ? named : running;
     if (pick.empty())
@@ -39,14 +38,12 @@ class CriRuntime final : public ContainerRuntime {
   }
 
   Result<std::vector<RuntimeContainer>> list() override {
-    auto listed = cri_.list_containers();
-    if (!listed) return listed.error();
+    GPUCKPT_TRY(auto listed, cri_.list_containers());
     std::vector<RuntimeContainer> out;
-    for (const auto& c : listed.value())
+    for (const auto& c : listed)
       if (c.state == "running") {
-        auto rc = to_runtime(c);
-        if (!rc) return rc.error();
-        out.push_back(std::move(rc.value()));
+        GPUCKPT_TRY(auto rc, to_runtime(c));
+        out.push_back(std::move(rc));
       }
     return out;
   }
@@ -61,10 +58,9 @@ class CriRuntime final : public ContainerRuntime {
   // containerd serves its own API on the socket it serves CRI on: the image goes into its k8s.io namespace, the one
   // CRI's containers come from. CRI-O keeps images in containers/storage, which offers no API to load into.
   Result<std::string> load_image(const fs::path& layout, const std::string& tag, JobDeadline deadline) override {
-    auto version = cri_.version();
-    if (!version) return version.error();
-    if (version->runtime_name != "containerd")
-      return make_error("the CRI runtime at " + cri_.options().endpoint + " is " + version->describe() +
+    GPUCKPT_TRY(auto version, cri_.version());
+    if (version.runtime_name != "containerd")
+      return make_error("the CRI runtime at " + cri_.options().endpoint + " is " + version.describe() +
                         ", whose image store (containers/storage) the agent cannot load into: copy the layout in on "
                         "the node (skopeo copy oci:" + layout.string() + ":" + tag +
                         " containers-storage:" + checkpoint_image_name(tag) + ")", ENOTSUP);
@@ -74,8 +70,7 @@ class CriRuntime final : public ContainerRuntime {
     containerd.call_timeout = cri_.options().call_timeout;
     containerd.checkpoint_timeout = cri_.options().checkpoint_timeout;
     const std::string name = checkpoint_image_name(tag);
-    auto imported = import_checkpoint_image(containerd, layout, name, deadline);
-    if (!imported) return imported.error();
+    GPUCKPT_TRY_VOID(import_checkpoint_image(containerd, layout, name, deadline));
     return name;
   }
 
@@ -91,9 +86,7 @@ class CriRuntime final : public ContainerRuntime {
     RuntimeContainer rc{c.id, c.name, c.state, 0};
     if (auto uid = c.labels.find("io.kubernetes.pod.uid"); uid != c.labels.end()) rc.pod_uid = uid->second;
     if (c.state == "running") {
-      auto pid = cri_.container_pid(c.id);
-      if (!pid) return pid.error();
-      rc.pid = pid.value();
+      GPUCKPT_TRY(rc.pid, cri_.container_pid(c.id));
     }
     return rc;
   }

@@ -56,10 +56,10 @@ Result<KubeResponse> KubeClient::call(const char* method, const std::string& pat
     request.body = *body;
     request.headers.emplace("Content-Type", content_type);
   }
-  auto answer = bounded_send(client, std::move(request), endpoint_.name + " at " + base_, deadline,
-                             std::to_string(read_timeout_.count()) + " s for the whole answer", max_answer_bytes);
-  if (!answer) return answer.error();
-  return KubeResponse{answer->status, std::move(answer->body)};
+  GPUCKPT_TRY(auto answer, bounded_send(client, std::move(request), endpoint_.name + " at " + base_, deadline,
+                                        std::to_string(read_timeout_.count()) + " s for the whole answer",
+                                        max_answer_bytes));
+  return KubeResponse{answer.status, std::move(answer.body)};
 }
 
 }  // namespace gpuckpt::node

@@ -24,9 +24,8 @@ class KubeletRuntime final : public ContainerRuntime {
       return make_error("the kubelet runtime needs 'namespace' and 'pod' as well as 'container'");
     for (const auto* part : {&ref.namespace_name, &ref.pod, &ref.container})
       if (!is_valid_container_name(*part)) return make_error("'" + *part + "' is not a valid Kubernetes name");
-    auto pods = get_pods();
-    if (!pods) return pods.error();
-    for (const auto& pod : pods->value("items", nlohmann::json::array())) {
+    GPUCKPT_TRY(auto pods, get_pods());
+    for (const auto& pod : pods.value("items", nlohmann::json::array())) {
       const auto meta = pod.value("metadata", nlohmann::json::object());
       if (meta.value("namespace", "") != ref.namespace_name || meta.value("name", "") != ref.pod) continue;
       for (const auto& status : pod.value("status", nlohmann::json::object()).value("containerStatuses", nlohmann::json::array())) {
@@ -38,10 +37,9 @@ class KubeletRuntime final : public ContainerRuntime {
   }
 
   Result<std::vector<RuntimeContainer>> list() override {
-    auto pods = get_pods();
-    if (!pods) return pods.error();
+    GPUCKPT_TRY(auto pods, get_pods());
     std::vector<RuntimeContainer> out;
-    for (const auto& pod : pods->value("items", nlohmann::json::array())) {
+    for (const auto& pod : pods.value("items", nlohmann::json::array())) {
       const auto meta = pod.value("metadata", nlohmann::json::object());
       const std::string prefix = meta.value("namespace", "") + "/" + meta.value("name", "") + "/";
       for (const auto& status : pod.value("status", nlohmann::json::object()).value("containerStatuses", nlohmann::json::array()))
@@ -62,16 +60,15 @@ class KubeletRuntime final : public ContainerRuntime {
     const KubeClient client = make_client(timeout);
     const std::string path = "/checkpoint/" + container.name + "?timeout=" + std::to_string(timeout.count());
     log::info("POST " + client.url_of(path));
-    auto result = client.post(path);
-    if (!result) return make_error("kubelet checkpoint: " + result.error().message, result.error().errno_value);
-    if (result->status != 200)
-      return make_error("kubelet checkpoint returned " + std::to_string(result->status) + ": " +
-                        log::escaped(result->body, 300) + " (is the ContainerCheckpoint feature on, and may the "
+    GPUCKPT_TRY(auto result, client.post(path), "kubelet checkpoint");
+    if (result.status != 200)
+      return make_error("kubelet checkpoint returned " + std::to_string(result.status) + ": " +
+                        log::escaped(result.body, 300) + " (is the ContainerCheckpoint feature on, and may the "
                         "service account create nodes/checkpoint?)", EIO);
-    const auto body = nlohmann::json::parse(result->body, nullptr, false);
+    const auto body = nlohmann::json::parse(result.body, nullptr, false);
     if (body.is_discarded() || !body.is_object() || !body.contains("items") || !body["items"].is_array() ||
         body["items"].empty() || !body["items"][0].is_string())
-      return make_error("kubelet checkpoint answered without an archive path: " + log::escaped(result->body, 300), EIO);
+      return make_error("kubelet checkpoint answered without an archive path: " + log::escaped(result.body, 300), EIO);
     // kubelet reports its host path; the agent sees kubelet's directory at checkpoint_dir.
     const fs::path written = options_.checkpoint_dir / fs::path(body["items"][0].get<std::string>()).filename();
     // Copied through `archive` (the agent's pipe: opened for writing, never replaced).

@@ -113,34 +113,33 @@ Result<ChunksPage> parse_chunks_manifest(std::string_view text, std::string_view
   limits.max_bytes = kMaxChunksManifestBytes;
   limits.max_depth = 8;
   limits.max_values = 16 * kMaxChunkLayers + 64;
-  auto json = parse_json(text, where, limits);
-  if (!json) return json.error();
+  GPUCKPT_TRY(auto json, parse_json(text, where, limits));
   const auto bad = [&](const std::string& what) { return make_error(where + ": " + what, EBADMSG); };
-  if (!json->is_object()) return bad("not a JSON object");
+  if (!json.is_object()) return bad("not a JSON object");
   const auto string_at = [](const nlohmann::json& o, const char* key) -> std::optional<std::string> {
     const auto it = o.find(key);
     if (it == o.end() || !it->is_string()) return std::nullopt;
     return it->get<std::string>();
   };
-  if (json->value("schemaVersion", nlohmann::json()) != 2) return bad("schemaVersion is not 2");
-  if (string_at(*json, "artifactType") != kChunksArtifactType)
+  if (json.value("schemaVersion", nlohmann::json()) != 2) return bad("schemaVersion is not 2");
+  if (string_at(json, "artifactType") != kChunksArtifactType)
     return bad(std::string("artifactType is not ") + kChunksArtifactType + ": not gpuckpt's chunks");
   ChunksPage page;
-  const auto subject = json->find("subject");
-  if (subject == json->end() || !subject->is_object()) return bad("no subject (the checkpoint image's manifest)");
+  const auto subject = json.find("subject");
+  if (subject == json.end() || !subject->is_object()) return bad("no subject (the checkpoint image's manifest)");
   const auto subject_digest = string_at(*subject, "digest");
   if (!subject_digest || !is_sha256(*subject_digest)) return bad("the subject's digest is not sha256:HEX");
   page.subject = *subject_digest;
-  const auto annotations = json->find("annotations");
-  const auto pages = annotations != json->end() && annotations->is_object()
+  const auto annotations = json.find("annotations");
+  const auto pages = annotations != json.end() && annotations->is_object()
                          ? string_at(*annotations, kChunkPagesAnnotation) : std::nullopt;
   if (!pages || pages->empty() || pages->size() > 3 || pages->find_first_not_of("0123456789") != std::string::npos ||
       std::stoul(*pages) < 1 || std::stoul(*pages) > kMaxChunkPages)
     return bad(std::string("annotation ") + kChunkPagesAnnotation + " is not a number from 1 to " +
                std::to_string(kMaxChunkPages));
   page.pages = std::stoul(*pages);
-  const auto layers = json->find("layers");
-  if (layers == json->end() || !layers->is_array()) return bad("no layers");
+  const auto layers = json.find("layers");
+  if (layers == json.end() || !layers->is_array()) return bad("no layers");
   if (layers->size() > kMaxChunkLayers)
     return bad(std::to_string(layers->size()) + " layers, more than the " + std::to_string(kMaxChunkLayers) +
                " one page holds");
@@ -187,31 +186,26 @@ nlohmann::json ChunkPullReport::to_json() const {
 Result<ChunkPushReport> push_chunks(const RegistryOptions& options, const cs::Store& store,
                                     const std::set<cs::Digest>& chunks, const std::string& tag,
                                     const std::string& subject_digest, std::uint64_t subject_size) {
-  auto repo = split_repository(options.repository);
-  if (!repo) return repo.error();
+  GPUCKPT_TRY(auto repo, split_repository(options.repository));
   const std::size_t pages = std::max<std::size_t>(1, (chunks.size() + kMaxChunkLayers - 1) / kMaxChunkLayers);
   if (pages > kMaxChunkPages)
     return make_error("the checkpoint has " + std::to_string(chunks.size()) + " chunks, more than the " +
                       std::to_string(kMaxChunkPages * kMaxChunkLayers) + " its chunks' manifests can list", EFBIG);
   std::vector<std::string> tags;
   for (std::size_t p = 0; p < pages; ++p) {
-    auto t = chunks_tag(tag, p);
-    if (!t) return t.error();
-    tags.push_back(*t);
+    GPUCKPT_TRY(auto t, chunks_tag(tag, p));
+    tags.push_back(t);
   }
-  RegistryClient first(options, *repo, "pull,push", Clock::now() + options.push_timeout);
+  RegistryClient first(options, repo, "pull,push", Clock::now() + options.push_timeout);
   // The artifact's config, the empty descriptor's blob: distribution checks that every blob a manifest names is there.
   const std::string empty = "{}";
-  auto has_empty = first.has_blob(kEmptyDigest);
-  if (!has_empty) return has_empty.error();
-  if (!*has_empty)
-    if (auto up = first.upload_blob(kEmptyDigest, empty.size(), [&](std::uint64_t offset, std::span<char> buffer) {
-          const std::size_t n = std::min<std::size_t>(buffer.size(), empty.size() - offset);
-          std::copy_n(empty.data() + offset, n, buffer.data());
-          return n;
-        });
-        !up)
-      return up.error();
+  GPUCKPT_TRY(auto has_empty, first.has_blob(kEmptyDigest));
+  if (!has_empty)
+    GPUCKPT_TRY_VOID(first.upload_blob(kEmptyDigest, empty.size(), [&](std::uint64_t offset, std::span<char> buffer) {
+      const std::size_t n = std::min<std::size_t>(buffer.size(), empty.size() - offset);
+      std::copy_n(empty.data() + offset, n, buffer.data());
+      return n;
+    }));
   const std::vector<cs::Digest> order(chunks.begin(), chunks.end());
   std::vector<ChunkBlob> blobs(order.size());
   std::atomic<std::size_t> uploaded{0}, present{0};
@@ -246,7 +240,7 @@ Result<ChunkPushReport> push_chunks(const RegistryOptions& options, const cs::St
     uploaded_bytes += blob.size;
     return Result<void>();
   });
-  if (!moved) return moved.error();
+  GPUCKPT_TRY_VOID(moved);
   ChunkPushReport report;
   report.pages = pages;
   report.chunks = order.size();
@@ -258,11 +252,10 @@ Result<ChunkPushReport> push_chunks(const RegistryOptions& options, const cs::St
     const auto from = blobs.begin() + static_cast<std::ptrdiff_t>(std::min(p * kMaxChunkLayers, blobs.size()));
     const auto to = blobs.begin() + static_cast<std::ptrdiff_t>(std::min((p + 1) * kMaxChunkLayers, blobs.size()));
     const std::string manifest = chunks_manifest(std::vector<ChunkBlob>(from, to), subject_digest, subject_size, pages);
-    auto stored = first.push_manifest(manifest, kImageManifestType, tags[p]);
-    if (!stored) return stored.error();
+    GPUCKPT_TRY(auto stored, first.push_manifest(manifest, kImageManifestType, tags[p]));
     const std::string own = blob_digest_of(std::as_bytes(std::span(manifest.data(), manifest.size())));
-    if (*stored != own)
-      return make_error("the registry stored the chunks' manifest " + tags[p] + " as " + log::escaped(*stored, 80) +
+    if (stored != own)
+      return make_error("the registry stored the chunks' manifest " + tags[p] + " as " + log::escaped(stored, 80) +
                         ", not " + own + "; the push counts as failed", EIO);
     if (p == 0) report.artifact = options.repository + ":" + tags[0] + "@" + own;
   }
@@ -285,15 +278,13 @@ Result<ImageName> parse_image_name(const std::string& image) {
 }
 
 Result<ChunkPullReport> pull_chunks(const RegistryOptions& configured, const std::string& image, cs::Store& store) {
-  auto name = parse_image_name(image);
-  if (!name) return name.error();
-  auto repo = split_repository(name->repository);
-  if (!repo) return repo.error();
+  GPUCKPT_TRY(auto name, parse_image_name(image));
+  GPUCKPT_TRY(auto repo, split_repository(name.repository));
   RegistryOptions options = configured;
-  options.repository = name->repository;
+  options.repository = name.repository;
   // The credentials (and the token realm they may go to) are the configured registry's: another host gets none.
   auto own = split_repository(configured.repository);
-  const bool foreign = !own || own->host != repo->host;
+  const bool foreign = !own || own->host != repo.host;
   if (foreign) {
     options.credentials_file.clear();
     options.token_realm_host.clear();
@@ -302,18 +293,17 @@ Result<ChunkPullReport> pull_chunks(const RegistryOptions& configured, const std
   const auto refused = [&](Error e) {
     if (foreign && e.errno_value == EACCES && !configured.credentials_file.empty())
       e.message += " (image_registry.credentials_file is for " + (own ? own->host : std::string("image_registry")) +
-                   " alone: it is never sent to " + repo->host + ")";
+                   " alone: it is never sent to " + repo.host + ")";
     return e;
   };
-  RegistryClient first(options, *repo, "pull", Clock::now() + options.push_timeout);
+  RegistryClient first(options, repo, "pull", Clock::now() + options.push_timeout);
   ChunkPullReport report;
   report.image = image;
   std::vector<ChunkBlob> listed;
   std::set<cs::Digest> seen;
   for (std::size_t p = 0; p < std::max<std::size_t>(report.pages, 1); ++p) {
-    auto tag = chunks_tag(name->tag, p);
-    if (!tag) return tag.error();
-    auto got = first.get_manifest(*tag, kImageManifestType, kMaxChunksManifestBytes);
+    GPUCKPT_TRY(auto tag, chunks_tag(name.tag, p));
+    auto got = first.get_manifest(tag, kImageManifestType, kMaxChunksManifestBytes);
     if (!got) {
       if (got.error().errno_value == EACCES) return refused(got.error());
       if (p == 0 && got.error().errno_value == ENOENT)
@@ -322,7 +312,7 @@ Result<ChunkPullReport> pull_chunks(const RegistryOptions& configured, const std
                           "checkpoint has none to pull)", ENOENT);
       return got.error();
     }
-    const std::string source = "the chunks' manifest " + name->repository + ":" + *tag;
+    const std::string source = "the chunks' manifest " + name.repository + ":" + tag;
     const std::string digest = blob_digest_of(std::as_bytes(std::span(got->text.data(), got->text.size())));
     // The registry's Docker-Content-Digest is what ties the page to what was pushed (docs/formats.md): an answer
     // without one (a proxy's page, a server that is no registry) is refused, not read.
@@ -333,16 +323,15 @@ Result<ChunkPullReport> pull_chunks(const RegistryOptions& configured, const std
     if (got->digest != digest)
       return make_error(source + ": the registry names it " + log::escaped(got->digest, 80) + " but its bytes hash "
                         "to " + digest + "; refused", EBADMSG);
-    auto page = parse_chunks_manifest(got->text, source);
-    if (!page) return page.error();
+    GPUCKPT_TRY(auto page, parse_chunks_manifest(got->text, source));
     if (p == 0) {
-      report.pages = page->pages;
-      report.subject = page->subject;
-    } else if (page->pages != report.pages || page->subject != report.subject) {
+      report.pages = page.pages;
+      report.subject = page.subject;
+    } else if (page.pages != report.pages || page.subject != report.subject) {
       return make_error(source + " belongs to another push (its subject or page count differs from the first "
                         "page's); push the checkpoint image again", EBADMSG);
     }
-    for (auto& blob : page->chunks) {
+    for (auto& blob : page.chunks) {
       if (!seen.insert(blob.chunk).second)
         return make_error(source + ": chunk " + blob.chunk.hex() + " is listed on two pages; refused", EBADMSG);
       listed.push_back(std::move(blob));
@@ -361,7 +350,7 @@ Result<ChunkPullReport> pull_chunks(const RegistryOptions& configured, const std
     if (!buffers.codec) buffers.codec = std::make_unique<gpu_image::ChunkCodec>(gpu_image::kMaxChunkSize);
     std::vector<std::byte>& file = buffers.file;
     const std::string what = "chunk " + blob.chunk.hex() + " (blob " + blob.blob_digest + " of " +
-                             name->repository + ")";
+                             name.repository + ")";
     if (auto got = client.get_blob(blob.blob_digest, blob.size, file); !got)
       return Result<void>(make_error(what + ": " + got.error().message, got.error().errno_value));
     // The blob is the file its descriptor names, then the chunk its annotation names (chunk_receive.h).
@@ -371,7 +360,7 @@ Result<ChunkPullReport> pull_chunks(const RegistryOptions& configured, const std
                                      store.root().string(), EBADMSG));
     auto received = chunk_receive::receive_chunk(store, blob.chunk, file, *buffers.codec, buffers.raw);
     if (!received)
-      return Result<void>(make_error("the blob " + blob.blob_digest + " of " + name->repository + ": " +
+      return Result<void>(make_error("the blob " + blob.blob_digest + " of " + name.repository + ": " +
                                      received.error().message, received.error().errno_value));
     if (received->present) {   // written meanwhile (another pull, a dump): kept as it is
       ++present;
@@ -383,8 +372,8 @@ Result<ChunkPullReport> pull_chunks(const RegistryOptions& configured, const std
   });
   // What landed is made durable even when another chunk failed: a pull again skips it.
   auto synced = store.sync();
-  if (!moved) return moved.error();
-  if (!synced) return synced.error();
+  GPUCKPT_TRY_VOID(moved);
+  GPUCKPT_TRY_VOID(synced);
   report.added = added;
   report.present = present;
   report.added_bytes = added_bytes;

@@ -71,11 +71,10 @@ Result<std::string> token_from_answer(std::string_view body, std::string_view se
   JsonLimits limits;
   limits.max_bytes = kMaxRegistryAnswerBytes;
   limits.max_depth = 8;
-  auto json = parse_json(body, std::string(service) + "'s answer", limits);
-  if (!json) return json.error();
+  GPUCKPT_TRY(auto json, parse_json(body, std::string(service) + "'s answer", limits));
   for (const char* key : {"token", "access_token"})
-    if (json->is_object() && json->contains(key) && (*json)[key].is_string() && !(*json)[key].get<std::string>().empty()) {
-      const std::string token = (*json)[key].get<std::string>();
+    if (json.is_object() && json.contains(key) && json[key].is_string() && !json[key].get<std::string>().empty()) {
+      const std::string token = json[key].get<std::string>();
       if (token.size() > 16384 || token.find_first_of("\r\n ") != std::string::npos)
         return make_error(std::string(service) + "'s token is not a single token", EIO);
       return token;
@@ -127,8 +126,7 @@ Result<Repository> split_repository(const std::string& repository) {
 }
 
 Result<void> check_repository(const std::string& repository) {
-  auto split = split_repository(repository);
-  if (!split) return split.error();
+  GPUCKPT_TRY_VOID(split_repository(repository));
   return {};
 }
 
@@ -181,30 +179,26 @@ Result<httplib::Response> RegistryClient::exchange(httplib::Request r, const Sin
 // One request; on a first 401, again with what the challenge asks for (the request is made afresh by `make`, so
 // that it carries the new Authorization header).
 Result<httplib::Response> RegistryClient::send(const std::function<httplib::Request()>& make, const Sink& sink) {
-  auto response = exchange(make(), sink);
-  if (!response) return response.error();
-  if (response->status == 401 && !authorized_) {
-    const std::string challenge = response->get_header_value("WWW-Authenticate");
+  GPUCKPT_TRY(auto response, exchange(make(), sink));
+  if (response.status == 401 && !authorized_) {
+    const std::string challenge = response.get_header_value("WWW-Authenticate");
     if (challenge.rfind("Bearer ", 0) == 0) {
-      auto token = bearer_token(challenge);
-      if (!token) return token.error();
-      headers_.emplace("Authorization", "Bearer " + token.value());
+      GPUCKPT_TRY(auto token, bearer_token(challenge));
+      headers_.emplace("Authorization", "Bearer " + token);
     } else if (challenge.rfind("Basic", 0) == 0) {
-      auto credentials = read_credentials();
-      if (!credentials) return credentials.error();
-      const auto colon = credentials->find(':');
-      headers_.insert(httplib::make_basic_authentication_header(credentials->substr(0, colon),
-                                                                credentials->substr(colon + 1)));
+      GPUCKPT_TRY(auto credentials, read_credentials());
+      const auto colon = credentials.find(':');
+      headers_.insert(httplib::make_basic_authentication_header(credentials.substr(0, colon),
+                                                                credentials.substr(colon + 1)));
     } else {
       return make_error("the registry " + repo_.host + " wants '" + log::escaped(challenge, 120) +
                         "' authentication; gpuckpt knows Basic and Bearer (token)", EACCES);
     }
     authorized_ = true;
-    response = exchange(make(), sink);
-    if (!response) return response.error();
+    GPUCKPT_TRY(response, exchange(make(), sink));
   }
-  if (response->status == 401 || response->status == 403)
-    return make_error("the registry " + repo_.host + " refused " + repo_.name + ": " + says(*response) +
+  if (response.status == 401 || response.status == 403)
+    return make_error("the registry " + repo_.host + " refused " + repo_.name + ": " + says(response) +
                       (options_.credentials_file.empty() ? " (no image_registry.credentials_file)" : ""), EACCES);
   return response;
 }
@@ -238,21 +232,19 @@ Result<std::string> RegistryClient::bearer_token(const std::string& challenge) {
   ask.method = "GET";
   ask.path = path;
   if (!options_.credentials_file.empty()) {
-    auto credentials = read_credentials();
-    if (!credentials) return credentials.error();
-    const auto colon = credentials->find(':');
+    GPUCKPT_TRY(auto credentials, read_credentials());
+    const auto colon = credentials.find(':');
     ask.headers.insert(
-        httplib::make_basic_authentication_header(credentials->substr(0, colon), credentials->substr(colon + 1)));
+        httplib::make_basic_authentication_header(credentials.substr(0, colon), credentials.substr(colon + 1)));
   }
   const std::string who = "the token service " + shown;
-  auto answer = bounded_send(token_client, std::move(ask), who, request_deadline(), kDeadlineSettings,
-                             kMaxRegistryAnswerBytes, nullptr, options_.stop);
-  if (!answer) return answer.error();
-  if (answer->status != 200)
+  GPUCKPT_TRY(auto answer, bounded_send(token_client, std::move(ask), who, request_deadline(), kDeadlineSettings,
+                                        kMaxRegistryAnswerBytes, nullptr, options_.stop));
+  if (answer.status != 200)
     return make_error(who + " refused a " + (scope_ == "pull" ? "pull" : "push") + " token for " + repo_.name + ": " +
-                      says(answer.value()) +
+                      says(answer) +
                       (options_.credentials_file.empty() ? " (no image_registry.credentials_file)" : ""), EACCES);
-  return token_from_answer(answer->body, who);
+  return token_from_answer(answer.body, who);
 }
 
 Result<std::string> RegistryClient::read_credentials() const {
@@ -270,17 +262,15 @@ Result<std::string> RegistryClient::read_credentials() const {
 }
 
 Result<bool> RegistryClient::has_blob(const std::string& digest) {
-  auto head = send([&] { return request("HEAD", "/v2/" + repo_.name + "/blobs/" + digest); });
-  if (!head) return head.error();
-  return head->status == 200;
+  GPUCKPT_TRY(auto head, send([&] { return request("HEAD", "/v2/" + repo_.name + "/blobs/" + digest); }));
+  return head.status == 200;
 }
 
 Result<void> RegistryClient::upload_blob(const std::string& digest, std::uint64_t size, BlobReader read) {
-  auto started = send([&] { return request("POST", "/v2/" + repo_.name + "/blobs/uploads/"); });
-  if (!started) return started.error();
-  if (started->status != 202)
-    return make_error("starting the upload of " + digest + " to " + repo_.host + " failed: " + says(*started), EIO);
-  std::string location = started->get_header_value("Location");
+  GPUCKPT_TRY(auto started, send([&] { return request("POST", "/v2/" + repo_.name + "/blobs/uploads/"); }));
+  if (started.status != 202)
+    return make_error("starting the upload of " + digest + " to " + repo_.host + " failed: " + says(started), EIO);
+  std::string location = started.get_header_value("Location");
   if (location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0) {
     const auto path_at = location.find('/', location.find("//") + 2);
     if (url_host(location) != repo_.host)
@@ -290,7 +280,7 @@ Result<void> RegistryClient::upload_blob(const std::string& digest, std::uint64_
   }
   if (location.empty() || location.front() != '/') return make_error("the registry gave no upload location", EIO);
   location += (location.find('?') == std::string::npos ? "?" : "&") + std::string("digest=") + digest;
-  auto put = send([&] {
+  GPUCKPT_TRY(auto put, send([&] {
     httplib::Request upload = request("PUT", location);
     upload.set_header("Content-Type", "application/octet-stream");
     // httplib's own Put(..., ContentProvider, ...) reads the whole answer; a request carries the same provider.
@@ -302,18 +292,16 @@ Result<void> RegistryClient::upload_blob(const std::string& digest, std::uint64_
       return sink.write(buffer.data(), got);
     };
     return upload;
-  });
-  if (!put) return put.error();
-  if (put->status != 201)
+  }));
+  if (put.status != 201)
     return make_error("uploading " + digest + " (" + std::to_string(size) + " bytes) to " + repo_.host + " failed: " +
-                      says(*put), EIO);
+                      says(put), EIO);
   return {};
 }
 
 Result<void> RegistryClient::push_blob_file(const fs::path& file, const std::string& digest, std::uint64_t size) {
-  auto there = has_blob(digest);
-  if (!there) return there.error();
-  if (*there) {
+  GPUCKPT_TRY(auto there, has_blob(digest));
+  if (there) {
     log::info("registry: " + digest + " is there already");
     return {};
   }
@@ -329,17 +317,16 @@ Result<void> RegistryClient::push_blob_file(const fs::path& file, const std::str
 
 Result<std::string> RegistryClient::push_manifest(const std::string& manifest, const std::string& media_type,
                                                   const std::string& reference) {
-  auto put = send([&] {
+  GPUCKPT_TRY(auto put, send([&] {
     httplib::Request store = request("PUT", "/v2/" + repo_.name + "/manifests/" + reference);
     store.set_header("Content-Type", media_type);
     store.body = manifest;
     return store;
-  });
-  if (!put) return put.error();
-  if (put->status != 201)
+  }));
+  if (put.status != 201)
     return make_error("storing the manifest " + repo_.host + "/" + repo_.name + ":" + reference + " failed: " +
-                      says(*put), EIO);
-  const std::string digest = put->get_header_value("Docker-Content-Digest");
+                      says(put), EIO);
+  const std::string digest = put.get_header_value("Docker-Content-Digest");
   if (digest.empty())
     return make_error("the registry " + repo_.host + " stored the manifest without naming its digest "
                       "(no Docker-Content-Digest); cannot tell what it keeps, so the push counts as failed", EIO);
@@ -350,7 +337,8 @@ Result<RegistryClient::Manifest> RegistryClient::get_manifest(const std::string&
                                                               std::size_t max_bytes) {
   std::string text;
   bool too_large = false;
-  auto got = send(
+  const std::string what = repo_.host + "/" + repo_.name + ":" + reference;
+  GPUCKPT_TRY(auto got, send(
       [&] {
         text.clear();
         httplib::Request get = request("GET", "/v2/" + repo_.name + "/manifests/" + reference);
@@ -361,15 +349,13 @@ Result<RegistryClient::Manifest> RegistryClient::get_manifest(const std::string&
         too_large = text.size() + size > max_bytes;
         if (!too_large) text.append(data, size);
         return !too_large;
-      });
-  const std::string what = repo_.host + "/" + repo_.name + ":" + reference;
-  if (!got) return got.error();
+      }));
   if (too_large)
     return make_error("the manifest " + what + " is larger than " + std::to_string(max_bytes) + " bytes; refused",
                       EFBIG);
-  if (got->status == 404) return make_error("the registry has no manifest " + what + ": " + says(*got), ENOENT);
-  if (got->status != 200) return make_error("reading the manifest " + what + " failed: " + says(*got), EIO);
-  return Manifest{std::move(text), got->get_header_value("Docker-Content-Digest")};
+  if (got.status == 404) return make_error("the registry has no manifest " + what + ": " + says(got), ENOENT);
+  if (got.status != 200) return make_error("reading the manifest " + what + " failed: " + says(got), EIO);
+  return Manifest{std::move(text), got.get_header_value("Docker-Content-Digest")};
 }
 
 Result<void> RegistryClient::get_blob(const std::string& digest, std::uint64_t size, std::vector<std::byte>& out) {
@@ -384,15 +370,14 @@ Result<void> RegistryClient::get_blob(const std::string& digest, std::uint64_t s
   const std::string what = "blob " + digest + " of " + repo_.host + "/" + repo_.name;
   out.clear();
   out.reserve(static_cast<std::size_t>(size));
-  auto got = send([&] {
+  GPUCKPT_TRY(auto got, send([&] {
     out.clear();
     return request("GET", "/v2/" + repo_.name + "/blobs/" + digest);
-  }, sink);
-  if (!got) return got.error();
+  }, sink));
   // A registry keeping blobs elsewhere (S3, GCS) redirects to a signed URL: followed once, with none of this
   // registry's headers (its credentials are for it alone).
-  if (!too_large && (got->status == 307 || got->status == 302 || got->status == 303 || got->status == 301)) {
-    const std::string location = got->get_header_value("Location");
+  if (!too_large && (got.status == 307 || got.status == 302 || got.status == 303 || got.status == 301)) {
+    const std::string location = got.get_header_value("Location");
     const auto scheme_end = location.find("://");
     const std::string scheme = scheme_end == std::string::npos ? "" : location.substr(0, scheme_end);
     if (scheme != "https" && !(scheme == "http" && options_.plain_http))
@@ -406,14 +391,15 @@ Result<void> RegistryClient::get_blob(const std::string& digest, std::uint64_t s
     get.method = "GET";
     get.path = path_at == std::string::npos ? "/" : location.substr(path_at);
     out.clear();
-    got = bounded_send(storage, std::move(get), "the registry's storage " + log::escaped(url_host(location), 80),
-                       request_deadline(), kDeadlineSettings, kMaxRegistryAnswerBytes, sink, options_.stop);
-    if (!got) return got.error();
+    GPUCKPT_TRY(got, bounded_send(storage, std::move(get),
+                                  "the registry's storage " + log::escaped(url_host(location), 80),
+                                  request_deadline(), kDeadlineSettings, kMaxRegistryAnswerBytes, sink,
+                                  options_.stop));
   }
   if (too_large)
     return make_error("the registry sent more than the " + std::to_string(size) + " bytes " + what +
                       " has by its descriptor; refused", EFBIG);
-  if (got->status != 200) return make_error("reading " + what + " failed: " + says(*got), EIO);
+  if (got.status != 200) return make_error("reading " + what + " failed: " + says(got), EIO);
   if (out.size() != size)
     return make_error("the registry sent " + std::to_string(out.size()) + " bytes of " + what + ", its descriptor "
                       "says " + std::to_string(size) + "; refused", EIO);

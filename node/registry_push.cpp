@@ -41,45 +41,37 @@ Result<Blob> blob_of(const nlohmann::json& descriptor, const char* what) {
 }  // namespace
 
 Result<std::string> push_checkpoint_image(const RegistryOptions& options, const fs::path& layout, const std::string& tag) {
-  auto repo = split_repository(options.repository);
-  if (!repo) return repo.error();
+  GPUCKPT_TRY(auto repo, split_repository(options.repository));
   JsonLimits limits;
   limits.max_bytes = kMaxMetadataBytes;
   limits.max_depth = 8;
   const auto index_text = read_small(layout / "index.json");
   if (!index_text) return make_error("cannot read " + (layout / "index.json").string(), EIO);
-  auto index = parse_json(*index_text, (layout / "index.json").string(), limits);
-  if (!index) return index.error();
-  if (!index->contains("manifests") || !(*index)["manifests"].is_array() || (*index)["manifests"].size() != 1)
+  GPUCKPT_TRY(auto index, parse_json(*index_text, (layout / "index.json").string(), limits));
+  if (!index.contains("manifests") || !index["manifests"].is_array() || index["manifests"].size() != 1)
     return make_error(layout.string() + " is not a checkpoint image layout (one manifest)");
-  auto manifest_blob = blob_of((*index)["manifests"][0], "manifest");
-  if (!manifest_blob) return manifest_blob.error();
+  GPUCKPT_TRY(auto manifest_blob, blob_of(index["manifests"][0], "manifest"));
   const fs::path blobs = layout / "blobs" / "sha256";
-  const auto manifest_text = read_small(blobs / manifest_blob->digest.substr(7));
+  const auto manifest_text = read_small(blobs / manifest_blob.digest.substr(7));
   if (!manifest_text) return make_error("cannot read the manifest of " + layout.string(), EIO);
-  auto manifest = parse_json(*manifest_text, "the manifest of " + layout.string(), limits);
-  if (!manifest) return manifest.error();
+  GPUCKPT_TRY(auto manifest, parse_json(*manifest_text, "the manifest of " + layout.string(), limits));
   std::vector<Blob> parts;
-  if (auto config = blob_of(manifest->value("config", nlohmann::json()), "config"); config) parts.push_back(*config);
+  if (auto config = blob_of(manifest.value("config", nlohmann::json()), "config"); config) parts.push_back(*config);
   else return config.error();
-  if (!manifest->contains("layers") || !(*manifest)["layers"].is_array())
+  if (!manifest.contains("layers") || !manifest["layers"].is_array())
     return make_error("the manifest of " + layout.string() + " has no layers");
-  for (const auto& layer : (*manifest)["layers"]) {
-    auto b = blob_of(layer, "layer");
-    if (!b) return b.error();
-    parts.push_back(*b);
+  for (const auto& layer : manifest["layers"]) {
+    GPUCKPT_TRY(auto b, blob_of(layer, "layer"));
+    parts.push_back(b);
   }
-  RegistryClient pusher(options, *repo, "pull,push", std::chrono::steady_clock::now() + options.push_timeout);
+  RegistryClient pusher(options, repo, "pull,push", std::chrono::steady_clock::now() + options.push_timeout);
   for (const auto& part : parts)
-    if (auto pushed = pusher.push_blob_file(blobs / part.digest.substr(7), part.digest, part.size); !pushed)
-      return pushed.error();
-  const std::string media_type = manifest->value("mediaType", std::string("application/vnd.oci.image.manifest.v1+json"));
-  auto digest = pusher.push_manifest(*manifest_text, media_type, tag);
-  if (!digest) return digest.error();
-  const std::string stored = digest.value();
-  if (stored != manifest_blob->digest)
+    GPUCKPT_TRY_VOID(pusher.push_blob_file(blobs / part.digest.substr(7), part.digest, part.size));
+  const std::string media_type = manifest.value("mediaType", std::string("application/vnd.oci.image.manifest.v1+json"));
+  GPUCKPT_TRY(const std::string stored, pusher.push_manifest(*manifest_text, media_type, tag));
+  if (stored != manifest_blob.digest)
     return make_error("the registry stored the manifest as " + log::escaped(stored, 80) + ", not " +
-                      manifest_blob->digest + "; the push counts as failed", EIO);
+                      manifest_blob.digest + "; the push counts as failed", EIO);
   return options.repository + ":" + tag + "@" + stored;
 }
 

@@ -45,23 +45,21 @@ std::string string_field(const nlohmann::json& body, const char* key) {
 }  // namespace
 
 Result<CheckpointRequest> parse_checkpoint_request(std::string_view text) {
-  auto body = parse_body(text, {"namespace", "pod", "container", "image"});
-  if (!body) return body.error();
+  GPUCKPT_TRY(auto body, parse_body(text, {"namespace", "pod", "container", "image"}));
   CheckpointRequest request;
-  request.ref.namespace_name = string_field(*body, "namespace");
-  request.ref.pod = string_field(*body, "pod");
-  request.ref.container = string_field(*body, "container");
-  request.image_tag = string_field(*body, "image");
+  request.ref.namespace_name = string_field(body, "namespace");
+  request.ref.pod = string_field(body, "pod");
+  request.ref.container = string_field(body, "container");
+  request.image_tag = string_field(body, "image");
   return request;
 }
 
 Result<RestoreRequest> parse_restore_request(std::string_view text) {
-  auto body = parse_body(text, {"archive", "name", "target_gpus"}, {"target_gpus"});
-  if (!body) return body.error();
+  GPUCKPT_TRY(auto body, parse_body(text, {"archive", "name", "target_gpus"}, {"target_gpus"}));
   RestoreRequest request;
-  request.archive = string_field(*body, "archive");
-  request.name = string_field(*body, "name");
-  if (auto it = body->find("target_gpus"); it != body->end()) {
+  request.archive = string_field(body, "archive");
+  request.name = string_field(body, "name");
+  if (auto it = body.find("target_gpus"); it != body.end()) {
     std::vector<std::string> gpus;
     for (const auto& g : *it) gpus.push_back(g.get<std::string>());
     request.target_gpus = std::move(gpus);
@@ -70,29 +68,26 @@ Result<RestoreRequest> parse_restore_request(std::string_view text) {
 }
 
 Result<ImageRequest> parse_image_request(std::string_view text) {
-  auto body = parse_body(text, {"archive", "image"});
-  if (!body) return body.error();
+  GPUCKPT_TRY(auto body, parse_body(text, {"archive", "image"}));
   ImageRequest request;
-  request.archive = string_field(*body, "archive");
-  request.tag = string_field(*body, "image");
+  request.archive = string_field(body, "archive");
+  request.tag = string_field(body, "image");
   return request;
 }
 
 Result<TransferRequest> parse_transfer_request(std::string_view text) {
-  auto body = parse_body(text, {"archive", "to"});
-  if (!body) return body.error();
+  GPUCKPT_TRY(auto body, parse_body(text, {"archive", "to"}));
   TransferRequest request;
-  request.archive = string_field(*body, "archive");
-  request.to = string_field(*body, "to");
+  request.archive = string_field(body, "archive");
+  request.to = string_field(body, "to");
   if (request.archive.empty() || request.to.empty()) return make_error("a transfer needs 'archive' and 'to'");
   return request;
 }
 
 Result<ChunkPullRequest> parse_chunk_pull_request(std::string_view text) {
-  auto body = parse_body(text, {"image"});
-  if (!body) return body.error();
+  GPUCKPT_TRY(auto body, parse_body(text, {"image"}));
   ChunkPullRequest request;
-  request.image = string_field(*body, "image");
+  request.image = string_field(body, "image");
   if (request.image.empty()) return make_error("a chunk pull needs 'image' (HOST[:PORT]/PATH:TAG)");
   return request;
 }

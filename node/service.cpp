@@ -183,7 +183,7 @@ Result<void> JobService::check_job_room(const std::string& client) const {
 
 Result<std::string> JobService::add_job(const char* kind, nlohmann::json request, const std::string& client) {
   std::lock_guard lock(mutex_);
-  if (auto room = job_room(client); !room) return room.error();   // again: others may have come meanwhile
+  GPUCKPT_TRY_VOID(job_room(client));   // again: others may have come meanwhile
   JobStatus job;
   const std::string k = kind;
   job.id = new_job_id(k == "checkpoint" ? "ck" : k == "image" ? "im" : k == "transfer" ? "tr" : k == "pull" ? "pl" : "rs");
@@ -436,12 +436,11 @@ Result<fs::path> JobService::resolve_archive(std::string_view name) const {
 
 Result<std::pair<fs::path, CheckpointInfo>> JobService::checked_archive(std::string_view name,
                                                                           const char* purpose) const {
-  auto archive = resolve_archive(name);
-  if (!archive) return archive.error();
+  GPUCKPT_TRY(auto archive, resolve_archive(name));
   // Read inside the request (its handler answers when this returns): held to the request's deadline.
   ArchiveLimits limits = config_.archive_limits;
   limits.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(config_.request_deadline_seconds);
-  auto info = inspect_checkpoint_archive(archive.value(), limits);
+  auto info = inspect_checkpoint_archive(archive, limits);
   if (!info) {
     const int code = info.error().errno_value == EFBIG ? EFBIG : EBADMSG;
     return with_errno(make_error("archive " + std::string(name) + " cannot " + purpose + ": " + info.error().message),
@@ -450,24 +449,22 @@ Result<std::pair<fs::path, CheckpointInfo>> JobService::checked_archive(std::str
   if (!info->has_criu_images)
     return with_errno(make_error("archive " + std::string(name) + " has no CRIU images (checkpoint/inventory.img)"),
                       EBADMSG);
-  return std::make_pair(std::move(archive.value()), std::move(info.value()));
+  return std::make_pair(std::move(archive), std::move(info.value()));
 }
 
 Result<nlohmann::json> JobService::gpus() const {
-  auto inventory = deps_.inventory();
-  if (!inventory) return inventory.error();
-  return to_json(inventory.value());
+  GPUCKPT_TRY(auto inventory, deps_.inventory());
+  return to_json(inventory);
 }
 
 Result<nlohmann::json> JobService::match(const GpuPropertiesRecord& record) const {
-  auto inventory = deps_.inventory();
-  if (!inventory) return inventory.error();
+  GPUCKPT_TRY(auto inventory, deps_.inventory());
   MatchRequest request;
   request.source = &record;
-  request.target = &inventory.value();
+  request.target = &inventory;
   request.policy = config_.match_policy;
   const auto outcome = match_gpus(request);
-  if (const auto* plan = std::get_if<MatchPlan>(&outcome)) return to_json(*plan, record, inventory.value());
+  if (const auto* plan = std::get_if<MatchPlan>(&outcome)) return to_json(*plan, record, inventory);
   return to_json(std::get<MatchFailure>(outcome));
 }
 
@@ -537,7 +534,7 @@ Result<nlohmann::json> JobService::containers() const {
 
 Result<std::string> JobService::start_checkpoint(const ContainerRef& ref, const std::string& image_tag,
                                                    const std::string& client) {
-  if (auto room = check_job_room(client); !room) return room.error();
+  GPUCKPT_TRY_VOID(check_job_room(client));
   if (!image_tag.empty() && !is_safe_id(image_tag))
     return make_error("'image' must be an image tag (letters, digits, '.', '_', '-'), got '" + image_tag + "'");
   if (!is_valid_container_name(ref.container))
@@ -546,21 +543,18 @@ Result<std::string> JobService::start_checkpoint(const ContainerRef& ref, const 
     return make_error("'pod' is not a valid name: '" + ref.pod + "'");
   if (!ref.namespace_name.empty() && !is_valid_container_name(ref.namespace_name))
     return make_error("'namespace' is not a valid name: '" + ref.namespace_name + "'");
-  auto container = deps_.runtime->find(ref);
-  if (!container) return container.error();   // ENOENT 404, EINVAL 400, runtime failures 500
-  if (container->state != "running")
-    return with_errno(make_error("container " + ref.container + " is " + container->state +
+  GPUCKPT_TRY(auto container, deps_.runtime->find(ref));  // ENOENT 404, EINVAL 400, runtime failures 500
+  if (container.state != "running")
+    return with_errno(make_error("container " + ref.container + " is " + container.state +
                                  ", not running; only running containers can be checkpointed"), EBUSY);
   nlohmann::json request = {{"namespace", ref.namespace_name}, {"pod", ref.pod}, {"container", ref.container}};
   if (!image_tag.empty()) request["image"] = image_tag;
-  auto added = add_job("checkpoint", request, client);
-  if (!added) return added.error();
-  const std::string id = added.value();
-  log::info("job " + id + ": checkpoint of container " + container->name + " (" + container->id + ") accepted");
-  PodRef pod{ref.namespace_name, ref.pod, container->pod_uid};
+  GPUCKPT_TRY(const std::string id, add_job("checkpoint", request, client));
+  log::info("job " + id + ": checkpoint of container " + container.name + " (" + container.id + ") accepted");
+  PodRef pod{ref.namespace_name, ref.pod, container.pod_uid};
   if (!is_valid_pod_ref(pod)) pod.uid.clear();
   if (!is_valid_pod_ref(pod)) pod = {};
-  launch(id, std::move(pod), [this, id, ref, c = container.value(), image_tag](JobDeadline deadline) {
+  launch(id, std::move(pod), [this, id, ref, c = container, image_tag](JobDeadline deadline) {
     run_checkpoint(id, ref, c, image_tag, deadline);
   });
   return id;
@@ -602,17 +596,15 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
   CheckpointGpuRecord record;
   record.checkpoint_id = job_id;
   auto recorded = timed("reading-gpu-record", [&]() -> Result<void> {
-    auto state = read_container_state(config_.state_dir, container.id);
-    if (!state) return state.error();
-    if (state.value()) {
-      record.record = state.value()->gpus.record;
-      record.devices = state.value()->gpus.devices;
-      record.gpu_env = state.value()->gpus.gpu_env;
+    GPUCKPT_TRY(auto state, read_container_state(config_.state_dir, container.id));
+    if (state) {
+      record.record = state->gpus.record;
+      record.devices = state->gpus.devices;
+      record.gpu_env = state->gpus.gpu_env;
       return {};
     }
-    auto inventory = deps_.inventory();   // no GPU use recorded: the archive still says where it was taken
-    if (!inventory) return inventory.error();
-    record.record.node = std::move(inventory.value());
+    // No GPU use recorded: the archive still says where it was taken.
+    GPUCKPT_TRY(record.record.node, deps_.inventory());
     return {};
   });
   if (!recorded) return fail(recorded.error().message);
@@ -803,17 +795,14 @@ Result<std::string> JobService::push_and_register(const std::string& job_id, con
 }
 
 Result<std::string> JobService::start_image(const ImageRequest& request, const std::string& client) {
-  if (auto room = check_job_room(client); !room) return room.error();
+  GPUCKPT_TRY_VOID(check_job_room(client));
   if (!request.tag.empty() && !is_safe_id(request.tag))
     return make_error("'image' must be an image tag (letters, digits, '.', '_', '-'), got '" + request.tag + "'");
-  auto checked = checked_archive(request.archive, "become a checkpoint image");
-  if (!checked) return checked.error();
-  auto& [archive, info] = checked.value();
+  GPUCKPT_TRY(auto checked, checked_archive(request.archive, "become a checkpoint image"));
+  auto& [archive, info] = checked;
   nlohmann::json req = {{"archive", request.archive}};
   if (!request.tag.empty()) req["image"] = request.tag;
-  auto added = add_job("image", req, client);
-  if (!added) return added.error();
-  const std::string id = added.value();
+  GPUCKPT_TRY(const std::string id, add_job("image", req, client));
   std::string tag = request.tag;   // default: the job's id, lower case (as its layout's name)
   if (tag.empty())
     for (char c : id) tag += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -889,33 +878,27 @@ void JobService::run_image(const std::string& job_id, fs::path archive, std::str
 }
 
 Result<std::string> JobService::start_transfer(const TransferRequest& request, const std::string& client) {
-  if (auto room = check_job_room(client); !room) return room.error();
+  GPUCKPT_TRY_VOID(check_job_room(client));
   if (deps_.peer_token.empty()) return make_error("this agent has no token to present to other agents", EIO);
-  if (auto peer = check_peer_url(request.to, config_.transfer.peer_networks); !peer) return peer.error();
-  auto archive = resolve_archive(request.archive);
-  if (!archive) return archive.error();
-  if (!is_transfer_name(archive->filename().string()))
-    return make_error("'" + archive->filename().string() + "' is not an archive name another agent accepts (.tar, "
+  GPUCKPT_TRY_VOID(check_peer_url(request.to, config_.transfer.peer_networks));
+  GPUCKPT_TRY(auto archive, resolve_archive(request.archive));
+  if (!is_transfer_name(archive.filename().string()))
+    return make_error("'" + archive.filename().string() + "' is not an archive name another agent accepts (.tar, "
                       ".tar.gz or .tar.zst)");
-  auto added = add_job("transfer", {{"archive", archive->string()}, {"to", request.to}}, client);
-  if (!added) return added.error();
-  const std::string id = added.value();
-  log::info("job " + id + ": transfer of " + archive->string() + " to " + request.to + " accepted");
-  launch(id, pod_of_archive(archive.value(), nullptr),
-         [this, id, path = archive.value(), to = request.to](JobDeadline deadline) {
+  GPUCKPT_TRY(const std::string id, add_job("transfer", {{"archive", archive.string()}, {"to", request.to}}, client));
+  log::info("job " + id + ": transfer of " + archive.string() + " to " + request.to + " accepted");
+  launch(id, pod_of_archive(archive, nullptr),
+         [this, id, path = archive, to = request.to](JobDeadline deadline) {
     run_transfer(id, path, to, deadline);
   });
   return id;
 }
 
 Result<std::string> JobService::start_chunk_pull(const ChunkPullRequest& request, const std::string& client) {
-  if (auto room = check_job_room(client); !room) return room.error();
-  if (auto name = parse_image_name(request.image); !name) return name.error();
-  if (auto store = agent_store_dir(config_.gpu_memory); !store)
-    return make_error("nothing to pull chunks into: " + store.error().message, store.error().errno_value);
-  auto added = add_job("pull", {{"image", request.image}}, client);
-  if (!added) return added.error();
-  const std::string id = added.value();
+  GPUCKPT_TRY_VOID(check_job_room(client));
+  GPUCKPT_TRY_VOID(parse_image_name(request.image));
+  GPUCKPT_TRY_VOID(agent_store_dir(config_.gpu_memory), "nothing to pull chunks into");
+  GPUCKPT_TRY(const std::string id, add_job("pull", {{"image", request.image}}, client));
   log::info("job " + id + ": chunk pull of " + request.image + " accepted");
   launch(id, PodRef{}, [this, id, image = request.image](JobDeadline deadline) { run_chunk_pull(id, image, deadline); },
          Lane::pulls);
@@ -1041,18 +1024,16 @@ void JobService::run_transfer(const std::string& job_id, const fs::path& archive
 }
 
 Result<std::string> JobService::start_restore(const RestoreRequest& request, const std::string& client) {
-  if (auto room = check_job_room(client); !room) return room.error();
+  GPUCKPT_TRY_VOID(check_job_room(client));
   if (!request.name.empty() && !is_valid_container_name(request.name))
     return make_error("'name' must be a container name (letters, digits, '_', '.', '-'), got '" + request.name + "'");
-  auto checked = checked_archive(request.archive, "be restored");
-  if (!checked) return checked.error();
-  auto& [archive, info] = checked.value();
+  GPUCKPT_TRY(auto checked, checked_archive(request.archive, "be restored"));
+  auto& [archive, info] = checked;
   std::optional<RestorePlan> plan;
   nlohmann::json summary = archive_summary(archive, info);
   if (info.gpus && !info.gpus->record.used_gpu_ids.empty()) {
-    auto inventory = deps_.inventory();
-    if (!inventory) return inventory.error();
-    auto made = plan_for_allocation(*info.gpus, inventory.value(), request.target_gpus, config_.match_policy);
+    GPUCKPT_TRY(auto inventory, deps_.inventory(), "reading this node's GPUs to place checkpoint " + request.archive);
+    auto made = plan_for_allocation(*info.gpus, inventory, request.target_gpus, config_.match_policy);
     if (!made) return with_errno(make_error("no GPU on this node can take checkpoint " + request.archive + ": " +
                                             made.error().message), EDOM);
     plan = std::move(made.value());
@@ -1061,9 +1042,7 @@ Result<std::string> JobService::start_restore(const RestoreRequest& request, con
   const std::string name = request.name;
   nlohmann::json req = {{"archive", request.archive}, {"name", name}};
   if (request.target_gpus) req["target_gpus"] = *request.target_gpus;
-  auto added = add_job("restore", req, client);
-  if (!added) return added.error();
-  const std::string id = added.value();
+  GPUCKPT_TRY(const std::string id, add_job("restore", req, client));
   log::info("job " + id + ": restore of " + archive.string() + " accepted (" +
             (plan ? std::to_string(plan->assignments.size()) + " GPU(s) matched" : std::string("no GPU state")) + ")");
   PodRef pod = pod_of_archive(archive, &info);

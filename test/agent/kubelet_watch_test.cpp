@@ -143,3 +143,25 @@ TEST_CASE("kubelet archives of a pod make events on it: annotated, or quarantine
     CHECK(event.pod.uid == "5f0c3f9e-3b0e-4c59-9a57-2d8f3b1c0a11");
   }
 }
+
+TEST_CASE("a kubelet archive whose GPU record cannot be made is quarantined, saying which step failed", "[unit]") {
+  test::TempDir tmp;
+  const auto dir = tmp.path / "kubelet";
+  test::make_archive(dir / "checkpoint-trainer-0_ml-main-2026-11-26T06:00:00Z.tar",
+                     entries_annotated({{"io.kubernetes.pod.namespace", "ml"}, {"io.kubernetes.pod.name", "trainer-0"}}),
+                     test::Compression::None);
+  node::Metrics metrics;
+  // No hook record for the container: the watcher reads the node's GPUs, and that fails.
+  agent::KubeletArchiveWatcher watcher(dir, tmp.path / "state", ArchiveLimits{}, [] {
+    return Result<NodeInventory>(make_error("/host/sys/class/kfd/kfd/topology/nodes/1/properties: line 4: value "
+                                            "out of range", EIO));
+  }, metrics);
+  std::vector<agent::PodEvent> events;
+  watcher.report_events_to([&](agent::PodEvent event) { events.push_back(std::move(event)); });
+  CHECK(watcher.scan() == 0);
+  CHECK(watcher.scan() == 0);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].reason == "CheckpointQuarantined");
+  CHECK(events[0].message.find("reading this node's GPUs: /host/sys/class/kfd/kfd/topology/nodes/1/properties: "
+                               "line 4") != std::string::npos);
+}
