@@ -152,9 +152,8 @@ Result<Report> move_into_store(int dir_fd, const gi::Settings& settings, const s
   Report report;
   report.threads = thread_count(settings);
   if (settings.store.empty()) return make_error("internal: no chunk store to move CPU pages into", EINVAL);
-  auto opened = cs::Store::open(settings.store, true);
-  if (!opened) return opened.error();
-  std::shared_ptr<cs::Store> store(std::move(*opened));
+  GPUCKPT_TRY(auto opened, cs::Store::open(settings.store, true));
+  std::shared_ptr<cs::Store> store(std::move(opened));
 
   // One page image per pagemap; each checked against its pagemap before anything is written.
   struct Image {
@@ -311,19 +310,18 @@ Result<Report> bring_back(int dir_fd, const gi::Settings& settings) {
   };
   std::vector<Image> images;
   for (const std::string& name : names) {
-    auto manifest = gi::read_manifest(dir_fd, name);
-    if (!manifest) return manifest.error();
-    if (manifest->kind != gi::MemoryKind::CpuPages || gi::manifest_name(*manifest) != name)
+    GPUCKPT_TRY(auto manifest, gi::read_manifest(dir_fd, name));
+    if (manifest.kind != gi::MemoryKind::CpuPages || gi::manifest_name(manifest) != name)
       return make_error(name + " is not the manifest of CRIU's page image its name says (its kind or pages_id "
                         "differ): refusing the restore", EINVAL);
     // The buffers below are one window each: a manifest that asks for larger chunks is not one this plugin wrote.
-    if (manifest->header.chunk_size != kWindowBytes)
-      return make_error(name + ": chunk_size " + std::to_string(manifest->header.chunk_size) + " is not the " +
+    if (manifest.header.chunk_size != kWindowBytes)
+      return make_error(name + ": chunk_size " + std::to_string(manifest.header.chunk_size) + " is not the " +
                         std::to_string(kWindowBytes) + " bytes page images are cut in: refusing the restore", EINVAL);
-    if (auto complete = gi::check_chunks(*manifest, *store, name); !complete) return complete.error();
-    const std::string image = pages_file_name(static_cast<std::uint32_t>(manifest->header.vpid));
+    GPUCKPT_TRY_VOID(gi::check_chunks(manifest, *store, name));
+    const std::string image = pages_file_name(static_cast<std::uint32_t>(manifest.header.vpid));
     images.push_back({image, "." + image + ".partial",
-                      std::make_unique<gi::StoreReader>(std::move(*manifest), store, name, check), -1});
+                      std::make_unique<gi::StoreReader>(std::move(manifest), store, name, check), -1});
   }
   const auto discard = [&] {
     for (auto& image : images) {
