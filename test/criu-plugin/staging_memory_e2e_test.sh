@@ -33,6 +33,8 @@
 #      and staging memory bit-identical); the restored process's next checkpoint writes almost nothing new; a
 #      missing CPU chunk stops the restore at the plugin's init, named; GPUCKPT_CPU_PAGES_STORE=0 and an inline
 #      store keep the page images whole, as before.
+# The node-local store is this run's own directory in every case (GPUCKPT_TEST_NODE_STORE): the host's
+# /var/lib/gpuckpt/chunks (its lineage records) is never written.
 # Exit 0 pass, 77 skipped (no root / no working CRIU), anything else fails.
 set -uo pipefail
 
@@ -99,7 +101,7 @@ dump() { # $1 = image dir, $2 = pid, rest: criu options (--ghost-limit 8M unless
   mkdir -p "$dir"
   local limit=(--ghost-limit 8M)
   [[ " $* " == *" --ghost-limit "* ]] && limit=()
-  GPUCKPT_TEST_STAGING_VMA=$ADDR "$CRIU" dump -t "$pid" -D "$dir" -o dump.log -v4 --libdir "$WORK/lib" "${limit[@]}" "$@"
+  GPUCKPT_TEST_STAGING_VMA=$ADDR GPUCKPT_TEST_NODE_STORE=${GPUCKPT_TEST_NODE_STORE:-$WORK/node-store} "$CRIU" dump -t "$pid" -D "$dir" -o dump.log -v4 --libdir "$WORK/lib" "${limit[@]}" "$@"
   local rc=$?
   mv "$dir/dump.log" "$WORK/$(basename "$dir")-dump.log" 2>/dev/null
   return $rc
@@ -108,7 +110,7 @@ dump() { # $1 = image dir, $2 = pid, rest: criu options (--ghost-limit 8M unless
 RESTORE_PREFIX=()   # a command CRIU's restore runs under (case 8: a private /dev/log)
 restore() { # $1 = image dir; sets RPID (empty when the restore wrote no pidfile)
   rm -f "$1/restored.pid"
-  "${RESTORE_PREFIX[@]}" "$CRIU" restore -D "$1" -o restore.log -v4 -d --libdir "$WORK/lib" --pidfile "$1/restored.pid"
+  GPUCKPT_TEST_NODE_STORE=${GPUCKPT_TEST_NODE_STORE:-$WORK/node-store} "${RESTORE_PREFIX[@]}" "$CRIU" restore -D "$1" -o restore.log -v4 -d --libdir "$WORK/lib" --pidfile "$1/restored.pid"
   local rc=$?
   mv "$1/restore.log" "$WORK/$(basename "$1")-restore.log" 2>/dev/null
   RPID=$(cat "$1/restored.pid" 2>/dev/null)
