@@ -149,8 +149,8 @@ dump "$WORK/full" "$PID" || fail "criu dump failed"
 gone "$PID" || fail "the dumped process $PID did not go away"
 [ "$(pages_bytes "$WORK/full")" -lt $((SIZE_MIB * MIB / 4)) ] || fail "the pages image carries the staging memory"
 INSPECT=$("$GPUCKPT" inspect "$WORK/full/gpuckpt-gpumem-$PID.img") || fail "gpuckpt inspect: $INSPECT"
-echo "$INSPECT" | grep -q "every chunk checked: ok" || fail "inspect did not check the chunks: $INSPECT"
-echo "$INSPECT" | grep -Eq "\(([1-9][0-9]*) zero, ([1-9][0-9]*) zstd" || fail "expected zero and zstd chunks: $INSPECT"
+grep -q "every chunk checked: ok" <<<"$INSPECT" || fail "inspect did not check the chunks: $INSPECT"
+grep -Eq "\(([1-9][0-9]*) zero, ([1-9][0-9]*) zstd" <<<"$INSPECT" || fail "expected zero and zstd chunks: $INSPECT"
 IMG_BYTES=$(cat "$WORK/full/gpuckpt-gpumem-$PID".img* | wc -c)   # the main file and its data shards
 [ "$IMG_BYTES" -lt $((SIZE_MIB * MIB * 3 / 4)) ] || fail "the image ($IMG_BYTES bytes) is not smaller than the memory"
 restore "$WORK/full" || fail "criu restore failed"
@@ -233,7 +233,7 @@ CHUNKS=$(find "$GPUCKPT_GPU_STORE/sha256" -type f | wc -l)
 [ "$CHUNKS" -gt 0 ] && [ -z "$(find "$GPUCKPT_GPU_STORE/sha256" -type f ! -perm 600)" ] || fail "no chunks, or chunks not 0600"
 [ "$(du -cb "$WORK"/stored/* | tail -1 | cut -f1)" -lt $((SIZE_MIB * MIB / 4)) ] || fail "CRIU's images still carry the memory"
 INSPECT=$("$GPUCKPT" inspect "$WORK/stored") || fail "gpuckpt inspect of the store-backed images: $INSPECT"
-echo "$INSPECT" | grep -q "every chunk checked in $GPUCKPT_GPU_STORE: ok" || fail "inspect did not check the store: $INSPECT"
+grep -q "every chunk checked in $GPUCKPT_GPU_STORE: ok" <<<"$INSPECT" || fail "inspect did not check the store: $INSPECT"
 # A missing chunk: the restore stops at the plugin's init, before CRIU restores any process.
 VICTIM=$(find "$GPUCKPT_GPU_STORE/sha256" -type f | head -1)
 mv "$VICTIM" "$WORK/victim"
@@ -418,7 +418,7 @@ ls "$WORK/cpu-1"/gpuckpt-pages-*.manifest.json >/dev/null 2>&1 || fail "no pages
 IMAGES1=$(du -cb "$WORK"/cpu-1/* | tail -1 | cut -f1)
 [ "$IMAGES1" -lt $((HEAP_MIB * MIB / 16)) ] || fail "CRIU's images still carry the heap ($IMAGES1 bytes)"
 INSPECT=$("$GPUCKPT" inspect "$WORK/cpu-1") || fail "gpuckpt inspect of images with a pages manifest: $INSPECT"
-echo "$INSPECT" | grep -q "CPU pages manifest" || fail "inspect did not show the pages manifest: $INSPECT"
+grep -q "CPU pages manifest" <<<"$INSPECT" || fail "inspect did not show the pages manifest: $INSPECT"
 restore "$WORK/cpu-1" || fail "criu restore with CPU pages from the store failed"
 grep -q "timing: cpu pages from the chunk store: [1-9]" "$WORK/cpu-1-restore.log" || fail "the restore did not rebuild the page images"
 [ "$(heap_now h "$RPID")" = "$HEAP" ] || fail "the restored heap is not bit-identical"
