@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/byte_io.h"
 #include "common/caught.h"
 #include "common/chunk_store.h"
 #include "common/gpu_manifest.h"
@@ -73,17 +74,6 @@ Result<std::vector<std::byte>> read_small_file(int dir_fd, const std::string& na
   return bytes;
 }
 
-Result<void> pread_all(int fd, std::span<std::byte> out, std::uint64_t offset, const std::string& name) {
-  std::size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return make_error("reading " + name + ": " + (n < 0 ? errno_text(errno) : "it is shorter than its pagemap says"), n < 0 ? errno : EIO);
-    done += static_cast<std::size_t>(n);
-  }
-  return {};
-}
-
 Result<void> pwrite_all(int fd, std::span<const std::byte> in, std::uint64_t offset, const std::string& name) {
   std::size_t done = 0;
   while (done < in.size()) {
@@ -94,6 +84,22 @@ Result<void> pwrite_all(int fd, std::span<const std::byte> in, std::uint64_t off
   }
   return {};
 }
+
+// What one thread of in_parallel keeps between chunks: its codec and one window's buffers, made at its first chunk.
+struct WindowWorker {
+  std::unique_ptr<gi::ChunkCodec> codec;
+  gi::CompressionHistory history;
+  std::vector<std::byte> window;   // one chunk's raw bytes
+  std::vector<std::byte> record;   // a chunk file as read from the store
+  std::uint64_t new_chunks = 0, new_bytes = 0;
+  WindowWorker& ready() {
+    if (!codec) {
+      codec = std::make_unique<gi::ChunkCodec>(static_cast<std::uint32_t>(kWindowBytes));
+      window.resize(kWindowBytes);
+    }
+    return *this;
+  }
+};
 
 // Runs body(thread, item) for items 0..count-1 on `threads` threads, each item once; the first error stops the rest
 // and is the answer. A throw inside a body is an error too (caught.h), never std::terminate in CRIU's process.
@@ -223,23 +229,13 @@ Result<Report> move_into_store(int dir_fd, const gi::Settings& settings, const s
   std::vector<Item> items;
   for (std::size_t i = 0; i < images.size(); ++i)
     for (std::uint32_t r = 0; r < images[i].writer->manifest().regions.size(); ++r) items.push_back({i, r});
-  struct Worker {
-    std::unique_ptr<gi::ChunkCodec> codec;
-    gi::CompressionHistory history;
-    std::vector<std::byte> buffer;
-    std::uint64_t new_chunks = 0, new_bytes = 0;
-  };
-  std::vector<Worker> workers(report.threads);
+  std::vector<WindowWorker> workers(report.threads);
   auto stored = in_parallel(report.threads, items.size(), "storing CPU pages", [&](unsigned t, std::size_t i) -> Result<void> {
-    Worker& w = workers[t];
-    if (!w.codec) {
-      w.codec = std::make_unique<gi::ChunkCodec>(static_cast<std::uint32_t>(kWindowBytes));
-      w.buffer.resize(kWindowBytes);
-    }
+    WindowWorker& w = workers[t].ready();
     Image& image = images[items[i].image];
     const gi::Region& region = image.writer->manifest().regions[items[i].region];
-    std::span<std::byte> raw(w.buffer.data(), region.length);
-    if (auto ok = pread_all(image.fd, raw, region.start, image.name); !ok) return ok;
+    std::span<std::byte> raw(w.window.data(), region.length);
+    GPUCKPT_TRY_VOID(byte_io::read_all(image.fd, raw.data(), raw.size(), region.start, image.name));
     auto chunk = image.writer->add(items[i].region, 0, raw, *w.codec, settings, w.history);
     if (!chunk) return make_error(image.name + ": " + chunk.error().message, chunk.error().errno_value);
     if (!chunk->zero && !chunk->reused) {
@@ -252,7 +248,7 @@ Result<Report> move_into_store(int dir_fd, const gi::Settings& settings, const s
     close_all();
     return stored.error();
   }
-  for (const Worker& w : workers) {
+  for (const WindowWorker& w : workers) {
     report.new_chunks += w.new_chunks;
     report.new_bytes += w.new_bytes;
   }
@@ -353,21 +349,13 @@ Result<Report> bring_back(int dir_fd, const gi::Settings& settings) {
       if (entries[e].encoding != gi::Encoding::Zero) items.push_back({i, e});   // zeros: the file's holes
     report.chunks += entries.size();
   }
-  struct Worker {
-    std::unique_ptr<gi::ChunkCodec> codec;
-    std::vector<std::byte> record, raw;
-  };
-  std::vector<Worker> workers(report.threads);
+  std::vector<WindowWorker> workers(report.threads);
   auto filled = in_parallel(report.threads, items.size(), "rebuilding CPU pages", [&](unsigned t, std::size_t i) -> Result<void> {
-    Worker& w = workers[t];
-    if (!w.codec) {
-      w.codec = std::make_unique<gi::ChunkCodec>(static_cast<std::uint32_t>(kWindowBytes));
-      w.raw.resize(kWindowBytes);
-    }
+    WindowWorker& w = workers[t].ready();
     const Image& image = images[items[i].image];
     const gi::Manifest& m = image.reader->manifest();
     const gi::ChunkEntry& e = m.entries[items[i].entry];
-    std::span<std::byte> raw(w.raw.data(), e.raw_size);
+    std::span<std::byte> raw(w.window.data(), e.raw_size);
     if (auto ok = image.reader->read_chunk(items[i].entry, *w.codec, w.record, raw); !ok) return ok;
     return pwrite_all(image.fd, raw, m.regions[e.region].start + e.chunk * m.header.chunk_size, image.temp);
   });
