@@ -26,11 +26,22 @@ using nlohmann::json;
 namespace {
 
 // A process that is gone (or a zombie nobody reaped yet): nothing of it runs.
-bool is_gone(pid_t pid) {
+bool is_gone_now(pid_t pid) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(status, line))
     if (line.rfind("State:", 0) == 0) return line.find('Z') != std::string::npos;
+  return true;
+}
+
+// SIGKILL is delivered when the process next runs: on a loaded machine a killed grandchild can still show as
+// running for a moment after the job ended, so "killed" means gone within a few seconds, not at once.
+bool is_gone(pid_t pid) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!is_gone_now(pid)) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   return true;
 }
 
