@@ -48,8 +48,8 @@ for variant in $VARIANTS; do
   envs=()
   case $variant in
     glibc-hugetlb) envs=(GLIBC_TUNABLES=glibc.malloc.hugetlb=1) ;;
-    shim-log) envs=(LD_PRELOAD=$BIN/thp_mmap_shim.so THP_SHIM_LOG=$OUT/$variant.mmaps) ;;
-    shim-thp) envs=(LD_PRELOAD=$BIN/thp_mmap_shim.so THP_SHIM_LOG=$OUT/$variant.mmaps THP_SHIM_ADVISE=1) ;;
+    shim-log) envs=("LD_PRELOAD=$BIN/thp_mmap_shim.so" "THP_SHIM_LOG=$OUT/$variant.mmaps") ;;
+    shim-thp) envs=("LD_PRELOAD=$BIN/thp_mmap_shim.so" "THP_SHIM_LOG=$OUT/$variant.mmaps" THP_SHIM_ADVISE=1) ;;
   esac
   [ "$variant" = thp-always ] && echo always > /sys/kernel/mm/transparent_hugepage/enabled
   env "${envs[@]}" $BIN/gpu_counter "$MIB" "$OUT/$variant.counter" --sleep-ms 200 --content random &
