@@ -1,6 +1,7 @@
 #include "common/criu_stats.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <optional>
 
@@ -63,13 +64,67 @@ Result<CriuDumpStats> parse_criu_dump_stats(std::string_view image, std::string_
   return out;
 }
 
-std::map<std::string, double> checkpoint_runtime_phases(const CriuDumpStats& stats, double runtime_seconds) {
+namespace {
+
+struct PluginTimingKey {
+  const char* name;
+  double PluginDumpTimings::*field;
+};
+constexpr PluginTimingKey kPluginTimingKeys[] = {
+    {"gpu-lock", &PluginDumpTimings::gpu_lock_seconds},
+    {"gpu-checkpoint", &PluginDumpTimings::gpu_checkpoint_seconds},
+    {"gpu-memory-images", &PluginDumpTimings::gpu_memory_seconds},
+    {"cpu-pages-store", &PluginDumpTimings::cpu_pages_seconds},
+};
+constexpr double kMaxStepSeconds = 86400;
+
+}  // namespace
+
+std::string serialize_plugin_dump_timings(const PluginDumpTimings& timings) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& key : kPluginTimingKeys) j[key.name] = timings.*key.field;
+  return j.dump() + "\n";
+}
+
+Result<PluginDumpTimings> parse_plugin_dump_timings(std::string_view text, std::string_view source) {
+  const auto refused = [&](const std::string& why) {
+    return make_error(std::string(source) + ": " + why, EBADMSG);
+  };
+  if (text.size() > kMaxPluginDumpTimingsBytes)
+    return refused(std::to_string(text.size()) + " bytes is more than a plugin's timings (" +
+                   std::to_string(kMaxPluginDumpTimingsBytes) + ")");
+  const auto doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) return refused("not a JSON object");
+  PluginDumpTimings out;
+  for (const auto& key : kPluginTimingKeys) {
+    const auto it = doc.find(key.name);
+    if (it == doc.end()) continue;
+    if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0 ||
+        it->get<double>() > kMaxStepSeconds)
+      return refused(std::string(key.name) + " is not a number of seconds from 0 to " +
+                     std::to_string(static_cast<int>(kMaxStepSeconds)));
+    out.*key.field = it->get<double>();
+  }
+  return out;
+}
+
+std::map<std::string, double> checkpoint_runtime_phases(const CriuDumpStats& stats, double runtime_seconds,
+                                                        const std::optional<PluginDumpTimings>& plugin) {
   Budget budget(runtime_seconds);
   const double cpu_pages = stats.memdump_seconds + stats.memwrite_seconds;
   std::map<std::string, double> phases;
-  phases["criu-freezing"] = budget.take(stats.freezing_seconds);
+  // Each CRIU part is first cut to what the call's own clock leaves, then shared with the plugin's steps inside it.
+  Budget freezing(budget.take(stats.freezing_seconds));
   phases["criu-cpu-pages"] = budget.take(cpu_pages);
-  phases["criu-frozen-other"] = budget.take(stats.frozen_seconds - cpu_pages);
+  Budget frozen_other(budget.take(stats.frozen_seconds - cpu_pages));
+  if (plugin) {
+    phases["gpuckpt-gpu-lock"] = freezing.take(plugin->gpu_lock_seconds);
+    phases["gpuckpt-gpu-checkpoint"] = frozen_other.take(plugin->gpu_checkpoint_seconds);
+    phases["gpuckpt-gpu-memory-images"] = frozen_other.take(plugin->gpu_memory_seconds);
+    phases["gpuckpt-cpu-pages-store"] = frozen_other.take(plugin->cpu_pages_seconds);
+  }
+  phases["criu-freezing"] = freezing.rest();
+  phases["criu-frozen-other"] = frozen_other.rest();
   phases["runtime-other"] = budget.rest();
   return phases;
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,14 +30,35 @@ struct CriuDumpStats {
 
 Result<CriuDumpStats> parse_criu_dump_stats(std::string_view image, std::string_view source);
 
+// gpuckpt's CRIU plugin's own steps of a dump, which CRIU's statistics count inside its freezing and frozen
+// times. The plugin writes them into CRIU's image directory at the end of the dump (a JSON object of seconds),
+// so they travel in the runtime's archive next to stats-dump whichever runtime wrote it.
+inline constexpr const char* kPluginDumpTimingsFile = "gpuckpt-dump-timings.json";
+inline constexpr std::size_t kMaxPluginDumpTimingsBytes = 4096;
+
+struct PluginDumpTimings {
+  double gpu_lock_seconds = 0;         // locking the CUDA processes (inside CRIU's freezing)
+  double gpu_checkpoint_seconds = 0;   // the driver copying device memory into the processes (frozen)
+  double gpu_memory_seconds = 0;       // writing the GPU memory images or chunks (frozen)
+  double cpu_pages_seconds = 0;        // moving CRIU's page images into the node store (frozen)
+};
+
+std::string serialize_plugin_dump_timings(const PluginDumpTimings& timings);
+// At most kMaxPluginDumpTimingsBytes of one JSON object; each known key a number of seconds from 0 to a day.
+// Keys it does not know are ignored (a newer plugin may say more). An error names `source`.
+Result<PluginDumpTimings> parse_plugin_dump_timings(std::string_view text, std::string_view source);
+
 // The runtime's checkpoint call (`runtime_seconds`, timed by the caller) in parts that do not overlap, each
 // at least 0 and together at most runtime_seconds (a part is cut where CRIU's clock and the caller's disagree):
-//   criu-freezing      CRIU collecting and freezing the processes
-//   criu-cpu-pages     CRIU dumping and writing the CPU pages
-//   criu-frozen-other  the rest of the frozen time: the plugins' work (gpuckpt's GPU lock, the driver's
-//                      checkpoint, the GPU memory images) and CRIU's other images
-//   runtime-other      the runtime around CRIU: its setup and writing the checkpoint archive
-std::map<std::string, double> checkpoint_runtime_phases(const CriuDumpStats& stats, double runtime_seconds);
+//   criu-freezing             CRIU collecting and freezing the processes
+//   criu-cpu-pages            CRIU dumping and writing the CPU pages
+//   criu-frozen-other         the rest of the frozen time: CRIU's other images and the plugins' work
+//   runtime-other             the runtime around CRIU: its setup and writing the checkpoint archive
+// With the plugin's own timings, its steps are carved out of the CRIU part that holds them:
+//   gpuckpt-gpu-lock          out of criu-freezing
+//   gpuckpt-gpu-checkpoint, gpuckpt-gpu-memory-images, gpuckpt-cpu-pages-store   out of criu-frozen-other
+std::map<std::string, double> checkpoint_runtime_phases(const CriuDumpStats& stats, double runtime_seconds,
+                                                        const std::optional<PluginDumpTimings>& plugin = {});
 
 // What podman's `container restore --print-stats` prints (one JSON document, times in microseconds): the restored
 // container and the nested times of its restore.

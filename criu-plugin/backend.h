@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/criu_stats.h"
+
 namespace gpuckpt::plugin {
 
 class Backend {
@@ -35,6 +37,8 @@ class Backend {
     return -ENOTSUP;
   }
   virtual int post_forking() { return 0; }
+  // Its own steps of the dump that just ended, added to what the plugin reports (criu_stats.h).
+  virtual void add_dump_timings(PluginDumpTimings& /*timings*/) const {}
 };
 
 std::unique_ptr<Backend> make_cuda_backend();   // criu-plugin/cuda/

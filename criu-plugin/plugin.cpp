@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <string>
 
+#include "common/criu_stats.h"
+#include "common/gpu_manifest.h"
 #include "common/log.h"
 #include "common/plugin_settings.h"
 #include "criu-plugin/backend.h"
@@ -80,8 +82,7 @@ Result<gpu_image::Settings> cpu_pages_settings() {
 }
 
 // The end of a dump that wrote gpuckpt's state: CRIU's page images into the chunk store (cpu_pages.h).
-void move_cpu_pages() {
-  if (!criu::added_to_inventory(kPluginName)) return;   // no GPU state here: a restore would not run gpuckpt
+void move_cpu_pages(PluginDumpTimings& timings) {
   auto settings = cpu_pages_settings();
   if (!settings) {
     log::info("cpu pages: " + settings.error().message);
@@ -101,11 +102,23 @@ void move_cpu_pages() {
     log::error("cpu pages: " + moved.error().message);
     return;
   }
+  timings.cpu_pages_seconds = moved->seconds;
   for (const auto& why : moved->left) log::warn("cpu pages: left in the archive: " + why);
   log::info("timing: cpu pages into the chunk store " + settings->store + ": " + std::to_string(moved->images) +
             " page image(s), " + mib(moved->bytes) + " in " + std::to_string(moved->chunks) + " chunks, " +
             std::to_string(moved->new_chunks) + " new (" + mib(moved->new_bytes) + " written), " +
             std::to_string(moved->threads) + " threads, " + fixed(moved->seconds) + " s");
+}
+
+// The plugin's steps of this dump, beside CRIU's stats-dump in the image directory (criu_stats.h), so that the
+// runtime's archive carries them to whoever splits the checkpoint's time. Not having them only costs that split.
+void write_dump_timings(const PluginDumpTimings& timings) {
+  const int dir_fd = criu::image_dir_fd();
+  if (dir_fd < 0) return;
+  if (auto written = gpu_image::write_file_atomically(dir_fd, kPluginDumpTimingsFile, serialize_plugin_dump_timings(timings),
+                                           false, "CRIU's image directory");
+      !written)
+    log::warn("timing: " + written.error().message);
 }
 
 // The start of a restore: the page images a dump moved into the store, back before CRIU reads them.
@@ -177,7 +190,13 @@ int plugin_init(int stage) noexcept {
 void plugin_exit(int stage, int ret) noexcept {
   Dispatcher::guarded("fini", "plugin", [&]() -> int {
     for (auto& backend : dispatcher().backends()) backend->fini(stage, ret);
-    if (stage == criu::kStageDump && ret == 0 && !g_disabled) move_cpu_pages();
+    // Only a dump that wrote gpuckpt's state: without it a restore would not run gpuckpt.
+    if (stage == criu::kStageDump && ret == 0 && !g_disabled && criu::added_to_inventory(kPluginName)) {
+      PluginDumpTimings timings;
+      for (const auto& backend : dispatcher().backends()) backend->add_dump_timings(timings);
+      move_cpu_pages(timings);
+      write_dump_timings(timings);
+    }
     dispatcher().clear();
     g_disabled = true;
     log::set_sink(nullptr);   // the sink must not outlive CRIU's dlclose() of this library

@@ -621,10 +621,14 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
   if (!pipe) return fail(pipe.error().message);
   Result<std::uint64_t> bytes = make_error("the archive was not received");
   // CRIU's statistics of the dump, where the runtime puts them into its archive (podman and CRI-O at its top).
-  std::optional<std::string> criu_stats;
+  // gpuckpt's plugin's own steps beside them (criu_stats.h).
+  std::optional<std::string> criu_stats, plugin_timings;
   ArchiveEdit annotation = checkpoint_annotation(record);
   for (const std::string& name : {std::string(kCriuDumpStatsFile), std::string("checkpoint/") + kCriuDumpStatsFile})
     annotation.peek[name] = [&criu_stats](const std::string& image) { criu_stats = image; };
+  for (const std::string& name :
+       {std::string(kPluginDumpTimingsFile), std::string("checkpoint/") + kPluginDumpTimingsFile})
+    annotation.peek[name] = [&plugin_timings](const std::string& text) { plugin_timings = text; };
   PipeWorker receiver(*pipe.value(), [&] {
     auto read = [&](char* buffer, std::size_t size) { return pipe.value()->receive(buffer, size); };
     bytes = receive_archive(read, "the runtime's export " + pipe_path.string(), final_path, annotation,
@@ -656,7 +660,13 @@ void JobService::run_checkpoint(const std::string& job_id, const ContainerRef& r
     if (auto stats = parse_criu_dump_stats(*criu_stats, "the archive's " + std::string(kCriuDumpStatsFile)); stats) {
       double runtime_seconds = 0;
       if (auto j = job(job_id)) runtime_seconds = j->phase_seconds["checkpointing"];
-      runtime_phases = checkpoint_runtime_phases(*stats, runtime_seconds);
+      std::optional<PluginDumpTimings> plugin;
+      if (plugin_timings) {
+        auto parsed = parse_plugin_dump_timings(*plugin_timings, "the archive's " + std::string(kPluginDumpTimingsFile));
+        if (parsed) plugin = *parsed;
+        else log::warn("job " + job_id + ": the plugin's steps are not split out: " + parsed.error().message);
+      }
+      runtime_phases = checkpoint_runtime_phases(*stats, runtime_seconds, plugin);
       criu_pages = {{"scanned", stats->pages_scanned}, {"written", stats->pages_written}};
     } else {
       log::warn("job " + job_id + ": the runtime's checkpoint is not split into its parts: " + stats.error().message);

@@ -89,9 +89,18 @@ class CudaBackend final : public Backend {
                 "by a full dump); inactive");
       return 0;
     }
-    if (stage == criu::kStageDump) return init_dump();
+    if (stage == criu::kStageDump) {
+      dump_timings_ = {};
+      return init_dump();
+    }
     if (stage == criu::kStageRestore) return init_restore();
     return 0;
+  }
+
+  void add_dump_timings(PluginDumpTimings& timings) const override {
+    timings.gpu_lock_seconds += dump_timings_.gpu_lock_seconds;
+    timings.gpu_checkpoint_seconds += dump_timings_.gpu_checkpoint_seconds;
+    timings.gpu_memory_seconds += dump_timings_.gpu_memory_seconds;
   }
 
   void fini(int stage, int ret) override {
@@ -334,6 +343,7 @@ class CudaBackend final : public Backend {
     const auto start = now();
     const LockAllOutcome outcome = lock_all(
         pids, [&](int pid) { return driver_->lock(pid, timeout_ms); }, [&](int pid) { return driver_->unlock(pid); });
+    dump_timings_.gpu_lock_seconds += seconds_since(start);
     const std::string took = fixed(seconds_since(start));
     if (outcome.all_locked) {
       for (const auto& attempt : outcome.attempts)
@@ -524,9 +534,11 @@ class CudaBackend final : public Backend {
     for (const auto& t : tracked_)
       if (t.checkpoint_attempted && t.checkpoint_result == 0) staged.push_back(t.pid);
     if (staged.empty()) return;
+    const auto start = now();
     memory_.stage(staged, [this](int pid, int vpid) {
       if (host_) host_->staged(pid, vpid);
     });
+    dump_timings_.gpu_memory_seconds += seconds_since(start);
   }
 
   void checkpoint_all() {
@@ -565,6 +577,7 @@ class CudaBackend final : public Backend {
       took[i] = seconds_since(t0);
     });
     const double wall = seconds_since(start);
+    dump_timings_.gpu_checkpoint_seconds += wall;
     for (std::size_t i = 0; i < work.size(); ++i) {
       if (!ready[i]) continue;
       auto stopped = threads[i].stop();
@@ -830,6 +843,7 @@ class CudaBackend final : public Backend {
   std::vector<int> stand_in_pids_;   // stand-ins (deps_.stand_ins): memory path only, no driver
   GpuMemoryPath memory_;
   bool checkpoint_round_done_ = false;
+  PluginDumpTimings dump_timings_;   // this dump's lock, driver checkpoint and memory images
   bool restore_round_done_ = false;
   bool tree_paused_ = false;   // the first PAUSE_DEVICES paused every CUDA process of the tree
   std::map<int, int> restore_results_;

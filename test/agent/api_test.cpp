@@ -930,6 +930,37 @@ TEST_CASE("a store-backed checkpoint image takes its chunks to the registry; ano
             "gpu_memory.store") != std::string::npos);
 }
 
+TEST_CASE("a checkpoint's record has the plugin's own steps as parts when its timings travel with the archive",
+          "[unit]") {
+  const std::string stats = test::criu_dump_stats_image();
+  Fixture f;
+  f.runtime->extra_entries = {{"stats-dump", stats},
+                              {"gpuckpt-dump-timings.json", R"({"gpu-lock":0.001,"gpu-checkpoint":0.002,)"
+                                                            R"("gpu-memory-images":0.003,"cpu-pages-store":0.004})"}};
+  const auto gpu = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"]);
+  INFO(gpu.dump());
+  REQUIRE(gpu["state"] == "succeeded");
+  const json parts = gpu["runtime_phase_seconds"];
+  CHECK(parts.size() == 8);
+  double sum = 0;
+  for (const auto& [part, seconds] : parts.items()) {
+    CHECK(seconds.get<double>() >= 0);
+    sum += seconds.get<double>();
+  }
+  for (const char* part : {"gpuckpt-gpu-lock", "gpuckpt-gpu-checkpoint", "gpuckpt-gpu-memory-images",
+                           "gpuckpt-cpu-pages-store"})
+    CHECK(parts.contains(part));
+  CHECK(sum <= gpu["phase_seconds"]["checkpointing"].get<double>() + 1e-9);
+  CHECK(scrape(f).at("gpuckpt_job_runtime_phase_duration_seconds_count{kind=\"checkpoint\",phase=\"gpuckpt-gpu-lock\"}") == 1);
+
+  // Timings the agent cannot read split nothing of the plugin's; CRIU's parts stay.
+  f.runtime->extra_entries = {{"stats-dump", stats}, {"gpuckpt-dump-timings.json", R"({"gpu-lock":"soon"})"}};
+  const auto odd = f.wait_job("/v1/checkpoints", f.post("/v1/checkpoints", R"({"container":"plain"})", 202)["id"]);
+  REQUIRE(odd["state"] == "succeeded");
+  CHECK(odd["runtime_phase_seconds"].size() == 4);
+  CHECK_FALSE(odd["runtime_phase_seconds"].contains("gpuckpt-gpu-lock"));
+}
+
 TEST_CASE("a checkpoint's record splits its runtime call by CRIU's statistics; /metrics has their histograms",
           "[unit]") {
   Fixture f;
@@ -979,6 +1010,7 @@ TEST_CASE("a checkpoint's record splits its runtime call by CRIU's statistics; /
   CHECK_FALSE(plain.contains("runtime_phase_seconds"));
   CHECK_FALSE(plain["result"].contains("criu_pages"));
   CHECK(scrape(f).at("gpuckpt_job_runtime_phase_duration_seconds_count{kind=\"checkpoint\",phase=\"criu-freezing\"}") == 1);
+
 
   // A restore whose runtime reports its times (podman --print-stats) is split by them too.
   f.runtime->restore_stats = PodmanRestoreStats{"restored-1", 0.550032, 0.177004, 0.104568};

@@ -71,6 +71,66 @@ TEST_CASE("the runtime's checkpoint call in parts that do not overlap and fit in
   }
 }
 
+TEST_CASE("the plugin's own steps are carved out of the CRIU part that holds them", "[unit]") {
+  // As on the GPU machine: freezing 0.30 s holds the GPU lock, frozen 4.77 s holds the driver's checkpoint, the
+  // memory images and the CPU pages' move into the store.
+  const CriuDumpStats stats{0.30, 4.77, 0.72, 0.49, 0, 0};
+  const gpuckpt::PluginDumpTimings plugin{0.25, 2.10, 0.80, 0.40};
+  const auto phases = checkpoint_runtime_phases(stats, 5.5, plugin);
+  REQUIRE(phases.size() == 8);
+  CHECK(phases.at("gpuckpt-gpu-lock") == Approx(0.25));
+  CHECK(phases.at("criu-freezing") == Approx(0.05));
+  CHECK(phases.at("criu-cpu-pages") == Approx(1.21));
+  CHECK(phases.at("gpuckpt-gpu-checkpoint") == Approx(2.10));
+  CHECK(phases.at("gpuckpt-gpu-memory-images") == Approx(0.80));
+  CHECK(phases.at("gpuckpt-cpu-pages-store") == Approx(0.40));
+  CHECK(phases.at("criu-frozen-other") == Approx(4.77 - 1.21 - 3.30));
+  CHECK(phases.at("runtime-other") == Approx(5.5 - 0.30 - 4.77));
+
+  // A plugin's clock ahead of CRIU's: its steps get what the CRIU part holds, in order, never more.
+  const gpuckpt::PluginDumpTimings greedy{1.0, 3.0, 3.0, 3.0};
+  const auto cut = checkpoint_runtime_phases(stats, 5.5, greedy);
+  CHECK(cut.at("gpuckpt-gpu-lock") == Approx(0.30));
+  CHECK(cut.at("criu-freezing") == Approx(0).margin(1e-9));
+  CHECK(cut.at("gpuckpt-gpu-checkpoint") == Approx(3.0));
+  CHECK(cut.at("gpuckpt-gpu-memory-images") == Approx(4.77 - 1.21 - 3.0));
+  CHECK(cut.at("gpuckpt-cpu-pages-store") == Approx(0).margin(1e-9));
+  CHECK(cut.at("criu-frozen-other") == Approx(0).margin(1e-9));
+  for (const auto& parts : {phases, cut}) {
+    double sum = 0;
+    for (const auto& [name, seconds] : parts) {
+      CHECK(seconds >= 0);
+      sum += seconds;
+    }
+    CHECK(sum <= 5.5 + 1e-9);
+  }
+}
+
+TEST_CASE("the plugin's dump timings file: written, read back, anything else refused naming the file", "[unit]") {
+  const gpuckpt::PluginDumpTimings written{0.25, 2.5, 0.75, 0.125};
+  auto back = gpuckpt::parse_plugin_dump_timings(gpuckpt::serialize_plugin_dump_timings(written), "timings");
+  REQUIRE(back);
+  CHECK(back->gpu_lock_seconds == 0.25);
+  CHECK(back->gpu_checkpoint_seconds == 2.5);
+  CHECK(back->gpu_memory_seconds == 0.75);
+  CHECK(back->cpu_pages_seconds == 0.125);
+  // A newer plugin's extra step and a missing one: the known ones, 0 for the missing.
+  auto newer = gpuckpt::parse_plugin_dump_timings(R"({"gpu-lock": 1.5, "first-instruction": 3})", "timings");
+  REQUIRE(newer);
+  CHECK(newer->gpu_lock_seconds == 1.5);
+  CHECK(newer->gpu_checkpoint_seconds == 0);
+  for (const std::string& bad : {std::string(), std::string("[1]"), std::string("{\"gpu-lock\": -1}"),
+                                 std::string("{\"gpu-lock\": \"1\"}"), std::string("{\"gpu-checkpoint\": 1e300}"),
+                                 std::string("{\"cpu-pages-store\": 86401}"), std::string("{\"gpu-lock\": 1"),
+                                 "{\"x\": \"" + std::string(5000, 'a') + "\"}"}) {
+    INFO(bad.substr(0, 40));
+    auto refused = gpuckpt::parse_plugin_dump_timings(bad, "the archive's gpuckpt-dump-timings.json");
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().errno_value == EBADMSG);
+    CHECK(refused.error().message.find("the archive's gpuckpt-dump-timings.json") == 0);
+  }
+}
+
 TEST_CASE("podman's restore statistics: the container and its nested times; anything else is refused", "[unit]") {
   // What podman 4.3.1 printed here for `podman container restore --import ARCHIVE --name N --print-stats` (runc
   // 1.1.5, CRIU 4.1.1, a busybox shell loop).

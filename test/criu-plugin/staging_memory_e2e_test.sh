@@ -415,6 +415,16 @@ grep -q "timing: cpu pages into the chunk store $GPUCKPT_GPU_STORE: [1-9][0-9]* 
   fail "the dump did not move the page images: $(grep 'cpu pages' "$WORK/cpu-1-dump.log")"
 ls "$WORK/cpu-1"/gpuckpt-pages-*.manifest.json >/dev/null 2>&1 || fail "no pages manifest in CRIU's images"
 [ "$(pages_bytes "$WORK/cpu-1")" = 0 ] || fail "CRIU's page images still hold $(pages_bytes "$WORK/cpu-1") bytes"
+# The plugin's steps beside CRIU's stats-dump, for the job record's split of the checkpoint's time.
+TIMINGS="$WORK/cpu-1/gpuckpt-dump-timings.json"
+[ -f "$TIMINGS" ] || fail "the dump wrote no $(basename "$TIMINGS")"
+python3 - "$TIMINGS" <<'PY' || fail "the plugin's dump timings are not what a stand-in dump into a store takes: $(cat "$TIMINGS")"
+import json, sys
+t = json.load(open(sys.argv[1]))
+assert set(t) == {"gpu-lock", "gpu-checkpoint", "gpu-memory-images", "cpu-pages-store"}, t
+assert t["gpu-memory-images"] > 0 and t["cpu-pages-store"] > 0, t
+assert all(0 <= v < 600 for v in t.values()), t
+PY
 IMAGES1=$(du -cb "$WORK"/cpu-1/* | tail -1 | cut -f1)
 [ "$IMAGES1" -lt $((HEAP_MIB * MIB / 16)) ] || fail "CRIU's images still carry the heap ($IMAGES1 bytes)"
 INSPECT=$("$GPUCKPT" inspect "$WORK/cpu-1") || fail "gpuckpt inspect of images with a pages manifest: $INSPECT"
