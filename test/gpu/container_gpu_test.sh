@@ -107,7 +107,7 @@ case_cdi_spec() {
 case_agent() {
   gpu_ready agent || return
   start_agent || { record agent FAIL "agent did not start"; return; }
-  local name=$PREFIX-agent out=$WORK/out/agent.txt id at archive tck trs
+  local name=$PREFIX-agent out=$WORK/out/agent.txt id at archive tck trs parts
   run_counter "$name" "$out" "${CDI_GPU[@]}" -- "$MIB" /out/agent.txt || { show "$WORK/$name.err"; record agent FAIL "podman run (CDI)"; return; }
   wait_ctr "$name" "$out" 30 120 || { pm logs "$name" | tail; record agent FAIL "workload did not start"; return; }
   id=$(podman inspect -f '{{.Id}}' "$name")
@@ -124,6 +124,16 @@ sys.exit(0 if c and c[0]["used_gpu_ids"] else 1)' "$WORK/containers.json" "$id" 
   grep -qi "H100\|H200\|NVIDIA" "$WORK/agent.inspect" || { show "$WORK/agent.inspect"; record agent FAIL "inspect shows no GPU record"; return; }
   [ "$(tar -xOf "$archive" spec.dump | grep -c '"io.gpuckpt.')" -gt 0 ] || { record agent FAIL "no io.gpuckpt.* annotations in spec.dump"; return; }
   [ "$(entries "$archive" 'checkpoint/gpuckpt-cuda-')" -gt 0 ] || { record agent FAIL "no CUDA process record among CRIU's images"; return; }
+  # The job record splits the runtime's call by CRIU's statistics and the plugin's own steps.
+  curl -sf -H "Authorization: Bearer $(cat "$WORK/token")" "$AGENT_URL/v1/checkpoints" > "$WORK/agent.jobs.json"
+  parts=$(python3 -c 'import json, sys
+jobs = [j for j in json.load(open(sys.argv[1]))["jobs"] if j.get("state") == "succeeded"]
+p = jobs[0].get("runtime_phase_seconds", {}) if jobs else {}
+ok = p.get("gpuckpt-gpu-checkpoint", 0) > 0 and "gpuckpt-gpu-lock" in p and "criu-freezing" in p
+print(" ".join("%s=%.3f" % kv for kv in sorted(p.items())))
+sys.exit(0 if ok else 1)' "$WORK/agent.jobs.json") \
+    || { show "$WORK/agent.jobs.json"; record agent FAIL "the job record does not split out the GPU checkpoint: ${parts:-none}"; return; }
+  echo "agent: checkpoint job's runtime parts: $parts"
   pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
   sleep 1; [ "$(last_iter "$out")" = "$at" ] || { record agent FAIL "the workload ran on after the checkpoint ($at -> $(last_iter "$out"))"; return; }
   timed trs gk restore "$archive" > "$WORK/agent.rst.log" 2>&1 || { show "$WORK/agent.rst.log" "$WORK/agent.log"; record agent FAIL "gpuckpt restore"; return; }
