@@ -126,13 +126,16 @@ sys.exit(0 if c and c[0]["used_gpu_ids"] else 1)' "$WORK/containers.json" "$id" 
   [ "$(entries "$archive" 'checkpoint/gpuckpt-cuda-')" -gt 0 ] || { record agent FAIL "no CUDA process record among CRIU's images"; return; }
   # The job record splits the runtime's call by CRIU's statistics and the plugin's own steps.
   curl -sf -H "Authorization: Bearer $(cat "$WORK/token")" "$AGENT_URL/v1/checkpoints" > "$WORK/agent.jobs.json"
+  local job_id
+  job_id=$(python3 -c 'import json, sys
+print([j["id"] for j in json.load(open(sys.argv[1]))["jobs"] if j.get("state") == "succeeded"][0])' "$WORK/agent.jobs.json")
+  curl -sf -H "Authorization: Bearer $(cat "$WORK/token")" "$AGENT_URL/v1/checkpoints/$job_id" > "$WORK/agent.job.json"
   parts=$(python3 -c 'import json, sys
-jobs = [j for j in json.load(open(sys.argv[1]))["jobs"] if j.get("state") == "succeeded"]
-p = jobs[0].get("runtime_phase_seconds", {}) if jobs else {}
+p = json.load(open(sys.argv[1])).get("runtime_phase_seconds", {})
 ok = p.get("gpuckpt-gpu-checkpoint", 0) > 0 and "gpuckpt-gpu-lock" in p and "criu-freezing" in p
 print(" ".join("%s=%.3f" % kv for kv in sorted(p.items())))
-sys.exit(0 if ok else 1)' "$WORK/agent.jobs.json") \
-    || { show "$WORK/agent.jobs.json"; record agent FAIL "the job record does not split out the GPU checkpoint: ${parts:-none}"; return; }
+sys.exit(0 if ok else 1)' "$WORK/agent.job.json") \
+    || { show "$WORK/agent.job.json"; record agent FAIL "the job record does not split out the GPU checkpoint: ${parts:-none}"; return; }
   echo "agent: checkpoint job's runtime parts: $parts"
   pm rm -f -t 0 "$name" >/dev/null 2>&1; wait_gone "$name"
   sleep 1; [ "$(last_iter "$out")" = "$at" ] || { record agent FAIL "the workload ran on after the checkpoint ($at -> $(last_iter "$out"))"; return; }
