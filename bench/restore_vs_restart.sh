@@ -9,7 +9,7 @@
 #             to the next token the restored process writes
 #   ck2       a second checkpoint of the restored container (its memory barely changed); its archive's size
 #   rst_warm  restore of that archive with the page cache warm (a second replica on the node), to the next token
-# and checks that the restored streams continue step by step. Rows into RVR_TSV (default in the work dir), medians
+# and checks that the restored streams continue step by step. RVR_SETTINGS adds lines to the settings file. Rows into RVR_TSV (default in the work dir), medians
 # after, ratios to the cold start of the same run.
 #   bash bench/restore_vs_restart.sh [RUNS]      on a GPU node set up by test/gpu/device_node.sh
 set -uo pipefail
@@ -35,6 +35,11 @@ restore_settings() { if [ -f "$SAVED" ]; then cp "$SAVED" "$SETTINGS"; else rm -
 NODE_CLEANUP=restore_settings
 if [ -n "${RVR_STORE:-}" ]; then
   { [ -f "$SAVED" ] && grep -v '^GPUCKPT_GPU_STORE=' "$SAVED"; echo "GPUCKPT_GPU_STORE=$RVR_STORE"; } > "$SETTINGS"
+fi
+# RVR_SETTINGS: more lines for the settings file (e.g. "GPUCKPT_STORE_READ_AHEAD=0"), for a run against a default
+if [ -n "${RVR_SETTINGS:-}" ]; then
+  { [ -f "$SETTINGS" ] && cat "$SETTINGS"; printf '%s\n' $RVR_SETTINGS; } > "$SETTINGS.new" && mv "$SETTINGS.new" "$SETTINGS"
+  echo "settings added: $RVR_SETTINGS"
 fi
 STORE_SETTING=$(grep -h '^GPUCKPT_GPU_STORE=' "$SETTINGS" 2>/dev/null | tail -1 | cut -d= -f2)
 echo "settings: ${STORE_SETTING:-the built-in default of the plugin} (GPUCKPT_GPU_STORE in $SETTINGS)"
