@@ -405,7 +405,6 @@ class CudaBackend final : public Backend {
       log::error("cuda: " + complete.error().message);
       return -1;
     }
-    memory_.start_prefetch();
     if (records->by_pid.empty()) {
       if (memory_.has_images()) {
         // Only a stand-in's dump writes GPU memory images without a CUDA process record.

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,7 +10,6 @@
 #include <chrono>
 #include <cstdio>
 
-#include "common/caught.h"
 #include "common/chunk_store.h"
 #include "common/gpu_manifest.h"
 #include "common/log.h"
@@ -69,7 +67,6 @@ void GpuMemoryPath::configure(int dir_fd, const MemoryPathStandIns& stand_ins) {
   read_switch("GPUCKPT_STAGING_HUGE_PAGES", huge_pages_);
   read_switch("GPUCKPT_STAGING_MAP_CHUNKS", map_chunks_, false);
   read_switch("GPUCKPT_STORE_RECOGNISE_UNCHANGED", recognise_unchanged_);
-  read_switch("GPUCKPT_STORE_READ_AHEAD", read_ahead_);
   if (auto settings = gpu_image::settings_from_env(); settings) {
     settings_ = *settings;
   } else {
@@ -221,69 +218,6 @@ Result<void> GpuMemoryPath::check_store() const {
   return {};
 }
 
-GpuMemoryPath::~GpuMemoryPath() { stop_prefetch(); }
-
-void GpuMemoryPath::start_prefetch() {
-  if (!read_ahead_ || prefetch_.joinable()) return;
-  auto store = chunk_store::Store::open(gpu_image::restore_store_dir(settings_), false);
-  if (!store) return;   // check_store named it
-  std::vector<std::filesystem::path> files;
-  std::set<std::string> seen;
-  std::uint64_t bytes = 0;
-  for (int vpid : image_vpids_) {
-    auto manifest = gpu_image::read_manifest(dir_fd_, gpu_image::manifest_name(vpid));
-    if (!manifest) continue;   // an inline image, or one check_store refused
-    for (std::size_t i = 0; i < manifest->entries.size() && i < manifest->digests.size(); ++i) {
-      if (manifest->entries[i].stored_size == 0) continue;   // a zero chunk: nothing stored
-      const std::string name = (*store)->relative_path(manifest->digests[i]);
-      if (!seen.insert(name).second) continue;
-      files.push_back((*store)->root() / name);
-      bytes += manifest->entries[i].stored_size;
-    }
-  }
-  if (files.empty()) return;
-  struct sysinfo info {};
-  const std::uint64_t free_bytes =
-      ::sysinfo(&info) == 0 ? static_cast<std::uint64_t>(info.freeram) * info.mem_unit : 0;
-  if (bytes > free_bytes / 2) {
-    log::info("cuda: GPU memory chunks (" + std::to_string(bytes >> 20) + " MiB) not read ahead: more than half of "
-              "the free memory (" + std::to_string(free_bytes >> 20) + " MiB)");
-    return;
-  }
-  prefetch_stop_ = false;
-  prefetch_asked_ = 0;
-  prefetch_files_ = files.size();
-  prefetch_bytes_ = bytes;
-  prefetch_start_ = Clock::now();
-  // CRIU forks the restored tasks while this runs, and a forked task runs plugin hooks that log: so the body
-  // takes no lock and allocates nothing (system calls and atomics only); stop_prefetch() logs what it did.
-  prefetch_ = std::thread([this, files = std::move(files)] {
-    (void)caught("reading the GPU memory chunks ahead", [&] {
-      for (const auto& file : files) {
-        if (prefetch_stop_) break;
-        const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0) continue;   // the fill reports a chunk that is gone
-        // Starts the reads and returns; the pages arrive while CRIU works.
-        (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
-        ::close(fd);
-        prefetch_asked_.fetch_add(1);
-      }
-    });
-    prefetch_end_seconds_ = std::chrono::duration<double>(Clock::now() - prefetch_start_).count();
-  });
-}
-
-void GpuMemoryPath::stop_prefetch() {
-  if (!prefetch_.joinable()) return;
-  prefetch_stop_ = true;
-  prefetch_.join();
-  const std::size_t asked = prefetch_asked_;
-  log::info("timing: gpu memory chunks read ahead: " + std::to_string(asked) + " of " +
-            std::to_string(prefetch_files_) + " chunk file(s) (" + std::to_string(prefetch_bytes_ >> 20) +
-            " MiB) asked in " + fixed(prefetch_end_seconds_) + " s" +
-            (asked < prefetch_files_ ? " (the fill started first and reads the rest itself)" : ""));
-}
-
 void GpuMemoryPath::ask_for_huge_pages(const std::vector<ProcessMemory>& jobs) const {
   // The restored staging memory is fresh private anonymous memory, faulted in first by the fill's copy. With
   // MADV_HUGEPAGE each fault gets a 2 MiB page (where the kernel has one: otherwise 4 KiB pages, as without), so
@@ -343,7 +277,6 @@ std::vector<std::vector<bool>> GpuMemoryPath::map_chunks(const std::vector<Proce
 
 std::map<int, int> GpuMemoryPath::fill(const std::vector<int>& candidates) {
   std::map<int, int> results;
-  stop_prefetch();   // from here the fill's own reads take what is not cached yet
   if (image_vpids_.empty()) return results;
   std::vector<ProcessMemory> jobs;
   for (int pid : candidates) {

@@ -6,8 +6,6 @@
 // the pages to CRIU. Where a step is not possible, CRIU keeps the pages, as before, and the log says why.
 #pragma once
 
-#include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -15,7 +13,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/gpu_image.h"
@@ -37,7 +34,7 @@ struct MemoryPathStandIns {
 class GpuMemoryPath {
  public:
   // Reads GPUCKPT_CUDA_MEMORY_IMAGE, GPUCKPT_IMAGE_{THREADS,COMPRESSION,SPARSE}, GPUCKPT_GPU_STORE,
-  // GPUCKPT_STAGING_{HUGE_PAGES,MAP_CHUNKS} and GPUCKPT_STORE_{RECOGNISE_UNCHANGED,READ_AHEAD}; logs each once. A bad value is
+  // GPUCKPT_STAGING_{HUGE_PAGES,MAP_CHUNKS} and GPUCKPT_STORE_RECOGNISE_UNCHANGED; logs each once. A bad value is
   // logged and its default used: a typo must not break every dump on the node.
   void configure(int dir_fd, const MemoryPathStandIns& stand_ins = {});
 
@@ -61,12 +58,6 @@ class GpuMemoryPath {
   // Every manifest's chunks are in the store (existence and size): checked at the plugin's init, before CRIU
   // touches any process, so a missing chunk fails the restore while the checkpoint and the node are untouched.
   Result<void> check_store() const;
-  // After check_store: asks the kernel to read every chunk of the store-backed images into the page cache, on a
-  // thread of its own, while CRIU restores the processes and the CPU pages come back, so that the fill finds them
-  // there instead of waiting on the disk (the chunks' files, at most half the memory that is free). Costs nothing
-  // where they are cached already; the fill stops it.
-  void start_prefetch();
-  ~GpuMemoryPath();
   // Fills every process among `candidates` that has an image, before the driver's restore. Per pid: 0 or -errno.
   std::map<int, int> fill(const std::vector<int>& candidates);
 
@@ -82,26 +73,17 @@ class GpuMemoryPath {
   std::shared_ptr<const gpu_image::KnownChunks> known_chunks(int pid) const;
   // Keeps `manifest` as the process's last one, for its next dump.
   void remember(int pid, const gpu_image::Manifest& manifest) const;
-  void stop_prefetch();
 
   int dir_fd_ = -1;
   bool enabled_ = true;
   bool huge_pages_ = true;
   bool map_chunks_ = false;
   bool recognise_unchanged_ = true;
-  bool read_ahead_ = true;
   gpu_image::Settings settings_;
   std::optional<std::uint64_t> stand_in_vma_;
   std::map<int, std::vector<Vma>> maps_before_;
   std::map<int, int> staged_;   // pid -> vpid, for the memory that was written (and dropped)
   std::vector<int> image_vpids_;
-  std::thread prefetch_;
-  std::atomic<bool> prefetch_stop_{false};
-  std::atomic<std::size_t> prefetch_asked_{0};
-  std::size_t prefetch_files_ = 0;
-  std::uint64_t prefetch_bytes_ = 0;
-  std::chrono::steady_clock::time_point prefetch_start_;
-  double prefetch_end_seconds_ = 0;   // written by the thread before it ends, read after the join
 };
 
 }  // namespace gpuckpt::cuda
