@@ -58,10 +58,13 @@ class UnreferencedChunks {
     std::uint64_t bytes = 0;
     std::uint64_t chunks = 0;
   };
-  // Counts `digest` (`bytes`, its chunk file's size) unless counted already (false), when the quota has room for it
-  // (true); else an error (EDQUOT: 507) naming the quota, the usage and what to do.
-  Result<bool> reserve(const chunk_store::Digest& digest, std::uint64_t bytes, const UnreferencedChunkQuota& quota);
-  void forget(const chunk_store::Digest& digest);   // an upload reserved it and failed: nothing was kept
+  // One upload of `digest` (`bytes`, its chunk file's size) begins: counted when the quota has room for it, or joining
+  // the count of an upload of it under way or done; else an error (EDQUOT: 507) naming the quota, the usage and what
+  // to do. Every reserve that succeeded is ended by one settle().
+  Result<void> reserve(const chunk_store::Digest& digest, std::uint64_t bytes, const UnreferencedChunkQuota& quota);
+  // That upload ended: `landed` when the chunk is in the store now. A chunk stays counted while an upload of it runs
+  // or once one landed it; when the last ends and none did, it is uncounted (nothing of it was kept).
+  void settle(const chunk_store::Digest& digest, bool landed);
   void referenced(const std::set<chunk_store::Digest>& digests);
   // The count made again: `young` the store's unreferenced chunks a collection that began at `since` (a value of
   // epoch() taken before it) kept; chunks counted after that stay counted.
@@ -69,16 +72,26 @@ class UnreferencedChunks {
   void recount(const std::map<chunk_store::Digest, std::uint64_t>& young, std::uint64_t since);
   bool contains(const chunk_store::Digest& digest) const;
   Usage usage() const;
+  // When a collection began since the last call (`store`'s gc.generation file is new: the agent's upkeep, or
+  // `gpuckpt store gc` in another process), the counted chunks no upload holds that are no longer in `store` are
+  // uncounted: what the quota's refusal asks the operator to do then makes room at once, not at the agent's next
+  // upkeep. Looks at each counted chunk's file once per collection at most. True when it uncounted any.
+  bool drop_collected(const chunk_store::Store& store);
 
  private:
   struct Entry {
     std::uint64_t bytes = 0;
     std::uint64_t epoch = 0;
+    unsigned uploads = 0;   // uploads of it under way
+    bool landed = false;    // in the store (an upload put it there, or a collection found it)
   };
+  void uncount(std::map<chunk_store::Digest, Entry>::iterator it);
   mutable std::mutex mutex_;
   std::map<chunk_store::Digest, Entry> chunks_;
   Usage usage_;
   std::uint64_t epoch_ = 0;
+  // The gc.generation file drop_collected() last saw (inode, mtime in ns; 0: none yet).
+  std::pair<std::uint64_t, std::int64_t> collection_seen_{0, 0};
 };
 
 // The one count of the store at `store_dir` in this process (every route and the upkeep share it).

@@ -679,3 +679,81 @@ TEST_CASE("missing chunks: asking again does not keep an unreferenced chunk aliv
   CHECK(report->garbage_chunks == 1);
   CHECK(!target->stat(d));
 }
+
+TEST_CASE("PUT /v1/chunks/<digest>: an upload that breaks off does not uncount the same chunk another upload stored "
+          "meanwhile", "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
+  auto named = gpuckpt::node::manifest_chunks(c.archive, ArchiveLimits{});
+  REQUIRE(named);
+  const std::vector<cs::Digest> chunks(named->begin(), named->end());
+  gpuckpt::node::UnreferencedChunkQuota quota;
+  quota.chunks = 1;
+  gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"), quota);
+  const auto& counted = gpuckpt::node::unreferenced_chunks_of(dir.path / "node-b");
+  const auto file = chunk_file(*source, chunks[0]);
+  // The first upload announces the whole chunk and hangs inside its body; a second one of the same chunk comes whole
+  // and lands; then the first one's connection breaks.
+  std::promise<void> reading, release;
+  auto broken = std::async(std::launch::async, [&] {
+    return uploads.receive(chunks[0].hex(), std::to_string(file.size()), [&](const auto& sink) {
+      sink(reinterpret_cast<const char*>(file.data()), file.size() / 2);
+      reading.set_value();
+      release.get_future().wait();
+      return false;
+    });
+  });
+  reading.get_future().wait();
+  auto whole = put_chunk(uploads, chunks[0].hex(), file);
+  release.set_value();
+  INFO((whole ? whole->dump() : whole.error().message));
+  REQUIRE(whole);
+  CHECK((*whole)["present"] == false);
+  CHECK(!broken.get());
+  // The chunk is in the store and unreferenced: it counts, so the quota of one chunk is full.
+  CHECK(files_in(dir.path / "node-b") == 1);
+  CHECK(counted.usage().chunks == 1);
+  CHECK(counted.usage().bytes == file.size());
+  auto refused = put_chunk(uploads, chunks[1].hex(), chunk_file(*source, chunks[1]));
+  REQUIRE(!refused);
+  CHECK(refused.error().errno_value == EDQUOT);
+  CHECK(files_in(dir.path / "node-b") == 1);
+}
+
+TEST_CASE("PUT /v1/chunks/<digest>: once a collection (gpuckpt store gc --delete) removed counted chunks, the quota "
+          "they filled has room again", "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
+  auto named = gpuckpt::node::manifest_chunks(c.archive, ArchiveLimits{});
+  REQUIRE(named);
+  const std::vector<cs::Digest> chunks(named->begin(), named->end());
+  gpuckpt::node::UnreferencedChunkQuota quota;
+  quota.chunks = 2;
+  gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"), quota);
+  REQUIRE(put_chunk(uploads, chunks[0].hex(), chunk_file(*source, chunks[0])));
+  REQUIRE(put_chunk(uploads, chunks[1].hex(), chunk_file(*source, chunks[1])));
+  auto refused = put_chunk(uploads, chunks[2].hex(), chunk_file(*source, chunks[2]));
+  REQUIRE(!refused);
+  CHECK(refused.error().errno_value == EDQUOT);
+  // What the 507 tells the operator to do: the garbage, older than the grace period, collected by another process
+  // than the agent (its own upkeep, which counts again, may be an hour away).
+  auto target = open_store(dir.path / "node-b");
+  for (const auto& d : {chunks[0], chunks[1]})
+    fs::last_write_time(target->path_of(d), fs::file_time_type::clock::now() - std::chrono::hours(2));
+  gpuckpt::chunk_gc::Options options;
+  options.remove = true;
+  auto report = gpuckpt::chunk_gc::collect(*target, options);
+  REQUIRE(report);
+  REQUIRE(report->garbage_chunks == 2);
+  auto taken = put_chunk(uploads, chunks[2].hex(), chunk_file(*source, chunks[2]));
+  INFO((taken ? taken->dump() : taken.error().message));
+  CHECK(taken);
+  CHECK(gpuckpt::node::unreferenced_chunks_of(dir.path / "node-b").usage().chunks == 1);
+  // No collection since: a full quota stays full.
+  REQUIRE(put_chunk(uploads, chunks[3].hex(), chunk_file(*source, chunks[3])));
+  auto full = put_chunk(uploads, chunks[0].hex(), chunk_file(*source, chunks[0]));
+  REQUIRE(!full);
+  CHECK(full.error().errno_value == EDQUOT);
+}
