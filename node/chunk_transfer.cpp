@@ -145,15 +145,16 @@ UnreferencedChunks::Usage UnreferencedChunks::usage() const {
   return usage_;
 }
 
-bool UnreferencedChunks::drop_collected(const cs::Store& store) {
+void UnreferencedChunks::drop_collected(const cs::Store& store) {
+  std::lock_guard one_at_a_time(dropping_);
   struct ::stat st {};
-  if (::fstatat(store.root_fd(), chunk_gc::kGenerationFile, &st, 0) != 0) return false;   // never collected
+  if (::fstatat(store.root_fd(), chunk_gc::kGenerationFile, &st, 0) != 0) return;   // never collected
   const std::pair<std::uint64_t, std::int64_t> stamp{st.st_ino,
                                                      std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
   std::vector<cs::Digest> settled;
   {
     std::lock_guard lock(mutex_);
-    if (stamp == collection_seen_) return false;
+    if (stamp == collection_seen_) return;
     collection_seen_ = stamp;
     for (const auto& [digest, entry] : chunks_)
       if (entry.uploads == 0) settled.push_back(digest);
@@ -163,13 +164,8 @@ bool UnreferencedChunks::drop_collected(const cs::Store& store) {
   for (const auto& digest : settled)
     if (!store.stat(digest)) gone.push_back(digest);
   std::lock_guard lock(mutex_);
-  bool dropped = false;
   for (const auto& digest : gone)
-    if (auto it = chunks_.find(digest); it != chunks_.end() && it->second.uploads == 0) {
-      uncount(it);
-      dropped = true;
-    }
-  return dropped;
+    if (auto it = chunks_.find(digest); it != chunks_.end() && it->second.uploads == 0) uncount(it);
 }
 
 UnreferencedChunks& unreferenced_chunks_of(const fs::path& store_dir) {
@@ -307,8 +303,10 @@ Result<nlohmann::json> ChunkUploads::receive(std::string_view digest_text, std::
     if (!present || !(*present)->stat(*digest)) {
       auto room = unreferenced.reserve(*digest, length, quota_);
       // Full: a collection since the last look may have removed counted chunks (gpuckpt store gc --delete).
-      if (!room && room.error().errno_value == EDQUOT && present && unreferenced.drop_collected(**present))
+      if (!room && room.error().errno_value == EDQUOT && present) {
+        unreferenced.drop_collected(**present);
         room = unreferenced.reserve(*digest, length, quota_);
+      }
       GPUCKPT_TRY_VOID(room);
       reserved = true;
     }

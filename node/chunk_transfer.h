@@ -75,8 +75,8 @@ class UnreferencedChunks {
   // When a collection began since the last call (`store`'s gc.generation file is new: the agent's upkeep, or
   // `gpuckpt store gc` in another process), the counted chunks no upload holds that are no longer in `store` are
   // uncounted: what the quota's refusal asks the operator to do then makes room at once, not at the agent's next
-  // upkeep. Looks at each counted chunk's file once per collection at most. True when it uncounted any.
-  bool drop_collected(const chunk_store::Store& store);
+  // upkeep. Looks at each counted chunk's file once per collection at most; a call while another looks waits for it.
+  void drop_collected(const chunk_store::Store& store);
 
  private:
   struct Entry {
@@ -87,6 +87,7 @@ class UnreferencedChunks {
   };
   void uncount(std::map<chunk_store::Digest, Entry>::iterator it);
   mutable std::mutex mutex_;
+  std::mutex dropping_;   // one drop_collected() at a time (held without mutex_ while it looks at the files)
   std::map<chunk_store::Digest, Entry> chunks_;
   Usage usage_;
   std::uint64_t epoch_ = 0;

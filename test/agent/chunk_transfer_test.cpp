@@ -757,3 +757,49 @@ TEST_CASE("PUT /v1/chunks/<digest>: once a collection (gpuckpt store gc --delete
   REQUIRE(!full);
   CHECK(full.error().errno_value == EDQUOT);
 }
+
+TEST_CASE("PUT /v1/chunks/<digest>: uploads refused at once after a collection all find the room it made", "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  // Raw chunks in the wire form (version-1 header, then the bytes), made here: 2 x kMaxChunkUploads of them.
+  const auto wire = [](unsigned seed) {
+    const auto raw = random_chunk(seed);
+    cs::ChunkHeader h;
+    h.raw_size = h.stored_size = static_cast<std::uint32_t>(raw.size());
+    const auto header = cs::encode_header(h);
+    std::vector<std::byte> file(header.begin(), header.end());
+    file.insert(file.end(), raw.begin(), raw.end());
+    return std::pair{cs::sha256(raw), file};
+  };
+  constexpr unsigned kUploads = gpuckpt::node::kMaxChunkUploads;
+  std::vector<std::pair<cs::Digest, std::vector<std::byte>>> chunks;
+  for (unsigned i = 0; i < 2 * kUploads; ++i) chunks.push_back(wire(100 + i));
+  gpuckpt::node::UnreferencedChunkQuota quota;
+  quota.chunks = kUploads;
+  gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"), quota);
+  for (unsigned i = 0; i < kUploads; ++i) REQUIRE(put_chunk(uploads, chunks[i].first.hex(), chunks[i].second));
+  REQUIRE(!put_chunk(uploads, chunks[kUploads].first.hex(), chunks[kUploads].second));
+  auto target = open_store(dir.path / "node-b");
+  for (unsigned i = 0; i < kUploads; ++i)
+    fs::last_write_time(target->path_of(chunks[i].first), fs::file_time_type::clock::now() - std::chrono::hours(2));
+  gpuckpt::chunk_gc::Options options;
+  options.remove = true;
+  auto report = gpuckpt::chunk_gc::collect(*target, options);
+  REQUIRE(report);
+  REQUIRE(report->garbage_chunks == kUploads);
+  // All at once, as a sender's streams come: the one that looks at the store first must not leave the others refused.
+  std::promise<void> go;
+  const std::shared_future<void> start = go.get_future().share();
+  std::vector<std::future<gpuckpt::Result<nlohmann::json>>> racing;
+  for (unsigned i = kUploads; i < 2 * kUploads; ++i)
+    racing.push_back(std::async(std::launch::async, [&, i] {
+      start.wait();
+      return put_chunk(uploads, chunks[i].first.hex(), chunks[i].second);
+    }));
+  go.set_value();
+  for (auto& upload : racing) {
+    auto answer = upload.get();
+    INFO((answer ? answer->dump() : answer.error().message));
+    CHECK(answer);
+  }
+  CHECK(gpuckpt::node::unreferenced_chunks_of(dir.path / "node-b").usage().chunks == kUploads);
+}
