@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <future>
 #include <thread>
 #include <set>
@@ -760,7 +761,7 @@ TEST_CASE("PUT /v1/chunks/<digest>: once a collection (gpuckpt store gc --delete
 
 TEST_CASE("PUT /v1/chunks/<digest>: uploads refused at once after a collection all find the room it made", "[unit]") {
   TempDir dir("gpuckpt-chunk-transfer");
-  // Raw chunks in the wire form (version-1 header, then the bytes), made here: 2 x kMaxChunkUploads of them.
+  // Raw chunks in the wire form (version-1 header, then the bytes), made here.
   const auto wire = [](unsigned seed) {
     const auto raw = random_chunk(seed);
     cs::ChunkHeader h;
@@ -772,28 +773,29 @@ TEST_CASE("PUT /v1/chunks/<digest>: uploads refused at once after a collection a
   };
   constexpr unsigned kUploads = gpuckpt::node::kMaxChunkUploads;
   std::vector<std::pair<cs::Digest, std::vector<std::byte>>> chunks;
-  for (unsigned i = 0; i < 2 * kUploads; ++i) chunks.push_back(wire(100 + i));
+  for (unsigned i = 0; i < kUploads; ++i) chunks.push_back(wire(100 + i));
   gpuckpt::node::UnreferencedChunkQuota quota;
   quota.chunks = kUploads;
   gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"), quota);
-  for (unsigned i = 0; i < kUploads; ++i) REQUIRE(put_chunk(uploads, chunks[i].first.hex(), chunks[i].second));
-  REQUIRE(!put_chunk(uploads, chunks[kUploads].first.hex(), chunks[kUploads].second));
+  // The count full of chunks a collection has removed since: many, so that looking them up in the store takes long
+  // enough for every upload below to be refused while one of them looks.
   auto target = open_store(dir.path / "node-b");
-  for (unsigned i = 0; i < kUploads; ++i)
-    fs::last_write_time(target->path_of(chunks[i].first), fs::file_time_type::clock::now() - std::chrono::hours(2));
   gpuckpt::chunk_gc::Options options;
   options.remove = true;
-  auto report = gpuckpt::chunk_gc::collect(*target, options);
-  REQUIRE(report);
-  REQUIRE(report->garbage_chunks == kUploads);
+  REQUIRE(gpuckpt::chunk_gc::collect(*target, options));
+  auto& counted = gpuckpt::node::unreferenced_chunks_of(dir.path / "node-b");
+  std::map<cs::Digest, std::uint64_t> collected;
+  for (std::uint32_t i = 0; i < 200'000; ++i) collected.emplace(cs::sha256(std::as_bytes(std::span(&i, 1))), 1);
+  counted.recount(collected, counted.epoch());
+  REQUIRE(counted.usage().chunks == collected.size());
   // All at once, as a sender's streams come: the one that looks at the store first must not leave the others refused.
   std::promise<void> go;
   const std::shared_future<void> start = go.get_future().share();
   std::vector<std::future<gpuckpt::Result<nlohmann::json>>> racing;
-  for (unsigned i = kUploads; i < 2 * kUploads; ++i)
-    racing.push_back(std::async(std::launch::async, [&, i] {
+  for (const auto& [digest, file] : chunks)
+    racing.push_back(std::async(std::launch::async, [&, digest = digest, file = &file] {
       start.wait();
-      return put_chunk(uploads, chunks[i].first.hex(), chunks[i].second);
+      return put_chunk(uploads, digest.hex(), *file);
     }));
   go.set_value();
   for (auto& upload : racing) {
@@ -801,5 +803,5 @@ TEST_CASE("PUT /v1/chunks/<digest>: uploads refused at once after a collection a
     INFO((answer ? answer->dump() : answer.error().message));
     CHECK(answer);
   }
-  CHECK(gpuckpt::node::unreferenced_chunks_of(dir.path / "node-b").usage().chunks == kUploads);
+  CHECK(counted.usage().chunks == kUploads);
 }
