@@ -104,6 +104,13 @@ gpuckpt::Result<nlohmann::json> put_chunk(gpuckpt::node::ChunkUploads& uploads, 
   });
 }
 
+// The distinct chunks a store_checkpoint() names, in digest order.
+std::vector<cs::Digest> chunks_of(const gpuckpt::test::StoreCheckpoint& c) {
+  auto named = gpuckpt::node::manifest_chunks(c.archive, ArchiveLimits{});
+  REQUIRE(named);
+  return {named->begin(), named->end()};
+}
+
 }  // namespace
 
 TEST_CASE("missing chunks: what the store lacks, in the order asked; present ones counted", "[unit]") {
@@ -686,9 +693,7 @@ TEST_CASE("PUT /v1/chunks/<digest>: an upload that breaks off does not uncount t
   TempDir dir("gpuckpt-chunk-transfer");
   auto source = open_store(dir.path / "node-a");
   const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
-  auto named = gpuckpt::node::manifest_chunks(c.archive, ArchiveLimits{});
-  REQUIRE(named);
-  const std::vector<cs::Digest> chunks(named->begin(), named->end());
+  const auto chunks = chunks_of(c);
   gpuckpt::node::UnreferencedChunkQuota quota;
   quota.chunks = 1;
   gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"), quota);
@@ -727,9 +732,7 @@ TEST_CASE("PUT /v1/chunks/<digest>: once a collection (gpuckpt store gc --delete
   TempDir dir("gpuckpt-chunk-transfer");
   auto source = open_store(dir.path / "node-a");
   const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
-  auto named = gpuckpt::node::manifest_chunks(c.archive, ArchiveLimits{});
-  REQUIRE(named);
-  const std::vector<cs::Digest> chunks(named->begin(), named->end());
+  const auto chunks = chunks_of(c);
   gpuckpt::node::UnreferencedChunkQuota quota;
   quota.chunks = 2;
   gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"), quota);
