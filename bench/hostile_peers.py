@@ -264,7 +264,7 @@ def run_flood(url, token, mode, n, raw_bytes, parallel):
                     pass
             with lock:
                 results.append((i, status, stored, time.monotonic() - start,
-                                body.decode(errors="replace")[:400] if status not in (200, 201) else ""))
+                                body.decode(errors="replace") if status not in (200, 201) else ""))
 
     threads = [threading.Thread(target=worker) for _ in range(parallel)]
     for t in threads:
