@@ -48,10 +48,11 @@ Result<std::filesystem::path> agent_store_dir(const GpuMemoryConfig& config);
 // The chunks of one store that this agent received (PUT /v1/chunks/<digest>) or its collection found young, and that
 // no reference named when last looked: what limits.unreferenced_chunk_bytes and limits.unreferenced_chunks bound.
 // Kept in memory so that an upload costs no scan of the store: a chunk is counted when it is received, uncounted
-// when a commit references it (admit_received_archive), and the whole count is made again from the store by each
-// collection (agent/storage_maintenance.h, also once at the agent's start), which sees every reference: so a
-// restart, a local dump's reference or a reference removed since is right again after the next collection. A
-// local dump in flight while a collection runs counts until the next one.
+// when a commit references it (admit_received_archive) or a collection removed it (drop_collected, at a refusal),
+// and the whole count is made again from the store by each collection (agent/storage_maintenance.h, also once at
+// the agent's start), which sees every reference: so a restart, a local dump's reference or a reference removed
+// since is right again after the next collection. A local dump in flight while a collection runs counts until the
+// next one.
 class UnreferencedChunks {
  public:
   struct Usage {
