@@ -1,6 +1,7 @@
 #include "node/chunk_transfer.h"
 
 #include <httplib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,6 +14,7 @@
 
 #include "common/caught.h"
 #include "common/checkpoint_export.h"
+#include "common/chunk_gc.h"
 #include "common/chunk_receive.h"
 #include "common/gpu_image.h"
 #include "common/gpu_manifest.h"
@@ -70,10 +72,13 @@ Result<fs::path> agent_store_dir(const GpuMemoryConfig& config) {
   return fs::path(*dir);
 }
 
-Result<bool> UnreferencedChunks::reserve(const cs::Digest& digest, std::uint64_t bytes,
+Result<void> UnreferencedChunks::reserve(const cs::Digest& digest, std::uint64_t bytes,
                                          const UnreferencedChunkQuota& quota) {
   std::lock_guard lock(mutex_);
-  if (chunks_.contains(digest)) return false;
+  if (auto it = chunks_.find(digest); it != chunks_.end()) {
+    ++it->second.uploads;
+    return {};
+  }
   if (usage_.chunks + 1 > quota.chunks || usage_.bytes + bytes > quota.bytes)
     return make_error("chunk " + digest.hex() + " (" + std::to_string(bytes) + " bytes) is refused: this agent's "
                       "store holds " + std::to_string(usage_.chunks) + " chunk(s), " + std::to_string(usage_.bytes) +
@@ -82,23 +87,32 @@ Result<bool> UnreferencedChunks::reserve(const cs::Digest& digest, std::uint64_t
                       "limits.unreferenced_chunk_bytes); commit the transfers in flight, run `gpuckpt store gc "
                       "--delete` to remove abandoned chunks older than the grace period, or raise the limits",
                       EDQUOT);
-  chunks_.emplace(digest, Entry{bytes, ++epoch_});
+  chunks_.emplace(digest, Entry{bytes, ++epoch_, 1, false});
   usage_.chunks += 1;
   usage_.bytes += bytes;
-  return true;
+  return {};
 }
 
-void UnreferencedChunks::forget(const cs::Digest& digest) {
+void UnreferencedChunks::uncount(std::map<cs::Digest, Entry>::iterator it) {
+  usage_.chunks -= 1;
+  usage_.bytes -= it->second.bytes;
+  chunks_.erase(it);
+}
+
+void UnreferencedChunks::settle(const cs::Digest& digest, bool landed) {
   std::lock_guard lock(mutex_);
-  if (auto it = chunks_.find(digest); it != chunks_.end()) {
-    usage_.chunks -= 1;
-    usage_.bytes -= it->second.bytes;
-    chunks_.erase(it);
-  }
+  const auto it = chunks_.find(digest);
+  if (it == chunks_.end()) return;   // referenced meanwhile
+  Entry& entry = it->second;
+  if (entry.uploads > 0) --entry.uploads;
+  entry.landed = entry.landed || landed;
+  if (entry.uploads == 0 && !entry.landed) uncount(it);
 }
 
 void UnreferencedChunks::referenced(const std::set<cs::Digest>& digests) {
-  for (const auto& d : digests) forget(d);
+  std::lock_guard lock(mutex_);
+  for (const auto& d : digests)
+    if (auto it = chunks_.find(d); it != chunks_.end()) uncount(it);
 }
 
 std::uint64_t UnreferencedChunks::epoch() const {
@@ -109,9 +123,10 @@ std::uint64_t UnreferencedChunks::epoch() const {
 void UnreferencedChunks::recount(const std::map<cs::Digest, std::uint64_t>& young, std::uint64_t since) {
   std::lock_guard lock(mutex_);
   std::map<cs::Digest, Entry> next;
+  // Kept: what was counted after the collection began, and what an upload still holds (it may land yet).
   for (const auto& [digest, entry] : chunks_)
-    if (entry.epoch > since) next.emplace(digest, entry);
-  for (const auto& [digest, bytes] : young) next.emplace(digest, Entry{bytes, 0});
+    if (entry.epoch > since || entry.uploads > 0) next.emplace(digest, entry);
+  for (const auto& [digest, bytes] : young) next.emplace(digest, Entry{bytes, 0, 0, true});
   usage_ = {};
   for (const auto& [digest, entry] : next) {
     usage_.chunks += 1;
@@ -128,6 +143,29 @@ bool UnreferencedChunks::contains(const cs::Digest& digest) const {
 UnreferencedChunks::Usage UnreferencedChunks::usage() const {
   std::lock_guard lock(mutex_);
   return usage_;
+}
+
+void UnreferencedChunks::drop_collected(const cs::Store& store) {
+  std::lock_guard one_at_a_time(dropping_);
+  struct ::stat st {};
+  if (::fstatat(store.root_fd(), chunk_gc::kGenerationFile, &st, 0) != 0) return;   // never collected
+  const std::pair<std::uint64_t, std::int64_t> stamp{st.st_ino,
+                                                     std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
+  std::vector<cs::Digest> settled;
+  {
+    std::lock_guard lock(mutex_);
+    if (stamp == collection_seen_) return;
+    collection_seen_ = stamp;
+    for (const auto& [digest, entry] : chunks_)
+      if (entry.uploads == 0) settled.push_back(digest);
+  }
+  // The files looked up without the lock: uploads go on meanwhile.
+  std::vector<cs::Digest> gone;
+  for (const auto& digest : settled)
+    if (!store.stat(digest)) gone.push_back(digest);
+  std::lock_guard lock(mutex_);
+  for (const auto& digest : gone)
+    if (auto it = chunks_.find(digest); it != chunks_.end() && it->second.uploads == 0) uncount(it);
 }
 
 UnreferencedChunks& unreferenced_chunks_of(const fs::path& store_dir) {
@@ -263,17 +301,26 @@ Result<nlohmann::json> ChunkUploads::receive(std::string_view digest_text, std::
   {
     auto present = cs::Store::open(*dir, false);
     if (!present || !(*present)->stat(*digest)) {
-      GPUCKPT_TRY(reserved, unreferenced.reserve(*digest, length, quota_));
+      auto room = unreferenced.reserve(*digest, length, quota_);
+      // Full: a collection since the last look may have removed counted chunks (gpuckpt store gc --delete).
+      if (!room && room.error().errno_value == EDQUOT && present) {
+        unreferenced.drop_collected(**present);
+        room = unreferenced.reserve(*digest, length, quota_);
+      }
+      GPUCKPT_TRY_VOID(room);
+      reserved = true;
     }
   }
-  struct Unreserve {
+  // Another upload of the same chunk may run: only the last one to end, when none landed it, uncounts it.
+  struct Settle {
     UnreferencedChunks& count;
     const cs::Digest& digest;
-    bool armed;
-    ~Unreserve() {
-      if (armed) count.forget(digest);
+    bool reserved;
+    bool landed = false;
+    ~Settle() {
+      if (reserved) count.settle(digest, landed);
     }
-  } unreserve{unreferenced, *digest, reserved};
+  } settle{unreferenced, *digest, reserved};
   // Each upload holds its chunk twice in memory (as it came, decoded): the count bounds what they take together.
   if (in_flight_.fetch_add(1) >= kMaxChunkUploads) {
     in_flight_.fetch_sub(1);
@@ -305,9 +352,9 @@ Result<nlohmann::json> ChunkUploads::receive(std::string_view digest_text, std::
   gpu_image::ChunkCodec codec(gpu_image::kMaxChunkSize);
   std::vector<std::byte> raw;
   GPUCKPT_TRY(auto received, chunk_receive::receive_chunk(**opened, *digest, file, codec, raw));
+  settle.landed = true;
   // Its name made durable now: the commit that references it may come from another request, after a crash.
   if (auto synced = (*opened)->sync(); !synced) return make_error(synced.error().message, EIO);
-  unreserve.armed = false;
   return nlohmann::json{{"digest", digest->hex()},
                         {"present", received.present},
                         {"stored_bytes", received.header.stored_size},

@@ -48,20 +48,24 @@ Result<std::filesystem::path> agent_store_dir(const GpuMemoryConfig& config);
 // The chunks of one store that this agent received (PUT /v1/chunks/<digest>) or its collection found young, and that
 // no reference named when last looked: what limits.unreferenced_chunk_bytes and limits.unreferenced_chunks bound.
 // Kept in memory so that an upload costs no scan of the store: a chunk is counted when it is received, uncounted
-// when a commit references it (admit_received_archive), and the whole count is made again from the store by each
-// collection (agent/storage_maintenance.h, also once at the agent's start), which sees every reference: so a
-// restart, a local dump's reference or a reference removed since is right again after the next collection. A
-// local dump in flight while a collection runs counts until the next one.
+// when a commit references it (admit_received_archive) or a collection removed it (drop_collected, at a refusal),
+// and the whole count is made again from the store by each collection (agent/storage_maintenance.h, also once at
+// the agent's start), which sees every reference: so a restart, a local dump's reference or a reference removed
+// since is right again after the next collection. A local dump in flight while a collection runs counts until the
+// next one.
 class UnreferencedChunks {
  public:
   struct Usage {
     std::uint64_t bytes = 0;
     std::uint64_t chunks = 0;
   };
-  // Counts `digest` (`bytes`, its chunk file's size) unless counted already (false), when the quota has room for it
-  // (true); else an error (EDQUOT: 507) naming the quota, the usage and what to do.
-  Result<bool> reserve(const chunk_store::Digest& digest, std::uint64_t bytes, const UnreferencedChunkQuota& quota);
-  void forget(const chunk_store::Digest& digest);   // an upload reserved it and failed: nothing was kept
+  // One upload of `digest` (`bytes`, its chunk file's size) begins: counted when the quota has room for it, or joining
+  // the count of an upload of it under way or done; else an error (EDQUOT: 507) naming the quota, the usage and what
+  // to do. Every reserve that succeeded is ended by one settle().
+  Result<void> reserve(const chunk_store::Digest& digest, std::uint64_t bytes, const UnreferencedChunkQuota& quota);
+  // That upload ended: `landed` when the chunk is in the store now. A chunk stays counted while an upload of it runs
+  // or once one landed it; when the last ends and none did, it is uncounted (nothing of it was kept).
+  void settle(const chunk_store::Digest& digest, bool landed);
   void referenced(const std::set<chunk_store::Digest>& digests);
   // The count made again: `young` the store's unreferenced chunks a collection that began at `since` (a value of
   // epoch() taken before it) kept; chunks counted after that stay counted.
@@ -69,16 +73,27 @@ class UnreferencedChunks {
   void recount(const std::map<chunk_store::Digest, std::uint64_t>& young, std::uint64_t since);
   bool contains(const chunk_store::Digest& digest) const;
   Usage usage() const;
+  // When a collection began since the last call (`store`'s gc.generation file is new: the agent's upkeep, or
+  // `gpuckpt store gc` in another process), the counted chunks no upload holds that are no longer in `store` are
+  // uncounted: what the quota's refusal asks the operator to do then makes room at once, not at the agent's next
+  // upkeep. Looks at each counted chunk's file once per collection at most; a call while another looks waits for it.
+  void drop_collected(const chunk_store::Store& store);
 
  private:
   struct Entry {
     std::uint64_t bytes = 0;
     std::uint64_t epoch = 0;
+    unsigned uploads = 0;   // uploads of it under way
+    bool landed = false;    // in the store (an upload put it there, or a collection found it)
   };
+  void uncount(std::map<chunk_store::Digest, Entry>::iterator it);
   mutable std::mutex mutex_;
+  std::mutex dropping_;   // one drop_collected() at a time (held without mutex_ while it looks at the files)
   std::map<chunk_store::Digest, Entry> chunks_;
   Usage usage_;
   std::uint64_t epoch_ = 0;
+  // The gc.generation file drop_collected() last saw (inode, mtime in ns; 0: none yet).
+  std::pair<std::uint64_t, std::int64_t> collection_seen_{0, 0};
 };
 
 // The one count of the store at `store_dir` in this process (every route and the upkeep share it).

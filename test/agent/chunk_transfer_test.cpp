@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <future>
 #include <thread>
 #include <set>
@@ -101,6 +102,13 @@ gpuckpt::Result<nlohmann::json> put_chunk(gpuckpt::node::ChunkUploads& uploads, 
     const auto* data = reinterpret_cast<const char*>(body.data());
     return sink(data, half) && (half == end || sink(data + half, end - half)) && cut == 0;
   });
+}
+
+// The distinct chunks a store_checkpoint() names, in digest order.
+std::vector<cs::Digest> chunks_of(const gpuckpt::test::StoreCheckpoint& c) {
+  auto named = gpuckpt::node::manifest_chunks(c.archive, ArchiveLimits{});
+  REQUIRE(named);
+  return {named->begin(), named->end()};
 }
 
 }  // namespace
@@ -678,4 +686,125 @@ TEST_CASE("missing chunks: asking again does not keep an unreferenced chunk aliv
   REQUIRE(report);
   CHECK(report->garbage_chunks == 1);
   CHECK(!target->stat(d));
+}
+
+TEST_CASE("PUT /v1/chunks/<digest>: an upload that breaks off does not uncount the same chunk another upload stored "
+          "meanwhile", "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
+  const auto chunks = chunks_of(c);
+  gpuckpt::node::UnreferencedChunkQuota quota;
+  quota.chunks = 1;
+  gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"), quota);
+  const auto& counted = gpuckpt::node::unreferenced_chunks_of(dir.path / "node-b");
+  const auto file = chunk_file(*source, chunks[0]);
+  // The first upload announces the whole chunk and hangs inside its body; a second one of the same chunk comes whole
+  // and lands; then the first one's connection breaks.
+  std::promise<void> reading, release;
+  auto broken = std::async(std::launch::async, [&] {
+    return uploads.receive(chunks[0].hex(), std::to_string(file.size()), [&](const auto& sink) {
+      sink(reinterpret_cast<const char*>(file.data()), file.size() / 2);
+      reading.set_value();
+      release.get_future().wait();
+      return false;
+    });
+  });
+  reading.get_future().wait();
+  auto whole = put_chunk(uploads, chunks[0].hex(), file);
+  release.set_value();
+  INFO((whole ? whole->dump() : whole.error().message));
+  REQUIRE(whole);
+  CHECK((*whole)["present"] == false);
+  CHECK(!broken.get());
+  // The chunk is in the store and unreferenced: it counts, so the quota of one chunk is full.
+  CHECK(files_in(dir.path / "node-b") == 1);
+  CHECK(counted.usage().chunks == 1);
+  CHECK(counted.usage().bytes == file.size());
+  auto refused = put_chunk(uploads, chunks[1].hex(), chunk_file(*source, chunks[1]));
+  REQUIRE(!refused);
+  CHECK(refused.error().errno_value == EDQUOT);
+  CHECK(files_in(dir.path / "node-b") == 1);
+}
+
+TEST_CASE("PUT /v1/chunks/<digest>: once a collection (gpuckpt store gc --delete) removed counted chunks, the quota "
+          "they filled has room again", "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  auto source = open_store(dir.path / "node-a");
+  const auto c = gpuckpt::test::store_checkpoint(source, dir.path);
+  const auto chunks = chunks_of(c);
+  gpuckpt::node::UnreferencedChunkQuota quota;
+  quota.chunks = 2;
+  gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"), quota);
+  REQUIRE(put_chunk(uploads, chunks[0].hex(), chunk_file(*source, chunks[0])));
+  REQUIRE(put_chunk(uploads, chunks[1].hex(), chunk_file(*source, chunks[1])));
+  auto refused = put_chunk(uploads, chunks[2].hex(), chunk_file(*source, chunks[2]));
+  REQUIRE(!refused);
+  CHECK(refused.error().errno_value == EDQUOT);
+  // What the 507 tells the operator to do: the garbage, older than the grace period, collected by another process
+  // than the agent (its own upkeep, which counts again, may be an hour away).
+  auto target = open_store(dir.path / "node-b");
+  for (const auto& d : {chunks[0], chunks[1]})
+    fs::last_write_time(target->path_of(d), fs::file_time_type::clock::now() - std::chrono::hours(2));
+  gpuckpt::chunk_gc::Options options;
+  options.remove = true;
+  auto report = gpuckpt::chunk_gc::collect(*target, options);
+  REQUIRE(report);
+  REQUIRE(report->garbage_chunks == 2);
+  auto taken = put_chunk(uploads, chunks[2].hex(), chunk_file(*source, chunks[2]));
+  INFO((taken ? taken->dump() : taken.error().message));
+  CHECK(taken);
+  CHECK(gpuckpt::node::unreferenced_chunks_of(dir.path / "node-b").usage().chunks == 1);
+  // No collection since: a full quota stays full.
+  REQUIRE(put_chunk(uploads, chunks[3].hex(), chunk_file(*source, chunks[3])));
+  auto full = put_chunk(uploads, chunks[0].hex(), chunk_file(*source, chunks[0]));
+  REQUIRE(!full);
+  CHECK(full.error().errno_value == EDQUOT);
+}
+
+TEST_CASE("PUT /v1/chunks/<digest>: uploads refused at once after a collection all find the room it made", "[unit]") {
+  TempDir dir("gpuckpt-chunk-transfer");
+  // Raw chunks in the wire form (version-1 header, then the bytes), made here.
+  const auto wire = [](unsigned seed) {
+    const auto raw = random_chunk(seed);
+    cs::ChunkHeader h;
+    h.raw_size = h.stored_size = static_cast<std::uint32_t>(raw.size());
+    const auto header = cs::encode_header(h);
+    std::vector<std::byte> file(header.begin(), header.end());
+    file.insert(file.end(), raw.begin(), raw.end());
+    return std::pair{cs::sha256(raw), file};
+  };
+  constexpr unsigned kUploads = gpuckpt::node::kMaxChunkUploads;
+  std::vector<std::pair<cs::Digest, std::vector<std::byte>>> chunks;
+  for (unsigned i = 0; i < kUploads; ++i) chunks.push_back(wire(100 + i));
+  gpuckpt::node::UnreferencedChunkQuota quota;
+  quota.chunks = kUploads;
+  gpuckpt::node::ChunkUploads uploads(with_store(dir.path / "node-b"), quota);
+  // The count full of chunks a collection has removed since: many, so that looking them up in the store takes long
+  // enough for every upload below to be refused while one of them looks.
+  auto target = open_store(dir.path / "node-b");
+  gpuckpt::chunk_gc::Options options;
+  options.remove = true;
+  REQUIRE(gpuckpt::chunk_gc::collect(*target, options));
+  auto& counted = gpuckpt::node::unreferenced_chunks_of(dir.path / "node-b");
+  std::map<cs::Digest, std::uint64_t> collected;
+  for (std::uint32_t i = 0; i < 200'000; ++i) collected.emplace(cs::sha256(std::as_bytes(std::span(&i, 1))), 1);
+  counted.recount(collected, counted.epoch());
+  REQUIRE(counted.usage().chunks == collected.size());
+  // All at once, as a sender's streams come: the one that looks at the store first must not leave the others refused.
+  std::promise<void> go;
+  const std::shared_future<void> start = go.get_future().share();
+  std::vector<std::future<gpuckpt::Result<nlohmann::json>>> racing;
+  for (const auto& [digest, file] : chunks)
+    racing.push_back(std::async(std::launch::async, [&, digest = digest, file = &file] {
+      start.wait();
+      return put_chunk(uploads, digest.hex(), *file);
+    }));
+  go.set_value();
+  for (auto& upload : racing) {
+    auto answer = upload.get();
+    INFO((answer ? answer->dump() : answer.error().message));
+    CHECK(answer);
+  }
+  CHECK(counted.usage().chunks == kUploads);
 }
