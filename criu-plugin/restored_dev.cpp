@@ -335,10 +335,9 @@ Result<DevChanges> reconcile_restored_dev(const std::string& root, const std::st
     return make_error(root + "/dev is not a directory gpuckpt may use (" + errno_text(errno) + ")", errno);
   Fd host_fd(::open(host_dev.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (host_fd.get() < 0) return make_error("cannot open " + host_dev + ": " + errno_text(errno), errno);
-  if (auto own = check_own_dev_tmpfs(dev_fd.get(), host_fd.get()); !own)
-    return make_error(root + "/dev: " + own.error().message, own.error().errno_value);
+  if (auto own = check_own_dev_tmpfs(dev_fd.get(), host_fd.get()); !own) return own.error().with_context(root + "/dev");
   auto changed = reconcile_dev(dev_fd.get(), planned, kMaxDevEntries);
-  if (!changed) return make_error(root + "/dev: " + changed.error().message, changed.error().errno_value);
+  if (!changed) return changed.error().with_context(root + "/dev");
   return changed;
 }
 

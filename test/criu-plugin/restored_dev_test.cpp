@@ -162,7 +162,9 @@ TEST_CASE("a restored /dev with something other than a device at a GPU node's na
   const FoundNode link{false, 0, 0, 0777, 0, 0};
   for (const char* name : {"nvidia1", "nvidia0", "nvidia4"}) {
     INFO(name);
-    auto refused = plan_dev_changes({{"nvidia0", chr(195, 0)}, {name, link}}, {{"nvidia0", "nvidia1", 195, 1}});
+    std::map<std::string, FoundNode> found{{name, link}};
+    found.emplace("nvidia0", chr(195, 0));   // where the name is nvidia0 itself, the link stays
+    auto refused = plan_dev_changes(found, {{"nvidia0", "nvidia1", 195, 1}});
     REQUIRE_FALSE(refused.ok());
     CHECK(refused.error().message.find(std::string("/dev/") + name + " in the restored /dev is not a character device") !=
           std::string::npos);
@@ -211,6 +213,13 @@ TEST_CASE("a scratch /dev is given the plan's GPU nodes, and every other entry i
   fs::create_symlink("/proc/self/fd", dev.path / "fd");
   const Node ctl = node_at(dev.path / "nvidiactl"), null = node_at(dev.path / "null"),
              keep = node_at(dev.path / "keep.txt"), fd = node_at(dev.path / "fd");
+
+  const Node gpu0 = node_at(dev.path / "nvidia0");
+  auto no_plan = reconcile_dev(dev.fd, {}, 1000);
+  REQUIRE(no_plan.ok());
+  CHECK(no_plan->empty());
+  CHECK(node_at(dev.path / "nvidia0").ino == gpu0.ino);
+  CHECK(node_at(dev.path / "nvidia7").exists);
 
   auto changed = reconcile_dev(dev.fd, {{"nvidia0", "nvidia1", 1, 5}}, 1000);
   REQUIRE(changed.ok());
