@@ -80,10 +80,15 @@ nlohmann::json to_json(const RestorePlan& plan) {
   nlohmann::json assignments = nlohmann::json::array();
   for (const auto& a : plan.assignments) assignments.push_back({{"source_id", a.source_id}, {"target_id", a.target_id}});
   nlohmann::json devices = nlohmann::json::array();
-  for (const auto& d : plan.devices)
+  for (const auto& d : plan.devices) {
     devices.push_back({{"container_path", d.container_path}, {"host_path", d.host_path},
                        {"restored_path", d.path_after_restore()}, {"source_gpu_id", d.source_gpu_id},
                        {"target_gpu_id", d.target_gpu_id}});
+    if (d.target_numbers) {
+      devices.back()["target_major"] = d.target_numbers->first;
+      devices.back()["target_minor"] = d.target_numbers->second;
+    }
+  }
   return {{"version", plan.version}, {"id", plan.id}, {"checkpoint_id", plan.checkpoint_id},
           {"container_id", plan.container_id}, {"expires_at", plan.expires_at}, {"assignments", assignments},
           {"devices", devices}, {"env", plan.env}, {"relaxations", plan.relaxations}};
@@ -114,6 +119,15 @@ Result<RestorePlan> restore_plan_from_json(const nlohmann::json& json, std::stri
       fields.get((*devices)[i], at, "restored_path", d.restored_path);
       fields.get((*devices)[i], at, "source_gpu_id", d.source_gpu_id);
       fields.get((*devices)[i], at, "target_gpu_id", d.target_gpu_id);
+      const bool has_major = (*devices)[i].is_object() && (*devices)[i].contains("target_major");
+      if (has_major != ((*devices)[i].is_object() && (*devices)[i].contains("target_minor")))
+        fields.fail(at, "target_major and target_minor come together or not at all");
+      if (has_major) {
+        std::uint32_t major_number = 0, minor_number = 0;
+        fields.get_integer((*devices)[i], at, "target_major", major_number, true);
+        fields.get_integer((*devices)[i], at, "target_minor", minor_number, true);
+        d.target_numbers = std::make_pair(major_number, minor_number);
+      }
       if (!fields.failed() && (!is_gpu_device_path(d.container_path) || !is_gpu_device_path(d.host_path) ||
                                !is_gpu_device_path(d.path_after_restore())))
         fields.fail(at, "a path is not a canonical GPU device node (/dev/nvidia*, /dev/kfd, /dev/dri/renderD*, ...)");

@@ -43,6 +43,10 @@ struct DeviceRewrite {
   std::string source_gpu_id;
   std::string target_gpu_id;
   std::string restored_path;    // where the restored container gets it; empty: container_path (plans before it)
+  // host_path's device numbers as the plan's writer found them (under its host root); absent in plans of writers
+  // that did not record them. The CRIU plugin renumbers the restored container's /dev with these: it sees the
+  // node's /dev, not the writer's host root.
+  std::optional<std::pair<std::uint32_t, std::uint32_t>> target_numbers = std::nullopt;
 
   const std::string& path_after_restore() const { return restored_path.empty() ? container_path : restored_path; }
 };

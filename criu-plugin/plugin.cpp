@@ -16,6 +16,7 @@
 #include "criu-plugin/backend.h"
 #include "criu-plugin/cpu_pages/cpu_pages.h"
 #include "criu-plugin/dispatch.h"
+#include "criu-plugin/restored_dev.h"
 
 namespace gpuckpt::plugin {
 namespace {
@@ -26,6 +27,9 @@ Dispatcher& dispatcher() {
 }
 
 bool g_disabled = true;   // until init() found a CRIU we can work with
+// A restore whose /dev has not had its GPU nodes put right yet (restored_dev.h): every restore, active backend or
+// not (a container whose processes hold no GPU state has none).
+bool g_restored_dev_pending = false;
 
 const char* stage_name(int stage) {
   switch (stage) {
@@ -141,6 +145,44 @@ int bring_back_cpu_pages() {
   return 0;
 }
 
+// The first RESUME_DEVICES_LATE of a restore: every task is restored and none runs. The plan the OCI hook placed
+// in CRIU's images directory says which GPU nodes the restored container has; its /dev (pid's root: the
+// container's init, the first task CRIU names) gets them. CRIU ignores this hook's result, so a failure is only
+// logged (and copied to syslog): the processes then see the source's nodes, as the runtime's device cgroup allows.
+void give_restored_dev_its_gpu_nodes(int pid) {
+  g_restored_dev_pending = false;
+  auto plan = read_placed_plan(criu::image_dir_fd());
+  if (!plan) {
+    log::error("restored /dev: " + plan.error().message);
+    return;
+  }
+  if (!plan.value()) return;
+  auto nodes = planned_nodes(*plan.value(), stat_device_numbers("/"));
+  if (!nodes) {
+    log::error("restored /dev: " + nodes.error().message);
+    return;
+  }
+  const std::string root = "/proc/" + std::to_string(pid) + "/root";
+  auto changed = reconcile_restored_dev(root, "/dev", *nodes);
+  if (!changed) {
+    log::error("restored /dev: " + changed.error().message + "; its processes see the GPU nodes of the "
+               "checkpoint's node, not those of restore plan " + plan.value()->id);
+    return;
+  }
+  if (changed->empty()) {
+    log::info("restored /dev of pid " + std::to_string(pid) + " holds the GPU nodes of restore plan " +
+              plan.value()->id + " already");
+    return;
+  }
+  std::string what;
+  for (const auto& made : changed->make)
+    what += (what.empty() ? "" : ", ") + ("/dev/" + made.name) + " " + std::to_string(made.major) + ":" +
+            std::to_string(made.minor);
+  for (const auto& removed : changed->remove) what += (what.empty() ? "" : ", ") + ("removed /dev/" + removed);
+  log::info("restored /dev of pid " + std::to_string(pid) + " given the GPU nodes of restore plan " +
+            plan.value()->id + ": " + what);
+}
+
 int plugin_init(int stage) noexcept {
   return Dispatcher::guarded("init", "plugin", [&]() -> int {
     route_log_to_criu();
@@ -159,6 +201,7 @@ int plugin_init(int stage) noexcept {
               std::to_string(abi.hook_count) + " plugin hooks (" + abi.evidence + "), announcing " +
               std::to_string(abi.max_hooks()) + "; CRIU's fdstore usable from init(RESTORE): " +
               (abi.fd_store_at_init ? "yes" : "no"));
+    g_restored_dev_pending = stage == criu::kStageRestore;
     if (stage == criu::kStageRestore && !criu::take_from_inventory(kPluginName)) {
       log::info("the image inventory does not list gpuckpt: the checkpoint used no GPU, plugin inactive");
       return 0;
@@ -199,6 +242,7 @@ void plugin_exit(int stage, int ret) noexcept {
     }
     dispatcher().clear();
     g_disabled = true;
+    g_restored_dev_pending = false;
     log::set_sink(nullptr);   // the sink must not outlive CRIU's dlclose() of this library
     return 0;
   });
@@ -233,6 +277,11 @@ int hook_update_vma_map(const char* path, std::uint64_t addr, std::uint64_t old_
                [&](Backend& b) { return b.update_vma_map(path, addr, old_pgoff, new_pgoff, plugin_fd); });
 }
 int hook_resume_devices_late(int pid) {
+  if (g_restored_dev_pending)
+    Dispatcher::guarded("RESUME_DEVICES_LATE", "restored /dev", [&] {
+      give_restored_dev_its_gpu_nodes(pid);
+      return 0;
+    });
   return offer("RESUME_DEVICES_LATE", [&](Backend& b) { return b.resume_devices_late(pid); });
 }
 int hook_pause_devices(int pid) {

@@ -1108,6 +1108,9 @@ void JobService::run_restore(const std::string& job_id, const fs::path& archive,
     plan->expires_at = plan_clock_now() + kPlanGraceSeconds +
                        std::chrono::ceil<std::chrono::seconds>(time_left(deadline, config_.runtime_timeout)).count();
     if (config_.runtime_kind == "containerd" && !name.empty()) plan->container_id = name;
+    // The CRIU plugin puts the restored /dev right with the numbers the plan carries (criu-plugin/restored_dev.h).
+    for (auto& device : plan->devices)
+      if (auto numbers = deps_.device_numbers(device.host_path)) device.target_numbers = *numbers;
     info["plan"] = to_json(*plan);
     auto written = write_restore_plan(config_.state_dir, *plan);
     if (!written) return fail(written.error().message);

@@ -185,7 +185,8 @@ Result<void> NriPlugin::adjust_for_restore(const api::CreateContainerRequest& re
     const bool other_gpu = held != had.devices.end() && !held->gpu_id.empty() && !given.count(held->gpu_id);
     if (source_paths.count(d.path()) || other_gpu) adjust.mutable_linux()->add_devices()->set_path("-" + d.path());
   }
-  const auto add_device = [&](const std::string& path, const std::string& host_path) -> Result<void> {
+  const auto add_device = [&](const std::string& path, const std::string& host_path)
+      -> Result<std::pair<std::uint32_t, std::uint32_t>> {
     auto numbers = lookup_(host_path);
     if (!numbers) return make_error(as + " refused: " + numbers.error().message, ENODEV);
     auto* device = adjust.mutable_linux()->add_devices();
@@ -194,15 +195,20 @@ Result<void> NriPlugin::adjust_for_restore(const api::CreateContainerRequest& re
     device->set_major(numbers->first);
     device->set_minor(numbers->second);
     device->mutable_file_mode()->set_value(0666);
-    return {};
+    return numbers;
   };
-  for (const auto& d : plan->devices)
-    if (auto added = add_device(d.path_after_restore(), d.host_path); !added) return added;
+  // The plan keeps the numbers: the CRIU plugin gives the restored /dev, which CRIU restores from the source's
+  // image, the same nodes as the spec (it sees this node's /dev, not --host-root).
+  for (auto& d : plan->devices) {
+    auto added = add_device(d.path_after_restore(), d.host_path);
+    if (!added) return added.error();
+    d.target_numbers = added.value();
+  }
   // The nodes every GPU process of the vendor needs (/dev/nvidiactl, /dev/nvidia-uvm): CRI-O's restore drops them
   // with the rest; they belong to no one GPU.
   for (const auto& d : record.devices)
     if (d.gpu_id.empty() && is_gpu_device_path(d.container_path) && !placed.count(d.container_path))
-      if (auto added = add_device(d.container_path, d.container_path); !added) return added;
+      if (auto added = add_device(d.container_path, d.container_path); !added) return added.error();
   for (const auto& [key, original] : record.gpu_env) {
     auto* kv = adjust.add_env();
     kv->set_key(key);

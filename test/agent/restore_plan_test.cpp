@@ -245,6 +245,25 @@ TEST_CASE("applied to a spec, a plan gives moved NVIDIA GPUs their own node name
     doc["devices"][0]["restored_path"] = "/dev/../etc/shadow";
     CHECK_FALSE(restore_plan_from_json(doc, "plan").ok());
   }
+  SECTION("the target's numbers round-trip, come as a pair, and are absent from plans that never had them") {
+    RestorePlan plan = plan_moving({{1, 0}});
+    auto without = restore_plan_from_json(to_json(plan), "plan");
+    REQUIRE(without.ok());
+    CHECK_FALSE(without->devices[0].target_numbers.has_value());
+    CHECK_FALSE(to_json(plan)["devices"][0].contains("target_major"));
+    plan.devices[0].target_numbers = std::make_pair(195u, 0u);
+    auto with = restore_plan_from_json(to_json(plan), "plan");
+    REQUIRE(with.ok());
+    CHECK(with->devices[0].target_numbers == std::make_pair(195u, 0u));
+    json half = to_json(plan);
+    half["devices"][0].erase("target_minor");
+    auto refused = restore_plan_from_json(half, "plan");
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message.find("target_major and target_minor come together") != std::string::npos);
+    json huge = to_json(plan);
+    huge["devices"][0]["target_minor"] = 4294967296ULL;
+    CHECK_FALSE(restore_plan_from_json(huge, "plan").ok());
+  }
 }
 
 TEST_CASE("a plan's binding: one checkpoint, one container where named, until it expires", "[unit]") {

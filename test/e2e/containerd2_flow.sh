@@ -20,8 +20,9 @@
 #      has GPU 1's node under its own name /dev/nvidia1 with GPU 1's numbers (1:5), no /dev/nvidia0, a cgroup rule
 #      allowing 1:5 (and the device cgroup allows it), NVIDIA_VISIBLE_DEVICES=1, the plan's annotation and
 #      gpuckpt's createRuntime hook; the hook put the plan into the CRIU images directory containerd restored
-#      from (ctrd-restore/checkpoint) before CRIU ran. (The restored processes' /dev is CRIU's image of the
-#      source's; gpuckpt's CRIU plugin replaces GPU nodes there only for CUDA processes: test/gpu/ covers those.)
+#      from (ctrd-restore/checkpoint) before CRIU restored the mounts; the restored container's /dev, which CRIU
+#      restores from its image of the source's (/dev/nvidia0 = 1:3), holds GPU 1's /dev/nvidia1 (1:5) and no
+#      /dev/nvidia0 for its processes, none of which is a CUDA process (gpuckpt's CRIU plugin, from the plan).
 #      (c) a restore from the archive path whose request has no user_specified_image: containerd marks it with an
 #      empty checkpointImage, gpuckpt-nri leaves it as containerd made it and says why.
 #   4. a plain container of the same base image in a pod PodResources also gives GPU 1 gets nothing from gpuckpt.
@@ -184,10 +185,8 @@ bundle_spec() {
   echo "$spec"
 }
 
-# restored_check NAME RID: what gpuckpt-nri and its hook did to one restored container (see the header). The
-# restored processes' /dev is the tmpfs CRIU restored from its images (the source's /dev/nvidia0); gpuckpt's CRIU
-# plugin replaces GPU nodes there only for CUDA processes, which a CPU-only node has none of: what the container is
-# allowed is its spec and its device cgroup.
+# restored_check NAME RID: what gpuckpt-nri, its hook and gpuckpt's CRIU plugin did to one restored container (see
+# the header).
 restored_check() {
   local name=$1 rid=$2 rpid nr spec plan_path plan_id
   rpid=$(cri pid "$rid")
@@ -226,7 +225,15 @@ PY
     grep -Eq '^(c 1:5|c \*:\*|a \*:\*) rw' "/sys/fs/cgroup/devices$cg/devices.list" ||
       fail "$name: the device cgroup does not allow 1:5: $(tr '\n' ' ' < "/sys/fs/cgroup/devices$cg/devices.list")"
   fi
-  echo "ok: $name: counter $N1 -> $nr; spec: /dev/nvidia1 c 1:5 (GPU 1), no /dev/nvidia0, cgroup rule c 1:5 rw, NVIDIA_VISIBLE_DEVICES=1; plan $plan_id ($GPU0 -> $GPU1) placed in ctrd-restore/checkpoint"
+  # What the restored processes see (a shell and its children, no CUDA process): CRIU restored /dev from its image
+  # of the source's, which holds GPU 0's /dev/nvidia0 (1:3); the plugin gave it the plan's nodes before they ran.
+  local dev=/proc/$rpid/root/dev nodes
+  nodes=$(cd "$dev" && for f in nvidia*; do [ -e "$f" ] && stat -c '%n %F %t:%T' "$f"; done | tr '\n' ' ')
+  [ "$(stat -c '%F %t:%T' "$dev/nvidia1" 2>/dev/null)" = "character special file 1:5" ] ||
+    fail "$name: the restored container's /dev has no GPU 1 node /dev/nvidia1 (1:5); its nvidia nodes: ${nodes:-none}"
+  [ ! -e "$dev/nvidia0" ] && [ ! -L "$dev/nvidia0" ] ||
+    fail "$name: the restored container's /dev still has the source GPU's /dev/nvidia0; its nvidia nodes: $nodes"
+  echo "ok: $name: counter $N1 -> $nr; spec: /dev/nvidia1 c 1:5 (GPU 1), no /dev/nvidia0, cgroup rule c 1:5 rw, NVIDIA_VISIBLE_DEVICES=1; plan $plan_id ($GPU0 -> $GPU1) placed in ctrd-restore/checkpoint; inside: $nodes"
 }
 
 step "3a. restore from the archive path (RunPodSandbox + CreateContainer image=path + StartContainer)"

@@ -96,6 +96,10 @@ TEST_CASE("containerd 2.1.9's restore from a registered kubelet archive gets the
   REQUIRE(plan.value()->assignments.size() == 1);
   CHECK(plan.value()->assignments[0].source_id == "GPU-0");
   CHECK(plan.value()->assignments[0].target_id == "GPU-1");
+  // The CRIU plugin gives the restored /dev these numbers: the same as the spec's.
+  REQUIRE(plan.value()->devices.size() == 1);
+  CHECK(plan.value()->devices[0].path_after_restore() == "/dev/nvidia1");
+  CHECK(plan.value()->devices[0].target_numbers == std::make_pair(195u, 1u));
   REQUIRE(adjust.hooks().create_runtime_size() == 1);
 }
 
