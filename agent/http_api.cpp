@@ -31,8 +31,8 @@ void send_error(httplib::Response& res, int status, const std::string& message) 
 
 // A job in a list: what it is, how it went, what it was asked (the request is small: names and paths).
 nlohmann::json job_summary(const JobStatus& job) {
-  nlohmann::json out = {{"id", job.id},           {"kind", job.kind},
-                        {"state", job.state},     {"phase", job.phase},
+  nlohmann::json out = {{"id", job.id},           {"kind", to_string(job.kind)},
+                        {"state", to_string(job.state)}, {"phase", job.phase},
                         {"created_at", job.created_at}, {"finished_at", job.finished_at},
                         {"request", job.request}};
   if (!job.error.empty()) out["error"] = job.error;
@@ -46,16 +46,6 @@ bool is_incoming_piece(const httplib::Request& req) {
 
 bool is_chunk_upload(const httplib::Request& req) {
   return req.method == "PUT" && req.path.rfind("/v1/chunks/", 0) == 0;
-}
-
-const char* reason_for(int status) {
-  switch (status) {
-    case 401: return "auth";
-    case 404: return "not_found";
-    case 409: return "conflict";
-    case 429: return "busy";
-    default: return "validation";
-  }
 }
 
 }  // namespace
@@ -85,7 +75,7 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
       if (header.rfind(prefix, 0) != 0 || !token_matches(std::string_view(header).substr(prefix.size()), token)) {
         log::warn("refused " + log::escaped(req.method, 16) + " " + log::escaped(req.path) + " from " + req.remote_addr +
                   ": missing or wrong bearer token");
-        service.metrics().request_rejected("auth");
+        service.metrics().request_rejected(RejectReason::auth);
         res.set_header("WWW-Authenticate", "Bearer");
         send_error(res, 401, "missing or wrong bearer token (send 'Authorization: Bearer <token>' with the agent's token)");
         return httplib::Server::HandlerResponse::Handled;
@@ -99,7 +89,7 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
     const bool too_long = !length.empty() && (length.size() > 19 || length.find_first_not_of("0123456789") != std::string::npos ||
                                               std::stoull(length) > limit);
     if (chunked || too_long) {
-      service.metrics().request_rejected("validation");
+      service.metrics().request_rejected(RejectReason::validation);
       send_error(res, chunked ? 411 : 413, chunked ? "send the body with a Content-Length" :
                  "request body too large (at most " + std::to_string(limit) + " bytes here)");
       return httplib::Server::HandlerResponse::Handled;
@@ -137,7 +127,7 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
 
   auto fail = [&service](httplib::Response& res, const Error& error) {
     const int status = http_status(error);
-    service.metrics().request_rejected(reason_for(status));
+    service.metrics().request_rejected(reject_reason(error_kind(error)));
     log::warn("request refused (" + std::to_string(status) + "): " + error.message);
     if (status == 429) res.set_header("Retry-After", "10");
     send_error(res, status, error.message);
@@ -291,22 +281,23 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
     send_json(res, 200, service.runtime_report());
   });
 
-  auto get_job = [&service, fail](const char* kind) {
+  auto get_job = [&service, fail](JobKind kind) {
     return [&service, fail, kind](const httplib::Request& req, httplib::Response& res) {
       const std::string id = req.matches[1];
       auto job = service.job(id);
-      if (!job || job->kind != kind) return fail(res, make_error(std::string("no ") + kind + " job '" + id + "'", ENOENT));
+      if (!job || job->kind != kind)
+        return fail(res, make_error("no " + std::string(to_string(kind)) + " job '" + id + "'", ENOENT));
       send_json(res, 200, to_json(*job));
     };
   };
   // Lists: newest first, ?state= one of the job states, ?limit= 1..kMaxListedJobs (default kDefaultListedJobs).
-  auto list_jobs = [&service, fail](const char* kind) {
+  auto list_jobs = [&service, fail](JobKind kind) {
     return [&service, fail, kind](const httplib::Request& req, httplib::Response& res) {
-      const std::string state = req.get_param_value("state");
-      if (!state.empty() && state != "queued" && state != "running" && state != "succeeded" && state != "failed" &&
-          state != "interrupted")
-        return fail(res, make_error("'state' must be queued, running, succeeded, failed or interrupted, got '" +
-                                    log::escaped(state, 32) + "'"));
+      const std::string state_text = req.get_param_value("state");
+      const auto state = job_state_from_string(state_text);
+      if (!state_text.empty() && !state)
+        return fail(res, make_error("'state' must be " + job_state_choices() + ", got '" +
+                                    log::escaped(state_text, 32) + "'"));
       std::size_t limit = kDefaultListedJobs;
       if (req.has_param("limit")) {
         const std::string text = req.get_param_value("limit");
@@ -325,16 +316,16 @@ void install_routes(httplib::Server& server, JobService& service, std::string to
       send_json(res, 200, {{"jobs", std::move(list)}, {"truncated", truncated}});
     };
   };
-  server.Get("/v1/checkpoints", list_jobs("checkpoint"));
-  server.Get("/v1/restores", list_jobs("restore"));
-  server.Get("/v1/images", list_jobs("image"));
-  server.Get("/v1/transfers", list_jobs("transfer"));
-  server.Get("/v1/chunk-pulls", list_jobs("pull"));
-  server.Get(R"(/v1/checkpoints/([A-Za-z0-9._-]{1,128}))", get_job("checkpoint"));
-  server.Get(R"(/v1/restores/([A-Za-z0-9._-]{1,128}))", get_job("restore"));
-  server.Get(R"(/v1/images/([A-Za-z0-9._-]{1,128}))", get_job("image"));
-  server.Get(R"(/v1/transfers/([A-Za-z0-9._-]{1,128}))", get_job("transfer"));
-  server.Get(R"(/v1/chunk-pulls/([A-Za-z0-9._-]{1,128}))", get_job("pull"));
+  server.Get("/v1/checkpoints", list_jobs(JobKind::checkpoint));
+  server.Get("/v1/restores", list_jobs(JobKind::restore));
+  server.Get("/v1/images", list_jobs(JobKind::image));
+  server.Get("/v1/transfers", list_jobs(JobKind::transfer));
+  server.Get("/v1/chunk-pulls", list_jobs(JobKind::pull));
+  server.Get(R"(/v1/checkpoints/([A-Za-z0-9._-]{1,128}))", get_job(JobKind::checkpoint));
+  server.Get(R"(/v1/restores/([A-Za-z0-9._-]{1,128}))", get_job(JobKind::restore));
+  server.Get(R"(/v1/images/([A-Za-z0-9._-]{1,128}))", get_job(JobKind::image));
+  server.Get(R"(/v1/transfers/([A-Za-z0-9._-]{1,128}))", get_job(JobKind::transfer));
+  server.Get(R"(/v1/chunk-pulls/([A-Za-z0-9._-]{1,128}))", get_job(JobKind::pull));
 }
 
 }  // namespace gpuckpt::agent

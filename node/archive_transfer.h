@@ -59,7 +59,7 @@ inline constexpr std::size_t kMaxIncoming = 8;                // partial transfe
 // .tar.zst (what checkpoint archives are called).
 bool is_transfer_name(std::string_view name);
 
-// The receiving end. Errors carry the errno kinds of agent/service.h's http_status (EINVAL 400, EBUSY 409,
+// The receiving end. Errors carry the errno kinds of node/job_state.h's error_kind (EINVAL 400, EBUSY 409,
 // EFBIG 413, EBADMSG 422, EAGAIN 429).
 class IncomingArchives {
  public:

@@ -19,7 +19,7 @@ agent/main.cpp|loops.emplace_back(storage_loop, std::cref(context));|storage upk
 agent/main.cpp|if (context.config.node_labels.enabled) loops.emplace_back(node_labels_loop, std::cref(context));|node labels: each pass inside caught()
 agent/main.cpp|std::thread signal_thread([&] {|sigwait, one log line, server.stop(): nothing that throws
 node/bounded_request.cpp|std::thread guard([&] {|waits on a condition variable and stops the client: nothing that throws
-node/service.cpp|std::thread([this, job_id, pod = std::move(pod), accepted, deadline, ticket, work = std::move(work), &line, &active,|the job's work inside try/catch: fail_unexpectedly
+node/job_scheduler.cpp|std::thread([this, job_id, pod = std::move(pod), accepted, deadline, ticket, work = std::move(work), lane] {|run_work: the job's work inside try/catch: fail_unexpectedly
 node/registry_chunks.cpp|for (auto& client : clients) threads.emplace_back([&run, &client] { run(*client); });|run() is inside caught()
 node/chunk_transfer.cpp|for (unsigned i = 1; i < report.streams; ++i) threads.emplace_back(caught_stream);|caught_stream: the stream inside caught()
 cli/output_tee.cpp|pump_ = std::thread([this] {|read, write and a bounded append: nothing that throws
