@@ -14,6 +14,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -254,6 +255,39 @@ TEST_CASE("every /v1 call needs the bearer token; health and metrics do not", "[
   auto metrics = anon.Get("/metrics");
   REQUIRE(metrics);
   CHECK(metrics->body.find("gpuckpt_api_rejected_total{reason=\"auth\"} 4") != std::string::npos);
+}
+
+TEST_CASE("every /v1 route of the table answers 401 without the token or with a wrong one, and does nothing",
+          "[unit]") {
+  Fixture f;
+  std::size_t v1_routes = 0;
+  for (const agent::Route& route : agent::api_routes(*f.service)) {
+    // A path the route takes: each group of its regular expression becomes a name it accepts.
+    const std::string path = std::regex_replace(route.pattern, std::regex(R"(\([^()]*\))"), "x1");
+    INFO(agent::to_string(route.method) << " " << path);
+    if (route.pattern.rfind("/v1/", 0) != 0) {
+      // Only these two answer without the token; any other route must live under /v1.
+      CHECK((route.pattern == "/healthz" || route.pattern == "/metrics"));
+      continue;
+    }
+    ++v1_routes;
+    for (const std::string& token : {std::string(), std::string("wrong-token")}) {
+      auto c = f.client(token);
+      const auto res = route.method == agent::Method::get    ? c.Get(path.c_str())
+                       : route.method == agent::Method::post ? c.Post(path.c_str(), "{}", "application/json")
+                                                             : c.Put(path.c_str(), "{}", "application/json");
+      REQUIRE(res);
+      CHECK(res->status == 401);
+      CHECK(res->get_header_value("WWW-Authenticate") == "Bearer");
+    }
+  }
+  CHECK(v1_routes == 25);   // the API's /v1 routes (docs/api.md): a new one is in this test by being in the table
+  CHECK(f.runtime->containers.at("counter").state == "running");   // nothing happened
+  CHECK(f.checkpoint_files().empty());
+  auto metrics = f.client("").Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->body.find("gpuckpt_api_rejected_total{reason=\"auth\"} " + std::to_string(2 * v1_routes) + "\n") !=
+        std::string::npos);
 }
 
 TEST_CASE("GET /v1/gpus and /v1/containers", "[unit]") {
