@@ -21,10 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // One run of the workflow: each step a method, what they find kept as members for the job's result.
 class CheckpointWorkflow {
  public:

@@ -25,7 +25,7 @@ void run_chunk_pull_job(JobRun& run, const AgentConfig& config, const std::strin
   if (!store) return fail(store.error().message);
   auto pulled = pull_chunks(registry, image, **store);
   if (!pulled) return fail(pulled.error().message);
-  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double total = seconds_since(start);
   run.succeed([&](JobStatus& j) {
     j.phase_seconds["total"] = total;
     j.result = pulled->to_json();

@@ -18,10 +18,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 void register_names(const JobRun& run, const AgentConfig& config, const std::string& name,
                     const CheckpointImage& image, const CheckpointGpuRecord& record) {
   if (auto registered = register_checkpoint_image(config.state_dir, name, image.manifest_digest, record); !registered)

@@ -16,10 +16,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 Error with_errno(Error e, int value) {
   e.errno_value = value;
   return e;

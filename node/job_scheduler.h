@@ -4,6 +4,7 @@
 // checkpoint_job.h, restore_job.h, image_job.h, transfer_job.h, chunk_pull_job.h).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -28,6 +29,11 @@
 #include "common/result.h"
 
 namespace gpuckpt::node {
+
+// Seconds from `start` to now: how long a job, or one of its steps, took.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 // Chunk pulls running at once (the pulls lane), besides limits.max_concurrent_jobs.
 inline constexpr int kMaxConcurrentPulls = 2;

@@ -13,10 +13,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // The runtime reads the archive from the job's named pipe and names that in its errors; the user named the archive.
 std::string naming_archive(std::string message, const fs::path& pipe, const fs::path& archive) {
   const std::string from = pipe.string();

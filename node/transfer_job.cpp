@@ -16,10 +16,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // One run of the workflow; each step returns false once the job failed.
 class TransferWorkflow {
  public:
