@@ -63,7 +63,7 @@ PodEvent job_pod_event(node::JobStage stage, const node::JobStatus& job, const n
   const auto& request = job.request;
   const auto& result = job.result;
   const std::string archive = file_name(request.value("archive", nlohmann::json()));
-  if (job.kind == "checkpoint") {
+  if (job.kind == node::JobKind::checkpoint) {
     event.action = "Checkpoint";
     const std::string container = request.value("container", "?");
     if (stage == node::JobStage::started)
@@ -77,7 +77,7 @@ PodEvent job_pod_event(node::JobStage stage, const node::JobStatus& job, const n
     else
       event.message = "checkpoint of container " + container + " on node " + node_name + " failed (" + id + "): " +
                       job.error;
-  } else if (job.kind == "restore") {
+  } else if (job.kind == node::JobKind::restore) {
     event.action = "Restore";
     if (stage == node::JobStage::started)
       event.message = "restoring checkpoint " + archive + " on node " + node_name + " (" + id + ")";
@@ -87,7 +87,7 @@ PodEvent job_pod_event(node::JobStage stage, const node::JobStatus& job, const n
                       seconds_text(job) + "; " + id + ")";
     else
       event.message = "restore of checkpoint " + archive + " on node " + node_name + " failed (" + id + "): " + job.error;
-  } else if (job.kind == "image") {
+  } else if (job.kind == node::JobKind::image) {
     event.action = "LoadCheckpointImage";
     const auto image = result.value("image", nlohmann::json::object());
     if (stage == node::JobStage::started)
@@ -113,7 +113,7 @@ PodEvent job_pod_event(node::JobStage stage, const node::JobStatus& job, const n
       event.message = "moving checkpoint " + archive + " from node " + node_name + " to the agent at " + to +
                       " failed (" + id + "): " + job.error;
   }
-  event.reason = (job.kind == "image" ? std::string("CheckpointImage") : event.action) + suffix;
+  event.reason = (job.kind == node::JobKind::image ? std::string("CheckpointImage") : event.action) + suffix;
   return event;
 }
 

@@ -96,6 +96,23 @@ Result<void> sync_directory(const fs::path& dir) {
   return {};
 }
 
+struct CommitRequest {
+  std::uint64_t size = 0;
+  std::string sha256;
+  bool store_backed = false;
+};
+
+Result<CommitRequest> parse_commit_request(const nlohmann::json& body) {
+  if (!body.is_object() || !body.contains("size") || !body["size"].is_number_unsigned() || !body.contains("sha256") ||
+      !body["sha256"].is_string() || !is_sha256_hex(body["sha256"].get<std::string>()))
+    return make_error("a commit is {\"size\": BYTES, \"sha256\": \"64 lowercase hex digits\"[, \"store_backed\": "
+                      "true]}");
+  if (body.contains("store_backed") && !body["store_backed"].is_boolean())
+    return make_error("a commit's \"store_backed\" is true or false");
+  return CommitRequest{body["size"].get<std::uint64_t>(), body["sha256"].get<std::string>(),
+                       body.value("store_backed", false)};
+}
+
 }  // namespace
 
 bool is_transfer_name(std::string_view name) {
@@ -171,6 +188,24 @@ Result<nlohmann::json> IncomingArchives::state(const std::string& name) {
   return nlohmann::json{{"name", name}, {"received_bytes", received}, {"present", present}};
 }
 
+Result<std::shared_ptr<IncomingArchives::Partial>> IncomingArchives::claim_for_piece(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  struct stat st{};
+  if (::lstat((dir_ / name).c_str(), &st) == 0)
+    return make_error("this node already has an archive named " + name + ": commit to compare it, or remove it", EBUSY);
+  auto& slot = partials_[name];
+  if (slot && slot->busy) return make_error("another transfer of " + name + " is in progress", EBUSY);
+  if (!slot && ::lstat(partial_path(name).c_str(), &st) != 0) {
+    if (auto room = make_room(); !room) {
+      partials_.erase(name);
+      return room.error();
+    }
+  }
+  if (!slot) slot = std::make_shared<Partial>();
+  slot->busy = true;
+  return slot;
+}
+
 Result<nlohmann::json> IncomingArchives::receive(const std::string& name, std::string_view offset_text,
                                                  std::string_view total_text, const BodyReader& read_body) {
   if (!is_transfer_name(name)) return state(name).error();
@@ -181,24 +216,7 @@ Result<nlohmann::json> IncomingArchives::receive(const std::string& name, std::s
                       std::to_string(max_archive_bytes_) + ") of the receiving agent", EFBIG);
   if (offset > total) return make_error("'offset' " + std::to_string(offset) + " is past 'total'");
 
-  std::shared_ptr<Partial> partial;
-  {
-    std::lock_guard lock(mutex_);
-    struct stat st{};
-    if (::lstat((dir_ / name).c_str(), &st) == 0)
-      return make_error("this node already has an archive named " + name + ": commit to compare it, or remove it", EBUSY);
-    auto& slot = partials_[name];
-    if (slot && slot->busy) return make_error("another transfer of " + name + " is in progress", EBUSY);
-    if (!slot && ::lstat(partial_path(name).c_str(), &st) != 0) {
-      if (auto room = make_room(); !room) {
-        partials_.erase(name);
-        return room.error();
-      }
-    }
-    if (!slot) slot = std::make_shared<Partial>();
-    partial = slot;
-    partial->busy = true;
-  }
+  GPUCKPT_TRY(std::shared_ptr<Partial> partial, claim_for_piece(name));
   auto release = [&] {
     std::lock_guard lock(mutex_);
     partial->busy = false;
@@ -265,17 +283,32 @@ Result<nlohmann::json> IncomingArchives::receive(const std::string& name, std::s
   return nlohmann::json{{"name", name}, {"received_bytes", position}, {"present", false}};
 }
 
+// Nothing partial: the archive may already be here (a repeated migration). Same bytes: done; else refused.
+Result<nlohmann::json> IncomingArchives::commit_present(const std::string& name, std::uint64_t size,
+                                                        const std::string& want) const {
+  const fs::path final_path = dir_ / name;
+  struct stat st{};
+  Fd fd(::open(final_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    return make_error("nothing of " + name + " was received", ENOENT);
+  SHA256_CTX ctx;
+  SHA256_Init(&ctx);
+  if (static_cast<std::uint64_t>(st.st_size) == size)
+    if (auto hashed = hash_prefix(fd.get(), size, ctx); !hashed) return make_error(hashed.error().message, EIO);
+  if (static_cast<std::uint64_t>(st.st_size) != size || hex_digest(ctx) != want)
+    return make_error("this node already has a different archive named " + name + ": not replaced; remove or "
+                      "rename it first", EBUSY);
+  return nlohmann::json{{"archive", final_path.string()}, {"size", size}, {"sha256", want}, {"already_present", true}};
+}
+
+// Longer than most, kept whole: every refusal below either releases the partial file (kept for a commit again) or
+// discards it (deleted, nothing of it referenced); each exit's choice stays beside the check that makes it.
 Result<nlohmann::json> IncomingArchives::commit(const std::string& name, const nlohmann::json& body) {
   if (!is_transfer_name(name)) return state(name).error();
-  if (!body.is_object() || !body.contains("size") || !body["size"].is_number_unsigned() || !body.contains("sha256") ||
-      !body["sha256"].is_string() || !is_sha256_hex(body["sha256"].get<std::string>()))
-    return make_error("a commit is {\"size\": BYTES, \"sha256\": \"64 lowercase hex digits\"[, \"store_backed\": "
-                      "true]}");
-  if (body.contains("store_backed") && !body["store_backed"].is_boolean())
-    return make_error("a commit's \"store_backed\" is true or false");
-  const bool store_backed = body.value("store_backed", false);
-  const auto size = body["size"].get<std::uint64_t>();
-  const auto want = body["sha256"].get<std::string>();
+  GPUCKPT_TRY(const CommitRequest request, parse_commit_request(body));
+  const bool store_backed = request.store_backed;
+  const std::uint64_t size = request.size;
+  const std::string& want = request.sha256;
   const fs::path final_path = dir_ / name;
 
   std::unique_lock lock(mutex_);
@@ -284,18 +317,7 @@ Result<nlohmann::json> IncomingArchives::commit(const std::string& name, const n
   struct stat st{};
   if (::lstat(partial_path(name).c_str(), &st) != 0) {
     partials_.erase(name);
-    // Nothing partial: the archive may already be here (a repeated migration). Same bytes: done; else refused.
-    Fd fd(::open(final_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
-      return make_error("nothing of " + name + " was received", ENOENT);
-    SHA256_CTX ctx;
-    SHA256_Init(&ctx);
-    if (static_cast<std::uint64_t>(st.st_size) == size)
-      if (auto hashed = hash_prefix(fd.get(), size, ctx); !hashed) return make_error(hashed.error().message, EIO);
-    if (static_cast<std::uint64_t>(st.st_size) != size || hex_digest(ctx) != want)
-      return make_error("this node already has a different archive named " + name + ": not replaced; remove or "
-                        "rename it first", EBUSY);
-    return nlohmann::json{{"archive", final_path.string()}, {"size", size}, {"sha256", want}, {"already_present", true}};
+    return commit_present(name, size, want);
   }
   if (!slot) slot = std::make_shared<Partial>();
   auto partial = slot;
@@ -483,6 +505,72 @@ Result<CommitAnswer> parse_commit_answer(std::string_view text, const std::strin
                       chunks == body.end() ? nlohmann::json(nullptr) : *chunks};
 }
 
+namespace {
+
+using AskPeer = std::function<Result<PeerAnswer>(const char* method, const std::string& path, std::string body,
+                                                 const char* content_type)>;
+
+// `what` and what the target answered (or why there was no answer).
+std::string answer_error(const Result<PeerAnswer>& result, const std::string& what) {
+  if (!result) return what + ": " + result.error().message;
+  return what + " " + peer_says(result->status, result->body);
+}
+
+Result<std::string> sha256_of(int fd, std::uint64_t size, JobDeadline deadline) {
+  SHA256_CTX ctx;
+  SHA256_Init(&ctx);
+  GPUCKPT_TRY_VOID(hash_prefix(fd, size, ctx, deadline));
+  return hex_digest(ctx);
+}
+
+void to_target(httplib::Client& client, const std::string& token) {
+  client.set_bearer_token_auth(token.c_str());
+  client.set_connection_timeout(5);
+  client.set_read_timeout(30);
+  client.set_write_timeout(30);
+}
+
+// `length` bytes of the archive at `offset`.
+Result<void> read_piece(int fd, char* buffer, std::size_t length, std::uint64_t offset, const fs::path& archive) {
+  std::size_t got = 0;
+  while (got < length) {
+    const ssize_t n = ::pread(fd, buffer + got, length - got, static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return make_error("reading " + archive.string() + " failed (did it change while it was sent?)", EIO);
+    got += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
+// The commit of the archive pushed as `name` (`base`: its /v1/incoming path): its size and SHA-256, store-backed or
+// not.
+Result<CommitAnswer> commit_push(const AskPeer& ask, const std::string& base, const std::string& name,
+                                 const PushOptions& options, std::uint64_t size, const std::string& digest) {
+  const std::string who = "the target agent at " + options.url;
+  nlohmann::json commit_request{{"size", size}, {"sha256", digest}};
+  if (options.store_backed) commit_request["store_backed"] = true;
+  const std::string commit_body = commit_request.dump();
+  auto committed = ask("POST", base + "/commit", commit_body, "application/json");
+  // A commit that admits a store-backed checkpoint checks and references its chunks (an archive that carries them:
+  // imports them) within one request's deadline; a target that ran out of time keeps what it did and answers 409:
+  // committing again goes on from there.
+  for (int again = 1; committed && committed->status == 409 && again < kMaxCommits &&
+                      std::chrono::steady_clock::now() < options.deadline;
+       ++again) {
+    log::warn("transfer of " + name + " to " + options.url + ": " + answer_error(committed, "commit") + "; again");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    committed = ask("POST", base + "/commit", commit_body, "application/json");
+  }
+  if (!committed || committed->status != 200)
+    return make_error(answer_error(committed, who + " (commit of " + name + ")"),
+                      committed && committed->status == 422 ? EBADMSG
+                      : !committed                         ? committed.error().errno_value
+                                                           : EIO);
+  return parse_commit_answer(committed->body, who + " (commit of " + name + ")");
+}
+
+}  // namespace
+
 Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& options,
                                     const std::function<void(std::uint64_t)>& progress) {
   const std::string name = options.name.empty() ? archive.filename().string() : options.name;
@@ -493,24 +581,14 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
   if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
     return make_error("cannot open " + archive.string() + ": " + std::strerror(errno), ENOENT);
   const auto size = static_cast<std::uint64_t>(st.st_size);
-  SHA256_CTX ctx;
-  SHA256_Init(&ctx);
-  GPUCKPT_TRY_VOID(hash_prefix(fd.get(), size, ctx, options.deadline), "hashing " + archive.string());
-  const std::string digest = hex_digest(ctx);
+  GPUCKPT_TRY(const std::string digest, sha256_of(fd.get(), size, options.deadline), "hashing " + archive.string());
 
   httplib::Client client(options.url);
-  client.set_bearer_token_auth(options.token.c_str());
-  client.set_connection_timeout(5);
-  client.set_read_timeout(30);
-  client.set_write_timeout(30);
+  to_target(client, options.token);
   const std::string base = "/v1/incoming/" + name;
   const std::string who = "the target agent at " + options.url;
   const auto ask = [&](const char* method, const std::string& path, std::string body, const char* type) {
     return ask_peer(client, method, path, std::move(body), type, who, options.deadline, options.stop);
-  };
-  auto answer_error = [&](const Result<PeerAnswer>& result, const std::string& what) {
-    if (!result) return what + ": " + result.error().message;
-    return what + " " + peer_says(result->status, result->body);
   };
   bool present = false;   // the target has a file of that name already: only the commit compares it
   auto held = [&]() -> Result<std::uint64_t> {
@@ -528,8 +606,7 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
   if (offset > size)
     return make_error("the target holds " + std::to_string(offset) + " bytes of a partial " + name + ", more than its " +
                       std::to_string(size) + ": another archive of that name is arriving there", EBUSY);
-  nlohmann::json resumed = nlohmann::json::array();
-  if (offset > 0) resumed.push_back(offset);
+  nlohmann::json resumed = offset > 0 ? nlohmann::json::array({offset}) : nlohmann::json::array();
   std::uint64_t sent = 0;
   int failures = 0;
   std::vector<char> buffer(std::min(options.chunk_bytes, kMaxChunkBytes));
@@ -538,13 +615,7 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
     if (std::chrono::steady_clock::now() >= options.deadline)
       return make_error("ran out of time at " + std::to_string(offset) + " of " + std::to_string(size) + " bytes", ETIMEDOUT);
     const auto length = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), size - offset));
-    std::size_t got = 0;
-    while (got < length) {
-      const ssize_t n = ::pread(fd.get(), buffer.data() + got, length - got, static_cast<off_t>(offset + got));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return make_error("reading " + archive.string() + " failed (did it change while it was sent?)", EIO);
-      got += static_cast<std::size_t>(n);
-    }
+    GPUCKPT_TRY_VOID(read_piece(fd.get(), buffer.data(), length, offset, archive));
     const std::string path = base + "?offset=" + std::to_string(offset) + "&total=" + std::to_string(size);
     auto result = ask("PUT", path, std::string(buffer.data(), length), "application/octet-stream");
     if (!result && result.error().errno_value == ETIMEDOUT) return result.error();
@@ -571,26 +642,7 @@ Result<nlohmann::json> push_archive(const fs::path& archive, const PushOptions& 
     offset = *now_held;
     resumed.push_back(offset);
   }
-  nlohmann::json commit_request{{"size", size}, {"sha256", digest}};
-  if (options.store_backed) commit_request["store_backed"] = true;
-  const std::string commit_body = commit_request.dump();
-  auto committed = ask("POST", base + "/commit", commit_body, "application/json");
-  // A commit that admits a store-backed checkpoint checks and references its chunks (an archive that carries them:
-  // imports them) within one request's deadline; a target that ran out of time keeps what it did and answers 409:
-  // committing again goes on from there.
-  for (int again = 1; committed && committed->status == 409 && again < kMaxCommits &&
-                      std::chrono::steady_clock::now() < options.deadline;
-       ++again) {
-    log::warn("transfer of " + name + " to " + options.url + ": " + answer_error(committed, "commit") + "; again");
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    committed = ask("POST", base + "/commit", commit_body, "application/json");
-  }
-  if (!committed || committed->status != 200)
-    return make_error(answer_error(committed, who + " (commit of " + name + ")"),
-                      committed && committed->status == 422 ? EBADMSG
-                      : !committed                         ? committed.error().errno_value
-                                                           : EIO);
-  GPUCKPT_TRY(auto answer, parse_commit_answer(committed->body, who + " (commit of " + name + ")"));
+  GPUCKPT_TRY(auto answer, commit_push(ask, base, name, options, size, digest));
   return nlohmann::json{{"archive", answer.archive},
                         {"size", size},
                         {"sha256", digest},

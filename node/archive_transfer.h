@@ -59,7 +59,7 @@ inline constexpr std::size_t kMaxIncoming = 8;                // partial transfe
 // .tar.zst (what checkpoint archives are called).
 bool is_transfer_name(std::string_view name);
 
-// The receiving end. Errors carry the errno kinds of agent/service.h's http_status (EINVAL 400, EBUSY 409,
+// The receiving end. Errors carry the errno kinds of node/job_state.h's error_kind (EINVAL 400, EBUSY 409,
 // EFBIG 413, EBADMSG 422, EAGAIN 429).
 class IncomingArchives {
  public:
@@ -84,6 +84,10 @@ class IncomingArchives {
   struct Partial;
   std::filesystem::path partial_path(const std::string& name) const;
   Result<void> make_room();   // with mutex_ held
+  // The transfer of `name` marked busy for a PUT: refused while the archive is here already or another PUT or commit
+  // works on it, and when a new one finds no room.
+  Result<std::shared_ptr<Partial>> claim_for_piece(const std::string& name);
+  Result<nlohmann::json> commit_present(const std::string& name, std::uint64_t size, const std::string& want) const;
 
   std::filesystem::path dir_;
   std::uint64_t max_archive_bytes_;

@@ -361,6 +361,8 @@ Result<nlohmann::json> ChunkUploads::receive(std::string_view digest_text, std::
                         {"raw_bytes", received.header.raw_size}};
 }
 
+// Longer than most, kept whole: the streams are lambdas over the state they share with it (the next chunk's index, the
+// report, the first error, the stop) and that ends with it; split, all of it would be passed around by reference.
 Result<ChunkUploadReport> upload_chunks(const std::string& url, const std::string& token, const cs::Store& store,
                                         const std::set<cs::Digest>& digests, unsigned streams, JobDeadline deadline,
                                         const std::function<void(const ChunkUploadReport&)>& progress,

@@ -76,117 +76,121 @@ class Section {
   std::string error_;
 };
 
-}  // namespace
-
-Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    return make_error(source + ": not valid YAML: " + e.what());
-  }
-  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  if (!root.IsMap()) return make_error(source + ": the configuration must be a YAML mapping");
-  AgentConfig c;
-  std::string error;
-  auto keep = [&](Section& s) {
+// The sections' first error, in the order they are read; the top level's last (its unknown keys among them).
+class ConfigReader {
+ public:
+  ConfigReader(const YAML::Node& root, const std::string& source) : top_(root, "", source) {}
+  Section& top() { return top_; }
+  void keep(Section& s) {
     s.finish();
-    if (error.empty()) error = s.error();
-  };
-  Section top(root, "", source);
-  int version = 1;
-  top.get("version", version);
-  if (version != 1) return make_error(source + ": version " + std::to_string(version) + " is not supported (use 1)");
+    if (error_.empty()) error_ = s.error();
+  }
+  const std::string& finish() {
+    keep(top_);
+    return error_;
+  }
+
+ private:
+  Section top_;
+  std::string error_;
+};
+
+// listen, auth.
+void read_server(ConfigReader& r, AgentConfig& c) {
   {
-    Section s = top.child("listen");
+    Section s = r.top().child("listen");
     s.get("address", c.listen_address);
     s.get("port", c.listen_port);
-    keep(s);
+    r.keep(s);
   }
   {
-    Section s = top.child("auth");
+    Section s = r.top().child("auth");
     std::string token_file = c.token_file;
     s.get("token_file", token_file);
     c.token_file = token_file;
-    keep(s);
+    r.keep(s);
   }
-  std::string state_dir = c.state_dir, host_root = c.host_root, hooks_dir = c.hooks_dir,
-              plugin_dir = c.criu_plugin_dir;
-  top.get("state_dir", state_dir);
+}
+
+// checkpoints: the archive directories, their limits, the runtime's time.
+void read_checkpoints(ConfigReader& r, AgentConfig& c) {
+  Section s = r.top().child("checkpoints");
+  std::string dir = c.checkpoint_dir, kubelet_dir = c.kubelet_checkpoint_dir;
+  long timeout = c.runtime_timeout.count();
+  s.get("dir", dir);
+  s.get("kubelet_dir", kubelet_dir);
+  s.get("watch_interval_seconds", c.watch_interval_seconds);
+  s.get("max_archive_bytes", c.archive_limits.max_archive_bytes);
+  s.get("max_entry_bytes", c.archive_limits.max_entry_bytes);
+  s.get("runtime_timeout_seconds", timeout);
+  c.checkpoint_dir = dir;
+  c.kubelet_checkpoint_dir = kubelet_dir;
+  c.runtime_timeout = std::chrono::seconds(timeout);
+  r.keep(s);
+}
+
+// runtime, with its cri, containerd and kubelet sections.
+void read_runtime(ConfigReader& r, AgentConfig& c) {
+  Section s = r.top().child("runtime");
+  s.get("kind", c.runtime_kind);
+  s.get("podman_path", c.podman_path);
+  Section cri = s.child("cri");
+  cri.get("endpoint", c.cri.endpoint);
+  cri.get("call_timeout_seconds", c.cri.call_timeout_seconds);
+  r.keep(cri);
+  Section ctrd = s.child("containerd");
+  ctrd.get("address", c.containerd.address);
+  ctrd.get("namespace", c.containerd.namespace_name);
+  ctrd.get("call_timeout_seconds", c.containerd.call_timeout_seconds);
+  r.keep(ctrd);
+  Section k = s.child("kubelet");
+  k.get("url", c.kubelet.url);
+  k.get("token_file", c.kubelet.token_file);
+  k.get("ca_file", c.kubelet.ca_file);
+  r.keep(k);
+  r.keep(s);
+}
+
+// match_policy, kubernetes_api, node_labels, events.
+void read_node(ConfigReader& r, AgentConfig& c) {
   {
-    Section s = top.child("checkpoints");
-    std::string dir = c.checkpoint_dir, kubelet_dir = c.kubelet_checkpoint_dir;
-    long timeout = c.runtime_timeout.count();
-    s.get("dir", dir);
-    s.get("kubelet_dir", kubelet_dir);
-    s.get("watch_interval_seconds", c.watch_interval_seconds);
-    s.get("max_archive_bytes", c.archive_limits.max_archive_bytes);
-    s.get("max_entry_bytes", c.archive_limits.max_entry_bytes);
-    s.get("runtime_timeout_seconds", timeout);
-    c.checkpoint_dir = dir;
-    c.kubelet_checkpoint_dir = kubelet_dir;
-    c.runtime_timeout = std::chrono::seconds(timeout);
-    keep(s);
-  }
-  {
-    Section s = top.child("runtime");
-    s.get("kind", c.runtime_kind);
-    s.get("podman_path", c.podman_path);
-    Section cri = s.child("cri");
-    cri.get("endpoint", c.cri.endpoint);
-    cri.get("call_timeout_seconds", c.cri.call_timeout_seconds);
-    keep(cri);
-    Section ctrd = s.child("containerd");
-    ctrd.get("address", c.containerd.address);
-    ctrd.get("namespace", c.containerd.namespace_name);
-    ctrd.get("call_timeout_seconds", c.containerd.call_timeout_seconds);
-    keep(ctrd);
-    Section k = s.child("kubelet");
-    k.get("url", c.kubelet.url);
-    k.get("token_file", c.kubelet.token_file);
-    k.get("ca_file", c.kubelet.ca_file);
-    keep(k);
-    keep(s);
-  }
-  top.get("host_root", host_root);
-  top.get("hooks_dir", hooks_dir);
-  top.get("criu_plugin_dir", plugin_dir);
-  top.get("log_level", c.log_level);
-  top.get("log_format", c.log_format);
-  {
-    Section s = top.child("match_policy");
+    Section s = r.top().child("match_policy");
     s.get("check_model", c.match_policy.check_model);
     s.get("check_memory", c.match_policy.check_memory);
     s.get("check_firmware", c.match_policy.check_firmware);
     s.get("check_links", c.match_policy.check_links);
     s.get("check_numa", c.match_policy.check_numa);
-    keep(s);
+    r.keep(s);
   }
   {
-    Section s = top.child("kubernetes_api");
+    Section s = r.top().child("kubernetes_api");
     s.get("server", c.kubernetes_api.endpoint.url);
     s.get("token_file", c.kubernetes_api.endpoint.token_file);
     s.get("ca_file", c.kubernetes_api.endpoint.ca_file);
     s.get("node_name", c.kubernetes_api.node_name);
-    keep(s);
+    r.keep(s);
   }
   {
-    Section s = top.child("node_labels");
+    Section s = r.top().child("node_labels");
     s.get("enabled", c.node_labels.enabled);
     s.get("method", c.node_labels.method);
     s.get("feature_file", c.node_labels.feature_file);
     s.get("interval_seconds", c.node_labels.interval_seconds);
-    keep(s);
+    r.keep(s);
   }
   {
-    Section s = top.child("events");
+    Section s = r.top().child("events");
     s.get("enabled", c.events.enabled);
     s.get("queue_length", c.events.queue_length);
     s.get("timeout_seconds", c.events.timeout_seconds);
-    keep(s);
+    r.keep(s);
   }
+}
+
+// gpu_memory, retention, image_registry.
+void read_storage(ConfigReader& r, AgentConfig& c) {
   {
-    Section s = top.child("gpu_memory");
+    Section s = r.top().child("gpu_memory");
     s.get("image", c.gpu_memory.image);
     s.get("threads", c.gpu_memory.threads);
     s.get("compression", c.gpu_memory.compression);
@@ -196,20 +200,20 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     s.get("map_chunks", c.gpu_memory.map_chunks);
     s.get("recognise_unchanged", c.gpu_memory.recognise_unchanged);
     s.get("cpu_pages", c.gpu_memory.cpu_pages);
-    keep(s);
+    r.keep(s);
   }
   {
-    Section s = top.child("retention");
+    Section s = r.top().child("retention");
     s.get("keep_count", c.retention.keep_count);
     s.get("max_age_hours", c.retention.max_age_hours);
     s.get("max_bytes", c.retention.max_bytes);
     s.get("include_newest", c.retention.include_newest);
     s.get("interval_seconds", c.retention.interval_seconds);
     s.get("gc_grace_seconds", c.retention.gc_grace_seconds);
-    keep(s);
+    r.keep(s);
   }
   {
-    Section s = top.child("image_registry");
+    Section s = r.top().child("image_registry");
     long timeout = c.image_registry.timeout.count();
     long push_timeout = c.image_registry.push_timeout.count();
     s.get("repository", c.image_registry.repository);
@@ -221,10 +225,14 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     s.get("chunk_streams", c.image_registry.chunk_streams);
     c.image_registry.timeout = std::chrono::seconds(timeout);
     c.image_registry.push_timeout = std::chrono::seconds(push_timeout);
-    keep(s);
+    r.keep(s);
   }
+}
+
+// limits, transfer.
+void read_limits(ConfigReader& r, AgentConfig& c) {
   {
-    Section s = top.child("limits");
+    Section s = r.top().child("limits");
     s.get("max_request_bytes", c.max_request_bytes);
     s.get("max_concurrent_jobs", c.max_concurrent_jobs);
     s.get("max_queued_jobs", c.max_queued_jobs);
@@ -240,20 +248,19 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     c.shutdown_grace = std::chrono::seconds(shutdown_grace);
     s.get("unreferenced_chunk_bytes", c.unreferenced_chunk_quota.bytes);
     s.get("unreferenced_chunks", c.unreferenced_chunk_quota.chunks);
-    keep(s);
+    r.keep(s);
   }
   {
-    Section s = top.child("transfer");
+    Section s = r.top().child("transfer");
     s.get("peer_networks", c.transfer.peer_networks);
     s.get("chunk_streams", c.transfer.chunk_streams);
-    keep(s);
+    r.keep(s);
   }
-  keep(top);
-  if (!error.empty()) return make_error(error);
-  c.state_dir = state_dir;
-  c.host_root = host_root;
-  c.hooks_dir = hooks_dir;
-  c.criu_plugin_dir = plugin_dir;
+}
+
+// The values read, checked (each error names `source` and the key); check_limits also raises the two limits that
+// have a floor rather than an error.
+Result<void> check_services(const AgentConfig& c, const std::string& source) {
   if (c.listen_port < 0 || c.listen_port > 65535)
     return make_error(source + ": listen.port " + std::to_string(c.listen_port) + " is not a port (0-65535; 0 = any)");
   if (!c.image_registry.repository.empty())
@@ -289,6 +296,10 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     return make_error(source + ": events.queue_length must be 1 to 65536 and events.timeout_seconds 1 to 300");
   if (c.cri.call_timeout_seconds < 1 || c.containerd.call_timeout_seconds < 1)
     return make_error(source + ": runtime.cri.call_timeout_seconds and runtime.containerd.call_timeout_seconds must be >= 1");
+  return {};
+}
+
+Result<void> check_limits(AgentConfig& c, const std::string& source) {
   for (const auto* dir : {&c.state_dir, &c.checkpoint_dir})
     if (!dir->is_absolute()) return make_error(source + ": " + dir->string() + " must be an absolute path");
   if (c.watch_interval_seconds < 1) c.watch_interval_seconds = 1;
@@ -307,6 +318,10 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     return make_error(source + ": limits.unreferenced_chunk_bytes must be >= " +
                       std::to_string(chunk_receive::kMaxChunkFileBytes) + " (one chunk file of the largest size) and "
                       "limits.unreferenced_chunks >= 1: a smaller quota refuses every transfer");
+  return {};
+}
+
+Result<void> check_storage_and_logs(const AgentConfig& c, const std::string& source) {
   if (c.gpu_memory.threads && (*c.gpu_memory.threads < 0 || *c.gpu_memory.threads > 256))
     return make_error(source + ": gpu_memory.threads " + std::to_string(*c.gpu_memory.threads) +
                       " is not 0 (from the CPU count) to 256");
@@ -328,6 +343,47 @@ Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string
     return make_error(source + ": log_level '" + c.log_level + "' is not one of error, warn, info, debug");
   if (!log::format_from_string(c.log_format))
     return make_error(source + ": log_format '" + c.log_format + "' is not one of text, logfmt, json");
+  return {};
+}
+
+}  // namespace
+
+Result<AgentConfig> parse_config(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return make_error(source + ": not valid YAML: " + e.what());
+  }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) return make_error(source + ": the configuration must be a YAML mapping");
+  AgentConfig c;
+  ConfigReader r(root, source);
+  int version = 1;
+  r.top().get("version", version);
+  if (version != 1) return make_error(source + ": version " + std::to_string(version) + " is not supported (use 1)");
+  read_server(r, c);
+  std::string state_dir = c.state_dir, host_root = c.host_root, hooks_dir = c.hooks_dir,
+              plugin_dir = c.criu_plugin_dir;
+  r.top().get("state_dir", state_dir);
+  read_checkpoints(r, c);
+  read_runtime(r, c);
+  r.top().get("host_root", host_root);
+  r.top().get("hooks_dir", hooks_dir);
+  r.top().get("criu_plugin_dir", plugin_dir);
+  r.top().get("log_level", c.log_level);
+  r.top().get("log_format", c.log_format);
+  read_node(r, c);
+  read_storage(r, c);
+  read_limits(r, c);
+  if (const std::string& error = r.finish(); !error.empty()) return make_error(error);
+  c.state_dir = state_dir;
+  c.host_root = host_root;
+  c.hooks_dir = hooks_dir;
+  c.criu_plugin_dir = plugin_dir;
+  GPUCKPT_TRY_VOID(check_services(c, source));
+  GPUCKPT_TRY_VOID(check_limits(c, source));
+  GPUCKPT_TRY_VOID(check_storage_and_logs(c, source));
   return c;
 }
 

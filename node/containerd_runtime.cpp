@@ -251,12 +251,10 @@ class ContainerdRuntime final : public ContainerRuntime {
     return {};
   }
 
-  Result<RuntimeContainer> restore_from(const fs::path& archive, const fs::path& work, const std::string& new_name,
-                                        JobDeadline deadline) {
-    ArchiveLimits limits = options_.limits;
-    limits.deadline = deadline;
-    GPUCKPT_TRY_VOID(extract_archive(archive, work / "archive", limits));
-    const fs::path root = work / "archive";
+  // The container a containerd checkpoint extracted at `root` describes (config.dump, spec.dump), named `new_name`
+  // (or a new name) and with its spec adapted to it; `parent`: the snapshot its root filesystem's diff goes onto.
+  Result<ContainerdContainer> container_of(const fs::path& archive, const fs::path& root, const std::string& new_name,
+                                           std::string& parent) {
     GPUCKPT_TRY(auto config, read_json_file(root / "config.dump"));
     GPUCKPT_TRY(auto spec, read_json_file(root / "spec.dump"));
     if (!config || !spec || !config->is_object() || !spec->is_object())
@@ -264,7 +262,7 @@ class ContainerdRuntime final : public ContainerRuntime {
                         " is not a container checkpoint (config.dump/spec.dump missing or not JSON)");
     JsonFields fields(archive.string() + ": config.dump");
     const auto* section = fields.object(*config, "", "containerd");
-    std::string parent, old_id, snapshotter = "overlayfs", runtime = "io.containerd.runc.v2", image;
+    std::string old_id, snapshotter = "overlayfs", runtime = "io.containerd.runc.v2", image;
     if (section) fields.get(*section, "containerd", "snapshotParent", parent);
     if (fields.failed()) return fields.error();
     if (!section || parent.empty())
@@ -292,9 +290,21 @@ class ContainerdRuntime final : public ContainerRuntime {
     c.labels[kLabelRestoredFrom] = old_id;
     c.spec = std::move(*spec);
     adapt_spec(c.spec, old_id, id);
+    return c;
+  }
 
-    GPUCKPT_TRY(auto mounts, containerd_.prepare_snapshot(snapshotter, id, parent));
-    auto undo_snapshot = [&] { (void)containerd_.remove_snapshot(snapshotter, id); };
+  Result<RuntimeContainer> restore_from(const fs::path& archive, const fs::path& work, const std::string& new_name,
+                                        JobDeadline deadline) {
+    ArchiveLimits limits = options_.limits;
+    limits.deadline = deadline;
+    GPUCKPT_TRY_VOID(extract_archive(archive, work / "archive", limits));
+    const fs::path root = work / "archive";
+    std::string parent;
+    GPUCKPT_TRY(ContainerdContainer c, container_of(archive, root, new_name, parent));
+    const std::string& id = c.id;
+
+    GPUCKPT_TRY(auto mounts, containerd_.prepare_snapshot(c.snapshotter, id, parent));
+    auto undo_snapshot = [&] { (void)containerd_.remove_snapshot(c.snapshotter, id); };
     auto applied = apply_diff(root, mounts, id);
     if (!applied) {
       undo_snapshot();

@@ -47,9 +47,10 @@ std::vector<JobStatus> load_jobs(const fs::path& state_dir) {
     const auto& j = *json.value();
     JsonFields fields(entry.path().string());
     JobStatus job;
+    std::string kind, state;
     fields.get(j, "", "id", job.id, true);
-    fields.get(j, "", "kind", job.kind, true);
-    fields.get(j, "", "state", job.state, true);
+    fields.get(j, "", "kind", kind, true);
+    fields.get(j, "", "state", state, true);
     fields.get(j, "", "phase", job.phase);
     fields.get(j, "", "error", job.error);
     fields.get(j, "", "created_at", job.created_at);
@@ -64,10 +65,17 @@ std::vector<JobStatus> load_jobs(const fs::path& state_dir) {
     if (const auto* result = fields.object(j, "", "result")) job.result = *result;
     if (!fields.failed() && (!is_safe_id(job.id) || job.id + ".json" != name))
       fields.fail("id", "does not match the file name");
+    const auto known_kind = job_kind_from_string(kind);
+    const auto known_state = job_state_from_string(state);
+    if (!fields.failed() && !known_kind) fields.fail("kind", "is not a job kind this agent knows: '" + kind + "'");
+    if (!fields.failed() && !known_state)
+      fields.fail("state", "is not one of " + job_state_choices() + ": '" + state + "'");
     if (fields.failed()) {
       log::warn("skipping job record: " + fields.error().message);
       continue;
     }
+    job.kind = *known_kind;
+    job.state = *known_state;
     jobs.push_back(std::move(job));
   }
   return jobs;
@@ -91,7 +99,7 @@ JobStatus recover_interrupted(JobStatus job, const fs::path& temp_dir) {
   // A checkpoint archive is renamed into place only once complete and synced (while the runtime may still be
   // finishing: phase checkpointing): if it is there, the job's work is done (only the bookkeeping was lost).
   const fs::path archive = temp_dir / (job.id + ".tar.zst");
-  if (job.kind == "checkpoint" &&
+  if (job.kind == JobKind::checkpoint &&
       (job.phase == "checkpointing" || job.phase == "annotating" || job.phase == "writing-image") &&
       fs::is_regular_file(archive, ec)) {
     const bool image_lost = job.phase == "writing-image";
@@ -99,7 +107,7 @@ JobStatus recover_interrupted(JobStatus job, const fs::path& temp_dir) {
       const std::string layout = image_layout_name(job.id);
       if (fs::remove_all(temp_dir / layout, ec) > 0) log::info("job " + job.id + ": removed its partial image " + layout);
     }
-    job.state = image_lost ? "failed" : "succeeded";
+    job.state = image_lost ? JobState::failed : JobState::succeeded;
     job.phase = image_lost ? job.phase : "done";
     job.result = {{"archive", archive.string()}, {"archive_bytes", fs::file_size(archive, ec)},
                   {"checkpoint_id", job.id}, {"recovered_after_restart", true}};
@@ -108,23 +116,23 @@ JobStatus recover_interrupted(JobStatus job, const fs::path& temp_dir) {
                   " is complete, the image is not (checkpoint again with an image tag)" + cleaned;
     return job;
   }
-  if (job.kind == "image") {   // the archive is untouched; the layout may be partial or not loaded
+  if (job.kind == JobKind::image) {   // the archive is untouched; the layout may be partial or not loaded
     const std::string layout = image_layout_name(job.id);
     if (fs::remove_all(temp_dir / layout, ec) > 0) log::info("job " + job.id + ": removed its unfinished image " + layout);
-    job.state = "failed";
+    job.state = JobState::failed;
     job.error = "the agent stopped while this job was " + job.phase + "; the archive is untouched, the image " +
                 layout + " was removed (ask for the image again)" + cleaned;
     return job;
   }
-  if (job.kind == "pull") {   // chunks that landed are whole (written under a temporary name, renamed)
-    job.state = "failed";
+  if (job.kind == JobKind::pull) {   // chunks that landed are whole (written under a temporary name, renamed)
+    job.state = JobState::failed;
     job.error = "the agent stopped while this job was " + job.phase + "; the chunks already pulled stay in the "
                 "store (a pull again skips them): pull again" + cleaned;
     return job;
   }
-  job.state = "failed";
+  job.state = JobState::failed;
   job.error = "the agent stopped while this job was " + job.phase + "; it did not finish" + cleaned +
-              (job.kind == "checkpoint" ? " (the container was left as the runtime left it: check it, checkpoint again)"
+              (job.kind == JobKind::checkpoint ? " (the container was left as the runtime left it: check it, checkpoint again)"
                                         : " (check whether the runtime created the container, restore again)");
   return job;
 }

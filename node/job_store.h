@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "node/service.h"
+#include "node/job_status.h"
 #include "common/result.h"
 
 namespace gpuckpt::node {

@@ -12,7 +12,7 @@ namespace {
 
 // The kinds every scrape shows, observed or not: a rate over a series that appears only after the first job
 // misses that job.
-constexpr const char* kJobKinds[] = {"checkpoint", "restore", "image"};
+constexpr JobKind kShownKinds[] = {JobKind::checkpoint, JobKind::restore, JobKind::image};
 
 // A Prometheus label value: backslash, double quote and newline escaped.
 std::string label_value(const std::string& text) {
@@ -29,7 +29,7 @@ std::string label_value(const std::string& text) {
 }
 
 // `labels` without braces ("kind=\"restore\""), so that "le" can join them.
-void render_histogram(std::ostringstream& o, const std::string& name, const std::string& labels,
+void render_histogram(std::ostream& o, const std::string& name, const std::string& labels,
                       const DurationHistogram& h) {
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < DurationHistogram::kBounds.size(); ++i) {
@@ -71,12 +71,12 @@ std::optional<ArchiveDirUsage> archive_dir_usage(const fs::path& dir) {
   return usage;
 }
 
-void Metrics::job_accepted(const std::string& kind) {
+void Metrics::job_accepted(JobKind kind) {
   std::lock_guard lock(mutex_);
   ++kinds_[kind].in_flight;
 }
 
-void Metrics::job_finished(const std::string& kind, bool ok, double seconds,
+void Metrics::job_finished(JobKind kind, bool ok, double seconds,
                            const std::map<std::string, double>& phase_seconds,
                            const std::map<std::string, double>& runtime_phase_seconds) {
   std::lock_guard lock(mutex_);
@@ -94,12 +94,9 @@ void Metrics::checkpoint_written(std::uint64_t bytes) {
   checkpoint_bytes_ += bytes;
 }
 
-void Metrics::request_rejected(const std::string& reason) {
+void Metrics::request_rejected(RejectReason reason) {
   std::lock_guard lock(mutex_);
-  if (reason == "auth") ++rejected_auth_;
-  else if (reason == "not_found") ++rejected_not_found_;
-  else if (reason == "conflict") ++rejected_conflict_;
-  else ++rejected_validation_;
+  ++rejected_[reason];
 }
 
 void Metrics::kubelet_archive_annotated() {
@@ -153,44 +150,53 @@ RuntimeInfo Metrics::runtime() const {
 
 std::string Metrics::render(const std::optional<ArchiveDirUsage>& archive_dir) const {
   std::lock_guard lock(mutex_);
-  static const KindCounts none;
-  auto kind = [&](const char* name) -> const KindCounts& {
-    auto it = kinds_.find(name);
-    return it == kinds_.end() ? none : it->second;
-  };
   std::ostringstream o;
   if (!runtime_kind_.empty())
     o << "# HELP gpuckpt_runtime_info The container runtime the agent talks to, as it introduced itself.\n"
       << "# TYPE gpuckpt_runtime_info gauge\n"
       << "gpuckpt_runtime_info{kind=\"" << label_value(runtime_kind_) << "\",name=\"" << label_value(runtime_name_)
       << "\",version=\"" << label_value(runtime_version_) << "\"} 1\n";
-  struct JobCounter {
-    const char *kind, *name, *help;
+  render_jobs(o);
+  render_node(o, archive_dir);
+  render_chunks(o);
+  return o.str();
+}
+
+void Metrics::render_jobs(std::ostream& o) const {
+  static const KindCounts none;
+  auto kind = [&](JobKind name) -> const KindCounts& {
+    auto it = kinds_.find(name);
+    return it == kinds_.end() ? none : it->second;
   };
-  for (const auto& [k, name, help] : {JobCounter{"checkpoint", "gpuckpt_checkpoints_total", "Checkpoint jobs"},
-                                      JobCounter{"restore", "gpuckpt_restores_total", "Restore jobs"},
-                                      JobCounter{"image", "gpuckpt_images_total", "Checkpoint image jobs"}})
+  struct JobCounter {
+    JobKind kind;
+    const char *name, *help;
+  };
+  for (const auto& [k, name, help] : {JobCounter{JobKind::checkpoint, "gpuckpt_checkpoints_total", "Checkpoint jobs"},
+                                      JobCounter{JobKind::restore, "gpuckpt_restores_total", "Restore jobs"},
+                                      JobCounter{JobKind::image, "gpuckpt_images_total", "Checkpoint image jobs"}})
     o << "# HELP " << name << " " << help << " finished, by result.\n"
       << "# TYPE " << name << " counter\n"
       << name << "{result=\"success\"} " << kind(k).succeeded << "\n"
       << name << "{result=\"failure\"} " << kind(k).failed << "\n";
   o << "# HELP gpuckpt_jobs_in_flight Jobs accepted and not finished (queued for a slot or running), by kind.\n"
     << "# TYPE gpuckpt_jobs_in_flight gauge\n";
-  for (const char* k : kJobKinds) o << "gpuckpt_jobs_in_flight{kind=\"" << k << "\"} " << kind(k).in_flight << "\n";
+  for (JobKind k : kShownKinds)
+    o << "gpuckpt_jobs_in_flight{kind=\"" << to_string(k) << "\"} " << kind(k).in_flight << "\n";
   o << "# HELP gpuckpt_job_duration_seconds Time of finished jobs from acceptance to end, by kind and result.\n"
     << "# TYPE gpuckpt_job_duration_seconds histogram\n";
-  for (const char* k : kJobKinds) {
-    render_histogram(o, "gpuckpt_job_duration_seconds", std::string("kind=\"") + k + "\",result=\"success\"",
-                     kind(k).success_seconds);
-    render_histogram(o, "gpuckpt_job_duration_seconds", std::string("kind=\"") + k + "\",result=\"failure\"",
-                     kind(k).failure_seconds);
+  for (JobKind k : kShownKinds) {
+    const std::string label = "kind=\"" + std::string(to_string(k)) + "\"";
+    render_histogram(o, "gpuckpt_job_duration_seconds", label + ",result=\"success\"", kind(k).success_seconds);
+    render_histogram(o, "gpuckpt_job_duration_seconds", label + ",result=\"failure\"", kind(k).failure_seconds);
   }
   const auto by_phase = [&](const char* family, const char* help,
                             std::map<std::string, DurationHistogram> KindCounts::*series) {
     o << "# HELP " << family << " " << help << "\n# TYPE " << family << " histogram\n";
-    for (const char* k : kJobKinds)
+    for (JobKind k : kShownKinds)
       for (const auto& [phase, h] : kind(k).*series)
-        render_histogram(o, family, std::string("kind=\"") + k + "\",phase=\"" + label_value(phase) + "\"", h);
+        render_histogram(o, family, "kind=\"" + std::string(to_string(k)) + "\",phase=\"" + label_value(phase) + "\"",
+                         h);
   };
   by_phase("gpuckpt_job_phase_duration_seconds",
            "Time of each step of a job (GET /v1/<kind>s/ID phase_seconds), by kind and phase.",
@@ -199,6 +205,9 @@ std::string Metrics::render(const std::optional<ArchiveDirUsage>& archive_dir) c
            "The parts of a job's runtime call (GET /v1/<kind>s/ID runtime_phase_seconds, from CRIU's statistics), by "
            "kind and phase.",
            &KindCounts::runtime_phase_seconds);
+}
+
+void Metrics::render_node(std::ostream& o, const std::optional<ArchiveDirUsage>& archive_dir) const {
   o << "# HELP gpuckpt_checkpoint_bytes_total Bytes of checkpoint archives written.\n"
     << "# TYPE gpuckpt_checkpoint_bytes_total counter\n"
     << "gpuckpt_checkpoint_bytes_total " << checkpoint_bytes_ << "\n";
@@ -224,12 +233,16 @@ std::string Metrics::render(const std::optional<ArchiveDirUsage>& archive_dir) c
     << "gpuckpt_pod_events_dropped_total{reason=\"api_error\"} " << events_dropped_api_error_ << "\n"
     << "gpuckpt_pod_events_dropped_total{reason=\"shutdown\"} " << events_dropped_shutdown_ << "\n"
     << "# HELP gpuckpt_api_rejected_total API requests refused, by reason.\n"
-    << "# TYPE gpuckpt_api_rejected_total counter\n"
-    << "gpuckpt_api_rejected_total{reason=\"auth\"} " << rejected_auth_ << "\n"
-    << "gpuckpt_api_rejected_total{reason=\"validation\"} " << rejected_validation_ << "\n"
-    << "gpuckpt_api_rejected_total{reason=\"not_found\"} " << rejected_not_found_ << "\n"
-    << "gpuckpt_api_rejected_total{reason=\"conflict\"} " << rejected_conflict_ << "\n"
-    << "# HELP gpuckpt_transfer_chunks_sent_total Chunks of store-backed checkpoints uploaded to other agents.\n"
+    << "# TYPE gpuckpt_api_rejected_total counter\n";
+  for (RejectReason reason : kRejectReasons) {
+    const auto it = rejected_.find(reason);
+    o << "gpuckpt_api_rejected_total{reason=\"" << to_string(reason) << "\"} " << (it == rejected_.end() ? 0 : it->second)
+      << "\n";
+  }
+}
+
+void Metrics::render_chunks(std::ostream& o) const {
+  o << "# HELP gpuckpt_transfer_chunks_sent_total Chunks of store-backed checkpoints uploaded to other agents.\n"
     << "# TYPE gpuckpt_transfer_chunks_sent_total counter\n"
     << "gpuckpt_transfer_chunks_sent_total " << chunks_sent_ << "\n"
     << "# HELP gpuckpt_transfer_chunk_bytes_sent_total Bytes of the chunk files uploaded to other agents.\n"
@@ -246,7 +259,6 @@ std::string Metrics::render(const std::optional<ArchiveDirUsage>& archive_dir) c
     << "gpuckpt_chunks_received_total{result=\"added\"} " << chunks_added_ << "\n"
     << "gpuckpt_chunks_received_total{result=\"present\"} " << chunks_present_ << "\n"
     << "gpuckpt_chunks_received_total{result=\"refused\"} " << chunks_refused_ << "\n";
-  return o.str();
 }
 
 }  // namespace gpuckpt::node

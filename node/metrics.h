@@ -7,7 +7,10 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <ostream>
 #include <string>
+
+#include "node/job_state.h"
 
 namespace gpuckpt::node {
 
@@ -36,15 +39,15 @@ struct DurationHistogram {
 
 class Metrics {
  public:
-  // A job of `kind` ("checkpoint", "restore", "image") was accepted: it is in flight until job_finished.
-  void job_accepted(const std::string& kind);
+  // A job of `kind` was accepted: it is in flight until job_finished.
+  void job_accepted(JobKind kind);
   // It ended: `seconds` from acceptance (the wait for a slot included), `phase_seconds` its steps ("total" is
   // left out: that is `seconds`), `runtime_phase_seconds` the parts of its runtime call (JobStatus).
-  void job_finished(const std::string& kind, bool ok, double seconds,
+  void job_finished(JobKind kind, bool ok, double seconds,
                     const std::map<std::string, double>& phase_seconds,
                     const std::map<std::string, double>& runtime_phase_seconds = {});
   void checkpoint_written(std::uint64_t bytes);
-  void request_rejected(const std::string& reason);   // "auth", "validation", "not_found", "conflict"
+  void request_rejected(RejectReason reason);
   void kubelet_archive_annotated();
   void kubelet_archive_quarantined();
   // Kubernetes Events on pods (agent/pod_events.h): one the API server took, or one dropped because the queue
@@ -69,15 +72,20 @@ class Metrics {
     std::map<std::string, DurationHistogram> phase_seconds;
     std::map<std::string, DurationHistogram> runtime_phase_seconds;
   };
+  // render's parts, with mutex_ held: the jobs; the runtime's archives, the kubelet's, Events and the API; chunks.
+  void render_jobs(std::ostream& o) const;
+  void render_node(std::ostream& o, const std::optional<ArchiveDirUsage>& archive_dir) const;
+  void render_chunks(std::ostream& o) const;
+
   mutable std::mutex mutex_;
-  std::map<std::string, KindCounts> kinds_;
+  std::map<JobKind, KindCounts> kinds_;
   std::uint64_t checkpoint_bytes_ = 0, kubelet_annotated_ = 0, kubelet_quarantined_ = 0;
   std::string runtime_kind_, runtime_name_, runtime_version_;
   std::uint64_t events_posted_ = 0, events_dropped_queue_full_ = 0, events_dropped_api_error_ = 0,
                 events_dropped_shutdown_ = 0;
   std::uint64_t chunks_sent_ = 0, chunk_bytes_sent_ = 0, chunks_skipped_ = 0, chunk_streams_ = 0;
   std::uint64_t chunks_added_ = 0, chunks_present_ = 0, chunks_refused_ = 0;
-  std::uint64_t rejected_auth_ = 0, rejected_validation_ = 0, rejected_not_found_ = 0, rejected_conflict_ = 0;
+  std::map<RejectReason, std::uint64_t> rejected_;
 };
 
 }  // namespace gpuckpt::node

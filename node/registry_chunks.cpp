@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "common/caught.h"
@@ -277,33 +279,17 @@ Result<ImageName> parse_image_name(const std::string& image) {
   return name;
 }
 
-Result<ChunkPullReport> pull_chunks(const RegistryOptions& configured, const std::string& image, cs::Store& store) {
-  GPUCKPT_TRY(auto name, parse_image_name(image));
-  GPUCKPT_TRY(auto repo, split_repository(name.repository));
-  RegistryOptions options = configured;
-  options.repository = name.repository;
-  // The credentials (and the token realm they may go to) are the configured registry's: another host gets none.
-  auto own = split_repository(configured.repository);
-  const bool foreign = !own || own->host != repo.host;
-  if (foreign) {
-    options.credentials_file.clear();
-    options.token_realm_host.clear();
-  }
-  // A refusal where the credentials were kept back says why they were.
-  const auto refused = [&](Error e) {
-    if (foreign && e.errno_value == EACCES && !configured.credentials_file.empty())
-      e.message += " (image_registry.credentials_file is for " + (own ? own->host : std::string("image_registry")) +
-                   " alone: it is never sent to " + repo.host + ")";
-    return e;
-  };
-  RegistryClient first(options, repo, "pull", Clock::now() + options.push_timeout);
-  ChunkPullReport report;
-  report.image = image;
+namespace {
+
+// The chunks the pages of `name`'s chunk manifest list (report.pages and report.subject set from the first page),
+// each page tied to what was pushed by its digest; `refused` adds to an EACCES why no credentials went.
+Result<std::vector<ChunkBlob>> read_chunk_pages(RegistryClient& client, const ImageName& name, ChunkPullReport& report,
+                                                const std::function<Error(Error)>& refused) {
   std::vector<ChunkBlob> listed;
   std::set<cs::Digest> seen;
   for (std::size_t p = 0; p < std::max<std::size_t>(report.pages, 1); ++p) {
     GPUCKPT_TRY(auto tag, chunks_tag(name.tag, p));
-    auto got = first.get_manifest(tag, kImageManifestType, kMaxChunksManifestBytes);
+    auto got = client.get_manifest(tag, kImageManifestType, kMaxChunksManifestBytes);
     if (!got) {
       if (got.error().errno_value == EACCES) return refused(got.error());
       if (p == 0 && got.error().errno_value == ENOENT)
@@ -337,6 +323,34 @@ Result<ChunkPullReport> pull_chunks(const RegistryOptions& configured, const std
       listed.push_back(std::move(blob));
     }
   }
+  return listed;
+}
+
+}  // namespace
+
+Result<ChunkPullReport> pull_chunks(const RegistryOptions& configured, const std::string& image, cs::Store& store) {
+  GPUCKPT_TRY(auto name, parse_image_name(image));
+  GPUCKPT_TRY(auto repo, split_repository(name.repository));
+  RegistryOptions options = configured;
+  options.repository = name.repository;
+  // The credentials (and the token realm they may go to) are the configured registry's: another host gets none.
+  auto own = split_repository(configured.repository);
+  const bool foreign = !own || own->host != repo.host;
+  if (foreign) {
+    options.credentials_file.clear();
+    options.token_realm_host.clear();
+  }
+  // A refusal where the credentials were kept back says why they were.
+  const auto refused = [&](Error e) {
+    if (foreign && e.errno_value == EACCES && !configured.credentials_file.empty())
+      e.message += " (image_registry.credentials_file is for " + (own ? own->host : std::string("image_registry")) +
+                   " alone: it is never sent to " + repo.host + ")";
+    return e;
+  };
+  RegistryClient first(options, repo, "pull", Clock::now() + options.push_timeout);
+  ChunkPullReport report;
+  report.image = image;
+  GPUCKPT_TRY(const std::vector<ChunkBlob> listed, read_chunk_pages(first, name, report, refused));
   report.chunks = listed.size();
   std::vector<const ChunkBlob*> wanted;
   for (const auto& blob : listed) {

@@ -14,6 +14,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -254,6 +255,39 @@ TEST_CASE("every /v1 call needs the bearer token; health and metrics do not", "[
   auto metrics = anon.Get("/metrics");
   REQUIRE(metrics);
   CHECK(metrics->body.find("gpuckpt_api_rejected_total{reason=\"auth\"} 4") != std::string::npos);
+}
+
+TEST_CASE("every /v1 route of the table answers 401 without the token or with a wrong one, and does nothing",
+          "[unit]") {
+  Fixture f;
+  std::size_t v1_routes = 0;
+  for (const agent::Route& route : agent::api_routes(*f.service)) {
+    // A path the route takes: each group of its regular expression becomes a name it accepts.
+    const std::string path = std::regex_replace(route.pattern, std::regex(R"(\([^()]*\))"), "x1");
+    INFO(agent::to_string(route.method) << " " << path);
+    if (route.pattern.rfind("/v1/", 0) != 0) {
+      // Only these two answer without the token; any other route must live under /v1.
+      CHECK((route.pattern == "/healthz" || route.pattern == "/metrics"));
+      continue;
+    }
+    ++v1_routes;
+    for (const std::string& token : {std::string(), std::string("wrong-token")}) {
+      auto c = f.client(token);
+      const auto res = route.method == agent::Method::get    ? c.Get(path.c_str())
+                       : route.method == agent::Method::post ? c.Post(path.c_str(), "{}", "application/json")
+                                                             : c.Put(path.c_str(), "{}", "application/json");
+      REQUIRE(res);
+      CHECK(res->status == 401);
+      CHECK(res->get_header_value("WWW-Authenticate") == "Bearer");
+    }
+  }
+  CHECK(v1_routes == 25);   // the API's /v1 routes (docs/api.md): a new one is in this test by being in the table
+  CHECK(f.runtime->containers.at("counter").state == "running");   // nothing happened
+  CHECK(f.checkpoint_files().empty());
+  auto metrics = f.client("").Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->body.find("gpuckpt_api_rejected_total{reason=\"auth\"} " + std::to_string(2 * v1_routes) + "\n") !=
+        std::string::npos);
 }
 
 TEST_CASE("GET /v1/gpus and /v1/containers", "[unit]") {
@@ -1090,7 +1124,7 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
   const std::string streamed = "ck-20261123T120005Z-0badf012";
   Fixture f([&](const fs::path& root) {
     // What a killed agent leaves: job records in the state dir, its temporary files in the checkpoint dir.
-    auto record = [&](const std::string& id, const char* kind, const char* state, const char* phase) {
+    auto record = [&](const std::string& id, node::JobKind kind, node::JobState state, const char* phase) {
       node::JobStatus job;
       job.id = id;
       job.kind = kind;
@@ -1099,13 +1133,13 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
       job.created_at = "2026-11-23T12:00:00Z";
       REQUIRE(node::save_job(root / "state", job).ok());
     };
-    record(interrupted, "checkpoint", "running", "checkpointing");
-    record(restoring, "restore", "running", "restoring");
-    record(streamed, "checkpoint", "running", "checkpointing");
-    record(finished, "checkpoint", "succeeded", "done");
-    record(annotated, "checkpoint", "running", "annotating");
-    record(imaging, "checkpoint", "running", "writing-image");
-    record(loading, "image", "running", "loading-image");
+    record(interrupted, node::JobKind::checkpoint, node::JobState::running, "checkpointing");
+    record(restoring, node::JobKind::restore, node::JobState::running, "restoring");
+    record(streamed, node::JobKind::checkpoint, node::JobState::running, "checkpointing");
+    record(finished, node::JobKind::checkpoint, node::JobState::succeeded, "done");
+    record(annotated, node::JobKind::checkpoint, node::JobState::running, "annotating");
+    record(imaging, node::JobKind::checkpoint, node::JobState::running, "writing-image");
+    record(loading, node::JobKind::image, node::JobState::running, "loading-image");
     test::write_file(root / "checkpoints" / "im-20261123t120004z-0badf011.oci" / "index.json", "{}");
     test::make_archive(root / "checkpoints" / (imaging + ".tar.zst"), test::podman_checkpoint_entries());
     test::write_file(root / "checkpoints" / "ck-20261123t120003z-0badf010.oci" / "oci-layout", "{");
@@ -1150,7 +1184,7 @@ TEST_CASE("an agent restarted mid-job closes the job and removes its temporary f
   // The closed records were saved: a second restart sees the same outcome.
   bool found = false;
   for (const auto& job : node::load_jobs(f.tmp.path / "state"))
-    if (job.id == interrupted) found = job.state == "failed";
+    if (job.id == interrupted) found = job.state == node::JobState::failed;
   CHECK(found);
 }
 
@@ -1246,18 +1280,18 @@ TEST_CASE("a job's budget counts from its acceptance: in the queue, and in the a
   REQUIRE(queued.ok());
   // The queued job fails by itself once its second has passed, while the first still holds the slot.
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (f.service->job(queued.value())->state != "failed" && std::chrono::steady_clock::now() < give_up)
+  while (f.service->job(queued.value())->state != node::JobState::failed && std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(f.service->job(queued.value())->error ==
         "the job ran out of time: limits.job_timeout_seconds (1 s) passed while queued (every one of "
         "limits.max_concurrent_jobs (1) was busy)");
-  CHECK(f.service->job(running.value())->state == "running");
+  CHECK(f.service->job(running.value())->state == node::JobState::running);
   release.set_value();
   f.service->wait_idle();
   // The first one's archive arrived after its deadline: the receiving walk stopped, and nothing partial is left.
   const auto first = f.service->job(running.value());
   INFO(first->error);
-  CHECK(first->state == "failed");
+  CHECK(first->state == node::JobState::failed);
   CHECK(first->error.find("the job ran out of time: limits.job_timeout_seconds (1 s) passed while checkpointing") == 0);
   CHECK(f.checkpoint_files().empty());
 }
@@ -1400,14 +1434,14 @@ TEST_CASE("shutdown: a checkpoint inside the runtime's call finishes; one waitin
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::thread stopping([&] { f.service->shutdown(); });
   // The second one leaves its wait for the container's lock without calling the runtime.
-  for (int i = 0; i < 500 && f.service->job(waiting)->state != "interrupted"; ++i)
+  for (int i = 0; i < 500 && f.service->job(waiting)->state != node::JobState::interrupted; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const auto cut = f.service->job(waiting);
-  CHECK(cut->state == "interrupted");
+  CHECK(cut->state == node::JobState::interrupted);
   CHECK(cut->error.find("the agent was stopping and cut this job short after limits.shutdown_grace_seconds (0 s)") !=
         std::string::npos);
   CHECK(cut->error.find("the checkpoint was not started") != std::string::npos);
-  CHECK(f.service->job(dumping)->state == "running");   // still in the runtime's call, not killed
+  CHECK(f.service->job(dumping)->state == node::JobState::running);   // still in the runtime's call, not killed
   auto refused = f.client().Post("/v1/checkpoints", R"({"container":"plain"})", "application/json");
   REQUIRE(refused);
   CHECK(refused->status == 503);
@@ -1415,7 +1449,7 @@ TEST_CASE("shutdown: a checkpoint inside the runtime's call finishes; one waitin
   release.set_value();
   stopping.join();   // returns once no job runs
   const auto done = f.service->job(dumping);
-  CHECK(done->state == "succeeded");   // the container's checkpoint is complete: it is not left without one
+  CHECK(done->state == node::JobState::succeeded);   // the container's checkpoint is complete: it is not left without one
   CHECK(fs::is_regular_file(done->result["archive"].get<std::string>()));
   CHECK(runtime_calls == 1);
   CHECK(f.checkpoint_files().size() == 1);   // no temporary file of either job is left

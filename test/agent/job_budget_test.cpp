@@ -102,7 +102,7 @@ struct HangingPodman {
     auto job = service->job(id);
     REQUIRE(job);
     INFO(job->error);
-    CHECK(job->state == "failed");
+    CHECK(job->state == node::JobState::failed);
     CHECK(job->error.find("the job ran out of time: limits.job_timeout_seconds (2 s) passed while " + phase) == 0);
     CHECK(job->error.find("timed out") != std::string::npos);
     const pid_t podman = read_pid(tmp.path / "podman.pid"), child = read_pid(tmp.path / "child.pid");
@@ -206,7 +206,7 @@ TEST_CASE("chunk pulls from a trickling registry never hold the slots a checkpoi
     for (const auto& pull : pulls) {
       auto finished = p.service->job(pull);
       REQUIRE(finished);
-      CHECK(finished->state == "failed");
+      CHECK(finished->state == node::JobState::failed);
     }
   }
   stopping = true;

@@ -17,10 +17,10 @@ namespace {
 
 const auto kNow = std::chrono::system_clock::from_time_t(1795000000) + std::chrono::microseconds(123456);
 
-node::JobStatus checkpoint_job(const std::string& state) {
+node::JobStatus checkpoint_job(node::JobState state) {
   node::JobStatus job;
   job.id = "ck-20261118T110640Z-0badcafe";
-  job.kind = "checkpoint";
+  job.kind = node::JobKind::checkpoint;
   job.state = state;
   job.request = {{"namespace", "ml"}, {"pod", "trainer-0"}, {"container", "main"}};
   return job;
@@ -90,12 +90,12 @@ TEST_CASE("an event's message is printable and at most 1024 bytes; its name stay
 }
 
 TEST_CASE("a job's events: Started, Succeeded, Failed with the job's error, per kind", "[unit]") {
-  auto started = agent::job_pod_event(node::JobStage::started, checkpoint_job("running"), {"ml", "trainer-0", ""}, "n1");
+  auto started = agent::job_pod_event(node::JobStage::started, checkpoint_job(node::JobState::running), {"ml", "trainer-0", ""}, "n1");
   CHECK(started.reason == "CheckpointStarted");
   CHECK_FALSE(started.warning);
   CHECK(started.message == "checkpointing container main on node n1 (gpuckpt job ck-20261118T110640Z-0badcafe)");
 
-  auto done = checkpoint_job("succeeded");
+  auto done = checkpoint_job(node::JobState::succeeded);
   done.result = {{"archive", "/var/lib/gpuckpt/checkpoints/ck-20261118T110640Z-0badcafe.tar.zst"},
                  {"archive_bytes", 4096}, {"used_gpu_ids", {"GPU-0", "GPU-1"}}};
   done.phase_seconds["total"] = 12.34;
@@ -104,7 +104,7 @@ TEST_CASE("a job's events: Started, Succeeded, Failed with the job's error, per 
   CHECK(succeeded.message == "container main checkpointed on node n1 to ck-20261118T110640Z-0badcafe.tar.zst (4096 "
                              "bytes, 2 GPU(s), 12.3 s; gpuckpt job ck-20261118T110640Z-0badcafe)");
 
-  auto broken = checkpoint_job("failed");
+  auto broken = checkpoint_job(node::JobState::failed);
   broken.error = "runc checkpoint: criu dump failed: cuda-checkpoint timed out";
   auto failed = agent::job_pod_event(node::JobStage::failed, broken, {"ml", "trainer-0", ""}, "n1");
   CHECK(failed.reason == "CheckpointFailed");
@@ -113,7 +113,7 @@ TEST_CASE("a job's events: Started, Succeeded, Failed with the job's error, per 
 
   node::JobStatus move;
   move.id = "tr-1";
-  move.kind = "transfer";
+  move.kind = node::JobKind::transfer;
   move.request = {{"archive", "/var/lib/gpuckpt/checkpoints/ck-1.tar.zst"}, {"to", "http://10.0.0.7:7469"}};
   move.error = "connection reset";
   auto migrate = agent::job_pod_event(node::JobStage::failed, move, {"ml", "trainer-0", ""}, "n1");
@@ -124,11 +124,11 @@ TEST_CASE("a job's events: Started, Succeeded, Failed with the job's error, per 
 
   node::JobStatus restore;
   restore.id = "rs-1";
-  restore.kind = "restore";
+  restore.kind = node::JobKind::restore;
   restore.request = {{"archive", "ck-1.tar.zst"}};
   CHECK(agent::job_pod_event(node::JobStage::started, restore, {"ml", "trainer-0", ""}, "n2").reason ==
         "RestoreStarted");
-  restore.kind = "image";
+  restore.kind = node::JobKind::image;
   CHECK(agent::job_pod_event(node::JobStage::succeeded, restore, {"ml", "trainer-0", ""}, "n2").reason ==
         "CheckpointImageSucceeded");
 }

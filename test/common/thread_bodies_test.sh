@@ -13,13 +13,13 @@ reviewed=$(cat <<'LIST'
 agent/http_server.cpp|std::thread([this] {   // lives as long as the process|caught() around watch()
 agent/http_server.cpp|std::thread([this] { work(); }).detach();|work() catches around each connection's task
 agent/pod_events.cpp|worker_([this] { run(); }) {}|run() posts each event inside caught(); the rest is queue handling
-agent/main.cpp|loops.emplace_back([&] {|plan sweep: each pass inside caught()
-agent/main.cpp|loops.emplace_back([&] {|kubelet watcher: each scan inside try/catch
-agent/main.cpp|loops.emplace_back([&] {|storage upkeep: each pass inside try/catch
-agent/main.cpp|loops.emplace_back([&, node = node_name] {|node labels: each pass inside caught()
+agent/main.cpp|loops.emplace_back(sweep_plans_loop, std::cref(context));|plan sweep: each pass inside caught()
+agent/main.cpp|if (!context.config.kubelet_checkpoint_dir.empty()) loops.emplace_back(kubelet_watch_loop, std::cref(context));|kubelet watcher: each scan inside try/catch
+agent/main.cpp|loops.emplace_back(storage_loop, std::cref(context));|storage upkeep: each pass inside try/catch
+agent/main.cpp|if (context.config.node_labels.enabled) loops.emplace_back(node_labels_loop, std::cref(context));|node labels: each pass inside caught()
 agent/main.cpp|std::thread signal_thread([&] {|sigwait, one log line, server.stop(): nothing that throws
 node/bounded_request.cpp|std::thread guard([&] {|waits on a condition variable and stops the client: nothing that throws
-node/service.cpp|std::thread([this, job_id, pod = std::move(pod), accepted, deadline, ticket, work = std::move(work), &line, &active,|the job's work inside try/catch: fail_unexpectedly
+node/job_scheduler.cpp|std::thread([this, job_id, pod = std::move(pod), accepted, deadline, ticket, work = std::move(work), lane] {|run_work: the job's work inside try/catch: fail_unexpectedly
 node/registry_chunks.cpp|for (auto& client : clients) threads.emplace_back([&run, &client] { run(*client); });|run() is inside caught()
 node/chunk_transfer.cpp|for (unsigned i = 1; i < report.streams; ++i) threads.emplace_back(caught_stream);|caught_stream: the stream inside caught()
 cli/output_tee.cpp|pump_ = std::thread([this] {|read, write and a bounded append: nothing that throws
