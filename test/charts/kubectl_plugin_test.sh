@@ -234,17 +234,34 @@ new_cluster; cri_node
 rc=0; FAKE_CREATED_CRASHLOOP=1 run migrate solo --to gpu-b --delete-source --wait 5 --stable 2 || rc=$?
 expect '[ "$rc" = 1 ] && grep -q "container main of pod ml/solo-migrated was not ready for 2s in a row within 5s (phase .Running., ready .true., restarts [0-9]*)" "$tmp/err"' \
   "a crash-looping target (Running, ready at each look, restarting) is never taken as ready (rc $rc)"
-expect 'grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv" && ! grep -q "^delete" "$FAKE_CLUSTER/calls.log"' "a crash-looping target never deletes the source"
+expect 'grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv" && ! grep -qx "delete pod -n ml solo" "$FAKE_CLUSTER/calls.log"' "a crash-looping target never deletes the source"
 expect '[ -z "$(archives gpu-b)" ] && [ -n "$(archives gpu-a)" ]' "its copy is removed from the target, the source archive stays"
+expect '[ ! -e "$FAKE_CLUSTER/created/ml/solo-migrated.json" ] && grep -q "deleted the pod ml/solo-migrated this command had created on gpu-b" "$tmp/err"' \
+  "the crash-looping copy is deleted: it must not run beside the source"
 
 new_cluster; cri_node
 rc=0; FAKE_CREATED_READY=false run migrate solo --to gpu-b --delete-source --wait 3 --stable 1 || rc=$?
 expect '[ "$rc" = 1 ] && grep -q "ready .false." "$tmp/err" && grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv"' "a Running pod that is never ready keeps the source (rc $rc)"
 
 new_cluster; cri_node
-rc=0; FAKE_CREATED_PHASE=Failed run migrate solo --to gpu-b --delete-source || rc=$?
-expect '[ "$rc" = 1 ] && grep -q "pod ml/solo-migrated is Failed" "$tmp/err"' "a target pod that fails stops the migration (rc $rc)"
-expect 'grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv" && ! grep -q "^delete" "$FAKE_CLUSTER/calls.log"' "a failed target never deletes the source"
+rc=0; FAKE_CREATED_PHASE=Failed FAKE_CREATED_REASON=UnexpectedAdmissionError \
+  FAKE_CREATED_MESSAGE="Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0" \
+  run migrate solo --to gpu-b --delete-source || rc=$?
+expect '[ "$rc" = 1 ] && grep -q "pod ml/solo-migrated is Failed, not running (UnexpectedAdmissionError: Allocate failed .* Available: 0)" "$tmp/err"' \
+  "a target pod that fails stops the migration, with the kubelet's reason (rc $rc)"
+expect 'grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv" && ! grep -qx "delete pod -n ml solo" "$FAKE_CLUSTER/calls.log"' "a failed target never deletes the source"
+expect '[ ! -e "$FAKE_CLUSTER/created/ml/solo-migrated.json" ]' "the failed copy is deleted (a second migrate can take its name)"
+
+# a target whose GPUs are all held: refused before the checkpoint (the kubelet would refuse the copy at admission)
+new_cluster; cri_node
+echo "nvidia.com/gpu 2" > "$FAKE_CLUSTER/nodes/gpu-b/allocatable"
+printf '%s\n' "Running 2" "Succeeded 1" > "$FAKE_CLUSTER/nodes/gpu-b/requests"
+rc=0; run migrate solo --to gpu-b --delete-source || rc=$?
+expect '[ "$rc" = 3 ] && grep -q "node gpu-b has 0 of 2 nvidia.com/gpu free (the pods on it hold 2); ml/solo asks for 1. Nothing was checkpointed" "$tmp/err"' \
+  "a target without a free GPU is refused with exit 3 (rc $rc)"
+expect '! grep -q "^exec.* checkpoint" "$FAKE_CLUSTER/calls.log" && [ -z "$(archives gpu-a)$(archives gpu-b)" ]' "nothing checkpointed, nothing copied"
+printf '%s\n' "Running 1" "Failed 1" > "$FAKE_CLUSTER/nodes/gpu-b/requests"
+run migrate solo --to gpu-b && ok || bad "a finished pod's GPUs count as free: $(cat "$tmp/err")"
 
 new_cluster; cri_node
 rc=0; FAKE_IMAGE_FAILS="the CRI runtime is cri-o 1.31" run migrate solo --to gpu-b --delete-source || rc=$?
