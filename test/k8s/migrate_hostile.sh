@@ -16,7 +16,8 @@
 #      owner, before anything is checkpointed; without --delete-source the Deployment's pod and a bare ReplicaSet's
 #      pod are migrated to a copy that the owner does not adopt (the copy keeps running, the owner keeps its pod).
 # Every case prints its exit code, time and error line; the summary at the end lists them.
-# MIGRATE_HOSTILE_CASES="1 5" runs only those cases (4 needs 3's state of nothing; 5 stands alone).
+# MIGRATE_HOSTILE_CASES="1 5" runs only those cases (each stands alone); KUBECTL_GPUCKPT=FILE runs another
+# kubectl-gpuckpt (an older one, to see which of these it fails).
 # Exit 0 pass, 77 skipped (no root, or setup.sh / setup-k8s.sh products absent), else fail. KEEP=1 keeps the work dir.
 set -euo pipefail
 
@@ -122,7 +123,7 @@ mig() {
   t=$(date +%s.%N)
   RC=0
   KUBECTL=$K8S_BIN/kubectl KUBECONFIG=$KUBECONFIG GPUCKPT_NAMESPACE=$NS timeout 200 \
-    bash "$SRC/kubectl-plugin/kubectl-gpuckpt" "$@" > "$TMP/mig.txt" 2>&1 || RC=$?
+    bash "${KUBECTL_GPUCKPT:-$SRC/kubectl-plugin/kubectl-gpuckpt}" "$@" > "$TMP/mig.txt" 2>&1 || RC=$?
   SECS=$(since "$t")
   sed 's/^/   | /' "$TMP/mig.txt"
   echo "   (exit $RC in ${SECS}s)"
