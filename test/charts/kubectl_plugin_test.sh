@@ -53,6 +53,8 @@ JSON
   python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); m=p["metadata"]; m["name"]="solo"; del m["ownerReferences"], m["generateName"]; json.dump(p, open(sys.argv[2], "w"))' \
     "$FAKE_CLUSTER/pods/ml/train.json" "$FAKE_CLUSTER/pods/ml/solo.json"
   mkdir -p "$FAKE_CLUSTER/owners/ml/replicaset" && echo "Deployment/train" > "$FAKE_CLUSTER/owners/ml/replicaset/train-7d9f8c"
+  mkdir -p "$FAKE_CLUSTER/selectors/ml/ReplicaSet" &&
+    echo '{"matchLabels":{"app":"train","pod-template-hash":"7d9f8c"}}' > "$FAKE_CLUSTER/selectors/ml/ReplicaSet/train-7d9f8c"
   : > "$FAKE_CLUSTER/calls.log"
 }
 run() { "$PLUGIN" "$@" > "$tmp/out" 2> "$tmp/err"; }
@@ -197,6 +199,23 @@ order=$(grep -o -- '-- gpuckpt [a-z-]*\|^create -f -' "$FAKE_CLUSTER/calls.log" 
 expect '[ "$order" = "-- gpuckpt runtime -- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt match -- gpuckpt transfer -- gpuckpt image -- gpuckpt target-pod create -f - " ]' \
   "runtime, checkpoint, match, load the image, make the pod, create it ($order)"
 expect 'grep -q "^\[6/6\] creating the pod on gpu-b" "$tmp/err" && grep -q "restored on gpu-b as pod ml/train-migrated" "$tmp/err"' "progress names the pod"
+expect 'grep -q "does not carry the labels its owner selects by ({\"matchLabels\":{\"app\":\"train\",\"pod-template-hash\":\"7d9f8c\"}})" "$tmp/err"' \
+  "the owner's selector is named"
+
+# a bare ReplicaSet selects its pods by app=train alone: the copy must not carry it, or the ReplicaSet adopts it and
+# deletes one of the two; an owner whose selector cannot be read: no labels at all
+new_cluster; cri_node
+echo '{"matchLabels":{"app":"train"}}' > "$FAKE_CLUSTER/selectors/ml/ReplicaSet/train-7d9f8c"
+run migrate train --to gpu-b && ok || bad "migrate of a bare ReplicaSet's pod: $(cat "$tmp/err")"
+expect '[ "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[\"metadata\"].get(\"labels\"))" "$pod_json")" = None ]' \
+  "the copy of a bare ReplicaSet's pod lacks the label the ReplicaSet selects by"
+new_cluster; cri_node
+rm "$FAKE_CLUSTER/selectors/ml/ReplicaSet/train-7d9f8c"
+run migrate train --to gpu-b && ok || bad "migrate of a pod whose owner's selector is unreadable: $(cat "$tmp/err")"
+expect 'grep -q "selector cannot be read: the copy gets no labels" "$tmp/err" && [ "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[\"metadata\"].get(\"labels\"))" "$pod_json")" = None ]' \
+  "an owner whose selector cannot be read: the copy has no labels"
+new_cluster; cri_node
+run migrate train --to gpu-b >/dev/null
 before=$(archives gpu-b)
 run migrate train --to gpu-b && bad "a second migration onto a taken name must fail" || ok
 expect 'grep -q "AlreadyExists" "$tmp/err" && grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv"' "a taken name fails, the source stays"

@@ -131,11 +131,12 @@ mig() {
 RESULTS=()
 # outcome CASE WANT_RC PATTERN: the migrate exited WANT_RC with an error line matching PATTERN (grep -E)
 outcome() {
-  local name=$1 want=$2 pattern=$3 line
+  local name=$1 want=$2 pattern=$3 line matched
   [ "$RC" = "$want" ] || fail "$name: kubectl gpuckpt exited $RC, want $want"
+  matched=$(grep -m1 -E -- "$pattern" "$TMP/mig.txt") || fail "$name: no line matches /$pattern/ in its output"
   line=$(grep -m1 '^error: ' "$TMP/mig.txt" || true)
-  grep -qE -- "$pattern" "$TMP/mig.txt" || fail "$name: no line matches /$pattern/ in its output"
-  RESULTS+=("$name: exit $RC in ${SECS}s: ${line:-$(grep -m1 -E -- "$pattern" "$TMP/mig.txt")}")
+  [ "$line" != "$matched" ] || line=""
+  RESULTS+=("$name: exit $RC in ${SECS}s: $matched${line:+ | $line}")
 }
 no_paused_tasks() {  # no containerd task paused on either node (a checkpoint pauses the container while it dumps)
   local n
