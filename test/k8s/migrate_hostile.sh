@@ -14,7 +14,11 @@
 #      --delete-source succeeds and the counter continues on node-b: nothing was lost and "run it again" works;
 #   5. owner references: the pod of a Deployment (and of a StatefulSet) is refused for --delete-source, naming the
 #      owner, before anything is checkpointed; without --delete-source the Deployment's pod and a bare ReplicaSet's
-#      pod are migrated to a copy that the owner does not adopt (the copy keeps running, the owner keeps its pod).
+#      pod are migrated to a copy that the owner does not adopt (the copy keeps running, the owner keeps its pod);
+#   6. helm upgrade in the middle of a checkpoint job: `kubectl gpuckpt checkpoint` of a pod holding 128 MiB more
+#      (so that its dump takes seconds), and while its job runs a helm upgrade that replaces both agent pods at once
+#      (maxUnavailable 2, no surge: node-a's agent gets its SIGTERM inside the job). The job's archive is not lost
+#      (it is on node-a, whole, or the command says it was not made), no container is left paused, the pod counts on.
 # Every case prints its exit code, time and error line; the summary at the end lists them.
 # MIGRATE_HOSTILE_CASES="1 5" runs only those cases (each stands alone); KUBECTL_GPUCKPT=FILE runs another
 # kubectl-gpuckpt (an older one, to see which of these it fails).
@@ -34,7 +38,7 @@ NS=gpuckpt RELEASE=gpuckpt AGENT_PORT=7469
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 step() { printf '\n== %s (%ss)\n' "$*" "$(( $(date +%s) - T0 ))"; }
-CASES=" ${MIGRATE_HOSTILE_CASES:-1 2 3 4 5} "
+CASES=" ${MIGRATE_HOSTILE_CASES:-1 2 3 4 5 6} "
 run_case() { [[ "$CASES" == *" $1 "* ]]; }
 since() { python3 -c "import time; print(f'{time.time() - $1:.1f}')"; }
 T0=$(date +%s)
@@ -62,7 +66,7 @@ podman image exists "localhost/gpuckpt-base:trixie-$(dpkg --print-architecture)"
 TMP=/var/tmp/gckm-$$-$(date +%s)
 mkdir -m 700 "$TMP"
 VIEW=$TMP/node   # K8S_NODE_VIEW: on each node, that node's work dir
-PLUGIN_A='' PLUGIN_B='' HOP_PID='' HOP_RULE=() DELETE_PID=''
+PLUGIN_A='' PLUGIN_B='' HOP_PID='' HOP_RULE=() DELETE_PID='' LOGS_PID='' CK_PID=''
 cleanup() {
   set +e
   if [ -n "${K8S_WORK:-}" ] && [ "${KEEP:-0}" = 1 ]; then
@@ -71,7 +75,7 @@ cleanup() {
     done
   fi
   [ ${#HOP_RULE[@]} -gt 0 ] && iptables -t nat -D "${HOP_RULE[@]}" 2>/dev/null
-  for p in "$HOP_PID" "$DELETE_PID" "$PLUGIN_A" "$PLUGIN_B" "${REGISTRY_PID:-}"; do
+  for p in "$HOP_PID" "$DELETE_PID" "$LOGS_PID" "$CK_PID" "$PLUGIN_A" "$PLUGIN_B" "${REGISTRY_PID:-}"; do
     [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
   done
   k8s_stop
@@ -93,15 +97,19 @@ count_in() {  # count_in POD: the pod's counter (kubectl exec through the API se
   done
   fail "no counter value in pod $1"
 }
-# workload KIND NAME NODE [GPUS]: the tests' GPU pod (k8s_gpu_counter_pod) as KIND (Pod, Deployment, ReplicaSet,
-# StatefulSet) named NAME, pinned to NODE, asking for GPUS simulated GPUs (default 1); labels app=NAME
+# workload KIND NAME NODE [GPUS [MIB]]: the tests' GPU pod (k8s_gpu_counter_pod) as KIND (Pod, Deployment,
+# ReplicaSet, StatefulSet) named NAME, pinned to NODE, asking for GPUS simulated GPUs (default 1), its shell holding
+# MIB MiB more memory (default 0: a checkpoint of it takes that much longer); labels app=NAME
 workload() {
+  # shellcheck disable=SC2016 # python, not shell
   k8s_gpu_counter_pod "$BASE" IfNotPresent "$3" | python3 -c '
 import sys, yaml
-kind, name, gpus = sys.argv[1], sys.argv[2], int(sys.argv[3])
+kind, name, gpus, mib = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 pod = yaml.safe_load(sys.stdin)
 for c in pod["spec"]["containers"]:
     c["resources"]["limits"]["nvidia.com/gpu"] = gpus
+    if mib:
+        c["command"][-1] = f"ballast=$(head -c {mib << 20} /dev/zero | tr \"\\\\0\" x); " + c["command"][-1]
 labels = {"app": name}
 if kind == "Pod":
     pod["metadata"].update(name=name, labels=labels)
@@ -113,7 +121,7 @@ else:
                     "template": {"metadata": {"labels": labels}, "spec": spec}}}
     if kind == "StatefulSet":
         out["spec"]["serviceName"] = name
-yaml.safe_dump(out, sys.stdout)' "$1" "$2" "${4:-1}" | kubectl apply -f - > /dev/null || fail "kubectl apply of $1 $2"
+yaml.safe_dump(out, sys.stdout)' "$1" "$2" "${4:-1}" "${5:-0}" | kubectl apply -f - > /dev/null || fail "kubectl apply of $1 $2"
 }
 pod_of() { kubectl get pods -l "app=$1" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | grep -v -- '-migrated$' | head -n 1; }
 
@@ -346,6 +354,55 @@ for w in gpu-deploy gpu-rs; do
   [ "$(pod_of "$w")" = "$src" ] || fail "$w: the owner replaced its pod $src by $(pod_of "$w")"
   echo "ok: $w: the copy $src-migrated runs on node-b unowned; $src stays with its owner"
 done
+fi
+
+if run_case 6; then
+step "6. helm upgrade in the middle of a checkpoint job"
+workload Pod gpu-big node-a 1 128
+k8s_wait_pod default gpu-big 90 || fail "gpu-big did not start"
+for _ in $(seq 300); do kubectl exec gpu-big -c counter -- test -s /tmp/count 2>/dev/null && break; sleep 0.2; done
+old_agent=$(agent_on node-a)
+kubectl -n "$NS" logs -f "$old_agent" -c agent > "$TMP/old-agent-a.log" 2>&1 &
+LOGS_PID=$!
+( mig checkpoint gpu-big -n default; cp "$TMP/mig.txt" "$TMP/ck-upgrade.txt"; echo "$RC $SECS" > "$TMP/ck-upgrade.rc" ) &
+CK_PID=$!
+for _ in $(seq 150); do grep -q 'job ck-.*accepted' "$TMP/old-agent-a.log" 2>/dev/null && break; sleep 0.1; done
+grep -q 'job ck-.*accepted' "$TMP/old-agent-a.log" || fail "no checkpoint job started on $old_agent: $(tail -5 "$TMP/old-agent-a.log")"
+t=$(date +%s.%N)
+helm --kubeconfig "$KUBECONFIG" upgrade "$RELEASE" "$SRC/charts/gpuckpt" -n "$NS" -f "$TMP/values.yaml" \
+  --set agent.logLevel=debug --set updateStrategy.rollingUpdate.maxSurge=0 \
+  --set updateStrategy.rollingUpdate.maxUnavailable=2 > "$TMP/helm-upgrade.txt" 2>&1 ||
+  fail "helm upgrade: $(cat "$TMP/helm-upgrade.txt")"
+wait "$CK_PID" || true
+read -r CK_RC CK_SECS < "$TMP/ck-upgrade.rc"
+kubectl -n "$NS" rollout status daemonset/"$RELEASE" --timeout 180s > /dev/null 2>&1 || fail "the DaemonSet did not roll out"
+UPGRADE_SECS=$(since "$t")
+kill "$LOGS_PID" 2>/dev/null; wait "$LOGS_PID" 2>/dev/null || true
+sed 's/^/   | /' "$TMP/ck-upgrade.txt"
+grep -q "signal Terminated: shutting down" "$TMP/old-agent-a.log" || fail "the old agent $old_agent was not stopped by the upgrade"
+job_line=$(grep -m1 -E 'job ck-[^ ]*: .*(written to|failed|interrupted)' "$TMP/old-agent-a.log" || true)
+grep -E 'job ck-|signal Terminated|interrupted' "$TMP/old-agent-a.log" | sed 's/^/   agent: /' | head -n 12
+archive=$(sed -n 's/^\(node-a\):\(\/.*\)$/\2/p' "$TMP/ck-upgrade.txt" | tail -n 1)
+if [ "$CK_RC" = 0 ]; then
+  [ -n "$archive" ] || fail "the checkpoint succeeded but named no archive"
+  f="$(node_dir node-a)/${archive#"$VIEW"/}"
+  [ -s "$f" ] || fail "the checkpoint's archive $archive is not on node-a after the upgrade"
+  tar -tf "$f" | grep -q 'checkpoint/inventory.img' || fail "the archive $archive is not whole (no checkpoint/inventory.img)"
+  RESULTS+=("helm upgrade mid-checkpoint: the checkpoint finished (exit 0 in ${CK_SECS}s), archive $(basename "$archive") whole on node-a; upgrade rolled in ${UPGRADE_SECS}s")
+else
+  grep -q '^error: ' "$TMP/ck-upgrade.txt" || fail "the checkpoint failed (exit $CK_RC) without an error line"
+  # an archive under its final name is a whole one: nothing half-written may be left there
+  for f in "$(archive_dir node-a)"/*gpu-big*; do
+    [ -e "$f" ] || continue
+    tar -tf "$f" | grep -q 'checkpoint/inventory.img' || fail "a half-written archive $f is left on node-a"
+  done
+  RESULTS+=("helm upgrade mid-checkpoint: exit $CK_RC in ${CK_SECS}s: $(grep -m1 '^error: ' "$TMP/ck-upgrade.txt"); upgrade rolled in ${UPGRADE_SECS}s")
+fi
+[ "$(kubectl get pod gpu-big -o jsonpath='{.status.phase}')" = Running ] || fail "gpu-big is not Running after the upgrade"
+a=$(count_in gpu-big); sleep 0.5; b=$(count_in gpu-big)
+[ "$b" -gt "$a" ] || fail "gpu-big does not count after the upgrade ($a, then $b): left paused?"
+no_paused_tasks "helm upgrade mid-checkpoint"
+echo "ok: ${job_line:-no job line}; gpu-big counts on ($a, $b), no task paused"
 fi
 
 step "summary"
