@@ -358,7 +358,7 @@ fi
 
 if run_case 6; then
 step "6. helm upgrade in the middle of a checkpoint job"
-workload Pod gpu-big node-a 1 128
+workload Pod gpu-big node-a 0 128
 k8s_wait_pod default gpu-big 90 || fail "gpu-big did not start"
 for _ in $(seq 300); do kubectl exec gpu-big -c counter -- test -s /tmp/count 2>/dev/null && break; sleep 0.2; done
 old_agent=$(agent_on node-a)
