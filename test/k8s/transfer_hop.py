@@ -33,6 +33,14 @@ def log(line):
         f.write(line + "\n")
 
 
+def close_both(*sockets):
+    for s in sockets:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 def pump_back(upstream, client):
     """The agent's answers, unchanged."""
     try:
@@ -44,11 +52,7 @@ def pump_back(upstream, client):
     except OSError:
         pass
     finally:
-        for s in (client, upstream):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        close_both(client, upstream)
 
 
 class Reader:
@@ -115,11 +119,7 @@ def forward_requests(client, upstream):
     except (EOFError, OSError):
         pass
     finally:
-        for s in (client, upstream):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        close_both(client, upstream)
 
 
 def serve(client):
