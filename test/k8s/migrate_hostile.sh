@@ -201,9 +201,9 @@ hop() {
   iptables -t nat -I "${HOP_RULE[@]}" || { HOP_RULE=(); fail "iptables cannot add the hop's DNAT rule"; }
 }
 no_hop() {
-  [ ${#HOP_RULE[@]} -gt 0 ] && iptables -t nat -D "${HOP_RULE[@]}"
+  [ ${#HOP_RULE[@]} -eq 0 ] || iptables -t nat -D "${HOP_RULE[@]}"
   HOP_RULE=()
-  [ -n "$HOP_PID" ] && kill "$HOP_PID" 2>/dev/null && wait "$HOP_PID" 2>/dev/null
+  if [ -n "$HOP_PID" ]; then kill "$HOP_PID" 2>/dev/null; wait "$HOP_PID" 2>/dev/null || true; fi
   HOP_PID=''
 }
 
@@ -377,7 +377,7 @@ wait "$CK_PID" || true
 read -r CK_RC CK_SECS < "$TMP/ck-upgrade.rc"
 kubectl -n "$NS" rollout status daemonset/"$RELEASE" --timeout 180s > /dev/null 2>&1 || fail "the DaemonSet did not roll out"
 UPGRADE_SECS=$(since "$t")
-kill "$LOGS_PID" 2>/dev/null; wait "$LOGS_PID" 2>/dev/null || true
+kill "$LOGS_PID" 2>/dev/null || true; wait "$LOGS_PID" 2>/dev/null || true
 sed 's/^/   | /' "$TMP/ck-upgrade.txt"
 grep -q "signal Terminated: shutting down" "$TMP/old-agent-a.log" || fail "the old agent $old_agent was not stopped by the upgrade"
 job_line=$(grep -m1 -E 'job ck-[^ ]*: .*(written to|failed|interrupted)' "$TMP/old-agent-a.log" || true)
