@@ -188,6 +188,11 @@ lost_nothing() {
   ! kubectl get pod gpu-counter-migrated > /dev/null 2>&1 ||
     fail "$1: the copy gpu-counter-migrated was left: $(kubectl get pod gpu-counter-migrated -o wide | tail -1)"
 }
+whole_archive() {  # whole_archive FILE: a checkpoint archive tar reads to its end, CRIU's inventory in it
+  local list
+  list=$(tar -tf "$1" 2>/dev/null) || return 1
+  grep -qx 'checkpoint/inventory.img' <<< "$list"
+}
 # hop MODE: the source agent's connections to node-b's agent pod go through transfer_hop.py MODE
 hop() {
   local port
@@ -379,30 +384,36 @@ kubectl -n "$NS" rollout status daemonset/"$RELEASE" --timeout 180s > /dev/null 
 UPGRADE_SECS=$(since "$t")
 kill "$LOGS_PID" 2>/dev/null || true; wait "$LOGS_PID" 2>/dev/null || true
 sed 's/^/   | /' "$TMP/ck-upgrade.txt"
+echo "   (exit $CK_RC in ${CK_SECS}s)"
 grep -q "signal Terminated: shutting down" "$TMP/old-agent-a.log" || fail "the old agent $old_agent was not stopped by the upgrade"
-job_line=$(grep -m1 -E 'job ck-[^ ]*: .*(written to|failed|interrupted)' "$TMP/old-agent-a.log" || true)
-grep -E 'job ck-|signal Terminated|interrupted' "$TMP/old-agent-a.log" | sed 's/^/   agent: /' | head -n 12
-archive=$(sed -n 's/^\(node-a\):\(\/.*\)$/\2/p' "$TMP/ck-upgrade.txt" | tail -n 1)
-if [ "$CK_RC" = 0 ]; then
-  [ -n "$archive" ] || fail "the checkpoint succeeded but named no archive"
-  f="$(node_dir node-a)/${archive#"$VIEW"/}"
-  [ -s "$f" ] || fail "the checkpoint's archive $archive is not on node-a after the upgrade"
-  tar -tf "$f" | grep -q 'checkpoint/inventory.img' || fail "the archive $archive is not whole (no checkpoint/inventory.img)"
-  RESULTS+=("helm upgrade mid-checkpoint: the checkpoint finished (exit 0 in ${CK_SECS}s), archive $(basename "$archive") whole on node-a; upgrade rolled in ${UPGRADE_SECS}s")
-else
-  grep -q '^error: ' "$TMP/ck-upgrade.txt" || fail "the checkpoint failed (exit $CK_RC) without an error line"
-  # an archive under its final name is a whole one: nothing half-written may be left there
-  for f in "$(archive_dir node-a)"/*gpu-big*; do
-    [ -e "$f" ] || continue
-    tar -tf "$f" | grep -q 'checkpoint/inventory.img' || fail "a half-written archive $f is left on node-a"
-  done
-  RESULTS+=("helm upgrade mid-checkpoint: exit $CK_RC in ${CK_SECS}s: $(grep -m1 '^error: ' "$TMP/ck-upgrade.txt"); upgrade rolled in ${UPGRADE_SECS}s")
+job=$(grep 'job ck-.*accepted' "$TMP/old-agent-a.log" | tail -n 1 | sed 's/.*job \(ck-[^:]*\):.*/\1/')
+grep -E "job $job|signal Terminated|stopping|stopped" "$TMP/old-agent-a.log" | sed 's/^/   agent: /' | cut -c1-250
+# what became of the job, from the node's new agent (job records outlive the agent)
+mig jobs node-a --kind checkpoint
+state=$(awk -v id="$job" '$0 ~ id {for (i = 1; i <= NF; i++) if ($i ~ /^(succeeded|failed|interrupted|running|queued)$/) print $i}' "$TMP/mig.txt" | head -n 1)
+[ -n "$state" ] || fail "the new agent on node-a does not list the job $job"
+written=$(sed -n "s|.*job $job: checkpoint of counter written to \([^ ]*\) .*|\1|p" "$TMP/old-agent-a.log")
+if [ "$state" = succeeded ]; then
+  [ -n "$written" ] || fail "the job $job succeeded but the old agent named no archive"
+  f="$(node_dir node-a)/${written#"$VIEW"/}"
+  [ -s "$f" ] || fail "the job's archive $written is not on node-a after the upgrade"
+  whole_archive "$f" || fail "the archive $written is not whole (no checkpoint/inventory.img)"
+  echo "   the job's archive $(basename "$written") is on node-a, whole"
 fi
+if [ "$CK_RC" != 0 ]; then
+  grep -q "stopped during the checkpoint.*jobs node-a --kind checkpoint" "$TMP/ck-upgrade.txt" ||
+    fail "the checkpoint command failed (exit $CK_RC) without saying that the agent stopped and where its job is"
+fi
+# an archive under a final name is a whole one: nothing half-written is left there
+for f in "$(archive_dir node-a)"/*; do
+  whole_archive "$f" || fail "a half-written archive $f is on node-a"
+done
+RESULTS+=("helm upgrade mid-checkpoint: kubectl gpuckpt checkpoint exit $CK_RC in ${CK_SECS}s ($(grep -m1 '^error: ' "$TMP/ck-upgrade.txt" | cut -c1-160)); job $job $state${written:+, archive $(basename "$written") whole}; upgrade rolled in ${UPGRADE_SECS}s")
 [ "$(kubectl get pod gpu-big -o jsonpath='{.status.phase}')" = Running ] || fail "gpu-big is not Running after the upgrade"
 a=$(count_in gpu-big); sleep 0.5; b=$(count_in gpu-big)
 [ "$b" -gt "$a" ] || fail "gpu-big does not count after the upgrade ($a, then $b): left paused?"
 no_paused_tasks "helm upgrade mid-checkpoint"
-echo "ok: ${job_line:-no job line}; gpu-big counts on ($a, $b), no task paused"
+echo "ok: the job $job $state; gpu-big counts on ($a, $b), no task paused"
 fi
 
 step "summary"
