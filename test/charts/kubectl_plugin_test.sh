@@ -149,7 +149,7 @@ expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-c/restored" ]' "no restore attempted on 
 new_cluster
 rc=0; FAKE_CORRUPT=1 run migrate train --to gpu-b || rc=$?
 expect '[ "$rc" = 1 ]' "a corrupted transfer fails the migration"
-expect 'grep -q "was discarded, nothing of it is kept: its SHA-256 is" "$tmp/err" && grep -q "the target keeps nothing of it" "$tmp/err"' "says the checksum did not match"
+expect 'grep -q "was discarded, nothing of it is kept: its SHA-256 is" "$tmp/err" && grep -q "the target keeps no archive of it and the archive stays where it was" "$tmp/err"' "says the checksum did not match"
 expect '[ -z "$(archives gpu-b)" ]' "no archive, partial or final, left on the target ($(archives gpu-b))"
 
 new_cluster
