@@ -199,7 +199,7 @@ order=$(grep -o -- '-- gpuckpt [a-z-]*\|^create -f -' "$FAKE_CLUSTER/calls.log" 
 expect '[ "$order" = "-- gpuckpt runtime -- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt match -- gpuckpt transfer -- gpuckpt image -- gpuckpt target-pod create -f - " ]' \
   "runtime, checkpoint, match, load the image, make the pod, create it ($order)"
 expect 'grep -q "^\[6/6\] creating the pod on gpu-b" "$tmp/err" && grep -q "restored on gpu-b as pod ml/train-migrated" "$tmp/err"' "progress names the pod"
-expect 'grep -q "does not carry the labels its owner selects by ({\"matchLabels\":{\"app\":\"train\",\"pod-template-hash\":\"7d9f8c\"}})" "$tmp/err"' \
+expect 'grep -q "Its owner selects its pods by {\"matchLabels\":{\"app\":\"train\",\"pod-template-hash\":\"7d9f8c\"}}: the copy lacks the labels" "$tmp/err"' \
   "the owner's selector is named"
 
 # a bare ReplicaSet selects its pods by app=train alone: the copy must not carry it, or the ReplicaSet adopts it and
