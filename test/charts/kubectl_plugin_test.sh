@@ -271,6 +271,13 @@ expect '[ "$rc" = 1 ] && grep -q "pod ml/solo-migrated is Failed, not running (U
 expect 'grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv" && ! grep -qx "delete pod -n ml solo" "$FAKE_CLUSTER/calls.log"' "a failed target never deletes the source"
 expect '[ ! -e "$FAKE_CLUSTER/created/ml/solo-migrated.json" ]' "the failed copy is deleted (a second migrate can take its name)"
 
+# a copy that vanishes (a controller adopted it and deleted it): said at once, not after --wait
+new_cluster; cri_node
+t0=$SECONDS; rc=0; FAKE_CREATED_VANISHES=1 run migrate solo --to gpu-b --delete-source --wait 60 || rc=$?
+expect '[ "$rc" = 1 ] && [ $((SECONDS - t0)) -lt 30 ] && grep -q "pod ml/solo-migrated was deleted while this command waited" "$tmp/err"' \
+  "a copy deleted by someone else stops the wait at once (rc $rc, $((SECONDS - t0)) s)"
+expect 'grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv" && ! grep -q "could not delete" "$tmp/err"' "the source stays; nothing said about deleting the vanished copy"
+
 # a target whose GPUs are all held: refused before the checkpoint (the kubelet would refuse the copy at admission)
 new_cluster; cri_node
 echo "nvidia.com/gpu 2" > "$FAKE_CLUSTER/nodes/gpu-b/allocatable"
