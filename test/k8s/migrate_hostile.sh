@@ -387,7 +387,7 @@ sed 's/^/   | /' "$TMP/ck-upgrade.txt"
 echo "   (exit $CK_RC in ${CK_SECS}s)"
 grep -q "signal Terminated: shutting down" "$TMP/old-agent-a.log" || fail "the old agent $old_agent was not stopped by the upgrade"
 job=$(grep 'job ck-.*accepted' "$TMP/old-agent-a.log" | tail -n 1 | sed 's/.*job \(ck-[^:]*\):.*/\1/')
-grep -E "job $job|signal Terminated|stopping|stopped" "$TMP/old-agent-a.log" | sed 's/^/   agent: /' | cut -c1-250
+grep -E "job $job|signal Terminated|stopping|stopped" "$TMP/old-agent-a.log" | sed 's/^/   agent: /'
 # what became of the job, from the node's new agent (job records outlive the agent)
 mig jobs node-a --kind checkpoint
 state=$(awk -v id="$job" '$0 ~ id {for (i = 1; i <= NF; i++) if ($i ~ /^(succeeded|failed|interrupted|running|queued)$/) print $i}' "$TMP/mig.txt" | head -n 1)
