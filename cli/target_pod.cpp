@@ -1,6 +1,9 @@
 #include "cli/target_pod.h"
 
+#include <algorithm>
 #include <cctype>
+#include <string>
+#include <vector>
 
 namespace gpuckpt::cli {
 
@@ -22,6 +25,44 @@ std::string string_at(const json& obj, const char* key, const std::string& absen
   if (!obj.is_object()) return absent;
   auto it = obj.find(key);
   return it != obj.end() && it->is_string() ? it->get<std::string>() : absent;
+}
+
+// `labels` less what makes `selector` (options.owner_selector) match them. A selector is a LabelSelector
+// (matchLabels, matchExpressions) or a ReplicationController's plain map; it matches when every requirement holds.
+// Labels it does not match are kept as they are. Else the keys of matchLabels and of the In and Exists expressions go
+// (NotIn and DoesNotExist hold for a pod without the label: no removal defeats a selector made only of those).
+Result<json> unclaimed_labels(json labels, const json& selector) {
+  if (!selector.is_object()) return make_error("the owner's selector " + selector.dump() + " is not an object");
+  const bool label_selector = selector.contains("matchLabels") || selector.contains("matchExpressions");
+  const json match_labels = label_selector ? selector.value("matchLabels", json::object()) : selector;
+  const json expressions = label_selector ? selector.value("matchExpressions", json::array()) : json::array();
+  if (!match_labels.is_object() || !expressions.is_array())
+    return make_error("the owner's selector " + selector.dump() + " is no LabelSelector (matchLabels must be an "
+                      "object, matchExpressions a list)");
+  auto has = [&](const std::string& key) { return labels.contains(key) && labels[key].is_string(); };
+  bool matches = true;
+  std::vector<std::string> removable;
+  for (const auto& [key, value] : match_labels.items()) {
+    matches = matches && has(key) && labels[key] == value;
+    removable.push_back(key);
+  }
+  for (const auto& expression : expressions) {
+    const std::string key = string_at(expression, "key"), op = string_at(expression, "operator");
+    const json values = expression.is_object() ? expression.value("values", json::array()) : json::array();
+    const bool in = has(key) && values.is_array() && std::find(values.begin(), values.end(), labels[key]) != values.end();
+    if (op == "In") matches = matches && in;
+    else if (op == "NotIn") matches = matches && !in;
+    else if (op == "Exists") matches = matches && has(key);
+    else if (op == "DoesNotExist") matches = matches && !has(key);
+    else return make_error("the owner's selector has an expression with operator '" + op + "'");
+    if (op == "In" || op == "Exists") removable.push_back(key);
+  }
+  if (!matches) return labels;
+  if (removable.empty())
+    return make_error("the owner's selector " + selector.dump() + " matches the copy whatever labels it lacks (only "
+                      "NotIn/DoesNotExist, or empty): its owner would adopt it");
+  for (const std::string& key : removable) labels.erase(key);
+  return labels;
 }
 
 }  // namespace
@@ -60,11 +101,13 @@ Result<json> target_pod(const json& source, const TargetPodOptions& options) {
     return make_error("'" + name + "' is not a valid pod name (lower-case letters, digits, '-', '.'; at most 253)");
 
   json meta = {{"name", name}, {"namespace", ns}};
-  if (metadata.contains("labels") && metadata["labels"].is_object()) {
-    json labels = metadata["labels"];
-    for (const char* owned : kControllerLabels) labels.erase(owned);
-    if (!labels.empty()) meta["labels"] = labels;
+  json labels = metadata.contains("labels") && metadata["labels"].is_object() && !options.no_labels ? metadata["labels"]
+                                                                                                     : json::object();
+  for (const char* owned : kControllerLabels) labels.erase(owned);
+  if (!options.owner_selector.is_null()) {
+    GPUCKPT_TRY(labels, unclaimed_labels(std::move(labels), options.owner_selector));
   }
+  if (!labels.empty()) meta["labels"] = labels;
   json annotations = metadata.contains("annotations") && metadata["annotations"].is_object() ? metadata["annotations"]
                                                                                               : json::object();
   annotations["gpuckpt.io/migrated-from"] = ns + "/" + source_name;

@@ -17,9 +17,16 @@ struct TargetPodOptions {
   std::string image;       // its checkpoint image, as loaded into the node's store
   std::string name;        // the new pod's name; empty: "<source name>-migrated"
   std::string pull = "Never";   // the container's imagePullPolicy: Never (in the node's store) or IfNotPresent
+  // The .spec.selector of the controller that owns the source pod (a LabelSelector with matchLabels and
+  // matchExpressions, or a ReplicationController's plain map); null: the pod has no owner. A controller adopts
+  // every pod without an owner that its selector matches, and then deletes one of the two: the labels it selects
+  // by are not copied.
+  nlohmann::json owner_selector = nullptr;
+  bool no_labels = false;   // copy no label at all (an owner whose selector could not be read)
 };
 
-// Kept: namespace, labels (not those controllers set to claim their pods: the copy stands alone), annotations,
+// Kept: namespace, labels (not those controllers set to claim their pods, nor those the owner's selector names: the
+// copy stands alone), annotations,
 // the whole spec with its resource limits (the device plugin allocates the GPUs again; gpuckpt-nri follows that
 // allocation). Changed: name, spec.nodeName, the container's image and pull policy.
 // Dropped: what the API server, admission or controllers own (uid, resourceVersion, ownerReferences, managedFields,

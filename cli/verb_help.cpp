@@ -160,12 +160,16 @@ constexpr Help kHelp[] = {
      "gpuckpt runtime --agent http://127.0.0.1:7469 --token-file /etc/gpuckpt/auth/token", false, false,
      print_runtime_kinds},
     {"target-pod",
-     "gpuckpt target-pod --node NODE --container NAME --image REF [--name NAME] [--pull Never|IfNotPresent] < POD_JSON",
+     "gpuckpt target-pod --node NODE --container NAME --image REF [--name NAME] [--pull Never|IfNotPresent] "
+     "[--owner-selector JSON | --no-labels] < POD_JSON",
      "  --node NODE           the node the new pod runs on (required)\n"
      "  --container NAME      the container restored from the checkpoint image (required)\n"
      "  --image REF           the checkpoint image (required)\n"
      "  --name NAME           the new pod's name (default: SOURCE-migrated)\n"
-     "  --pull POLICY         the container's imagePullPolicy (default Never)\n",
+     "  --pull POLICY         the container's imagePullPolicy (default Never)\n"
+     "  --owner-selector JSON the .spec.selector of the source's owner: the labels it selects by are not copied\n"
+     "                        (it would adopt the copy and delete one of the two)\n"
+     "  --no-labels           copy no labels (an owner whose selector is unknown)\n",
      nullptr, "kubectl get pod train -o json | gpuckpt target-pod --node gpu-b --container main --image IMAGE"},
     {"jobs",
      "gpuckpt jobs [--kind checkpoint|restore|image|transfer|pull|all] [--state queued|running|succeeded|failed|interrupted] [--limit N] [--json] "

@@ -53,6 +53,8 @@ JSON
   python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); m=p["metadata"]; m["name"]="solo"; del m["ownerReferences"], m["generateName"]; json.dump(p, open(sys.argv[2], "w"))' \
     "$FAKE_CLUSTER/pods/ml/train.json" "$FAKE_CLUSTER/pods/ml/solo.json"
   mkdir -p "$FAKE_CLUSTER/owners/ml/replicaset" && echo "Deployment/train" > "$FAKE_CLUSTER/owners/ml/replicaset/train-7d9f8c"
+  mkdir -p "$FAKE_CLUSTER/selectors/ml/ReplicaSet" &&
+    echo '{"matchLabels":{"app":"train","pod-template-hash":"7d9f8c"}}' > "$FAKE_CLUSTER/selectors/ml/ReplicaSet/train-7d9f8c"
   : > "$FAKE_CLUSTER/calls.log"
 }
 run() { "$PLUGIN" "$@" > "$tmp/out" 2> "$tmp/err"; }
@@ -147,7 +149,7 @@ expect '[ ! -e "$FAKE_CLUSTER/nodes/gpu-c/restored" ]' "no restore attempted on 
 new_cluster
 rc=0; FAKE_CORRUPT=1 run migrate train --to gpu-b || rc=$?
 expect '[ "$rc" = 1 ]' "a corrupted transfer fails the migration"
-expect 'grep -q "was discarded, nothing of it is kept: its SHA-256 is" "$tmp/err" && grep -q "the target keeps nothing of it" "$tmp/err"' "says the checksum did not match"
+expect 'grep -q "was discarded, nothing of it is kept: its SHA-256 is" "$tmp/err" && grep -q "the target keeps no archive of it and the archive stays where it was" "$tmp/err"' "says the checksum did not match"
 expect '[ -z "$(archives gpu-b)" ]' "no archive, partial or final, left on the target ($(archives gpu-b))"
 
 new_cluster
@@ -197,6 +199,23 @@ order=$(grep -o -- '-- gpuckpt [a-z-]*\|^create -f -' "$FAKE_CLUSTER/calls.log" 
 expect '[ "$order" = "-- gpuckpt runtime -- gpuckpt checkpoint -- gpuckpt inspect -- gpuckpt match -- gpuckpt transfer -- gpuckpt image -- gpuckpt target-pod create -f - " ]' \
   "runtime, checkpoint, match, load the image, make the pod, create it ($order)"
 expect 'grep -q "^\[6/6\] creating the pod on gpu-b" "$tmp/err" && grep -q "restored on gpu-b as pod ml/train-migrated" "$tmp/err"' "progress names the pod"
+expect 'grep -q "Its owner selects its pods by {\"matchLabels\":{\"app\":\"train\",\"pod-template-hash\":\"7d9f8c\"}}: the copy lacks the labels" "$tmp/err"' \
+  "the owner's selector is named"
+
+# a bare ReplicaSet selects its pods by app=train alone: the copy must not carry it, or the ReplicaSet adopts it and
+# deletes one of the two; an owner whose selector cannot be read: no labels at all
+new_cluster; cri_node
+echo '{"matchLabels":{"app":"train"}}' > "$FAKE_CLUSTER/selectors/ml/ReplicaSet/train-7d9f8c"
+run migrate train --to gpu-b && ok || bad "migrate of a bare ReplicaSet's pod: $(cat "$tmp/err")"
+expect '[ "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[\"metadata\"].get(\"labels\"))" "$pod_json")" = None ]' \
+  "the copy of a bare ReplicaSet's pod lacks the label the ReplicaSet selects by"
+new_cluster; cri_node
+rm "$FAKE_CLUSTER/selectors/ml/ReplicaSet/train-7d9f8c"
+run migrate train --to gpu-b && ok || bad "migrate of a pod whose owner's selector is unreadable: $(cat "$tmp/err")"
+expect 'grep -q "selector cannot be read: the copy gets no labels" "$tmp/err" && [ "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[\"metadata\"].get(\"labels\"))" "$pod_json")" = None ]' \
+  "an owner whose selector cannot be read: the copy has no labels"
+new_cluster; cri_node
+run migrate train --to gpu-b >/dev/null
 before=$(archives gpu-b)
 run migrate train --to gpu-b && bad "a second migration onto a taken name must fail" || ok
 expect 'grep -q "AlreadyExists" "$tmp/err" && grep -q "^ml train " "$FAKE_CLUSTER/pods.tsv"' "a taken name fails, the source stays"
@@ -234,17 +253,41 @@ new_cluster; cri_node
 rc=0; FAKE_CREATED_CRASHLOOP=1 run migrate solo --to gpu-b --delete-source --wait 5 --stable 2 || rc=$?
 expect '[ "$rc" = 1 ] && grep -q "container main of pod ml/solo-migrated was not ready for 2s in a row within 5s (phase .Running., ready .true., restarts [0-9]*)" "$tmp/err"' \
   "a crash-looping target (Running, ready at each look, restarting) is never taken as ready (rc $rc)"
-expect 'grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv" && ! grep -q "^delete" "$FAKE_CLUSTER/calls.log"' "a crash-looping target never deletes the source"
+expect 'grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv" && ! grep -qx "delete pod -n ml solo" "$FAKE_CLUSTER/calls.log"' "a crash-looping target never deletes the source"
 expect '[ -z "$(archives gpu-b)" ] && [ -n "$(archives gpu-a)" ]' "its copy is removed from the target, the source archive stays"
+expect '[ ! -e "$FAKE_CLUSTER/created/ml/solo-migrated.json" ] && grep -q "deleted the pod ml/solo-migrated this command had created on gpu-b" "$tmp/err"' \
+  "the crash-looping copy is deleted: it must not run beside the source"
 
 new_cluster; cri_node
 rc=0; FAKE_CREATED_READY=false run migrate solo --to gpu-b --delete-source --wait 3 --stable 1 || rc=$?
 expect '[ "$rc" = 1 ] && grep -q "ready .false." "$tmp/err" && grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv"' "a Running pod that is never ready keeps the source (rc $rc)"
 
 new_cluster; cri_node
-rc=0; FAKE_CREATED_PHASE=Failed run migrate solo --to gpu-b --delete-source || rc=$?
-expect '[ "$rc" = 1 ] && grep -q "pod ml/solo-migrated is Failed" "$tmp/err"' "a target pod that fails stops the migration (rc $rc)"
-expect 'grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv" && ! grep -q "^delete" "$FAKE_CLUSTER/calls.log"' "a failed target never deletes the source"
+rc=0; FAKE_CREATED_PHASE=Failed FAKE_CREATED_REASON=UnexpectedAdmissionError \
+  FAKE_CREATED_MESSAGE="Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0" \
+  run migrate solo --to gpu-b --delete-source || rc=$?
+expect '[ "$rc" = 1 ] && grep -q "pod ml/solo-migrated is Failed, not running (UnexpectedAdmissionError: Allocate failed .* Available: 0)" "$tmp/err"' \
+  "a target pod that fails stops the migration, with the kubelet's reason (rc $rc)"
+expect 'grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv" && ! grep -qx "delete pod -n ml solo" "$FAKE_CLUSTER/calls.log"' "a failed target never deletes the source"
+expect '[ ! -e "$FAKE_CLUSTER/created/ml/solo-migrated.json" ]' "the failed copy is deleted (a second migrate can take its name)"
+
+# a copy that vanishes (a controller adopted it and deleted it): said at once, not after --wait
+new_cluster; cri_node
+t0=$SECONDS; rc=0; FAKE_CREATED_VANISHES=1 run migrate solo --to gpu-b --delete-source --wait 60 || rc=$?
+expect '[ "$rc" = 1 ] && [ $((SECONDS - t0)) -lt 30 ] && grep -q "pod ml/solo-migrated was deleted while this command waited" "$tmp/err"' \
+  "a copy deleted by someone else stops the wait at once (rc $rc, $((SECONDS - t0)) s)"
+expect 'grep -q "^ml solo " "$FAKE_CLUSTER/pods.tsv" && ! grep -q "could not delete" "$tmp/err"' "the source stays; nothing said about deleting the vanished copy"
+
+# a target whose GPUs are all held: refused before the checkpoint (the kubelet would refuse the copy at admission)
+new_cluster; cri_node
+echo "nvidia.com/gpu 2" > "$FAKE_CLUSTER/nodes/gpu-b/allocatable"
+printf '%s\n' "Running 2" "Succeeded 1" > "$FAKE_CLUSTER/nodes/gpu-b/requests"
+rc=0; run migrate solo --to gpu-b --delete-source || rc=$?
+expect '[ "$rc" = 3 ] && grep -q "node gpu-b has 0 of 2 nvidia.com/gpu free (the pods on it hold 2); ml/solo asks for 1. Nothing was checkpointed" "$tmp/err"' \
+  "a target without a free GPU is refused with exit 3 (rc $rc)"
+expect '! grep -q "^exec.* checkpoint" "$FAKE_CLUSTER/calls.log" && [ -z "$(archives gpu-a)$(archives gpu-b)" ]' "nothing checkpointed, nothing copied"
+printf '%s\n' "Running 1" "Failed 1" > "$FAKE_CLUSTER/nodes/gpu-b/requests"
+run migrate solo --to gpu-b && ok || bad "a finished pod's GPUs count as free: $(cat "$tmp/err")"
 
 new_cluster; cri_node
 rc=0; FAKE_IMAGE_FAILS="the CRI runtime is cri-o 1.31" run migrate solo --to gpu-b --delete-source || rc=$?

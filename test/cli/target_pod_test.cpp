@@ -86,3 +86,49 @@ TEST_CASE("inputs that cannot make a pod are refused with the reason", "[unit]")
     CHECK(pod.error().message.find(c.says) != std::string::npos);
   }
 }
+
+TEST_CASE("the labels the source's owner selects by are not copied where they would match: it would adopt the copy",
+          "[unit]") {
+  auto source = source_pod();
+  source["metadata"]["labels"] = json{{"app", "t"}, {"tier", "gpu"}, {"team", "ml"}, {"pod-template-hash", "h"}};
+  struct Case {
+    const char* selector;
+    json labels;
+  };
+  for (const auto& c : {
+           // a bare ReplicaSet, a StatefulSet, a DaemonSet: a LabelSelector that matches the copy
+           Case{R"({"matchLabels": {"app": "t"}})", json{{"tier", "gpu"}, {"team", "ml"}}},
+           Case{R"({"matchLabels": {"app": "t"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]})",
+                json{{"team", "ml"}}},
+           Case{R"({"matchExpressions": [{"key": "team", "operator": "Exists"}]})", json{{"app", "t"}, {"tier", "gpu"}}},
+           // NotIn holds for a pod without the label: that label stays, the others the selector needs go
+           Case{R"({"matchLabels": {"app": "t"}, "matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["x"]}]})",
+                json{{"tier", "gpu"}, {"team", "ml"}}},
+           // a Deployment's ReplicaSet selects by pod-template-hash, which the copy never carries: all else stays
+           Case{R"({"matchLabels": {"app": "t", "pod-template-hash": "h"}})", json{{"app", "t"}, {"tier", "gpu"}, {"team", "ml"}}},
+           // a selector that does not match the copy anyway
+           Case{R"({"matchLabels": {"app": "other"}})", json{{"app", "t"}, {"tier", "gpu"}, {"team", "ml"}}},
+           Case{R"({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]})", json{{"app", "t"}, {"tier", "gpu"}, {"team", "ml"}}},
+           // a ReplicationController: a plain map
+           Case{R"({"app": "t", "tier": "gpu"})", json{{"team", "ml"}}}}) {
+    auto o = options();
+    o.owner_selector = json::parse(c.selector);
+    auto pod = target_pod(source, o);
+    REQUIRE(pod.ok());
+    CHECK(pod->at("metadata")["labels"] == c.labels);
+  }
+  auto none = options();
+  none.no_labels = true;
+  CHECK_FALSE(target_pod(source, none)->at("metadata").contains("labels"));
+}
+
+TEST_CASE("an owner's selector that matches the copy whatever it lacks, or is no selector, is refused", "[unit]") {
+  for (const char* selector : {R"({})", R"({"matchExpressions": [{"key": "x", "operator": "DoesNotExist"}]})", R"("app=t")",
+                               R"({"matchLabels": ["app"]})", R"({"matchExpressions": [{"key": "app", "operator": "Near"}]})"}) {
+    auto o = options();
+    o.owner_selector = json::parse(selector);
+    auto pod = target_pod(source_pod(), o);
+    REQUIRE_FALSE(pod.ok());
+    CHECK(pod.error().message.find("selector") != std::string::npos);
+  }
+}
