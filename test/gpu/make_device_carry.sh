@@ -17,11 +17,12 @@
 # .debs plus conmon and the libraries crio and conmon link (glib, seccomp, sqlite: linked only where the machine
 # lacks them), cri-bin.tar.xz and lib-extra.tar.xz.
 # --k8s adds, to what --cri carries, what test/gpu/kubelet_gpu_test.sh needs for a one-node Kubernetes cluster:
-# etcd, kube-apiserver, kubelet and kubectl as scripts/setup-k8s.sh built them (GPUCKPT_K8S_BIN, default
-# /opt/gpuckpt/k8s/v1.37.2/bin; no scheduler or controller-manager: the test's pods name their node), the tests'
-# sim-device-plugin and podresources-get built here from this checkout's test/k8s/sim-device-plugin (Go 1.26 and
-# setup-k8s.sh's module cache), Debian's CNI plugins bridge, host-local and loopback (/usr/lib/cni), all stripped,
-# each program an xz piece of its own (k8s-NAME.tar.xz; every piece unpacks into one directory: bin/, cni/), and
+# etcd as scripts/setup-k8s.sh built it (GPUCKPT_K8S_BIN, default /opt/gpuckpt/k8s/v1.37.2/bin), kubelet,
+# kube-apiserver and kubectl as one program (k8s/toolchain/kubernetes/multicall, built here from setup-k8s.sh's
+# module and build caches: the same packages, their shared code once; links by each name), no scheduler or
+# controller-manager (the test's pods name their node), the tests' sim-device-plugin and podresources-get built
+# here from this checkout's test/k8s/sim-device-plugin, Debian's CNI plugins bridge, host-local and loopback
+# (/usr/lib/cni), all stripped, as xz pieces (k8s-NAME.tar.xz; every piece unpacks into one directory: bin/, cni/), and
 # the openssl and libssl3 .debs (used only where the machine has no openssl). CRIU is sid's 4.2.1 there
 # (GPUCKPT_CRIU_BUNDLE default /opt/gpuckpt/criu-sid): a pod network needs `network-lock skip` from runc.conf.
 # The device tool carries at most 64 MiB with the working tree: while the carry is over GPUCKPT_CARRY_LIMIT_MIB
@@ -128,18 +129,32 @@ k8s_piece() {
 }
 if [ "$K8S" = 1 ]; then
   k8s_bin=${GPUCKPT_K8S_BIN:-${GPUCKPT_PREFIX:-/opt/gpuckpt}/k8s/v1.37.2/bin}
-  for p in etcd kube-apiserver kubelet kubectl; do
-    [ -x "$k8s_bin/$p" ] || { echo "$k8s_bin/$p missing (scripts/setup-k8s.sh builds it)" >&2; exit 1; }
-    k8s_piece "$p" "bin/$k8s_bin/$p"
+  { [ -x "$k8s_bin/etcd" ] && [ -x "$k8s_bin/kubelet" ]; } || { echo "$k8s_bin/etcd or kubelet missing (scripts/setup-k8s.sh builds them)" >&2; exit 1; }
+  k8s_piece etcd "bin/$k8s_bin/etcd"
+  # go_build DIR OUT LDFLAGS PACKAGE...: as setup-k8s.sh builds (its caches, pinned modules, -trimpath, no cgo)
+  go_build() {
+    (cd "$1" && PATH=$PATH:/usr/local/go/bin GOMODCACHE=${GPUCKPT_PREFIX:-/opt/gpuckpt}/k8s/gomodcache \
+       GOCACHE=${GPUCKPT_PREFIX:-/opt/gpuckpt}/k8s/gocache GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0 \
+       go build -trimpath -ldflags="$3" -o "$2" "${@:4}") || { echo "go build ${*:4} (in $1) failed" >&2; exit 1; }
+  }
+  built=$(mktemp -d)
+  # the version kubelet --version and the API server report, set as setup-k8s.sh sets it
+  k8s_version=$("$k8s_bin/kubelet" --version | awk '{print $2}')
+  read -r major minor _ <<< "$(echo "${k8s_version#v}" | tr . ' ')"
+  ldflags="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $p.gitVersion=$k8s_version -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    ldflags+=" -X $p.buildDate=1970-01-01T00:00:00Z"
   done
+  mkdir -p "$built/core/bin"
+  go_build "$ROOT/k8s/toolchain/kubernetes" "$built/core/bin/kube-multicall" "$ldflags" ./multicall
+  for p in kubelet kube-apiserver kubectl; do ln -s kube-multicall "$built/core/bin/$p"; done
+  (cd "$built/core" && XZ_OPT=-9 tar -cJf "$CARRY/k8s-core.tar.xz" bin)
   # the device plugin of this checkout (its --shared-device gives every allocation the real GPU's control nodes)
-  fixtures=$(mktemp -d)
-  (cd "$ROOT/test/k8s/sim-device-plugin" && PATH=$PATH:/usr/local/go/bin GOMODCACHE=${GPUCKPT_PREFIX:-/opt/gpuckpt}/k8s/gomodcache \
-     GOCACHE=${GPUCKPT_PREFIX:-/opt/gpuckpt}/k8s/gocache GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0 \
-     go build -trimpath -ldflags='-s -w' -o "$fixtures/" . ./podresources-get) || { echo "go build of test/k8s/sim-device-plugin failed" >&2; exit 1; }
-  k8s_piece tools "bin/$fixtures/sim-device-plugin" "bin/$fixtures/podresources-get" cni//usr/lib/cni/bridge \
+  go_build "$ROOT/test/k8s/sim-device-plugin" "$built/" "-s -w" . ./podresources-get
+  k8s_piece tools "bin/$built/sim-device-plugin" "bin/$built/podresources-get" cni//usr/lib/cni/bridge \
     cni//usr/lib/cni/host-local cni//usr/lib/cni/loopback
-  rm -rf "$fixtures"
+  rm -rf "$built"
 fi
 if [ "$CRIO" = 1 ]; then
   cri_carry conmon_2.1.6+ds1-1_amd64.deb libglib2.0-0_2.74.6-2+deb12u9_amd64.deb libseccomp2_2.5.4-1+deb12u1_amd64.deb \
