@@ -188,7 +188,12 @@ k8s_start_control_plane() {
     k8s_log_tail "$K8S_WORK/logs/etcd.log" 10; k8s_log_tail "$K8S_WORK/logs/kube-apiserver.log"; return 1; }
 
   if [ "${K8S_CONTROL_PLANE_MINIMAL:-0}" = 1 ]; then
-    k8s_kubectl -n default create serviceaccount default >/dev/null ||
+    # (the API server makes the default namespace itself, moments after it is ready)
+    for _ in $(seq 100); do
+      k8s_kubectl -n default create serviceaccount default >/dev/null 2>&1 && break
+      sleep 0.2
+    done
+    k8s_kubectl -n default get serviceaccount default >/dev/null ||
       { echo "k8s-sandbox: kubectl cannot make the default service account" >&2; return 1; }
     # shellcheck disable=SC2034 # for the caller
     K8S_CONTROL_PLANE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
