@@ -126,11 +126,12 @@ echo "installed: $("$K8S_BIN/kubelet" --version), $("$K8S_BIN/etcd" --version | 
 
 step "2. the GPU and the counter's image"
 if [ "$SIM" = 1 ]; then
-  # the cluster tests' simulated GPU node: the 8-GPU fixture, its GPU 0 as /dev/nvidia0 (/dev/null's numbers)
+  # the cluster tests' simulated GPU node: the 8-GPU fixture, its GPU 0 as /dev/nvidia0 and the driver's control
+  # node as /dev/nvidiactl (/dev/null's and /dev/zero's numbers)
   ROOT=$WORK/host-root
-  { cp -a "$SRC/test/fixtures/nvidia-h100-8gpu" "$ROOT" && mkdir -p "$ROOT/dev" && mknod "$ROOT/dev/nvidia0" c 1 3; } ||
-    fail "cannot make the simulated GPU node in $ROOT"
-  CRI_GPU_HOST_ROOT=$ROOT GPU_NODE=$ROOT/dev/nvidia0 SHARED_NODES=()
+  { cp -a "$SRC/test/fixtures/nvidia-h100-8gpu" "$ROOT" && mkdir -p "$ROOT/dev" && mknod "$ROOT/dev/nvidia0" c 1 3 &&
+    mknod "$ROOT/dev/nvidiactl" c 1 5; } || fail "cannot make the simulated GPU node in $ROOT"
+  CRI_GPU_HOST_ROOT=$ROOT GPU_NODE=$ROOT/dev/nvidia0 SHARED_NODES=("$ROOT/dev/nvidiactl:/dev/nvidiactl")
   GPU_ID=$("$CLI" gpus --host-root "$ROOT" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["node"]["gpus"][0]["id"])') ||
     fail "gpuckpt gpus cannot read the fixture in $ROOT"
   install -m 755 "$SRC/test/gpu/gpu_counter_sim.sh" "$WORK/gpu_counter"
@@ -143,8 +144,8 @@ if [ "$SIM" = 1 ]; then
   DRIVER_MOUNT='' GPU_DESC="simulated GPU $GPU_ID (/dev/nvidia0 = /dev/null's 1:3)"
 else
   cri_gpu_count
-  GPU_ID=$(gpu_uuid 0) GPU_NODE=/dev/nvidia0 SHARED_NODES=(/dev/nvidiactl /dev/nvidia-uvm)
-  [ -e /dev/nvidia-uvm-tools ] && SHARED_NODES+=(/dev/nvidia-uvm-tools)
+  GPU_ID=$(gpu_uuid 0) GPU_NODE=/dev/nvidia0 SHARED_NODES=(/dev/nvidiactl:/dev/nvidiactl /dev/nvidia-uvm:/dev/nvidia-uvm)
+  [ -e /dev/nvidia-uvm-tools ] && SHARED_NODES+=(/dev/nvidia-uvm-tools:/dev/nvidia-uvm-tools)
   cri_gpu_build_counter || skip_all "$CRI_GPU_WHY"
   cri_gpu_push_images all || skip_all "$CRI_GPU_WHY"
   # the driver's files bound in read-only, as the CRI test does (its own mount, or libcuda's directory where that
@@ -178,7 +179,7 @@ for _ in $(seq 150); do
 done
 [ "$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 1 ] ||
   fail "$NODE does not offer 1 nvidia.com/gpu: $(cat "$WORK/device-plugin.log")"
-echo "ok: $NODE allocatable nvidia.com/gpu=1 ($GPU_ID; with every allocation: ${SHARED_NODES[*]:-nothing else})"
+echo "ok: $NODE allocatable nvidia.com/gpu=1 ($GPU_ID; with every allocation: ${SHARED_NODES[*]#*:})"
 cri_gpu_start_nri "$CTRD_NRI_SOCK" containerd "$KROOT/pod-resources/kubelet.sock" || fail "gpuckpt-nri did not register with containerd"
 KDIR=$KROOT/checkpoints
 mkdir -p "$KDIR"
@@ -287,6 +288,10 @@ for _ in $(seq 50); do [ -f "$STATE/containers/$CID.json" ] && break; sleep 0.1;
 python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["gpus"]; assert g["record"]["used_gpu_ids"]==[sys.argv[2]], g' \
   "$STATE/containers/$CID.json" "$GPU_ID" || { show "$WORK/nri.log"; fail "gpuckpt-nri's record of $CID does not name $GPU_ID"; }
 [ -c "/proc/$PID/root/dev/nvidia0" ] || fail "the container has no /dev/nvidia0"
+for n in "${SHARED_NODES[@]}"; do   # what the device plugin gives besides the GPU, with the host node's numbers
+  [ "$(stat -c %t:%T "/proc/$PID/root${n#*:}" 2>/dev/null)" = "$(stat -c %t:%T "${n%%:*}")" ] ||
+    fail "the container's ${n#*:} is not the node's ${n%%:*} ($(stat -c %t:%T "${n%%:*}"))"
+done
 tr '\0' '\n' < "/proc/$PID/environ" | grep -qx "NVIDIA_VISIBLE_DEVICES=0" || fail "the container's NVIDIA_VISIBLE_DEVICES is not 0"
 SRC_FACTS="/dev/nvidia0 $(stat -c %t:%T "/proc/$PID/root/dev/nvidia0")"
 if [ "$SIM" != 1 ]; then

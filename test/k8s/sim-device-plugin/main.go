@@ -11,8 +11,8 @@
 //
 // Usage:
 //
-//	sim-device-plugin --registry-dir DIR --device ID=INDEX:HOST_NODE [--device ...] [--shared-device HOST_NODE ...]
-//	                  [--resource NAME]
+//	sim-device-plugin --registry-dir DIR --device ID=INDEX:HOST_NODE [--device ...]
+//	                  [--shared-device HOST_NODE[:CONTAINER_PATH] ...] [--resource NAME]
 //
 // DIR is the kubelet's plugin registry (ROOT_DIR/plugins_registry). The plugin registers the way CSI and DRA
 // drivers do: the kubelet's plugin watcher finds its socket there, asks GetInfo (type DevicePlugin) and then talks
@@ -21,7 +21,8 @@
 // whatever its --root-dir.) ID is what the kubelet allocates and reports (the GPU's UUID, as the NVIDIA plugin
 // reports it), INDEX the GPU's number on the node (/dev/nvidiaINDEX in the container, INDEX in
 // NVIDIA_VISIBLE_DEVICES), HOST_NODE the device node to give the container.
-// A shared device appears at its host path in the container, once per container whatever the number of GPUs.
+// A shared device appears in the container at CONTAINER_PATH (default: its host path), once per container whatever
+// the number of GPUs.
 // It prints "registered" once the kubelet confirmed the registration and one "allocate IDS" line per allocated
 // container; on SIGTERM or SIGINT it removes its socket and exits 0. Exit 2: bad command line; 1: cannot serve,
 // or the kubelet rejected it or did not register it within 30 s.
@@ -71,26 +72,30 @@ func (d *devicesFlag) Set(value string) error {
 	return nil
 }
 
-// sharedDevicesFlag: host device nodes every allocation gets at the same path (--shared-device, repeatable)
-type sharedDevicesFlag []string
+// sharedDevicesFlag: device nodes every allocation gets (--shared-device, repeatable)
+type sharedDevicesFlag []*pluginapi.DeviceSpec
 
-func (d *sharedDevicesFlag) String() string { return strings.Join(*d, ",") }
+func (d *sharedDevicesFlag) String() string { return fmt.Sprint(len(*d)) }
 
 func (d *sharedDevicesFlag) Set(value string) error {
-	if !filepath.IsAbs(value) {
-		return fmt.Errorf("--shared-device %q: want an absolute host path, e.g. /dev/nvidiactl", value)
+	host, container, _ := strings.Cut(value, ":")
+	if container == "" {
+		container = host
 	}
-	if _, err := os.Stat(value); err != nil {
+	if !filepath.IsAbs(host) || !filepath.IsAbs(container) {
+		return fmt.Errorf("--shared-device %q: want HOST_NODE[:CONTAINER_PATH], absolute paths, e.g. /dev/nvidiactl", value)
+	}
+	if _, err := os.Stat(host); err != nil {
 		return fmt.Errorf("--shared-device %q: %v", value, err)
 	}
-	*d = append(*d, value)
+	*d = append(*d, &pluginapi.DeviceSpec{ContainerPath: container, HostPath: host, Permissions: "rw"})
 	return nil
 }
 
 type plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 	gpus   map[string]simulatedGpu
-	shared []string
+	shared []*pluginapi.DeviceSpec
 	stop   chan struct{}
 }
 
@@ -129,9 +134,7 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 				ContainerPath: fmt.Sprintf("/dev/nvidia%d", g.index), HostPath: g.hostNode, Permissions: "rw"})
 			indexes = append(indexes, strconv.Itoa(g.index))
 		}
-		for _, node := range p.shared {
-			c.Devices = append(c.Devices, &pluginapi.DeviceSpec{ContainerPath: node, HostPath: node, Permissions: "rw"})
-		}
+		c.Devices = append(c.Devices, p.shared...)
 		c.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(indexes, ",")
 		resp.ContainerResponses = append(resp.ContainerResponses, c)
 		fmt.Printf("allocate %s\n", strings.Join(container.DevicesIds, ","))
@@ -165,11 +168,11 @@ func run() error {
 	registryDir := flag.String("registry-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registry directory")
 	resource := flag.String("resource", "nvidia.com/gpu", "the extended resource the GPUs are advertised as")
 	flag.Var(&gpus, "device", "ID=INDEX:HOST_NODE, once per simulated GPU")
-	flag.Var(&shared, "shared-device", "HOST_NODE every allocation gets at the same path (repeatable)")
+	flag.Var(&shared, "shared-device", "HOST_NODE[:CONTAINER_PATH] every allocation gets (repeatable)")
 	flag.Parse()
 	if len(gpus) == 0 || flag.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "usage: sim-device-plugin --registry-dir DIR --device ID=INDEX:HOST_NODE [--device ...]"+
-			" [--shared-device HOST_NODE ...] [--resource NAME]")
+			" [--shared-device HOST_NODE[:CONTAINER_PATH] ...] [--resource NAME]")
 		os.Exit(2)
 	}
 	p := &plugin{gpus: map[string]simulatedGpu{}, shared: shared, stop: make(chan struct{})}
