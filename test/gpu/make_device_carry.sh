@@ -189,12 +189,14 @@ if [ "$K8S" = 1 ]; then
       > "$CARRY-1/unpack.sh"
     [ "$(du -sb "$CARRY-1" | cut -f1)" -le $((limit_mib * 1048576)) ] || { echo "$CARRY-1 is over $limit_mib MiB too: three calls would be needed" >&2; exit 1; }
   fi
-  rel=${CARRY#"$ROOT"/}
+  # the paths as the device tool's carry list names them: relative to the checkout that holds the carry
+  top=$(git -C "$(dirname "$CARRY")" rev-parse --show-toplevel 2>/dev/null || dirname "$CARRY")
+  rel=${CARRY#"$top"/}
   echo "pieces (MiB):"
   for d in "$CARRY" "$CARRY-1"; do
     [ -d "$d" ] || continue
-    (cd "$d" && du -b -- * | awk -v d="${d#"$ROOT"/}" '{printf "  %-28s %6.2f\n", d "/" $2, $1 / 1048576}')
-    du -sb "$d" | awk -v d="${d#"$ROOT"/}" '{printf "  %-28s %6.2f in all\n", d "/", $1 / 1048576}'
+    (cd "$d" && du -b -- * | awk -v d="${d#"$top"/}" '{printf "  %-28s %6.2f\n", d "/" $2, $1 / 1048576}')
+    du -sb "$d" | awk -v d="${d#"$top"/}" '{printf "  %-28s %6.2f in all\n", d "/", $1 / 1048576}'
   done
   if [ -d "$CARRY-1" ]; then
     echo "device calls, back to back (the machine keeps /root only while warm, 30 s):"
