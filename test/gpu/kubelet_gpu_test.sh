@@ -144,6 +144,7 @@ if [ "$SIM" = 1 ]; then
   DRIVER_MOUNT='' GPU_DESC="simulated GPU $GPU_ID (/dev/nvidia0 = /dev/null's 1:3)"
 else
   cri_gpu_count
+  [ "$NGPU" -ge 1 ] || skip_all "nvidia-smi lists no GPU"
   GPU_ID=$(gpu_uuid 0) GPU_NODE=/dev/nvidia0 SHARED_NODES=(/dev/nvidiactl:/dev/nvidiactl /dev/nvidia-uvm:/dev/nvidia-uvm)
   [ -e /dev/nvidia-uvm-tools ] && SHARED_NODES+=(/dev/nvidia-uvm-tools:/dev/nvidia-uvm-tools)
   cri_gpu_build_counter || skip_all "$CRI_GPU_WHY"
