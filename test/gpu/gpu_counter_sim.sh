@@ -19,5 +19,5 @@ while [ "$n" -le 0 ] || [ "$it" -lt "$n" ]; do
   it=$((it + 1))
   state=$(( (state * 1103515245 + 12345 + it) % 2147483648 ))
   echo "$it $state" >> "$out"
-  [ "$ms" -gt 0 ] && sleep "$(printf '0.%03d' "$ms")"
+  if [ "$ms" -gt 0 ]; then sleep "$(printf '0.%03d' "$ms")"; fi
 done

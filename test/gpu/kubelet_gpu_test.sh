@@ -371,9 +371,13 @@ if [ "$NETWORK" = pod ]; then
   RST_FACTS+="; at $RIP (the source was at $POD_IP)"
 fi
 PLAN=$(grep -F "as container $RID: plan" "$WORK/nri.log" | tail -1)
-counter_reference "$MIB" "$(last_iter "$OUT_RST/count.txt")" "$OUT_RST/count.txt.ref"
-DIFF=$(same_as_reference "$OUT_RST/count.txt" "$OUT_RST/count.txt.ref") ||
+# what the restored counter wrote so far (it runs on) against an uninterrupted run of as many iterations
+cp "$OUT_RST/count.txt" "$OUT_RST/count.snapshot"
+sed -i '$d' "$OUT_RST/count.snapshot"   # the last line may be half-written
+counter_reference "$MIB" "$(last_iter "$OUT_RST/count.snapshot")" "$OUT_RST/count.ref" ||
+  fail "the uninterrupted reference run of $WORK/gpu_counter failed"
+DIFF=$(same_as_reference "$OUT_RST/count.snapshot" "$OUT_RST/count.ref") ||
   fail "the restored counter's state differs from an uninterrupted run's: $DIFF"
 echo "checkpoint_seconds=$TCK restore_seconds=$TRS archive_mb=$MB counter_at_checkpoint=$N_CK restored_from=$FIRST network=$NETWORK"
-record "$NAME" PASS "$GPU_DESC: checkpoint through the kubelet API ${TCK}s (archive ${MB} MB; the source ran on); new pod of the checkpoint image Running in ${TRS}s (restored by containerd, in cgroup $RCG; $RST_FACTS); the counter went on from the checkpoint (at $N_CK) at $FIRST .. $(last_iter "$OUT_RST/count.txt"), bit-identical to an uninterrupted run${PLAN:+; gpuckpt-nri: ${PLAN#*: }}"
+record "$NAME" PASS "$GPU_DESC: checkpoint through the kubelet API ${TCK}s (archive ${MB} MB; the source ran on); new pod of the checkpoint image Running in ${TRS}s (restored by containerd, in cgroup $RCG; $RST_FACTS); the counter went on from the checkpoint (at $N_CK) at $FIRST .. $(last_iter "$OUT_RST/count.snapshot"), bit-identical to an uninterrupted run${PLAN:+; gpuckpt-nri: ${PLAN#*: }}"
 exit 0

@@ -195,7 +195,7 @@ if [ "$K8S" = 1 ]; then
   echo "pieces (MiB):"
   for d in "$CARRY" "$CARRY-1"; do
     [ -d "$d" ] || continue
-    (cd "$d" && du -b -- * | awk -v d="${d#"$top"/}" '{printf "  %-28s %6.2f\n", d "/" $2, $1 / 1048576}')
+    (cd "$d" && du -bs -- * | awk -v d="${d#"$top"/}" '{printf "  %-28s %6.2f\n", d "/" $2, $1 / 1048576}')
     du -sb "$d" | awk -v d="${d#"$top"/}" '{printf "  %-28s %6.2f in all\n", d "/", $1 / 1048576}'
   done
   if [ -d "$CARRY-1" ]; then
