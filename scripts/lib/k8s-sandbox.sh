@@ -439,8 +439,9 @@ k8s_stop() {
   done
   for name in "${K8S_NODES[@]}"; do
     [ -n "${K8S_NODE_BRIDGE[$name]:-}" ] && k8s_delete_bridge "${K8S_NODE_BRIDGE[$name]}"
-    # (and "": the node's cgroup on cgroup v2)
-    for c in "${K8S_CGROUP_CONTROLLERS[@]}" ""; do
+    # (and the cgroup v2 tree: "unified" beside v1's in hybrid mode, where the kubelet mirrors its pods, or the
+    # only one)
+    for c in "${K8S_CGROUP_CONTROLLERS[@]}" unified ""; do
       [ -d "/sys/fs/cgroup/$c/gpuckpt-k8s-$name" ] || continue
       # deepest first: a cgroup is removed only when it has no children and no tasks
       find "/sys/fs/cgroup/$c/gpuckpt-k8s-$name" -depth -type d -exec rmdir {} \; 2>/dev/null
