@@ -201,9 +201,9 @@ if [ "$K8S" = 1 ]; then
   if [ -d "$CARRY-1" ]; then
     echo "device calls, back to back (the machine keeps /root only while warm, 30 s):"
     echo "  1. carry [\"$rel-1\"]: bash $rel-1/unpack.sh /root/gpuckpt-k8s"
-    echo "  2. carry [\"$rel\"]: KUBELET_GPU_K8S_DIR=/root/gpuckpt-k8s KUBELET_GPU_TEST_OUT=\$OUT bash $rel/src/test/gpu/kubelet_gpu_test.sh $rel 2>&1 | tee \$OUT/kubelet_gpu.log"
+    echo "  2. carry [\"$rel\"]: set -o pipefail; KUBELET_GPU_K8S_DIR=/root/gpuckpt-k8s KUBELET_GPU_TEST_OUT=\$OUT bash $rel/src/test/gpu/kubelet_gpu_test.sh $rel 2>&1 | tee \$OUT/kubelet_gpu.log"
   else
-    echo "device call: carry [\"$rel\"]: KUBELET_GPU_TEST_OUT=\$OUT bash $rel/src/test/gpu/kubelet_gpu_test.sh $rel 2>&1 | tee \$OUT/kubelet_gpu.log"
+    echo "device call: carry [\"$rel\"]: set -o pipefail; KUBELET_GPU_TEST_OUT=\$OUT bash $rel/src/test/gpu/kubelet_gpu_test.sh $rel 2>&1 | tee \$OUT/kubelet_gpu.log"
   fi
 else
   du -sh "$CARRY"; ls -l "$CARRY" "$CARRY/lib"
