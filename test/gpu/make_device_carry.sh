@@ -28,7 +28,9 @@
 # The device tool carries at most 64 MiB with the working tree: while the carry is over GPUCKPT_CARRY_LIMIT_MIB
 # (default 56) its largest k8s pieces move to CARRY-1/, which a first device call unpacks
 # (bash CARRY-1/unpack.sh DIR) for the second (KUBELET_GPU_K8S_DIR=DIR bash CARRY/src/test/gpu/kubelet_gpu_test.sh
-# CARRY); the script ends with the sizes and the device commands. Measured 2026-12-04 (v1.37.2, xz -9): see below.
+# CARRY); the script ends with the sizes and the device commands. Measured 2026-12-04 (v1.37.2, xz -9): CARRY 53.8
+# MiB (containerd2 13.7, debs 11.5, criu 8.9, lib-extra 6.4, k8s-tools 5.0, lib 4.2, cri-bin 3.5, src 0.5), CARRY-1
+# 30.7 MiB (k8s-core 24.4: the multi-call program, 141 MB stripped; k8s-etcd 6.3); 5-7 min on 2 loaded cores.
 # Each of these adds src/: the GPU test scripts with what they source (bash CARRY/src/test/gpu/crio_gpu_test.sh
 # CARRY; bash CARRY/src/test/gpu/device_node.sh CARRY), so the carry runs where the checkout is older.
 # The device tool carries from the session's own checkout: run this there (or copy .carry there).
