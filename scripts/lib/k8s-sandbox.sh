@@ -4,8 +4,12 @@
 # authorization, service-account tokens signed by a key made here), kube-controller-manager and kube-scheduler,
 # then one kubelet per node, each with its own root dir, its own containerd 2.x (scripts/lib/containerd-sandbox.sh)
 # and its own pod network (Debian's bridge + host-local CNI plugins, one bridge and subnet per node). Nothing
-# outside WORK is written but the nodes' cgroups (/sys/fs/cgroup/*/gpuckpt-k8s-NODE) and the kernel settings the
-# kubelet sets at start (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops, ...): k8s_stop puts them back.
+# outside WORK is written but the nodes' cgroups (/sys/fs/cgroup/*/gpuckpt-k8s-NODE on cgroup v1,
+# /sys/fs/cgroup/gpuckpt-k8s-NODE on v2) and the kernel settings the kubelet sets at start (vm.overcommit_memory,
+# kernel.panic, kernel.panic_on_oops, ...): k8s_stop puts them back. (On cgroup v2 the controllers the kubelet
+# needs are enabled in the root's cgroup.subtree_control and stay so.) A machine without iproute2 (the GPU
+# machine) is handled through scripts/lib/netif.py, one with loopback alone gets a bridge with an address of its
+# own for the node IP (k8s_node_ip).
 # Each kubelet runs in a mount namespace of its own where node-private directories cover the paths a kubelet uses
 # whatever its --root-dir: /var/lib/kubelet (device-plugins/kubelet.sock and the device manager's allocation
 # checkpoint) and /var/log (the containers/ log links); its root dir is a shared mount, so the volumes it mounts
@@ -16,6 +20,11 @@
 #                                     the API server is ready and the default service account exists. Sets
 #                                     K8S_WORK KUBECONFIG (the admin's: system:masters) K8S_API K8S_NODE_IP
 #                                     K8S_CONTROL_PLANE_SECONDS
+#   K8S_CONTROL_PLANE_MINIMAL=1       (before k8s_start_control_plane, optional) etcd and the API server only:
+#                                     no controller-manager, no scheduler (pods then name their node in
+#                                     spec.nodeName and mount no service-account token: no controller makes
+#                                     kube-root-ca.crt); the default service account is made with kubectl
+#   K8S_CNI_BIN_DIR=DIR               (before k8s_add_node, optional) the CNI plugins (default /usr/lib/cni)
 #   k8s_add_node NAME                 containerd 2.x + kubelet (ContainerCheckpoint on, cgroupfs, cgroup v1 allowed)
 #                                     as node NAME; waits until the node is Ready. Sets K8S_KUBELET_ROOT[NAME]
 #                                     (its root dir: checkpoints/, plugins_registry/, pod-resources/),
@@ -41,7 +50,36 @@ K8S_CGROUP_CONTROLLERS=(cpu cpuacct cpuset memory pids devices freezer blkio hug
 K8S_KERNEL_TUNABLES=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
   kernel.keys.root_maxbytes)
 declare -gA K8S_NODE_BRIDGE K8S_KUBELET_PID K8S_KUBELET_ROOT K8S_CTRD_SOCK K8S_CTRD_PID K8S_CTRD_WORK K8S_NODE_PORT
-K8S_NODES=() K8S_PIDS=() K8S_SAVED_TUNABLES=() K8S_SERVICE_RULE=()
+K8S_NODES=() K8S_PIDS=() K8S_SAVED_TUNABLES=() K8S_SERVICE_RULE=() K8S_HOST_BRIDGE=''
+K8S_NETIF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/netif.py
+
+# k8s_sysctl NAME [VALUE]: reads (or writes) a kernel setting through /proc/sys (no procps needed)
+k8s_sysctl() {
+  local file=/proc/sys/${1//.//}
+  if [ $# -eq 1 ]; then cat "$file"; else echo "$2" > "$file"; fi
+}
+
+# k8s_node_ip: sets K8S_NODE_IP, the address the nodes and the API server advertise: the machine's own (the API
+# server refuses loopback for its service endpoint, the kubelet for its node IP): the default route's source, else
+# any global address (through iproute2, else netif.py), else, on a machine with loopback alone, the address of a
+# bridge of its own (gck-host, 10.87.0.1/24; k8s_stop removes it)
+k8s_node_ip() {
+  K8S_NODE_IP=''
+  if command -v ip >/dev/null; then
+    K8S_NODE_IP=$(ip -4 route get 1.1.1.1 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") print $(i+1)}')
+    [ -n "$K8S_NODE_IP" ] || K8S_NODE_IP=$(ip -4 -o addr show scope global | awk '{sub(/\/.*/, "", $4); print $4; exit}')
+  fi
+  [ -n "$K8S_NODE_IP" ] || K8S_NODE_IP=$(python3 "$K8S_NETIF" ipv4) || K8S_NODE_IP=''
+  [ -z "$K8S_NODE_IP" ] || return 0
+  python3 "$K8S_NETIF" add-bridge gck-host 10.87.0.1/24 ||
+    { echo "k8s-sandbox: no IPv4 address but loopback here, and no bridge can be made for one" >&2; return 1; }
+  K8S_HOST_BRIDGE=gck-host K8S_NODE_IP=10.87.0.1
+}
+
+# k8s_delete_bridge NAME: removes a bridge (iproute2, else netif.py)
+k8s_delete_bridge() {
+  if command -v ip >/dev/null; then ip link delete "$1" 2>/dev/null; else python3 "$K8S_NETIF" delete-bridge "$1"; fi
+}
 
 k8s_kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" "$@"; }
 
@@ -91,10 +129,11 @@ k8s_daemon() {
 
 k8s_start_control_plane() {
   K8S_WORK=$1
-  local pki=$K8S_WORK/pki etcd_port peer_port api_port t0 _ k
+  local pki=$K8S_WORK/pki etcd_port peer_port api_port t0 _ k programs=(etcd kube-apiserver kubelet kubectl)
   mkdir -p "$pki" "$K8S_WORK/logs"
-  for k in "$K8S_BIN"/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kubectl}; do
-    [ -x "$k" ] || { echo "k8s-sandbox: $k missing (scripts/setup-k8s.sh builds it)" >&2; return 1; }
+  [ "${K8S_CONTROL_PLANE_MINIMAL:-0}" = 1 ] || programs+=(kube-controller-manager kube-scheduler)
+  for k in "${programs[@]}"; do
+    [ -x "$K8S_BIN/$k" ] || { echo "k8s-sandbox: $K8S_BIN/$k missing (scripts/setup-k8s.sh builds it)" >&2; return 1; }
   done
   K8S_SAVED_TUNABLES=()
   K8S_MADE_VAR_LIB_KUBELET=0
@@ -102,12 +141,8 @@ k8s_start_control_plane() {
     mkdir /var/lib/kubelet || return 1
     K8S_MADE_VAR_LIB_KUBELET=1
   fi
-  for k in "${K8S_KERNEL_TUNABLES[@]}"; do K8S_SAVED_TUNABLES+=("$k=$(sysctl -n "$k")"); done
-  # the address the nodes and the API server advertise: the machine's own (the API server refuses loopback
-  # for its service endpoint)
-  K8S_NODE_IP=$(ip -4 route get 1.1.1.1 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") print $(i+1)}')
-  [ -n "$K8S_NODE_IP" ] || K8S_NODE_IP=$(ip -4 -o addr show scope global | awk '{sub(/\/.*/, "", $4); print $4; exit}')
-  [ -n "$K8S_NODE_IP" ] || { echo "k8s-sandbox: no global IPv4 address on this machine" >&2; return 1; }
+  for k in "${K8S_KERNEL_TUNABLES[@]}"; do K8S_SAVED_TUNABLES+=("$k=$(k8s_sysctl "$k")"); done
+  k8s_node_ip || return 1
   etcd_port=$(k8s_free_port) peer_port=$(k8s_free_port) api_port=$(k8s_free_port)
   K8S_API=https://$K8S_NODE_IP:$api_port
 
@@ -152,6 +187,18 @@ k8s_start_control_plane() {
     echo "k8s-sandbox: the API server is not ready within 60 s" >&2
     k8s_log_tail "$K8S_WORK/logs/etcd.log" 10; k8s_log_tail "$K8S_WORK/logs/kube-apiserver.log"; return 1; }
 
+  if [ "${K8S_CONTROL_PLANE_MINIMAL:-0}" = 1 ]; then
+    # (the API server makes the default namespace itself, moments after it is ready)
+    for _ in $(seq 100); do
+      k8s_kubectl -n default create serviceaccount default >/dev/null 2>&1 && break
+      sleep 0.2
+    done
+    k8s_kubectl -n default get serviceaccount default >/dev/null ||
+      { echo "k8s-sandbox: kubectl cannot make the default service account" >&2; return 1; }
+    # shellcheck disable=SC2034 # for the caller
+    K8S_CONTROL_PLANE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+    return 0
+  fi
   k8s_daemon "$K8S_WORK/logs/kube-controller-manager.log" "$K8S_BIN/kube-controller-manager" \
     --kubeconfig "$K8S_WORK/controller-manager.kubeconfig" --authentication-kubeconfig "$K8S_WORK/controller-manager.kubeconfig" \
     --authorization-kubeconfig "$K8S_WORK/controller-manager.kubeconfig" --bind-address 127.0.0.1 --secure-port "$(k8s_free_port)" \
@@ -174,9 +221,22 @@ k8s_start_control_plane() {
   K8S_CONTROL_PLANE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
 }
 
-# k8s_node_cgroup NAME: the node's cgroup root in every v1 hierarchy (cpuset needs its parent's cpus and mems)
+# k8s_node_cgroup NAME: the node's cgroup root in every v1 hierarchy (cpuset needs its parent's cpus and mems), or
+# on cgroup v2 the node's cgroup with the controllers the kubelet requires of it (cpu cpuset memory hugetlb pids,
+# those the kernel has) enabled from the root down to its children
 k8s_node_cgroup() {
-  local c dir
+  local c dir controllers
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    dir=/sys/fs/cgroup/gpuckpt-k8s-$1
+    mkdir -p "$dir" || return 1
+    read -ra controllers < /sys/fs/cgroup/cgroup.controllers
+    for c in "${controllers[@]}"; do
+      case $c in cpu|cpuset|memory|hugetlb|pids) ;; *) continue ;; esac
+      grep -qw "$c" /sys/fs/cgroup/cgroup.subtree_control || echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control || return 1
+      echo "+$c" > "$dir/cgroup.subtree_control" || return 1
+    done
+    return 0
+  fi
   for c in "${K8S_CGROUP_CONTROLLERS[@]}"; do
     [ -d "/sys/fs/cgroup/$c" ] || continue
     dir=/sys/fs/cgroup/$c/gpuckpt-k8s-$1
@@ -237,7 +297,7 @@ k8s_add_node() {
   # shellcheck disable=SC2034 # read by ctrd_start (containerd-sandbox.sh)
   CTRD_WRAPPER=("${view_wrapper[@]}")
   local started=0
-  CTRD_CNI_BIN_DIR=/usr/lib/cni ctrd_start "$work/containerd" || started=$?
+  CTRD_CNI_BIN_DIR=${K8S_CNI_BIN_DIR:-/usr/lib/cni} ctrd_start "$work/containerd" || started=$?
   # shellcheck disable=SC2034 # read by ctrd_start
   CTRD_WRAPPER=()
   [ "$started" = 0 ] || { echo "k8s-sandbox: node $name's containerd did not start" >&2; return 1; }
@@ -378,8 +438,10 @@ k8s_stop() {
     kill "${K8S_PIDS[$i]}" 2>/dev/null && wait "${K8S_PIDS[$i]}" 2>/dev/null
   done
   for name in "${K8S_NODES[@]}"; do
-    [ -n "${K8S_NODE_BRIDGE[$name]:-}" ] && ip link delete "${K8S_NODE_BRIDGE[$name]}" 2>/dev/null
-    for c in "${K8S_CGROUP_CONTROLLERS[@]}"; do
+    [ -n "${K8S_NODE_BRIDGE[$name]:-}" ] && k8s_delete_bridge "${K8S_NODE_BRIDGE[$name]}"
+    # (and the cgroup v2 tree: "unified" beside v1's in hybrid mode, where the kubelet mirrors its pods, or the
+    # only one)
+    for c in "${K8S_CGROUP_CONTROLLERS[@]}" unified ""; do
       [ -d "/sys/fs/cgroup/$c/gpuckpt-k8s-$name" ] || continue
       # deepest first: a cgroup is removed only when it has no children and no tasks
       find "/sys/fs/cgroup/$c/gpuckpt-k8s-$name" -depth -type d -exec rmdir {} \; 2>/dev/null
@@ -387,7 +449,9 @@ k8s_stop() {
   done
   [ ${#K8S_SERVICE_RULE[@]} -gt 0 ] && iptables -t nat -D "${K8S_SERVICE_RULE[@]}" 2>/dev/null
   K8S_SERVICE_RULE=()
-  for t in "${K8S_SAVED_TUNABLES[@]}"; do sysctl -qw "$t" >/dev/null 2>&1; done
+  [ -z "$K8S_HOST_BRIDGE" ] || k8s_delete_bridge "$K8S_HOST_BRIDGE"
+  K8S_HOST_BRIDGE=''
+  for t in "${K8S_SAVED_TUNABLES[@]}"; do k8s_sysctl "${t%%=*}" "${t#*=}" 2>/dev/null; done
   while read -r _ m _; do
     case "$m" in "$K8S_WORK"/*) umount -l "$m" 2>/dev/null ;; esac
   done < <(sort -r -k2 /proc/self/mounts)

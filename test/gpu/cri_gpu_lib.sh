@@ -17,9 +17,11 @@
 # CRI_GPU_STORE (inline, node or a path; unset: the plugin's default): the GPU memory store, in the plugin's settings
 # file beside it and the agent's gpu_memory.store. CRI_GPU_TSV: one row per restore (the columns of
 # cri_gpu_tsv_header: the CRI checkpoint and restore beside CRIU's own time, the kubelet archive beside the CPU
-# pages in it), medians by cri_gpu_medians.
+# pages in it), medians by cri_gpu_medians. CRI_GPU_HOST_ROOT (default /): the host root gpuckpt-nri and the agent
+# read the GPUs from (a simulated GPU node's fixture tree).
 
 CRI_GPU_RESTORES=${CRI_GPU_RESTORES:-path image}
+CRI_GPU_HOST_ROOT=${CRI_GPU_HOST_ROOT:-/}
 MIB=${COUNTER_MIB:-512}
 STATE=$WORK/state CK=$WORK/checkpoints KDIR=$WORK/kubelet/checkpoints TOKEN_FILE=$WORK/token
 mkdir -p "$STATE" "$CK" "$KDIR" "$WORK/hooks.d" "$WORK/pod-resources"
@@ -205,12 +207,12 @@ PY
   for _ in $(seq 100); do grep -qx listening "$WORK/podres.log" && break; sleep 0.1; done
   grep -qx listening "$WORK/podres.log" || { show "$WORK/podres.log"; return 1; }
 }
-# cri_gpu_start_nri NRI_SOCKET RUNTIME_NAME: gpuckpt-nri as the chart starts it (--hook), until it registered
-# with RUNTIME_NAME (a runtime's NRI socket can refuse connections for a moment after its CRI socket answers:
-# gpuckpt-nri retries by itself)
+# cri_gpu_start_nri NRI_SOCKET RUNTIME_NAME [POD_RESOURCES_SOCKET]: gpuckpt-nri as the chart starts it (--hook),
+# until it registered with RUNTIME_NAME (a runtime's NRI socket can refuse connections for a moment after its CRI
+# socket answers: gpuckpt-nri retries by itself); the kubelet's PodResources socket defaults to the simulated one's
 cri_gpu_start_nri() {
-  "$NRI" --socket "$1" --state-dir "$STATE" --host-root / --hook "$HOOK" \
-    --pod-resources-socket "$WORK/pod-resources/kubelet.sock" --once > "$WORK/nri.log" 2>&1 &
+  "$NRI" --socket "$1" --state-dir "$STATE" --host-root "$CRI_GPU_HOST_ROOT" --hook "$HOOK" \
+    --pod-resources-socket "${3:-$WORK/pod-resources/kubelet.sock}" --once > "$WORK/nri.log" 2>&1 &
   NRI_PID=$!
   for _ in $(seq 150); do grep -q "registered with $2" "$WORK/nri.log" && break; sleep 0.1; done
   grep -q "registered with $2" "$WORK/nri.log" || { show "$WORK/nri.log"; return 1; }
@@ -225,7 +227,7 @@ listen: {address: 127.0.0.1, port: 0}
 auth: {token_file: $TOKEN_FILE}
 state_dir: $STATE
 checkpoints: {dir: $CK, kubelet_dir: $KDIR, watch_interval_seconds: 1, runtime_timeout_seconds: 300}
-host_root: /
+host_root: $CRI_GPU_HOST_ROOT
 hooks_dir: $WORK/hooks.d
 criu_plugin_dir: $WORK/criu-plugins
 runtime: {kind: cri, cri: {endpoint: $1}}

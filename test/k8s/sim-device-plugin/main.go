@@ -4,11 +4,15 @@
 // NVIDIA device plugin does with its envvar strategy: the GPU's node as /dev/nvidiaN and
 // NVIDIA_VISIBLE_DEVICES naming the allocated GPUs. The nodes are whatever the test made (a simulated node's
 // /dev/nvidiaN, made with /dev/null's or /dev/zero's numbers), so a container gets a device it may open and
-// the kubelet's PodResources API reports the allocation by the IDs given here.
+// the kubelet's PodResources API reports the allocation by the IDs given here. On a real GPU node the same plugin
+// advertises the real GPUs (HOST_NODE /dev/nvidiaN) and, with --shared-device, gives every allocation the nodes
+// all CUDA processes open besides their GPU's own (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools), as
+// the NVIDIA device plugin does with --pass-device-specs.
 //
 // Usage:
 //
-//	sim-device-plugin --registry-dir DIR --device ID=INDEX:HOST_NODE [--device ...] [--resource NAME]
+//	sim-device-plugin --registry-dir DIR --device ID=INDEX:HOST_NODE [--device ...]
+//	                  [--shared-device HOST_NODE[:CONTAINER_PATH] ...] [--resource NAME]
 //
 // DIR is the kubelet's plugin registry (ROOT_DIR/plugins_registry). The plugin registers the way CSI and DRA
 // drivers do: the kubelet's plugin watcher finds its socket there, asks GetInfo (type DevicePlugin) and then talks
@@ -17,6 +21,8 @@
 // whatever its --root-dir.) ID is what the kubelet allocates and reports (the GPU's UUID, as the NVIDIA plugin
 // reports it), INDEX the GPU's number on the node (/dev/nvidiaINDEX in the container, INDEX in
 // NVIDIA_VISIBLE_DEVICES), HOST_NODE the device node to give the container.
+// A shared device appears in the container at CONTAINER_PATH (default: its host path), once per container whatever
+// the number of GPUs.
 // It prints "registered" once the kubelet confirmed the registration and one "allocate IDS" line per allocated
 // container; on SIGTERM or SIGINT it removes its socket and exits 0. Exit 2: bad command line; 1: cannot serve,
 // or the kubelet rejected it or did not register it within 30 s.
@@ -66,10 +72,31 @@ func (d *devicesFlag) Set(value string) error {
 	return nil
 }
 
+// sharedDevicesFlag: device nodes every allocation gets (--shared-device, repeatable)
+type sharedDevicesFlag []*pluginapi.DeviceSpec
+
+func (d *sharedDevicesFlag) String() string { return fmt.Sprint(len(*d)) }
+
+func (d *sharedDevicesFlag) Set(value string) error {
+	host, container, _ := strings.Cut(value, ":")
+	if container == "" {
+		container = host
+	}
+	if !filepath.IsAbs(host) || !filepath.IsAbs(container) {
+		return fmt.Errorf("--shared-device %q: want HOST_NODE[:CONTAINER_PATH], absolute paths, e.g. /dev/nvidiactl", value)
+	}
+	if _, err := os.Stat(host); err != nil {
+		return fmt.Errorf("--shared-device %q: %v", value, err)
+	}
+	*d = append(*d, &pluginapi.DeviceSpec{ContainerPath: container, HostPath: host, Permissions: "rw"})
+	return nil
+}
+
 type plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
-	gpus map[string]simulatedGpu
-	stop chan struct{}
+	gpus   map[string]simulatedGpu
+	shared []*pluginapi.DeviceSpec
+	stop   chan struct{}
 }
 
 func (p *plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
@@ -107,6 +134,7 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 				ContainerPath: fmt.Sprintf("/dev/nvidia%d", g.index), HostPath: g.hostNode, Permissions: "rw"})
 			indexes = append(indexes, strconv.Itoa(g.index))
 		}
+		c.Devices = append(c.Devices, p.shared...)
 		c.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(indexes, ",")
 		resp.ContainerResponses = append(resp.ContainerResponses, c)
 		fmt.Printf("allocate %s\n", strings.Join(container.DevicesIds, ","))
@@ -136,15 +164,18 @@ func (r *registration) NotifyRegistrationStatus(_ context.Context, s *registerap
 
 func run() error {
 	var gpus devicesFlag
+	var shared sharedDevicesFlag
 	registryDir := flag.String("registry-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registry directory")
 	resource := flag.String("resource", "nvidia.com/gpu", "the extended resource the GPUs are advertised as")
 	flag.Var(&gpus, "device", "ID=INDEX:HOST_NODE, once per simulated GPU")
+	flag.Var(&shared, "shared-device", "HOST_NODE[:CONTAINER_PATH] every allocation gets (repeatable)")
 	flag.Parse()
 	if len(gpus) == 0 || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: sim-device-plugin --registry-dir DIR --device ID=INDEX:HOST_NODE [--device ...] [--resource NAME]")
+		fmt.Fprintln(os.Stderr, "usage: sim-device-plugin --registry-dir DIR --device ID=INDEX:HOST_NODE [--device ...]"+
+			" [--shared-device HOST_NODE[:CONTAINER_PATH] ...] [--resource NAME]")
 		os.Exit(2)
 	}
-	p := &plugin{gpus: map[string]simulatedGpu{}, stop: make(chan struct{})}
+	p := &plugin{gpus: map[string]simulatedGpu{}, shared: shared, stop: make(chan struct{})}
 	for _, g := range gpus {
 		if _, dup := p.gpus[g.id]; dup {
 			fmt.Fprintf(os.Stderr, "sim-device-plugin: --device %s given twice\n", g.id)
