@@ -12,11 +12,11 @@
 #include <set>
 #include <system_error>
 
+#include "common/atomic_file.h"
 #include "common/gpu_image.h"
 #include "common/gpu_manifest.h"
 #include "common/json_reader.h"
 #include "common/properties_record.h"
-#include "common/restore_plan.h"
 
 namespace gpuckpt {
 

@@ -19,21 +19,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/gpu_model.h"
+#include "common/checkpoint_record.h"
 #include "common/result.h"
 
 struct archive;   // libarchive's handle (archive.h)
 
 namespace gpuckpt {
 
-inline constexpr const char* kRecordEntry = "gpuckpt-gpus.json";
 // Where `gpuckpt export` puts the chunks a store-backed checkpoint's manifests name (docs/formats.md "Exported
 // checkpoints"): <kCarriedChunksDir>/sha256/<2 hex>/<64 hex>, each the chunk store's file as it is.
 inline constexpr const char* kCarriedChunksDir = "gpuckpt-chunks";
-inline constexpr const char* kAnnotationVersion = "io.gpuckpt.version";
-inline constexpr const char* kAnnotationCheckpointId = "io.gpuckpt.checkpoint-id";
-inline constexpr const char* kAnnotationUsedGpus = "io.gpuckpt.used-gpus";   // comma-separated GpuDevice ids
-inline constexpr const char* kAnnotationRecordEntry = "io.gpuckpt.record";   // names kRecordEntry
 
 // libarchive's last message for `a`, or "unknown libarchive error": libarchive may have none, and its NULL must
 // never reach a std::string (found by fuzz/archive_fuzz).
@@ -83,27 +78,6 @@ struct ArchiveEntry {
   std::uint64_t size = 0;
   std::string link_target;   // symlinks and hardlinks
 };
-
-// A device node the container sees and, when known, the GPU behind it.
-struct ContainerGpuDevice {
-  std::string container_path;   // "/dev/nvidia0"
-  std::uint32_t major = 0;      // as the runtime created it on the source node
-  std::uint32_t minor = 0;
-  std::string gpu_id;           // GpuDevice::id; empty for shared nodes (/dev/kfd, /dev/nvidiactl) or unknown
-};
-
-// gpuckpt-gpus.json: what the OCI hook recorded at creation, stored with the checkpoint.
-struct CheckpointGpuRecord {
-  static constexpr int kVersion = 1;
-  int version = kVersion;
-  std::string checkpoint_id;
-  GpuPropertiesRecord record;
-  std::vector<ContainerGpuDevice> devices;
-  std::map<std::string, std::string> gpu_env;   // NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, ... at creation
-};
-
-nlohmann::json to_json(const CheckpointGpuRecord& record);
-Result<CheckpointGpuRecord> checkpoint_record_from_json(const nlohmann::json& json, std::string_view source);
 
 // Refuses names a safe extractor must not write: absolute, "..", empty, NUL, over 4096 bytes.
 Result<std::string> normalise_entry_name(std::string_view name);

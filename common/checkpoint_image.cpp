@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/restore_plan.h"
+#include "common/atomic_file.h"
 
 namespace gpuckpt {
 

@@ -5,9 +5,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/atomic_file.h"
 #include "common/checkpoint_image.h"
 #include "common/json_reader.h"
-#include "common/restore_plan.h"
 
 namespace gpuckpt {
 

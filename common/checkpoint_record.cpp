@@ -1,5 +1,5 @@
 // The gpuckpt-gpus.json document, apart from the archive code so that the OCI hook does not load libarchive.
-#include "common/checkpoint_archive.h"
+#include "common/checkpoint_record.h"
 #include "common/json_reader.h"
 #include "common/properties_record.h"
 

@@ -2,9 +2,9 @@
 
 #include <ctime>
 
+#include "common/atomic_file.h"
 #include "common/json_reader.h"
 #include "common/log.h"
-#include "common/restore_plan.h"
 
 namespace gpuckpt {
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/checkpoint_archive.h"
+#include "common/checkpoint_record.h"
 #include "common/result.h"
 
 namespace gpuckpt {

@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/device_nodes.h"
 #include "common/gpu_model.h"
-#include "common/restore_plan.h"
 #include "common/result.h"
 
 namespace gpuckpt {

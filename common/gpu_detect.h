@@ -8,9 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/checkpoint_archive.h"
+#include "common/device_nodes.h"
 #include "common/gpu_model.h"
-#include "common/restore_plan.h"
 
 namespace gpuckpt {
 

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "common/json_reader.h"
-#include "common/restore_plan.h"
+#include "common/restore_archive.h"
 
 namespace gpuckpt {
 

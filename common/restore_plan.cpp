@@ -2,13 +2,10 @@
 
 #include <limits>
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <random>
@@ -16,7 +13,6 @@
 #include <ctime>
 #include <sstream>
 
-#include "common/host_root.h"
 #include "common/json_reader.h"
 
 namespace gpuckpt {
@@ -67,13 +63,6 @@ std::string remap_visible_devices(const std::string& value, const std::vector<st
 
 std::string restored_device_path(const std::string& container_path, const std::string& host_path) {
   return device_kind(container_path) == "nvidia" && device_kind(host_path) == "nvidia" ? host_path : container_path;
-}
-
-bool is_safe_id(std::string_view id) {
-  if (id.empty() || id.size() > 128 || !std::isalnum(static_cast<unsigned char>(id.front()))) return false;
-  for (char c : id)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
-  return true;
 }
 
 nlohmann::json to_json(const RestorePlan& plan) {
@@ -179,18 +168,6 @@ Result<RestorePlan> make_restore_plan(const CheckpointGpuRecord& checkpoint, con
     if (mapped != value) plan.env[name] = mapped;
   }
   return plan;
-}
-
-DeviceNumberLookup stat_device_numbers(fs::path host_root) {
-  return [root = HostRoot(std::move(host_root))](const std::string& host_path)
-             -> Result<std::pair<std::uint32_t, std::uint32_t>> {
-    const fs::path real = root.resolve(host_path);
-    struct stat st {};
-    if (::stat(real.c_str(), &st) != 0)
-      return make_error("cannot stat device node " + real.string() + ": " + std::strerror(errno), errno);
-    if (!S_ISCHR(st.st_mode)) return make_error(real.string() + " is not a character device");
-    return std::make_pair(static_cast<std::uint32_t>(major(st.st_rdev)), static_cast<std::uint32_t>(minor(st.st_rdev)));
-  };
 }
 
 Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, const DeviceNumberLookup& lookup) {
@@ -309,70 +286,8 @@ bool is_restore_plan_id(std::string_view id) {
   return std::all_of(id.begin() + 3, id.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
 }
 
-bool is_gpu_device_path(std::string_view path) {
-  if (path.size() > 128 || fs::path(path).lexically_normal().string() != path) return false;
-  auto numbered = [](std::string_view rest) {
-    return !rest.empty() && std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  auto plain_name = [](std::string_view name) {
-    return !name.empty() && name != "." && name != ".." && std::all_of(name.begin(), name.end(), [](char c) {
-      return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-    });
-  };
-  if (path == "/dev/kfd") return true;
-  for (std::string_view prefix : {"/dev/dri/renderD", "/dev/dri/card"})
-    if (path.substr(0, prefix.size()) == prefix) return numbered(path.substr(prefix.size()));
-  if (path.substr(0, 17) == "/dev/nvidia-caps/") return plain_name(path.substr(17));
-  if (path.substr(0, 11) == "/dev/nvidia") return path.find('/', 5) == std::string_view::npos && plain_name(path.substr(5));
-  return false;
-}
-
 fs::path restore_plan_path(const fs::path& state_dir, std::string_view plan_id) {
   return state_dir / "restore-plans" / (std::string(plan_id) + ".json");
-}
-
-void sync_parent_directory(const fs::path& path) {
-  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-Result<void> write_file_atomically(const fs::path& path, std::string_view data) {
-  static std::atomic<unsigned> counter{0};
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  if (ec) return make_error("cannot create " + path.parent_path().string() + ": " + ec.message(), EIO);
-  const fs::path temp = path.parent_path() / ("." + path.filename().string() + ".tmp-" + std::to_string(::getpid()) +
-                                               "-" + std::to_string(counter++));
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return make_error("cannot write " + temp.string() + ": " + std::strerror(errno), errno);
-  std::size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      fs::remove(temp, ec);
-      return make_error("cannot write " + temp.string() + ": " + std::strerror(err), err);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fs::remove(temp, ec);
-    return make_error("cannot write " + temp.string() + ": " + std::strerror(err), err);
-  }
-  ::close(fd);
-  fs::rename(temp, path, ec);
-  if (ec) {
-    fs::remove(temp, ec);
-    return make_error("cannot rename " + temp.string() + " to " + path.string(), EIO);
-  }
-  sync_parent_directory(path);
-  return {};
 }
 
 Result<void> write_restore_plan(const fs::path& state_dir, const RestorePlan& plan) {

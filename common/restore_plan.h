@@ -27,7 +27,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/checkpoint_archive.h"
+#include "common/atomic_file.h"
+#include "common/checkpoint_record.h"
+#include "common/device_nodes.h"
 #include "common/gpu_model.h"
 #include "common/matcher.h"
 #include "common/result.h"
@@ -91,10 +93,6 @@ Result<RestorePlan> plan_for_allocation(const CheckpointGpuRecord& checkpoint, c
                                         const std::optional<std::vector<std::string>>& allocated,
                                         const MatchPolicy& policy);
 
-// Host device path -> (major, minor). Production: stat under the host root (stat_device_numbers).
-using DeviceNumberLookup = std::function<Result<std::pair<std::uint32_t, std::uint32_t>>(const std::string&)>;
-DeviceNumberLookup stat_device_numbers(std::filesystem::path host_root);
-
 // Rewrites an OCI runtime spec (config.json / spec.dump) in place: linux.devices entries at the plan's
 // container paths move to their path after restore with the target's major/minor (every rewrite is matched
 // against the spec as it came, so swapped GPUs swap), an entry left at a path a node moves to is dropped (it
@@ -102,31 +100,6 @@ DeviceNumberLookup stat_device_numbers(std::filesystem::path host_root);
 // io.gpuckpt.restore-plan annotation names the plan's id. Returns how many device entries changed. A spec whose
 // sections have the wrong types is an error naming the field.
 Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, const DeviceNumberLookup& lookup);
-
-// A device node as it must be after restore: its name under /dev ("nvidia1", "dri/renderD129") and numbers.
-struct DeviceNodeTarget {
-  std::string name;
-  std::uint32_t major = 0;
-  std::uint32_t minor = 0;
-  bool operator==(const DeviceNodeTarget&) const = default;
-};
-
-// CRIU saves the container's /dev tmpfs, device nodes included, as checkpoint/tmpfs-dev-<id>.tar.gz.img and
-// restores it over the nodes the runtime created, so the plan must reach those nodes too. Given one such
-// gzip'd tar, returns it with the character devices named in `nodes` (by their name under /dev in the image,
-// e.g. "nvidia0") renamed and renumbered as the map says (each entry is matched by its name in the image as it
-// came, so a swap swaps); an entry at a new name that no node moves away from is dropped (two nodes of one name
-// would leave the restored one to chance). std::nullopt when the image holds none of them. The image is held
-// to `limits` (entries, max_nested_bytes uncompressed, names as in the outer archive).
-Result<std::optional<std::string>> renumber_device_nodes(std::string_view tmpfs_image,
-                                                         const std::map<std::string, DeviceNodeTarget>& nodes,
-                                                         const ArchiveLimits& limits);
-
-// The archive edits (spec.dump and the /dev tmpfs images) that make the archive `info` describes restore with
-// `plan`, from what inspect_checkpoint_archive read (no second pass over the archive); std::nullopt when the
-// archive already restores that way (same device numbers, no environment change).
-Result<std::optional<ArchiveEdit>> restore_edits(const CheckpointInfo& info, const RestorePlan& plan,
-                                                 const DeviceNumberLookup& lookup, const ArchiveLimits& limits);
 
 // Who asks to use a plan: the container's runtime id (std::nullopt where the caller cannot see it: the precreate
 // stage gets only the config) and the checkpoint id its config carries (io.gpuckpt.checkpoint-id; empty: none).
@@ -166,18 +139,5 @@ struct PlanSweep {
   std::size_t removed = 0;
 };
 PlanSweep sweep_restore_plans(const std::filesystem::path& state_dir, std::int64_t now, std::size_t max_entries);
-
-// The device nodes a plan may name: canonical absolute paths in the GPU families /dev/nvidia*,
-// /dev/nvidia-caps/*, /dev/kfd, /dev/dri/renderD*, /dev/dri/card* ("/dev/../etc/x", "/dev/nvidia0/.." are not).
-bool is_gpu_device_path(std::string_view path);
-
-// fsyncs the directory holding `path`, so that a rename into it survives a crash of the node.
-void sync_parent_directory(const std::filesystem::path& path);
-
-// Writes `data` to `path` through a temporary sibling, fsync and rename (readers never see a partial file).
-Result<void> write_file_atomically(const std::filesystem::path& path, std::string_view data);
-
-// Ids the agent generates and accepts: [A-Za-z0-9][A-Za-z0-9._-]{0,127}, so they are safe as file names.
-bool is_safe_id(std::string_view id);
 
 }  // namespace gpuckpt

@@ -1,6 +1,6 @@
 #include "common/restore_recognition.h"
 
-#include "common/checkpoint_archive.h"
+#include "common/checkpoint_record.h"
 
 namespace gpuckpt {
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/checkpoint_archive.h"
+#include "common/restore_archive.h"
 #include "common/restore_plan.h"
 #include "test/common/gpu_builders.h"
 

@@ -5,6 +5,7 @@
 #include "common/archive_pipe.h"
 #include "common/criu_stats.h"
 #include "common/log.h"
+#include "common/restore_archive.h"
 
 namespace gpuckpt::node {
 

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/checkpoint_archive.h"
+#include "common/checkpoint_record.h"
 #include "common/criu_images_dir.h"
 #include "common/host_root.h"
 #include "common/json_reader.h"

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "common/checkpoint_archive.h"
+#include "common/restore_archive.h"
 #include "common/restore_plan.h"
 #include "test/agent/archive_builder.h"
 

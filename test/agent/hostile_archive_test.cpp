@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/checkpoint_archive.h"
 #include "common/json_reader.h"
+#include "common/restore_archive.h"
 #include "common/restore_plan.h"
 #include "test/agent/archive_builder.h"
 
