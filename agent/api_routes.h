@@ -10,7 +10,7 @@
 
 #include "agent/http_api.h"
 #include "node/service.h"
-#include "common/result.h"
+#include "base/result.h"
 
 namespace gpuckpt::agent {
 

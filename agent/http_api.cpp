@@ -8,8 +8,8 @@
 
 #include "agent/api_routes.h"
 #include "node/archive_transfer.h"
-#include "common/chunk_receive.h"
-#include "common/log.h"
+#include "gpumem/chunk_receive.h"
+#include "base/log.h"
 
 namespace gpuckpt::agent {
 

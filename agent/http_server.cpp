@@ -17,8 +17,8 @@
 #include <optional>
 #include <thread>
 
-#include "common/caught.h"
-#include "common/log.h"
+#include "base/caught.h"
+#include "base/log.h"
 
 namespace gpuckpt::agent {
 

@@ -2,11 +2,11 @@
 
 #include <cctype>
 
-#include "common/json_reader.h"
-#include "common/log.h"
-#include "common/restore_plan.h"
-#include "common/checkpoint_images.h"
-#include "common/container_store.h"
+#include "base/json_reader.h"
+#include "base/log.h"
+#include "restore/restore_plan.h"
+#include "archive/checkpoint_images.h"
+#include "state/container_store.h"
 
 namespace gpuckpt::agent {
 

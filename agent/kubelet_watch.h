@@ -10,8 +10,8 @@
 
 #include "agent/pod_events.h"
 #include "node/metrics.h"
-#include "common/checkpoint_archive.h"
-#include "common/result.h"
+#include "archive/checkpoint_archive.h"
+#include "base/result.h"
 
 namespace gpuckpt::agent {
 

@@ -22,10 +22,10 @@
 #include "agent/storage_maintenance.h"
 #include "node/runtimes.h"
 #include "node/service.h"
-#include "common/caught.h"
-#include "common/inventory.h"
-#include "common/log.h"
-#include "common/restore_plan.h"
+#include "base/caught.h"
+#include "gpu/inventory.h"
+#include "base/log.h"
+#include "restore/restore_plan.h"
 
 namespace {
 

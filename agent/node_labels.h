@@ -10,8 +10,8 @@
 #include <string>
 
 #include "node/config.h"
-#include "common/gpu_model.h"
-#include "common/result.h"
+#include "gpu/gpu_model.h"
+#include "base/result.h"
 
 namespace gpuckpt::agent {
 

@@ -5,8 +5,8 @@
 #include <optional>
 #include <filesystem>
 
-#include "common/caught.h"
-#include "common/log.h"
+#include "base/caught.h"
+#include "base/log.h"
 
 namespace gpuckpt::agent {
 

@@ -4,7 +4,7 @@
 #include "agent/api_routes.h"
 #include "agent/http_server.h"
 #include "node/requests.h"
-#include "common/log.h"
+#include "base/log.h"
 
 namespace gpuckpt::agent {
 

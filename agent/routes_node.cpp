@@ -1,7 +1,7 @@
 // The node as the API shows it: health, metrics, GPUs, a GPU record's match, the node's checks, the containers
 // the hook recorded, the runtime.
 #include "agent/api_routes.h"
-#include "common/properties_record.h"
+#include "gpu/properties_record.h"
 
 namespace gpuckpt::agent {
 

@@ -8,7 +8,7 @@
 #include "agent/api_routes.h"
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
-#include "common/chunk_receive.h"
+#include "gpumem/chunk_receive.h"
 
 namespace gpuckpt::agent {
 

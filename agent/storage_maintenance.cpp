@@ -5,11 +5,11 @@
 #include <map>
 #include <memory>
 
-#include "common/archive_retention.h"
-#include "common/chunk_gc.h"
-#include "common/chunk_store.h"
-#include "common/gpu_image.h"
-#include "common/log.h"
+#include "archive/archive_retention.h"
+#include "gpumem/chunk_gc.h"
+#include "gpumem/chunk_store.h"
+#include "gpumem/gpu_image.h"
+#include "base/log.h"
 #include "node/chunk_transfer.h"
 
 namespace gpuckpt::agent {

@@ -1,6 +1,6 @@
 // The agent's storage upkeep, every retention.interval_seconds (node/config.h RetentionConfig): archive retention
-// in its checkpoint directory (common/archive_retention.h), then the chunk store's garbage collection
-// (common/chunk_gc.h). Failures are logged, never thrown: the agent stays up.
+// in its checkpoint directory (archive/archive_retention.h), then the chunk store's garbage collection
+// (gpumem/chunk_gc.h). Failures are logged, never thrown: the agent stays up.
 #pragma once
 
 #include "node/config.h"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The hashing floor of a store-backed checkpoint (#21): SHA-256 over 2 MiB chunks, as the CRIU plugin's chunk store
-hashes every non-zero chunk of a dump (common/chunk_store.cpp, OpenSSL; hashlib uses OpenSSL too), on 1..T threads.
+hashes every non-zero chunk of a dump (gpumem/chunk_store.cpp, OpenSSL; hashlib uses OpenSSL too), on 1..T threads.
 Prints GiB/s per thread count and the seconds a GIB GiB dump spends hashing at each.
   python3 bench/hash_floor.py [--gib 4] [--threads 1,4,16]"""
 import argparse

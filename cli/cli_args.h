@@ -7,10 +7,10 @@
 #include <span>
 #include <string>
 
-#include "common/chunk_store.h"
-#include "common/gpu_image.h"
-#include "common/inventory.h"
-#include "common/log.h"
+#include "gpumem/chunk_store.h"
+#include "gpumem/gpu_image.h"
+#include "gpu/inventory.h"
+#include "base/log.h"
 
 namespace gpuckpt::cli {
 

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "node/service.h"
-#include "common/container_runtime.h"
-#include "common/inventory.h"
+#include "runtime/container_runtime.h"
+#include "gpu/inventory.h"
 
 namespace gpuckpt::cli {
 

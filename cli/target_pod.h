@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/result.h"
+#include "base/result.h"
 
 namespace gpuckpt::cli {
 

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "cli/cli_args.h"
-#include "common/checkpoint_archive.h"
-#include "common/result.h"
+#include "archive/checkpoint_archive.h"
+#include "base/result.h"
 
 namespace gpuckpt::cli {
 

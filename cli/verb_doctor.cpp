@@ -1,6 +1,6 @@
 // gpuckpt doctor [--host-root DIR] [--criu PATH | --no-criu] [--runc PATH] [--plugin-dir DIR] [--hooks-dir DIR]
 //                [--archive-dir DIR] [--json]
-// Whether GPU checkpoints work on this node, one pass/warn/fail line per check with the fix (common/node_report.h).
+// Whether GPU checkpoints work on this node, one pass/warn/fail line per check with the fix (runtime/node_report.h).
 // --host-root: where the node's /proc, /sys, /boot and /etc are (the agent's pod: /host); the directories are read
 // at their paths as given. --no-criu: CRIU is not reachable from here (the agent's pod). --runc: the runc whose
 // version decides where a restore lands on cgroup v2 (default: runc in PATH). Exit 0: no failure
@@ -11,8 +11,8 @@
 
 #include "cli/cli_args.h"
 #include "cli/verb_help.h"
-#include "common/inventory.h"
-#include "common/node_report.h"
+#include "gpu/inventory.h"
+#include "runtime/node_report.h"
 
 namespace gpuckpt::cli {
 

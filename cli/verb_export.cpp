@@ -1,5 +1,5 @@
 // gpuckpt export ARCHIVE -o OUT [--store DIR]: a store-backed checkpoint's archive made self-contained, carrying the
-// chunks its manifests name (common/checkpoint_export.h), for a move by hand to a node without that store.
+// chunks its manifests name (archive/checkpoint_export.h), for a move by hand to a node without that store.
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -10,7 +10,7 @@
 
 #include "cli/transport_args.h"
 #include "cli/verb_help.h"
-#include "common/checkpoint_export.h"
+#include "archive/checkpoint_export.h"
 
 namespace gpuckpt::cli {
 

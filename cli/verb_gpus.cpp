@@ -9,8 +9,8 @@
 #include "cli/cli_args.h"
 #include "cli/output_format.h"
 #include "cli/verb_help.h"
-#include "common/inventory.h"
-#include "common/properties_record.h"
+#include "gpu/inventory.h"
+#include "gpu/properties_record.h"
 
 namespace gpuckpt::cli {
 

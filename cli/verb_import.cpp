@@ -1,6 +1,6 @@
 // gpuckpt import ARCHIVE [-o OUT] [--store DIR]: the chunks an exported archive carries put into this node's chunk
 // store (each checked against its digest first; those it has already skipped), references written so garbage
-// collection keeps them, and the store-backed archive left for the runtime to restore (common/checkpoint_export.h).
+// collection keeps them, and the store-backed archive left for the runtime to restore (archive/checkpoint_export.h).
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -11,7 +11,7 @@
 
 #include "cli/transport_args.h"
 #include "cli/verb_help.h"
-#include "common/checkpoint_export.h"
+#include "archive/checkpoint_export.h"
 
 namespace gpuckpt::cli {
 

@@ -20,12 +20,12 @@
 
 #include "cli/cli_args.h"
 #include "cli/verb_help.h"
-#include "common/checkpoint_archive.h"
-#include "common/chunk_store.h"
-#include "common/gpu_image.h"
-#include "common/gpu_manifest.h"
-#include "common/matcher.h"
-#include "common/properties_record.h"
+#include "archive/checkpoint_archive.h"
+#include "gpumem/chunk_store.h"
+#include "gpumem/gpu_image.h"
+#include "gpumem/gpu_manifest.h"
+#include "gpu/matcher.h"
+#include "gpu/properties_record.h"
 
 namespace gpuckpt::cli {
 

@@ -13,8 +13,8 @@
 #include "cli/cli_args.h"
 #include "cli/verb_help.h"
 #include "cli/node_client.h"
-#include "common/matcher.h"
-#include "common/properties_record.h"
+#include "gpu/matcher.h"
+#include "gpu/properties_record.h"
 
 namespace gpuckpt::cli {
 
@@ -38,7 +38,7 @@ std::string render(const nlohmann::json& gpu) {
   return minor >= 0 ? "renderD" + std::to_string(minor) : "-";
 }
 
-// The verdict (common/properties_record's match JSON, local or the agent's), as a table or JSON; the exit code.
+// The verdict (gpu/properties_record's match JSON, local or the agent's), as a table or JSON; the exit code.
 int print_verdict(const nlohmann::json& verdict, bool json) {
   const bool matched = verdict.value("matched", false);
   if (json) {

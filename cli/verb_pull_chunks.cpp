@@ -13,7 +13,7 @@
 #include "cli/cli_args.h"
 #include "cli/node_client.h"
 #include "cli/verb_help.h"
-#include "common/chunk_store.h"
+#include "gpumem/chunk_store.h"
 #include "node/registry_chunks.h"
 
 namespace gpuckpt::cli {

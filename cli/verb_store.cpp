@@ -1,4 +1,4 @@
-// gpuckpt store gc|refs|unref: the chunk store behind store-backed checkpoints (common/chunk_gc.h).
+// gpuckpt store gc|refs|unref: the chunk store behind store-backed checkpoints (gpumem/chunk_gc.h).
 //   gc             what no kept checkpoint needs: listed (a dry run), or removed with --delete
 //   refs           the references (one per process of a kept checkpoint) and what each holds alone
 //   unref ID       drops the references of checkpoint ID (its archive is gone): the next gc frees its chunks
@@ -12,8 +12,8 @@
 
 #include "cli/cli_args.h"
 #include "cli/verb_help.h"
-#include "common/chunk_gc.h"
-#include "common/chunk_store.h"
+#include "gpumem/chunk_gc.h"
+#include "gpumem/chunk_store.h"
 
 namespace gpuckpt::cli {
 

@@ -11,7 +11,7 @@
 #include "cli/cli_args.h"
 #include "cli/verb_help.h"
 #include "cli/target_pod.h"
-#include "common/json_reader.h"
+#include "base/json_reader.h"
 
 namespace gpuckpt::cli {
 

@@ -12,7 +12,7 @@ if(GPUCKPT_BUILD_TESTS)
   find_package(Catch2 3 REQUIRED)
   include(Catch)
 endif()
-# GPU memory images (common/gpu_image.cpp): zstd linked statically (its Debian archive is PIC) and xxHash used
+# GPU memory images (gpumem/gpu_image.cpp): zstd linked statically (its Debian archive is PIC) and xxHash used
 # header-only, so the CRIU plugin needs neither library on the node it loads on.
 find_library(GPUCKPT_ZSTD_STATIC NAMES libzstd.a REQUIRED)
 find_path(GPUCKPT_ZSTD_INCLUDE zstd.h REQUIRED)
@@ -20,7 +20,7 @@ find_path(GPUCKPT_XXHASH_INCLUDE xxhash.h REQUIRED)
 add_library(gpuckpt_zstd_static STATIC IMPORTED)
 set_target_properties(gpuckpt_zstd_static PROPERTIES IMPORTED_LOCATION ${GPUCKPT_ZSTD_STATIC}
   INTERFACE_INCLUDE_DIRECTORIES "${GPUCKPT_ZSTD_INCLUDE};${GPUCKPT_XXHASH_INCLUDE}")
-# Chunk store digests (common/chunk_store.cpp): SHA-256 from OpenSSL's libcrypto (libssl-dev). The host files
+# Chunk store digests (gpumem/chunk_store.cpp): SHA-256 from OpenSSL's libcrypto (libssl-dev). The host files
 # (the plugin, the hook: gpuckpt_host_binary sets GPUCKPT_STATIC_CRYPTO) link Debian's PIC libcrypto.a, of which the
 # SHA-256 code pulls in a few KiB needing nothing but glibc; every other binary links libcrypto.so, which
 # cpp-httplib and gRPC load anyway (one copy of OpenSSL per process). gpuckpt_crypto picks per linked target.

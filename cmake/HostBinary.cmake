@@ -5,7 +5,7 @@
 # gpuckpt_host_binary(TARGET) makes TARGET depend on nothing but glibc, at most GPUCKPT_GLIBC_FLOOR:
 #   - libstdc++ and libgcc linked statically; protobuf is the static lite runtime (ProtobufLite.cmake);
 #   - glibc symbols bound against the oldest supported glibc: the link runs against a Debian bullseye root
-#     (GPUCKPT_HOST_SYSROOT, glibc 2.31; scripts/setup.sh makes it with debootstrap), and common/glibc_compat.c
+#     (GPUCKPT_HOST_SYSROOT, glibc 2.31; scripts/setup.sh makes it with debootstrap), and base/glibc_compat.c
 #     supplies the few symbols this compiler's static runtime expects from a newer glibc;
 #   - debug info moved into TARGET_FILE.debug next to it (linked by .gnu_debuglink), so the installed file is small.
 # test/host-files/ checks the floor (objdump) and runs the files in bullseye and trixie roots.

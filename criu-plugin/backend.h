@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "common/criu_stats.h"
+#include "criu/criu_stats.h"
 
 namespace gpuckpt::plugin {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
+#include "base/result.h"
 #include "criu-plugin/criu_abi.h"
 
 namespace gpuckpt::criu {

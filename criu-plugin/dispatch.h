@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/log.h"
+#include "base/log.h"
 #include "criu-plugin/backend.h"
 
 namespace gpuckpt::plugin {

@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <string>
 
-#include "common/criu_stats.h"
-#include "common/gpu_manifest.h"
-#include "common/log.h"
-#include "common/plugin_settings.h"
+#include "criu/criu_stats.h"
+#include "gpumem/gpu_manifest.h"
+#include "base/log.h"
+#include "gpumem/plugin_settings.h"
 #include "criu-plugin/backend.h"
 #include "criu-plugin/cpu_pages/cpu_pages.h"
 #include "criu-plugin/dispatch.h"

@@ -15,7 +15,7 @@
 #include <set>
 #include <utility>
 
-#include "common/json_reader.h"
+#include "base/json_reader.h"
 
 namespace gpuckpt::plugin {
 

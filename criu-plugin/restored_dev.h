@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "common/restore_plan.h"
-#include "common/result.h"
+#include "restore/restore_plan.h"
+#include "base/result.h"
 
 namespace gpuckpt::plugin {
 

@@ -5,8 +5,8 @@
 // a decompression that ignores the budget) is a finding like a crash.
 #include <chrono>
 
-#include "common/directory_archive.h"
-#include "common/json_reader.h"
+#include "archive/directory_archive.h"
+#include "base/json_reader.h"
 #include "fuzz/fuzz_support.h"
 
 using namespace gpuckpt;

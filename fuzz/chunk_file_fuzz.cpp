@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "common/gpu_manifest.h"
+#include "gpumem/gpu_manifest.h"
 #include "fuzz/fuzz_support.h"
 
 using namespace gpuckpt;

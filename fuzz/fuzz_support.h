@@ -14,10 +14,10 @@
 #include <string_view>
 #include <vector>
 
-#include "common/checkpoint_archive.h"
-#include "common/restore_archive.h"
-#include "common/restore_plan.h"
-#include "test/common/gpu_builders.h"
+#include "archive/checkpoint_archive.h"
+#include "archive/restore_archive.h"
+#include "restore/restore_plan.h"
+#include "test/support/gpu_builders.h"
 
 namespace gpuckpt::fuzz {
 

@@ -1,4 +1,4 @@
-// `gpuckpt import` (common/checkpoint_export.h) of an exported checkpoint from another node: its manifests, its
+// `gpuckpt import` (archive/checkpoint_export.h) of an exported checkpoint from another node: its manifests, its
 // carried chunks checked and put into a fresh chunk store, the references, the store-backed archive written.
 //
 // The input is the archive's entries, written as a tar in that order, so that tar's header checksums do not stop
@@ -19,8 +19,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "common/checkpoint_export.h"
-#include "common/gpu_manifest.h"
+#include "archive/checkpoint_export.h"
+#include "gpumem/gpu_manifest.h"
 #include "fuzz/fuzz_support.h"
 
 using namespace gpuckpt;

@@ -9,9 +9,9 @@
 #include <map>
 #include <vector>
 
-#include "common/checkpoint_export.h"
-#include "common/directory_archive.h"
-#include "common/gpu_manifest.h"
+#include "archive/checkpoint_export.h"
+#include "archive/directory_archive.h"
+#include "gpumem/gpu_manifest.h"
 #include "fuzz/fuzz_support.h"
 
 using namespace gpuckpt;

@@ -1,7 +1,7 @@
 // The GPU properties record in both encodings (JSON annotations and API, protobuf in CRIU images) and the
 // gpuckpt-gpus.json document around it. A record that reads must read again after writing it out.
-#include "common/json_reader.h"
-#include "common/properties_record.h"
+#include "base/json_reader.h"
+#include "gpu/properties_record.h"
 #include "fuzz/fuzz_support.h"
 
 using namespace gpuckpt;

@@ -1,4 +1,4 @@
-// Writing a chunk store's references (common/chunk_store.h put_ref, check_ref, remove_ref) as imports, transfer
+// Writing a chunk store's references (gpumem/chunk_store.h put_ref, check_ref, remove_ref) as imports, transfer
 // commits, dumps and `gpuckpt store unref` do, in any order and with any bytes: the input is a sequence of
 //   u8 op | u8 text length | text
 // where op's low 2 bits pick the reference (of 4 names over 2 checkpoint ids), bit 2 picks remove instead of put and
@@ -14,7 +14,7 @@
 #include <map>
 #include <string>
 
-#include "common/chunk_store.h"
+#include "gpumem/chunk_store.h"
 #include "fuzz/fuzz_support.h"
 
 using namespace gpuckpt;

@@ -1,7 +1,7 @@
 // spec.dump / config.json with a restore plan applied, restore plans as files, and restore planning from a
 // checkpoint record. The first byte picks which; the rest is the document.
-#include "common/json_reader.h"
-#include "common/matcher.h"
+#include "base/json_reader.h"
+#include "gpu/matcher.h"
 #include "fuzz/fuzz_support.h"
 
 using namespace gpuckpt;

@@ -18,8 +18,8 @@
 #include <cstring>
 #include <thread>
 
-#include "common/json_reader.h"
-#include "common/log.h"
+#include "base/json_reader.h"
+#include "base/log.h"
 #include "node/bounded_request.h"
 
 namespace gpuckpt::node {

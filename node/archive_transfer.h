@@ -41,8 +41,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/container_runtime.h"
-#include "common/result.h"
+#include "runtime/container_runtime.h"
+#include "base/result.h"
 #include "node/request_stop.h"
 
 namespace httplib {

@@ -11,7 +11,7 @@
 #include <functional>
 #include <string>
 
-#include "common/result.h"
+#include "base/result.h"
 #include "node/request_stop.h"
 
 namespace gpuckpt::node {

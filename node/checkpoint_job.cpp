@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "node/image_job.h"
-#include "common/archive_pipe.h"
-#include "common/checkpoint_archive.h"
-#include "common/checkpoint_image.h"
-#include "common/container_store.h"
-#include "common/criu_stats.h"
-#include "common/log.h"
+#include "archive/archive_pipe.h"
+#include "archive/checkpoint_archive.h"
+#include "archive/checkpoint_image.h"
+#include "state/container_store.h"
+#include "criu/criu_stats.h"
+#include "base/log.h"
 
 namespace gpuckpt::node {
 

@@ -12,9 +12,9 @@
 #include "node/config.h"
 #include "node/job_scheduler.h"
 #include "node/metrics.h"
-#include "common/container_runtime.h"
-#include "common/gpu_model.h"
-#include "common/result.h"
+#include "runtime/container_runtime.h"
+#include "gpu/gpu_model.h"
+#include "base/result.h"
 
 namespace gpuckpt::node {
 

@@ -4,8 +4,8 @@
 
 #include "node/chunk_transfer.h"
 #include "node/registry_chunks.h"
-#include "common/chunk_store.h"
-#include "common/log.h"
+#include "gpumem/chunk_store.h"
+#include "base/log.h"
 
 namespace gpuckpt::node {
 

@@ -12,14 +12,14 @@
 #include <thread>
 #include <vector>
 
-#include "common/caught.h"
-#include "common/checkpoint_export.h"
-#include "common/chunk_gc.h"
-#include "common/chunk_receive.h"
-#include "common/gpu_image.h"
-#include "common/gpu_manifest.h"
-#include "common/json_reader.h"
-#include "common/log.h"
+#include "base/caught.h"
+#include "archive/checkpoint_export.h"
+#include "gpumem/chunk_gc.h"
+#include "gpumem/chunk_receive.h"
+#include "gpumem/gpu_image.h"
+#include "gpumem/gpu_manifest.h"
+#include "base/json_reader.h"
+#include "base/log.h"
 
 namespace gpuckpt::node {
 

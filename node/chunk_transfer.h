@@ -2,7 +2,7 @@
 // archive holds only manifests, its GPU memory is chunks in the source node's chunk store. The source asks the
 // target which of the manifests' chunks its store lacks (POST /v1/chunks/missing), uploads those over several
 // streams at once (PUT /v1/chunks/<digest>, each body the store's own chunk file, verified by the target before it
-// gets its name: common/chunk_receive.h), then pushes the archive itself, unchanged, like any archive
+// gets its name: gpumem/chunk_receive.h), then pushes the archive itself, unchanged, like any archive
 // (archive_transfer.h). On commit the target checks that every chunk is in its store and writes the references that
 // keep them (no chunk data moves inside the commit), and only then puts the archive in place; whatever fails
 // discards the received file. The uploaded chunks are young until then, so the store's garbage collection keeps
@@ -28,10 +28,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/checkpoint_archive.h"
-#include "common/chunk_store.h"
-#include "common/container_runtime.h"
-#include "common/result.h"
+#include "archive/checkpoint_archive.h"
+#include "gpumem/chunk_store.h"
+#include "runtime/container_runtime.h"
+#include "base/result.h"
 #include "node/archive_transfer.h"
 #include "node/config.h"
 

@@ -9,12 +9,12 @@
 #include <set>
 #include <sstream>
 
-#include "common/chunk_receive.h"
-#include "common/gpu_image.h"
+#include "gpumem/chunk_receive.h"
+#include "gpumem/gpu_image.h"
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
 #include "node/registry_chunks.h"
-#include "common/log.h"
+#include "base/log.h"
 
 namespace gpuckpt::node {
 

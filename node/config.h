@@ -12,9 +12,9 @@
 #include "node/kube_client.h"
 #include "node/registry_push.h"
 #include "node/runtime_kinds.h"
-#include "common/checkpoint_archive.h"
-#include "common/matcher.h"
-#include "common/result.h"
+#include "archive/checkpoint_archive.h"
+#include "gpu/matcher.h"
+#include "base/result.h"
 
 namespace gpuckpt::node {
 
@@ -51,7 +51,7 @@ struct EventsConfig {
 // How the CRIU plugin moves GPU memory (docs/cuda.md "GPU memory images"), as GPUCKPT_CUDA_MEMORY_IMAGE,
 // GPUCKPT_IMAGE_THREADS, GPUCKPT_IMAGE_COMPRESSION, GPUCKPT_IMAGE_SPARSE, GPUCKPT_GPU_STORE,
 // GPUCKPT_STAGING_HUGE_PAGES, GPUCKPT_STAGING_MAP_CHUNKS, GPUCKPT_STORE_RECOGNISE_UNCHANGED and GPUCKPT_CPU_PAGES_STORE. What reaches the
-// plugin is the settings file the chart's installer writes from these values beside it (common/plugin_settings.h):
+// plugin is the settings file the chart's installer writes from these values beside it (gpumem/plugin_settings.h):
 // runtimes do not hand CRIU their caller's environment (podman 4.3 gives runc's checkpoint only PATH and
 // XDG_RUNTIME_DIR; kubelet's checkpoints come through containerd or CRI-O, not the agent). The agent also exports
 // them to the commands it runs, which counts only where a runtime passes its environment on. Unset keys leave the
@@ -135,7 +135,7 @@ struct AgentConfig {
   std::filesystem::path hooks_dir = "/usr/share/containers/oci/hooks.d";
   std::filesystem::path criu_plugin_dir = "/usr/lib/criu";
   std::string log_level = "info";
-  std::string log_format = "text";   // text | logfmt | json (common/log.h)
+  std::string log_format = "text";   // text | logfmt | json (base/log.h)
   MatchPolicy match_policy;
   KubernetesApiConfig kubernetes_api;
   NodeLabelsConfig node_labels;

@@ -4,8 +4,8 @@
 #include <ctime>
 
 #include "node/grpc_unix.h"
-#include "common/json_reader.h"
-#include "common/log.h"
+#include "base/json_reader.h"
+#include "base/log.h"
 #include "github.com/containerd/containerd/api/services/containers/v1/containers.grpc.pb.h"
 #include "github.com/containerd/containerd/api/services/snapshots/v1/snapshots.grpc.pb.h"
 #include "github.com/containerd/containerd/api/services/tasks/v1/tasks.grpc.pb.h"

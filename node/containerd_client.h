@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/container_runtime.h"
-#include "common/result.h"
+#include "runtime/container_runtime.h"
+#include "base/result.h"
 
 namespace grpc {
 class Status;

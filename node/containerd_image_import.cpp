@@ -5,8 +5,8 @@
 #include <random>
 
 #include "node/grpc_unix.h"
-#include "common/json_reader.h"
-#include "common/log.h"
+#include "base/json_reader.h"
+#include "base/log.h"
 #include "github.com/containerd/containerd/api/services/content/v1/content.grpc.pb.h"
 #include "github.com/containerd/containerd/api/services/diff/v1/diff.grpc.pb.h"
 #include "github.com/containerd/containerd/api/services/images/v1/images.grpc.pb.h"

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "node/containerd_client.h"
-#include "common/container_runtime.h"
-#include "common/result.h"
+#include "runtime/container_runtime.h"
+#include "base/result.h"
 
 namespace gpuckpt::node {
 

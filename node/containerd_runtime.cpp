@@ -11,12 +11,12 @@
 #include <random>
 
 #include "node/containerd_image_import.h"
-#include "common/checkpoint_image.h"
-#include "common/criu_log.h"
-#include "common/directory_archive.h"
-#include "common/json_reader.h"
-#include "common/log.h"
-#include "common/restore_plan.h"
+#include "archive/checkpoint_image.h"
+#include "criu/criu_log.h"
+#include "archive/directory_archive.h"
+#include "base/json_reader.h"
+#include "base/log.h"
+#include "restore/restore_plan.h"
 
 namespace gpuckpt::node {
 

@@ -15,8 +15,8 @@
 #include <memory>
 
 #include "node/containerd_client.h"
-#include "common/checkpoint_archive.h"
-#include "common/container_runtime.h"
+#include "archive/checkpoint_archive.h"
+#include "runtime/container_runtime.h"
 
 namespace gpuckpt::node {
 

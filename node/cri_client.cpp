@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "node/grpc_unix.h"
-#include "common/json_reader.h"
-#include "common/log.h"
+#include "base/json_reader.h"
+#include "base/log.h"
 
 namespace gpuckpt::node {
 

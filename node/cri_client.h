@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
+#include "base/result.h"
 #include "k8s.io/cri-api/pkg/apis/runtime/v1/api.grpc.pb.h"
 
 namespace gpuckpt::node {

@@ -2,7 +2,7 @@
 
 #include "node/containerd_image_import.h"
 #include "node/grpc_unix.h"
-#include "common/checkpoint_image.h"
+#include "archive/checkpoint_image.h"
 
 namespace gpuckpt::node {
 

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "node/cri_client.h"
-#include "common/container_runtime.h"
+#include "runtime/container_runtime.h"
 
 namespace gpuckpt::node {
 

@@ -7,9 +7,9 @@
 #include "node/job_store.h"
 #include "node/registry_chunks.h"
 #include "node/registry_push.h"
-#include "common/checkpoint_images.h"
-#include "common/chunk_store.h"
-#include "common/log.h"
+#include "archive/checkpoint_images.h"
+#include "gpumem/chunk_store.h"
+#include "base/log.h"
 
 namespace gpuckpt::node {
 
@@ -59,7 +59,7 @@ Result<CheckpointImage> write_job_image(const JobRun& run, const AgentConfig& co
 Result<std::string> load_and_register(const JobRun& run, const ImageDeps& deps, const CheckpointImage& image,
                                       const std::optional<CheckpointGpuRecord>& record) {
   auto loaded = deps.runtime.load_image(image.layout, image.reference, run.deadline());
-  // gpuckpt-nri acts on a restore of this checkpoint only through an index entry (common/checkpoint_images.h):
+  // gpuckpt-nri acts on a restore of this checkpoint only through an index entry (archive/checkpoint_images.h):
   // under the name the runtime's store holds it by, once it holds it; where the agent cannot load into the store
   // (CRI-O: ENOTSUP), under the name it tells the operator to copy it in as. Never under the tag alone: a tag
   // "busybox" must not make docker.io/library/busybox:latest a checkpoint.

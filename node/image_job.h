@@ -11,9 +11,9 @@
 
 #include "node/config.h"
 #include "node/job_scheduler.h"
-#include "common/checkpoint_archive.h"
-#include "common/checkpoint_image.h"
-#include "common/container_runtime.h"
+#include "archive/checkpoint_archive.h"
+#include "archive/checkpoint_image.h"
+#include "runtime/container_runtime.h"
 
 namespace gpuckpt::node {
 

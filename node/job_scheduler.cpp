@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "node/job_store.h"
-#include "common/log.h"
-#include "common/container_store.h"
+#include "base/log.h"
+#include "state/container_store.h"
 
 namespace gpuckpt::node {
 

@@ -24,9 +24,9 @@
 #include "node/job_status.h"
 #include "node/metrics.h"
 #include "node/request_stop.h"
-#include "common/checkpoint_archive.h"
-#include "common/container_runtime.h"
-#include "common/result.h"
+#include "archive/checkpoint_archive.h"
+#include "runtime/container_runtime.h"
+#include "base/result.h"
 
 namespace gpuckpt::node {
 

@@ -27,7 +27,7 @@ struct JobStatus {
   std::string finished_at;
   std::map<std::string, double> phase_seconds;
   // The runtime's call ("checkpointing") in parts that do not overlap, from CRIU's statistics where the archive
-  // carries them (common/criu_stats.h checkpoint_runtime_phases); empty where it does not.
+  // carries them (criu/criu_stats.h checkpoint_runtime_phases); empty where it does not.
   std::map<std::string, double> runtime_phase_seconds;
   nlohmann::json request;
   nlohmann::json result = nlohmann::json::object();

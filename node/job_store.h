@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "node/job_status.h"
-#include "common/result.h"
+#include "base/result.h"
 
 namespace gpuckpt::node {
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <string>
 
-#include "common/result.h"
+#include "base/result.h"
 
 namespace gpuckpt::node {
 

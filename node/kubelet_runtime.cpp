@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/log.h"
+#include "base/log.h"
 #include "node/kube_client.h"
 
 namespace gpuckpt::node {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "node/config.h"
-#include "common/container_runtime.h"
+#include "runtime/container_runtime.h"
 
 namespace gpuckpt::node {
 

@@ -8,11 +8,11 @@
 #include <set>
 #include <thread>
 
-#include "common/caught.h"
-#include "common/chunk_receive.h"
-#include "common/gpu_image.h"
-#include "common/json_reader.h"
-#include "common/log.h"
+#include "base/caught.h"
+#include "gpumem/chunk_receive.h"
+#include "gpumem/gpu_image.h"
+#include "base/json_reader.h"
+#include "base/log.h"
 
 namespace gpuckpt::node {
 

@@ -23,8 +23,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/chunk_store.h"
-#include "common/result.h"
+#include "gpumem/chunk_store.h"
+#include "base/result.h"
 #include "node/registry_client.h"
 
 namespace gpuckpt::node {

@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/result.h"
+#include "base/result.h"
 #include "node/bounded_request.h"
 
 namespace gpuckpt::node {

@@ -3,8 +3,8 @@
 #include <fstream>
 #include <optional>
 
-#include "common/json_reader.h"
-#include "common/log.h"
+#include "base/json_reader.h"
+#include "base/log.h"
 
 namespace gpuckpt::node {
 

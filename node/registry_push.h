@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <string>
 
-#include "common/result.h"
+#include "base/result.h"
 #include "node/registry_client.h"
 
 namespace gpuckpt::node {

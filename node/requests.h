@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/container_runtime.h"
-#include "common/result.h"
+#include "runtime/container_runtime.h"
+#include "base/result.h"
 
 namespace gpuckpt::node {
 

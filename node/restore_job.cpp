@@ -2,10 +2,10 @@
 
 #include <chrono>
 
-#include "common/archive_pipe.h"
-#include "common/criu_stats.h"
-#include "common/log.h"
-#include "common/restore_archive.h"
+#include "archive/archive_pipe.h"
+#include "criu/criu_stats.h"
+#include "base/log.h"
+#include "archive/restore_archive.h"
 
 namespace gpuckpt::node {
 

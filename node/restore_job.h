@@ -13,9 +13,9 @@
 
 #include "node/config.h"
 #include "node/job_scheduler.h"
-#include "common/checkpoint_archive.h"
-#include "common/container_runtime.h"
-#include "common/restore_plan.h"
+#include "archive/checkpoint_archive.h"
+#include "runtime/container_runtime.h"
+#include "restore/restore_plan.h"
 
 namespace gpuckpt::node {
 

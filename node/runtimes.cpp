@@ -3,7 +3,7 @@
 #include "node/containerd_runtime.h"
 #include "node/cri_runtime.h"
 #include "node/kubelet_runtime.h"
-#include "common/log.h"
+#include "base/log.h"
 
 namespace gpuckpt::node {
 

@@ -13,12 +13,12 @@
 #include "node/registry_chunks.h"
 #include "node/restore_job.h"
 #include "node/transfer_job.h"
-#include "common/checkpoint_archive.h"
-#include "common/log.h"
-#include "common/matcher.h"
-#include "common/node_report.h"
-#include "common/properties_record.h"
-#include "common/container_store.h"
+#include "archive/checkpoint_archive.h"
+#include "base/log.h"
+#include "gpu/matcher.h"
+#include "runtime/node_report.h"
+#include "gpu/properties_record.h"
+#include "state/container_store.h"
 
 namespace gpuckpt::node {
 

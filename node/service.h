@@ -23,12 +23,12 @@
 #include "node/job_status.h"
 #include "node/metrics.h"
 #include "node/requests.h"
-#include "common/checkpoint_archive.h"
-#include "common/checkpoint_image.h"
-#include "common/container_runtime.h"
-#include "common/gpu_model.h"
-#include "common/restore_plan.h"
-#include "common/result.h"
+#include "archive/checkpoint_archive.h"
+#include "archive/checkpoint_image.h"
+#include "runtime/container_runtime.h"
+#include "gpu/gpu_model.h"
+#include "restore/restore_plan.h"
+#include "base/result.h"
 
 namespace gpuckpt::node {
 
@@ -88,12 +88,12 @@ class JobService {
 
   Result<nlohmann::json> gpus() const;
   // POST /v1/match: whether this node's GPUs can take a checkpoint whose GPU properties record is `record`, judged
-  // as a restore judges it (this agent's inventory, NVML included, and its match_policy): common/properties_record's
+  // as a restore judges it (this agent's inventory, NVML included, and its match_policy): gpu/properties_record's
   // match JSON, "matched" true or false.
   Result<nlohmann::json> match(const GpuPropertiesRecord& record) const;
   // GET /v1/checkpoints|restores|images: the jobs of `kind` (in `state` when given), newest first, at most `limit`.
   std::vector<JobStatus> list_jobs(JobKind kind, std::optional<JobState> state, std::size_t limit) const;
-  // GET /v1/node: common/node_report.h's checks as this agent sees the node (CRIU only when it runs on the host).
+  // GET /v1/node: runtime/node_report.h's checks as this agent sees the node (CRIU only when it runs on the host).
   nlohmann::json node_report() const;
   // GET /v1/runtime: the runtime's kind, name and version, and how a restore comes about there.
   nlohmann::json runtime_report() const;
@@ -111,7 +111,7 @@ class JobService {
 
   const AgentConfig& config() const { return config_; }
 
-  // Removes restore plans nobody may use any more (common/restore_plan.h): at start and periodically (main).
+  // Removes restore plans nobody may use any more (restore/restore_plan.h): at start and periodically (main).
   void sweep_restore_plans();
   static constexpr int kPlanSweepIntervalSeconds = 60;
   static constexpr std::size_t kPlanSweepEntries = 4096;   // per sweep: the directory holds pending restores only

@@ -6,8 +6,8 @@
 
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
-#include "common/chunk_store.h"
-#include "common/log.h"
+#include "gpumem/chunk_store.h"
+#include "base/log.h"
 
 namespace gpuckpt::node {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <thread>
 
-#include "common/inventory.h"
-#include "common/log.h"
+#include "gpu/inventory.h"
+#include "base/log.h"
 #include "nri-plugin/nri_plugin.h"
 #include "nri-plugin/nri_session.h"
 #include "podresources/pod_resources.h"

@@ -4,12 +4,12 @@
 #include <ctime>
 #include <set>
 
-#include "common/checkpoint_images.h"
-#include "common/container_store.h"
-#include "common/gpu_detect.h"
-#include "common/log.h"
-#include "common/restore_plan.h"
-#include "common/restore_recognition.h"
+#include "archive/checkpoint_images.h"
+#include "state/container_store.h"
+#include "gpu/gpu_detect.h"
+#include "base/log.h"
+#include "restore/restore_plan.h"
+#include "restore/restore_recognition.h"
 
 namespace gpuckpt::nri {
 

@@ -2,9 +2,9 @@
 // readers): the runtime's events and requests in, responses out.
 //   Configure          subscribe to CreateContainer and RemoveContainer
 //   Synchronize        record the GPU containers that already exist
-//   CreateContainer    record the container's GPUs like the OCI hook (common/gpu_container_record.h). A container
-//                      the runtime restores (common/restore_recognition.h) from a checkpoint the agent made
-//                      available on this node (common/checkpoint_images.h) gets the GPUs its pod was given — the
+//   CreateContainer    record the container's GPUs like the OCI hook (state/gpu_container_record.h). A container
+//                      the runtime restores (restore/restore_recognition.h) from a checkpoint the agent made
+//                      available on this node (archive/checkpoint_images.h) gets the GPUs its pod was given — the
 //                      kubelet's allocation (PodResources), else the devices the runtime kept from the request —
 //                      and nothing else: the checkpoint's device nodes under the target GPUs' own names with the
 //                      device-cgroup rules NRI adds with them, the source GPUs' nodes it had removed, the GPU
@@ -26,10 +26,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/device_allocation.h"
-#include "common/gpu_container_record.h"
-#include "common/matcher.h"
-#include "common/result.h"
+#include "gpu/device_allocation.h"
+#include "state/gpu_container_record.h"
+#include "gpu/matcher.h"
+#include "base/result.h"
 #include "github.com/containerd/nri/pkg/api/api.pb.h"
 
 namespace gpuckpt::nri {

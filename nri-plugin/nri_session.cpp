@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/log.h"
+#include "base/log.h"
 #include "nri-plugin/ttrpc_mux.h"
 #include "ttrpc/envelope.pb.h"
 

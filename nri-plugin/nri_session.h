@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "common/result.h"
+#include "base/result.h"
 #include "nri-plugin/nri_plugin.h"
 
 namespace gpuckpt::nri {

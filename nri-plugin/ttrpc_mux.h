@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/result.h"
+#include "base/result.h"
 
 namespace gpuckpt::nri {
 

@@ -4,11 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/checkpoint_record.h"
-#include "common/criu_images_dir.h"
-#include "common/host_root.h"
-#include "common/json_reader.h"
-#include "common/container_store.h"
+#include "state/checkpoint_record.h"
+#include "criu/criu_images_dir.h"
+#include "base/host_root.h"
+#include "base/json_reader.h"
+#include "state/container_store.h"
 
 namespace gpuckpt::hook {
 

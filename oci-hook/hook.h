@@ -14,10 +14,10 @@
 #include <functional>
 #include <string>
 
-#include "common/gpu_container_record.h"
-#include "common/gpu_model.h"
-#include "common/restore_plan.h"
-#include "common/result.h"
+#include "state/gpu_container_record.h"
+#include "gpu/gpu_model.h"
+#include "restore/restore_plan.h"
+#include "base/result.h"
 
 namespace gpuckpt::hook {
 

@@ -19,9 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/inventory.h"
-#include "common/json_reader.h"
-#include "common/log.h"
+#include "gpu/inventory.h"
+#include "base/json_reader.h"
+#include "base/log.h"
 #include "oci-hook/hook.h"
 
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "common/device_allocation.h"
-#include "common/result.h"
+#include "gpu/device_allocation.h"
+#include "base/result.h"
 
 namespace gpuckpt {
 

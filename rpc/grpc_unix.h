@@ -10,7 +10,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/result.h"
+#include "base/result.h"
 
 namespace gpuckpt {
 

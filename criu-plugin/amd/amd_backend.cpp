@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "amd_image.pb.h"
-#include "common/log.h"
-#include "common/properties_record.h"
+#include "base/log.h"
+#include "gpu/properties_record.h"
 #include "criu-plugin/amd/amd_topology.h"
 #include "criu-plugin/amd/bo_io.h"
 #include "criu-plugin/amd/hex_text.h"

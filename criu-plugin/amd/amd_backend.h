@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "common/host_root.h"
-#include "common/result.h"
+#include "base/host_root.h"
+#include "base/result.h"
 #include "criu-plugin/amd/amd_device.h"
 #include "criu-plugin/amd/config.h"
 #include "criu-plugin/amd/parallel_restore.h"

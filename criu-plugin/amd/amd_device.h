@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
+#include "base/result.h"
 
 namespace gpuckpt::amd {
 

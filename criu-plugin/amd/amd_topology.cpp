@@ -2,9 +2,9 @@
 
 #include <variant>
 
-#include "common/inventory.h"
-#include "common/log.h"
-#include "common/matcher.h"
+#include "gpu/inventory.h"
+#include "base/log.h"
+#include "gpu/matcher.h"
 
 namespace gpuckpt::amd {
 

@@ -1,5 +1,5 @@
 // The node's AMD GPUs as the shared inventory sees them, and the gpu_id / render-minor remap for a restore,
-// decided by the shared matcher (common/matcher.h). No parsing here: common/inventory.h is the only parser.
+// decided by the shared matcher (gpu/matcher.h). No parsing here: gpu/inventory.h is the only parser.
 #pragma once
 
 #include <cstdint>
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "common/gpu_model.h"
-#include "common/host_root.h"
-#include "common/result.h"
+#include "gpu/gpu_model.h"
+#include "base/host_root.h"
+#include "base/result.h"
 
 namespace gpuckpt::amd {
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <thread>
 
-#include "common/log.h"
+#include "base/log.h"
 #include "criu-plugin/amd/hex_text.h"
 
 namespace gpuckpt::amd {

@@ -5,7 +5,7 @@
 #include <mutex>
 #include <string>
 
-#include "common/log.h"
+#include "base/log.h"
 
 namespace gpuckpt::amd {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "common/result.h"
+#include "base/result.h"
 
 namespace gpuckpt::amd {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "common/log.h"
+#include "base/log.h"
 
 namespace gpuckpt::amd {
 namespace {

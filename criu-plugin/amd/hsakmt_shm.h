@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "common/host_root.h"
-#include "common/result.h"
+#include "base/host_root.h"
+#include "base/result.h"
 
 namespace gpuckpt::amd {
 

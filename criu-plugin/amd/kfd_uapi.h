@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "common/result.h"
+#include "base/result.h"
 #include "criu-plugin/amd/amd_device.h"
 
 namespace gpuckpt::amd {

@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/log.h"
+#include "base/log.h"
 
 namespace gpuckpt::amd {
 namespace {

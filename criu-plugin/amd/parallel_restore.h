@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/result.h"
+#include "base/result.h"
 #include "criu-plugin/amd/amd_device.h"
 #include "criu-plugin/amd/bo_io.h"
 #include "criu-plugin/amd/image_dir.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
+#include "base/result.h"
 #include "criu-plugin/amd/amd_device.h"
 
 namespace gpuckpt::amd {

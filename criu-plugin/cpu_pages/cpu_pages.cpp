@@ -14,10 +14,10 @@
 #include <mutex>
 #include <thread>
 
-#include "common/byte_io.h"
-#include "common/caught.h"
-#include "common/chunk_store.h"
-#include "common/gpu_manifest.h"
+#include "base/byte_io.h"
+#include "base/caught.h"
+#include "gpumem/chunk_store.h"
+#include "gpumem/gpu_manifest.h"
 #include "criu-plugin/cpu_pages/page_chunks.h"
 #include "criu-plugin/cpu_pages/pagemap_image.h"
 

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "common/gpu_image.h"
-#include "common/result.h"
+#include "gpumem/gpu_image.h"
+#include "base/result.h"
 
 namespace gpuckpt::cpu_pages {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/gpu_image.h"
+#include "gpumem/gpu_image.h"
 #include "criu-plugin/cpu_pages/pagemap_image.h"
 
 namespace gpuckpt::cpu_pages {

@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/gpu_manifest.h"
-#include "common/result.h"
+#include "gpumem/gpu_manifest.h"
+#include "base/result.h"
 
 namespace gpuckpt::cuda {
 

@@ -23,9 +23,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/inventory.h"
-#include "common/log.h"
-#include "common/properties_record.h"
+#include "gpu/inventory.h"
+#include "base/log.h"
+#include "gpu/properties_record.h"
 #include "criu-plugin/criu_abi.h"
 #include "criu-plugin/cuda/cuda_backend.h"
 #include "criu-plugin/cuda/cuda_driver.h"

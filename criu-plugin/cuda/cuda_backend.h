@@ -11,8 +11,8 @@
 #include <optional>
 #include <string>
 
-#include "common/host_root.h"
-#include "common/result.h"
+#include "base/host_root.h"
+#include "base/result.h"
 #include "criu-plugin/backend.h"
 #include "criu-plugin/cuda/driver_host.h"
 #include "criu-plugin/cuda/gpu_memory_path.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
+#include "base/result.h"
 #include "criu-plugin/cuda/remap.h"
 
 namespace gpuckpt::cuda {

@@ -2,7 +2,7 @@
 // the driver's restore opens each target GPU by its own name, /dev/nvidia<minor>, inside the process's root. CRIU
 // restores a container's /dev tmpfs from the checkpoint's image, which names the source GPUs: restored onto
 // another GPU (a pod given GPU 0 where it ran on GPU 1), the target's node is not there and the driver's restore
-// fails. Restore plans fix this for archives the agent restores (common/restore_plan.h); runtimes that restore
+// fails. Restore plans fix this for archives the agent restores (restore/restore_plan.h); runtimes that restore
 // from a checkpoint image (CRI-O, containerd >= 2.1) hand CRIU the image as it was, so the plugin makes the nodes
 // itself, right before the driver's restore.
 #pragma once
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/result.h"
+#include "base/result.h"
 
 namespace gpuckpt::cuda {
 

@@ -19,9 +19,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/host_root.h"
-#include "common/inventory.h"
-#include "common/properties_record.h"
+#include "base/host_root.h"
+#include "gpu/inventory.h"
+#include "gpu/properties_record.h"
 #include "criu-plugin/cuda/frozen_cgroup.h"
 #include "criu-plugin/cuda/memory_copy.h"
 #include "criu-plugin/cuda/process_info.h"

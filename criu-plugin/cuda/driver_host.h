@@ -20,8 +20,8 @@
 #include <memory>
 #include <optional>
 
-#include "common/gpu_model.h"
-#include "common/result.h"
+#include "gpu/gpu_model.h"
+#include "base/result.h"
 #include "criu-plugin/cuda/cuda_driver.h"
 
 namespace gpuckpt::cuda {

@@ -10,10 +10,10 @@
 #include <chrono>
 #include <cstdio>
 
-#include "common/chunk_store.h"
-#include "common/gpu_manifest.h"
-#include "common/log.h"
-#include "common/memory_lineage.h"
+#include "gpumem/chunk_store.h"
+#include "gpumem/gpu_manifest.h"
+#include "base/log.h"
+#include "gpumem/memory_lineage.h"
 #include "criu-plugin/criu_host.h"
 #include "criu-plugin/cuda/chunk_mapping.h"
 

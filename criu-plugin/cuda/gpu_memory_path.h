@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "common/gpu_image.h"
+#include "gpumem/gpu_image.h"
 #include "criu-plugin/cuda/memory_copy.h"
 #include "criu-plugin/cuda/staging_memory.h"
 
@@ -69,7 +69,7 @@ class GpuMemoryPath {
   // and chunk, whether it is in place; where mapping fails, nothing is, and the fill copies every chunk.
   std::vector<std::vector<bool>> map_chunks(const std::vector<ProcessMemory>& jobs) const;
   // GPUCKPT_STORE_RECOGNISE_UNCHANGED: the chunks of the process's last manifest the node kept
-  // (common/memory_lineage.h), or none.
+  // (gpumem/memory_lineage.h), or none.
   std::shared_ptr<const gpu_image::KnownChunks> known_chunks(int pid) const;
   // Keeps `manifest` as the process's last one, for its next dump.
   void remember(int pid, const gpu_image::Manifest& manifest) const;

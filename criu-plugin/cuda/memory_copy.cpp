@@ -15,8 +15,8 @@
 #include <system_error>
 #include <thread>
 
-#include "common/chunk_store.h"
-#include "common/gpu_manifest.h"
+#include "gpumem/chunk_store.h"
+#include "gpumem/gpu_manifest.h"
 #include "criu-plugin/cuda/staging_memory.h"
 
 namespace gpuckpt::cuda {

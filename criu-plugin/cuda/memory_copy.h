@@ -1,4 +1,4 @@
-// Moving staged GPU memory between processes and GPU memory images (common/gpu_image.h), with one pool of
+// Moving staged GPU memory between processes and GPU memory images (gpumem/gpu_image.h), with one pool of
 // threads shared by every process of the tree. Reads and writes other processes' memory with
 // process_vm_readv/process_vm_writev, so it works from any process with ptrace rights over them (CRIU, the
 // driver host). Every thread is joined before a function returns: nothing keeps running inside CRIU.
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "common/gpu_image.h"
-#include "common/gpu_manifest.h"
-#include "common/result.h"
+#include "gpumem/gpu_image.h"
+#include "gpumem/gpu_manifest.h"
+#include "base/result.h"
 
 namespace gpuckpt::cuda {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <thread>
 
-#include "common/inventory.h"
-#include "common/log.h"
+#include "gpu/inventory.h"
+#include "base/log.h"
 #include "criu-plugin/criu_host.h"
 #include "criu-plugin/cuda/cuda_backend.h"
 #include "criu-plugin/cuda/cuda_driver.h"

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/properties_record.h"
+#include "gpu/properties_record.h"
 #include "criu-plugin/cuda/uuid.h"
 
 namespace gpuckpt::cuda {

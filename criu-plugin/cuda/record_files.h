@@ -1,5 +1,5 @@
 // gpuckpt's own files in CRIU's image directory: gpuckpt-cuda-<pid>.img holds the GPU properties record
-// (common/properties_record.h, protobuf) of one checkpointed CUDA process: this node's GPUs and the ones the
+// (gpu/properties_record.h, protobuf) of one checkpointed CUDA process: this node's GPUs and the ones the
 // process had open. CRIU ignores files it does not know, and they travel with the images.
 #pragma once
 
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/gpu_model.h"
-#include "common/result.h"
+#include "gpu/gpu_model.h"
+#include "base/result.h"
 
 namespace gpuckpt::cuda {
 

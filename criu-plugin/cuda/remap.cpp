@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/json_reader.h"
-#include "common/matcher.h"
+#include "base/json_reader.h"
+#include "gpu/matcher.h"
 
 namespace gpuckpt::cuda {
 namespace {

@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/gpu_model.h"
-#include "common/result.h"
+#include "gpu/gpu_model.h"
+#include "base/result.h"
 #include "criu-plugin/cuda/uuid.h"
 
 namespace gpuckpt::cuda {

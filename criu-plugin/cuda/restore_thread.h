@@ -7,7 +7,7 @@
 #include <csignal>
 #include <cstdint>
 
-#include "common/result.h"
+#include "base/result.h"
 
 namespace gpuckpt::cuda {
 

@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "common/gpu_image.h"
-#include "common/plugin_settings.h"
-#include "common/result.h"
+#include "gpumem/gpu_image.h"
+#include "gpumem/plugin_settings.h"
+#include "base/result.h"
 
 namespace gpuckpt::cuda {
 
@@ -81,7 +81,7 @@ bool image_dir_is_stream(int dir_fd);
 //                               dump that container again (the files lie outside its mounts)
 //   GPUCKPT_STORE_RECOGNISE_UNCHANGED  a dump into a chunk store names a chunk unchanged since the process's previous
 //                               checkpoint or restore by that manifest's digest, recognised by XXH3-64 instead of
-//                               hashed with SHA-256 (common/memory_lineage.h)
+//                               hashed with SHA-256 (gpumem/memory_lineage.h)
 Result<bool> switch_from_env(const char* name, const PluginSettings& node = plugin_settings());
 // The same for a switch that is off (or on) when unset.
 Result<bool> switch_from_env_or(const char* name, bool when_unset, const PluginSettings& node = plugin_settings());

@@ -22,15 +22,15 @@
 #include "agent/pod_events.h"
 #include "node/job_store.h"
 #include "node/service.h"
-#include "common/checkpoint_images.h"
-#include "common/container_store.h"
-#include "common/inventory.h"
-#include "common/matcher.h"
-#include "common/properties_record.h"
-#include "test/agent/archive_builder.h"
+#include "archive/checkpoint_images.h"
+#include "state/container_store.h"
+#include "gpu/inventory.h"
+#include "gpu/matcher.h"
+#include "gpu/properties_record.h"
+#include "test/support/archive_builder.h"
 #include "test/agent/fake_kube_api.h"
 #include "test/agent/registry_server.h"
-#include "test/common/store_checkpoint.h"
+#include "test/support/store_checkpoint.h"
 
 namespace fs = std::filesystem;
 using namespace gpuckpt;
@@ -401,7 +401,7 @@ TEST_CASE("GET /v1/checkpoints lists jobs newest first, filtered and bounded, be
   CHECK(anon->status == 401);
 }
 
-TEST_CASE("GET /v1/node reports the node checks (common/node_report) behind the token", "[unit]") {
+TEST_CASE("GET /v1/node reports the node checks (runtime/node_report) behind the token", "[unit]") {
   Fixture f;
   auto anon = f.client("").Get("/v1/node");
   REQUIRE(anon);

@@ -21,16 +21,16 @@
 #include <string>
 #include <vector>
 
-#include "common/checkpoint_archive.h"
-#include "common/checkpoint_export.h"
-#include "common/chunk_gc.h"
-#include "common/chunk_receive.h"
-#include "common/chunk_store.h"
+#include "archive/checkpoint_archive.h"
+#include "archive/checkpoint_export.h"
+#include "gpumem/chunk_gc.h"
+#include "gpumem/chunk_receive.h"
+#include "gpumem/chunk_store.h"
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
 #include "node/service.h"
-#include "test/common/store_checkpoint.h"
-#include "test/temp_dir.h"
+#include "test/support/store_checkpoint.h"
+#include "test/support/temp_dir.h"
 
 namespace cs = gpuckpt::chunk_store;
 namespace ce = gpuckpt::checkpoint_export;

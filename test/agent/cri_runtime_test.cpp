@@ -13,7 +13,7 @@
 #include "node/cri_client.h"
 #include "node/cri_runtime.h"
 #include "node/metrics.h"
-#include "test/agent/archive_builder.h"
+#include "test/support/archive_builder.h"
 
 namespace v1 = runtime::v1;
 using namespace gpuckpt;

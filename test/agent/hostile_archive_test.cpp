@@ -8,12 +8,12 @@
 #include <cstdio>
 
 #include "agent/kubelet_watch.h"
-#include "common/log.h"
-#include "common/checkpoint_archive.h"
-#include "common/json_reader.h"
-#include "common/restore_archive.h"
-#include "common/restore_plan.h"
-#include "test/agent/archive_builder.h"
+#include "base/log.h"
+#include "archive/checkpoint_archive.h"
+#include "base/json_reader.h"
+#include "archive/restore_archive.h"
+#include "restore/restore_plan.h"
+#include "test/support/archive_builder.h"
 
 namespace fs = std::filesystem;
 using namespace gpuckpt;

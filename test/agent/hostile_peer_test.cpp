@@ -14,13 +14,13 @@
 #include <string>
 #include <thread>
 
-#include "common/chunk_store.h"
+#include "gpumem/chunk_store.h"
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
 #include "node/service.h"
 #include "test/agent/hostile_server.h"
-#include "test/common/store_checkpoint.h"
-#include "test/temp_dir.h"
+#include "test/support/store_checkpoint.h"
+#include "test/support/temp_dir.h"
 
 namespace cs = gpuckpt::chunk_store;
 namespace fs = std::filesystem;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "agent/http_server.h"
-#include "common/log.h"
+#include "base/log.h"
 
 using namespace gpuckpt;
 using Clock = std::chrono::steady_clock;

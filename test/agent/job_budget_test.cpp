@@ -17,7 +17,7 @@
 #include <httplib.h>
 
 #include "node/service.h"
-#include "test/agent/archive_builder.h"
+#include "test/support/archive_builder.h"
 
 namespace fs = std::filesystem;
 using namespace gpuckpt;

@@ -13,7 +13,7 @@
 #include "node/job_state.h"
 #include "node/job_store.h"
 #include "node/metrics.h"
-#include "test/temp_dir.h"
+#include "test/support/temp_dir.h"
 
 using namespace gpuckpt;
 using nlohmann::json;

@@ -11,7 +11,7 @@
 
 #include "agent/node_labels.h"
 #include "node/kube_client.h"
-#include "test/agent/archive_builder.h"
+#include "test/support/archive_builder.h"
 #include "test/agent/hostile_server.h"
 
 using gpuckpt::node::KubeClient;

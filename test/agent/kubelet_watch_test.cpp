@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "agent/kubelet_watch.h"
-#include "common/checkpoint_images.h"
-#include "common/container_store.h"
-#include "test/agent/archive_builder.h"
+#include "archive/checkpoint_images.h"
+#include "state/container_store.h"
+#include "test/support/archive_builder.h"
 
 namespace fs = std::filesystem;
 using namespace gpuckpt;

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/node_labels.h"
-#include "test/agent/archive_builder.h"
+#include "test/support/archive_builder.h"
 
 using namespace gpuckpt;
 using gpuckpt::agent::compute_node_labels;

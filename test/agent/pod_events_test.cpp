@@ -7,7 +7,7 @@
 #include <regex>
 
 #include "agent/pod_events.h"
-#include "test/agent/archive_builder.h"
+#include "test/support/archive_builder.h"
 #include "test/agent/fake_kube_api.h"
 
 using namespace gpuckpt;

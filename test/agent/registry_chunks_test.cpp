@@ -15,14 +15,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/checkpoint_image.h"
-#include "common/chunk_store.h"
+#include "archive/checkpoint_image.h"
+#include "gpumem/chunk_store.h"
 #include "node/chunk_transfer.h"
 #include "node/registry_chunks.h"
 #include "node/registry_push.h"
 #include "test/agent/registry_server.h"
-#include "test/common/store_checkpoint.h"
-#include "test/temp_dir.h"
+#include "test/support/store_checkpoint.h"
+#include "test/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 namespace cs = gpuckpt::chunk_store;

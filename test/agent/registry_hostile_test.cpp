@@ -9,11 +9,11 @@
 #include <chrono>
 #include <thread>
 
-#include "common/chunk_store.h"
+#include "gpumem/chunk_store.h"
 #include "node/registry_chunks.h"
 #include "node/registry_push.h"
-#include "common/checkpoint_image.h"
-#include "test/agent/archive_builder.h"
+#include "archive/checkpoint_image.h"
+#include "test/support/archive_builder.h"
 
 namespace fs = std::filesystem;
 using namespace gpuckpt;

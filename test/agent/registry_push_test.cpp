@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "node/registry_push.h"
-#include "common/checkpoint_image.h"
-#include "test/agent/archive_builder.h"
+#include "archive/checkpoint_image.h"
+#include "test/support/archive_builder.h"
 #include "test/agent/registry_server.h"
 
 namespace fs = std::filesystem;

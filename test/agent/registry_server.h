@@ -20,7 +20,7 @@
 #include <string>
 #include <thread>
 
-#include "test/agent/archive_builder.h"
+#include "test/support/archive_builder.h"
 
 namespace gpuckpt::test {
 

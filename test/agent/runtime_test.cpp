@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "node/kubelet_runtime.h"
-#include "test/agent/archive_builder.h"
+#include "test/support/archive_builder.h"
 
 namespace fs = std::filesystem;
 using namespace gpuckpt;

@@ -1,5 +1,5 @@
 // gpuckpt-store-fixture STORE OUT SEED...: writes a store-backed checkpoint of one process (vpid 7) whose GPU
-// memory is one random 64 KiB chunk per SEED (test/common/store_checkpoint_writer.h) into the chunk store STORE,
+// memory is one random 64 KiB chunk per SEED (test/support/store_checkpoint_writer.h) into the chunk store STORE,
 // and its podman-shaped archive to OUT; prints the checkpoint id. Two checkpoints that share seeds share those
 // chunks: what the shell tests of transfers between two agents' stores need (archive_transfer_e2e_test.sh).
 #include <cstdio>
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "common/chunk_store.h"
-#include "test/common/store_checkpoint_writer.h"
-#include "test/temp_dir.h"
+#include "gpumem/chunk_store.h"
+#include "test/support/store_checkpoint_writer.h"
+#include "test/support/temp_dir.h"
 
 int main(int argc, char** argv) {
   if (argc < 4) {

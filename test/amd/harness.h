@@ -19,7 +19,7 @@
 
 #include <linux/kfd_ioctl.h>
 
-#include "common/log.h"
+#include "base/log.h"
 #include "criu-plugin/amd/amd_backend.h"
 #include "criu-plugin/criu_abi.h"
 #include "test/amd/sim/host_tree.h"

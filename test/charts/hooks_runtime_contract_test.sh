@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2016 # checks are eval'ed strings that use these variables
 # Contract (CI has no CRI-O: test/e2e/crio_flow.sh runs the real one): every hooks.d entry the chart can install,
-# judged by CRI-O's and podman's rule (common/oci_hooks_rules.h: containers' hooks library as CRI-O v1.36.3 vendors
+# judged by CRI-O's and podman's rule (runtime/oci_hooks_rules.h: containers' hooks library as CRI-O v1.36.3 vendors
 # it) through `gpuckpt doctor` on fixture host roots after the chart's installer (host-files.sh) ran there:
 #   - the entries the chart renders (helm template, default values and a custom state/install dir) plus the
 #     repository's own oci-hook/gpuckpt-hook*.json: CRI-O rejects exactly the ones whose stages are not OCI stages

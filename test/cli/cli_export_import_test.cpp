@@ -15,10 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/checkpoint_archive.h"
-#include "common/directory_archive.h"
-#include "test/common/store_checkpoint.h"
-#include "test/temp_dir.h"
+#include "archive/checkpoint_archive.h"
+#include "archive/directory_archive.h"
+#include "test/support/store_checkpoint.h"
+#include "test/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using gpuckpt::test::TempDir;

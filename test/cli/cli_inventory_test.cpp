@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/properties_record.h"
+#include "gpu/properties_record.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

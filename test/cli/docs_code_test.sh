@@ -4,7 +4,7 @@
 # - the kubectl plugin's "What a restore is on a node" lines name the runtime kinds `gpuckpt runtime --help` lists
 #   (node/runtime_kinds.h, the table the agent's GET /v1/runtime answers from), each with the same restore unit, as
 #   docs/api.md and docs/kubernetes.md say, and the chart's schema offers exactly those kinds;
-# - every GPUCKPT_* variable the CLI reads (getenv in cli/, and MatchPolicy::from_env's in common/matcher.cpp where a
+# - every GPUCKPT_* variable the CLI reads (getenv in cli/, and MatchPolicy::from_env's in gpu/matcher.cpp where a
 #   cli/ verb calls it) is in `gpuckpt --help`'s environment lines and in docs/cli.md's Environment table, and
 #   every one the kubectl plugin reads is in its --help, and every one any component reads is somewhere in docs/;
 # - docs/README.md links every page; every repository path the README, the plugin's README, the chart's NOTES and
@@ -21,7 +21,7 @@ bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 # ---- the CRIU that takes `network-lock` in a runtime's config file: installer, doctor, tests and docs agree -----------
 installer_floor=$(sed -n 's/.*\[ "\$major" -eq 4 \] && \[ "\$minor" -ge \([0-9]*\) \].*/4.\1/p' "$SRC/charts/gpuckpt/files/host-files.sh" | head -1)
 probe_floor=$(sed -n 's/.*\[ "\$major" = 4 \] && \[ "\$minor" -ge \([0-9]*\) \].*/4.\1/p' "$SRC/scripts/lib/criu-probe.sh" | head -1)
-doctor_floor=$(sed -n 's/.*major == 4 && minor >= \([0-9]*\)))) {.*/4.\1/p' "$SRC/common/node_report.cpp" | head -1)
+doctor_floor=$(sed -n 's/.*major == 4 && minor >= \([0-9]*\)))) {.*/4.\1/p' "$SRC/runtime/node_report.cpp" | head -1)
 [ -n "$installer_floor" ] && [ "$installer_floor" = "$probe_floor" ] && [ "$installer_floor" = "$doctor_floor" ] && ok ||
   bad "the installer ($installer_floor), scripts/lib/criu-probe.sh ($probe_floor) and gpuckpt doctor ($doctor_floor) disagree on the CRIU that takes network-lock in a config file"
 grep -qF "**\`network-lock\` in a config file needs CRIU >= $installer_floor.**" "$SRC/docs/cuda.md" && ok ||
@@ -64,7 +64,7 @@ grep -q 'restores_as "$agent"' "$SRC/kubectl-plugin/kubectl-gpuckpt" && grep -q 
 # ---- environment variables ---------------------------------------------------------------------------------------
 read_by_cli=$(cat "$SRC"/cli/*.cpp "$SRC"/cli/*.h | grep -oE 'getenv\("GPUCKPT_[A-Z0-9_]+"\)' | grep -oE 'GPUCKPT_[A-Z0-9_]+' || true)
 if grep -q 'MatchPolicy::from_env' "$SRC"/cli/*.cpp; then
-  read_by_cli+=$'\n'$(grep -oE 'env_flag\("GPUCKPT_[A-Z0-9_]+"' "$SRC/common/matcher.cpp" | grep -oE 'GPUCKPT_[A-Z0-9_]+')
+  read_by_cli+=$'\n'$(grep -oE 'env_flag\("GPUCKPT_[A-Z0-9_]+"' "$SRC/gpu/matcher.cpp" | grep -oE 'GPUCKPT_[A-Z0-9_]+')
 fi
 read_by_cli=$(sort -u <<< "$read_by_cli" | sed '/^$/d')
 [ "$(wc -l <<< "$read_by_cli")" -ge 8 ] && ok || bad "found the variables the CLI reads ($read_by_cli)"
@@ -77,7 +77,7 @@ done
 
 # every variable a gpuckpt component reads (the agent, the hook, gpuckpt-nri, the CRIU plugin) is in docs/
 read_anywhere=$(cd "$SRC" && grep -rhoE '(getenv|env_flag|env_number|value|\.get)\("GPUCKPT_[A-Z0-9_]+"' \
-  cli common node agent criu-plugin oci-hook nri-plugin podresources | grep -oE 'GPUCKPT_[A-Z0-9_]+' | sort -u)
+  cli base gpu state gpumem criu restore archive runtime node agent criu-plugin oci-hook nri-plugin podresources | grep -oE 'GPUCKPT_[A-Z0-9_]+' | sort -u)
 [ "$(wc -l <<< "$read_anywhere")" -ge 15 ] && ok || bad "found the variables the components read ($read_anywhere)"
 for name in $read_anywhere; do
   grep -qw -- "$name" "$SRC"/docs/*.md && ok || bad "docs/ name $name (a gpuckpt component reads it)"
@@ -99,7 +99,8 @@ done
 # ---- paths: every file of the repository a doc names in backticks is there ----------------------------------------
 missing=$(cd "$SRC" && python3 - README.md kubectl-plugin/README.md charts/gpuckpt/templates/NOTES.txt docs/*.md <<'PY'
 import glob, os, re, sys
-tops = ("agent/", "bench/", "charts/", "cli/", "cmake/", "common/", "criu-plugin/", "docs/", "fuzz/", "kubectl-plugin/",
+tops = ("agent/", "bench/", "charts/", "cli/", "cmake/", "base/", "gpu/", "state/", "gpumem/", "criu/", "restore/", "archive/", "runtime/",
+        "criu-plugin/", "docs/", "fuzz/", "kubectl-plugin/",
         "manifests/", "node/", "nri-plugin/", "oci-hook/", "podresources/", "proto/", "rpc/", "scripts/", "test/")
 for doc in sys.argv[1:]:
     for number, line in enumerate(open(doc), 1):

@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "common/chunk_store.h"
-#include "common/gpu_manifest.h"
+#include "gpumem/chunk_store.h"
+#include "gpumem/gpu_manifest.h"
 #include "criu-plugin/cpu_pages/cpu_pages.h"
 #include "criu-plugin/cpu_pages/page_chunks.h"
 #include "criu-plugin/cpu_pages/pagemap_image.h"
 #include "criu_pagemap.pb.h"
-#include "test/random_bytes.h"
-#include "test/temp_dir.h"
+#include "test/support/random_bytes.h"
+#include "test/support/temp_dir.h"
 
 namespace cp = gpuckpt::cpu_pages;
 namespace gi = gpuckpt::gpu_image;

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "common/log.h"
+#include "base/log.h"
 #include "criu-plugin/criu_abi.h"
 #include "criu-plugin/cuda/cuda_backend.h"
 #include "criu-plugin/cuda/record_files.h"

@@ -19,13 +19,13 @@
 #include <map>
 #include <string>
 
-#include "common/chunk_store.h"
-#include "common/gpu_manifest.h"
+#include "gpumem/chunk_store.h"
+#include "gpumem/gpu_manifest.h"
 #include "criu-plugin/cuda/gpu_memory_path.h"
 #include "criu-plugin/cuda/memory_copy.h"
 #include "criu-plugin/cuda/staging_memory.h"
 #include "test/criu-plugin/stand_in/stand_ins.h"
-#include "test/temp_dir.h"
+#include "test/support/temp_dir.h"
 
 using namespace gpuckpt::cuda;
 namespace gi = gpuckpt::gpu_image;

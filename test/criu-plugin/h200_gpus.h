@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "common/gpu_model.h"
+#include "gpu/gpu_model.h"
 
 namespace gpuckpt::test {
 

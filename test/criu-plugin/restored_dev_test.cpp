@@ -16,7 +16,7 @@
 #include <string>
 
 #include "criu-plugin/restored_dev.h"
-#include "test/temp_dir.h"
+#include "test/support/temp_dir.h"
 
 using namespace gpuckpt;
 using namespace gpuckpt::plugin;

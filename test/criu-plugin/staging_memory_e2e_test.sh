@@ -22,7 +22,7 @@
 #   9. gpuckpt export of that checkpoint, import into an empty store, restore from that store alone: bit-identical.
 #  10. that store as the node store: its raw chunks are mapped into the process, not copied (bit-identical, the
 #      store's files unchanged); a damaged raw chunk fails the restore, named.
-#  11. unchanged chunks recognised by XXH3-64 (common/memory_lineage.h): a second dump of a running process names
+#  11. unchanged chunks recognised by XXH3-64 (gpumem/memory_lineage.h): a second dump of a running process names
 #      every stored chunk by its first manifest's digest (the same manifest chunks, nothing written); after the
 #      process changed its memory nothing is recognised and the new chunks are stored; a restore from the node store
 #      keeps the restored process's manifest, so its next dump recognises again; GPUCKPT_STORE_RECOGNISE_UNCHANGED=0

@@ -29,7 +29,7 @@
 #include <span>
 #include <string>
 
-#include "common/gpu_image.h"
+#include "gpumem/gpu_image.h"
 
 namespace {
 

@@ -53,7 +53,7 @@ command -v podman >/dev/null || skip "podman not installed (scripts/setup.sh)"
 for f in "$PLUGIN" "$HELPER" "$CLI" "$AGENT"; do [ -f "$f" ] || fail "$f not built"; done
 ldd "$PLUGIN" 2>/dev/null | grep -qE 'lib(asan|ubsan)' && skip "plugin built with sanitizers cannot load into CRIU"
 
-# short: the stores' paths are settings-file values (at most 64 characters, common/plugin_settings.h)
+# short: the stores' paths are settings-file values (at most 64 characters, gpumem/plugin_settings.h)
 TMP=$(mktemp -d /tmp/gpuckpt-ss.XXXXXX)
 chmod 700 "$TMP"
 NAME=gpuckpt-e2e-shared-$$

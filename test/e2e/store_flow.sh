@@ -75,7 +75,7 @@ fi
 for f in "$PLUGIN" "$HELPER"; do [ -f "$f" ] || fail "$f not built"; done
 ldd "$PLUGIN" 2>/dev/null | grep -qE 'lib(asan|ubsan)' && skip "plugin built with sanitizers cannot load into CRIU"
 
-# short: the stores' paths are settings-file values (at most 64 characters, common/plugin_settings.h)
+# short: the stores' paths are settings-file values (at most 64 characters, gpumem/plugin_settings.h)
 TMP=$(mktemp -d /tmp/gpuckpt-store.XXXXXX)
 NAME=gpuckpt-e2e-store-$$
 IMAGE=localhost/gpuckpt-e2e-store-$$:latest   # podman names are lower case

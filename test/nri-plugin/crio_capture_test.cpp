@@ -6,13 +6,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/checkpoint_images.h"
-#include "common/restore_plan.h"
-#include "common/restore_recognition.h"
+#include "archive/checkpoint_images.h"
+#include "restore/restore_plan.h"
+#include "restore/restore_recognition.h"
 #include "nri-plugin/nri_plugin.h"
-#include "test/common/gpu_builders.h"
+#include "test/support/gpu_builders.h"
 #include "test/nri-plugin/nri_node_fixture.h"
-#include "test/temp_dir.h"
+#include "test/support/temp_dir.h"
 
 using namespace gpuckpt;
 using namespace gpuckpt::nri;

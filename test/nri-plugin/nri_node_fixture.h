@@ -11,10 +11,10 @@
 #include <string>
 #include <utility>
 
-#include "common/gpu_model.h"
-#include "common/result.h"
+#include "gpu/gpu_model.h"
+#include "base/result.h"
 #include "nri-plugin/nri_plugin.h"
-#include "test/common/gpu_builders.h"
+#include "test/support/gpu_builders.h"
 
 namespace gpuckpt::nri::test_fixture {
 

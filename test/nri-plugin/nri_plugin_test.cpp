@@ -14,12 +14,12 @@
 #include "nri-plugin/nri_plugin.h"
 #include "nri-plugin/nri_session.h"
 #include "nri-plugin/ttrpc_mux.h"
-#include "common/checkpoint_images.h"
-#include "common/restore_plan.h"
-#include "common/container_store.h"
-#include "test/common/gpu_builders.h"
+#include "archive/checkpoint_images.h"
+#include "restore/restore_plan.h"
+#include "state/container_store.h"
+#include "test/support/gpu_builders.h"
 #include "test/nri-plugin/nri_node_fixture.h"
-#include "test/temp_dir.h"
+#include "test/support/temp_dir.h"
 #include "ttrpc/envelope.pb.h"
 
 using namespace gpuckpt;

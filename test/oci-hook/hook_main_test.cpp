@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "test/temp_dir.h"
+#include "test/support/temp_dir.h"
 
 namespace {
 

@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/container_store.h"
-#include "common/gpu_container_record.h"
+#include "state/container_store.h"
+#include "state/gpu_container_record.h"
 #include "oci-hook/hook.h"
 
 namespace fs = std::filesystem;

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "test/temp_dir.h"
+#include "test/support/temp_dir.h"
 
 namespace gpuckpt::test {
 

@@ -49,7 +49,7 @@ new_suffix=.gpuckpt-new                  # staged files: not *.so, so CRIU never
 disabled_suffix=.disabled-by-gpuckpt     # another GPU plugin moved aside (not *.so either)
 other_gpu_plugins="cuda_plugin.so amdgpu_plugin.so"
 config_marker="# gpuckpt: managed file"  # first line of every CRIU config gpuckpt ships; others are not touched
-settings_name=gpuckpt_plugin.env          # the plugin's settings, beside it (common/plugin_settings.h)
+settings_name=gpuckpt_plugin.env          # the plugin's settings, beside it (gpumem/plugin_settings.h)
 
 owner_file() { printf '%s/.installed-by' "$(host_path "$GPUCKPT_INSTALL_DIR")"; }
 disabled_list() { printf '%s/.disabled-gpu-plugins' "$(host_path "$GPUCKPT_INSTALL_DIR")"; }

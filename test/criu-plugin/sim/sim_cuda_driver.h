@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "common/gpu_model.h"
+#include "gpu/gpu_model.h"
 #include "criu-plugin/cuda/cuda_backend.h"
 #include "criu-plugin/cuda/cuda_driver.h"
 #include "criu-plugin/cuda/driver_host.h"

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "common/log.h"
+#include "base/log.h"
 
 namespace gpuckpt::cuda::stand_in {
 

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "common/result.h"
+#include "base/result.h"
 #include "criu-plugin/cuda/gpu_memory_path.h"
 
 namespace gpuckpt::cuda::stand_in {

@@ -1,0 +1,160 @@
+#include "gpumem/memory_lineage.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <ctime>
+#include <sstream>
+#include <string_view>
+#include <vector>
+
+#include "gpumem/chunk_store.h"
+
+namespace gpuckpt::memory_lineage {
+namespace {
+
+namespace cs = chunk_store;
+namespace gi = gpu_image;
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+template <class Number>
+bool parse_number(std::string_view text, Number& out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size() && !text.empty();
+}
+
+// "<32 hex>-<pid>-<ticks>.json" into its identity, or false.
+bool parse_record_name(std::string_view name, ProcessIdentity& out) {
+  constexpr std::string_view suffix = ".json";
+  if (name.size() < 32 + 4 + suffix.size() || !name.ends_with(suffix) || name[32] != '-' ||
+      !cs::is_lower_hex(name.substr(0, 32), 32))
+    return false;
+  const auto rest = name.substr(33, name.size() - 33 - suffix.size());
+  const auto dash = rest.find('-');
+  if (dash == std::string_view::npos) return false;
+  out.boot_id = std::string(name.substr(0, 32));
+  return parse_number(rest.substr(0, dash), out.pid) && out.pid > 0 &&
+         parse_number(rest.substr(dash + 1), out.start_ticks);
+}
+
+constexpr long kPartialGraceSeconds = 600;   // a write in flight is never that old
+
+std::string store_root(const std::string& node_store) {
+  return node_store.empty() ? std::string(cs::kNodeStoreDir) : node_store;
+}
+
+std::string records_shown(const std::string& node_store) { return store_root(node_store) + "/" + kRecordsDir; }
+
+// The node store's records directory, created when missing, once the store is known to be root's alone.
+Result<int> open_records_dir(const std::string& node_store, bool create) {
+  const std::string root = store_root(node_store);
+  auto store = cs::Store::open(root, create);
+  if (!store) return store.error();
+  if (!gi::ingest_verified_store(**store, root))
+    return make_error("the node store " + root + " is not root's alone (owner root, not writable by group or others)",
+                      EPERM);
+  const std::string shown = records_shown(node_store);
+  if (create && ::mkdirat((*store)->root_fd(), kRecordsDir, 0700) != 0 && errno != EEXIST)
+    return make_error("cannot create " + shown + ": " + errno_text(errno), errno);
+  const int fd = ::openat((*store)->root_fd(), kRecordsDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return make_error("cannot open " + shown + ": " + errno_text(errno), errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    ::close(fd);
+    return make_error(shown + " is not root's alone", EPERM);
+  }
+  return fd;
+}
+
+// Removes the records of processes that are gone (another boot, no such pid, or a pid started at another time);
+// returns how many records stay.
+std::size_t remove_gone(int dir_fd, const HostRoot& host, const std::string& boot_id) {
+  const int fd = ::dup(dir_fd);
+  if (fd < 0) return 0;
+  DIR* dir = ::fdopendir(fd);
+  if (dir == nullptr) {
+    ::close(fd);
+    return 0;
+  }
+  std::size_t kept = 0;
+  std::vector<std::string> gone;
+  while (dirent* e = ::readdir(dir)) {
+    ProcessIdentity recorded;
+    const std::string_view name = e->d_name;
+    if (name.starts_with(".") && name.ends_with(".partial")) {   // a write that died before its rename, long ago
+      struct stat st {};
+      if (::fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mtime + kPartialGraceSeconds < ::time(nullptr))
+        gone.emplace_back(name);
+      continue;
+    }
+    if (!parse_record_name(name, recorded)) continue;
+    auto now = identify_process(recorded.pid, host);
+    if (recorded.boot_id != boot_id || !now || now->start_ticks != recorded.start_ticks) gone.emplace_back(name);
+    else ++kept;
+  }
+  ::closedir(dir);
+  for (const auto& name : gone) (void)::unlinkat(dir_fd, name.c_str(), 0);
+  return kept;
+}
+
+}  // namespace
+
+std::string ProcessIdentity::record_name() const {
+  return boot_id + "-" + std::to_string(pid) + "-" + std::to_string(start_ticks) + ".json";
+}
+
+Result<ProcessIdentity> identify_process(int pid, const HostRoot& host) {
+  ProcessIdentity id;
+  id.pid = pid;
+  const std::string boot_path = "proc/sys/kernel/random/boot_id";
+  auto boot = host.read_line(boot_path);
+  if (boot) std::erase(*boot, '-');
+  if (!boot || !cs::is_lower_hex(*boot, 32))
+    return make_error("cannot read this boot's id from " + host.resolve(boot_path).string(), EIO);
+  id.boot_id = *boot;
+  const std::string stat_path = "proc/" + std::to_string(pid) + "/stat";
+  auto stat = host.read_file(stat_path, 4096);
+  const auto close = stat ? stat->rfind(')') : std::string::npos;
+  if (close == std::string::npos)
+    return make_error("pid " + std::to_string(pid) + ": cannot read " + host.resolve(stat_path).string(), ESRCH);
+  // Fields after the command's ")": state is field 3, the start time field 22.
+  std::istringstream fields(stat->substr(close + 1));
+  std::string field;
+  for (int n = 3; n <= 22 && fields >> field; ++n)
+    if (n == 22 && parse_number(std::string_view(field), id.start_ticks)) return id;
+  return make_error("pid " + std::to_string(pid) + ": no start time in " + host.resolve(stat_path).string(), EIO);
+}
+
+Result<void> remember(const std::string& node_store, const ProcessIdentity& process, const gi::Manifest& manifest,
+                      const HostRoot& host) {
+  auto dir = open_records_dir(node_store, true);
+  if (!dir) return dir.error();
+  const int dir_fd = *dir;
+  Result<void> result;
+  if (remove_gone(dir_fd, host, process.boot_id) >= kMaxProcessRecords) {
+    result = make_error("the node keeps the last GPU memory manifest of " + std::to_string(kMaxProcessRecords) +
+                        " live processes already", ENOSPC);
+  } else {
+    // No fsync: a record lost in a crash costs the next dump its speed, nothing else.
+    result = gi::write_file_atomically(dir_fd, process.record_name(), gi::serialize_manifest(manifest), false,
+                                       records_shown(node_store));
+  }
+  ::close(dir_fd);
+  return result;
+}
+
+Result<gi::Manifest> recall(const std::string& node_store, const ProcessIdentity& process) {
+  auto dir = open_records_dir(node_store, false);
+  if (!dir) return dir.error();
+  auto manifest = gi::read_manifest(*dir, process.record_name());
+  ::close(*dir);
+  return manifest;
+}
+
+}  // namespace gpuckpt::memory_lineage
