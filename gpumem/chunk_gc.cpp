@@ -8,16 +8,15 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
+
+#include "base/errno_text.h"
 
 
 namespace gpuckpt::chunk_gc {
 namespace {
 
 namespace cs = chunk_store;
-
-std::string errno_text(int err) { return std::strerror(err); }
 
 bool before(const struct ::timespec& a, const struct ::timespec& b) {
   return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);

@@ -21,14 +21,13 @@
 #include <random>
 
 #include "base/byte_io.h"
+#include "base/errno_text.h"
 
 namespace gpuckpt::chunk_store {
 namespace {
 
 constexpr char kChunkMagic[8] = {'G', 'P', 'U', 'C', 'K', 'C', 'H', 'K'};
 constexpr const char* kHexDigits = "0123456789abcdef";
-
-std::string errno_text(int err) { return std::strerror(err); }
 
 using byte_io::get_le;
 using byte_io::put_le;

@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "base/byte_io.h"
+#include "base/errno_text.h"
 #include "gpumem/chunk_store.h"
 #include "base/log.h"
 
@@ -30,8 +31,6 @@ constexpr char kRecordMagic[4] = {'G', 'C', 'H', 'K'};
 using byte_io::get_le;
 using byte_io::put_le;
 using byte_io::read_all;
-
-std::string errno_text(int err) { return std::strerror(err); }
 
 Result<void> write_all(int fd, const std::byte* data, std::size_t size, std::uint64_t offset, const std::string& name) {
   while (size > 0) {

@@ -15,6 +15,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "base/errno_text.h"
 #include "gpumem/chunk_receive.h"
 #include "base/json_reader.h"
 
@@ -22,8 +23,6 @@ namespace gpuckpt::gpu_image {
 namespace {
 
 namespace cs = chunk_store;
-
-std::string errno_text(int err) { return std::strerror(err); }
 
 std::string mib(std::uint64_t bytes) {
   char buf[32];

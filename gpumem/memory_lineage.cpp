@@ -7,12 +7,12 @@
 
 #include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <ctime>
 #include <sstream>
 #include <string_view>
 #include <vector>
 
+#include "base/errno_text.h"
 #include "gpumem/chunk_store.h"
 
 namespace gpuckpt::memory_lineage {
@@ -20,8 +20,6 @@ namespace {
 
 namespace cs = chunk_store;
 namespace gi = gpu_image;
-
-std::string errno_text(int err) { return std::strerror(err); }
 
 template <class Number>
 bool parse_number(std::string_view text, Number& out) {

@@ -9,13 +9,13 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "base/byte_io.h"
 #include "base/caught.h"
+#include "base/errno_text.h"
 #include "gpumem/chunk_store.h"
 #include "gpumem/gpu_manifest.h"
 #include "criu-plugin/cpu_pages/page_chunks.h"
@@ -27,8 +27,6 @@ namespace {
 namespace cs = chunk_store;
 namespace gi = gpu_image;
 using Clock = std::chrono::steady_clock;
-
-std::string errno_text(int err) { return std::strerror(err); }
 
 // The names in `dir_fd` that `keep` accepts, sorted.
 template <class Keep>

@@ -24,6 +24,7 @@
 #include <string>
 #include <thread>
 
+#include "base/errno_text.h"
 #include "criu-plugin/criu_host.h"
 #include "criu-plugin/cuda/memory_copy.h"
 #include "criu-plugin/cuda/staging_memory.h"
@@ -37,8 +38,6 @@ namespace cs = chunk_store;
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kBatch = 64;                  // descriptors per message: well under a task's usual fd limit
 constexpr std::uint64_t kMapCountMargin = 4096;     // mappings left for the process after ours
-
-std::string errno_text(long ret) { return std::strerror(static_cast<int>(-ret)); }
 
 struct Candidate {
   std::size_t entry = 0;
@@ -235,13 +234,13 @@ class TaskReceiver {
   Result<void> open(const sockaddr_un& address, socklen_t length) {
     auto fd = task_.call(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (!fd) return fd.error();
-    if (*fd < 0) return make_error("socket() inside pid " + std::to_string(task_.pid()) + ": " + errno_text(*fd), static_cast<int>(-*fd));
+    if (*fd < 0) return make_error("socket() inside pid " + std::to_string(task_.pid()) + ": " + errno_text(static_cast<int>(-*fd)), static_cast<int>(-*fd));
     fd_ = static_cast<int>(*fd);
     if (auto ok = write_remote(task_.pid(), scratch_ + Scratch::kAddress, &address, length); !ok) return ok;
     auto bound = task_.call(SYS_bind, static_cast<unsigned long>(fd_), scratch_ + Scratch::kAddress, length);
     if (!bound) return bound.error();
     if (*bound != 0)
-      return make_error("bind() inside pid " + std::to_string(task_.pid()) + ": " + errno_text(*bound), static_cast<int>(-*bound));
+      return make_error("bind() inside pid " + std::to_string(task_.pid()) + ": " + errno_text(static_cast<int>(-*bound)), static_cast<int>(-*bound));
     return {};
   }
 
@@ -259,7 +258,7 @@ class TaskReceiver {
     auto got = task_.call(SYS_recvmsg, static_cast<unsigned long>(fd_), scratch_ + Scratch::kMsghdr,
                           MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if (!got) return got.error();
-    if (*got < 0) return make_error("recvmsg() inside pid " + std::to_string(pid) + ": " + errno_text(*got), static_cast<int>(-*got));
+    if (*got < 0) return make_error("recvmsg() inside pid " + std::to_string(pid) + ": " + errno_text(static_cast<int>(-*got)), static_cast<int>(-*got));
     msghdr back{};
     if (auto ok = read_remote(pid, scratch_ + Scratch::kMsghdr, &back, sizeof back); !ok) return ok.error();
     alignas(cmsghdr) unsigned char control[Scratch::kControlBytes];
@@ -438,7 +437,7 @@ Result<MappedChunks> map_store_chunks(int pid, const gi::StoreReader& reader, un
       else if (static_cast<std::uint64_t>(*mapped) != c.address)
         outcome = make_error("mmap() of chunk " + std::to_string(c.entry) + " at " + hex_address(c.address) +
                              " inside pid " + std::to_string(pid) + ": " +
-                             (*mapped < 0 ? errno_text(*mapped) : "it landed at " + hex_address(static_cast<std::uint64_t>(*mapped))),
+                             (*mapped < 0 ? errno_text(static_cast<int>(-*mapped)) : "it landed at " + hex_address(static_cast<std::uint64_t>(*mapped))),
                              *mapped < 0 ? static_cast<int>(-*mapped) : EFAULT);
       if (outcome) {
         result.in_place[c.entry] = true;
