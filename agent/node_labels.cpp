@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "base/log.h"
-#include "restore/restore_plan.h"   // write_file_atomically
 #include "node/kube_client.h"
 
 namespace gpuckpt::agent {
