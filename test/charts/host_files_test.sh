@@ -79,6 +79,38 @@ expect '[ -z "$(ls "$HOOKS_D")" ] && [ ! -e "$HOOK" ] && [ ! -e "$PLUGIN" ] && [
 expect '[ -d "$H/usr/share/containers/oci/hooks.d" ] && [ -d "$H/usr/lib/criu" ]' "shared host directories stay"
 if run pod-b remove 2>/dev/null; then ok; else bad "remove is idempotent"; fi
 
+# A rolling update stops the owner while its agent still ends a job: the plugin and the CRIU config that job's CRIU
+# needs stay until the agent no longer listens on its port, at most GPUCKPT_REMOVE_WAIT_SECONDS.
+listen() { # SECONDS: a stand-in agent listening on 127.0.0.1 for that long; prints its port
+  python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16); s.settimeout(0.1)
+print(s.getsockname()[1], flush=True)
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    try:
+        s.accept()[0].close()
+    except socket.timeout:
+        pass' "$1" > "$tmp/port" &
+  for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+}
+run pod-e install 2>/dev/null
+listen 2.5; port=$(cat "$tmp/port"); listener=$!
+run pod-e remove GPUCKPT_AGENT_PORT="$port" GPUCKPT_REMOVE_WAIT_SECONDS=30 2> "$tmp/log" &
+remover=$!
+sleep 1
+expect '[ -f "$PLUGIN" ] && [ -f "$H/etc/criu/runc.conf" ] && [ -f "$JSON" ]' \
+  "while the pod's agent still listens, its preStop keeps the plugin, the CRIU config and the hook"
+wait "$remover"; wait "$listener" 2>/dev/null || true
+expect '[ ! -e "$PLUGIN" ] && [ ! -e "$H/etc/criu/runc.conf" ] && [ -z "$(ls "$HOOKS_D")" ]' "once the agent is gone, they are removed"
+expect 'grep -q "waited [1-9][0-9]* s for the agent" "$tmp/log"' "it says how long it waited"
+run pod-e install 2>/dev/null
+: > "$tmp/port"; listen 20; port=$(cat "$tmp/port"); listener=$!
+start=$(date +%s)
+run pod-e remove GPUCKPT_AGENT_PORT="$port" GPUCKPT_REMOVE_WAIT_SECONDS=2 2>/dev/null
+expect '[ ! -e "$PLUGIN" ] && [ $(($(date +%s) - start)) -le 6 ]' "an agent that does not end is waited for at most GPUCKPT_REMOVE_WAIT_SECONDS"
+kill "$listener" 2>/dev/null; wait "$listener" 2>/dev/null || true
+
 # CRIU's own GPU plugins: moved aside while gpuckpt's is installed (default), put back on removal; refuse: no change
 run pod-b remove 2>/dev/null
 printf 'cuda' > "$H/usr/lib/criu/cuda_plugin.so"; printf 'amd' > "$H/usr/lib/criu/amdgpu_plugin.so"

@@ -14,6 +14,8 @@
 #   GPUCKPT_INSTALL_DIR     hook binary dir on the host    GPUCKPT_HOOK_JSON_DIR    holds the gpuckpt-hook*.json
 #   GPUCKPT_SRC_HOOK        hook binary in the image       GPUCKPT_SRC_PLUGIN       CRIU plugin in the image
 #   GPUCKPT_OWNER           this pod's UID: the owner mark that makes `remove` safe during rolling updates
+#   GPUCKPT_AGENT_PORT      (remove) the agent's port in this pod: `remove` waits while the agent still listens
+#   GPUCKPT_REMOVE_WAIT_SECONDS  (remove) at most this long (default 60)
 #   GPUCKPT_VERIFY          true (default): before anything is placed, run the hook and load the plugin into the
 #                           host's CRIU on the host; false: place them unverified
 #   GPUCKPT_CRIU            the host's CRIU (default: `criu` on the host's PATH)
@@ -334,8 +336,29 @@ cmd_install() {
   log "owner mark $GPUCKPT_OWNER written to $(owner_file)"
 }
 
+# The pod stops (a rolling update, a drain) while its agent may still be finishing a job: on SIGTERM it gives running
+# jobs limits.shutdown_grace_seconds and lets a runtime call in flight finish, and that call's CRIU needs the plugin
+# and gpuckpt's CRIU config. So the files stay until the agent no longer listens on GPUCKPT_AGENT_PORT (the pod's
+# own network), at most GPUCKPT_REMOVE_WAIT_SECONDS; without a port (or without bash to probe it) nothing waits.
+wait_for_agent_exit() {
+  port=${GPUCKPT_AGENT_PORT:-}
+  [ -n "$port" ] || return 0
+  case "$port" in *[!0-9]*) log "GPUCKPT_AGENT_PORT='$port' is not a port number: not waiting for the agent"; return 0 ;; esac
+  limit=${GPUCKPT_REMOVE_WAIT_SECONDS:-60}
+  case "$limit" in ''|*[!0-9]*) limit=60 ;; esac
+  waited=0
+  while [ "$waited" -lt "$limit" ] && bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null; do
+    [ "$waited" = 0 ] && log "the agent still answers on port $port: waiting for it to end its jobs before removing the host files (at most ${limit} s)"
+    sleep 1
+    waited=$((waited + 1))
+  done
+  [ "$waited" -gt 0 ] && log "waited ${waited} s for the agent"
+  return 0
+}
+
 cmd_remove() {
   for v in GPUCKPT_HOOKS_DIR GPUCKPT_CRIU_PLUGIN_DIR GPUCKPT_INSTALL_DIR GPUCKPT_OWNER; do need "$v"; done
+  wait_for_agent_exit
   owner=$(cat "$(owner_file)" 2>/dev/null || true)
   if [ -n "$owner" ] && [ "$owner" != "$GPUCKPT_OWNER" ]; then
     log "host files belong to pod $owner (a newer pod installed them): leaving them in place"
