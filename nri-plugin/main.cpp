@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "nri-plugin/nri_plugin.h"
 #include "nri-plugin/nri_session.h"
+#include "podresources/cdi_devices.h"
 #include "podresources/pod_resources.h"
 
 using namespace gpuckpt;   // (gpuckpt::nri is spelled out: NRI's own protobuf package is ::nri)
@@ -23,10 +24,13 @@ namespace {
 int usage() {
   std::fprintf(stderr,
                "usage: gpuckpt-nri [--socket PATH] [--state-dir DIR] [--host-root DIR] [--idx NN] [--hook PATH] [--once]\n"
-               "                   [--pod-resources-socket PATH] [--log-level L] [--log-format text|logfmt|json]\n"
+               "                   [--pod-resources-socket PATH] [--cdi-spec-dir DIR ...] [--log-level L]\n"
+               "                   [--log-format text|logfmt|json]\n"
                "  defaults: /var/run/nri/nri.sock, /var/lib/gpuckpt, /, 50; the kubelet's PodResources socket is\n"
                "  HOST_ROOT/var/lib/kubelet/pod-resources/kubelet.sock ('' turns it off: only the devices the runtime\n"
-               "  keeps from the request count, and a CRI-O restore, which keeps none, is refused)\n");
+               "  keeps from the request count, and a CRI-O restore, which keeps none, is refused); the CDI spec\n"
+               "  directories that say which nodes a DRA driver's CDI devices stand for: HOST_ROOT/etc/cdi and\n"
+               "  HOST_ROOT/var/run/cdi\n");
   return 2;
 }
 
@@ -41,6 +45,7 @@ int main(int argc, char** argv) {
   gpuckpt::nri::SessionOptions session;
   bool once = false;
   std::optional<std::string> pod_resources_socket;
+  CdiSpecDirs cdi_dirs;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -50,6 +55,7 @@ int main(int argc, char** argv) {
     else if (arg == "--idx" && has_value) session.plugin_idx = argv[++i];
     else if (arg == "--hook" && has_value) options.hook_path = argv[++i];
     else if (arg == "--pod-resources-socket" && has_value) pod_resources_socket = argv[++i];
+    else if (arg == "--cdi-spec-dir" && has_value) cdi_dirs.dirs.emplace_back(argv[++i]);
     else if (arg == "--log-level" && has_value) log::set_level(log::level_from_string(argv[++i], log::Level::Info));
     else if (arg == "--log-format" && has_value) {
       const auto format = log::format_from_string(argv[++i]);
@@ -71,6 +77,12 @@ int main(int argc, char** argv) {
   log::param("pod_resources_socket", pod_resources.socket);
   if (!pod_resources.socket.empty())
     options.allocation = [pod_resources](const ContainerIdentity& who) { return container_allocation(pod_resources, who); };
+  // CDI's default spec directories, in its order of rising priority, as the host's runtime reads them
+  if (cdi_dirs.dirs.empty()) cdi_dirs.dirs = {options.host_root / "etc/cdi", options.host_root / "var/run/cdi"};
+  for (const auto& dir : cdi_dirs.dirs) log::param("cdi_spec_dir", dir.lexically_normal().string());
+  options.cdi = [cdi_dirs, lookup = stat_device_numbers(options.host_root)](const std::string& name) {
+    return cdi_device_nodes(cdi_dirs, name, lookup);
+  };
   options.match_policy = MatchPolicy::from_env();
   options.match_policy.log_params();
   ::signal(SIGPIPE, SIG_IGN);

@@ -107,14 +107,15 @@ Result<std::vector<std::string>> NriPlugin::allocated_gpus_of(const api::CreateC
       return make_error(what + " refused: the kubelet's device allocation of " + describe(who) +
                             " cannot be read: " + allocation.error().message, EIO);
     if (allocation.value()) {
-      const AllocatedGpus gpus = allocated_gpus(*allocation.value(), node);
+      const AllocatedGpus gpus = allocated_gpus(*allocation.value(), node, options_.cdi, lookup_);
       for (const auto& unknown : gpus.unknown)
         log::warn(what + ": the kubelet allocated device " + log::escaped(unknown, 256) + " to " + describe(who) +
                   ", which names no GPU of this node's inventory; it is not a target");
       if (gpus.gpu_ids.empty())
         return make_error(what + " refused: the kubelet allocated no GPU of this node to " + describe(who) +
                               (gpus.unknown.empty() ? std::string() : " (only devices it does not know)") +
-                              "; request the GPUs the checkpoint used (nvidia.com/gpu) in the pod", ENODEV);
+                              "; request the GPUs the checkpoint used in the pod (nvidia.com/gpu, or a ResourceClaim of a GPU DRA "
+                              "driver)", ENODEV);
       return gpus.gpu_ids;
     }
   }

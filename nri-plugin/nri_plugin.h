@@ -48,6 +48,8 @@ struct NriPluginOptions {
   std::string hook_path;   // gpuckpt-oci-hook on the host, added to restored containers that do not
                            // have it already; empty: not added
   AllocationReader allocation;   // empty: no PodResources; only the devices the runtime kept count
+  CdiDeviceNodes cdi;            // the nodes of the CDI devices DRA drivers answered; empty: DRA devices name
+                                 // GPUs by their device names only
   std::chrono::seconds plan_lifetime{600};   // a plan unused this long after CreateContainer expires
 };
 

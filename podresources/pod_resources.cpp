@@ -89,6 +89,40 @@ Error too_large(const PodResourcesOptions& options, const std::string& method, c
                     EMSGSIZE);
 }
 
+// The devices DRA drivers prepared for the container's ResourceClaims, one DeviceAllocation per device (its
+// claim, driver, pool/device and CDI names), after the device plugins' ones. A claim resource without a device
+// name is no device (DRA's other kinds of resources) and is skipped.
+Result<void> add_dynamic_resources(const ::v1::ContainerResources& container, const std::string& where,
+                                   const PodResourcesOptions& options, const std::string& method,
+                                   std::vector<DeviceAllocation>& allocation) {
+  std::size_t count = 0;
+  for (const auto& claim : container.dynamic_resources()) {
+    count += static_cast<std::size_t>(std::max(claim.claim_resources_size(), 1));
+    for (const auto& resource : claim.claim_resources()) count += static_cast<std::size_t>(resource.cdi_devices_size());
+  }
+  if (count > static_cast<std::size_t>(kPodResourcesMaxDevicesPerContainer))
+    return too_large(options, method, std::to_string(count) + " DRA devices and CDI names for " + where,
+                     kPodResourcesMaxDevicesPerContainer);
+  for (const auto& claim : container.dynamic_resources()) {
+    if (claim.claim_name().empty() || claim.claim_namespace().empty())
+      return malformed(options, method, where + " has a DRA claim without a name or namespace");
+    const std::string claim_text = claim.claim_namespace() + "/" + claim.claim_name();
+    for (const auto& resource : claim.claim_resources()) {
+      if (resource.device_name().empty() && resource.cdi_devices_size() == 0) continue;
+      if (resource.driver_name().empty())
+        return malformed(options, method, where + ": claim " + claim_text + " has a device without a driver name");
+      DeviceAllocation device{resource.driver_name(), {resource.pool_name() + "/" + resource.device_name()}, claim_text, {}};
+      for (const auto& cdi : resource.cdi_devices()) {
+        if (cdi.name().empty())
+          return malformed(options, method, where + ": claim " + claim_text + " has an empty CDI device name");
+        device.cdi_devices.push_back(cdi.name());
+      }
+      allocation.push_back(std::move(device));
+    }
+  }
+  return {};
+}
+
 // The container's devices in `pod`, merged per resource name in the kubelet's order; nullopt if the pod does not
 // list the container.
 Result<Allocation> container_devices(const ::v1::PodResources& pod, const ContainerIdentity& identity,
@@ -132,6 +166,7 @@ Result<Allocation> container_devices(const ::v1::PodResources& pod, const Contai
   }
   // A resource listed only with no ids carries nothing.
   std::erase_if(allocation, [](const DeviceAllocation& a) { return a.device_ids.empty(); });
+  GPUCKPT_TRY_VOID(add_dynamic_resources(*found, where, options, method, allocation));
   return Allocation{std::move(allocation)};
 }
 

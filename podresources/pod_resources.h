@@ -5,8 +5,10 @@
 // What is matched: pod namespace + pod name + container name. The v1 API carries no pod UID (neither Get's request
 // nor its answers), so ContainerIdentity::pod_uid is not used; a pod deleted and re-created under the same name is
 // told apart only by the kubelet itself, which lists active pods. Restartable init containers (sidecars) are listed
-// like the other containers. Dynamic Resource Allocation claims (ContainerResources.dynamic_resources) are not
-// read: only device-plugin devices are.
+// like the other containers. Dynamic Resource Allocation claims (ContainerResources.dynamic_resources, reported by
+// kubelets from 1.27 with KubeletPodResourcesDynamicResources, on by default from 1.34) are read too: each device a
+// DRA driver prepared for one of the container's claims, with its CDI device names (podresources/cdi_devices.h says
+// which nodes those stand for).
 #pragma once
 
 #include <chrono>
@@ -33,8 +35,9 @@ inline constexpr int kPodResourcesMaxPods = 5000;              // kubelet's --ma
 inline constexpr int kPodResourcesMaxContainersPerPod = 500;
 inline constexpr int kPodResourcesMaxDevicesPerContainer = 1024;   // device ids, over all its resources
 
-// The container's allocation, one DeviceAllocation per resource name in the kubelet's order (the kubelet lists a
-// resource once per device; they are merged, repeated ids dropped). An empty vector: the container has no devices.
+// The container's allocation: one DeviceAllocation per device-plugin resource name in the kubelet's order (the
+// kubelet lists a resource once per device; they are merged, repeated ids dropped), then one per DRA device. An
+// empty vector: the container has no devices.
 //
 // Asks v1 Get for the pod. Where Get is not served — UNIMPLEMENTED (kubelets before 1.27) or UNKNOWN (the kubelet
 // answers a plain error: "Get method disabled" with the KubeletPodResourcesGet feature gate off, the default on

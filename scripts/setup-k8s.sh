@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes programs the cluster tests run, from their sources on the Go module proxy, once:
 # kubelet, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (k8s/toolchain/kubernetes), etcd
-# (k8s/toolchain/etcd), crictl (k8s/toolchain/cri-tools), and the tests' device plugin and PodResources client
-# (test/k8s/sim-device-plugin).
+# (k8s/toolchain/etcd), crictl (k8s/toolchain/cri-tools), and the tests' device plugin, DRA driver and PodResources
+# client (test/k8s/sim-device-plugin).
 # Every module version is pinned by the go.mod and go.sum committed beside it (-mod=readonly: a checksum that does
 # not match go.sum stops the build). Installs Debian's CNI plugins (bridge, host-local, loopback) for pod networks.
 # Called by scripts/run-tests.sh (not by the demo). Needs root (apt-get, /opt).
@@ -39,7 +39,8 @@ K8S_VERSION=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3} $1 ==
 [ -n "$K8S_VERSION" ] || die "$TOOLCHAIN/kubernetes/go.mod has no 'require k8s.io/kubernetes vX.Y.Z' line"
 K8S_HOME=$PREFIX/k8s
 BIN=$K8S_HOME/$K8S_VERSION/bin
-PROGRAMS=(kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl etcd crictl sim-device-plugin podresources-get)
+PROGRAMS=(kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl etcd crictl sim-device-plugin podresources-get
+  sim-dra-driver)
 
 export GOMODCACHE=$K8S_HOME/gomodcache GOCACHE=$K8S_HOME/gocache GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0
 GO_VERSION=$(go env GOVERSION)
@@ -93,8 +94,8 @@ log "building crictl"
 CRI_TOOLS_VERSION=$(awk '$1 == "sigs.k8s.io/cri-tools" && $2 ~ /^v/ {print $2} $1 == "require" && $2 == "sigs.k8s.io/cri-tools" {print $3}' \
   "$TOOLCHAIN/cri-tools/go.mod" | head -1)
 EXTRA_LDFLAGS="-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" build "$TOOLCHAIN/cri-tools" "$NEW/" sigs.k8s.io/cri-tools/cmd/crictl
-log "building the tests' sim-device-plugin and podresources-get"
-build "$SRC/test/k8s/sim-device-plugin" "$NEW/" . ./podresources-get
+log "building the tests' sim-device-plugin, podresources-get and sim-dra-driver"
+build "$SRC/test/k8s/sim-device-plugin" "$NEW/" . ./podresources-get ./sim-dra-driver
 seconds=$(( $(date +%s) - started ))
 
 {

@@ -10,6 +10,8 @@
 #   CTRD_CRIU_WORK_PATH=DIR           (before ctrd_start, optional) runc's CriuWorkPath option: CRIU's dump.log and
 #                                     restore.log go there (by default into the task's bundle, which containerd
 #                                     deletes when a restore fails, taking CRIU's reasons with it)
+#   CTRD_CDI_SPEC_DIR=DIR             (before ctrd_start, optional, 2.x) CDI on, its spec files read from DIR
+#                                     only (a DRA driver's devices); unset: CDI off
 #   CTRD_WRAPPER=(PROGRAM ARGS...)   (before ctrd_start, optional) a command that execs containerd, the rest of
 #                                     its command line appended (k8s-sandbox.sh: unshare into the node's mounts)
 #   ctrd_start WORK [NRI_PLUGIN_DIR]  writes WORK/containerd.toml and starts containerd (runc, cgroupfs,
@@ -113,7 +115,8 @@ ctrd_config_v3() {
   restrict_oom_score_adj = true
   enable_selinux = false
   disable_apparmor = true
-  enable_cdi = false
+$(if [ -n "${CTRD_CDI_SPEC_DIR:-}" ]; then printf '  enable_cdi = true\n  cdi_spec_dirs = ["%s"]\n' "$CTRD_CDI_SPEC_DIR"
+  else echo '  enable_cdi = false'; fi)
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     conf_dir = "$work/cni"
 $([ -n "${CTRD_CNI_BIN_DIR:-}" ] && printf '    bin_dirs = ["%s"]\n' "$CTRD_CNI_BIN_DIR")

@@ -16,6 +16,7 @@ host:
   archiveDir: $view/host/var/lib/gpuckpt/checkpoints
   kubeletCheckpointDir: $view/kubelet/checkpoints
   podResourcesDir: $view/kubelet/pod-resources
+  cdiSpecDirs: [$view/host/etc/cdi, $view/host/var/run/cdi]
   hooksDir: $view/host/hooks.d
   criuPluginDir: $view/host/usr/lib/criu
   installDir: $view/host/opt/gpuckpt

@@ -22,8 +22,12 @@
 #      gpuckpt-nri): the archive moved to node-b's agent, loaded as a checkpoint image there, a pod of it placed on
 #      node-b by the scheduler, restored by node-b's kubelet on the GPU node-b's device manager allocated (its
 #      PodResources says so), the counter continues; gpuckpt-nri plans node-a's GPU -> node-b's.
-# (kubectl gpuckpt migrate, a network namespace per node, CRI-O and the Helm DaemonSet are not covered yet:
-# docs/kubernetes.md says what is.)
+#   6. DRA on node-b: sim-dra-driver (the upstream kubelet-plugin library) publishes GPU 4 in a ResourceSlice, the
+#      scheduler allocates it to a ResourceClaim, node-b's kubelet has the driver prepare it (a CDI spec), containerd
+#      injects the CDI device; a pod of the checkpoint image using that claim is restored onto GPU 4: gpuckpt-nri
+#      reads the DRA allocation from the kubelet's PodResources and the node's CDI spec.
+# (kubectl gpuckpt migrate and the Helm DaemonSet have tests of their own; a network namespace per node and CRI-O
+# are not covered: docs/kubernetes.md says what is.)
 # Exit 0 pass, 77 skipped (no root, or setup.sh / setup-k8s.sh products absent), else fail. Every wait is bounded;
 # cleanup always runs. KEEP=1 keeps the work dir.
 set -euo pipefail
@@ -47,7 +51,7 @@ step() { printf '\n== %s (%ss)\n' "$*" "$(( $(date +%s) - T0 ))"; }
 T0=$(date +%s)
 
 [ "$(id -u)" = 0 ] || skip "needs root (kubelet, containerd, runc, CRIU)"
-for p in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crictl sim-device-plugin podresources-get; do
+for p in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crictl sim-device-plugin podresources-get sim-dra-driver; do
   [ -x "$K8S_BIN/$p" ] || skip "$K8S_BIN/$p missing (scripts/setup-k8s.sh builds it)"
 done
 [ -x "$CTRD_BIN_DIR/containerd" ] || skip "containerd 2.x not installed in $CTRD_BIN_DIR (scripts/setup.sh)"
@@ -62,11 +66,11 @@ for b in "$CLI" "$AGENT" "$NRI" "$HOOK"; do [ -x "$b" ] || fail "$b not built"; 
 # short: unix socket paths under it (the device plugins', the kubelet's) must fit in 108 bytes
 TMP=/tmp/gck8s-$$-$(date +%s)
 mkdir -m 700 "$TMP"
-NRI_PID='' PLUGIN_PID='' REGISTRY_PID='' AGENT_B_PID='' NRI_B_PID='' PLUGIN_B_PID=''
+NRI_PID='' PLUGIN_PID='' REGISTRY_PID='' AGENT_B_PID='' NRI_B_PID='' PLUGIN_B_PID='' DRA_PID=''
 cleanup() {
   set +e
   sandbox_stop_agent
-  for p in "$AGENT_B_PID" "$NRI_PID" "$NRI_B_PID" "$PLUGIN_PID" "$PLUGIN_B_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  for p in "$AGENT_B_PID" "$NRI_PID" "$NRI_B_PID" "$PLUGIN_PID" "$PLUGIN_B_PID" "$DRA_PID" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   k8s_stop
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
 }
@@ -271,7 +275,10 @@ echo "ok: gpu-counter-restored (at $RIP) Running in ${RESTORE_SECONDS}s, restore
 
 step "5. a second node: the checkpoint image restored there by its kubelet, on the GPU that kubelet allocates"
 NODE_B=node-b
-k8s_add_node "$NODE_B" || fail "node $NODE_B did not start"
+# node-b's containerd reads CDI specs (step 6: the DRA driver writes them) from a directory of its own
+CDI_B=$TMP/node-b-cdi
+mkdir -p "$CDI_B"
+CTRD_CDI_SPEC_DIR=$CDI_B k8s_add_node "$NODE_B" || fail "node $NODE_B did not start"
 KROOT_B=${K8S_KUBELET_ROOT[$NODE_B]}
 echo "ok: node $NODE_B Ready in ${K8S_NODE_SECONDS}s; $(kubectl get nodes --no-headers | wc -l) nodes"
 k8s_node_ctrd "$NODE_B"
@@ -296,7 +303,7 @@ done
 [ "$(kubectl get node "$NODE_B" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] ||
   fail "$NODE_B does not offer 2 nvidia.com/gpu: $(cat "$B/device-plugin.log")"
 "$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE_B" --host-root "$ROOT_B" --hook "$HOOK" \
-  --pod-resources-socket "$KROOT_B/pod-resources/kubelet.sock" --once > "$B/nri.log" 2>&1 &
+  --pod-resources-socket "$KROOT_B/pod-resources/kubelet.sock" --cdi-spec-dir "$CDI_B" --once > "$B/nri.log" 2>&1 &
 NRI_B_PID=$!
 for _ in $(seq 100); do grep -q "registered with containerd" "$B/nri.log" && break; sleep 0.1; done
 grep -q "registered with containerd 2" "$B/nri.log" || fail "gpuckpt-nri on $NODE_B did not register: $(cat "$B/nri.log")"
@@ -374,6 +381,86 @@ assert visible and set(visible) == {target}, f"NVIDIA_VISIBLE_DEVICES: {visible}
 PY
 MIP=$(on_pod_network gpu-counter-moved "$MPID" 10.88.2)
 echo "ok: gpu-counter-moved (at $MIP) Running on $NODE_B in ${MOVE_SECONDS}s on $ALLOCATED_B ($NODE_B's kubelet's allocation; the archive had $ALLOCATED on $NODE); counter $N1 -> $NM and counting; spec: /dev/nvidia$INDEX_B, NVIDIA_VISIBLE_DEVICES=$INDEX_B"
+
+step "6. DRA: the restore's GPU comes from a ResourceClaim, allocated by the scheduler, prepared by a DRA driver"
+# sim-dra-driver (the upstream kubelet-plugin library) publishes node-b's GPU 4 in a ResourceSlice; the scheduler
+# allocates it to a ResourceClaim, node-b's kubelet has the driver prepare it (a CDI spec in node-b's CDI dir),
+# containerd injects the CDI device, and gpuckpt-nri reads the allocation from the kubelet's PodResources
+# dynamic_resources and the CDI spec: the restore must land on GPU 4, named by no device plugin.
+mknod "$ROOT_B/dev/nvidia4" c 1 7
+GPU4=$("$CLI" gpus --host-root "$ROOT_B" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["node"]["gpus"][4]["id"])')
+GPU4_UUID=$("$CLI" gpus --host-root "$ROOT_B" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["node"]["gpus"][4]["uuid"])')
+"$K8S_BIN/sim-dra-driver" --kubeconfig "$KUBECONFIG" --node "$NODE_B" --registry-dir "$KROOT_B/plugins_registry" \
+  --plugin-dir "$KROOT_B/plugins/gpu.sim.gpuckpt.dev" --cdi-dir "$CDI_B" \
+  --device "$GPU4_UUID=4:$ROOT_B/dev/nvidia4" > "$B/dra-driver.log" 2>&1 &
+DRA_PID=$!
+for _ in $(seq 150); do grep -q "^published 1 devices" "$B/dra-driver.log" && break; kill -0 "$DRA_PID" 2>/dev/null || break; sleep 0.2; done
+grep -q "^published 1 devices" "$B/dra-driver.log" || fail "sim-dra-driver did not publish its ResourceSlice: $(tail -5 "$B/dra-driver.log")"
+t=$(date +%s.%N)
+kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the DeviceClass, ResourceClaim and restore pod"
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: sim-gpu}
+spec:
+  selectors:
+  - cel: {expression: 'device.driver == "gpu.sim.gpuckpt.dev"'}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: sim-gpu-claim, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: sim-gpu}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-counter-dra, namespace: default}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  resourceClaims:
+  - {name: gpu, resourceClaimName: sim-gpu-claim}
+  containers:
+  - name: counter
+    image: $CK_IMAGE_B
+    imagePullPolicy: Never
+    command: [sh, -c, '$COUNTER']
+    resources:
+      claims: [{name: gpu}]
+YAML
+k8s_wait_pod default gpu-counter-dra 120 || fail "the DRA restore pod did not start: $(grep -v ' param: ' "$B/nri.log" | tail -5; tail -5 "$B/dra-driver.log")"
+DRA_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t:.1f}')")
+[ "$(kubectl get pod gpu-counter-dra -o jsonpath='{.spec.nodeName}')" = "$NODE_B" ] || fail "gpu-counter-dra is not on $NODE_B"
+[ "$(kubectl get resourceclaim sim-gpu-claim -o jsonpath='{.status.allocation.devices.results[0].device}')" = gpu-4 ] ||
+  fail "the scheduler did not allocate gpu-4 to sim-gpu-claim: $(kubectl get resourceclaim sim-gpu-claim -o yaml | tail -20)"
+grep -q "^prepare default/sim-gpu-claim gpu-4" "$B/dra-driver.log" || fail "node-b's kubelet did not have the driver prepare the claim: $(cat "$B/dra-driver.log")"
+PR=$("$K8S_BIN/podresources-get" "$KROOT_B/pod-resources/kubelet.sock" default gpu-counter-dra counter)
+case "$PR" in
+  "dra default/sim-gpu-claim gpu.sim.gpuckpt.dev $NODE_B/gpu-4 sim.gpuckpt.dev/gpu="*-gpu-4) ;;
+  *) fail "$NODE_B's PodResources does not report the DRA device for gpu-counter-dra/counter: '$PR'" ;;
+esac
+DID=$(crictl_b ps -q --name counter --label io.kubernetes.pod.name=gpu-counter-dra --state running | head -1)
+[ -n "$DID" ] || fail "no running container of gpu-counter-dra on $NODE_B"
+DPID=$(crictl_b inspect -o go-template --template '{{.info.pid}}' "$DID")
+ND=$(count_of "$DPID")
+[ "$ND" -ge "$N1" ] || fail "the DRA restore started over ($ND) instead of continuing from $N1"
+counts_past "$DPID" "$ND" || fail "the DRA restore does not count (at $ND)"
+grep -F "as container $DID: plan" "$B/nri.log" | grep -qF "($ALLOCATED -> $GPU4)" ||
+  fail "gpuckpt-nri on $NODE_B did not plan $ALLOCATED -> $GPU4 from the DRA allocation: $(grep -v ' param: ' "$B/nri.log" | tail -4)"
+python3 - "$CTRD_WORK/state/io.containerd.runtime.v2.task/k8s.io/$DID/config.json" "$INDEX" <<'PY' || fail "the spec $NODE_B's containerd gave runc for the DRA restore"
+import json, sys
+spec = json.load(open(sys.argv[1]))
+devices = {d["path"]: (d["type"], d["major"], d["minor"]) for d in spec["linux"].get("devices", [])}
+assert devices.get("/dev/nvidia4") == ("c", 1, 7), f"the claim's GPU node is not /dev/nvidia4 (c 1 7): {devices}"
+assert f"/dev/nvidia{sys.argv[2]}" not in devices, f"the source GPU's node is in the spec: {devices}"
+visible = [e.split("=", 1)[1] for e in spec["process"]["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
+assert visible and set(visible) == {"4"}, f"NVIDIA_VISIBLE_DEVICES: {visible}"
+PY
+[ -c "/proc/$DPID/root/dev/nvidia4" ] && [ ! -e "/proc/$DPID/root/dev/nvidia$INDEX" ] ||
+  fail "the DRA restore's /dev does not hold nvidia4 alone: $(ls "/proc/$DPID/root/dev" | tr '\n' ' ')"
+echo "ok: gpu-counter-dra Running on $NODE_B in ${DRA_SECONDS}s on $GPU4 (ResourceClaim sim-gpu-claim -> gpu-4, CDI from sim-dra-driver; the archive had $ALLOCATED); counter $N1 -> $ND and counting; /dev/nvidia4 only"
 
 step "done"
 echo "1 passed, 0 failed (cluster up in $(python3 -c "print(f'{$K8S_CONTROL_PLANE_SECONDS + $K8S_NODE_SECONDS:.1f}')")s)"

@@ -111,6 +111,52 @@ TEST_CASE("PodResources: the kubelet's one-entry-per-device answer is merged per
   CHECK(allocation[1].device_ids == std::vector<std::string>{"vf-3"});
 }
 
+TEST_CASE("PodResources: DRA devices of the container's claims follow the device plugins', with their CDI names",
+          "[unit]") {
+  json train = container("train", {devices("nvidia.com/gpu", {kGpu0})});
+  train["dynamic_resources"] = json::parse(R"([{"claim_namespace": "ml", "claim_name": "big-gpu", "claim_resources": [
+      {"driver_name": "gpu.nvidia.com", "pool_name": "node-a", "device_name": "gpu-1",
+       "cdi_devices": ["k8s.gpu.nvidia.com/device=uid-gpu-1", "nvidia.com/gpu=1"]},
+      {"driver_name": "net.example.com", "pool_name": "node-a"}]}])");   // DRA's other kinds: no device
+  PodResourcesServer server(node({pod("ml", "trainer", {train})}).dump());
+  for (const std::string flag : {"", "--no-get"}) {
+    INFO("flag " << flag);
+    PodResourcesServer answering(node({pod("ml", "trainer", {train})}).dump(),
+                                 flag.empty() ? std::vector<std::string>{} : std::vector<std::string>{flag});
+    const auto allocation = allocation_ok(options_for(answering), kTrain);
+    REQUIRE(allocation.size() == 2);
+    CHECK_FALSE(allocation[0].dynamic());
+    CHECK(allocation[0].device_ids == std::vector<std::string>{kGpu0});
+    CHECK(allocation[1].dynamic());
+    CHECK(allocation[1].resource_name == "gpu.nvidia.com");
+    CHECK(allocation[1].claim == "ml/big-gpu");
+    CHECK(allocation[1].device_ids == std::vector<std::string>{"node-a/gpu-1"});
+    CHECK(allocation[1].cdi_devices ==
+          std::vector<std::string>{"k8s.gpu.nvidia.com/device=uid-gpu-1", "nvidia.com/gpu=1"});
+  }
+
+  // A claim without a name, a device without a driver: malformed, never half an allocation.
+  json nameless = container("train");
+  nameless["dynamic_resources"] =
+      json::parse(R"([{"claim_namespace": "ml", "claim_resources": [{"driver_name": "d", "device_name": "x"}]}])");
+  server.set_allocations(node({pod("ml", "trainer", {nameless})}).dump());
+  CHECK(contains(error_of(options_for(server), kTrain), "DRA claim without a name"));
+  json driverless = container("train");
+  driverless["dynamic_resources"] =
+      json::parse(R"([{"claim_namespace": "ml", "claim_name": "c", "claim_resources": [{"device_name": "x"}]}])");
+  server.set_allocations(node({pod("ml", "trainer", {driverless})}).dump());
+  CHECK(contains(error_of(options_for(server), kTrain), "claim ml/c has a device without a driver name"));
+
+  // Bounded like device ids: CDI names count too.
+  json many = container("train");
+  std::vector<std::string> names(static_cast<std::size_t>(kPodResourcesMaxDevicesPerContainer), "v.com/c=n");
+  many["dynamic_resources"] =
+      json::parse(R"([{"claim_namespace": "ml", "claim_name": "c", "claim_resources": [{"driver_name": "d", "device_name": "x"}]}])");
+  many["dynamic_resources"][0]["claim_resources"][0]["cdi_devices"] = names;
+  server.set_allocations(node({pod("ml", "trainer", {many})}).dump());
+  CHECK(contains(error_of(options_for(server), kTrain), "DRA devices and CDI names"));
+}
+
 TEST_CASE("PodResources: a kubelet without Get (UNIMPLEMENTED) or with it disabled (UNKNOWN) is asked with List",
           "[unit]") {
   for (const std::string flag : {"--no-get", "--get-disabled"}) {

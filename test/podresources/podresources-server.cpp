@@ -7,9 +7,13 @@
 //
 //   SOCKET             unix socket path to listen on (a stale socket there is replaced; its directory must exist)
 //   ALLOCATIONS.json   {"pods": [{"namespace": "default", "name": "p", "containers": [{"name": "c",
-//                        "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": ["GPU-..."]}]}]}],
+//                        "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": ["GPU-..."]}],
+//                        "dynamic_resources": [{"claim_namespace": "ml", "claim_name": "gpu",
+//                          "claim_resources": [{"driver_name": "gpu.example.com", "pool_name": "node-a",
+//                            "device_name": "gpu-0", "cdi_devices": ["example.com/gpu=claim-gpu-0"]}]}]}]}],
 //                       "allocatable": [{"resource_name": "nvidia.com/gpu", "device_ids": ["GPU-...", ...]}]}
-//                      ("allocatable", "containers" and "devices" may be left out)
+//                      ("allocatable", "containers", "devices", "dynamic_resources" and every field of a claim
+//                      resource may be left out)
 //   --no-get           answer Get with UNIMPLEMENTED, as kubelets before 1.27 (which have no Get) do
 //   --get-disabled     answer Get with UNKNOWN "PodResources API Get method disabled", as kubelets 1.27-1.33 do
 //                      with their KubeletPodResourcesGet feature gate off (the default there)
@@ -62,6 +66,19 @@ void fill_pod(const nlohmann::json& pod, ::v1::PodResources& out) {
     auto& resources = *out.add_containers();
     resources.set_name(container.at("name").get<std::string>());
     fill_devices(container.value("devices", nlohmann::json::array()), *resources.mutable_devices());
+    for (const auto& claim : container.value("dynamic_resources", nlohmann::json::array())) {
+      auto& dynamic = *resources.add_dynamic_resources();
+      dynamic.set_claim_namespace(claim.value("claim_namespace", ""));
+      dynamic.set_claim_name(claim.value("claim_name", ""));
+      for (const auto& entry : claim.value("claim_resources", nlohmann::json::array())) {
+        auto& resource = *dynamic.add_claim_resources();
+        resource.set_driver_name(entry.value("driver_name", ""));
+        resource.set_pool_name(entry.value("pool_name", ""));
+        resource.set_device_name(entry.value("device_name", ""));
+        for (const auto& cdi : entry.value("cdi_devices", nlohmann::json::array()))
+          resource.add_cdi_devices()->set_name(cdi.get<std::string>());
+      }
+    }
   }
 }
 

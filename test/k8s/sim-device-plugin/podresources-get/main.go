@@ -1,6 +1,8 @@
 // podresources-get asks a kubelet's PodResources API (v1 Get) which devices it allocated to one container and
-// prints them, one "RESOURCE DEVICE_ID" line each: the tests' view of what the real kubelet reports, beside
-// what gpuckpt-nri reads from the same socket.
+// prints them, one "RESOURCE DEVICE_ID" line each for device plugins' devices and one
+// "dra CLAIM_NAMESPACE/CLAIM DRIVER POOL/DEVICE CDI_NAME[,CDI_NAME...]" line for each device a DRA driver prepared
+// for one of its ResourceClaims: the tests' view of what the real kubelet reports, beside what gpuckpt-nri reads
+// from the same socket.
 //
 // Usage: podresources-get SOCKET NAMESPACE POD CONTAINER
 //
@@ -12,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -46,6 +49,16 @@ func main() {
 		for _, d := range c.GetDevices() {
 			for _, id := range d.GetDeviceIds() {
 				fmt.Println(d.GetResourceName(), id)
+			}
+		}
+		for _, claim := range c.GetDynamicResources() {
+			for _, r := range claim.GetClaimResources() {
+				var cdi []string
+				for _, n := range r.GetCdiDevices() {
+					cdi = append(cdi, n.GetName())
+				}
+				fmt.Printf("dra %s/%s %s %s/%s %s\n", claim.GetClaimNamespace(), claim.GetClaimName(), r.GetDriverName(),
+					r.GetPoolName(), r.GetDeviceName(), strings.Join(cdi, ","))
 			}
 		}
 		return
