@@ -116,7 +116,7 @@ k8s_service_proxy || die "no route from pods to the API server"
 say "control plane up in ${K8S_CONTROL_PLANE_SECONDS}s ($("$K8S_BIN/kube-apiserver" --version))"
 # the pod's base image from a registry on 127.0.0.1: containerd 2.x pulls a checkpoint's base image again by its
 # rootfsImageRef when it restores
-ctrd_start_registry "$TMP/registry" || die "docker-registry did not start"
+k8s_start_registry "$TMP/registry" || die "docker-registry did not start"
 BASE=$REGISTRY/gpuckpt-busybox:latest
 podman push -q --tls-verify=false "$BUSYBOX" "docker://$BASE" || die "podman push $BUSYBOX to $BASE"
 for n in node-a node-b; do

@@ -223,16 +223,18 @@ ctrd_stop() {
 }
 
 # A registry on 127.0.0.1 for the base images (containerd 2.1 pulls the checkpoint's base image by rootfsImageRef
-# at every restore, even when it is local): ctrd_start_registry DIR starts Debian's docker-registry with its storage
-# under DIR on a free port and waits until it answers; sets REGISTRY (host:port) and REGISTRY_PID. Fails (after
+# at every restore, even when it is local, and that pull ignores certs.d: only a loopback registry may answer in
+# plain HTTP there): ctrd_start_registry DIR starts Debian's docker-registry with its storage
+# under DIR on a free port of CTRD_REGISTRY_LISTEN (default 127.0.0.1; 0.0.0.0: also the machine's other
+# addresses) and waits until it answers; sets REGISTRY (127.0.0.1:port) and REGISTRY_PID. Fails (after
 # printing its log) when it does not answer within 10 s.
 ctrd_start_registry() {
-  local dir=$1 port _
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  local dir=$1 port _ listen=${CTRD_REGISTRY_LISTEN:-127.0.0.1}
+  port=$(python3 -c 'import socket, sys; s=socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "$listen")
   REGISTRY=127.0.0.1:$port
   mkdir -p "$dir"
   printf 'version: 0.1\nlog: {level: error}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s, secret: gpuckpt-test}\n' \
-    "$dir/storage" "$REGISTRY" > "$dir/registry.yml"
+    "$dir/storage" "$listen:$port" > "$dir/registry.yml"
   docker-registry serve "$dir/registry.yml" > "$dir/registry.log" 2>&1 &
   # shellcheck disable=SC2034 # read by the sourcing test (its cleanup stops it)
   REGISTRY_PID=$!

@@ -2,8 +2,9 @@
 # Sourced by tests: a real Kubernetes cluster on this machine, under one work directory, built by
 # scripts/setup-k8s.sh: etcd, kube-apiserver (TLS with certificates made here by openssl, Node + RBAC
 # authorization, service-account tokens signed by a key made here), kube-controller-manager and kube-scheduler,
-# then one kubelet per node, each with its own root dir, its own containerd 2.x (scripts/lib/containerd-sandbox.sh)
-# and its own pod network (Debian's bridge + host-local CNI plugins, one bridge and subnet per node). Nothing
+# then one kubelet per node, each with its own root dir, its own containerd 2.x (scripts/lib/containerd-sandbox.sh),
+# its own network namespace and its own pod network (Debian's bridge + host-local CNI plugins, one bridge and
+# subnet per node, inside the node's namespace). Nothing
 # outside WORK is written but the nodes' cgroups (/sys/fs/cgroup/*/gpuckpt-k8s-NODE on cgroup v1,
 # /sys/fs/cgroup/gpuckpt-k8s-NODE on v2) and the kernel settings the kubelet sets at start (vm.overcommit_memory,
 # kernel.panic, kernel.panic_on_oops, ...): k8s_stop puts them back. (On cgroup v2 the controllers the kubelet
@@ -15,25 +16,38 @@
 # checkpoint) and /var/log (the containers/ log links); its root dir is a shared mount, so the volumes it mounts
 # there reach containerd. (An empty /var/lib/kubelet is made on the host as the mount point where there is none,
 # and removed at k8s_stop.) Device plugins register through each kubelet's own ROOT/plugins_registry.
+# Each node's kubelet, containerd and so its pods live in a network namespace of the node's (where iproute2 is
+# here; the GPU machine, without it, runs its one node in the machine's): a veth pair joins it to the machine, the
+# node's address is 10.89.INDEX.2 (the machine's side 10.89.INDEX.1, its default route), and the machine routes
+# the node's pod subnet 10.88.INDEX.0/24 to it; so pods of two nodes reach each other, and the machine reaches
+# every pod, through the machine as through a router (net.ipv4.ip_forward on while the cluster runs). The API
+# server and the tests' registry listen on the machine's address, which every node reaches.
 #   K8S_BIN=DIR                       the programs (default PREFIX/k8s/VERSION/bin of setup-k8s.sh)
 #   k8s_start_control_plane WORK      certificates, etcd, API server, controller-manager, scheduler; waits until
 #                                     the API server is ready and the default service account exists. Sets
-#                                     K8S_WORK KUBECONFIG (the admin's: system:masters) K8S_API K8S_NODE_IP
-#                                     K8S_CONTROL_PLANE_SECONDS
+#                                     K8S_WORK KUBECONFIG (the admin's: system:masters) K8S_API K8S_NODE_IP (the
+#                                     machine's address: the API server's) K8S_CONTROL_PLANE_SECONDS
 #   K8S_CONTROL_PLANE_MINIMAL=1       (before k8s_start_control_plane, optional) etcd and the API server only:
 #                                     no controller-manager, no scheduler (pods then name their node in
 #                                     spec.nodeName and mount no service-account token: no controller makes
 #                                     kube-root-ca.crt); the default service account is made with kubectl
 #   K8S_CNI_BIN_DIR=DIR               (before k8s_add_node, optional) the CNI plugins (default /usr/lib/cni)
 #   k8s_add_node NAME                 containerd 2.x + kubelet (ContainerCheckpoint on, cgroupfs, cgroup v1 allowed)
-#                                     as node NAME; waits until the node is Ready. Sets K8S_KUBELET_ROOT[NAME]
-#                                     (its root dir: checkpoints/, plugins_registry/, pod-resources/),
-#                                     K8S_CTRD_SOCK[NAME], K8S_NODE_PORT[NAME], K8S_NODE_SECONDS
+#                                     as node NAME in its network namespace; waits until the node is Ready. Sets
+#                                     K8S_KUBELET_ROOT[NAME] (its root dir: checkpoints/, plugins_registry/,
+#                                     pod-resources/), K8S_CTRD_SOCK[NAME], K8S_NODE_PORT[NAME],
+#                                     K8S_NODE_ADDR[NAME] (its InternalIP), K8S_NETNS[NAME] (its namespace's name
+#                                     under /run/netns; empty: the machine's), K8S_NODE_SECONDS
+#   K8S_NODE_NETNS=0|1                (before k8s_add_node, optional) a network namespace per node (default: 1
+#                                     where iproute2 is here)
 #   K8S_NODE_VIEW=DIR                 (before k8s_add_node, optional) an empty host directory over which each
 #                                     node's mount namespaces (its kubelet's, its containerd's and so its pods')
 #                                     see that node's own work dir: one host path names a different directory on
 #                                     each node, as on real nodes (a DaemonSet's hostPath volumes: CRI and NRI
 #                                     sockets at DIR/containerd/, the kubelet's root at DIR/kubelet/)
+#   k8s_start_registry DIR            ctrd_start_registry for the cluster: REGISTRY is 127.0.0.1:PORT on the
+#                                     machine and on every node (in a node's namespace its loopback's PORT is
+#                                     forwarded to the machine's), so image references are the same everywhere
 #   k8s_service_proxy                 pods reach the API server at the kubernetes Service's 10.96.0.1:443
 #   k8s_node_ctrd NAME                makes node NAME's containerd the one ctrd_* functions talk to
 #   k8s_kubectl ARGS...               kubectl as the cluster admin
@@ -45,13 +59,21 @@
 
 K8S_BIN=${K8S_BIN:-${GPUCKPT_PREFIX:-/opt/gpuckpt}/k8s/v1.37.2/bin}
 K8S_CGROUP_CONTROLLERS=(cpu cpuacct cpuset memory pids devices freezer blkio hugetlb systemd)
-# The settings kubelet writes at start (its setupKernelTunables): saved at k8s_start_control_plane, put back at
-# k8s_stop, so that a test leaves the machine as it found it.
+# The settings kubelet writes at start (its setupKernelTunables), and the forwarding the per-node network namespaces
+# need on the machine: saved at k8s_start_control_plane, put back at k8s_stop, so that a test leaves the machine as
+# it found it.
 K8S_KERNEL_TUNABLES=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
-  kernel.keys.root_maxbytes)
+  kernel.keys.root_maxbytes net.ipv4.ip_forward)
 declare -gA K8S_NODE_BRIDGE K8S_KUBELET_PID K8S_KUBELET_ROOT K8S_CTRD_SOCK K8S_CTRD_PID K8S_CTRD_WORK K8S_NODE_PORT
-K8S_NODES=() K8S_PIDS=() K8S_SAVED_TUNABLES=() K8S_SERVICE_RULE=() K8S_HOST_BRIDGE=''
+declare -gA K8S_NODE_ADDR K8S_NETNS
+if [ -z "${K8S_NODE_NETNS:-}" ]; then command -v ip >/dev/null && K8S_NODE_NETNS=1 || K8S_NODE_NETNS=0; fi
+K8S_NODES=() K8S_PIDS=() K8S_SAVED_TUNABLES=() K8S_SERVICE_RULE=() K8S_HOST_BRIDGE='' K8S_LOOPBACK_PORTS=()
 K8S_NETIF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/netif.py
+
+# k8s_node_run NAME: the command prefix that runs a program in node NAME's network namespace (none: the machine's)
+k8s_node_run() {
+  [ -z "${K8S_NETNS[$1]:-}" ] || printf '%s\0' nsenter "--net=/run/netns/${K8S_NETNS[$1]}" --
+}
 
 # k8s_sysctl NAME [VALUE]: reads (or writes) a kernel setting through /proc/sys (no procps needed)
 k8s_sysctl() {
@@ -143,6 +165,7 @@ k8s_start_control_plane() {
   fi
   for k in "${K8S_KERNEL_TUNABLES[@]}"; do K8S_SAVED_TUNABLES+=("$k=$(k8s_sysctl "$k")"); done
   k8s_node_ip || return 1
+  if [ "$K8S_NODE_NETNS" = 1 ]; then k8s_sysctl net.ipv4.ip_forward 1 || return 1; fi
   etcd_port=$(k8s_free_port) peer_port=$(k8s_free_port) api_port=$(k8s_free_port)
   K8S_API=https://$K8S_NODE_IP:$api_port
 
@@ -268,6 +291,46 @@ k8s_node_cni() {
 JSON
 }
 
+# k8s_node_netns NAME INDEX: node NAME's network namespace gck-PID-INDEX joined to the machine by the veth pair
+# gck-vhINDEX (the machine's, 10.89.INDEX.1/24) - gck-vnINDEX (the node's, 10.89.INDEX.2/24, its default route
+# through the machine), forwarding on inside, and the machine's route to the node's pod subnet 10.88.INDEX.0/24.
+# A pair left by a test that died is removed first (the cluster tests run one at a time).
+k8s_node_netns() {
+  local name=$1 i=$2 ns=gck-$$-$2
+  ip link delete "gck-vh$i" 2>/dev/null
+  ip netns add "$ns" || return 1
+  K8S_NETNS[$name]=$ns
+  ip link add "gck-vh$i" type veth peer name "gck-vn$i" netns "$ns" &&
+    ip addr add "10.89.$i.1/24" dev "gck-vh$i" && ip link set "gck-vh$i" up &&
+    ip -n "$ns" link set lo up && ip -n "$ns" addr add "10.89.$i.2/24" dev "gck-vn$i" &&
+    ip -n "$ns" link set "gck-vn$i" up && ip -n "$ns" route add default via "10.89.$i.1" &&
+    nsenter "--net=/run/netns/$ns" -- sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward' &&
+    ip route add "10.88.$i.0/24" via "10.89.$i.2" dev "gck-vh$i" || return 1
+  K8S_NODE_ADDR[$name]=10.89.$i.2
+}
+
+# k8s_node_loopback NAME PORT: in node NAME's namespace, 127.0.0.1:PORT is the machine's K8S_NODE_IP:PORT (DNAT of
+# locally made connections, route_localnet so that a loopback destination may be rewritten, the source masqueraded
+# onto the node's veth); nothing changes on the machine. No-op for a node in the machine's namespace.
+k8s_node_loopback() {
+  local ns=${K8S_NETNS[$1]:-} i
+  [ -n "$ns" ] || return 0
+  i=${K8S_NODE_ADDR[$1]#10.89.}; i=${i%.2}
+  nsenter "--net=/run/netns/$ns" -- sh -c 'echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet &&
+    iptables -t nat -A OUTPUT -d 127.0.0.1/32 -p tcp --dport "$1" -j DNAT --to-destination "$2:$1" &&
+    { iptables -t nat -C POSTROUTING -s 127.0.0.0/8 -o "$3" -j MASQUERADE 2>/dev/null ||
+      iptables -t nat -A POSTROUTING -s 127.0.0.0/8 -o "$3" -j MASQUERADE; }' sh "$2" "$K8S_NODE_IP" "gck-vn$i"
+}
+
+k8s_start_registry() {
+  local name
+  CTRD_REGISTRY_LISTEN=$([ "$K8S_NODE_NETNS" = 1 ] && echo 0.0.0.0 || echo 127.0.0.1) ctrd_start_registry "$1" || return 1
+  K8S_LOOPBACK_PORTS+=("${REGISTRY##*:}")
+  for name in "${K8S_NODES[@]}"; do
+    k8s_node_loopback "$name" "${REGISTRY##*:}" || { echo "k8s-sandbox: cannot forward node $name's 127.0.0.1:${REGISTRY##*:}" >&2; return 1; }
+  done
+}
+
 k8s_node_ctrd() {
   CTRD_SOCK=${K8S_CTRD_SOCK[$1]} CTRD_PID=${K8S_CTRD_PID[$1]} CTRD_WORK=${K8S_CTRD_WORK[$1]}
 }
@@ -278,6 +341,15 @@ k8s_add_node() {
   mkdir -p "$work"
   k8s_node_cgroup "$name" || { echo "k8s-sandbox: cannot make node $name's cgroups" >&2; return 1; }
   K8S_NODES+=("$name")
+  K8S_NETNS[$name]='' K8S_NODE_ADDR[$name]=$K8S_NODE_IP
+  if [ "$K8S_NODE_NETNS" = 1 ]; then
+    k8s_node_netns "$name" "$index" || { echo "k8s-sandbox: cannot make node $name's network namespace" >&2; return 1; }
+  fi
+  local in_netns=() addr=${K8S_NODE_ADDR[$name]} loopback_port
+  for loopback_port in ${K8S_LOOPBACK_PORTS[@]+"${K8S_LOOPBACK_PORTS[@]}"}; do
+    k8s_node_loopback "$name" "$loopback_port" || { echo "k8s-sandbox: cannot forward node $name's 127.0.0.1:$loopback_port" >&2; return 1; }
+  done
+  mapfile -d '' -t in_netns < <(k8s_node_run "$name")
   # its own containerd 2.x, CNI plugins from Debian's containernetworking-plugins
   CTRD_BIN_DIR=${CTRD_BIN_DIR:-${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin}
   # the kubelet's root dir a shared mount before containerd starts: with K8S_NODE_VIEW, containerd's own mount
@@ -295,7 +367,7 @@ k8s_add_node() {
       "$work" "$K8S_NODE_VIEW")
   fi
   # shellcheck disable=SC2034 # read by ctrd_start (containerd-sandbox.sh)
-  CTRD_WRAPPER=("${view_wrapper[@]}")
+  CTRD_WRAPPER=(${in_netns[@]+"${in_netns[@]}"} ${view_wrapper[@]+"${view_wrapper[@]}"})
   local started=0
   CTRD_CNI_BIN_DIR=${K8S_CNI_BIN_DIR:-/usr/lib/cni} ctrd_start "$work/containerd" || started=$?
   # shellcheck disable=SC2034 # read by ctrd_start
@@ -307,12 +379,12 @@ k8s_add_node() {
   port=$(k8s_free_port)
   # shellcheck disable=SC2034 # for the caller: the kubelet's port and root dir
   K8S_NODE_PORT[$name]=$port K8S_KUBELET_ROOT[$name]=$work/kubelet
-  k8s_cert "kubelet-$name" "system:node:$name" system:nodes "IP:$K8S_NODE_IP,DNS:$name" &&
+  k8s_cert "kubelet-$name" "system:node:$name" system:nodes "IP:$addr,DNS:$name" &&
     k8s_kubeconfig "$work/kubelet.kubeconfig" "kubelet-$name" || return 1
   cat > "$work/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: $K8S_NODE_IP
+address: $addr
 port: $port
 readOnlyPort: 0
 healthzPort: 0
@@ -346,12 +418,12 @@ nodeStatusUpdateFrequency: 5s
 podLogsDir: $work/pod-logs
 YAML
   # shellcheck disable=SC2016 # expanded by the namespace's shell
-  k8s_daemon "$work/kubelet.log" unshare --mount --propagation unchanged -- sh -c \
+  k8s_daemon "$work/kubelet.log" ${in_netns[@]+"${in_netns[@]}"} unshare --mount --propagation unchanged -- sh -c \
     'mount --bind "$1" /var/lib/kubelet && mount --bind "$2" /var/log && { [ -z "$3" ] || mount --rbind "$4" "$3"; } &&
      shift 4 && exec "$@"' sh \
     "$work/var-lib-kubelet" "$work/var-log" "${K8S_NODE_VIEW:-}" "$work" "$K8S_BIN/kubelet" --config "$work/kubelet.yaml" \
     --kubeconfig "$work/kubelet.kubeconfig" --root-dir "$work/kubelet" --cert-dir "$work/kubelet-pki" \
-    --hostname-override "$name" --node-ip "$K8S_NODE_IP" -v 2
+    --hostname-override "$name" --node-ip "$addr" -v 2
   K8S_KUBELET_PID[$name]=${K8S_PIDS[-1]}
   for _ in $(seq 300); do
     ready=$(k8s_kubectl get node "$name" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
@@ -438,7 +510,12 @@ k8s_stop() {
     kill "${K8S_PIDS[$i]}" 2>/dev/null && wait "${K8S_PIDS[$i]}" 2>/dev/null
   done
   for name in "${K8S_NODES[@]}"; do
-    [ -n "${K8S_NODE_BRIDGE[$name]:-}" ] && k8s_delete_bridge "${K8S_NODE_BRIDGE[$name]}"
+    # the namespace takes its bridge, its veth end and so the machine's end and route with it
+    if [ -n "${K8S_NETNS[$name]:-}" ]; then
+      ip netns delete "${K8S_NETNS[$name]}" 2>/dev/null
+    elif [ -n "${K8S_NODE_BRIDGE[$name]:-}" ]; then
+      k8s_delete_bridge "${K8S_NODE_BRIDGE[$name]}"
+    fi
     # (and the cgroup v2 tree: "unified" beside v1's in hybrid mode, where the kubelet mirrors its pods, or the
     # only one)
     for c in "${K8S_CGROUP_CONTROLLERS[@]}" unified ""; do
@@ -457,6 +534,6 @@ k8s_stop() {
   done < <(sort -r -k2 /proc/self/mounts)
   [ "${K8S_MADE_VAR_LIB_KUBELET:-0}" = 1 ] && rmdir /var/lib/kubelet 2>/dev/null
   K8S_MADE_VAR_LIB_KUBELET=0
-  K8S_NODES=() K8S_PIDS=() K8S_WORK=''
+  K8S_NODES=() K8S_PIDS=() K8S_WORK='' K8S_LOOPBACK_PORTS=()
   return 0
 }

@@ -26,8 +26,9 @@
 #      scheduler allocates it to a ResourceClaim, node-b's kubelet has the driver prepare it (a CDI spec), containerd
 #      injects the CDI device; a pod of the checkpoint image using that claim is restored onto GPU 4: gpuckpt-nri
 #      reads the DRA allocation from the kubelet's PodResources and the node's CDI spec.
-# (kubectl gpuckpt migrate and the Helm DaemonSet have tests of their own; a network namespace per node and CRI-O
-# are not covered: docs/kubernetes.md says what is.)
+# Each node runs in a network namespace of its own (scripts/lib/k8s-sandbox.sh), where iproute2 is here.
+# (kubectl gpuckpt migrate and the Helm DaemonSet have tests of their own; CRI-O under the kubelet is not covered:
+# docs/kubernetes.md says what is.)
 # Exit 0 pass, 77 skipped (no root, or setup.sh / setup-k8s.sh products absent), else fail. Every wait is bounded;
 # cleanup always runs. KEEP=1 keeps the work dir.
 set -euo pipefail
@@ -122,7 +123,7 @@ echo "ok: node $NODE Ready in ${K8S_NODE_SECONDS}s (kubelet $(kubectl get node "
 k8s_node_ctrd "$NODE"
 # the pod's image comes from a registry on 127.0.0.1, pulled by the kubelet (containerd 2.1 pulls a checkpoint's
 # base image again by its rootfsImageRef at every restore)
-ctrd_start_registry "$TMP/registry" || fail "docker-registry did not start"
+k8s_start_registry "$TMP/registry" || fail "docker-registry did not start"
 BASE=$REGISTRY/gpuckpt-busybox:latest
 podman push -q --tls-verify=false "$IMAGE" "docker://$BASE" || fail "podman push $IMAGE to $BASE"
 ctrd_registry_host "$REGISTRY"
@@ -281,6 +282,17 @@ mkdir -p "$CDI_B"
 CTRD_CDI_SPEC_DIR=$CDI_B k8s_add_node "$NODE_B" || fail "node $NODE_B did not start"
 KROOT_B=${K8S_KUBELET_ROOT[$NODE_B]}
 echo "ok: node $NODE_B Ready in ${K8S_NODE_SECONDS}s; $(kubectl get nodes --no-headers | wc -l) nodes"
+if [ "$K8S_NODE_NETNS" = 1 ]; then
+  # each node in a network namespace of its own: its kubelet there, its InternalIP that namespace's address
+  for n in "$NODE" "$NODE_B"; do
+    [ "$(kubectl get node "$n" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')" = "${K8S_NODE_ADDR[$n]}" ] ||
+      fail "node $n's InternalIP is not ${K8S_NODE_ADDR[$n]}"
+  done
+  NS_A=$(readlink "/proc/${K8S_KUBELET_PID[$NODE]}/ns/net") NS_B=$(readlink "/proc/${K8S_KUBELET_PID[$NODE_B]}/ns/net")
+  { [ "$NS_A" != "$NS_B" ] && [ "$NS_A" != "$(readlink /proc/self/ns/net)" ]; } ||
+    fail "the kubelets of $NODE and $NODE_B do not run in network namespaces of their own ($NS_A, $NS_B)"
+  echo "ok: $NODE at ${K8S_NODE_ADDR[$NODE]} and $NODE_B at ${K8S_NODE_ADDR[$NODE_B]}, each in a network namespace of its own"
+fi
 k8s_node_ctrd "$NODE_B"
 ctrd_registry_host "$REGISTRY"
 # node-b's simulated GPUs: GPUs 2 and 3 of the same 8-GPU fixture, in a host root of its own

@@ -221,7 +221,7 @@ export CRIU_LIBS_DIR=$VIEW/host/usr/lib/criu
 k8s_start_control_plane "$TMP/cluster" || fail "the control plane did not start"
 k8s_service_proxy || fail "no route from pods to the API server"
 # containerd 2.x pulls a checkpoint's base image again by its rootfsImageRef when it restores: a local registry
-ctrd_start_registry "$TMP/registry" || fail "docker-registry did not start"
+k8s_start_registry "$TMP/registry" || fail "docker-registry did not start"
 BASE=$REGISTRY/gpuckpt-busybox:latest
 podman push -q --tls-verify=false "$BUSYBOX" "docker://$BASE" || fail "podman push $BUSYBOX to $BASE"
 for n in node-a node-b; do
