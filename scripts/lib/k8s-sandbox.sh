@@ -496,6 +496,7 @@ k8s_stop() {
     [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
   done
   for name in "${K8S_NODES[@]}"; do
+    [ -n "${K8S_CTRD_SOCK[$name]:-}" ] || continue   # its containerd never started
     # the pods' sandboxes through CRI first: StopPodSandbox has the CNI plugins remove the pod's veth and address
     # and containerd its network namespace (/run/netns/cni-*), which killing the tasks would leave behind
     mapfile -t pods < <(k8s_crictl "$name" pods -q 2>/dev/null)

@@ -210,9 +210,11 @@ PY
 # cri_gpu_start_nri NRI_SOCKET RUNTIME_NAME [POD_RESOURCES_SOCKET]: gpuckpt-nri as the chart starts it (--hook),
 # until it registered with RUNTIME_NAME (a runtime's NRI socket can refuse connections for a moment after its CRI
 # socket answers: gpuckpt-nri retries by itself); the kubelet's PodResources socket defaults to the simulated one's
+# (CRI_GPU_NRI_ARGS: more of its arguments, e.g. --cdi-spec-dir)
 cri_gpu_start_nri() {
   "$NRI" --socket "$1" --state-dir "$STATE" --host-root "$CRI_GPU_HOST_ROOT" --hook "$HOOK" \
-    --pod-resources-socket "${3:-$WORK/pod-resources/kubelet.sock}" --once > "$WORK/nri.log" 2>&1 &
+    --pod-resources-socket "${3:-$WORK/pod-resources/kubelet.sock}" ${CRI_GPU_NRI_ARGS[@]+"${CRI_GPU_NRI_ARGS[@]}"} \
+    --once > "$WORK/nri.log" 2>&1 &
   NRI_PID=$!
   for _ in $(seq 150); do grep -q "registered with $2" "$WORK/nri.log" && break; sleep 0.1; done
   grep -q "registered with $2" "$WORK/nri.log" || { show "$WORK/nri.log"; return 1; }

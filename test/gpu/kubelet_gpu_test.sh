@@ -23,6 +23,12 @@
 #   bash test/gpu/kubelet_gpu_test.sh [CARRY_DIR]   the carry (default: .carry-k8s in the source tree); the carry's
 #                                                   own copy runs where the checkout is older:
 #                                                   bash CARRY/src/test/gpu/kubelet_gpu_test.sh CARRY
+#   KUBELET_GPU_ALLOCATION  device-plugin (default) or dra: the GPU comes from a ResourceClaim instead, allocated
+#                         by the real kube-scheduler from the ResourceSlice of test/k8s/sim-device-plugin/sim-dra-driver
+#                         (the upstream kubelet-plugin library; the GPU's node and the driver's control nodes in a CDI
+#                         spec, containerd with CDI on), prepared through the kubelet; kube-controller-manager runs
+#                         too (it releases the source pod's reservation, so the restore pod's claim can be allocated
+#                         again); gpuckpt-nri reads the claim's device from PodResources and the CDI spec
 #   KUBELET_GPU_SIM=1     no GPU needed: a simulated GPU node (the cluster tests' fixture; /dev/nvidia0 made with
 #                         /dev/null's numbers) and test/gpu/gpu_counter_sim.sh as the counter: every step but the
 #                         CUDA facts, so the carry and the sandbox are known to work before a GPU machine is taken
@@ -44,7 +50,8 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 . "$SRC/scripts/lib/node-sandbox.sh"  # sandbox_start_agent / sandbox_stop_agent
 . "$SRC/scripts/lib/containerd-sandbox.sh"
 . "$SRC/scripts/lib/k8s-sandbox.sh"
-NAME=kubelet_gpu NODE=node-a SIM=${KUBELET_GPU_SIM:-0} LOGS=${KUBELET_GPU_TEST_OUT:-}
+NAME=kubelet_gpu NODE=node-a SIM=${KUBELET_GPU_SIM:-0} LOGS=${KUBELET_GPU_TEST_OUT:-} ALLOC=${KUBELET_GPU_ALLOCATION:-device-plugin}
+case $ALLOC in device-plugin) ;; dra) NAME=kubelet_gpu_dra ;; *) echo "KUBELET_GPU_ALLOCATION=$ALLOC: use device-plugin or dra" >&2; exit 2 ;; esac
 T0=$(date +%s)
 
 skip_all() { record "$NAME" SKIP "$*"; exit 77; }
@@ -116,7 +123,9 @@ export PATH=$P/bin:$PATH
 install_carry > "$WORK/install.log" 2>&1 || { cat "$WORK/install.log"; skip_all "cannot install the carry"; }
 CTRD_BIN_DIR=$P/containerd2/usr/bin K8S_BIN=$K8S_DIR/bin K8S_CNI_BIN_DIR=$K8S_DIR/cni
 cri_gpu_check_install "$CTRD_BIN_DIR/containerd" || skip_all "$CRI_GPU_WHY"
-for p in bin/etcd bin/kube-apiserver bin/kubelet bin/kubectl bin/sim-device-plugin bin/podresources-get cni/bridge cni/host-local cni/loopback; do
+programs=(bin/etcd bin/kube-apiserver bin/kubelet bin/kubectl bin/sim-device-plugin bin/podresources-get cni/bridge cni/host-local cni/loopback)
+[ "$ALLOC" = dra ] && programs+=(bin/kube-scheduler bin/kube-controller-manager bin/sim-dra-driver)
+for p in "${programs[@]}"; do
   [ -x "$K8S_DIR/$p" ] || skip_all "$K8S_DIR/$p missing (the carry's k8s*.tar.xz pieces, unpacked into KUBELET_GPU_K8S_DIR)"
 done
 command -v openssl >/dev/null || skip_all "no openssl here and none in the carry (make_device_carry.sh --k8s)"
@@ -162,25 +171,65 @@ export CRIU_LIBS_DIR=$WORK/criu-plugins   # containerd -> shim -> runc -> CRIU l
 CTRD_PAUSE_IMAGE=$PAUSE_IMAGE
 # the sandbox image comes from the registry (containerd-sandbox.sh imports it with podman, absent here)
 ctrd_import_pause_image() { ctrd_registry_host "$REGISTRY" && cri pull "$CTRD_PAUSE_IMAGE" >/dev/null; }
-K8S_CONTROL_PLANE_MINIMAL=1
+# with device plugins the pods name their node; DRA needs the scheduler (it allocates claims) and the
+# controller-manager (it ends a deleted pod's reservation of its claim)
+[ "$ALLOC" = dra ] || K8S_CONTROL_PLANE_MINIMAL=1
+# one node: the machine's network namespace (the GPU machine has no iproute2 for a namespace of its own, and the
+# test's registry, started above, answers on the machine's loopback)
+K8S_NODE_NETNS=0
 k8s_start_control_plane "$WORK/cluster" || fail "the control plane did not start"
 echo "ok: control plane at $K8S_API in ${K8S_CONTROL_PLANE_SECONDS}s"
-k8s_add_node "$NODE" || fail "node $NODE did not start"
+CDI_DIR=$WORK/cdi
+mkdir -p "$CDI_DIR"
+if [ "$ALLOC" = dra ]; then
+  CTRD_CDI_SPEC_DIR=$CDI_DIR k8s_add_node "$NODE" || fail "node $NODE did not start"
+else
+  k8s_add_node "$NODE" || fail "node $NODE did not start"
+fi
 k8s_node_ctrd "$NODE"
 KROOT=${K8S_KUBELET_ROOT[$NODE]}
 echo "ok: node $NODE Ready in ${K8S_NODE_SECONDS}s ($(kubectl get node "$NODE" -o jsonpath='{.status.nodeInfo.kubeletVersion}, {.status.nodeInfo.containerRuntimeVersion}, kernel {.status.nodeInfo.kernelVersion}'))"
 
-plugin_args=(--registry-dir "$KROOT/plugins_registry" --device "$GPU_ID=0:$GPU_NODE")
-for n in "${SHARED_NODES[@]}"; do plugin_args+=(--shared-device "$n"); done
-"$K8S_BIN/sim-device-plugin" "${plugin_args[@]}" > "$WORK/device-plugin.log" 2>&1 &
-PLUGIN_PID=$!
-for _ in $(seq 150); do
-  [ "$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 1 ] && break
-  sleep 0.2
-done
-[ "$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 1 ] ||
-  fail "$NODE does not offer 1 nvidia.com/gpu: $(cat "$WORK/device-plugin.log")"
-echo "ok: $NODE allocatable nvidia.com/gpu=1 ($GPU_ID; with every allocation: ${SHARED_NODES[*]#*:})"
+if [ "$ALLOC" = dra ]; then
+  plugin_args=(--kubeconfig "$KUBECONFIG" --node "$NODE" --registry-dir "$KROOT/plugins_registry"
+    --plugin-dir "$KROOT/plugins/gpu.sim.gpuckpt.dev" --cdi-dir "$CDI_DIR" --device "$GPU_ID=0:$GPU_NODE")
+  for n in "${SHARED_NODES[@]}"; do plugin_args+=(--shared-device "$n"); done
+  "$K8S_BIN/sim-dra-driver" "${plugin_args[@]}" > "$WORK/device-plugin.log" 2>&1 &
+  PLUGIN_PID=$!
+  for _ in $(seq 150); do grep -q '^published 1 devices' "$WORK/device-plugin.log" && break; sleep 0.2; done
+  grep -q '^published 1 devices' "$WORK/device-plugin.log" || fail "sim-dra-driver did not publish the GPU: $(tail -5 "$WORK/device-plugin.log")"
+  kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the DeviceClass and the ResourceClaim"
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: sim-gpu}
+spec:
+  selectors:
+  - cel: {expression: 'device.driver == "gpu.sim.gpuckpt.dev"'}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: gpu-claim, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: sim-gpu}
+YAML
+  echo "ok: $NODE publishes gpu-0 ($GPU_ID) in a ResourceSlice of sim-dra-driver; ResourceClaim gpu-claim (DeviceClass sim-gpu); with every claim: ${SHARED_NODES[*]#*:}"
+  CRI_GPU_NRI_ARGS=(--cdi-spec-dir "$CDI_DIR")
+else
+  plugin_args=(--registry-dir "$KROOT/plugins_registry" --device "$GPU_ID=0:$GPU_NODE")
+  for n in "${SHARED_NODES[@]}"; do plugin_args+=(--shared-device "$n"); done
+  "$K8S_BIN/sim-device-plugin" "${plugin_args[@]}" > "$WORK/device-plugin.log" 2>&1 &
+  PLUGIN_PID=$!
+  for _ in $(seq 150); do
+    [ "$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 1 ] && break
+    sleep 0.2
+  done
+  [ "$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 1 ] ||
+    fail "$NODE does not offer 1 nvidia.com/gpu: $(cat "$WORK/device-plugin.log")"
+  echo "ok: $NODE allocatable nvidia.com/gpu=1 ($GPU_ID; with every allocation: ${SHARED_NODES[*]#*:})"
+fi
 cri_gpu_start_nri "$CTRD_NRI_SOCK" containerd "$KROOT/pod-resources/kubelet.sock" || fail "gpuckpt-nri did not register with containerd"
 KDIR=$KROOT/checkpoints
 mkdir -p "$KDIR"
@@ -228,9 +277,14 @@ if [ -z "${CRI_GPU_CRIU_CONF+set}" ]; then
 fi
 [ -z "$CRI_GPU_CRIU_CONF" ] || { cri_gpu_criu_conf "$CRI_GPU_CRIU_CONF"; echo "/etc/criu/runc.conf for the run: $(tr '\n' ';' < /etc/criu/runc.conf)"; }
 
-# counter_pod NAME IMAGE PULL_POLICY OUT_DIR: the counter on $NODE with one nvidia.com/gpu, writing OUT_DIR/count.txt
+# counter_pod NAME IMAGE PULL_POLICY OUT_DIR: the counter on $NODE with one nvidia.com/gpu (or ResourceClaim
+# gpu-claim), writing OUT_DIR/count.txt
 counter_pod() {
-  local driver_mount='' driver_volume='' env=''
+  local driver_mount='' driver_volume='' env='' placement="nodeName: $NODE" gpu='resources: {limits: {nvidia.com/gpu: 1}}' claims=''
+  if [ "$ALLOC" = dra ]; then
+    placement="nodeSelector: {kubernetes.io/hostname: $NODE}" gpu='resources: {claims: [{name: gpu}]}'
+    claims=$'\n'"  resourceClaims: [{name: gpu, resourceClaimName: gpu-claim}]"
+  fi
   if [ -n "$DRIVER_MOUNT" ]; then
     driver_mount=$'\n'"    - {name: driver, mountPath: $DRIVER_MOUNT, readOnly: true}"
     driver_volume=$'\n'"  - {name: driver, hostPath: {path: $DRIVER_ROOT, type: Directory}}"
@@ -241,7 +295,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: $1, namespace: default}
 spec:
-  nodeName: $NODE
+  $placement$claims
   restartPolicy: Never
   terminationGracePeriodSeconds: 1
   automountServiceAccountToken: false
@@ -252,7 +306,7 @@ spec:
     image: $2
     imagePullPolicy: $3
     command: [/bin/gpu_counter, "$MIB", /out/count.txt, --sleep-ms, "20"]$env
-    resources: {limits: {nvidia.com/gpu: 1}}
+    $gpu
     volumeMounts:
     - {name: out, mountPath: /out}$driver_mount
   volumes:
@@ -263,7 +317,19 @@ container_id() { kubectl get pod "$1" -o jsonpath='{.status.containerStatuses[0]
 cgroup_of() { # PID: its cgroup (v2), or its memory controller's (v1)
   awk -F: '$1 == "0" && $2 == "" {v2 = $3} $2 ~ /(^|,)memory(,|$)/ {v1 = $3} END {print (v2 != "" ? v2 : v1)}' "/proc/$1/cgroup"
 }
-allocations() { grep -c '^allocate ' "$WORK/device-plugin.log"; }
+# how often the GPU was given (Allocate of the device plugin, NodePrepareResources of the DRA driver), the last one's
+# devices, and what the kubelet's PodResources should report for a container given it
+if [ "$ALLOC" = dra ]; then
+  allocations() { grep -c '^prepare ' "$WORK/device-plugin.log"; }
+  last_allocated() { sed -n 's/^prepare default\/gpu-claim //p' "$WORK/device-plugin.log" | tail -1; }
+  ALLOCATED=gpu-0
+  reported_ok() { case "$1" in "dra default/gpu-claim gpu.sim.gpuckpt.dev $NODE/gpu-0 sim.gpuckpt.dev/gpu="*-gpu-0) return 0 ;; esac; return 1; }
+else
+  allocations() { grep -c '^allocate ' "$WORK/device-plugin.log"; }
+  last_allocated() { sed -n 's/^allocate //p' "$WORK/device-plugin.log" | tail -1; }
+  ALLOCATED=$GPU_ID
+  reported_ok() { [ "$1" = "nvidia.com/gpu $GPU_ID" ]; }
+fi
 on_pod_network() { # POD PID: the pod's address (of the node's 10.88.1.0/24) and its own network namespace
   local ip
   ip=$(kubectl get pod "$1" -o jsonpath='{.status.podIP}')
@@ -281,10 +347,10 @@ k8s_wait_pod default gpu-counter 120 || { show "$CTRD_LOG" "$WORK/nri.log"; fail
 CID=$(container_id gpu-counter)
 PID=$(cri pid "$CID") || fail "no pid for container $CID of gpu-counter"
 wait_iter "$OUT_SRC/count.txt" 30 120 || fail "the pod's counter does not run (last iteration: $(last_iter "$OUT_SRC/count.txt"))"
-{ [ "$(allocations)" = 1 ] && grep -qx "allocate $GPU_ID" "$WORK/device-plugin.log"; } ||
-  fail "the device plugin was not asked once for $GPU_ID: $(cat "$WORK/device-plugin.log")"
-[ "$("$K8S_BIN/podresources-get" "$KROOT/pod-resources/kubelet.sock" default gpu-counter counter)" = "nvidia.com/gpu $GPU_ID" ] ||
-  fail "the kubelet's PodResources does not report $GPU_ID for gpu-counter/counter"
+{ [ "$(allocations)" = 1 ] && [ "$(last_allocated)" = "$ALLOCATED" ]; } ||
+  fail "the $ALLOC was not asked once for $ALLOCATED: $(cat "$WORK/device-plugin.log")"
+REPORTED=$("$K8S_BIN/podresources-get" "$KROOT/pod-resources/kubelet.sock" default gpu-counter counter)
+reported_ok "$REPORTED" || fail "the kubelet's PodResources reports '$REPORTED' for gpu-counter/counter, not $ALLOCATED ($GPU_ID)"
 for _ in $(seq 50); do [ -f "$STATE/containers/$CID.json" ] && break; sleep 0.1; done
 python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["gpus"]; assert g["record"]["used_gpu_ids"]==[sys.argv[2]], g' \
   "$STATE/containers/$CID.json" "$GPU_ID" || { show "$WORK/nri.log"; fail "gpuckpt-nri's record of $CID does not name $GPU_ID"; }
@@ -342,10 +408,10 @@ wait_iter "$OUT_RST/count.txt" $((N_CK + 30)) 120 ||
   fail "the restored counter does not run (last iteration: $(last_iter "$OUT_RST/count.txt"))"
 FIRST=$(head -n 1 "$OUT_RST/count.txt" | cut -d' ' -f1)
 [ "$FIRST" -gt "$N_CK" ] || fail "the restored counter started at $FIRST, not after $N_CK (reached before the checkpoint): a fresh start, not a restore"
-{ [ "$(allocations)" = 2 ] && [ "$(sed -n 's/^allocate //p' "$WORK/device-plugin.log" | tail -1)" = "$GPU_ID" ]; } ||
-  fail "the kubelet did not allocate $GPU_ID to the restore pod: $(cat "$WORK/device-plugin.log")"
-[ "$("$K8S_BIN/podresources-get" "$KROOT/pod-resources/kubelet.sock" default gpu-counter-restored counter)" = "nvidia.com/gpu $GPU_ID" ] ||
-  fail "the kubelet's PodResources does not report $GPU_ID for gpu-counter-restored/counter"
+{ [ "$(allocations)" = 2 ] && [ "$(last_allocated)" = "$ALLOCATED" ]; } ||
+  fail "the kubelet did not have $ALLOCATED ($GPU_ID) given to the restore pod: $(cat "$WORK/device-plugin.log")"
+REPORTED=$("$K8S_BIN/podresources-get" "$KROOT/pod-resources/kubelet.sock" default gpu-counter-restored counter)
+reported_ok "$REPORTED" || fail "the kubelet's PodResources reports '$REPORTED' for gpu-counter-restored/counter, not $ALLOCATED ($GPU_ID)"
 RCG=$(cgroup_of "$RPID")
 case "$RCG" in
   *"$RID"*) ;;
@@ -379,5 +445,5 @@ counter_reference "$MIB" "$(last_iter "$OUT_RST/count.snapshot")" "$OUT_RST/coun
 DIFF=$(same_as_reference "$OUT_RST/count.snapshot" "$OUT_RST/count.ref") ||
   fail "the restored counter's state differs from an uninterrupted run's: $DIFF"
 echo "checkpoint_seconds=$TCK restore_seconds=$TRS archive_mb=$MB counter_at_checkpoint=$N_CK restored_from=$FIRST network=$NETWORK"
-record "$NAME" PASS "$GPU_DESC: checkpoint through the kubelet API ${TCK}s (archive ${MB} MB; the source ran on); new pod of the checkpoint image Running in ${TRS}s (restored by containerd, in cgroup $RCG; $RST_FACTS); the counter went on from the checkpoint (at $N_CK) at $FIRST .. $(last_iter "$OUT_RST/count.snapshot"), bit-identical to an uninterrupted run${PLAN:+; gpuckpt-nri: ${PLAN#*: }}"
+record "$NAME" PASS "$GPU_DESC, given by $([ "$ALLOC" = dra ] && echo "ResourceClaim gpu-claim (DRA)" || echo "the device plugin"): checkpoint through the kubelet API ${TCK}s (archive ${MB} MB; the source ran on); new pod of the checkpoint image Running in ${TRS}s (restored by containerd, in cgroup $RCG; $RST_FACTS); the counter went on from the checkpoint (at $N_CK) at $FIRST .. $(last_iter "$OUT_RST/count.snapshot"), bit-identical to an uninterrupted run${PLAN:+; gpuckpt-nri: ${PLAN#*: }}"
 exit 0

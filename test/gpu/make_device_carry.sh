@@ -18,10 +18,11 @@
 # lacks them), cri-bin.tar.xz and lib-extra.tar.xz.
 # --k8s adds, to what --cri carries, what test/gpu/kubelet_gpu_test.sh needs for a one-node Kubernetes cluster:
 # etcd as scripts/setup-k8s.sh built it (GPUCKPT_K8S_BIN, default /opt/gpuckpt/k8s/v1.37.2/bin), kubelet,
-# kube-apiserver and kubectl as one program (k8s/toolchain/kubernetes/multicall, built here from setup-k8s.sh's
-# module and build caches: the same packages, their shared code once; links by each name), no scheduler or
-# controller-manager (the test's pods name their node), the tests' sim-device-plugin and podresources-get built
-# here from this checkout's test/k8s/sim-device-plugin, Debian's CNI plugins bridge, host-local and loopback
+# kube-apiserver, kube-scheduler, kube-controller-manager and kubectl as one program
+# (k8s/toolchain/kubernetes/multicall, built here from setup-k8s.sh's module and build caches: the same packages,
+# their shared code once; links by each name; the scheduler and controller-manager for the DRA variant), the tests'
+# sim-device-plugin, podresources-get and sim-dra-driver built here from this checkout's
+# test/k8s/sim-device-plugin, Debian's CNI plugins bridge, host-local and loopback
 # (/usr/lib/cni), all stripped, as xz pieces (k8s-NAME.tar.xz; every piece unpacks into one directory: bin/, cni/), and
 # the openssl and libssl3 .debs (used only where the machine has no openssl). CRIU is sid's 4.2.1 there
 # (GPUCKPT_CRIU_BUNDLE default /opt/gpuckpt/criu-sid): a pod network needs `network-lock skip` from runc.conf.
@@ -150,12 +151,13 @@ if [ "$K8S" = 1 ]; then
   done
   mkdir -p "$built/core/bin"
   go_build "$ROOT/k8s/toolchain/kubernetes" "$built/core/bin/kube-multicall" "$ldflags" ./multicall
-  for p in kubelet kube-apiserver kubectl; do ln -s kube-multicall "$built/core/bin/$p"; done
+  for p in kubelet kube-apiserver kube-scheduler kube-controller-manager kubectl; do ln -s kube-multicall "$built/core/bin/$p"; done
   (cd "$built/core" && XZ_OPT=-9 tar -cJf "$CARRY/k8s-core.tar.xz" bin)
   # the device plugin of this checkout (its --shared-device gives every allocation the real GPU's control nodes)
-  go_build "$ROOT/test/k8s/sim-device-plugin" "$built/" "-s -w" . ./podresources-get
+  go_build "$ROOT/test/k8s/sim-device-plugin" "$built/" "-s -w" . ./podresources-get ./sim-dra-driver
   k8s_piece tools "bin/$built/sim-device-plugin" "bin/$built/podresources-get" cni//usr/lib/cni/bridge \
     cni//usr/lib/cni/host-local cni//usr/lib/cni/loopback
+  k8s_piece dra "bin/$built/sim-dra-driver"
   rm -rf "$built"
 fi
 if [ "$CRIO" = 1 ]; then

@@ -15,8 +15,11 @@
 // Usage:
 //
 //	sim-dra-driver --kubeconfig FILE --node NAME --registry-dir DIR --plugin-dir DIR --cdi-dir DIR
-//	               --device UUID=INDEX:HOST_NODE [--device ...] [--driver NAME] [--cdi-kind VENDOR/CLASS]
+//	               --device UUID=INDEX:HOST_NODE [--device ...] [--shared-device HOST_NODE[:CONTAINER_PATH] ...]
+//	               [--driver NAME] [--cdi-kind VENDOR/CLASS]
 //
+// A shared device (on a real GPU node /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools) goes into every claim's
+// spec as spec-wide containerEdits, as the NVIDIA DRA driver puts the driver's control nodes.
 // DIR of --registry-dir is the kubelet's plugin registry (ROOT_DIR/plugins_registry), --plugin-dir where the
 // driver's own socket goes (the kubelet dials it at the path the registration names). It prints "prepare CLAIM
 // DEVICES" and "unprepare CLAIM" lines as it works and "published N devices" once its slice is written; on SIGTERM
@@ -82,6 +85,7 @@ type driver struct {
 	cdiDir  string
 	cdiKind string
 	gpus    map[string]simulatedGpu // by device name
+	shared  []cdiDeviceNode
 	mu      sync.Mutex
 }
 
@@ -101,9 +105,30 @@ type cdiDevice struct {
 	ContainerEdits cdiEdits `json:"containerEdits"`
 }
 type cdiSpec struct {
-	Version string      `json:"cdiVersion"`
-	Kind    string      `json:"kind"`
-	Devices []cdiDevice `json:"devices"`
+	Version        string      `json:"cdiVersion"`
+	Kind           string      `json:"kind"`
+	ContainerEdits *cdiEdits   `json:"containerEdits,omitempty"`
+	Devices        []cdiDevice `json:"devices"`
+}
+
+// sharedDevicesFlag: device nodes every claim's spec gives (--shared-device, repeatable)
+type sharedDevicesFlag []cdiDeviceNode
+
+func (d *sharedDevicesFlag) String() string { return fmt.Sprint(len(*d)) }
+
+func (d *sharedDevicesFlag) Set(value string) error {
+	host, container, _ := strings.Cut(value, ":")
+	if container == "" {
+		container = host
+	}
+	if !filepath.IsAbs(host) || !filepath.IsAbs(container) {
+		return fmt.Errorf("--shared-device %q: want HOST_NODE[:CONTAINER_PATH], absolute paths, e.g. /dev/nvidiactl", value)
+	}
+	if _, err := os.Stat(host); err != nil {
+		return fmt.Errorf("--shared-device %q: %v", value, err)
+	}
+	*d = append(*d, cdiDeviceNode{Path: container, HostPath: host, Type: "c", Permissions: "rw"})
+	return nil
 }
 
 func (d *driver) specFile(claim types.UID) string {
@@ -115,6 +140,9 @@ func (d *driver) prepare(claim *resourceapi.ResourceClaim) kubeletplugin.Prepare
 		return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)}
 	}
 	spec := cdiSpec{Version: "0.6.0", Kind: d.cdiKind}
+	if len(d.shared) > 0 {
+		spec.ContainerEdits = &cdiEdits{DeviceNodes: d.shared}
+	}
 	var result kubeletplugin.PrepareResult
 	var names []string
 	for _, r := range claim.Status.Allocation.Devices.Results {
@@ -189,6 +217,7 @@ var cdiKindPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*/[a-zA-Z0-9][a-zA-Z
 
 func run() error {
 	var gpus devicesFlag
+	var shared sharedDevicesFlag
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of a user that may read ResourceClaims and write ResourceSlices")
 	node := flag.String("node", "", "the node's name (its ResourceSlice and pool)")
 	name := flag.String("driver", "gpu.sim.gpuckpt.dev", "the DRA driver's name")
@@ -197,14 +226,16 @@ func run() error {
 	cdiDir := flag.String("cdi-dir", "", "where CDI spec files go (a CDI spec directory of the node's runtime)")
 	cdiKind := flag.String("cdi-kind", "sim.gpuckpt.dev/gpu", "the CDI kind (VENDOR/CLASS) of the devices")
 	flag.Var(&gpus, "device", "UUID=INDEX:HOST_NODE, once per simulated GPU")
+	flag.Var(&shared, "shared-device", "HOST_NODE[:CONTAINER_PATH] every claim's spec gives (repeatable)")
 	flag.Parse()
 	if len(gpus) == 0 || flag.NArg() != 0 || *kubeconfig == "" || *node == "" || *registryDir == "" ||
 		*pluginDir == "" || *cdiDir == "" || !cdiKindPattern.MatchString(*cdiKind) {
 		fmt.Fprintln(os.Stderr, "usage: sim-dra-driver --kubeconfig FILE --node NAME --registry-dir DIR --plugin-dir DIR"+
-			" --cdi-dir DIR --device UUID=INDEX:HOST_NODE [--device ...] [--driver NAME] [--cdi-kind VENDOR/CLASS]")
+			" --cdi-dir DIR --device UUID=INDEX:HOST_NODE [--device ...] [--shared-device HOST_NODE[:CONTAINER_PATH] ...]"+
+			" [--driver NAME] [--cdi-kind VENDOR/CLASS]")
 		os.Exit(2)
 	}
-	d := &driver{name: *name, pool: *node, cdiDir: *cdiDir, cdiKind: *cdiKind, gpus: map[string]simulatedGpu{}}
+	d := &driver{name: *name, pool: *node, cdiDir: *cdiDir, cdiKind: *cdiKind, gpus: map[string]simulatedGpu{}, shared: shared}
 	for _, g := range gpus {
 		if _, dup := d.gpus[deviceName(g)]; dup {
 			fmt.Fprintf(os.Stderr, "sim-dra-driver: GPU index %d given twice\n", g.index)
