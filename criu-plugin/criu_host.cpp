@@ -200,10 +200,9 @@ Result<void> TaskSyscalls::release() {
 }
 
 Result<void> madvise_in_task(int pid, const std::vector<MemoryRange>& ranges, int advice, const char* advice_name) {
-  auto task = TaskSyscalls::prepare(pid);
-  if (!task) return task.error();
+  GPUCKPT_TRY(auto task, TaskSyscalls::prepare(pid));
   for (const MemoryRange& r : ranges) {
-    auto ret = task->call(SYS_madvise, r.start, r.length, static_cast<unsigned long>(advice));
+    auto ret = task.call(SYS_madvise, r.start, r.length, static_cast<unsigned long>(advice));
     if (!ret || *ret != 0) {
       char where[64];
       std::snprintf(where, sizeof where, "0x%llx+%llu", static_cast<unsigned long long>(r.start),
@@ -213,7 +212,7 @@ Result<void> madvise_in_task(int pid, const std::vector<MemoryRange>& ranges, in
                         ")", ret ? static_cast<int>(-*ret) : EIO);
     }
   }
-  return task->release();
+  return task.release();
 }
 
 namespace {

@@ -224,14 +224,12 @@ Result<DevChanges> reconcile_dev(int dev_fd, const std::vector<PlannedNode>& pla
     names.insert(node.source);
     names.insert(node.target);
   }
-  auto listed = nvidia_names(dev_fd, max_entries);
-  if (!listed) return listed.error();
-  names.insert(listed->begin(), listed->end());
+  GPUCKPT_TRY(const auto listed, nvidia_names(dev_fd, max_entries));
+  names.insert(listed.begin(), listed.end());
   std::map<std::string, FoundNode> found;
   for (const auto& name : names) {
-    auto node = look_at(dev_fd, name);
-    if (!node) return node.error();
-    if (node.value()) found[name] = *node.value();
+    GPUCKPT_TRY(const std::optional<FoundNode> node, look_at(dev_fd, name));
+    if (node) found[name] = *node;
   }
   auto changes = plan_dev_changes(found, planned);
   if (!changes || changes->empty()) return changes;
@@ -317,11 +315,9 @@ Result<std::optional<RestorePlan>> read_placed_plan(int image_dir_fd) {
     if (n == 0) return make_error(std::string(kPlanFileInImages) + " got shorter while it was read", EIO);
     have += static_cast<std::size_t>(n);
   }
-  auto json = parse_json(text, kPlanFileInImages);
-  if (!json) return json.error();
-  auto plan = restore_plan_from_json(*json, kPlanFileInImages);
-  if (!plan) return plan.error();
-  return std::optional<RestorePlan>(std::move(plan.value()));
+  GPUCKPT_TRY(const auto json, parse_json(text, kPlanFileInImages));
+  GPUCKPT_TRY(auto plan, restore_plan_from_json(json, kPlanFileInImages));
+  return std::optional<RestorePlan>(std::move(plan));
 }
 
 Result<DevChanges> reconcile_restored_dev(const std::string& root, const std::string& host_dev,
@@ -335,9 +331,8 @@ Result<DevChanges> reconcile_restored_dev(const std::string& root, const std::st
     return make_error(root + "/dev is not a directory gpuckpt may use (" + errno_text(errno) + ")", errno);
   Fd host_fd(::open(host_dev.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (host_fd.get() < 0) return make_error("cannot open " + host_dev + ": " + errno_text(errno), errno);
-  if (auto own = check_own_dev_tmpfs(dev_fd.get(), host_fd.get()); !own) return own.error().with_context(root + "/dev");
-  auto changed = reconcile_dev(dev_fd.get(), planned, kMaxDevEntries);
-  if (!changed) return changed.error().with_context(root + "/dev");
+  GPUCKPT_TRY_VOID(check_own_dev_tmpfs(dev_fd.get(), host_fd.get()), root + "/dev");
+  GPUCKPT_TRY(auto changed, reconcile_dev(dev_fd.get(), planned, kMaxDevEntries), root + "/dev");
   return changed;
 }
 

@@ -343,9 +343,7 @@ class AmdBackend final : public plugin::Backend {
 
   Result<const NodeInventory*> cached_node() {
     if (!node_) {
-      auto node = read_amd_node(deps_.host);
-      if (!node) return node.error();
-      node_ = std::move(*node);
+      GPUCKPT_TRY(node_, read_amd_node(deps_.host));
     }
     return &*node_;
   }
@@ -354,9 +352,8 @@ class AmdBackend final : public plugin::Backend {
   // the process, so the only ones a restore may choose and the count RESTORE demands.
   Result<const NodeInventory*> visible_node() {
     if (!visible_node_) {
-      auto node = cached_node();
-      if (!node) return node.error();
-      NodeInventory visible = **node;
+      GPUCKPT_TRY(const NodeInventory* node, cached_node());
+      NodeInventory visible = *node;
       std::erase_if(visible.gpus, [&](const GpuDevice& gpu) {
         const int fd = device_.open(render_path(gpu.render_minor).c_str(), O_RDWR);
         if (fd < 0) return true;
@@ -477,36 +474,46 @@ class AmdBackend final : public plugin::Backend {
     return result;
   }
 
-  Result<void> checkpoint_paused(int fd, std::uint32_t id, const ImageDir& images, kfd_ioctl_criu_args& info) {
-    std::vector<kfd_criu_device_bucket> devices(info.num_devices);
-    std::vector<kfd_criu_bo_bucket> bos(info.num_bos);
-    std::string priv(static_cast<std::size_t>(info.priv_data_size), '\0');
+  // What CHECKPOINT filled in for one process; the dmabuf fds it installed in this process close with it.
+  struct KfdCheckpoint {
+    std::vector<kfd_criu_device_bucket> devices;
+    std::vector<kfd_criu_bo_bucket> bos;
+    std::string priv;
+    std::vector<OwnedFd> dmabufs;
+  };
+
+  Result<KfdCheckpoint> run_checkpoint_op(int fd, const kfd_ioctl_criu_args& info) {
+    KfdCheckpoint out;
+    out.devices.resize(info.num_devices);
+    out.bos.resize(info.num_bos);
+    out.priv.assign(static_cast<std::size_t>(info.priv_data_size), '\0');
     kfd_ioctl_criu_args args = info;
-    args.devices = reinterpret_cast<std::uintptr_t>(devices.data());
+    args.devices = reinterpret_cast<std::uintptr_t>(out.devices.data());
     // KFD refuses a null BO array even when the process has no BOs (criu_checkpoint: EINVAL).
     kfd_criu_bo_bucket no_bos{};
-    args.bos = reinterpret_cast<std::uintptr_t>(bos.empty() ? &no_bos : bos.data());
-    args.priv_data = reinterpret_cast<std::uintptr_t>(priv.data());
-    if (auto r = kfd_criu_op(device_, fd, args, KFD_CRIU_OP_CHECKPOINT); !r) return r;
-
+    args.bos = reinterpret_cast<std::uintptr_t>(out.bos.empty() ? &no_bos : out.bos.data());
+    args.priv_data = reinterpret_cast<std::uintptr_t>(out.priv.data());
+    GPUCKPT_TRY_VOID(kfd_criu_op(device_, fd, args, KFD_CRIU_OP_CHECKPOINT));
     // The dmabuf fds CHECKPOINT installed in this process are ours to close, on every path.
-    std::vector<OwnedFd> dmabufs;
-    for (const auto& bo : bos) {
-      if (bo.dmabuf_fd != kKfdInvalidFd) dmabufs.emplace_back(&device_, static_cast<int>(bo.dmabuf_fd));
+    for (const auto& bo : out.bos) {
+      if (bo.dmabuf_fd != kKfdInvalidFd) out.dmabufs.emplace_back(&device_, static_cast<int>(bo.dmabuf_fd));
     }
+    return out;
+  }
 
-    auto node = cached_node();
-    if (!node) return node.error();
-    pb::KfdImage image;
-    image.set_version(kImageVersion);
-    image.set_pid(info.pid);
-    image.set_kfd_major(kfd_version_.major);
-    image.set_kfd_minor(kfd_version_.minor);
-    std::vector<std::string> used;
+  // The process's GPUs as the image lists them, and one content transfer per GPU (with its render node open for
+  // SDMA while the contents move).
+  struct CheckpointedGpus {
+    std::vector<std::string> used;   // inventory ids, for the node record
     std::vector<OwnedFd> render_fds;
     std::vector<GpuTransfer> transfers;
+  };
+
+  Result<CheckpointedGpus> add_devices(pb::KfdImage& image, const std::vector<kfd_criu_device_bucket>& devices,
+                                       const NodeInventory& node, std::uint32_t id) {
+    CheckpointedGpus out;
     for (const auto& d : devices) {
-      const GpuDevice* gpu = find_gpu_id(**node, d.actual_gpu_id);
+      const GpuDevice* gpu = find_gpu_id(node, d.actual_gpu_id);
       if (!gpu) {
         return make_error("KFD reports gpu_id " + hex(d.actual_gpu_id) +
                           " but the node's KFD topology has no such GPU; is /sys mounted from the host?", ENODEV);
@@ -516,38 +523,50 @@ class AmdBackend final : public plugin::Backend {
       dev->set_actual_gpu_id(d.actual_gpu_id);
       dev->set_render_minor(gpu->render_minor);
       dev->set_inventory_id(gpu->id);
-      used.push_back(gpu->id);
+      out.used.push_back(gpu->id);
       GpuTransfer t;
       t.gpu_id = d.user_gpu_id;
       t.file_name = bo_content_image_name(id, d.user_gpu_id);
       if (config_.use_sdma) {
         const int rfd = device_.open(render_path(gpu->render_minor).c_str(), O_RDWR);
         if (rfd >= 0) {
-          render_fds.emplace_back(&device_, rfd);
+          out.render_fds.emplace_back(&device_, rfd);
           t.render_fd = rfd;
         }
       }
-      transfers.push_back(std::move(t));
+      out.transfers.push_back(std::move(t));
     }
-    const std::string host_pid = host_pid_for(info.pid);
-    std::vector<std::uint64_t> held_inodes;   // one per dmabuf fd the process holds
-    (void)device_.process_dmabuf_inodes(host_pid, &held_inodes);
-    std::map<std::uint64_t, std::uint32_t> held;   // dmabuf inode -> fds the process holds on it
-    for (auto inode : held_inodes) ++held[inode];
-    std::vector<std::uint64_t> bo_inodes(bos.size(), 0);
+    return out;
+  }
+
+  // The dma-buf inodes of the process's BOs (0 where a BO has none) and of every dma-buf fd the process holds.
+  struct DmabufInodes {
+    std::vector<std::uint64_t> of_bos;              // by BO index
+    std::vector<std::uint64_t> held;                // one per dmabuf fd the process holds
+    std::map<std::uint64_t, std::uint32_t> fds_on;  // dmabuf inode -> fds the process holds on it
+  };
+
+  DmabufInodes dmabuf_inodes(const std::string& host_pid, const std::vector<kfd_criu_bo_bucket>& bos) {
+    DmabufInodes out;
+    (void)device_.process_dmabuf_inodes(host_pid, &out.held);
+    for (auto inode : out.held) ++out.fds_on[inode];
+    out.of_bos.assign(bos.size(), 0);
     for (std::size_t i = 0; i < bos.size(); ++i) {
       if (bos[i].dmabuf_fd == kKfdInvalidFd) continue;
-      (void)device_.dmabuf_inode(static_cast<int>(bos[i].dmabuf_fd), &bo_inodes[i]);
+      (void)device_.dmabuf_inode(static_cast<int>(bos[i].dmabuf_fd), &out.of_bos[i]);
     }
-    // Before any content moves: the queues have been paused only for PROCESS_INFO and CHECKPOINT so far.
-    if (auto ok = check_restorable(info.pid, host_pid, bos, bo_inodes, held_inodes); !ok) return ok;
-    if (auto ok = check_render_memory(info.pid, host_pid, bos, info.num_devices); !ok) return ok;
+    return out;
+  }
+
+  // Lists every BO in the image and hands the ones with contents to their GPU's transfer.
+  Result<void> add_bos(pb::KfdImage& image, const std::vector<kfd_criu_bo_bucket>& bos, const DmabufInodes& inodes,
+                       std::vector<GpuTransfer>& transfers) {
     for (std::size_t i = 0; i < bos.size(); ++i) {
       const auto& b = bos[i];
       auto* bo = image.add_bos();
-      if (const std::uint64_t inode = bo_inodes[i]) {
+      if (const std::uint64_t inode = inodes.of_bos[i]) {
         bo->set_dmabuf_inode(inode);
-        if (auto it = held.find(inode); it != held.end()) bo->set_process_dmabuf_fds(it->second);
+        if (auto it = inodes.fds_on.find(inode); it != inodes.fds_on.end()) bo->set_process_dmabuf_fds(it->second);
       }
       bo->set_gpu_id(b.gpu_id);
       bo->set_addr(b.addr);
@@ -567,24 +586,41 @@ class AmdBackend final : public plugin::Backend {
       }
       it->bos.push_back(BoTransfer{static_cast<int>(b.dmabuf_fd), b.size, b.addr, bo_cpu_accessible(b.alloc_flags)});
     }
-    for (const auto& t : transfers) {
+    return {};
+  }
+
+  Result<void> checkpoint_paused(int fd, std::uint32_t id, const ImageDir& images, kfd_ioctl_criu_args& info) {
+    GPUCKPT_TRY(const KfdCheckpoint checkpoint, run_checkpoint_op(fd, info));
+    GPUCKPT_TRY(const NodeInventory* node, cached_node());
+    pb::KfdImage image;
+    image.set_version(kImageVersion);
+    image.set_pid(info.pid);
+    image.set_kfd_major(kfd_version_.major);
+    image.set_kfd_minor(kfd_version_.minor);
+    GPUCKPT_TRY(CheckpointedGpus gpus, add_devices(image, checkpoint.devices, *node, id));
+    const std::string host_pid = host_pid_for(info.pid);
+    const DmabufInodes inodes = dmabuf_inodes(host_pid, checkpoint.bos);
+    // Before any content moves: the queues have been paused only for PROCESS_INFO and CHECKPOINT so far.
+    GPUCKPT_TRY_VOID(check_restorable(info.pid, host_pid, checkpoint.bos, inodes.of_bos, inodes.held));
+    GPUCKPT_TRY_VOID(check_render_memory(info.pid, host_pid, checkpoint.bos, info.num_devices));
+    GPUCKPT_TRY_VOID(add_bos(image, checkpoint.bos, inodes, gpus.transfers));
+    for (const auto& t : gpus.transfers) {
       auto* file = image.add_content_files();
       file->set_gpu_id(t.gpu_id);
       file->set_name(t.file_name);
       file->set_bytes(content_bytes(t));
     }
     image.set_num_objects(info.num_objects);
-    image.set_priv_data(priv);
+    image.set_priv_data(checkpoint.priv);
     const HsakmtSharedMem shm = probe_hsakmt_shared_mem(deps_.host);
     image.set_shared_mem_size(shm.size);
     image.set_shared_mem_magic(shm.magic);
     image.set_highest_fd(highest_fd(deps_.host, host_pid));
-    image.set_node_record(to_protobuf(make_record(**node, used)));
+    image.set_node_record(to_protobuf(make_record(*node, gpus.used)));
 
-    auto moved = dump_contents(device_, images, transfers, transfer_options());
-    if (!moved) return moved.error();
-    log::info("amd: " + std::to_string(moved->bytes) + " bytes of BO contents from " +
-              std::to_string(transfers.size()) + " GPU(s) in " + std::to_string(moved->passes) + " passes");
+    GPUCKPT_TRY(const TransferStats moved, dump_contents(device_, images, gpus.transfers, transfer_options()));
+    log::info("amd: " + std::to_string(moved.bytes) + " bytes of BO contents from " +
+              std::to_string(gpus.transfers.size()) + " GPU(s) in " + std::to_string(moved.passes) + " passes");
     return images.write_framed(kfd_image_name(id), image.SerializeAsString());
   }
 
@@ -762,7 +798,7 @@ class AmdBackend final : public plugin::Backend {
         }
         OwnedFd fd(&device_, taken);
         const RenderOwner owner{std::to_string(pid), file.fd, files.has_kfd};
-        if (auto ok = audit_render_file(fd.get(), file.render_minor, owner, memory); !ok) return ok;
+        GPUCKPT_TRY_VOID(audit_render_file(fd.get(), file.render_minor, owner, memory));
         if (!memory.client_id.empty()) audited_files_.insert(memory.client_id);
       }
     }
@@ -903,19 +939,17 @@ class AmdBackend final : public plugin::Backend {
 
   Result<int> render_fd_for(int minor_number) {
     if (auto it = render_fds_.find(minor_number); it != render_fds_.end()) return it->second.get();
-    auto fd = open_above(render_path(minor_number));
-    if (!fd) return fd.error();
-    render_fds_.emplace(minor_number, OwnedFd(&device_, *fd));
-    return *fd;
+    GPUCKPT_TRY(const int fd, open_above(render_path(minor_number)));
+    render_fds_.emplace(minor_number, OwnedFd(&device_, fd));
+    return fd;
   }
 
   // KFD restores a process only onto as many GPUs as it had (RESTORE: num_devices must equal the process's device
   // count, which is every GPU of the topology its device cgroup lets it open). Checked here, naming both counts,
   // rather than as an EINVAL from RESTORE.
   Result<void> check_visible_gpu_count(int image_gpus) {
-    auto node = visible_node();
-    if (!node) return node.error();
-    const auto& visible = (*node)->gpus;
+    GPUCKPT_TRY(const NodeInventory* node, visible_node());
+    const auto& visible = node->gpus;
     if (static_cast<int>(visible.size()) == image_gpus) return {};
     std::string list;
     for (const auto& gpu : visible) list += (list.empty() ? "renderD" : ", renderD") + std::to_string(gpu.render_minor);
@@ -928,14 +962,11 @@ class AmdBackend final : public plugin::Backend {
 
   Result<std::map<std::string, GpuTarget>> plan_for(const std::string& record_bytes, const std::string& source) {
     if (auto it = plan_cache_.find(record_bytes); it != plan_cache_.end()) return it->second;
-    auto record = record_from_protobuf(record_bytes, source);
-    if (!record) return record.error();
-    auto node = visible_node();
-    if (!node) return node.error();
-    auto plan = plan_restore(*record, **node);
-    if (!plan) return plan.error();
-    plan_cache_.emplace(record_bytes, *plan);
-    return *plan;
+    GPUCKPT_TRY(const auto record, record_from_protobuf(record_bytes, source));
+    GPUCKPT_TRY(const NodeInventory* node, visible_node());
+    GPUCKPT_TRY(auto plan, plan_restore(record, *node));
+    plan_cache_.emplace(record_bytes, plan);
+    return plan;
   }
 
   int restore_kfd(const ImageDir& images, std::uint32_t id, const std::string& bytes) {
@@ -955,26 +986,59 @@ class AmdBackend final : public plugin::Backend {
     auto kfd_fd = open_above(kKfdPath);
     if (!kfd_fd) return fail("restore", kfd_fd.error());
     OwnedFd kfd(&device_, *kfd_fd);
-    auto plan = plan_for(image.node_record(), name);
-    if (!plan) return fail("restore of " + name, plan.error());
+    if (auto restored = restore_process(images, id, image, kfd.get()); !restored) {
+      return fail("restore of " + name, restored.error());
+    }
+    log::info("amd: process " + std::to_string(image.pid()) + " restored from " + name);
+    return kfd.release();
+  }
 
+  // RESTORE of the process on `kfd` (a fresh /dev/kfd fd of the restored process), then its BO contents and
+  // libhsakmt's shared memory.
+  Result<void> restore_process(const ImageDir& images, std::uint32_t id, const pb::KfdImage& image, int kfd) {
+    const std::string name = kfd_image_name(id);
+    GPUCKPT_TRY(const RestoreDevices targets, restore_devices(image, name));
+    std::vector<kfd_criu_bo_bucket> bos = bo_buckets(image);
+    GPUCKPT_TRY_VOID(run_restore_op(kfd, image, targets.devices, bos));
+    std::vector<OwnedFd> dmabufs;
+    for (auto& b : bos) {
+      if (b.dmabuf_fd != kKfdInvalidFd) dmabufs.emplace_back(&device_, static_cast<int>(b.dmabuf_fd));
+    }
+    GPUCKPT_TRY_VOID(keep_shared_dmabufs(image, bos));
+    RestoreJob job;
+    job.image_id = id;
+    GPUCKPT_TRY(const std::vector<GpuTransfer> transfers, content_transfers(image, bos, targets.by_user_id, job));
+    GPUCKPT_TRY_VOID(check_content_files(image, name, transfers));
+    GPUCKPT_TRY_VOID(restore_bo_contents(images, name, transfers, std::move(job)));
+    return restore_hsakmt_shared_mem(deps_.host, HsakmtSharedMem{image.shared_mem_size(), image.shared_mem_magic()});
+  }
+
+  // The image's GPUs mapped onto this node's: the device buckets RESTORE takes (with the target render fds) and
+  // the target of each checkpointed user gpu_id.
+  struct RestoreDevices {
     std::vector<kfd_criu_device_bucket> devices;
     std::map<std::uint32_t, GpuTarget> by_user_id;
+  };
+
+  Result<RestoreDevices> restore_devices(const pb::KfdImage& image, const std::string& name) {
+    GPUCKPT_TRY(const auto plan, plan_for(image.node_record(), name));
+    RestoreDevices out;
     for (const auto& d : image.devices()) {
-      auto it = plan->find(d.inventory_id());
-      if (it == plan->end()) {
-        return fail("restore of " + name, make_error("no target GPU for " + d.inventory_id(), ENODEV));
-      }
-      auto render = render_fd_for(it->second.render_minor);
-      if (!render) return fail("restore of " + name, render.error());
+      auto it = plan.find(d.inventory_id());
+      if (it == plan.end()) return make_error("no target GPU for " + d.inventory_id(), ENODEV);
+      GPUCKPT_TRY(const int render, render_fd_for(it->second.render_minor));
       kfd_criu_device_bucket bucket{};
       bucket.user_gpu_id = d.user_gpu_id();
       bucket.actual_gpu_id = it->second.gpu_id;
-      bucket.drm_fd = static_cast<std::uint32_t>(*render);
-      devices.push_back(bucket);
-      by_user_id[d.user_gpu_id()] = it->second;
+      bucket.drm_fd = static_cast<std::uint32_t>(render);
+      out.devices.push_back(bucket);
+      out.by_user_id[d.user_gpu_id()] = it->second;
       kfd_targets_[d.inventory_id()] = it->second;
     }
+    return out;
+  }
+
+  static std::vector<kfd_criu_bo_bucket> bo_buckets(const pb::KfdImage& image) {
     std::vector<kfd_criu_bo_bucket> bos;
     for (const auto& b : image.bos()) {
       kfd_criu_bo_bucket bucket{};
@@ -985,6 +1049,12 @@ class AmdBackend final : public plugin::Backend {
       bucket.alloc_flags = b.alloc_flags();
       bos.push_back(bucket);
     }
+    return bos;
+  }
+
+  // KFD's RESTORE; it fills in each BO's dmabuf fd and restored mmap offset.
+  Result<void> run_restore_op(int kfd, const pb::KfdImage& image, const std::vector<kfd_criu_device_bucket>& devices,
+                              std::vector<kfd_criu_bo_bucket>& bos) {
     std::string priv = image.priv_data();
     kfd_ioctl_criu_args args{};
     args.devices = reinterpret_cast<std::uintptr_t>(devices.data());
@@ -995,42 +1065,45 @@ class AmdBackend final : public plugin::Backend {
     args.num_devices = static_cast<std::uint32_t>(devices.size());
     args.num_bos = static_cast<std::uint32_t>(bos.size());
     args.num_objects = image.num_objects();
-    if (auto r = kfd_criu_op(device_, kfd.get(), args, KFD_CRIU_OP_RESTORE); !r) {
-      if (bos.empty() && r.error().errno_value == EINVAL) {
-        // criu_restore refused num_bos == 0 until the kernel's fix ("Allow restore of processes with no BOs").
-        return fail("restore of " + name,
-                    make_error(r.error().message + ": the checkpointed process had no GPU buffer objects, and this "
-                               "node's KFD refuses RESTORE without any (older kernels reject num_bos == 0); restore "
-                               "on a node whose amdkfd accepts it, or checkpoint the process once it has allocated "
-                               "GPU memory",
-                               EINVAL));
-      }
-      return fail("restore of " + name,
-                  make_error(r.error().message + " (the process must be fresh, and see it as many GPUs as it had at "
-                             "checkpoint: " + std::to_string(devices.size()) + ")",
-                             r.error().errno_value));
+    auto r = kfd_criu_op(device_, kfd, args, KFD_CRIU_OP_RESTORE);
+    if (r) return {};
+    if (bos.empty() && r.error().errno_value == EINVAL) {
+      // criu_restore refused num_bos == 0 until the kernel's fix ("Allow restore of processes with no BOs").
+      return make_error(r.error().message + ": the checkpointed process had no GPU buffer objects, and this "
+                        "node's KFD refuses RESTORE without any (older kernels reject num_bos == 0); restore "
+                        "on a node whose amdkfd accepts it, or checkpoint the process once it has allocated "
+                        "GPU memory",
+                        EINVAL);
     }
+    return make_error(r.error().message + " (the process must be fresh, and see it as many GPUs as it had at "
+                      "checkpoint: " + std::to_string(devices.size()) + ")",
+                      r.error().errno_value);
+  }
 
-    std::vector<OwnedFd> dmabufs;
-    for (auto& b : bos) {
-      if (b.dmabuf_fd != kKfdInvalidFd) dmabufs.emplace_back(&device_, static_cast<int>(b.dmabuf_fd));
-    }
-    // dma-bufs the process held fds on: keep one fd each (above the floor) until their images are restored.
+  // dma-bufs the process held fds on: keep one fd each (above the floor) until their images are restored.
+  Result<void> keep_shared_dmabufs(const pb::KfdImage& image, const std::vector<kfd_criu_bo_bucket>& bos) {
     for (std::size_t i = 0; i < bos.size(); ++i) {
       const auto& saved = image.bos(static_cast<int>(i));
       if (saved.process_dmabuf_fds() == 0 || bos[i].dmabuf_fd == kKfdInvalidFd) continue;
       const int kept = device_.dup_above(static_cast<int>(bos[i].dmabuf_fd), fd_floor_);
-      if (kept < 0) return fail("restore of " + name, make_error("cannot keep a dmabuf fd", -kept));
+      if (kept < 0) return make_error("cannot keep a dmabuf fd", -kept);
       shared_dmabufs_[saved.dmabuf_inode()] = SharedDmabuf{OwnedFd(&device_, kept), saved.process_dmabuf_fds()};
     }
+    return {};
+  }
+
+  // One content transfer per GPU of the image (onto its target render node, also named in `job` for the parallel
+  // worker), holding the restored BOs with contents; the VMA offsets of mapped BOs are noted for UPDATE_VMA_MAP.
+  Result<std::vector<GpuTransfer>> content_transfers(const pb::KfdImage& image,
+                                                     const std::vector<kfd_criu_bo_bucket>& bos,
+                                                     const std::map<std::uint32_t, GpuTarget>& by_user_id,
+                                                     RestoreJob& job) {
     std::vector<GpuTransfer> transfers;
-    RestoreJob job;
-    job.image_id = id;
     for (const auto& d : image.devices()) {
       GpuTransfer t;
       t.gpu_id = d.user_gpu_id();
-      t.file_name = bo_content_image_name(id, d.user_gpu_id());
-      const GpuTarget& target = by_user_id[d.user_gpu_id()];
+      t.file_name = bo_content_image_name(job.image_id, d.user_gpu_id());
+      const GpuTarget& target = by_user_id.at(d.user_gpu_id());
       t.render_fd = render_fds_.at(target.render_minor).get();
       transfers.push_back(std::move(t));
       job.render_minors.push_back(target.render_minor);
@@ -1038,53 +1111,50 @@ class AmdBackend final : public plugin::Backend {
     for (const auto& b : bos) {
       auto target = by_user_id.find(b.gpu_id);
       if (target == by_user_id.end()) {
-        return fail("restore of " + name, make_error("a BO belongs to gpu_id " + hex(b.gpu_id) +
-                                                     ", which is not among the image's devices; the image is damaged"));
+        return make_error("a BO belongs to gpu_id " + hex(b.gpu_id) +
+                          ", which is not among the image's devices; the image is damaged");
       }
       if (b.alloc_flags & kBoMappedFlags) {
         vma_updates_.push_back(
             VmaUpdate{b.addr, b.offset, b.restored_offset, render_fds_.at(target->second.render_minor).get()});
       }
       if (!(b.alloc_flags & kBoContentFlags)) continue;
-      if (b.dmabuf_fd == kKfdInvalidFd) {
-        return fail("restore of " + name, make_error("KFD gave no dmabuf for a restored VRAM/GTT BO", EIO));
-      }
+      if (b.dmabuf_fd == kKfdInvalidFd) return make_error("KFD gave no dmabuf for a restored VRAM/GTT BO", EIO);
       auto it = std::find_if(transfers.begin(), transfers.end(), [&](const GpuTransfer& t) { return t.gpu_id == b.gpu_id; });
-      if (it == transfers.end()) return fail("restore of " + name, make_error("BO on unknown gpu_id " + hex(b.gpu_id)));
+      if (it == transfers.end()) return make_error("BO on unknown gpu_id " + hex(b.gpu_id));
       it->bos.push_back(BoTransfer{static_cast<int>(b.dmabuf_fd), b.size, b.addr, bo_cpu_accessible(b.alloc_flags)});
     }
+    return transfers;
+  }
+
+  static Result<void> check_content_files(const pb::KfdImage& image, const std::string& name,
+                                          const std::vector<GpuTransfer>& transfers) {
     for (const auto& file : image.content_files()) {
       auto it = std::find_if(transfers.begin(), transfers.end(), [&](const GpuTransfer& t) { return t.gpu_id == file.gpu_id(); });
       if (it == transfers.end() || content_bytes(*it) != file.bytes()) {
-        return fail("restore of " + name, make_error("image " + name + " lists " + std::to_string(file.bytes()) +
-                                                     " content bytes for GPU " + hex(file.gpu_id()) +
-                                                     " that its BO list does not add up to; the image is damaged"));
+        return make_error("image " + name + " lists " + std::to_string(file.bytes()) + " content bytes for GPU " +
+                          hex(file.gpu_id()) + " that its BO list does not add up to; the image is damaged");
       }
     }
+    return {};
+  }
 
-    bool offloaded = false;
+  // Hands the contents to the parallel restore worker where there is one, else restores them here.
+  Result<void> restore_bo_contents(const ImageDir& images, const std::string& name,
+                                   const std::vector<GpuTransfer>& transfers, RestoreJob job) {
     if (server_) {
       job.gpus = transfers;
-      if (auto sent = server_->send_job(job); sent) {
-        offloaded = true;
+      auto sent = server_->send_job(job);
+      if (sent) {
         log::info("amd: BO contents of " + name + " handed to the parallel restore worker");
-      } else {
-        log::warn("amd: " + sent.error().message + "; restoring BO contents in-process");
+        return {};
       }
+      log::warn("amd: " + sent.error().message + "; restoring BO contents in-process");
     }
-    if (!offloaded) {
-      auto moved = restore_contents(device_, images, transfers, transfer_options());
-      if (!moved) return fail("restore of " + name, moved.error());
-      log::info("amd: " + std::to_string(moved->bytes) + " bytes of BO contents restored in " +
-                std::to_string(moved->passes) + " passes");
-    }
-
-    if (auto r = restore_hsakmt_shared_mem(deps_.host, HsakmtSharedMem{image.shared_mem_size(), image.shared_mem_magic()});
-        !r) {
-      return fail("restore of " + name, r.error());
-    }
-    log::info("amd: process " + std::to_string(image.pid()) + " restored from " + name);
-    return kfd.release();
+    GPUCKPT_TRY(const TransferStats moved, restore_contents(device_, images, transfers, transfer_options()));
+    log::info("amd: " + std::to_string(moved.bytes) + " bytes of BO contents restored in " +
+              std::to_string(moved.passes) + " passes");
+    return {};
   }
 
   // Whether a KFD image in the directory lists `inventory_id` among its devices.

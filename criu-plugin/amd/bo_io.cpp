@@ -66,23 +66,21 @@ Result<std::unique_ptr<BoCopier>> copier_for(AmdDevice& device, const GpuTransfe
 Result<TransferStats> dump_gpu(BoCopier& copier, const ImageDir& images, const GpuTransfer& gpu,
                                const TransferOptions& options) {
   const std::uint64_t buffer_size = buffer_size_for(gpu, options.max_buffer_size);
-  auto buffer = allocate(buffer_size, gpu);
-  if (!buffer) return buffer.error();
-  auto file = images.create(gpu.file_name);
-  if (!file) return file.error();
+  GPUCKPT_TRY(auto buffer, allocate(buffer_size, gpu));
+  GPUCKPT_TRY(auto file, images.create(gpu.file_name));
   TransferStats stats;
-  if (auto r = file->write_size_header(content_bytes(gpu)); !r) return r.error();
+  GPUCKPT_TRY_VOID(file.write_size_header(content_bytes(gpu)));
   for (const auto& bo : gpu.bos) {
     for (std::uint64_t offset = 0; offset < bo.size;) {
       const auto n = static_cast<std::size_t>(std::min(buffer_size, bo.size - offset));
-      if (auto r = copier.read(bo.dmabuf_fd, offset, buffer->get(), n); !r) return r.error();
-      if (auto r = file->write_all(buffer->get(), n); !r) return r.error();
+      GPUCKPT_TRY_VOID(copier.read(bo.dmabuf_fd, offset, buffer.get(), n));
+      GPUCKPT_TRY_VOID(file.write_all(buffer.get(), n));
       offset += n;
       stats.bytes += n;
       ++stats.passes;
     }
   }
-  if (auto r = file->close(); !r) return r.error();
+  GPUCKPT_TRY_VOID(file.close());
   log::debug("amd: GPU " + std::to_string(gpu.gpu_id) + ": " + std::to_string(stats.bytes) + " bytes in " +
              std::to_string(stats.passes) + " passes through " + copier.name());
   return stats;
@@ -90,24 +88,21 @@ Result<TransferStats> dump_gpu(BoCopier& copier, const ImageDir& images, const G
 
 Result<TransferStats> restore_gpu(BoCopier& copier, const ImageDir& images, const GpuTransfer& gpu,
                                   const TransferOptions& options) {
-  auto file = images.open(gpu.file_name);
-  if (!file) return file.error();
-  auto stored = file->read_size_header();
-  if (!stored) return stored.error();
-  if (*stored != content_bytes(gpu)) {
-    return make_error("image " + gpu.file_name + " holds " + std::to_string(*stored) +
+  GPUCKPT_TRY(auto file, images.open(gpu.file_name));
+  GPUCKPT_TRY(const std::uint64_t stored, file.read_size_header());
+  if (stored != content_bytes(gpu)) {
+    return make_error("image " + gpu.file_name + " holds " + std::to_string(stored) +
                       " bytes of BO contents but the checkpoint metadata lists " +
                       std::to_string(content_bytes(gpu)) + "; the image set is inconsistent, take the checkpoint again");
   }
   const std::uint64_t buffer_size = buffer_size_for(gpu, options.max_buffer_size);
-  auto buffer = allocate(buffer_size, gpu);
-  if (!buffer) return buffer.error();
+  GPUCKPT_TRY(auto buffer, allocate(buffer_size, gpu));
   TransferStats stats;
   for (const auto& bo : gpu.bos) {
     for (std::uint64_t offset = 0; offset < bo.size;) {
       const auto n = static_cast<std::size_t>(std::min(buffer_size, bo.size - offset));
-      if (auto r = file->read_exact(buffer->get(), n); !r) return r.error();
-      if (auto r = copier.write(bo.dmabuf_fd, offset, buffer->get(), n); !r) return r.error();
+      GPUCKPT_TRY_VOID(file.read_exact(buffer.get(), n));
+      GPUCKPT_TRY_VOID(copier.write(bo.dmabuf_fd, offset, buffer.get(), n));
       offset += n;
       stats.bytes += n;
       ++stats.passes;
@@ -123,9 +118,8 @@ Result<TransferStats> run_all(GpuFn fn, AmdDevice& device, const ImageDir& image
   // Every GPU's path is settled before any GPU moves a byte: a refusal leaves nothing half copied.
   std::vector<std::unique_ptr<BoCopier>> copiers;
   for (const auto& gpu : gpus) {
-    auto copier = copier_for(device, gpu, buffer_size_for(gpu, options.max_buffer_size), options);
-    if (!copier) return copier.error();
-    copiers.push_back(std::move(*copier));
+    GPUCKPT_TRY(auto copier, copier_for(device, gpu, buffer_size_for(gpu, options.max_buffer_size), options));
+    copiers.push_back(std::move(copier));
   }
   std::vector<Result<TransferStats>> results(gpus.size(), TransferStats{});
   if (options.thread_per_gpu && gpus.size() > 1) {
@@ -140,10 +134,7 @@ Result<TransferStats> run_all(GpuFn fn, AmdDevice& device, const ImageDir& image
   }
   TransferStats total;
   for (std::size_t i = 0; i < gpus.size(); ++i) {
-    if (!results[i]) {
-      return make_error("GPU " + std::to_string(gpus[i].gpu_id) + ": " + results[i].error().message,
-                        results[i].error().errno_value);
-    }
+    GPUCKPT_TRY_VOID(results[i], "GPU " + std::to_string(gpus[i].gpu_id));
     total.bytes += results[i]->bytes;
     total.passes += results[i]->passes;
   }

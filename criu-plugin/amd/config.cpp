@@ -48,19 +48,13 @@ Result<bool> parse_bool(std::string_view text, std::string_view name) {
 Result<AmdConfig> AmdConfig::from_env() {
   AmdConfig config;
   if (const char* v = std::getenv("GPUCKPT_AMD_MAX_BUFFER_SIZE")) {
-    auto size = parse_size(v, "GPUCKPT_AMD_MAX_BUFFER_SIZE");
-    if (!size) return size.error();
-    config.max_buffer_size = *size;
+    GPUCKPT_TRY(config.max_buffer_size, parse_size(v, "GPUCKPT_AMD_MAX_BUFFER_SIZE"));
   }
   if (const char* v = std::getenv("GPUCKPT_AMD_PARALLEL_RESTORE")) {
-    auto on = parse_bool(v, "GPUCKPT_AMD_PARALLEL_RESTORE");
-    if (!on) return on.error();
-    config.parallel_restore = *on;
+    GPUCKPT_TRY(config.parallel_restore, parse_bool(v, "GPUCKPT_AMD_PARALLEL_RESTORE"));
   }
   if (const char* v = std::getenv("GPUCKPT_AMD_SDMA")) {
-    auto on = parse_bool(v, "GPUCKPT_AMD_SDMA");
-    if (!on) return on.error();
-    config.use_sdma = *on;
+    GPUCKPT_TRY(config.use_sdma, parse_bool(v, "GPUCKPT_AMD_SDMA"));
   }
   return config;
 }

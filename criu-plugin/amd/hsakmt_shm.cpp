@@ -51,14 +51,14 @@ Result<void> restore_hsakmt_shared_mem(const HostRoot& root, const HsakmtSharedM
   const std::string shm = root.resolve(kHsakmtShmPath).string();
   if (!root.exists(kHsakmtShmPath)) {
     log::warn("amd: " + shm + " was missing; recreating it (libhsakmt's performance counters start over)");
-    if (auto r = write_new_file(shm, &saved.magic, sizeof saved.magic, saved.size); !r) return r;
+    GPUCKPT_TRY_VOID(write_new_file(shm, &saved.magic, sizeof saved.magic, saved.size));
     if (recreated) *recreated = true;
   }
   if (!root.exists(kHsakmtSemPath)) {
     // A named POSIX semaphore is a /dev/shm file holding one process-shared sem_t (what sem_open creates).
     sem_t sem;
     if (::sem_init(&sem, 1, 1) != 0) return make_error(std::string("sem_init failed: ") + std::strerror(errno), errno);
-    if (auto r = write_new_file(root.resolve(kHsakmtSemPath).string(), &sem, sizeof sem, sizeof sem); !r) return r;
+    GPUCKPT_TRY_VOID(write_new_file(root.resolve(kHsakmtSemPath).string(), &sem, sizeof sem, sizeof sem));
     if (recreated) *recreated = true;
   }
   return {};

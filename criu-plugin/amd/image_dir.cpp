@@ -80,7 +80,7 @@ Result<void> ImageFile::read_exact(void* data, std::size_t size) {
 
 Result<std::uint64_t> ImageFile::read_size_header() {
   unsigned char header[8];
-  if (auto r = read_exact(header, sizeof header); !r) return r.error();
+  GPUCKPT_TRY_VOID(read_exact(header, sizeof header));
   std::uint64_t size = 0;
   for (int i = 0; i < 8; ++i) size |= static_cast<std::uint64_t>(header[i]) << (8 * i);
   return size;
@@ -129,24 +129,21 @@ std::vector<std::string> ImageDir::list(const std::string& prefix) const {
 }
 
 Result<void> ImageDir::write_framed(const std::string& name, const std::string& payload) const {
-  auto file = create(name);
-  if (!file) return file.error();
-  if (auto r = file->write_size_header(payload.size()); !r) return r;
-  if (auto r = file->write_all(payload.data(), payload.size()); !r) return r;
-  return file->close();
+  GPUCKPT_TRY(auto file, create(name));
+  GPUCKPT_TRY_VOID(file.write_size_header(payload.size()));
+  GPUCKPT_TRY_VOID(file.write_all(payload.data(), payload.size()));
+  return file.close();
 }
 
 Result<std::string> ImageDir::read_framed(const std::string& name) const {
-  auto file = open(name);
-  if (!file) return file.error();
-  auto size = file->read_size_header();
-  if (!size) return size.error();
-  if (*size > (1ull << 32)) {
-    return make_error("image " + name + " claims " + std::to_string(*size) +
+  GPUCKPT_TRY(auto file, open(name));
+  GPUCKPT_TRY(const std::uint64_t size, file.read_size_header());
+  if (size > (1ull << 32)) {
+    return make_error("image " + name + " claims " + std::to_string(size) +
                       " bytes of metadata, more than any checkpoint writes; the image is damaged");
   }
-  std::string payload(static_cast<std::size_t>(*size), '\0');
-  if (auto r = file->read_exact(payload.data(), payload.size()); !r) return r.error();
+  std::string payload(static_cast<std::size_t>(size), '\0');
+  GPUCKPT_TRY_VOID(file.read_exact(payload.data(), payload.size()));
   return payload;
 }
 

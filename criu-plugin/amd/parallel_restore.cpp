@@ -119,7 +119,7 @@ Result<void> send_restore_job(int channel_fd, const RestoreJob& job) {
     put32(begin, static_cast<std::uint32_t>(job.render_minors[i]));
     put32(begin, static_cast<std::uint32_t>(job.gpus[i].bos.size()));
   }
-  if (auto r = send_message(channel_fd, begin, nullptr, 0); !r) return r;
+  GPUCKPT_TRY_VOID(send_message(channel_fd, begin, nullptr, 0));
 
   std::vector<const BoTransfer*> all;
   for (const auto& gpu : job.gpus) {
@@ -137,7 +137,7 @@ Result<void> send_restore_job(int channel_fd, const RestoreJob& job) {
       put32(msg, all[i]->cpu_access ? 1u : 0u);
       fds.push_back(all[i]->dmabuf_fd);
     }
-    if (auto r = send_message(channel_fd, msg, fds.data(), fds.size()); !r) return r;
+    GPUCKPT_TRY_VOID(send_message(channel_fd, msg, fds.data(), fds.size()));
   }
   std::string end;
   put32(end, kMsgEnd);
@@ -149,31 +149,27 @@ Result<void> send_restore_job(int channel_fd, const RestoreJob& job) {
 Result<int> ParallelRestoreServer::sender_here(bool* owned) const {
   *owned = false;
   if (store_id_ < 0) return send_fd_;
-  auto fd = store_.get(store_id_);
-  if (!fd) {
-    return make_error("the parallel restore socket could not be taken from CRIU's fdstore (id " +
-                          std::to_string(store_id_) + "): " + fd.error().message,
-                      fd.error().errno_value);
-  }
+  GPUCKPT_TRY(const int fd, store_.get(store_id_),
+              "the parallel restore socket could not be taken from CRIU's fdstore (id " + std::to_string(store_id_) +
+                  ")");
   *owned = true;
-  return *fd;
+  return fd;
 }
 
 Result<void> ParallelRestoreServer::send_job(const RestoreJob& job) const {
   bool owned = false;
-  auto fd = sender_here(&owned);
-  if (!fd) return fd.error();
+  GPUCKPT_TRY(const int fd, sender_here(&owned));
   struct stat st {};
   Result<void> sent;
-  if (::fstat(*fd, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino != send_inode_) {
-    sent = make_error("the parallel restore socket (fd " + std::to_string(*fd) +
+  if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino != send_inode_) {
+    sent = make_error("the parallel restore socket (fd " + std::to_string(fd) +
                           (owned ? ", from CRIU's fdstore" : ", inherited") +
                           ") did not survive into the restored process",
                       EBADF);
   } else {
-    sent = send_restore_job(*fd, job);
+    sent = send_restore_job(fd, job);
   }
-  if (owned) ::close(*fd);
+  if (owned) ::close(fd);
   return sent;
 }
 

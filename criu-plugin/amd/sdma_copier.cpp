@@ -82,9 +82,9 @@ class LibdrmSdmaCopier final : public BoCopier {
     amdgpu_gpu_info info{};
     if (int r = drm_.amdgpu_query_gpu_info(dev_, &info)) return drm_error("gpu info query", r);
     count_minus_one_ = info.family_id >= AMDGPU_FAMILY_AI;
-    if (auto r = alloc_mapped(buffer_size, AMDGPU_GEM_DOMAIN_GTT, &staging_); !r) return r;
+    GPUCKPT_TRY_VOID(alloc_mapped(buffer_size, AMDGPU_GEM_DOMAIN_GTT, &staging_));
     const std::uint64_t ib_bytes = std::max<std::uint64_t>(4096, sdma_linear_copy_ib_dwords(buffer_size) * 4);
-    if (auto r = alloc_mapped(ib_bytes, AMDGPU_GEM_DOMAIN_GTT, &ib_); !r) return r;
+    GPUCKPT_TRY_VOID(alloc_mapped(ib_bytes, AMDGPU_GEM_DOMAIN_GTT, &ib_));
     if (int r = drm_.amdgpu_cs_ctx_create(dev_, &ctx_)) return drm_error("context create", r);
     return {};
   }
@@ -92,18 +92,16 @@ class LibdrmSdmaCopier final : public BoCopier {
   const char* name() const override { return "sdma"; }
 
   Result<void> read(int dmabuf_fd, std::uint64_t offset, void* dst, std::size_t count) override {
-    auto bo = import(dmabuf_fd);
-    if (!bo) return bo.error();
-    if (auto r = copy((*bo)->gpu_addr + offset, staging_.gpu_addr, count, (*bo)->bo); !r) return r;
+    GPUCKPT_TRY(MappedBo* bo, import(dmabuf_fd));
+    GPUCKPT_TRY_VOID(copy(bo->gpu_addr + offset, staging_.gpu_addr, count, bo->bo));
     std::memcpy(dst, staging_.cpu, count);
     return {};
   }
 
   Result<void> write(int dmabuf_fd, std::uint64_t offset, const void* src, std::size_t count) override {
-    auto bo = import(dmabuf_fd);
-    if (!bo) return bo.error();
+    GPUCKPT_TRY(MappedBo* bo, import(dmabuf_fd));
     std::memcpy(staging_.cpu, src, count);
-    return copy(staging_.gpu_addr, (*bo)->gpu_addr + offset, count, (*bo)->bo);
+    return copy(staging_.gpu_addr, bo->gpu_addr + offset, count, bo->bo);
   }
 
  private:
@@ -114,7 +112,7 @@ class LibdrmSdmaCopier final : public BoCopier {
     req.preferred_heap = domain;
     if (int r = drm_.amdgpu_bo_alloc(dev_, &req, &out->bo)) return drm_error("staging allocation", r);
     out->size = size;
-    if (auto r = map_va(out); !r) return r;
+    GPUCKPT_TRY_VOID(map_va(out));
     if (int r = drm_.amdgpu_bo_cpu_map(out->bo, &out->cpu)) return drm_error("staging CPU map", r);
     return {};
   }
@@ -199,7 +197,7 @@ class LibdrmSdmaCopier final : public BoCopier {
 
 Result<std::unique_ptr<BoCopier>> make_libdrm_sdma_copier(int render_fd, std::size_t buffer_size) {
   auto copier = std::make_unique<LibdrmSdmaCopier>();
-  if (auto r = copier->init(render_fd, buffer_size); !r) return r.error();
+  GPUCKPT_TRY_VOID(copier->init(render_fd, buffer_size));
   return std::unique_ptr<BoCopier>(std::move(copier));
 }
 

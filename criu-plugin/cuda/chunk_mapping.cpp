@@ -232,15 +232,17 @@ class TaskReceiver {
   TaskReceiver(criu::TaskSyscalls& task, std::uint64_t scratch) : task_(task), scratch_(scratch) {}
 
   Result<void> open(const sockaddr_un& address, socklen_t length) {
-    auto fd = task_.call(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (!fd) return fd.error();
-    if (*fd < 0) return make_error("socket() inside pid " + std::to_string(task_.pid()) + ": " + errno_text(static_cast<int>(-*fd)), static_cast<int>(-*fd));
-    fd_ = static_cast<int>(*fd);
-    if (auto ok = write_remote(task_.pid(), scratch_ + Scratch::kAddress, &address, length); !ok) return ok;
-    auto bound = task_.call(SYS_bind, static_cast<unsigned long>(fd_), scratch_ + Scratch::kAddress, length);
-    if (!bound) return bound.error();
-    if (*bound != 0)
-      return make_error("bind() inside pid " + std::to_string(task_.pid()) + ": " + errno_text(static_cast<int>(-*bound)), static_cast<int>(-*bound));
+    GPUCKPT_TRY(const long fd, task_.call(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (fd < 0)
+      return make_error("socket() inside pid " + std::to_string(task_.pid()) + ": " + errno_text(static_cast<int>(-fd)),
+                        static_cast<int>(-fd));
+    fd_ = static_cast<int>(fd);
+    GPUCKPT_TRY_VOID(write_remote(task_.pid(), scratch_ + Scratch::kAddress, &address, length));
+    GPUCKPT_TRY(const long bound,
+                task_.call(SYS_bind, static_cast<unsigned long>(fd_), scratch_ + Scratch::kAddress, length));
+    if (bound != 0)
+      return make_error("bind() inside pid " + std::to_string(task_.pid()) + ": " + errno_text(static_cast<int>(-bound)),
+                        static_cast<int>(-bound));
     return {};
   }
 
@@ -253,17 +255,18 @@ class TaskReceiver {
     m.msg_iovlen = 1;
     m.msg_control = reinterpret_cast<void*>(scratch_ + Scratch::kControl);
     m.msg_controllen = Scratch::kControlBytes;
-    if (auto ok = write_remote(pid, scratch_ + Scratch::kMsghdr, &m, sizeof m); !ok) return ok.error();
-    if (auto ok = write_remote(pid, scratch_ + Scratch::kIovec, &iov, sizeof iov); !ok) return ok.error();
-    auto got = task_.call(SYS_recvmsg, static_cast<unsigned long>(fd_), scratch_ + Scratch::kMsghdr,
-                          MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (!got) return got.error();
-    if (*got < 0) return make_error("recvmsg() inside pid " + std::to_string(pid) + ": " + errno_text(static_cast<int>(-*got)), static_cast<int>(-*got));
+    GPUCKPT_TRY_VOID(write_remote(pid, scratch_ + Scratch::kMsghdr, &m, sizeof m));
+    GPUCKPT_TRY_VOID(write_remote(pid, scratch_ + Scratch::kIovec, &iov, sizeof iov));
+    GPUCKPT_TRY(const long got, task_.call(SYS_recvmsg, static_cast<unsigned long>(fd_), scratch_ + Scratch::kMsghdr,
+                                           MSG_CMSG_CLOEXEC | MSG_DONTWAIT));
+    if (got < 0)
+      return make_error("recvmsg() inside pid " + std::to_string(pid) + ": " + errno_text(static_cast<int>(-got)),
+                        static_cast<int>(-got));
     msghdr back{};
-    if (auto ok = read_remote(pid, scratch_ + Scratch::kMsghdr, &back, sizeof back); !ok) return ok.error();
+    GPUCKPT_TRY_VOID(read_remote(pid, scratch_ + Scratch::kMsghdr, &back, sizeof back));
     alignas(cmsghdr) unsigned char control[Scratch::kControlBytes];
     const std::size_t control_length = std::min<std::size_t>(back.msg_controllen, sizeof control);
-    if (auto ok = read_remote(pid, scratch_ + Scratch::kControl, control, control_length); !ok) return ok.error();
+    GPUCKPT_TRY_VOID(read_remote(pid, scratch_ + Scratch::kControl, control, control_length));
     msghdr local{};
     local.msg_control = control;
     local.msg_controllen = control_length;
@@ -287,7 +290,7 @@ class TaskReceiver {
   Result<void> close_in_task(int fd) {
     auto closed = task_.call(SYS_close, static_cast<unsigned long>(fd));
     std::erase(received_, fd);
-    if (!closed) return closed.error();
+    GPUCKPT_TRY_VOID(closed);
     return {};
   }
 
@@ -298,17 +301,15 @@ class TaskReceiver {
     bool consecutive = true;
     for (std::size_t k = 1; k < fds.size(); ++k) consecutive = consecutive && fds[k] == fds[k - 1] + 1;
     if (consecutive && close_range_works_) {
-      auto closed = task_.call(SYS_close_range, static_cast<unsigned long>(fds.front()),
-                               static_cast<unsigned long>(fds.back()), 0);
-      if (!closed) return closed.error();
-      if (*closed == 0) {
+      GPUCKPT_TRY(const long closed, task_.call(SYS_close_range, static_cast<unsigned long>(fds.front()),
+                                                static_cast<unsigned long>(fds.back()), 0));
+      if (closed == 0) {
         for (int fd : fds) std::erase(received_, fd);
         return {};
       }
       close_range_works_ = false;
     }
-    for (int fd : fds)
-      if (auto closed = close_in_task(fd); !closed) return closed;
+    for (int fd : fds) GPUCKPT_TRY_VOID(close_in_task(fd));
     return {};
   }
 
@@ -356,11 +357,8 @@ std::uint64_t max_map_count() {
   return n;
 }
 
-}  // namespace
-
-Result<MappedChunks> map_store_chunks(int pid, const gi::StoreReader& reader, unsigned threads) {
-  MappedChunks result;
-  result.in_place.assign(reader.entries().size(), false);
+// The chunks that can be mapped in place: not zero, and whole pages at a page-aligned address.
+std::vector<Candidate> mapping_candidates(const gi::StoreReader& reader) {
   std::vector<Candidate> candidates;
   const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   for (std::size_t i = 0; i < reader.entries().size(); ++i) {
@@ -370,34 +368,115 @@ Result<MappedChunks> map_store_chunks(int pid, const gi::StoreReader& reader, un
     if (address % page != 0 || e.raw_size % page != 0) continue;   // a partial page: copied
     candidates.push_back({i, address, e.raw_size});
   }
-  if (candidates.empty()) return result;
-  // MAP_FIXED replaces whatever is mapped there: only where the checkpointed staging memory is.
-  auto maps = read_maps(pid);
-  if (!maps) return maps.error();
-  if (auto ok = regions_are_mapped(reader.regions(), *maps); !ok) return ok.error();
-  const std::uint64_t mappings = maps->size();
-  if (mappings + candidates.size() * 2 + kMapCountMargin > max_map_count())
-    return make_error("mapping " + std::to_string(candidates.size()) + " chunks would take pid " + std::to_string(pid) +
+  return candidates;
+}
+
+// MAP_FIXED replaces whatever is mapped there: only where the checkpointed staging memory is, and only while the
+// task stays under vm.max_map_count (each chunk may split a mapping in two).
+Result<void> check_room_to_map(int pid, const std::vector<gi::Region>& regions, std::size_t count) {
+  GPUCKPT_TRY(const auto maps, read_maps(pid));
+  GPUCKPT_TRY_VOID(regions_are_mapped(regions, maps));
+  const std::uint64_t mappings = maps.size();
+  if (mappings + count * 2 + kMapCountMargin > max_map_count())
+    return make_error("mapping " + std::to_string(count) + " chunks would take pid " + std::to_string(pid) +
                       " past vm.max_map_count (" + std::to_string(max_map_count()) + ", " + std::to_string(mappings) +
                       " in use)", ENOSPC);
-  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) { return a.address < b.address; });
-  // The scratch area: the start of the last chunk, mapped over in the last batch, after its last use.
-  const std::uint64_t scratch = candidates.back().address;
+  return {};
+}
 
-  auto task = criu::TaskSyscalls::prepare(pid);
-  if (!task) return task.error();
-  auto sock = socket_in_netns_of(pid);
-  if (!sock) return sock.error();
+// A random abstract socket name for the receiving end inside the task.
+struct AbstractAddress {
   sockaddr_un address{};
-  address.sun_family = AF_UNIX;
+  socklen_t length = 0;
+};
+
+AbstractAddress receiver_address(int pid) {
+  AbstractAddress out;
+  out.address.sun_family = AF_UNIX;
   char name[64];
   std::snprintf(name, sizeof name, "gpuckpt-map-%d-%016llx", pid,
                 static_cast<unsigned long long>((std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()));
-  std::memcpy(address.sun_path + 1, name, std::strlen(name));   // abstract: sun_path[0] is '\0'
-  const auto address_length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + std::strlen(name));
+  std::memcpy(out.address.sun_path + 1, name, std::strlen(name));   // abstract: sun_path[0] is '\0'
+  out.length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + std::strlen(name));
+  return out;
+}
 
-  TaskReceiver receiver(*task, scratch);
-  Result<void> outcome = receiver.open(address, address_length);
+// The checked chunks of one batch that can be mapped, with their candidates; the others are closed and counted.
+struct Batch {
+  std::vector<OpenChunk> chunks;
+  std::vector<Candidate> candidates;
+};
+
+Batch mappable_of(const std::vector<OpenChunk>& opened, const std::vector<Candidate>& candidates, std::size_t from,
+                  std::uint64_t* unmappable) {
+  Batch batch;
+  for (std::size_t k = 0; k < opened.size(); ++k) {
+    if (opened[k].mappable) {
+      batch.chunks.push_back(opened[k]);
+      batch.candidates.push_back(candidates[from + k]);
+    } else {
+      ++*unmappable;
+      if (opened[k].fd >= 0) ::close(opened[k].fd);
+    }
+  }
+  return batch;
+}
+
+// mmap() inside the task of the chunk file it holds as `remote_fd` over the chunk's place.
+Result<void> map_in_task(criu::TaskSyscalls& task, const Candidate& c, int remote_fd, std::uint64_t offset) {
+  GPUCKPT_TRY(const long mapped, task.call(SYS_mmap, c.address, c.length, PROT_READ | PROT_WRITE,
+                                           MAP_PRIVATE | MAP_FIXED, static_cast<unsigned long>(remote_fd), offset));
+  if (static_cast<std::uint64_t>(mapped) == c.address) return {};
+  return make_error("mmap() of chunk " + std::to_string(c.entry) + " at " + hex_address(c.address) + " inside pid " +
+                        std::to_string(task.pid()) + ": " +
+                        (mapped < 0 ? errno_text(static_cast<int>(-mapped))
+                                    : "it landed at " + hex_address(static_cast<std::uint64_t>(mapped))),
+                    mapped < 0 ? static_cast<int>(-mapped) : EFAULT);
+}
+
+// One batch mapped in place: its descriptors sent over `sock` to the task's receiver, each chunk mmap()ed there,
+// then the descriptors closed on both sides, whatever failed first (which is returned).
+Result<void> map_batch(criu::TaskSyscalls& task, TaskReceiver& receiver, int sock, const AbstractAddress& to,
+                       Batch& batch, MappedChunks& result) {
+  Result<void> outcome = send_fds(sock, to.address, to.length, batch.chunks);
+  std::vector<int> remote;
+  if (outcome) {
+    auto received = receiver.receive(batch.chunks.size());
+    if (received) remote = std::move(*received);
+    else outcome = received.error();
+  }
+  close_all(batch.chunks);
+  for (std::size_t k = 0; outcome && k < remote.size(); ++k) {
+    const Candidate& c = batch.candidates[k];
+    outcome = map_in_task(task, c, remote[k], batch.chunks[k].offset);
+    if (outcome) {
+      result.in_place[c.entry] = true;
+      ++result.chunks;
+      result.bytes += c.length;
+    }
+  }
+  if (auto closed = receiver.close_all_in_task(remote); !closed && outcome) outcome = closed.error();
+  return outcome;
+}
+
+}  // namespace
+
+Result<MappedChunks> map_store_chunks(int pid, const gi::StoreReader& reader, unsigned threads) {
+  MappedChunks result;
+  result.in_place.assign(reader.entries().size(), false);
+  std::vector<Candidate> candidates = mapping_candidates(reader);
+  if (candidates.empty()) return result;
+  GPUCKPT_TRY_VOID(check_room_to_map(pid, reader.regions(), candidates.size()));
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return a.address < b.address; });
+  // The scratch area: the start of the last chunk, mapped over in the last batch, after its last use.
+  const std::uint64_t scratch = candidates.back().address;
+
+  GPUCKPT_TRY(auto task, criu::TaskSyscalls::prepare(pid));
+  GPUCKPT_TRY(const int sock, socket_in_netns_of(pid));
+  const AbstractAddress address = receiver_address(pid);
+  TaskReceiver receiver(task, scratch);
+  Result<void> outcome = receiver.open(address.address, address.length);
   ChunkChecker checker(reader, candidates, threads);
   for (std::size_t from = 0; outcome && from < candidates.size(); from += kBatch) {
     const std::size_t to = std::min(candidates.size(), from + kBatch);
@@ -409,49 +488,15 @@ Result<MappedChunks> map_store_chunks(int pid, const gi::StoreReader& reader, un
       outcome = opened.error();
       break;
     }
-    std::vector<OpenChunk> batch;
-    std::vector<Candidate> batch_candidates;
-    for (std::size_t k = 0; k < opened->size(); ++k) {
-      if ((*opened)[k].mappable) {
-        batch.push_back((*opened)[k]);
-        batch_candidates.push_back(candidates[from + k]);
-      } else {
-        ++result.unmappable;
-        if ((*opened)[k].fd >= 0) ::close((*opened)[k].fd);
-      }
-    }
-    if (batch.empty()) continue;
-    outcome = send_fds(*sock, address, address_length, batch);
-    std::vector<int> remote;
-    if (outcome) {
-      auto received = receiver.receive(batch.size());
-      if (received) remote = std::move(*received);
-      else outcome = received.error();
-    }
-    close_all(batch);
-    for (std::size_t k = 0; outcome && k < remote.size(); ++k) {
-      const Candidate& c = batch_candidates[k];
-      auto mapped = task->call(SYS_mmap, c.address, c.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED,
-                               static_cast<unsigned long>(remote[k]), batch[k].offset);
-      if (!mapped) outcome = mapped.error();
-      else if (static_cast<std::uint64_t>(*mapped) != c.address)
-        outcome = make_error("mmap() of chunk " + std::to_string(c.entry) + " at " + hex_address(c.address) +
-                             " inside pid " + std::to_string(pid) + ": " +
-                             (*mapped < 0 ? errno_text(static_cast<int>(-*mapped)) : "it landed at " + hex_address(static_cast<std::uint64_t>(*mapped))),
-                             *mapped < 0 ? static_cast<int>(-*mapped) : EFAULT);
-      if (outcome) {
-        result.in_place[c.entry] = true;
-        ++result.chunks;
-        result.bytes += c.length;
-      }
-    }
-    if (auto closed = receiver.close_all_in_task(remote); !closed && outcome) outcome = closed.error();
+    Batch batch = mappable_of(*opened, candidates, from, &result.unmappable);
+    if (batch.chunks.empty()) continue;
+    outcome = map_batch(task, receiver, sock, address, batch, result);
     result.task_seconds += std::chrono::duration<double>(Clock::now() - in_task).count();
   }
   receiver.close_rest();
-  ::close(*sock);
-  if (auto released = task->release(); !released && outcome) outcome = released.error();
-  if (!outcome) return outcome.error();
+  ::close(sock);
+  if (auto released = task.release(); !released && outcome) outcome = released.error();
+  GPUCKPT_TRY_VOID(outcome);
   // The scratch area was written while its chunk was anonymous memory: if that chunk was not mapped after all
   // (not mappable in the store), the copying fill writes it whole, as every chunk that is not zero and not in place.
   return result;

@@ -453,22 +453,19 @@ class CudaBackend final : public Backend {
   // hook places the restore plan at createRuntime, which runc runs at CRIU's setup-namespaces notification,
   // after the plugin's init (seen on 2x H200: without this the plan's GPU 1 -> GPU 0 was never used).
   Result<void> plan_restore_pairs(int dir_fd) {
-    auto mapping = choose_restore_mapping(dir_fd, restore_records_, restore_inventory_);
-    if (!mapping) return mapping.error();
-    restore_mapping_ = *mapping;
+    GPUCKPT_TRY(restore_mapping_, choose_restore_mapping(dir_fd, restore_records_, restore_inventory_));
+    const GpuMapping& mapping = restore_mapping_;
     const auto node_gpus = nvidia_uuids(restore_inventory_);
-    for (const auto& [from, to] : *mapping) log::info("cuda: GPU " + from + " -> " + to);
+    for (const auto& [from, to] : mapping) log::info("cuda: GPU " + from + " -> " + to);
     pairs_by_pid_.clear();
     for (const auto& [pid, record] : restore_records_.by_pid) {
-      auto pairs = build_restore_pairs(record_uuids(record), *mapping, node_gpus);
-      if (!pairs) return make_error("pid " + std::to_string(pid) + ": " + pairs.error().message);
-      pairs_by_pid_[pid] = *pairs;
-      log::info("cuda: pid " + std::to_string(pid) + " restores with " + std::to_string(pairs->size()) +
-                " GPU pair(s)" + (pairs->empty() ? " (every GPU stays itself)" : ""));
+      GPUCKPT_TRY(const auto pairs, build_restore_pairs(record_uuids(record), mapping, node_gpus),
+                  "pid " + std::to_string(pid));
+      pairs_by_pid_[pid] = pairs;
+      log::info("cuda: pid " + std::to_string(pid) + " restores with " + std::to_string(pairs.size()) +
+                " GPU pair(s)" + (pairs.empty() ? " (every GPU stays itself)" : ""));
     }
-    auto all = build_restore_pairs(record_uuids(restore_records_.merged), *mapping, node_gpus);
-    if (!all) return all.error();
-    default_pairs_ = *all;
+    GPUCKPT_TRY(default_pairs_, build_restore_pairs(record_uuids(restore_records_.merged), mapping, node_gpus));
     return {};
   }
 
@@ -821,10 +818,8 @@ class CudaBackend final : public Backend {
   Result<void> ensure_dump_host() {
     if (host_) return {};
     const bool guarded = deps_.settings.guardian;
-    auto host = deps_.start_driver(guarded ? DriverHost::Mode::Dump : DriverHost::Mode::DumpUnguarded,
-                                   deps_.criu.image_dir_fd());
-    if (!host) return host.error();
-    host_ = std::move(*host);
+    GPUCKPT_TRY(host_, deps_.start_driver(guarded ? DriverHost::Mode::Dump : DriverHost::Mode::DumpUnguarded,
+                                          deps_.criu.image_dir_fd()));
     driver_ = &host_->driver();
     log::info("cuda: driver host started (pid " + std::to_string(host_->host_pid()) + "); CRIU makes no driver "
               "call itself" + (guarded ? "" : "; no guardian (GPUCKPT_CUDA_GUARDIAN=0)"));

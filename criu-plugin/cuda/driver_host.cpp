@@ -333,9 +333,8 @@ class RemoteDriver final : public Driver {
     if (!received) return make_error("the gpuckpt driver host did not answer the inventory request", EIO);
     if (reply.result != 0)
       return make_error(std::string(reply.text, strnlen(reply.text, sizeof reply.text)), reply.result);
-    auto record = parse_record(payload, "the driver host's node inventory");
-    if (!record) return record.error();
-    return std::move(record->node);
+    GPUCKPT_TRY(auto record, parse_record(payload, "the driver host's node inventory"));
+    return std::move(record.node);
   }
 
   // Messages that need no answer (Track, Done), in order with the calls.

@@ -109,11 +109,10 @@ std::vector<std::string> thaw_frozen_cgroups(int pid, const std::string& proc, c
 
 Result<TemporaryThaw> TemporaryThaw::begin(int pid, std::chrono::milliseconds settle, const std::string& proc,
                                            const std::string& cgroup_root) {
-  auto freezer = process_freezer(pid, proc, cgroup_root);
-  if (!freezer) return freezer.error();
-  if (!*freezer || (*freezer)->holding.empty()) return TemporaryThaw({});
+  GPUCKPT_TRY(const std::optional<ProcessFreezer> freezer, process_freezer(pid, proc, cgroup_root));
+  if (!freezer || freezer->holding.empty()) return TemporaryThaw({});
   TemporaryThaw thaw({});
-  for (const FreezerControl& control : (*freezer)->holding) {
+  for (const FreezerControl& control : freezer->holding) {
     if (const int error = write_state(control, thaw_value(control)); error != 0) {
       const auto refrozen = thaw.refreeze();
       return make_error("cannot thaw " + name(control) + ", which holds pid " + std::to_string(pid) + " frozen: " +
@@ -122,7 +121,7 @@ Result<TemporaryThaw> TemporaryThaw::begin(int pid, std::chrono::milliseconds se
     thaw.thawed_.push_back(control);
   }
   const auto deadline = Clock::now() + settle;
-  while (!reports_thawed((*freezer)->own)) {
+  while (!reports_thawed(freezer->own)) {
     if (Clock::now() >= deadline) {
       const std::string thawed = thaw.describe();
       const auto refrozen = thaw.refreeze();

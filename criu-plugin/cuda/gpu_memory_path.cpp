@@ -199,20 +199,16 @@ Result<void> GpuMemoryPath::check_store() const {
     const std::string name = gpu_image::manifest_name(vpid);
     struct stat st {};
     if (::fstatat(dir_fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;   // an inline image
-    auto manifest = gpu_image::read_manifest(dir_fd_, name);
-    if (!manifest) return manifest.error();
+    GPUCKPT_TRY(const auto manifest, gpu_image::read_manifest(dir_fd_, name));
     if (!store) {
-      auto opened = chunk_store::Store::open(store_dir, false);
-      if (!opened)
-        return make_error("checkpoint " + manifest->checkpoint + " (" + name + ") keeps its GPU memory in a chunk store "
-                          "(written to " + manifest->store + "), and this node's cannot be used: " +
-                          opened.error().message, opened.error().errno_value);
-      store = std::move(*opened);
+      GPUCKPT_TRY(store, chunk_store::Store::open(store_dir, false),
+                  "checkpoint " + manifest.checkpoint + " (" + name + ") keeps its GPU memory in a chunk store "
+                  "(written to " + manifest.store + "), and this node's cannot be used");
     }
     const auto start = Clock::now();
-    if (auto ok = gpu_image::check_chunks(*manifest, *store, name); !ok) return ok;
-    log::info("cuda: checkpoint " + manifest->checkpoint + ": " + name + ": all " +
-              std::to_string(manifest->entries.size()) + " chunks present in " + store_dir + " (" +
+    GPUCKPT_TRY_VOID(gpu_image::check_chunks(manifest, *store, name));
+    log::info("cuda: checkpoint " + manifest.checkpoint + ": " + name + ": all " +
+              std::to_string(manifest.entries.size()) + " chunks present in " + store_dir + " (" +
               fixed(std::chrono::duration<double>(Clock::now() - start).count()) + " s)");
   }
   return {};

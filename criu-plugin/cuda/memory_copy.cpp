@@ -171,6 +171,236 @@ void prefetch(const gi::MemorySource& reader, const std::vector<Item>& items, st
   reader.prefetch(items[from].chunk, items[std::min(items.size(), from + kReadAhead) - 1].chunk);
 }
 
+// ---- dump ---------------------------------------------------------------------------------------------------
+
+// A dump's writers, one per process (into the chunk store, or an image file where there is none), the slots its
+// workers share and every chunk to copy.
+struct DumpJob {
+  std::vector<std::unique_ptr<ProcessSlot>> slots;
+  std::vector<std::unique_ptr<gi::ImageWriter>> writers;
+  std::vector<std::unique_ptr<gi::StoreWriter>> store_writers;
+  std::shared_ptr<chunk_store::Store> store;
+  std::vector<Item> items;
+};
+
+Result<void> open_writer(DumpJob& job, std::size_t p, const ProcessMemory& proc, gi::ImageHeader header,
+                         std::uint64_t chunks, int dir_fd, const std::string& checkpoint,
+                         const gi::Settings& settings) {
+  if (job.store) {
+    GPUCKPT_TRY(job.store_writers[p], gi::StoreWriter::create(job.store, header, proc.regions, checkpoint, proc.known));
+    return {};
+  }
+  // A data file per worker: the kernel serialises writes to one file.
+  header.shards = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(chunks, 1, std::max(1u, settings.threads)));
+  GPUCKPT_TRY(job.writers[p], gi::ImageWriter::create(dir_fd, header, proc.regions));
+  return {};
+}
+
+// The store opened and a writer made per process; a process whose writer cannot be made has its error in its
+// slot and no chunks to copy.
+DumpJob prepare_dump(const std::vector<ProcessMemory>& processes, int dir_fd, const gi::Settings& settings) {
+  DumpJob job;
+  job.writers.resize(processes.size());
+  job.store_writers.resize(processes.size());
+  std::optional<Error> store_error;
+  if (!settings.store.empty()) {
+    auto opened = chunk_store::Store::open(settings.store, true);
+    if (opened) job.store = std::move(*opened);
+    else store_error = opened.error();
+  }
+  const std::string checkpoint = gi::new_checkpoint_id();
+  for (std::size_t p = 0; p < processes.size(); ++p) {
+    job.slots.push_back(std::make_unique<ProcessSlot>());
+    gi::ImageHeader header;
+    header.vpid = processes[p].vpid;
+    header.dump_pid = processes[p].pid;
+    std::uint64_t chunks = 0;
+    for (const auto& r : processes[p].regions) chunks += (r.length + header.chunk_size - 1) / header.chunk_size;
+    if (store_error) {
+      job.slots[p]->fail(*store_error);
+      continue;
+    }
+    if (auto opened = open_writer(job, p, processes[p], header, chunks, dir_fd, checkpoint, settings); !opened) {
+      job.slots[p]->fail(opened.error());
+      continue;
+    }
+    for (std::uint32_t r = 0; r < processes[p].regions.size(); ++r)
+      for (std::uint64_t c = 0; c < gi::chunks_in(processes[p].regions[r], header.chunk_size); ++c)
+        job.items.push_back({p, r, c});
+  }
+  return job;
+}
+
+// What one dump worker keeps from chunk to chunk: its codec and buffers, and where its time went.
+struct DumpWorker {
+  gi::ChunkCodec codec{gi::kDefaultChunkSize};
+  gi::CompressionHistory history;
+  std::vector<std::byte> buffer = std::vector<std::byte>(gi::kDefaultChunkSize);
+  std::vector<std::byte> piece = std::vector<std::byte>(kCachedPiece);
+  gi::ChecksumStream stream;
+  Clock::duration reading{}, storing{}, checksumming{};
+};
+
+void count_stored(ProcessSlot& slot, const gi::StoredChunk& stored) {
+  slot.stored += stored.stored_bytes;
+  slot.written += stored.written_bytes;
+  slot.zero += stored.zero ? 1 : 0;
+  slot.reused += stored.reused ? 1 : 0;
+  slot.recognised += stored.recognised ? 1 : 0;
+  ++slot.chunks;
+}
+
+// Most chunks of a second checkpoint did not change: checksum the chunk in pieces that stay in the CPU's cache
+// (the whole chunk copied and read back is three times the memory traffic, and 16 threads reading share the
+// machine's memory bandwidth); it is read whole only when the store does not recognise it. True: stored so.
+Result<bool> store_if_unchanged(DumpWorker& w, gi::StoreWriter& store_writer, int pid, std::uint64_t remote,
+                                std::size_t size, const Item& item, ProcessSlot& slot) {
+  w.stream.reset();
+  std::optional<Error> failed;
+  for (std::size_t at = 0; at < size && !failed; at += w.piece.size()) {
+    const std::size_t n = std::min(w.piece.size(), size - at);
+    const auto read_start = Clock::now();
+    if (auto ok = copy_remote(false, pid, remote + at, w.piece.data(), n); !ok) failed = ok.error();
+    const auto sum_start = Clock::now();
+    w.reading += sum_start - read_start;
+    if (!failed) w.stream.update({w.piece.data(), n});
+    w.checksumming += Clock::now() - sum_start;
+  }
+  if (failed) return *failed;
+  const auto store_start = Clock::now();
+  auto unchanged =
+      store_writer.add_unchanged(item.region, item.chunk, w.stream.value(), static_cast<std::uint32_t>(size));
+  w.storing += Clock::now() - store_start;
+  GPUCKPT_TRY_VOID(unchanged);
+  if (!*unchanged) return false;
+  count_stored(slot, **unchanged);
+  return true;
+}
+
+// One chunk of a process's memory into the store or its image file.
+Result<void> dump_chunk(DumpWorker& w, DumpJob& job, const ProcessMemory& proc, const Item& item, unsigned worker,
+                        const gi::Settings& settings) {
+  ProcessSlot& slot = *job.slots[item.process];
+  const gi::Region& region = proc.regions[item.region];
+  const std::uint64_t offset = item.chunk * gi::kDefaultChunkSize;
+  const std::size_t size = std::min<std::uint64_t>(gi::kDefaultChunkSize, region.length - offset);
+  gi::StoreWriter* store_writer = job.store_writers[item.process].get();
+  if (store_writer != nullptr && store_writer->knows_chunks()) {
+    GPUCKPT_TRY(const bool stored,
+                store_if_unchanged(w, *store_writer, proc.pid, region.start + offset, size, item, slot));
+    if (stored) return {};
+  }
+  const auto read_start = Clock::now();
+  GPUCKPT_TRY_VOID(copy_remote(false, proc.pid, region.start + offset, w.buffer.data(), size));
+  const auto store_start = Clock::now();
+  w.reading += store_start - read_start;
+  if (store_writer != nullptr) {
+    auto stored = store_writer->add(item.region, item.chunk, {w.buffer.data(), size}, w.codec, settings, w.history);
+    w.storing += Clock::now() - store_start;
+    GPUCKPT_TRY_VOID(stored);
+    count_stored(slot, *stored);
+    return {};
+  }
+  gi::ChunkEntry entry;
+  entry.region = item.region;
+  entry.chunk = item.chunk;
+  w.codec.encode({w.buffer.data(), size}, settings, w.history, entry);
+  auto appended = job.writers[item.process]->append(w.codec, entry, worker);
+  w.storing += Clock::now() - store_start;
+  GPUCKPT_TRY_VOID(appended);
+  slot.stored += entry.stored_size;
+  slot.written += entry.encoding == gi::Encoding::Zero ? 0 : gi::kRecordHeaderSize + entry.stored_size;
+  slot.zero += entry.encoding == gi::Encoding::Zero ? 1 : 0;
+  ++slot.chunks;
+  return {};
+}
+
+// The workers' time, summed over them.
+struct DumpTimes {
+  std::atomic<std::uint64_t> reading_ns{0}, storing_ns{0}, checksum_ns{0};
+};
+
+void copy_chunks(DumpJob& job, const std::vector<ProcessMemory>& processes, const gi::Settings& settings,
+                 DumpTimes& times) {
+  std::atomic<std::size_t> next{0};
+  // Into a chunk store, each new chunk file is fsync'ed before it gets its name, and a thread waiting there for the
+  // disk leaves its CPU idle (16 GiB bf16 on an H100 node: 2/3 of the threads' time spent in those waits). Twice
+  // the threads keep the CPUs busy meanwhile. Image files are fsync'ed once, at the end: their pool stays as set
+  // (a worker's index is its data file).
+  const unsigned workers =
+      job.store
+          ? static_cast<unsigned>(std::clamp<std::size_t>(job.items.size(), 1, 2 * std::max(1u, settings.threads)))
+          : pool_size(settings, job.items.size());
+  run_pool(workers, [&](unsigned worker) {
+    DumpWorker w;
+    for (std::size_t i = next++; i < job.items.size(); i = next++) {
+      const Item& item = job.items[i];
+      ProcessSlot& slot = *job.slots[item.process];
+      if (slot.failed) continue;
+      if (auto ok = dump_chunk(w, job, processes[item.process], item, worker, settings); !ok) slot.fail(ok.error());
+    }
+    times.checksum_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(w.checksumming).count();
+    times.reading_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(w.reading).count();
+    times.storing_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(w.storing).count();
+  });
+}
+
+// Index, footer, fsync and rename, one file per thread: the fsyncs of several files overlap.
+void finish_files(DumpJob& job, std::size_t processes, int dir_fd, const gi::Settings& settings) {
+  std::atomic<std::size_t> next_file{0};
+  run_pool(pool_size(settings, processes), [&](unsigned) {
+    for (std::size_t p = next_file++; p < processes; p = next_file++) {
+      if (job.slots[p]->failed) continue;
+      if (job.store_writers[p]) {
+        if (auto ok = job.store_writers[p]->finish(dir_fd); !ok) job.slots[p]->fail(ok.error());
+        else job.slots[p]->manifest = std::make_shared<const gi::Manifest>(job.store_writers[p]->manifest());
+      } else if (job.writers[p]) {
+        if (auto ok = job.writers[p]->finish(); !ok) job.slots[p]->fail(ok.error());
+      }
+    }
+  });
+}
+
+// ---- fill ---------------------------------------------------------------------------------------------------
+
+// A process's image or manifest, opened for the fill, once its regions are known to be mapped in the process.
+Result<std::unique_ptr<gi::MemorySource>> open_for_fill(const ProcessMemory& proc, int dir_fd,
+                                                         const std::string& store_dir, const gi::Settings& settings) {
+  GPUCKPT_TRY(auto reader, gi::open_memory_source(dir_fd, proc.vpid, store_dir, settings.node_store));
+  GPUCKPT_TRY(const auto maps, read_maps(proc.pid));
+  if (auto mapped = regions_are_mapped(reader->regions(), maps); !mapped) {
+    return make_error("pid " + std::to_string(proc.pid) + " (" + reader->name() + "): " + mapped.error().message,
+                      EFAULT);
+  }
+  return reader;
+}
+
+// What one fill worker keeps from chunk to chunk.
+struct FillWorker {
+  gi::ChunkCodec codec{gi::kMaxChunkSize};
+  std::vector<std::byte> record, buffer;
+};
+
+// One chunk put back into the process's memory: read (and checked) from its image and copied in, or, a zero chunk
+// over memory that is zero already, its pages touched.
+Result<void> fill_chunk(FillWorker& w, const gi::MemorySource& reader, int pid, const Item& item, ProcessSlot& slot) {
+  const gi::ChunkEntry& entry = reader.entries()[item.chunk];
+  const std::uint64_t remote = reader.regions()[entry.region].start + entry.chunk * reader.header().chunk_size;
+  if (item.touch_only) {
+    GPUCKPT_TRY_VOID(touch_remote(pid, remote, entry.raw_size));
+    ++slot.zero;
+    ++slot.chunks;
+    return {};
+  }
+  w.buffer.resize(entry.raw_size);
+  GPUCKPT_TRY_VOID(reader.read_chunk(item.chunk, w.codec, w.record, w.buffer));
+  GPUCKPT_TRY_VOID(copy_remote(true, pid, remote, w.buffer.data(), w.buffer.size()));
+  slot.stored += entry.stored_size;
+  slot.zero += entry.encoding == gi::Encoding::Zero ? 1 : 0;
+  ++slot.chunks;
+  return {};
+}
+
 }  // namespace
 
 Result<void> copy_remote(bool write, int pid, std::uint64_t remote, std::byte* local, std::size_t size) {
@@ -194,174 +424,21 @@ Result<void> copy_remote(bool write, int pid, std::uint64_t remote, std::byte* l
 std::vector<Result<CopyStats>> write_memory_images(const std::vector<ProcessMemory>& processes, int dir_fd,
                                                    const gi::Settings& settings) {
   const auto start = Clock::now();
-  std::vector<std::unique_ptr<ProcessSlot>> slots;
-  std::vector<std::unique_ptr<gi::ImageWriter>> writers(processes.size());
-  std::vector<std::unique_ptr<gi::StoreWriter>> store_writers(processes.size());
-  std::shared_ptr<chunk_store::Store> store;
-  std::optional<Error> store_error;
-  if (!settings.store.empty()) {
-    auto opened = chunk_store::Store::open(settings.store, true);
-    if (opened) store = std::move(*opened);
-    else store_error = opened.error();
-  }
-  const std::string checkpoint = gi::new_checkpoint_id();
-  std::vector<Item> items;
-  for (std::size_t p = 0; p < processes.size(); ++p) {
-    slots.push_back(std::make_unique<ProcessSlot>());
-    gi::ImageHeader header;
-    header.vpid = processes[p].vpid;
-    header.dump_pid = processes[p].pid;
-    std::uint64_t chunks = 0;
-    for (const auto& r : processes[p].regions) chunks += (r.length + header.chunk_size - 1) / header.chunk_size;
-    if (store_error) {
-      slots[p]->fail(*store_error);
-      continue;
-    }
-    if (store) {
-      auto writer = gi::StoreWriter::create(store, header, processes[p].regions, checkpoint, processes[p].known);
-      if (!writer) {
-        slots[p]->fail(writer.error());
-        continue;
-      }
-      store_writers[p] = std::move(*writer);
-    } else {
-      // A data file per worker: the kernel serialises writes to one file.
-      header.shards = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(chunks, 1, std::max(1u, settings.threads)));
-      auto writer = gi::ImageWriter::create(dir_fd, header, processes[p].regions);
-      if (!writer) {
-        slots[p]->fail(writer.error());
-        continue;
-      }
-      writers[p] = std::move(*writer);
-    }
-    for (std::uint32_t r = 0; r < processes[p].regions.size(); ++r)
-      for (std::uint64_t c = 0; c < gi::chunks_in(processes[p].regions[r], header.chunk_size); ++c)
-        items.push_back({p, r, c});
-  }
-  std::atomic<std::size_t> next{0};
-  std::atomic<std::uint64_t> reading_ns{0}, storing_ns{0}, checksum_ns{0};
-  // Into a chunk store, each new chunk file is fsync'ed before it gets its name, and a thread waiting there for the
-  // disk leaves its CPU idle (16 GiB bf16 on an H100 node: 2/3 of the threads' time spent in those waits). Twice
-  // the threads keep the CPUs busy meanwhile. Image files are fsync'ed once, at the end: their pool stays as set
-  // (a worker's index is its data file).
-  const unsigned workers =
-      store ? static_cast<unsigned>(std::clamp<std::size_t>(items.size(), 1, 2 * std::max(1u, settings.threads)))
-            : pool_size(settings, items.size());
-  run_pool(workers, [&](unsigned worker) {
-    gi::ChunkCodec codec(gi::kDefaultChunkSize);
-    gi::CompressionHistory history;
-    std::vector<std::byte> buffer(gi::kDefaultChunkSize), piece(kCachedPiece);
-    gi::ChecksumStream stream;
-    Clock::duration reading{}, storing{}, checksumming{};
-    const auto count_stored = [](ProcessSlot& slot, const gi::StoredChunk& stored) {
-      slot.stored += stored.stored_bytes;
-      slot.written += stored.written_bytes;
-      slot.zero += stored.zero ? 1 : 0;
-      slot.reused += stored.reused ? 1 : 0;
-      slot.recognised += stored.recognised ? 1 : 0;
-      ++slot.chunks;
-    };
-    for (std::size_t i = next++; i < items.size(); i = next++) {
-      const Item& item = items[i];
-      ProcessSlot& slot = *slots[item.process];
-      if (slot.failed) continue;
-      const ProcessMemory& proc = processes[item.process];
-      const gi::Region& region = proc.regions[item.region];
-      const std::uint64_t offset = item.chunk * gi::kDefaultChunkSize;
-      const std::size_t size = std::min<std::uint64_t>(gi::kDefaultChunkSize, region.length - offset);
-      gi::StoreWriter* store_writer = store_writers[item.process].get();
-      if (store_writer != nullptr && store_writer->knows_chunks()) {
-        // Most chunks of a second checkpoint did not change: checksum the chunk in pieces that stay in the CPU's
-        // cache (the whole chunk copied and read back is three times the memory traffic, and 16 threads reading
-        // share the machine's memory bandwidth); read it whole only when it is not recognised.
-        stream.reset();
-        std::optional<Error> failed;
-        for (std::size_t at = 0; at < size && !failed; at += piece.size()) {
-          const std::size_t n = std::min(piece.size(), size - at);
-          const auto read_start = Clock::now();
-          if (auto ok = copy_remote(false, proc.pid, region.start + offset + at, piece.data(), n); !ok) failed = ok.error();
-          const auto sum_start = Clock::now();
-          reading += sum_start - read_start;
-          if (!failed) stream.update({piece.data(), n});
-          checksumming += Clock::now() - sum_start;
-        }
-        if (failed) {
-          slot.fail(*failed);
-          continue;
-        }
-        const auto store_start = Clock::now();
-        auto unchanged = store_writer->add_unchanged(item.region, item.chunk, stream.value(), static_cast<std::uint32_t>(size));
-        storing += Clock::now() - store_start;
-        if (!unchanged) {
-          slot.fail(unchanged.error());
-          continue;
-        }
-        if (*unchanged) {
-          count_stored(slot, **unchanged);
-          continue;
-        }
-      }
-      const auto read_start = Clock::now();
-      if (auto ok = copy_remote(false, proc.pid, region.start + offset, buffer.data(), size); !ok) {
-        slot.fail(ok.error());
-        continue;
-      }
-      const auto store_start = Clock::now();
-      reading += store_start - read_start;
-      if (store_writers[item.process]) {
-        auto stored = store_writers[item.process]->add(item.region, item.chunk, {buffer.data(), size}, codec,
-                                                       settings, history);
-        storing += Clock::now() - store_start;
-        if (!stored) {
-          slot.fail(stored.error());
-          continue;
-        }
-        count_stored(slot, *stored);
-        continue;
-      }
-      gi::ChunkEntry entry;
-      entry.region = item.region;
-      entry.chunk = item.chunk;
-      codec.encode({buffer.data(), size}, settings, history, entry);
-      auto appended = writers[item.process]->append(codec, entry, worker);
-      storing += Clock::now() - store_start;
-      if (!appended) {
-        slot.fail(appended.error());
-        continue;
-      }
-      slot.stored += entry.stored_size;
-      slot.written += entry.encoding == gi::Encoding::Zero ? 0 : gi::kRecordHeaderSize + entry.stored_size;
-      slot.zero += entry.encoding == gi::Encoding::Zero ? 1 : 0;
-      ++slot.chunks;
-    }
-    checksum_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(checksumming).count();
-    reading_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(reading).count();
-    storing_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(storing).count();
-  });
-  // Index, footer, fsync and rename, one file per thread: the fsyncs of several files overlap.
+  DumpJob job = prepare_dump(processes, dir_fd, settings);
+  DumpTimes times;
+  copy_chunks(job, processes, settings, times);
   const auto finish_start = Clock::now();
-  std::atomic<std::size_t> next_file{0};
-  run_pool(pool_size(settings, processes.size()), [&](unsigned) {
-    for (std::size_t p = next_file++; p < processes.size(); p = next_file++) {
-      if (slots[p]->failed) continue;
-      if (store_writers[p]) {
-        if (auto ok = store_writers[p]->finish(dir_fd); !ok) slots[p]->fail(ok.error());
-        else slots[p]->manifest = std::make_shared<const gi::Manifest>(store_writers[p]->manifest());
-      } else if (writers[p]) {
-        if (auto ok = writers[p]->finish(); !ok) slots[p]->fail(ok.error());
-      }
-    }
-  });
+  finish_files(job, processes.size(), dir_fd, settings);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  auto results = collect(processes, slots, seconds);
+  auto results = collect(processes, job.slots, seconds);
   const double finishing = std::chrono::duration<double>(Clock::now() - finish_start).count();
   for (std::size_t p = 0; p < results.size(); ++p) {
     if (!results[p]) continue;
-    results[p]->reading_seconds = static_cast<double>(reading_ns) / 1e9;
-    results[p]->storing_seconds = static_cast<double>(storing_ns + checksum_ns) / 1e9;
-    results[p]->checksum_seconds = static_cast<double>(checksum_ns) / 1e9;
+    results[p]->reading_seconds = static_cast<double>(times.reading_ns) / 1e9;
+    results[p]->storing_seconds = static_cast<double>(times.storing_ns + times.checksum_ns) / 1e9;
+    results[p]->checksum_seconds = static_cast<double>(times.checksum_ns) / 1e9;
     results[p]->finishing_seconds = finishing;
-    if (store_writers[p]) results[p]->store_times = store_writers[p]->times();
+    if (job.store_writers[p]) results[p]->store_times = job.store_writers[p]->times();
   }
   return results;
 }
@@ -378,19 +455,9 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
   const std::string store_dir = gi::restore_store_dir(settings);
   for (std::size_t p = 0; p < processes.size(); ++p) {
     slots.push_back(std::make_unique<ProcessSlot>());
-    auto reader = gi::open_memory_source(dir_fd, processes[p].vpid, store_dir, settings.node_store);
+    auto reader = open_for_fill(processes[p], dir_fd, store_dir, settings);
     if (!reader) {
       slots[p]->fail(reader.error());
-      continue;
-    }
-    auto maps = read_maps(processes[p].pid);
-    if (!maps) {
-      slots[p]->fail(maps.error());
-      continue;
-    }
-    if (auto mapped = regions_are_mapped((*reader)->regions(), *maps); !mapped) {
-      slots[p]->fail(make_error("pid " + std::to_string(processes[p].pid) + " (" + (*reader)->name() + "): " +
-                                mapped.error().message, EFAULT));
       continue;
     }
     readers[p] = std::move(*reader);
@@ -405,38 +472,15 @@ std::vector<Result<CopyStats>> fill_from_images(const std::vector<ProcessMemory>
   std::stable_sort(streams.begin(), streams.end(), [](const Stream& a, const Stream& b) { return a.bytes > b.bytes; });
   std::atomic<std::size_t> next{0};
   run_pool(pool_size(settings, streams.size()), [&](unsigned) {
-    gi::ChunkCodec codec(gi::kMaxChunkSize);
-    std::vector<std::byte> record, buffer;
+    FillWorker w;
     for (std::size_t s = next++; s < streams.size(); s = next++) {
       const Stream& stream = streams[s];
       ProcessSlot& slot = *slots[stream.process];
       const gi::MemorySource& reader = *readers[stream.process];
       for (std::size_t k = 0; k < stream.items.size() && !slot.failed; ++k) {
-        const Item& item = stream.items[k];
         if (k % kReadAhead == 0) prefetch(reader, stream.items, k + kReadAhead);
-        const gi::ChunkEntry& entry = reader.entries()[item.chunk];
-        const std::uint64_t remote = reader.regions()[entry.region].start + entry.chunk * reader.header().chunk_size;
-        if (item.touch_only) {
-          if (auto ok = touch_remote(processes[item.process].pid, remote, entry.raw_size); !ok) {
-            slot.fail(ok.error());
-            continue;
-          }
-          ++slot.zero;
-          ++slot.chunks;
-          continue;
-        }
-        buffer.resize(entry.raw_size);
-        if (auto ok = reader.read_chunk(item.chunk, codec, record, buffer); !ok) {
-          slot.fail(ok.error());
-          continue;
-        }
-        if (auto ok = copy_remote(true, processes[item.process].pid, remote, buffer.data(), buffer.size()); !ok) {
-          slot.fail(ok.error());
-          continue;
-        }
-        slot.stored += entry.stored_size;
-        slot.zero += entry.encoding == gi::Encoding::Zero ? 1 : 0;
-        ++slot.chunks;
+        const Item& item = stream.items[k];
+        if (auto ok = fill_chunk(w, reader, processes[item.process].pid, item, slot); !ok) slot.fail(ok.error());
       }
     }
   });
@@ -478,9 +522,9 @@ std::vector<int> image_vpids(int dir_fd) {
 }
 
 Result<std::vector<gi::Region>> image_regions(int dir_fd, int vpid, const gi::Settings& settings) {
-  auto reader = gi::open_memory_source(dir_fd, vpid, gi::restore_store_dir(settings), settings.node_store);
-  if (!reader) return reader.error();
-  return (*reader)->regions();
+  GPUCKPT_TRY(const auto reader,
+              gi::open_memory_source(dir_fd, vpid, gi::restore_store_dir(settings), settings.node_store));
+  return reader->regions();
 }
 
 std::string describe(const CopyStats& s) {

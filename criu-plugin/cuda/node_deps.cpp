@@ -52,10 +52,9 @@ CudaBackendDeps node_deps() {
   deps.settings = CudaSettings::from_env();
   deps.start_driver = [library = deps.settings.driver_library, host = deps.host](
                           DriverHost::Mode mode, int image_dir_fd) -> Result<std::unique_ptr<DriverSession>> {
-    auto started = DriverHost::start([library] { return load_node_driver(library); }, mode, image_dir_fd,
-                                     [host] { return read_inventory(host); });
-    if (!started) return started.error();
-    return std::unique_ptr<DriverSession>(std::move(*started));
+    GPUCKPT_TRY(auto started, DriverHost::start([library] { return load_node_driver(library); }, mode, image_dir_fd,
+                                                [host] { return read_inventory(host); }));
+    return std::unique_ptr<DriverSession>(std::move(started));
   };
   deps.criu.image_dir_fd = [] { return criu::image_dir_fd(); };
   deps.criu.add_to_inventory = [] { return criu::add_to_inventory(plugin::kPluginName); };

@@ -86,19 +86,17 @@ Result<ProcessRecords> read_process_records(int dir_fd) {
   std::sort(names.begin(), names.end());
   bool first = true;
   for (const auto& name : names) {
-    auto bytes = read_image_file(dir_fd, name);
-    if (!bytes) return bytes.error();
-    auto record = record_from_protobuf(*bytes, name);
-    if (!record) return record.error();
+    GPUCKPT_TRY(const std::string bytes, read_image_file(dir_fd, name));
+    GPUCKPT_TRY(GpuPropertiesRecord record, record_from_protobuf(bytes, name));
     if (first) {
-      records.merged.node = record->node;
+      records.merged.node = record.node;
       first = false;
     }
-    for (const auto& id : record->used_gpu_ids)
+    for (const auto& id : record.used_gpu_ids)
       if (std::find(records.merged.used_gpu_ids.begin(), records.merged.used_gpu_ids.end(), id) ==
           records.merged.used_gpu_ids.end())
         records.merged.used_gpu_ids.push_back(id);
-    records.by_pid.emplace(pid_of(name), std::move(*record));
+    records.by_pid.emplace(pid_of(name), std::move(record));
   }
   return records;
 }

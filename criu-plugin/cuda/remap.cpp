@@ -15,9 +15,8 @@ namespace {
 using nlohmann::json;
 
 Result<std::string> canonical(std::string_view text, const std::string& where) {
-  auto uuid = parse_uuid(text, where);
-  if (!uuid) return uuid.error();
-  return format_uuid(*uuid);
+  GPUCKPT_TRY(const Uuid uuid, parse_uuid(text, where));
+  return format_uuid(uuid);
 }
 
 // The UUID of a GPU in the model: NVIDIA's uuid field, else the "GPU-..." id.
@@ -51,13 +50,11 @@ Result<GpuMapping> parse_mapping(std::string_view text, std::string_view source)
     for (const char* key : {"source_uuid", "target_uuid"})
       if (!pair.contains(key) || !pair[key].is_string())
         return fail("pair " + std::to_string(index - 1) + " has no string \"" + key + "\"");
-    auto from = canonical(pair["source_uuid"].get<std::string>(), at + " source_uuid");
-    if (!from) return from.error();
-    auto to = canonical(pair["target_uuid"].get<std::string>(), at + " target_uuid");
-    if (!to) return to.error();
-    if (mapping.count(*from) != 0) return fail("source GPU " + *from + " is listed twice");
-    if (!targets.insert(*to).second) return fail("two source GPUs are sent to target GPU " + *to);
-    mapping.emplace(*from, *to);
+    GPUCKPT_TRY(const std::string from, canonical(pair["source_uuid"].get<std::string>(), at + " source_uuid"));
+    GPUCKPT_TRY(const std::string to, canonical(pair["target_uuid"].get<std::string>(), at + " target_uuid"));
+    if (mapping.count(from) != 0) return fail("source GPU " + from + " is listed twice");
+    if (!targets.insert(to).second) return fail("two source GPUs are sent to target GPU " + to);
+    mapping.emplace(from, to);
   }
   return mapping;
 }
@@ -98,15 +95,13 @@ Result<std::vector<UuidPair>> build_restore_pairs(const std::vector<std::string>
                                                   const std::vector<std::string>& node_gpus) {
   std::vector<std::string> sources;
   for (const auto& s : seen) {
-    auto c = canonical(s, "GPU the process saw at checkpoint time");
-    if (!c) return c.error();
-    if (std::find(sources.begin(), sources.end(), *c) == sources.end()) sources.push_back(*c);
+    GPUCKPT_TRY(std::string c, canonical(s, "GPU the process saw at checkpoint time"));
+    if (std::find(sources.begin(), sources.end(), c) == sources.end()) sources.push_back(std::move(c));
   }
   std::vector<std::string> node;
   for (const auto& n : node_gpus) {
-    auto c = canonical(n, "GPU of this node");
-    if (!c) return c.error();
-    node.push_back(*c);
+    GPUCKPT_TRY(std::string c, canonical(n, "GPU of this node"));
+    node.push_back(std::move(c));
   }
   auto on_node = [&](const std::string& uuid) { return std::find(node.begin(), node.end(), uuid) != node.end(); };
 
@@ -175,9 +170,9 @@ Result<GpuMapping> choose_mapping(const GpuPropertiesRecord& source, const NodeI
   std::vector<std::string> used;
   for (const auto& id : source.used_gpu_ids) {
     const GpuDevice* gpu = find_gpu(source.node, id);
-    auto uuid = canonical(gpu ? gpu_uuid_text(*gpu) : id, "GPU " + id + " of the checkpoint's record");
-    if (!uuid) return uuid.error();
-    used.push_back(*uuid);
+    GPUCKPT_TRY(std::string uuid,
+                canonical(gpu ? gpu_uuid_text(*gpu) : id, "GPU " + id + " of the checkpoint's record"));
+    used.push_back(std::move(uuid));
   }
   const auto here = nvidia_uuids(node);
   GpuMapping mapping;
@@ -202,11 +197,9 @@ Result<GpuMapping> choose_mapping(const GpuPropertiesRecord& source, const NodeI
     if (from == nullptr || to == nullptr)
       return make_error("the matcher named GPU " + a.source_id + " -> " + a.target_id + ", which the record or "
                         "this node's inventory does not have (a gpuckpt bug; please report it)");
-    auto f = canonical(gpu_uuid_text(*from), "record GPU " + a.source_id);
-    if (!f) return f.error();
-    auto t = canonical(gpu_uuid_text(*to), "node GPU " + a.target_id);
-    if (!t) return t.error();
-    mapping[*f] = *t;
+    GPUCKPT_TRY(const std::string f, canonical(gpu_uuid_text(*from), "record GPU " + a.source_id));
+    GPUCKPT_TRY(std::string t, canonical(gpu_uuid_text(*to), "node GPU " + a.target_id));
+    mapping[f] = std::move(t);
   }
   return mapping;
 }
