@@ -434,7 +434,7 @@ class EditedCopy {
         open_writer_(open_writer) {}
 
   // walk()'s visitor: true when the entry's data was consumed here.
-  Result<bool> entry(struct archive* r, struct archive_entry* e, const ArchiveEntry& entry) {
+  Result<bool> copy_entry(struct archive* r, struct archive_entry* e, const ArchiveEntry& entry) {
     if (!writer_open_) {
       GPUCKPT_TRY_VOID(open_writer_(r));
       writer_open_ = true;
@@ -575,7 +575,7 @@ Result<void> copy_edited(struct archive* reader, const fs::path& in, ArchiveWrit
                          const std::function<Result<void>(struct archive*)>& open_writer) {
   EditedCopy copy(in, output, target, edit, limits, open_writer);
   const Visitor visit = [&copy](struct archive* r, struct archive_entry* e, const ArchiveEntry& entry) {
-    return copy.entry(r, e, entry);
+    return copy.copy_entry(r, e, entry);
   };
   GPUCKPT_TRY_VOID(walk(in, limits, reader, visit));
   return copy.finish();
