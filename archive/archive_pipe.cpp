@@ -95,15 +95,13 @@ Result<bool> ArchivePipe::await_reader() {
       // The runtime's next open of the path gets a FIFO of its own. A FIFO does not separate one reader from the
       // next: a runtime that reads one entry, closes and opens again (podman reads its config files first) would
       // otherwise be handed whatever this stream had left in the pipe, or its rest, before the next stream.
-      auto fresh = replace_fifo();
-      if (!fresh) return fresh.error();
+      GPUCKPT_TRY_VOID(replace_fifo());
       return true;
     }
     if (errno != ENXIO && errno != EINTR) return pipe_error(path_, "cannot open", errno);
     if (has_exited()) return false;
-    auto waited = wait_for(-1, 0, kReaderPollMs);
-    if (!waited) return waited.error();
-    if (!waited.value()) return false;
+    GPUCKPT_TRY(const bool runtime_alive, wait_for(-1, 0, kReaderPollMs));
+    if (!runtime_alive) return false;
   }
 }
 
@@ -126,9 +124,8 @@ Result<void> ArchivePipe::send(const char* data, std::size_t size) {
       return make_error("the runtime stopped reading " + path_.string(), EPIPE);
     }
     if (n < 0 && errno != EAGAIN) return pipe_error(path_, "cannot write to", errno);
-    auto ready = wait_for(write_fd_, POLLOUT, -1);
-    if (!ready) return ready.error();
-    if (!ready.value()) return make_error("the runtime exited while reading " + path_.string(), ECANCELED);
+    GPUCKPT_TRY(const bool writable, wait_for(write_fd_, POLLOUT, -1));
+    if (!writable) return make_error("the runtime exited while reading " + path_.string(), ECANCELED);
   }
   return {};
 }

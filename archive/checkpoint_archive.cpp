@@ -150,17 +150,13 @@ class LinkGraph {
 Result<ArchiveEntry> check_entry(struct archive_entry* e, const fs::path& archive, const ArchiveLimits& limits,
                                  Totals& totals) {
   const char* raw = archive_entry_pathname(e);
-  auto name = normalise_entry_name(raw ? raw : "");
-  if (!name) return make_error(archive.string() + ": " + name.error().message);
   ArchiveEntry out;
-  out.name = name.value();
+  GPUCKPT_TRY(out.name, normalise_entry_name(raw ? raw : ""), archive.string());
   if (++totals.entries > limits.max_entries)
     return make_error(archive.string() + ": more than " + std::to_string(limits.max_entries) + " entries", EFBIG);
   if (const char* hard = archive_entry_hardlink(e)) {
-    auto target = normalise_entry_name(hard);
-    if (!target) return make_error(archive.string() + ": hardlink " + out.name + ": " + target.error().message);
+    GPUCKPT_TRY(out.link_target, normalise_entry_name(hard), archive.string() + ": hardlink " + out.name);
     out.kind = ArchiveEntry::Kind::Hardlink;
-    out.link_target = target.value();
     return out;
   }
   switch (archive_entry_filetype(e)) {
@@ -228,7 +224,7 @@ Result<void> skip_data(struct archive* reader, const ArchiveEntry& entry, const 
     const int rc = archive_read_data_block(reader, &block, &size, &offset);
     if (rc == ARCHIVE_EOF) return {};
     if (rc < ARCHIVE_WARN) return truncated();
-    if (auto in_time = check_archive_deadline(limits, "reading " + archive.string()); !in_time) return in_time;
+    GPUCKPT_TRY_VOID(check_archive_deadline(limits, "reading " + archive.string()));
   }
 }
 
@@ -240,21 +236,16 @@ Result<Totals> walk(const fs::path& path, const ArchiveLimits& limits, struct ar
   LinkGraph links;
   struct archive_entry* e = nullptr;
   for (;;) {
-    if (auto in_time = check_archive_deadline(limits, "reading " + path.string()); !in_time) return in_time.error();
+    GPUCKPT_TRY_VOID(check_archive_deadline(limits, "reading " + path.string()));
     const int rc = archive_read_next_header(reader, &e);
     if (rc == ARCHIVE_EOF) break;
     if (rc < ARCHIVE_WARN)
       return make_error("checkpoint archive " + path.string() + " is corrupt or truncated: " + archive_message(reader),
                         EIO);
-    auto entry = check_entry(e, path, limits, totals);
-    if (!entry) return entry.error();
-    if (auto linked = links.add(entry.value()); !linked) return make_error(path.string() + ": " + linked.error().message);
-    auto consumed = visit(reader, e, entry.value());
-    if (!consumed) return consumed.error();
-    if (!consumed.value()) {
-      auto skipped = skip_data(reader, entry.value(), path, limits);
-      if (!skipped) return skipped.error();
-    }
+    GPUCKPT_TRY(const auto entry, check_entry(e, path, limits, totals));
+    GPUCKPT_TRY_VOID(links.add(entry), path.string());
+    GPUCKPT_TRY(const bool consumed, visit(reader, e, entry));
+    if (!consumed) GPUCKPT_TRY_VOID(skip_data(reader, entry, path, limits));
   }
   if (totals.entries == 0) return make_error("checkpoint archive " + path.string() + " holds no entries");
   return totals;
@@ -295,7 +286,7 @@ Result<void> check_nested_tar(struct archive* outer, const ArchiveEntry& entry, 
     if (++entries > limits.max_entries)
       return make_error(where + " holds more than " + std::to_string(limits.max_entries) + " entries", EFBIG);
     const char* raw = archive_entry_pathname(e);
-    if (auto name = normalise_entry_name(raw ? raw : ""); !name) return make_error(where + ": " + name.error().message);
+    GPUCKPT_TRY_VOID(normalise_entry_name(raw ? raw : ""), where);
     const la_int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
     bytes += size > 0 ? static_cast<std::uint64_t>(size) : 0;
     if (bytes > limits.max_total_bytes)
@@ -376,31 +367,26 @@ Result<std::string> normalise_entry_name(std::string_view name) {
 }
 
 Result<std::vector<ArchiveEntry>> list_archive(const fs::path& archive, const ArchiveLimits& limits) {
-  auto reader = open_reader(archive, limits);
-  if (!reader) return reader.error();
+  GPUCKPT_TRY(const auto reader, open_reader(archive, limits));
   std::vector<ArchiveEntry> entries;
-  auto totals = walk(archive, limits, reader->get(), [&](struct archive*, struct archive_entry*, const ArchiveEntry& e) {
+  const Visitor collect = [&](struct archive*, struct archive_entry*, const ArchiveEntry& e) {
     entries.push_back(e);
     return Result<bool>(false);
-  });
-  if (!totals) return totals.error();
+  };
+  GPUCKPT_TRY_VOID(walk(archive, limits, reader.get(), collect));
   return entries;
 }
 
 Result<std::optional<std::string>> read_archive_entry(const fs::path& archive, std::string_view name,
                                                       const ArchiveLimits& limits) {
-  auto reader = open_reader(archive, limits);
-  if (!reader) return reader.error();
+  GPUCKPT_TRY(const auto reader, open_reader(archive, limits));
   std::optional<std::string> found;
-  auto totals = walk(archive, limits, reader->get(),
-                     [&](struct archive* r, struct archive_entry*, const ArchiveEntry& e) -> Result<bool> {
-                       if (e.name != name || e.kind != ArchiveEntry::Kind::File) return false;
-                       auto data = read_data(r, e, limits.max_metadata_bytes, archive);
-                       if (!data) return data.error();
-                       found = std::move(data.value());
-                       return true;
-                     });
-  if (!totals) return totals.error();
+  const Visitor read_named = [&](struct archive* r, struct archive_entry*, const ArchiveEntry& e) -> Result<bool> {
+    if (e.name != name || e.kind != ArchiveEntry::Kind::File) return false;
+    GPUCKPT_TRY(found, read_data(r, e, limits.max_metadata_bytes, archive));
+    return true;
+  };
+  GPUCKPT_TRY_VOID(walk(archive, limits, reader.get(), read_named));
   return found;
 }
 
@@ -438,127 +424,161 @@ Result<void> add_output_filter(struct archive* writer, struct archive* reader, O
 }
 
 // The one pass behind rewrite_archive, receive_archive and send_archive: every entry `reader` yields, validated
-// by walk(), goes to `writer` with `edit` applied. `open_writer` runs once the input's compression is known (at
+// by walk(), goes to the output with `edit` applied. `open_writer` runs once the input's compression is known (at
 // the first entry). `target` names the output in messages.
+class EditedCopy {
+ public:
+  EditedCopy(const fs::path& in, ArchiveWriter& output, const std::string& target, const ArchiveEdit& edit,
+             const ArchiveLimits& limits, const std::function<Result<void>(struct archive*)>& open_writer)
+      : in_(in), output_(output), writer_(output.get()), target_(target), edit_(edit), limits_(limits),
+        open_writer_(open_writer) {}
+
+  // walk()'s visitor: true when the entry's data was consumed here.
+  Result<bool> copy_entry(struct archive* r, struct archive_entry* e, const ArchiveEntry& entry) {
+    if (!writer_open_) {
+      GPUCKPT_TRY_VOID(open_writer_(r));
+      writer_open_ = true;
+    }
+    if (edit_.add.count(entry.name)) return false;   // written at the end instead
+    if (edit_.take) {
+      GPUCKPT_TRY(const bool taken, take(r, entry));
+      if (taken) return false;   // the walk skips what it left unread
+    }
+    if (auto it = edit_.replace.find(entry.name); it != edit_.replace.end()) {
+      edited_.insert(entry.name);
+      GPUCKPT_TRY_VOID(write_blob(e, it->second));
+      return false;   // the old content is skipped
+    }
+    if (auto it = edit_.transform.find(entry.name); it != edit_.transform.end())
+      return transform(r, e, entry, it->second);
+    if (auto it = edit_.peek.find(entry.name); it != edit_.peek.end() && entry.kind == ArchiveEntry::Kind::File &&
+                                               entry.size <= limits_.max_metadata_bytes)
+      return peek(r, e, entry, it->second);
+    return copy_as_is(r, e, entry);
+  }
+
+  // After the walk: every replaced or changed entry was there; the added and appended entries; the output's end.
+  Result<void> finish() {
+    for (const auto& [name, data] : edit_.replace)
+      if (!edited_.count(name)) return make_error(in_.string() + " has no entry " + name + " to replace");
+    for (const auto& [name, change] : edit_.transform)
+      if (!edited_.count(name)) return make_error(in_.string() + " has no entry " + name + " to change");
+    for (const auto& [name, data] : edit_.add) {
+      const auto e = new_file_entry(name, 0644);
+      GPUCKPT_TRY_VOID(write_blob(e.get(), data));
+    }
+    if (edit_.append) {
+      const EntryAppender append = [&](const std::string& name, std::span<const std::byte> data) -> Result<void> {
+        GPUCKPT_TRY_VOID(check_archive_deadline(limits_, "writing " + target_));
+        const auto e = new_file_entry(name, 0600);
+        archive_entry_set_size(e.get(), static_cast<la_int64_t>(data.size()));
+        if (archive_write_header(writer_, e.get()) < ARCHIVE_WARN ||
+            archive_write_data(writer_, data.data(), data.size()) != static_cast<la_ssize_t>(data.size()))
+          return write_failed();
+        return {};
+      };
+      GPUCKPT_TRY_VOID(edit_.append(append));
+    }
+    if (output_.close() != ARCHIVE_OK)
+      return make_error("finishing " + target_ + ": " + archive_message(writer_), EIO);
+    return {};
+  }
+
+ private:
+  using EntryPtr = std::unique_ptr<struct archive_entry, void (*)(struct archive_entry*)>;
+
+  static EntryPtr new_file_entry(const std::string& name, mode_t mode) {
+    EntryPtr e(archive_entry_new(), archive_entry_free);
+    archive_entry_set_pathname(e.get(), name.c_str());
+    archive_entry_set_filetype(e.get(), AE_IFREG);
+    archive_entry_set_perm(e.get(), mode);
+    archive_entry_set_mtime(e.get(), ::time(nullptr), 0);
+    return e;
+  }
+
+  Error write_failed() const { return make_error("writing " + target_ + ": " + archive_message(writer_), EIO); }
+  Error truncated_in(struct archive* r, const ArchiveEntry& entry) const {
+    return make_error(in_.string() + " is truncated in " + entry.name + ": " + archive_message(r), EIO);
+  }
+
+  Result<void> write_blob(struct archive_entry* e, const std::string& data) {
+    archive_entry_set_size(e, static_cast<la_int64_t>(data.size()));
+    if (archive_write_header(writer_, e) < ARCHIVE_WARN ||
+        archive_write_data(writer_, data.data(), data.size()) != static_cast<la_ssize_t>(data.size()))
+      return write_failed();
+    return {};
+  }
+
+  // edit.take, handed a reader of the entry's data: true when it took the entry out of the copy.
+  Result<bool> take(struct archive* r, const ArchiveEntry& entry) {
+    const EntryDataReader read = [&](char* data, std::size_t size) -> Result<std::size_t> {
+      GPUCKPT_TRY_VOID(check_archive_deadline(limits_, "reading " + in_.string()));
+      const la_ssize_t n = archive_read_data(r, data, size);
+      if (n < 0) return truncated_in(r, entry);
+      return static_cast<std::size_t>(n);
+    };
+    return edit_.take(entry, read);
+  }
+
+  Result<bool> transform(struct archive* r, struct archive_entry* e, const ArchiveEntry& entry,
+                         const std::function<Result<std::string>(const std::string&)>& change) {
+    if (entry.kind != ArchiveEntry::Kind::File)
+      return make_error(in_.string() + ": " + entry.name + " is not a regular file");
+    GPUCKPT_TRY(const auto old, read_data(r, entry, limits_.max_metadata_bytes, in_));
+    GPUCKPT_TRY(const auto changed, change(old), in_.string());
+    edited_.insert(entry.name);
+    GPUCKPT_TRY_VOID(write_blob(e, changed));
+    return true;
+  }
+
+  Result<bool> peek(struct archive* r, struct archive_entry* e, const ArchiveEntry& entry,
+                    const std::function<void(const std::string&)>& see) {
+    GPUCKPT_TRY(const auto seen, read_data(r, entry, limits_.max_metadata_bytes, in_));
+    see(seen);
+    GPUCKPT_TRY_VOID(write_blob(e, seen));
+    return true;
+  }
+
+  Result<bool> copy_as_is(struct archive* r, struct archive_entry* e, const ArchiveEntry& entry) {
+    if (archive_write_header(writer_, e) < ARCHIVE_WARN) return write_failed();
+    if (entry.kind != ArchiveEntry::Kind::File) return false;
+    std::uint64_t copied = 0;
+    for (;;) {
+      const la_ssize_t n = archive_read_data(r, buffer_.get(), kBufferSize);
+      if (n < 0) return truncated_in(r, entry);
+      if (n == 0) break;
+      copied += static_cast<std::uint64_t>(n);
+      GPUCKPT_TRY_VOID(check_archive_deadline(limits_, "copying " + in_.string()));
+      if (archive_write_data(writer_, buffer_.get(), static_cast<std::size_t>(n)) != n) return write_failed();
+    }
+    if (copied != entry.size) return make_error(in_.string() + " is truncated in " + entry.name, EIO);
+    return true;
+  }
+
+  const fs::path& in_;
+  ArchiveWriter& output_;
+  struct archive* writer_;
+  const std::string& target_;
+  const ArchiveEdit& edit_;
+  const ArchiveLimits& limits_;
+  const std::function<Result<void>(struct archive*)>& open_writer_;
+  bool writer_open_ = false;
+  std::set<std::string> edited_;
+  // Filled before it is read, so never zeroed: zeroing 1 MiB per walk was most of what a small archive cost
+  // (measured with perf under fuzz/archive_walk_fuzz).
+  static constexpr std::size_t kBufferSize = 1 << 20;
+  const std::unique_ptr<char[]> buffer_ = std::make_unique_for_overwrite<char[]>(kBufferSize);
+};
+
 Result<void> copy_edited(struct archive* reader, const fs::path& in, ArchiveWriter& output, const std::string& target,
                          const ArchiveEdit& edit, const ArchiveLimits& limits,
                          const std::function<Result<void>(struct archive*)>& open_writer) {
-  struct archive* writer = output.get();
-  bool writer_open = false;
-  std::set<std::string> edited;
-  // Filled before it is read, so never zeroed: zeroing 1 MiB per walk was most of what a small archive cost
-  // (measured with perf under fuzz/archive_walk_fuzz).
-  constexpr std::size_t kBufferSize = 1 << 20;
-  const auto buffer = std::make_unique_for_overwrite<char[]>(kBufferSize);
-  auto write_blob = [&](struct archive_entry* e, const std::string& data) -> Result<void> {
-    archive_entry_set_size(e, static_cast<la_int64_t>(data.size()));
-    if (archive_write_header(writer, e) < ARCHIVE_WARN ||
-        archive_write_data(writer, data.data(), data.size()) != static_cast<la_ssize_t>(data.size()))
-      return make_error("writing " + target + ": " + archive_message(writer), EIO);
-    return {};
+  EditedCopy copy(in, output, target, edit, limits, open_writer);
+  const Visitor visit = [&copy](struct archive* r, struct archive_entry* e, const ArchiveEntry& entry) {
+    return copy.copy_entry(r, e, entry);
   };
-  auto totals = walk(in, limits, reader,
-                     [&](struct archive* r, struct archive_entry* e, const ArchiveEntry& entry) -> Result<bool> {
-                       if (!writer_open) {
-                         auto opened = open_writer(r);
-                         if (!opened) return opened.error();
-                         writer_open = true;
-                       }
-                       if (edit.add.count(entry.name)) return false;   // written at the end instead
-                       if (edit.take) {
-                         const EntryDataReader read = [&](char* data, std::size_t size) -> Result<std::size_t> {
-                           if (auto in_time = check_archive_deadline(limits, "reading " + in.string()); !in_time)
-                             return in_time.error();
-                           const la_ssize_t n = archive_read_data(r, data, size);
-                           if (n < 0)
-                             return make_error(in.string() + " is truncated in " + entry.name + ": " +
-                                               archive_message(r), EIO);
-                           return static_cast<std::size_t>(n);
-                         };
-                         auto taken = edit.take(entry, read);
-                         if (!taken) return taken.error();
-                         if (*taken) return false;   // the walk skips what it left unread
-                       }
-                       if (auto it = edit.replace.find(entry.name); it != edit.replace.end()) {
-                         edited.insert(entry.name);
-                         auto written = write_blob(e, it->second);
-                         if (!written) return written.error();
-                         return false;   // the old content is skipped
-                       }
-                       if (auto it = edit.transform.find(entry.name); it != edit.transform.end()) {
-                         if (entry.kind != ArchiveEntry::Kind::File)
-                           return make_error(in.string() + ": " + entry.name + " is not a regular file");
-                         auto old = read_data(r, entry, limits.max_metadata_bytes, in);
-                         if (!old) return old.error();
-                         auto changed = it->second(old.value());
-                         if (!changed)
-                           return make_error(in.string() + ": " + changed.error().message, changed.error().errno_value);
-                         edited.insert(entry.name);
-                         auto written = write_blob(e, changed.value());
-                         if (!written) return written.error();
-                         return true;
-                       }
-                       if (auto it = edit.peek.find(entry.name); it != edit.peek.end() &&
-                           entry.kind == ArchiveEntry::Kind::File && entry.size <= limits.max_metadata_bytes) {
-                         auto seen = read_data(r, entry, limits.max_metadata_bytes, in);
-                         if (!seen) return seen.error();
-                         it->second(seen.value());
-                         auto written = write_blob(e, seen.value());
-                         if (!written) return written.error();
-                         return true;
-                       }
-                       if (archive_write_header(writer, e) < ARCHIVE_WARN)
-                         return make_error("writing " + target + ": " + archive_message(writer), EIO);
-                       if (entry.kind != ArchiveEntry::Kind::File) return false;
-                       std::uint64_t copied = 0;
-                       for (;;) {
-                         const la_ssize_t n = archive_read_data(r, buffer.get(), kBufferSize);
-                         if (n < 0)
-                           return make_error(in.string() + " is truncated in " + entry.name + ": " +
-                                             archive_message(r), EIO);
-                         if (n == 0) break;
-                         copied += static_cast<std::uint64_t>(n);
-                         if (auto in_time = check_archive_deadline(limits, "copying " + in.string()); !in_time)
-                           return in_time.error();
-                         if (archive_write_data(writer, buffer.get(), static_cast<std::size_t>(n)) != n)
-                           return make_error("writing " + target + ": " + archive_message(writer), EIO);
-                       }
-                       if (copied != entry.size) return make_error(in.string() + " is truncated in " + entry.name, EIO);
-                       return true;
-                     });
-  if (!totals) return totals.error();
-  for (const auto& [name, data] : edit.replace)
-    if (!edited.count(name)) return make_error(in.string() + " has no entry " + name + " to replace");
-  for (const auto& [name, change] : edit.transform)
-    if (!edited.count(name)) return make_error(in.string() + " has no entry " + name + " to change");
-  for (const auto& [name, data] : edit.add) {
-    std::unique_ptr<struct archive_entry, void (*)(struct archive_entry*)> e(archive_entry_new(), archive_entry_free);
-    archive_entry_set_pathname(e.get(), name.c_str());
-    archive_entry_set_filetype(e.get(), AE_IFREG);
-    archive_entry_set_perm(e.get(), 0644);
-    archive_entry_set_mtime(e.get(), ::time(nullptr), 0);
-    auto written = write_blob(e.get(), data);
-    if (!written) return written.error();
-  }
-  if (edit.append) {
-    const EntryAppender append = [&](const std::string& name, std::span<const std::byte> data) -> Result<void> {
-      if (auto in_time = check_archive_deadline(limits, "writing " + target); !in_time) return in_time;
-      std::unique_ptr<struct archive_entry, void (*)(struct archive_entry*)> e(archive_entry_new(), archive_entry_free);
-      archive_entry_set_pathname(e.get(), name.c_str());
-      archive_entry_set_filetype(e.get(), AE_IFREG);
-      archive_entry_set_perm(e.get(), 0600);
-      archive_entry_set_mtime(e.get(), ::time(nullptr), 0);
-      archive_entry_set_size(e.get(), static_cast<la_int64_t>(data.size()));
-      if (archive_write_header(writer, e.get()) < ARCHIVE_WARN ||
-          archive_write_data(writer, data.data(), data.size()) != static_cast<la_ssize_t>(data.size()))
-        return make_error("writing " + target + ": " + archive_message(writer), EIO);
-      return {};
-    };
-    if (auto appended = edit.append(append); !appended) return appended;
-  }
-  if (output.close() != ARCHIVE_OK)
-    return make_error("finishing " + target + ": " + archive_message(writer), EIO);
-  return {};
+  GPUCKPT_TRY_VOID(walk(in, limits, reader, visit));
+  return copy.finish();
 }
 
 // An archive written beside its final name and renamed into place only when complete and synced.
@@ -640,21 +660,18 @@ Result<std::uint64_t> copy_to_file(struct archive* reader, const fs::path& in, c
                                    const ArchiveEdit& edit, const ArchiveLimits& limits, OutputCompression compression,
                                    const std::optional<Error>* input_failure) {
   TemporaryArchive file(out);
-  auto fd = file.open();
-  if (!fd) return fd.error();
+  GPUCKPT_TRY(const int fd, file.open());
   ArchiveWriter writer;
   auto copied = copy_edited(reader, in, writer, file.temp().string(), edit, limits,
                             [&](struct archive* r) -> Result<void> {
-                              auto filtered = add_output_filter(writer.get(), r, compression, in);
-                              if (!filtered) return filtered;
-                              if (archive_write_open_fd(writer.get(), fd.value()) != ARCHIVE_OK)
+                              GPUCKPT_TRY_VOID(add_output_filter(writer.get(), r, compression, in));
+                              if (archive_write_open_fd(writer.get(), fd) != ARCHIVE_OK)
                                 return make_error("cannot write " + file.temp().string() + ": " +
                                                   archive_message(writer.get()), EIO);
                               return {};
                             });
   if (!copied) return input_failure && *input_failure ? **input_failure : copied.error();
-  if (edit.before_commit)
-    if (auto ready = edit.before_commit(); !ready) return ready.error();
+  if (edit.before_commit) GPUCKPT_TRY_VOID(edit.before_commit());
   return file.commit();
 }
 
@@ -662,9 +679,8 @@ Result<std::uint64_t> copy_to_file(struct archive* reader, const fs::path& in, c
 
 Result<std::uint64_t> rewrite_archive(const fs::path& in, const fs::path& out, const ArchiveEdit& edit,
                                       const ArchiveLimits& limits) {
-  auto reader = open_reader(in, limits);
-  if (!reader) return reader.error();
-  return copy_to_file(reader->get(), in, out, edit, limits, OutputCompression::same_as_input, nullptr);
+  GPUCKPT_TRY(const auto reader, open_reader(in, limits));
+  return copy_to_file(reader.get(), in, out, edit, limits, OutputCompression::same_as_input, nullptr);
 }
 
 Result<std::uint64_t> receive_archive(const ArchiveByteSource& read, std::string_view source, const fs::path& out,
@@ -687,16 +703,14 @@ Result<std::uint64_t> receive_archive(const ArchiveByteSource& read, std::string
 
 Result<void> send_archive(const fs::path& in, const ArchiveByteSink& write, const ArchiveEdit& edit,
                           const ArchiveLimits& limits) {
-  auto reader = open_reader(in, limits);
-  if (!reader) return reader.error();
+  GPUCKPT_TRY(const auto reader, open_reader(in, limits));
   StreamEnd output;
   output.sink = &write;
   output.name = "the stream of " + in.string();
   ArchiveWriter writer;
-  auto copied = copy_edited(reader->get(), in, writer, output.name, edit, limits,
+  auto copied = copy_edited(reader.get(), in, writer, output.name, edit, limits,
                             [&](struct archive* r) -> Result<void> {
-                              auto filtered = add_output_filter(writer.get(), r, OutputCompression::none, in);
-                              if (!filtered) return filtered;
+                              GPUCKPT_TRY_VOID(add_output_filter(writer.get(), r, OutputCompression::none, in));
                               if (archive_write_open(writer.get(), &output, nullptr, &StreamEnd::write, nullptr) !=
                                   ARCHIVE_OK)
                                 return make_error("cannot start " + output.name + ": " +
@@ -707,120 +721,149 @@ Result<void> send_archive(const fs::path& in, const ArchiveByteSink& write, cons
   return edit.before_commit ? edit.before_commit() : Result<void>{};
 }
 
-Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const ArchiveLimits& limits) {
-  auto reader = open_reader(archive, limits);
-  if (!reader) return reader.error();
-  std::map<std::string, std::string> metadata;
-  CheckpointInfo info;
-  std::size_t dev_tmpfs_bytes = 0;   // and GPU memory manifests: kept in memory, bounded together
-  auto totals = walk(archive, limits, reader->get(),
-                     [&](struct archive* r, struct archive_entry*, const ArchiveEntry& e) -> Result<bool> {
-                       if (e.name == "checkpoint/inventory.img") info.has_criu_images = true;
-                       if (is_dev_tmpfs_image(e)) {
-                         auto image = read_data(r, e, limits.max_metadata_bytes - dev_tmpfs_bytes, archive);
-                         if (!image) return image.error();
-                         dev_tmpfs_bytes += image->size();
-                         info.dev_tmpfs_images[e.name] = std::move(image.value());
-                         return true;
-                       }
-                       if (e.kind == ArchiveEntry::Kind::File &&
-                           e.name.starts_with(std::string(kCarriedChunksDir) + "/")) {
-                         ++info.carried_chunks;
-                         info.carried_chunk_bytes += e.size;
-                         return false;
-                       }
-                       if (e.kind == ArchiveEntry::Kind::File && e.name.starts_with("checkpoint/")) {
-                         const std::string base = e.name.substr(11);
-                         if (gpu_image::is_manifest_name(base)) {
-                           // Which of two copies a restore reads is tar's business; which one a reference keeps
-                           // must not be.
-                           if (info.memory_manifests.contains(base))
-                             return make_error(archive.string() + ": " + e.name + " is in the archive twice: "
-                                               "refusing it (a checkpoint has one manifest per process or page image)", EBADMSG);
-                           auto manifest = read_data(r, e, limits.max_metadata_bytes - dev_tmpfs_bytes, archive);
-                           if (!manifest) return manifest.error();
-                           dev_tmpfs_bytes += manifest->size();
-                           info.memory_manifests[base] = std::move(manifest.value());
-                           return true;
-                         }
-                         if (base.starts_with(gpu_image::kFilePrefix)) {   // a main file or one of its shards
-                           info.gpu_image_files += gpu_image::vpid_from_file_name(base) > 0 ? 1 : 0;
-                           info.gpu_image_bytes += e.size;
-                           return false;
-                         }
-                       }
-                       if (e.name == "rootfs-diff.tar" && e.kind == ArchiveEntry::Kind::File) {
-                         auto checked = check_nested_tar(r, e, archive, limits);
-                         if (!checked) return checked.error();
-                         return false;   // the walk skips what is left of it
-                       }
-                       if (e.kind != ArchiveEntry::Kind::File ||
-                           (e.name != "config.dump" && e.name != "spec.dump" && e.name != kRecordEntry))
-                         return false;
-                       auto data = read_data(r, e, limits.max_metadata_bytes, archive);
-                       if (!data) return data.error();
-                       metadata[e.name] = std::move(data.value());
-                       return true;
-                     });
-  if (!totals) return totals.error();
-  info.entry_count = totals->entries;
-  info.content_bytes = totals->bytes;
-  std::error_code ec;
-  info.archive_bytes = fs::file_size(archive, ec);
-  for (const char* required : {"config.dump", "spec.dump"})
-    if (!metadata.count(required))
-      return make_error(archive.string() + " is not a container checkpoint: it has no " + required +
-                        " (expected an archive from `podman container checkpoint --export` or kubelet)");
-  auto config = parse_json(metadata["config.dump"], archive.string() + ": config.dump");
-  if (!config) return config.error();
-  auto spec = parse_json(metadata["spec.dump"], archive.string() + ": spec.dump");
-  if (!spec) return spec.error();
-  if (!config->is_object()) return make_error(archive.string() + ": config.dump is not a JSON object");
-  if (!spec->is_object()) return make_error(archive.string() + ": spec.dump is not a JSON object");
-  info.spec = std::move(spec.value());
-  // Descriptive fields: a wrong type reads as absent (they are shown, never acted on).
-  info.container_name = entry_string(*config, "name");
-  info.container_id = entry_string(*config, "id");
-  info.image = entry_string(*config, "rootfsImageName");
-  info.image_id = entry_string(*config, "rootfsImageID");
-  info.raw_image = entry_string(*config, "RawImageName");
-  if (info.raw_image.empty()) info.raw_image = entry_string(*config, "rootfsImageRef");
-  info.runtime = entry_string(*config, "runtime");
-  if (info.runtime.empty()) info.runtime = entry_string(*config, "ociRuntime");
-  info.created = entry_string(*config, "createdTime");
+namespace {
+
+// inspect_checkpoint_archive's pass: what it counts of each entry and what it keeps. The /dev tmpfs images and the
+// GPU memory manifests are kept in memory, bounded together by max_metadata_bytes; so is each metadata file.
+class CheckpointSurvey {
+ public:
+  CheckpointSurvey(const fs::path& archive, const ArchiveLimits& limits, CheckpointInfo& info)
+      : archive_(archive), limits_(limits), info_(info) {}
+
+  // walk()'s visitor: true when the entry's data was read here.
+  Result<bool> entry(struct archive* r, const ArchiveEntry& e) {
+    if (e.name == "checkpoint/inventory.img") info_.has_criu_images = true;
+    if (is_dev_tmpfs_image(e)) {
+      GPUCKPT_TRY(info_.dev_tmpfs_images[e.name], read_kept(r, e));
+      return true;
+    }
+    if (e.kind == ArchiveEntry::Kind::File && e.name.starts_with(std::string(kCarriedChunksDir) + "/")) {
+      ++info_.carried_chunks;
+      info_.carried_chunk_bytes += e.size;
+      return false;
+    }
+    if (e.kind == ArchiveEntry::Kind::File && e.name.starts_with("checkpoint/")) {
+      const std::string base = e.name.substr(11);
+      if (gpu_image::is_manifest_name(base)) return keep_memory_manifest(r, e, base);
+      if (base.starts_with(gpu_image::kFilePrefix)) {   // a main file or one of its shards
+        info_.gpu_image_files += gpu_image::vpid_from_file_name(base) > 0 ? 1 : 0;
+        info_.gpu_image_bytes += e.size;
+        return false;
+      }
+    }
+    if (e.name == "rootfs-diff.tar" && e.kind == ArchiveEntry::Kind::File) {
+      GPUCKPT_TRY_VOID(check_nested_tar(r, e, archive_, limits_));
+      return false;   // the walk skips what is left of it
+    }
+    if (e.kind != ArchiveEntry::Kind::File ||
+        (e.name != "config.dump" && e.name != "spec.dump" && e.name != kRecordEntry))
+      return false;
+    GPUCKPT_TRY(metadata_[e.name], read_data(r, e, limits_.max_metadata_bytes, archive_));
+    return true;
+  }
+
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  Result<std::string> read_kept(struct archive* r, const ArchiveEntry& e) {
+    GPUCKPT_TRY(auto data, read_data(r, e, limits_.max_metadata_bytes - kept_bytes_, archive_));
+    kept_bytes_ += data.size();
+    return data;
+  }
+
+  Result<bool> keep_memory_manifest(struct archive* r, const ArchiveEntry& e, const std::string& base) {
+    // Which of two copies a restore reads is tar's business; which one a reference keeps must not be.
+    if (info_.memory_manifests.contains(base))
+      return make_error(archive_.string() + ": " + e.name + " is in the archive twice: "
+                        "refusing it (a checkpoint has one manifest per process or page image)", EBADMSG);
+    GPUCKPT_TRY(info_.memory_manifests[base], read_kept(r, e));
+    return true;
+  }
+
+  const fs::path& archive_;
+  const ArchiveLimits& limits_;
+  CheckpointInfo& info_;
+  std::map<std::string, std::string> metadata_;
+  std::size_t kept_bytes_ = 0;
+};
+
+// Who made the checkpoint, from the marks each engine leaves in config.dump and the spec's annotations.
+std::string checkpoint_engine(const nlohmann::json& config, const nlohmann::json& spec) {
   static const nlohmann::json kNone = nlohmann::json::object();
-  const auto annotations_it = info.spec.find("annotations");
+  const auto annotations_it = spec.find("annotations");
   const nlohmann::json& annotations =
-      annotations_it != info.spec.end() && annotations_it->is_object() ? *annotations_it : kNone;
-  if (entry_string(annotations, "io.container.manager") == "libpod")
-    info.engine = "podman";
-  else if (annotations.contains("io.kubernetes.cri-o.ContainerID") || annotations.contains("io.kubernetes.cri-o.Name"))
-    info.engine = "cri-o";
-  else if (entry_string(*config, "engine") == "containerd" ||
-           annotations.contains("io.kubernetes.cri.container-type"))   // containerd's CRI plugin (1.7 and 2.x)
-    info.engine = "containerd";
-  else
-    info.engine = "unknown";
+      annotations_it != spec.end() && annotations_it->is_object() ? *annotations_it : kNone;
+  if (entry_string(annotations, "io.container.manager") == "libpod") return "podman";
+  if (annotations.contains("io.kubernetes.cri-o.ContainerID") || annotations.contains("io.kubernetes.cri-o.Name"))
+    return "cri-o";
+  if (entry_string(config, "engine") == "containerd" ||
+      annotations.contains("io.kubernetes.cri.container-type"))   // containerd's CRI plugin (1.7 and 2.x)
+    return "containerd";
+  return "unknown";
+}
+
+// The container's facts from config.dump and spec.dump. Descriptive fields: a wrong type reads as absent (they
+// are shown, never acted on).
+void read_container_facts(const nlohmann::json& config, CheckpointInfo& info) {
+  info.container_name = entry_string(config, "name");
+  info.container_id = entry_string(config, "id");
+  info.image = entry_string(config, "rootfsImageName");
+  info.image_id = entry_string(config, "rootfsImageID");
+  info.raw_image = entry_string(config, "RawImageName");
+  if (info.raw_image.empty()) info.raw_image = entry_string(config, "rootfsImageRef");
+  info.runtime = entry_string(config, "runtime");
+  if (info.runtime.empty()) info.runtime = entry_string(config, "ociRuntime");
+  info.created = entry_string(config, "createdTime");
+  info.engine = checkpoint_engine(config, info.spec);
   if (auto linux_it = info.spec.find("linux"); linux_it != info.spec.end() && linux_it->is_object())
     if (auto devices = linux_it->find("devices"); devices != linux_it->end() && devices->is_array())
       for (const auto& d : *devices)
         if (auto path = entry_string(d, "path"); !path.empty()) info.spec_devices.push_back(path);
+}
+
+// config.dump and spec.dump, which make the archive a container checkpoint, and gpuckpt's record where it has one.
+Result<void> read_checkpoint_metadata(const fs::path& archive, const std::map<std::string, std::string>& metadata,
+                                      CheckpointInfo& info) {
+  for (const char* required : {"config.dump", "spec.dump"})
+    if (!metadata.count(required))
+      return make_error(archive.string() + " is not a container checkpoint: it has no " + required +
+                        " (expected an archive from `podman container checkpoint --export` or kubelet)");
+  GPUCKPT_TRY(const auto config, parse_json(metadata.at("config.dump"), archive.string() + ": config.dump"));
+  GPUCKPT_TRY(auto spec, parse_json(metadata.at("spec.dump"), archive.string() + ": spec.dump"));
+  if (!config.is_object()) return make_error(archive.string() + ": config.dump is not a JSON object");
+  if (!spec.is_object()) return make_error(archive.string() + ": spec.dump is not a JSON object");
+  info.spec = std::move(spec);
+  read_container_facts(config, info);
   if (auto it = metadata.find(kRecordEntry); it != metadata.end()) {
-    auto json = parse_json(it->second, archive.string() + ": " + kRecordEntry);
-    if (!json) return json.error();
-    auto record = checkpoint_record_from_json(json.value(), archive.string() + ": " + kRecordEntry);
-    if (!record) return record.error();
-    info.gpus = std::move(record.value());
+    const std::string where = archive.string() + ": " + kRecordEntry;
+    GPUCKPT_TRY(const auto json, parse_json(it->second, where));
+    GPUCKPT_TRY(info.gpus, checkpoint_record_from_json(json, where));
   }
+  return {};
+}
+
+}  // namespace
+
+Result<CheckpointInfo> inspect_checkpoint_archive(const fs::path& archive, const ArchiveLimits& limits) {
+  GPUCKPT_TRY(const auto reader, open_reader(archive, limits));
+  CheckpointInfo info;
+  CheckpointSurvey survey(archive, limits, info);
+  const Visitor visit = [&survey](struct archive* r, struct archive_entry*, const ArchiveEntry& e) {
+    return survey.entry(r, e);
+  };
+  GPUCKPT_TRY(const auto totals, walk(archive, limits, reader.get(), visit));
+  info.entry_count = totals.entries;
+  info.content_bytes = totals.bytes;
+  std::error_code ec;
+  info.archive_bytes = fs::file_size(archive, ec);
+  GPUCKPT_TRY_VOID(read_checkpoint_metadata(archive, survey.metadata(), info));
   return info;
 }
 
 ArchiveEdit checkpoint_annotation(const CheckpointGpuRecord& record) {
   ArchiveEdit edit;
   edit.transform["spec.dump"] = [record](const std::string& text) -> Result<std::string> {
-    auto parsed = parse_json(text, "spec.dump");
-    if (!parsed) return parsed.error();
-    auto& spec = parsed.value();
+    GPUCKPT_TRY(auto spec, parse_json(text, "spec.dump"));
     if (!spec.is_object()) return make_error("spec.dump is not a JSON object");
     auto& annotations = spec["annotations"];
     if (annotations.is_null()) annotations = nlohmann::json::object();
@@ -835,13 +878,12 @@ ArchiveEdit checkpoint_annotation(const CheckpointGpuRecord& record) {
     // CRI-O restores a container with the annotations this JSON holds (the original container's), not with
     // spec.dump's own: the checkpoint id goes in too, so gpuckpt-nri recognises the restore (restore_recognition.h).
     if (auto crio = annotations.find("io.kubernetes.cri-o.Annotations"); crio != annotations.end() && crio->is_string()) {
-      auto carried = parse_json(crio->get<std::string>(), "spec.dump's io.kubernetes.cri-o.Annotations");
-      if (!carried) return carried.error();
+      GPUCKPT_TRY(auto carried, parse_json(crio->get<std::string>(), "spec.dump's io.kubernetes.cri-o.Annotations"));
       // "null" where the CreateContainer request had no annotations (CRI-O marshals a nil map)
-      if (carried->is_null()) *carried = nlohmann::json::object();
-      if (!carried->is_object()) return make_error("spec.dump's io.kubernetes.cri-o.Annotations is not a JSON object");
-      (*carried)[kAnnotationCheckpointId] = record.checkpoint_id;
-      *crio = carried->dump();
+      if (carried.is_null()) carried = nlohmann::json::object();
+      if (!carried.is_object()) return make_error("spec.dump's io.kubernetes.cri-o.Annotations is not a JSON object");
+      carried[kAnnotationCheckpointId] = record.checkpoint_id;
+      *crio = carried.dump();
     }
     return spec.dump();
   };

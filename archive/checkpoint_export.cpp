@@ -94,9 +94,8 @@ bool under_carried_dir(const std::string& name) {
 Result<void> check_references(const ArchiveManifests& found, const cs::Store& store, const fs::path& archive,
                               const std::function<std::string(const std::string&)>& text_of) {
   for (const auto& [name, manifest] : found.parsed)
-    if (auto free = store.check_ref(gpu_image::reference_name(manifest), text_of(name)); !free)
-      return make_error(archive.string() + ": checkpoint/" + name + ": " + free.error().message,
-                        free.error().errno_value);
+    GPUCKPT_TRY_VOID(store.check_ref(gpu_image::reference_name(manifest), text_of(name)),
+                     archive.string() + ": checkpoint/" + name);
   return {};
 }
 
@@ -114,7 +113,7 @@ Result<std::size_t> reference_chunks(const ArchiveManifests& found, cs::Store& s
       if (manifest.entries[i].encoding != gpu_image::Encoding::Zero)
         if (auto ok = store.touch(manifest.digests[i]); !ok)
           return make_error(ok.error().message + " while referencing " + archive.string() + "; try again", ENOENT);
-  if (auto free = check_references(found, store, archive, text_of); !free) return free.error();
+  GPUCKPT_TRY_VOID(check_references(found, store, archive, text_of));
   std::size_t references = 0;
   std::vector<std::string> made;
   for (const auto& [name, manifest] : found.parsed) {
@@ -137,16 +136,15 @@ Result<std::size_t> reference_chunks(const ArchiveManifests& found, cs::Store& s
 Result<ExportReport> export_checkpoint(const fs::path& archive, std::shared_ptr<const cs::Store> store,
                                        const fs::path& out, const ArchiveLimits& limits,
                                        const std::set<cs::Digest>* carry) {
-  auto found = read_manifests(archive, limits, "export");
-  if (!found) return found.error();
-  if (found->info.carried_chunks > 0)
-    return make_error(archive.string() + " carries " + std::to_string(found->info.carried_chunks) + " chunks already (" +
+  GPUCKPT_TRY(const auto found, read_manifests(archive, limits, "export"));
+  if (found.info.carried_chunks > 0)
+    return make_error(archive.string() + " carries " + std::to_string(found.info.carried_chunks) + " chunks already (" +
                       kCarriedChunksDir + "/): it is an exported archive; `gpuckpt import` it into a store instead",
                       EINVAL);
   ExportReport report;
   // Which manifest and entry reads each distinct chunk: its first use, in digest order.
   std::map<cs::Digest, std::pair<const std::string*, std::size_t>> chunks;
-  for (const auto& [name, manifest] : found->parsed) {
+  for (const auto& [name, manifest] : found.parsed) {
     if (auto complete = gpu_image::check_chunks(manifest, *store, archive.string() + ": checkpoint/" + name); !complete)
       return make_error("nothing exported: " + complete.error().message, ENOENT);
     report.checkpoints.insert(manifest.checkpoint);
@@ -168,10 +166,10 @@ Result<ExportReport> export_checkpoint(const fs::path& archive, std::shared_ptr<
       }
   }
   std::map<std::string, gpu_image::StoreReader> readers;
-  for (const auto& [name, manifest] : found->parsed)
+  for (const auto& [name, manifest] : found.parsed)
     readers.try_emplace(name, manifest, store, archive.string() + ": checkpoint/" + name);
   ArchiveEdit edit;
-  keep_manifests_as_read(edit, *found, archive);
+  keep_manifests_as_read(edit, found, archive);
   edit.take = [&](const ArchiveEntry& entry, const EntryDataReader&) -> Result<bool> {
     if (under_carried_dir(entry.name))
       return make_error(archive.string() + " changed while it was read: it carries " + entry.name, EIO);
@@ -184,44 +182,48 @@ Result<ExportReport> export_checkpoint(const fs::path& archive, std::shared_ptr<
       const auto& reader = readers.at(*use.first);
       raw.resize(reader.entries()[use.second].raw_size);
       // Read whole and checked against its digest: a chunk corrupt in this store is not carried to another.
-      if (auto ok = reader.read_chunk(use.second, codec, file, raw); !ok) return ok;
-      if (auto ok = append(carried_name(digest), file); !ok) return ok;
+      GPUCKPT_TRY_VOID(reader.read_chunk(use.second, codec, file, raw));
+      GPUCKPT_TRY_VOID(append(carried_name(digest), file));
       ++report.chunks;
       report.chunk_bytes += file.size();
     }
     return {};
   };
-  auto written = rewrite_archive(archive, out, edit, limits);
-  if (!written) return written.error();
-  report.archive_bytes = *written;
+  GPUCKPT_TRY(report.archive_bytes, rewrite_archive(archive, out, edit, limits));
   return report;
 }
 
-Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<cs::Store> store, const fs::path& out,
-                                       const ArchiveLimits& limits) {
-  auto found = read_manifests(archive, limits, "import");
-  if (!found) return found.error();
-  ImportReport report;
-  // What each chunk the manifests name must be, as carried: the entry of its first use.
+namespace {
+
+// What each chunk the manifests name must be, as carried: the entry of its first use.
+std::map<cs::Digest, gpu_image::ChunkEntry> chunks_named(const ArchiveManifests& found) {
   std::map<cs::Digest, gpu_image::ChunkEntry> expected;
-  for (const auto& [name, manifest] : found->parsed) {
-    report.checkpoints.insert(manifest.checkpoint);
-    ++report.manifests;
+  for (const auto& [name, manifest] : found.parsed)
     for (std::size_t i = 0; i < manifest.entries.size(); ++i)
       if (manifest.entries[i].encoding != gpu_image::Encoding::Zero)
         expected.try_emplace(manifest.digests[i], manifest.entries[i]);
-  }
-  // A chunk the store has already, stored another way (one node compressed it, the other did not): the checkpoints
-  // of this node name the store's file as it is, so it stays, and the imported manifests say how it is stored (as a
-  // dump reusing a chunk does). Replacing it would leave those checkpoints naming a file that is not there.
-  std::map<cs::Digest, cs::ChunkHeader> stored_otherwise;
+  return expected;
+}
+
+// A chunk the store has already, stored another way (one node compressed it, the other did not): the checkpoints
+// of this node name the store's file as it is, so it stays, and the imported manifests say how it is stored (as a
+// dump reusing a chunk does). Replacing it would leave those checkpoints naming a file that is not there.
+std::map<cs::Digest, cs::ChunkHeader> stored_another_way(const std::map<cs::Digest, gpu_image::ChunkEntry>& expected,
+                                                         const cs::Store& store) {
+  std::map<cs::Digest, cs::ChunkHeader> out;
   for (const auto& [digest, e] : expected)
-    if (auto present = store->stat(digest);
+    if (auto present = store.stat(digest);
         present && present->raw_size == e.raw_size &&
         (present->stored_size != e.stored_size || present->encoding != static_cast<std::uint8_t>(e.encoding)))
-      stored_otherwise.emplace(digest, *present);
+      out.emplace(digest, *present);
+  return out;
+}
+
+// The manifests that name such a chunk, changed (in `found` too) to say how the store holds it: their text by name.
+std::map<std::string, std::string> manifests_as_stored(ArchiveManifests& found,
+                                                       const std::map<cs::Digest, cs::ChunkHeader>& stored_otherwise) {
   std::map<std::string, std::string> patched;
-  for (auto& [name, manifest] : found->parsed) {
+  for (auto& [name, manifest] : found.parsed) {
     bool changed = false;
     for (std::size_t i = 0; i < manifest.entries.size(); ++i)
       if (const auto it = stored_otherwise.find(manifest.digests[i]);
@@ -232,107 +234,153 @@ Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<
       }
     if (changed) patched.emplace(name, gpu_image::serialize_manifest(manifest));
   }
-  const auto manifest_text = [&](const std::string& name) {
-    const auto it = patched.find(name);
-    return it == patched.end() ? found->info.memory_manifests.at(name) : it->second;
-  };
-  // A reference this import could not write refuses it now, before any chunk enters the store.
-  if (auto free = check_references(*found, *store, archive, manifest_text); !free) return free.error();
-  const std::string into = "the chunk store " + store->root().string();
-  std::set<cs::Digest> carried;
-  gpu_image::ChunkCodec codec(gpu_image::kMaxChunkSize);
-  std::vector<std::byte> file, raw;
-  ArchiveEdit edit;
-  keep_manifests_as_read(edit, *found, archive, patched);
-  edit.take = [&](const ArchiveEntry& entry, const EntryDataReader& read) -> Result<bool> {
+  return patched;
+}
+
+// An import's pass over the chunks its archive carries: each checked against the manifests and decoded before it
+// lands in the store; one the store holds already as the manifests say is touched and counted instead.
+class ChunkIntake {
+ public:
+  ChunkIntake(const fs::path& archive, cs::Store& store, const std::map<cs::Digest, gpu_image::ChunkEntry>& expected,
+              const std::map<cs::Digest, cs::ChunkHeader>& stored_otherwise, ImportReport& report)
+      : archive_(archive), store_(store), expected_(expected), stored_otherwise_(stored_otherwise), report_(report),
+        into_("the chunk store " + store.root().string()) {}
+
+  // edit.take: true for what lies under kCarriedChunksDir (none of it goes into the output).
+  Result<bool> take(const ArchiveEntry& entry, const EntryDataReader& read) {
     if (!under_carried_dir(entry.name)) return false;
     if (entry.kind == ArchiveEntry::Kind::Directory) return true;
     if (entry.kind != ArchiveEntry::Kind::File)
-      return make_error(archive.string() + ": " + entry.name + " is a link; carried chunks are regular files; "
+      return make_error(archive_.string() + ": " + entry.name + " is a link; carried chunks are regular files; "
                         "refusing the archive", EBADMSG);
-    auto digest = carried_digest(entry.name, archive);
-    if (!digest) return digest.error();
-    const std::string chunk = "carried chunk " + digest->hex() + " (" + entry.name + ")";
-    const auto it = expected.find(*digest);
-    if (it == expected.end())
-      return make_error(archive.string() + ": " + chunk + " is named by none of its manifests; refusing the archive",
-                        EBADMSG);
-    if (!carried.insert(*digest).second)
-      return make_error(archive.string() + ": " + chunk + " is carried twice; refusing the archive", EBADMSG);
-    const gpu_image::ChunkEntry& e = it->second;
-    if (entry.size != cs::kChunkHeaderSize + e.stored_size)
-      return make_error(archive.string() + ": " + chunk + " is " + std::to_string(entry.size) + " bytes, its manifest "
-                        "says " + std::to_string(cs::kChunkHeaderSize + e.stored_size) + "; refused, nothing of it "
-                        "entered " + into, EBADMSG);
-    file.resize(entry.size);
-    for (std::size_t got = 0; got < file.size();) {
-      auto n = read(reinterpret_cast<char*>(file.data()) + got, file.size() - got);
-      if (!n) return n.error();
-      if (*n == 0) return make_error(archive.string() + " is truncated in " + entry.name, EBADMSG);
-      got += *n;
-    }
-    raw.resize(e.raw_size);
-    if (auto ok = gpu_image::decode_chunk_file(file, e, *digest, codec, raw); !ok)
-      return make_error(archive.string() + ": " + chunk + " is refused: " + ok.error().message + "; nothing of it "
-                        "entered " + into, EBADMSG);
-    ++report.carried_chunks;
-    if (auto present = store->stat(*digest); present && present->raw_size == e.raw_size) {
-      const auto kept = stored_otherwise.find(*digest);
-      const bool as_manifests_say =
-          kept == stored_otherwise.end()
-              ? present->stored_size == e.stored_size && present->encoding == static_cast<std::uint8_t>(e.encoding)
-              : present->stored_size == kept->second.stored_size && present->encoding == kept->second.encoding;
-      // Stored another way since the first pass looked (a dump here wrote it meanwhile): kept, and this import,
-      // whose manifests no longer say how it is stored, is to be run again.
-      if (!as_manifests_say)
-        return make_error(chunk + " was written into " + into + " while " + archive.string() + " was imported; "
-                          "import again", EAGAIN);
-      if (store->touch(*digest)) {
-        ++report.present_chunks;
-        return true;
-      }
-    }
+    GPUCKPT_TRY(const auto digest, carried_digest(entry.name, archive_));
+    const std::string chunk = "carried chunk " + digest.hex() + " (" + entry.name + ")";
+    GPUCKPT_TRY(const gpu_image::ChunkEntry* const expected, expected_entry(digest, chunk, entry.size));
+    const gpu_image::ChunkEntry& e = *expected;
+    GPUCKPT_TRY_VOID(read_whole(entry, read));
+    raw_.resize(e.raw_size);
+    if (auto ok = gpu_image::decode_chunk_file(file_, e, digest, codec_, raw_); !ok)
+      return make_error(archive_.string() + ": " + chunk + " is refused: " + ok.error().message + "; nothing of it "
+                        "entered " + into_, EBADMSG);
+    ++report_.carried_chunks;
+    GPUCKPT_TRY(const bool present, kept_as_present(digest, e, chunk));
+    if (present) return true;
     cs::ChunkHeader header;
     header.encoding = static_cast<std::uint8_t>(e.encoding);
     header.raw_size = e.raw_size;
     header.stored_size = e.stored_size;
-    if (auto ok = store->put(*digest, header, std::span<const std::byte>(file).subspan(cs::kChunkHeaderSize)); !ok)
-      return ok.error();
-    ++report.added_chunks;
-    report.added_bytes += file.size();
+    GPUCKPT_TRY_VOID(store_.put(digest, header, std::span<const std::byte>(file_).subspan(cs::kChunkHeaderSize)));
+    ++report_.added_chunks;
+    report_.added_bytes += file_.size();
     return true;
+  }
+
+ private:
+  // The manifests' entry for a carried chunk, which must name it, once, with the size it has.
+  Result<const gpu_image::ChunkEntry*> expected_entry(const cs::Digest& digest, const std::string& chunk,
+                                                      std::uint64_t size) {
+    const auto it = expected_.find(digest);
+    if (it == expected_.end())
+      return make_error(archive_.string() + ": " + chunk + " is named by none of its manifests; refusing the archive",
+                        EBADMSG);
+    if (!carried_.insert(digest).second)
+      return make_error(archive_.string() + ": " + chunk + " is carried twice; refusing the archive", EBADMSG);
+    const gpu_image::ChunkEntry& e = it->second;
+    if (size != cs::kChunkHeaderSize + e.stored_size)
+      return make_error(archive_.string() + ": " + chunk + " is " + std::to_string(size) + " bytes, its manifest "
+                        "says " + std::to_string(cs::kChunkHeaderSize + e.stored_size) + "; refused, nothing of it "
+                        "entered " + into_, EBADMSG);
+    return &e;
+  }
+
+  Result<void> read_whole(const ArchiveEntry& entry, const EntryDataReader& read) {
+    file_.resize(entry.size);
+    for (std::size_t got = 0; got < file_.size();) {
+      GPUCKPT_TRY(const std::size_t n, read(reinterpret_cast<char*>(file_.data()) + got, file_.size() - got));
+      if (n == 0) return make_error(archive_.string() + " is truncated in " + entry.name, EBADMSG);
+      got += n;
+    }
+    return {};
+  }
+
+  // True when the store holds the chunk as the manifests say and it could be touched: it stays as it is.
+  Result<bool> kept_as_present(const cs::Digest& digest, const gpu_image::ChunkEntry& e, const std::string& chunk) {
+    auto present = store_.stat(digest);
+    if (!present || present->raw_size != e.raw_size) return false;
+    const auto kept = stored_otherwise_.find(digest);
+    const bool as_manifests_say =
+        kept == stored_otherwise_.end()
+            ? present->stored_size == e.stored_size && present->encoding == static_cast<std::uint8_t>(e.encoding)
+            : present->stored_size == kept->second.stored_size && present->encoding == kept->second.encoding;
+    // Stored another way since the first pass looked (a dump here wrote it meanwhile): kept, and this import,
+    // whose manifests no longer say how it is stored, is to be run again.
+    if (!as_manifests_say)
+      return make_error(chunk + " was written into " + into_ + " while " + archive_.string() + " was imported; "
+                        "import again", EAGAIN);
+    if (!store_.touch(digest)) return false;
+    ++report_.present_chunks;
+    return true;
+  }
+
+  const fs::path& archive_;
+  cs::Store& store_;
+  const std::map<cs::Digest, gpu_image::ChunkEntry>& expected_;
+  const std::map<cs::Digest, cs::ChunkHeader>& stored_otherwise_;
+  ImportReport& report_;
+  const std::string into_;
+  std::set<cs::Digest> carried_;
+  gpu_image::ChunkCodec codec_{gpu_image::kMaxChunkSize};
+  std::vector<std::byte> file_, raw_;
+};
+
+}  // namespace
+
+Result<ImportReport> import_checkpoint(const fs::path& archive, std::shared_ptr<cs::Store> store, const fs::path& out,
+                                       const ArchiveLimits& limits) {
+  GPUCKPT_TRY(auto found, read_manifests(archive, limits, "import"));
+  ImportReport report;
+  for (const auto& [name, manifest] : found.parsed) {
+    report.checkpoints.insert(manifest.checkpoint);
+    ++report.manifests;
+  }
+  const auto expected = chunks_named(found);
+  const auto stored_otherwise = stored_another_way(expected, *store);
+  const auto patched = manifests_as_stored(found, stored_otherwise);
+  const auto manifest_text = [&](const std::string& name) {
+    const auto it = patched.find(name);
+    return it == patched.end() ? found.info.memory_manifests.at(name) : it->second;
   };
+  // A reference this import could not write refuses it now, before any chunk enters the store.
+  GPUCKPT_TRY_VOID(check_references(found, *store, archive, manifest_text));
+  ChunkIntake intake(archive, *store, expected, stored_otherwise, report);
+  ArchiveEdit edit;
+  keep_manifests_as_read(edit, found, archive, patched);
+  edit.take = [&intake](const ArchiveEntry& entry, const EntryDataReader& read) { return intake.take(entry, read); };
   // The chunks durable and complete, then touched (a collection running now keeps them until the references
   // exist), then the references, then the archive that needs them: the order a dump writes in (gpu_manifest.h).
   edit.before_commit = [&]() -> Result<void> {
-    if (auto ok = store->sync(); !ok) return ok;
-    auto written = reference_chunks(*found, *store, archive, manifest_text);
-    if (!written) return written.error();
-    report.references = *written;
+    GPUCKPT_TRY_VOID(store->sync());
+    GPUCKPT_TRY(report.references, reference_chunks(found, *store, archive, manifest_text));
     return {};
   };
-  auto written = rewrite_archive(archive, out, edit, limits);
-  if (!written) return written.error();
-  report.archive_bytes = *written;
+  GPUCKPT_TRY(report.archive_bytes, rewrite_archive(archive, out, edit, limits));
   return report;
 }
 
 Result<ImportReport> reference_checkpoint(const fs::path& archive, std::shared_ptr<cs::Store> store,
                                           const ArchiveLimits& limits) {
-  auto found = read_manifests(archive, limits, "reference");
-  if (!found) return found.error();
-  if (found->info.carried_chunks > 0)
-    return make_error(archive.string() + " carries " + std::to_string(found->info.carried_chunks) + " chunks (" +
+  GPUCKPT_TRY(const auto found, read_manifests(archive, limits, "reference"));
+  if (found.info.carried_chunks > 0)
+    return make_error(archive.string() + " carries " + std::to_string(found.info.carried_chunks) + " chunks (" +
                       kCarriedChunksDir + "/): import it instead", EINVAL);
   ImportReport report;
-  for (const auto& [name, manifest] : found->parsed) {
+  for (const auto& [name, manifest] : found.parsed) {
     report.checkpoints.insert(manifest.checkpoint);
     ++report.manifests;
   }
-  auto written = reference_chunks(*found, *store, archive,
-                                  [&](const std::string& name) { return found->info.memory_manifests.at(name); });
-  if (!written) return written.error();
-  report.references = *written;
+  GPUCKPT_TRY(report.references,
+              reference_chunks(found, *store, archive,
+                               [&](const std::string& name) { return found.info.memory_manifests.at(name); }));
   std::error_code ec;
   report.archive_bytes = fs::file_size(archive, ec);
   return report;

@@ -40,8 +40,7 @@ Result<Blob> write_blob(const fs::path& blobs, const std::string& data) {
   Sha256 h;
   h.update(data.data(), data.size());
   Blob blob{"sha256:" + h.hex(), data.size()};
-  auto written = write_file_atomically(blobs / blob.digest.substr(7), data);
-  if (!written) return written.error();
+  GPUCKPT_TRY_VOID(write_file_atomically(blobs / blob.digest.substr(7), data));
   return blob;
 }
 
@@ -175,10 +174,98 @@ std::string_view oci_architecture() {
 
 std::string checkpoint_image_name(const std::string& tag) { return "localhost/gpuckpt-checkpoint:" + tag; }
 
+namespace {
+
+// The layer's blob: a hard link to the archive where both lie on one file system (no copy), else a copy.
+Result<void> place_layer(const fs::path& archive, const fs::path& layer_path) {
+  std::error_code ec;
+  fs::create_hard_link(archive, layer_path, ec);
+  if (!ec) return {};
+  ec.clear();
+  fs::copy_file(archive, layer_path, ec);
+  if (ec) return make_error("cannot copy " + archive.string() + " into the image: " + ec.message(), EIO);
+  return {};
+}
+
+nlohmann::json image_config(const CheckpointInfo& info, const LayerDigests& layer) {
+  return {{"architecture", oci_architecture()},
+          {"os", "linux"},
+          {"created", info.created},
+          {"config", nlohmann::json::object()},
+          {"rootfs", {{"type", "layers"}, {"diff_ids", {layer.diff_id}}}}};
+}
+
+// What each engine looks for to take an image as a checkpoint (CRI-O, containerd, podman use their own prefix),
+// checkpointctl's and containerd's (>= 2.1) names for the same facts, and the spec's io.gpuckpt.* annotations.
+nlohmann::json checkpoint_image_annotations(const CheckpointInfo& info, const std::string& reference) {
+  nlohmann::json annotations = {{"org.opencontainers.image.ref.name", reference}};
+  for (const char* engine : {"io.kubernetes.cri-o.annotations", "io.kubernetes.containerd.annotations",
+                             "io.podman.annotations"}) {
+    const std::string prefix = std::string(engine) + ".checkpoint.";
+    annotations[prefix + "name"] = info.container_name;
+    annotations[prefix + "rawImageName"] = info.raw_image;
+    annotations[prefix + "rootfsImageID"] = info.image_id;
+    annotations[prefix + "rootfsImageName"] = info.image;
+    annotations[prefix + "runtime.name"] = info.runtime;   // podman refuses an image without it
+  }
+  // the names of checkpointctl's lib/metadata
+  const auto spec_annotations = info.spec.value("annotations", nlohmann::json::object());
+  const auto spec_string = [&](std::initializer_list<const char*> keys) {
+    for (const char* key : keys)
+      if (spec_annotations.is_object() && spec_annotations.contains(key) && spec_annotations[key].is_string())
+        return spec_annotations[key].get<std::string>();
+    return std::string();
+  };
+  struct utsname host {};
+  ::uname(&host);
+  const std::map<std::string, std::string> criu = {
+      {"org.criu.checkpoint.engine.name", info.engine},
+      {"org.criu.checkpoint.container.name", info.container_name},
+      {"org.criu.checkpoint.pod.name", spec_string({"io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"})},
+      {"org.criu.checkpoint.pod.namespace",
+       spec_string({"io.kubernetes.pod.namespace", "io.kubernetes.cri.sandbox-namespace"})},
+      {"org.criu.checkpoint.rootfsImageName", info.image},
+      {"org.criu.checkpoint.rootfsImageID", info.image_id},
+      {"org.criu.checkpoint.rawImageName", info.raw_image},
+      {"org.criu.checkpoint.runtime.name", info.runtime},
+      {"org.criu.checkpoint.host.arch", std::string(oci_architecture())},
+      {"org.criu.checkpoint.host.kernel", host.release}};
+  for (const auto& [key, value] : criu)
+    if (!value.empty()) annotations[key] = value;
+  for (const auto& [key, value] : spec_annotations.items())
+    if (key.rfind("io.gpuckpt.", 0) == 0 && value.is_string()) annotations[key] = value;
+  return annotations;
+}
+
+nlohmann::json image_manifest(const Blob& config, const LayerDigests& layer, nlohmann::json annotations) {
+  return {{"schemaVersion", 2},
+          {"mediaType", "application/vnd.oci.image.manifest.v1+json"},
+          {"config", {{"mediaType", "application/vnd.oci.image.config.v1+json"}, {"digest", config.digest},
+                      {"size", config.size}}},
+          {"layers", {{{"mediaType", layer_media_type(layer.filter)}, {"digest", layer.blob.digest},
+                       {"size", layer.blob.size}}}},
+          {"annotations", std::move(annotations)}};
+}
+
+// oci-layout and index.json, the files that make `dir` an OCI image layout of the one manifest.
+Result<void> write_layout_index(const fs::path& dir, const Blob& manifest, const std::string& reference) {
+  const nlohmann::json index = {
+      {"schemaVersion", 2},
+      {"mediaType", "application/vnd.oci.image.index.v1+json"},
+      {"manifests", {{{"mediaType", "application/vnd.oci.image.manifest.v1+json"}, {"digest", manifest.digest},
+                      {"size", manifest.size},
+                      {"annotations", {{"org.opencontainers.image.ref.name", reference}}}}}}};
+  for (const auto& [name, text] : {std::pair<const char*, std::string>{"oci-layout", R"({"imageLayoutVersion":"1.0.0"})"},
+                                   {"index.json", index.dump()}})
+    GPUCKPT_TRY_VOID(write_file_atomically(dir / name, text));
+  return {};
+}
+
+}  // namespace
+
 Result<CheckpointImage> write_checkpoint_image(const fs::path& archive, const fs::path& layout,
                                                const std::string& reference, const ArchiveLimits& limits) {
-  auto info = inspect_checkpoint_archive(archive, limits);
-  if (!info) return info.error();
+  GPUCKPT_TRY(const auto info, inspect_checkpoint_archive(archive, limits));
   std::error_code ec;
   if (fs::exists(layout, ec)) return make_error(layout.string() + " exists already", EEXIST);
   const fs::path temp = layout.parent_path() / ("." + layout.filename().string() + ".partial");
@@ -195,88 +282,16 @@ Result<CheckpointImage> write_checkpoint_image(const fs::path& archive, const fs
     }
   } cleanup{temp};
 
-  auto layer = digest_layer(archive);
-  if (!layer) return layer.error();
-  const fs::path layer_path = blobs / layer->blob.digest.substr(7);
-  fs::create_hard_link(archive, layer_path, ec);   // same file system: no copy
-  if (ec) {
-    ec.clear();
-    fs::copy_file(archive, layer_path, ec);
-    if (ec) return make_error("cannot copy " + archive.string() + " into the image: " + ec.message(), EIO);
-  }
-
-  const nlohmann::json config = {
-      {"architecture", oci_architecture()},
-      {"os", "linux"},
-      {"created", info->created},
-      {"config", nlohmann::json::object()},
-      {"rootfs", {{"type", "layers"}, {"diff_ids", {layer->diff_id}}}}};
-  auto config_blob = write_blob(blobs, config.dump());
-  if (!config_blob) return config_blob.error();
-
-  // What each engine looks for to take an image as a checkpoint (CRI-O, containerd, podman use their own prefix).
-  nlohmann::json annotations = {{"org.opencontainers.image.ref.name", reference}};
-  for (const char* engine : {"io.kubernetes.cri-o.annotations", "io.kubernetes.containerd.annotations",
-                             "io.podman.annotations"}) {
-    const std::string prefix = std::string(engine) + ".checkpoint.";
-    annotations[prefix + "name"] = info->container_name;
-    annotations[prefix + "rawImageName"] = info->raw_image;
-    annotations[prefix + "rootfsImageID"] = info->image_id;
-    annotations[prefix + "rootfsImageName"] = info->image;
-    annotations[prefix + "runtime.name"] = info->runtime;   // podman refuses an image without it
-  }
-  // checkpointctl's and containerd's (>= 2.1) names for the same facts (checkpointctl lib/metadata).
-  const auto spec_annotations = info->spec.value("annotations", nlohmann::json::object());
-  const auto spec_string = [&](std::initializer_list<const char*> keys) {
-    for (const char* key : keys)
-      if (spec_annotations.is_object() && spec_annotations.contains(key) && spec_annotations[key].is_string())
-        return spec_annotations[key].get<std::string>();
-    return std::string();
-  };
-  struct utsname host {};
-  ::uname(&host);
-  const std::map<std::string, std::string> criu = {
-      {"org.criu.checkpoint.engine.name", info->engine},
-      {"org.criu.checkpoint.container.name", info->container_name},
-      {"org.criu.checkpoint.pod.name", spec_string({"io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"})},
-      {"org.criu.checkpoint.pod.namespace",
-       spec_string({"io.kubernetes.pod.namespace", "io.kubernetes.cri.sandbox-namespace"})},
-      {"org.criu.checkpoint.rootfsImageName", info->image},
-      {"org.criu.checkpoint.rootfsImageID", info->image_id},
-      {"org.criu.checkpoint.rawImageName", info->raw_image},
-      {"org.criu.checkpoint.runtime.name", info->runtime},
-      {"org.criu.checkpoint.host.arch", std::string(oci_architecture())},
-      {"org.criu.checkpoint.host.kernel", host.release}};
-  for (const auto& [key, value] : criu)
-    if (!value.empty()) annotations[key] = value;
-  for (const auto& [key, value] : spec_annotations.items())
-    if (key.rfind("io.gpuckpt.", 0) == 0 && value.is_string()) annotations[key] = value;
-  const nlohmann::json manifest = {
-      {"schemaVersion", 2},
-      {"mediaType", "application/vnd.oci.image.manifest.v1+json"},
-      {"config", {{"mediaType", "application/vnd.oci.image.config.v1+json"}, {"digest", config_blob->digest},
-                  {"size", config_blob->size}}},
-      {"layers", {{{"mediaType", layer_media_type(layer->filter)}, {"digest", layer->blob.digest},
-                   {"size", layer->blob.size}}}},
-      {"annotations", annotations}};
-  auto manifest_blob = write_blob(blobs, manifest.dump());
-  if (!manifest_blob) return manifest_blob.error();
-
-  const nlohmann::json index = {
-      {"schemaVersion", 2},
-      {"mediaType", "application/vnd.oci.image.index.v1+json"},
-      {"manifests", {{{"mediaType", "application/vnd.oci.image.manifest.v1+json"}, {"digest", manifest_blob->digest},
-                      {"size", manifest_blob->size},
-                      {"annotations", {{"org.opencontainers.image.ref.name", reference}}}}}}};
-  for (const auto& [name, text] : {std::pair<const char*, std::string>{"oci-layout", R"({"imageLayoutVersion":"1.0.0"})"},
-                                   {"index.json", index.dump()}}) {
-    auto written = write_file_atomically(temp / name, text);
-    if (!written) return written.error();
-  }
+  GPUCKPT_TRY(const auto layer, digest_layer(archive));
+  GPUCKPT_TRY_VOID(place_layer(archive, blobs / layer.blob.digest.substr(7)));
+  GPUCKPT_TRY(const auto config_blob, write_blob(blobs, image_config(info, layer).dump()));
+  const auto manifest = image_manifest(config_blob, layer, checkpoint_image_annotations(info, reference));
+  GPUCKPT_TRY(const auto manifest_blob, write_blob(blobs, manifest.dump()));
+  GPUCKPT_TRY_VOID(write_layout_index(temp, manifest_blob, reference));
   fs::rename(temp, layout, ec);
   if (ec) return make_error("cannot rename " + temp.string() + " to " + layout.string() + ": " + ec.message(), EIO);
   cleanup.keep = true;
-  return CheckpointImage{layout, reference, manifest_blob->digest};
+  return CheckpointImage{layout, reference, manifest_blob.digest};
 }
 
 }  // namespace gpuckpt

@@ -77,9 +77,7 @@ Result<CheckpointImageEntry> entry_from_json(const nlohmann::json& json, const s
     fields.fail("kind", "is neither image nor kubelet-archive");
   }
   if (fields.failed()) return fields.error();
-  auto record = checkpoint_record_from_json(*gpus, source);
-  if (!record) return record.error();
-  entry.record = std::move(record.value());
+  GPUCKPT_TRY(entry.record, checkpoint_record_from_json(*gpus, source));
   if (entry.record.checkpoint_id != checkpoint_id)
     return make_error(source + ": its checkpoint_id and its GPU record's disagree");
   return entry;
@@ -111,12 +109,10 @@ Result<void> register_checkpoint_image(const fs::path& state_dir, const std::str
 Result<void> register_kubelet_archive(const fs::path& state_dir, const fs::path& archive,
                                       const CheckpointGpuRecord& record) {
   if (!archive.is_absolute()) return make_error("kubelet archive path " + archive.string() + " is not absolute");
-  auto identity = archive_file_identity(archive);
-  if (!identity) return identity.error();
   CheckpointImageEntry entry;
+  GPUCKPT_TRY(entry.archive, archive_file_identity(archive));
   entry.kind = CheckpointSourceKind::KubeletArchive;
   entry.name = archive.lexically_normal().string();
-  entry.archive = identity.value();
   entry.record = record;
   return write_entry(state_dir, entry);
 }
@@ -127,13 +123,11 @@ Result<std::optional<CheckpointImageEntry>> find_checkpoint_source(const fs::pat
   const std::string key =
       name_or_path.front() == '/' ? fs::path(name_or_path).lexically_normal().string() : entry_key(name_or_path);
   const fs::path path = index_path(state_dir, key);
-  auto read = read_json_file(path);
-  if (!read) return read.error();
-  if (!read.value()) return std::optional<CheckpointImageEntry>();
-  auto entry = entry_from_json(*read.value(), path.string());
-  if (!entry) return entry.error();
-  if (entry->name != key) return make_error(path.string() + " indexes '" + entry->name + "', not '" + key + "'");
-  return std::optional<CheckpointImageEntry>(std::move(entry.value()));
+  GPUCKPT_TRY(const auto json, read_json_file(path));
+  if (!json) return std::optional<CheckpointImageEntry>();
+  GPUCKPT_TRY(auto entry, entry_from_json(*json, path.string()));
+  if (entry.name != key) return make_error(path.string() + " indexes '" + entry.name + "', not '" + key + "'");
+  return std::optional<CheckpointImageEntry>(std::move(entry));
 }
 
 Result<std::vector<CheckpointImageEntry>> find_checkpoint_by_id(const fs::path& state_dir,
@@ -147,12 +141,10 @@ Result<std::vector<CheckpointImageEntry>> find_checkpoint_by_id(const fs::path& 
       return make_error(index_dir(state_dir).string() + " holds more than " + std::to_string(kMaxEntries) +
                         " entries; remove the ones of checkpoints that are gone");
     if (it->path().extension() != ".json") continue;
-    auto read = read_json_file(it->path());
-    if (!read) return read.error();
-    if (!read.value()) continue;   // removed meanwhile
-    auto entry = entry_from_json(*read.value(), it->path().string());
-    if (!entry) return entry.error();
-    if (entry->record.checkpoint_id == checkpoint_id) found.push_back(std::move(entry.value()));
+    GPUCKPT_TRY(const auto json, read_json_file(it->path()));
+    if (!json) continue;   // removed meanwhile
+    GPUCKPT_TRY(auto entry, entry_from_json(*json, it->path().string()));
+    if (entry.record.checkpoint_id == checkpoint_id) found.push_back(std::move(entry));
   }
   if (ec && ec != std::errc::no_such_file_or_directory)
     return make_error("cannot read " + index_dir(state_dir).string() + ": " + ec.message(), EIO);

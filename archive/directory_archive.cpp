@@ -139,38 +139,37 @@ Result<void> extract_into(const fs::path& archive, const fs::path& dir, const Ar
     if (rc < ARCHIVE_WARN) return make_error(archive.string() + " is truncated or corrupt: " + archive_message(reader.get()), EIO);
     if (++count > limits.max_entries)
       return make_error(archive.string() + " has more than " + std::to_string(limits.max_entries) + " entries", EFBIG);
-    auto name = normalise_entry_name(archive_entry_pathname(e) ? archive_entry_pathname(e) : "");
-    if (!name) return make_error(archive.string() + ": " + name.error().message);
+    GPUCKPT_TRY(const std::string name, normalise_entry_name(archive_entry_pathname(e) ? archive_entry_pathname(e) : ""),
+                archive.string());
     const auto type = archive_entry_filetype(e);
     if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK) {
-      log::warn(archive.string() + ": skipped " + name.value() + " (not a file, directory or link)");
+      log::warn(archive.string() + ": skipped " + name + " (not a file, directory or link)");
       continue;
     }
     // Declared sizes are checked before the disk writer sees the entry (it would extend a short file to them).
     const la_int64_t declared = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
     if (declared < 0 || static_cast<std::uint64_t>(declared) > limits.max_entry_bytes)
-      return make_error(archive.string() + ": entry " + name.value() + " declares " + std::to_string(declared) +
+      return make_error(archive.string() + ": entry " + name + " declares " + std::to_string(declared) +
                         " bytes, over the per-entry limit of " + std::to_string(limits.max_entry_bytes), EFBIG);
     total += static_cast<std::uint64_t>(declared);
     if (total > limits.max_total_bytes)
       return make_error(archive.string() + " expands beyond " + std::to_string(limits.max_total_bytes) + " bytes", EFBIG);
-    archive_entry_set_pathname(e, (dir / name.value()).c_str());
+    archive_entry_set_pathname(e, (dir / name).c_str());
     if (const char* hard = archive_entry_hardlink(e)) {
-      auto target = normalise_entry_name(hard);
-      if (!target) return make_error(archive.string() + ": hardlink " + name.value() + ": " + target.error().message);
-      archive_entry_set_hardlink(e, (dir / target.value()).c_str());
+      GPUCKPT_TRY(const std::string target, normalise_entry_name(hard), archive.string() + ": hardlink " + name);
+      archive_entry_set_hardlink(e, (dir / target).c_str());
     }
     if (archive_write_header(writer.get(), e) < ARCHIVE_WARN)
-      return make_error("cannot extract " + name.value() + " from " + archive.string() + ": " + archive_message(writer.get()), EIO);
+      return make_error("cannot extract " + name + " from " + archive.string() + ": " + archive_message(writer.get()), EIO);
     const void* block = nullptr;
     std::size_t size = 0;
     la_int64_t offset = 0;
     int data;
     while ((data = archive_read_data_block(reader.get(), &block, &size, &offset)) == ARCHIVE_OK)
       if (archive_write_data_block(writer.get(), block, size, offset) < ARCHIVE_WARN)
-        return make_error("cannot write " + name.value() + ": " + archive_message(writer.get()), EIO);
+        return make_error("cannot write " + name + ": " + archive_message(writer.get()), EIO);
     if (data != ARCHIVE_EOF)
-      return make_error(archive.string() + " is truncated or corrupt at " + name.value() + ": " + archive_message(reader.get()), EIO);
+      return make_error(archive.string() + " is truncated or corrupt at " + name + ": " + archive_message(reader.get()), EIO);
   }
   if (archive_write_close(writer.get()) != ARCHIVE_OK)
     return make_error("cannot finish extracting " + archive.string() + ": " + archive_message(writer.get()), EIO);
@@ -189,8 +188,7 @@ Result<std::uint64_t> pack_tar(const std::vector<PackEntry>& entries, const fs::
     if (!entry.source.empty()) {
       std::error_code ec;
       if (fs::is_directory(entry.source, ec)) {
-        auto packed = pack_tree(writer.get(), entry.name, entry.source, whiteouts);
-        if (!packed) return packed.error();
+        GPUCKPT_TRY_VOID(pack_tree(writer.get(), entry.name, entry.source, whiteouts));
         continue;
       }
       struct stat st{};
@@ -201,8 +199,7 @@ Result<std::uint64_t> pack_tar(const std::vector<PackEntry>& entries, const fs::
       archive_entry_set_pathname(e.get(), entry.name.c_str());
       if (archive_write_header(writer.get(), e.get()) < ARCHIVE_WARN)
         return make_error("cannot write " + entry.name + " into " + out.string() + ": " + archive_message(writer.get()), EIO);
-      auto copied = copy_file_data(writer.get(), entry.source);
-      if (!copied) return copied.error();
+      GPUCKPT_TRY_VOID(copy_file_data(writer.get(), entry.source));
       continue;
     }
     EntryHandle e(archive_entry_new(), archive_entry_free);
@@ -224,8 +221,7 @@ Result<std::uint64_t> pack_tar(const std::vector<PackEntry>& entries, const fs::
 }
 
 Result<void> extract_archive(const fs::path& archive, const fs::path& dir, const ArchiveLimits& limits) {
-  auto listed = list_archive(archive, limits);   // every rule checked before anything is written
-  if (!listed) return listed.error();
+  GPUCKPT_TRY_VOID(list_archive(archive, limits));   // every rule checked before anything is written
   return extract_into(archive, dir, limits);
 }
 

@@ -50,28 +50,29 @@ Result<std::optional<std::string>> renumber_device_nodes(std::string_view tmpfs_
       return make_error(std::string("corrupt /dev tmpfs image: ") + archive_message(reader.get()), EIO);
     if (++entries > limits.max_entries)
       return make_error("a /dev tmpfs image holds more than " + std::to_string(limits.max_entries) + " entries", EFBIG);
-    auto name = normalise_entry_name(archive_entry_pathname(entry) ? archive_entry_pathname(entry) : "");
-    if (!name) return make_error("a /dev tmpfs image has a bad entry: " + name.error().message);
-    const auto node = archive_entry_filetype(entry) == AE_IFCHR ? nodes.find(name.value()) : nodes.end();
+    GPUCKPT_TRY(const std::string name,
+                normalise_entry_name(archive_entry_pathname(entry) ? archive_entry_pathname(entry) : ""),
+                "a /dev tmpfs image has a bad entry");
+    const auto node = archive_entry_filetype(entry) == AE_IFCHR ? nodes.find(name) : nodes.end();
     if (node != nodes.end()) {
       const DeviceNodeTarget& target = node->second;
-      if (target.name != name.value()) {
+      if (target.name != name) {
         // Keep the image's own spelling of the directory ("./nvidia0" -> "./nvidia1").
         const std::string original = archive_entry_pathname(entry);
-        const std::string prefix = original.substr(0, original.size() - std::min(original.size(), name->size()));
+        const std::string prefix = original.substr(0, original.size() - std::min(original.size(), name.size()));
         archive_entry_set_pathname(entry, (prefix + target.name).c_str());
       }
       archive_entry_set_rdevmajor(entry, target.major);
       archive_entry_set_rdevminor(entry, target.minor);
       ++renumbered;
-    } else if (new_names.count(name.value())) {
+    } else if (new_names.count(name)) {
       ++renumbered;   // dropped: a node of the plan takes this name
       continue;
     }
     // The declared size first: the writer is never asked for an entry the limit would not let through.
     const la_int64_t declared = archive_entry_size_is_set(entry) ? archive_entry_size(entry) : 0;
     if (declared < 0 || static_cast<std::uint64_t>(declared) > limits.max_nested_bytes - bytes)
-      return make_error("a /dev tmpfs image entry " + name.value() + " declares " + std::to_string(declared) +
+      return make_error("a /dev tmpfs image entry " + name + " declares " + std::to_string(declared) +
                         " bytes: it expands to more than " + std::to_string(limits.max_nested_bytes) +
                         " bytes; refusing it", EFBIG);
     if (archive_write_header(writer.get(), entry) < ARCHIVE_WARN)
@@ -97,26 +98,26 @@ Result<std::optional<ArchiveEdit>> restore_edits(const CheckpointInfo& info, con
                                                  const DeviceNumberLookup& lookup, const ArchiveLimits& limits) {
   ArchiveEdit edit;
   nlohmann::json spec = info.spec;
-  auto applied = apply_restore_plan(spec, plan, lookup);
-  if (!applied) return make_error("spec.dump: " + applied.error().message);
+  GPUCKPT_TRY(const int moved, apply_restore_plan(spec, plan, lookup), "spec.dump");
   // Where nothing moves the archive goes as it is, unless its spec.dump names a plan: an earlier restore's, used
   // up (the archive is a checkpoint of a restored container), which the hook would refuse. It names this one then.
   const bool names_a_plan = info.spec.is_object() && info.spec.contains("annotations") &&
                             info.spec["annotations"].is_object() &&
                             info.spec["annotations"].contains(kAnnotationRestorePlan);
-  if (applied.value() == 0 && plan.env.empty() && !names_a_plan) return std::optional<ArchiveEdit>{};
+  if (moved == 0 && plan.env.empty() && !names_a_plan) return std::optional<ArchiveEdit>{};
   edit.replace["spec.dump"] = spec.dump();
   std::map<std::string, DeviceNodeTarget> nodes;
   for (const auto& d : plan.devices) {
     const std::string& restored = d.path_after_restore();
     if (d.container_path.rfind("/dev/", 0) != 0 || restored.rfind("/dev/", 0) != 0) continue;
-    auto numbers = lookup(d.host_path);
-    if (!numbers) return numbers.error();
-    nodes[d.container_path.substr(5)] = {restored.substr(5), numbers->first, numbers->second};
+    GPUCKPT_TRY(const auto numbers, lookup(d.host_path));
+    nodes[d.container_path.substr(5)] = {restored.substr(5), numbers.first, numbers.second};
   }
   if (nodes.empty()) return std::optional<ArchiveEdit>(std::move(edit));
   for (const auto& [name, image] : info.dev_tmpfs_images) {
     auto renumbered = renumber_device_nodes(image, nodes, limits);
+    // By hand, not GPUCKPT_TRY: EINVAL whatever the cause (EIO, EFBIG), as a tmpfs image that cannot be rewritten
+    // is the archive's doing.
     if (!renumbered) return make_error(name + ": " + renumbered.error().message);
     if (renumbered.value()) edit.replace[name] = std::move(*renumbered.value());
   }

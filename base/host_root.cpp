@@ -50,17 +50,14 @@ Result<std::string> HostRoot::read_file(std::string_view relative, std::size_t m
 }
 
 Result<std::string> HostRoot::read_line(std::string_view relative) const {
-  auto data = read_file(relative, 64 * 1024);
-  if (!data) return data.error();
-  std::string line = data.value().substr(0, data.value().find('\n'));
+  GPUCKPT_TRY(const std::string data, read_file(relative, 64 * 1024));
+  std::string line = data.substr(0, data.find('\n'));
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
   return line;
 }
 
 Result<std::uint64_t> HostRoot::read_uint(std::string_view relative) const {
-  auto line = read_line(relative);
-  if (!line) return line.error();
-  const std::string& text = line.value();
+  GPUCKPT_TRY(const std::string text, read_line(relative));
   try {
     std::size_t used = 0;
     const bool hex = text.rfind("0x", 0) == 0 || text.rfind("0X", 0) == 0;

@@ -139,9 +139,8 @@ Result<std::optional<nlohmann::json>> read_json_file(const std::filesystem::path
   }
   ::close(fd);
   if (!regular) return make_error(path.string() + " is not a regular file");
-  auto json = parse_json(text, path.string(), limits);
-  if (!json) return json.error();
-  return std::optional<nlohmann::json>(std::move(json.value()));
+  GPUCKPT_TRY(auto json, parse_json(text, path.string(), limits));
+  return std::optional<nlohmann::json>(std::move(json));
 }
 
 std::string json_type(const nlohmann::json& value) {

@@ -198,167 +198,201 @@ nlohmann::json gpu_memory_json(const CheckpointInfo& info) {
           {"carried_chunks", info.carried_chunks}, {"carried_chunk_bytes", info.carried_chunk_bytes}};
 }
 
-}  // namespace
-
-int run_inspect(std::span<char*> args) {
-  InventoryArgs opts;
-  std::string archive;
+struct InspectArgs {
+  InventoryArgs inventory;
+  std::string target;
   bool json = false;
   long timeout_seconds = kDefaultInspectSeconds;
+};
+
+// The arguments, or the exit code to stop with (--help, a usage error).
+std::optional<int> parse_inspect_args(std::span<char*> args, InspectArgs& out) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string arg = args[i];
     if (arg == "--help" || arg == "-h") {
       return print_help("inspect");
     } else if (arg == "--json") {
-      json = true;
+      out.json = true;
     } else if (arg == "--timeout") {
       char* end = nullptr;
-      timeout_seconds = i + 1 < args.size() ? std::strtol(args[++i], &end, 10) : 0;
-      if (end == nullptr || *end != '\0' || timeout_seconds <= 0)
+      out.timeout_seconds = i + 1 < args.size() ? std::strtol(args[++i], &end, 10) : 0;
+      if (end == nullptr || *end != '\0' || out.timeout_seconds <= 0)
         return usage_error("inspect", "--timeout needs a positive number of seconds", kUsage);
-    } else if (opts.consume(args, i)) {
-      if (!opts.problem.empty()) return usage_error("inspect", opts.problem, kUsage);
-    } else if (arg.empty() || arg[0] == '-' || !archive.empty()) {
+    } else if (out.inventory.consume(args, i)) {
+      if (!out.inventory.problem.empty()) return usage_error("inspect", out.inventory.problem, kUsage);
+    } else if (arg.empty() || arg[0] == '-' || !out.target.empty()) {
       return usage_error("inspect", "unexpected argument '" + arg + "'", kUsage);
     } else {
-      archive = arg;
+      out.target = arg;
     }
   }
-  if (archive.empty()) return usage_error("inspect", "name the checkpoint archive", kUsage);
+  if (out.target.empty()) return usage_error("inspect", "name the checkpoint archive", kUsage);
+  return std::nullopt;
+}
+
+// A directory: the GPU memory images and manifests in it, or the answer that a CRIU image directory holds none.
+int inspect_directory(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (gpu_image::vpid_from_file_name(name) > 0 || gpu_image::is_manifest_name(name)) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  if (!names.empty()) return inspect_gpu_images(dir, names);
+  // A CRIU image directory of processes that used no GPU is a fine answer; any other directory is a wrong input.
+  if (std::filesystem::exists(dir / "inventory.img", ec)) {
+    std::printf("%s is a CRIU image directory with no GPU memory image (%s<PID>%s) or manifest (%s<PID>%s): its "
+                "processes held no GPU memory\n", dir.c_str(), gpu_image::kFilePrefix, gpu_image::kFileSuffix,
+                gpu_image::kFilePrefix, gpu_image::kManifestSuffix);
+    return kExitOk;
+  }
+  std::fprintf(stderr,
+               "gpuckpt inspect: %s is a directory, neither a CRIU image directory (no inventory.img) nor one "
+               "holding GPU memory images (%s<PID>%s); name a checkpoint archive (.tar, .tar.zst, .tar.gz), a GPU "
+               "memory image or manifest, or a CRIU image directory\n",
+               dir.c_str(), gpu_image::kFilePrefix, gpu_image::kFileSuffix);
+  return kExitBadInput;
+}
+
+int archive_unreadable(const std::string& archive, const Error& error, long timeout_seconds) {
+  const std::string& why = error.message;
+  if (error.errno_value == ETIMEDOUT)
+    std::fprintf(stderr, "gpuckpt inspect: reading %s took longer than %ld s and was stopped (%s); if it is a "
+                 "large archive you trust, raise --timeout\n", archive.c_str(), timeout_seconds, why.c_str());
+  else if (why.find(archive) != std::string::npos)
+    std::fprintf(stderr, "gpuckpt inspect: %s\n", why.c_str());
+  else
+    std::fprintf(stderr, "gpuckpt inspect: %s is not a checkpoint archive gpuckpt can read: %s\n", archive.c_str(),
+                 why.c_str());
+  return kExitBadInput;
+}
+
+// Whether this node can take the checkpoint: the verdict as people read it and the assignments as JSON.
+struct NodeVerdict {
+  std::string text = "yes: no GPU state, restores on any node";
+  bool fits = true;
+  nlohmann::json match = nullptr;
+};
+
+NodeVerdict match_on(const CheckpointGpuRecord& checkpoint, const NodeInventory& node) {
+  NodeVerdict verdict;
+  MatchRequest request;
+  request.source = &checkpoint.record;
+  request.target = &node;
+  request.policy = MatchPolicy::from_env();
+  auto outcome = match_gpus(request);
+  if (auto* plan = std::get_if<MatchPlan>(&outcome)) {
+    verdict.text = "yes:";
+    verdict.match = nlohmann::json::array();
+    for (const auto& a : plan->assignments) {
+      verdict.text += " " + a.source_id + " -> " + a.target_id;
+      verdict.match.push_back({{"source_id", a.source_id}, {"target_id", a.target_id}});
+    }
+    for (const auto& r : plan->relaxations) verdict.text += " (relaxed: " + r + ")";
+    return verdict;
+  }
+  const auto& failure = std::get<MatchFailure>(outcome);
+  verdict.fits = false;
+  verdict.text = "no: " + failure.summary;
+  for (const auto& r : failure.rejections)
+    verdict.text += "\n      " + r.source_id + " x " + r.candidate_id + ": " + r.property + " - " + r.detail;
+  return verdict;
+}
+
+void print_inspect_json(const std::string& archive, const CheckpointInfo& info, const NodeVerdict& verdict,
+                        const std::optional<BaseImagePull>& base_pull) {
+  nlohmann::json out = {{"archive", archive},
+                        {"container_name", info.container_name},
+                        {"container_id", info.container_id},
+                        {"image", info.image},
+                        {"engine", info.engine},
+                        {"runtime", info.runtime},
+                        {"created", info.created},
+                        {"archive_bytes", info.archive_bytes},
+                        {"content_bytes", info.content_bytes},
+                        {"entries", info.entry_count},
+                        {"criu_images", info.has_criu_images},
+                        {"spec_devices", info.spec_devices},
+                        {"annotations", info.spec.value("annotations", nlohmann::json::object())},
+                        {"gpus", info.gpus ? to_json(*info.gpus) : nlohmann::json(nullptr)},
+                        {"gpu_memory", gpu_memory_json(info)},
+                        {"fits_this_node", verdict.fits},
+                        {"match", verdict.match}};
+  if (base_pull)
+    out["containerd_base_image_pull"] = {{"ref", base_pull->ref}, {"pullable", base_pull->pullable},
+                                         {"note", base_pull->note}};
+  else
+    out["containerd_base_image_pull"] = nullptr;
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+void print_gpu_record(const CheckpointGpuRecord& g) {
+  std::printf("gpuckpt:     checkpoint %s, record v%d, taken on %s (%zu GPU(s))\n", g.checkpoint_id.c_str(), g.version,
+              g.record.node.hostname.c_str(), g.record.node.gpus.size());
+  for (const auto& gpu : g.record.node.gpus) {
+    bool used = false;
+    for (const auto& id : g.record.used_gpu_ids) used = used || id == gpu.id;
+    if (used)
+      std::printf("  needs GPU  %s: %s, %s, driver %s\n", gpu.id.c_str(), gpu.name.c_str(),
+                  gib(gpu.memory_bytes).c_str(), gpu.driver_version.c_str());
+  }
+  for (const auto& d : g.devices)
+    std::printf("  device     %s%s%s\n", d.container_path.c_str(), d.gpu_id.empty() ? "" : " -> ", d.gpu_id.c_str());
+  for (const auto& [name, value] : g.gpu_env) std::printf("  env        %s=%s\n", name.c_str(), value.c_str());
+}
+
+void print_inspect_text(const std::string& archive, const CheckpointInfo& info, const NodeVerdict& verdict,
+                        const std::optional<BaseImagePull>& base_pull) {
+  std::printf("archive:     %s (%llu bytes, %zu entries, %llu bytes unpacked)\n", archive.c_str(),
+              static_cast<unsigned long long>(info.archive_bytes), info.entry_count,
+              static_cast<unsigned long long>(info.content_bytes));
+  std::printf("container:   %s (%s)\n", info.container_name.c_str(), info.container_id.substr(0, 12).c_str());
+  std::printf("image:       %s\n", info.image.c_str());
+  std::printf("engine:      %s, runtime %s, created %s\n", info.engine.c_str(), info.runtime.c_str(),
+              info.created.c_str());
+  std::printf("CRIU images: %s\n", info.has_criu_images ? "yes" : "MISSING (not restorable)");
+  std::string devices;
+  for (const auto& d : info.spec_devices) devices += (devices.empty() ? "" : " ") + d;
+  std::printf("devices:     %s\n", devices.empty() ? "-" : devices.c_str());
+  std::printf("GPU memory:  %s\n", gpu_memory_line(info).c_str());
+  if (info.gpus)
+    print_gpu_record(*info.gpus);
+  else
+    std::printf("gpuckpt:     not annotated (checkpointed without gpuckpt; no GPU record)\n");
+  std::printf("this node:   %s\n", verdict.text.c_str());
+  if (base_pull)
+    std::printf("%s %s\n", base_pull->pullable ? "base image: " : "WARNING:    ", base_pull->note.c_str());
+}
+
+}  // namespace
+
+int run_inspect(std::span<char*> args) {
+  InspectArgs opts;
+  if (auto stop = parse_inspect_args(args, opts)) return *stop;
   init_cli_logging("inspect");
+  const std::string& archive = opts.target;
   const std::filesystem::path target(archive);
   std::error_code ec;
-  if (std::filesystem::is_directory(target, ec)) {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(target, ec)) {
-      const std::string name = e.path().filename().string();
-      if (gpu_image::vpid_from_file_name(name) > 0 || gpu_image::is_manifest_name(name))
-        names.push_back(name);
-    }
-    std::sort(names.begin(), names.end());
-    if (names.empty()) {
-      // A CRIU image directory of processes that used no GPU is a fine answer; any other directory is a wrong input.
-      if (std::filesystem::exists(target / "inventory.img", ec)) {
-        std::printf("%s is a CRIU image directory with no GPU memory image (%s<PID>%s) or manifest (%s<PID>%s): its "
-                    "processes held no GPU memory\n", archive.c_str(), gpu_image::kFilePrefix, gpu_image::kFileSuffix,
-                    gpu_image::kFilePrefix, gpu_image::kManifestSuffix);
-        return kExitOk;
-      }
-      std::fprintf(stderr,
-                   "gpuckpt inspect: %s is a directory, neither a CRIU image directory (no inventory.img) nor one "
-                   "holding GPU memory images (%s<PID>%s); name a checkpoint archive (.tar, .tar.zst, .tar.gz), a GPU "
-                   "memory image or manifest, or a CRIU image directory\n",
-                   archive.c_str(), gpu_image::kFilePrefix, gpu_image::kFileSuffix);
-      return kExitBadInput;
-    }
-    return inspect_gpu_images(target, names);
-  }
+  if (std::filesystem::is_directory(target, ec)) return inspect_directory(target);
   if (gpu_image::looks_like_image(archive) || gpu_image::is_manifest_name(target.filename().string()))
     return inspect_gpu_images(target.has_parent_path() ? target.parent_path() : ".", {target.filename().string()});
   ArchiveLimits limits;
-  limits.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
+  limits.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts.timeout_seconds);
   auto info = inspect_checkpoint_archive(archive, limits);
-  if (!info) {
-    const std::string& why = info.error().message;
-    if (info.error().errno_value == ETIMEDOUT)
-      std::fprintf(stderr, "gpuckpt inspect: reading %s took longer than %ld s and was stopped (%s); if it is a "
-                   "large archive you trust, raise --timeout\n", archive.c_str(), timeout_seconds, why.c_str());
-    else if (why.find(archive) != std::string::npos)
-      std::fprintf(stderr, "gpuckpt inspect: %s\n", why.c_str());
-    else
-      std::fprintf(stderr, "gpuckpt inspect: %s is not a checkpoint archive gpuckpt can read: %s\n", archive.c_str(),
-                   why.c_str());
-    return kExitBadInput;
-  }
-  // Can this node take it?
-  std::string verdict = "yes: no GPU state, restores on any node";
-  bool fits = true;
-  nlohmann::json match_json = nullptr;
+  if (!info) return archive_unreadable(archive, info.error(), opts.timeout_seconds);
+  NodeVerdict verdict;
   if (info->gpus && !info->gpus->record.used_gpu_ids.empty()) {
-    auto inventory = opts.read("inspect");
+    auto inventory = opts.inventory.read("inspect");
     if (!inventory) return 1;
-    MatchRequest request;
-    request.source = &info->gpus->record;
-    request.target = &*inventory;
-    request.policy = MatchPolicy::from_env();
-    auto outcome = match_gpus(request);
-    if (auto* plan = std::get_if<MatchPlan>(&outcome)) {
-      verdict = "yes:";
-      match_json = nlohmann::json::array();
-      for (const auto& a : plan->assignments) {
-        verdict += " " + a.source_id + " -> " + a.target_id;
-        match_json.push_back({{"source_id", a.source_id}, {"target_id", a.target_id}});
-      }
-      for (const auto& r : plan->relaxations) verdict += " (relaxed: " + r + ")";
-    } else {
-      const auto& failure = std::get<MatchFailure>(outcome);
-      fits = false;
-      verdict = "no: " + failure.summary;
-      for (const auto& r : failure.rejections)
-        verdict += "\n      " + r.source_id + " x " + r.candidate_id + ": " + r.property + " - " + r.detail;
-    }
+    verdict = match_on(*info->gpus, *inventory);
   }
   const auto base_pull = containerd_base_image_pull(*info);
-  if (json) {
-    nlohmann::json out = {{"archive", archive},
-                          {"container_name", info->container_name},
-                          {"container_id", info->container_id},
-                          {"image", info->image},
-                          {"engine", info->engine},
-                          {"runtime", info->runtime},
-                          {"created", info->created},
-                          {"archive_bytes", info->archive_bytes},
-                          {"content_bytes", info->content_bytes},
-                          {"entries", info->entry_count},
-                          {"criu_images", info->has_criu_images},
-                          {"spec_devices", info->spec_devices},
-                          {"annotations", info->spec.value("annotations", nlohmann::json::object())},
-                          {"gpus", info->gpus ? to_json(*info->gpus) : nlohmann::json(nullptr)},
-                          {"gpu_memory", gpu_memory_json(*info)},
-                          {"fits_this_node", fits},
-                          {"match", match_json}};
-    if (base_pull)
-      out["containerd_base_image_pull"] = {{"ref", base_pull->ref}, {"pullable", base_pull->pullable},
-                                           {"note", base_pull->note}};
-    else
-      out["containerd_base_image_pull"] = nullptr;
-    std::printf("%s\n", out.dump(2).c_str());
-    return fits ? kExitOk : kExitNoMatch;
-  }
-  std::printf("archive:     %s (%llu bytes, %zu entries, %llu bytes unpacked)\n", archive.c_str(),
-              static_cast<unsigned long long>(info->archive_bytes), info->entry_count,
-              static_cast<unsigned long long>(info->content_bytes));
-  std::printf("container:   %s (%s)\n", info->container_name.c_str(), info->container_id.substr(0, 12).c_str());
-  std::printf("image:       %s\n", info->image.c_str());
-  std::printf("engine:      %s, runtime %s, created %s\n", info->engine.c_str(), info->runtime.c_str(),
-              info->created.c_str());
-  std::printf("CRIU images: %s\n", info->has_criu_images ? "yes" : "MISSING (not restorable)");
-  std::string devices;
-  for (const auto& d : info->spec_devices) devices += (devices.empty() ? "" : " ") + d;
-  std::printf("devices:     %s\n", devices.empty() ? "-" : devices.c_str());
-  std::printf("GPU memory:  %s\n", gpu_memory_line(*info).c_str());
-  if (!info->gpus) {
-    std::printf("gpuckpt:     not annotated (checkpointed without gpuckpt; no GPU record)\n");
-  } else {
-    const auto& g = *info->gpus;
-    std::printf("gpuckpt:     checkpoint %s, record v%d, taken on %s (%zu GPU(s))\n", g.checkpoint_id.c_str(), g.version,
-                g.record.node.hostname.c_str(), g.record.node.gpus.size());
-    for (const auto& gpu : g.record.node.gpus) {
-      bool used = false;
-      for (const auto& id : g.record.used_gpu_ids) used = used || id == gpu.id;
-      if (used)
-        std::printf("  needs GPU  %s: %s, %s, driver %s\n", gpu.id.c_str(), gpu.name.c_str(),
-                    gib(gpu.memory_bytes).c_str(), gpu.driver_version.c_str());
-    }
-    for (const auto& d : g.devices)
-      std::printf("  device     %s%s%s\n", d.container_path.c_str(), d.gpu_id.empty() ? "" : " -> ",
-                  d.gpu_id.c_str());
-    for (const auto& [name, value] : g.gpu_env) std::printf("  env        %s=%s\n", name.c_str(), value.c_str());
-  }
-  std::printf("this node:   %s\n", verdict.c_str());
-  if (base_pull)
-    std::printf("%s %s\n", base_pull->pullable ? "base image: " : "WARNING:    ", base_pull->note.c_str());
-  return fits ? kExitOk : kExitNoMatch;
+  if (opts.json)
+    print_inspect_json(archive, *info, verdict, base_pull);
+  else
+    print_inspect_text(archive, *info, verdict, base_pull);
+  return verdict.fits ? kExitOk : kExitNoMatch;
 }
 
 }  // namespace gpuckpt::cli

@@ -69,99 +69,117 @@ int print_verdict(const nlohmann::json& verdict, bool json) {
   return kExitNoMatch;
 }
 
-}  // namespace
-
-int run_match(std::span<char*> args) {
-  InventoryArgs opts;
+struct MatchArgs {
+  InventoryArgs inventory;
   NodeTarget agent;
-  agent.agent_url.clear();   // only --agent asks an agent: GPUCKPT_AGENT alone keeps match on this host
-  bool host_flags = false;
+  bool host_flags = false;   // --host-root or --nvml-snapshot given
   std::string source_path;
   std::optional<std::vector<std::string>> assigned;
   bool json = false;
+};
+
+// The arguments, or the exit code to stop with (--help, a usage error).
+std::optional<int> parse_match_args(std::span<char*> args, MatchArgs& out) {
+  out.agent.agent_url.clear();   // only --agent asks an agent: GPUCKPT_AGENT alone keeps match on this host
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string arg = args[i];
     if (arg == "--json") {
-      json = true;
+      out.json = true;
     } else if (arg == "--help" || arg == "-h") {
       return print_help("match");
     } else if (arg == "--source" || arg == "--target-gpus" || arg == "--assigned") {
       if (i + 1 >= args.size()) return usage_error("match", arg + " needs a value", kUsage);
       const std::string value = args[++i];
       if (arg == "--assigned") warn_deprecated("match", arg, "--target-gpus");
-      if (arg == "--source") source_path = value;
-      else assigned = split_ids(value);
+      if (arg == "--source") out.source_path = value;
+      else out.assigned = split_ids(value);
     } else if (arg.rfind("--source=", 0) == 0) {
-      source_path = arg.substr(9);
+      out.source_path = arg.substr(9);
     } else if (arg.rfind("--target-gpus=", 0) == 0) {
-      assigned = split_ids(arg.substr(14));
+      out.assigned = split_ids(arg.substr(14));
     } else if (arg.rfind("--assigned=", 0) == 0) {
       warn_deprecated("match", "--assigned", "--target-gpus");
-      assigned = split_ids(arg.substr(11));
+      out.assigned = split_ids(arg.substr(11));
     } else if (arg.rfind("--agent", 0) == 0 || arg.rfind("--token-file", 0) == 0) {
-      if (!agent.consume(args, i)) return usage_error("match", "unknown argument '" + arg + "'", kUsage);
-      if (!agent.problem.empty()) return usage_error("match", agent.problem, kUsage);
-    } else if (opts.consume(args, i)) {
-      host_flags = true;
+      if (!out.agent.consume(args, i)) return usage_error("match", "unknown argument '" + arg + "'", kUsage);
+      if (!out.agent.problem.empty()) return usage_error("match", out.agent.problem, kUsage);
+    } else if (out.inventory.consume(args, i)) {
+      out.host_flags = true;
     } else {
       return usage_error("match", "unknown or incomplete argument '" + arg + "'", kUsage);
     }
   }
-  if (!opts.problem.empty()) return usage_error("match", opts.problem, kUsage);
-  if (!agent.agent_url.empty() && (host_flags || assigned))
+  if (!out.inventory.problem.empty()) return usage_error("match", out.inventory.problem, kUsage);
+  if (!out.agent.agent_url.empty() && (out.host_flags || out.assigned))
     return usage_error("match", "--agent judges on the agent's node: --host-root, --nvml-snapshot and --target-gpus do not apply",
                        kUsage);
-  if (source_path.empty()) return usage_error("match", "--source FILE is required", kUsage);
-  if (assigned && assigned->empty()) return usage_error("match", "--target-gpus needs at least one GPU id", kUsage);
+  if (out.source_path.empty()) return usage_error("match", "--source FILE is required", kUsage);
+  if (out.assigned && out.assigned->empty())
+    return usage_error("match", "--target-gpus needs at least one GPU id", kUsage);
+  return std::nullopt;
+}
 
-  std::string text;
-  if (source_path == "-") {
-    std::stringstream in;
-    in << std::cin.rdbuf();
-    text = in.str();
-  } else {
-    std::ifstream in(source_path, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "gpuckpt match: cannot read %s (the record from 'gpuckpt gpus --json' or a checkpoint)\n",
-                   source_path.c_str());
-      return kExitBadInput;
-    }
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    text = buffer.str();
+// The record's bytes from FILE or, for "-", stdin; std::nullopt (said on stderr) when FILE cannot be read.
+std::optional<std::string> read_source(const std::string& path) {
+  std::stringstream buffer;
+  if (path == "-") {
+    buffer << std::cin.rdbuf();
+    return buffer.str();
   }
-  auto record = read_record(text, source_path == "-" ? "stdin" : source_path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "gpuckpt match: cannot read %s (the record from 'gpuckpt gpus --json' or a checkpoint)\n",
+                 path.c_str());
+    return std::nullopt;
+  }
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Whether the node has every GPU --target-gpus names; the first it lacks is said on stderr.
+bool has_target_gpus(const NodeInventory& inventory, const std::vector<std::string>& ids, const std::string& host_root) {
+  for (const auto& id : ids) {
+    if (find_gpu(inventory, id)) continue;
+    std::string known;
+    for (const auto& gpu : inventory.gpus) known += " " + gpu.id;
+    std::fprintf(stderr, "gpuckpt match: --target-gpus names GPU '%s', which %s does not have (GPUs:%s)\n", id.c_str(),
+                 host_root.c_str(), known.empty() ? " none" : known.c_str());
+    return false;
+  }
+  return true;
+}
+
+int match_on_agent(const MatchArgs& opts, const GpuPropertiesRecord& record) {
+  init_cli_logging("match");
+  auto verdict = agent_post(opts.agent, "/v1/match", to_json(record));
+  if (!verdict) {
+    std::fprintf(stderr, "gpuckpt match: %s\n", verdict.error().message.c_str());
+    return verdict.error().errno_value == EIO ? 1 : kExitBadInput;
+  }
+  return print_verdict(verdict.value(), opts.json);
+}
+
+}  // namespace
+
+int run_match(std::span<char*> args) {
+  MatchArgs opts;
+  if (auto stop = parse_match_args(args, opts)) return *stop;
+  const auto text = read_source(opts.source_path);
+  if (!text) return kExitBadInput;
+  auto record = read_record(*text, opts.source_path == "-" ? "stdin" : opts.source_path);
   if (!record) {
     std::fprintf(stderr, "gpuckpt match: %s\n", record.error().message.c_str());
     return kExitBadInput;
   }
-  if (!agent.agent_url.empty()) {
-    init_cli_logging("match");
-    auto verdict = agent_post(agent, "/v1/match", to_json(*record));
-    if (!verdict) {
-      std::fprintf(stderr, "gpuckpt match: %s\n", verdict.error().message.c_str());
-      return verdict.error().errno_value == EIO ? 1 : kExitBadInput;
-    }
-    return print_verdict(verdict.value(), json);
-  }
-  auto inventory = opts.read("match");
+  if (!opts.agent.agent_url.empty()) return match_on_agent(opts, *record);
+  auto inventory = opts.inventory.read("match");
   if (!inventory) return kExitBadInput;
-  if (assigned) {
-    for (const auto& id : *assigned) {
-      if (!find_gpu(*inventory, id)) {
-        std::string known;
-        for (const auto& gpu : inventory->gpus) known += " " + gpu.id;
-        std::fprintf(stderr, "gpuckpt match: --target-gpus names GPU '%s', which %s does not have (GPUs:%s)\n", id.c_str(),
-                     opts.host_root.c_str(), known.empty() ? " none" : known.c_str());
-        return kExitBadInput;
-      }
-    }
-  }
-
-  MatchRequest request{&*record, &*inventory, assigned, MatchPolicy::from_env()};
+  if (opts.assigned && !has_target_gpus(*inventory, *opts.assigned, opts.inventory.host_root)) return kExitBadInput;
+  MatchRequest request{&*record, &*inventory, opts.assigned, MatchPolicy::from_env()};
   const auto result = match_gpus(request);
-  if (const auto* plan = std::get_if<MatchPlan>(&result)) return print_verdict(to_json(*plan, *record, *inventory), json);
-  return print_verdict(to_json(std::get<MatchFailure>(result)), json);
+  if (const auto* plan = std::get_if<MatchPlan>(&result))
+    return print_verdict(to_json(*plan, *record, *inventory), opts.json);
+  return print_verdict(to_json(std::get<MatchFailure>(result)), opts.json);
 }
 
 }  // namespace gpuckpt::cli

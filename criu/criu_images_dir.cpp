@@ -100,24 +100,23 @@ Result<std::optional<CriuImagesDir>> find_criu_images_dir(const HostRoot& host, 
     const RuntimeCommand command = cmdline ? parse_runtime_command(split_nul(cmdline.value())) : RuntimeCommand{};
     if (command.verb == "restore") {
       if (command.image_path.empty()) {
-        auto dir = checked(fallback, command.program + " restore without --image-path: <bundle>/checkpoint");
-        if (!dir) return dir.error();
-        return std::optional<CriuImagesDir>(std::move(dir.value()));
+        GPUCKPT_TRY(auto dir,
+                    checked(fallback, command.program + " restore without --image-path: <bundle>/checkpoint"));
+        return std::optional<CriuImagesDir>(std::move(dir));
       }
       if (command.image_path.front() != '/')
         return make_error(command.program + " restore --image-path " + command.image_path.substr(0, 256) +
                           " is relative: cannot tell where CRIU's images are", EINVAL);
-      auto dir = checked(host.resolve(command.image_path), command.program + " restore --image-path");
-      if (!dir) return dir.error();
-      return std::optional<CriuImagesDir>(std::move(dir.value()));
+      GPUCKPT_TRY(auto dir, checked(host.resolve(command.image_path), command.program + " restore --image-path"));
+      return std::optional<CriuImagesDir>(std::move(dir));
     }
     if (command.verb == "create" || command.verb == "run") return std::optional<CriuImagesDir>();   // no restore
   }
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(fallback, ec))) return std::optional<CriuImagesDir>();
-  auto dir = checked(fallback, "<bundle>/checkpoint (podman's layout; the runtime's command line said nothing)");
-  if (!dir) return dir.error();
-  return std::optional<CriuImagesDir>(std::move(dir.value()));
+  GPUCKPT_TRY(auto dir,
+              checked(fallback, "<bundle>/checkpoint (podman's layout; the runtime's command line said nothing)"));
+  return std::optional<CriuImagesDir>(std::move(dir));
 }
 
 }  // namespace gpuckpt

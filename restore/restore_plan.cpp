@@ -170,107 +170,137 @@ Result<RestorePlan> make_restore_plan(const CheckpointGpuRecord& checkpoint, con
   return plan;
 }
 
+namespace {
+
+// The object or array at `key` of `parent`, made where it is null. Sections of the wrong type are refused, not
+// replaced: a spec like that did not come from a runtime.
+Result<nlohmann::json*> spec_section(nlohmann::json& parent, const char* key, nlohmann::json empty, const char* where) {
+  auto& value = parent[key];
+  if (value.is_null()) value = empty;
+  if (value.type() != empty.type())
+    return make_error(std::string("the runtime spec's ") + where + " is " + json_type(value) + ", expected an " +
+                      empty.type_name());
+  return &value;
+}
+
+std::string spec_device_path(const nlohmann::json& device) {
+  return device.contains("path") ? device["path"].get<std::string>() : std::string();
+}
+
+// Which of the spec's devices each rewrite moves, and which are left at a path that a node moves to (they would
+// shadow it). Matched against the devices as they came, before any moves: a swap (nvidia0 -> nvidia1,
+// nvidia1 -> nvidia0) must not move a node twice.
+struct DeviceMoves {
+  std::vector<std::vector<std::size_t>> sources;   // by rewrite: the devices it moves
+  std::vector<bool> shadowing;                      // by device
+};
+
+DeviceMoves match_device_moves(const nlohmann::json& devices, const RestorePlan& plan) {
+  const std::size_t count = devices.size();
+  DeviceMoves moves;
+  moves.sources.resize(plan.devices.size());
+  moves.shadowing.assign(count, false);
+  std::vector<bool> moved_away(count, false);
+  for (std::size_t r = 0; r < plan.devices.size(); ++r)
+    for (std::size_t i = 0; i < count; ++i)
+      if (spec_device_path(devices[i]) == plan.devices[r].container_path) {
+        moves.sources[r].push_back(i);
+        moved_away[i] = true;
+      }
+  for (const auto& rewrite : plan.devices)
+    for (std::size_t i = 0; i < count; ++i)
+      if (!moved_away[i] && spec_device_path(devices[i]) == rewrite.path_after_restore()) moves.shadowing[i] = true;
+  return moves;
+}
+
+// One rewrite: the devices it moves (`sources`, or a new entry where there are none) go to the path after restore
+// with the host node's numbers, and linux.resources.devices allows that node. Returns the device entries changed.
+Result<int> apply_device_rewrite(nlohmann::json& linux_section, nlohmann::json& devices, const DeviceRewrite& rewrite,
+                                 const std::vector<std::size_t>& sources, const DeviceNumberLookup& lookup) {
+  const std::string& restored_path = rewrite.path_after_restore();
+  if (!is_gpu_device_path(rewrite.container_path) || !is_gpu_device_path(rewrite.host_path) ||
+      !is_gpu_device_path(restored_path))
+    return make_error("restore plan device " + rewrite.container_path.substr(0, 256) + " -> " +
+                      rewrite.host_path.substr(0, 256) + " is not a canonical GPU device node");
+  auto numbers = lookup(rewrite.host_path);
+  // By hand, not GPUCKPT_TRY: EINVAL (a plan that does not fit this node), whatever errno the lookup had.
+  if (!numbers) return make_error("restore plan device " + rewrite.container_path + " -> " + rewrite.host_path +
+                                  ": " + numbers.error().message);
+  const auto [maj, min] = numbers.value();
+  int changed = 0;
+  for (std::size_t i : sources) {
+    auto& d = devices[i];
+    const auto old_major = d.contains("major") ? json_integer(d["major"], 0, UINT32_MAX) : std::nullopt;
+    const auto old_minor = d.contains("minor") ? json_integer(d["minor"], 0, UINT32_MAX) : std::nullopt;
+    if (old_major != static_cast<std::int64_t>(maj) || old_minor != static_cast<std::int64_t>(min) ||
+        spec_device_path(d) != restored_path)
+      ++changed;
+    d["path"] = restored_path;
+    d["major"] = maj;
+    d["minor"] = min;
+    d["type"] = "c";
+  }
+  if (sources.empty()) {
+    devices.push_back({{"path", restored_path}, {"type", "c"}, {"major", maj}, {"minor", min},
+                       {"fileMode", 8630}, {"uid", 0}, {"gid", 0}});
+    ++changed;
+  }
+  GPUCKPT_TRY(nlohmann::json* const resources,
+              spec_section(linux_section, "resources", nlohmann::json::object(), "linux.resources"));
+  GPUCKPT_TRY(nlohmann::json* const allow,
+              spec_section(*resources, "devices", nlohmann::json::array(), "linux.resources.devices"));
+  allow->push_back({{"allow", true}, {"type", "c"}, {"major", maj}, {"minor", min}, {"access", "rwm"}});
+  return changed;
+}
+
+// process.env with each of `env` set, in place where the spec has the variable, else appended.
+Result<void> set_spec_env(nlohmann::json& spec, const std::map<std::string, std::string>& env) {
+  GPUCKPT_TRY(nlohmann::json* const process, spec_section(spec, "process", nlohmann::json::object(), "process"));
+  GPUCKPT_TRY(nlohmann::json* const spec_env, spec_section(*process, "env", nlohmann::json::array(), "process.env"));
+  for (const auto& [name, value] : env) {
+    bool replaced = false;
+    for (auto& entry : *spec_env) {
+      if (entry.is_string() && entry.get<std::string>().rfind(name + "=", 0) == 0) {
+        entry = name + "=" + value;
+        replaced = true;
+      }
+    }
+    if (!replaced) spec_env->push_back(name + "=" + value);
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<int> apply_restore_plan(nlohmann::json& spec, const RestorePlan& plan, const DeviceNumberLookup& lookup) {
   if (!spec.is_object()) return make_error("the runtime spec is not a JSON object");
-  // Sections of the wrong type are refused, not replaced: a spec like that did not come from a runtime.
-  auto section = [](nlohmann::json& parent, const char* key, nlohmann::json empty, const char* where)
-      -> Result<nlohmann::json*> {
-    auto& value = parent[key];
-    if (value.is_null()) value = empty;
-    if (value.type() != empty.type())
-      return make_error(std::string("the runtime spec's ") + where + " is " + json_type(value) + ", expected an " +
-                        empty.type_name());
-    return &value;
-  };
-  int changed = 0;
-  auto linux_section = section(spec, "linux", nlohmann::json::object(), "linux");
-  if (!linux_section) return linux_section.error();
-  auto devices = section(**linux_section, "devices", nlohmann::json::array(), "linux.devices");
-  if (!devices) return devices.error();
-  for (std::size_t i = 0; i < (*devices)->size(); ++i) {
-    const auto& d = (**devices)[i];
+  GPUCKPT_TRY(nlohmann::json* const linux_section, spec_section(spec, "linux", nlohmann::json::object(), "linux"));
+  GPUCKPT_TRY(nlohmann::json* const devices,
+              spec_section(*linux_section, "devices", nlohmann::json::array(), "linux.devices"));
+  for (std::size_t i = 0; i < devices->size(); ++i) {
+    const auto& d = (*devices)[i];
     if (!d.is_object() || (d.contains("path") && !d["path"].is_string()))
       return make_error("the runtime spec's linux.devices[" + std::to_string(i) + "] is not a device object");
   }
-  // Every rewrite is matched against the devices as they came, before any moves: a swap (nvidia0 -> nvidia1,
-  // nvidia1 -> nvidia0) must not move a node twice.
-  const std::size_t original_count = (*devices)->size();
-  auto path_of = [&](std::size_t i) {
-    const auto& d = (**devices)[i];
-    return d.contains("path") ? d["path"].get<std::string>() : std::string();
-  };
-  std::vector<bool> moved_away(original_count, false);
-  std::vector<std::vector<std::size_t>> sources(plan.devices.size());
-  for (std::size_t r = 0; r < plan.devices.size(); ++r)
-    for (std::size_t i = 0; i < original_count; ++i)
-      if (path_of(i) == plan.devices[r].container_path) {
-        sources[r].push_back(i);
-        moved_away[i] = true;
-      }
-  std::vector<bool> shadowing(original_count, false);   // left at a path that a node moves to
-  for (const auto& rewrite : plan.devices)
-    for (std::size_t i = 0; i < original_count; ++i)
-      if (!moved_away[i] && path_of(i) == rewrite.path_after_restore()) shadowing[i] = true;
+  const std::size_t original_count = devices->size();
+  const DeviceMoves moves = match_device_moves(*devices, plan);
+  int changed = 0;
   for (std::size_t r = 0; r < plan.devices.size(); ++r) {
-    const auto& rewrite = plan.devices[r];
-    const std::string& restored_path = rewrite.path_after_restore();
-    if (!is_gpu_device_path(rewrite.container_path) || !is_gpu_device_path(rewrite.host_path) ||
-        !is_gpu_device_path(restored_path))
-      return make_error("restore plan device " + rewrite.container_path.substr(0, 256) + " -> " +
-                        rewrite.host_path.substr(0, 256) + " is not a canonical GPU device node");
-    auto numbers = lookup(rewrite.host_path);
-    if (!numbers) return make_error("restore plan device " + rewrite.container_path + " -> " + rewrite.host_path +
-                                    ": " + numbers.error().message);
-    const auto [maj, min] = numbers.value();
-    for (std::size_t i : sources[r]) {
-      auto& d = (**devices)[i];
-      const auto old_major = d.contains("major") ? json_integer(d["major"], 0, UINT32_MAX) : std::nullopt;
-      const auto old_minor = d.contains("minor") ? json_integer(d["minor"], 0, UINT32_MAX) : std::nullopt;
-      if (old_major != static_cast<std::int64_t>(maj) || old_minor != static_cast<std::int64_t>(min) ||
-          path_of(i) != restored_path)
-        ++changed;
-      d["path"] = restored_path;
-      d["major"] = maj;
-      d["minor"] = min;
-      d["type"] = "c";
-    }
-    if (sources[r].empty()) {
-      (*devices)->push_back({{"path", restored_path}, {"type", "c"}, {"major", maj}, {"minor", min},
-                             {"fileMode", 8630}, {"uid", 0}, {"gid", 0}});
-      ++changed;
-    }
-    auto resources = section(**linux_section, "resources", nlohmann::json::object(), "linux.resources");
-    if (!resources) return resources.error();
-    auto allow = section(**resources, "devices", nlohmann::json::array(), "linux.resources.devices");
-    if (!allow) return allow.error();
-    (*allow)->push_back({{"allow", true}, {"type", "c"}, {"major", maj}, {"minor", min}, {"access", "rwm"}});
+    GPUCKPT_TRY(const int rewritten,
+                apply_device_rewrite(*linux_section, *devices, plan.devices[r], moves.sources[r], lookup));
+    changed += rewritten;
   }
   for (std::size_t i = original_count; i-- > 0;)
-    if (shadowing[i]) {
-      (*devices)->erase((*devices)->begin() + static_cast<std::ptrdiff_t>(i));
+    if (moves.shadowing[i]) {
+      devices->erase(devices->begin() + static_cast<std::ptrdiff_t>(i));
       ++changed;
     }
-  if (!plan.env.empty()) {
-    auto process = section(spec, "process", nlohmann::json::object(), "process");
-    if (!process) return process.error();
-    auto env = section(**process, "env", nlohmann::json::array(), "process.env");
-    if (!env) return env.error();
-    for (const auto& [name, value] : plan.env) {
-      bool replaced = false;
-      for (auto& entry : **env) {
-        if (entry.is_string() && entry.get<std::string>().rfind(name + "=", 0) == 0) {
-          entry = name + "=" + value;
-          replaced = true;
-        }
-      }
-      if (!replaced) (*env)->push_back(name + "=" + value);
-    }
-  }
-  auto annotations = section(spec, "annotations", nlohmann::json::object(), "annotations");
-  if (!annotations) return annotations.error();
-  (**annotations)[kAnnotationRestorePlan] = plan.id;
+  if (!plan.env.empty()) GPUCKPT_TRY_VOID(set_spec_env(spec, plan.env));
+  GPUCKPT_TRY(nlohmann::json* const annotations,
+              spec_section(spec, "annotations", nlohmann::json::object(), "annotations"));
+  (*annotations)[kAnnotationRestorePlan] = plan.id;
   // The plan is bound to its checkpoint: the config it rewrites says which (an archive may lack the annotation).
-  if (!plan.checkpoint_id.empty()) (**annotations)[kAnnotationCheckpointId] = plan.checkpoint_id;
+  if (!plan.checkpoint_id.empty()) (*annotations)[kAnnotationCheckpointId] = plan.checkpoint_id;
   return changed;
 }
 
@@ -301,13 +331,11 @@ Result<std::optional<RestorePlan>> read_restore_plan(const fs::path& state_dir, 
     return make_error("restore plan id '" + std::string(plan_id.substr(0, 64)) +
                       "' is not one the agent makes (rp- and 32 hex digits)");
   const fs::path path = restore_plan_path(state_dir, plan_id);
-  auto json = read_json_file(path);
-  if (!json) return json.error();
-  if (!json.value()) return std::optional<RestorePlan>{};
-  auto plan = restore_plan_from_json(*json.value(), path.string());
-  if (!plan) return plan.error();
-  if (plan->id != plan_id) return make_error(path.string() + ": the plan inside has id '" + plan->id.substr(0, 64) + "'");
-  return std::optional<RestorePlan>(std::move(plan.value()));
+  GPUCKPT_TRY(const auto json, read_json_file(path));
+  if (!json) return std::optional<RestorePlan>{};
+  GPUCKPT_TRY(auto plan, restore_plan_from_json(*json, path.string()));
+  if (plan.id != plan_id) return make_error(path.string() + ": the plan inside has id '" + plan.id.substr(0, 64) + "'");
+  return std::optional<RestorePlan>(std::move(plan));
 }
 
 bool plan_expired(const RestorePlan& plan, std::int64_t now) { return plan.expires_at == 0 || now >= plan.expires_at; }

@@ -151,21 +151,20 @@ class PodmanRuntime final : public ContainerRuntime {
   Result<RuntimeContainer> find(const ContainerRef& ref) override {
     if (!is_valid_container_name(ref.container))
       return make_error("container name '" + ref.container + "' is not valid (letters, digits, '_', '.', '-')");
-    auto r = podman({"container", "inspect", "--format", "json", ref.container}, std::chrono::seconds(30));
-    if (!r) return r.error();
-    if (r->exit_code != 0)
-      return make_error("no container '" + ref.container + "' in podman: " + last_line(r->err), ENOENT);
-    const auto json = nlohmann::json::parse(r->out, nullptr, false);
+    GPUCKPT_TRY(const auto r,
+                podman({"container", "inspect", "--format", "json", ref.container}, std::chrono::seconds(30)));
+    if (r.exit_code != 0)
+      return make_error("no container '" + ref.container + "' in podman: " + last_line(r.err), ENOENT);
+    const auto json = nlohmann::json::parse(r.out, nullptr, false);
     if (json.is_discarded() || !json.is_array() || json.empty())
       return make_error("podman inspect " + ref.container + " returned unexpected output", EIO);
     return from_inspect(json[0]);
   }
 
   Result<std::vector<RuntimeContainer>> list() override {
-    auto r = podman({"ps", "--no-trunc", "--format", "json"}, std::chrono::seconds(30));
-    if (!r) return r.error();
-    if (r->exit_code != 0) return make_error("podman ps failed: " + last_line(r->err), EIO);
-    const auto json = nlohmann::json::parse(r->out, nullptr, false);
+    GPUCKPT_TRY(const auto r, podman({"ps", "--no-trunc", "--format", "json"}, std::chrono::seconds(30)));
+    if (r.exit_code != 0) return make_error("podman ps failed: " + last_line(r.err), EIO);
+    const auto json = nlohmann::json::parse(r.out, nullptr, false);
     if (json.is_discarded() || !json.is_array()) return make_error("podman ps returned unexpected output", EIO);
     std::vector<RuntimeContainer> out;
     for (const auto& c : json) {
@@ -184,18 +183,18 @@ class PodmanRuntime final : public ContainerRuntime {
     // Uncompressed: the agent compresses the archive as it stores it, once.
     const auto timeout = time_left(deadline, options_.timeout);
     if (timeout.count() == 0) return no_time_left("checkpoint of " + container.name);
-    auto r = podman({"container", "checkpoint", "--compress", "none", "--export", archive.string(), container.id},
-                    timeout);
-    if (!r) return r.error();
-    if (r->timed_out)   // putting the container back is not cut short: a stopped workload must run again
+    GPUCKPT_TRY(const auto r, podman({"container", "checkpoint", "--compress", "none", "--export", archive.string(),
+                                      container.id},
+                                     timeout));
+    if (r.timed_out)   // putting the container back is not cut short: a stopped workload must run again
       return make_error("podman checkpoint of " + container.name + " timed out after " + seconds(timeout) +
                         put_back(container), ETIMEDOUT);
-    if (r->exit_code != 0) {
+    if (r.exit_code != 0) {
       // podman's error names runc and "exit status 1"; why CRIU failed (a refused GPU job, an open TCP
       // connection) is in CRIU's log in the container's directory.
       const fs::path dir = static_dir(container);
       const std::string criu = dir.empty() ? "" : criu_log_reasons(dir / "dump.log");
-      return make_error("podman checkpoint of " + container.name + " failed: " + last_line(r->err) +
+      return make_error("podman checkpoint of " + container.name + " failed: " + last_line(r.err) +
                             (criu.empty() ? "" : "; CRIU said: " + criu) + put_back(container),
                         EIO);
     }
@@ -210,12 +209,11 @@ class PodmanRuntime final : public ContainerRuntime {
     const std::string name = checkpoint_image_name(tag);
     const auto timeout = time_left(deadline, options_.timeout);
     if (timeout.count() == 0) return no_time_left("pull of the checkpoint image " + layout.string());
-    auto path = lower_case_path_to(layout);
-    if (!path) return path.error();
-    auto pulled = podman({"pull", "-q", "oci:" + path->string() + ":" + tag}, timeout);
-    auto loaded = name_pulled(pulled, layout, path.value(), name, timeout);
+    GPUCKPT_TRY(const fs::path path, lower_case_path_to(layout));
+    auto pulled = podman({"pull", "-q", "oci:" + path.string() + ":" + tag}, timeout);
+    auto loaded = name_pulled(pulled, layout, path, name, timeout);
     std::error_code ec;
-    fs::remove_all(path->parent_path(), ec);   // the link, not what it points at
+    fs::remove_all(path.parent_path(), ec);   // the link, not what it points at
     return loaded;
   }
 
@@ -228,17 +226,16 @@ class PodmanRuntime final : public ContainerRuntime {
     }
     const auto timeout = time_left(deadline, options_.timeout);
     if (timeout.count() == 0) return no_time_left("restore of " + archive.string());
-    auto r = podman(args, timeout);
-    if (!r) return r.error();
-    if (r->timed_out)
+    GPUCKPT_TRY(const auto r, podman(args, timeout));
+    if (r.timed_out)
       return make_error("podman restore of " + archive.string() + " timed out after " + seconds(timeout), ETIMEDOUT);
-    if (r->exit_code != 0)
-      return make_error("podman restore of " + archive.string() + " failed: " + last_line(r->err), EIO);
-    auto stats = parse_podman_restore_stats(r->out);
+    if (r.exit_code != 0)
+      return make_error("podman restore of " + archive.string() + " failed: " + last_line(r.err), EIO);
+    auto stats = parse_podman_restore_stats(r.out);
     if (!stats) log::warn("podman restore of " + archive.string() + ": " + stats.error().message +
                           "; its id is taken from its last line of output");
     ContainerRef ref;
-    ref.container = stats ? stats->container_id : last_line(r->out);
+    ref.container = stats ? stats->container_id : last_line(r.out);
     auto restored = find(ref);
     if (restored && stats) restored->restore_stats = std::move(*stats);
     return restored;
@@ -282,7 +279,7 @@ class PodmanRuntime final : public ContainerRuntime {
  private:
   Result<std::string> name_pulled(const Result<CommandResult>& pulled, const fs::path& layout, const fs::path& path,
                                   const std::string& name, std::chrono::milliseconds timeout) {
-    if (!pulled) return pulled.error();
+    GPUCKPT_TRY_VOID(pulled);
     if (pulled->timed_out)
       return make_error("podman pull of the checkpoint image " + layout.string() + " timed out after " +
                         seconds(timeout), ETIMEDOUT);
@@ -290,10 +287,9 @@ class PodmanRuntime final : public ContainerRuntime {
     if (pulled->exit_code != 0 || id.empty())
       return make_error("podman pull of the checkpoint image " + layout.string() + " failed: " + last_line(pulled->err),
                         EIO);
-    auto tagged = podman({"tag", id, name}, std::chrono::seconds(30));
-    if (!tagged) return tagged.error();
-    if (tagged->exit_code != 0)
-      return make_error("podman tag " + id.substr(0, 12) + " " + name + " failed: " + last_line(tagged->err), EIO);
+    GPUCKPT_TRY(const auto tagged, podman({"tag", id, name}, std::chrono::seconds(30)));
+    if (tagged.exit_code != 0)
+      return make_error("podman tag " + id.substr(0, 12) + " " + name + " failed: " + last_line(tagged.err), EIO);
     auto untagged = podman({"untag", id, "localhost" + path.string() + ":latest"}, std::chrono::seconds(30));
     if (!untagged || untagged->exit_code != 0)
       log::warn("checkpoint image " + name + ": the name podman gave the pulled layout stays (untag failed)");

@@ -44,11 +44,10 @@ std::string gib(std::uint64_t bytes) {
 
 // The version `PROGRAM --version` prints: the first group of `pattern`.
 Result<std::string> version_of(const std::string& program, const std::regex& pattern) {
-  auto run = run_command({program, "--version"}, std::chrono::seconds(10));
-  if (!run) return run.error();
-  if (run->exit_code != 0) return make_error("'" + program + " --version' failed: " + run->err.substr(0, 300));
+  GPUCKPT_TRY(const auto run, run_command({program, "--version"}, std::chrono::seconds(10)));
+  if (run.exit_code != 0) return make_error("'" + program + " --version' failed: " + run.err.substr(0, 300));
   std::smatch m;
-  if (!std::regex_search(run->out, m, pattern)) return make_error("'" + program + " --version' printed no version");
+  if (!std::regex_search(run.out, m, pattern)) return make_error("'" + program + " --version' printed no version");
   return m[1].str();
 }
 

@@ -35,9 +35,7 @@ Result<CheckpointGpuRecord> checkpoint_record_from_json(const nlohmann::json& js
     }
   fields.get(json, "", "gpu_env", out.gpu_env);
   if (fields.failed()) return fields.error();
-  auto record = record_from_json(*record_json);
-  if (!record) return make_error(std::string(source) + ": record: " + record.error().message);
-  out.record = std::move(record.value());
+  GPUCKPT_TRY(out.record, record_from_json(*record_json), std::string(source) + ": record");
   return out;
 }
 

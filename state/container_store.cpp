@@ -36,9 +36,7 @@ Result<ContainerGpuState> container_state_from_json(const nlohmann::json& json, 
   fields.get(json, "", "annotations", state.annotations);
   const nlohmann::json* gpus = fields.object(json, "", "gpus", true);
   if (fields.failed()) return fields.error();
-  auto record = checkpoint_record_from_json(*gpus, std::string(source) + ": gpus");
-  if (!record) return record.error();
-  state.gpus = std::move(record.value());
+  GPUCKPT_TRY(state.gpus, checkpoint_record_from_json(*gpus, std::string(source) + ": gpus"));
   return state;
 }
 
@@ -56,12 +54,10 @@ Result<std::optional<ContainerGpuState>> read_container_state(const fs::path& st
                                                               std::string_view container_id) {
   if (!is_safe_id(container_id)) return make_error("container id '" + std::string(container_id) + "' is not valid");
   const fs::path path = container_state_path(state_dir, container_id);
-  auto json = read_json_file(path);
-  if (!json) return json.error();
-  if (!json.value()) return std::optional<ContainerGpuState>{};
-  auto state = container_state_from_json(*json.value(), path.string());
-  if (!state) return state.error();
-  return std::optional<ContainerGpuState>(std::move(state.value()));
+  GPUCKPT_TRY(const auto json, read_json_file(path));
+  if (!json) return std::optional<ContainerGpuState>{};
+  GPUCKPT_TRY(auto state, container_state_from_json(*json, path.string()));
+  return std::optional<ContainerGpuState>(std::move(state));
 }
 
 std::vector<ContainerGpuState> list_container_states(const fs::path& state_dir) {

@@ -39,8 +39,7 @@ Result<RecordOutcome> record_gpu_container(const std::string& id, const std::str
   record.gpus.record.node = std::move(node.value());
   record.gpus.devices = use.devices;
   record.gpus.gpu_env = use.gpu_env;
-  auto written = write_container_state(state_dir, record);
-  if (!written) return written.error();
+  GPUCKPT_TRY_VOID(write_container_state(state_dir, record));
   outcome.message = "container " + id + ": recorded " + std::to_string(use.devices.size()) + " GPU device node(s), " +
                     std::to_string(record.gpus.record.used_gpu_ids.size()) + " GPU(s) of this node";
   return outcome;
