@@ -316,6 +316,7 @@ k8s_node_loopback() {
   local ns=${K8S_NETNS[$1]:-} i
   [ -n "$ns" ] || return 0
   i=${K8S_NODE_ADDR[$1]#10.89.}; i=${i%.2}
+  # shellcheck disable=SC2016 # expanded by the namespace's shell
   nsenter "--net=/run/netns/$ns" -- sh -c 'echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet &&
     iptables -t nat -A OUTPUT -d 127.0.0.1/32 -p tcp --dport "$1" -j DNAT --to-destination "$2:$1" &&
     { iptables -t nat -C POSTROUTING -s 127.0.0.0/8 -o "$3" -j MASQUERADE 2>/dev/null ||
