@@ -40,7 +40,7 @@ Result<std::optional<CheckpointImageEntry>> registered_checkpoint(const std::fil
       return make_error("the archive " + restore.source + " changed after the agent annotated it (size, mtime or "
                         "inode differ); let the agent annotate it again (remove and re-copy it) or restore another");
   }
-  return Found(std::move(entry));
+  return entry;
 }
 
 std::string describe(const ContainerIdentity& who) {
