@@ -361,40 +361,41 @@ std::vector<LinkRequirement> link_requirements(const std::vector<const GpuDevice
   return reqs;
 }
 
-}  // namespace
-
-std::variant<MatchPlan, MatchFailure> match_gpus(const MatchRequest& request) {
-  MatchFailure failure;
-  if (!request.source || !request.target) {
-    failure.summary = "internal error: match request without a source record or a target inventory";
-    return failure;
-  }
-  const MatchPolicy& policy = request.policy;
+// The GPUs the checkpoint used, in its record's order; nullopt, with failure.summary saying why, where the record
+// lists a GPU it does not describe.
+std::optional<std::vector<const GpuDevice*>> used_gpus(const GpuPropertiesRecord& source, MatchFailure& failure) {
   std::vector<const GpuDevice*> sources;
-  for (const auto& id : request.source->used_gpu_ids) {
+  for (const auto& id : source.used_gpu_ids) {
     const GpuDevice* gpu = nullptr;
-    for (const auto& g : request.source->node.gpus)
+    for (const auto& g : source.node.gpus)
       if (g.id == id) gpu = &g;
     if (!gpu) {
       failure.summary = "the checkpoint's record lists used GPU '" + id + "' but does not describe it";
-      return failure;
+      return std::nullopt;
     }
     sources.push_back(gpu);
   }
-  if (sources.empty()) return MatchPlan{};
+  return sources;
+}
 
-  std::vector<const GpuDevice*> candidates;
+// The target GPUs the sources may go to: all of the node's, or those the scheduler assigned (the others are
+// rejected as not-allowed for every source); nullopt, with failure.summary saying why, where the scheduler
+// assigned a GPU this node does not have.
+std::optional<std::vector<const GpuDevice*>> candidate_gpus(const MatchRequest& request,
+                                                            const std::vector<const GpuDevice*>& sources,
+                                                            MatchFailure& failure) {
   std::set<const GpuDevice*> allowed;
   if (request.allowed_target_ids) {
     for (const auto& key : *request.allowed_target_ids) {
       const GpuDevice* gpu = find_gpu(*request.target, key);
       if (!gpu) {
         failure.summary = "the scheduler assigned GPU '" + key + "', which this node does not have";
-        return failure;
+        return std::nullopt;
       }
       allowed.insert(gpu);
     }
   }
+  std::vector<const GpuDevice*> candidates;
   for (const auto& gpu : request.target->gpus) {
     if (request.allowed_target_ids && !allowed.count(&gpu)) {
       for (const auto* src : sources)
@@ -403,127 +404,162 @@ std::variant<MatchPlan, MatchFailure> match_gpus(const MatchRequest& request) {
     }
     candidates.push_back(&gpu);
   }
+  return candidates;
+}
 
-  // Pairwise checks, once. A relaxed check lets the candidate through; what it would have rejected is kept
-  // so the plan can report exactly the relaxations it relied on.
-  std::vector<std::vector<bool>> usable(sources.size(), std::vector<bool>(candidates.size(), false));
-  std::vector<std::vector<std::vector<Problem>>> waived(sources.size(),
-                                                        std::vector<std::vector<Problem>>(candidates.size()));
-  std::vector<Rejection> pairwise_rejections;
-  for (std::size_t s = 0; s < sources.size(); ++s) {
-    for (std::size_t c = 0; c < candidates.size(); ++c) {
+// What the search works on: the GPUs to place, where they may go, the pairwise checks between the two (made once)
+// and the links the placed GPUs must keep.
+struct Placement {
+  const MatchPolicy& policy;
+  std::vector<const GpuDevice*> sources, candidates;
+  std::vector<std::vector<bool>> usable;                     // [source][candidate]: passes every enforced check
+  std::vector<std::vector<std::vector<Problem>>> waived;     // [source][candidate]: what a relaxed check let through
+  std::vector<Rejection> pairwise_rejections;                // what an enforced check ruled out
+  std::vector<LinkRequirement> requirements;
+};
+
+// Pairwise checks, once. A relaxed check lets the candidate through; what it would have rejected is kept so the
+// plan can report exactly the relaxations it relied on.
+void check_pairs(Placement& p) {
+  p.usable.assign(p.sources.size(), std::vector<bool>(p.candidates.size(), false));
+  p.waived.assign(p.sources.size(), std::vector<std::vector<Problem>>(p.candidates.size()));
+  for (std::size_t s = 0; s < p.sources.size(); ++s) {
+    for (std::size_t c = 0; c < p.candidates.size(); ++c) {
       bool ok = true;
-      for (auto& problem : pair_problems(*sources[s], *candidates[c])) {
-        if (relaxed(policy, problem.property)) {
-          waived[s][c].push_back(std::move(problem));
+      for (auto& problem : pair_problems(*p.sources[s], *p.candidates[c])) {
+        if (relaxed(p.policy, problem.property)) {
+          p.waived[s][c].push_back(std::move(problem));
         } else {
-          pairwise_rejections.push_back({sources[s]->id, candidates[c]->id, problem.property, problem.detail});
+          p.pairwise_rejections.push_back({p.sources[s]->id, p.candidates[c]->id, problem.property, problem.detail});
           ok = false;
         }
       }
-      usable[s][c] = ok;
+      p.usable[s][c] = ok;
     }
   }
+}
 
-  const auto requirements = link_requirements(sources);
-  Search search(sources, candidates, usable, requirements, policy);
-  const auto best = search.run();
-
-  if (!best.empty()) {
-    MatchPlan plan;
-    std::size_t numa_kept = 0, numa_known = 0;
-    for (std::size_t s = 0; s < sources.size(); ++s) {
-      const GpuDevice& src = *sources[s];
-      const GpuDevice& dst = *candidates[best[s]];
-      plan.assignments.push_back({src.id, dst.id});
-      for (const auto& problem : waived[s][best[s]])
-        plan.relaxations.push_back(problem.property + ": " + src.id + " -> " + dst.id + ": " + problem.detail + " (" +
-                                   env_name(problem.property) + "=0)");
-      if (src.numa_node >= 0) {
-        ++numa_known;
-        if (src.numa_node == dst.numa_node) ++numa_kept;
-      }
+// The plan of the assignment found (source index -> candidate index), with every relaxation it relies on logged.
+MatchPlan plan_of(const Placement& p, const std::vector<std::size_t>& best) {
+  MatchPlan plan;
+  std::size_t numa_kept = 0, numa_known = 0;
+  for (std::size_t s = 0; s < p.sources.size(); ++s) {
+    const GpuDevice& src = *p.sources[s];
+    const GpuDevice& dst = *p.candidates[best[s]];
+    plan.assignments.push_back({src.id, dst.id});
+    for (const auto& problem : p.waived[s][best[s]])
+      plan.relaxations.push_back(problem.property + ": " + src.id + " -> " + dst.id + ": " + problem.detail + " (" +
+                                 env_name(problem.property) + "=0)");
+    if (src.numa_node >= 0) {
+      ++numa_known;
+      if (src.numa_node == dst.numa_node) ++numa_kept;
     }
-    if (!policy.check_links) {
-      for (const auto& req : requirements) {
-        const GpuDevice& ta = *candidates[best[req.a]];
-        const GpuDevice& tb = *candidates[best[req.b]];
-        if (!satisfies(req, ta, tb))
-          plan.relaxations.push_back("links: " + req.text + ", but " + ta.id + " and " + tb.id +
-                                     " are not (GPUCKPT_LINK_CHECK=0)");
-      }
-    }
-    for (const auto& relaxation : plan.relaxations) log::warn("relaxed check used: " + relaxation);
-    if (policy.check_numa && numa_kept < numa_known)
-      log::info("NUMA affinity kept for " + std::to_string(numa_kept) + " of " + std::to_string(numa_known) +
-                " GPUs (no assignment satisfying every check keeps more)");
-    return plan;
   }
+  if (!p.policy.check_links) {
+    for (const auto& req : p.requirements) {
+      const GpuDevice& ta = *p.candidates[best[req.a]];
+      const GpuDevice& tb = *p.candidates[best[req.b]];
+      if (!satisfies(req, ta, tb))
+        plan.relaxations.push_back("links: " + req.text + ", but " + ta.id + " and " + tb.id +
+                                   " are not (GPUCKPT_LINK_CHECK=0)");
+    }
+  }
+  for (const auto& relaxation : plan.relaxations) log::warn("relaxed check used: " + relaxation);
+  if (p.policy.check_numa && numa_kept < numa_known)
+    log::info("NUMA affinity kept for " + std::to_string(numa_kept) + " of " + std::to_string(numa_known) +
+              " GPUs (no assignment satisfying every check keeps more)");
+  return plan;
+}
 
-  // No assignment: explain every (source, candidate) pair. Pairwise rejections say it directly; a candidate
-  // that passed them failed because of the others: the links it cannot provide or the GPUs left over.
-  failure.rejections.insert(failure.rejections.end(), pairwise_rejections.begin(), pairwise_rejections.end());
+// Why source s cannot have candidate c, which passed the pairwise checks, in an assignment that exists: a linked
+// partner of s that no usable GPU next to c can take, a source no GPU here can take, too few GPUs, or the search's
+// step limit. `passing`: the candidates usable for some source.
+Rejection explain_passing_pair(const Placement& p, Search& search, const std::set<std::size_t>& passing,
+                               std::size_t s, std::size_t c) {
+  Rejection r{p.sources[s]->id, p.candidates[c]->id, "", ""};
+  if (p.policy.check_links) {
+    for (const auto& req : p.requirements) {
+      if (req.a != s && req.b != s) continue;
+      const std::size_t other = req.a == s ? req.b : req.a;
+      bool partner = false;
+      for (std::size_t oc = 0; oc < p.candidates.size() && !partner; ++oc) {
+        if (oc == c || !p.usable[other][oc]) continue;
+        partner = req.a == s ? satisfies(req, *p.candidates[c], *p.candidates[oc])
+                             : satisfies(req, *p.candidates[oc], *p.candidates[c]);
+      }
+      if (!partner) {
+        r.property = "links";
+        r.detail = req.text + "; no usable GPU for " + p.sources[other]->id + " is linked to this one that way";
+        return r;
+      }
+    }
+  }
+  std::size_t stuck = p.sources.size();   // another source GPU that no GPU here can take
+  for (std::size_t o = 0; o < p.sources.size() && stuck == p.sources.size(); ++o)
+    if (o != s && std::none_of(p.usable[o].begin(), p.usable[o].end(), [](bool u) { return u; })) stuck = o;
+  if (stuck != p.sources.size()) {
+    r.property = "incomplete";
+    r.detail = "passes every check, but " + p.sources[stuck]->id + " (also used by the workload) has no GPU here";
+  } else if (passing.size() < p.sources.size()) {
+    r.property = "taken";
+    r.detail = "only " + std::to_string(passing.size()) + " GPU(s) here pass the checks for the " +
+               std::to_string(p.sources.size()) + " GPUs the checkpoint used";
+  } else if (!search.run(std::make_pair(s, c)).empty()) {
+    r.property = "search-limit";
+    r.detail = "an assignment with this GPU may exist, but the search stopped after its step limit";
+  } else {
+    r.property = p.policy.check_links && !p.requirements.empty() ? "links" : "taken";
+    r.detail = "no complete assignment with this GPU keeps the other GPUs' links and checks";
+  }
+  return r;
+}
+
+// No assignment: explain every (source, candidate) pair, grouped by source in record order. Pairwise rejections
+// say it directly; a candidate that passed them failed because of the others.
+void explain_no_assignment(const Placement& p, Search& search, MatchFailure& failure) {
+  failure.rejections.insert(failure.rejections.end(), p.pairwise_rejections.begin(), p.pairwise_rejections.end());
   std::set<std::size_t> passing;
-  for (std::size_t s = 0; s < sources.size(); ++s)
-    for (std::size_t c = 0; c < candidates.size(); ++c)
-      if (usable[s][c]) passing.insert(c);
-  for (std::size_t s = 0; s < sources.size(); ++s) {
-    for (std::size_t c = 0; c < candidates.size(); ++c) {
-      if (!usable[s][c]) continue;
-      Rejection r{sources[s]->id, candidates[c]->id, "", ""};
-      // Which linked partner of s cannot be placed next to c?
-      if (policy.check_links) {
-        for (const auto& req : requirements) {
-          if (req.a != s && req.b != s) continue;
-          const std::size_t other = req.a == s ? req.b : req.a;
-          bool partner = false;
-          for (std::size_t oc = 0; oc < candidates.size() && !partner; ++oc) {
-            if (oc == c || !usable[other][oc]) continue;
-            partner = req.a == s ? satisfies(req, *candidates[c], *candidates[oc])
-                                 : satisfies(req, *candidates[oc], *candidates[c]);
-          }
-          if (!partner) {
-            r.property = "links";
-            r.detail = req.text + "; no usable GPU for " + sources[other]->id + " is linked to this one that way";
-            break;
-          }
-        }
-      }
-      if (r.property.empty()) {
-        std::size_t stuck = sources.size();   // another source GPU that no GPU here can take
-        for (std::size_t o = 0; o < sources.size() && stuck == sources.size(); ++o)
-          if (o != s && std::none_of(usable[o].begin(), usable[o].end(), [](bool u) { return u; })) stuck = o;
-        if (stuck != sources.size()) {
-          r.property = "incomplete";
-          r.detail = "passes every check, but " + sources[stuck]->id + " (also used by the workload) has no GPU here";
-        } else if (passing.size() < sources.size()) {
-          r.property = "taken";
-          r.detail = "only " + std::to_string(passing.size()) + " GPU(s) here pass the checks for the " +
-                     std::to_string(sources.size()) + " GPUs the checkpoint used";
-        } else if (!search.run(std::make_pair(s, c)).empty()) {
-          r.property = "search-limit";
-          r.detail = "an assignment with this GPU may exist, but the search stopped after its step limit";
-        } else {
-          r.property = policy.check_links && !requirements.empty() ? "links" : "taken";
-          r.detail = "no complete assignment with this GPU keeps the other GPUs' links and checks";
-        }
-      }
-      failure.rejections.push_back(std::move(r));
-    }
-  }
+  for (std::size_t s = 0; s < p.sources.size(); ++s)
+    for (std::size_t c = 0; c < p.candidates.size(); ++c)
+      if (p.usable[s][c]) passing.insert(c);
+  for (std::size_t s = 0; s < p.sources.size(); ++s)
+    for (std::size_t c = 0; c < p.candidates.size(); ++c)
+      if (p.usable[s][c]) failure.rejections.push_back(explain_passing_pair(p, search, passing, s, c));
   std::stable_sort(failure.rejections.begin(), failure.rejections.end(),
                    [&](const Rejection& x, const Rejection& y) {
                      auto index = [&](const std::string& id) {
-                       for (std::size_t s = 0; s < sources.size(); ++s)
-                         if (sources[s]->id == id) return s;
-                       return sources.size();
+                       for (std::size_t s = 0; s < p.sources.size(); ++s)
+                         if (p.sources[s]->id == id) return s;
+                       return p.sources.size();
                      };
                      return index(x.source_id) < index(y.source_id);
                    });
-  failure.summary = "no assignment of this node's " + std::to_string(candidates.size()) +
-                    " candidate GPU(s) fits the " + std::to_string(sources.size()) + " GPU(s) the checkpoint used";
-  if (candidates.empty()) failure.summary = "this node has no candidate GPU for the checkpoint's " +
-                                            std::to_string(sources.size()) + " GPU(s)";
+  failure.summary = "no assignment of this node's " + std::to_string(p.candidates.size()) +
+                    " candidate GPU(s) fits the " + std::to_string(p.sources.size()) + " GPU(s) the checkpoint used";
+  if (p.candidates.empty()) failure.summary = "this node has no candidate GPU for the checkpoint's " +
+                                              std::to_string(p.sources.size()) + " GPU(s)";
+}
+
+}  // namespace
+
+std::variant<MatchPlan, MatchFailure> match_gpus(const MatchRequest& request) {
+  MatchFailure failure;
+  if (!request.source || !request.target) {
+    failure.summary = "internal error: match request without a source record or a target inventory";
+    return failure;
+  }
+  auto sources = used_gpus(*request.source, failure);
+  if (!sources) return failure;
+  if (sources->empty()) return MatchPlan{};
+  auto candidates = candidate_gpus(request, *sources, failure);
+  if (!candidates) return failure;
+
+  Placement p{request.policy, std::move(*sources), std::move(*candidates), {}, {}, {}, {}};
+  check_pairs(p);
+  p.requirements = link_requirements(p.sources);
+  Search search(p.sources, p.candidates, p.usable, p.requirements, p.policy);
+  if (const auto best = search.run(); !best.empty()) return plan_of(p, best);
+  explain_no_assignment(p, search, failure);
   return failure;
 }
 

@@ -47,9 +47,8 @@ struct nvmlPciInfo_t {
 class DriverNvml final : public NvmlSource {
  public:
   Result<NvmlSnapshot> snapshot() const override {
-    auto lib = initialised_library();
-    if (!lib) return lib.error();
-    return read(*lib);
+    GPUCKPT_TRY(void* const lib, initialised_library());
+    return read(lib);
   }
 
  private:
@@ -79,91 +78,124 @@ class DriverNvml final : public NvmlSource {
     return lib;
   }
 
-  static Result<NvmlSnapshot> read(void* lib) {
-    auto driver_version = sym<nvmlReturn_t (*)(char*, unsigned)>(lib, "nvmlSystemGetDriverVersion");
-    auto cuda_version = sym<nvmlReturn_t (*)(int*)>(lib, "nvmlSystemGetCudaDriverVersion_v2");
-    auto count = sym<nvmlReturn_t (*)(unsigned*)>(lib, "nvmlDeviceGetCount_v2");
-    auto by_index = sym<nvmlReturn_t (*)(unsigned, nvmlDevice_t*)>(lib, "nvmlDeviceGetHandleByIndex_v2");
-    auto name = sym<nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned)>(lib, "nvmlDeviceGetName");
-    auto uuid = sym<nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned)>(lib, "nvmlDeviceGetUUID");
-    auto memory = sym<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(lib, "nvmlDeviceGetMemoryInfo");
-    auto capability = sym<nvmlReturn_t (*)(nvmlDevice_t, int*, int*)>(lib, "nvmlDeviceGetCudaComputeCapability");
-    auto mig = sym<nvmlReturn_t (*)(nvmlDevice_t, unsigned*, unsigned*)>(lib, "nvmlDeviceGetMigMode");
-    auto minor = sym<nvmlReturn_t (*)(nvmlDevice_t, unsigned*)>(lib, "nvmlDeviceGetMinorNumber");
-    auto vbios = sym<nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned)>(lib, "nvmlDeviceGetVbiosVersion");
-    auto pci = sym<nvmlReturn_t (*)(nvmlDevice_t, nvmlPciInfo_t*)>(lib, "nvmlDeviceGetPciInfo_v3");
-    auto numa = sym<nvmlReturn_t (*)(nvmlDevice_t, unsigned*)>(lib, "nvmlDeviceGetNumaNodeId");
-    auto link_state = sym<nvmlReturn_t (*)(nvmlDevice_t, unsigned, int*)>(lib, "nvmlDeviceGetNvLinkState");
-    auto link_remote = sym<nvmlReturn_t (*)(nvmlDevice_t, unsigned, nvmlPciInfo_t*)>(lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
-    auto p2p = sym<nvmlReturn_t (*)(nvmlDevice_t, nvmlDevice_t, int, int*)>(lib, "nvmlDeviceGetP2PStatus");
-    if (!count || !by_index || !name || !uuid || !memory || !pci)
-      return make_error("libnvidia-ml.so.1 lacks the NVML entry points gpuckpt needs (driver too old?)", ENOSYS);
+  // The NVML entry points a snapshot calls; all but count, by_index, name, uuid, memory and pci may be missing
+  // (older drivers), and what they would say is then left out.
+  struct Api {
+    nvmlReturn_t (*driver_version)(char*, unsigned);
+    nvmlReturn_t (*cuda_version)(int*);
+    nvmlReturn_t (*count)(unsigned*);
+    nvmlReturn_t (*by_index)(unsigned, nvmlDevice_t*);
+    nvmlReturn_t (*name)(nvmlDevice_t, char*, unsigned);
+    nvmlReturn_t (*uuid)(nvmlDevice_t, char*, unsigned);
+    nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t*);
+    nvmlReturn_t (*capability)(nvmlDevice_t, int*, int*);
+    nvmlReturn_t (*mig)(nvmlDevice_t, unsigned*, unsigned*);
+    nvmlReturn_t (*minor)(nvmlDevice_t, unsigned*);
+    nvmlReturn_t (*vbios)(nvmlDevice_t, char*, unsigned);
+    nvmlReturn_t (*pci)(nvmlDevice_t, nvmlPciInfo_t*);
+    nvmlReturn_t (*numa)(nvmlDevice_t, unsigned*);
+    nvmlReturn_t (*link_state)(nvmlDevice_t, unsigned, int*);
+    nvmlReturn_t (*link_remote)(nvmlDevice_t, unsigned, nvmlPciInfo_t*);
+    nvmlReturn_t (*p2p)(nvmlDevice_t, nvmlDevice_t, int, int*);
+  };
 
-    NvmlSnapshot snap;
+  static Api resolve_api(void* lib) {
+    Api a{};
+    a.driver_version = sym<decltype(a.driver_version)>(lib, "nvmlSystemGetDriverVersion");
+    a.cuda_version = sym<decltype(a.cuda_version)>(lib, "nvmlSystemGetCudaDriverVersion_v2");
+    a.count = sym<decltype(a.count)>(lib, "nvmlDeviceGetCount_v2");
+    a.by_index = sym<decltype(a.by_index)>(lib, "nvmlDeviceGetHandleByIndex_v2");
+    a.name = sym<decltype(a.name)>(lib, "nvmlDeviceGetName");
+    a.uuid = sym<decltype(a.uuid)>(lib, "nvmlDeviceGetUUID");
+    a.memory = sym<decltype(a.memory)>(lib, "nvmlDeviceGetMemoryInfo");
+    a.capability = sym<decltype(a.capability)>(lib, "nvmlDeviceGetCudaComputeCapability");
+    a.mig = sym<decltype(a.mig)>(lib, "nvmlDeviceGetMigMode");
+    a.minor = sym<decltype(a.minor)>(lib, "nvmlDeviceGetMinorNumber");
+    a.vbios = sym<decltype(a.vbios)>(lib, "nvmlDeviceGetVbiosVersion");
+    a.pci = sym<decltype(a.pci)>(lib, "nvmlDeviceGetPciInfo_v3");
+    a.numa = sym<decltype(a.numa)>(lib, "nvmlDeviceGetNumaNodeId");
+    a.link_state = sym<decltype(a.link_state)>(lib, "nvmlDeviceGetNvLinkState");
+    a.link_remote = sym<decltype(a.link_remote)>(lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+    a.p2p = sym<decltype(a.p2p)>(lib, "nvmlDeviceGetP2PStatus");
+    return a;
+  }
+
+  // What NVML says of one device; a query that fails leaves its field at the default.
+  static NvmlDevice read_device(const Api& api, nvmlDevice_t dev, unsigned index) {
     char text[128] = {};
-    if (driver_version && driver_version(text, sizeof text) == NVML_SUCCESS) snap.driver_version = text;
-    if (cuda_version) cuda_version(&snap.cuda_driver_version);
-    unsigned n = 0;
-    count(&n);
-    std::vector<nvmlDevice_t> handles;
-    std::vector<unsigned> switch_links;   // NVLinks that end at something other than a GPU (an NVSwitch)
-    for (unsigned i = 0; i < n; ++i) {
-      nvmlDevice_t dev = nullptr;
-      if (by_index(i, &dev) != NVML_SUCCESS) continue;
-      NvmlDevice d;
-      d.index = i;
-      if (name(dev, text, sizeof text) == NVML_SUCCESS) d.name = text;
-      if (uuid(dev, text, sizeof text) == NVML_SUCCESS) d.uuid = text;
-      nvmlMemory_t mem{};
-      if (memory(dev, &mem) == NVML_SUCCESS) d.memory_total_bytes = mem.total;
-      int major = 0, minor_cc = 0;
-      if (capability && capability(dev, &major, &minor_cc) == NVML_SUCCESS)
-        d.compute_capability = std::to_string(major) + "." + std::to_string(minor_cc);
-      unsigned current = 0, pending = 0;
-      if (mig && mig(dev, &current, &pending) == NVML_SUCCESS)
-        d.mig_mode = current == NVML_FEATURE_ENABLED ? "Enabled" : "Disabled";
-      unsigned value = 0;
-      if (minor && minor(dev, &value) == NVML_SUCCESS) d.minor_number = static_cast<int>(value);
-      if (vbios && vbios(dev, text, sizeof text) == NVML_SUCCESS) d.vbios_version = text;
-      nvmlPciInfo_t info{};
-      if (pci(dev, &info) == NVML_SUCCESS) d.pci_bus_id = normalize_pci_bus_id(info.busId);
-      if (numa && numa(dev, &value) == NVML_SUCCESS) d.numa_node = static_cast<int>(value);
-      snap.devices.push_back(std::move(d));
-      handles.push_back(dev);
-      switch_links.push_back(0);
-    }
-    // NVLink peers: a link whose far end is another GPU counts towards that GPU; links into NVSwitches connect
-    // every pair that NVML reports as NVLink-P2P capable.
+    NvmlDevice d;
+    d.index = index;
+    if (api.name(dev, text, sizeof text) == NVML_SUCCESS) d.name = text;
+    if (api.uuid(dev, text, sizeof text) == NVML_SUCCESS) d.uuid = text;
+    nvmlMemory_t mem{};
+    if (api.memory(dev, &mem) == NVML_SUCCESS) d.memory_total_bytes = mem.total;
+    int major = 0, minor_cc = 0;
+    if (api.capability && api.capability(dev, &major, &minor_cc) == NVML_SUCCESS)
+      d.compute_capability = std::to_string(major) + "." + std::to_string(minor_cc);
+    unsigned current = 0, pending = 0;
+    if (api.mig && api.mig(dev, &current, &pending) == NVML_SUCCESS)
+      d.mig_mode = current == NVML_FEATURE_ENABLED ? "Enabled" : "Disabled";
+    unsigned value = 0;
+    if (api.minor && api.minor(dev, &value) == NVML_SUCCESS) d.minor_number = static_cast<int>(value);
+    if (api.vbios && api.vbios(dev, text, sizeof text) == NVML_SUCCESS) d.vbios_version = text;
+    nvmlPciInfo_t info{};
+    if (api.pci(dev, &info) == NVML_SUCCESS) d.pci_bus_id = normalize_pci_bus_id(info.busId);
+    if (api.numa && api.numa(dev, &value) == NVML_SUCCESS) d.numa_node = static_cast<int>(value);
+    return d;
+  }
+
+  // NVLink peers: a link whose far end is another GPU counts towards that GPU; links into NVSwitches connect
+  // every pair that NVML reports as NVLink-P2P capable. handles[i] is snap.devices[i]'s.
+  static void read_nvlink_peers(const Api& api, const std::vector<nvmlDevice_t>& handles, NvmlSnapshot& snap) {
+    if (!api.link_state || !api.link_remote) return;
     std::map<std::string, std::size_t> by_bus;
     for (std::size_t i = 0; i < snap.devices.size(); ++i) by_bus[snap.devices[i].pci_bus_id] = i;
-    if (link_state && link_remote) {
-      for (std::size_t i = 0; i < handles.size(); ++i) {
-        std::map<std::string, std::uint32_t> direct;
-        for (unsigned link = 0; link < kMaxNvLinks; ++link) {
-          int active = 0;
-          if (link_state(handles[i], link, &active) != NVML_SUCCESS) break;
-          if (active != NVML_FEATURE_ENABLED) continue;
-          nvmlPciInfo_t remote{};
-          if (link_remote(handles[i], link, &remote) != NVML_SUCCESS) continue;
-          const std::string bus = normalize_pci_bus_id(remote.busId);
-          if (by_bus.count(bus)) ++direct[bus];
-          else ++switch_links[i];
-        }
-        for (const auto& [bus, links] : direct) snap.devices[i].nvlink_peers.push_back({bus, links});
+    std::vector<unsigned> switch_links(handles.size(), 0);   // NVLinks that end at something other than a GPU
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+      std::map<std::string, std::uint32_t> direct;
+      for (unsigned link = 0; link < kMaxNvLinks; ++link) {
+        int active = 0;
+        if (api.link_state(handles[i], link, &active) != NVML_SUCCESS) break;
+        if (active != NVML_FEATURE_ENABLED) continue;
+        nvmlPciInfo_t remote{};
+        if (api.link_remote(handles[i], link, &remote) != NVML_SUCCESS) continue;
+        const std::string bus = normalize_pci_bus_id(remote.busId);
+        if (by_bus.count(bus)) ++direct[bus];
+        else ++switch_links[i];
       }
-      if (p2p) {
-        for (std::size_t i = 0; i < handles.size(); ++i) {
-          for (std::size_t j = 0; j < handles.size(); ++j) {
-            if (i == j || !switch_links[i] || !switch_links[j]) continue;
-            int status = -1;
-            if (p2p(handles[i], handles[j], NVML_P2P_CAPS_INDEX_NVLINK, &status) != NVML_SUCCESS ||
-                status != NVML_P2P_STATUS_OK)
-              continue;
-            snap.devices[i].nvlink_peers.push_back({snap.devices[j].pci_bus_id, std::min(switch_links[i], switch_links[j])});
-          }
-        }
+      for (const auto& [bus, links] : direct) snap.devices[i].nvlink_peers.push_back({bus, links});
+    }
+    if (!api.p2p) return;
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+      for (std::size_t j = 0; j < handles.size(); ++j) {
+        if (i == j || !switch_links[i] || !switch_links[j]) continue;
+        int status = -1;
+        if (api.p2p(handles[i], handles[j], NVML_P2P_CAPS_INDEX_NVLINK, &status) != NVML_SUCCESS ||
+            status != NVML_P2P_STATUS_OK)
+          continue;
+        snap.devices[i].nvlink_peers.push_back({snap.devices[j].pci_bus_id, std::min(switch_links[i], switch_links[j])});
       }
     }
+  }
+
+  static Result<NvmlSnapshot> read(void* lib) {
+    const Api api = resolve_api(lib);
+    if (!api.count || !api.by_index || !api.name || !api.uuid || !api.memory || !api.pci)
+      return make_error("libnvidia-ml.so.1 lacks the NVML entry points gpuckpt needs (driver too old?)", ENOSYS);
+    NvmlSnapshot snap;
+    char text[128] = {};
+    if (api.driver_version && api.driver_version(text, sizeof text) == NVML_SUCCESS) snap.driver_version = text;
+    if (api.cuda_version) api.cuda_version(&snap.cuda_driver_version);
+    unsigned n = 0;
+    api.count(&n);
+    std::vector<nvmlDevice_t> handles;
+    for (unsigned i = 0; i < n; ++i) {
+      nvmlDevice_t dev = nullptr;
+      if (api.by_index(i, &dev) != NVML_SUCCESS) continue;
+      snap.devices.push_back(read_device(api, dev, i));
+      handles.push_back(dev);
+    }
+    read_nvlink_peers(api, handles, snap);
     return snap;
   }
 };

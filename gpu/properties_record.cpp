@@ -198,7 +198,7 @@ Result<GpuPropertiesRecord> record_from_json(const nlohmann::json& j) {
   const auto version = json_integer(*version_it, std::numeric_limits<std::int64_t>::min(),
                                     std::numeric_limits<std::int64_t>::max());
   if (!version) return make_error("'version' must be an integer, found " + json_type(*version_it));
-  if (auto ok = check_version(*version); !ok) return ok.error();
+  GPUCKPT_TRY_VOID(check_version(*version));
 
   GpuPropertiesRecord record;
   JsonFields r("");
@@ -242,14 +242,13 @@ Result<GpuPropertiesRecord> record_from_json(const nlohmann::json& j) {
     }
   }
   if (r.failed()) return r.error();
-  if (auto ok = validate(record); !ok) return ok.error();
+  GPUCKPT_TRY_VOID(validate(record));
   return record;
 }
 
 Result<GpuPropertiesRecord> parse_record(std::string_view text, std::string_view source) {
-  auto j = parse_json(text, source);
-  if (!j) return j.error();
-  auto record = record_from_json(j.value());
+  GPUCKPT_TRY(const nlohmann::json j, parse_json(text, source));
+  auto record = record_from_json(j);
   if (!record) return named(source, record.error().message);
   return record;
 }

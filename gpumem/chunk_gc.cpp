@@ -104,9 +104,8 @@ bool Collection::keep(const cs::Digest& d, const struct ::timespec& mtime) const
 
 Result<gpu_image::Manifest> read_reference(const cs::Store& store, const std::string& name) {
   const std::string shown = (store.root() / cs::kRefsDir / name).string();
-  auto text = store.read_ref(name, gpu_image::kMaxManifestBytes);
-  if (!text) return text.error();
-  auto manifest = gpu_image::parse_manifest(*text, shown);
+  GPUCKPT_TRY(const std::string text, store.read_ref(name, gpu_image::kMaxManifestBytes));
+  auto manifest = gpu_image::parse_manifest(text, shown);
   if (!manifest) return make_error(manifest.error().message, EIO);
   return manifest;
 }
@@ -131,15 +130,14 @@ std::map<cs::Digest, std::uint64_t> stored_chunks(const gpu_image::Manifest& m) 
 }  // namespace
 
 Result<std::vector<ReferenceSummary>> summarize_references(const cs::Store& store) {
-  auto names = store.list_refs();
-  if (!names) return names.error();
+  GPUCKPT_TRY(const auto names, store.list_refs());
   std::vector<ReferenceSummary> out;
   std::vector<std::map<cs::Digest, std::uint64_t>> chunks;
   std::map<cs::Digest, std::uint32_t> counts;
-  for (const std::string& name : *names) {
+  for (const std::string& name : names) {
     auto manifest = read_reference(store, name);
     if (!manifest && manifest.error().errno_value == ENOENT) continue;
-    if (!manifest) return manifest.error();
+    GPUCKPT_TRY_VOID(manifest);
     ReferenceSummary s;
     s.name = name;
     s.checkpoint = manifest->checkpoint;
@@ -159,9 +157,8 @@ Result<std::vector<ReferenceSummary>> summarize_references(const cs::Store& stor
 }
 
 Result<void> Collection::mark() {
-  auto names = store_.list_refs();
-  if (!names) return names.error();
-  for (const std::string& name : *names) {
+  GPUCKPT_TRY(const auto names, store_.list_refs());
+  for (const std::string& name : names) {
     auto manifest = read_reference(store_, name);
     if (!manifest && manifest.error().errno_value == ENOENT) continue;   // removed since the listing: holds nothing
     if (!manifest)
@@ -182,16 +179,15 @@ Result<void> Collection::mark() {
 
 Result<void> Collection::recover() {
   if (!marked_) return make_error("internal: recover before mark", EINVAL);
-  auto trash_fd = store_.open_trash_dir();
-  if (!trash_fd) return trash_fd.error();
+  GPUCKPT_TRY(const int trash_fd, store_.open_trash_dir());
   const std::string shown = (store_.root() / cs::kTrashDir).string();
-  auto names = entries_of(*trash_fd, shown);
+  auto names = entries_of(trash_fd, shown);
   Result<void> result;
   if (!names) result = names.error();
   for (const std::string& name : names ? *names : std::vector<std::string>{}) {
     auto digest = cs::parse_digest(name, "trash entry");
     struct stat st {};
-    if (!digest || ::fstatat(*trash_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
+    if (!digest || ::fstatat(trash_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
       report_.unknown.push_back(shown + "/" + name);
       continue;
     }
@@ -202,7 +198,7 @@ Result<void> Collection::recover() {
       if (::mkdirat(store_.hash_fd(), fanout.c_str(), 0700) != 0 && errno != EEXIST) continue;
       const int dir_fd = ::openat(store_.hash_fd(), fanout.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (dir_fd < 0) continue;
-      move_back(*trash_fd, dir_fd, name);
+      move_back(trash_fd, dir_fd, name);
       ::close(dir_fd);
     } else {
       // Left by a collection that was killed: garbage, removed by empty_trash.
@@ -211,14 +207,13 @@ Result<void> Collection::recover() {
       if (report_.garbage.size() < kMaxListed) report_.garbage.push_back({*digest, static_cast<std::uint64_t>(st.st_size)});
     }
   }
-  ::close(*trash_fd);
+  ::close(trash_fd);
   return result;
 }
 
 Result<void> Collection::sweep_partials(int dir_fd, const std::string& shown) {
-  auto names = entries_of(dir_fd, shown);
-  if (!names) return names.error();
-  for (const std::string& name : *names) {
+  GPUCKPT_TRY(const auto names, entries_of(dir_fd, shown));
+  for (const std::string& name : names) {
     struct stat st {};
     if (!is_partial_name(name) || ::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (!before(st.st_mtim, cutoff_)) continue;   // a writer may still be writing it
@@ -230,9 +225,8 @@ Result<void> Collection::sweep_partials(int dir_fd, const std::string& shown) {
 Result<void> Collection::sweep_fanout(int dir_fd, const std::string& fanout, int trash_fd,
                                       std::set<cs::Digest>& found) {
   const std::string shown = (store_.root() / cs::kHashName / fanout).string();
-  auto names = entries_of(dir_fd, shown);
-  if (!names) return names.error();
-  for (const std::string& name : *names) {
+  GPUCKPT_TRY(const auto names, entries_of(dir_fd, shown));
+  for (const std::string& name : names) {
     struct stat st {};
     if (is_partial_name(name)) continue;   // sweep_partials
     auto digest = cs::parse_digest(name, "chunk file name");
@@ -275,12 +269,11 @@ Result<void> Collection::sweep_fanout(int dir_fd, const std::string& fanout, int
 
 Result<void> Collection::sweep() {
   if (!marked_) return make_error("internal: sweep before mark", EINVAL);
-  auto trash_fd = store_.open_trash_dir();
-  if (!trash_fd) return trash_fd.error();
+  GPUCKPT_TRY(const int trash_fd, store_.open_trash_dir());
   const std::string hash_shown = (store_.root() / cs::kHashName).string();
   std::set<cs::Digest> found;
   // Chunks in trash/ are found too: every reader moves them back when it needs them.
-  if (auto in_trash = entries_of(*trash_fd, (store_.root() / cs::kTrashDir).string()); in_trash)
+  if (auto in_trash = entries_of(trash_fd, (store_.root() / cs::kTrashDir).string()); in_trash)
     for (const std::string& name : *in_trash)
       if (auto d = cs::parse_digest(name, "trash entry"); d) found.insert(*d);
   auto fanouts = entries_of(store_.hash_fd(), hash_shown);
@@ -294,11 +287,11 @@ Result<void> Collection::sweep() {
       report_.unknown.push_back(hash_shown + "/" + fanout);
       continue;
     }
-    result = sweep_fanout(dir_fd, fanout, *trash_fd, found);
+    result = sweep_fanout(dir_fd, fanout, trash_fd, found);
     ::close(dir_fd);
     if (!result) break;
   }
-  ::close(*trash_fd);
+  ::close(trash_fd);
   if (!result) return result;
   if (auto refs_fd = store_.open_refs_dir(); refs_fd) {
     result = sweep_partials(*refs_fd, (store_.root() / cs::kRefsDir).string());
@@ -315,30 +308,29 @@ Result<void> Collection::sweep() {
 
 Result<void> Collection::empty_trash() {
   if (report_.dry_run) return {};
-  auto trash_fd = store_.open_trash_dir();
-  if (!trash_fd) return trash_fd.error();
-  auto names = entries_of(*trash_fd, (store_.root() / cs::kTrashDir).string());
+  GPUCKPT_TRY(const int trash_fd, store_.open_trash_dir());
+  auto names = entries_of(trash_fd, (store_.root() / cs::kTrashDir).string());
   Result<void> result;
   if (!names) result = names.error();
   for (const std::string& name : names ? *names : std::vector<std::string>{}) {
     struct stat st {};
     auto digest = cs::parse_digest(name, "trash entry");
-    if (!digest || ::fstatat(*trash_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (!digest || ::fstatat(trash_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
     if (keep(*digest, st.st_mtim)) continue;   // touched since the sweep: the next collection returns it
-    if (::unlinkat(*trash_fd, name.c_str(), 0) != 0 && errno != ENOENT)
+    if (::unlinkat(trash_fd, name.c_str(), 0) != 0 && errno != ENOENT)
       result = make_error("removing " + (store_.root() / cs::kTrashDir / name).string() + ": " + errno_text(errno),
                           errno);
   }
-  ::close(*trash_fd);
+  ::close(trash_fd);
   return result;
 }
 
 Result<Report> collect(cs::Store& store, Options options) {
-  auto collection = Collection::begin(store, options);
-  if (!collection) return collection.error();
-  for (auto phase : {&Collection::mark, &Collection::recover, &Collection::sweep, &Collection::empty_trash})
-    if (auto ok = ((**collection).*phase)(); !ok) return ok.error();
-  return (*collection)->report();
+  GPUCKPT_TRY(const auto collection, Collection::begin(store, options));
+  for (auto phase : {&Collection::mark, &Collection::recover, &Collection::sweep, &Collection::empty_trash}) {
+    GPUCKPT_TRY_VOID(((*collection).*phase)());
+  }
+  return collection->report();
 }
 
 std::string format_report(const Report& r, const std::string& store_root) {

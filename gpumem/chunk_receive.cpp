@@ -44,11 +44,10 @@ Result<void> decode_chunk_payload(std::span<const std::byte> file, const cs::Chu
 
 Result<cs::ChunkHeader> verify_chunk_file(std::span<const std::byte> file, const cs::Digest& digest,
                                           gpu_image::ChunkCodec& codec, std::vector<std::byte>& raw) {
-  auto header = check_chunk_header(file);
-  if (!header) return header.error();
-  raw.resize(header->raw_size);
-  if (auto ok = decode_chunk_payload(file, *header, digest, codec, raw); !ok) return ok.error();
-  return *header;
+  GPUCKPT_TRY(const auto header, check_chunk_header(file));
+  raw.resize(header.raw_size);
+  GPUCKPT_TRY_VOID(decode_chunk_payload(file, header, digest, codec, raw));
+  return header;
 }
 
 Result<ReceivedChunk> receive_chunk(cs::Store& store, const cs::Digest& digest, std::span<const std::byte> file,
@@ -60,7 +59,7 @@ Result<ReceivedChunk> receive_chunk(cs::Store& store, const cs::Digest& digest, 
   // stat reads the present file's header: one cut short or foreign is replaced by this verified one.
   if (auto present = store.stat(digest); present && present->raw_size == header->raw_size && store.touch(digest))
     return ReceivedChunk{true, *present};
-  if (auto ok = store.put(digest, *header, file.subspan(cs::kChunkHeaderSize)); !ok) return ok.error();
+  GPUCKPT_TRY_VOID(store.put(digest, *header, file.subspan(cs::kChunkHeaderSize)));
   return ReceivedChunk{false, *header};
 }
 

@@ -187,9 +187,7 @@ Result<std::unique_ptr<Store>> Store::open(const std::filesystem::path& root, bo
                       (errno == ENOENT ? ". Mount the store there (a shared volume) or set GPUCKPT_GPU_STORE to where "
                                          "it is" : ""), errno);
   if (create) {
-    auto hash_fd = open_or_make_dir(store->root_fd_, kHashName, (root / kHashName).string());
-    if (!hash_fd) return hash_fd.error();
-    store->hash_fd_ = *hash_fd;
+    GPUCKPT_TRY(store->hash_fd_, open_or_make_dir(store->root_fd_, kHashName, (root / kHashName).string()));
   } else {
     store->hash_fd_ = ::openat(store->root_fd_, kHashName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (store->hash_fd_ < 0)
@@ -250,23 +248,21 @@ Result<Store::OpenChunk> Store::open_chunk(const Digest& d) const {
 }
 
 Result<ChunkHeader> Store::stat(const Digest& d) const {
-  auto chunk = open_chunk(d);
-  if (!chunk) return chunk.error();
-  ::close(chunk->fd);
-  return chunk->header;
+  GPUCKPT_TRY(const auto chunk, open_chunk(d));
+  ::close(chunk.fd);
+  return chunk.header;
 }
 
 Result<MappableChunk> Store::open_mappable(const Digest& d) const {
-  auto chunk = open_chunk(d);
-  if (!chunk) return chunk.error();
-  if (chunk->header.version != kAlignedChunkVersion) {
-    ::close(chunk->fd);
-    return make_error(path_of(d).string() + " holds " + (chunk->header.encoding == 0 ? std::string("a raw chunk in "
+  GPUCKPT_TRY(const auto chunk, open_chunk(d));
+  if (chunk.header.version != kAlignedChunkVersion) {
+    ::close(chunk.fd);
+    return make_error(path_of(d).string() + " holds " + (chunk.header.encoding == 0 ? std::string("a raw chunk in "
                       "chunk format version 1 (written before version 2 aligned raw payloads)") : "a compressed chunk "
-                      "(encoding " + std::to_string(chunk->header.encoding) + ")") + ": its payload cannot be mapped",
+                      "(encoding " + std::to_string(chunk.header.encoding) + ")") + ": its payload cannot be mapped",
                       ENOTSUP);
   }
-  return MappableChunk{chunk->fd, chunk->header};
+  return MappableChunk{chunk.fd, chunk.header};
 }
 
 Result<int> Store::fanout_dir(const Digest& d) {
@@ -284,13 +280,12 @@ Result<void> Store::put(const Digest& d, const ChunkHeader& header, std::span<co
   // Unique among the writers of every node sharing the store: a random token per process and a sequence.
   static const std::uint64_t token = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   if (payload.size() != header.stored_size) return make_error("internal: chunk payload size mismatch", EINVAL);
-  auto dir_fd = fanout_dir(d);
-  if (!dir_fd) return dir_fd.error();
+  GPUCKPT_TRY(const int dir_fd, fanout_dir(d));
   const std::string hex = d.hex();
   const std::string temp = "." + hex + "." + std::to_string(token) + "." + std::to_string(sequence++) + ".partial";
   const std::string shown = (root_ / kHashName / hex.substr(0, 2) / temp).string();
   Result<void> result;
-  const int fd = ::openat(*dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const int fd = ::openat(dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     result = make_error("creating " + shown + ": " + errno_text(errno), errno);
   } else {
@@ -305,11 +300,11 @@ Result<void> Store::put(const Digest& d, const ChunkHeader& header, std::span<co
     result = write_exact(fd, iov, 3, shown);
     if (result && ::fsync(fd) != 0) result = make_error("fsync of " + shown + ": " + errno_text(errno), errno);
     ::close(fd);
-    if (result && ::renameat(*dir_fd, temp.c_str(), *dir_fd, hex.c_str()) != 0)
+    if (result && ::renameat(dir_fd, temp.c_str(), dir_fd, hex.c_str()) != 0)
       result = make_error("renaming " + shown + " to its digest: " + errno_text(errno), errno);
-    if (!result) (void)::unlinkat(*dir_fd, temp.c_str(), 0);
+    if (!result) (void)::unlinkat(dir_fd, temp.c_str(), 0);
   }
-  ::close(*dir_fd);
+  ::close(dir_fd);
   return result;
 }
 
@@ -334,10 +329,9 @@ Result<void> Store::sync() {
 }
 
 Result<void> Store::read(const Digest& d, std::uint64_t max_size, std::vector<std::byte>& out) const {
-  auto chunk = open_chunk(d);
-  if (!chunk) return chunk.error();
+  GPUCKPT_TRY(const auto chunk, open_chunk(d));
   const std::string shown = path_of(d).string();
-  const ChunkHeader& header = chunk->header;
+  const ChunkHeader& header = chunk.header;
   const std::uint64_t wire_size = kChunkHeaderSize + std::uint64_t{header.stored_size};
   Result<void> result;
   if (wire_size > max_size) {
@@ -346,16 +340,16 @@ Result<void> Store::read(const Digest& d, std::uint64_t max_size, std::vector<st
   } else {
     out.resize(static_cast<std::size_t>(wire_size));
     if (header.version == kPackedChunkVersion) {
-      std::memcpy(out.data(), chunk->header_bytes.data(), kChunkHeaderSize);
+      std::memcpy(out.data(), chunk.header_bytes.data(), kChunkHeaderSize);
     } else {
       ChunkHeader packed = header;
       packed.version = kPackedChunkVersion;
       const auto bytes = encode_header(packed);
       std::memcpy(out.data(), bytes.data(), kChunkHeaderSize);
     }
-    result = read_all(chunk->fd, out.data() + kChunkHeaderSize, header.stored_size, header.payload_offset(), shown);
+    result = read_all(chunk.fd, out.data() + kChunkHeaderSize, header.stored_size, header.payload_offset(), shown);
   }
-  ::close(chunk->fd);
+  ::close(chunk.fd);
   return result;
 }
 
@@ -425,14 +419,13 @@ Result<void> Store::check_ref(const std::string& name, std::string_view text) co
 }
 
 Result<bool> Store::put_ref(const std::string& name, std::string_view text) {
-  if (auto free = check_ref(name, text); !free) return free.error();
-  auto dir_fd = open_refs_dir();
-  if (!dir_fd) return dir_fd.error();
+  GPUCKPT_TRY_VOID(check_ref(name, text));
+  GPUCKPT_TRY(const int dir_fd, open_refs_dir());
   static std::atomic<std::uint64_t> sequence{0};
   const std::string temp = "." + name + "." + std::to_string(::getpid()) + "." + std::to_string(sequence++) + ".partial";
   const std::string shown = (root_ / kRefsDir / name).string();
   Result<bool> result = true;
-  const int fd = ::openat(*dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const int fd = ::openat(dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     result = make_error("creating the chunk store reference " + shown + ": " + errno_text(errno), errno);
   } else {
@@ -442,7 +435,7 @@ Result<bool> Store::put_ref(const std::string& name, std::string_view text) {
     ::close(fd);
     // Never over an existing name (on NFS and sshfs too), so a writer racing this one cannot have its reference
     // replaced either.
-    if (result && rename_noreplace(*dir_fd, temp.c_str(), *dir_fd, name.c_str()) != 0) {
+    if (result && rename_noreplace(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0) {
       const int err = errno;
       if (err != EEXIST) {
         result = make_error("renaming the chunk store reference " + shown + " into place: " + errno_text(err), err);
@@ -451,11 +444,11 @@ Result<bool> Store::put_ref(const std::string& name, std::string_view text) {
         result = same ? Result<bool>(false) : Result<bool>(same.error());
       }
     }
-    if (!result || !*result) (void)::unlinkat(*dir_fd, temp.c_str(), 0);
-    if (result && *result && ::fsync(*dir_fd) != 0 && errno != EINVAL)
+    if (!result || !*result) (void)::unlinkat(dir_fd, temp.c_str(), 0);
+    if (result && *result && ::fsync(dir_fd) != 0 && errno != EINVAL)
       result = make_error("fsync of " + (root_ / kRefsDir).string() + ": " + errno_text(errno), errno);
   }
-  ::close(*dir_fd);
+  ::close(dir_fd);
   return result;
 }
 
@@ -466,17 +459,16 @@ Result<bool> Store::remove_ref(const std::string& name, std::optional<std::strin
   if (only_if)
     if (auto kept = check_ref(name, *only_if); !kept) return kept.error().errno_value == EEXIST ? Result<bool>(false)
                                                                                                 : kept.error();
-  auto dir_fd = open_refs_dir();
-  if (!dir_fd) return dir_fd.error();
+  GPUCKPT_TRY(const int dir_fd, open_refs_dir());
   Result<bool> removed = true;
-  if (::unlinkat(*dir_fd, name.c_str(), 0) != 0) {
+  if (::unlinkat(dir_fd, name.c_str(), 0) != 0) {
     removed = errno == ENOENT ? Result<bool>(false)
                               : make_error("removing " + (root_ / kRefsDir / name).string() + ": " + errno_text(errno),
                                            errno);
-  } else if (::fsync(*dir_fd) != 0 && errno != EINVAL) {
+  } else if (::fsync(dir_fd) != 0 && errno != EINVAL) {
     removed = make_error("fsync of " + (root_ / kRefsDir).string() + ": " + errno_text(errno), errno);
   }
-  ::close(*dir_fd);
+  ::close(dir_fd);
   return removed;
 }
 

@@ -140,25 +140,19 @@ Result<Settings> settings_from_env(const PluginSettings& node) {
   Settings s;
   auto value = [&node](const char* name) { return node.get(name); };
   if (auto v = value("GPUCKPT_IMAGE_THREADS"); !v.empty()) {
-    auto n = parse_long(v, "GPUCKPT_IMAGE_THREADS", 0, 256);
-    if (!n) return n.error();
-    s.threads = static_cast<unsigned>(*n);
+    GPUCKPT_TRY(const long n, parse_long(v, "GPUCKPT_IMAGE_THREADS", 0, 256));
+    s.threads = static_cast<unsigned>(n);
   }
   if (s.threads == 0) s.threads = default_threads(std::max(1u, static_cast<unsigned>(::sysconf(_SC_NPROCESSORS_ONLN))));
   if (auto v = value("GPUCKPT_IMAGE_COMPRESSION"); !v.empty()) {
-    auto c = parse_compression(v, "GPUCKPT_IMAGE_COMPRESSION");
-    if (!c) return c.error();
-    s.compression = *c;
+    GPUCKPT_TRY(s.compression, parse_compression(v, "GPUCKPT_IMAGE_COMPRESSION"));
   }
   if (auto v = value("GPUCKPT_IMAGE_SPARSE"); !v.empty()) {
-    auto on = parse_long(v, "GPUCKPT_IMAGE_SPARSE", 0, 1);
-    if (!on) return on.error();
-    s.sparse = *on == 1;
+    GPUCKPT_TRY(const long on, parse_long(v, "GPUCKPT_IMAGE_SPARSE", 0, 1));
+    s.sparse = on == 1;
   }
   if (auto v = value("GPUCKPT_GPU_STORE"); !v.empty()) {
-    auto store = parse_store(v, "GPUCKPT_GPU_STORE");
-    if (!store) return store.error();
-    s.store = *store;
+    GPUCKPT_TRY(s.store, parse_store(v, "GPUCKPT_GPU_STORE"));
   }
   return s;
 }
@@ -361,7 +355,7 @@ Result<void> ChunkCodec::decode(std::span<const std::byte> record, const ChunkEn
       get_le<std::uint8_t>(h, 24) != static_cast<std::uint8_t>(entry.encoding) ||
       get_le<std::uint64_t>(h, 32) != entry.checksum)
     return make_error("the chunk's header does not match the index", EIO);
-  if (auto ok = decode_payload(record.subspan(kRecordHeaderSize), entry.encoding, out); !ok) return ok;
+  GPUCKPT_TRY_VOID(decode_payload(record.subspan(kRecordHeaderSize), entry.encoding, out));
   if (checksum(out) != entry.checksum) return make_error("checksum mismatch: the stored data is corrupt", EIO);
   return {};
 }
@@ -432,7 +426,7 @@ Result<std::unique_ptr<ImageWriter>> ImageWriter::create(int dir_fd, const Image
   put_le<std::int32_t>(h, 24, header.dump_pid);
   put_le<std::uint32_t>(h, 28, header.shards);
   put_le<std::uint64_t>(h, 56, XXH3_64bits(h, 56));
-  if (auto ok = write_all(w->shards_[0]->fd, h, sizeof h, 0, w->shards_[0]->temp_name); !ok) return ok.error();
+  GPUCKPT_TRY_VOID(write_all(w->shards_[0]->fd, h, sizeof h, 0, w->shards_[0]->temp_name));
   return w;
 }
 
@@ -456,7 +450,7 @@ Result<void> ImageWriter::append(const ChunkCodec& codec, ChunkEntry entry, unsi
     entry.shard = static_cast<std::uint16_t>(worker % shards_.size());
     Shard& shard = *shards_[entry.shard];
     entry.offset = shard.next_offset.fetch_add(codec.record_size());
-    if (auto ok = codec.write_record(shard.fd, entry.offset, shard.temp_name); !ok) return ok;
+    GPUCKPT_TRY_VOID(codec.write_record(shard.fd, entry.offset, shard.temp_name));
     // Start the disk writing now rather than all at the final fsync: on a disk the copy and the write overlap.
     const std::uint64_t unflushed = shard.unflushed.fetch_add(codec.record_size()) + codec.record_size();
     if (unflushed >= kWritebackEvery && shard.unflushed.exchange(0) >= kWritebackEvery)
@@ -495,8 +489,8 @@ Result<void> ImageWriter::finish() {
   put_le<std::uint64_t>(f, 24, entries_.size());
   put_le<std::uint64_t>(f, 32, XXH3_64bits(index.data(), index.size()));
   put_le<std::uint64_t>(f, 40, XXH3_64bits(f, 40));
-  if (auto ok = write_all(main.fd, index.data(), index.size(), index_offset, main.temp_name); !ok) return ok;
-  if (auto ok = write_all(main.fd, f, sizeof f, index_offset + index.size(), main.temp_name); !ok) return ok;
+  GPUCKPT_TRY_VOID(write_all(main.fd, index.data(), index.size(), index_offset, main.temp_name));
+  GPUCKPT_TRY_VOID(write_all(main.fd, f, sizeof f, index_offset + index.size(), main.temp_name));
   for (const auto& shard : shards_)
     if (::fsync(shard->fd) != 0) return make_error("fsync of " + shard->temp_name + ": " + errno_text(errno), errno);
   // The shards first: a main file with its final name means every file it names is complete.
@@ -512,6 +506,142 @@ Result<void> ImageWriter::finish() {
 }
 
 // --- reader ------------------------------------------------------------------------------------------------------------
+namespace {
+
+// The main file's header, checked: magic, checksum, a version this gpuckpt reads, sane chunk size and shard count.
+Result<ImageHeader> read_file_header(int main_fd, const std::string& name) {
+  std::byte h[kFileHeaderSize];
+  GPUCKPT_TRY_VOID(read_all(main_fd, h, sizeof h, 0, name));
+  if (std::memcmp(h, kFileMagic, 8) != 0) return make_error(name + " is not a gpuckpt GPU memory image", EIO);
+  if (get_le<std::uint64_t>(h, 56) != XXH3_64bits(h, 56)) return make_error(name + ": the file header is corrupt", EIO);
+  ImageHeader header;
+  header.version = get_le<std::uint32_t>(h, 8);
+  if (header.version > kVersion)
+    return make_error(name + " is GPU image version " + std::to_string(header.version) + "; this gpuckpt reads up "
+                      "to " + std::to_string(kVersion) + ". Restore with the gpuckpt that made the checkpoint, or newer",
+                      EIO);
+  header.chunk_size = get_le<std::uint32_t>(h, 16);
+  header.vpid = get_le<std::int32_t>(h, 20);
+  header.dump_pid = get_le<std::int32_t>(h, 24);
+  header.shards = std::max<std::uint32_t>(1, get_le<std::uint32_t>(h, 28));   // 0 in the first images: one file
+  if (header.chunk_size == 0 || header.chunk_size > kMaxChunkSize)
+    return make_error(name + ": bad chunk size in the header", EIO);
+  if (header.shards > kMaxShards) return make_error(name + ": bad shard count in the header", EIO);
+  return header;
+}
+
+// Opens the data files 1 .. shards-1 of image `name` into `fds` (which owns them, on failure too) and appends
+// their sizes to `shard_sizes`.
+Result<void> open_data_files(int dir_fd, const std::string& name, std::uint32_t shards, std::vector<int>& fds,
+                             std::vector<std::uint64_t>& shard_sizes) {
+  for (std::uint32_t k = 1; k < shards; ++k) {
+    const std::string shard = shard_name(name, k);
+    const int fd = ::openat(dir_fd, shard.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+      return make_error("the GPU memory image " + name + " is incomplete: its data file " + shard + " cannot be "
+                        "opened (" + errno_text(errno) + ")", errno == ENOENT ? ENOENT : EIO);
+    fds.push_back(fd);
+    struct stat shard_st {};
+    if (::fstat(fd, &shard_st) != 0 || !S_ISREG(shard_st.st_mode))
+      return make_error("the GPU memory image's data file " + shard + " is not a regular file", EIO);
+    shard_sizes.push_back(static_cast<std::uint64_t>(shard_st.st_size));
+  }
+  return {};
+}
+
+// Where the footer says the chunk index lies in the main file, and its checksum.
+struct IndexLocation {
+  std::uint64_t offset = 0;
+  std::uint32_t region_count = 0;
+  std::uint64_t entry_count = 0;
+  std::uint64_t checksum = 0;
+  std::uint64_t size() const { return region_count * kRegionEntrySize + entry_count * kIndexEntrySize; }
+};
+
+// The footer at the end of the main file, checked, and the index it describes, which must fill the space between
+// the header and the footer exactly.
+Result<IndexLocation> read_footer(int main_fd, std::uint64_t main_size, const std::string& name) {
+  std::byte f[kFooterSize];
+  GPUCKPT_TRY_VOID(read_all(main_fd, f, sizeof f, main_size - kFooterSize, name));
+  if (std::memcmp(f, kFooterMagic, 8) != 0 || get_le<std::uint64_t>(f, 40) != XXH3_64bits(f, 40))
+    return make_error("the GPU memory image " + name + " is truncated or incomplete (no valid footer): the dump that "
+                      "wrote it did not finish", EIO);
+  IndexLocation at;
+  at.offset = get_le<std::uint64_t>(f, 8);
+  at.region_count = get_le<std::uint32_t>(f, 16);
+  at.entry_count = get_le<std::uint64_t>(f, 24);
+  at.checksum = get_le<std::uint64_t>(f, 32);
+  const std::uint64_t index_end = main_size - kFooterSize;
+  if (at.region_count == 0 || at.region_count > kMaxRegions || at.offset < kFileHeaderSize || at.offset > index_end ||
+      at.entry_count > (index_end - at.offset) / kIndexEntrySize || index_end - at.offset != at.size())
+    return make_error(name + ": the footer does not describe an index inside the file", EIO);
+  return at;
+}
+
+// The region table at the start of the index, each region valid, together needing exactly the index's entries.
+Result<std::vector<Region>> decode_regions(const std::byte* p, const IndexLocation& at, std::uint32_t chunk_size,
+                                           const std::string& name) {
+  std::vector<Region> regions;
+  std::uint64_t expected_entries = 0;
+  for (std::uint32_t i = 0; i < at.region_count; ++i, p += kRegionEntrySize) {
+    Region region{get_le<std::uint64_t>(p, 0), get_le<std::uint64_t>(p, 8)};
+    // Beyond 128 TiB no process maps anything (x86-64 user space), and the chunk count below must not wrap.
+    if (region.length == 0 || region.length > kMaxRegionLength || region.start + region.length < region.start)
+      return make_error(name + ": region " + std::to_string(i) + " is invalid", EIO);
+    expected_entries += chunks_in(region, chunk_size);
+    regions.push_back(region);
+  }
+  if (expected_entries != at.entry_count)
+    return make_error(name + ": the index lists " + std::to_string(at.entry_count) + " chunks, the regions need " +
+                      std::to_string(expected_entries) + " (chunks are missing)", EIO);
+  return regions;
+}
+
+// The chunk entries that follow the region table: one per chunk of every region, in order, each of the right size
+// and, unless zero, with its record inside its data file (shard_sizes[k]: data file k's size; shard 0's records
+// lie between the header and the index).
+Result<std::vector<ChunkEntry>> decode_entries(const std::byte* p, const IndexLocation& at,
+                                               const std::vector<Region>& regions, const ImageHeader& header,
+                                               const std::vector<std::uint64_t>& shard_sizes, const std::string& name) {
+  const std::uint32_t chunk_size = header.chunk_size;
+  std::vector<ChunkEntry> entries;
+  entries.reserve(at.entry_count);
+  std::uint32_t region = 0;
+  std::uint64_t chunk = 0;
+  for (std::uint64_t i = 0; i < at.entry_count; ++i, p += kIndexEntrySize) {
+    while (chunk == chunks_in(regions[region], chunk_size)) {
+      ++region;
+      chunk = 0;
+    }
+    ChunkEntry e = decode_entry(p);
+    const std::string where = describe_chunk(e, regions[std::min<std::size_t>(e.region, at.region_count - 1)].start,
+                                             chunk_size);
+    if (e.region != region || e.chunk != chunk)
+      return make_error(name + ": index entry " + std::to_string(i) + " is " + where + ", expected chunk " +
+                        std::to_string(chunk) + " of region " + std::to_string(region) + " (chunks missing or out of order)",
+                        EIO);
+    if (e.raw_size != raw_size_of(regions[region], chunk, chunk_size))
+      return make_error(name + ": " + where + " has the wrong size", EIO);
+    if (e.encoding == Encoding::Zero) {
+      if (e.stored_size != 0) return make_error(name + ": " + where + " is zero but has stored bytes", EIO);
+    } else if (e.encoding == Encoding::Raw || e.encoding == Encoding::Zstd) {
+      const std::uint64_t begin = e.shard == 0 ? kFileHeaderSize : 0;
+      const std::uint64_t end = e.shard == 0 ? at.offset : (e.shard < shard_sizes.size() ? shard_sizes[e.shard] : 0);
+      if ((e.encoding == Encoding::Raw && e.stored_size != e.raw_size) || e.stored_size > ZSTD_compressBound(chunk_size) ||
+          e.shard >= header.shards || e.offset < begin || e.offset > end ||
+          end - e.offset < kRecordHeaderSize + e.stored_size)
+        return make_error(name + ": " + where + " lies outside the file's data (the file is truncated or corrupt)", EIO);
+    } else {
+      return make_error(name + ": " + where + " has an unknown encoding", EIO);
+    }
+    entries.push_back(e);
+    ++chunk;
+  }
+  return entries;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ImageReader>> ImageReader::open(int dir_fd, const std::string& name) {
   std::unique_ptr<ImageReader> r(new ImageReader());
   r->name_ = name;
@@ -521,105 +651,24 @@ Result<std::unique_ptr<ImageReader>> ImageReader::open(int dir_fd, const std::st
   struct stat st {};
   if (::fstat(main_fd, &st) != 0 || !S_ISREG(st.st_mode))
     return make_error("the GPU memory image " + name + " is not a regular file", EIO);
-  r->file_size_ = static_cast<std::uint64_t>(st.st_size);
-  if (r->file_size_ < kFileHeaderSize + kFooterSize)
-    return make_error("the GPU memory image " + name + " is truncated (" + std::to_string(r->file_size_) +
+  const std::uint64_t main_size = static_cast<std::uint64_t>(st.st_size);
+  if (main_size < kFileHeaderSize + kFooterSize)
+    return make_error("the GPU memory image " + name + " is truncated (" + std::to_string(main_size) +
                       " bytes): the dump that wrote it did not finish", EIO);
-  std::byte h[kFileHeaderSize];
-  if (auto ok = read_all(main_fd, h, sizeof h, 0, name); !ok) return ok.error();
-  if (std::memcmp(h, kFileMagic, 8) != 0) return make_error(name + " is not a gpuckpt GPU memory image", EIO);
-  if (get_le<std::uint64_t>(h, 56) != XXH3_64bits(h, 56)) return make_error(name + ": the file header is corrupt", EIO);
-  r->header_.version = get_le<std::uint32_t>(h, 8);
-  if (r->header_.version > kVersion)
-    return make_error(name + " is GPU image version " + std::to_string(r->header_.version) + "; this gpuckpt reads up "
-                      "to " + std::to_string(kVersion) + ". Restore with the gpuckpt that made the checkpoint, or newer",
-                      EIO);
-  r->header_.chunk_size = get_le<std::uint32_t>(h, 16);
-  r->header_.vpid = get_le<std::int32_t>(h, 20);
-  r->header_.dump_pid = get_le<std::int32_t>(h, 24);
-  r->header_.shards = std::max<std::uint32_t>(1, get_le<std::uint32_t>(h, 28));   // 0 in the first images: one file
-  const std::uint32_t chunk_size = r->header_.chunk_size;
-  if (chunk_size == 0 || chunk_size > kMaxChunkSize) return make_error(name + ": bad chunk size in the header", EIO);
-  if (r->header_.shards > kMaxShards) return make_error(name + ": bad shard count in the header", EIO);
-  const std::uint64_t main_size = r->file_size_;
-  std::vector<std::uint64_t> shard_sizes{0};
-  for (std::uint32_t k = 1; k < r->header_.shards; ++k) {
-    const std::string shard = shard_name(name, k);
-    const int fd = ::openat(dir_fd, shard.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-      return make_error("the GPU memory image " + name + " is incomplete: its data file " + shard + " cannot be "
-                        "opened (" + errno_text(errno) + ")", errno == ENOENT ? ENOENT : EIO);
-    r->fds_.push_back(fd);
-    struct stat shard_st {};
-    if (::fstat(fd, &shard_st) != 0 || !S_ISREG(shard_st.st_mode))
-      return make_error("the GPU memory image's data file " + shard + " is not a regular file", EIO);
-    shard_sizes.push_back(static_cast<std::uint64_t>(shard_st.st_size));
-    r->file_size_ += static_cast<std::uint64_t>(shard_st.st_size);
-  }
+  GPUCKPT_TRY(r->header_, read_file_header(main_fd, name));
+  std::vector<std::uint64_t> shard_sizes{0};   // [0]: the main file, whose data ends at the index
+  GPUCKPT_TRY_VOID(open_data_files(dir_fd, name, r->header_.shards, r->fds_, shard_sizes));
+  r->file_size_ = main_size;
+  for (const std::uint64_t size : shard_sizes) r->file_size_ += size;
 
-  std::byte f[kFooterSize];
-  if (auto ok = read_all(main_fd, f, sizeof f, main_size - kFooterSize, name); !ok) return ok.error();
-  if (std::memcmp(f, kFooterMagic, 8) != 0 || get_le<std::uint64_t>(f, 40) != XXH3_64bits(f, 40))
-    return make_error("the GPU memory image " + name + " is truncated or incomplete (no valid footer): the dump that "
-                      "wrote it did not finish", EIO);
-  const std::uint64_t index_offset = get_le<std::uint64_t>(f, 8);
-  const std::uint32_t region_count = get_le<std::uint32_t>(f, 16);
-  const std::uint64_t entry_count = get_le<std::uint64_t>(f, 24);
-  const std::uint64_t index_end = main_size - kFooterSize;
-  if (region_count == 0 || region_count > kMaxRegions || index_offset < kFileHeaderSize || index_offset > index_end ||
-      entry_count > (index_end - index_offset) / kIndexEntrySize ||
-      index_end - index_offset != region_count * kRegionEntrySize + entry_count * kIndexEntrySize)
-    return make_error(name + ": the footer does not describe an index inside the file", EIO);
-  std::vector<std::byte> index(index_end - index_offset);
-  if (auto ok = read_all(main_fd, index.data(), index.size(), index_offset, name); !ok) return ok.error();
-  if (XXH3_64bits(index.data(), index.size()) != get_le<std::uint64_t>(f, 32))
+  GPUCKPT_TRY(const IndexLocation at, read_footer(main_fd, main_size, name));
+  std::vector<std::byte> index(at.size());
+  GPUCKPT_TRY_VOID(read_all(main_fd, index.data(), index.size(), at.offset, name));
+  if (XXH3_64bits(index.data(), index.size()) != at.checksum)
     return make_error(name + ": the chunk index is corrupt (checksum mismatch)", EIO);
-  const std::byte* p = index.data();
-  std::uint64_t expected_entries = 0;
-  for (std::uint32_t i = 0; i < region_count; ++i, p += kRegionEntrySize) {
-    Region region{get_le<std::uint64_t>(p, 0), get_le<std::uint64_t>(p, 8)};
-    // Beyond 128 TiB no process maps anything (x86-64 user space), and the chunk count below must not wrap.
-    if (region.length == 0 || region.length > kMaxRegionLength || region.start + region.length < region.start)
-      return make_error(name + ": region " + std::to_string(i) + " is invalid", EIO);
-    expected_entries += chunks_in(region, chunk_size);
-    r->regions_.push_back(region);
-  }
-  if (expected_entries != entry_count)
-    return make_error(name + ": the index lists " + std::to_string(entry_count) + " chunks, the regions need " +
-                      std::to_string(expected_entries) + " (chunks are missing)", EIO);
-  r->entries_.reserve(entry_count);
-  std::uint32_t region = 0;
-  std::uint64_t chunk = 0;
-  for (std::uint64_t i = 0; i < entry_count; ++i, p += kIndexEntrySize) {
-    while (chunk == chunks_in(r->regions_[region], chunk_size)) {
-      ++region;
-      chunk = 0;
-    }
-    ChunkEntry e = decode_entry(p);
-    const std::string where = describe_chunk(e, r->regions_[std::min<std::size_t>(e.region, region_count - 1)].start,
-                                             chunk_size);
-    if (e.region != region || e.chunk != chunk)
-      return make_error(name + ": index entry " + std::to_string(i) + " is " + where + ", expected chunk " +
-                        std::to_string(chunk) + " of region " + std::to_string(region) + " (chunks missing or out of order)",
-                        EIO);
-    if (e.raw_size != raw_size_of(r->regions_[region], chunk, chunk_size))
-      return make_error(name + ": " + where + " has the wrong size", EIO);
-    if (e.encoding == Encoding::Zero) {
-      if (e.stored_size != 0) return make_error(name + ": " + where + " is zero but has stored bytes", EIO);
-    } else if (e.encoding == Encoding::Raw || e.encoding == Encoding::Zstd) {
-      // Shard 0 holds records between the header and the index; the others from their start to their end.
-      const std::uint64_t begin = e.shard == 0 ? kFileHeaderSize : 0;
-      const std::uint64_t end = e.shard == 0 ? index_offset : (e.shard < shard_sizes.size() ? shard_sizes[e.shard] : 0);
-      if ((e.encoding == Encoding::Raw && e.stored_size != e.raw_size) || e.stored_size > ZSTD_compressBound(chunk_size) ||
-          e.shard >= r->header_.shards || e.offset < begin || e.offset > end ||
-          end - e.offset < kRecordHeaderSize + e.stored_size)
-        return make_error(name + ": " + where + " lies outside the file's data (the file is truncated or corrupt)", EIO);
-    } else {
-      return make_error(name + ": " + where + " has an unknown encoding", EIO);
-    }
-    r->entries_.push_back(e);
-    ++chunk;
-  }
+  GPUCKPT_TRY(r->regions_, decode_regions(index.data(), at, r->header_.chunk_size, name));
+  GPUCKPT_TRY(r->entries_, decode_entries(index.data() + at.region_count * kRegionEntrySize, at, r->regions_,
+                                          r->header_, shard_sizes, name));
   // Each data file is read front to back (the fill reads one file per thread): a larger readahead window.
   for (int fd : r->fds_) (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   return r;
@@ -661,15 +710,14 @@ Result<void> ImageReader::read_chunk(std::size_t i, ChunkCodec& codec, std::vect
 
 // --- inspect -------------------------------------------------------------------------------------------------------------
 Result<ImageSummary> summarize(int dir_fd, const std::string& name, bool verify) {
-  auto reader = ImageReader::open(dir_fd, name);
-  if (!reader) return reader.error();
+  GPUCKPT_TRY(const auto reader, ImageReader::open(dir_fd, name));
   ImageSummary s;
-  s.header = (*reader)->header();
-  s.regions = (*reader)->regions();
-  s.file_bytes = (*reader)->file_size();
+  s.header = reader->header();
+  s.regions = reader->regions();
+  s.file_bytes = reader->file_size();
   ChunkCodec codec(s.header.chunk_size);
   std::vector<std::byte> record, out(s.header.chunk_size);
-  const auto& entries = (*reader)->entries();
+  const auto& entries = reader->entries();
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const ChunkEntry& e = entries[i];
     ++s.chunks;
@@ -679,7 +727,7 @@ Result<ImageSummary> summarize(int dir_fd, const std::string& name, bool verify)
     if (e.encoding == Encoding::Raw) ++s.raw_chunks;
     if (e.encoding == Encoding::Zstd) ++s.zstd_chunks;
     if (verify) {
-      if (auto ok = (*reader)->read_chunk(i, codec, record, {out.data(), e.raw_size}); !ok) return ok.error();
+      GPUCKPT_TRY_VOID(reader->read_chunk(i, codec, record, {out.data(), e.raw_size}));
     }
   }
   return s;

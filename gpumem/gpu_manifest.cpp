@@ -51,10 +51,9 @@ std::optional<std::uint64_t> parse_checksum_hex(std::string_view hex) {
 // store a restore reads than in the one its dump wrote (one node compressed it, the other did not), and the content
 // check after decoding says whether the bytes are the entry's.
 Result<cs::ChunkHeader> check_entry_header(std::span<const std::byte> file, const ChunkEntry& e) {
-  auto header = chunk_receive::check_chunk_header(file);
-  if (!header) return header.error();
-  if (header->raw_size != e.raw_size)
-    return make_error("holds a chunk of " + std::to_string(header->raw_size) + " bytes, the manifest's is " +
+  GPUCKPT_TRY(const auto header, chunk_receive::check_chunk_header(file));
+  if (header.raw_size != e.raw_size)
+    return make_error("holds a chunk of " + std::to_string(header.raw_size) + " bytes, the manifest's is " +
                       std::to_string(e.raw_size), EIO);
   return header;
 }
@@ -165,56 +164,67 @@ std::string serialize_manifest(const Manifest& m) {
   return doc.dump() + "\n";
 }
 
-Result<Manifest> parse_manifest(std::string_view text, std::string_view source) {
-  JsonLimits limits;
-  limits.max_bytes = kMaxManifestBytes;
-  limits.max_depth = 4;
-  limits.max_values = 8 * (kMaxManifestChunks + kMaxPagesRegions) + 64;
-  auto doc = parse_json(text, source, limits);
-  if (!doc) return doc.error();
+namespace {
+
+// The arrays of a manifest document; checksums is null where the manifest has none.
+struct ManifestArrays {
+  const nlohmann::json* regions = nullptr;
+  const nlohmann::json* chunks = nullptr;
+  const nlohmann::json* checksums = nullptr;
+};
+
+// The document's scalar fields into m (format, version, kind, hash, checkpoint, store, the header) and where its
+// arrays are, each of the required ones present.
+Result<ManifestArrays> parse_manifest_fields(const nlohmann::json& doc, std::string_view source, Manifest& m) {
   JsonFields f{std::string(source)};
-  if (!doc->is_object()) return make_error(std::string(source) + ": not a JSON object", EINVAL);
+  if (!doc.is_object()) return make_error(std::string(source) + ": not a JSON object", EINVAL);
   std::string format;
-  f.get(*doc, "", "format", format, true);
+  f.get(doc, "", "format", format, true);
   if (!f.failed() && format != kManifestFormat) f.fail("format", "is not " + std::string(kManifestFormat));
   if (f.failed()) return f.error();
-  f.version(*doc, kManifestVersion, "GPU memory manifest");
-  Manifest m;
+  f.version(doc, kManifestVersion, "GPU memory manifest");
   std::string kind = "gpu-memory";
-  f.get(*doc, "", "kind", kind, false);
+  f.get(doc, "", "kind", kind, false);
   if (!f.failed() && kind != "gpu-memory" && kind != kCpuPagesKind) f.fail("kind", "is not gpu-memory or cpu-pages");
   if (f.failed()) return f.error();
   if (kind == kCpuPagesKind) m.kind = MemoryKind::CpuPages;
   const bool pages = m.kind == MemoryKind::CpuPages;
   std::string hash;
-  f.get(*doc, "", "hash", hash, true);
+  f.get(doc, "", "hash", hash, true);
   if (!f.failed() && hash != cs::kHashName) f.fail("hash", "is not sha256 (the only digest this gpuckpt knows)");
-  f.get(*doc, "", "checkpoint", m.checkpoint, true);
+  f.get(doc, "", "checkpoint", m.checkpoint, true);
   if (!f.failed() && !is_hex_id(m.checkpoint)) f.fail("checkpoint", "is not 32 lowercase hex digits");
-  f.get(*doc, "", "store", m.store, true);
+  f.get(doc, "", "store", m.store, true);
   if (!f.failed() && m.store.size() > 4096) f.fail("store", "is longer than 4096 characters");
   std::int64_t vpid = 0, dump_pid = 0, chunk_size = 0;
-  f.get_integer(*doc, "", pages ? "pages_id" : "vpid", vpid, 1, 4194304, true);
-  f.get_integer(*doc, "", "dump_pid", dump_pid, 0, 4194304, true);
-  f.get_integer(*doc, "", "chunk_size", chunk_size, 4096, kMaxChunkSize, true);
+  f.get_integer(doc, "", pages ? "pages_id" : "vpid", vpid, 1, 4194304, true);
+  f.get_integer(doc, "", "dump_pid", dump_pid, 0, 4194304, true);
+  f.get_integer(doc, "", "chunk_size", chunk_size, 4096, kMaxChunkSize, true);
   if (!f.failed() && chunk_size % 4096 != 0) f.fail("chunk_size", "is not a multiple of 4096");
-  const nlohmann::json* regions = f.array(*doc, "", "regions", true);
-  const nlohmann::json* chunks = f.array(*doc, "", "chunks", true);
-  const nlohmann::json* checksums = f.array(*doc, "", "xxh3_64", false);
+  ManifestArrays arrays;
+  arrays.regions = f.array(doc, "", "regions", true);
+  arrays.chunks = f.array(doc, "", "chunks", true);
+  arrays.checksums = f.array(doc, "", "xxh3_64", false);
   if (f.failed()) return f.error();
   m.header.vpid = static_cast<std::int32_t>(vpid);
   m.header.dump_pid = static_cast<std::int32_t>(dump_pid);
   m.header.chunk_size = static_cast<std::uint32_t>(chunk_size);
   m.header.shards = kStoreStreams;
-  const auto size = m.header.chunk_size;
+  return arrays;
+}
 
+// The regions into m.regions (whose header is parsed); returns how many chunks they need. A page image's regions
+// tile its file from offset 0, each at most one chunk.
+Result<std::uint64_t> parse_regions(const nlohmann::json& regions, std::string_view source, Manifest& m) {
+  const bool pages = m.kind == MemoryKind::CpuPages;
+  const auto size = m.header.chunk_size;
   const std::uint64_t max_regions = pages ? kMaxPagesRegions : kMaxRegions;
-  if (regions->empty() || regions->size() > max_regions)
+  if (regions.empty() || regions.size() > max_regions)
     return make_error(std::string(source) + ": regions: needs 1 to " + std::to_string(max_regions) + " regions");
   std::uint64_t expected_chunks = 0;
-  std::uint64_t file_offset = 0;   // a page image's regions tile its file from 0
-  for (std::size_t i = 0; i < regions->size(); ++i) {
-    const auto& r = (*regions)[i];
+  std::uint64_t file_offset = 0;
+  for (std::size_t i = 0; i < regions.size(); ++i) {
+    const auto& r = regions[i];
     const std::string path = "regions[" + std::to_string(i) + "]";
     std::optional<std::uint64_t> start, length;
     if (r.is_array() && r.size() == 2) {
@@ -232,75 +242,109 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view source) 
     m.regions.push_back({*start, *length});
     expected_chunks += chunks_in(m.regions.back(), size);
   }
-  if (expected_chunks > kMaxManifestChunks || chunks->size() != expected_chunks)
-    return make_error(std::string(source) + ": chunks: lists " + std::to_string(chunks->size()) + " chunks, the "
+  return expected_chunks;
+}
+
+// One element of chunks (`path` names it) into e, which holds its region, chunk and raw size: ["zero", raw_size],
+// or [raw|zstd, raw_size, stored_size, digest]. A stored chunk takes the next `ordinal`; returns its digest (none
+// for a zero chunk).
+Result<cs::Digest> parse_chunk(const nlohmann::json& c, const std::string& path, std::uint64_t max_stored,
+                               std::uint64_t& ordinal, ChunkEntry& e) {
+  if (!c.is_array() || c.size() < 2 || !c[0].is_string())
+    return make_error(path + ": not [encoding, raw_size, ...]");
+  const std::string encoding = c[0].get<std::string>();
+  if (json_unsigned(c[1], UINT32_MAX) != std::optional<std::uint64_t>(e.raw_size))
+    return make_error(path + ": raw_size is not " + std::to_string(e.raw_size) + ", the size of chunk " +
+                      std::to_string(e.chunk) + " of region " + std::to_string(e.region));
+  if (encoding == "zero") {
+    if (c.size() != 2) return make_error(path + ": a zero chunk is [\"zero\", raw_size]");
+    e.encoding = Encoding::Zero;
+    return cs::Digest{};
+  }
+  if (encoding != "raw" && encoding != "zstd") return make_error(path + ": encoding is not zero, raw or zstd");
+  e.encoding = encoding == "raw" ? Encoding::Raw : Encoding::Zstd;
+  if (c.size() != 4 || !c[3].is_string()) return make_error(path + ": a stored chunk is [encoding, raw_size, "
+                                                            "stored_size, digest]");
+  const auto stored = json_unsigned(c[2], max_stored);
+  if (!stored || *stored == 0 || (e.encoding == Encoding::Raw && *stored != e.raw_size))
+    return make_error(path + ": stored_size is not 1 to " + std::to_string(max_stored) + " bytes (" +
+                      std::to_string(e.raw_size) + " for raw)");
+  e.stored_size = static_cast<std::uint32_t>(*stored);
+  GPUCKPT_TRY(const cs::Digest digest, cs::parse_digest(c[3].get<std::string>(), path + ": digest"));
+  e.shard = static_cast<std::uint16_t>(ordinal % kStoreStreams);
+  e.offset = ordinal++;
+  return digest;
+}
+
+// An element of xxh3_64 (`at` names it) into e.checksum: "" for a zero chunk, else 16 lowercase hex digits.
+Result<void> parse_checksum(const nlohmann::json& sum, const std::string& at, ChunkEntry& e) {
+  if (!sum.is_string()) return make_error(at + ": not a string");
+  const auto& hex = sum.get_ref<const std::string&>();
+  if (e.encoding == Encoding::Zero) {
+    if (!hex.empty()) return make_error(at + ": a zero chunk's checksum is \"\"");
+  } else if (auto value = parse_checksum_hex(hex)) {
+    e.checksum = *value;
+  } else {
+    return make_error(at + ": not 16 lowercase hex digits");
+  }
+  return {};
+}
+
+// The chunks, with their checksums where the manifest has them, into m.entries and m.digests: one per chunk of
+// m.regions (expected_chunks of them), in order.
+Result<void> parse_chunks(const ManifestArrays& arrays, std::uint64_t expected_chunks, std::string_view source,
+                          Manifest& m) {
+  const nlohmann::json& chunks = *arrays.chunks;
+  const nlohmann::json* checksums = arrays.checksums;
+  if (expected_chunks > kMaxManifestChunks || chunks.size() != expected_chunks)
+    return make_error(std::string(source) + ": chunks: lists " + std::to_string(chunks.size()) + " chunks, the "
                       "regions need " + std::to_string(expected_chunks) + " (at most " +
                       std::to_string(kMaxManifestChunks) + ")");
-  if (checksums && checksums->size() != chunks->size())
+  if (checksums && checksums->size() != chunks.size())
     return make_error(std::string(source) + ": xxh3_64: lists " + std::to_string(checksums->size()) +
-                      " checksums for " + std::to_string(chunks->size()) + " chunks");
+                      " checksums for " + std::to_string(chunks.size()) + " chunks");
   m.checksums = checksums != nullptr;
   m.entries.reserve(expected_chunks);
   m.digests.reserve(expected_chunks);
+  const auto size = m.header.chunk_size;
   const std::uint64_t max_stored = ZSTD_compressBound(size);
   std::uint32_t region = 0;
   std::uint64_t chunk = 0, ordinal = 0;
-  for (std::size_t i = 0; i < chunks->size(); ++i) {
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
     while (chunk == chunks_in(m.regions[region], size)) {
       ++region;
       chunk = 0;
     }
-    const auto& c = (*chunks)[i];
-    const std::string path = std::string(source) + ": chunks[" + std::to_string(i) + "]";
-    const std::uint32_t raw_size = raw_size_of(m.regions[region], chunk, size);
-    if (!c.is_array() || c.size() < 2 || !c[0].is_string())
-      return make_error(path + ": not [encoding, raw_size, ...]");
-    const std::string encoding = c[0].get<std::string>();
     ChunkEntry e;
     e.region = region;
     e.chunk = chunk;
-    e.raw_size = raw_size;
-    cs::Digest digest;
-    if (json_unsigned(c[1], UINT32_MAX) != std::optional<std::uint64_t>(raw_size))
-      return make_error(path + ": raw_size is not " + std::to_string(raw_size) + ", the size of chunk " +
-                        std::to_string(chunk) + " of region " + std::to_string(region));
-    if (encoding == "zero") {
-      if (c.size() != 2) return make_error(path + ": a zero chunk is [\"zero\", raw_size]");
-      e.encoding = Encoding::Zero;
-    } else if (encoding == "raw" || encoding == "zstd") {
-      e.encoding = encoding == "raw" ? Encoding::Raw : Encoding::Zstd;
-      if (c.size() != 4 || !c[3].is_string()) return make_error(path + ": a stored chunk is [encoding, raw_size, "
-                                                                "stored_size, digest]");
-      const auto stored = json_unsigned(c[2], max_stored);
-      if (!stored || *stored == 0 || (e.encoding == Encoding::Raw && *stored != raw_size))
-        return make_error(path + ": stored_size is not 1 to " + std::to_string(max_stored) + " bytes (" +
-                          std::to_string(raw_size) + " for raw)");
-      e.stored_size = static_cast<std::uint32_t>(*stored);
-      auto parsed = cs::parse_digest(c[3].get<std::string>(), path + ": digest");
-      if (!parsed) return parsed.error();
-      digest = *parsed;
-      e.shard = static_cast<std::uint16_t>(ordinal % kStoreStreams);
-      e.offset = ordinal++;
-    } else {
-      return make_error(path + ": encoding is not zero, raw or zstd");
-    }
+    e.raw_size = raw_size_of(m.regions[region], chunk, size);
+    GPUCKPT_TRY(const cs::Digest digest,
+                parse_chunk(chunks[i], std::string(source) + ": chunks[" + std::to_string(i) + "]", max_stored,
+                            ordinal, e));
     if (checksums) {
-      const auto& sum = (*checksums)[i];
       const std::string at = std::string(source) + ": xxh3_64[" + std::to_string(i) + "]";
-      if (!sum.is_string()) return make_error(at + ": not a string");
-      const auto& hex = sum.get_ref<const std::string&>();
-      if (e.encoding == Encoding::Zero) {
-        if (!hex.empty()) return make_error(at + ": a zero chunk's checksum is \"\"");
-      } else if (auto value = parse_checksum_hex(hex)) {
-        e.checksum = *value;
-      } else {
-        return make_error(at + ": not 16 lowercase hex digits");
-      }
+      GPUCKPT_TRY_VOID(parse_checksum((*checksums)[i], at, e));
     }
     m.entries.push_back(e);
     m.digests.push_back(digest);
     ++chunk;
   }
+  return {};
+}
+
+}  // namespace
+
+Result<Manifest> parse_manifest(std::string_view text, std::string_view source) {
+  JsonLimits limits;
+  limits.max_bytes = kMaxManifestBytes;
+  limits.max_depth = 4;
+  limits.max_values = 8 * (kMaxManifestChunks + kMaxPagesRegions) + 64;
+  GPUCKPT_TRY(const nlohmann::json doc, parse_json(text, source, limits));
+  Manifest m;
+  GPUCKPT_TRY(const ManifestArrays arrays, parse_manifest_fields(doc, source, m));
+  GPUCKPT_TRY(const std::uint64_t expected_chunks, parse_regions(*arrays.regions, source, m));
+  GPUCKPT_TRY_VOID(parse_chunks(arrays, expected_chunks, source, m));
   return m;
 }
 
@@ -334,7 +378,7 @@ Result<Manifest> read_manifest(int dir_fd, const std::string& name) {
     }
   }
   ::close(fd);
-  if (!ok) return ok.error();
+  GPUCKPT_TRY_VOID(ok);
   auto m = parse_manifest(text, name);
   if (!m) return make_error(m.error().message, EIO);
   return m;
@@ -511,7 +555,7 @@ Result<StoredChunk> StoreWriter::add(std::uint32_t region, std::uint64_t chunk, 
   header.version = cs::layout_version(header.encoding);   // as put() lays it out, for written_bytes
   auto put = store_->put(digest, header, codec.payload());
   add_time(times_->put, since);
-  if (!put) return put.error();
+  GPUCKPT_TRY_VOID(put);
   present_[i] = 1;
   out.stored_bytes = e.stored_size;
   out.written_bytes = header.file_size();
@@ -548,10 +592,9 @@ Result<void> StoreWriter::finish(int dir_fd) {
   }
   // The chunks' names durable before the reference and the manifest that need them exist; the reference (in the
   // store, seen by every node sharing it) before the manifest, so no manifest names chunks nothing holds.
-  if (auto ok = store_->sync(); !ok) return ok;
+  GPUCKPT_TRY_VOID(store_->sync());
   const std::string text = serialize_manifest(manifest_);
-  if (auto ok = store_->put_ref(reference_name(manifest_), text); !ok)
-    return ok.error();
+  GPUCKPT_TRY_VOID(store_->put_ref(reference_name(manifest_), text));
   return write_manifest(dir_fd, manifest_);
 }
 
@@ -592,17 +635,15 @@ Result<void> StoreReader::read_chunk(std::size_t i, ChunkCodec& codec, std::vect
 Result<void> decode_chunk_file(std::span<const std::byte> file, const ChunkEntry& e, const cs::Digest& digest,
                                ChunkCodec& codec, std::span<std::byte> out) {
   if (out.size() != e.raw_size) return make_error("internal: output size does not match the chunk", EINVAL);
-  auto header = check_entry_header(file, e);
-  if (!header) return header.error();
-  return chunk_receive::decode_chunk_payload(file, *header, digest, codec, out);
+  GPUCKPT_TRY(const auto header, check_entry_header(file, e));
+  return chunk_receive::decode_chunk_payload(file, header, digest, codec, out);
 }
 
 Result<void> decode_chunk_file_checksum(std::span<const std::byte> file, const ChunkEntry& e, ChunkCodec& codec,
                                         std::span<std::byte> out) {
   if (out.size() != e.raw_size) return make_error("internal: output size does not match the chunk", EINVAL);
-  auto header = check_entry_header(file, e);
-  if (!header) return header.error();
-  if (auto ok = codec.decode_payload(file.subspan(cs::kChunkHeaderSize), static_cast<Encoding>(header->encoding), out);
+  GPUCKPT_TRY(const auto header, check_entry_header(file, e));
+  if (auto ok = codec.decode_payload(file.subspan(cs::kChunkHeaderSize), static_cast<Encoding>(header.encoding), out);
       !ok)
     return make_error(ok.error().message, EIO);
   if (const auto got = checksum(out); got != e.checksum)
@@ -633,19 +674,17 @@ Result<std::unique_ptr<MemorySource>> open_memory_source(int dir_fd, int vpid, c
   const std::string name = manifest_name(vpid);
   struct stat st {};
   if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    auto reader = ImageReader::open(dir_fd, file_name(vpid));
-    if (!reader) return reader.error();
-    return std::unique_ptr<MemorySource>(std::move(*reader));
+    GPUCKPT_TRY(auto reader, ImageReader::open(dir_fd, file_name(vpid)));
+    return std::unique_ptr<MemorySource>(std::move(reader));
   }
-  auto manifest = read_manifest(dir_fd, name);
-  if (!manifest) return manifest.error();
+  GPUCKPT_TRY(auto manifest, read_manifest(dir_fd, name));
   auto store = cs::Store::open(store_dir, false);
-  if (!store) return make_error("checkpoint " + manifest->checkpoint + " (" + name + "): " + store.error().message,
+  if (!store) return make_error("checkpoint " + manifest.checkpoint + " (" + name + "): " + store.error().message,
                                 store.error().errno_value);
   const bool verified = ingest_verified_store(**store, node_store.empty() ? cs::kNodeStoreDir : node_store);
   const ChunkCheck check = verified ? ChunkCheck::Checksum : ChunkCheck::Digest;
   return std::unique_ptr<MemorySource>(std::make_unique<StoreReader>(
-      std::move(*manifest), std::shared_ptr<const cs::Store>(std::move(*store)), name, check));
+      std::move(manifest), std::shared_ptr<const cs::Store>(std::move(*store)), name, check));
 }
 
 // --- inspect -----------------------------------------------------------------------------------------------------------

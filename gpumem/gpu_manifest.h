@@ -10,12 +10,13 @@
 //    "xxh3_64": ["<16 hex>", "", "<16 hex>", ...]}
 //
 // "chunks" lists every chunk of every region in order (the position gives region and chunk). A chunk's digest is
-// the SHA-256 of its raw bytes: its name in the store. "xxh3_64" (optional: manifests of stop 9 and earlier lack
-// it, and they ignore it) is parallel to "chunks": the XXH3-64 of each stored chunk's raw bytes as the dump read
-// them from the process, "" for zero chunks. How a read checks a chunk (ChunkCheck): SHA-256 against its digest,
-// or, from the node-local store only, XXH3-64 against this list (see ingest_verified_store). On restore the
-// manifest comes from an archive, so it is untrusted: parse_manifest checks every field and bound (digests
-// exactly 64 lowercase hex digits before they form a path, sizes matching the regions, counts bounded).
+// the SHA-256 of its raw bytes: its name in the store. "xxh3_64" is optional, since the format only grows: writers
+// before it lack it and readers before it ignore it. It is parallel to "chunks": the XXH3-64 of each stored chunk's
+// raw bytes as the dump read them from the process, "" for zero chunks. How a read checks a chunk (ChunkCheck):
+// SHA-256 against its digest, or, from the node-local store only, XXH3-64 against this list (see
+// ingest_verified_store). On restore the manifest comes from an archive, so it is untrusted: parse_manifest checks
+// every field and bound (digests exactly 64 lowercase hex digits before they form a path, sizes matching the
+// regions, counts bounded).
 #pragma once
 
 #include <atomic>

@@ -52,15 +52,14 @@ std::string records_shown(const std::string& node_store) { return store_root(nod
 // The node store's records directory, created when missing, once the store is known to be root's alone.
 Result<int> open_records_dir(const std::string& node_store, bool create) {
   const std::string root = store_root(node_store);
-  auto store = cs::Store::open(root, create);
-  if (!store) return store.error();
-  if (!gi::ingest_verified_store(**store, root))
+  GPUCKPT_TRY(const auto store, cs::Store::open(root, create));
+  if (!gi::ingest_verified_store(*store, root))
     return make_error("the node store " + root + " is not root's alone (owner root, not writable by group or others)",
                       EPERM);
   const std::string shown = records_shown(node_store);
-  if (create && ::mkdirat((*store)->root_fd(), kRecordsDir, 0700) != 0 && errno != EEXIST)
+  if (create && ::mkdirat(store->root_fd(), kRecordsDir, 0700) != 0 && errno != EEXIST)
     return make_error("cannot create " + shown + ": " + errno_text(errno), errno);
-  const int fd = ::openat((*store)->root_fd(), kRecordsDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const int fd = ::openat(store->root_fd(), kRecordsDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return make_error("cannot open " + shown + ": " + errno_text(errno), errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0 || st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
@@ -131,9 +130,7 @@ Result<ProcessIdentity> identify_process(int pid, const HostRoot& host) {
 
 Result<void> remember(const std::string& node_store, const ProcessIdentity& process, const gi::Manifest& manifest,
                       const HostRoot& host) {
-  auto dir = open_records_dir(node_store, true);
-  if (!dir) return dir.error();
-  const int dir_fd = *dir;
+  GPUCKPT_TRY(const int dir_fd, open_records_dir(node_store, true));
   Result<void> result;
   if (remove_gone(dir_fd, host, process.boot_id) >= kMaxProcessRecords) {
     result = make_error("the node keeps the last GPU memory manifest of " + std::to_string(kMaxProcessRecords) +
@@ -148,10 +145,9 @@ Result<void> remember(const std::string& node_store, const ProcessIdentity& proc
 }
 
 Result<gi::Manifest> recall(const std::string& node_store, const ProcessIdentity& process) {
-  auto dir = open_records_dir(node_store, false);
-  if (!dir) return dir.error();
-  auto manifest = gi::read_manifest(*dir, process.record_name());
-  ::close(*dir);
+  GPUCKPT_TRY(const int dir_fd, open_records_dir(node_store, false));
+  auto manifest = gi::read_manifest(dir_fd, process.record_name());
+  ::close(dir_fd);
   return manifest;
 }
 

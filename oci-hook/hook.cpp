@@ -17,12 +17,11 @@ namespace fs = std::filesystem;
 namespace {
 
 Result<nlohmann::json> parse_state(std::string_view text) {
-  auto state = parse_json(text, "the OCI state on stdin");
-  if (!state) return state.error();
-  if (!state->is_object())
+  GPUCKPT_TRY(auto state, parse_json(text, "the OCI state on stdin"));
+  if (!state.is_object())
     return make_error("the OCI state on stdin is not a JSON object (is the hook installed for the right stage?)");
-  auto id = state->find("id");
-  if (id == state->end() || !id->is_string() || !is_safe_id(id->get<std::string>()))
+  auto id = state.find("id");
+  if (id == state.end() || !id->is_string() || !is_safe_id(id->get<std::string>()))
     return make_error("the OCI state on stdin has no valid container id");
   return state;
 }
@@ -58,22 +57,20 @@ struct CreatedContainer {
 };
 
 Result<CreatedContainer> read_created_container(std::string_view state_json) {
-  auto state = parse_state(state_json);
-  if (!state) return state.error();
+  GPUCKPT_TRY(auto state, parse_state(state_json));
   CreatedContainer c;
-  c.id = (*state)["id"].get<std::string>();
+  c.id = state["id"].get<std::string>();
   JsonFields fields("the OCI state of container " + c.id);
   std::int64_t pid = 0;
-  fields.get(*state, "", "bundle", c.bundle);
-  fields.get_integer(*state, "", "pid", pid, 0, std::numeric_limits<int>::max());
+  fields.get(state, "", "bundle", c.bundle);
+  fields.get_integer(state, "", "pid", pid, 0, std::numeric_limits<int>::max());
   if (fields.failed()) return fields.error();
   c.pid = static_cast<int>(pid);
   if (c.bundle.empty() || c.bundle.front() != '/')
     return make_error("container " + c.id + ": OCI state has no absolute bundle");
-  auto read = read_json_file(fs::path(c.bundle) / "config.json");
-  if (!read) return read.error();
-  if (!read.value() || !read.value()->is_object()) return make_error(c.bundle + "/config.json is not a JSON object");
-  c.config = std::move(*read.value());
+  GPUCKPT_TRY(auto config, read_json_file(fs::path(c.bundle) / "config.json"));
+  if (!config || !config->is_object()) return make_error(c.bundle + "/config.json is not a JSON object");
+  c.config = std::move(*config);
   return c;
 }
 
@@ -190,11 +187,9 @@ Result<PrecreateOutcome> precreate(std::string_view config_json, const HookOptio
 }
 
 Result<std::string> forget_container(std::string_view state_json, const HookOptions& options) {
-  auto state = parse_state(state_json);
-  if (!state) return state.error();
-  const std::string id = (*state)["id"].get<std::string>();
-  auto removed = remove_container_state(options.state_dir, id);
-  if (!removed) return removed.error();
+  GPUCKPT_TRY(auto state, parse_state(state_json));
+  const std::string id = state["id"].get<std::string>();
+  GPUCKPT_TRY_VOID(remove_container_state(options.state_dir, id));
   return "container " + id + ": record removed";
 }
 

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/device_nodes.h"
 #include "gpu/inventory.h"
 #include "base/json_reader.h"
 #include "base/log.h"
@@ -114,13 +115,9 @@ int usage() {
   return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line into options and stage_name (empty when not given); false on an argument it does not know.
+bool parse_arguments(int argc, char** argv, gpuckpt::hook::HookOptions& options, std::string& stage_name) {
   using namespace gpuckpt;
-  log::set_component("gpuckpt-oci-hook");
-  hook::HookOptions options;
-  std::string stage_name;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -129,9 +126,99 @@ int main(int argc, char** argv) {
     else if (arg == "--timeout-ms") options.timeout = std::chrono::milliseconds(std::atol(value().c_str()));
     else if (arg == "--log-level") log::set_level(log::level_from_string(value(), log::Level::Info));
     else if (!arg.empty() && arg[0] != '-' && stage_name.empty()) stage_name = arg;
-    else return usage();
+    else return false;
   }
   if (options.timeout.count() <= 0) options.timeout = std::chrono::milliseconds(5000);
+  return true;
+}
+
+// Input over kMaxStdin: precreate passes the config through unchanged, the other stages ignore the container.
+int handle_oversized_input(gpuckpt::hook::Stage stage, const std::string& input) {
+  using namespace gpuckpt;
+  if (stage != hook::Stage::Precreate) {
+    log::error("stdin larger than 16 MiB; ignoring this container");
+    return 0;
+  }
+  log::warn("stdin larger than 16 MiB; passing the config through unchanged");
+  if (write_config(input) && pass_rest_through()) return 0;
+  log::error("could not pass the whole config through (the runtime stopped reading?); failing");
+  return 1;
+}
+
+int run_create_runtime(const std::string& input, const gpuckpt::hook::HookOptions& options,
+                       const gpuckpt::DeviceNumberLookup& lookup) {
+  using namespace gpuckpt;
+  auto outcome = hook::create_runtime(
+      input, options, [&] { return read_inventory(HostRoot(options.host_root)); }, lookup);
+  if (!outcome.record) log::error(outcome.record.error().message + " (container starts unmodified)");
+  else if (outcome.record->gpu_container) log::info(outcome.record->message);
+  else log::debug(outcome.record->message);
+  if (!outcome.restore) {
+    ::alarm(0);
+    log::error(outcome.restore.error().message);
+    return 1;
+  }
+  if (!outcome.restore->empty()) log::info(outcome.restore.value());
+  return 0;
+}
+
+int run_precreate(const std::string& input, const gpuckpt::hook::HookOptions& options,
+                  const gpuckpt::DeviceNumberLookup& lookup) {
+  using namespace gpuckpt;
+  auto outcome = hook::precreate(input, options, lookup);
+  if (!outcome) {
+    ::alarm(0);
+    log::error(outcome.error().message);
+    return 1;
+  }
+  if (!write_config(outcome->config)) {
+    log::error("could not write the config to stdout (the runtime stopped reading?); failing");
+    return 1;
+  }
+  if (outcome->modified) log::info(outcome->message);
+  else log::debug(outcome->message);
+  return 0;
+}
+
+int run_poststop(const std::string& input, const gpuckpt::hook::HookOptions& options) {
+  using namespace gpuckpt;
+  auto outcome = hook::forget_container(input, options);
+  if (!outcome) log::warn(outcome.error().message);
+  else log::debug(outcome.value());
+  return 0;
+}
+
+// The stage's work on the whole input, and the exit status the fail-safe policy gives its outcome.
+int run_stage(gpuckpt::hook::Stage stage, const std::string& input, const gpuckpt::hook::HookOptions& options) {
+  using namespace gpuckpt;
+  const bool names_plan = input.find(kAnnotationRestorePlan) != std::string::npos;
+  try {
+    const auto lookup = stat_device_numbers(options.host_root);
+    switch (stage) {
+      case hook::Stage::CreateRuntime: return run_create_runtime(input, options, lookup);
+      case hook::Stage::Precreate: return run_precreate(input, options, lookup);
+      case hook::Stage::Poststop: return run_poststop(input, options);
+    }
+  } catch (const std::exception& e) {
+    // Nothing is on stdout yet (the config is written last, in one piece).
+    if (stage == hook::Stage::Precreate && names_plan) {
+      log::error(std::string("internal error applying a restore plan: ") + e.what() + " (refused)");
+      return 1;
+    }
+    log::error(std::string("internal error: ") + e.what() + " (container continues unmodified)");
+    if (stage == hook::Stage::Precreate && !write_config(input)) return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace gpuckpt;
+  log::set_component("gpuckpt-oci-hook");
+  hook::HookOptions options;
+  std::string stage_name;
+  if (!parse_arguments(argc, argv, options, stage_name)) return usage();
   options.runtime_pid = static_cast<int>(::getppid());
   {
     std::error_code ec;
@@ -154,64 +241,6 @@ int main(int argc, char** argv) {
     return usage();
   }
   g_precreate = *stage == hook::Stage::Precreate;
-  if (!complete) {
-    if (*stage != hook::Stage::Precreate) {
-      log::error("stdin larger than 16 MiB; ignoring this container");
-      return 0;
-    }
-    log::warn("stdin larger than 16 MiB; passing the config through unchanged");
-    if (write_config(input) && pass_rest_through()) return 0;
-    log::error("could not pass the whole config through (the runtime stopped reading?); failing");
-    return 1;
-  }
-  const bool names_plan = input.find(kAnnotationRestorePlan) != std::string::npos;
-  try {
-    const auto lookup = stat_device_numbers(options.host_root);
-    switch (*stage) {
-      case hook::Stage::CreateRuntime: {
-        auto outcome = hook::create_runtime(
-            input, options, [&] { return read_inventory(HostRoot(options.host_root)); }, lookup);
-        if (!outcome.record) log::error(outcome.record.error().message + " (container starts unmodified)");
-        else if (outcome.record->gpu_container) log::info(outcome.record->message);
-        else log::debug(outcome.record->message);
-        if (!outcome.restore) {
-          ::alarm(0);
-          log::error(outcome.restore.error().message);
-          return 1;
-        }
-        if (!outcome.restore->empty()) log::info(outcome.restore.value());
-        return 0;
-      }
-      case hook::Stage::Precreate: {
-        auto outcome = hook::precreate(input, options, lookup);
-        if (!outcome) {
-          ::alarm(0);
-          log::error(outcome.error().message);
-          return 1;
-        }
-        if (!write_config(outcome->config)) {
-          log::error("could not write the config to stdout (the runtime stopped reading?); failing");
-          return 1;
-        }
-        if (outcome->modified) log::info(outcome->message);
-        else log::debug(outcome->message);
-        return 0;
-      }
-      case hook::Stage::Poststop: {
-        auto outcome = hook::forget_container(input, options);
-        if (!outcome) log::warn(outcome.error().message);
-        else log::debug(outcome.value());
-        return 0;
-      }
-    }
-  } catch (const std::exception& e) {
-    // Nothing is on stdout yet (the config is written last, in one piece).
-    if (*stage == hook::Stage::Precreate && names_plan) {
-      log::error(std::string("internal error applying a restore plan: ") + e.what() + " (refused)");
-      return 1;
-    }
-    log::error(std::string("internal error: ") + e.what() + " (container continues unmodified)");
-    if (*stage == hook::Stage::Precreate && !write_config(input)) return 1;
-  }
-  return 0;
+  if (!complete) return handle_oversized_input(*stage, input);
+  return run_stage(*stage, input, options);
 }

@@ -89,9 +89,10 @@ install_crio() {
   # CRI-O deletes CRIU's restore.log (in the container's bundle, created by CRI-O before it starts conmon) once runc
   # restore returned: a hard link to it, made before CRIU opens it (O_TRUNC keeps the inode), keeps what CRIU
   # writes. exec, never a child: runc moves the process it started (this one) into the new container's cgroup, and
-  # a child forked before that move would stay behind with the whole restored tree (stop 7's CRI-O "outside the
-  # device cgroup" result was this wrapper's doing). calls.log: each call, and its cgroup a second in (after runc's
-  # move), read by a process that is not CRIU's child (CRIU fails a restore on a child's exit it did not expect).
+  # a child forked before that move would stay behind with the whole restored tree (which then shows as CRI-O
+  # restoring "outside the device cgroup", a result of the wrapper, not of CRI-O). calls.log: each call, and its
+  # cgroup a second in (after runc's move), read by a process that is not CRIU's child (CRIU fails a restore on a
+  # child's exit it did not expect).
   cat > "$P/bin/criu" <<WRAP
 #!/bin/sh
 for f in $CRIO_DIR/runroot/overlay-containers/*/userdata/restore.log; do

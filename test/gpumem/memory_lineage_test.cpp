@@ -219,7 +219,8 @@ TEST_CASE("unchanged chunks: a known chunk no longer in the store, an ambiguous 
   const gi::KnownChunks from_previous(previous);
   REQUIRE(from_previous.find(previous.entries[1].checksum, kChunk) != nullptr);
   CHECK(from_previous.find(previous.entries[1].checksum, kChunk / 2) == nullptr);
-  // A manifest of stop 9 and earlier (no xxh3_64 list): nothing known.
+  // A manifest from before the xxh3_64 list (older gpuckpt versions wrote none): no chunk can be recognised by its
+  // checksum, so the next dump hashes every chunk.
   gi::Manifest old = previous;
   old.checksums = false;
   CHECK(gi::KnownChunks(old).size() == 0);
