@@ -59,8 +59,8 @@ stamp() {
     echo "$GO_VERSION $LDFLAGS"
     cat "$0"
     cat "$TOOLCHAIN"/*/go.mod "$TOOLCHAIN"/*/go.sum
-    cat "$SRC"/test/k8s/sim-device-plugin/go.mod "$SRC"/test/k8s/sim-device-plugin/go.sum "$SRC"/test/k8s/sim-device-plugin/*.go \
-      "$SRC"/test/k8s/sim-device-plugin/*/*.go
+    cat "$SRC"/test/k8s/sim-device-plugin/go.mod "$SRC"/test/k8s/sim-device-plugin/go.sum
+    find "$SRC"/test/k8s/sim-device-plugin -name '*.go' | LC_ALL=C sort | xargs cat
   } | sha256sum | cut -d' ' -f1
 }
 STAMP=$(stamp)

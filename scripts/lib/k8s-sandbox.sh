@@ -52,6 +52,7 @@
 #   k8s_node_ctrd NAME                makes node NAME's containerd the one ctrd_* functions talk to
 #   k8s_kubectl ARGS...               kubectl as the cluster admin
 #   k8s_crictl NAME ARGS...           crictl against node NAME's containerd
+#   k8s_dra_claim CLAIM [CLASS] [DRIVER]  a DeviceClass and a ResourceClaim of one device (DRA), as YAML
 #   k8s_wait_pod NS POD [SECONDS]     waits until the pod is Running with every container ready (default 60 s)
 #   k8s_stop                          stops every node (kubelet, its pods, containerd), the control plane, puts
 #                                     the kernel settings back, removes the nodes' cgroups; safe twice
@@ -471,6 +472,29 @@ spec:
     imagePullPolicy: $2
     command: [sh, -c, '$counter']
     resources: {limits: {nvidia.com/gpu: 1}}
+YAML
+}
+
+# k8s_dra_claim CLAIM [CLASS] [DRIVER]: the manifests of DeviceClass CLASS (default sim-gpu: every device of DRIVER,
+# default gpu.sim.gpuckpt.dev, the tests' sim-dra-driver) and of ResourceClaim CLAIM in default, asking for one
+# device of that class
+k8s_dra_claim() {
+  cat <<YAML
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: ${2:-sim-gpu}}
+spec:
+  selectors:
+  - cel: {expression: 'device.driver == "${3:-gpu.sim.gpuckpt.dev}"'}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: $1, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: ${2:-sim-gpu}}
 YAML
 }
 

@@ -198,23 +198,7 @@ if [ "$ALLOC" = dra ]; then
   PLUGIN_PID=$!
   for _ in $(seq 150); do grep -q '^published 1 devices' "$WORK/device-plugin.log" && break; sleep 0.2; done
   grep -q '^published 1 devices' "$WORK/device-plugin.log" || fail "sim-dra-driver did not publish the GPU: $(tail -5 "$WORK/device-plugin.log")"
-  kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the DeviceClass and the ResourceClaim"
-apiVersion: resource.k8s.io/v1
-kind: DeviceClass
-metadata: {name: sim-gpu}
-spec:
-  selectors:
-  - cel: {expression: 'device.driver == "gpu.sim.gpuckpt.dev"'}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: gpu-claim, namespace: default}
-spec:
-  devices:
-    requests:
-    - name: gpu
-      exactly: {deviceClassName: sim-gpu}
-YAML
+  k8s_dra_claim gpu-claim | kubectl apply -f - > /dev/null || fail "kubectl apply of the DeviceClass and the ResourceClaim"
   echo "ok: $NODE publishes gpu-0 ($GPU_ID) in a ResourceSlice of sim-dra-driver; ResourceClaim gpu-claim (DeviceClass sim-gpu); with every claim: ${SHARED_NODES[*]#*:}"
   CRI_GPU_NRI_ARGS=(--cdi-spec-dir "$CDI_DIR")
 else

@@ -409,23 +409,7 @@ DRA_PID=$!
 for _ in $(seq 150); do grep -q "^published 1 devices" "$B/dra-driver.log" && break; kill -0 "$DRA_PID" 2>/dev/null || break; sleep 0.2; done
 grep -q "^published 1 devices" "$B/dra-driver.log" || fail "sim-dra-driver did not publish its ResourceSlice: $(tail -5 "$B/dra-driver.log")"
 t=$(date +%s.%N)
-kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the DeviceClass, ResourceClaim and restore pod"
-apiVersion: resource.k8s.io/v1
-kind: DeviceClass
-metadata: {name: sim-gpu}
-spec:
-  selectors:
-  - cel: {expression: 'device.driver == "gpu.sim.gpuckpt.dev"'}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: sim-gpu-claim, namespace: default}
-spec:
-  devices:
-    requests:
-    - name: gpu
-      exactly: {deviceClassName: sim-gpu}
----
+{ k8s_dra_claim sim-gpu-claim; echo ---; cat <<YAML; } | kubectl apply -f - > /dev/null || fail "kubectl apply of the DeviceClass, ResourceClaim and restore pod"
 apiVersion: v1
 kind: Pod
 metadata: {name: gpu-counter-dra, namespace: default}

@@ -45,31 +45,21 @@ import (
 
 	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"gpuckpt.local/test/k8s/sim-device-plugin/internal/simgpu"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
-type simulatedGpu struct {
-	id       string
-	index    int
-	hostNode string
-}
-
-type devicesFlag []simulatedGpu
+type devicesFlag []simgpu.GPU
 
 func (d *devicesFlag) String() string { return fmt.Sprint(len(*d)) }
 
 func (d *devicesFlag) Set(value string) error {
-	id, rest, ok := strings.Cut(value, "=")
-	index, node, ok2 := strings.Cut(rest, ":")
-	n, err := strconv.Atoi(index)
-	if !ok || !ok2 || id == "" || node == "" || err != nil || n < 0 {
-		return fmt.Errorf("--device %q: want ID=INDEX:HOST_NODE, e.g. GPU-0123=0:/run/node/dev/nvidia0", value)
+	g, err := simgpu.ParseDevice(value)
+	if err == nil {
+		*d = append(*d, g)
 	}
-	if _, err := os.Stat(node); err != nil {
-		return fmt.Errorf("--device %q: host node %s: %v", value, node, err)
-	}
-	*d = append(*d, simulatedGpu{id: id, index: n, hostNode: node})
-	return nil
+	return err
 }
 
 // sharedDevicesFlag: device nodes every allocation gets (--shared-device, repeatable)
@@ -78,23 +68,16 @@ type sharedDevicesFlag []*pluginapi.DeviceSpec
 func (d *sharedDevicesFlag) String() string { return fmt.Sprint(len(*d)) }
 
 func (d *sharedDevicesFlag) Set(value string) error {
-	host, container, _ := strings.Cut(value, ":")
-	if container == "" {
-		container = host
+	host, container, err := simgpu.ParseSharedDevice(value)
+	if err == nil {
+		*d = append(*d, &pluginapi.DeviceSpec{ContainerPath: container, HostPath: host, Permissions: "rw"})
 	}
-	if !filepath.IsAbs(host) || !filepath.IsAbs(container) {
-		return fmt.Errorf("--shared-device %q: want HOST_NODE[:CONTAINER_PATH], absolute paths, e.g. /dev/nvidiactl", value)
-	}
-	if _, err := os.Stat(host); err != nil {
-		return fmt.Errorf("--shared-device %q: %v", value, err)
-	}
-	*d = append(*d, &pluginapi.DeviceSpec{ContainerPath: container, HostPath: host, Permissions: "rw"})
-	return nil
+	return err
 }
 
 type plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
-	gpus   map[string]simulatedGpu
+	gpus   map[string]simgpu.GPU
 	shared []*pluginapi.DeviceSpec
 	stop   chan struct{}
 }
@@ -106,7 +89,7 @@ func (p *plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 func (p *plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	var devices []*pluginapi.Device
 	for _, g := range p.gpus {
-		devices = append(devices, &pluginapi.Device{ID: g.id, Health: pluginapi.Healthy})
+		devices = append(devices, &pluginapi.Device{ID: g.ID, Health: pluginapi.Healthy})
 	}
 	sort.Slice(devices, func(i, j int) bool { return devices[i].ID < devices[j].ID })
 	if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devices}); err != nil {
@@ -131,8 +114,8 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 				return nil, fmt.Errorf("allocate: unknown device %q (this plugin advertises %d GPUs)", id, len(p.gpus))
 			}
 			c.Devices = append(c.Devices, &pluginapi.DeviceSpec{
-				ContainerPath: fmt.Sprintf("/dev/nvidia%d", g.index), HostPath: g.hostNode, Permissions: "rw"})
-			indexes = append(indexes, strconv.Itoa(g.index))
+				ContainerPath: fmt.Sprintf("/dev/nvidia%d", g.Index), HostPath: g.HostNode, Permissions: "rw"})
+			indexes = append(indexes, strconv.Itoa(g.Index))
 		}
 		c.Devices = append(c.Devices, p.shared...)
 		c.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(indexes, ",")
@@ -175,13 +158,13 @@ func run() error {
 			" [--shared-device HOST_NODE[:CONTAINER_PATH] ...] [--resource NAME]")
 		os.Exit(2)
 	}
-	p := &plugin{gpus: map[string]simulatedGpu{}, shared: shared, stop: make(chan struct{})}
+	p := &plugin{gpus: map[string]simgpu.GPU{}, shared: shared, stop: make(chan struct{})}
 	for _, g := range gpus {
-		if _, dup := p.gpus[g.id]; dup {
-			fmt.Fprintf(os.Stderr, "sim-device-plugin: --device %s given twice\n", g.id)
+		if _, dup := p.gpus[g.ID]; dup {
+			fmt.Fprintf(os.Stderr, "sim-device-plugin: --device %s given twice\n", g.ID)
 			os.Exit(2)
 		}
-		p.gpus[g.id] = g
+		p.gpus[g.ID] = g
 	}
 
 	socket := filepath.Join(*registryDir, fmt.Sprintf("sim-gpu-%d.sock", os.Getpid()))

@@ -51,40 +51,30 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
+
+	"gpuckpt.local/test/k8s/sim-device-plugin/internal/simgpu"
 )
 
-type simulatedGpu struct {
-	uuid     string
-	index    int
-	hostNode string
-}
-
-type devicesFlag []simulatedGpu
+type devicesFlag []simgpu.GPU
 
 func (d *devicesFlag) String() string { return fmt.Sprint(len(*d)) }
 
 func (d *devicesFlag) Set(value string) error {
-	uuid, rest, ok := strings.Cut(value, "=")
-	index, node, ok2 := strings.Cut(rest, ":")
-	n, err := strconv.Atoi(index)
-	if !ok || !ok2 || uuid == "" || !filepath.IsAbs(node) || err != nil || n < 0 {
-		return fmt.Errorf("--device %q: want UUID=INDEX:HOST_NODE, e.g. GPU-0123=4:/run/node/dev/nvidia4", value)
+	g, err := simgpu.ParseDevice(value)
+	if err == nil {
+		*d = append(*d, g)
 	}
-	if _, err := os.Stat(node); err != nil {
-		return fmt.Errorf("--device %q: host node %s: %v", value, node, err)
-	}
-	*d = append(*d, simulatedGpu{uuid: uuid, index: n, hostNode: node})
-	return nil
+	return err
 }
 
-func deviceName(g simulatedGpu) string { return fmt.Sprintf("gpu-%d", g.index) }
+func deviceName(g simgpu.GPU) string { return fmt.Sprintf("gpu-%d", g.Index) }
 
 type driver struct {
 	name    string
 	pool    string
 	cdiDir  string
 	cdiKind string
-	gpus    map[string]simulatedGpu // by device name
+	gpus    map[string]simgpu.GPU // by device name
 	shared  []cdiDeviceNode
 	mu      sync.Mutex
 }
@@ -117,18 +107,11 @@ type sharedDevicesFlag []cdiDeviceNode
 func (d *sharedDevicesFlag) String() string { return fmt.Sprint(len(*d)) }
 
 func (d *sharedDevicesFlag) Set(value string) error {
-	host, container, _ := strings.Cut(value, ":")
-	if container == "" {
-		container = host
+	host, container, err := simgpu.ParseSharedDevice(value)
+	if err == nil {
+		*d = append(*d, cdiDeviceNode{Path: container, HostPath: host, Type: "c", Permissions: "rw"})
 	}
-	if !filepath.IsAbs(host) || !filepath.IsAbs(container) {
-		return fmt.Errorf("--shared-device %q: want HOST_NODE[:CONTAINER_PATH], absolute paths, e.g. /dev/nvidiactl", value)
-	}
-	if _, err := os.Stat(host); err != nil {
-		return fmt.Errorf("--shared-device %q: %v", value, err)
-	}
-	*d = append(*d, cdiDeviceNode{Path: container, HostPath: host, Type: "c", Permissions: "rw"})
-	return nil
+	return err
 }
 
 func (d *driver) specFile(claim types.UID) string {
@@ -156,8 +139,8 @@ func (d *driver) prepare(claim *resourceapi.ResourceClaim) kubeletplugin.Prepare
 		}
 		cdiName := string(claim.UID) + "-" + deviceName(g)
 		spec.Devices = append(spec.Devices, cdiDevice{Name: cdiName, ContainerEdits: cdiEdits{
-			Env: []string{"NVIDIA_VISIBLE_DEVICES=" + strconv.Itoa(g.index)},
-			DeviceNodes: []cdiDeviceNode{{Path: fmt.Sprintf("/dev/nvidia%d", g.index), HostPath: g.hostNode,
+			Env: []string{"NVIDIA_VISIBLE_DEVICES=" + strconv.Itoa(g.Index)},
+			DeviceNodes: []cdiDeviceNode{{Path: fmt.Sprintf("/dev/nvidia%d", g.Index), HostPath: g.HostNode,
 				Type: "c", Permissions: "rw"}},
 		}})
 		result.Devices = append(result.Devices, kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool,
@@ -235,10 +218,10 @@ func run() error {
 			" [--driver NAME] [--cdi-kind VENDOR/CLASS]")
 		os.Exit(2)
 	}
-	d := &driver{name: *name, pool: *node, cdiDir: *cdiDir, cdiKind: *cdiKind, gpus: map[string]simulatedGpu{}, shared: shared}
+	d := &driver{name: *name, pool: *node, cdiDir: *cdiDir, cdiKind: *cdiKind, gpus: map[string]simgpu.GPU{}, shared: shared}
 	for _, g := range gpus {
 		if _, dup := d.gpus[deviceName(g)]; dup {
-			fmt.Fprintf(os.Stderr, "sim-dra-driver: GPU index %d given twice\n", g.index)
+			fmt.Fprintf(os.Stderr, "sim-dra-driver: GPU index %d given twice\n", g.Index)
 			os.Exit(2)
 		}
 		d.gpus[deviceName(g)] = g
@@ -273,8 +256,8 @@ func run() error {
 	var devices []resourceapi.Device
 	for _, g := range d.gpus {
 		devices = append(devices, resourceapi.Device{Name: deviceName(g), Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			"index": {IntValue: ptr.To(int64(g.index))},
-			"uuid":  {StringValue: ptr.To(g.uuid)},
+			"index": {IntValue: ptr.To(int64(g.Index))},
+			"uuid":  {StringValue: ptr.To(g.ID)},
 		}})
 	}
 	sort.Slice(devices, func(i, j int) bool { return devices[i].Name < devices[j].Name })
