@@ -101,7 +101,7 @@ seconds=$(( $(date +%s) - started ))
 {
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) in ${seconds}s with $GO_VERSION"
   "$NEW/kubelet" --version
-  "$NEW/etcd" --version | head -1
+  "$NEW/etcd" --version | sed -n 1p   # sed reads it all: head would end etcd by SIGPIPE, failing the build under pipefail
   "$NEW/crictl" --version
   echo "module cache $(du -sh "$GOMODCACHE" | cut -f1), build cache $(du -sh "$GOCACHE" | cut -f1)"
 } > "$NEW/BUILD-INFO"

@@ -50,18 +50,6 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
-type devicesFlag []simgpu.GPU
-
-func (d *devicesFlag) String() string { return fmt.Sprint(len(*d)) }
-
-func (d *devicesFlag) Set(value string) error {
-	g, err := simgpu.ParseDevice(value)
-	if err == nil {
-		*d = append(*d, g)
-	}
-	return err
-}
-
 // sharedDevicesFlag: device nodes every allocation gets (--shared-device, repeatable)
 type sharedDevicesFlag []*pluginapi.DeviceSpec
 
@@ -146,7 +134,7 @@ func (r *registration) NotifyRegistrationStatus(_ context.Context, s *registerap
 }
 
 func run() error {
-	var gpus devicesFlag
+	var gpus simgpu.Devices
 	var shared sharedDevicesFlag
 	registryDir := flag.String("registry-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registry directory")
 	resource := flag.String("resource", "nvidia.com/gpu", "the extended resource the GPUs are advertised as")

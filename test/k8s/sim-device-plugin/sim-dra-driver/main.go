@@ -55,18 +55,6 @@ import (
 	"gpuckpt.local/test/k8s/sim-device-plugin/internal/simgpu"
 )
 
-type devicesFlag []simgpu.GPU
-
-func (d *devicesFlag) String() string { return fmt.Sprint(len(*d)) }
-
-func (d *devicesFlag) Set(value string) error {
-	g, err := simgpu.ParseDevice(value)
-	if err == nil {
-		*d = append(*d, g)
-	}
-	return err
-}
-
 func deviceName(g simgpu.GPU) string { return fmt.Sprintf("gpu-%d", g.Index) }
 
 type driver struct {
@@ -199,7 +187,7 @@ func (d *driver) WatchHealthStatus(ctx context.Context, _ chan<- kubeletplugin.D
 var cdiKindPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*/[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 
 func run() error {
-	var gpus devicesFlag
+	var gpus simgpu.Devices
 	var shared sharedDevicesFlag
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of a user that may read ResourceClaims and write ResourceSlices")
 	node := flag.String("node", "", "the node's name (its ResourceSlice and pool)")

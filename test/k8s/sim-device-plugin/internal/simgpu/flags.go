@@ -47,3 +47,16 @@ func ParseSharedDevice(value string) (host, container string, err error) {
 	}
 	return host, container, nil
 }
+
+// Devices is the repeatable --device flag (flag.Value).
+type Devices []GPU
+
+func (d *Devices) String() string { return fmt.Sprint(len(*d)) }
+
+func (d *Devices) Set(value string) error {
+	g, err := ParseDevice(value)
+	if err == nil {
+		*d = append(*d, g)
+	}
+	return err
+}
