@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes programs the cluster tests run, from their sources on the Go module proxy, once:
 # kubelet, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (k8s/toolchain/kubernetes), etcd
-# (k8s/toolchain/etcd), crictl (k8s/toolchain/cri-tools), and the tests' device plugin, DRA driver and PodResources
-# client (test/k8s/sim-device-plugin).
+# (k8s/toolchain/etcd), crictl (k8s/toolchain/cri-tools), CRI-O's crio and pinns (k8s/toolchain/cri-o: crio with
+# cgo, without seccomp, btrfs, devicemapper or ostree support and with Go's OpenPGP instead of gpgme, so that only
+# glibc is needed; pinns, CRI-O's small C helper, from the same module's source, static), and the tests' device
+# plugin, DRA driver and PodResources client (test/k8s/sim-device-plugin).
 # Every module version is pinned by the go.mod and go.sum committed beside it (-mod=readonly: a checksum that does
 # not match go.sum stops the build). Installs Debian's CNI plugins (bridge, host-local, loopback) for pod networks.
 # Called by scripts/run-tests.sh (not by the demo). Needs root (apt-get, /opt).
@@ -39,8 +41,8 @@ K8S_VERSION=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3} $1 ==
 [ -n "$K8S_VERSION" ] || die "$TOOLCHAIN/kubernetes/go.mod has no 'require k8s.io/kubernetes vX.Y.Z' line"
 K8S_HOME=$PREFIX/k8s
 BIN=$K8S_HOME/$K8S_VERSION/bin
-PROGRAMS=(kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl etcd crictl sim-device-plugin podresources-get
-  sim-dra-driver)
+PROGRAMS=(kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl etcd crictl crio pinns sim-device-plugin
+  podresources-get sim-dra-driver)
 
 export GOMODCACHE=$K8S_HOME/gomodcache GOCACHE=$K8S_HOME/gocache GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0
 GO_VERSION=$(go env GOVERSION)
@@ -94,6 +96,14 @@ log "building crictl"
 CRI_TOOLS_VERSION=$(awk '$1 == "sigs.k8s.io/cri-tools" && $2 ~ /^v/ {print $2} $1 == "require" && $2 == "sigs.k8s.io/cri-tools" {print $3}' \
   "$TOOLCHAIN/cri-tools/go.mod" | head -1)
 EXTRA_LDFLAGS="-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" build "$TOOLCHAIN/cri-tools" "$NEW/" sigs.k8s.io/cri-tools/cmd/crictl
+log "building CRI-O (crio, pinns)"
+CRIO_VERSION=$(awk '$1 == "github.com/cri-o/cri-o" && $2 ~ /^v/ {print $2} $1 == "require" && $2 == "github.com/cri-o/cri-o" {print $3}' \
+  "$TOOLCHAIN/cri-o/go.mod" | sed -n 1p)
+LDFLAGS="-s -w" CGO_ENABLED=1 build "$TOOLCHAIN/cri-o" "$NEW/crio" -tags \
+  "containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper containers_image_ostree_stub" \
+  github.com/cri-o/cri-o/cmd/crio
+PINNS_SRC=$GOMODCACHE/github.com/cri-o/cri-o@$CRIO_VERSION/pinns/src
+cc -std=c99 -Os -Wall -Wextra -static -o "$NEW/pinns" "$PINNS_SRC"/*.c || die "cc of CRI-O's pinns ($PINNS_SRC) failed"
 log "building the tests' sim-device-plugin, podresources-get and sim-dra-driver"
 build "$SRC/test/k8s/sim-device-plugin" "$NEW/" . ./podresources-get ./sim-dra-driver
 seconds=$(( $(date +%s) - started ))
@@ -103,6 +113,7 @@ seconds=$(( $(date +%s) - started ))
   "$NEW/kubelet" --version
   "$NEW/etcd" --version | sed -n 1p   # sed reads it all: head would end etcd by SIGPIPE, failing the build under pipefail
   "$NEW/crictl" --version
+  "$NEW/crio" --version 2>/dev/null | sed -n 1p
   echo "module cache $(du -sh "$GOMODCACHE" | cut -f1), build cache $(du -sh "$GOCACHE" | cut -f1)"
 } > "$NEW/BUILD-INFO"
 echo "$STAMP" > "$NEW/.stamp"

@@ -17,7 +17,7 @@
 #      container of the same image in a pod also given GPU 1 gets none of it. nri-dump saves what NRI received to
 #      CRIO_CAPTURE_DIR (default WORK/capture; test/fixtures/crio/ holds the captured requests, which the unit
 #      tests replay).
-# Environment: CRIO (crio binary; else `crio` on PATH), CRI_TOOL (default: the built cri-tool), GPUCKPT_BUILD_DIR,
+# Environment: CRIO (crio binary; default: the one scripts/setup-k8s.sh built, else `crio` on PATH), CRI_TOOL (default: the built cri-tool), GPUCKPT_BUILD_DIR,
 # GPUCKPT_SOURCE_DIR, KEEP=1 keeps WORK.
 # Exit 0 pass, 77 skipped (no root / crio / criu / image), anything else fails. Cleanup always runs.
 set -euo pipefail
@@ -33,14 +33,16 @@ HOOK=$BUILD/oci-hook/gpuckpt-oci-hook
 AGENT=$BUILD/agent/gpuckpt-agent
 PODRES=$BUILD/test/podresources/podresources-server
 IMAGE=${GPUCKPT_TEST_IMAGE:-localhost/gpuckpt-busybox}
-CRIO=${CRIO:-crio}
+# scripts/setup-k8s.sh builds CRI-O from the Go module proxy beside the Kubernetes programs
+CRIO_BUILT=${GPUCKPT_PREFIX:-/opt/gpuckpt}/k8s/v1.37.2/bin/crio
+CRIO=${CRIO:-$([ -x "$CRIO_BUILT" ] && echo "$CRIO_BUILT" || echo crio)}
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; [ -n "${CRIO_LOG:-}" ] && [ -f "$CRIO_LOG" ] && tail -n 15 "$CRIO_LOG" | cut -c1-300 >&2; exit 1; }
 step() { printf '\n== %s\n' "$*"; }
 
 [ "$(id -u)" = 0 ] || skip "needs root (CRI-O, runc, CRIU)"
-command -v "$CRIO" >/dev/null || skip "no CRI-O here (CRIO=$CRIO): it is built from source, see docs/kubernetes.md"
+command -v "$CRIO" >/dev/null || skip "no CRI-O here (CRIO=$CRIO): scripts/setup-k8s.sh builds it"
 command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
 . "$SRC/scripts/lib/criu-probe.sh"
 criu_dump_works || skip "$CRIU_PROBE_REASON"
