@@ -18,7 +18,7 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$SRC/build}" && pwd)
-AGENT="$BUILD/agent/gpuckpt-agent" CLI="$BUILD/cli/gpuckpt" FIXTURE="$BUILD/test/agent/gpuckpt-store-fixture"
+AGENT="$BUILD/agent/gpuckpt-agent" CLI="$BUILD/cli/gpuckpt" FIXTURE="$BUILD/test/support/gpuckpt-store-fixture"
 PEERS="$SRC/bench/hostile_peers.py"
 for f in "$AGENT" "$CLI" "$FIXTURE"; do [ -x "$f" ] || { echo "$f is not built" >&2; exit 2; }; done
 

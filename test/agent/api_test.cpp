@@ -28,8 +28,8 @@
 #include "gpu/matcher.h"
 #include "gpu/properties_record.h"
 #include "test/support/archive_builder.h"
-#include "test/agent/fake_kube_api.h"
-#include "test/agent/registry_server.h"
+#include "test/support/fake_kube_api.h"
+#include "test/support/registry_server.h"
 #include "test/support/store_checkpoint.h"
 
 namespace fs = std::filesystem;

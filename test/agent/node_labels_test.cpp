@@ -14,6 +14,7 @@
 
 #include "agent/node_labels.h"
 #include "test/support/archive_builder.h"
+#include "test/support/hostile_server.h"
 
 using namespace gpuckpt;
 using gpuckpt::agent::compute_node_labels;
@@ -164,4 +165,28 @@ TEST_CASE("labels go into an NFD feature file with an expiry, atomically, readab
   auto refused = agent::publish_node_labels(config, api, "gpu-node-1", labels);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().message.find("NFD feature file") != std::string::npos);
+}
+
+// What the API server said comes from outside: it reaches the log and the operator escaped and cut.
+TEST_CASE("an API server's refusal reaches the node labels' error escaped and cut", "[unit]") {
+  test::TempDir tmp;
+  test::write_file(tmp.path / "token", "a-service-account-token\n");
+  test::HostileServer server;
+  server.http.Patch(R"(/api/v1/nodes/.*)", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 422;
+    res.set_content("refused\nlevel=error msg=forged" + std::string(10000, 'z'), "text/plain");
+  });
+  server.start();
+  node::NodeLabelsConfig config;
+  config.method = "api";
+  node::KubeEndpoint endpoint;
+  endpoint.url = server.url();
+  endpoint.token_file = (tmp.path / "token").string();
+  endpoint.ca_file = "";
+  auto published = agent::publish_node_labels(config, endpoint, "node-a", {{"gpuckpt.io/gpu-count", "1"}});
+  REQUIRE_FALSE(published);
+  const std::string& why = published.error().message;
+  CHECK(why.find("returned 422: refused\\x0alevel=error") != std::string::npos);
+  CHECK(why.find('\n') == std::string::npos);
+  CHECK(why.size() < 1000);
 }

@@ -8,7 +8,7 @@
 
 #include "agent/pod_events.h"
 #include "test/support/archive_builder.h"
-#include "test/agent/fake_kube_api.h"
+#include "test/support/fake_kube_api.h"
 
 using namespace gpuckpt;
 using nlohmann::json;

@@ -1,6 +1,6 @@
 // Store-backed checkpoints made for tests the way the plugin makes them: each process's GPU memory written into a
 // chunk store by StoreWriter, the manifests in a podman-shaped archive (config.dump, spec.dump, checkpoint/). Free
-// of Catch2 so that a fixture tool (test/agent/store_fixture_tool.cpp) builds them for shell tests too;
+// of Catch2 so that a fixture tool (test/support/store_fixture_tool.cpp) builds them for shell tests too;
 // store_checkpoint.h wraps it for unit tests.
 #pragma once
 

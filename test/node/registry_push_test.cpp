@@ -10,7 +10,7 @@
 #include "node/registry_push.h"
 #include "archive/checkpoint_image.h"
 #include "test/support/archive_builder.h"
-#include "test/agent/registry_server.h"
+#include "test/support/registry_server.h"
 
 namespace fs = std::filesystem;
 using namespace gpuckpt;

@@ -1,6 +1,6 @@
 // A real registry for the push tests: Debian's docker-registry (distribution 2.8, scripts/setup.sh installs it),
 // started on 127.0.0.1 with its storage in a temporary directory, optionally behind HTTP Basic auth (htpasswd,
-// bcrypt made by python3's crypt) or token auth (test/agent/token_server.py, signing with a key and certificate
+// bcrypt made by python3's crypt) or token auth (test/support/token_server.py, signing with a key and certificate
 // openssl makes here), stopped with the object.
 #pragma once
 
@@ -42,7 +42,7 @@ class RegistryServer {
         const int log = ::open((dir_.path / "token.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         ::dup2(log, 1);
         ::dup2(log, 2);
-        const std::string script = std::string(GPUCKPT_SOURCE_DIR) + "/test/agent/token_server.py";
+        const std::string script = std::string(GPUCKPT_SOURCE_DIR) + "/test/support/token_server.py";
         ::execlp("python3", "python3", script.c_str(), port_file.c_str(), key.c_str(), cert.c_str(), "gpuckpt-test-issuer",
                  "gpuckpt-test-registry", user.c_str(), password.c_str(), static_cast<char*>(nullptr));
         ::_exit(127);

@@ -20,7 +20,7 @@
 #include "node/chunk_transfer.h"
 #include "node/registry_chunks.h"
 #include "node/registry_push.h"
-#include "test/agent/registry_server.h"
+#include "test/support/registry_server.h"
 #include "test/support/store_checkpoint.h"
 #include "test/support/temp_dir.h"
 

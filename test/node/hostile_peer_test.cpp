@@ -18,7 +18,7 @@
 #include "node/archive_transfer.h"
 #include "node/chunk_transfer.h"
 #include "node/service.h"
-#include "test/agent/hostile_server.h"
+#include "test/support/hostile_server.h"
 #include "test/support/store_checkpoint.h"
 #include "test/support/temp_dir.h"
 

@@ -15,8 +15,8 @@
 set -euo pipefail
 SRC=${GPUCKPT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 BUILD=$(cd "${GPUCKPT_BUILD_DIR:-$SRC/build}" 2>/dev/null && pwd) || { echo "SKIP: no build directory"; exit 77; }
-AGENT="$BUILD/agent/gpuckpt-agent" CLI="$BUILD/cli/gpuckpt" PROXY="$SRC/test/agent/flaky_proxy.py"
-FIXTURE="$BUILD/test/agent/gpuckpt-store-fixture"
+AGENT="$BUILD/agent/gpuckpt-agent" CLI="$BUILD/cli/gpuckpt" PROXY="$SRC/test/support/flaky_proxy.py"
+FIXTURE="$BUILD/test/support/gpuckpt-store-fixture"
 [ -x "$AGENT" ] && [ -x "$CLI" ] && [ -x "$FIXTURE" ] || { echo "SKIP: gpuckpt-agent, gpuckpt or gpuckpt-store-fixture not built"; exit 77; }
 for t in curl python3 sha256sum tar; do command -v "$t" >/dev/null || { echo "SKIP: $t missing"; exit 77; }; done
 
