@@ -74,7 +74,7 @@ struct GpuMemoryConfig {
 // NAME=VALUE pairs for the plugin's environment, in a fixed order.
 std::vector<std::pair<std::string, std::string>> plugin_environment(const GpuMemoryConfig& c);
 
-// What the agent keeps (issues 21, 23), every interval_seconds: archive retention per container in
+// What the agent keeps, every interval_seconds: archive retention per container in
 // checkpoints.dir (nothing is deleted while no limit is set), then a garbage collection of the chunk store
 // (gpu_memory.store when a path, else the node's), which frees the chunks no kept checkpoint references.
 struct RetentionConfig {

@@ -329,7 +329,7 @@ TEST_CASE("POST /v1/match judges a GPU record with the agent's inventory and pol
   CHECK(anon->status == 401);
 }
 
-TEST_CASE("an 8x H100 NVLink record matches its own node through the agent, which reads NVML (issue 23)", "[unit]") {
+TEST_CASE("an 8x H100 NVLink record matches its own node through the agent, which reads NVML", "[unit]") {
   // The agent reads the node with NVML (here its recorded snapshot): NVLink links are in its inventory and so in
   // the records of checkpoints it takes. Reading the same host root without NVML (what `gpuckpt match --host-root`
   // does in a pod) loses the links, and the record no longer matches its own node.
@@ -561,7 +561,7 @@ TEST_CASE("GET /metrics: job duration and phase histograms, in-flight jobs, arch
   CHECK(failed.at("gpuckpt_job_phase_duration_seconds_count{kind=\"restore\",phase=\"planning\"}") == 1);
 }
 
-TEST_CASE("every metric family and job phase the agent exposes is in docs/api.md (issue 23)", "[unit]") {
+TEST_CASE("every metric family and job phase the agent exposes is in docs/api.md", "[unit]") {
   Fixture f;
   f.service->metrics().set_runtime("podman", "podman", "5.4.2");
   const std::string id = f.post("/v1/checkpoints", R"({"container":"counter"})", 202)["id"];

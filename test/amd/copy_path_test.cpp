@@ -1,4 +1,4 @@
-// Issue 25, gap 6 (the part that needs no AMD hardware): which copy path moves BO contents. SDMA where the GPU
+// Which copy path moves BO contents (no AMD hardware needed): SDMA where the GPU
 // gives an engine; without one, the CPU path only for BOs the kernel lets the CPU map, logged as a warning with
 // the reason; a VRAM BO without CPU access then fails the dump or restore up front, naming it.
 #include <catch2/catch_test_macros.hpp>

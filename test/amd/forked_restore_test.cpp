@@ -1,4 +1,4 @@
-// Issue 25, gaps 7 and 8: the parallel restore across real processes, as CRIU runs it — init and POST_FORKING in the
+// The parallel restore across real processes, as CRIU runs it — init and POST_FORKING in the
 // main process, RESTORE_EXT_FILE in a forked child, the main process's worker filling the BOs through the dma-buf
 // fds the child sent, RESUME_DEVICES_LATE back in the main process. The child checks the contents of its own
 // restored BOs and reports through its exit status (Catch2 is not used after fork).

@@ -1,4 +1,4 @@
-// Issue 25, gap 7: the backend against a KFD that behaves as the kernel's does where the first simulator did not —
+// The backend against a KFD that behaves as the kernel's does where the first simulator did not —
 // the CRIU_OP permission checks, a failure at every CRIU_OP stage, a process without BOs, and userptr and
 // MMIO-remap BOs.
 #include <catch2/catch_test_macros.hpp>

@@ -1,4 +1,4 @@
-// Issue 25, gap 3: what KFD's CHECKPOINT does not carry is refused at dump time, naming the process, the buffer
+// What KFD's CHECKPOINT does not carry is refused at dump time, naming the process, the buffer
 // and why, before any BO content moves and with the GPU unpaused at once — never a dump that succeeds and a
 // restore that comes back without the buffer. That includes render-node GEM BOs nobody mapped or exported, and
 // processes that use the render node without KFD (Mesa): their GEM handles are probed, their VM's memory is read

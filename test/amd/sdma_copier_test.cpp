@@ -1,4 +1,4 @@
-// Issue 25, gap 6: the SDMA copy path (sdma_copier.cpp) runs unchanged — libdrm_amdgpu dlopen()ed, GTT staging
+// The SDMA copy path (sdma_copier.cpp) runs unchanged — libdrm_amdgpu dlopen()ed, GTT staging
 // and IB buffers, dma-buf import, VA mappings, BO lists, submission, fence wait — against a libdrm_amdgpu.so.1
 // whose SDMA engine executes the submitted packets (sim/fake_libdrm_amdgpu.cpp; this executable's run path finds
 // it before the system's). The bytes arrive only if every packet's fields, counts and addresses are right.

@@ -1,4 +1,4 @@
-// Issue 25, gap 6: the SDMA command buffer as the kernel's sdma_v4_0+ emitters build it — packet fields, byte
+// The SDMA command buffer as the kernel's sdma_v4_0+ emitters build it — packet fields, byte
 // counts split at the per-packet limit, and NOP padding to a multiple of 8 dwords.
 #include <catch2/catch_test_macros.hpp>
 #include <initializer_list>

@@ -329,7 +329,7 @@ def test_defaults():
 
 
 def test_network_policy():
-    """The agent's port admits the agents of the release and networkPolicy.from alone (issue 23): no other pod of
+    """The agent's port admits the agents of the release and networkPolicy.from alone: no other pod of
     the cluster reaches /v1 or /metrics; kubectl gpuckpt works from inside the agent's pod (loopback)."""
     objs = case("netpol-defaults")
     ds = one(objs, "DaemonSet")

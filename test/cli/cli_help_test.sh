@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2015,SC2013 # ok/bad always return 0; flags are single words
-# The CLI's conventions (issue 23): every verb's --help names each flag of its usage line with a default or meaning,
+# The CLI's conventions: every verb's --help names each flag of its usage line with a default or meaning,
 # and every flag the verb accepts (probed: each flag any verb's source names, given to each verb before --help);
 # an example and the exit codes, the same as docs/cli.md's and each one observed; -o json|yaml|wide; deprecated
 # spellings warn; docs/cli.md holds every verb's help as it is; --version; under --json a failure prints a JSON error object on stdout; bad inputs

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2015 # ok/bad always return 0
-# Docs and help that restate the code are held against it (issue 23):
+# Docs and help that restate the code are held against it:
 # - the kubectl plugin's "What a restore is on a node" lines name the runtime kinds `gpuckpt runtime --help` lists
 #   (node/runtime_kinds.h, the table the agent's GET /v1/runtime answers from), each with the same restore unit, as
 #   docs/api.md and docs/kubernetes.md say, and the chart's schema offers exactly those kinds;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2015,SC2086 # ok/bad always return 0; the bad-input cases are word lists
-# `gpuckpt store gc|refs|unref` on a hand-made chunk store (issue 21): a dry run lists and keeps the unreferenced
+# `gpuckpt store gc|refs|unref` on a hand-made chunk store: a dry run lists and keeps the unreferenced
 # chunk, --delete removes it and keeps the referenced one, unref drops a checkpoint's references so the next gc frees
 # its chunks, a reference naming a chunk the store lacks makes gc exit 1 naming it, bad flags exit 2.
 set -euo pipefail

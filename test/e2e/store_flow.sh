@@ -27,7 +27,7 @@
 #   shared: checkpoint on node A, restore (and checkpoint again) on node B, both with GPUCKPT_GPU_STORE = the
 #           shared directory; nothing is copied (node B's own store stays empty).
 # Each checks: the runtime's archive (podman's --export, --compress none; the CRI archive kubelet keeps) holds a
-# manifest and no GPU memory image, and is at most its CRIU pages images + 1 MiB (issue 21's kubelet-archive
+# manifest and no GPU memory image, and is at most its CRIU pages images + 1 MiB (the kubelet archive's size
 # target); every chunk the manifest names is in the expected store, and no other store gained one; with one chunk
 # removed, the restore fails before the container runs, CRIU's restore.log naming the checkpoint, the chunk and
 # its path, and the archive is byte-identical afterwards; with the chunk back it restores and the memory is

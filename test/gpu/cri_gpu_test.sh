@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20 item 7 on the GPU machine: a CUDA counter container checkpointed through CRI CheckpointContainer and
+# containerd's CRI on the GPU machine: a CUDA counter container checkpointed through CRI CheckpointContainer and
 # restored through CRI CreateContainer + StartContainer, on containerd 2.1.9 + runc 1.1.5 + the carry's CRIU with
 # gpuckpt's CRIU plugin (CRIU_LIBS_DIR), gpuckpt-nri on containerd's NRI socket (it records GPU containers and
 # injects the OCI hook as a createRuntime hook), the agent (kubelet-dir watcher; `gpuckpt image`) and a simulated

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20 item 7 with CRI-O on the GPU machine: a CUDA counter container created through CRI-O's CRI, checkpointed
+# CRI-O on the GPU machine: a CUDA counter container created through CRI-O's CRI, checkpointed
 # through CRI CheckpointContainer into a kubelet-style dir and restored through CRI CreateContainer (image = the
 # archive path, as the kubelet sends a pod's image) + StartContainer. CRI-O (built from source:
 # docs/kubernetes.md "CRI-O for real") runs privately (scripts/lib/crio-sandbox.sh) with conmon and runc 1.1.5
