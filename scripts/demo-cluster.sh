@@ -34,7 +34,6 @@ BUILD=$(cd "${BUILD_DIR:-build}" && pwd)
 . "$SRC/scripts/lib/containerd-sandbox.sh"
 . "$SRC/scripts/lib/k8s-sandbox.sh"
 . "$SRC/scripts/lib/k8s-gpuckpt-chart.sh"
-. "$SRC/scripts/lib/criu-probe.sh"
 BUSYBOX=${GPUCKPT_DEMO_IMAGE:-localhost/gpuckpt-busybox}
 CTRD_BIN_DIR=${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin
 IMAGE_REPO=localhost/gpuckpt IMAGE_TAG=demo-cluster-$$
@@ -54,16 +53,7 @@ step() {
 say() { printf '   %s\n' "$*"; }
 show() { printf '   $ %s\n' "$*"; }
 
-[ "$(id -u)" = 0 ] || die "run as root (kubelet, containerd, runc and CRIU need it)"
-for p in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crictl sim-device-plugin; do
-  [ -x "$K8S_BIN/$p" ] || die "$K8S_BIN/$p is missing: run scripts/setup-k8s.sh"
-done
-[ -x "$CTRD_BIN_DIR/containerd" ] || die "containerd 2.x is not in $CTRD_BIN_DIR: run scripts/setup.sh"
-for tool in helm iptables criu podman docker-registry curl python3; do
-  command -v "$tool" >/dev/null || die "$tool is missing: run scripts/setup.sh"
-done
-criu_dump_works || die "$CRIU_PROBE_REASON"
-podman image exists "$BUSYBOX" || die "image $BUSYBOX is missing: run scripts/setup.sh"
+k8s_gpuckpt_ready "$BUSYBOX" || die "$K8S_MISSING"
 [ -x "$BUILD/agent/gpuckpt-agent" ] || die "$BUILD is not built: run scripts/build.sh"
 
 # not under /tmp: the installer's plugin check runs CRIU with a tmpfs over /tmp (short: unix socket paths in it
@@ -142,11 +132,7 @@ for n in node-a node-b; do
   if [ "$n" = node-a ]; then PLUGIN_A=$!; else PLUGIN_B=$!; fi
 done
 for n in node-a node-b; do
-  for _ in $(seq 150); do
-    [ "$(kubectl get node "$n" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] && break
-    sleep 0.2
-  done
-  [ "$(kubectl get node "$n" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] ||
+  k8s_wait_gpus "$n" 2 ||
     die "$n does not offer 2 nvidia.com/gpu: $(cat "${PLUGIN_LOG[$n]}")"
 done
 show kubectl get nodes

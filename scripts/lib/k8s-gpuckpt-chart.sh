@@ -5,6 +5,9 @@
 #                                           VIEW (K8S_NODE_VIEW: a different directory on each node, so this
 #                                           machine's own are never written), the CRI and NRI sockets of each
 #                                           node's containerd, and the API server through the sandbox's route
+#   k8s_gpuckpt_ready IMAGE                 k8s_sandbox_ready IMAGE, and what installing the chart takes: helm,
+#                                           iptables, podman, curl, python3-yaml, a base for scripts/build-image.sh;
+#                                           0, or 1 with K8S_MISSING saying what is missing and what makes it
 k8s_gpuckpt_values() {
   local file=$1 view=$2 repo=$3 tag=$4
   cat > "$file" <<YAML
@@ -28,4 +31,17 @@ config:
   # the pods' termination grace follows (+60 s): a pod stopped during a job waits for it
   checkpoints: {watch_interval_seconds: 1, runtime_timeout_seconds: 60}
 YAML
+}
+
+k8s_gpuckpt_ready() {
+  local tool arch
+  k8s_sandbox_ready "$1" || return
+  for tool in helm iptables podman curl; do
+    command -v "$tool" >/dev/null || { k8s_missing "$tool not found (scripts/setup.sh installs it)"; return; }
+  done
+  python3 -c 'import yaml' 2>/dev/null || { k8s_missing "python3-yaml missing (scripts/setup.sh installs it)"; return; }
+  arch=$(dpkg --print-architecture)
+  podman image exists "localhost/gpuckpt-base:trixie-$arch" ||
+    [ -x "${GPUCKPT_PREFIX:-/opt/gpuckpt}/roots/trixie-$arch/bin/sh" ] ||
+    k8s_missing "no base for scripts/build-image.sh (scripts/setup.sh debootstraps it)"
 }

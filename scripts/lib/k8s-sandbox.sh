@@ -53,7 +53,14 @@
 #   k8s_kubectl ARGS...               kubectl as the cluster admin
 #   k8s_crictl NAME ARGS...           crictl against node NAME's containerd
 #   k8s_dra_claim CLAIM [CLASS] [DRIVER]  a DeviceClass and a ResourceClaim of one device (DRA), as YAML
+#   k8s_sandbox_ready IMAGE [PROGRAM...]
+#                                     whether this machine has what such a cluster needs (root, K8S_BIN's programs
+#                                     and PROGRAMs, containerd 2.x in CTRD_BIN_DIR, the CNI plugins, docker-registry,
+#                                     a CRIU that dumps here) and podman's IMAGE for its pods: 0, or 1 with
+#                                     K8S_MISSING saying what is missing and what makes it
 #   k8s_wait_pod NS POD [SECONDS]     waits until the pod is Running with every container ready (default 60 s)
+#   k8s_wait_gpus NODE COUNT          waits up to 30 s until NODE offers COUNT allocatable nvidia.com/gpu (its
+#                                     device plugin registered with its kubelet)
 #   k8s_stop                          stops every node (kubelet, its pods, containerd), the control plane, puts
 #                                     the kernel settings back, removes the nodes' cgroups; safe twice
 # Every wait is bounded; a component that does not come up prints the tail of its log and fails.
@@ -70,6 +77,8 @@ declare -gA K8S_NODE_ADDR K8S_NETNS
 if [ -z "${K8S_NODE_NETNS:-}" ]; then command -v ip >/dev/null && K8S_NODE_NETNS=1 || K8S_NODE_NETNS=0; fi
 K8S_NODES=() K8S_PIDS=() K8S_SAVED_TUNABLES=() K8S_SERVICE_RULE=() K8S_HOST_BRIDGE='' K8S_LOOPBACK_PORTS=()
 K8S_NETIF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/netif.py
+# shellcheck source=scripts/lib/criu-probe.sh
+. "$(dirname "${BASH_SOURCE[0]}")/criu-probe.sh"
 
 # k8s_node_run NAME: the command prefix that runs a program in node NAME's network namespace (none: the machine's)
 k8s_node_run() {
@@ -496,6 +505,35 @@ spec:
     - name: gpu
       exactly: {deviceClassName: ${2:-sim-gpu}}
 YAML
+}
+
+# k8s_missing WHY: K8S_MISSING=WHY (read by the callers of the *_ready functions), and 1
+# shellcheck disable=SC2034
+k8s_missing() { K8S_MISSING=$1; return 1; }
+k8s_sandbox_ready() {
+  local image=$1 p
+  shift
+  [ "$(id -u)" = 0 ] || { k8s_missing "needs root (kubelet, containerd, runc, CRIU)"; return; }
+  for p in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crictl sim-device-plugin "$@"; do
+    [ -x "$K8S_BIN/$p" ] || { k8s_missing "$K8S_BIN/$p missing (scripts/setup-k8s.sh builds it)"; return; }
+  done
+  [ -x "$CTRD_BIN_DIR/containerd" ] ||
+    { k8s_missing "containerd 2.x not installed in $CTRD_BIN_DIR (scripts/setup.sh)"; return; }
+  { [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ]; } ||
+    { k8s_missing "no CNI plugins in /usr/lib/cni (scripts/setup-k8s.sh)"; return; }
+  command -v docker-registry >/dev/null || { k8s_missing "docker-registry not installed (scripts/setup.sh)"; return; }
+  command -v criu >/dev/null || { k8s_missing "criu not installed (scripts/setup.sh)"; return; }
+  criu_dump_works || { k8s_missing "$CRIU_PROBE_REASON"; return; }
+  podman image exists "$image" || k8s_missing "image $image missing (scripts/setup.sh builds it)"
+}
+
+k8s_wait_gpus() {
+  local _
+  for _ in $(seq 150); do
+    [ "$(k8s_kubectl get node "$1" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$2" ] && return 0
+    sleep 0.2
+  done
+  [ "$(k8s_kubectl get node "$1" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$2" ]
 }
 
 k8s_wait_pod() {

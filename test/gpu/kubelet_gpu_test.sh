@@ -206,11 +206,7 @@ else
   for n in "${SHARED_NODES[@]}"; do plugin_args+=(--shared-device "$n"); done
   "$K8S_BIN/sim-device-plugin" "${plugin_args[@]}" > "$WORK/device-plugin.log" 2>&1 &
   PLUGIN_PID=$!
-  for _ in $(seq 150); do
-    [ "$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 1 ] && break
-    sleep 0.2
-  done
-  [ "$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 1 ] ||
+  k8s_wait_gpus "$NODE" 1 ||
     fail "$NODE does not offer 1 nvidia.com/gpu: $(cat "$WORK/device-plugin.log")"
   echo "ok: $NODE allocatable nvidia.com/gpu=1 ($GPU_ID; with every allocation: ${SHARED_NODES[*]#*:})"
 fi

@@ -51,17 +51,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 step() { printf '\n== %s (%ss)\n' "$*" "$(( $(date +%s) - T0 ))"; }
 T0=$(date +%s)
 
-[ "$(id -u)" = 0 ] || skip "needs root (kubelet, containerd, runc, CRIU)"
-for p in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crictl sim-device-plugin podresources-get sim-dra-driver; do
-  [ -x "$K8S_BIN/$p" ] || skip "$K8S_BIN/$p missing (scripts/setup-k8s.sh builds it)"
-done
-[ -x "$CTRD_BIN_DIR/containerd" ] || skip "containerd 2.x not installed in $CTRD_BIN_DIR (scripts/setup.sh)"
-{ [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ]; } || skip "no CNI plugins in /usr/lib/cni (scripts/setup-k8s.sh)"
-command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
-. "$SRC/scripts/lib/criu-probe.sh"
-criu_dump_works || skip "$CRIU_PROBE_REASON"
-command -v docker-registry >/dev/null || skip "docker-registry not installed (scripts/setup.sh)"
-podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
+k8s_sandbox_ready "$IMAGE" podresources-get sim-dra-driver || skip "$K8S_MISSING"
 for b in "$CLI" "$AGENT" "$NRI" "$HOOK"; do [ -x "$b" ] || fail "$b not built"; done
 
 # short: unix socket paths under it (the device plugins', the kubelet's) must fit in 108 bytes
@@ -131,11 +121,7 @@ ctrd_registry_host "$REGISTRY"
 "$K8S_BIN/sim-device-plugin" --registry-dir "$KROOT/plugins_registry" \
   --device "$GPU0=0:$ROOT/dev/nvidia0" --device "$GPU1=1:$ROOT/dev/nvidia1" > "$TMP/device-plugin.log" 2>&1 &
 PLUGIN_PID=$!
-for _ in $(seq 150); do
-  [ "$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] && break
-  sleep 0.2
-done
-[ "$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] ||
+k8s_wait_gpus "$NODE" 2 ||
   fail "$NODE does not offer 2 nvidia.com/gpu: $(cat "$TMP/device-plugin.log")"
 echo "ok: $NODE allocatable nvidia.com/gpu=2 ($GPU0, $GPU1) from sim-device-plugin"
 
@@ -308,11 +294,7 @@ read -r GPU2 GPU3 < <("$CLI" gpus --host-root "$ROOT_B" --json |
 "$K8S_BIN/sim-device-plugin" --registry-dir "$KROOT_B/plugins_registry" \
   --device "$GPU2=2:$ROOT_B/dev/nvidia2" --device "$GPU3=3:$ROOT_B/dev/nvidia3" > "$B/device-plugin.log" 2>&1 &
 PLUGIN_B_PID=$!
-for _ in $(seq 150); do
-  [ "$(kubectl get node "$NODE_B" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] && break
-  sleep 0.2
-done
-[ "$(kubectl get node "$NODE_B" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 2 ] ||
+k8s_wait_gpus "$NODE_B" 2 ||
   fail "$NODE_B does not offer 2 nvidia.com/gpu: $(cat "$B/device-plugin.log")"
 "$NRI" --socket "$CTRD_NRI_SOCK" --state-dir "$STATE_B" --host-root "$ROOT_B" --hook "$HOOK" \
   --pod-resources-socket "$KROOT_B/pod-resources/kubelet.sock" --cdi-spec-dir "$CDI_B" --once > "$B/nri.log" 2>&1 &

@@ -8,15 +8,11 @@ set -euo pipefail
 BUILD=${GPUCKPT_BUILD_DIR:?GPUCKPT_BUILD_DIR must point at the build directory}
 SRC=${GPUCKPT_SOURCE_DIR:?GPUCKPT_SOURCE_DIR must point at the source tree}
 . "$SRC/scripts/lib/k8s-sandbox.sh"
+. "$SRC/scripts/lib/k8s-gpuckpt-chart.sh"
 skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root (kubelet, containerd, runc, CRIU)"
-for p in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crictl sim-device-plugin; do
-  [ -x "$K8S_BIN/$p" ] || skip "$K8S_BIN/$p missing (scripts/setup-k8s.sh builds it)"
-done
-[ -x "${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin/containerd" ] || skip "containerd 2.x not installed (scripts/setup.sh)"
-command -v helm >/dev/null || skip "helm not found (scripts/setup.sh installs it)"
-. "$SRC/scripts/lib/criu-probe.sh"
-criu_dump_works || skip "$CRIU_PROBE_REASON"
+# what the demo would stop at as missing is a skip here
+CTRD_BIN_DIR=${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin
+k8s_gpuckpt_ready "${GPUCKPT_DEMO_IMAGE:-localhost/gpuckpt-busybox}" || skip "$K8S_MISSING"
 
 LOG=$(mktemp /tmp/gpuckpt-demo-cluster.XXXXXX)
 trap 'rm -f "$LOG"' EXIT

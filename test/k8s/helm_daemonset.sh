@@ -39,21 +39,7 @@ step() { printf '\n== %s (%ss)\n' "$*" "$(( $(date +%s) - T0 ))"; }
 since() { python3 -c "import time; print(f'{time.time() - $1:.1f}')"; }
 T0=$(date +%s)
 
-[ "$(id -u)" = 0 ] || skip "needs root (kubelet, containerd, runc, CRIU)"
-for p in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crictl sim-device-plugin; do
-  [ -x "$K8S_BIN/$p" ] || skip "$K8S_BIN/$p missing (scripts/setup-k8s.sh builds it)"
-done
-[ -x "$CTRD_BIN_DIR/containerd" ] || skip "containerd 2.x not installed in $CTRD_BIN_DIR (scripts/setup.sh)"
-{ [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ]; } || skip "no CNI plugins in /usr/lib/cni (scripts/setup-k8s.sh)"
-command -v helm >/dev/null || skip "helm not found (scripts/setup.sh installs it)"
-command -v iptables >/dev/null || skip "iptables not found (the kubernetes Service's DNAT rule)"
-command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
-. "$SRC/scripts/lib/criu-probe.sh"
-criu_dump_works || skip "$CRIU_PROBE_REASON"
-podman image exists "$BUSYBOX" || skip "image $BUSYBOX missing (scripts/setup.sh builds it)"
-podman image exists "localhost/gpuckpt-base:trixie-$(dpkg --print-architecture)" ||
-  [ -x "${GPUCKPT_PREFIX:-/opt/gpuckpt}/roots/trixie-$(dpkg --print-architecture)/bin/sh" ] ||
-  skip "no base for scripts/build-image.sh (scripts/setup.sh debootstraps it)"
+k8s_gpuckpt_ready "$BUSYBOX" || skip "$K8S_MISSING"
 [ -x "$BUILD/agent/gpuckpt-agent" ] || fail "$BUILD is not built"
 
 # not under /tmp: the installer's plugin check runs the host's CRIU with a tmpfs over the host's read-only /tmp

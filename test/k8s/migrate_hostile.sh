@@ -44,22 +44,7 @@ run_case() { [[ "$CASES" == *" $1 "* ]]; }
 since() { python3 -c "import time; print(f'{time.time() - $1:.1f}')"; }
 T0=$(date +%s)
 
-[ "$(id -u)" = 0 ] || skip "needs root (kubelet, containerd, runc, CRIU)"
-for p in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl crictl sim-device-plugin; do
-  [ -x "$K8S_BIN/$p" ] || skip "$K8S_BIN/$p missing (scripts/setup-k8s.sh builds it)"
-done
-[ -x "$CTRD_BIN_DIR/containerd" ] || skip "containerd 2.x not installed in $CTRD_BIN_DIR (scripts/setup.sh)"
-{ [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ]; } || skip "no CNI plugins in /usr/lib/cni (scripts/setup-k8s.sh)"
-for tool in helm iptables criu podman docker-registry curl; do
-  command -v "$tool" >/dev/null || skip "$tool not found (scripts/setup.sh installs it)"
-done
-python3 -c 'import yaml' 2>/dev/null || skip "python3-yaml missing (scripts/setup.sh installs it)"
-. "$SRC/scripts/lib/criu-probe.sh"
-criu_dump_works || skip "$CRIU_PROBE_REASON"
-podman image exists "$BUSYBOX" || skip "image $BUSYBOX missing (scripts/setup.sh builds it)"
-podman image exists "localhost/gpuckpt-base:trixie-$(dpkg --print-architecture)" ||
-  [ -x "${GPUCKPT_PREFIX:-/opt/gpuckpt}/roots/trixie-$(dpkg --print-architecture)/bin/sh" ] ||
-  skip "no base for scripts/build-image.sh (scripts/setup.sh debootstraps it)"
+k8s_gpuckpt_ready "$BUSYBOX" || skip "$K8S_MISSING"
 [ -x "$BUILD/agent/gpuckpt-agent" ] || fail "$BUILD is not built"
 
 # not under /tmp: the installer's plugin check runs CRIU with a tmpfs over /tmp (short: unix socket paths in it
@@ -242,11 +227,7 @@ for n in node-a node-b; do
   if [ "$n" = node-a ]; then PLUGIN_A=$!; else PLUGIN_B=$!; fi
 done
 for n in node-a node-b; do
-  for _ in $(seq 150); do
-    [ "$(kubectl get node "$n" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 4 ] && break
-    sleep 0.2
-  done
-  [ "$(kubectl get node "$n" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = 4 ] ||
+  k8s_wait_gpus "$n" 4 ||
     fail "$n does not offer 4 nvidia.com/gpu: $(cat "$TMP/plugin-$n.log")"
 done
 k8s_gpuckpt_values "$TMP/values.yaml" "$VIEW" "$IMAGE_REPO" "$IMAGE_TAG"
