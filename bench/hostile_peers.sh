@@ -20,6 +20,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$SRC/build}" && pwd)
 AGENT="$BUILD/agent/gpuckpt-agent" CLI="$BUILD/cli/gpuckpt" FIXTURE="$BUILD/test/support/gpuckpt-store-fixture"
 PEERS="$SRC/bench/hostile_peers.py"
+. "$SRC/scripts/lib/node-sandbox.sh"
 for f in "$AGENT" "$CLI" "$FIXTURE"; do [ -x "$f" ] || { echo "$f is not built" >&2; exit 2; }; done
 
 tmp=$(mktemp -d /tmp/gpuckpt-hostile-bench.XXXXXX)
@@ -41,26 +42,10 @@ jf() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(s
 api() { curl -s -H "Authorization: Bearer $token" "$@"; }
 
 start_agent() { # NAME EXTRA_YAML: the agent's pid in $agent, its URL in $url
-  local d="$tmp/$1"
-  mkdir -p "$d/state/checkpoints"
-  printf '%s\n' "$token" > "$d/token" && chmod 600 "$d/token"
-  cat > "$d/agent.yaml" <<YAML
-listen: {address: 127.0.0.1, port: 0}
-auth: {token_file: $d/token}
-state_dir: $d/state
-checkpoints: {dir: $d/state/checkpoints, kubelet_dir: ""}
-runtime: {kind: podman}
-host_root: $d
-hooks_dir: $d/hooks.d
-$2
-YAML
-  rm -f "$d/state/agent.port"
-  "$AGENT" --config "$d/agent.yaml" >> "$d/agent.log" 2>&1 &
-  agent=$!
+  sandbox_agent_config "$tmp/$1" "$token" "$2"
+  sandbox_run_agent "$AGENT" "$tmp/$1" || { echo "agent $1 did not start" >&2; exit 1; }
+  agent=$AGENT_PID url=$URL
   pids+=("$agent")
-  for _ in $(seq 100); do [ -s "$d/state/agent.port" ] && break; sleep 0.1; done
-  [ -s "$d/state/agent.port" ] || { cat "$d/agent.log" >&2; echo "agent $1 did not start" >&2; exit 1; }
-  url="http://127.0.0.1:$(cat "$d/state/agent.port")"
 }
 start_peer() { # ARGS...: bench/hostile_peers.py ARGS with a port file appended where PORTFILE stands; URL in $peer
   local portfile="$tmp/peer.$RANDOM.port" args=()

@@ -1,4 +1,5 @@
-# Sourced by scripts/demo.sh and test/e2e/node_flow.sh: a throw-away gpuckpt node under one work directory.
+# shellcheck shell=bash
+# Sourced by the demo, the e2e tests and the benches: a throw-away gpuckpt node under one work directory.
 #   sandbox_prepare WORK BUILD SRC   simulated GPU node (8x H100 fixture; /dev/nvidia0 and /dev/nvidia1 made with
 #                                     /dev/null's and /dev/zero's numbers), hooks.d entries for the built hook,
 #                                     an agent token and config. Sets ROOT HOOKS STATE CK TOKEN_FILE GPU0 GPU1.
@@ -7,6 +8,15 @@
 #   sandbox_api METHOD PATH [BODY]   calls the agent's API with the token; prints "STATUS BODY"
 #   sandbox_json_field "STATUS BODY" '["key"]...'   one field of an answer's body
 #   sandbox_wait_job COLLECTION ID   polls a job until it succeeded, failed or was interrupted (60 s); prints the last answer
+# Agents of their own, for agent-to-agent tests on loopback (no GPU node, no hook):
+#   sandbox_agent_config DIR TOKEN [EXTRA_YAML [CHECKPOINTS_KEYS]]
+#                                     DIR/token holding TOKEN and DIR/agent.yaml: 127.0.0.1 (port chosen by the
+#                                     kernel), podman, state and archives in DIR/state(/checkpoints), host root and
+#                                     hooks.d under DIR; CHECKPOINTS_KEYS more keys of checkpoints:, EXTRA_YAML's
+#                                     lines appended
+#   sandbox_run_agent AGENT DIR      starts AGENT on DIR/agent.yaml, its log appended to DIR/agent.log, and waits
+#                                     up to 10 s for its port. Sets AGENT_PID URL; 1 if it did not start (its log on
+#                                     stderr, the process ended)
 
 sandbox_prepare() {
   local work=$1 build=$2 src=$3 f
@@ -35,15 +45,39 @@ YAML
 }
 
 sandbox_start_agent() {
-  local agent=$1 work=${STATE%/state} _
-  "$agent" --config "$work/agent.yaml" > "$work/agent.log" 2>&1 &
+  : > "${STATE%/state}/agent.log"
+  sandbox_run_agent "$1" "${STATE%/state}"
+}
+
+sandbox_agent_config() {
+  local dir=$1
+  mkdir -p "$dir/state/checkpoints"
+  printf '%s\n' "$2" > "$dir/token" && chmod 600 "$dir/token"
+  cat > "$dir/agent.yaml" <<YAML
+listen: {address: 127.0.0.1, port: 0}
+auth: {token_file: $dir/token}
+state_dir: $dir/state
+checkpoints: {dir: $dir/state/checkpoints, kubelet_dir: ""${4:+, $4}}
+runtime: {kind: podman}
+host_root: $dir
+hooks_dir: $dir/hooks.d
+${3:-}
+YAML
+}
+
+sandbox_run_agent() {
+  local agent=$1 dir=$2 _
+  rm -f "$dir/state/agent.port"
+  "$agent" --config "$dir/agent.yaml" >> "$dir/agent.log" 2>&1 &
   AGENT_PID=$!
-  for _ in $(seq 100); do [ -s "$STATE/agent.port" ] && break; sleep 0.1; done
-  if [ ! -s "$STATE/agent.port" ]; then
-    cat "$work/agent.log" >&2
+  for _ in $(seq 100); do [ -s "$dir/state/agent.port" ] && break; sleep 0.1; done
+  if [ ! -s "$dir/state/agent.port" ]; then
+    cat "$dir/agent.log" >&2
+    kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
+    AGENT_PID=
     return 1
   fi
-  URL=http://127.0.0.1:$(cat "$STATE/agent.port")
+  URL=http://127.0.0.1:$(cat "$dir/state/agent.port")
 }
 
 sandbox_stop_agent() {

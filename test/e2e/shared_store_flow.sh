@@ -47,6 +47,7 @@ command -v sshfs >/dev/null || skip "sshfs not installed (scripts/setup.sh insta
 [ -c /dev/fuse ] && grep -qw fuse /proc/filesystems || skip "no FUSE in this kernel (/dev/fuse, fuse in /proc/filesystems)"
 command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
 . "$SRC/scripts/lib/criu-probe.sh"
+. "$SRC/scripts/lib/node-sandbox.sh"
 criu_dump_works || skip "$CRIU_PROBE_REASON"
 CRIU_BIN=$(command -v criu)
 command -v podman >/dev/null || skip "podman not installed (scripts/setup.sh)"
@@ -246,30 +247,18 @@ podman rm -f -t 0 "$NAME-1" >/dev/null
 # ================================================================================================================
 step "1b. the nodes' agents: sending node A's archive to node B's agent (as a migration does) moves no chunk"
 TOKEN=$(head -c 32 /dev/urandom | base64 | tr -d '/+=')
-start_agent() {   # NODE [EXTRA YAML]: the node's gpuckpt-agent on 127.0.0.1, its store the node's mount
+start_agent() {   # NODE [EXTRA YAML]: the node's gpuckpt-agent on 127.0.0.1, its store the node's mount; sets URL
   local d
   d=$(node_dir "$1")/agent
-  mkdir -p "$d/state/checkpoints"
-  printf '%s\n' "$TOKEN" > "$d/token" && chmod 600 "$d/token"
-  cat > "$d/agent.yaml" <<YAML
-listen: {address: 127.0.0.1, port: 0}
-auth: {token_file: $d/token}
-state_dir: $d/state
-checkpoints: {dir: $d/state/checkpoints, kubelet_dir: ""}
-runtime: {kind: podman}
-host_root: $d
-hooks_dir: $d/hooks.d
-gpu_memory: {store: $(store_of "$1")}
-${2:-}
-YAML
-  "$AGENT" --config "$d/agent.yaml" > "$d/agent.log" 2>&1 &
-  AGENT_PIDS+=($!)
-  for _ in $(seq 100); do [ -s "$d/state/agent.port" ] && break; sleep 0.1; done
-  [ -s "$d/state/agent.port" ] || fail "agent of node $1 did not start: $(tail -5 "$d/agent.log")"
-  echo "http://127.0.0.1:$(cat "$d/state/agent.port")"
+  sandbox_agent_config "$d" "$TOKEN" "gpu_memory: {store: $(store_of "$1")}
+${2:-}"
+  sandbox_run_agent "$AGENT" "$d" 2>/dev/null || fail "agent of node $1 did not start: $(tail -5 "$d/agent.log")"
+  AGENT_PIDS+=("$AGENT_PID")
 }
-A_URL=$(start_agent a "transfer: {peer_networks: [127.0.0.0/8]}")
-B_URL=$(start_agent b)
+start_agent a "transfer: {peer_networks: [127.0.0.0/8]}"
+A_URL=$URL
+start_agent b
+B_URL=$URL
 cp "$TMP/one.tar" "$(node_dir a)/agent/state/checkpoints/ck-shared-one.tar"
 before=$(export_files)
 T=$(now)

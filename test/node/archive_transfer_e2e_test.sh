@@ -19,6 +19,7 @@ AGENT="$BUILD/agent/gpuckpt-agent" CLI="$BUILD/cli/gpuckpt" PROXY="$SRC/test/sup
 FIXTURE="$BUILD/test/support/gpuckpt-store-fixture"
 [ -x "$AGENT" ] && [ -x "$CLI" ] && [ -x "$FIXTURE" ] || { echo "SKIP: gpuckpt-agent, gpuckpt or gpuckpt-store-fixture not built"; exit 77; }
 for t in curl python3 sha256sum tar; do command -v "$t" >/dev/null || { echo "SKIP: $t missing"; exit 77; }; done
+. "$SRC/scripts/lib/node-sandbox.sh"
 
 tmp=$(mktemp -d /tmp/gpuckpt-transfer.XXXXXX)
 pids=()
@@ -35,24 +36,10 @@ expect() { if eval "$1"; then ok; else bad "$2"; fi; }
 
 token=$(head -c 32 /dev/urandom | base64 | tr -d '/+=')
 start_agent() { # NAME [EXTRA YAML]
-  local d="$tmp/$1"
-  mkdir -p "$d/state/checkpoints"
-  printf '%s\n' "$token" > "$d/token" && chmod 600 "$d/token"
-  cat > "$d/agent.yaml" <<YAML
-listen: {address: 127.0.0.1, port: 0}
-auth: {token_file: $d/token}
-state_dir: $d/state
-checkpoints: {dir: $d/state/checkpoints, kubelet_dir: "", max_archive_bytes: 67108864}
-runtime: {kind: podman}
-host_root: $d
-hooks_dir: $d/hooks.d
-${2:-}
-YAML
-  "$AGENT" --config "$d/agent.yaml" > "$d/agent.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do [ -s "$d/state/agent.port" ] && break; sleep 0.1; done
-  [ -s "$d/state/agent.port" ] || { cat "$d/agent.log"; echo "FAIL: agent $1 did not start"; exit 1; }
-  echo "http://127.0.0.1:$(cat "$d/state/agent.port")" > "$d/url"
+  sandbox_agent_config "$tmp/$1" "$token" "${2:-}" "max_archive_bytes: 67108864"
+  sandbox_run_agent "$AGENT" "$tmp/$1" || { echo "FAIL: agent $1 did not start"; exit 1; }
+  pids+=("$AGENT_PID")
+  echo "$URL" > "$tmp/$1/url"
 }
 start_agent a "transfer: {peer_networks: [127.0.0.0/8], chunk_streams: 3}
 gpu_memory: {store: $tmp/a/chunks}"

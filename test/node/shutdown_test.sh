@@ -12,6 +12,7 @@ BUILD=$(cd "${GPUCKPT_BUILD_DIR:-$SRC/build}" 2>/dev/null && pwd) || { echo "SKI
 AGENT="$BUILD/agent/gpuckpt-agent"
 [ -x "$AGENT" ] || { echo "SKIP: gpuckpt-agent not built"; exit 77; }
 for t in curl python3; do command -v "$t" >/dev/null || { echo "SKIP: $t missing"; exit 77; }; done
+. "$SRC/scripts/lib/node-sandbox.sh"
 
 tmp=$(mktemp -d /tmp/gpuckpt-shutdown.XXXXXX)
 pids=()
@@ -63,27 +64,13 @@ for _ in $(seq 50); do [ -s "$tmp/peer.port" ] && break; sleep 0.1; done
 PEER="http://127.0.0.1:$(cat "$tmp/peer.port")"
 
 d="$tmp/agent"
-mkdir -p "$d/state/checkpoints"
-head -c 32 /dev/urandom | base64 | tr -d '/+=' > "$d/token" && chmod 600 "$d/token"
-cat > "$d/agent.yaml" <<YAML
-listen: {address: 127.0.0.1, port: 0}
-auth: {token_file: $d/token}
-state_dir: $d/state
-checkpoints: {dir: $d/state/checkpoints, kubelet_dir: ""}
-runtime: {kind: podman}
-host_root: $d
-hooks_dir: $d/hooks.d
-transfer: {peer_networks: [127.0.0.0/8]}
-limits: {job_timeout_seconds: 300, shutdown_grace_seconds: 2, max_concurrent_jobs: 1}
-YAML
+sandbox_agent_config "$d" "$(head -c 32 /dev/urandom | base64 | tr -d '/+=')" \
+  "transfer: {peer_networks: [127.0.0.0/8]}
+limits: {job_timeout_seconds: 300, shutdown_grace_seconds: 2, max_concurrent_jobs: 1}"
 start_agent() {
-  rm -f "$d/state/agent.port"
-  "$AGENT" --config "$d/agent.yaml" >> "$d/agent.log" 2>&1 &
-  agent=$!
+  sandbox_run_agent "$AGENT" "$d" || { echo "FAIL: the agent did not start"; exit 1; }
+  agent=$AGENT_PID A=$URL
   pids+=("$agent")
-  for _ in $(seq 100); do [ -s "$d/state/agent.port" ] && break; sleep 0.1; done
-  [ -s "$d/state/agent.port" ] || { cat "$d/agent.log"; echo "FAIL: the agent did not start"; exit 1; }
-  A="http://127.0.0.1:$(cat "$d/state/agent.port")"
 }
 api() { curl -s -H "Authorization: Bearer $(cat "$d/token")" "$@"; }
 field() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"; }
