@@ -56,11 +56,7 @@ show() { printf '   $ %s\n' "$*"; }
 k8s_gpuckpt_ready "$BUSYBOX" || die "$K8S_MISSING"
 [ -x "$BUILD/agent/gpuckpt-agent" ] || die "$BUILD is not built: run scripts/build.sh"
 
-# not under /tmp: the installer's plugin check runs CRIU with a tmpfs over /tmp (short: unix socket paths in it
-# must fit in 108 bytes)
-TMP=/var/tmp/gckdemo-$$-$(date +%s)
-mkdir -m 700 "$TMP"
-VIEW=$TMP/node   # K8S_NODE_VIEW: on each node, that node's work dir
+k8s_gpuckpt_workdir gckdemo   # TMP; VIEW, for K8S_NODE_VIEW: on each node, that node's work dir
 host_state() {   # what must be as it was afterwards (the chart's defaults would write there)
   for d in /usr/lib/criu /etc/criu /usr/share/containers/oci/hooks.d /var/lib/gpuckpt /opt/gpuckpt/bin /var/lib/kubelet; do
     if [ -e "$d" ]; then find "$d" -maxdepth 2 -printf '%p %s %T@\n' 2>/dev/null | sort; else echo "$d absent"; fi
@@ -72,25 +68,12 @@ host_state > "$TMP/host-before.txt"
 PLUGIN_A='' PLUGIN_B='' REGISTRY_PID=''
 cleanup() {
   set +e
-  for p in "$PLUGIN_A" "$PLUGIN_B" "$REGISTRY_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-  k8s_stop
-  podman rmi -f "$IMAGE_REPO:$IMAGE_TAG" >/dev/null 2>&1
-  if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+  k8s_gpuckpt_teardown "$IMAGE_REPO:$IMAGE_TAG" "$PLUGIN_A" "$PLUGIN_B" "$REGISTRY_PID"
 }
 trap cleanup EXIT
 kubectl() { k8s_kubectl "$@"; }
 node_dir() { echo "$TMP/cluster/nodes/$1"; }
-count_in() {  # count_in POD: the pod's counter, read through the API server (kubectl exec)
-  local n
-  for _ in $(seq 20); do
-    n=$(kubectl exec "$1" -c counter -- cat /tmp/count 2>/dev/null || true)
-    [ -n "$n" ] && { echo "$n"; return; }
-    sleep 0.1
-  done
-  die "no counter value in pod $1"
-}
-# shellcheck disable=SC2016 # expanded by the container's shell; written then renamed: a read never sees it half-written
-COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
+count_in() { k8s_pod_count "$1" || die "no counter value in pod $1"; }
 
 step "The gpuckpt image (scripts/build-image.sh, offline) and a two-node cluster (scripts/lib/k8s-sandbox.sh)"
 t=$(now)
@@ -222,22 +205,8 @@ fi
 
 step "Restore on node-b: a pod of the checkpoint image, restored by node-b's kubelet"
 if [ "$MIGRATED" = 0 ]; then
-kubectl apply -f - > /dev/null <<YAML || die "kubectl apply of the restore pod"
-apiVersion: v1
-kind: Pod
-metadata: {name: gpu-counter-moved, namespace: default}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  nodeSelector: {kubernetes.io/hostname: node-b}
-  containers:
-  - name: counter
-    image: $CK_IMAGE
-    imagePullPolicy: Never
-    # containerd needs a command; the process that runs is the checkpoint's (a fresh start would count from 1)
-    command: [sh, -c, '$COUNTER']
-    resources: {limits: {nvidia.com/gpu: 1}}
-YAML
+k8s_gpu_counter_pod "$CK_IMAGE" Never node-b gpu-counter-moved | kubectl apply -f - > /dev/null ||
+  die "kubectl apply of the restore pod"
 fi
 k8s_wait_pod default gpu-counter-moved 120 || die "the restore pod on node-b did not start"
 [ "$(kubectl get pod gpu-counter-moved -o jsonpath='{.spec.nodeName}')" = node-b ] || die "gpu-counter-moved is not on node-b"

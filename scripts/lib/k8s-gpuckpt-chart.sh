@@ -5,6 +5,12 @@
 #                                           VIEW (K8S_NODE_VIEW: a different directory on each node, so this
 #                                           machine's own are never written), the CRI and NRI sockets of each
 #                                           node's containerd, and the API server through the sandbox's route
+#   k8s_gpuckpt_workdir NAME                makes TMP=/var/tmp/NAME-PID-SECONDS (mode 700) and sets VIEW=TMP/node
+#                                           (for K8S_NODE_VIEW): not under /tmp, since the installer's plugin check
+#                                           runs CRIU with a tmpfs over /tmp; short, since unix socket paths under it
+#                                           must fit in 108 bytes
+#   k8s_gpuckpt_teardown IMAGE [PID...]     ends the PIDs (empty ones skipped), stops the cluster (k8s_stop), removes
+#                                           podman's IMAGE and TMP (KEEP=1 keeps TMP)
 #   k8s_gpuckpt_ready IMAGE                 k8s_sandbox_ready IMAGE, and what installing the chart takes: helm,
 #                                           iptables, podman, curl, python3-yaml, a base for scripts/build-image.sh;
 #                                           0, or 1 with K8S_MISSING saying what is missing and what makes it
@@ -44,4 +50,20 @@ k8s_gpuckpt_ready() {
   podman image exists "localhost/gpuckpt-base:trixie-$arch" ||
     [ -x "${GPUCKPT_PREFIX:-/opt/gpuckpt}/roots/trixie-$arch/bin/sh" ] ||
     k8s_missing "no base for scripts/build-image.sh (scripts/setup.sh debootstraps it)"
+}
+
+k8s_gpuckpt_workdir() {
+  TMP=/var/tmp/$1-$$-$(date +%s)
+  mkdir -m 700 "$TMP"
+  # shellcheck disable=SC2034 # the caller's
+  VIEW=$TMP/node
+}
+
+k8s_gpuckpt_teardown() {
+  local image=$1 p
+  shift
+  for p in "$@"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  k8s_stop
+  podman rmi -f "$image" >/dev/null 2>&1
+  if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
 }

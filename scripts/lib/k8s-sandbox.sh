@@ -61,6 +61,8 @@
 #   k8s_wait_pod NS POD [SECONDS]     waits until the pod is Running with every container ready (default 60 s)
 #   k8s_wait_gpus NODE COUNT          waits up to 30 s until NODE offers COUNT allocatable nvidia.com/gpu (its
 #                                     device plugin registered with its kubelet)
+#   k8s_pod_count POD                 the counter of k8s_gpu_counter_pod's POD (kubectl exec through the API
+#                                     server), tried for 2 s; 1 if it has none
 #   k8s_stop                          stops every node (kubelet, its pods, containerd), the control plane, puts
 #                                     the kernel settings back, removes the nodes' cgroups; safe twice
 # Every wait is bounded; a component that does not come up prints the tail of its log and fails.
@@ -460,18 +462,20 @@ k8s_service_proxy() {
     { K8S_SERVICE_RULE=(); echo "k8s-sandbox: iptables cannot add the DNAT rule for 10.96.0.1:443" >&2; return 1; }
 }
 
-# k8s_gpu_counter_pod IMAGE PULL_POLICY [NODE]: the manifest of the tests' and demo's GPU pod, gpu-counter in
-# default: a counter in /tmp/count (written then renamed: a read never sees it half-written) asking the kubelet for
-# one nvidia.com/gpu, on NODE when given.
+# k8s_gpu_counter_pod IMAGE PULL_POLICY [NODE [NAME]]: the manifest of the tests' and demo's GPU pod, NAME (default
+# gpu-counter) in default: a counter in /tmp/count (K8S_GPU_COUNTER: written then renamed, a read never sees it
+# half-written) asking the kubelet for one nvidia.com/gpu, on NODE when given. With a checkpoint image as IMAGE it
+# is the pod that restores one: containerd needs a command, but the process that runs is the checkpoint's (a fresh
+# start would count from 1, which the tests tell apart).
+# shellcheck disable=SC2016 # expanded by the container's shell
+K8S_GPU_COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
 k8s_gpu_counter_pod() {
-  # shellcheck disable=SC2016 # expanded by the container's shell
-  local counter='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
   local on_node=""
   [ -z "${3:-}" ] || on_node=$'\n'"  nodeSelector: {kubernetes.io/hostname: $3}"
   cat <<YAML
 apiVersion: v1
 kind: Pod
-metadata: {name: gpu-counter, namespace: default}
+metadata: {name: ${4:-gpu-counter}, namespace: default}
 spec:
   restartPolicy: Never
   terminationGracePeriodSeconds: 1$on_node
@@ -479,7 +483,7 @@ spec:
   - name: counter
     image: $1
     imagePullPolicy: $2
-    command: [sh, -c, '$counter']
+    command: [sh, -c, '$K8S_GPU_COUNTER']
     resources: {limits: {nvidia.com/gpu: 1}}
 YAML
 }
@@ -534,6 +538,16 @@ k8s_wait_gpus() {
     sleep 0.2
   done
   [ "$(k8s_kubectl get node "$1" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$2" ]
+}
+
+k8s_pod_count() {
+  local n _
+  for _ in $(seq 20); do
+    n=$(k8s_kubectl exec "$1" -c counter -- cat /tmp/count 2>/dev/null || true)
+    [ -n "$n" ] && { echo "$n"; return 0; }
+    sleep 0.1
+  done
+  return 1
 }
 
 k8s_wait_pod() {

@@ -8,6 +8,9 @@
 #   sandbox_api METHOD PATH [BODY]   calls the agent's API with the token; prints "STATUS BODY"
 #   sandbox_json_field "STATUS BODY" '["key"]...'   one field of an answer's body
 #   sandbox_wait_job COLLECTION ID   polls a job until it succeeded, failed or was interrupted (60 s); prints the last answer
+#   sandbox_count_of PID             the counter the tests' containers keep in /tmp/count, as process PID sees it
+#                                     (rewritten 10 times a second: an empty read is retried, for 1 s); 1 if none
+#   sandbox_counts_past PID N        whether that counter passes N within 10 s
 # Agents of their own, for agent-to-agent tests on loopback (no GPU node, no hook):
 #   sandbox_agent_config DIR TOKEN [EXTRA_YAML [CHECKPOINTS_KEYS]]
 #                                     DIR/token holding TOKEN and DIR/agent.yaml: 127.0.0.1 (port chosen by the
@@ -110,5 +113,24 @@ sandbox_wait_job() {
     sleep 0.2
   done
   echo "job $2 did not finish within 60 s" >&2
+  return 1
+}
+
+sandbox_count_of() {
+  local n _
+  for _ in $(seq 50); do
+    n=$(cat "/proc/$1/root/tmp/count" 2>/dev/null || true)
+    [ -n "$n" ] && { echo "$n"; return 0; }
+    sleep 0.02
+  done
+  return 1
+}
+
+sandbox_counts_past() {
+  local n _
+  for _ in $(seq 100); do
+    n=$(sandbox_count_of "$1") && [ "$n" -gt "$2" ] && return 0
+    sleep 0.1
+  done
   return 1
 }

@@ -74,19 +74,7 @@ cleanup() {
 trap cleanup EXIT
 
 cri() { "$CRI_TOOL" "$CTRD_SOCK" "$@"; }
-count_of() {  # count_of PID: the counter's value (the file is rewritten 10 times a second: retry an empty read)
-  local n
-  for _ in $(seq 50); do
-    n=$(cat "/proc/$1/root/tmp/count" 2>/dev/null || true)
-    [ -n "$n" ] && { echo "$n"; return; }
-    sleep 0.02
-  done
-  fail "no counter value in process $1"
-}
-counts_past() {  # counts_past PID N: the counter passes N within 10 s
-  for _ in $(seq 100); do [ "$(count_of "$1")" -gt "$2" ] && return 0; sleep 0.1; done
-  return 1
-}
+count_of() { sandbox_count_of "$1" || fail "no counter value in process $1"; }   # count_of PID
 # shellcheck disable=SC2016 # expanded by the container's shell; written then renamed: a read never sees it half-written
 COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
 
@@ -134,7 +122,7 @@ python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["gpus"]; assert g["r
 echo "ok: $CID recorded on $GPU0"
 
 step "2. CRI CheckpointContainer into the kubelet's checkpoint dir; the watcher annotates it"
-counts_past "$PID" 10 || fail "the source container does not count"
+sandbox_counts_past "$PID" 10 || fail "the source container does not count"
 ARCHIVE=$KDIR/checkpoint-gpuckpt-src_default-counter-$(date -u +%Y-%m-%dT%H:%M:%SZ).tar
 cri checkpoint "$CID" "$ARCHIVE" || fail "CRI CheckpointContainer"
 for _ in $(seq 100); do grep -q "annotated kubelet archive $ARCHIVE" "$TMP/agent.log" && break; sleep 0.1; done
@@ -144,7 +132,7 @@ for e in config.dump spec.dump status.dump gpuckpt-gpus.json checkpoint/inventor
   grep -qx "$e" "$TMP/entries.txt" || fail "the annotated archive lacks $e"
 done
 N1=$(tar -xOf "$ARCHIVE" rootfs-diff.tar | tar -xzOf - tmp/count)
-counts_past "$PID" "$N1" || fail "the checkpointed container stopped counting"
+sandbox_counts_past "$PID" "$N1" || fail "the checkpointed container stopped counting"
 "$CLI" inspect "$ARCHIVE" --host-root "$ROOT" --json > "$TMP/inspect.json" 2> "$TMP/inspect.err" || fail "gpuckpt inspect"
 python3 - "$TMP/inspect.json" "$GPU0" <<'PY' || fail "inspect does not see containerd's checkpoint"
 import json, sys
@@ -193,7 +181,7 @@ restored_check() {
   [ "$rpid" -gt 0 ] || fail "$name: no running process"
   nr=$(count_of "$rpid")
   [ "$nr" -ge "$N1" ] || fail "$name: the restored counter started over ($nr) instead of continuing from $N1"
-  counts_past "$rpid" "$nr" || fail "$name: the restored counter does not count (at $nr)"
+  sandbox_counts_past "$rpid" "$nr" || fail "$name: the restored counter does not count (at $nr)"
   plan_path=$CTRD_ROOT/io.containerd.grpc.v1.cri/containers/$rid/ctrd-restore/checkpoint/gpuckpt-restore-plan.json
   grep -q "restore plan rp-[0-9a-f]* placed in $plan_path" "$STATE/hook.log" ||
     fail "$name: the hook did not place a restore plan in containerd's CRIU images dir ($plan_path): $(tail -3 "$STATE/hook.log" 2>/dev/null)"

@@ -74,15 +74,7 @@ use_runtime() {  # use_runtime YAML: restart the agent with this runtime section
   sandbox_start_agent "$AGENT" || fail "agent did not start: $(tail -5 "$TMP/agent.log")"
 }
 cri() { "$CRI_TOOL" "$CTRD_SOCK" "$@"; }
-count_of() {  # count_of PID: the counter's value (the file is rewritten 10 times a second: retry an empty read)
-  local n
-  for _ in $(seq 50); do
-    n=$(cat "/proc/$1/root/tmp/count" 2>/dev/null || true)
-    [ -n "$n" ] && { echo "$n"; return; }
-    sleep 0.02
-  done
-  fail "no counter value in process $1"
-}
+count_of() { sandbox_count_of "$1" || fail "no counter value in process $1"; }   # count_of PID
 adjusted_to_gpu1() {  # adjusted_to_gpu1 CID: gpuckpt-nri gave the container GPU 1's node (as /dev/nvidia1) and a plan
   ctrd_ctr containers info "$1" | python3 -c '
 import json, sys
@@ -100,10 +92,6 @@ assert not spec.get("hooks", {}).get("createRuntime"), spec["hooks"]'
 }
 # The CRI annotations containerd 2.x sets on the container it restores from checkpoint image $1.
 restore_marks() { echo --annotation restored=true --annotation checkpointedAt=2026-11-26T06:00:00Z --annotation "checkpointImage=$1"; }
-counts_past() {  # counts_past PID N: the counter passes N within 10 s
-  for _ in $(seq 100); do [ "$(count_of "$1")" -gt "$2" ] && return 0; sleep 0.1; done
-  return 1
-}
 
 step "start containerd"
 ctrd_start "$TMP/containerd" || fail "containerd did not start"
@@ -179,7 +167,7 @@ ARCHIVE=$(sandbox_json_field "$r" '["result"]["archive"]')
 r_ck=$r
 N1=$(tar -xOf "$ARCHIVE" rootfs-diff.tar | tar -xOf - tmp/count)
 echo "ok: checkpoint in $(sandbox_json_field "$r" '["phase_seconds"]["total"]') s -> $ARCHIVE (counter at $N1)"
-counts_past "$PID" "$N1" || fail "the checkpointed container stopped counting"
+sandbox_counts_past "$PID" "$N1" || fail "the checkpointed container stopped counting"
 echo "ok: the container keeps running after the checkpoint"
 tar -tf "$ARCHIVE" > "$TMP/entries.txt" || fail "tar cannot list $ARCHIVE"
 for e in config.dump spec.dump rootfs-diff.tar deleted.files checkpoint/inventory.img; do
@@ -210,7 +198,7 @@ RPID=$(ctrd_ctr tasks ls | awk '$1 == "gpuckpt-e2e-restored" {print $2}')
 [ -n "$RPID" ] && [ -e "/proc/$RPID" ] || fail "no running task gpuckpt-e2e-restored: $(ctrd_ctr tasks ls)"
 NR=$(count_of "$RPID")
 [ "$NR" -ge "$N1" ] || fail "the restored counter started over ($NR) instead of continuing from $N1"
-counts_past "$RPID" "$NR" || fail "the restored counter does not count: at $NR"
+sandbox_counts_past "$RPID" "$NR" || fail "the restored counter does not count: at $NR"
 N2=$(count_of "$RPID")
 echo "ok: restored in $(sandbox_json_field "$r" '["phase_seconds"]["total"]') s; counter checkpointed at $N1, continues at $N2"
 LAYOUT=$(sandbox_json_field "$r_ck" '["result"]["image"]["layout"]')
@@ -233,7 +221,7 @@ ctrd_ctr containers info gpuckpt-e2e-moved | python3 -c 'import json,sys; assert
   fail "NVIDIA_VISIBLE_DEVICES not remapped in the restored container's spec"
 grep -q "restore plan rp-.* placed in .*/checkpoint/gpuckpt-restore-plan.json" "$TMP/agent.log" ||
   fail "the restore plan did not reach CRIU's images directory: $(tail -3 "$TMP/agent.log")"
-counts_past "$MPID" "$(count_of "$MPID")" || fail "the moved container does not count"
+sandbox_counts_past "$MPID" "$(count_of "$MPID")" || fail "the moved container does not count"
 echo "ok: /dev/nvidia0 became GPU 1's /dev/nvidia1 ($DEV), spec NVIDIA_VISIBLE_DEVICES=1, plan in CRIU's images dir, still counting"
 
 mkdir "$CK/.gpuckpt-containerd-restore-999999999-dead"   # left by an agent that stopped mid-restore

@@ -75,19 +75,7 @@ container_pid() {  # container_pid POD: the pid of the pod's container "counter"
   [ -n "$id" ] || fail "no running container 'counter' of pod $1 on $NODE"
   crictl inspect -o go-template --template '{{.info.pid}}' "$id"
 }
-count_of() {  # count_of PID: the counter's value (the file is rewritten 10 times a second: retry an empty read)
-  local n
-  for _ in $(seq 50); do
-    n=$(cat "/proc/$1/root/tmp/count" 2>/dev/null || true)
-    [ -n "$n" ] && { echo "$n"; return; }
-    sleep 0.02
-  done
-  fail "no counter value in process $1"
-}
-counts_past() {  # counts_past PID N: the counter passes N within 10 s
-  for _ in $(seq 100); do [ "$(count_of "$1")" -gt "$2" ] && return 0; sleep 0.1; done
-  return 1
-}
+count_of() { sandbox_count_of "$1" || fail "no counter value in process $1"; }   # count_of PID
 on_pod_network() {  # on_pod_network POD PID SUBNET_PREFIX: the pod has an address of its node's CNI network and
   # its process lives in a network namespace of its own
   local ip
@@ -96,8 +84,6 @@ on_pod_network() {  # on_pod_network POD PID SUBNET_PREFIX: the pod has an addre
   [ "$(readlink "/proc/$2/ns/net")" != "$(readlink /proc/self/ns/net)" ] || fail "pod $1's process is in the host's network namespace"
   echo "$ip"
 }
-# shellcheck disable=SC2016 # expanded by the container's shell; written then renamed: a read never sees it half-written
-COUNTER='i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done'
 
 step "1. the cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet $NODE on containerd 2"
 sandbox_prepare "$TMP" "$BUILD" "$SRC" || fail "cannot prepare the simulated node in $TMP"
@@ -157,7 +143,7 @@ echo "ok: gpu-counter on $NODE at $POD_IP (bridge + host-local CNI); kubelet all
 
 step "3. POST /api/v1/nodes/$NODE/proxy/checkpoint/default/gpu-counter/counter through the API server"
 # far enough that a fresh start of the restore (10 counts a second) cannot pass it before the test reads it
-for _ in $(seq 3); do counts_past "$PID" 60 && break; done
+for _ in $(seq 3); do sandbox_counts_past "$PID" 60 && break; done
 [ "$(count_of "$PID")" -gt 60 ] || fail "the pod's counter does not count"
 t=$(date +%s.%N)
 kubectl create --raw "/api/v1/nodes/$NODE/proxy/checkpoint/default/gpu-counter/counter" -f /dev/null > "$TMP/checkpoint.json" ||
@@ -189,7 +175,7 @@ PY
 "$CLI" inspect "$ARCHIVE" --host-root "$ROOT" > "$TMP/inspect.txt" 2>&1 || fail "gpuckpt inspect (text)"
 grep -qF "$ALLOCATED" "$TMP/inspect.txt" || fail "gpuckpt inspect's text does not name $ALLOCATED: $(head -20 "$TMP/inspect.txt")"
 N1=$(tar -xOf "$ARCHIVE" rootfs-diff.tar | tar -xzOf - tmp/count)
-counts_past "$PID" "$N1" || fail "the checkpointed pod stopped counting"
+sandbox_counts_past "$PID" "$N1" || fail "the checkpointed pod stopped counting"
 [ "$(kubectl get pod gpu-counter -o jsonpath='{.status.phase}')" = Running ] || fail "gpu-counter is no longer Running"
 echo "ok: $(basename "$ARCHIVE") ($(stat -c %s "$ARCHIVE") bytes, ${CKPT_SECONDS}s through the API server) annotated; inspect shows $ALLOCATED; counter at $N1 in the archive, the pod keeps counting"
 
@@ -207,22 +193,8 @@ sandbox_start_agent "$AGENT" || fail "agent did not start (runtime.kind cri)"
 CK_IMAGE=$(sed -n 's/^  image: *//p' "$TMP/image.txt")
 [ -n "$CK_IMAGE" ] || fail "gpuckpt image printed no image: $(cat "$TMP/image.txt")"
 t=$(date +%s.%N)
-kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the restore pod"
-apiVersion: v1
-kind: Pod
-metadata: {name: gpu-counter-restored, namespace: default}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: counter
-    image: $CK_IMAGE
-    imagePullPolicy: Never
-    # containerd needs a command in the request or the base image; the restored process is the checkpoint's
-    # (a fresh start would count from 1, which the test tells apart)
-    command: [sh, -c, '$COUNTER']
-    resources: {limits: {nvidia.com/gpu: 1}}
-YAML
+k8s_gpu_counter_pod "$CK_IMAGE" Never "" gpu-counter-restored | kubectl apply -f - > /dev/null ||
+  fail "kubectl apply of the restore pod"
 k8s_wait_pod default gpu-counter-restored 120 || fail "the restore pod did not start: $(tail -5 "$TMP/nri.log")"
 RESTORE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t:.1f}')")
 [ "$(sed -n 's/^allocate //p' "$TMP/device-plugin.log" | tail -1)" = "$OTHER" ] ||
@@ -239,7 +211,7 @@ assert a.get("restored") == "true" and a.get("checkpointImage") == sys.argv[2], 
 PY
 [ "$("$K8S_BIN/podresources-get" "$KROOT/pod-resources/kubelet.sock" default gpu-counter-restored counter)" = "nvidia.com/gpu $OTHER" ] ||
   fail "the kubelet's PodResources does not report $OTHER for gpu-counter-restored/counter"
-counts_past "$RPID" "$NR" || fail "the restored counter does not count (at $NR)"
+sandbox_counts_past "$RPID" "$NR" || fail "the restored counter does not count (at $NR)"
 grep -F "as container $RID: plan" "$TMP/nri.log" | grep -qF "($ALLOCATED -> $OTHER)" ||
   fail "gpuckpt-nri did not plan $ALLOCATED -> $OTHER for $RID: $(grep -v ' param: ' "$TMP/nri.log" | tail -4)"
 SPEC=$CTRD_WORK/state/io.containerd.runtime.v2.task/k8s.io/$RID/config.json
@@ -255,7 +227,7 @@ visible = [e.split("=", 1)[1] for e in spec["process"]["env"] if e.startswith("N
 assert visible and set(visible) == {other}, f"NVIDIA_VISIBLE_DEVICES: {visible}"
 assert spec["annotations"].get("io.gpuckpt.restore-plan"), spec["annotations"]
 PY
-counts_past "$PID" "$(count_of "$PID")" || fail "the source pod stopped counting"
+sandbox_counts_past "$PID" "$(count_of "$PID")" || fail "the source pod stopped counting"
 RIP=$(on_pod_network gpu-counter-restored "$RPID" 10.88.1)
 [ "$RIP" != "$POD_IP" ] || fail "the restored pod has the source pod's address $POD_IP"
 echo "ok: gpu-counter-restored (at $RIP) Running in ${RESTORE_SECONDS}s, restored by containerd from $CK_IMAGE, on $OTHER (the kubelet's allocation, as its PodResources reports; the archive had $ALLOCATED); counter $N1 -> $NR and counting; spec: /dev/nvidia$OTHER_INDEX, NVIDIA_VISIBLE_DEVICES=$OTHER_INDEX, gpuckpt's restore plan"
@@ -322,21 +294,8 @@ cp "$ARCHIVE" "$CK_B/"   # the archive as moved to the other node's agent
 CK_IMAGE_B=$(sed -n 's/^  image: *//p' "$B/image.txt")
 [ -n "$CK_IMAGE_B" ] || fail "gpuckpt image on $NODE_B printed no image: $(cat "$B/image.txt")"
 t=$(date +%s.%N)
-kubectl apply -f - > /dev/null <<YAML || fail "kubectl apply of the restore pod for $NODE_B"
-apiVersion: v1
-kind: Pod
-metadata: {name: gpu-counter-moved, namespace: default}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  nodeSelector: {kubernetes.io/hostname: $NODE_B}
-  containers:
-  - name: counter
-    image: $CK_IMAGE_B
-    imagePullPolicy: Never
-    command: [sh, -c, '$COUNTER']
-    resources: {limits: {nvidia.com/gpu: 1}}
-YAML
+k8s_gpu_counter_pod "$CK_IMAGE_B" Never "$NODE_B" gpu-counter-moved | kubectl apply -f - > /dev/null ||
+  fail "kubectl apply of the restore pod for $NODE_B"
 k8s_wait_pod default gpu-counter-moved 120 || fail "the restore pod on $NODE_B did not start: $(tail -5 "$B/nri.log")"
 MOVE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t:.1f}')")
 [ "$(kubectl get pod gpu-counter-moved -o jsonpath='{.spec.nodeName}')" = "$NODE_B" ] || fail "gpu-counter-moved is not on $NODE_B"
@@ -358,7 +317,7 @@ assert a.get("restored") == "true" and a.get("checkpointImage") == sys.argv[2], 
 ' "$B/moved-inspect.json" "$CK_IMAGE_B" || fail "$NODE_B's containerd does not mark $MID as restored from $CK_IMAGE_B"
 NM=$(count_of "$MPID")
 [ "$NM" -ge "$N1" ] || fail "the counter moved to $NODE_B started over ($NM) instead of continuing from $N1"
-counts_past "$MPID" "$NM" || fail "the counter moved to $NODE_B does not count (at $NM)"
+sandbox_counts_past "$MPID" "$NM" || fail "the counter moved to $NODE_B does not count (at $NM)"
 grep -F "as container $MID: plan" "$B/nri.log" | grep -qF "($ALLOCATED -> $ALLOCATED_B)" ||
   fail "gpuckpt-nri on $NODE_B did not plan $ALLOCATED -> $ALLOCATED_B: $(grep -v ' param: ' "$B/nri.log" | tail -4)"
 SPEC_B=$CTRD_WORK/state/io.containerd.runtime.v2.task/k8s.io/$MID/config.json
@@ -404,7 +363,7 @@ spec:
   - name: counter
     image: $CK_IMAGE_B
     imagePullPolicy: Never
-    command: [sh, -c, '$COUNTER']
+    command: [sh, -c, '$K8S_GPU_COUNTER']
     resources:
       claims: [{name: gpu}]
 YAML
@@ -424,7 +383,7 @@ DID=$(crictl_b ps -q --name counter --label io.kubernetes.pod.name=gpu-counter-d
 DPID=$(crictl_b inspect -o go-template --template '{{.info.pid}}' "$DID")
 ND=$(count_of "$DPID")
 [ "$ND" -ge "$N1" ] || fail "the DRA restore started over ($ND) instead of continuing from $N1"
-counts_past "$DPID" "$ND" || fail "the DRA restore does not count (at $ND)"
+sandbox_counts_past "$DPID" "$ND" || fail "the DRA restore does not count (at $ND)"
 grep -F "as container $DID: plan" "$B/nri.log" | grep -qF "($ALLOCATED -> $GPU4)" ||
   fail "gpuckpt-nri on $NODE_B did not plan $ALLOCATED -> $GPU4 from the DRA allocation: $(grep -v ' param: ' "$B/nri.log" | tail -4)"
 python3 - "$CTRD_WORK/state/io.containerd.runtime.v2.task/k8s.io/$DID/config.json" "$INDEX" <<'PY' || fail "the spec $NODE_B's containerd gave runc for the DRA restore"

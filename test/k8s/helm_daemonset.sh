@@ -42,11 +42,7 @@ T0=$(date +%s)
 k8s_gpuckpt_ready "$BUSYBOX" || skip "$K8S_MISSING"
 [ -x "$BUILD/agent/gpuckpt-agent" ] || fail "$BUILD is not built"
 
-# not under /tmp: the installer's plugin check runs the host's CRIU with a tmpfs over the host's read-only /tmp
-# (short: unix socket paths under it must fit in 108 bytes)
-TMP=/var/tmp/gckh-$$-$(date +%s)
-mkdir -m 700 "$TMP"
-VIEW=$TMP/node   # K8S_NODE_VIEW: on each node, that node's work dir
+k8s_gpuckpt_workdir gckh   # TMP; VIEW, for K8S_NODE_VIEW: on each node, that node's work dir
 # what must stay as it is on this machine (the chart's defaults would write there)
 host_state() {
   for d in /usr/lib/criu /etc/criu /usr/share/containers/oci/hooks.d /var/lib/gpuckpt /opt/gpuckpt/bin \
@@ -63,10 +59,7 @@ cleanup() {
       for c in agent nri host-files; do k8s_kubectl -n "$NS" logs "$p" -c "$c" > "$TMP/${p#pod/}-$c.log" 2>&1; done
     done
   fi
-  for p in "$PLUGIN_A" "$PLUGIN_B" "$LOGS_PID"; do [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-  k8s_stop
-  podman rmi -f "$IMAGE_REPO:$IMAGE_TAG" >/dev/null 2>&1
-  if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+  k8s_gpuckpt_teardown "$IMAGE_REPO:$IMAGE_TAG" "$PLUGIN_A" "$PLUGIN_B" "$LOGS_PID"
 }
 trap cleanup EXIT
 

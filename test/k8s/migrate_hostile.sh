@@ -47,11 +47,7 @@ T0=$(date +%s)
 k8s_gpuckpt_ready "$BUSYBOX" || skip "$K8S_MISSING"
 [ -x "$BUILD/agent/gpuckpt-agent" ] || fail "$BUILD is not built"
 
-# not under /tmp: the installer's plugin check runs CRIU with a tmpfs over /tmp (short: unix socket paths in it
-# must fit in 108 bytes)
-TMP=/var/tmp/gckm-$$-$(date +%s)
-mkdir -m 700 "$TMP"
-VIEW=$TMP/node   # K8S_NODE_VIEW: on each node, that node's work dir
+k8s_gpuckpt_workdir gckm   # TMP; VIEW, for K8S_NODE_VIEW: on each node, that node's work dir
 PLUGIN_A='' PLUGIN_B='' HOP_PID='' HOP_RULE=() DELETE_PID='' LOGS_PID='' CK_PID=''
 cleanup() {
   set +e
@@ -61,12 +57,8 @@ cleanup() {
     done
   fi
   [ ${#HOP_RULE[@]} -gt 0 ] && iptables -t nat -D "${HOP_RULE[@]}" 2>/dev/null
-  for p in "$HOP_PID" "$DELETE_PID" "$LOGS_PID" "$CK_PID" "$PLUGIN_A" "$PLUGIN_B" "${REGISTRY_PID:-}"; do
-    [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
-  done
-  k8s_stop
-  podman rmi -f "$IMAGE_REPO:$IMAGE_TAG" >/dev/null 2>&1
-  if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+  k8s_gpuckpt_teardown "$IMAGE_REPO:$IMAGE_TAG" "$HOP_PID" "$DELETE_PID" "$LOGS_PID" "$CK_PID" "$PLUGIN_A" "$PLUGIN_B" \
+    "${REGISTRY_PID:-}"
 }
 trap cleanup EXIT
 
@@ -74,15 +66,7 @@ kubectl() { k8s_kubectl "$@"; }
 node_dir() { echo "$TMP/cluster/nodes/$1"; }
 archive_dir() { echo "$(node_dir "$1")/host/var/lib/gpuckpt/checkpoints"; }   # the chart's host.archiveDir on NODE
 agent_on() { kubectl -n "$NS" get pods -l app.kubernetes.io/name=gpuckpt --field-selector "spec.nodeName=$1,status.phase=Running" -o jsonpath='{.items[0].metadata.name}'; }
-count_in() {  # count_in POD: the pod's counter (kubectl exec through the API server)
-  local n
-  for _ in $(seq 20); do
-    n=$(kubectl exec "$1" -c counter -- cat /tmp/count 2>/dev/null || true)
-    [ -n "$n" ] && { echo "$n"; return; }
-    sleep 0.1
-  done
-  fail "no counter value in pod $1"
-}
+count_in() { k8s_pod_count "$1" || fail "no counter value in pod $1"; }
 # workload KIND NAME NODE [GPUS [MIB]]: the tests' GPU pod (k8s_gpu_counter_pod) as KIND (Pod, Deployment,
 # ReplicaSet, StatefulSet) named NAME, pinned to NODE, asking for GPUS simulated GPUs (default 1), its shell holding
 # MIB MiB more memory (default 0: a checkpoint of it takes that much longer); labels app=NAME
