@@ -1,5 +1,8 @@
 # shellcheck shell=bash
 # Sourced by the demo, the e2e tests and the benches: a throw-away gpuckpt node under one work directory.
+#   sandbox_podman_ready IMAGE       whether this machine can checkpoint podman's containers: root, podman, a CRIU
+#                                     that dumps here (criu-probe.sh), podman's IMAGE; 0, or 1 with SANDBOX_MISSING
+#                                     saying what is missing and what makes it
 #   sandbox_prepare WORK BUILD SRC   simulated GPU node (8x H100 fixture; /dev/nvidia0 and /dev/nvidia1 made with
 #                                     /dev/null's and /dev/zero's numbers), hooks.d entries for the built hook,
 #                                     an agent token and config. Sets ROOT HOOKS STATE CK TOKEN_FILE GPU0 GPU1.
@@ -11,6 +14,9 @@
 #   sandbox_count_of PID             the counter the tests' containers keep in /tmp/count, as process PID sees it
 #                                     (rewritten 10 times a second: an empty read is retried, for 1 s); 1 if none
 #   sandbox_counts_past PID N        whether that counter passes N within 10 s
+#   sandbox_program_image PROGRAM ROOTFS IMAGE
+#                                     podman's IMAGE of one dynamically linked PROGRAM (x86-64) with its libraries,
+#                                     as /bin/NAME, its CMD and root's shell, its tree made in ROOTFS
 # Agents of their own, for agent-to-agent tests on loopback (no GPU node, no hook):
 #   sandbox_agent_config DIR TOKEN [EXTRA_YAML [CHECKPOINTS_KEYS]]
 #                                     DIR/token holding TOKEN and DIR/agent.yaml: 127.0.0.1 (port chosen by the
@@ -20,6 +26,19 @@
 #   sandbox_run_agent AGENT DIR      starts AGENT on DIR/agent.yaml, its log appended to DIR/agent.log, and waits
 #                                     up to 10 s for its port. Sets AGENT_PID URL; 1 if it did not start (its log on
 #                                     stderr, the process ended)
+# shellcheck source=scripts/lib/criu-probe.sh
+. "$(dirname "${BASH_SOURCE[0]}")/criu-probe.sh"
+
+# sandbox_missing WHY: SANDBOX_MISSING=WHY (read by the callers of sandbox_podman_ready), and 1
+# shellcheck disable=SC2034
+sandbox_missing() { SANDBOX_MISSING=$1; return 1; }
+sandbox_podman_ready() {
+  [ "$(id -u)" = 0 ] || { sandbox_missing "needs root (podman checkpoint/restore)"; return; }
+  command -v podman >/dev/null || { sandbox_missing "podman not installed (scripts/setup.sh)"; return; }
+  command -v criu >/dev/null || { sandbox_missing "criu not installed (scripts/setup.sh)"; return; }
+  criu_dump_works || { sandbox_missing "$CRIU_PROBE_REASON"; return; }
+  podman image exists "$1" || sandbox_missing "image $1 missing (scripts/setup.sh builds it)"
+}
 
 sandbox_prepare() {
   local work=$1 build=$2 src=$3 f
@@ -133,4 +152,16 @@ sandbox_counts_past() {
     sleep 0.1
   done
   return 1
+}
+
+sandbox_program_image() {
+  local program=$1 rootfs=$2 image=$3 lib name
+  name=$(basename "$program")
+  mkdir -p "$rootfs"/{bin,tmp,proc,sys,dev,etc,lib64,lib/x86_64-linux-gnu}
+  chmod 1777 "$rootfs/tmp"
+  cp "$program" "$rootfs/bin/"
+  for lib in $(ldd "$program" | awk '/=> \// {print $3}'); do cp -L "$lib" "$rootfs/lib/x86_64-linux-gnu/"; done
+  cp -L /lib64/ld-linux-x86-64.so.2 "$rootfs/lib64/"
+  echo "root:x:0:0:root:/:/bin/$name" > "$rootfs/etc/passwd"
+  tar -C "$rootfs" -c . | podman import -q --change "CMD [\"/bin/$name\"]" - "$image" >/dev/null
 }

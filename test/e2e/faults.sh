@@ -20,12 +20,7 @@ skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 step() { printf '\n== %s\n' "$*"; }
 
-[ "$(id -u)" = 0 ] || skip "needs root (podman checkpoint, tmpfs mounts)"
-command -v podman >/dev/null || skip "podman not installed (scripts/setup.sh)"
-command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
-. "$SRC/scripts/lib/criu-probe.sh"
-criu_dump_works || skip "$CRIU_PROBE_REASON"
-podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
+sandbox_podman_ready "$IMAGE" || skip "$SANDBOX_MISSING"   # root also for the tmpfs mounts
 [ -x "$AGENT" ] || fail "$AGENT not built"
 
 TMP=/tmp/gpuckpt-e2e-faults-$$-$(date +%s%N)

@@ -25,12 +25,7 @@ skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 step() { printf '\n== %s\n' "$*"; }
 
-[ "$(id -u)" = 0 ] || skip "needs root (podman checkpoint/restore)"
-command -v podman >/dev/null || skip "podman not installed (scripts/setup.sh)"
-command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
-. "$SRC/scripts/lib/criu-probe.sh"
-criu_dump_works || skip "$CRIU_PROBE_REASON"
-podman image exists "$IMAGE" || skip "image $IMAGE missing (scripts/setup.sh builds it)"
+sandbox_podman_ready "$IMAGE" || skip "$SANDBOX_MISSING"
 for b in "$CLI" "$AGENT" "$HOOK"; do [ -x "$b" ] || fail "$b not built"; done
 
 # Lower case: podman names an image pulled from an oci: layout after the layout's path.

@@ -137,15 +137,7 @@ chunk_count() { find "$EXPORT/chunks/sha256" -type f | wc -l; }
 
 # ---- the stand-in's image ----------------------------------------------------------------------------------------
 step "the stand-in's image"
-ROOTFS=$TMP/rootfs
-mkdir -p "$ROOTFS"/{bin,tmp,proc,sys,dev,etc,lib64,lib/x86_64-linux-gnu}
-chmod 1777 "$ROOTFS/tmp"
-cp "$HELPER" "$ROOTFS/bin/"
-for lib in $(ldd "$HELPER" | awk '/=> \// {print $3}'); do cp -L "$lib" "$ROOTFS/lib/x86_64-linux-gnu/"; done
-cp -L /lib64/ld-linux-x86-64.so.2 "$ROOTFS/lib64/"
-echo 'root:x:0:0:root:/:/bin/staging_process' > "$ROOTFS/etc/passwd"
-tar -C "$ROOTFS" -c . | podman import -q --change 'CMD ["/bin/staging_process"]' - "$IMAGE" >/dev/null ||
-  fail "podman import of the stand-in's image"
+sandbox_program_image "$HELPER" "$TMP/rootfs" "$IMAGE" || fail "podman import of the stand-in's image"
 echo "ok: $IMAGE"
 
 standin_ready() {   # PID: sets SUM once the stand-in has filled its memory

@@ -61,6 +61,7 @@ case "$RUNTIME" in podman|containerd2) ;; *) echo "usage: store_flow.sh podman|c
 [ "$(id -u)" = 0 ] || skip "needs root (runc, CRIU)"
 command -v criu >/dev/null || skip "criu not installed (scripts/setup.sh)"
 . "$SRC/scripts/lib/criu-probe.sh"
+. "$SRC/scripts/lib/node-sandbox.sh"
 criu_dump_works || skip "$CRIU_PROBE_REASON"
 CRIU_BIN=$(command -v criu)
 command -v podman >/dev/null || skip "podman not installed (scripts/setup.sh; it also builds the stand-in's image here)"
@@ -120,14 +121,7 @@ chunk_count() { chunk_files "$1" | wc -l; }
 # ---- the stand-in's image: staging_process and its libraries ------------------------------------------------
 step "the stand-in's image"
 ROOTFS=$TMP/rootfs
-mkdir -p "$ROOTFS"/{bin,tmp,proc,sys,dev,etc,lib64,lib/x86_64-linux-gnu}
-chmod 1777 "$ROOTFS/tmp"
-cp "$HELPER" "$ROOTFS/bin/"
-for lib in $(ldd "$HELPER" | awk '/=> \// {print $3}'); do cp -L "$lib" "$ROOTFS/lib/x86_64-linux-gnu/"; done
-cp -L /lib64/ld-linux-x86-64.so.2 "$ROOTFS/lib64/"
-echo 'root:x:0:0:root:/:/bin/staging_process' > "$ROOTFS/etc/passwd"
-tar -C "$ROOTFS" -c . | podman import -q --change 'CMD ["/bin/staging_process"]' - "$IMAGE" >/dev/null ||
-  fail "podman import of the stand-in's image"
+sandbox_program_image "$HELPER" "$ROOTFS" "$IMAGE" || fail "podman import of the stand-in's image"
 STANDIN=(/bin/staging_process --at "$VMA" "$MIB" /tmp/staging.out)
 echo "ok: $IMAGE: $(du -sh "$ROOTFS" | cut -f1) (staging_process --at 0x$VMA, $MIB MiB)"
 
