@@ -186,6 +186,8 @@ struct Fixture {
     agent::install_routes(server, *service, kToken);
     port = server.bind_to_any_port("127.0.0.1");
     thread = std::thread([this] { server.listen_after_bind(); });
+    // httplib's stop() before the listening loop runs is lost, and ~Fixture's join would wait for ever.
+    while (!server.is_running()) std::this_thread::yield();
     // What the OCI hook recorded when "counter" started: it uses GPU-0 through /dev/nvidia0.
     ContainerGpuState state;
     state.container_id = "abc123";
