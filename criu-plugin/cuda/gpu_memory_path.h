@@ -22,7 +22,7 @@
 namespace gpuckpt::cuda {
 
 // Stand-ins for what only a GPU node has, for tests that run real CRIU with a plugin on a machine without one
-// (test/criu-plugin/stand_in_plugin.cpp builds such a plugin); the node's plugin never sets them.
+// (test/criu-plugin/stand_in/stand_in_plugin.cpp builds such a plugin); the node's plugin never sets them.
 struct MemoryPathStandIns {
   // A process mapping private anonymous memory at this address is handled as a CUDA process whose driver
   // checkpoint is done: that mapping is its staging memory, and no driver call is made for it.
