@@ -1,4 +1,4 @@
-// Archive retention (issues 21 and 23): which checkpoint archives of a directory go, per container, by count, age
+// Archive retention: which checkpoint archives of a directory go, per container, by count, age
 // and bytes; never a container's newest unless asked. Deleting an archive also drops its store-backed checkpoints'
 // references in the chunk store (chunk_store.h), so the next garbage collection frees the chunks only it needed.
 #pragma once
