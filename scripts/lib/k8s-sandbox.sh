@@ -75,17 +75,12 @@ K8S_CGROUP_CONTROLLERS=(cpu cpuacct cpuset memory pids devices freezer blkio hug
 K8S_KERNEL_TUNABLES=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
   kernel.keys.root_maxbytes net.ipv4.ip_forward)
 declare -gA K8S_NODE_BRIDGE K8S_KUBELET_PID K8S_KUBELET_ROOT K8S_CTRD_SOCK K8S_CTRD_PID K8S_CTRD_WORK K8S_NODE_PORT
-declare -gA K8S_NODE_ADDR K8S_NETNS
+declare -gA K8S_NODE_ADDR K8S_NETNS K8S_NODE_VETH
 if [ -z "${K8S_NODE_NETNS:-}" ]; then command -v ip >/dev/null && K8S_NODE_NETNS=1 || K8S_NODE_NETNS=0; fi
 K8S_NODES=() K8S_PIDS=() K8S_SAVED_TUNABLES=() K8S_SERVICE_RULE=() K8S_HOST_BRIDGE='' K8S_LOOPBACK_PORTS=()
 K8S_NETIF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/netif.py
 # shellcheck source=scripts/lib/criu-probe.sh
 . "$(dirname "${BASH_SOURCE[0]}")/criu-probe.sh"
-
-# k8s_node_run NAME: the command prefix that runs a program in node NAME's network namespace (none: the machine's)
-k8s_node_run() {
-  [ -z "${K8S_NETNS[$1]:-}" ] || printf '%s\0' nsenter "--net=/run/netns/${K8S_NETNS[$1]}" --
-}
 
 # k8s_sysctl NAME [VALUE]: reads (or writes) a kernel setting through /proc/sys (no procps needed)
 k8s_sysctl() {
@@ -318,21 +313,20 @@ k8s_node_netns() {
     ip -n "$ns" link set "gck-vn$i" up && ip -n "$ns" route add default via "10.89.$i.1" &&
     nsenter "--net=/run/netns/$ns" -- sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward' &&
     ip route add "10.88.$i.0/24" via "10.89.$i.2" dev "gck-vh$i" || return 1
-  K8S_NODE_ADDR[$name]=10.89.$i.2
+  K8S_NODE_ADDR[$name]=10.89.$i.2 K8S_NODE_VETH[$name]=gck-vn$i
 }
 
 # k8s_node_loopback NAME PORT: in node NAME's namespace, 127.0.0.1:PORT is the machine's K8S_NODE_IP:PORT (DNAT of
 # locally made connections, route_localnet so that a loopback destination may be rewritten, the source masqueraded
 # onto the node's veth); nothing changes on the machine. No-op for a node in the machine's namespace.
 k8s_node_loopback() {
-  local ns=${K8S_NETNS[$1]:-} i
+  local ns=${K8S_NETNS[$1]:-}
   [ -n "$ns" ] || return 0
-  i=${K8S_NODE_ADDR[$1]#10.89.}; i=${i%.2}
   # shellcheck disable=SC2016 # expanded by the namespace's shell
   nsenter "--net=/run/netns/$ns" -- sh -c 'echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet &&
     iptables -t nat -A OUTPUT -d 127.0.0.1/32 -p tcp --dport "$1" -j DNAT --to-destination "$2:$1" &&
     { iptables -t nat -C POSTROUTING -s 127.0.0.0/8 -o "$3" -j MASQUERADE 2>/dev/null ||
-      iptables -t nat -A POSTROUTING -s 127.0.0.0/8 -o "$3" -j MASQUERADE; }' sh "$2" "$K8S_NODE_IP" "gck-vn$i"
+      iptables -t nat -A POSTROUTING -s 127.0.0.0/8 -o "$3" -j MASQUERADE; }' sh "$2" "$K8S_NODE_IP" "${K8S_NODE_VETH[$1]}"
 }
 
 k8s_start_registry() {
@@ -362,7 +356,7 @@ k8s_add_node() {
   for loopback_port in ${K8S_LOOPBACK_PORTS[@]+"${K8S_LOOPBACK_PORTS[@]}"}; do
     k8s_node_loopback "$name" "$loopback_port" || { echo "k8s-sandbox: cannot forward node $name's 127.0.0.1:$loopback_port" >&2; return 1; }
   done
-  mapfile -d '' -t in_netns < <(k8s_node_run "$name")
+  [ -z "${K8S_NETNS[$name]}" ] || in_netns=(nsenter "--net=/run/netns/${K8S_NETNS[$name]}" --)
   # its own containerd 2.x, CNI plugins from Debian's containernetworking-plugins
   CTRD_BIN_DIR=${CTRD_BIN_DIR:-${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin}
   # the kubelet's root dir a shared mount before containerd starts: with K8S_NODE_VIEW, containerd's own mount
