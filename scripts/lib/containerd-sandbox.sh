@@ -170,17 +170,21 @@ ctrd_import_image() {
 }
 
 # The CRI sandbox ("pause") container: busybox sleeping; containerd starts it for every pod.
+# ctrd_make_pause_image: makes it in podman's store, once
+ctrd_make_pause_image() {
+  local base=${GPUCKPT_TEST_IMAGE:-localhost/gpuckpt-busybox} rootfs c
+  podman image exists "$CTRD_PAUSE_IMAGE" && return 0
+  rootfs=$(mktemp /tmp/gpuckpt-pause-rootfs.XXXXXX) || return 1
+  c=$(podman create "$base" true) || { rm -f "$rootfs"; return 1; }
+  podman export -o "$rootfs" "$c" >/dev/null
+  podman rm -f "$c" >/dev/null
+  podman import --change 'CMD ["/bin/sleep", "2147483647"]' --change 'STOPSIGNAL SIGKILL' \
+    "$rootfs" "$CTRD_PAUSE_IMAGE" >/dev/null || { rm -f "$rootfs"; return 1; }
+  rm -f "$rootfs"
+}
+
 ctrd_import_pause_image() {
-  local base=${GPUCKPT_TEST_IMAGE:-localhost/gpuckpt-busybox} rootfs=$CTRD_WORK/pause-rootfs.tar c
-  if ! podman image exists "$CTRD_PAUSE_IMAGE"; then
-    c=$(podman create "$base" true) || return 1
-    podman export -o "$rootfs" "$c" >/dev/null
-    podman rm -f "$c" >/dev/null
-    podman import --change 'CMD ["/bin/sleep", "2147483647"]' --change 'STOPSIGNAL SIGKILL' \
-      "$rootfs" "$CTRD_PAUSE_IMAGE" >/dev/null || return 1
-    rm -f "$rootfs"
-  fi
-  ctrd_import_image "$CTRD_PAUSE_IMAGE"
+  ctrd_make_pause_image && ctrd_import_image "$CTRD_PAUSE_IMAGE"
 }
 
 # The shims this containerd started: their command line names its socket (-address SOCK). containerd 2.x runs one

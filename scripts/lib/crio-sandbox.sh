@@ -10,13 +10,33 @@
 #                               image localhost/gpuckpt-pause:latest, which scripts/lib/containerd-sandbox.sh makes)
 #   crio_stop                   stops CRI-O, the conmon monitors and containers it started; unmounts; safe twice
 # Environment: CRIO (the crio binary; default `crio` on PATH), PINNS (default: beside crio), CONMON, RUNC,
-# CRIO_PAUSE_IMAGE. Drop-ins the caller puts in WORK/conf.d before crio_start apply over crio.conf.
+# CRIO_PAUSE_IMAGE. Drop-ins the caller puts in WORK/conf.d before crio_start apply over crio.conf. Optional, for
+# a CRI-O under a kubelet (scripts/lib/k8s-sandbox.sh):
+#   CRIO_WRAPPER=(PROGRAM ARGS...)   a command that execs crio, the rest of its command line appended (the node's
+#                                     network namespace)
+#   CRIO_CNI_BIN_DIR=DIR              where the CNI plugins are (Debian's: /usr/lib/cni); WORK/cni holds the
+#                                     network's config
+#   CRIO_INSECURE_REGISTRY=HOST:PORT  a registry CRI-O pulls from over plain HTTP (the tests' registry)
+#   CRIU_LIBS_DIR=DIR                 where CRIU loads its plugins from: passed through conmon to the runc it starts
+# No signature_policy is set (CRI-O then reads the host's /etc/containers/policy.json, podman's): CRI-O 1.36.3
+# refuses every restore from a checkpoint image when one is, "signature validation is not supported for container
+# restore" (server/container_restore.go looks at the policy path, set or namespaced).
 
 crio_start() {
   local work=$1 hooks_dir=$2 crio=${CRIO:-crio}
   local pinns=${PINNS:-$(dirname "$(command -v "$crio")")/pinns}
   CRIO_WORK=$work CRIO_SOCK=$work/crio.sock CRIO_NRI_SOCK=$work/nri.sock CRIO_LOG=$work/crio.log
+  local monitor_env="\"PATH=$PATH\"" plugin_dirs='' registries=()
   mkdir -p "$work/root" "$work/runroot" "$work/conf.d" "$work/nri-plugins" "$work/nri-conf" "$work/cni" "$work/logs"
+  [ -z "${CRIU_LIBS_DIR:-}" ] || monitor_env+=", \"CRIU_LIBS_DIR=$CRIU_LIBS_DIR\""
+  [ -z "${CRIO_CNI_BIN_DIR:-}" ] || plugin_dirs="plugin_dirs = [\"$CRIO_CNI_BIN_DIR\"]"
+  # its own registries.conf (containers-registries.conf(5), through --registries-conf), not the host's
+  # /etc/containers/registries.conf, which the tests leave alone
+  printf 'unqualified-search-registries = []\n' > "$work/registries.conf"
+  if [ -n "${CRIO_INSECURE_REGISTRY:-}" ]; then
+    printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "$CRIO_INSECURE_REGISTRY" >> "$work/registries.conf"
+  fi
+  registries=(--registries-conf "$work/registries.conf")
   cat > "$work/crio.conf" <<TOML
 [crio]
 root = "$work/root"
@@ -47,13 +67,14 @@ runtime_path = "${RUNC:-/usr/sbin/runc}"
 runtime_root = "$work/runc"
 monitor_path = "${CONMON:-/usr/bin/conmon}"
 # conmon gets only this environment and hands it to the runc it starts (restores): runc finds criu on the caller's
-# PATH, as CRI-O itself does for checkpoints
-monitor_env = ["PATH=$PATH"]
+# PATH, as CRI-O itself does for checkpoints, and CRIU its plugins in CRIU_LIBS_DIR
+monitor_env = [$monitor_env]
 [crio.image]
 # pulled (or found) at RunPodSandbox even when no infra container runs: the local busybox-based one
 pause_image = "${CRIO_PAUSE_IMAGE:-localhost/gpuckpt-pause:latest}"
 [crio.network]
 network_dir = "$work/cni"
+$plugin_dirs
 [crio.nri]
 enable_nri = true
 nri_listen = "$CRIO_NRI_SOCK"
@@ -77,7 +98,8 @@ except OSError:
 ' "$work/notify.sock" "$work/ready" &
   local notify=$!
   for _ in $(seq 50); do [ -S "$work/notify.sock" ] && break; sleep 0.1; done
-  NOTIFY_SOCKET=$work/notify.sock "$crio" --config "$work/crio.conf" --config-dir "$work/conf.d" > "$CRIO_LOG" 2>&1 &
+  NOTIFY_SOCKET=$work/notify.sock ${CRIO_WRAPPER[@]+"${CRIO_WRAPPER[@]}"} "$crio" --config "$work/crio.conf" \
+    --config-dir "$work/conf.d" "${registries[@]}" > "$CRIO_LOG" 2>&1 &
   CRIO_PID=$!
   for _ in $(seq 300); do
     [ -e "$work/ready" ] && break

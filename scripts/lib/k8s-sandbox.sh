@@ -2,13 +2,16 @@
 # Sourced by tests: a real Kubernetes cluster on this machine, under one work directory, built by
 # scripts/setup-k8s.sh: etcd, kube-apiserver (TLS with certificates made here by openssl, Node + RBAC
 # authorization, service-account tokens signed by a key made here), kube-controller-manager and kube-scheduler,
-# then one kubelet per node, each with its own root dir, its own containerd 2.x (scripts/lib/containerd-sandbox.sh),
+# then one kubelet per node, each with its own root dir, its own containerd 2.x (scripts/lib/containerd-sandbox.sh)
+# or CRI-O (scripts/lib/crio-sandbox.sh),
 # its own network namespace and its own pod network (Debian's bridge + host-local CNI plugins, one bridge and
 # subnet per node, inside the node's namespace). Nothing
 # outside WORK is written but the nodes' cgroups (/sys/fs/cgroup/*/gpuckpt-k8s-NODE on cgroup v1,
 # /sys/fs/cgroup/gpuckpt-k8s-NODE on v2) and the kernel settings the kubelet sets at start (vm.overcommit_memory,
 # kernel.panic, kernel.panic_on_oops, ...): k8s_stop puts them back. (On cgroup v2 the controllers the kubelet
-# needs are enabled in the root's cgroup.subtree_control and stay so.) A machine without iproute2 (the GPU
+# needs are enabled in the root's cgroup.subtree_control and stay so. On cgroup v1, a hugetlb hierarchy the kernel
+# has but nothing mounted is mounted at /sys/fs/cgroup/hugetlb while the cluster runs: CRI-O sets hugepage limits
+# wherever the kernel has the controller, which runc cannot apply without it.) A machine without iproute2 (the GPU
 # machine) is handled through scripts/lib/netif.py, one with loopback alone gets a bridge with an address of its
 # own for the node IP (k8s_node_ip).
 # Each kubelet runs in a mount namespace of its own where node-private directories cover the paths a kubelet uses
@@ -32,12 +35,19 @@
 #                                     spec.nodeName and mount no service-account token: no controller makes
 #                                     kube-root-ca.crt); the default service account is made with kubectl
 #   K8S_CNI_BIN_DIR=DIR               (before k8s_add_node, optional) the CNI plugins (default /usr/lib/cni)
-#   k8s_add_node NAME                 containerd 2.x + kubelet (ContainerCheckpoint on, cgroupfs, cgroup v1 allowed)
-#                                     as node NAME in its network namespace; waits until the node is Ready. Sets
-#                                     K8S_KUBELET_ROOT[NAME] (its root dir: checkpoints/, plugins_registry/,
-#                                     pod-resources/), K8S_CTRD_SOCK[NAME], K8S_NODE_PORT[NAME],
+#   k8s_add_node NAME                 containerd 2.x (or CRI-O) + kubelet (ContainerCheckpoint on, cgroupfs, cgroup
+#                                     v1 allowed) as node NAME in its network namespace; waits until the node is
+#                                     Ready. Sets K8S_KUBELET_ROOT[NAME] (its root dir: checkpoints/,
+#                                     plugins_registry/, pod-resources/), K8S_RUNTIME[NAME] (containerd or crio),
+#                                     K8S_CRI_SOCK[NAME], K8S_NRI_SOCK[NAME], K8S_RUNTIME_WORK[NAME] (the
+#                                     runtime's work dir), K8S_CTRD_SOCK[NAME] (containerd), K8S_NODE_PORT[NAME],
 #                                     K8S_NODE_ADDR[NAME] (its InternalIP), K8S_NETNS[NAME] (its namespace's name
 #                                     under /run/netns; empty: the machine's), K8S_NODE_SECONDS
+#   K8S_NODE_RUNTIME=containerd|crio  (before k8s_add_node, optional; default containerd) the node's runtime.
+#                                     CRI-O (CRIO, default K8S_BIN/crio) pulls every image from the tests'
+#                                     registry, its pause image too: k8s_start_registry comes first
+#   K8S_CRIO_HOOKS_DIR=DIR            (before k8s_add_node of a CRI-O node, optional) CRI-O's hooks.d (default: an
+#                                     empty one of the node's)
 #   K8S_NODE_NETNS=0|1                (before k8s_add_node, optional) a network namespace per node (default: 1
 #                                     where iproute2 is here)
 #   K8S_NODE_VIEW=DIR                 (before k8s_add_node, optional) an empty host directory over which each
@@ -51,7 +61,7 @@
 #   k8s_service_proxy                 pods reach the API server at the kubernetes Service's 10.96.0.1:443
 #   k8s_node_ctrd NAME                makes node NAME's containerd the one ctrd_* functions talk to
 #   k8s_kubectl ARGS...               kubectl as the cluster admin
-#   k8s_crictl NAME ARGS...           crictl against node NAME's containerd
+#   k8s_crictl NAME ARGS...           crictl against node NAME's runtime
 #   k8s_dra_claim CLAIM [CLASS] [DRIVER]  a DeviceClass and a ResourceClaim of one device (DRA), as YAML
 #   k8s_sandbox_ready IMAGE [PROGRAM...]
 #                                     whether this machine has what such a cluster needs (root, K8S_BIN's programs
@@ -75,12 +85,15 @@ K8S_CGROUP_CONTROLLERS=(cpu cpuacct cpuset memory pids devices freezer blkio hug
 K8S_KERNEL_TUNABLES=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
   kernel.keys.root_maxbytes net.ipv4.ip_forward)
 declare -gA K8S_NODE_BRIDGE K8S_KUBELET_PID K8S_KUBELET_ROOT K8S_CTRD_SOCK K8S_CTRD_PID K8S_CTRD_WORK K8S_NODE_PORT
-declare -gA K8S_NODE_ADDR K8S_NETNS K8S_NODE_VETH
+declare -gA K8S_NODE_ADDR K8S_NETNS K8S_NODE_VETH K8S_RUNTIME K8S_CRI_SOCK K8S_NRI_SOCK K8S_RUNTIME_WORK K8S_CRIO_PID
 if [ -z "${K8S_NODE_NETNS:-}" ]; then command -v ip >/dev/null && K8S_NODE_NETNS=1 || K8S_NODE_NETNS=0; fi
 K8S_NODES=() K8S_PIDS=() K8S_SAVED_TUNABLES=() K8S_SERVICE_RULE=() K8S_HOST_BRIDGE='' K8S_LOOPBACK_PORTS=()
+K8S_MOUNTED_HUGETLB=0 K8S_CRIO_PAUSE=''
 K8S_NETIF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/netif.py
 # shellcheck source=scripts/lib/criu-probe.sh
 . "$(dirname "${BASH_SOURCE[0]}")/criu-probe.sh"
+# shellcheck source=scripts/lib/crio-sandbox.sh
+. "$(dirname "${BASH_SOURCE[0]}")/crio-sandbox.sh"
 
 # k8s_sysctl NAME [VALUE]: reads (or writes) a kernel setting through /proc/sys (no procps needed)
 k8s_sysctl() {
@@ -112,9 +125,9 @@ k8s_delete_bridge() {
 
 k8s_kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" "$@"; }
 
-# k8s_crictl NAME ARGS...: crictl against node NAME's containerd
+# k8s_crictl NAME ARGS...: crictl against node NAME's runtime
 k8s_crictl() {
-  "$K8S_BIN/crictl" --runtime-endpoint "unix://${K8S_CTRD_SOCK[$1]}" --image-endpoint "unix://${K8S_CTRD_SOCK[$1]}" \
+  "$K8S_BIN/crictl" --runtime-endpoint "unix://${K8S_CRI_SOCK[$1]}" --image-endpoint "unix://${K8S_CRI_SOCK[$1]}" \
     "${@:2}" 2> >(grep -v 'level=warning msg="Config' >&2)
 }
 
@@ -172,6 +185,7 @@ k8s_start_control_plane() {
   fi
   for k in "${K8S_KERNEL_TUNABLES[@]}"; do K8S_SAVED_TUNABLES+=("$k=$(k8s_sysctl "$k")"); done
   k8s_node_ip || return 1
+  k8s_hugetlb_hierarchy || return 1
   if [ "$K8S_NODE_NETNS" = 1 ]; then k8s_sysctl net.ipv4.ip_forward 1 || return 1; fi
   etcd_port=$(k8s_free_port) peer_port=$(k8s_free_port) api_port=$(k8s_free_port)
   K8S_API=https://$K8S_NODE_IP:$api_port
@@ -251,6 +265,22 @@ k8s_start_control_plane() {
   K8S_CONTROL_PLANE_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
 }
 
+# k8s_hugetlb_hierarchy: on cgroup v1, mounts the hugetlb hierarchy where the kernel has the controller enabled
+# (/proc/cgroups) and nothing mounts it (before any node's cgroups exist: a kubelet requires its cgroup root in
+# every hierarchy mounted); k8s_stop unmounts it
+k8s_hugetlb_hierarchy() {
+  K8S_MOUNTED_HUGETLB=0
+  [ ! -f /sys/fs/cgroup/cgroup.controllers ] && [ ! -e /sys/fs/cgroup/hugetlb ] || return 0
+  awk '$1 == "hugetlb" && $4 == 1 { found = 1 } END { exit !found }' /proc/cgroups 2>/dev/null || return 0
+  grep -qw hugetlb /proc/self/mounts && return 0
+  if ! { mkdir /sys/fs/cgroup/hugetlb && mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb; }; then
+    rmdir /sys/fs/cgroup/hugetlb 2>/dev/null
+    echo "k8s-sandbox: cannot mount the cgroup v1 hugetlb hierarchy" >&2
+    return 1
+  fi
+  K8S_MOUNTED_HUGETLB=1
+}
+
 # k8s_node_cgroup NAME: the node's cgroup root in every v1 hierarchy (cpuset needs its parent's cpus and mems), or
 # on cgroup v2 the node's cgroup with the controllers the kubelet requires of it (cpu cpuset memory hugetlb pids,
 # those the kernel has) enabled from the root down to its children
@@ -281,21 +311,23 @@ k8s_node_cgroup() {
 # k8s_node_cni NAME INDEX: the pod network of a node: its own bridge and /24 (10.88.INDEX.0), the bridge the pods'
 # default route (to the host: the API server through k8s_service_proxy)
 k8s_node_cni() {
-  local name=$1 index=$2 dir=${K8S_CTRD_WORK[$1]}/cni
+  local name=$1 index=$2 dir=${K8S_RUNTIME_WORK[$1]}/cni
   mkdir -p "$dir"
   K8S_NODE_BRIDGE[$name]=gck-br$index
-  cat > "$dir/10-gpuckpt.conflist" <<JSON
+  # written whole, then renamed: a runtime that watches the directory never reads half of it
+  cat > "$dir/10-gpuckpt.conflist.new" <<JSON
 {
   "cniVersion": "1.0.0",
   "name": "gpuckpt-$name",
   "plugins": [
     {"type": "bridge", "bridge": "gck-br$index", "isGateway": true, "ipMasq": false, "hairpinMode": true,
      "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.$index.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}],
-              "dataDir": "${K8S_CTRD_WORK[$1]}/cni-ipam"}},
+              "dataDir": "${K8S_RUNTIME_WORK[$1]}/cni-ipam"}},
     {"type": "loopback"}
   ]
 }
 JSON
+  mv "$dir/10-gpuckpt.conflist.new" "$dir/10-gpuckpt.conflist"
 }
 
 # k8s_node_netns NAME INDEX: node NAME's network namespace gck-PID-INDEX joined to the machine by the veth pair
@@ -342,6 +374,48 @@ k8s_node_ctrd() {
   CTRD_SOCK=${K8S_CTRD_SOCK[$1]} CTRD_PID=${K8S_CTRD_PID[$1]} CTRD_WORK=${K8S_CTRD_WORK[$1]}
 }
 
+# k8s_node_containerd NAME WORK [WRAPPER...]: node NAME's containerd 2.x under WORK/containerd, started through
+# WRAPPER (its network and mount namespaces), CNI plugins from Debian's containernetworking-plugins
+k8s_node_containerd() {
+  local name=$1 work=$2 started=0
+  CTRD_BIN_DIR=${CTRD_BIN_DIR:-${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin}
+  # shellcheck disable=SC2034 # read by ctrd_start (containerd-sandbox.sh)
+  CTRD_WRAPPER=("${@:3}")
+  CTRD_CNI_BIN_DIR=${K8S_CNI_BIN_DIR:-/usr/lib/cni} ctrd_start "$work/containerd" || started=$?
+  # shellcheck disable=SC2034 # read by ctrd_start
+  CTRD_WRAPPER=()
+  [ "$started" = 0 ] || { echo "k8s-sandbox: node $name's containerd did not start" >&2; return 1; }
+  K8S_CTRD_SOCK[$name]=$CTRD_SOCK K8S_CTRD_PID[$name]=$CTRD_PID K8S_CTRD_WORK[$name]=$CTRD_WORK
+  K8S_CRI_SOCK[$name]=$CTRD_SOCK K8S_NRI_SOCK[$name]=$CTRD_NRI_SOCK K8S_RUNTIME_WORK[$name]=$CTRD_WORK
+}
+
+# k8s_node_crio NAME WORK [WRAPPER...]: node NAME's CRI-O under WORK/crio, started through WRAPPER, pulling from the
+# tests' registry (plain HTTP): its pause image (containerd-sandbox.sh's, pushed there once) too
+k8s_node_crio() {
+  local name=$1 work=$2 started=0
+  [ -n "${REGISTRY:-}" ] || { echo "k8s-sandbox: a CRI-O node pulls from the tests' registry: k8s_start_registry first" >&2; return 1; }
+  if [ -z "$K8S_CRIO_PAUSE" ]; then
+    if ! { ctrd_make_pause_image &&
+      podman push -q --tls-verify=false "$CTRD_PAUSE_IMAGE" "docker://$REGISTRY/gpuckpt-pause:latest"; }; then
+      echo "k8s-sandbox: cannot push the pause image to $REGISTRY" >&2
+      return 1
+    fi
+    K8S_CRIO_PAUSE=$REGISTRY/gpuckpt-pause:latest
+  fi
+  mkdir -p "$work/crio-hooks.d"
+  # shellcheck disable=SC2034 # read by crio_start (crio-sandbox.sh)
+  CRIO_WRAPPER=("${@:3}")
+  CRIO=${CRIO:-$K8S_BIN/crio} CRIO_PAUSE_IMAGE=$K8S_CRIO_PAUSE CRIO_INSECURE_REGISTRY=$REGISTRY \
+    CRIO_CNI_BIN_DIR=${K8S_CNI_BIN_DIR:-/usr/lib/cni} \
+    crio_start "$work/crio" "${K8S_CRIO_HOOKS_DIR:-$work/crio-hooks.d}" || started=$?
+  # shellcheck disable=SC2034
+  CRIO_WRAPPER=()
+  K8S_CRIO_PID[$name]=${CRIO_PID:-}
+  [ "$started" = 0 ] || { echo "k8s-sandbox: node $name's CRI-O did not start" >&2; k8s_log_tail "$work/crio/crio.log"; return 1; }
+  # shellcheck disable=SC2034 # K8S_NRI_SOCK: for the caller (its NRI plugins)
+  K8S_CRI_SOCK[$name]=$CRIO_SOCK K8S_NRI_SOCK[$name]=$CRIO_NRI_SOCK K8S_RUNTIME_WORK[$name]=$work/crio
+}
+
 k8s_add_node() {
   local name=$1 index=$(( ${#K8S_NODES[@]} + 1 )) work=$K8S_WORK/nodes/$1 pki=$K8S_WORK/pki port _ t0 ready
   t0=$(date +%s.%N)
@@ -357,10 +431,8 @@ k8s_add_node() {
     k8s_node_loopback "$name" "$loopback_port" || { echo "k8s-sandbox: cannot forward node $name's 127.0.0.1:$loopback_port" >&2; return 1; }
   done
   [ -z "${K8S_NETNS[$name]}" ] || in_netns=(nsenter "--net=/run/netns/${K8S_NETNS[$name]}" --)
-  # its own containerd 2.x, CNI plugins from Debian's containernetworking-plugins
-  CTRD_BIN_DIR=${CTRD_BIN_DIR:-${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin}
-  # the kubelet's root dir a shared mount before containerd starts: with K8S_NODE_VIEW, containerd's own mount
-  # namespace gets a peer of it, so the volumes the kubelet mounts there reach containerd
+  # the kubelet's root dir a shared mount before the runtime starts: with K8S_NODE_VIEW, the runtime's own mount
+  # namespace gets a peer of it, so the volumes the kubelet mounts there reach the runtime
   mkdir -p "$work/kubelet" "$work/var-lib-kubelet" "$work/var-log" "$work/pod-logs"
   if ! { mount --bind "$work/kubelet" "$work/kubelet" && mount --make-shared "$work/kubelet"; }; then
     echo "k8s-sandbox: cannot make $work/kubelet a shared mount" >&2
@@ -373,14 +445,12 @@ k8s_add_node() {
     view_wrapper=(unshare --mount --propagation unchanged -- sh -c 'mount --rbind "$1" "$2" && shift 2 && exec "$@"' sh
       "$work" "$K8S_NODE_VIEW")
   fi
-  # shellcheck disable=SC2034 # read by ctrd_start (containerd-sandbox.sh)
-  CTRD_WRAPPER=(${in_netns[@]+"${in_netns[@]}"} ${view_wrapper[@]+"${view_wrapper[@]}"})
-  local started=0
-  CTRD_CNI_BIN_DIR=${K8S_CNI_BIN_DIR:-/usr/lib/cni} ctrd_start "$work/containerd" || started=$?
-  # shellcheck disable=SC2034 # read by ctrd_start
-  CTRD_WRAPPER=()
-  [ "$started" = 0 ] || { echo "k8s-sandbox: node $name's containerd did not start" >&2; return 1; }
-  K8S_CTRD_SOCK[$name]=$CTRD_SOCK K8S_CTRD_PID[$name]=$CTRD_PID K8S_CTRD_WORK[$name]=$CTRD_WORK
+  K8S_RUNTIME[$name]=${K8S_NODE_RUNTIME:-containerd}
+  case "${K8S_RUNTIME[$name]}" in
+    containerd) k8s_node_containerd "$name" "$work" ${in_netns[@]+"${in_netns[@]}"} ${view_wrapper[@]+"${view_wrapper[@]}"} ;;
+    crio) k8s_node_crio "$name" "$work" ${in_netns[@]+"${in_netns[@]}"} ${view_wrapper[@]+"${view_wrapper[@]}"} ;;
+    *) echo "k8s-sandbox: K8S_NODE_RUNTIME=${K8S_RUNTIME[$name]}: containerd or crio" >&2; false ;;
+  esac || return 1
   k8s_node_cni "$name" "$index"
 
   port=$(k8s_free_port)
@@ -402,7 +472,7 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: $pki/ca.crt}
 authorization: {mode: Webhook}
-containerRuntimeEndpoint: unix://$CTRD_SOCK
+containerRuntimeEndpoint: unix://${K8S_CRI_SOCK[$name]}
 cgroupDriver: cgroupfs
 cgroupRoot: /gpuckpt-k8s-$name
 cgroupsPerQOS: true
@@ -567,7 +637,7 @@ k8s_stop() {
     [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
   done
   for name in "${K8S_NODES[@]}"; do
-    [ -n "${K8S_CTRD_SOCK[$name]:-}" ] || continue   # its containerd never started
+    [ -n "${K8S_CRI_SOCK[$name]:-}" ] || continue   # its runtime never started
     # the pods' sandboxes through CRI first: StopPodSandbox has the CNI plugins remove the pod's veth and address
     # and containerd its network namespace (/run/netns/cni-*), which killing the tasks would leave behind
     mapfile -t pods < <(k8s_crictl "$name" pods -q 2>/dev/null)
@@ -575,8 +645,13 @@ k8s_stop() {
       k8s_crictl "$name" stopp "${pods[@]}" >/dev/null 2>&1
       k8s_crictl "$name" rmp -f "${pods[@]}" >/dev/null 2>&1
     fi
-    k8s_node_ctrd "$name"
-    ctrd_stop
+    if [ "${K8S_RUNTIME[$name]}" = crio ]; then
+      CRIO_WORK=${K8S_RUNTIME_WORK[$name]} CRIO_PID=${K8S_CRIO_PID[$name]}
+      crio_stop
+    else
+      k8s_node_ctrd "$name"
+      ctrd_stop
+    fi
   done
   for (( i = ${#K8S_PIDS[@]} - 1; i >= 0; i-- )); do
     kill "${K8S_PIDS[$i]}" 2>/dev/null && wait "${K8S_PIDS[$i]}" 2>/dev/null
@@ -605,7 +680,9 @@ k8s_stop() {
     case "$m" in "$K8S_WORK"/*) umount -l "$m" 2>/dev/null ;; esac
   done < <(sort -r -k2 /proc/self/mounts)
   [ "${K8S_MADE_VAR_LIB_KUBELET:-0}" = 1 ] && rmdir /var/lib/kubelet 2>/dev/null
+  if [ "$K8S_MOUNTED_HUGETLB" = 1 ]; then umount /sys/fs/cgroup/hugetlb 2>/dev/null && rmdir /sys/fs/cgroup/hugetlb; fi
+  K8S_MOUNTED_HUGETLB=0 K8S_CRIO_PAUSE=''
   K8S_MADE_VAR_LIB_KUBELET=0
-  K8S_NODES=() K8S_PIDS=() K8S_WORK='' K8S_LOOPBACK_PORTS=()
+  K8S_NODES=() K8S_PIDS=() K8S_WORK='' K8S_LOOPBACK_PORTS=() K8S_CRI_SOCK=() K8S_RUNTIME=()
   return 0
 }

@@ -252,7 +252,8 @@ grep -q "container $RID: restore plan rp-[0-9a-f]* placed in $PLAN_DIR/gpuckpt-r
   fail "the hook did not place the restore plan in CRI-O's CRIU images dir $PLAN_DIR: $(tail -3 "$STATE/hook.log")"
 echo "ok: the restore plan reached CRIU's images dir ($PLAN_DIR)"
 # Not asserted: /dev inside comes from CRIU's image of the source's /dev; gpuckpt's CRIU plugin, which makes the
-# allocated GPU's node there, is not loaded under this CRI-O (conmon passes runc no CRIU_LIBS_DIR): GPU machine.
+# allocated GPU's node there, is not loaded here (no CRIU_LIBS_DIR): test/k8s/crio_cluster_flow.sh loads it
+# through conmon's environment and checks /dev.
 echo "inside the restored container: $(cd "/proc/$RPID/root/dev" && for f in nvidia*; do stat -c '%n %t:%T' "$f" 2>/dev/null || echo "no /dev/nvidia*"; done | tr '\n' ' ')"
 
 # A plain container of the same image, in a pod the kubelet also gave GPU 1, with none of its devices in the

@@ -27,8 +27,8 @@
 #      injects the CDI device; a pod of the checkpoint image using that claim is restored onto GPU 4: gpuckpt-nri
 #      reads the DRA allocation from the kubelet's PodResources and the node's CDI spec.
 # Each node runs in a network namespace of its own (scripts/lib/k8s-sandbox.sh), where iproute2 is here.
-# (kubectl gpuckpt migrate and the Helm DaemonSet have tests of their own; CRI-O under the kubelet is not covered:
-# docs/kubernetes.md says what is.)
+# (kubectl gpuckpt migrate, the Helm DaemonSet and the kubelet on CRI-O, crio_cluster_flow.sh, have tests of their
+# own.)
 # Exit 0 pass, 77 skipped (no root, or setup.sh / setup-k8s.sh products absent), else fail. Every wait is bounded;
 # cleanup always runs. KEEP=1 keeps the work dir.
 set -euo pipefail
