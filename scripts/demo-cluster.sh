@@ -22,6 +22,10 @@
 #   GPUCKPT_DEMO_SKIP_SETUP=1 BUILD_DIR=DIR bash scripts/demo-cluster.sh
 #                                             the demo only, on a built tree (the ctest runs it so)
 #   KEEP=1 ...                                keep the work dir (logs, archive) afterwards
+#   GPUCKPT_DEMO_RUNTIME=crio ...             the nodes run CRI-O (built by setup-k8s.sh) instead of containerd 2.x:
+#                                             the chart's image and the pods' images are pulled from the demo's
+#                                             registry, and the agents push checkpoint images there (CRI-O's store
+#                                             takes no load)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 cd "$SRC"
@@ -37,6 +41,8 @@ BUILD=$(cd "${BUILD_DIR:-build}" && pwd)
 BUSYBOX=${GPUCKPT_DEMO_IMAGE:-localhost/gpuckpt-busybox}
 CTRD_BIN_DIR=${GPUCKPT_PREFIX:-/opt/gpuckpt}/containerd2/usr/bin
 IMAGE_REPO=localhost/gpuckpt IMAGE_TAG=demo-cluster-$$
+RUNTIME=${GPUCKPT_DEMO_RUNTIME:-containerd}
+case "$RUNTIME" in containerd | crio) ;; *) echo "GPUCKPT_DEMO_RUNTIME=$RUNTIME: containerd or crio" >&2; exit 2 ;; esac
 NS=gpuckpt RELEASE=gpuckpt
 TOKEN_IN_POD=/etc/gpuckpt/auth/token
 
@@ -54,11 +60,15 @@ say() { printf '   %s\n' "$*"; }
 show() { printf '   $ %s\n' "$*"; }
 
 k8s_gpuckpt_ready "$BUSYBOX" || die "$K8S_MISSING"
+if [ "$RUNTIME" = crio ]; then
+  for p in crio pinns; do [ -x "$K8S_BIN/$p" ] || die "$K8S_BIN/$p missing (scripts/setup-k8s.sh builds it)"; done
+  command -v conmon >/dev/null || die "conmon not installed (scripts/setup.sh)"
+fi
 [ -x "$BUILD/agent/gpuckpt-agent" ] || die "$BUILD is not built: run scripts/build.sh"
 
 k8s_gpuckpt_workdir gckdemo   # TMP; VIEW, for K8S_NODE_VIEW: on each node, that node's work dir
 host_state() {   # what must be as it was afterwards (the chart's defaults would write there)
-  for d in /usr/lib/criu /etc/criu /usr/share/containers/oci/hooks.d /var/lib/gpuckpt /opt/gpuckpt/bin /var/lib/kubelet; do
+  for d in /usr/lib/criu /etc/criu /etc/crio /run/crio /usr/share/containers/oci/hooks.d /var/lib/gpuckpt /opt/gpuckpt/bin /var/lib/kubelet; do
     if [ -e "$d" ]; then find "$d" -maxdepth 2 -printf '%p %s %T@\n' 2>/dev/null | sort; else echo "$d absent"; fi
   done
   iptables -t nat -S 2>/dev/null | grep -c gpuckpt-k8s-sandbox || true
@@ -75,14 +85,16 @@ kubectl() { k8s_kubectl "$@"; }
 node_dir() { echo "$TMP/cluster/nodes/$1"; }
 count_in() { k8s_pod_count "$1" || die "no counter value in pod $1"; }
 
-step "The gpuckpt image (scripts/build-image.sh, offline) and a two-node cluster (scripts/lib/k8s-sandbox.sh)"
+step "The gpuckpt image (scripts/build-image.sh, offline) and a two-node cluster on $RUNTIME (scripts/lib/k8s-sandbox.sh)"
 t=$(now)
 BUILD_DIR=$BUILD bash "$SRC/scripts/build-image.sh" "$IMAGE_REPO:$IMAGE_TAG" 2>&1 | tail -1 | sed 's/^/   /'
 say "image built in $(( ($(now) - t) / 1000000000 )) s"
 podman image exists "$IMAGE_REPO:$IMAGE_TAG" || die "scripts/build-image.sh made no $IMAGE_REPO:$IMAGE_TAG"
-podman save -q --format oci-archive -o "$TMP/gpuckpt-image.tar" "$IMAGE_REPO:$IMAGE_TAG" || die "podman save"
+if [ "$RUNTIME" = containerd ]; then
+  podman save -q --format oci-archive -o "$TMP/gpuckpt-image.tar" "$IMAGE_REPO:$IMAGE_TAG" || die "podman save"
+fi
 export K8S_NODE_VIEW=$VIEW
-# containerd -> runc -> CRIU loads gpuckpt's CRIU plugin from where the chart's installer puts it on each node
+# the runtime -> runc -> CRIU loads gpuckpt's CRIU plugin from where the chart's installer puts it on each node
 export CRIU_LIBS_DIR=$VIEW/host/usr/lib/criu
 k8s_start_control_plane "$TMP/cluster" || die "the control plane did not start"
 k8s_service_proxy || die "no route from pods to the API server"
@@ -90,17 +102,35 @@ say "control plane up in ${K8S_CONTROL_PLANE_SECONDS}s ($("$K8S_BIN/kube-apiserv
 # the pod's base image from a registry on 127.0.0.1: containerd 2.x pulls a checkpoint's base image again by its
 # rootfsImageRef when it restores
 k8s_start_registry "$TMP/registry" || die "docker-registry did not start"
-BASE=$REGISTRY/gpuckpt-busybox:latest
-podman push -q --tls-verify=false "$BUSYBOX" "docker://$BASE" || die "podman push $BUSYBOX to $BASE"
-for n in node-a node-b; do
-  k8s_add_node "$n" || die "node $n did not start"
-  k8s_node_ctrd "$n"
-  ctrd_registry_host "$REGISTRY"
+if [ "$RUNTIME" = crio ]; then
+  # CRI-O pulls what it runs: the chart's image from the registry; the pods' base is the pause image (busybox with
+  # a command of its own, which a CRI-O restore needs), pushed there by the sandbox
   t=$(now)
-  ctrd_ctr images import "$TMP/gpuckpt-image.tar" > /dev/null || die "ctr images import into $n's containerd"
+  podman push -q --tls-verify=false "$IMAGE_REPO:$IMAGE_TAG" "docker://$REGISTRY/gpuckpt:$IMAGE_TAG" ||
+    die "podman push $IMAGE_REPO:$IMAGE_TAG to $REGISTRY"
+  say "$IMAGE_REPO:$IMAGE_TAG pushed to the registry in $(( ($(now) - t) / 1000000 )) ms"
+  CHART_IMAGE=$REGISTRY/gpuckpt BASE=$REGISTRY/gpuckpt-pause:latest
+else
+  CHART_IMAGE=$IMAGE_REPO BASE=$REGISTRY/gpuckpt-busybox:latest
+  podman push -q --tls-verify=false "$BUSYBOX" "docker://$BASE" || die "podman push $BUSYBOX to $BASE"
+fi
+for n in node-a node-b; do
+  if [ "$RUNTIME" = crio ]; then
+    # CRI-O reads the hooks.d the chart's installer writes on the node
+    mkdir -p "$(node_dir "$n")/host/hooks.d"
+    K8S_NODE_RUNTIME=crio K8S_CRIO_HOOKS_DIR=$VIEW/host/hooks.d k8s_add_node "$n" || die "node $n did not start"
+    how="pulls the chart's image from the registry"
+  else
+    k8s_add_node "$n" || die "node $n did not start"
+    k8s_node_ctrd "$n"
+    ctrd_registry_host "$REGISTRY"
+    t=$(now)
+    ctrd_ctr images import "$TMP/gpuckpt-image.tar" > /dev/null || die "ctr images import into $n's containerd"
+    how="$IMAGE_REPO:$IMAGE_TAG imported into its containerd in $(( ($(now) - t) / 1000000 )) ms"
+  fi
   # what GPU feature discovery labels on a GPU node (the chart's default node affinity)
   kubectl label node "$n" nvidia.com/gpu.present=true > /dev/null
-  say "node $n Ready in ${K8S_NODE_SECONDS}s, $IMAGE_REPO:$IMAGE_TAG imported into its containerd in $(( ($(now) - t) / 1000000 )) ms"
+  say "node $n Ready in ${K8S_NODE_SECONDS}s, $how"
 done
 # simulated GPUs, two a node (/dev/null and /dev/zero's numbers), allocated by each kubelet's device manager
 declare -A PLUGIN_LOG
@@ -122,17 +152,21 @@ show kubectl get nodes
 kubectl get nodes -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].type,GPUS:.status.allocatable.nvidia\.com/gpu,KUBELET:.status.nodeInfo.kubeletVersion,RUNTIME:.status.nodeInfo.containerRuntimeVersion' | sed 's/^/   /'
 
 step "helm install gpuckpt: one agent pod per node"
-k8s_gpuckpt_values "$TMP/values.yaml" "$VIEW" "$IMAGE_REPO" "$IMAGE_TAG"
+# (pods reach the registry at the machine's address; 127.0.0.1 is theirs)
+k8s_gpuckpt_values "$TMP/values.yaml" "$VIEW" "$CHART_IMAGE" "$IMAGE_TAG" "$RUNTIME" "$K8S_NODE_IP:${REGISTRY##*:}"
 show helm install $RELEASE charts/gpuckpt -n $NS --create-namespace -f values.yaml
 helm --kubeconfig "$KUBECONFIG" install "$RELEASE" "$SRC/charts/gpuckpt" -n "$NS" --create-namespace \
   -f "$TMP/values.yaml" > "$TMP/helm-install.txt" 2>&1 || die "helm install: $(cat "$TMP/helm-install.txt")"
 kubectl -n "$NS" rollout status daemonset/"$RELEASE" --timeout 240s > /dev/null 2>&1 ||
-  die "the DaemonSet did not become Ready: $(kubectl -n "$NS" get pods -o wide)"
+  die "the DaemonSet did not become Ready: $(kubectl -n "$NS" get pods -o wide; kubectl -n "$NS" get events --field-selector type=Warning 2>&1 | tail -5 | cut -c1-400)"
 agent_on() { kubectl -n "$NS" get pods -l app.kubernetes.io/name=gpuckpt --field-selector "spec.nodeName=$1" -o jsonpath='{.items[0].metadata.name}'; }
 AGENT_A=$(agent_on node-a) AGENT_B=$(agent_on node-b)
 { [ -n "$AGENT_A" ] && [ -n "$AGENT_B" ]; } || die "no agent pod on each node: $(kubectl -n "$NS" get pods -o wide)"
 show kubectl -n $NS get pods -o wide
 kubectl -n "$NS" get pods -o wide | awk '{print "   " $1, $2, $3, $7}'
+for n in node-a node-b; do
+  say "hooks.d the installer wrote on $n: $(cd "$(node_dir "$n")/host/hooks.d" && echo *)"
+done
 
 step "A counting pod with one (simulated) GPU on node-a"
 k8s_gpu_counter_pod "$BASE" IfNotPresent node-a | kubectl apply -f - > /dev/null || die "kubectl apply of the GPU pod"
@@ -142,7 +176,7 @@ GPU_A=$(sed -n 's/^allocate //p' "${PLUGIN_LOG[node-a]}" | tail -1)
 for _ in $(seq 100); do [ "$(count_in gpu-counter)" -gt 30 ] && break; sleep 0.1; done
 say "gpu-counter Running on node-a, kubelet allocated $GPU_A; counter at $(count_in gpu-counter)"
 
-step "Checkpoint through the kubelet API (API server -> node-a's kubelet -> containerd + CRIU)"
+step "Checkpoint through the kubelet API (API server -> node-a's kubelet -> $RUNTIME + CRIU)"
 show kubectl create --raw /api/v1/nodes/node-a/proxy/checkpoint/default/gpu-counter/counter -f /dev/null
 BEFORE=$(count_in gpu-counter)
 kubectl create --raw /api/v1/nodes/node-a/proxy/checkpoint/default/gpu-counter/counter -f /dev/null > "$TMP/ck.json" ||
@@ -158,7 +192,9 @@ done
 kubectl -n "$NS" logs "$AGENT_A" -c agent | grep -qF "annotated kubelet archive $VIEW/kubelet/checkpoints/$NAME" ||
   die "agent pod $AGENT_A did not annotate $NAME: $(kubectl -n "$NS" logs "$AGENT_A" -c agent --tail 5)"
 tar -xOf "$ARCHIVE" gpuckpt-gpus.json > "$TMP/gpus.json"
-N_CKPT=$(tar -xOf "$ARCHIVE" rootfs-diff.tar | tar -xzOf - tmp/count)
+# (containerd gzips the rootfs diff, CRI-O does not: tar tells them apart in a file)
+tar -xOf "$ARCHIVE" rootfs-diff.tar > "$TMP/rootfs-diff.tar"
+N_CKPT=$(tar -xOf "$TMP/rootfs-diff.tar" tmp/count)
 say "agent pod $AGENT_A annotated it with gpuckpt-gpus.json: $(python3 -c '
 import json, sys
 g = json.load(open(sys.argv[1]))
@@ -193,8 +229,9 @@ else
   kubectl -n "$NS" exec "$AGENT_B" -c agent -- gpuckpt image "$NAME" --tag gpuckpt-demo-moved --agent http://127.0.0.1:7469 \
     --token-file "$TOKEN_IN_POD" > "$TMP/image.txt" 2>&1 || die "gpuckpt image on node-b: $(cat "$TMP/image.txt")"
   CK_IMAGE=$(sed -n 's/^  image: *//p' "$TMP/image.txt")
+  CK_PULL=$(sed -n 's/^  pull: *//p' "$TMP/image.txt")
   [ -n "$CK_IMAGE" ] || die "gpuckpt image printed no image: $(cat "$TMP/image.txt")"
-  say "checkpoint image $CK_IMAGE in node-b's containerd"
+  say "checkpoint image $CK_IMAGE (pull policy ${CK_PULL:-Never})"
   if kubectl get pod gpu-counter > /dev/null 2>&1; then
     show kubectl delete pod gpu-counter
     LAST=$(count_in gpu-counter)
@@ -205,7 +242,7 @@ fi
 
 step "Restore on node-b: a pod of the checkpoint image, restored by node-b's kubelet"
 if [ "$MIGRATED" = 0 ]; then
-k8s_gpu_counter_pod "$CK_IMAGE" Never node-b gpu-counter-moved | kubectl apply -f - > /dev/null ||
+k8s_gpu_counter_pod "$CK_IMAGE" "${CK_PULL:-Never}" node-b gpu-counter-moved | kubectl apply -f - > /dev/null ||
   die "kubectl apply of the restore pod"
 fi
 k8s_wait_pod default gpu-counter-moved 120 || die "the restore pod on node-b did not start"

@@ -16,8 +16,15 @@
 #                                     network namespace)
 #   CRIO_CNI_BIN_DIR=DIR              where the CNI plugins are (Debian's: /usr/lib/cni); WORK/cni holds the
 #                                     network's config
-#   CRIO_INSECURE_REGISTRY=HOST:PORT  a registry CRI-O pulls from over plain HTTP (the tests' registry)
+#   CRIO_INSECURE_REGISTRY="HOST:PORT..."  registries CRI-O pulls from over plain HTTP (the tests' registry, by
+#                                     each name it has)
 #   CRIU_LIBS_DIR=DIR                 where CRIU loads its plugins from: passed through conmon to the runc it starts
+# Where this machine's root holds fewer capabilities than the kernel has (a container host: the CPU machines lack
+# CAP_SYS_RESOURCE), CRI-O runs runc through WORK/runc-within-caller, which fits a bundle to what the caller holds
+# before runc creates or restores it, as containerd does by itself: its oomScoreAdj no lower than the caller's own
+# (containerd's restrict_oom_score_adj; the kubelet gives node-critical pods -997) and its capabilities within
+# the caller's bounding set (containerd gives a privileged container the caller's capabilities, CRI-O every one
+# the kernel knows).
 # No signature_policy is set (CRI-O then reads the host's /etc/containers/policy.json, podman's): CRI-O 1.36.3
 # refuses every restore from a checkpoint image when one is, "signature validation is not supported for container
 # restore" (server/container_restore.go looks at the policy path, set or namespaced).
@@ -33,10 +40,16 @@ crio_start() {
   # its own registries.conf (containers-registries.conf(5), through --registries-conf), not the host's
   # /etc/containers/registries.conf, which the tests leave alone
   printf 'unqualified-search-registries = []\n' > "$work/registries.conf"
-  if [ -n "${CRIO_INSECURE_REGISTRY:-}" ]; then
-    printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "$CRIO_INSECURE_REGISTRY" >> "$work/registries.conf"
-  fi
+  local registry
+  for registry in ${CRIO_INSECURE_REGISTRY:-}; do
+    printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "$registry" >> "$work/registries.conf"
+  done
   registries=(--registries-conf "$work/registries.conf")
+  local runc=${RUNC:-/usr/sbin/runc}
+  if ! crio_root_holds_every_capability; then
+    crio_runc_within_caller "$runc" > "$work/runc-within-caller" && chmod 755 "$work/runc-within-caller" || return 1
+    runc=$work/runc-within-caller
+  fi
   cat > "$work/crio.conf" <<TOML
 [crio]
 root = "$work/root"
@@ -63,13 +76,16 @@ namespaces_dir = "$work/ns"
 pinns_path = "$pinns"
 enable_criu_support = true
 [crio.runtime.runtimes.runc]
-runtime_path = "${RUNC:-/usr/sbin/runc}"
+runtime_path = "$runc"
 runtime_root = "$work/runc"
 monitor_path = "${CONMON:-/usr/bin/conmon}"
 # conmon gets only this environment and hands it to the runc it starts (restores): runc finds criu on the caller's
 # PATH, as CRI-O itself does for checkpoints, and CRIU its plugins in CRIU_LIBS_DIR
 monitor_env = [$monitor_env]
 [crio.image]
+# CRI-O makes these directories at start (default under /etc/crio, the host's): the node's own
+signature_policy_dir = "$work/policies"
+namespaced_auth_dir = "$work/auth"
 # pulled (or found) at RunPodSandbox even when no infra container runs: the local busybox-based one
 pause_image = "${CRIO_PAUSE_IMAGE:-localhost/gpuckpt-pause:latest}"
 [crio.network]
@@ -114,6 +130,62 @@ except OSError:
     CRIO_PID=''
     return 1
   fi
+}
+
+# crio_root_holds_every_capability: whether this shell's bounding set holds every capability the kernel has
+crio_root_holds_every_capability() {
+  local bnd last
+  bnd=$(awk '$1 == "CapBnd:" {print $2}' /proc/self/status) last=$(cat /proc/sys/kernel/cap_last_cap)
+  (( 16#${bnd:-0} == (1 << (last + 1)) - 1 ))
+}
+
+# crio_runc_within_caller RUNC: a runc that, at create, run and restore, raises the bundle's process.oomScoreAdj to
+# its own oom_score_adj and drops from the process's capability sets those outside its own bounding set, then
+# execs RUNC with the same arguments
+crio_runc_within_caller() {
+  cat <<SH
+#!/bin/sh
+# made by scripts/lib/crio-sandbox.sh: see crio_restrict_oom_wrapper there
+case " \$* " in
+  *" create "*|*" run "*|*" restore "*)
+    python3 - "\$@" <<'PY' || exit 1
+import json, os, sys
+args, bundle = sys.argv[1:], "."
+for i, a in enumerate(args):
+    if a in ("--bundle", "-b") and i + 1 < len(args):
+        bundle = args[i + 1]
+    elif a.startswith("--bundle="):
+        bundle = a.split("=", 1)[1]
+path = os.path.join(bundle, "config.json")
+if os.path.exists(path):
+    spec = json.load(open(path))
+    proc = spec.get("process") or {}
+    changed = False
+    own = int(open("/proc/self/oom_score_adj").read())
+    if proc.get("oomScoreAdj") is not None and proc["oomScoreAdj"] < own:
+        proc["oomScoreAdj"] = own
+        changed = True
+    names = ("CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP LINUX_IMMUTABLE "
+             "NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER SYS_MODULE SYS_RAWIO SYS_CHROOT "
+             "SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE "
+             "AUDIT_WRITE AUDIT_CONTROL SETFCAP MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ "
+             "PERFMON BPF CHECKPOINT_RESTORE").split()
+    bounding = int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("CapBnd:")), 16)
+    held = {"CAP_" + n for i, n in enumerate(names) if bounding >> i & 1}
+    for key, caps in (proc.get("capabilities") or {}).items():
+        kept = [c for c in caps or [] if c in held]
+        if caps and kept != caps:
+            proc["capabilities"][key] = kept
+            changed = True
+    if changed:
+        with open(path + ".new", "w") as f:
+            json.dump(spec, f)
+        os.replace(path + ".new", path)
+PY
+    ;;
+esac
+exec "$1" "\$@"
+SH
 }
 
 crio_import_image() {

@@ -1,10 +1,14 @@
 # shellcheck shell=bash
 # Sourced by the cluster demo and the Helm test: charts/gpuckpt on the cluster of scripts/lib/k8s-sandbox.sh.
-#   k8s_gpuckpt_values FILE VIEW REPO TAG   writes the chart values for that cluster: the image REPO:TAG (imported
+#   k8s_gpuckpt_values FILE VIEW REPO TAG [crio REGISTRY]
+#                                           writes the chart values for that cluster: the image REPO:TAG (imported
 #                                           into each node's containerd: pullPolicy Never), every host path under
 #                                           VIEW (K8S_NODE_VIEW: a different directory on each node, so this
 #                                           machine's own are never written), the CRI and NRI sockets of each
-#                                           node's containerd, and the API server through the sandbox's route
+#                                           node's containerd, and the API server through the sandbox's route.
+#                                           With crio: CRI-O's sockets, the image pulled (IfNotPresent; REPO in a
+#                                           registry), the agents' checkpoint images pushed to REGISTRY (HOST:PORT,
+#                                           plain HTTP, as pods reach it): CRI-O's store takes no load
 #   k8s_gpuckpt_workdir NAME                makes TMP=/var/tmp/NAME-PID-SECONDS (mode 700) and sets VIEW=TMP/node
 #                                           (for K8S_NODE_VIEW): not under /tmp, since the installer's plugin check
 #                                           runs CRIU with a tmpfs over /tmp; short, since unix socket paths under it
@@ -15,9 +19,13 @@
 #                                           iptables, podman, curl, python3-yaml, a base for scripts/build-image.sh;
 #                                           0, or 1 with K8S_MISSING saying what is missing and what makes it
 k8s_gpuckpt_values() {
-  local file=$1 view=$2 repo=$3 tag=$4
+  local file=$1 view=$2 repo=$3 tag=$4 runtime=${5:-containerd} pull=Never push=''
+  if [ "$runtime" = crio ]; then
+    pull=IfNotPresent
+    push="  image_registry: {repository: $6/gpuckpt-checkpoints, plain_http: true}"
+  fi
   cat > "$file" <<YAML
-image: {repository: $repo, tag: $tag, pullPolicy: Never}
+image: {repository: $repo, tag: $tag, pullPolicy: $pull}
 # there is no cluster DNS here; the sandbox routes the kubernetes Service's address to the API server
 hostAliases: [{ip: 10.96.0.1, hostnames: [kubernetes.default.svc]}]
 host:
@@ -31,11 +39,12 @@ host:
   installDir: $view/host/opt/gpuckpt
 criuConfig: {dir: $view/host/etc/criu}
 nodeLabels: {featureDir: $view/host/nfd/features.d}
-runtime: {kind: cri, criSocket: $view/containerd/containerd.sock}
-nri: {socket: $view/containerd/nri.sock}
+runtime: {kind: cri, criSocket: $view/$runtime/$runtime.sock}
+nri: {socket: $view/$runtime/nri.sock}
 config:
   # the pods' termination grace follows (+60 s): a pod stopped during a job waits for it
   checkpoints: {watch_interval_seconds: 1, runtime_timeout_seconds: 60}
+$push
 YAML
 }
 

@@ -88,7 +88,7 @@ declare -gA K8S_NODE_BRIDGE K8S_KUBELET_PID K8S_KUBELET_ROOT K8S_CTRD_SOCK K8S_C
 declare -gA K8S_NODE_ADDR K8S_NETNS K8S_NODE_VETH K8S_RUNTIME K8S_CRI_SOCK K8S_NRI_SOCK K8S_RUNTIME_WORK K8S_CRIO_PID
 if [ -z "${K8S_NODE_NETNS:-}" ]; then command -v ip >/dev/null && K8S_NODE_NETNS=1 || K8S_NODE_NETNS=0; fi
 K8S_NODES=() K8S_PIDS=() K8S_SAVED_TUNABLES=() K8S_SERVICE_RULE=() K8S_HOST_BRIDGE='' K8S_LOOPBACK_PORTS=()
-K8S_MOUNTED_HUGETLB=0 K8S_CRIO_PAUSE=''
+K8S_MOUNTED_HUGETLB=0 K8S_CRIO_PAUSE='' K8S_MADE_RUN_CRIO=0
 K8S_NETIF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/netif.py
 # shellcheck source=scripts/lib/criu-probe.sh
 . "$(dirname "${BASH_SOURCE[0]}")/criu-probe.sh"
@@ -131,7 +131,15 @@ k8s_crictl() {
     "${@:2}" 2> >(grep -v 'level=warning msg="Config' >&2)
 }
 
-k8s_free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
+k8s_free_port() { k8s_free_ports 1; }
+# k8s_free_ports N: N different free ports on one line (held open together while the kernel picks them: ports
+# picked one by one may repeat, as two listeners of one component once did)
+k8s_free_ports() {
+  python3 -c 'import socket, sys
+s = [socket.socket() for _ in range(int(sys.argv[1]))]
+for x in s: x.bind(("", 0))
+print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"
+}
 
 k8s_log_tail() { echo "--- last lines of $1" >&2; tail -n "${2:-25}" "$1" >&2; }
 
@@ -187,7 +195,7 @@ k8s_start_control_plane() {
   k8s_node_ip || return 1
   k8s_hugetlb_hierarchy || return 1
   if [ "$K8S_NODE_NETNS" = 1 ]; then k8s_sysctl net.ipv4.ip_forward 1 || return 1; fi
-  etcd_port=$(k8s_free_port) peer_port=$(k8s_free_port) api_port=$(k8s_free_port)
+  read -r etcd_port peer_port api_port < <(k8s_free_ports 3)
   K8S_API=https://$K8S_NODE_IP:$api_port
 
   t0=$(date +%s.%N)
@@ -390,9 +398,13 @@ k8s_node_containerd() {
 }
 
 # k8s_node_crio NAME WORK [WRAPPER...]: node NAME's CRI-O under WORK/crio, started through WRAPPER, pulling from the
-# tests' registry (plain HTTP): its pause image (containerd-sandbox.sh's, pushed there once) too
+# tests' registry (plain HTTP; as 127.0.0.1:PORT and as the machine's K8S_NODE_IP:PORT, the name pods reach it by):
+# its pause image (containerd-sandbox.sh's, pushed there once) too. With K8S_NODE_VIEW, the node's mount namespaces
+# see its CRI-O socket at CRI-O's default /run/crio/crio.sock, as a CRI-O node's own programs (the chart's
+# installer) look for it (an empty /run/crio is made on the machine as the mount point where there is none, and
+# removed at k8s_stop), and CRI-O's mount namespace has / shared
 k8s_node_crio() {
-  local name=$1 work=$2 started=0
+  local name=$1 work=$2 started=0 wrapper=("${@:3}")
   [ -n "${REGISTRY:-}" ] || { echo "k8s-sandbox: a CRI-O node pulls from the tests' registry: k8s_start_registry first" >&2; return 1; }
   if [ -z "$K8S_CRIO_PAUSE" ]; then
     if ! { ctrd_make_pause_image &&
@@ -403,9 +415,16 @@ k8s_node_crio() {
     K8S_CRIO_PAUSE=$REGISTRY/gpuckpt-pause:latest
   fi
   mkdir -p "$work/crio-hooks.d"
+  if [ -n "${K8S_NODE_VIEW:-}" ]; then
+    if [ ! -e /run/crio ]; then mkdir /run/crio && K8S_MADE_RUN_CRIO=1; fi
+    # and / shared there, as on a systemd host: CRI-O refuses a hostPath volume with HostToContainer propagation
+    # (the chart's host root) from a private mount (in that namespace only; the machine's / stays as it is)
+    # shellcheck disable=SC2016 # expanded by the namespace's shell
+    wrapper+=(sh -c 'mount --make-rshared / && mount --bind "$1" /run/crio && shift && exec "$@"' sh "$work/crio")
+  fi
   # shellcheck disable=SC2034 # read by crio_start (crio-sandbox.sh)
-  CRIO_WRAPPER=("${@:3}")
-  CRIO=${CRIO:-$K8S_BIN/crio} CRIO_PAUSE_IMAGE=$K8S_CRIO_PAUSE CRIO_INSECURE_REGISTRY=$REGISTRY \
+  CRIO_WRAPPER=(${wrapper[@]+"${wrapper[@]}"})
+  CRIO=${CRIO:-$K8S_BIN/crio} CRIO_PAUSE_IMAGE=$K8S_CRIO_PAUSE CRIO_INSECURE_REGISTRY="$REGISTRY $K8S_NODE_IP:${REGISTRY##*:}" \
     CRIO_CNI_BIN_DIR=${K8S_CNI_BIN_DIR:-/usr/lib/cni} \
     crio_start "$work/crio" "${K8S_CRIO_HOOKS_DIR:-$work/crio-hooks.d}" || started=$?
   # shellcheck disable=SC2034
@@ -681,7 +700,8 @@ k8s_stop() {
   done < <(sort -r -k2 /proc/self/mounts)
   [ "${K8S_MADE_VAR_LIB_KUBELET:-0}" = 1 ] && rmdir /var/lib/kubelet 2>/dev/null
   if [ "$K8S_MOUNTED_HUGETLB" = 1 ]; then umount /sys/fs/cgroup/hugetlb 2>/dev/null && rmdir /sys/fs/cgroup/hugetlb; fi
-  K8S_MOUNTED_HUGETLB=0 K8S_CRIO_PAUSE=''
+  [ "$K8S_MADE_RUN_CRIO" = 1 ] && rmdir /run/crio 2>/dev/null
+  K8S_MOUNTED_HUGETLB=0 K8S_CRIO_PAUSE='' K8S_MADE_RUN_CRIO=0
   K8S_MADE_VAR_LIB_KUBELET=0
   K8S_NODES=() K8S_PIDS=() K8S_WORK='' K8S_LOOPBACK_PORTS=() K8S_CRI_SOCK=() K8S_RUNTIME=()
   return 0
