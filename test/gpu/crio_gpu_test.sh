@@ -128,9 +128,9 @@ mkdir -p "$CRIO_DIR/conf.d"
 # AppArmor (where the kernel has it) would need CRI-O's profile loaded with apparmor_parser, and HostPort mapping
 # iptables or nft: the GPU machine has neither (CRI-O exits at start without them; the pods use the node's network)
 printf '[crio.runtime]\napparmor_profile = "unconfined"\ndisable_hostport_mapping = true\n' > "$CRIO_DIR/conf.d/10-gpu-test.conf"
-# the test registry speaks plain HTTP (CRI-O 1.36 ignores insecure_registries: registries.conf's `insecure`)
-printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "$REGISTRY" > "$WORK/registries.conf"
-CONTAINER_REGISTRIES_CONF=$WORK/registries.conf CRIO_PAUSE_IMAGE=$PAUSE_IMAGE crio_start "$CRIO_DIR" "$WORK/hooks.d" ||
+# the test registry speaks plain HTTP (CRI-O 1.36 ignores insecure_registries: crio_start's registries.conf marks it
+# `insecure`)
+CRIO_INSECURE_REGISTRY=$REGISTRY CRIO_PAUSE_IMAGE=$PAUSE_IMAGE crio_start "$CRIO_DIR" "$WORK/hooks.d" ||
   { show "$CRIO_LOG"; skip_all "CRI-O did not start: $(grep -m1 'level=fatal' "$CRIO_LOG" | cut -c1-400)"; }
 echo "CRI-O on $CRIO_SOCK: $(cri version)"
 cri pull "$PAUSE_IMAGE" > /dev/null 2> "$WORK/pull.err" || skip_all "CRI PullImage $PAUSE_IMAGE: $(cat "$WORK/pull.err")"
