@@ -179,10 +179,8 @@ say "gpu-counter Running on node-a, kubelet allocated $GPU_A; counter at $(count
 step "Checkpoint through the kubelet API (API server -> node-a's kubelet -> $RUNTIME + CRIU)"
 show kubectl create --raw /api/v1/nodes/node-a/proxy/checkpoint/default/gpu-counter/counter -f /dev/null
 BEFORE=$(count_in gpu-counter)
-kubectl create --raw /api/v1/nodes/node-a/proxy/checkpoint/default/gpu-counter/counter -f /dev/null > "$TMP/ck.json" ||
-  die "the kubelet checkpoint API failed: $(cat "$TMP/ck.json")"
-ARCHIVE=$(python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["items"]; assert len(i)==1, i; print(i[0])' "$TMP/ck.json") ||
-  die "the kubelet's answer names no single archive: $(cat "$TMP/ck.json")"
+k8s_kubelet_checkpoint node-a default gpu-counter counter || die "$K8S_CHECKPOINT_ERROR"
+ARCHIVE=$K8S_ARCHIVE
 NAME=$(basename "$ARCHIVE")
 say "kubelet wrote $NAME ($(stat -c %s "$ARCHIVE") bytes); counter was at $BEFORE just before"
 for _ in $(seq 100); do

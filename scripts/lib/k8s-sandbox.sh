@@ -71,6 +71,11 @@
 #   k8s_wait_pod NS POD [SECONDS]     waits until the pod is Running with every container ready (default 60 s)
 #   k8s_wait_gpus NODE COUNT          waits up to 30 s until NODE offers COUNT allocatable nvidia.com/gpu (its
 #                                     device plugin registered with its kubelet)
+#   k8s_kubelet_checkpoint NODE NS POD CONTAINER
+#                                     the kubelet checkpoint API as operators call it: POST
+#                                     /api/v1/nodes/NODE/proxy/checkpoint/NS/POD/CONTAINER through the API server
+#                                     (kubectl create --raw). Sets K8S_ARCHIVE (the one archive the kubelet names)
+#                                     and K8S_CHECKPOINT_SECONDS; 1 with K8S_CHECKPOINT_ERROR saying why
 #   k8s_pod_count POD                 the counter of k8s_gpu_counter_pod's POD (kubectl exec through the API
 #                                     server), tried for 2 s; 1 if it has none
 #   k8s_stop                          stops every node (kubelet, its pods, containerd), the control plane, puts
@@ -621,6 +626,20 @@ k8s_wait_gpus() {
     sleep 0.2
   done
   [ "$(k8s_kubectl get node "$1" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$2" ]
+}
+
+# shellcheck disable=SC2034 # K8S_ARCHIVE, K8S_CHECKPOINT_*: for the caller
+k8s_kubelet_checkpoint() {
+  local answer=$K8S_WORK/kubelet-checkpoint.json t0
+  K8S_ARCHIVE='' K8S_CHECKPOINT_ERROR='' K8S_CHECKPOINT_SECONDS=''
+  t0=$(date +%s.%N)
+  if ! k8s_kubectl create --raw "/api/v1/nodes/$1/proxy/checkpoint/$2/$3/$4" -f /dev/null > "$answer"; then
+    K8S_CHECKPOINT_ERROR="the kubelet checkpoint API failed: $(cat "$answer")"
+    return 1
+  fi
+  K8S_CHECKPOINT_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+  K8S_ARCHIVE=$(python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["items"]; assert len(i)==1, i; print(i[0])' \
+    "$answer" 2>/dev/null) || { K8S_CHECKPOINT_ERROR="the kubelet's answer names no single archive: $(cat "$answer")"; return 1; }
 }
 
 k8s_pod_count() {

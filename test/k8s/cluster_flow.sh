@@ -145,12 +145,8 @@ step "3. POST /api/v1/nodes/$NODE/proxy/checkpoint/default/gpu-counter/counter t
 # far enough that a fresh start of the restore (10 counts a second) cannot pass it before the test reads it
 for _ in $(seq 3); do sandbox_counts_past "$PID" 60 && break; done
 [ "$(count_of "$PID")" -gt 60 ] || fail "the pod's counter does not count"
-t=$(date +%s.%N)
-kubectl create --raw "/api/v1/nodes/$NODE/proxy/checkpoint/default/gpu-counter/counter" -f /dev/null > "$TMP/checkpoint.json" ||
-  fail "the kubelet checkpoint API failed: $(cat "$TMP/checkpoint.json")"
-CKPT_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t:.1f}')")
-ARCHIVE=$(python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["items"]; assert len(i)==1, i; print(i[0])' "$TMP/checkpoint.json") ||
-  fail "the kubelet's answer does not name one archive: $(cat "$TMP/checkpoint.json")"
+k8s_kubelet_checkpoint "$NODE" default gpu-counter counter || fail "$K8S_CHECKPOINT_ERROR"
+ARCHIVE=$K8S_ARCHIVE CKPT_SECONDS=$K8S_CHECKPOINT_SECONDS
 case "$ARCHIVE" in
   "$KROOT/checkpoints/checkpoint-gpu-counter_default-counter-"*.tar) ;;
   *) fail "the archive $ARCHIVE is not in the kubelet's checkpoint dir $KROOT/checkpoints" ;;

@@ -154,12 +154,8 @@ echo "ok: gpu-counter on $NODE_A (CRI-O container $CID), kubelet allocated $ALLO
 step "3. POST /api/v1/nodes/$NODE_A/proxy/checkpoint/default/gpu-counter/counter through the API server"
 for _ in $(seq 3); do sandbox_counts_past "$PID" 60 && break; done
 [ "$(count_of "$PID")" -gt 60 ] || fail "the pod's counter does not count"
-t=$(date +%s.%N)
-kubectl create --raw "/api/v1/nodes/$NODE_A/proxy/checkpoint/default/gpu-counter/counter" -f /dev/null > "$TMP/checkpoint.json" ||
-  fail "the kubelet checkpoint API failed: $(cat "$TMP/checkpoint.json")"
-CKPT_SECONDS=$(python3 -c "import time; print(f'{time.time() - $t:.1f}')")
-ARCHIVE=$(python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["items"]; assert len(i)==1, i; print(i[0])' "$TMP/checkpoint.json") ||
-  fail "the kubelet's answer does not name one archive: $(cat "$TMP/checkpoint.json")"
+k8s_kubelet_checkpoint "$NODE_A" default gpu-counter counter || fail "$K8S_CHECKPOINT_ERROR"
+ARCHIVE=$K8S_ARCHIVE CKPT_SECONDS=$K8S_CHECKPOINT_SECONDS
 case "$ARCHIVE" in
   "$KROOT_A/checkpoints/checkpoint-gpu-counter_default-counter-"*.tar) ;;
   *) fail "the archive $ARCHIVE is not in the kubelet's checkpoint dir $KROOT_A/checkpoints" ;;

@@ -100,10 +100,8 @@ host_files_present() {  # host_files_present NODE
 }
 checkpoint_annotated() {  # checkpoint_annotated POD NODE: kubelet checkpoint; the node's agent pod annotates it
   local pod=$1 node=$2 agent archive
-  kubectl create --raw "/api/v1/nodes/$node/proxy/checkpoint/default/$pod/counter" -f /dev/null > "$TMP/ck.json" ||
-    fail "the kubelet checkpoint API failed: $(cat "$TMP/ck.json")"
-  archive=$(python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["items"]; assert len(i)==1, i; print(i[0])' "$TMP/ck.json") ||
-    fail "the kubelet's answer names no single archive: $(cat "$TMP/ck.json")"
+  k8s_kubelet_checkpoint "$node" default "$pod" counter || fail "$K8S_CHECKPOINT_ERROR"
+  archive=$K8S_ARCHIVE
   agent=$(pod_on "$node")
   # the agent names it by the chart's host path (K8S_NODE_VIEW/kubelet/checkpoints), the kubelet by its root dir
   for _ in $(seq 100); do kubectl -n "$NS" logs "$agent" -c agent 2>/dev/null | grep -qF "annotated kubelet archive $VIEW/kubelet/checkpoints/$(basename "$archive")" && break; sleep 0.2; done
