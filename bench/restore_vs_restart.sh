@@ -84,6 +84,32 @@ watch_step() { # STEP
   WATCH_PID=$!
 }
 unwatch() { kill "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null; return 0; }
+# Where a restore's time went: podman's --print-stats (podman, runc + CRIU, CRIU's restore) and the plugin's own
+# steps, which it leaves in the node store for the restored init's pid (gpumem/memory_lineage.h), taken here as
+# the agent takes them. One row per restore into PHASES.
+PHASES=${TSV%.tsv}.phases.tsv
+NODE_STORE=${RVR_NODE_STORE:-/var/lib/gpuckpt/chunks}
+echo -e "run\tstep\tto_token_s\tpodman_s\truntime_s\tcriu_restore_s\tplugin_cpu_pages_s\tplugin_gpu_memory_s\tplugin_gpu_restore_s" > "$PHASES"
+restore_parts() { # RUN STEP PODMAN_STATS_LOG TO_TOKEN_S
+  local pid spooled
+  pid=$(podman inspect -f '{{.State.Pid}}' "$NAME" 2>/dev/null)
+  spooled=$NODE_STORE/restore-timings/$pid.json
+  python3 - "$3" "$spooled" "$1" "$2" "$4" >> "$PHASES" <<'PY' || echo "restore_parts: $2: podman's statistics unreadable" >&2
+import json, sys
+text = open(sys.argv[1]).read()
+doc = json.loads(text[text.index("{"):])
+c = doc["container_statistics"][0]
+try:
+    plugin = json.load(open(sys.argv[2]))
+except OSError:
+    plugin = {}
+us = lambda v: "%.2f" % (v / 1e6)
+s = lambda k: "%.2f" % plugin[k] if k in plugin else "-"
+print("\t".join([sys.argv[3], sys.argv[4], sys.argv[5], us(doc["podman_restore_duration"]), us(c["runtime_restore_duration"]),
+                 us(c["criu_statistics"]["restore_time"]), s("cpu-pages"), s("gpu-memory"), s("gpu-restore")]))
+PY
+  rm -f "$spooled"
+}
 fail() { # the failed step's CRIU log (podman keeps it in the container's static dir) before the container goes
   local static; static=$(podman inspect -f '{{.StaticDir}}' "$NAME" 2>/dev/null)
   for log in dump.log restore.log; do [ -f "$static/$log" ] && { echo "--- $log"; grep -E "Error|gpuckpt|Warn" "$static/$log" | tail -n 40; }; done
@@ -112,7 +138,7 @@ for run in $(seq "$RUNS"); do
   pm container restore --print-stats --import "$A1" > "$WORK/$run.rst1.log" 2>&1 || { show "$WORK/$run.rst1.log"; fail "restore 1 (page cache dropped)"; }
   until_lines "$OUT" "$n" 120 "$NAME" || fail "no token after restore 1"
   rst_cold=$(since "$t0")
-  unwatch; keep "$NAME" "$run.rst1"
+  unwatch; keep "$NAME" "$run.rst1"; restore_parts "$run" rst_cold "$WORK/$run.rst1.log" "$rst_cold"
   until_lines "$OUT" $((n + 30)) 120 "$NAME" || fail "decoding stopped after restore 1"
   watch_step "$run.ck2"
   timed ck2 pm container checkpoint --print-stats --export "$A2" "$NAME" > "$WORK/$run.ck2.log" 2>&1 || { show "$WORK/$run.ck2.log"; fail "checkpoint 2"; }
@@ -123,7 +149,7 @@ for run in $(seq "$RUNS"); do
   pm container restore --print-stats --import "$A2" > "$WORK/$run.rst2.log" 2>&1 || { show "$WORK/$run.rst2.log"; fail "restore 2 (page cache warm)"; }
   until_lines "$OUT" "$n" 120 "$NAME" || fail "no token after restore 2"
   rst_warm=$(since "$t0")
-  unwatch; keep "$NAME" "$run.rst2"
+  unwatch; keep "$NAME" "$run.rst2"; restore_parts "$run" rst_warm "$WORK/$run.rst2.log" "$rst_warm"
   until_lines "$OUT" $((n + 10)) 120 "$NAME" || fail "decoding stopped after restore 2"
   pm rm -f -t 0 "$NAME" >/dev/null 2>&1; wait_gone "$NAME"
   continues "$OUT" || fail "the restored stream did not continue step by step"
@@ -135,3 +161,4 @@ read -r cold ck1 a1 rc ck2 a2 rw <<< "$(for c in 2 3 4 5 6 7 8; do median_of $c;
 printf 'medians of %s runs (store: %s): cold start %s s; checkpoint %s s (%s MiB), second %s s (%s MiB, %.2fx of the first); restore to next token %s s with the page cache dropped (%.2fx of cold), %s s warm (%.2fx)\n' \
   "$RUNS" "${STORE_SETTING:-built-in default}" "$cold" "$ck1" "$a1" "$ck2" "$a2" "$(awk -v a="$ck2" -v b="$ck1" 'BEGIN {print a / b}')" \
   "$rc" "$(awk -v a="$rc" -v b="$cold" 'BEGIN {print a / b}')" "$rw" "$(awk -v a="$rw" -v b="$cold" 'BEGIN {print a / b}')" | tee -a "${TSV%.tsv}.summary.txt"
+echo "where each restore's time went ($PHASES):"; column -t -s $'\t' "$PHASES" 2>/dev/null || cat "$PHASES"

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "criu/criu_stats.h"
 
@@ -39,6 +41,11 @@ class Backend {
   virtual int post_forking() { return 0; }
   // Its own steps of the dump that just ended, added to what the plugin reports (criu_stats.h).
   virtual void add_dump_timings(PluginDumpTimings& /*timings*/) const {}
+  // Its own steps of the restore that just ended.
+  virtual void add_restore_timings(PluginRestoreTimings& /*timings*/) const {}
+  // The node-local store the restore's timings are left in for the agent (memory_lineage.h; "" is the default
+  // one); none: this backend took no part in the restore.
+  virtual std::optional<std::string> restore_node_store() const { return std::nullopt; }
 };
 
 std::unique_ptr<Backend> make_cuda_backend();   // criu-plugin/cuda/

@@ -11,6 +11,7 @@
 
 #include "criu/criu_stats.h"
 #include "gpumem/gpu_manifest.h"
+#include "gpumem/memory_lineage.h"
 #include "base/log.h"
 #include "gpumem/plugin_settings.h"
 #include "criu-plugin/backend.h"
@@ -30,6 +31,9 @@ bool g_disabled = true;   // until init() found a CRIU we can work with
 // A restore whose /dev has not had its GPU nodes put right yet (restored_dev.h): every restore, active backend or
 // not (a container whose processes hold no GPU state has none).
 bool g_restored_dev_pending = false;
+// This restore's own steps so far, and its first task (the container's init) as the host sees it.
+PluginRestoreTimings g_restore_timings;
+int g_restored_root_pid = 0;
 
 const char* stage_name(int stage) {
   switch (stage) {
@@ -139,10 +143,28 @@ int bring_back_cpu_pages() {
     log::error("cpu pages: " + back.error().message);
     return -(back.error().errno_value > 0 ? back.error().errno_value : EIO);
   }
+  g_restore_timings.cpu_pages_seconds = back->seconds;
   log::info("timing: cpu pages from the chunk store: " + std::to_string(back->images) + " page image(s), " +
             mib(back->bytes) + " in " + std::to_string(back->chunks) + " chunks, " + std::to_string(back->threads) +
             " threads, " + fixed(back->seconds) + " s");
   return 0;
+}
+
+// The plugin's steps of a restore that succeeded: in CRIU's log, and in the node store for the agent that ran it (by
+// now CRIU has closed its image directory, which the runtime removes anyway). Not having them only costs the split.
+void write_restore_timings(const std::vector<std::unique_ptr<Backend>>& backends) {
+  PluginRestoreTimings timings = g_restore_timings;
+  std::optional<std::string> node_store;
+  for (const auto& backend : backends) {
+    backend->add_restore_timings(timings);
+    if (!node_store) node_store = backend->restore_node_store();
+  }
+  const std::string text = serialize_plugin_restore_timings(timings);
+  log::info("timing: restore steps of pid " + std::to_string(g_restored_root_pid) + ": " +
+            text.substr(0, text.size() - 1));
+  if (!node_store || g_restored_root_pid <= 0) return;
+  if (auto spooled = memory_lineage::spool_restore_timings(*node_store, g_restored_root_pid, text); !spooled)
+    log::info("timing: the restore's steps are not left for the agent: " + spooled.error().message);
 }
 
 // The first RESUME_DEVICES_LATE of a restore: every task is restored and none runs. The plan the OCI hook placed
@@ -202,6 +224,8 @@ int plugin_init(int stage) noexcept {
               std::to_string(abi.max_hooks()) + "; CRIU's fdstore usable from init(RESTORE): " +
               (abi.fd_store_at_init ? "yes" : "no"));
     g_restored_dev_pending = stage == criu::kStageRestore;
+    g_restore_timings = {};
+    g_restored_root_pid = 0;
     if (stage == criu::kStageRestore && !criu::take_from_inventory(kPluginName)) {
       log::info("the image inventory does not list gpuckpt: the checkpoint used no GPU, plugin inactive");
       return 0;
@@ -240,6 +264,7 @@ void plugin_exit(int stage, int ret) noexcept {
       move_cpu_pages(timings);
       write_dump_timings(timings);
     }
+    if (stage == criu::kStageRestore && ret == 0 && !g_disabled) write_restore_timings(dispatcher().backends());
     dispatcher().clear();
     g_disabled = true;
     g_restored_dev_pending = false;
@@ -277,6 +302,7 @@ int hook_update_vma_map(const char* path, std::uint64_t addr, std::uint64_t old_
                [&](Backend& b) { return b.update_vma_map(path, addr, old_pgoff, new_pgoff, plugin_fd); });
 }
 int hook_resume_devices_late(int pid) {
+  if (g_restored_root_pid == 0) g_restored_root_pid = pid;
   if (g_restored_dev_pending)
     Dispatcher::guarded("RESUME_DEVICES_LATE", "restored /dev", [&] {
       give_restored_dev_its_gpu_nodes(pid);

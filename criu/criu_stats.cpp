@@ -66,27 +66,33 @@ Result<CriuDumpStats> parse_criu_dump_stats(std::string_view image, std::string_
 
 namespace {
 
+template <class Timings>
 struct PluginTimingKey {
   const char* name;
-  double PluginDumpTimings::*field;
+  double Timings::*field;
 };
-constexpr PluginTimingKey kPluginTimingKeys[] = {
+constexpr PluginTimingKey<PluginDumpTimings> kPluginDumpTimingKeys[] = {
     {"gpu-lock", &PluginDumpTimings::gpu_lock_seconds},
     {"gpu-checkpoint", &PluginDumpTimings::gpu_checkpoint_seconds},
     {"gpu-memory-images", &PluginDumpTimings::gpu_memory_seconds},
     {"cpu-pages-store", &PluginDumpTimings::cpu_pages_seconds},
 };
+constexpr PluginTimingKey<PluginRestoreTimings> kPluginRestoreTimingKeys[] = {
+    {"cpu-pages", &PluginRestoreTimings::cpu_pages_seconds},
+    {"gpu-memory", &PluginRestoreTimings::gpu_memory_seconds},
+    {"gpu-restore", &PluginRestoreTimings::gpu_restore_seconds},
+};
 constexpr double kMaxStepSeconds = 86400;
 
-}  // namespace
-
-std::string serialize_plugin_dump_timings(const PluginDumpTimings& timings) {
+template <class Timings, std::size_t N>
+std::string serialize_timings(const Timings& timings, const PluginTimingKey<Timings> (&keys)[N]) {
   nlohmann::json j = nlohmann::json::object();
-  for (const auto& key : kPluginTimingKeys) j[key.name] = timings.*key.field;
+  for (const auto& key : keys) j[key.name] = timings.*key.field;
   return j.dump() + "\n";
 }
 
-Result<PluginDumpTimings> parse_plugin_dump_timings(std::string_view text, std::string_view source) {
+template <class Timings, std::size_t N>
+Result<Timings> parse_timings(std::string_view text, std::string_view source, const PluginTimingKey<Timings> (&keys)[N]) {
   const auto refused = [&](const std::string& why) {
     return make_error(std::string(source) + ": " + why, EBADMSG);
   };
@@ -95,9 +101,9 @@ Result<PluginDumpTimings> parse_plugin_dump_timings(std::string_view text, std::
                    std::to_string(kMaxPluginDumpTimingsBytes) + ")");
   const auto doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) return refused("not a JSON object");
-  PluginDumpTimings out;
-  for (const auto& key : kPluginTimingKeys) {
-    const auto it = doc.find(key.name);
+  Timings out;
+  for (const auto& key : keys) {
+    const nlohmann::json::const_iterator it = doc.find(std::string_view(key.name));
     if (it == doc.end()) continue;
     if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0 ||
         it->get<double>() > kMaxStepSeconds)
@@ -106,6 +112,24 @@ Result<PluginDumpTimings> parse_plugin_dump_timings(std::string_view text, std::
     out.*key.field = it->get<double>();
   }
   return out;
+}
+
+}  // namespace
+
+std::string serialize_plugin_dump_timings(const PluginDumpTimings& timings) {
+  return serialize_timings(timings, kPluginDumpTimingKeys);
+}
+
+Result<PluginDumpTimings> parse_plugin_dump_timings(std::string_view text, std::string_view source) {
+  return parse_timings(text, source, kPluginDumpTimingKeys);
+}
+
+std::string serialize_plugin_restore_timings(const PluginRestoreTimings& timings) {
+  return serialize_timings(timings, kPluginRestoreTimingKeys);
+}
+
+Result<PluginRestoreTimings> parse_plugin_restore_timings(std::string_view text, std::string_view source) {
+  return parse_timings(text, source, kPluginRestoreTimingKeys);
 }
 
 std::map<std::string, double> checkpoint_runtime_phases(const CriuDumpStats& stats, double runtime_seconds,
@@ -157,12 +181,20 @@ Result<PodmanRestoreStats> parse_podman_restore_stats(std::string_view text, std
   return PodmanRestoreStats{id->get<std::string>(), *podman, *runtime, *restore};
 }
 
-std::map<std::string, double> restore_runtime_phases(const PodmanRestoreStats& stats, double call_seconds) {
+std::map<std::string, double> restore_runtime_phases(const PodmanRestoreStats& stats, double call_seconds,
+                                                     const std::optional<PluginRestoreTimings>& plugin) {
   Budget budget(call_seconds);
   std::map<std::string, double> phases;
-  phases["criu-restore"] = budget.take(stats.criu_restore_seconds);
-  phases["runtime-other"] = budget.take(stats.runtime_seconds - stats.criu_restore_seconds);
+  Budget criu(budget.take(stats.criu_restore_seconds));
+  Budget runtime_other(budget.take(stats.runtime_seconds - stats.criu_restore_seconds));
   phases["podman-other"] = budget.take(stats.podman_seconds - stats.runtime_seconds);
+  if (plugin) {
+    phases["gpuckpt-cpu-pages"] = runtime_other.take(plugin->cpu_pages_seconds);
+    phases["gpuckpt-gpu-memory"] = criu.take(plugin->gpu_memory_seconds);
+    phases["gpuckpt-gpu-restore"] = criu.take(plugin->gpu_restore_seconds);
+  }
+  phases["criu-restore"] = criu.rest();
+  phases["runtime-other"] = runtime_other.rest();
   return phases;
 }
 

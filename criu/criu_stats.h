@@ -60,6 +60,23 @@ Result<PluginDumpTimings> parse_plugin_dump_timings(std::string_view text, std::
 std::map<std::string, double> checkpoint_runtime_phases(const CriuDumpStats& stats, double runtime_seconds,
                                                         const std::optional<PluginDumpTimings>& plugin = {});
 
+// gpuckpt's CRIU plugin's own steps of a restore. The runtime removes CRIU's image directory after a restore (podman
+// unless --keep), so the plugin leaves them in the node store, named by the restored container's init as the host
+// sees it (gpumem/memory_lineage.h spool_restore_timings), where the agent that ran the restore takes them, and
+// says them in CRIU's log ("timing: restore steps of pid N: {...}").
+
+struct PluginRestoreTimings {
+  double cpu_pages_seconds = 0;      // rebuilding CRIU's page images from the store (the plugin's init, before
+                                     // CRIU's restore clock starts)
+  double gpu_memory_seconds = 0;     // putting GPU memory back into the processes' staging memory (inside CRIU's
+                                     // restore)
+  double gpu_restore_seconds = 0;    // the driver copying it onto the GPUs and unlocking (inside CRIU's restore)
+};
+
+std::string serialize_plugin_restore_timings(const PluginRestoreTimings& timings);
+// As parse_plugin_dump_timings, for the restore's keys.
+Result<PluginRestoreTimings> parse_plugin_restore_timings(std::string_view text, std::string_view source);
+
 // What podman's `container restore --print-stats` prints (one JSON document, times in microseconds): the restored
 // container and the nested times of its restore.
 struct PodmanRestoreStats {
@@ -76,6 +93,10 @@ Result<PodmanRestoreStats> parse_podman_restore_stats(std::string_view text, std
 //   criu-restore   CRIU restoring the processes (the plugins' work in it: gpuckpt's GPU memory and driver restore)
 //   runtime-other  the OCI runtime around CRIU
 //   podman-other   podman around the runtime: reading and unpacking the archive, setting the container up
-std::map<std::string, double> restore_runtime_phases(const PodmanRestoreStats& stats, double call_seconds);
+// With the plugin's own timings, its steps are carved out of the part that holds them:
+//   gpuckpt-cpu-pages                                   out of runtime-other (the plugin's init)
+//   gpuckpt-gpu-memory, gpuckpt-gpu-restore             out of criu-restore
+std::map<std::string, double> restore_runtime_phases(const PodmanRestoreStats& stats, double call_seconds,
+                                                     const std::optional<PluginRestoreTimings>& plugin = {});
 
 }  // namespace gpuckpt

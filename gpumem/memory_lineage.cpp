@@ -47,19 +47,23 @@ std::string store_root(const std::string& node_store) {
   return node_store.empty() ? std::string(cs::kNodeStoreDir) : node_store;
 }
 
-std::string records_shown(const std::string& node_store) { return store_root(node_store) + "/" + kRecordsDir; }
+std::string records_shown(const std::string& node_store, const char* dir = kRecordsDir) {
+  return store_root(node_store) + "/" + dir;
+}
 
-// The node store's records directory, created when missing, once the store is known to be root's alone.
-Result<int> open_records_dir(const std::string& node_store, bool create) {
+// A directory of the node store (its records by default), created when missing, once the store is known to be
+// root's alone. `create_store`: the store too.
+Result<int> open_records_dir(const std::string& node_store, bool create, const char* dir_name = kRecordsDir,
+                             bool create_store = true) {
   const std::string root = store_root(node_store);
-  GPUCKPT_TRY(const auto store, cs::Store::open(root, create));
+  GPUCKPT_TRY(const auto store, cs::Store::open(root, create && create_store));
   if (!gi::ingest_verified_store(*store, root))
     return make_error("the node store " + root + " is not root's alone (owner root, not writable by group or others)",
                       EPERM);
-  const std::string shown = records_shown(node_store);
-  if (create && ::mkdirat(store->root_fd(), kRecordsDir, 0700) != 0 && errno != EEXIST)
+  const std::string shown = records_shown(node_store, dir_name);
+  if (create && ::mkdirat(store->root_fd(), dir_name, 0700) != 0 && errno != EEXIST)
     return make_error("cannot create " + shown + ": " + errno_text(errno), errno);
-  const int fd = ::openat(store->root_fd(), kRecordsDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const int fd = ::openat(store->root_fd(), dir_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return make_error("cannot open " + shown + ": " + errno_text(errno), errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0 || st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
@@ -93,6 +97,47 @@ std::size_t remove_gone(int dir_fd, const HostRoot& host, const std::string& boo
     if (!parse_record_name(name, recorded)) continue;
     auto now = identify_process(recorded.pid, host);
     if (recorded.boot_id != boot_id || !now || now->start_ticks != recorded.start_ticks) gone.emplace_back(name);
+    else ++kept;
+  }
+  ::closedir(dir);
+  for (const auto& name : gone) (void)::unlinkat(dir_fd, name.c_str(), 0);
+  return kept;
+}
+
+// "<pid>.json" into its pid, or 0.
+int spooled_pid(std::string_view name) {
+  constexpr std::string_view suffix = ".json";
+  int pid = 0;
+  if (!name.ends_with(suffix) || !parse_number(name.substr(0, name.size() - suffix.size()), pid)) return 0;
+  return pid > 0 ? pid : 0;
+}
+
+std::string spool_name(int pid) { return std::to_string(pid) + ".json"; }
+
+// Removes the spooled files of pids that are gone and partial writes long dead, except `keep`'s; returns how many
+// files of live pids stay.
+std::size_t remove_gone_restores(int dir_fd, const HostRoot& host, int keep) {
+  const int fd = ::dup(dir_fd);
+  if (fd < 0) return 0;
+  DIR* dir = ::fdopendir(fd);
+  if (dir == nullptr) {
+    ::close(fd);
+    return 0;
+  }
+  std::size_t kept = 0;
+  std::vector<std::string> gone;
+  while (dirent* e = ::readdir(dir)) {
+    const std::string_view name = e->d_name;
+    if (name.starts_with(".") && name.ends_with(".partial")) {
+      struct stat st {};
+      if (::fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mtime + kPartialGraceSeconds < ::time(nullptr))
+        gone.emplace_back(name);
+      continue;
+    }
+    const int pid = spooled_pid(name);
+    if (pid == 0 || pid == keep) continue;
+    struct stat st {};
+    if (::stat(host.resolve("proc/" + std::to_string(pid)).c_str(), &st) != 0) gone.emplace_back(name);
     else ++kept;
   }
   ::closedir(dir);
@@ -149,6 +194,60 @@ Result<gi::Manifest> recall(const std::string& node_store, const ProcessIdentity
   auto manifest = gi::read_manifest(dir_fd, process.record_name());
   ::close(dir_fd);
   return manifest;
+}
+
+Result<void> spool_restore_timings(const std::string& node_store, int pid, const std::string& text,
+                                   const HostRoot& host) {
+  if (pid <= 0) return make_error("internal: no restored pid to spool restore timings for", EINVAL);
+  if (text.size() > kMaxRestoreTimingsBytes)
+    return make_error("restore timings of " + std::to_string(text.size()) + " bytes: more than " +
+                      std::to_string(kMaxRestoreTimingsBytes), EINVAL);
+  // Only into a node store that exists: a node that restores inline archives only gets none for this.
+  GPUCKPT_TRY(const int dir_fd, open_records_dir(node_store, true, kRestoreTimingsDir, false));
+  Result<void> result;
+  if (remove_gone_restores(dir_fd, host, pid) >= kMaxSpooledRestores) {
+    result = make_error(records_shown(node_store, kRestoreTimingsDir) + " holds the restore timings of " +
+                        std::to_string(kMaxSpooledRestores) + " live processes already", ENOSPC);
+  } else {
+    // No fsync: timings lost in a crash cost the job record its split, nothing else.
+    result = gi::write_file_atomically(dir_fd, spool_name(pid), text, false,
+                                       records_shown(node_store, kRestoreTimingsDir));
+  }
+  ::close(dir_fd);
+  return result;
+}
+
+Result<std::optional<std::string>> take_restore_timings(const std::string& node_store, int pid) {
+  if (pid <= 0) return std::optional<std::string>();
+  auto opened = open_records_dir(node_store, false, kRestoreTimingsDir);
+  if (!opened) {
+    if (opened.error().errno_value == ENOENT) return std::optional<std::string>();
+    return opened.error();
+  }
+  const int dir_fd = *opened;
+  const std::string name = spool_name(pid);
+  const std::string shown = records_shown(node_store, kRestoreTimingsDir) + "/" + name;
+  const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err != ENOENT) (void)::unlinkat(dir_fd, name.c_str(), 0);
+    ::close(dir_fd);
+    if (err == ENOENT) return std::optional<std::string>();
+    return make_error("cannot open " + shown + ": " + errno_text(err), err);
+  }
+  (void)::unlinkat(dir_fd, name.c_str(), 0);
+  ::close(dir_fd);
+  struct stat st {};
+  Result<std::optional<std::string>> out = make_error(shown + " is not a regular file of at most " +
+                                                      std::to_string(kMaxRestoreTimingsBytes) + " bytes", EINVAL);
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) <= kMaxRestoreTimingsBytes) {
+    std::string text(static_cast<std::size_t>(st.st_size), '\0');
+    const ssize_t n = ::pread(fd, text.data(), text.size(), 0);
+    if (n == static_cast<ssize_t>(text.size())) out = std::optional<std::string>(std::move(text));
+    else out = make_error("cannot read " + shown + ": " + errno_text(n < 0 ? errno : EIO), n < 0 ? errno : EIO);
+  }
+  ::close(fd);
+  return out;
 }
 
 }  // namespace gpuckpt::memory_lineage

@@ -16,9 +16,19 @@
 //
 // Inside the node-local store (root-only). The records are a cache: lost or damaged, the next dump hashes every
 // chunk. Each write removes the records of processes that are gone; at most kMaxProcessRecords are kept.
+//
+// Beside them, what the plugin's steps of a restore took (criu_stats.h PluginRestoreTimings), for the agent that
+// ran the restore: the runtime removes CRIU's image directory after a restore, so the plugin leaves them here, named
+// by the restored container's init as the host sees it (the pid the runtime reports), and the agent takes them:
+//
+//   <node store>/restore-timings/<pid>.json
+//
+// Each spooling removes the files of pids that are gone (a restore no agent ran: CRI's); at most
+// kMaxSpooledRestores are kept.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "gpumem/gpu_manifest.h"
@@ -50,5 +60,21 @@ Result<void> remember(const std::string& node_store, const ProcessIdentity& proc
 
 // The process's kept manifest; an error with errno ENOENT when none is kept, another when it cannot be used.
 Result<gpu_image::Manifest> recall(const std::string& node_store, const ProcessIdentity& process);
+
+inline constexpr const char* kRestoreTimingsDir = "restore-timings";
+inline constexpr std::size_t kMaxSpooledRestores = 4096;
+inline constexpr std::size_t kMaxRestoreTimingsBytes = 4096;
+
+// Leaves `text` (at most kMaxRestoreTimingsBytes) for the restore whose init the host knows as `pid`, replacing
+// what an earlier restore of that pid left. Refused when the node store does not exist (it is not made for this),
+// is not root's alone, or holds
+// kMaxSpooledRestores files of live pids.
+Result<void> spool_restore_timings(const std::string& node_store, int pid, const std::string& text,
+                                   const HostRoot& host = HostRoot());
+
+// What a restore of `pid` left, removed as it is read; none when nothing was left (no spool, no file, or the
+// node store missing). An error for a file that is not a regular file of at most kMaxRestoreTimingsBytes (it is
+// removed all the same).
+Result<std::optional<std::string>> take_restore_timings(const std::string& node_store, int pid);
 
 }  // namespace gpuckpt::memory_lineage

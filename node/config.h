@@ -134,6 +134,9 @@ struct AgentConfig {
   std::filesystem::path host_root = "/";
   std::filesystem::path hooks_dir = "/usr/share/containers/oci/hooks.d";
   std::filesystem::path criu_plugin_dir = "/usr/lib/criu";
+  // The node-local chunk store (gpumem/chunk_store.h kNodeStoreDir), where the plugin leaves a restore's own
+  // steps for the agent (memory_lineage.h). Not a setting: the plugin's is fixed; tests point it elsewhere.
+  std::filesystem::path node_store_dir = "/var/lib/gpuckpt/chunks";
   std::string log_level = "info";
   std::string log_format = "text";   // text | logfmt | json (base/log.h)
   MatchPolicy match_policy;

@@ -6,6 +6,7 @@
 #include "criu/criu_stats.h"
 #include "base/log.h"
 #include "archive/restore_archive.h"
+#include "gpumem/memory_lineage.h"
 
 namespace gpuckpt::node {
 
@@ -119,15 +120,35 @@ class RestoreWorkflow {
     return true;
   }
 
+  // What the plugin's steps of this restore took, as it left them for the restored pid (memory_lineage.h); taken
+  // whether or not they can be used, so none stays behind.
+  std::optional<PluginRestoreTimings> plugin_steps(const RuntimeContainer& restored) const {
+    auto left = memory_lineage::take_restore_timings(deps_.config.node_store_dir.string(), restored.pid);
+    if (!left) {
+      log::warn("job " + run_.id() + ": the plugin's restore steps: " + left.error().message);
+      return std::nullopt;
+    }
+    if (!*left) return std::nullopt;
+    auto parsed = parse_plugin_restore_timings(**left, "the plugin's restore steps of pid " +
+                                                           std::to_string(restored.pid));
+    if (!parsed) {
+      log::warn("job " + run_.id() + ": " + parsed.error().message);
+      return std::nullopt;
+    }
+    return *parsed;
+  }
+
   void succeed(const RuntimeContainer& restored, double restoring) {
     const double total = seconds_since(start_);
+    const auto plugin = plugin_steps(restored);
     job_.info["container_id"] = restored.id;
     job_.info["container_name"] = restored.name;
     job_.info["state"] = restored.state;
     run_.succeed([&](JobStatus& j) {
       j.phase_seconds["restoring"] = restoring;
       j.phase_seconds["total"] = total;
-      if (restored.restore_stats) j.runtime_phase_seconds = restore_runtime_phases(*restored.restore_stats, restoring);
+      if (restored.restore_stats)
+        j.runtime_phase_seconds = restore_runtime_phases(*restored.restore_stats, restoring, plugin);
       j.result = job_.info;
     });
     log::info("job " + run_.id() + ": restored " + job_.archive.string() + " as " + restored.name + " (" +

@@ -502,4 +502,46 @@ Result<MappedChunks> map_store_chunks(int pid, const gi::StoreReader& reader, un
   return result;
 }
 
+std::vector<criu::MemoryRange> store_chunk_mappings(const std::vector<Vma>& maps, const std::string& store_dir) {
+  std::string prefix = store_dir;
+  while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
+  prefix += "/sha256/";
+  std::vector<criu::MemoryRange> ranges;
+  for (const Vma& v : maps) {
+    if (!v.path.starts_with(prefix) || v.end <= v.start) continue;
+    if (!ranges.empty() && ranges.back().start + ranges.back().length == v.start) ranges.back().length += v.size();
+    else ranges.push_back({v.start, v.size()});
+  }
+  return ranges;
+}
+
+Result<std::uint64_t> release_store_chunks(int pid, const std::string& store_dir) {
+  GPUCKPT_TRY(const auto maps, read_maps(pid));
+  const auto ranges = store_chunk_mappings(maps, store_dir);
+  if (ranges.empty()) return std::uint64_t{0};
+  GPUCKPT_TRY(auto task, criu::TaskSyscalls::prepare(pid));
+  std::uint64_t bytes = 0;
+  Result<void> outcome;
+  for (const auto& r : ranges) {
+    auto mapped = task.call(SYS_mmap, r.start, r.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                            static_cast<unsigned long>(-1), 0);
+    if (!mapped) {
+      outcome = mapped.error();
+      break;
+    }
+    if (static_cast<std::uint64_t>(*mapped) != r.start) {
+      outcome = make_error("anonymous mmap() over the chunks at " + hex_address(r.start) + " inside pid " +
+                               std::to_string(pid) + ": " +
+                               (*mapped < 0 ? errno_text(static_cast<int>(-*mapped))
+                                            : "it landed at " + hex_address(static_cast<std::uint64_t>(*mapped))),
+                           *mapped < 0 ? static_cast<int>(-*mapped) : EFAULT);
+      break;
+    }
+    bytes += r.length;
+  }
+  if (auto released = task.release(); !released && outcome) outcome = released.error();
+  GPUCKPT_TRY_VOID(outcome);
+  return bytes;
+}
+
 }  // namespace gpuckpt::cuda

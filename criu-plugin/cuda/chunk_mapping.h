@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "criu-plugin/criu_host.h"
+#include "criu-plugin/cuda/staging_memory.h"
 #include "gpumem/gpu_manifest.h"
 #include "base/result.h"
 
@@ -38,5 +40,17 @@ struct MappedChunks {
 // each with `threads` threads. An error means the copying fill must put back every chunk: some may be mapped.
 // An error with errno ENOSPC: too many mappings for the process's vm.max_map_count; nothing was mapped.
 Result<MappedChunks> map_store_chunks(int pid, const gpu_image::StoreReader& reader, unsigned threads);
+
+// The address ranges of `maps` that map a chunk file of the store at `store_dir` (under its sha256/ directory),
+// VMAs back to back merged into one range (pure).
+std::vector<criu::MemoryRange> store_chunk_mappings(const std::vector<Vma>& maps, const std::string& store_dir);
+
+// After the driver's restore has copied the staging memory onto the GPUs, the mapped chunks are dead weight that
+// harms: the process would keep the store's files mapped, and its next dump fails in CRIU, which cannot record a
+// file outside the container's mounts (seen with driver 580, which leaves its staging memory mapped after a
+// restore). So every range of task `pid` (stopped by CRIU; from CRIU's main thread) that maps a chunk file of
+// `store_dir` is made private anonymous memory again (mmap MAP_FIXED over it), as after a copying fill, its bytes
+// gone. Only what still maps a chunk file is touched, whatever the driver did with the rest. Returns the bytes.
+Result<std::uint64_t> release_store_chunks(int pid, const std::string& store_dir);
 
 }  // namespace gpuckpt::cuda

@@ -93,8 +93,21 @@ class CudaBackend final : public Backend {
       dump_timings_ = {};
       return init_dump();
     }
-    if (stage == criu::kStageRestore) return init_restore();
+    if (stage == criu::kStageRestore) {
+      restore_timings_ = {};
+      return init_restore();
+    }
     return 0;
+  }
+
+  void add_restore_timings(PluginRestoreTimings& timings) const override {
+    timings.gpu_memory_seconds += restore_timings_.gpu_memory_seconds;
+    timings.gpu_restore_seconds += restore_timings_.gpu_restore_seconds;
+  }
+
+  std::optional<std::string> restore_node_store() const override {
+    if (stage_ != criu::kStageRestore || !restore_round_done_) return std::nullopt;
+    return memory_.node_store();
   }
 
   void add_dump_timings(PluginDumpTimings& timings) const override {
@@ -728,7 +741,10 @@ class CudaBackend final : public Backend {
       }
     }
     // The staging memory first: the driver's restore reads it.
-    for (const auto& [pid, result] : memory_.fill(candidates)) {
+    const auto fill_start = now();
+    const auto fill_results = memory_.fill(candidates);
+    restore_timings_.gpu_memory_seconds += seconds_since(fill_start);
+    for (const auto& [pid, result] : fill_results) {
       restore_results_[pid] = result;
       if (result != 0) {
         log::error("cuda: killing restored pid " + std::to_string(pid) + ": its GPU memory could not be put back, "
@@ -760,9 +776,12 @@ class CudaBackend final : public Backend {
     }
     pids = std::move(ready);
     if (pids.empty()) return;
+    const auto restore_start = now();
     auto results = restore_processes(pids, std::vector<ProcessState>(pids.size(), ProcessState::Running), true);
+    restore_timings_.gpu_restore_seconds += seconds_since(restore_start);
     for (std::size_t i = 0; i < pids.size(); ++i) {
       restore_results_[pids[i]] = results[i];
+      if (results[i] == 0) memory_.release_mapped(pids[i]);
       if (results[i] != 0) {
         // Left as it is, the process would hang in its next CUDA call: end it so the failure is visible.
         log::error("cuda: killing restored pid " + std::to_string(pids[i]) + ": its GPU state could not be "
@@ -839,6 +858,7 @@ class CudaBackend final : public Backend {
   GpuMemoryPath memory_;
   bool checkpoint_round_done_ = false;
   PluginDumpTimings dump_timings_;   // this dump's lock, driver checkpoint and memory images
+  PluginRestoreTimings restore_timings_;   // this restore's fill and driver restore
   bool restore_round_done_ = false;
   bool tree_paused_ = false;   // the first PAUSE_DEVICES paused every CUDA process of the tree
   std::map<int, int> restore_results_;

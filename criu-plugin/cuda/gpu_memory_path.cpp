@@ -308,6 +308,8 @@ std::map<int, int> GpuMemoryPath::fill(const std::vector<int>& candidates) {
     }
     results[jobs[i].pid] = 0;
     ++ok_count;
+    if (i < mapped.size() && std::find(mapped[i].begin(), mapped[i].end(), true) != mapped[i].end())
+      mapped_pids_.insert(jobs[i].pid);
     memory += filled[i]->memory_bytes;
     // Every stored chunk now in the process was checked against the manifest's XXH3-64 (mapped or copied from the
     // node store): what its next dump may recognise unchanged chunks by. After a SHA-256-checked read the XXH3-64
@@ -321,6 +323,21 @@ std::map<int, int> GpuMemoryPath::fill(const std::vector<int>& candidates) {
             std::to_string(settings_.threads) + " thread(s)");
   log::info("timing: gpu memory image fill: " + fixed(seconds) + " s, " + rate(memory, seconds));
   return results;
+}
+
+void GpuMemoryPath::release_mapped(int pid) {
+  if (mapped_pids_.erase(pid) == 0) return;
+  const std::string store_dir = gpu_image::restore_store_dir(settings_);
+  const auto start = Clock::now();
+  auto released = release_store_chunks(pid, store_dir);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!released) {
+    log::warn("cuda: " + pid_text(pid) + ": its staging memory still maps chunk files of " + store_dir + " (" +
+              released.error().message + "): it runs on, but its next checkpoint fails in CRIU");
+    return;
+  }
+  log::info("cuda: " + pid_text(pid) + ": released " + fixed(static_cast<double>(*released) / (1 << 20), 0) +
+            " MiB of chunks mapped from " + store_dir + " after the driver's restore (" + fixed(seconds) + " s)");
 }
 
 std::shared_ptr<const gpu_image::KnownChunks> GpuMemoryPath::known_chunks(int pid) const {

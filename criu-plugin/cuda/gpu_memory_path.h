@@ -49,6 +49,8 @@ class GpuMemoryPath {
   void stage(const std::vector<int>& pids, const std::function<void(int pid, int vpid)>& on_durable);
   bool staged(int pid) const { return staged_.count(pid) != 0; }
   bool any_staged() const { return !staged_.empty(); }
+  // The node-local store ("" is chunk_store::kNodeStoreDir) this plugin reads and keeps records in.
+  const std::string& node_store() const { return settings_.node_store; }
   // The dump failed or runs with --leave-running: puts back the memory of every staged process. Returns the
   // pids whose memory could not be put back (the caller must not let them run on as if nothing happened).
   std::set<int> refill(const std::string& why);
@@ -60,6 +62,9 @@ class GpuMemoryPath {
   Result<void> check_store() const;
   // Fills every process among `candidates` that has an image, before the driver's restore. Per pid: 0 or -errno.
   std::map<int, int> fill(const std::vector<int>& candidates);
+  // After the driver's restore of `pid`: the chunks the fill mapped into it made anonymous memory again
+  // (chunk_mapping.h release_store_chunks). Only logs: the process runs on either way.
+  void release_mapped(int pid);
 
  private:
   static constexpr std::uint64_t kHugePageBytes = 2u << 20;
@@ -84,6 +89,7 @@ class GpuMemoryPath {
   std::map<int, std::vector<Vma>> maps_before_;
   std::map<int, int> staged_;   // pid -> vpid, for the memory that was written (and dropped)
   std::vector<int> image_vpids_;
+  std::set<int> mapped_pids_;   // processes the fill mapped chunks into
 };
 
 }  // namespace gpuckpt::cuda

@@ -27,6 +27,8 @@
 #include "gpu/inventory.h"
 #include "gpu/matcher.h"
 #include "gpu/properties_record.h"
+#include "gpumem/chunk_store.h"
+#include "gpumem/memory_lineage.h"
 #include "test/support/archive_builder.h"
 #include "test/support/fake_kube_api.h"
 #include "test/support/registry_server.h"
@@ -167,6 +169,7 @@ struct Fixture {
     config.kubelet_checkpoint_dir = tmp.path / "kubelet";
     config.max_request_bytes = 4096;
     config.gpu_memory.store = "inline";   // hermetic: a test that wants a store names its own, never the node's
+    config.node_store_dir = tmp.path / "node-store";
     fs::create_directories(config.checkpoint_dir);
     if (configure) configure(config);
     runtime->state_dir = config.state_dir;
@@ -1068,6 +1071,35 @@ TEST_CASE("a checkpoint's record splits its runtime call by CRIU's statistics; /
   }
   CHECK(restore_sum <= rs["phase_seconds"]["restoring"].get<double>() + 1e-9);
   CHECK(rs["phase_seconds"]["restoring"].get<double>() <= rs["phase_seconds"]["total"].get<double>());
+
+  // The plugin's own steps, as it leaves them in the node store for the restored pid (the fake's 4242): carved out
+  // of the parts that hold them, and taken, so none stays for a later process of that pid.
+  const fs::path node_store = f.tmp.path / "node-store";
+  REQUIRE(gpuckpt::chunk_store::Store::open(node_store, true));
+  // (Times small enough for the fake's call: a part never gets more than the agent's own clock saw.)
+  f.runtime->restore_stats = PodmanRestoreStats{"restored-2", 0.0009, 0.0006, 0.0003};
+  REQUIRE(gpuckpt::memory_lineage::spool_restore_timings(
+      node_store.string(), 4242, gpuckpt::serialize_plugin_restore_timings({0.0001, 0.0001, 0.0001})));
+  const fs::path spooled = node_store / gpuckpt::memory_lineage::kRestoreTimingsDir / "4242.json";
+  REQUIRE(fs::exists(spooled));
+  const auto rs2 = f.wait_job("/v1/restores", f.post("/v1/restores", json{{"archive", archive}}.dump(), 202)["id"]);
+  INFO(rs2.dump());
+  REQUIRE(rs2["state"] == "succeeded");
+  const json steps2 = rs2["runtime_phase_seconds"];
+  REQUIRE(steps2.size() == 6);
+  CHECK(steps2["gpuckpt-cpu-pages"].get<double>() == Catch::Approx(0.0001));
+  CHECK(steps2["gpuckpt-gpu-memory"].get<double>() == Catch::Approx(0.0001));
+  CHECK(steps2["gpuckpt-gpu-restore"].get<double>() == Catch::Approx(0.0001));
+  CHECK(steps2["criu-restore"].get<double>() == Catch::Approx(0.0001));
+  CHECK(scrape(f).at("gpuckpt_job_runtime_phase_duration_seconds_count{kind=\"restore\",phase=\"gpuckpt-gpu-restore\"}") == 1);
+  CHECK_FALSE(fs::exists(spooled));
+
+  // What the plugin left is not trusted: a file that is no timings is dropped with a warning, the split stays CRIU's.
+  { std::ofstream(spooled) << R"({"gpu-restore": -3})"; }
+  const auto rs3 = f.wait_job("/v1/restores", f.post("/v1/restores", json{{"archive", archive}}.dump(), 202)["id"]);
+  REQUIRE(rs3["state"] == "succeeded");
+  CHECK(rs3["runtime_phase_seconds"].size() == 3);
+  CHECK_FALSE(fs::exists(spooled));
 }
 
 TEST_CASE("a token holder's tag never makes an ordinary image a checkpoint, and a failed load registers nothing",

@@ -21,6 +21,7 @@
 
 #include "gpumem/chunk_store.h"
 #include "gpumem/gpu_manifest.h"
+#include "criu-plugin/cuda/chunk_mapping.h"
 #include "criu-plugin/cuda/gpu_memory_path.h"
 #include "criu-plugin/cuda/memory_copy.h"
 #include "criu-plugin/cuda/staging_memory.h"
@@ -419,4 +420,26 @@ TEST_CASE("memory copy: an inline image restores on a node whose settings name t
   auto filled = fill_from_images({{pid, 601, {}, nullptr}}, images.fd, *now);
   REQUIRE(filled[0]);
   CHECK(std::memcmp(a.data, a_copy.data(), a.size) == 0);
+}
+
+TEST_CASE("after the driver's restore, only what maps the store's chunk files is released, neighbours merged",
+          "[unit]") {
+  // A restored process: its staging VMA partly mapped from the node store's chunks (two back to back, one apart),
+  // the rest anonymous; a file of another store, and one whose name only starts like the store's.
+  const std::string maps =
+      "7f0000000000-7f0000200000 rw-p 00001000 fd:01 11 /var/lib/gpuckpt/chunks/sha256/ab/abcd\n"
+      "7f0000200000-7f0000400000 rw-p 00001000 fd:01 12 /var/lib/gpuckpt/chunks/sha256/cd/cdef\n"
+      "7f0000400000-7f0000600000 rw-p 00000000 00:00 0 \n"
+      "7f0000600000-7f0000800000 rw-p 00001000 fd:01 13 /var/lib/gpuckpt/chunks/sha256/ef/ef01\n"
+      "7f0000800000-7f0000a00000 rw-p 00001000 fd:01 14 /srv/shared-store/sha256/ab/abcd\n"
+      "7f0000a00000-7f0000c00000 rw-p 00001000 fd:01 15 /var/lib/gpuckpt/chunks-old/sha256/ab/abcd\n"
+      "7f0000c00000-7f0000e00000 r--p 00000000 fd:01 16 /var/lib/gpuckpt/chunks/refs/x\n";
+  const auto ranges = gpuckpt::cuda::store_chunk_mappings(gpuckpt::cuda::parse_maps(maps), "/var/lib/gpuckpt/chunks/");
+  REQUIRE(ranges.size() == 2);
+  CHECK(ranges[0].start == 0x7f0000000000);
+  CHECK(ranges[0].length == 0x400000);
+  CHECK(ranges[1].start == 0x7f0000600000);
+  CHECK(ranges[1].length == 0x200000);
+  CHECK(gpuckpt::cuda::store_chunk_mappings(gpuckpt::cuda::parse_maps(maps), "/srv/shared-store").size() == 1);
+  CHECK(gpuckpt::cuda::store_chunk_mappings(gpuckpt::cuda::parse_maps(maps), "/nowhere").empty());
 }

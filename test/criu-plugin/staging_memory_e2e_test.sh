@@ -378,6 +378,19 @@ gone "$PID" || fail "pid $PID did not go away"
 GPUCKPT_STAGING_MAP_CHUNKS=0 restore "$WORK/lin-3" || fail "the restore of the changed memory failed"
 [ "$(checksum_now f "$RPID")" = "$CHANGED" ] || fail "the changed memory did not restore bit-identical"
 ls "$RECORDS"/*-"$RPID"-*.json >/dev/null 2>&1 || fail "the restore kept no record of pid $RPID"
+# The restore's own steps, left in the node store for the restored pid (the agent takes them for its job record).
+SPOOLED=$GPUCKPT_GPU_STORE/restore-timings/$RPID.json
+[ -f "$SPOOLED" ] || fail "the restore left no $SPOOLED: $(grep 'restore steps' "$WORK/lin-3-restore.log")"
+[ "$(stat -c %a "$(dirname "$SPOOLED")")" = 700 ] || fail "$(dirname "$SPOOLED") is not root-only"
+python3 - "$SPOOLED" <<'PY' || fail "the restore's steps are not what a stand-in restore from a store takes: $(cat "$SPOOLED")"
+import json, sys
+t = json.load(open(sys.argv[1]))
+assert set(t) == {"cpu-pages", "gpu-memory", "gpu-restore"}, t
+assert t["gpu-memory"] > 0, t
+assert all(0 <= v < 600 for v in t.values()), t
+PY
+grep -qF "timing: restore steps of pid $RPID: $(cat "$SPOOLED")" "$WORK/lin-3-restore.log" ||
+  fail "CRIU's log does not say the restore's steps as spooled: $(grep 'restore steps' "$WORK/lin-3-restore.log")"
 [ -z "$(ls "$RECORDS"/*-"$PID"-*.json 2>/dev/null)" ] || [ "$PID" = "$RPID" ] ||
   fail "the record of pid $PID (gone) was not removed"
 dump "$WORK/lin-4" "$RPID" --leave-running || fail "the dump of the restored process failed"
@@ -431,6 +444,9 @@ INSPECT=$("$GPUCKPT" inspect "$WORK/cpu-1") || fail "gpuckpt inspect of images w
 grep -q "CPU pages manifest" <<<"$INSPECT" || fail "inspect did not show the pages manifest: $INSPECT"
 restore "$WORK/cpu-1" || fail "criu restore with CPU pages from the store failed"
 grep -q "timing: cpu pages from the chunk store: [1-9]" "$WORK/cpu-1-restore.log" || fail "the restore did not rebuild the page images"
+STEPS=$(grep -o "timing: restore steps of pid $RPID: {.*}" "$WORK/cpu-1-restore.log" | sed 's/^[^{]*//')
+python3 -c 'import json,sys; t = json.loads(sys.argv[1]); assert t["cpu-pages"] > 0, t' "$STEPS" ||
+  fail "the restore's steps do not count the page images' rebuild: $STEPS"
 [ "$(heap_now h "$RPID")" = "$HEAP" ] || fail "the restored heap is not bit-identical"
 [ "$(checksum_now h "$RPID")" = "$SUM" ] || fail "the restored staging memory is not bit-identical"
 # The restored process, checkpointed again: its heap is in the store already.

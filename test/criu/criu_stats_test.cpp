@@ -183,3 +183,56 @@ TEST_CASE("podman's restore statistics: the container and its nested times; anyt
     CHECK(refused.error().message.find("podman's restore statistics") == 0);
   }
 }
+
+TEST_CASE("the plugin's restore steps are carved out of the part of the restore that holds them", "[unit]") {
+  // As on the GPU machine, warm: podman 4.99 s, runtime 4.34 s, CRIU's restore 2.74 s; the plugin's init rebuilt
+  // the CPU pages (outside CRIU's clock), its fill and the driver's restore ran inside it.
+  const gpuckpt::PodmanRestoreStats stats{"id", 4.99, 4.34, 2.74};
+  const gpuckpt::PluginRestoreTimings plugin{1.20, 0.70, 1.05};
+  const auto phases = gpuckpt::restore_runtime_phases(stats, 5.0, plugin);
+  REQUIRE(phases.size() == 6);
+  CHECK(phases.at("gpuckpt-cpu-pages") == Approx(1.20));
+  CHECK(phases.at("runtime-other") == Approx(4.34 - 2.74 - 1.20));
+  CHECK(phases.at("gpuckpt-gpu-memory") == Approx(0.70));
+  CHECK(phases.at("gpuckpt-gpu-restore") == Approx(1.05));
+  CHECK(phases.at("criu-restore") == Approx(2.74 - 0.70 - 1.05));
+  CHECK(phases.at("podman-other") == Approx(4.99 - 4.34));
+  // A plugin clock ahead of the runtime's: each step gets at most what its part holds.
+  const auto cut = gpuckpt::restore_runtime_phases(stats, 5.0, gpuckpt::PluginRestoreTimings{3.0, 2.0, 2.0});
+  CHECK(cut.at("gpuckpt-cpu-pages") == Approx(4.34 - 2.74));
+  CHECK(cut.at("runtime-other") == Approx(0).margin(1e-9));
+  CHECK(cut.at("gpuckpt-gpu-memory") == Approx(2.0));
+  CHECK(cut.at("gpuckpt-gpu-restore") == Approx(0.74));
+  CHECK(cut.at("criu-restore") == Approx(0).margin(1e-9));
+  for (const auto& parts : {phases, cut}) {
+    double sum = 0;
+    for (const auto& [name, seconds] : parts) {
+      CHECK(seconds >= 0);
+      sum += seconds;
+    }
+    CHECK(sum <= 5.0 + 1e-9);
+  }
+  // Without the plugin's file: the three parts as before.
+  CHECK(gpuckpt::restore_runtime_phases(stats, 5.0).size() == 3);
+}
+
+TEST_CASE("the plugin's restore timings file: written, read back, anything else refused naming the file", "[unit]") {
+  const gpuckpt::PluginRestoreTimings written{1.25, 0.5, 0.75};
+  auto back = gpuckpt::parse_plugin_restore_timings(gpuckpt::serialize_plugin_restore_timings(written), "timings");
+  REQUIRE(back);
+  CHECK(back->cpu_pages_seconds == 1.25);
+  CHECK(back->gpu_memory_seconds == 0.5);
+  CHECK(back->gpu_restore_seconds == 0.75);
+  // The dump's keys mean nothing here.
+  auto other = gpuckpt::parse_plugin_restore_timings(R"({"gpu-lock": 2, "gpu-restore": 1})", "timings");
+  REQUIRE(other);
+  CHECK(other->gpu_restore_seconds == 1);
+  CHECK(other->cpu_pages_seconds == 0);
+  for (const std::string& bad : {std::string("{\"cpu-pages\": -0.5}"), std::string("{\"gpu-memory\": null}"),
+                                 std::string("{\"gpu-restore\": 90000}"), std::string("7")}) {
+    INFO(bad);
+    auto refused = gpuckpt::parse_plugin_restore_timings(bad, "restore-timings/41.json");
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().message.find("restore-timings/41.json") == 0);
+  }
+}

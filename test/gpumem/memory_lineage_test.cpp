@@ -328,3 +328,72 @@ TEST_CASE("process records: refused where others could write them, a symlink not
   REQUIRE_FALSE(recalled);
   CHECK(recalled.error().errno_value == EPERM);
 }
+
+TEST_CASE("restore timings: left for a pid, replaced, taken once, never into a store that does not exist", "[unit]") {
+  if (::geteuid() != 0) SKIP("the node store must be root's");
+  TempDir root("gpuckpt-node-test");
+  const std::string node_store = (root.path / "chunks").string();
+  FakeProc proc("0123abcd-0123-4567-89ab-0123456789ab");
+  proc.process(100, 5);
+  proc.process(200, 6);
+
+  // No node store: nothing is made for this (a node that restores inline archives only), nothing to take.
+  auto refused = ml::spool_restore_timings(node_store, 100, "{}", proc.host());
+  REQUIRE_FALSE(refused);
+  CHECK_FALSE(fs::exists(node_store));
+  auto nothing = ml::take_restore_timings(node_store, 100);
+  REQUIRE(nothing);
+  CHECK_FALSE(nothing->has_value());
+
+  open_store(node_store);
+  REQUIRE(ml::spool_restore_timings(node_store, 100, R"({"gpu-restore":1})", proc.host()));
+  REQUIRE(ml::spool_restore_timings(node_store, 100, R"({"gpu-restore":2})", proc.host()));   // a later restore
+  REQUIRE(ml::spool_restore_timings(node_store, 200, R"({"gpu-restore":3})", proc.host()));
+  const fs::path spool = fs::path(node_store) / ml::kRestoreTimingsDir;
+  CHECK((fs::status(spool).permissions() & fs::perms::all) == fs::perms::owner_all);
+  auto taken = ml::take_restore_timings(node_store, 100);
+  REQUIRE(taken);
+  REQUIRE(taken->has_value());
+  CHECK(**taken == R"({"gpu-restore":2})");
+  auto again = ml::take_restore_timings(node_store, 100);
+  REQUIRE(again);
+  CHECK_FALSE(again->has_value());
+
+  // A pid that is gone leaves its file only until the next restore is spooled (a CRI restore no agent took).
+  proc.gone(200);
+  proc.process(300, 7);
+  REQUIRE(ml::spool_restore_timings(node_store, 300, "{}", proc.host()));
+  CHECK_FALSE(fs::exists(spool / "200.json"));
+  CHECK(fs::exists(spool / "300.json"));
+
+  // Too much text is refused before anything is written.
+  CHECK_FALSE(ml::spool_restore_timings(node_store, 300, std::string(ml::kMaxRestoreTimingsBytes + 1, ' '), proc.host()));
+  CHECK(fs::file_size(spool / "300.json") == 2);
+}
+
+TEST_CASE("restore timings: a planted symlink or an oversized file is refused and removed", "[unit]") {
+  if (::geteuid() != 0) SKIP("the node store must be root's");
+  TempDir root("gpuckpt-node-test");
+  const std::string node_store = (root.path / "chunks").string();
+  open_store(node_store);
+  REQUIRE(ml::spool_restore_timings(node_store, ::getpid(), "{}"));
+  const fs::path spool = fs::path(node_store) / ml::kRestoreTimingsDir;
+  std::ofstream(root.path / "secret") << "not for the agent";
+  fs::create_symlink(root.path / "secret", spool / "41.json");
+  auto followed = ml::take_restore_timings(node_store, 41);
+  REQUIRE_FALSE(followed);
+  CHECK(followed.error().errno_value == ELOOP);
+  CHECK(followed.error().message.find("41.json") != std::string::npos);
+  CHECK_FALSE(fs::is_symlink(spool / "41.json"));
+  CHECK(fs::exists(root.path / "secret"));
+  std::ofstream(spool / "42.json") << std::string(ml::kMaxRestoreTimingsBytes + 1, ' ');
+  auto oversized = ml::take_restore_timings(node_store, 42);
+  REQUIRE_FALSE(oversized);
+  CHECK(oversized.error().message.find("at most") != std::string::npos);
+  CHECK_FALSE(fs::exists(spool / "42.json"));
+  // A spool others can write: nothing is left there.
+  fs::permissions(spool, fs::perms::others_write, fs::perm_options::add);
+  auto open_spool = ml::spool_restore_timings(node_store, ::getpid(), "{}");
+  REQUIRE_FALSE(open_spool);
+  CHECK(open_spool.error().errno_value == EPERM);
+}
