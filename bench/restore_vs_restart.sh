@@ -75,10 +75,10 @@ watch_step() { # STEP
   ( sleep "${RVR_STEP_WATCH:-120}"
     { echo "--- $1 still running after ${RVR_STEP_WATCH:-120} s"
       ps -eo pid,stat,etime,wchan:32,args | grep -E "criu|podman|runc|conmon" | grep -v grep
-      for p in $(pgrep -x criu); do
+      for p in $(pgrep -f '(^|/)criu( |:)|criu: '); do
         for t in /proc/"$p"/task/*; do echo "criu $p task ${t##*/}: $(cat "$t/wchan" 2>/dev/null)"; head -8 "$t/stack" 2>/dev/null; done
       done
-      find /var/lib/containers /run/containers /run/libpod -name '*.log' -mmin -10 2>/dev/null | grep -E "dump|restore" |
+      find /var/lib/containers /var/tmp/gpuckpt-storage /run/containers /run/libpod -name '*.log' -mmin -10 2>/dev/null | grep -E "dump|restore" |
         while read -r l; do echo "--- $l"; tail -n 60 "$l"; done
     } > "${KEEP_OUT:-$WORK}/$1.watch.txt" 2>&1 ) &
   WATCH_PID=$!
