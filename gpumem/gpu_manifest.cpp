@@ -5,8 +5,6 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -15,7 +13,6 @@
 #include <optional>
 #include <random>
 #include <set>
-#include <thread>
 #include <unordered_set>
 
 #include "base/errno_text.h"
@@ -388,47 +385,24 @@ Result<Manifest> read_manifest(int dir_fd, const std::string& name) {
 }
 
 Result<void> check_chunks(const Manifest& m, const cs::Store& store, const std::string& manifest) {
-  // Each distinct stored chunk once. Reading a chunk's header is a small read of its own file: with the page cache
-  // dropped each one waits for the disk, so they are read by a pool (a restore reads thousands of them first).
-  std::vector<std::size_t> unique;
-  {
-    std::set<cs::Digest> seen;
-    for (std::size_t i = 0; i < m.entries.size(); ++i)
-      if (m.entries[i].encoding != Encoding::Zero && seen.insert(m.digests[i]).second) unique.push_back(i);
-  }
-  std::vector<std::string> problems(unique.size());
-  std::atomic<std::size_t> next{0};
-  const auto check = [&] {
-    for (std::size_t k = next++; k < unique.size(); k = next++) {
-      const std::size_t i = unique[k];
-      auto header = store.stat(m.digests[i]);
-      if (!header)
-        problems[k] = header.error().errno_value == ENOENT ? "missing" : header.error().message;
-      else if (header->raw_size != m.entries[i].raw_size)
-        problems[k] = "holds a chunk of " + std::to_string(header->raw_size) + " bytes, the manifest's is " +
-                      std::to_string(m.entries[i].raw_size);
-    }
-  };
-  const std::size_t threads = std::min<std::size_t>(kCheckThreads, (unique.size() + 63) / 64);
-  std::vector<std::thread> pool;
-  for (std::size_t t = 1; t < threads; ++t) {
-    try {
-      pool.emplace_back(check);
-    } catch (...) {
-      break;   // fewer threads: the ones that started do the rest
-    }
-  }
-  check();
-  for (auto& t : pool) t.join();
   std::size_t bad = 0;
   std::string first;
-  for (std::size_t k = 0; k < unique.size(); ++k) {
-    if (problems[k].empty()) continue;
-    const std::size_t i = unique[k];
+  std::set<cs::Digest> seen;
+  for (std::size_t i = 0; i < m.entries.size(); ++i) {
     const ChunkEntry& e = m.entries[i];
+    if (e.encoding == Encoding::Zero || !seen.insert(m.digests[i]).second) continue;
+    auto header = store.stat(m.digests[i]);
+    std::string problem;
+    if (!header) {
+      problem = header.error().errno_value == ENOENT ? "missing" : header.error().message;
+    } else if (header->raw_size != e.raw_size) {
+      problem = "holds a chunk of " + std::to_string(header->raw_size) + " bytes, the manifest's is " +
+                std::to_string(e.raw_size);
+    }
+    if (problem.empty()) continue;
     if (bad++ == 0)
       first = "chunk " + m.digests[i].hex() + " (" + describe_chunk(e, m.regions[e.region].start, m.header.chunk_size) +
-              ") is expected at " + store.path_of(m.digests[i]).string() + ": " + problems[k];
+              ") is expected at " + store.path_of(m.digests[i]).string() + ": " + problem;
   }
   if (bad == 0) return {};
   const std::string what = m.kind == MemoryKind::CpuPages

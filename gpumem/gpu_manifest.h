@@ -83,8 +83,7 @@ Result<Manifest> read_manifest(int dir_fd, const std::string& name);
 
 // Existence and size of every chunk the manifest names (no data is read): what the restore checks before CRIU
 // touches any process. The error names the checkpoint, the first bad chunk (digest and the path where it was
-// expected), how many are missing, and what to do. Up to kCheckThreads chunks are looked at at once.
-inline constexpr std::size_t kCheckThreads = 16;
+// expected), how many are missing, and what to do.
 Result<void> check_chunks(const Manifest& m, const chunk_store::Store& store, const std::string& manifest);
 
 // --- writing ---------------------------------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -260,25 +259,12 @@ Result<void> finish_and_empty(int dir_fd, std::vector<ImageToStore>& images, Rep
 // ---- restore ------------------------------------------------------------------------------------------------
 
 // A page image rebuilt from its manifest: written as `temp` beside it, renamed over it when whole.
-//
-// Written through a shared mapping of `temp`, each chunk decoded straight into its place by the pool: write() into
-// one file holds the file's lock for every byte (ext4, XFS, tmpfs), so a pool of writers copies one at a time, while
-// faults on a mapping are taken in parallel. Each chunk's blocks are allocated first (fallocate), so a full disk is a
-// clean error before its bytes are written, never a SIGBUS in CRIU's process. Where the filesystem cannot allocate or
-// map, the chunk is written with pwrite as before.
 struct ImageToRebuild {
   std::string name;   // pages-<id>.img
   std::string temp;
   std::unique_ptr<gi::StoreReader> reader;
   int fd = -1;
-  std::byte* map = nullptr;   // temp, shared, its whole size; null: written with pwrite
-  std::uint64_t size = 0;
 };
-
-void unmap(ImageToRebuild& image) {
-  if (image.map != nullptr) ::munmap(image.map, image.size);
-  image.map = nullptr;
-}
 
 // Every manifest sound and every chunk present before any page image is written.
 Result<std::vector<ImageToRebuild>> read_page_manifests(int dir_fd, const std::vector<std::string>& names,
@@ -314,11 +300,6 @@ Result<void> create_partials(int dir_fd, std::vector<ImageToRebuild>& images, Re
       return make_error("cannot write " + image.temp + " (" + std::to_string(size) + " bytes) in the image "
                         "directory: " + errno_text(err), err);
     }
-    image.size = size;
-    if (size > 0) {
-      void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, image.fd, 0);
-      if (map != MAP_FAILED) image.map = static_cast<std::byte*>(map);
-    }
     report.bytes += size;
   }
   return {};
@@ -343,25 +324,15 @@ Result<void> fill_partials(const std::vector<ImageToRebuild>& images, Report& re
     const ImageToRebuild& image = images[items[i].image];
     const gi::Manifest& m = image.reader->manifest();
     const gi::ChunkEntry& e = m.entries[items[i].entry];
-    const std::uint64_t offset = m.regions[e.region].start + e.chunk * m.header.chunk_size;
-    if (image.map != nullptr && offset + e.raw_size <= image.size) {
-      if (::fallocate(image.fd, 0, static_cast<off_t>(offset), static_cast<off_t>(e.raw_size)) == 0)
-        return image.reader->read_chunk(items[i].entry, *w.codec, w.record,
-                                        std::span<std::byte>(image.map + offset, e.raw_size));
-      if (errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL)
-        return make_error("allocating " + std::to_string(e.raw_size) + " bytes of " + image.temp + ": " +
-                          errno_text(errno), errno);
-    }
     std::span<std::byte> raw(w.window.data(), e.raw_size);
     GPUCKPT_TRY_VOID(image.reader->read_chunk(items[i].entry, *w.codec, w.record, raw));
-    return pwrite_all(image.fd, raw, offset, image.temp);
+    return pwrite_all(image.fd, raw, m.regions[e.region].start + e.chunk * m.header.chunk_size, image.temp);
   };
   return in_parallel(report.threads, items.size(), "rebuilding CPU pages", fill_chunk);
 }
 
 Result<void> rename_partials(int dir_fd, std::vector<ImageToRebuild>& images, Report& report) {
   for (ImageToRebuild& image : images) {
-    unmap(image);   // its pages stay in the page cache, where CRIU reads them
     ::close(image.fd);
     image.fd = -1;
     if (::renameat(dir_fd, image.temp.c_str(), dir_fd, image.name.c_str()) != 0) {
@@ -441,7 +412,6 @@ Result<Report> bring_back(int dir_fd, const gi::Settings& settings) {
   if (rebuilt) rebuilt = rename_partials(dir_fd, images, report);
   if (!rebuilt) {
     for (auto& image : images) {
-      unmap(image);
       if (image.fd >= 0) ::close(image.fd);
       (void)::unlinkat(dir_fd, image.temp.c_str(), 0);
     }
