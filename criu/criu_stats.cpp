@@ -198,4 +198,14 @@ std::map<std::string, double> restore_runtime_phases(const PodmanRestoreStats& s
   return phases;
 }
 
+std::map<std::string, double> restore_runtime_phases(double call_seconds, const PluginRestoreTimings& plugin) {
+  Budget call(call_seconds);
+  std::map<std::string, double> phases;
+  phases["gpuckpt-cpu-pages"] = call.take(plugin.cpu_pages_seconds);
+  phases["gpuckpt-gpu-memory"] = call.take(plugin.gpu_memory_seconds);
+  phases["gpuckpt-gpu-restore"] = call.take(plugin.gpu_restore_seconds);
+  phases["runtime-other"] = call.rest();
+  return phases;
+}
+
 }  // namespace gpuckpt

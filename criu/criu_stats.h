@@ -98,5 +98,8 @@ Result<PodmanRestoreStats> parse_podman_restore_stats(std::string_view text, std
 //   gpuckpt-gpu-memory, gpuckpt-gpu-restore             out of criu-restore
 std::map<std::string, double> restore_runtime_phases(const PodmanRestoreStats& stats, double call_seconds,
                                                      const std::optional<PluginRestoreTimings>& plugin = {});
+// A runtime that reports no restore times (containerd's task restore): the plugin's steps out of the whole call,
+// the rest of it runtime-other.
+std::map<std::string, double> restore_runtime_phases(double call_seconds, const PluginRestoreTimings& plugin);
 
 }  // namespace gpuckpt

@@ -149,6 +149,8 @@ class RestoreWorkflow {
       j.phase_seconds["total"] = total;
       if (restored.restore_stats)
         j.runtime_phase_seconds = restore_runtime_phases(*restored.restore_stats, restoring, plugin);
+      else if (plugin)
+        j.runtime_phase_seconds = restore_runtime_phases(restoring, *plugin);
       j.result = job_.info;
     });
     log::info("job " + run_.id() + ": restored " + job_.archive.string() + " as " + restored.name + " (" +

@@ -1094,6 +1094,18 @@ TEST_CASE("a checkpoint's record splits its runtime call by CRIU's statistics; /
   CHECK(scrape(f).at("gpuckpt_job_runtime_phase_duration_seconds_count{kind=\"restore\",phase=\"gpuckpt-gpu-restore\"}") == 1);
   CHECK_FALSE(fs::exists(spooled));
 
+  // A runtime that prints no restore times (containerd): the plugin's steps alone split the call.
+  f.runtime->restore_stats.reset();
+  REQUIRE(gpuckpt::memory_lineage::spool_restore_timings(
+      node_store.string(), 4242, gpuckpt::serialize_plugin_restore_timings({0.0001, 0.0001, 0.0001})));
+  const auto bare = f.wait_job("/v1/restores", f.post("/v1/restores", json{{"archive", archive}}.dump(), 202)["id"]);
+  REQUIRE(bare["state"] == "succeeded");
+  CHECK(bare["runtime_phase_seconds"].size() == 4);
+  CHECK(bare["runtime_phase_seconds"]["gpuckpt-gpu-restore"].get<double>() == Catch::Approx(0.0001));
+  CHECK(bare["runtime_phase_seconds"].contains("runtime-other"));
+  CHECK_FALSE(fs::exists(spooled));
+  f.runtime->restore_stats = PodmanRestoreStats{"restored-2", 0.0009, 0.0006, 0.0003};
+
   // What the plugin left is not trusted: a file that is no timings is dropped with a warning, the split stays CRIU's.
   { std::ofstream(spooled) << R"({"gpu-restore": -3})"; }
   const auto rs3 = f.wait_job("/v1/restores", f.post("/v1/restores", json{{"archive", archive}}.dump(), 202)["id"]);

@@ -214,6 +214,18 @@ TEST_CASE("the plugin's restore steps are carved out of the part of the restore 
   }
   // Without the plugin's file: the three parts as before.
   CHECK(gpuckpt::restore_runtime_phases(stats, 5.0).size() == 3);
+
+  // A runtime that reports no times of its own (containerd): the plugin's steps out of the call, the rest runtime's.
+  const auto bare = gpuckpt::restore_runtime_phases(4.0, plugin);
+  REQUIRE(bare.size() == 4);
+  CHECK(bare.at("gpuckpt-cpu-pages") == Approx(1.20));
+  CHECK(bare.at("gpuckpt-gpu-memory") == Approx(0.70));
+  CHECK(bare.at("gpuckpt-gpu-restore") == Approx(1.05));
+  CHECK(bare.at("runtime-other") == Approx(4.0 - 2.95));
+  const auto short_call = gpuckpt::restore_runtime_phases(1.5, plugin);
+  CHECK(short_call.at("gpuckpt-gpu-memory") == Approx(0.30));
+  CHECK(short_call.at("gpuckpt-gpu-restore") == Approx(0).margin(1e-9));
+  CHECK(short_call.at("runtime-other") == Approx(0).margin(1e-9));
 }
 
 TEST_CASE("the plugin's restore timings file: written, read back, anything else refused naming the file", "[unit]") {
