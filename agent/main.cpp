@@ -169,7 +169,11 @@ struct LoopContext {
 // tries again (an exception leaving a thread would end the agent).
 void sweep_plans_loop(const LoopContext& l) {
   while (l.stopper.wait(node::JobService::kPlanSweepIntervalSeconds))
-    if (auto swept = caught("restore plan sweep", [&] { l.service.sweep_restore_plans(); }); !swept)
+    if (auto swept = caught("restore plan sweep", [&] {
+          l.service.sweep_restore_plans();
+          l.service.sweep_restore_timings();
+        });
+        !swept)
       log::error(swept.error().message);
 }
 

@@ -250,4 +250,30 @@ Result<std::optional<std::string>> take_restore_timings(const std::string& node_
   return out;
 }
 
+std::vector<std::string> take_stale_restore_timings(const std::string& node_store, long min_age_seconds) {
+  std::vector<std::string> taken;
+  auto opened = open_records_dir(node_store, false, kRestoreTimingsDir);
+  if (!opened) return taken;
+  std::vector<int> pids;
+  if (const int fd = ::dup(*opened); fd >= 0) {
+    if (DIR* dir = ::fdopendir(fd)) {
+      const time_t now = ::time(nullptr);
+      while (dirent* e = ::readdir(dir)) {
+        const int pid = spooled_pid(e->d_name);
+        struct stat st {};
+        if (pid > 0 && ::fstatat(*opened, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mtime + min_age_seconds <= now)
+          pids.push_back(pid);
+        if (pids.size() >= kMaxSpooledRestores) break;
+      }
+      ::closedir(dir);
+    } else {
+      ::close(fd);
+    }
+  }
+  ::close(*opened);
+  for (int pid : pids)
+    if (auto text = take_restore_timings(node_store, pid); text && *text) taken.push_back(std::move(**text));
+  return taken;
+}
+
 }  // namespace gpuckpt::memory_lineage

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gpumem/gpu_manifest.h"
 #include "base/host_root.h"
@@ -76,5 +77,10 @@ Result<void> spool_restore_timings(const std::string& node_store, int pid, const
 // node store missing). An error for a file that is not a regular file of at most kMaxRestoreTimingsBytes (it is
 // removed all the same).
 Result<std::optional<std::string>> take_restore_timings(const std::string& node_store, int pid);
+
+// What restores no agent job took (kubelet's, through CRI) left more than `min_age_seconds` ago: each file read and
+// removed, its text returned (an unreadable one is removed and skipped). At most kMaxSpooledRestores a call; none
+// when the spool or the node store does not exist.
+std::vector<std::string> take_stale_restore_timings(const std::string& node_store, long min_age_seconds);
 
 }  // namespace gpuckpt::memory_lineage

@@ -205,6 +205,16 @@ void Metrics::render_jobs(std::ostream& o) const {
            "The parts of a job's runtime call (GET /v1/<kind>s/ID runtime_phase_seconds, from CRIU's statistics), by "
            "kind and phase.",
            &KindCounts::runtime_phase_seconds);
+  o << "# HELP gpuckpt_runtime_restore_step_duration_seconds The plugin's steps of restores no agent job ran "
+       "(kubelet's, through CRI), by step.\n"
+    << "# TYPE gpuckpt_runtime_restore_step_duration_seconds histogram\n";
+  for (const auto& [step, h] : runtime_restore_steps_)
+    render_histogram(o, "gpuckpt_runtime_restore_step_duration_seconds", "step=\"" + label_value(step) + "\"", h);
+}
+
+void Metrics::runtime_restore_observed(const std::map<std::string, double>& step_seconds) {
+  std::lock_guard lock(mutex_);
+  for (const auto& [step, seconds] : step_seconds) runtime_restore_steps_[step].observe(seconds);
 }
 
 void Metrics::render_node(std::ostream& o, const std::optional<ArchiveDirUsage>& archive_dir) const {

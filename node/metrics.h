@@ -59,6 +59,9 @@ class Metrics {
   void chunks_sent(std::uint64_t uploaded, std::uint64_t bytes, std::uint64_t skipped, unsigned streams);
   // A chunk another agent uploaded here: "added" to the store, already "present", or "refused".
   void chunk_received(const std::string& result);
+  // The plugin's steps of a restore no job of the agent ran (kubelet's, through CRI), as the plugin left them in the
+  // node store: seconds by step ("cpu-pages", "gpu-memory", "gpu-restore").
+  void runtime_restore_observed(const std::map<std::string, double>& step_seconds);
   // The runtime the agent talks to, as it introduced itself (gpuckpt_runtime_info); empty version: unknown.
   void set_runtime(const std::string& kind, const std::string& name, const std::string& version);
   RuntimeInfo runtime() const;
@@ -78,6 +81,7 @@ class Metrics {
   void render_chunks(std::ostream& o) const;
 
   mutable std::mutex mutex_;
+  std::map<std::string, DurationHistogram> runtime_restore_steps_;   // runtime_restore_observed
   std::map<JobKind, KindCounts> kinds_;
   std::uint64_t checkpoint_bytes_ = 0, kubelet_annotated_ = 0, kubelet_quarantined_ = 0;
   std::string runtime_kind_, runtime_name_, runtime_version_;

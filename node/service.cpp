@@ -15,7 +15,9 @@
 #include "node/transfer_job.h"
 #include "archive/checkpoint_archive.h"
 #include "base/log.h"
+#include "criu/criu_stats.h"
 #include "gpu/matcher.h"
+#include "gpumem/memory_lineage.h"
 #include "runtime/node_report.h"
 #include "gpu/properties_record.h"
 #include "state/container_store.h"
@@ -58,6 +60,27 @@ void JobService::sweep_restore_plans() {
   if (swept.removed)
     log::info("removed " + std::to_string(swept.removed) + " expired or unreadable restore plan(s) from " +
               (config_.state_dir / "restore-plans").string());
+}
+
+void JobService::sweep_restore_timings() {
+  std::size_t observed = 0, refused = 0;
+  for (const std::string& text :
+       memory_lineage::take_stale_restore_timings(config_.node_store_dir.string(), kRestoreTimingsGraceSeconds)) {
+    auto timings = parse_plugin_restore_timings(text, "a restore's timings in " +
+                                                          (config_.node_store_dir / memory_lineage::kRestoreTimingsDir).string());
+    if (!timings) {
+      ++refused;
+      log::warn(timings.error().message);
+      continue;
+    }
+    metrics_.runtime_restore_observed({{"cpu-pages", timings->cpu_pages_seconds},
+                                       {"gpu-memory", timings->gpu_memory_seconds},
+                                       {"gpu-restore", timings->gpu_restore_seconds}});
+    ++observed;
+  }
+  if (observed + refused > 0)
+    log::info("restores no job ran: the plugin's steps of " + std::to_string(observed) + " observed (" +
+              std::to_string(refused) + " unreadable), their files removed");
 }
 
 void JobService::wait_idle() { scheduler_.wait_idle(); }

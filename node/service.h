@@ -113,6 +113,10 @@ class JobService {
 
   // Removes restore plans nobody may use any more (restore/restore_plan.h): at start and periodically (main).
   void sweep_restore_plans();
+  // Observes, then removes, the plugin's timings of restores no job of this agent took (kubelet's through CRI), once
+  // they are kRestoreTimingsGraceSeconds old (a job takes its own right after its runtime returns). With the plans.
+  void sweep_restore_timings();
+  static constexpr long kRestoreTimingsGraceSeconds = 30;
   static constexpr int kPlanSweepIntervalSeconds = 60;
   static constexpr std::size_t kPlanSweepEntries = 4096;   // per sweep: the directory holds pending restores only
 

@@ -1114,6 +1114,33 @@ TEST_CASE("a checkpoint's record splits its runtime call by CRIU's statistics; /
   CHECK_FALSE(fs::exists(spooled));
 }
 
+TEST_CASE("restores no job ran: their plugin steps are observed once they are old enough, and removed", "[unit]") {
+  if (::geteuid() != 0) SKIP("the node store must be root's");
+  Fixture f;
+  const fs::path node_store = f.tmp.path / "node-store";
+  REQUIRE(gpuckpt::chunk_store::Store::open(node_store, true));
+  const fs::path spool = node_store / gpuckpt::memory_lineage::kRestoreTimingsDir;
+  const auto left = [&](int pid, const std::string& text, std::chrono::seconds age) {
+    REQUIRE(gpuckpt::memory_lineage::spool_restore_timings(node_store.string(), pid, text));
+    fs::last_write_time(spool / (std::to_string(pid) + ".json"), fs::file_time_type::clock::now() - age);
+  };
+  // A kubelet restore a minute ago, one just now (a job of the agent may still take it), one that is no timings.
+  left(::getpid(), gpuckpt::serialize_plugin_restore_timings({1.5, 0.5, 1.25}), std::chrono::seconds(60));
+  left(1, gpuckpt::serialize_plugin_restore_timings({9, 9, 9}), std::chrono::seconds(0));
+  left(::getppid(), R"({"gpu-memory": "fast"})", std::chrono::seconds(3600));
+  f.service->sweep_restore_timings();
+  const auto metrics = scrape(f);
+  CHECK(metrics.at("gpuckpt_runtime_restore_step_duration_seconds_count{step=\"gpu-restore\"}") == 1);
+  CHECK(metrics.at("gpuckpt_runtime_restore_step_duration_seconds_sum{step=\"cpu-pages\"}") == 1.5);
+  CHECK(metrics.at("gpuckpt_runtime_restore_step_duration_seconds_bucket{step=\"gpu-restore\",le=\"2.5\"}") == 1);
+  CHECK_FALSE(fs::exists(spool / (std::to_string(::getpid()) + ".json")));
+  CHECK_FALSE(fs::exists(spool / (std::to_string(::getppid()) + ".json")));
+  CHECK(fs::exists(spool / "1.json"));
+  // Observed once: the next sweep finds nothing more of it.
+  f.service->sweep_restore_timings();
+  CHECK(scrape(f).at("gpuckpt_runtime_restore_step_duration_seconds_count{step=\"gpu-restore\"}") == 1);
+}
+
 TEST_CASE("a token holder's tag never makes an ordinary image a checkpoint, and a failed load registers nothing",
           "[unit]") {
   Fixture f;
