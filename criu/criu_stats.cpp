@@ -132,6 +132,12 @@ Result<PluginRestoreTimings> parse_plugin_restore_timings(std::string_view text,
   return parse_timings(text, source, kPluginRestoreTimingKeys);
 }
 
+std::map<std::string, double> restore_steps(const PluginRestoreTimings& timings) {
+  std::map<std::string, double> steps;
+  for (const auto& key : kPluginRestoreTimingKeys) steps[key.name] = timings.*key.field;
+  return steps;
+}
+
 std::map<std::string, double> checkpoint_runtime_phases(const CriuDumpStats& stats, double runtime_seconds,
                                                         const std::optional<PluginDumpTimings>& plugin) {
   Budget budget(runtime_seconds);
@@ -201,9 +207,7 @@ std::map<std::string, double> restore_runtime_phases(const PodmanRestoreStats& s
 std::map<std::string, double> restore_runtime_phases(double call_seconds, const PluginRestoreTimings& plugin) {
   Budget call(call_seconds);
   std::map<std::string, double> phases;
-  phases["gpuckpt-cpu-pages"] = call.take(plugin.cpu_pages_seconds);
-  phases["gpuckpt-gpu-memory"] = call.take(plugin.gpu_memory_seconds);
-  phases["gpuckpt-gpu-restore"] = call.take(plugin.gpu_restore_seconds);
+  for (const auto& key : kPluginRestoreTimingKeys) phases[std::string("gpuckpt-") + key.name] = call.take(plugin.*key.field);
   phases["runtime-other"] = call.rest();
   return phases;
 }

@@ -76,6 +76,8 @@ struct PluginRestoreTimings {
 std::string serialize_plugin_restore_timings(const PluginRestoreTimings& timings);
 // As parse_plugin_dump_timings, for the restore's keys.
 Result<PluginRestoreTimings> parse_plugin_restore_timings(std::string_view text, std::string_view source);
+// Each step by the name its file gives it ("cpu-pages", "gpu-memory", "gpu-restore"), in seconds.
+std::map<std::string, double> restore_steps(const PluginRestoreTimings& timings);
 
 // What podman's `container restore --print-stats` prints (one JSON document, times in microseconds): the restored
 // container and the nested times of its restore.

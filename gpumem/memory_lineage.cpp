@@ -73,35 +73,54 @@ Result<int> open_records_dir(const std::string& node_store, bool create, const c
   return fd;
 }
 
-// Removes the records of processes that are gone (another boot, no such pid, or a pid started at another time);
-// returns how many records stay.
-std::size_t remove_gone(int dir_fd, const HostRoot& host, const std::string& boot_id) {
+// The names in `dir_fd`, each given to `fn` (a copy of the listing: `fn` may remove what it is given).
+template <class Fn>
+void for_each_name(int dir_fd, Fn&& fn) {
   const int fd = ::dup(dir_fd);
-  if (fd < 0) return 0;
+  if (fd < 0) return;
   DIR* dir = ::fdopendir(fd);
   if (dir == nullptr) {
     ::close(fd);
-    return 0;
+    return;
   }
-  std::size_t kept = 0;
-  std::vector<std::string> gone;
-  while (dirent* e = ::readdir(dir)) {
-    ProcessIdentity recorded;
-    const std::string_view name = e->d_name;
-    if (name.starts_with(".") && name.ends_with(".partial")) {   // a write that died before its rename, long ago
-      struct stat st {};
-      if (::fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mtime + kPartialGraceSeconds < ::time(nullptr))
-        gone.emplace_back(name);
-      continue;
-    }
-    if (!parse_record_name(name, recorded)) continue;
-    auto now = identify_process(recorded.pid, host);
-    if (recorded.boot_id != boot_id || !now || now->start_ticks != recorded.start_ticks) gone.emplace_back(name);
-    else ++kept;
-  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(dir)) names.emplace_back(e->d_name);
   ::closedir(dir);
-  for (const auto& name : gone) (void)::unlinkat(dir_fd, name.c_str(), 0);
-  return kept;
+  for (const std::string& name : names) fn(name);
+}
+
+enum class Entry { other, live, gone };
+
+// Removes from `dir_fd` every entry `classify` calls gone, and the temporary files of writes that died before their
+// rename long ago; returns how many entries it called live.
+template <class Classify>
+std::size_t remove_gone_entries(int dir_fd, Classify&& classify) {
+  std::size_t live = 0;
+  const time_t now = ::time(nullptr);
+  for_each_name(dir_fd, [&](const std::string& name) {
+    Entry entry = Entry::other;
+    if (name.starts_with(".") && name.ends_with(".partial")) {
+      struct stat st {};
+      if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mtime + kPartialGraceSeconds < now)
+        entry = Entry::gone;
+    } else {
+      entry = classify(name);
+    }
+    if (entry == Entry::gone) (void)::unlinkat(dir_fd, name.c_str(), 0);
+    if (entry == Entry::live) ++live;
+  });
+  return live;
+}
+
+// Removes the records of processes that are gone (another boot, no such pid, or a pid started at another time);
+// returns how many records stay.
+std::size_t remove_gone(int dir_fd, const HostRoot& host, const std::string& boot_id) {
+  return remove_gone_entries(dir_fd, [&](const std::string& name) {
+    ProcessIdentity recorded;
+    if (!parse_record_name(name, recorded)) return Entry::other;
+    auto now = identify_process(recorded.pid, host);
+    return recorded.boot_id != boot_id || !now || now->start_ticks != recorded.start_ticks ? Entry::gone : Entry::live;
+  });
 }
 
 // "<pid>.json" into its pid, or 0.
@@ -117,32 +136,36 @@ std::string spool_name(int pid) { return std::to_string(pid) + ".json"; }
 // Removes the spooled files of pids that are gone and partial writes long dead, except `keep`'s; returns how many
 // files of live pids stay.
 std::size_t remove_gone_restores(int dir_fd, const HostRoot& host, int keep) {
-  const int fd = ::dup(dir_fd);
-  if (fd < 0) return 0;
-  DIR* dir = ::fdopendir(fd);
-  if (dir == nullptr) {
-    ::close(fd);
-    return 0;
-  }
-  std::size_t kept = 0;
-  std::vector<std::string> gone;
-  while (dirent* e = ::readdir(dir)) {
-    const std::string_view name = e->d_name;
-    if (name.starts_with(".") && name.ends_with(".partial")) {
-      struct stat st {};
-      if (::fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mtime + kPartialGraceSeconds < ::time(nullptr))
-        gone.emplace_back(name);
-      continue;
-    }
+  return remove_gone_entries(dir_fd, [&](const std::string& name) {
     const int pid = spooled_pid(name);
-    if (pid == 0 || pid == keep) continue;
+    if (pid == 0 || pid == keep) return Entry::other;
     struct stat st {};
-    if (::stat(host.resolve("proc/" + std::to_string(pid)).c_str(), &st) != 0) gone.emplace_back(name);
-    else ++kept;
+    return ::stat(host.resolve("proc/" + std::to_string(pid)).c_str(), &st) != 0 ? Entry::gone : Entry::live;
+  });
+}
+
+// The spooled file `name` of `dir_fd` (shown as `shown`), removed as it is read: none when there is no such file; an
+// error for one that is not a regular file of at most kMaxRestoreTimingsBytes (removed all the same).
+Result<std::optional<std::string>> take_spooled(int dir_fd, const std::string& name, const std::string& shown) {
+  const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return std::optional<std::string>();
+    (void)::unlinkat(dir_fd, name.c_str(), 0);
+    return make_error("cannot open " + shown + ": " + errno_text(err), err);
   }
-  ::closedir(dir);
-  for (const auto& name : gone) (void)::unlinkat(dir_fd, name.c_str(), 0);
-  return kept;
+  (void)::unlinkat(dir_fd, name.c_str(), 0);
+  struct stat st {};
+  Result<std::optional<std::string>> out = make_error(shown + " is not a regular file of at most " +
+                                                      std::to_string(kMaxRestoreTimingsBytes) + " bytes", EINVAL);
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) <= kMaxRestoreTimingsBytes) {
+    std::string text(static_cast<std::size_t>(st.st_size), '\0');
+    const ssize_t n = ::pread(fd, text.data(), text.size(), 0);
+    if (n == static_cast<ssize_t>(text.size())) out = std::optional<std::string>(std::move(text));
+    else out = make_error("cannot read " + shown + ": " + errno_text(n < 0 ? errno : EIO), n < 0 ? errno : EIO);
+  }
+  ::close(fd);
+  return out;
 }
 
 }  // namespace
@@ -224,55 +247,29 @@ Result<std::optional<std::string>> take_restore_timings(const std::string& node_
     if (opened.error().errno_value == ENOENT) return std::optional<std::string>();
     return opened.error();
   }
-  const int dir_fd = *opened;
   const std::string name = spool_name(pid);
-  const std::string shown = records_shown(node_store, kRestoreTimingsDir) + "/" + name;
-  const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err != ENOENT) (void)::unlinkat(dir_fd, name.c_str(), 0);
-    ::close(dir_fd);
-    if (err == ENOENT) return std::optional<std::string>();
-    return make_error("cannot open " + shown + ": " + errno_text(err), err);
-  }
-  (void)::unlinkat(dir_fd, name.c_str(), 0);
-  ::close(dir_fd);
-  struct stat st {};
-  Result<std::optional<std::string>> out = make_error(shown + " is not a regular file of at most " +
-                                                      std::to_string(kMaxRestoreTimingsBytes) + " bytes", EINVAL);
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) <= kMaxRestoreTimingsBytes) {
-    std::string text(static_cast<std::size_t>(st.st_size), '\0');
-    const ssize_t n = ::pread(fd, text.data(), text.size(), 0);
-    if (n == static_cast<ssize_t>(text.size())) out = std::optional<std::string>(std::move(text));
-    else out = make_error("cannot read " + shown + ": " + errno_text(n < 0 ? errno : EIO), n < 0 ? errno : EIO);
-  }
-  ::close(fd);
-  return out;
+  auto taken = take_spooled(*opened, name, records_shown(node_store, kRestoreTimingsDir) + "/" + name);
+  ::close(*opened);
+  return taken;
 }
 
 std::vector<std::string> take_stale_restore_timings(const std::string& node_store, long min_age_seconds) {
   std::vector<std::string> taken;
   auto opened = open_records_dir(node_store, false, kRestoreTimingsDir);
   if (!opened) return taken;
-  std::vector<int> pids;
-  if (const int fd = ::dup(*opened); fd >= 0) {
-    if (DIR* dir = ::fdopendir(fd)) {
-      const time_t now = ::time(nullptr);
-      while (dirent* e = ::readdir(dir)) {
-        const int pid = spooled_pid(e->d_name);
-        struct stat st {};
-        if (pid > 0 && ::fstatat(*opened, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mtime + min_age_seconds <= now)
-          pids.push_back(pid);
-        if (pids.size() >= kMaxSpooledRestores) break;
-      }
-      ::closedir(dir);
-    } else {
-      ::close(fd);
-    }
-  }
-  ::close(*opened);
-  for (int pid : pids)
-    if (auto text = take_restore_timings(node_store, pid); text && *text) taken.push_back(std::move(**text));
+  const int dir_fd = *opened;
+  const std::string shown = records_shown(node_store, kRestoreTimingsDir);
+  const time_t now = ::time(nullptr);
+  std::size_t seen = 0;
+  for_each_name(dir_fd, [&](const std::string& name) {
+    struct stat st {};
+    if (seen >= kMaxSpooledRestores || spooled_pid(name) == 0 ||
+        ::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_mtime + min_age_seconds > now)
+      return;
+    ++seen;
+    if (auto text = take_spooled(dir_fd, name, shown + "/" + name); text && *text) taken.push_back(std::move(**text));
+  });
+  ::close(dir_fd);
   return taken;
 }
 

@@ -73,9 +73,7 @@ void JobService::sweep_restore_timings() {
       log::warn(timings.error().message);
       continue;
     }
-    metrics_.runtime_restore_observed({{"cpu-pages", timings->cpu_pages_seconds},
-                                       {"gpu-memory", timings->gpu_memory_seconds},
-                                       {"gpu-restore", timings->gpu_restore_seconds}});
+    metrics_.runtime_restore_observed(restore_steps(*timings));
     ++observed;
   }
   if (observed + refused > 0)

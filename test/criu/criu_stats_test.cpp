@@ -2,7 +2,9 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <cerrno>
+#include <map>
 #include <numeric>
+#include <string>
 
 #include "criu/criu_stats.h"
 #include "test/support/archive_builder.h"
@@ -11,6 +13,21 @@ using Catch::Approx;
 using gpuckpt::checkpoint_runtime_phases;
 using gpuckpt::CriuDumpStats;
 using gpuckpt::parse_criu_dump_stats;
+
+namespace {
+
+// Every part at least 0, all of them together at most `total` (+ `slack` for the sums' rounding).
+void check_parts_fit(const std::map<std::string, double>& parts, double total, double slack) {
+  double sum = 0;
+  for (const auto& [name, seconds] : parts) {
+    INFO(name);
+    CHECK(seconds >= 0);
+    sum += seconds;
+  }
+  CHECK(sum <= total + slack);
+}
+
+}  // namespace
 
 TEST_CASE("CRIU's stats-dump image: the times and page counts a real dump wrote", "[unit]") {
   auto stats = parse_criu_dump_stats(gpuckpt::test::criu_dump_stats_image(), "stats-dump");
@@ -62,12 +79,7 @@ TEST_CASE("the runtime's checkpoint call in parts that do not overlap and fit in
     CHECK(phases.at("criu-cpu-pages") == Approx(c.cpu_pages));
     CHECK(phases.at("criu-frozen-other") == Approx(c.frozen_other).margin(1e-9));
     CHECK(phases.at("runtime-other") == Approx(c.runtime_other).margin(1e-9));
-    double sum = 0;
-    for (const auto& [name, seconds] : phases) {
-      CHECK(seconds >= 0);
-      sum += seconds;
-    }
-    CHECK(sum <= c.runtime + 1e-12);
+    check_parts_fit(phases, c.runtime, 1e-12);
   }
 }
 
@@ -96,14 +108,7 @@ TEST_CASE("the plugin's own steps are carved out of the CRIU part that holds the
   CHECK(cut.at("gpuckpt-gpu-memory-images") == Approx(4.77 - 1.21 - 3.0));
   CHECK(cut.at("gpuckpt-cpu-pages-store") == Approx(0).margin(1e-9));
   CHECK(cut.at("criu-frozen-other") == Approx(0).margin(1e-9));
-  for (const auto& parts : {phases, cut}) {
-    double sum = 0;
-    for (const auto& [name, seconds] : parts) {
-      CHECK(seconds >= 0);
-      sum += seconds;
-    }
-    CHECK(sum <= 5.5 + 1e-9);
-  }
+  for (const auto& parts : {phases, cut}) check_parts_fit(parts, 5.5, 1e-9);
 }
 
 TEST_CASE("the plugin's dump timings file: written, read back, anything else refused naming the file", "[unit]") {
@@ -204,14 +209,7 @@ TEST_CASE("the plugin's restore steps are carved out of the part of the restore 
   CHECK(cut.at("gpuckpt-gpu-memory") == Approx(2.0));
   CHECK(cut.at("gpuckpt-gpu-restore") == Approx(0.74));
   CHECK(cut.at("criu-restore") == Approx(0).margin(1e-9));
-  for (const auto& parts : {phases, cut}) {
-    double sum = 0;
-    for (const auto& [name, seconds] : parts) {
-      CHECK(seconds >= 0);
-      sum += seconds;
-    }
-    CHECK(sum <= 5.0 + 1e-9);
-  }
+  for (const auto& parts : {phases, cut}) check_parts_fit(parts, 5.0, 1e-9);
   // Without the plugin's file: the three parts as before.
   CHECK(gpuckpt::restore_runtime_phases(stats, 5.0).size() == 3);
 
